@@ -1,0 +1,585 @@
+#!/usr/bin/env python3
+"""A real Kubernetes control plane with simulated nodes, on one machine, with no Docker.
+
+Contract (``python3 hack/localcluster.py --help``; standard library only, so it runs before any venv exists):
+
+  up      Build the pinned binaries if the cache lacks them (hack/build-tools.sh), then start etcd,
+          kube-apiserver, kube-controller-manager, kube-scheduler and kwok as background process groups,
+          create NODES fake nodes, wait until every node is Ready and untainted, and write the kubeconfig
+          (.dev/kubeconfig for the default cluster). Running ``up`` on a healthy cluster changes nothing;
+          on a dead one it cleans up and starts afresh.
+  down    Stop every process of the cluster and delete its state (certificates, etcd data, logs, kubeconfig).
+  status  Say whether each component is alive and where the kubeconfig is; exit 1 if the cluster is not up.
+
+Nodes: kwok manages every Node annotated ``kwok.x-k8s.io/node: fake``, so a test adds capacity by creating
+such a Node (status.capacity/allocatable set at creation are kept). Pods bound to those nodes become Running;
+pods owned by a Job succeed after 1 s or the pod annotation ``pod-complete.stage.kwok.x-k8s.io/delay``;
+deleted pods go away (hack/kwok-stages.yaml). The controller-manager runs every default controller, the
+garbage collector included, so ownerReference cascades work.
+
+Several clusters can run side by side (``--name``); each has its own ports, state directory
+(.dev/clusters/<name>) and kubeconfig (.dev/kubeconfig-<name>; the default cluster uses .dev/kubeconfig).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from base64 import b64encode
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HACK = Path(__file__).resolve().parent
+REPO = HACK.parent
+DEFAULT_NAME = "mcad"
+FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_IP = "10.96.0.1"
+POD_CIDR = "10.244.0.1/16"  # kwok hands out pod IPs from here; /16 leaves room for ~65k pods
+# Start order; stop order is the reverse, so nothing loses its API server while it still runs.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def log(message: str) -> None:
+    print(f"[local-cluster] {message}", file=sys.stderr, flush=True)
+
+
+class ClusterError(Exception):
+    """The cluster could not be brought up; the message says which component and where its log is."""
+
+
+# ---------------------------------------------------------------------------------------------- layout
+
+
+@dataclass
+class Layout:
+    name: str
+    dev: Path = field(init=False)
+    state: Path = field(init=False)
+    kubeconfig: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.dev = Path(os.environ.get("MCAD_DEV_DIR", REPO / ".dev"))
+        self.state = self.dev / "clusters" / self.name
+        suffix = "" if self.name == DEFAULT_NAME else f"-{self.name}"
+        self.kubeconfig = self.dev / f"kubeconfig{suffix}"
+
+    @property
+    def pki(self) -> Path:
+        return self.state / "pki"
+
+    @property
+    def logs(self) -> Path:
+        return self.state / "logs"
+
+    @property
+    def state_file(self) -> Path:
+        return self.state / "state.json"
+
+
+def read_state(layout: Layout) -> dict[str, Any] | None:
+    try:
+        return json.loads(layout.state_file.read_text())  # type: ignore[no-any-return]
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- binaries
+
+
+def tool_bin_dir() -> Path:
+    """Directory holding every binary; builds them first when the cache lacks any (minutes when cold)."""
+    override = os.environ.get("MCAD_DEV_BIN")
+    if override:
+        return Path(override)
+    proc = subprocess.run([str(HACK / "build-tools.sh")], stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise ClusterError("building the Kubernetes binaries failed (see the messages above)")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def require_binaries(bin_dir: Path) -> dict[str, Path]:
+    paths = {c: bin_dir / c for c in (*COMPONENTS, "kubectl")}
+    missing = [str(p) for p in paths.values() if not os.access(p, os.X_OK)]
+    if missing:
+        raise ClusterError(f"missing executables: {', '.join(missing)} (run hack/build-tools.sh)")
+    if shutil.which("openssl") is None:
+        raise ClusterError("openssl is required to make the cluster's certificates (Debian: apt-get install openssl)")
+    return paths
+
+
+# ---------------------------------------------------------------------------------------------- pki
+
+
+def openssl(*args: str) -> None:
+    proc = subprocess.run(["openssl", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ClusterError(f"openssl {args[0]} failed: {proc.stderr.strip()}")
+
+
+def make_pki(pki: Path) -> None:
+    """One CA signs the apiserver's serving cert and the admin client cert; one RSA key signs SA tokens."""
+    pki.mkdir(parents=True, exist_ok=True)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", "/CN=mcad-dev-ca",
+            "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"))
+    sans = ",".join(["DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
+                     "DNS:kubernetes.default.svc.cluster.local", "IP:127.0.0.1", f"IP:{SERVICE_IP}"])
+    leaves = {
+        "apiserver": ("/CN=kube-apiserver", f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n"),
+        # system:masters bypasses RBAC: the harness and the components act as cluster admin.
+        "admin": ("/O=system:masters/CN=mcad-dev-admin", "extendedKeyUsage=clientAuth\n"),
+    }
+    for leaf, (subject, ext) in leaves.items():
+        ext_file = pki / f"{leaf}.ext"
+        ext_file.write_text(ext)
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject,
+                "-keyout", str(pki / f"{leaf}.key"), "-out", str(pki / f"{leaf}.csr"))
+        openssl("x509", "-req", "-days", "3650", "-in", str(pki / f"{leaf}.csr"), "-CA", str(pki / "ca.crt"),
+                "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-extfile", str(ext_file),
+                "-out", str(pki / f"{leaf}.crt"))
+    openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
+
+
+def write_kubeconfig(path: Path, server: str, pki: Path, name: str) -> None:
+    def b64(p: Path) -> str:
+        return b64encode(p.read_bytes()).decode()
+
+    # JSON is valid YAML, and every kubeconfig reader accepts it.
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority-data": b64(pki / "ca.crt")}}],
+        "users": [{"name": f"{name}-admin", "user": {"client-certificate-data": b64(pki / "admin.crt"),
+                                                     "client-key-data": b64(pki / "admin.key")}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": f"{name}-admin"}}],
+        "current-context": name,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(config, indent=2) + "\n")
+    tmp.chmod(0o600)
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------- http
+
+
+class Api:
+    """Just enough of an API client for the harness: JSON over HTTPS with the admin client cert."""
+
+    def __init__(self, server: str, pki: Path) -> None:
+        self.server = server
+        self.ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        self.ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+
+    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                timeout: float = 10) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.server + path, data=data, method=method,
+                                     headers={"Content-Type": content_type, "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, context=self.ctx, timeout=timeout) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as err:
+            raw, status = err.read(), err.code
+        try:
+            return status, json.loads(raw) if raw else None
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+
+def probe(url: str, ctx: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
+            return resp.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def insecure_context() -> ssl.SSLContext:
+    # KCM and the scheduler serve health on self-signed certs they make themselves; only liveness is asked.
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+# ---------------------------------------------------------------------------------------------- processes
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free loopback ports (all sockets held open until every port is chosen)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) still answers kill(0); /proc says whether it is one.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def start(component: str, argv: list[str], layout: Layout) -> int:
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    with open(layout.logs / f"{component}.log", "ab") as out:
+        # A session of its own: the process outlives this script, and `down` can signal its whole group.
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=layout.state)
+    return proc.pid
+
+
+def log_tail(layout: Layout, component: str, lines: int = 25) -> str:
+    try:
+        text = (layout.logs / f"{component}.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join("    " + line for line in text[-lines:])
+
+
+def wait_for(what: str, check: Any, timeout: float, layout: Layout, pids: dict[str, int],
+             component: str | None = None) -> None:
+    """Poll ``check`` until it is true; fail early, with the log, if a component process died."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        if check():
+            return
+        for name, pid in pids.items():
+            if not pid_alive(pid):
+                raise ClusterError(f"{name} exited while waiting for {what}; last lines of "
+                                   f"{layout.logs / (name + '.log')}:\n{log_tail(layout, name)}")
+        if time.monotonic() > deadline:
+            detail = f"; last lines of its log:\n{log_tail(layout, component)}" if component else ""
+            raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 1.0)
+
+
+def stop_all(pids: dict[str, int], timeout: float = 15) -> None:
+    for component in reversed(COMPONENTS):
+        pid = pids.get(component)
+        if pid is not None and pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(p) for p in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in pids.values():
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------------------------- nodes
+
+
+def fake_node(name: str, cpu: str, memory: str, gpu: int, pods: int) -> dict[str, Any]:
+    resources = {"cpu": cpu, "memory": memory, "pods": str(pods)}
+    if gpu:
+        resources["nvidia.com/gpu"] = str(gpu)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                       "kubernetes.io/arch": "amd64"},
+        },
+        # Status at creation is kept, as when a kubelet registers its node; kwok preserves capacity.
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+def node_ready_and_untainted(node: dict[str, Any]) -> bool:
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in node.get("status", {}).get("conditions", []))
+    return ready and not node.get("spec", {}).get("taints")
+
+
+# ---------------------------------------------------------------------------------------------- commands
+
+
+@dataclass
+class Options:
+    name: str
+    nodes: int
+    node_cpu: str
+    node_memory: str
+    node_gpu: int
+    node_pods: int
+    max_requests_inflight: int
+    max_mutating_requests_inflight: int
+    timeout: float
+
+
+def cluster_healthy(layout: Layout) -> bool:
+    state = read_state(layout)
+    if not state or not layout.kubeconfig.exists():
+        return False
+    if not all(pid_alive(p) for p in state["pids"].values()):
+        return False
+    return probe(state["server"] + "/readyz", Api(state["server"], layout.pki).ctx)
+
+
+def up(opts: Options) -> None:
+    layout = Layout(opts.name)
+    if cluster_healthy(layout):
+        log(f"cluster {opts.name!r} is already running")
+        print_usage(layout)
+        return
+    if layout.state.exists():
+        log(f"cluster {opts.name!r} has stale state; cleaning it up first")
+        down(opts.name, quiet=True)
+
+    started = time.monotonic()
+    binaries = require_binaries(tool_bin_dir())
+    layout.state.mkdir(parents=True, exist_ok=True)
+    (layout.dev / "bin").unlink(missing_ok=True)
+    (layout.dev / "bin").symlink_to(binaries["kubectl"].parent)
+
+    log("generating certificates")
+    make_pki(layout.pki)
+    etcd_port, etcd_peer, api_port, kcm_port, sched_port, kwok_port = free_ports(6)
+    server = f"https://127.0.0.1:{api_port}"
+    admin_kubeconfig = layout.state / "admin.kubeconfig"
+    write_kubeconfig(admin_kubeconfig, server, layout.pki, f"mcad-dev-{opts.name}")
+    pids: dict[str, int] = {}
+    state = {"name": opts.name, "server": server, "pids": pids, "ports": {
+        "etcd": etcd_port, "kube-apiserver": api_port, "kube-controller-manager": kcm_port,
+        "kube-scheduler": sched_port, "kwok": kwok_port}}
+
+    def save_state() -> None:
+        layout.state_file.write_text(json.dumps(state, indent=2))
+
+    try:
+        log(f"starting etcd on 127.0.0.1:{etcd_port}")
+        pids["etcd"] = start("etcd", [
+            str(binaries["etcd"]), "--name=default", f"--data-dir={layout.state / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+            f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
+            # Throwaway data: durability buys nothing here and fsync dominates write latency.
+            "--unsafe-no-fsync=true", "--quota-backend-bytes=8589934592", "--log-level=warn",
+        ], layout)
+        save_state()
+        wait_for("etcd", lambda: probe(f"http://127.0.0.1:{etcd_port}/health"), 60, layout, pids, "etcd")
+
+        log(f"starting kube-apiserver on {server}")
+        pki = layout.pki
+        pids["kube-apiserver"] = start("kube-apiserver", [
+            str(binaries["kube-apiserver"]), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}", "--authorization-mode=Node,RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.key'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
+            f"--max-requests-inflight={opts.max_requests_inflight}",
+            f"--max-mutating-requests-inflight={opts.max_mutating_requests_inflight}",
+            f"--cert-dir={pki}",
+            # The apiserver listens on loopback, which the "kubernetes" Endpoints may not name; with the
+            # reconciler on it logs a validation error every 10 s. No fake pod dials the apiserver anyway.
+            "--endpoint-reconciler-type=none",
+        ], layout)
+        save_state()
+        api = Api(server, pki)
+        wait_for("kube-apiserver /readyz", lambda: probe(server + "/readyz", api.ctx), 120, layout, pids,
+                 "kube-apiserver")
+
+        log("starting kube-controller-manager, kube-scheduler and kwok")
+        pids["kube-controller-manager"] = start("kube-controller-manager", [
+            str(binaries["kube-controller-manager"]), f"--kubeconfig={admin_kubeconfig}",
+            "--leader-elect=false", "--controllers=*", "--use-service-account-credentials=false",
+            f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}", f"--cluster-signing-key-file={pki / 'ca.key'}",
+            "--bind-address=127.0.0.1", f"--secure-port={kcm_port}", f"--cert-dir={layout.state / 'kcm-certs'}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            # Client-side rate limits sized for thousands of Jobs and pods in the benchmarks.
+            "--kube-api-qps=1000", "--kube-api-burst=2000",
+        ], layout)
+        sched_config = layout.state / "scheduler-config.yaml"
+        sched_config.write_text(json.dumps({
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(admin_kubeconfig), "qps": 1000, "burst": 2000},
+            "leaderElection": {"leaderElect": False},
+        }))
+        pids["kube-scheduler"] = start("kube-scheduler", [
+            str(binaries["kube-scheduler"]), f"--config={sched_config}", "--bind-address=127.0.0.1",
+            f"--secure-port={sched_port}", f"--cert-dir={layout.state / 'scheduler-certs'}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+        ], layout)
+        pids["kwok"] = start("kwok", [
+            str(binaries["kwok"]), f"--kubeconfig={admin_kubeconfig}", f"--config={HACK / 'kwok-stages.yaml'}",
+            "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
+            # Leases keep fake nodes alive for the node lifecycle controller (off, they would go NotReady).
+            "--node-lease-duration-seconds=40", f"--cidr={POD_CIDR}", "--node-ip=10.0.0.1",
+            f"--server-address=127.0.0.1:{kwok_port}",
+        ], layout)
+        save_state()
+        insecure = insecure_context()
+        wait_for("kube-controller-manager /healthz",
+                 lambda: probe(f"https://127.0.0.1:{kcm_port}/healthz", insecure), 60, layout, pids,
+                 "kube-controller-manager")
+        wait_for("kube-scheduler /healthz",
+                 lambda: probe(f"https://127.0.0.1:{sched_port}/healthz", insecure), 60, layout, pids,
+                 "kube-scheduler")
+        wait_for("kwok /healthz", lambda: probe(f"http://127.0.0.1:{kwok_port}/healthz"), 60, layout, pids, "kwok")
+        # Pods cannot be created in a namespace before its default ServiceAccount exists.
+        wait_for("the default ServiceAccount",
+                 lambda: api.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
+                 60, layout, pids, "kube-controller-manager")
+
+        log(f"creating {opts.nodes} fake node(s): {opts.node_cpu} cpu, {opts.node_memory} memory, "
+            f"{opts.node_gpu} nvidia.com/gpu each")
+        names = [f"kwok-node-{i}" for i in range(opts.nodes)]
+        for name in names:
+            status, body = api.request("POST", "/api/v1/nodes",
+                                       fake_node(name, opts.node_cpu, opts.node_memory, opts.node_gpu, opts.node_pods))
+            if status not in (201, 409):
+                raise ClusterError(f"creating node {name} failed: HTTP {status}: {body}")
+
+        def nodes_ready() -> bool:
+            status, body = api.request("GET", "/api/v1/nodes")
+            ready = {n["metadata"]["name"] for n in (body or {}).get("items", []) if node_ready_and_untainted(n)}
+            return status == 200 and ready.issuperset(names)
+
+        # Ready comes from kwok; the not-ready taint is lifted by the node lifecycle controller afterwards.
+        wait_for("nodes Ready and untainted", nodes_ready, opts.timeout, layout, pids, "kwok")
+        write_kubeconfig(layout.kubeconfig, server, layout.pki, f"mcad-dev-{opts.name}")
+    except BaseException:
+        stop_all(pids)
+        raise
+    log(f"cluster {opts.name!r} is up in {time.monotonic() - started:.1f} s")
+    print_usage(layout)
+
+
+def print_usage(layout: Layout) -> None:
+    rel = os.path.relpath(layout.kubeconfig)
+    print(f"""
+Kubeconfig: {layout.kubeconfig}
+  export KUBECONFIG={rel} PATH={os.path.relpath(layout.dev / 'bin')}:$PATH
+  kubectl get nodes
+Logs: {layout.logs}/
+Stop: make cluster-down""")
+
+
+def down(name: str, quiet: bool = False) -> None:
+    layout = Layout(name)
+    state = read_state(layout)
+    if state is None and not layout.state.exists():
+        if not quiet:
+            log(f"cluster {name!r} is not running")
+        return
+    if state:
+        stop_all({k: int(v) for k, v in state["pids"].items()})
+    shutil.rmtree(layout.state, ignore_errors=True)
+    layout.kubeconfig.unlink(missing_ok=True)
+    if not quiet:
+        log(f"cluster {name!r} stopped and its state removed")
+
+
+def status(name: str) -> int:
+    layout = Layout(name)
+    state = read_state(layout)
+    if state is None:
+        print(f"cluster {name!r}: not running")
+        return 1
+    healthy = cluster_healthy(layout)
+    print(f"cluster {name!r}: {'up' if healthy else 'DOWN'}  server {state['server']}  kubeconfig {layout.kubeconfig}")
+    for component, pid in state["pids"].items():
+        print(f"  {component:<24} pid {pid:<8} {'running' if pid_alive(pid) else 'dead'}")
+    return 0 if healthy else 1
+
+
+def env_int(var: str, default: int) -> int:
+    raw = os.environ.get(var)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f"[local-cluster] error: {var}={raw!r} is not an integer") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="hack/local-cluster.sh",
+        description="Run a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, "
+                    "kube-scheduler) with kwok-simulated nodes on this machine, without Docker.",
+        epilog="Environment: NODES, NODE_CPU, NODE_MEMORY, NODE_GPU, NODE_PODS give the node defaults; "
+               "MCAD_DEV_CACHE moves the binary cache (default ~/.cache/mcad-dev); MCAD_DEV_BIN uses "
+               "prebuilt binaries from a directory; MCAD_DEV_DIR moves the state (default .dev/).")
+    parser.add_argument("--name", default=os.environ.get("CLUSTER_NAME", DEFAULT_NAME),
+                        help="cluster name, for running several side by side (default: %(default)s)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_up = sub.add_parser("up", help="start the cluster (harmless if it already runs)")
+    p_up.add_argument("--nodes", type=int, default=env_int("NODES", 1),
+                      help="fake nodes to create (default %(default)s)")
+    p_up.add_argument("--node-cpu", default=os.environ.get("NODE_CPU", "8"), help="cpu per node (default %(default)s)")
+    p_up.add_argument("--node-memory", default=os.environ.get("NODE_MEMORY", "8Gi"),
+                      help="memory per node (default %(default)s)")
+    p_up.add_argument("--node-gpu", type=int, default=env_int("NODE_GPU", 0),
+                      help="nvidia.com/gpu per node (default %(default)s)")
+    p_up.add_argument("--node-pods", type=int, default=env_int("NODE_PODS", 110),
+                      help="pod slots per node (default %(default)s)")
+    p_up.add_argument("--max-requests-inflight", type=int, default=env_int("MAX_REQUESTS_INFLIGHT", 400))
+    p_up.add_argument("--max-mutating-requests-inflight", type=int,
+                      default=env_int("MAX_MUTATING_REQUESTS_INFLIGHT", 200))
+    p_up.add_argument("--timeout", type=float, default=180, help="seconds to wait for nodes (default %(default)s)")
+    sub.add_parser("down", help="stop the cluster and delete its state")
+    sub.add_parser("status", help="show whether the cluster runs; exit 1 if not")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "up":
+            if args.nodes < 0 or args.node_gpu < 0:
+                parser.error("--nodes and --node-gpu must be >= 0")
+            up(Options(args.name, args.nodes, args.node_cpu, args.node_memory, args.node_gpu, args.node_pods,
+                       args.max_requests_inflight, args.max_mutating_requests_inflight, args.timeout))
+        elif args.command == "down":
+            down(args.name)
+        else:
+            return status(args.name)
+    except ClusterError as err:
+        log(f"error: {err}")
+        return 1
+    except KeyboardInterrupt:
+        log("interrupted; stopping what was started")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
