@@ -1,0 +1,100 @@
+"""Session fixtures for tests that need a real API server.
+
+Which cluster: $MCAD_TEST_KUBECONFIG, else $KUBECONFIG, else the local control plane of hack/localcluster.py
+(reused when it already runs; otherwise brought up for the session and taken down afterwards, unless
+MCAD_KEEP_CLUSTER=1). Every test that asks for ``namespace`` gets a fresh namespace, deleted afterwards.
+Tests that use these fixtures carry the ``cluster`` marker automatically.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import kubernetes.client as k8s
+import pytest
+
+from mcad import kube
+from test.support import REPO, wait_until
+
+CLUSTER_FIXTURES = {"kubeconfig", "api", "namespace", "core", "apps", "batch"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if CLUSTER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.cluster)
+
+
+def _local_cluster(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "hack" / "localcluster.py"), *args],
+                          text=True, stdout=subprocess.PIPE)
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> Iterator[str]:
+    given = os.environ.get("MCAD_TEST_KUBECONFIG") or os.environ.get("KUBECONFIG")
+    if given:
+        yield given
+        return
+    started_here = _local_cluster("status").returncode != 0
+    if started_here:
+        # Progress of the (possibly long) bring-up goes straight to the terminal via stderr.
+        proc = _local_cluster("up")
+        if proc.returncode != 0:
+            pytest.exit(f"the local control plane did not come up (exit {proc.returncode}); see the messages above",
+                        returncode=3)
+    path = str(REPO / ".dev" / "kubeconfig")
+    try:
+        yield path
+    finally:
+        if started_here and os.environ.get("MCAD_KEEP_CLUSTER") != "1":
+            _local_cluster("down")
+
+
+@pytest.fixture(scope="session")
+def api(kubeconfig: str) -> k8s.ApiClient:
+    conn = kube.connect(kubeconfig)
+    kube.server_version(conn)
+    return conn.api
+
+
+@pytest.fixture(scope="session")
+def core(api: k8s.ApiClient) -> k8s.CoreV1Api:
+    return k8s.CoreV1Api(api)
+
+
+@pytest.fixture(scope="session")
+def apps(api: k8s.ApiClient) -> k8s.AppsV1Api:
+    return k8s.AppsV1Api(api)
+
+
+@pytest.fixture(scope="session")
+def batch(api: k8s.ApiClient) -> k8s.BatchV1Api:
+    return k8s.BatchV1Api(api)
+
+
+@pytest.fixture
+def namespace(core: k8s.CoreV1Api) -> Iterator[str]:
+    name = f"mcad-test-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
+
+    def default_sa_exists() -> bool:
+        try:
+            core.read_namespaced_service_account("default", name)
+            return True
+        except k8s.exceptions.ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+
+    # The ServiceAccount controller creates "default" asynchronously; pods are refused until it exists.
+    wait_until(default_sa_exists, 30, f"ServiceAccount default in {name}")
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name, propagation_policy="Background")
+

@@ -1,0 +1,40 @@
+"""Helpers shared by the tests: polling with a deadline (never a bare sleep) and loading hack/ modules."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import TypeVar
+
+REPO = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+def wait_until(check: Callable[[], T | None], timeout: float = 30.0, what: str = "condition") -> T:
+    """Call ``check`` until it returns something truthy and return that; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last value: {last!r})")
+
+
+def load_hack_module(name: str) -> ModuleType:
+    """Import hack/<name>.py (hack/ is scripts, not a package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "hack" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

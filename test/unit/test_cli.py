@@ -1,0 +1,65 @@
+"""The two entry points parse flags and fail with a clear message when no cluster can be reached."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from mcad import __version__
+from mcad.cli import controller, mcadctl
+
+
+def test_mcadctl_client_version_needs_no_cluster() -> None:
+    result = CliRunner().invoke(mcadctl.main, ["version", "--client"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"mcadctl: {__version__}"
+
+
+def test_mcadctl_version_names_the_missing_kubeconfig(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    result = CliRunner().invoke(mcadctl.main, ["--kubeconfig", str(missing), "version"])
+    assert result.exit_code == 1
+    assert f"kubeconfig '{missing}' does not exist" in result.output
+
+
+def test_mcadctl_version_reports_an_unreachable_server(tmp_path: Path) -> None:
+    config = tmp_path / "kubeconfig"
+    # Port 9 (discard) on loopback: nothing listens, so the connection is refused at once.
+    config.write_text("""
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+""")
+    result = CliRunner().invoke(mcadctl.main, ["--kubeconfig", str(config), "version"])
+    assert result.exit_code == 1
+    assert "cannot reach the API server https://127.0.0.1:9" in result.output
+
+
+def test_controller_help_documents_its_flags() -> None:
+    result = CliRunner().invoke(controller.main, ["--help"])
+    assert result.exit_code == 0
+    for flag in ("--kubeconfig", "--log-format", "--connect-only"):
+        assert flag in result.output
+
+
+def test_controller_exits_2_with_the_reason_when_it_cannot_connect(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    result = CliRunner().invoke(controller.main, ["--kubeconfig", str(missing), "--connect-only"])
+    assert result.exit_code == 2
+    event = json.loads(result.stderr.strip().splitlines()[-1])
+    assert event["level"] == "error"
+    assert event["event"] == "cannot connect to the API server"
+    assert str(missing) in event["reason"]
+
+
+def test_malformed_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    result = CliRunner().invoke(mcadctl.main, ["--kubeconfig", str(config), "version"])
+    assert result.exit_code == 1
+    assert "invalid Kubernetes configuration" in result.output
