@@ -67,11 +67,12 @@ ldflags_for() {  # version stamping, as upstream's hack/lib/version.sh does; hel
 build_group() {
   local g=$1 v=${version[$1]} mod="$here/tools/$1"
   local pinned
-  pinned=$(cd "$mod" && go list -m -f '{{.Version}}' "${module_of[$g]}")
+  # Read go.mod directly: `go list -m` would first download the whole module graph, silently, when cold.
+  pinned=$(awk -v m="${module_of[$g]}" '$1 == m && $2 ~ /^v/ {print $2; exit}' "$mod/go.mod")
   [[ "$pinned" == "$v" ]] || die "hack/tools/$g/go.mod pins ${module_of[$g]} $pinned but hack/versions.env says $v; update one of them"
   local dest="$cache/$g-$v" tmp="$cache/.tmp-$g-$v-$$"
   rm -rf "$tmp"; mkdir -p "$tmp/bin"
-  log "building $g $v (${outputs[$g]}) from hack/tools/$g; a cold build of kubernetes takes 15-30 min on 2 cores"
+  log "building $g $v (${outputs[$g]}) from hack/tools/$g (downloads modules first when the Go cache is cold)"
   local start=$SECONDS pkgs=(${packages[$g]}) outs=(${outputs[$g]}) i
   for i in "${!pkgs[@]}"; do
     local n=0 last=$SECONDS line
