@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import kubernetes.client
 import kubernetes.config
@@ -19,6 +20,26 @@ from kubernetes.config.config_exception import ConfigException
 
 class KubeConnectError(Exception):
     """The API server could not be configured or reached."""
+
+
+class ApiError(Exception):
+    """A request failed. ``status`` is the HTTP code, or 0 when no response came (connection, timeout)."""
+
+    def __init__(self, status: int, reason: str, message: str, body: dict[str, Any] | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}" if status else f"no response: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying with backoff: throttled, server-side trouble, or no answer at all."""
+        return self.status in (0, 429, 500, 502, 503, 504)
+
+
+class GoneError(ApiError):
+    """410 Gone: the resourceVersion asked for is too old; a watcher must relist."""
 
 
 @dataclass(frozen=True)
