@@ -1,0 +1,1 @@
+"""The AppWrapper API as mcad sees it: resource quantities and vectors, demand inference, slim object views."""

@@ -1,0 +1,115 @@
+"""The AppWrapper as the dispatcher sees it: constants of the API, and a view parsed once per informer event.
+
+Contract: ``appwrapper_view(raw)`` never raises. An AppWrapper whose demand cannot be computed (a bad quantity, an
+impossible replica count) gets ``demand_error`` set, so the dispatcher can fail that one AppWrapper with a clear
+message and keep serving the others. Views are immutable; the raw ``items`` and ``status`` they carry are the
+informer's objects and must not be mutated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from mcad.api.resources import ResourceVector
+from mcad.api.workloads import WorkloadError, appwrapper_demand
+
+GROUP = "workload.codeflare.dev"
+VERSION = "v1beta1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "AppWrapper"
+PLURAL = "appwrappers"
+# Stamped on every wrapped object and every pod template in it. The second label is upstream MCAD's, kept so
+# that tools and scripts written for MCAD find the pods.
+APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
+LEGACY_APPWRAPPER_LABEL = "appwrapper.mcad.ibm.com"
+FIELD_MANAGER = "mcad-controller"
+
+
+class State(StrEnum):
+    """``status.state`` values, as upstream MCAD writes them."""
+
+    NEW = ""
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RUNNING_HOLD_COMPLETION = "RunningHoldCompletion"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+ACTIVE_STATES = frozenset({State.RUNNING, State.RUNNING_HOLD_COMPLETION})
+FINAL_STATES = frozenset({State.COMPLETED, State.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class AppWrapperView:
+    key: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    generation: int
+    priority: int
+    created: str
+    items: tuple[Mapping[str, Any], ...]
+    demand: ResourceVector
+    demand_error: str | None
+    status: Mapping[str, Any]
+    deleting: bool
+
+    @property
+    def state(self) -> str:
+        return str(self.status.get("state") or "")
+
+    @property
+    def dispatched(self) -> bool:
+        """Its objects exist (or are being created): capacity stays reserved until it completes or goes."""
+        return bool(self.status.get("canrun")) and self.state in ACTIVE_STATES
+
+    @property
+    def queued(self) -> bool:
+        return not self.deleting and self.state in (State.NEW, State.PENDING) and not self.status.get("canrun")
+
+    def order(self) -> tuple[int, str, str]:
+        """Dispatch order: higher priority first, then older, then by name (namespace/name) for a total order."""
+        return (-self.priority, self.created, self.key)
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def appwrapper_view(raw: Mapping[str, Any]) -> AppWrapperView:
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    resources = spec.get("resources") if isinstance(spec, Mapping) else None
+    items_raw = resources.get("GenericItems") if isinstance(resources, Mapping) else None
+    items = tuple(i for i in items_raw if isinstance(i, Mapping)) if isinstance(items_raw, list) else ()
+    demand_error: str | None = None
+    demand = ResourceVector()
+    if not items:
+        demand_error = "spec.resources.GenericItems is empty: there is nothing to dispatch"
+    else:
+        try:
+            demand = appwrapper_demand(spec)
+        except WorkloadError as err:
+            demand_error = str(err)
+    namespace = str(meta.get("namespace") or "")
+    name = str(meta.get("name") or "")
+    return AppWrapperView(
+        key=f"{namespace}/{name}",
+        namespace=namespace,
+        name=name,
+        uid=str(meta.get("uid") or ""),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        generation=_int(meta.get("generation")),
+        priority=_int(spec.get("priority")) if isinstance(spec, Mapping) else 0,
+        created=str(meta.get("creationTimestamp") or ""),
+        items=items,
+        demand=demand,
+        demand_error=demand_error,
+        status=raw.get("status") or {},
+        deleting=bool(meta.get("deletionTimestamp")),
+    )

@@ -1,0 +1,116 @@
+"""Slim, immutable views of Nodes and Pods: what the informers store instead of raw dicts (their ``transform``).
+
+Contract:
+- ``node_view(raw)`` keeps a Node's name, allocatable resources (canonical ints), resourceVersion and one
+  accounting verdict, ``schedulable``: the Ready condition is True, ``spec.unschedulable`` is not set, and no
+  taint has effect NoSchedule or NoExecute (tolerations are not modelled: a tainted node's capacity is not
+  counted, which errs on the side of not dispatching what may not be placeable).
+- ``pod_view(raw)`` keeps what the ledger and status need: identity, node, phase, effective requests
+  (``pod_requests`` of the spec), the owning AppWrapper as ``"namespace/name"`` (from the
+  ``workload.codeflare.dev/appwrapper`` label; pods belong to an AppWrapper in their own namespace), ``terminal``
+  (phase Succeeded or Failed) and ``deleting`` (deletionTimestamp set; such a pod still holds its resources).
+
+Both transforms never raise on what the API server sends: missing or ill-typed fields read as absent, and a
+quantity that does not parse is skipped (the API server validated it; this only guards the informer thread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from mcad.api.appwrapper import APPWRAPPER_LABEL
+from mcad.api.resources import ResourceVector, to_canonical
+from mcad.api.workloads import pod_requests
+
+_TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+_BLOCKING_TAINT_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    allocatable: ResourceVector
+    schedulable: bool
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    uid: str
+    namespace: str
+    name: str
+    node_name: str  # "" while unbound
+    phase: str  # "" when the API server has not set one yet
+    requests: ResourceVector
+    appwrapper: str | None  # "namespace/name" of the owning AppWrapper, None for other pods
+    terminal: bool
+    resource_version: str
+    deleting: bool
+
+
+def node_view(raw: Mapping[str, Any]) -> NodeView:
+    meta = _map(raw.get("metadata"))
+    spec = _map(raw.get("spec"))
+    status = _map(raw.get("status"))
+    ready = any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in _list(status.get("conditions"))
+    )
+    tainted = any(
+        isinstance(t, Mapping) and t.get("effect") in _BLOCKING_TAINT_EFFECTS for t in _list(spec.get("taints"))
+    )
+    return NodeView(
+        name=_str(meta.get("name")),
+        allocatable=_lenient_vector(_map(status.get("allocatable"))),
+        schedulable=ready and spec.get("unschedulable") is not True and not tainted,
+        resource_version=_str(meta.get("resourceVersion")),
+    )
+
+
+def pod_view(raw: Mapping[str, Any]) -> PodView:
+    meta = _map(raw.get("metadata"))
+    spec = _map(raw.get("spec"))
+    status = _map(raw.get("status"))
+    namespace = _str(meta.get("namespace"))
+    owner = _map(meta.get("labels")).get(APPWRAPPER_LABEL)
+    phase = _str(status.get("phase"))
+    return PodView(
+        uid=_str(meta.get("uid")),
+        namespace=namespace,
+        name=_str(meta.get("name")),
+        node_name=_str(spec.get("nodeName")),
+        phase=phase,
+        requests=pod_requests(spec, strict=False),
+        appwrapper=f"{namespace}/{owner}" if isinstance(owner, str) and owner else None,
+        terminal=phase in _TERMINAL_PHASES,
+        resource_version=_str(meta.get("resourceVersion")),
+        deleting=meta.get("deletionTimestamp") is not None,
+    )
+
+
+def _lenient_vector(quantities: Mapping[Any, Any]) -> ResourceVector:
+    out: dict[str, int] = {}
+    for name, value in quantities.items():
+        if not isinstance(name, str):
+            continue
+        try:
+            amount = to_canonical(name, value)
+        except ValueError:
+            continue
+        if amount > 0:
+            out[name] = amount
+    return ResourceVector(out)
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
