@@ -1,0 +1,127 @@
+"""AppWrapper status, as pure functions: from the current status and a decision to the desired status.
+
+Contract:
+- Field names and vocabulary are upstream MCAD's (state, canrun, queuejobstate, conditions with micro-time
+  stamps, controllerfirsttimestamp, pending/running/Succeeded/failed), so `kubectl describe`, the codeflare SDK
+  and existing scripts keep working. ``message`` (declared but never set upstream) carries the one-line reason
+  shown by ``kubectl get appwrappers``.
+- Conditions form a chronological log with at most one entry per type. Re-asserting a condition with the same
+  status, reason and message changes nothing (not even its timestamps), so a decision that did not change
+  yields a status equal to the input and the caller can skip the write.
+- Every builder returns a new dict; inputs are never mutated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from mcad.api.appwrapper import State
+
+# Condition types, reasons and messages of upstream MCAD (mcad-upstream.md §1.3).
+INIT = "Init"
+QUEUEING, AWAITING_HEAD_OF_LINE = "Queueing", "AwaitingHeadOfLine"
+HEAD_OF_LINE, FRONT_OF_QUEUE = "HeadOfLine", "FrontOfQueue."
+BACKOFF, NOT_RUNNABLE = "Backoff", "AppWrapperNotRunnable."
+INSUFFICIENT_RESOURCES = "Insufficient resources to dispatch AppWrapper."
+DISPATCHED, RUNNABLE = "Dispatched", "AppWrapperRunnable"
+RUNNING, PODS_RUNNING = "Running", "PodsRunning"
+FAILED = "Failed"
+ITEM_CREATION_FAILURE = "ItemCreationFailure."
+INVALID_SPEC = "InvalidSpec"
+
+
+def micro_time(now: datetime) -> str:
+    """RFC 3339 with microseconds, as metav1.MicroTime serialises."""
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _condition_index(conditions: list[dict[str, Any]], type_: str) -> int | None:
+    for i, cond in enumerate(conditions):
+        if cond.get("type") == type_:
+            return i
+    return None
+
+
+def with_condition(conditions: list[dict[str, Any]], type_: str, now: datetime, *, reason: str = "",
+                   message: str = "", status: str = "True") -> list[dict[str, Any]]:
+    """The log with ``type_`` asserted: unchanged if an identical entry exists, else that entry moves to the end."""
+    i = _condition_index(conditions, type_)
+    if i is not None:
+        old = conditions[i]
+        if old.get("status") == status and old.get("reason", "") == reason and old.get("message", "") == message:
+            return conditions
+        conditions = conditions[:i] + conditions[i + 1:]
+    stamp = micro_time(now)
+    entry: dict[str, Any] = {"type": type_, "status": status, "lastUpdateMicroTime": stamp,
+                             "lastTransitionMicroTime": stamp}
+    if reason:
+        entry["reason"] = reason
+    if message:
+        entry["message"] = message
+    return [*conditions, entry]
+
+
+def without_conditions(conditions: list[dict[str, Any]], *types: str) -> list[dict[str, Any]]:
+    return [c for c in conditions if c.get("type") not in types]
+
+
+def _base(status: Mapping[str, Any], now: datetime, priority: int) -> dict[str, Any]:
+    new = dict(status)
+    new["conditions"] = [dict(c) for c in status.get("conditions") or []]
+    new.setdefault("controllerfirsttimestamp", micro_time(now))
+    new["systempriority"] = float(priority)
+    for count in ("pending", "running", "Succeeded", "failed"):
+        new.setdefault(count, 0)
+    return new
+
+
+def _enqueued(status: Mapping[str, Any], now: datetime, priority: int) -> dict[str, Any]:
+    new = _base(status, now, priority)
+    conditions = new["conditions"]
+    if _condition_index(conditions, INIT) is None:
+        conditions = with_condition(conditions, INIT, now)
+    conditions = with_condition(conditions, QUEUEING, now, reason=AWAITING_HEAD_OF_LINE)
+    new["conditions"] = with_condition(conditions, HEAD_OF_LINE, now, reason=FRONT_OF_QUEUE)
+    new.update(state=State.PENDING.value, canrun=False)
+    return new
+
+
+def queued(status: Mapping[str, Any], now: datetime, *, priority: int, why: str) -> dict[str, Any]:
+    """Not dispatched this cycle: Backoff with upstream's reason, and ``why`` (what is short and by how much)."""
+    new = _enqueued(status, now, priority)
+    new["conditions"] = with_condition(new["conditions"], BACKOFF, now, reason=NOT_RUNNABLE,
+                                       message=f"{INSUFFICIENT_RESOURCES} {why}")
+    new.update(queuejobstate=BACKOFF, message=why)
+    return new
+
+
+def dispatched(status: Mapping[str, Any], now: datetime, *, priority: int) -> dict[str, Any]:
+    """Every wrapped object was created: the AppWrapper runs and keeps its capacity reserved."""
+    new = _enqueued(status, now, priority)
+    new["conditions"] = with_condition(new["conditions"], DISPATCHED, now, reason=RUNNABLE)
+    new.update(state=State.RUNNING.value, canrun=True, queuejobstate=DISPATCHED,
+               controllerfirstdispatchtimestamp=micro_time(now))
+    new.pop("message", None)
+    return new
+
+
+def failed(status: Mapping[str, Any], now: datetime, *, priority: int, reason: str, message: str) -> dict[str, Any]:
+    """Terminal: nothing of it runs, its reservation is released, and ``message`` says what to fix."""
+    new = _base(status, now, priority)
+    new["conditions"] = with_condition(new["conditions"], FAILED, now, reason=reason, message=message)
+    new.update(state=State.FAILED.value, canrun=False, queuejobstate=FAILED, message=message)
+    return new
+
+
+def with_pod_counts(status: Mapping[str, Any], now: datetime, *, pending: int, running: int, succeeded: int,
+                    failed_: int) -> dict[str, Any]:
+    """Pod phase counts of a dispatched AppWrapper; the first Running pod adds the Running condition."""
+    new = dict(status)
+    new.update(pending=pending, running=running, Succeeded=succeeded, failed=failed_)
+    if running > 0 and _condition_index(list(status.get("conditions") or []), RUNNING) is None:
+        new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], RUNNING, now,
+                                           reason=PODS_RUNNING)
+        new["queuejobstate"] = RUNNING
+    return new
