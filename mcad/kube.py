@@ -8,14 +8,22 @@ nothing here prints or exits.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import threading
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import cachetools
 import kubernetes.client
 import kubernetes.config
+import structlog
 import urllib3.exceptions
 from kubernetes.config.config_exception import ConfigException
+
+_log = structlog.get_logger("mcad.kube")
 
 
 class KubeConnectError(Exception):
@@ -96,3 +104,374 @@ def server_version(conn: Connection, timeout_seconds: float = 10.0) -> str:
             f"cannot reach the API server {conn.server} (from {conn.source}): {err}"
         ) from err
     return str(info.git_version)
+
+
+def error_from_status(status: dict[str, Any], http_status: int = 0, http_reason: str = "") -> ApiError:
+    """Turn a ``Status`` object (an error response body, or the object of an in-stream watch ERROR event) into
+    ``GoneError`` for 410 and ``ApiError`` otherwise."""
+    raw_code = status.get("code")
+    code = raw_code if isinstance(raw_code, int) and raw_code else http_status
+    reason = str(status.get("reason") or http_reason or "")
+    message = str(status.get("message") or http_reason or "no message")
+    cls = GoneError if code == 410 else ApiError
+    return cls(code, reason, message, status)
+
+
+def _response_error(status: int, reason: str, data: bytes) -> ApiError:
+    try:
+        body = json.loads(data) if data else None
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        return error_from_status(body, status, reason)
+    text = data.decode("utf-8", errors="replace").strip()[:500] if data else ""
+    cls = GoneError if status == 410 else ApiError
+    return cls(status, reason or "", text or reason or "no message")
+
+
+RawObject = dict[str, Any]
+Query = list[tuple[str, str]]
+
+_WATCH_CONNECT_TIMEOUT = 10.0
+# The server ends a watch after timeoutSeconds; allow it this long beyond that before calling the socket dead.
+_WATCH_READ_GRACE = 30.0
+
+
+class WatchStream:
+    """The events of one watch response, parsed line by line as they arrive (an ``Iterator`` of raw dicts).
+
+    Ends (``StopIteration``) when the server closes the stream, normally at ``timeoutSeconds``, or when the
+    connection drops mid-stream: either way the caller re-watches from the last resourceVersion it saw, and a
+    server that cannot be reached then fails that new request with ``ApiError(status=0)``. ``close()`` may be
+    called from any thread, also while another thread is blocked in ``next()``: it shuts the socket down so
+    that read returns at once and the iteration ends; the reading thread then releases the response.
+    """
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self._events = self._parse()
+        self._lock = threading.Lock()
+        self._closed = False  # close() was called
+        self._reading = False  # a thread is inside next()
+        self._finished = False  # the response was released or closed
+
+    def __iter__(self) -> WatchStream:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        with self._lock:
+            if self._closed or self._finished:
+                self._finish_locked(clean=False)
+                raise StopIteration
+            self._reading = True
+        try:
+            return next(self._events)
+        except StopIteration:
+            self._finish(clean=True)
+            raise
+        except (urllib3.exceptions.HTTPError, OSError, ValueError, AttributeError) as err:
+            # AttributeError: urllib3 reading from a file object that a shutdown/close already dropped.
+            if not self._closed:
+                _log.info("watch stream broken", reason=type(err).__name__, error=str(err))
+            self._finish(clean=False)
+            raise StopIteration from None
+        finally:
+            with self._lock:
+                self._reading = False
+                if self._closed:
+                    self._finish_locked(clean=False)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._reading:
+                # Unblocks the read in progress in the other thread (urllib3 >= 2.3), which then finishes.
+                # ValueError/RuntimeError: nothing to interrupt (already released, or the socket is gone).
+                with contextlib.suppress(ValueError, RuntimeError, OSError):
+                    self._response.shutdown()
+            else:
+                self._finish_locked(clean=False)
+
+    def _finish(self, clean: bool) -> None:
+        with self._lock:
+            self._finish_locked(clean)
+
+    def _finish_locked(self, clean: bool) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        if clean and not self._closed:
+            self._response.release_conn()  # the server ended the chunked body cleanly: the connection is reusable
+        else:
+            self._response.close()
+        self._events.close()
+
+    def _parse(self) -> Generator[dict[str, Any], None, None]:
+        buffer = b""
+        for chunk in self._response.stream(amt=None, decode_content=True):
+            buffer += chunk
+            if b"\n" not in chunk:
+                continue  # a large object arriving in pieces: split once its line is complete
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    yield _event(line)
+        if buffer.strip():  # a last line without its newline
+            yield _event(buffer)
+
+
+def _event(line: bytes) -> dict[str, Any]:
+    event = json.loads(line)
+    if not isinstance(event, dict):
+        raise ValueError("watch event is not a JSON object")
+    return event
+
+
+class ResourceClient:
+    """list/watch one resource type as raw dicts (no model deserialization).
+
+    ``group`` "" is the core group (``/api/v1/...``), anything else ``/apis/{group}/{version}/...``;
+    ``namespace`` None means all namespaces. Every failure raises ``ApiError`` (``GoneError`` for 410), with
+    status 0 when no response came (connection refused, timeout, TLS).
+
+    Requests go through ``conn.api.param_serialize`` then ``conn.api.call_api``, the two steps every generated
+    method of the v37 client runs: ``param_serialize`` adds the configuration's auth (a bearer token, refreshed
+    by its hook when it has one; client certificates sit in the connection pool) and default headers, and
+    encodes the query; ``call_api`` returns a ``RESTResponse`` around a urllib3 response opened with
+    ``preload_content=False`` and raises nothing for HTTP errors. So one code path serves any resource,
+    core group included (``CustomObjectsApi`` only builds ``/apis/...`` paths), nothing is deserialized into
+    models, and a watch streams line by line from the raw urllib3 response.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        request_timeout: float = 60.0,
+    ) -> None:
+        self._conn = conn
+        prefix = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+        self._path = f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
+        self._api_version = version if not group else f"{group}/{version}"
+        self._selectors: list[tuple[str, str]] = []
+        if label_selector:
+            self._selectors.append(("labelSelector", label_selector))
+        if field_selector:
+            self._selectors.append(("fieldSelector", field_selector))
+        self._page_size = page_size
+        self._request_timeout = request_timeout
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def list(self, resource_version: str = "") -> tuple[list[RawObject], str]:
+        """Every item, page by page (``limit``/``continue``), and the list's resourceVersion.
+
+        ``resource_version`` "" (the default, what informers use) asks for the latest state (a consistent
+        read); another value asks for the list exactly at that version, which raises ``GoneError`` once the
+        server no longer has it. Items get ``apiVersion`` and ``kind`` filled in from the list (the server
+        leaves them out of the items of built-in lists), so listed and watched objects look alike. A 410 on a
+        later page (the continue token expired) restarts the list from its first page once.
+        """
+        items: list[RawObject] = []
+        token = ""
+        restarted = False
+        while True:
+            query: Query = [*self._selectors]
+            if self._page_size > 0:
+                query.append(("limit", str(self._page_size)))
+            if token:
+                query.append(("continue", token))
+            elif resource_version:
+                query += [("resourceVersion", resource_version), ("resourceVersionMatch", "Exact")]
+            try:
+                page = self._get_json(query)
+            except GoneError:
+                if not token or restarted:
+                    raise
+                _log.info("list continue token expired", path=self._path, reason="restarting list")
+                items, token, restarted = [], "", True
+                continue
+            kind = str(page.get("kind") or "")
+            item_kind = kind[: -len("List")] if kind.endswith("List") else ""
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", self._api_version)
+                if item_kind:
+                    item.setdefault("kind", item_kind)
+                items.append(item)
+            metadata = page.get("metadata") or {}
+            token = str(metadata.get("continue") or "")
+            if not token:
+                return items, str(metadata.get("resourceVersion") or "")
+
+    def watch(self, resource_version: str, timeout_seconds: int) -> WatchStream:
+        """Watch from ``resource_version`` with bookmarks; the server ends the stream after ``timeout_seconds``.
+
+        Yields raw events ``{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": {...}}``; an expired
+        version usually arrives as an in-stream ERROR event whose object is a Status with code 410 (the watch
+        cache answers 200 first), sometimes as ``GoneError`` here. Close the stream to drop the connection.
+        """
+        query = [*self._selectors, ("watch", "true"), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(timeout_seconds))]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        response = self._send(query, (_WATCH_CONNECT_TIMEOUT, timeout_seconds + _WATCH_READ_GRACE))
+        return WatchStream(response)
+
+    def _get_json(self, query: Query) -> dict[str, Any]:
+        response = self._send(query, self._request_timeout)
+        try:
+            data = response.read()
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            response.close()
+            raise ApiError(0, type(err).__name__, f"GET {self._path}: {err}") from err
+        response.release_conn()
+        try:
+            body = json.loads(data)
+        except ValueError as err:
+            raise ApiError(0, "BadResponse", f"GET {self._path}: response is not JSON: {err}") from err
+        if not isinstance(body, dict):
+            raise ApiError(0, "BadResponse", f"GET {self._path}: response is not a JSON object")
+        return body
+
+    def _send(self, query: Query, timeout: float | tuple[float, float]) -> Any:
+        """GET ``self._path`` with ``query``; return the unread urllib3 response of a 2xx answer."""
+        api = self._conn.api
+        method, url, headers, body, post_params = api.param_serialize(
+            "GET", self._path, query_params=query, header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"])
+        try:
+            rest_response = api.call_api(method, url, headers, body, post_params, _request_timeout=timeout)
+        except kubernetes.client.exceptions.ApiException as err:
+            raise ApiError(err.status or 0, str(err.reason or "RequestFailed"), f"GET {self._path}: {err}") from err
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise ApiError(0, type(err).__name__, f"GET {self._path}: {err}") from err
+        response = rest_response.response
+        if 200 <= rest_response.status < 300:
+            return response
+        try:
+            data = response.read()
+        except (urllib3.exceptions.HTTPError, OSError):
+            data = b""
+        finally:
+            response.close()
+        raise _response_error(rest_response.status, str(rest_response.reason or ""), data)
+
+
+def request_json(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
+                 content_type: str = "application/json", timeout: float = 30.0) -> dict[str, Any]:
+    """One request, JSON in and out, through the connection's auth; errors as ``ApiError``."""
+    api = conn.api
+    headers = {"Accept": "application/json", "Content-Type": content_type}
+    method, url, headers, serialized, post_params = api.param_serialize(
+        method, path, query_params=query or [], header_params=headers,
+        body=body if body is None or "json" in content_type else json.dumps(body), auth_settings=["BearerToken"])
+    try:
+        rest_response = api.call_api(method, url, headers, serialized, post_params, _request_timeout=timeout)
+    except kubernetes.client.exceptions.ApiException as err:
+        raise ApiError(err.status or 0, str(err.reason or "RequestFailed"), f"{method} {path}: {err}") from err
+    except (urllib3.exceptions.HTTPError, OSError) as err:
+        raise ApiError(0, type(err).__name__, f"{method} {path}: {err}") from err
+    response = rest_response.response
+    try:
+        data = response.read()
+    except (urllib3.exceptions.HTTPError, OSError) as err:
+        response.close()
+        raise ApiError(0, type(err).__name__, f"{method} {path}: {err}") from err
+    response.release_conn()
+    if not 200 <= rest_response.status < 300:
+        raise _response_error(rest_response.status, str(rest_response.reason or ""), data)
+    try:
+        parsed = json.loads(data) if data else {}
+    except ValueError as err:
+        raise ApiError(0, "BadResponse", f"{method} {path}: response is not JSON: {err}") from err
+    return parsed if isinstance(parsed, dict) else {}
+
+
+@dataclass(frozen=True)
+class ApiResource:
+    plural: str
+    namespaced: bool
+
+
+class Client:
+    """Discovery and writes on raw dicts: server-side apply, delete, and status apply of AppWrappers.
+
+    Discovery answers are cached per group/version for ``discovery_ttl`` seconds; a kind missing from a cached
+    answer is looked up once more right away, because a CRD installed a moment ago (say RayCluster) must not
+    fail a dispatch for minutes.
+    """
+
+    def __init__(self, conn: Connection, *, discovery_ttl: float = 300.0, timeout: float = 30.0) -> None:
+        self.conn = conn
+        self._timeout = timeout
+        self._discovery: cachetools.TTLCache[str, dict[str, ApiResource]] = cachetools.TTLCache(
+            maxsize=512, ttl=discovery_ttl)
+        self._lock = threading.Lock()
+
+    def _group_version(self, api_version: str, *, refresh: bool = False) -> dict[str, ApiResource]:
+        with self._lock:
+            cached = None if refresh else self._discovery.get(api_version)
+        if cached is not None:
+            return cached
+        path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        body = request_json(self.conn, "GET", path, timeout=self._timeout)
+        kinds = {r["kind"]: ApiResource(r["name"], bool(r.get("namespaced")))
+                 for r in body.get("resources") or [] if "/" not in str(r.get("name", ""))}
+        with self._lock:
+            self._discovery[api_version] = kinds
+        return kinds
+
+    def resource(self, api_version: str, kind: str) -> ApiResource:
+        """Plural and scope of a kind; ``ApiError(404)`` when the server does not serve it."""
+        found = self._group_version(api_version).get(kind)
+        if found is None:
+            found = self._group_version(api_version, refresh=True).get(kind)
+        if found is None:
+            raise ApiError(404, "NotFound", f"{api_version} does not serve kind {kind}")
+        return found
+
+    def is_namespaced(self, api_version: str, kind: str) -> bool:
+        return self.resource(api_version, kind).namespaced
+
+    def object_path(self, api_version: str, kind: str, namespace: str, name: str) -> str:
+        res = self.resource(api_version, kind)
+        prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        scope = f"/namespaces/{namespace}" if res.namespaced else ""
+        return f"{prefix}{scope}/{res.plural}/{name}"
+
+    def apply(self, obj: Mapping[str, Any], *, field_manager: str, force: bool) -> dict[str, Any]:
+        meta = obj["metadata"]
+        path = self.object_path(obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
+        return self._apply(path, obj, field_manager, force)
+
+    def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],
+                     *, field_manager: str) -> dict[str, Any]:
+        path = self.object_path(api_version, kind, namespace, name) + "/status"
+        body = {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace},
+                "status": new_status}
+        return self._apply(path, body, field_manager, True)
+
+    def _apply(self, path: str, body: Mapping[str, Any], field_manager: str, force: bool) -> dict[str, Any]:
+        query = [("fieldManager", field_manager)] + ([("force", "true")] if force else [])
+        return request_json(self.conn, "PATCH", path, query=query, body=body,
+                            content_type="application/apply-patch+yaml", timeout=self._timeout)
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        path = self.object_path(api_version, kind, namespace, name)
+        try:
+            request_json(self.conn, "DELETE", path, body={"propagationPolicy": "Background"},
+                         timeout=self._timeout)
+        except ApiError as err:
+            if err.status != 404:
+                raise

@@ -1,0 +1,225 @@
+"""Test doubles for the seams of mcad: a lister-watcher (client-go's FakeControllerSource) and a clock.
+
+``FakeListerWatcher`` keeps objects with a resourceVersion counter and a history of events, so a watch from
+resourceVersion N first replays what happened after N, as a real API server does. Tests can push events into
+the open watch, drop it, make the next list/watch raise, send an in-stream ERROR (410 or another code), and
+change objects silently ("*_silently": no event, only a relist reveals it; client-go's AddDropWatch).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import deque
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from mcad.kube import ApiError, GoneError
+
+_END = object()
+
+
+def configmap(name: str, namespace: str | None = "default", **data: str) -> dict[str, Any]:
+    """A minimal raw object; the fake assigns its resourceVersion."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": dict(data)}
+
+
+class FakeWatchStream:
+    """One open watch: a queue of events fed by the fake; ``close()`` works from any thread."""
+
+    def __init__(self, resource_version: str, timeout_seconds: int) -> None:
+        self.resource_version = resource_version
+        self.timeout_seconds = timeout_seconds
+        self._cond = threading.Condition()
+        self._items: deque[Any] = deque()
+        self.closed = False
+        self.ended = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        with self._cond:
+            while not self._items and not self.closed:
+                self._cond.wait()
+            if self.closed or self._items[0] is _END:
+                self.ended = True
+                raise StopIteration
+            item: dict[str, Any] = self._items.popleft()
+            return item
+
+    def put(self, item: Any) -> None:
+        with self._cond:
+            self._items.append(item)
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+
+class FakeListerWatcher:
+    """Objects, a resourceVersion counter, and the watch streams opened on them; thread-safe."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._rv = 100
+        self._objects: dict[str, dict[str, Any]] = {}
+        self._history: list[tuple[int, dict[str, Any]]] = []
+        self._list_failures: deque[Exception] = deque()
+        self._watch_failures: deque[Exception] = deque()
+        self.lists = 0
+        self.watches: list[FakeWatchStream] = []
+
+    # -- the ListerWatcher protocol -------------------------------------------------------------------------
+
+    def list(self) -> tuple[list[dict[str, Any]], str]:
+        with self._cond:
+            self.lists += 1
+            self._cond.notify_all()
+            if self._list_failures:
+                raise self._list_failures.popleft()
+            return [copy.deepcopy(obj) for obj in self._objects.values()], str(self._rv)
+
+    def watch(self, resource_version: str, timeout_seconds: int) -> FakeWatchStream:
+        with self._cond:
+            if self._watch_failures:
+                failure = self._watch_failures.popleft()
+                self._cond.notify_all()
+                raise failure
+            stream = FakeWatchStream(resource_version, timeout_seconds)
+            since = int(resource_version or self._rv)
+            for rv, event in self._history:
+                if rv > since:
+                    stream.put(copy.deepcopy(event))
+            self.watches.append(stream)
+            self._cond.notify_all()
+            return stream
+
+    # -- changes with events --------------------------------------------------------------------------------
+
+    def add(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._change("ADDED", obj, emit=True)
+
+    def modify(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._change("MODIFIED", obj, emit=True)
+
+    def delete(self, key: str) -> dict[str, Any]:
+        return self._change("DELETED", self._objects[key], emit=True)
+
+    def bookmark(self) -> str:
+        """Advance the resourceVersion and send a BOOKMARK carrying it to the open watch."""
+        with self._cond:
+            self._rv += 1
+            event = {"type": "BOOKMARK", "object": {"kind": "ConfigMap", "apiVersion": "v1",
+                                                    "metadata": {"resourceVersion": str(self._rv)}}}
+            self._current().put(event)
+            return str(self._rv)
+
+    # -- changes without events: only a relist shows them ----------------------------------------------------
+
+    def add_silently(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._change("ADDED", obj, emit=False)
+
+    def modify_silently(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._change("MODIFIED", obj, emit=False)
+
+    def delete_silently(self, key: str) -> dict[str, Any]:
+        return self._change("DELETED", self._objects[key], emit=False)
+
+    # -- faults ---------------------------------------------------------------------------------------------
+
+    def drop_watch(self) -> None:
+        """End the open stream as a dropped connection or a server timeout would."""
+        self._current().put(_END)
+
+    def send_error(self, code: int, reason: str = "Expired", message: str = "too old resource version") -> None:
+        """An in-stream ERROR event (a Status); the stream ends after it, as the API server's does."""
+        status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason,
+                  "code": code}
+        stream = self._current()
+        stream.put({"type": "ERROR", "object": status})
+        stream.put(_END)
+
+    def fail_next_list(self, error: Exception | None = None) -> None:
+        self._list_failures.append(error or ApiError(503, "ServiceUnavailable", "injected list failure"))
+
+    def fail_next_watch(self, error: Exception | None = None) -> None:
+        self._watch_failures.append(error or ApiError(503, "ServiceUnavailable", "injected watch failure"))
+
+    def expire_next_watch(self) -> None:
+        """The next watch request is refused with 410 Gone (the version asked for was compacted)."""
+        self._watch_failures.append(GoneError(410, "Expired", "too old resource version"))
+
+    # -- waiting (with deadlines) ---------------------------------------------------------------------------
+
+    def wait_for_watches(self, count: int, timeout: float = 5.0) -> FakeWatchStream:
+        """Block until ``count`` watches were opened; return the last one."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self.watches) >= count, timeout):
+                raise AssertionError(f"timed out waiting for watch #{count} (opened: {len(self.watches)})")
+            return self.watches[-1]
+
+    def wait_for_lists(self, count: int, timeout: float = 5.0) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.lists >= count, timeout):
+                raise AssertionError(f"timed out waiting for list #{count} (lists: {self.lists})")
+
+    @property
+    def resource_version(self) -> str:
+        with self._cond:
+            return str(self._rv)
+
+    # -- internals ------------------------------------------------------------------------------------------
+
+    def _current(self) -> FakeWatchStream:
+        with self._cond:
+            if not self.watches:
+                raise AssertionError("no watch has been opened")
+            return self.watches[-1]
+
+    def _change(self, etype: str, obj: dict[str, Any], *, emit: bool) -> dict[str, Any]:
+        with self._cond:
+            self._rv += 1
+            stored = copy.deepcopy(obj)
+            stored.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
+            metadata = stored["metadata"]
+            key = f"{metadata['namespace']}/{metadata['name']}" if metadata.get("namespace") else metadata["name"]
+            if etype == "DELETED":
+                self._objects.pop(key, None)
+            else:
+                self._objects[key] = stored
+            if emit:
+                event = {"type": etype, "object": copy.deepcopy(stored)}
+                self._history.append((self._rv, event))
+                for stream in self.watches:
+                    if not stream.closed and not stream.ended:
+                        stream.put(copy.deepcopy(event))
+            return copy.deepcopy(stored)
+
+
+class FakeClock:
+    """A clock that moves only when told (``advance``); satisfies ``mcad.clock.Clock``."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._lock = threading.Lock()
+        self._monotonic = start
+        self._now = datetime(2024, 1, 1, tzinfo=UTC)
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self._monotonic
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._monotonic += seconds
+            self._now += timedelta(seconds=seconds)
