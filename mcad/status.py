@@ -72,7 +72,7 @@ def _base(status: Mapping[str, Any], now: datetime, priority: int) -> dict[str, 
     new["conditions"] = [dict(c) for c in status.get("conditions") or []]
     new.setdefault("controllerfirsttimestamp", micro_time(now))
     new["systempriority"] = float(priority)
-    for count in ("pending", "running", "Succeeded", "failed"):
+    for count in ("pending", "running", "Succeeded", "failed", "numberOfRequeueings", "requeueingTimeInSeconds"):
         new.setdefault(count, 0)
     return new
 

@@ -1,8 +1,9 @@
 """``mcad-controller``: the controller process.
 
-Contract: parses flags, configures logging, connects to the API server (exit code 2 with a one-line reason
-when it cannot), then runs until SIGTERM or SIGINT and exits 0. ``--connect-only`` exits right after a
-successful connection, which is what a pre-flight check or a smoke test wants.
+Contract: parses flags, configures logging, connects to the API server and checks that the AppWrapper CRD is
+served (exit code 2 with a one-line reason when either fails), then runs the informers and the dispatcher until
+SIGTERM or SIGINT and exits 0. ``--connect-only`` exits right after the checks, which is what a pre-flight
+check or a smoke test wants.
 """
 
 from __future__ import annotations
@@ -17,18 +18,44 @@ import structlog
 
 from mcad import __version__, kube
 from mcad import log as mcad_log
+from mcad.api.appwrapper import GROUP, KIND, PLURAL, VERSION, appwrapper_view
+from mcad.api.views import node_view, pod_view
+from mcad.dispatcher import Dispatcher
+from mcad.informer import Informer
+
+
+def _pod_uid(raw: dict[str, object]) -> str:
+    return str(raw["metadata"]["uid"])  # type: ignore[index]
+
+
+def build(conn: kube.Connection, *, strict_fifo: bool) -> tuple[Dispatcher, list[Informer[object]]]:
+    """Informers over AppWrappers, Nodes and Pods (all namespaces), and the dispatcher they feed."""
+    appwrappers = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
+                           transform=appwrapper_view)
+    nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
+                     transform=node_view)
+    # Pods are keyed by uid: a pod re-created under the same name is a different consumer of capacity.
+    pods = Informer("pods", kube.ResourceClient(conn, group="", version="v1", plural="pods"),
+                    transform=pod_view, key=_pod_uid)
+    dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=kube.Client(conn),
+                            strict_fifo=strict_fifo)
+    return dispatcher, [appwrappers, nodes, pods]  # type: ignore[list-item]
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
               help="Kubeconfig file. Default: $KUBECONFIG, else the in-cluster service account, else ~/.kube/config.")
 @click.option("--context", default=None, help="Kubeconfig context to use (default: its current-context).")
+@click.option("--strict-fifo", is_flag=True,
+              help="Dispatch strictly in order: an AppWrapper that does not fit blocks every one behind it. "
+                   "Default: best-effort FIFO, where later AppWrappers that fit go ahead of a blocked one.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json",
               help="json for log collectors, console for people.")
-@click.option("--connect-only", is_flag=True, help="Connect to the API server, log its version, and exit.")
+@click.option("--connect-only", is_flag=True, help="Connect, check that the AppWrapper CRD is served, and exit.")
 @click.version_option(__version__, prog_name="mcad-controller")
-def main(kubeconfig: str | None, context: str | None, log_level: str, log_format: str, connect_only: bool) -> None:
+def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, log_level: str, log_format: str,
+         connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     mcad_log.configure(log_level, "json" if log_format == "json" else "console")
     logger = structlog.get_logger("mcad.controller")
@@ -38,18 +65,35 @@ def main(kubeconfig: str | None, context: str | None, log_level: str, log_format
     except kube.KubeConnectError as err:
         logger.error("cannot connect to the API server", reason=str(err))
         sys.exit(2)
+    client = kube.Client(conn)
+    try:
+        client.resource(f"{GROUP}/{VERSION}", KIND)
+    except kube.ApiError as err:
+        hint = ("install it first: kubectl apply --server-side -f config/crd/" if err.status == 404
+                else "check the controller's permissions")
+        logger.error("the AppWrapper API is not available", reason=err.message, hint=hint)
+        sys.exit(2)
     logger.info("connected", server=conn.server, server_version=version, config_source=conn.source,
                 mcad_version=__version__)
     if connect_only:
         return
 
+    dispatcher, informers = build(conn, strict_fifo=strict_fifo)
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
         logger.info("shutting down", signal=signal.Signals(signum).name)
         stop.set()
+        dispatcher.queue.shutdown()
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    logger.info("controller running")
+    for informer in informers:
+        informer.start()
+    worker = threading.Thread(target=dispatcher.run, args=(stop,), name="dispatcher", daemon=True)
+    worker.start()
+    logger.info("controller running", strict_fifo=strict_fifo)
     stop.wait()
+    for informer in informers:
+        informer.stop()
+    worker.join(timeout=10)

@@ -1,0 +1,150 @@
+"""Creating what an AppWrapper wraps: all of it, or none of it.
+
+Contract:
+- ``manifest(aw, index)`` (pure) turns GenericItems[index].generictemplate into the object to apply: namespace
+  defaulted to the AppWrapper's (a different one is an error), both AppWrapper labels on the object and on every
+  pod template nested in it (Deployment, Job, RayCluster groups, PyTorchJob replicas...), and a controller
+  ownerReference to the AppWrapper so that deleting the AppWrapper garbage-collects everything.
+- ``dispatch(writer, aw)`` server-side-applies every item with one field manager. If an item is refused for good
+  (invalid object, unknown kind, forbidden), the items already applied are deleted and ``DispatchFailed`` is
+  raised with ``transient=False`` and a message naming the item and the API's reason. Transient trouble (429,
+  5xx, no answer) also undoes what was applied, then raises with ``transient=True`` so the caller retries later.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from mcad.api.appwrapper import (
+    API_VERSION,
+    APPWRAPPER_LABEL,
+    FIELD_MANAGER,
+    KIND,
+    LEGACY_APPWRAPPER_LABEL,
+    AppWrapperView,
+)
+from mcad.api.workloads import pod_sets
+from mcad.kube import ApiError
+
+
+class ItemError(ValueError):
+    """A GenericItem cannot be turned into an object; the message names the item and the cause."""
+
+
+class DispatchFailed(Exception):
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.transient = transient
+
+
+class ObjectWriter(Protocol):
+    def is_namespaced(self, api_version: str, kind: str) -> bool:
+        """Raises ApiError(404) when the API server does not serve that kind."""
+        ...
+
+    def apply(self, obj: Mapping[str, Any], *, field_manager: str, force: bool) -> Mapping[str, Any]: ...
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        """Background propagation; an object already gone is not an error."""
+        ...
+
+
+def describe_item(index: int, template: Mapping[str, Any] | None) -> str:
+    meta = (template or {}).get("metadata") or {}
+    what = f"{(template or {}).get('kind') or '?'} {meta.get('name') or '(no name)'}"
+    return f"GenericItems[{index}] ({what})"
+
+
+def manifest(aw: AppWrapperView, index: int) -> dict[str, Any]:
+    item = aw.items[index]
+    template = item.get("generictemplate")
+    where = describe_item(index, template if isinstance(template, Mapping) else None)
+    if not isinstance(template, Mapping) or not template:
+        raise ItemError(f"{where}: generictemplate is missing")
+    if not template.get("apiVersion") or not template.get("kind"):
+        raise ItemError(f"{where}: generictemplate needs apiVersion and kind")
+    obj = copy.deepcopy(dict(template))
+    meta = obj.setdefault("metadata", {})
+    if not isinstance(meta, dict):
+        raise ItemError(f"{where}: metadata must be an object")
+    if not meta.get("name"):
+        raise ItemError(f"{where}: metadata.name is required (generateName cannot be used: the name is how "
+                        f"mcad finds the object again)")
+    namespace = meta.get("namespace")
+    if namespace and namespace != aw.namespace:
+        raise ItemError(f"{where}: metadata.namespace {namespace!r} differs from the AppWrapper's namespace "
+                        f"{aw.namespace!r}; wrapped objects live in the AppWrapper's namespace")
+    meta["namespace"] = aw.namespace
+    labels = {APPWRAPPER_LABEL: aw.name, LEGACY_APPWRAPPER_LABEL: aw.name}
+    meta["labels"] = {**(meta.get("labels") or {}), **labels}
+    meta["ownerReferences"] = [
+        *[ref for ref in meta.get("ownerReferences") or [] if not ref.get("controller")],
+        {"apiVersion": API_VERSION, "kind": KIND, "name": aw.name, "uid": aw.uid, "controller": True,
+         "blockOwnerDeletion": True},
+    ]
+    # Pods find their AppWrapper by label, so every pod template inside the object carries it too.
+    for pod_set in pod_sets(obj):
+        if not pod_set.path:
+            continue
+        target: Any = obj
+        for step in pod_set.path:
+            target = target[step]
+        template_meta = target.setdefault("metadata", {})
+        template_meta["labels"] = {**(template_meta.get("labels") or {}), **labels}
+    return obj
+
+
+def _refusal(where: str, err: ApiError) -> str:
+    return f"{where}: {err.reason or 'refused'} ({err.status}): {err.message}"
+
+
+def dispatch(writer: ObjectWriter, aw: AppWrapperView) -> None:
+    """Apply every item of ``aw``; on any failure undo the ones applied and raise DispatchFailed."""
+    manifests: list[dict[str, Any]] = []
+    for index in range(len(aw.items)):
+        try:
+            manifests.append(manifest(aw, index))
+        except ItemError as err:
+            raise DispatchFailed(str(err), transient=False) from err
+    applied: list[dict[str, Any]] = []
+    for index, obj in enumerate(manifests):
+        where = describe_item(index, obj)
+        try:
+            if not writer.is_namespaced(obj["apiVersion"], obj["kind"]):
+                raise DispatchFailed(f"{where}: {obj['kind']} is cluster-scoped; an AppWrapper can only wrap "
+                                     f"namespaced objects", transient=False)
+            writer.apply(obj, field_manager=FIELD_MANAGER, force=True)
+        except ApiError as err:
+            _undo(writer, applied)
+            if err.status == 404:
+                raise DispatchFailed(f"{where}: the API server does not serve {obj['apiVersion']} {obj['kind']} "
+                                     f"(is its CRD installed?)", transient=False) from err
+            raise DispatchFailed(_refusal(where, err), transient=err.transient) from err
+        except DispatchFailed:
+            _undo(writer, applied)
+            raise
+        applied.append(obj)
+
+
+def _undo(writer: ObjectWriter, applied: list[dict[str, Any]]) -> None:
+    for obj in reversed(applied):
+        meta = obj["metadata"]
+        try:
+            writer.delete(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        except ApiError:
+            # The ownerReference still lets the garbage collector remove it when the AppWrapper goes.
+            continue
+
+
+def undo_all(writer: ObjectWriter, aw: AppWrapperView) -> None:
+    """Delete every object an AppWrapper wraps (best effort), e.g. after a failure found later."""
+    objs = []
+    for index in range(len(aw.items)):
+        try:
+            objs.append(manifest(aw, index))
+        except ItemError:
+            continue
+    _undo(writer, objs)

@@ -1,0 +1,300 @@
+"""The dispatcher loop: one thread that owns the ledger and decides what runs.
+
+Contract:
+- Informer handlers only enqueue keys (``("aw", ns/name)``, ``("node", name)``, ``("pod", uid)``, ``DISPATCH``);
+  this thread is the only reader of those keys and the only writer of the ledger, so the hot path has no locks.
+- Nothing is decided before the AppWrapper, Node and Pod informers have all synced and the ledger has been
+  rebuilt from them, with a reservation for every AppWrapper that is already dispatched (a restart never
+  dispatches past capacity while it catches up).
+- A ``DISPATCH`` key (coalesced by the queue, so a burst of events costs one cycle) walks the queued AppWrappers
+  in order (priority, creation time, name) and dispatches every one whose whole demand fits the free capacity;
+  with ``strict_fifo`` it stops at the first that does not. Each one left waits with a Backoff condition that
+  says which resource is short and by how much. A dispatch is reserved in the ledger before its API writes and
+  released if they fail.
+- Capacity that frees up (an AppWrapper deleted, completed or failed; a pod finished or gone; a node added or
+  ready) triggers a new cycle at once. There are no timed sleeps between decisions.
+- Status is written (server-side apply, status subresource) only when it differs from the last status seen
+  or written for that AppWrapper.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import structlog
+
+from mcad import apply, status
+from mcad.api.appwrapper import API_VERSION, FIELD_MANAGER, FINAL_STATES, KIND, AppWrapperView, State
+from mcad.api.resources import ResourceVector
+from mcad.api.views import NodeView, PodView
+from mcad.clock import Clock, RealClock
+from mcad.informer import Informer
+from mcad.kube import ApiError
+from mcad.ledger import Ledger
+from mcad.workqueue import WorkQueue
+
+Key = tuple[str, str]
+DISPATCH: Key = ("dispatch", "")
+log = structlog.get_logger("mcad.dispatcher")
+
+
+class Writer(apply.ObjectWriter, Protocol):
+    def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],
+                     *, field_manager: str) -> Mapping[str, Any]: ...
+
+
+def describe_shortfall(demand: ResourceVector, free: ResourceVector, capacity: ResourceVector) -> str:
+    """'short of cpu 2 (needs 4, 2 free)', per short resource; notes a demand larger than the whole cluster."""
+    short = demand.shortfall(free)
+    parts = []
+    for name, amount in short.items():
+        one = ResourceVector.of(name, amount).format_value(name)
+        need = ResourceVector.of(name, demand.get(name)).format_value(name)
+        have = ResourceVector.of(name, max(free.get(name), 0)).format_value(name)
+        parts.append(f"{name} {one} (needs {need}, {have} free)")
+    why = "short of " + ", ".join(parts)
+    if not demand.fits_in(capacity):
+        why += "; more than the whole cluster has"
+    return why
+
+
+class Dispatcher:
+    def __init__(self, *, appwrappers: Informer[AppWrapperView], nodes: Informer[NodeView],
+                 pods: Informer[PodView], writer: Writer, queue: WorkQueue[Key] | None = None,
+                 clock: Clock | None = None, strict_fifo: bool = False) -> None:
+        self.appwrappers = appwrappers
+        self.nodes = nodes
+        self.pods = pods
+        self.writer = writer
+        self.queue: WorkQueue[Key] = queue or WorkQueue(name="dispatcher")
+        self.clock = clock or RealClock()
+        self.strict_fifo = strict_fifo
+        self.ledger = Ledger()
+        self.cycles = 0
+        # Last status written per AppWrapper (uid, status): our own writes may not be back from the watch yet,
+        # and deciding from a stale status would write the same transition twice.
+        self._written: dict[str, tuple[str, Mapping[str, Any]]] = {}
+        self._generation_seen: dict[str, tuple[str, int]] = {}
+        self._pod_owner: dict[str, str] = {}
+        self._pods_by_appwrapper: dict[str, dict[str, str]] = {}
+        self._any_queued = True
+        appwrappers.add_handler(lambda _t, old, new: self.queue.add(("aw", (new or old).key)))  # type: ignore[union-attr]
+        nodes.add_handler(lambda _t, old, new: self.queue.add(("node", (new or old).name)))  # type: ignore[union-attr]
+        pods.add_handler(lambda _t, old, new: self.queue.add(("pod", (new or old).uid)))  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------------------------------ loop
+
+    def run(self, stop: threading.Event) -> None:
+        informers = (self.appwrappers, self.nodes, self.pods)
+        while not all(i.has_synced() for i in informers):
+            if stop.wait(0.05):
+                return
+        self._rebuild()
+        self.queue.add(DISPATCH)
+        log.info("dispatcher started", appwrappers=len(self.appwrappers), nodes=len(self.nodes),
+                 pods=len(self.pods), capacity=self.ledger.capacity().format(), free=self.ledger.free().format())
+        while True:
+            key, shutting_down = self.queue.get()
+            if shutting_down or key is None:
+                return
+            try:
+                self.process(key)
+                self.queue.forget(key)
+            except Exception:
+                log.exception("processing failed; retrying with backoff", key=f"{key[0]}:{key[1]}")
+                self.queue.add_rate_limited(key)
+            finally:
+                self.queue.done(key)
+
+    def process(self, key: Key) -> None:
+        kind, name = key
+        if kind == "pod":
+            self._sync_pod(name)
+        elif kind == "node":
+            self._sync_node(name)
+        elif kind == "aw":
+            self._sync_appwrapper(name)
+        else:
+            self._dispatch_cycle()
+
+    def _rebuild(self) -> None:
+        """Ledger from the synced stores: nodes, pods, and the reservations of dispatched AppWrappers."""
+        for node in self.nodes.list():
+            self.ledger.upsert_node(node)
+        for pod in self.pods.list():
+            self._track_pod(pod)
+        for aw in self.appwrappers.list():
+            if self._status(aw).get("canrun") and self._state(aw) in (State.RUNNING, State.RUNNING_HOLD_COMPLETION):
+                self.ledger.reserve(aw.key, aw.demand)
+
+    def _capacity_may_have_grown(self) -> None:
+        if self._any_queued:
+            self.queue.add(DISPATCH)
+
+    # ------------------------------------------------------------------------------------------ events
+
+    def _track_pod(self, pod: PodView) -> None:
+        self.ledger.upsert_pod(pod)
+        owner = self._pod_owner.get(pod.uid)
+        if owner and owner != pod.appwrapper:
+            self._pods_by_appwrapper.get(owner, {}).pop(pod.uid, None)
+        if pod.appwrapper:
+            self._pod_owner[pod.uid] = pod.appwrapper
+            self._pods_by_appwrapper.setdefault(pod.appwrapper, {})[pod.uid] = pod.phase
+
+    def _sync_pod(self, uid: str) -> None:
+        pod = self.pods.get(uid)
+        owner = self._pod_owner.get(uid)
+        if pod is None:
+            self.ledger.delete_pod(uid)
+            self._pod_owner.pop(uid, None)
+            if owner:
+                self._pods_by_appwrapper.get(owner, {}).pop(uid, None)
+                self.queue.add(("aw", owner))
+            self._capacity_may_have_grown()
+            return
+        self._track_pod(pod)
+        if pod.appwrapper:
+            self.queue.add(("aw", pod.appwrapper))
+        if pod.terminal or pod.deleting:
+            self._capacity_may_have_grown()
+
+    def _sync_node(self, name: str) -> None:
+        node = self.nodes.get(name)
+        if node is None:
+            self.ledger.delete_node(name)
+        else:
+            self.ledger.upsert_node(node)
+            self._capacity_may_have_grown()
+
+    def _status(self, aw: AppWrapperView) -> Mapping[str, Any]:
+        written = self._written.get(aw.key)
+        if written and written[0] == aw.uid:
+            return written[1]
+        return aw.status
+
+    def _state(self, aw: AppWrapperView) -> str:
+        return str(self._status(aw).get("state") or "")
+
+    def _is_queued(self, aw: AppWrapperView) -> bool:
+        current = self._status(aw)
+        return (not aw.deleting and not current.get("canrun")
+                and str(current.get("state") or "") in (State.NEW, State.PENDING))
+
+    def _sync_appwrapper(self, key: str) -> None:
+        aw = self.appwrappers.get(key)
+        if aw is None or aw.deleting:
+            self._forget(key)
+            return
+        if key in self._written and self._written[key][0] != aw.uid:
+            self._forget(key)  # deleted and re-created under the same name
+        if self._is_queued(aw):
+            # New arrivals and spec changes need a decision; our own status writes coming back do not.
+            seen = self._generation_seen.get(key)
+            if seen != (aw.uid, aw.generation):
+                self._generation_seen[key] = (aw.uid, aw.generation)
+                self._any_queued = True
+                self.queue.add(DISPATCH)
+            return
+        state = self._state(aw)
+        if state in FINAL_STATES:
+            if self.ledger.is_reserved(key):
+                self.ledger.release(key)
+                self._capacity_may_have_grown()
+            return
+        if not self.ledger.is_reserved(key):
+            self.ledger.reserve(key, aw.demand)
+        self._update_pod_counts(aw)
+
+    def _forget(self, key: str) -> None:
+        self._written.pop(key, None)
+        self._generation_seen.pop(key, None)
+        if self.ledger.is_reserved(key):
+            self.ledger.release(key)
+            self._capacity_may_have_grown()
+
+    def _update_pod_counts(self, aw: AppWrapperView) -> None:
+        phases = list(self._pods_by_appwrapper.get(aw.key, {}).values())
+        current = self._status(aw)
+        new = status.with_pod_counts(current, self.clock.now(), pending=phases.count("Pending"),
+                                     running=phases.count("Running"), succeeded=phases.count("Succeeded"),
+                                     failed_=phases.count("Failed"))
+        self._write_status(aw, new)
+
+    # ------------------------------------------------------------------------------------------ decisions
+
+    def _dispatch_cycle(self) -> None:
+        started = time.perf_counter()
+        self.cycles += 1
+        queued = sorted((aw for aw in self.appwrappers.list() if self._is_queued(aw)), key=AppWrapperView.order)
+        free = self.ledger.free()
+        capacity = self.ledger.capacity()
+        dispatched = 0
+        blocked_by: str | None = None
+        waiting = 0
+        for aw in queued:
+            if aw.demand_error:
+                self._fail(aw, status.INVALID_SPEC, aw.demand_error)
+                continue
+            if blocked_by is not None:
+                waiting += 1
+                self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority,
+                                                     why=f"waiting behind {blocked_by} (strict FIFO)"))
+                continue
+            if not aw.demand.fits_in(free):
+                waiting += 1
+                why = describe_shortfall(aw.demand, free, capacity)
+                self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority,
+                                                     why=why))
+                if self.strict_fifo:
+                    blocked_by = aw.key
+                continue
+            if self._dispatch(aw):
+                dispatched += 1
+                free = free - aw.demand
+        self._any_queued = waiting > 0
+        log.info("dispatch cycle", cycle=self.cycles, queued=len(queued), dispatched=dispatched, waiting=waiting,
+                 free=free.format(), duration_ms=round((time.perf_counter() - started) * 1000, 2))
+
+    def _dispatch(self, aw: AppWrapperView) -> bool:
+        self.ledger.reserve(aw.key, aw.demand)
+        try:
+            apply.dispatch(self.writer, aw)
+        except apply.DispatchFailed as err:
+            self.ledger.release(aw.key)
+            if err.transient:
+                log.warning("dispatch failed; will retry", appwrapper=aw.key, reason=err.message)
+                self.queue.add_rate_limited(DISPATCH)
+            else:
+                self._fail(aw, status.ITEM_CREATION_FAILURE, err.message)
+            return False
+        if not self._write_status(aw, status.dispatched(self._status(aw), self.clock.now(), priority=aw.priority)):
+            # The objects exist but the AppWrapper does not say so: keep the reservation (they will run) and
+            # let the retry of this key write the status again.
+            self.queue.add_rate_limited(("aw", aw.key))
+        log.info("dispatched", appwrapper=aw.key, demand=aw.demand.format())
+        return True
+
+    def _fail(self, aw: AppWrapperView, reason: str, message: str) -> None:
+        log.warning("appwrapper failed", appwrapper=aw.key, reason=reason, message=message)
+        self._write_status(aw, status.failed(self._status(aw), self.clock.now(), priority=aw.priority,
+                                             reason=reason, message=message))
+
+    def _write_status(self, aw: AppWrapperView, new: Mapping[str, Any]) -> bool:
+        """Apply ``new`` unless it equals what we last saw or wrote; False when the write failed."""
+        if new == self._status(aw):
+            return True
+        try:
+            self.writer.apply_status(API_VERSION, KIND, aw.namespace, aw.name, new, field_manager=FIELD_MANAGER)
+        except ApiError as err:
+            if err.status == 404:
+                return True  # the AppWrapper is gone; its delete event cleans up
+            log.warning("status write failed", appwrapper=aw.key, status_code=err.status, reason=err.message)
+            if err.transient:
+                self.queue.add_rate_limited(("aw", aw.key))
+            return False
+        self._written[aw.key] = (aw.uid, new)
+        return True

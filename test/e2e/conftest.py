@@ -1,0 +1,198 @@
+"""Fixtures for end-to-end tests: the CRD installed, the real controller running as a separate process.
+
+The controller is started once per module (``controller``) with the session's kubeconfig and stopped with
+SIGTERM afterwards; its log is kept in .dev/e2e-logs/ and printed when a test fails. ``aw_namespace`` is a fresh
+namespace whose AppWrappers and pods are all gone when the test ends, so the next test sees the capacity it
+measures. Capacity is measured, never assumed (``free_cpu_millis``): the same tests run on a bigger cluster.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client as k8s
+import pytest
+import yaml
+
+from mcad import kube
+from test.support import REPO, wait_until
+
+GROUP, VERSION, PLURAL = "workload.codeflare.dev", "v1beta1", "appwrappers"
+CRD = REPO / "config" / "crd" / "workload.codeflare.dev_appwrappers.yaml"
+LOGS = REPO / ".dev" / "e2e-logs"
+
+
+@pytest.fixture(scope="session")
+def crd(api: k8s.ApiClient) -> None:
+    ext = k8s.ApiextensionsV1Api(api)
+    body = yaml.safe_load(CRD.read_text())
+    ext.patch_custom_resource_definition(body["metadata"]["name"], body, field_manager="mcad-e2e", force=True,
+                                         _content_type="application/apply-patch+yaml")
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
+        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+    wait_until(established, 30, "the AppWrapper CRD to be established")
+
+
+class Controller:
+    def __init__(self, kubeconfig: str, log: Path, *args: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        out = open(self.log, "ab")  # noqa: SIM115 - the child process owns it
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "mcad-controller"), "--kubeconfig", self.kubeconfig,
+             "--log-format", "console", *self.args], stdout=out, stderr=subprocess.STDOUT)
+        out.close()
+        wait_until(lambda: b"dispatcher started" in self.log.read_bytes(), 60, "the controller to start")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@pytest.fixture(scope="module")
+def controller(request: pytest.FixtureRequest, kubeconfig: str, crd: None) -> Iterator[Controller]:
+    log = LOGS / f"{request.module.__name__.rsplit('.', 1)[-1]}.log"
+    log.unlink(missing_ok=True)
+    ctl = Controller(kubeconfig, log)
+    ctl.start()
+    yield ctl
+    ctl.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    ctl = item.funcargs.get("controller") if hasattr(item, "funcargs") else None
+    if report.failed and isinstance(ctl, Controller):
+        report.sections.append(("mcad-controller log (tail)", ctl.tail()))
+    return report
+
+
+@pytest.fixture
+def custom(api: k8s.ApiClient) -> k8s.CustomObjectsApi:
+    return k8s.CustomObjectsApi(api)
+
+
+@pytest.fixture
+def aw_namespace(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, namespace: str) -> Iterator[str]:
+    yield namespace
+    # Free the capacity before the next test measures it: AppWrappers go, and their pods with them.
+    custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    wait_until(lambda: not core.list_namespaced_pod(namespace).items, 60, f"pods in {namespace} to go away")
+
+
+def free_cpu_millis(core: k8s.CoreV1Api) -> int:
+    """Allocatable cpu of Ready, schedulable nodes minus requests of their non-terminal pods."""
+    from mcad.api.views import node_view, pod_view
+
+    client = k8s.ApiClient()
+    nodes = {n["metadata"]["name"]: node_view(n) for n in
+             (client.sanitize_for_serialization(x) for x in core.list_node().items)}
+    free = sum(n.allocatable.get("cpu") for n in nodes.values() if n.schedulable)
+    for raw in core.list_pod_for_all_namespaces().items:
+        pod = pod_view(client.sanitize_for_serialization(raw))
+        if pod.node_name in nodes and nodes[pod.node_name].schedulable and not pod.terminal:
+            free -= pod.requests.get("cpu")
+    return free
+
+
+def appwrapper(name: str, *items: dict[str, Any], priority: int | None = None,
+               scheduling: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"resources": {"GenericItems": list(items)}}
+    if priority is not None:
+        spec["priority"] = priority
+    if scheduling:
+        spec["schedulingSpec"] = scheduling
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AppWrapper", "metadata": {"name": name}, "spec": spec}
+
+
+def deployment_item(name: str, replicas: int, cpu: str, memory: str = "64Mi", **item: Any) -> dict[str, Any]:
+    labels = {"app": name}
+    return {"replicas": 1, **item, "generictemplate": {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "main", "image": "kicbase/echo-server:1.0",
+                                     "resources": {"requests": {"cpu": cpu, "memory": memory},
+                                                   "limits": {"cpu": cpu, "memory": memory}}}]}}}}}
+
+
+def job_item(name: str, parallelism: int, cpu: str, *, duration: str = "1s", **item: Any) -> dict[str, Any]:
+    return {"replicas": 1, **item, "generictemplate": {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+        "spec": {"parallelism": parallelism, "completions": parallelism, "backoffLimit": 0, "template": {
+            "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": duration}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox",
+                                                               "resources": {"requests": {"cpu": cpu}}}]}}}}}
+
+
+class AppWrappers:
+    """Create, read and wait on AppWrappers in one namespace."""
+
+    def __init__(self, custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, namespace: str,
+                 connection: kube.Connection) -> None:
+        self.connection = connection
+        self.custom = custom
+        self.core = core
+        self.namespace = namespace
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)  # type: ignore[no-any-return]
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)  # type: ignore[no-any-return]
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def exists(self, api_version: str, kind: str, name: str) -> bool:
+        """Whether a wrapped object of any kind exists in the namespace."""
+        client = kube.Client(self.connection)
+        try:
+            kube.request_json(self.connection, "GET", client.object_path(api_version, kind, self.namespace, name))
+        except kube.ApiError as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.get(name).get("status") or {}
+
+    def wait_state(self, name: str, state: str, timeout: float = 60) -> dict[str, Any]:
+        return wait_until(lambda: (s := self.status(name)).get("state") == state and s, timeout,
+                          f"AppWrapper {name} state {state}")
+
+    def pods(self, name: str, phase: str | None = None) -> list[Any]:
+        pods = self.core.list_namespaced_pod(self.namespace,
+                                             label_selector=f"workload.codeflare.dev/appwrapper={name}").items
+        return [p for p in pods if phase is None or p.status.phase == phase]
+
+    def wait_pods(self, name: str, count: int, phase: str = "Running", timeout: float = 60) -> list[Any]:
+        def enough() -> list[Any] | None:
+            pods = self.pods(name, phase)
+            return pods if len(pods) >= count else None
+
+        return wait_until(enough, timeout, f"{count} {phase} pods of {name}")
+
+
+@pytest.fixture
+def aws(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, aw_namespace: str, kubeconfig: str) -> AppWrappers:
+    return AppWrappers(custom, core, aw_namespace, kube.connect(kubeconfig))
