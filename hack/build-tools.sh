@@ -21,22 +21,26 @@ log() { printf '[build-tools] %s\n' "$*" >&2; }
 die() { printf '[build-tools] error: %s\n' "$*" >&2; exit 1; }
 
 # tool group -> version, go packages, and output names (same order as packages)
-declare -A version=([kubernetes]=$KUBERNETES_VERSION [etcd]=$ETCD_VERSION [kwok]=$KWOK_VERSION [helm]=$HELM_VERSION)
+declare -A version=([kubernetes]=$KUBERNETES_VERSION [etcd]=$ETCD_VERSION [kwok]=$KWOK_VERSION [helm]=$HELM_VERSION
+  [kuberay]=$KUBERAY_VERSION)
 declare -A packages=(
   [kubernetes]="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl"
   [etcd]="go.etcd.io/etcd/server/v3"
   [kwok]="sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl"
   [helm]="helm.sh/helm/v3/cmd/helm"
+  [kuberay]="github.com/ray-project/kuberay/ray-operator"
 )
 declare -A outputs=(
   [kubernetes]="kube-apiserver kube-controller-manager kube-scheduler kubectl"
   [etcd]="etcd"
   [kwok]="kwok kwokctl"
   [helm]="helm"
+  [kuberay]="kuberay-operator"
 )
 # Each wrapper module pins the same version as versions.env; a mismatch would cache a binary under a wrong key.
-declare -A module_of=([kubernetes]=k8s.io/kubernetes [etcd]=go.etcd.io/etcd/server/v3 [kwok]=sigs.k8s.io/kwok [helm]=helm.sh/helm/v3)
-groups=(kubernetes etcd kwok helm)
+declare -A module_of=([kubernetes]=k8s.io/kubernetes [etcd]=go.etcd.io/etcd/server/v3 [kwok]=sigs.k8s.io/kwok [helm]=helm.sh/helm/v3
+  [kuberay]=github.com/ray-project/kuberay/ray-operator)
+groups=(kubernetes etcd kwok helm kuberay)
 
 key=""
 for g in "${groups[@]}"; do key+="${key:+_}$g-${version[$g]}"; done
@@ -48,6 +52,7 @@ complete() {  # complete GROUP: are all of its binaries cached?
 }
 
 ldflags_for() {  # version stamping, as upstream's hack/lib/version.sh does; helm and kwok report their tag too
+  # (kuberay needs none: its version is the constant utils.KUBERAY_VERSION in the module source)
   local g=$1 v=${version[$1]}
   case $g in
     kubernetes)
