@@ -20,7 +20,7 @@ import pytest
 from mcad import kube
 from test.support import REPO, wait_until
 
-CLUSTER_FIXTURES = {"kubeconfig", "api", "namespace", "core", "apps", "batch"}
+CLUSTER_FIXTURES = {"kubeconfig", "api", "namespace", "core", "apps", "batch", "kuberay_operator"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -53,6 +53,24 @@ def kubeconfig() -> Iterator[str]:
     finally:
         if started_here and os.environ.get("MCAD_KEEP_CLUSTER") != "1":
             _local_cluster("down")
+
+
+@pytest.fixture(scope="session")
+def kuberay_operator(kubeconfig: str) -> Iterator[None]:
+    """The KubeRay operator (hack/kuberay.py) running against the test cluster, with its CRDs installed."""
+    def kuberay(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(REPO / "hack" / "kuberay.py"), "--kubeconfig", kubeconfig, *args],
+                              capture_output=True, text=True, timeout=600)
+
+    # Leave an operator that someone else started running afterwards.
+    started_here = kuberay("status").returncode != 0
+    proc = kuberay("up")
+    assert proc.returncode == 0, f"hack/kuberay.py up failed:\n{proc.stderr}"
+    try:
+        yield
+    finally:
+        if started_here:
+            kuberay("down")
 
 
 @pytest.fixture(scope="session")

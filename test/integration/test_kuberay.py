@@ -9,96 +9,29 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import subprocess
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes.client as k8s
-import pytest
+import yaml
 
 from test.support import REPO, wait_until
 
 NAME = "raycluster-complete"
 
 
-def kuberay(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(REPO / "hack" / "kuberay.py"), "--kubeconfig", kubeconfig, *args],
-                          capture_output=True, text=True, timeout=600)
+# The generictemplate of upstream MCAD's aw-raycluster.yaml, the seed demo's input.
+SEED_RAYCLUSTER: dict[str, Any] = yaml.safe_load(
+    (REPO / "config" / "samples" / "aw-raycluster.yaml").read_text())["spec"]["resources"]["GenericItems"][0][
+    "generictemplate"]
 
 
-@pytest.fixture(scope="module")
-def operator(kubeconfig: str) -> Iterator[None]:
-    # Leave an operator that someone else started (on the shared default cluster) running afterwards.
-    started_here = kuberay(kubeconfig, "status").returncode != 0
-    proc = kuberay(kubeconfig, "up")
-    assert proc.returncode == 0, f"hack/kuberay.py up failed:\n{proc.stderr}"
-    try:
-        yield
-    finally:
-        if started_here:
-            kuberay(kubeconfig, "down")
-
-
-def container(name: str, cpu: str, memory: str, ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    c: dict[str, Any] = {
-        "name": name,
-        "image": "quay.io/project-codeflare/ray:2.5.0-py38-cu116",
-        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
-        "volumeMounts": [{"mountPath": "/tmp/ray", "name": "ray-logs"}],
-        "resources": {"limits": {"cpu": cpu, "memory": memory}, "requests": {"cpu": cpu, "memory": memory}},
-    }
-    if ports:
-        c["ports"] = ports
-    return c
-
-
-# The generictemplate of upstream MCAD's doc/usage/examples/kuberay/config/aw-raycluster.yaml.
-SEED_RAYCLUSTER: dict[str, Any] = {
-    "apiVersion": "ray.io/v1alpha1",
-    "kind": "RayCluster",
-    "metadata": {"labels": {"controller-tools.k8s.io": "1.0"}, "name": NAME},
-    "spec": {
-        "rayVersion": "2.5.0",
-        "headGroupSpec": {
-            "serviceType": "ClusterIP",
-            "rayStartParams": {"dashboard-host": "0.0.0.0"},
-            "template": {
-                "metadata": {"labels": {}},
-                "spec": {
-                    "containers": [container("ray-head", "1", "2G", [
-                        {"containerPort": 6379, "name": "gcs"},
-                        {"containerPort": 8265, "name": "dashboard"},
-                        {"containerPort": 10001, "name": "client"},
-                    ])],
-                    "volumes": [{"name": "ray-logs", "emptyDir": {}}],
-                },
-            },
-        },
-        "workerGroupSpecs": [{
-            "replicas": 1,
-            "minReplicas": 1,
-            "maxReplicas": 1,
-            "groupName": "small-group",
-            "rayStartParams": {},
-            "template": {
-                "spec": {
-                    "containers": [container("ray-worker", "2", "2G")],
-                    "volumes": [{"name": "ray-logs", "emptyDir": {}}],
-                },
-            },
-        }],
-    },
-}
-
-
-def test_raycluster_crd_serves_v1alpha1_and_v1(operator: None, api: k8s.ApiClient) -> None:
+def test_raycluster_crd_serves_v1alpha1_and_v1(kuberay_operator: None, api: k8s.ApiClient) -> None:
     crd = k8s.ApiextensionsV1Api(api).read_custom_resource_definition("rayclusters.ray.io")
     versions = {v.name: (v.served, v.storage) for v in crd.spec.versions}
     assert versions == {"v1": (True, True), "v1alpha1": (True, False)}
 
 
-def test_v1alpha1_raycluster_gets_running_head_and_worker(operator: None, namespace: str,
+def test_v1alpha1_raycluster_gets_running_head_and_worker(kuberay_operator: None, namespace: str,
                                                          api: k8s.ApiClient, core: k8s.CoreV1Api) -> None:
     custom = k8s.CustomObjectsApi(api)
     custom.create_namespaced_custom_object("ray.io", "v1alpha1", namespace, "rayclusters",
