@@ -41,9 +41,13 @@ cluster-down: ## stop the local control plane and delete its state
 	hack/local-cluster.sh down
 
 .PHONY: demo
-demo: install cluster ## bring up the local cluster and show its nodes
-	@echo; .dev/bin/kubectl --kubeconfig .dev/kubeconfig get nodes -o wide
-	@echo; $(BIN)/mcadctl --kubeconfig .dev/kubeconfig version
+demo: install tools ## the seed tutorial on a local 8-cpu cluster: queueing, then dispatch when capacity frees
+	hack/demo.sh
+
+.PHONY: demo-down
+demo-down: ## stop the demo's controller and the local cluster
+	-@[ -f .dev/demo-controller.pid ] && kill $$(cat .dev/demo-controller.pid) 2>/dev/null; rm -f .dev/demo-controller.pid
+	hack/local-cluster.sh down
 
 .PHONY: lint
 lint: install ## ruff and mypy

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# `make demo`: the seed tutorial on a local cluster like the seed's (one 8-cpu node), narrated step by step.
+# Brings the cluster up if needed, installs the CRD, starts mcad-controller in the background and walks through:
+# the first AppWrapper runs, the second waits with no pods, deleting the first starts the second.
+# Leaves cluster and controller running for exploration; `make demo-down` stops both.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export KUBECONFIG=.dev/kubeconfig
+kubectl=.dev/bin/kubectl
+pidfile=.dev/demo-controller.pid
+ctl_log=.dev/demo-controller.log
+
+say() { printf '\n\033[1m### %s\033[0m\n' "$*"; }
+run() { printf '$ %s\n' "$*"; "$@"; }
+
+NODES=1 NODE_CPU=8 NODE_MEMORY=8Gi hack/local-cluster.sh up >/dev/null
+say "A local cluster like the seed's: one node with 8 cpus"
+run $kubectl get nodes -o custom-columns=NAME:.metadata.name,CPU:.status.allocatable.cpu,MEMORY:.status.allocatable.memory
+
+say "Install the AppWrapper CRD and start mcad-controller"
+run $kubectl apply --server-side -f config/crd/ >/dev/null
+$kubectl wait --for condition=established crd/appwrappers.workload.codeflare.dev --timeout=60s >/dev/null
+if [[ -f $pidfile ]] && kill -0 "$(cat $pidfile)" 2>/dev/null; then
+  echo "mcad-controller already running (pid $(cat $pidfile))"
+else
+  .venv/bin/mcad-controller --kubeconfig "$KUBECONFIG" --log-format console >"$ctl_log" 2>&1 &
+  echo $! >"$pidfile"
+  for _ in $(seq 100); do grep -q "dispatcher started" "$ctl_log" && break; sleep 0.2; done
+  grep -q "dispatcher started" "$ctl_log" || { echo "mcad-controller did not start; see $ctl_log" >&2; exit 1; }
+  echo "mcad-controller running (pid $(cat $pidfile), log $ctl_log)"
+fi
+$kubectl delete appwrappers --all --wait=true >/dev/null 2>&1 || true
+
+say "3. Create an AppWrapper: a Deployment of 2 pods taking 7 of the 8 cpus"
+run $kubectl create -f config/samples/aw-01.yaml
+$kubectl wait --for=jsonpath='{.status.state}'=Running appwrapper/0001-aw-generic-deployment-1 --timeout=60s >/dev/null
+$kubectl wait --for=condition=Ready pod -l app=0001-aw-generic-deployment-1 --timeout=60s >/dev/null
+run $kubectl get appwrappers
+run $kubectl get pods
+
+say "4. A second AppWrapper needs 1500m but only 1 cpu is free: it is queued, and nothing of it is created"
+run $kubectl create -f config/samples/aw-02.yaml
+$kubectl wait --for=jsonpath='{.status.state}'=Pending appwrapper/0002-aw-generic-deployment-2 --timeout=60s >/dev/null
+run $kubectl get appwrappers
+printf '$ kubectl describe appwrapper 0002-aw-generic-deployment-2\n'
+$kubectl describe appwrapper 0002-aw-generic-deployment-2 | sed -n '/^Status:/,$p'
+run $kubectl get deployments,pods
+
+say "4.e. Delete the first AppWrapper: its capacity frees and the second is dispatched at once"
+run $kubectl delete -f config/samples/aw-01.yaml
+$kubectl wait --for=jsonpath='{.status.state}'=Running appwrapper/0002-aw-generic-deployment-2 --timeout=60s >/dev/null
+$kubectl wait --for=condition=Ready pod -l app=0002-aw-generic-deployment-2 --timeout=60s >/dev/null
+run $kubectl get appwrappers
+run $kubectl get pods -l app=0002-aw-generic-deployment-2
+
+say "Done. The cluster and mcad-controller keep running:"
+echo "  export KUBECONFIG=$KUBECONFIG PATH=.dev/bin:\$PATH    # then kubectl get appwrappers"
+echo "  controller log: $ctl_log       stop everything: make demo-down"
