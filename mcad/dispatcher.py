@@ -80,6 +80,8 @@ class Dispatcher:
         self._generation_seen: dict[str, tuple[str, int]] = {}
         self._pod_owner: dict[str, str] = {}
         self._pods_by_appwrapper: dict[str, dict[str, str]] = {}
+        # The last view of each dispatched AppWrapper: once it is deleted, its items say what to clean up.
+        self._dispatched: dict[str, AppWrapperView] = {}
         self._any_queued = True
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(("aw", (new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(("node", (new or old).name)))  # type: ignore[union-attr]
@@ -187,10 +189,17 @@ class Dispatcher:
     def _sync_appwrapper(self, key: str) -> None:
         aw = self.appwrappers.get(key)
         if aw is None or aw.deleting:
+            gone = self._dispatched.pop(key, None)
+            if gone is not None:
+                apply.delete_wrapped(self.writer, gone)
             self._forget(key)
             return
         if key in self._written and self._written[key][0] != aw.uid:
-            self._forget(key)  # deleted and re-created under the same name
+            # Deleted and re-created under the same name while we were not looking: clean up the old one.
+            gone = self._dispatched.pop(key, None)
+            if gone is not None and gone.uid != aw.uid:
+                apply.delete_wrapped(self.writer, gone)
+            self._forget(key)
         if self._is_queued(aw):
             # New arrivals and spec changes need a decision; our own status writes coming back do not.
             seen = self._generation_seen.get(key)
@@ -207,6 +216,7 @@ class Dispatcher:
             return
         if not self.ledger.is_reserved(key):
             self.ledger.reserve(key, aw.demand)
+        self._dispatched[key] = aw
         self._update_pod_counts(aw)
 
     def _forget(self, key: str) -> None:
@@ -253,6 +263,7 @@ class Dispatcher:
                     blocked_by = aw.key
                 continue
             if self._dispatch(aw):
+                self._dispatched[aw.key] = aw
                 dispatched += 1
                 free = free - aw.demand
         self._any_queued = waiting > 0

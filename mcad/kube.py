@@ -467,11 +467,24 @@ class Client:
         return request_json(self.conn, "PATCH", path, query=query, body=body,
                             content_type="application/apply-patch+yaml", timeout=self._timeout)
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "") -> None:
+        """Delete with background propagation; gone already is fine.
+
+        With ``owner_uid``, only an object whose controller ownerReference has that uid is deleted, and the
+        delete is conditioned on the object's own uid: a namesake created since (by another AppWrapper of the
+        same name, say) is left alone.
+        """
         path = self.object_path(api_version, kind, namespace, name)
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
         try:
-            request_json(self.conn, "DELETE", path, body={"propagationPolicy": "Background"},
-                         timeout=self._timeout)
+            if owner_uid:
+                current = request_json(self.conn, "GET", path, timeout=self._timeout)
+                meta = current.get("metadata") or {}
+                owners = [r for r in meta.get("ownerReferences") or [] if r.get("controller")]
+                if not owners or owners[0].get("uid") != owner_uid:
+                    return
+                body["preconditions"] = {"uid": meta.get("uid")}
+            request_json(self.conn, "DELETE", path, body=body, timeout=self._timeout)
         except ApiError as err:
-            if err.status != 404:
+            if err.status not in (404, 409):  # 409: the precondition failed, so it is not ours any more
                 raise

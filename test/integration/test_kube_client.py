@@ -1,0 +1,54 @@
+"""mcad.kube.Client against the real API server: discovery, server-side apply, guarded deletes."""
+
+from __future__ import annotations
+
+import kubernetes.client as k8s
+import pytest
+
+from mcad import kube
+
+
+@pytest.fixture
+def client(kubeconfig: str) -> kube.Client:
+    return kube.Client(kube.connect(kubeconfig))
+
+
+def test_discovery_knows_scope_and_refuses_unknown_kinds(client: kube.Client) -> None:
+    assert client.resource("v1", "ConfigMap") == kube.ApiResource("configmaps", True)
+    assert client.resource("v1", "Node") == kube.ApiResource("nodes", False)
+    assert client.resource("apps/v1", "Deployment").plural == "deployments"
+    with pytest.raises(kube.ApiError) as unknown:
+        client.resource("v1", "Widget")
+    assert unknown.value.status == 404
+    with pytest.raises(kube.ApiError) as no_group:
+        client.resource("nowhere.example.com/v1", "Widget")
+    assert no_group.value.status == 404
+
+
+def test_apply_creates_then_updates_with_one_field_manager(client: kube.Client, namespace: str,
+                                                           core: k8s.CoreV1Api) -> None:
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied", "namespace": namespace},
+           "data": {"a": "1"}}
+    created = client.apply(obj, field_manager="mcad-test", force=True)
+    assert created["metadata"]["uid"]
+    updated = client.apply({**obj, "data": {"a": "2"}}, field_manager="mcad-test", force=True)
+    assert updated["metadata"]["uid"] == created["metadata"]["uid"]
+    assert core.read_namespaced_config_map("applied", namespace).data == {"a": "2"}
+    managers = {m.manager for m in core.read_namespaced_config_map("applied", namespace).metadata.managed_fields}
+    assert managers == {"mcad-test"}
+
+
+def test_delete_with_owner_uid_spares_objects_of_another_owner(client: kube.Client, namespace: str,
+                                                               core: k8s.CoreV1Api) -> None:
+    owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}})
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid, "controller": True}
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "owned", "ownerReferences": [ref]}})
+
+    client.delete("v1", "ConfigMap", namespace, "owned", owner_uid="someone-else")
+    assert core.read_namespaced_config_map("owned", namespace)
+
+    client.delete("v1", "ConfigMap", namespace, "owned", owner_uid=owner.metadata.uid)
+    with pytest.raises(k8s.exceptions.ApiException) as gone:
+        core.read_namespaced_config_map("owned", namespace)
+    assert gone.value.status == 404
+    client.delete("v1", "ConfigMap", namespace, "owned", owner_uid=owner.metadata.uid)  # already gone: fine
