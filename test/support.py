@@ -38,3 +38,33 @@ def load_hack_module(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def compact_local_etcd(kubeconfig: str) -> bool:
+    """Compact the etcd of the hack/localcluster.py cluster behind ``kubeconfig`` to its current revision.
+
+    Makes every older resourceVersion expire at once (the API server itself compacts only every 5 minutes), so a
+    test can provoke 410 Gone on a fresh cluster. Returns False when ``kubeconfig`` is not a local cluster's.
+    """
+    import base64
+    import json
+    import urllib.request
+
+    path = Path(kubeconfig).resolve()
+    if path.parent != REPO / ".dev" or not path.name.startswith("kubeconfig"):
+        return False
+    name = path.name.removeprefix("kubeconfig").removeprefix("-") or "mcad"
+    try:
+        port = json.loads((REPO / ".dev" / "clusters" / name / "state.json").read_text())["ports"]["etcd"]
+    except (OSError, ValueError, KeyError):
+        return False
+
+    def post(endpoint: str, body: dict[str, object]) -> dict[str, object]:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v3/{endpoint}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())  # type: ignore[no-any-return]
+
+    header = post("kv/range", {"key": base64.b64encode(b"/").decode()})["header"]
+    post("kv/compaction", {"revision": header["revision"], "physical": True})  # type: ignore[index]
+    return True

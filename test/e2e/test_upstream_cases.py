@@ -78,12 +78,12 @@ def pod_item(name: str, *, labels: dict[str, str] | None = None, requests: dict[
                                 "spec": {"containers": [container(name, requests, limits)], **spec}}}
 
 
-def statefulset_item(name: str, replicas: int, *, cpu: str | None = None, **item: Any) -> dict[str, Any]:
+def statefulset_item(name: str, pods: int, *, cpu: str | None = None, **item: Any) -> dict[str, Any]:
     labels = {"app": name}
     requests = {"cpu": cpu} if cpu else None
     return {**item, "generictemplate": {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name, "labels": labels},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
+        "spec": {"replicas": pods, "selector": {"matchLabels": labels}, "template": {
             "metadata": {"labels": labels}, "spec": {"containers": [container(name, requests)]}}}}}
 
 
@@ -344,12 +344,12 @@ def test_case_26_job_large_compute_requirement_stays_pending(controller: Control
     aws.create(appwrapper("aw-test-job-with-large-comp-1", item))
 
     # The GPU node may reach the controller after the AppWrapper; each new node triggers a new decision.
-    def gpu_short() -> dict[str, Any] | None:
-        status = wait_queued(aws, "aw-test-job-with-large-comp-1")
-        return status if "nvidia.com/gpu 92 " in backoff_message(status) else None
+    def gpu_short() -> bool:
+        conditions = aws.status("aw-test-job-with-large-comp-1").get("conditions") or []
+        return any(c["type"] == "Backoff" and "nvidia.com/gpu 92 " in c.get("message", "") for c in conditions)
 
-    status = wait_until(gpu_short, 60, "a Backoff message saying 92 GPUs are missing")
-    message = backoff_message(status)
+    wait_until(gpu_short, 60, "a Backoff message saying 92 GPUs are missing")
+    message = backoff_message(wait_queued(aws, "aw-test-job-with-large-comp-1"))
     assert "more than the whole cluster has" in message
     assert "cpu" not in message.split("short of", 1)[1].split(";")[0], message
     assert_nothing_created(aws, "aw-test-job-with-large-comp-1", ("batch/v1", "Job", "aw-test-job-with-large-comp-1"))

@@ -23,7 +23,7 @@ import pytest
 
 from mcad import kube
 from mcad.informer import EventType, Informer
-from test.support import wait_until
+from test.support import compact_local_etcd, wait_until
 
 TIMEOUT = 30.0
 
@@ -31,6 +31,13 @@ TIMEOUT = 30.0
 @pytest.fixture(scope="module")
 def conn(kubeconfig: str) -> kube.Connection:
     return kube.connect(kubeconfig)
+
+
+@pytest.fixture
+def compacted(kubeconfig: str) -> None:
+    """Old resourceVersions expired: etcd compacted now, not at the API server's next 5-minute compaction."""
+    if not compact_local_etcd(kubeconfig):
+        pytest.skip("provoking 410 needs the local control plane's etcd (hack/localcluster.py)")
 
 
 @pytest.fixture(scope="module")
@@ -272,7 +279,7 @@ def test_watch_stream_close_from_another_thread_unblocks_the_reader(
 
 
 def test_list_at_a_version_older_than_the_server_keeps_raises_gone(
-    conn: kube.Connection, api: k8s.ApiClient, namespace: str, fresh_crd: tuple[str, str]
+    conn: kube.Connection, api: k8s.ApiClient, namespace: str, fresh_crd: tuple[str, str], compacted: None
 ) -> None:
     group, plural = fresh_crd
     create_widget(api, group, namespace, "w0")
@@ -287,7 +294,7 @@ def test_list_at_a_version_older_than_the_server_keeps_raises_gone(
 
 
 def test_watch_from_a_version_older_than_the_server_keeps_yields_an_in_stream_gone(
-    conn: kube.Connection, api: k8s.ApiClient, namespace: str, fresh_crd: tuple[str, str]
+    conn: kube.Connection, api: k8s.ApiClient, namespace: str, fresh_crd: tuple[str, str], compacted: None
 ) -> None:
     group, plural = fresh_crd
     create_widget(api, group, namespace, "w0")
@@ -304,7 +311,7 @@ def test_watch_from_a_version_older_than_the_server_keeps_yields_an_in_stream_go
 
 
 def test_an_expired_continue_token_restarts_the_list_once(
-    conn: kube.Connection, api: k8s.ApiClient, namespace: str, fresh_crd: tuple[str, str]
+    conn: kube.Connection, api: k8s.ApiClient, namespace: str, fresh_crd: tuple[str, str], compacted: None
 ) -> None:
     group, plural = fresh_crd
     for i in range(5):
