@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, Protocol
 
 import structlog
@@ -38,12 +39,20 @@ from mcad.workqueue import WorkQueue
 
 Key = tuple[str, str]
 DISPATCH: Key = ("dispatch", "")
+# A waiting AppWrapper's Backoff message says how much is short, which moves with every change of free capacity.
+# Rewriting it on each cycle would cost one API write per waiting AppWrapper per cycle; instead it is rewritten
+# when the set of short resources changes, and otherwise at most this often.
+BACKOFF_REFRESH_SECONDS = 30.0
 log = structlog.get_logger("mcad.dispatcher")
 
 
 class Writer(apply.ObjectWriter, Protocol):
     def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],
                      *, field_manager: str) -> Mapping[str, Any]: ...
+
+
+def short_resources(demand: ResourceVector, free: ResourceVector) -> frozenset[str]:
+    return frozenset(name for name, _ in demand.shortfall(free).items())
 
 
 def describe_shortfall(demand: ResourceVector, free: ResourceVector, capacity: ResourceVector) -> str:
@@ -82,6 +91,8 @@ class Dispatcher:
         self._pods_by_appwrapper: dict[str, dict[str, str]] = {}
         # The last view of each dispatched AppWrapper: once it is deleted, its items say what to clean up.
         self._dispatched: dict[str, AppWrapperView] = {}
+        # Per waiting AppWrapper: what its Backoff message was about, and when it was written (monotonic).
+        self._backoff_written: dict[str, tuple[frozenset[str], float]] = {}
         self._any_queued = True
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(("aw", (new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(("node", (new or old).name)))  # type: ignore[union-attr]
@@ -168,8 +179,11 @@ class Dispatcher:
         node = self.nodes.get(name)
         if node is None:
             self.ledger.delete_node(name)
-        else:
-            self.ledger.upsert_node(node)
+            return
+        before = self.ledger.node(name)
+        self.ledger.upsert_node(node)
+        # Status heartbeats change nothing we count; only new or changed capacity deserves a cycle.
+        if before is None or before.allocatable != node.allocatable or before.schedulable != node.schedulable:
             self._capacity_may_have_grown()
 
     def _status(self, aw: AppWrapperView) -> Mapping[str, Any]:
@@ -221,6 +235,7 @@ class Dispatcher:
 
     def _forget(self, key: str) -> None:
         self._written.pop(key, None)
+        self._backoff_written.pop(key, None)
         self._generation_seen.pop(key, None)
         if self.ledger.is_reserved(key):
             self.ledger.release(key)
@@ -245,30 +260,45 @@ class Dispatcher:
         dispatched = 0
         blocked_by: str | None = None
         waiting = 0
+        deferred = False
         for aw in queued:
             if aw.demand_error:
                 self._fail(aw, status.INVALID_SPEC, aw.demand_error)
                 continue
             if blocked_by is not None:
                 waiting += 1
-                self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority,
-                                                     why=f"waiting behind {blocked_by} (strict FIFO)"))
+                deferred |= not self._set_queued(aw, frozenset({f"behind {blocked_by}"}),
+                                                 partial("waiting behind {} (strict FIFO)".format, blocked_by))
                 continue
             if not aw.demand.fits_in(free):
                 waiting += 1
-                why = describe_shortfall(aw.demand, free, capacity)
-                self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority,
-                                                     why=why))
+                deferred |= not self._set_queued(aw, short_resources(aw.demand, free),
+                                                 partial(describe_shortfall, aw.demand, free, capacity))
                 if self.strict_fifo:
                     blocked_by = aw.key
                 continue
             if self._dispatch(aw):
+                self._backoff_written.pop(aw.key, None)
                 self._dispatched[aw.key] = aw
                 dispatched += 1
                 free = free - aw.demand
         self._any_queued = waiting > 0
+        if deferred:
+            self.queue.add_after(DISPATCH, BACKOFF_REFRESH_SECONDS)
         log.info("dispatch cycle", cycle=self.cycles, queued=len(queued), dispatched=dispatched, waiting=waiting,
                  free=free.format(), duration_ms=round((time.perf_counter() - started) * 1000, 2))
+
+    def _set_queued(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> bool:
+        """Write the Backoff status unless only its amounts changed since a recent write; False if deferred."""
+        now = self.clock.monotonic()
+        last = self._backoff_written.get(aw.key)
+        if (last is not None and last[0] == about and now - last[1] < BACKOFF_REFRESH_SECONDS
+                and self._state(aw) == State.PENDING):
+            return False
+        if self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority,
+                                                why=why())):
+            self._backoff_written[aw.key] = (about, now)
+        return True
 
     def _dispatch(self, aw: AppWrapperView) -> bool:
         self.ledger.reserve(aw.key, aw.demand)
