@@ -78,8 +78,8 @@ class Dispatcher:
         self.nodes = nodes
         self.pods = pods
         self.writer = writer
-        self.queue: WorkQueue[Key] = queue or WorkQueue(name="dispatcher")
-        self.clock = clock or RealClock()
+        self.queue: WorkQueue[Key] = queue if queue is not None else WorkQueue(name="dispatcher")
+        self.clock = clock if clock is not None else RealClock()
         self.strict_fifo = strict_fifo
         self.ledger = Ledger()
         self.cycles = 0
@@ -94,6 +94,7 @@ class Dispatcher:
         # Per waiting AppWrapper: what its Backoff message was about, and when it was written (monotonic).
         self._backoff_written: dict[str, tuple[frozenset[str], float]] = {}
         self._any_queued = True
+        self._retrying: set[Key] = set()
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(("aw", (new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(("node", (new or old).name)))  # type: ignore[union-attr]
         pods.add_handler(lambda _t, old, new: self.queue.add(("pod", (new or old).uid)))  # type: ignore[union-attr]
@@ -105,22 +106,38 @@ class Dispatcher:
         while not all(i.has_synced() for i in informers):
             if stop.wait(0.05):
                 return
+        self.start()
+        while not self.queue.shutting_down():
+            self.process_next()
+
+    def start(self) -> None:
+        """Once the informers have synced: rebuild the ledger and ask for the first cycle."""
         self._rebuild()
         self.queue.add(DISPATCH)
         log.info("dispatcher started", appwrappers=len(self.appwrappers), nodes=len(self.nodes),
                  pods=len(self.pods), capacity=self.ledger.capacity().format(), free=self.ledger.free().format())
-        while True:
-            key, shutting_down = self.queue.get()
-            if shutting_down or key is None:
-                return
-            try:
-                self.process(key)
+
+    def process_next(self, timeout: float | None = None) -> Key | None:
+        """Take one key (waiting up to ``timeout``), process it and settle its retry state; None if none came."""
+        key, _ = self.queue.get(timeout)
+        if key is None:
+            return None
+        self._retrying.discard(key)
+        try:
+            self.process(key)
+            # A key that asked to be retried keeps its failure count, so its backoff grows.
+            if key not in self._retrying:
                 self.queue.forget(key)
-            except Exception:
-                log.exception("processing failed; retrying with backoff", key=f"{key[0]}:{key[1]}")
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
+        except Exception:
+            log.exception("processing failed; retrying with backoff", key=f"{key[0]}:{key[1]}")
+            self._retry(key)
+        finally:
+            self.queue.done(key)
+        return key
+
+    def _retry(self, key: Key) -> None:
+        self._retrying.add(key)
+        self.queue.add_rate_limited(key)
 
     def process(self, key: Key) -> None:
         kind, name = key
@@ -270,10 +287,13 @@ class Dispatcher:
                 deferred |= not self._set_queued(aw, frozenset({f"behind {blocked_by}"}),
                                                  partial("waiting behind {} (strict FIFO)".format, blocked_by))
                 continue
-            if not aw.demand.fits_in(free):
+            # Its own pods can exist already (the controller stopped between creating its objects and
+            # recording that): they are in use, so only the rest of the demand must fit.
+            need = (aw.demand - self.ledger.consumed(aw.key)).clamp()
+            if not need.fits_in(free):
                 waiting += 1
-                deferred |= not self._set_queued(aw, short_resources(aw.demand, free),
-                                                 partial(describe_shortfall, aw.demand, free, capacity))
+                deferred |= not self._set_queued(aw, short_resources(need, free),
+                                                 partial(describe_shortfall, need, free, capacity))
                 if self.strict_fifo:
                     blocked_by = aw.key
                 continue
@@ -281,7 +301,7 @@ class Dispatcher:
                 self._backoff_written.pop(aw.key, None)
                 self._dispatched[aw.key] = aw
                 dispatched += 1
-                free = free - aw.demand
+                free = free - need
         self._any_queued = waiting > 0
         if deferred:
             self.queue.add_after(DISPATCH, BACKOFF_REFRESH_SECONDS)
@@ -308,14 +328,14 @@ class Dispatcher:
             self.ledger.release(aw.key)
             if err.transient:
                 log.warning("dispatch failed; will retry", appwrapper=aw.key, reason=err.message)
-                self.queue.add_rate_limited(DISPATCH)
+                self._retry(DISPATCH)
             else:
                 self._fail(aw, status.ITEM_CREATION_FAILURE, err.message)
             return False
         if not self._write_status(aw, status.dispatched(self._status(aw), self.clock.now(), priority=aw.priority)):
-            # The objects exist but the AppWrapper does not say so: keep the reservation (they will run) and
-            # let the retry of this key write the status again.
-            self.queue.add_rate_limited(("aw", aw.key))
+            # The objects exist but the AppWrapper does not say so yet: keep the reservation (they will run) and
+            # retry the cycle, which applies the same objects again (a no-op) and writes the status.
+            self._retry(DISPATCH)
         log.info("dispatched", appwrapper=aw.key, demand=aw.demand.format())
         return True
 
@@ -335,7 +355,7 @@ class Dispatcher:
                 return True  # the AppWrapper is gone; its delete event cleans up
             log.warning("status write failed", appwrapper=aw.key, status_code=err.status, reason=err.message)
             if err.transient:
-                self.queue.add_rate_limited(("aw", aw.key))
+                self._retry(("aw", aw.key))
             return False
         self._written[aw.key] = (aw.uid, new)
         return True

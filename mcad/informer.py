@@ -120,7 +120,7 @@ class Informer(Generic[T]):
         self._transform = transform
         self._key = key
         self._watch_timeout = watch_timeout
-        self._clock = clock or RealClock()
+        self._clock = clock if clock is not None else RealClock()
         self._rng = rng or random.Random()
         self._backoff = _Backoff(backoff[0], backoff[1], self._clock, self._rng)
         self._handlers: list[Handler[T]] = []

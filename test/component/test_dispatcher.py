@@ -1,0 +1,172 @@
+"""The dispatcher stepped key by key: real work queue and informers over fake lister-watchers, a recording
+writer that can fail, a fake clock. No API server and no sleeps: decisions that need exact control over
+failures and time are checked here; everything else is checked end to end in test/e2e/."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from mcad.api.appwrapper import appwrapper_view
+from mcad.api.views import node_view, pod_view
+from mcad.dispatcher import BACKOFF_REFRESH_SECONDS, DISPATCH, Dispatcher
+from mcad.informer import Informer
+from mcad.kube import ApiError
+from mcad.workqueue import WorkQueue
+from test.fakes import FakeClock, FakeListerWatcher
+from test.support import wait_until
+
+
+class RecordingWriter:
+    def __init__(self) -> None:
+        self.applied: list[str] = []
+        self.statuses: list[tuple[str, dict[str, Any]]] = []
+        self.fail_apply: ApiError | None = None
+
+    def is_namespaced(self, api_version: str, kind: str) -> bool:
+        return True
+
+    def apply(self, obj: Mapping[str, Any], *, field_manager: str, force: bool) -> Mapping[str, Any]:
+        if self.fail_apply:
+            raise self.fail_apply
+        self.applied.append(obj["metadata"]["name"])
+        return obj
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "") -> None:
+        pass
+
+    def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],
+                     *, field_manager: str) -> Mapping[str, Any]:
+        self.statuses.append((name, dict(new_status)))
+        return new_status
+
+
+def node(name: str, cpu: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": "1"},
+            "status": {"allocatable": {"cpu": cpu, "memory": "8Gi"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def pod(name: str, cpu: str, *, appwrapper: str | None = None, node_name: str = "n0") -> dict[str, Any]:
+    labels = {"workload.codeflare.dev/appwrapper": appwrapper} if appwrapper else {}  # the name; same namespace
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels},
+            "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+            "status": {"phase": "Running"}}
+
+
+def aw(name: str, cpu: str, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1,
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"resources": {"GenericItems": [{
+                "custompodresources": [{"replicas": 1, "requests": {"cpu": cpu}}],
+                "generictemplate": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-cm"}}}]}},
+            "status": status or {}}
+
+
+class Harness:
+    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], aws: list[dict[str, Any]]) -> None:
+        self.lw = {k: FakeListerWatcher() for k in ("aw", "node", "pod")}
+        for obj in nodes:
+            self.lw["node"].add(obj)
+        for obj in pods:
+            self.lw["pod"].add(obj)
+        for obj in aws:
+            self.lw["aw"].add(obj)
+        self.clock = FakeClock()
+        self.writer = RecordingWriter()
+        self.informers: list[Informer[Any]] = [
+            Informer("appwrappers", self.lw["aw"], transform=appwrapper_view),
+            Informer("nodes", self.lw["node"], transform=node_view),
+            Informer("pods", self.lw["pod"], transform=pod_view, key=lambda raw: raw["metadata"]["uid"]),
+        ]
+        self.dispatcher = Dispatcher(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
+                                     writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock)
+        for informer in self.informers:
+            informer.start()
+        for informer in self.informers:
+            assert informer.wait_synced(5)
+        self.dispatcher.start()
+
+    def drain(self) -> None:
+        while self.dispatcher.process_next(timeout=0) is not None:
+            pass
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+
+@pytest.fixture
+def harness_factory() -> Iterator[Any]:
+    made: list[Harness] = []
+
+    def make(**kwargs: Any) -> Harness:
+        made.append(Harness(**kwargs))
+        return made[-1]
+
+    yield make
+    for h in made:
+        h.stop()
+
+
+def test_a_failing_api_is_retried_with_growing_backoff_then_forgotten(harness_factory: Any) -> None:
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "1")])
+    h.writer.fail_apply = ApiError(503, "ServiceUnavailable", "etcd is sad")
+    h.drain()
+    assert h.dispatcher.queue.num_requeues(DISPATCH) == 1
+    assert h.dispatcher.ledger.free().get("cpu") == 8000, "a failed dispatch releases its reservation"
+    h.clock.advance(0.005)
+    h.drain()
+    assert h.dispatcher.queue.num_requeues(DISPATCH) == 2, "the second failure must not reset the count"
+    h.clock.advance(0.005)
+    h.drain()
+    assert h.writer.applied == [], "not yet due: the second delay is 10 ms"
+
+    h.writer.fail_apply = None
+    h.clock.advance(0.005)
+    h.drain()
+    assert h.writer.applied == ["a-cm"]
+    assert h.writer.statuses[-1][1]["state"] == "Running"
+    assert h.dispatcher.queue.num_requeues(DISPATCH) == 0
+
+
+def test_a_refused_item_fails_the_appwrapper_without_retrying(harness_factory: Any) -> None:
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "1")])
+    h.writer.fail_apply = ApiError(422, "Invalid", "spec.x: Required value")
+    h.drain()
+    name, status = h.writer.statuses[-1]
+    assert (name, status["state"]) == ("a", "Failed")
+    assert "GenericItems[0] (ConfigMap a-cm): Invalid (422): spec.x: Required value" in status["message"]
+    assert h.dispatcher.queue.num_requeues(DISPATCH) == 0
+    assert h.dispatcher.ledger.free().get("cpu") == 8000
+
+
+def test_own_pods_that_exist_already_are_credited_after_a_crash(harness_factory: Any) -> None:
+    # The controller applied the objects and died before writing status: the pods run, the AppWrapper looks new.
+    h = harness_factory(nodes=[node("n0", "4")], pods=[pod("a-0", "4", appwrapper="a")], aws=[aw("a", "4")])
+    assert h.dispatcher.ledger.free().get("cpu") == 0
+    h.drain()
+    assert h.writer.applied == ["a-cm"], "re-applied (a no-op on the server), not left waiting on its own pods"
+    assert h.writer.statuses[-1][1]["state"] == "Running"
+    assert h.dispatcher.ledger.free().get("cpu") == 0, "its pods are counted once"
+
+
+def test_backoff_amounts_are_refreshed_lazily_but_a_new_shortage_is_written_at_once(harness_factory: Any) -> None:
+    h = harness_factory(nodes=[node("n0", "2")], pods=[pod("first", "1")], aws=[aw("big", "2")])
+    h.drain()
+    assert [s["message"] for _, s in h.writer.statuses] == ["short of cpu 1 (needs 2, 1 free)"]
+
+    h.lw["pod"].add(pod("other", "500m"))  # free capacity moves; the shortage is still cpu
+    wait_until(lambda: h.dispatcher.pods.get("uid-other"), 5, "the pod informer to see the pod")
+    h.lw["aw"].add(aw("next", "100m"))  # a new AppWrapper makes a cycle happen
+    wait_until(lambda: h.dispatcher.appwrappers.get("ns/next"), 5, "the AppWrapper informer to see it")
+    h.drain()
+    assert [n for n, _ in h.writer.statuses] == ["big", "next"], "big's amounts alone do not cost a write"
+
+    h.clock.advance(BACKOFF_REFRESH_SECONDS)
+    h.drain()
+    assert h.writer.statuses[-1] == ("big", h.writer.statuses[-1][1])
+    assert h.writer.statuses[-1][1]["message"] == "short of cpu 1600m (needs 2, 400m free)"  # 1 - 0.5 - 0.1
