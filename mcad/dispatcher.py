@@ -8,9 +8,12 @@ Contract:
   dispatches past capacity while it catches up).
 - A ``DISPATCH`` key (coalesced by the queue, so a burst of events costs one cycle) walks the queued AppWrappers
   in order (priority, creation time, name) and dispatches every one whose whole demand fits the free capacity;
-  with ``strict_fifo`` it stops at the first that does not. Each one left waits with a Backoff condition that
-  says which resource is short and by how much. A dispatch is reserved in the ledger before its API writes and
-  released if they fail.
+  with ``strict_fifo`` it stops at the first that does not. The walk is over ``PendingQueue`` groups, so its
+  cost follows what can fit, not the queue's length. A dispatch is reserved in the ledger before its API writes
+  and released if they fail.
+- A waiting AppWrapper gets a Backoff condition saying which resource is short and by how much, written when it
+  first waits and again only when the set of short resources changes (not for every change of the amounts:
+  that would be one write per waiting AppWrapper per cycle).
 - Capacity that frees up (an AppWrapper deleted, completed or failed; a pod finished or gone; a node added or
   ready) triggers a new cycle at once. There are no timed sleeps between decisions.
 - Status is written (server-side apply, status subresource) only when it differs from the last status seen
@@ -35,14 +38,14 @@ from mcad.clock import Clock, RealClock
 from mcad.informer import Informer
 from mcad.kube import ApiError
 from mcad.ledger import Ledger
+from mcad.pending import PendingQueue
 from mcad.workqueue import WorkQueue
 
 Key = tuple[str, str]
 DISPATCH: Key = ("dispatch", "")
-# A waiting AppWrapper's Backoff message says how much is short, which moves with every change of free capacity.
-# Rewriting it on each cycle would cost one API write per waiting AppWrapper per cycle; instead it is rewritten
-# when the set of short resources changes, and otherwise at most this often.
-BACKOFF_REFRESH_SECONDS = 30.0
+# Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
+# mean rewriting the status of every AppWrapper behind it.
+BEHIND_STRICT_FIFO = "waiting behind earlier AppWrappers (strict FIFO)"
 log = structlog.get_logger("mcad.dispatcher")
 
 
@@ -86,14 +89,15 @@ class Dispatcher:
         # Last status written per AppWrapper (uid, status): our own writes may not be back from the watch yet,
         # and deciding from a stale status would write the same transition twice.
         self._written: dict[str, tuple[str, Mapping[str, Any]]] = {}
-        self._generation_seen: dict[str, tuple[str, int]] = {}
+        self.pending = PendingQueue()
+        # Queued AppWrappers that have no Backoff status yet: announced after the next cycle.
+        self._unannounced: set[str] = set()
         self._pod_owner: dict[str, str] = {}
         self._pods_by_appwrapper: dict[str, dict[str, str]] = {}
         # The last view of each dispatched AppWrapper: once it is deleted, its items say what to clean up.
         self._dispatched: dict[str, AppWrapperView] = {}
-        # Per waiting AppWrapper: what its Backoff message was about, and when it was written (monotonic).
-        self._backoff_written: dict[str, tuple[frozenset[str], float]] = {}
-        self._any_queued = True
+        # Per waiting AppWrapper: what its last Backoff message was about (the short resources).
+        self._backoff_written: dict[str, frozenset[str]] = {}
         self._retrying: set[Key] = set()
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(("aw", (new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(("node", (new or old).name)))  # type: ignore[union-attr]
@@ -159,9 +163,11 @@ class Dispatcher:
         for aw in self.appwrappers.list():
             if self._status(aw).get("canrun") and self._state(aw) in (State.RUNNING, State.RUNNING_HOLD_COMPLETION):
                 self.ledger.reserve(aw.key, aw.demand)
+            elif self._is_queued(aw):
+                self._enqueue(aw)
 
     def _capacity_may_have_grown(self) -> None:
-        if self._any_queued:
+        if self.pending:
             self.queue.add(DISPATCH)
 
     # ------------------------------------------------------------------------------------------ events
@@ -189,6 +195,10 @@ class Dispatcher:
         self._track_pod(pod)
         if pod.appwrapper:
             self.queue.add(("aw", pod.appwrapper))
+            if pod.appwrapper in self.pending:
+                queued = self.appwrappers.get(pod.appwrapper)
+                if queued is not None:
+                    self._enqueue(queued)  # its own pods now count: it may need its own group
         if pod.terminal or pod.deleting:
             self._capacity_may_have_grown()
 
@@ -232,13 +242,14 @@ class Dispatcher:
                 apply.delete_wrapped(self.writer, gone)
             self._forget(key)
         if self._is_queued(aw):
-            # New arrivals and spec changes need a decision; our own status writes coming back do not.
-            seen = self._generation_seen.get(key)
-            if seen != (aw.uid, aw.generation):
-                self._generation_seen[key] = (aw.uid, aw.generation)
-                self._any_queued = True
+            if aw.demand_error:
+                self.pending.remove(key)
+                self._fail(aw, status.INVALID_SPEC, aw.demand_error)
+            elif self._enqueue(aw):
+                # New arrivals and changed ones need a decision; our own status writes coming back do not.
                 self.queue.add(DISPATCH)
             return
+        self.pending.remove(key)
         state = self._state(aw)
         if state in FINAL_STATES:
             if self.ledger.is_reserved(key):
@@ -250,10 +261,22 @@ class Dispatcher:
         self._dispatched[key] = aw
         self._update_pod_counts(aw)
 
+    def _enqueue(self, aw: AppWrapperView) -> bool:
+        """Put ``aw`` in the pending queue, or move it; True if that changed its place or its group."""
+        # An AppWrapper whose own pods exist already (see _dispatch_cycle) needs less than its group: keep it apart.
+        group: Any = (aw.demand, aw.key) if self.ledger.consumed(aw.key) else aw.demand
+        before = self.pending.entry(aw.key)
+        if before is None and not any(c.get("type") == status.BACKOFF
+                                      for c in self._status(aw).get("conditions") or []):
+            self._unannounced.add(aw.key)
+        self.pending.upsert(aw.key, aw.order(), aw.demand, group=group)
+        return before != (aw.order(), group)
+
     def _forget(self, key: str) -> None:
         self._written.pop(key, None)
         self._backoff_written.pop(key, None)
-        self._generation_seen.pop(key, None)
+        self._unannounced.discard(key)
+        self.pending.remove(key)
         if self.ledger.is_reserved(key):
             self.ledger.release(key)
             self._capacity_may_have_grown()
@@ -271,56 +294,65 @@ class Dispatcher:
     def _dispatch_cycle(self) -> None:
         started = time.perf_counter()
         self.cycles += 1
-        queued = sorted((aw for aw in self.appwrappers.list() if self._is_queued(aw)), key=AppWrapperView.order)
         free = self.ledger.free()
         capacity = self.ledger.capacity()
+        cursor = self.pending.cycle()
+        done: list[str] = []
         dispatched = 0
-        blocked_by: str | None = None
-        waiting = 0
-        deferred = False
-        for aw in queued:
-            if aw.demand_error:
-                self._fail(aw, status.INVALID_SPEC, aw.demand_error)
-                continue
-            if blocked_by is not None:
-                waiting += 1
-                deferred |= not self._set_queued(aw, frozenset({f"behind {blocked_by}"}),
-                                                 partial("waiting behind {} (strict FIFO)".format, blocked_by))
+        while (candidate := cursor.next()) is not None:
+            key, _ = candidate
+            aw = self.appwrappers.get(key)
+            if aw is None or not self._is_queued(aw):
+                done.append(key)  # went away or was decided meanwhile; its own event tidies up the rest
+                cursor.passed()
                 continue
             # Its own pods can exist already (the controller stopped between creating its objects and
             # recording that): they are in use, so only the rest of the demand must fit.
-            need = (aw.demand - self.ledger.consumed(aw.key)).clamp()
-            if not need.fits_in(free):
-                waiting += 1
-                deferred |= not self._set_queued(aw, short_resources(need, free),
-                                                 partial(describe_shortfall, need, free, capacity))
-                if self.strict_fifo:
-                    blocked_by = aw.key
+            need = (aw.demand - self.ledger.consumed(key)).clamp()
+            if need.fits_in(free):
+                cursor.passed()
+                outcome = self._dispatch(aw)
+                if outcome is not None:
+                    done.append(key)
+                dispatched += bool(outcome)
+                free = self.ledger.free()  # whatever the outcome, the ledger's reservations are the truth
                 continue
-            if self._dispatch(aw):
-                self._backoff_written.pop(aw.key, None)
-                self._dispatched[aw.key] = aw
-                dispatched += 1
-                free = free - need
-        self._any_queued = waiting > 0
-        if deferred:
-            self.queue.add_after(DISPATCH, BACKOFF_REFRESH_SECONDS)
-        log.info("dispatch cycle", cycle=self.cycles, queued=len(queued), dispatched=dispatched, waiting=waiting,
-                 free=free.format(), duration_ms=round((time.perf_counter() - started) * 1000, 2))
+            self._set_queued(aw, short_resources(need, free), partial(describe_shortfall, need, free, capacity))
+            if self.strict_fifo:
+                cursor.stop()
+            else:
+                cursor.blocked()
+        for key in done:
+            self.pending.remove(key)
+        self._announce(free, capacity)
+        log.info("dispatch cycle", cycle=self.cycles, queued=len(self.pending), dispatched=dispatched,
+                 visited=cursor.visited, free=free.format(),
+                 duration_ms=round((time.perf_counter() - started) * 1000, 2))
 
-    def _set_queued(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> bool:
-        """Write the Backoff status unless only its amounts changed since a recent write; False if deferred."""
-        now = self.clock.monotonic()
-        last = self._backoff_written.get(aw.key)
-        if (last is not None and last[0] == about and now - last[1] < BACKOFF_REFRESH_SECONDS
-                and self._state(aw) == State.PENDING):
-            return False
+    def _announce(self, free: ResourceVector, capacity: ResourceVector) -> None:
+        """First Backoff status of AppWrappers that arrived and still wait (the cycle may not have visited them)."""
+        for key in self._unannounced:
+            aw = self.appwrappers.get(key)
+            if aw is None or key not in self.pending or key in self._backoff_written:
+                continue
+            if self.strict_fifo:
+                self._set_queued(aw, frozenset({BEHIND_STRICT_FIFO}), partial(str, BEHIND_STRICT_FIFO))
+            else:
+                need = (aw.demand - self.ledger.consumed(key)).clamp()
+                self._set_queued(aw, short_resources(need, free),
+                                 partial(describe_shortfall, need, free, capacity))
+        self._unannounced.clear()
+
+    def _set_queued(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> None:
+        """Write the Backoff status, unless the last one was about the same short resources."""
+        if self._backoff_written.get(aw.key) == about and self._state(aw) == State.PENDING:
+            return
         if self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority,
                                                 why=why())):
-            self._backoff_written[aw.key] = (about, now)
-        return True
+            self._backoff_written[aw.key] = about
 
-    def _dispatch(self, aw: AppWrapperView) -> bool:
+    def _dispatch(self, aw: AppWrapperView) -> bool | None:
+        """True: dispatched. False: failed for good. None: transient trouble, it stays queued for a retry."""
         self.ledger.reserve(aw.key, aw.demand)
         try:
             apply.dispatch(self.writer, aw)
@@ -329,13 +361,16 @@ class Dispatcher:
             if err.transient:
                 log.warning("dispatch failed; will retry", appwrapper=aw.key, reason=err.message)
                 self._retry(DISPATCH)
-            else:
-                self._fail(aw, status.ITEM_CREATION_FAILURE, err.message)
+                return None
+            self._fail(aw, status.ITEM_CREATION_FAILURE, err.message)
             return False
         if not self._write_status(aw, status.dispatched(self._status(aw), self.clock.now(), priority=aw.priority)):
-            # The objects exist but the AppWrapper does not say so yet: keep the reservation (they will run) and
-            # retry the cycle, which applies the same objects again (a no-op) and writes the status.
+            # The objects exist but the AppWrapper does not say so yet: keep the reservation (they will run), keep
+            # it queued, and retry the cycle, which applies the same objects again (a no-op) and writes the status.
             self._retry(DISPATCH)
+            return None
+        self._backoff_written.pop(aw.key, None)
+        self._dispatched[aw.key] = aw
         log.info("dispatched", appwrapper=aw.key, demand=aw.demand.format())
         return True
 

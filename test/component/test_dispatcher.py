@@ -11,7 +11,7 @@ import pytest
 
 from mcad.api.appwrapper import appwrapper_view
 from mcad.api.views import node_view, pod_view
-from mcad.dispatcher import BACKOFF_REFRESH_SECONDS, DISPATCH, Dispatcher
+from mcad.dispatcher import DISPATCH, Dispatcher
 from mcad.informer import Informer
 from mcad.kube import ApiError
 from mcad.workqueue import WorkQueue
@@ -154,7 +154,7 @@ def test_own_pods_that_exist_already_are_credited_after_a_crash(harness_factory:
     assert h.dispatcher.ledger.free().get("cpu") == 0, "its pods are counted once"
 
 
-def test_backoff_amounts_are_refreshed_lazily_but_a_new_shortage_is_written_at_once(harness_factory: Any) -> None:
+def test_backoff_is_rewritten_for_a_new_shortage_not_for_new_amounts(harness_factory: Any) -> None:
     h = harness_factory(nodes=[node("n0", "2")], pods=[pod("first", "1")], aws=[aw("big", "2")])
     h.drain()
     assert [s["message"] for _, s in h.writer.statuses] == ["short of cpu 1 (needs 2, 1 free)"]
@@ -164,9 +164,33 @@ def test_backoff_amounts_are_refreshed_lazily_but_a_new_shortage_is_written_at_o
     h.lw["aw"].add(aw("next", "100m"))  # a new AppWrapper makes a cycle happen
     wait_until(lambda: h.dispatcher.appwrappers.get("ns/next"), 5, "the AppWrapper informer to see it")
     h.drain()
-    assert [n for n, _ in h.writer.statuses] == ["big", "next"], "big's amounts alone do not cost a write"
+    assert [n for n, _ in h.writer.statuses] == ["big", "next"], "big's new amounts alone cost no write"
 
-    h.clock.advance(BACKOFF_REFRESH_SECONDS)
+    h.lw["node"].modify({**node("n0", "2"), "status": {"allocatable": {"cpu": "2", "memory": "1Mi"},
+                                                       "conditions": [{"type": "Ready", "status": "True"}]}})
+    h.lw["aw"].modify({**aw("big", "2"), "spec": {"resources": {"GenericItems": [{"custompodresources": [
+        {"replicas": 1, "requests": {"cpu": "2", "memory": "2Mi"}}]}]}}, "metadata": {
+        **aw("big", "2")["metadata"], "generation": 2}})
+    wait_until(lambda: h.dispatcher.appwrappers.get("ns/big").generation == 2, 5, "big's new spec")
     h.drain()
-    assert h.writer.statuses[-1] == ("big", h.writer.statuses[-1][1])
-    assert h.writer.statuses[-1][1]["message"] == "short of cpu 1600m (needs 2, 400m free)"  # 1 - 0.5 - 0.1
+    name, last = h.writer.statuses[-1]
+    assert name == "big"
+    assert last["message"] == ("short of cpu 1600m (needs 2, 400m free), memory 1Mi (needs 2Mi, 1Mi free); "
+                               "more than the whole cluster has")
+
+
+def test_a_deep_queue_costs_one_visit_per_group_and_no_status_writes_per_cycle(harness_factory: Any) -> None:
+    waiting = [aw(f"gpu{i:04d}", "1") for i in range(300)]
+    for raw in waiting:
+        raw["spec"]["resources"]["GenericItems"][0]["custompodresources"][0]["requests"]["nvidia.com/gpu"] = "1"
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=waiting)
+    h.drain()
+    assert len(h.writer.statuses) == 300, "each waiting AppWrapper is told why once"
+
+    for i in range(5):
+        h.lw["aw"].add(aw(f"cpu{i}", "100m"))
+        wait_until(lambda i=i: h.dispatcher.appwrappers.get(f"ns/cpu{i}"), 5, "the new AppWrapper")
+        h.drain()
+    assert h.writer.applied == [f"cpu{i}-cm" for i in range(5)]
+    assert len(h.writer.statuses) == 305, "only the new AppWrappers' statuses were written"
+    assert h.dispatcher.pending.group_count() == 1
