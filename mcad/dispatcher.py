@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -40,6 +41,7 @@ from mcad.kube import ApiError
 from mcad.ledger import Ledger
 from mcad.pending import PendingQueue
 from mcad.workqueue import WorkQueue
+from mcad.writes import Writes
 
 Key = tuple[str, str]
 DISPATCH: Key = ("dispatch", "")
@@ -52,6 +54,23 @@ log = structlog.get_logger("mcad.dispatcher")
 class Writer(apply.ObjectWriter, Protocol):
     def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],
                      *, field_manager: str) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Dispatched:
+    """Outcome of a dispatch job: the objects were applied (``error`` None) and the status written (or not)."""
+
+    aw: AppWrapperView
+    status: Mapping[str, Any]
+    error: apply.DispatchFailed | None = None
+    status_error: ApiError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _StatusWritten:
+    uid: str
+    status: Mapping[str, Any]
+    error: ApiError | None = None
 
 
 def short_resources(demand: ResourceVector, free: ResourceVector) -> frozenset[str]:
@@ -76,7 +95,7 @@ def describe_shortfall(demand: ResourceVector, free: ResourceVector, capacity: R
 class Dispatcher:
     def __init__(self, *, appwrappers: Informer[AppWrapperView], nodes: Informer[NodeView],
                  pods: Informer[PodView], writer: Writer, queue: WorkQueue[Key] | None = None,
-                 clock: Clock | None = None, strict_fifo: bool = False) -> None:
+                 clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 8) -> None:
         self.appwrappers = appwrappers
         self.nodes = nodes
         self.pods = pods
@@ -85,6 +104,9 @@ class Dispatcher:
         self.clock = clock if clock is not None else RealClock()
         self.strict_fifo = strict_fifo
         self.ledger = Ledger()
+        self.writes = Writes(self.queue, workers=write_workers)
+        # Dispatches whose writes are under way: reserved in the ledger, neither queued nor dispatched yet.
+        self._inflight: dict[str, AppWrapperView] = {}
         self.cycles = 0
         # Last status written per AppWrapper (uid, status): our own writes may not be back from the watch yet,
         # and deciding from a stale status would write the same transition twice.
@@ -98,7 +120,6 @@ class Dispatcher:
         self._dispatched: dict[str, AppWrapperView] = {}
         # Per waiting AppWrapper: what its last Backoff message was about (the short resources).
         self._backoff_written: dict[str, frozenset[str]] = {}
-        self._retrying: set[Key] = set()
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(("aw", (new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(("node", (new or old).name)))  # type: ignore[union-attr]
         pods.add_handler(lambda _t, old, new: self.queue.add(("pod", (new or old).uid)))  # type: ignore[union-attr]
@@ -113,6 +134,7 @@ class Dispatcher:
         self.start()
         while not self.queue.shutting_down():
             self.process_next()
+        self.writes.close()
 
     def start(self) -> None:
         """Once the informers have synced: rebuild the ledger and ask for the first cycle."""
@@ -126,22 +148,18 @@ class Dispatcher:
         key, _ = self.queue.get(timeout)
         if key is None:
             return None
-        self._retrying.discard(key)
         try:
             self.process(key)
-            # A key that asked to be retried keeps its failure count, so its backoff grows.
-            if key not in self._retrying:
+            # DISPATCH and AppWrapper keys fail through their background writes, reported on another key: their
+            # failure counts are reset when a write of theirs succeeds (see _collect), so their backoff grows.
+            if key[0] not in ("dispatch", "aw"):
                 self.queue.forget(key)
         except Exception:
             log.exception("processing failed; retrying with backoff", key=f"{key[0]}:{key[1]}")
-            self._retry(key)
+            self.queue.add_rate_limited(key)
         finally:
             self.queue.done(key)
         return key
-
-    def _retry(self, key: Key) -> None:
-        self._retrying.add(key)
-        self.queue.add_rate_limited(key)
 
     def process(self, key: Key) -> None:
         kind, name = key
@@ -151,6 +169,8 @@ class Dispatcher:
             self._sync_node(name)
         elif kind == "aw":
             self._sync_appwrapper(name)
+        elif kind == "written":
+            self._collect(name)
         else:
             self._dispatch_cycle()
 
@@ -223,6 +243,8 @@ class Dispatcher:
         return str(self._status(aw).get("state") or "")
 
     def _is_queued(self, aw: AppWrapperView) -> bool:
+        if aw.key in self._inflight:
+            return False
         current = self._status(aw)
         return (not aw.deleting and not current.get("canrun")
                 and str(current.get("state") or "") in (State.NEW, State.PENDING))
@@ -232,14 +254,16 @@ class Dispatcher:
         if aw is None or aw.deleting:
             gone = self._dispatched.pop(key, None)
             if gone is not None:
-                apply.delete_wrapped(self.writer, gone)
+                self._delete_wrapped(gone)
             self._forget(key)
             return
+        if key in self._inflight:
+            return  # its dispatch writes are under way; their outcome decides
         if key in self._written and self._written[key][0] != aw.uid:
             # Deleted and re-created under the same name while we were not looking: clean up the old one.
             gone = self._dispatched.pop(key, None)
             if gone is not None and gone.uid != aw.uid:
-                apply.delete_wrapped(self.writer, gone)
+                self._delete_wrapped(gone)
             self._forget(key)
         if self._is_queued(aw):
             if aw.demand_error:
@@ -311,11 +335,10 @@ class Dispatcher:
             need = (aw.demand - self.ledger.consumed(key)).clamp()
             if need.fits_in(free):
                 cursor.passed()
-                outcome = self._dispatch(aw)
-                if outcome is not None:
-                    done.append(key)
-                dispatched += bool(outcome)
-                free = self.ledger.free()  # whatever the outcome, the ledger's reservations are the truth
+                self._dispatch(aw)
+                done.append(key)
+                dispatched += 1
+                free = free - need
                 continue
             self._set_queued(aw, short_resources(need, free), partial(describe_shortfall, need, free, capacity))
             if self.strict_fifo:
@@ -347,50 +370,101 @@ class Dispatcher:
         """Write the Backoff status, unless the last one was about the same short resources."""
         if self._backoff_written.get(aw.key) == about and self._state(aw) == State.PENDING:
             return
-        if self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority,
-                                                why=why())):
-            self._backoff_written[aw.key] = about
+        self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority, why=why()))
+        self._backoff_written[aw.key] = about
 
-    def _dispatch(self, aw: AppWrapperView) -> bool | None:
-        """True: dispatched. False: failed for good. None: transient trouble, it stays queued for a retry."""
+    def _dispatch(self, aw: AppWrapperView) -> None:
+        """Reserve now, write in the background: the objects, then the Dispatched status (see ``_collect``)."""
         self.ledger.reserve(aw.key, aw.demand)
-        try:
-            apply.dispatch(self.writer, aw)
-        except apply.DispatchFailed as err:
-            self.ledger.release(aw.key)
-            if err.transient:
-                log.warning("dispatch failed; will retry", appwrapper=aw.key, reason=err.message)
-                self._retry(DISPATCH)
-                return None
-            self._fail(aw, status.ITEM_CREATION_FAILURE, err.message)
-            return False
-        if not self._write_status(aw, status.dispatched(self._status(aw), self.clock.now(), priority=aw.priority)):
-            # The objects exist but the AppWrapper does not say so yet: keep the reservation (they will run), keep
-            # it queued, and retry the cycle, which applies the same objects again (a no-op) and writes the status.
-            self._retry(DISPATCH)
-            return None
-        self._backoff_written.pop(aw.key, None)
-        self._dispatched[aw.key] = aw
-        log.info("dispatched", appwrapper=aw.key, demand=aw.demand.format())
-        return True
+        self._inflight[aw.key] = aw
+        new = status.dispatched(self._status(aw), self.clock.now(), priority=aw.priority)
+
+        def job() -> _Dispatched:
+            try:
+                apply.dispatch(self.writer, aw)
+            except apply.DispatchFailed as err:
+                return _Dispatched(aw, new, error=err)
+            try:
+                self.writer.apply_status(API_VERSION, KIND, aw.namespace, aw.name, new, field_manager=FIELD_MANAGER)
+            except ApiError as err:
+                return _Dispatched(aw, new, status_error=err)
+            return _Dispatched(aw, new)
+
+        self.writes.submit(aw.key, job)
+
+    def _collect(self, key: str) -> None:
+        """Outcomes of background writes for one AppWrapper, in the order they finished."""
+        for outcome in self.writes.results(key):
+            if isinstance(outcome, _Dispatched):
+                self._dispatch_done(key, outcome)
+            elif isinstance(outcome, _StatusWritten) and outcome.error is None:
+                self.queue.forget(("aw", key))
+            elif isinstance(outcome, _StatusWritten) and outcome.error is not None:
+                if self._written.get(key) == (outcome.uid, outcome.status):
+                    del self._written[key]  # decide from what the API server has, not from what did not land
+                if outcome.error.transient:
+                    self.queue.add_rate_limited(("aw", key))
+                elif outcome.error.status != 404:
+                    log.warning("status write refused", appwrapper=key, status_code=outcome.error.status,
+                                reason=outcome.error.message)
+            elif isinstance(outcome, Exception):
+                log.error("background write failed", appwrapper=key, error=repr(outcome))
+
+    def _dispatch_done(self, key: str, outcome: _Dispatched) -> None:
+        aw = outcome.aw
+        self._inflight.pop(key, None)
+        current = self.appwrappers.get(key)
+        still_there = current is not None and current.uid == aw.uid and not current.deleting
+        if outcome.error is not None:
+            if self.ledger.is_reserved(key) and (still_there or current is None):
+                self.ledger.release(key)
+                self._capacity_may_have_grown()
+            if not still_there:
+                return
+            if outcome.error.transient:
+                log.warning("dispatch failed; will retry", appwrapper=key, reason=outcome.error.message)
+                self._enqueue(current)  # type: ignore[arg-type]
+                self.queue.add_rate_limited(DISPATCH)
+            else:
+                self._fail(aw, status.ITEM_CREATION_FAILURE, outcome.error.message)
+            return
+        if not still_there:
+            # Deleted while its objects were being created: take them back at once.
+            self._delete_wrapped(aw)
+            return
+        self.queue.forget(DISPATCH)
+        self._backoff_written.pop(key, None)
+        self._dispatched[key] = aw
+        if outcome.status_error is None:
+            self._written[key] = (aw.uid, outcome.status)
+        else:
+            # The objects exist but the status did not land: write it again (the reservation stays).
+            self._write_status(aw, outcome.status)
+        log.info("dispatched", appwrapper=key, demand=aw.demand.format())
+
+    def _delete_wrapped(self, aw: AppWrapperView) -> None:
+        self.writes.submit(aw.key, lambda: apply.delete_wrapped(self.writer, aw))
 
     def _fail(self, aw: AppWrapperView, reason: str, message: str) -> None:
         log.warning("appwrapper failed", appwrapper=aw.key, reason=reason, message=message)
         self._write_status(aw, status.failed(self._status(aw), self.clock.now(), priority=aw.priority,
                                              reason=reason, message=message))
 
-    def _write_status(self, aw: AppWrapperView, new: Mapping[str, Any]) -> bool:
-        """Apply ``new`` unless it equals what we last saw or wrote; False when the write failed."""
+    def _write_status(self, aw: AppWrapperView, new: Mapping[str, Any]) -> None:
+        """Apply ``new`` in the background unless it equals what we last saw or wrote.
+
+        The new status counts as written at once, so later decisions build on it; if the write fails, the entry
+        is dropped again and decisions fall back to what the API server holds (see ``_collect``).
+        """
         if new == self._status(aw):
-            return True
-        try:
-            self.writer.apply_status(API_VERSION, KIND, aw.namespace, aw.name, new, field_manager=FIELD_MANAGER)
-        except ApiError as err:
-            if err.status == 404:
-                return True  # the AppWrapper is gone; its delete event cleans up
-            log.warning("status write failed", appwrapper=aw.key, status_code=err.status, reason=err.message)
-            if err.transient:
-                self._retry(("aw", aw.key))
-            return False
+            return
         self._written[aw.key] = (aw.uid, new)
-        return True
+
+        def job() -> _StatusWritten:
+            try:
+                self.writer.apply_status(API_VERSION, KIND, aw.namespace, aw.name, new, field_manager=FIELD_MANAGER)
+            except ApiError as err:
+                return _StatusWritten(aw.uid, new, err)
+            return _StatusWritten(aw.uid, new)
+
+        self.writes.submit(aw.key, job)

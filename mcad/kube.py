@@ -59,7 +59,7 @@ class Connection:
     server: str
 
 
-def connect(kubeconfig: str | None = None, context: str | None = None) -> Connection:
+def connect(kubeconfig: str | None = None, context: str | None = None, *, pool_size: int = 32) -> Connection:
     """Build an API client: an explicit kubeconfig, else $KUBECONFIG, else in-cluster, else ~/.kube/config."""
     explicit = kubeconfig or os.environ.get("KUBECONFIG")
     configuration = kubernetes.client.Configuration()
@@ -87,6 +87,9 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Connec
             source = f"kubeconfig {default}"
     except ConfigException as err:
         raise KubeConnectError(f"invalid Kubernetes configuration: {err}") from err
+    # Background writers and the informers' long-lived watches share this pool; urllib3 would otherwise open and
+    # throw away a connection for every request beyond the default size (5 per cpu).
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, pool_size)
     return Connection(kubernetes.client.ApiClient(configuration), source, configuration.host)
 
 

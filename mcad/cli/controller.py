@@ -28,7 +28,8 @@ def _pod_uid(raw: dict[str, object]) -> str:
     return str(raw["metadata"]["uid"])  # type: ignore[index]
 
 
-def build(conn: kube.Connection, *, strict_fifo: bool) -> tuple[Dispatcher, list[Informer[object]]]:
+def build(conn: kube.Connection, *, strict_fifo: bool,
+          write_workers: int = 8) -> tuple[Dispatcher, list[Informer[object]]]:
     """Informers over AppWrappers, Nodes and Pods (all namespaces), and the dispatcher they feed."""
     appwrappers = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
                            transform=appwrapper_view)
@@ -38,7 +39,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool) -> tuple[Dispatcher, list
     pods = Informer("pods", kube.ResourceClient(conn, group="", version="v1", plural="pods"),
                     transform=pod_view, key=_pod_uid)
     dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=kube.Client(conn),
-                            strict_fifo=strict_fifo)
+                            strict_fifo=strict_fifo, write_workers=write_workers)
     return dispatcher, [appwrappers, nodes, pods]  # type: ignore[list-item]
 
 
@@ -49,18 +50,21 @@ def build(conn: kube.Connection, *, strict_fifo: bool) -> tuple[Dispatcher, list
 @click.option("--strict-fifo", is_flag=True,
               help="Dispatch strictly in order: an AppWrapper that does not fit blocks every one behind it. "
                    "Default: best-effort FIFO, where later AppWrappers that fit go ahead of a blocked one.")
+@click.option("--write-workers", type=click.IntRange(1, 64), default=8,
+              help="Threads that send dispatch and status writes to the API server in parallel (decisions stay "
+                   "on one thread; one AppWrapper's writes are never reordered).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json",
               help="json for log collectors, console for people.")
 @click.option("--connect-only", is_flag=True, help="Connect, check that the AppWrapper CRD is served, and exit.")
 @click.version_option(__version__, prog_name="mcad-controller")
-def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, log_level: str, log_format: str,
-         connect_only: bool) -> None:
+def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, write_workers: int, log_level: str,
+         log_format: str, connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     mcad_log.configure(log_level, "json" if log_format == "json" else "console")
     logger = structlog.get_logger("mcad.controller")
     try:
-        conn = kube.connect(kubeconfig, context)
+        conn = kube.connect(kubeconfig, context, pool_size=write_workers + 16)
         version = kube.server_version(conn)
     except kube.KubeConnectError as err:
         logger.error("cannot connect to the API server", reason=str(err))
@@ -78,7 +82,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, log_lev
     if connect_only:
         return
 
-    dispatcher, informers = build(conn, strict_fifo=strict_fifo)
+    dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers)
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:

@@ -83,7 +83,8 @@ class Harness:
             Informer("pods", self.lw["pod"], transform=pod_view, key=lambda raw: raw["metadata"]["uid"]),
         ]
         self.dispatcher = Dispatcher(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
-                                     writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock)
+                                     writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
+                                     write_workers=0)
         for informer in self.informers:
             informer.start()
         for informer in self.informers:
