@@ -48,6 +48,9 @@ DISPATCH: Key = ("dispatch", "")
 # Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
 # mean rewriting the status of every AppWrapper behind it.
 BEHIND_STRICT_FIFO = "waiting behind earlier AppWrappers (strict FIFO)"
+# Pod counts in a dispatched AppWrapper's status are written at most once per this window: a gang's pods move
+# through Pending and Running within moments, and one write for all of those moves is enough.
+POD_COUNT_WINDOW_SECONDS = 1.0
 log = structlog.get_logger("mcad.dispatcher")
 
 
@@ -81,7 +84,7 @@ def describe_shortfall(demand: ResourceVector, free: ResourceVector, capacity: R
     """'short of cpu 2 (needs 4, 2 free)', per short resource; notes a demand larger than the whole cluster."""
     short = demand.shortfall(free)
     parts = []
-    for name, amount in short.items():
+    for name, amount in sorted(short.items()):
         one = ResourceVector.of(name, amount).format_value(name)
         need = ResourceVector.of(name, demand.get(name)).format_value(name)
         have = ResourceVector.of(name, max(free.get(name), 0)).format_value(name)
@@ -171,6 +174,10 @@ class Dispatcher:
             self._sync_appwrapper(name)
         elif kind == "written":
             self._collect(name)
+        elif kind == "counts":
+            aw = self.appwrappers.get(name)
+            if aw is not None and not self._is_queued(aw) and self._state(aw) not in FINAL_STATES:
+                self._update_pod_counts(aw)
         else:
             self._dispatch_cycle()
 
@@ -283,7 +290,7 @@ class Dispatcher:
         if not self.ledger.is_reserved(key):
             self.ledger.reserve(key, aw.demand)
         self._dispatched[key] = aw
-        self._update_pod_counts(aw)
+        self.queue.add_after(("counts", key), POD_COUNT_WINDOW_SECONDS)
 
     def _enqueue(self, aw: AppWrapperView) -> bool:
         """Put ``aw`` in the pending queue, or move it; True if that changed its place or its group."""
@@ -435,6 +442,8 @@ class Dispatcher:
         self.queue.forget(DISPATCH)
         self._backoff_written.pop(key, None)
         self._dispatched[key] = aw
+        # Its pods may have come and started while the writes were under way (their events found it in flight).
+        self.queue.add_after(("counts", key), POD_COUNT_WINDOW_SECONDS)
         if outcome.status_error is None:
             self._written[key] = (aw.uid, outcome.status)
         else:

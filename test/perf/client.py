@@ -9,6 +9,7 @@ resumes from the last resourceVersion when a stream ends, so no event is missed 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -39,7 +40,7 @@ class Api:
 
     def __init__(self, kubeconfig: str, pool_size: int = 32, timeout: float = 60.0) -> None:
         cfg = kubernetes.client.Configuration()
-        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
         self.server = cfg.host.rstrip("/")
         self.timeout = timeout
         self.pool = urllib3.PoolManager(
@@ -131,10 +132,8 @@ class Watch:
         self._stop.set()
         resp = self._resp
         if resp is not None:
-            try:
-                resp.shutdown()  # type: ignore[attr-defined]
-            except Exception:  # noqa: BLE001 - best effort: the thread is a daemon anyway
-                pass
+            with contextlib.suppress(Exception):  # best effort: the thread is a daemon anyway
+                resp.shutdown()
         self._thread.join(timeout=5)
 
     def _query(self, **extra: str) -> dict[str, str]:
@@ -156,7 +155,7 @@ class Watch:
                     self.synced.set()
                 rv = self._stream(rv)
                 failures = 0
-            except Exception as err:  # noqa: BLE001 - the watch must survive a broken stream
+            except Exception as err:
                 if self._stop.is_set():
                     return
                 self.error = err

@@ -1,0 +1,213 @@
+"""mcad's benchmark suite (issue 4): ``make bench`` or ``python -m test.perf.bench [--scale F] [--scenarios a,b]``.
+
+Each scenario brings up its own local control plane (``hack/localcluster.py --name bench-<scenario>``, no nodes
+at start, raised in-flight limits), installs the CRD, creates its fake nodes through the API, runs
+``mcad-controller --log-level warning`` as a separate process (log in .dev/bench-logs/) and drives load from this
+process; then it stops the controller and takes the cluster down (``--keep`` keeps it). Latencies come from
+watches: a monotonic stamp when each create call returns, and the first watch event showing the AppWrapper
+``Running`` (or its pod Running). Controller CPU seconds (utime+stime) and peak RSS (VmHWM) come from /proc.
+
+Results go to bench-results.json (one object per scenario, written after each scenario) and a table at the end.
+A scenario that fails is reported with what it measured so far, and the next one runs; the exit code is 1 if any
+failed.
+
+Scenarios: ceiling, throughput, deep_queue, churn, restart (see test/perf/scenarios.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from test.perf.harness import say
+from test.perf.scenarios import SCENARIOS, Options, Result
+from test.support import REPO
+
+DEFAULT_OUTPUT = REPO / "bench-results.json"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m test.perf.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply every count (AppWrappers, nodes, probes) by this (default %(default)s)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
+                        help="comma-separated subset, in any order (default: all, in the order %(default)s)")
+    parser.add_argument("--keep", action="store_true", help="keep each scenario's cluster up afterwards")
+    parser.add_argument("--churn-full", action="store_true",
+                        help="churn at Kueue's full size (15,000 workloads) instead of 1/10")
+    parser.add_argument("--churn-fraction", type=float, default=None,
+                        help="churn size as a fraction of Kueue's 15,000 (default 0.1; 1.0 with --churn-full)")
+    parser.add_argument("--churn-nodes", type=int, default=75, help="8-cpu nodes in churn (default 75 = 600 cpu)")
+    parser.add_argument("--restart-scheduler", action="store_true",
+                        help="restart: let kube-scheduler place the pods instead of binding them with nodeName")
+    parser.add_argument("--threads", type=int, default=16, help="load thread pool size (default %(default)s)")
+    parser.add_argument("--max-requests-inflight", type=int, default=2000)
+    parser.add_argument("--max-mutating-requests-inflight", type=int, default=1000)
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="results file (default %(default)s)")
+    args = parser.parse_args(argv)
+    names = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    unknown = [s for s in names if s not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+    if args.scale <= 0:
+        parser.error("--scale must be > 0")
+    args.scenario_list = names
+    return args
+
+
+def previous_ceiling(path: Path) -> float | None:
+    """pairs/s of the ceiling scenario in an earlier results file, if any (for the throughput target)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    for r in data.get("scenarios", []):
+        if r.get("scenario") == "ceiling" and r.get("ok"):
+            value = (r.get("throughput") or {}).get("pairs_per_s")
+            return float(value) if value else None
+    return None
+
+
+def git_commit() -> str:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                          check=False)
+    dirty = subprocess.run(["git", "status", "--porcelain", "mcad"], cwd=REPO, capture_output=True, text=True,
+                           check=False).stdout.strip()
+    return proc.stdout.strip() + ("+dirty(mcad)" if dirty else "")
+
+
+def write_results(path: Path, meta: dict[str, Any], results: list[Result]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**meta, "scenarios": results}, indent=2) + "\n")
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------- table
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
+    return str(value)
+
+
+def render(results: list[Result]) -> str:
+    out: list[str] = []
+    for r in results:
+        params = ", ".join(f"{k}={v}" for k, v in (r.get("params") or {}).items() if k != "threads")
+        status = "ok" if r.get("ok") else "FAILED"
+        out.append(f"== {r['scenario']} [{status}] ({params})")
+        ctl = r.get("controller") or {}
+        head = [f"scenario {_fmt(r.get('duration_s'))} s (cluster up {_fmt(r.get('cluster_up_s'))} s, "
+                f"nodes Ready {_fmt(r.get('nodes_ready_s'))} s)"]
+        if r.get("wall_s") is not None:
+            head.append(f"measured wall {_fmt(r.get('wall_s'))} s")
+        if ctl:
+            head.append(f"controller cpu {_fmt(ctl.get('cpu_seconds'))} s"
+                        + (f" ({_fmt(ctl.get('load_cpu_seconds'))} s under load)" if "load_cpu_seconds" in ctl else "")
+                        + f", peak RSS {_fmt(ctl.get('peak_rss_mib'))} MiB")
+        out.append("   " + "; ".join(head))
+        extra = []
+        for key in ("throughput", "restart", "backlog"):
+            if r.get(key):
+                extra.append(", ".join(f"{k} {_fmt(v)}" for k, v in r[key].items()))
+        for key in ("create_rate_per_s", "utilisation_pct", "controller_ready_s"):
+            if r.get(key) is not None:
+                extra.append(f"{key} {_fmt(r[key])}")
+        if r.get("controller_before_restart"):
+            c = r["controller_before_restart"]
+            extra.append(f"first controller: cpu {_fmt(c.get('cpu_seconds'))} s, "
+                         f"peak RSS {_fmt(c.get('peak_rss_mib'))} MiB")
+        for line in extra:
+            out.append("   " + line)
+        lat = dict(r.get("latency") or {})
+        if r.get("create_lateness", {}).get("n"):
+            lat["(create lateness vs schedule)"] = r["create_lateness"]
+        if lat:
+            out.append(f"   {'latency (ms)':<34}{'n':>7}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}{'mean':>10}")
+            for name, s in lat.items():
+                out.append(f"   {name:<34}{s.get('n', 0):>7}" + "".join(
+                    f"{_fmt(s.get(k)):>10}" for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms")))
+        for t in r.get("targets") or []:
+            met = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
+            out.append(f"   target {t['name']}: {_fmt(t['value'])} (want {t['target']}) -> {met}")
+        for note in r.get("notes") or []:
+            out.append(f"   note: {note}")
+        if r.get("error"):
+            out.append(f"   ERROR: {r['error']}")
+        out.append("")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
+    opts = Options(scale=args.scale, keep=args.keep, threads=args.threads,
+                   churn_fraction=args.churn_fraction if args.churn_fraction is not None
+                   else (1.0 if args.churn_full else 0.1),
+                   churn_nodes=args.churn_nodes, restart_scheduler=args.restart_scheduler,
+                   max_inflight=args.max_requests_inflight, max_mutating_inflight=args.max_mutating_requests_inflight)
+    if "ceiling" not in args.scenario_list:
+        opts.ceiling_pairs_per_s = previous_ceiling(args.output)
+    meta: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "scale": args.scale, "churn_fraction": opts.churn_fraction,
+        "commit": git_commit(), "python": platform.python_version(), "cpus": os.cpu_count(),
+        "loadavg_at_start": os.getloadavg(), "argv": sys.argv[1:],
+    }
+    results: list[Result] = []
+    started = time.monotonic()
+    interrupted = False
+    for name in args.scenario_list:
+        result: Result = {"scenario": name, "ok": False, "targets": []}
+        results.append(result)
+        t0 = time.monotonic()
+        say(f"=== scenario {name} (scale {args.scale:g})")
+        try:
+            SCENARIOS[name](opts, result)
+            result["ok"] = True
+        except KeyboardInterrupt:
+            result["error"] = "interrupted"
+            interrupted = True
+        except Exception as err:
+            result["error"] = f"{type(err).__name__}: {err}"
+            result["traceback"] = traceback.format_exc()
+            say(f"scenario {name} FAILED: {result['error']}")
+        result["duration_s"] = round(time.monotonic() - t0, 1)
+        say(f"=== scenario {name} {'done' if result['ok'] else 'failed'} in {result['duration_s']} s")
+        meta["total_s"] = round(time.monotonic() - started, 1)
+        meta["bench_process_cpu_seconds"] = round(sum(resource.getrusage(resource.RUSAGE_SELF)[:2]), 1)
+        write_results(args.output, meta, results)
+        if interrupted:
+            break
+    print()
+    print(render(results))
+    print(f"total {meta['total_s']} s; results in {os.path.relpath(args.output)}")
+    if interrupted:
+        return 130
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

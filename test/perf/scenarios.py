@@ -1,0 +1,688 @@
+"""The five benchmark scenarios of issue 4. Each fills in a result dict as it goes, so a failure keeps what was
+measured before it, and each runs in its own fresh cluster (``Env``), taken down afterwards unless ``--keep``.
+
+Counts are multiplied by ``Options.scale`` (see ``scaled``); the per-scenario docstrings say what is measured.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from test.perf.client import Api, ApiError, Obj, Watch
+from test.perf.harness import (
+    API_VERSION,
+    NAMESPACE,
+    PROBE_LABEL,
+    BenchError,
+    Cluster,
+    Controller,
+    Progress,
+    Tracker,
+    appwrapper,
+    aw_path,
+    configmap_item,
+    create_namespace,
+    create_nodes,
+    install_crd,
+    job_item,
+    pod_item,
+    run_parallel,
+    say,
+    scaled,
+    summary,
+    wait_for,
+    watch_appwrappers,
+    watch_pods,
+)
+
+Result = dict[str, Any]
+
+
+@dataclass
+class Options:
+    scale: float = 1.0
+    keep: bool = False
+    threads: int = 16
+    churn_fraction: float = 0.1  # --churn-full sets 1.0
+    churn_nodes: int = 75  # x 8 cpu = Kueue's 600 cpu of nominal quota
+    restart_scheduler: bool = False  # True: restart's pods go through kube-scheduler instead of nodeName
+    max_inflight: int = 2000
+    max_mutating_inflight: int = 1000
+    ceiling_pairs_per_s: float | None = None  # from the ceiling scenario (this run or the last results file)
+
+
+def add_target(result: Result, name: str, value: float | None, op: str, bound: float, unit: str) -> None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        met = None
+    elif op == ">=":
+        met = value >= bound
+    elif op == "<=":
+        met = value <= bound
+    else:
+        met = value < bound
+    result["targets"].append({"name": name, "target": f"{op} {bound:g} {unit}".strip(),
+                              "value": None if value is None else round(value, 3), "met": met})
+
+
+class Env:
+    """One scenario's world: a fresh cluster with the CRD and the ``bench`` namespace, controllers and watches,
+    all stopped (and the cluster taken down unless ``keep``) on exit, whatever happened."""
+
+    def __init__(self, scenario: str, opts: Options, result: Result) -> None:
+        self.scenario = scenario
+        self.opts = opts
+        self.result = result
+        self.cluster = Cluster(f"bench-{scenario.replace('_', '-')}", max_inflight=opts.max_inflight,
+                               max_mutating_inflight=opts.max_mutating_inflight)
+        self.controllers: list[Controller] = []
+        self.watches: list[Watch] = []
+        self._api: Api | None = None
+
+    @property
+    def api(self) -> Api:
+        assert self._api is not None
+        return self._api
+
+    def __enter__(self) -> Env:
+        started = time.monotonic()
+        say(f"{self.scenario}: bringing up cluster {self.cluster.name}")
+        try:
+            self.cluster.up()
+            self._api = Api(self.cluster.kubeconfig, pool_size=max(32, self.opts.threads * 2))
+            install_crd(self.api)
+            create_namespace(self.api)
+        except BaseException:
+            self.__exit__()
+            raise
+        self.result["cluster_up_s"] = round(time.monotonic() - started, 1)
+        return self
+
+    def nodes(self, count: int, **kw: Any) -> None:
+        say(f"{self.scenario}: creating {count} fake nodes")
+        self.result["nodes_ready_s"] = round(create_nodes(self.api, count, threads=self.opts.threads, **kw), 1)
+
+    def controller(self, label: str, **kw: Any) -> Controller:
+        ctl = Controller(self.cluster.kubeconfig, f"{self.scenario}-{label}", **kw)
+        self.controllers.append(ctl)
+        ctl.start()
+        return ctl
+
+    def watch(self, w: Watch) -> Watch:
+        self.watches.append(w)
+        return w
+
+    def __exit__(self, *exc: object) -> None:
+        for w in self.watches:
+            w.stop()
+        for ctl in self.controllers:
+            ctl.stop()
+            errors = ctl.errors()
+            if errors:
+                self.result.setdefault("notes", []).append(
+                    f"{ctl.log.name}: {len(errors)} error line(s), first: {errors[0]}")
+        if self.opts.keep and self.cluster.started:
+            say(f"{self.scenario}: keeping cluster {self.cluster.name} (kubeconfig {self.cluster.kubeconfig}); "
+                f"stop it with: python3 hack/localcluster.py --name {self.cluster.name} down")
+        else:
+            self.cluster.down()
+
+
+def has(seen: dict[str, Any], name: str, *more: dict[str, Any]) -> Callable[[], bool]:
+    """A check for ``Tracker.wait``: ``name`` is in ``seen`` (or in any of ``more``)."""
+    return lambda: name in seen or any(name in m for m in more)
+
+
+def warmup(env: Env, ctl: Controller, timeout: float = 120) -> float:
+    """Wait until the controller dispatches a tiny AppWrapper (it has synced and works), then delete it."""
+    name = "bench-warmup"
+    started = time.monotonic()
+    env.api.create(aw_path(), appwrapper(name, [configmap_item(name, {"cpu": "10m"})]))
+
+    def running() -> bool:
+        return (env.api.get(aw_path(name)).get("status") or {}).get("state") == "Running"
+
+    wait_for(running, timeout, "the controller to dispatch the warm-up AppWrapper", interval=0.1,
+             alive=ctl.check_alive)
+    ready = time.monotonic() - started
+    env.api.delete(aw_path(name))
+
+    def gone() -> bool:
+        try:
+            env.api.get(aw_path(name))
+        except ApiError as err:
+            return err.status == 404
+        return False
+
+    wait_for(gone, 60, "the warm-up AppWrapper to go away", interval=0.1)
+    return ready
+
+
+def controller_figures(ctl: Controller, baseline: dict[str, float] | None = None) -> dict[str, Any]:
+    """CPU seconds and peak RSS now (call before stopping it); ``load_cpu_seconds`` is the part after baseline."""
+    now = ctl.stats()
+    out: dict[str, Any] = {"cpu_seconds": now.get("cpu_seconds"), "peak_rss_mib": now.get("peak_rss_mib"),
+                           "rss_mib": now.get("rss_mib")}
+    if baseline and now.get("cpu_seconds") is not None:
+        out["load_cpu_seconds"] = round(now["cpu_seconds"] - baseline.get("cpu_seconds", 0.0), 2)
+    return out
+
+
+def create_all(env: Env, tracker: Tracker, bodies: list[Obj], progress: Callable[[], str], label: str) -> float:
+    """Create every AppWrapper with the thread pool, stamping each when its create call returns; returns seconds."""
+    api = env.api
+    path = aw_path()
+
+    def create(body: Obj) -> None:
+        api.create(path, body)
+        tracker.mark_created(body["metadata"]["name"], time.monotonic())
+
+    started = time.monotonic()
+    with Progress(label, progress):
+        run_parallel(create, bodies, env.opts.threads)
+    return time.monotonic() - started
+
+
+# ---------------------------------------------------------------------------------------------- ceiling
+
+
+def ceiling(opts: Options, result: Result) -> None:
+    """No controller: the load process itself does what a dispatch does, for N pre-created AppWrappers: SSA of a
+    one-pod Job owned by the AppWrapper, then SSA of the AppWrapper's status (the controller's dispatched status).
+    writes/s and pairs/s are the API server's write rate for this work: the reference for the throughput target.
+    """
+    from mcad.api.appwrapper import appwrapper_view
+    from mcad.apply import manifest
+    from mcad.status import dispatched
+
+    n = scaled(2000, opts.scale)
+    n_nodes = scaled(100, opts.scale)
+    result["params"] = {"appwrappers": n, "nodes": n_nodes, "threads": opts.threads}
+    with Env("ceiling", opts, result) as env:
+        env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
+        api = env.api
+        created: dict[str, Obj] = {}
+        lock = threading.Lock()
+
+        def create(name: str) -> None:
+            obj = api.create(aw_path(), appwrapper(name, [job_item(name, "100m", delay="1h")]))
+            with lock:
+                created[name] = obj
+
+        names = [f"ceil-{i:05d}" for i in range(n)]
+        say(f"ceiling: pre-creating {n} AppWrappers (no controller)")
+        started = time.monotonic()
+        with Progress("ceiling", lambda: f"created {len(created)}/{n}"):
+            run_parallel(create, names, opts.threads)
+        create_s = time.monotonic() - started
+        result["create_rate_per_s"] = round(n / create_s, 1)
+
+        job_lat: list[float] = []
+        status_lat: list[float] = []
+        done = [0]
+
+        def dispatch(name: str) -> None:
+            aw = appwrapper_view(created[name])
+            obj = manifest(aw, 0)
+            t0 = time.monotonic()
+            api.apply(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{obj['metadata']['name']}", obj,
+                      "mcad-bench-ceiling")
+            t1 = time.monotonic()
+            status = dispatched({}, datetime.now(UTC), priority=aw.priority)
+            api.apply(aw_path(name) + "/status", {"apiVersion": API_VERSION, "kind": "AppWrapper",
+                                                  "metadata": {"name": name, "namespace": NAMESPACE},
+                                                  "status": status}, "mcad-bench-ceiling")
+            t2 = time.monotonic()
+            with lock:
+                job_lat.append(t1 - t0)
+                status_lat.append(t2 - t1)
+                done[0] += 1
+
+        say(f"ceiling: {n} dispatch-equivalents (SSA Job + SSA status) with {opts.threads} threads")
+        started = time.monotonic()
+        with Progress("ceiling", lambda: f"dispatch-equivalents {done[0]}/{n}"):
+            run_parallel(dispatch, names, opts.threads)
+        wall = time.monotonic() - started
+        result["wall_s"] = round(wall, 2)
+        pairs = n / wall
+        result["throughput"] = {"writes_per_s": round(2 * n / wall, 1), "pairs_per_s": round(pairs, 1)}
+        result["latency"] = {"ssa_job": summary(job_lat), "ssa_status": summary(status_lat)}
+        opts.ceiling_pairs_per_s = pairs
+
+
+# ---------------------------------------------------------------------------------------------- throughput
+
+
+def throughput(opts: Options, result: Result) -> None:
+    """N single-pod AppWrappers (one Job each, 100m, pods stay Running) that all fit, created as fast as the
+    thread pool can; creation -> Running (dispatched) and creation -> first pod Running, and the dispatch rate
+    AppWrappers dispatched / (last dispatch - first create)."""
+    n = scaled(2000, opts.scale)
+    n_nodes = scaled(100, opts.scale)
+    result["params"] = {"appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "pod_cpu": "100m", "threads": opts.threads}
+    with Env("throughput", opts, result) as env:
+        env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
+        ctl = env.controller("controller")
+        result["controller_ready_s"] = round(warmup(env, ctl), 2)
+        baseline = ctl.stats()
+        tracker = Tracker()
+        env.watch(watch_appwrappers(env.api, tracker))
+        env.watch(watch_pods(env.api, tracker))
+        names = [f"tp-{i:05d}" for i in range(n)]
+        bodies = [appwrapper(name, [job_item(name, "100m", delay="1h")]) for name in names]
+
+        def line() -> str:
+            return (f"created {len(tracker.created)}/{n}, dispatched {len(tracker.running)}, "
+                    f"pods running {len(tracker.pods_running)}")
+
+        say(f"throughput: creating {n} AppWrappers")
+        started = time.monotonic()
+        create_s = create_all(env, tracker, bodies, line, "throughput")
+        result["create_rate_per_s"] = round(n / create_s, 1)
+        timeout = 120 + n / 10
+        with Progress("throughput", line):
+            tracker.wait(lambda: len(tracker.running) + len(tracker.failed) >= n, timeout,
+                         f"{n} AppWrappers Running", ctl.check_alive)
+            tracker.wait(lambda: len(tracker.pods_running) >= n - len(tracker.failed), timeout,
+                         f"the pods of {n} AppWrappers Running", ctl.check_alive)
+        result["wall_s"] = round(time.monotonic() - started, 2)
+        result["controller"] = controller_figures(ctl, baseline)
+        result["failed"] = len(tracker.failed)
+        first_create = min(tracker.created.values())
+        last_dispatch = max(tracker.running.values())
+        rate = len(tracker.running) / (last_dispatch - first_create)
+        result["throughput"] = {"dispatched_per_s": round(rate, 1), "dispatched": len(tracker.running),
+                                "span_s": round(last_dispatch - first_create, 2)}
+        result["latency"] = {"create_to_running": summary(tracker.latencies(names, tracker.running)),
+                             "create_to_pod_running": summary(tracker.latencies(names, tracker.pods_running))}
+        add_target(result, "dispatch rate", rate, ">=", 100, "AW/s")
+        if opts.ceiling_pairs_per_s:
+            add_target(result, f"share of ceiling ({opts.ceiling_pairs_per_s:.0f} pairs/s)",
+                       100 * rate / opts.ceiling_pairs_per_s, ">=", 50, "%")
+        else:
+            result.setdefault("notes", []).append("no ceiling figure (run the ceiling scenario) for the 50% target")
+
+
+# ---------------------------------------------------------------------------------------------- deep queue
+
+
+def deep_queue(opts: Options, result: Result) -> None:
+    """N AppWrappers that can never fit (1 nvidia.com/gpu each, no GPUs in the cluster) queued first; then
+    (a) a new small CPU AppWrapper: creation -> Running, one at a time; (b) capacity freed: a filler takes all
+    cpu, a 1-cpu waiter queues behind it (seen Pending), the filler is deleted: delete returned -> waiter Running.
+    """
+    n = scaled(10000, opts.scale)
+    n_nodes = scaled(10, opts.scale)
+    n_a = scaled(50, opts.scale, minimum=10)
+    n_b = scaled(30, opts.scale, minimum=10)
+    total_cpu = n_nodes * 8
+    result["params"] = {"gpu_appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "probes_new": n_a,
+                        "probes_freed": n_b, "threads": opts.threads}
+    with Env("deep_queue", opts, result) as env:
+        env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
+        ctl = env.controller("controller")
+        result["controller_ready_s"] = round(warmup(env, ctl), 2)
+        baseline = ctl.stats()
+        backlog = Tracker()
+        counting = threading.Event()
+        backlog_events = [0]
+
+        def on_backlog(etype: str, obj: Obj, seen: float) -> None:
+            if counting.is_set() and PROBE_LABEL not in ((obj.get("metadata") or {}).get("labels") or {}):
+                backlog_events[0] += 1
+            backlog.on_aw(etype, obj, seen)
+
+        env.watch(Watch(env.api, aw_path(), on_backlog, name="watch-backlog").start())
+        names = [f"gpu-{i:05d}" for i in range(n)]
+        bodies = [appwrapper(name, [configmap_item(name, {"nvidia.com/gpu": "1"})]) for name in names]
+
+        def line() -> str:
+            return f"created {len(backlog.created)}/{n}, seen Pending {len(backlog.pending)}"
+
+        say(f"deep_queue: creating {n} GPU AppWrappers that cannot fit")
+        started = time.monotonic()
+        create_s = create_all(env, backlog, bodies, line, "deep_queue")
+        result["create_rate_per_s"] = round(n / create_s, 1)
+        created_at = time.monotonic()
+        with Progress("deep_queue", line):
+            backlog.wait(lambda: len(backlog.pending) >= n, 120 + n / 10, f"{n} GPU AppWrappers Pending",
+                         ctl.check_alive)
+        result["backlog"] = {"create_s": round(create_s, 1),
+                             "all_pending_after_last_create_s": round(time.monotonic() - created_at, 2),
+                             "running": len(backlog.running)}
+        result["controller_after_backlog"] = controller_figures(ctl, baseline)
+        mid = ctl.stats()
+        counting.set()
+
+        probe = Tracker()
+        env.watch(watch_appwrappers(env.api, probe, f"{PROBE_LABEL}=true"))
+        labels = {PROBE_LABEL: "true"}
+        api = env.api
+
+        def create(name: str, cpu: str) -> float:
+            api.create(aw_path(), appwrapper(name, [configmap_item(name, {"cpu": cpu})], labels=labels))
+            t = time.monotonic()
+            probe.mark_created(name, t)
+            return t
+
+        def delete(*names_: str) -> None:
+            for name in names_:
+                api.delete(aw_path(name))
+            probe.wait(lambda: all(x in probe.deleted for x in names_), 60, f"{names_} deleted", ctl.check_alive)
+
+        new_lat: list[float] = []
+        freed_lat: list[float] = []
+        result["latency"] = {}
+        say(f"deep_queue: (a) {n_a} new small CPU AppWrappers, one at a time")
+        for i in range(n_a):
+            name = f"probe-new-{i:03d}"
+            t = create(name, "100m")
+            probe.wait(has(probe.running, name), 60, f"{name} Running", ctl.check_alive)
+            new_lat.append(probe.running[name] - t)
+            delete(name)
+        result["latency"]["new_cpu_appwrapper"] = summary(new_lat)
+        say(f"deep_queue: (b) {n_b} times: filler ({total_cpu} cpu), waiter (1 cpu) Pending, delete filler")
+        for i in range(n_b):
+            filler, waiter = f"probe-filler-{i:03d}", f"probe-waiter-{i:03d}"
+            create(filler, str(total_cpu))
+            probe.wait(has(probe.running, filler), 60, f"{filler} Running", ctl.check_alive)
+            create(waiter, "1")
+            probe.wait(has(probe.pending, waiter, probe.running), 60, f"{waiter} Pending",
+                       ctl.check_alive)
+            if waiter in probe.running:
+                raise BenchError(f"{waiter} was dispatched although the filler took all cpu")
+            api.delete(aw_path(filler))
+            t = time.monotonic()
+            probe.wait(has(probe.running, waiter), 60, f"{waiter} Running after the filler went",
+                       ctl.check_alive)
+            freed_lat.append(probe.running[waiter] - t)
+            delete(filler, waiter)
+        result["latency"]["next_after_capacity_freed"] = summary(freed_lat)
+        result["wall_s"] = round(time.monotonic() - started, 2)
+        end = ctl.stats()
+        result["controller"] = controller_figures(ctl, baseline)
+        result["controller"]["probe_phase_cpu_seconds"] = round(end["cpu_seconds"] - mid["cpu_seconds"], 2)
+        result["backlog"]["events_during_probes"] = backlog_events[0]
+        if backlog.running:
+            raise BenchError(f"{len(backlog.running)} GPU AppWrappers were dispatched on a cluster with no GPUs")
+        add_target(result, "p99 new CPU AppWrapper", summary(new_lat).get("p99_ms"), "<", 200, "ms")
+        add_target(result, "p99 next after capacity freed", summary(freed_lat).get("p99_ms"), "<", 200, "ms")
+
+
+# ---------------------------------------------------------------------------------------------- churn
+
+# Kueue's baseline generator (test/performance/scheduler/configs/baseline/generator.yaml): 5 cohorts x 6 cluster
+# queues, each queue running three workload sets concurrently, one workload per interval.
+KUEUE_QUEUES = 5 * 6
+# class, workloads per queue, creation interval s, runtime s, priority, cpu
+KUEUE_CLASSES = (("small", 350, 0.1, 0.2, 50, 1), ("medium", 100, 0.5, 0.5, 100, 5), ("large", 50, 1.2, 1.0, 200, 20))
+KUEUE_WALL_S = 351.0
+
+
+def churn(opts: Options, result: Result) -> None:
+    """Kueue's baseline shape on 600 cpu: 30 arrival streams x 3 classes at Kueue's intervals; each workload is an
+    AppWrapper (a ConfigMap + custompodresources cpu) that the load process deletes ``runtime`` after it is first
+    seen Running, as Kueue's runner finishes workloads. Time-to-dispatch per class, wall time, utilisation."""
+    fraction = opts.churn_fraction * opts.scale
+    n_nodes = opts.churn_nodes
+    capacity = n_nodes * 8
+    plan: list[tuple[float, str, str, float, int, int]] = []  # (offset s, name, class, runtime, priority, cpu)
+    per_queue = {}
+    for cls, count, interval, runtime, priority, cpu in KUEUE_CLASSES:
+        k = scaled(count, fraction)
+        per_queue[cls] = k
+        for q in range(KUEUE_QUEUES):
+            for i in range(k):
+                plan.append(((i + 1) * interval, f"{cls}-{q:02d}-{i:03d}", cls, runtime, priority, cpu))
+    plan.sort()
+    n = len(plan)
+    spec = {name: (cls, runtime, cpu) for _, name, cls, runtime, _, cpu in plan}
+    result["params"] = {"workloads": n, "fraction_of_kueue": round(fraction, 4), "queues": KUEUE_QUEUES,
+                        "per_queue": per_queue, "nodes": n_nodes, "capacity_cpu": capacity, "threads": opts.threads}
+    with Env("churn", opts, result) as env:
+        env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
+        ctl = env.controller("controller")
+        result["controller_ready_s"] = round(warmup(env, ctl), 2)
+        baseline = ctl.stats()
+        api = env.api
+        finished: dict[str, float] = {}
+        lateness: list[float] = []
+        due: list[tuple[float, str]] = []
+        due_cond = threading.Condition()
+        deleter = ThreadPoolExecutor(8, thread_name_prefix="finish")
+        errors: list[BaseException] = []
+
+        def on_running(name: str, seen: float) -> None:
+            with due_cond:
+                heapq.heappush(due, (seen + spec[name][1], name))
+                due_cond.notify()
+
+        tracker = Tracker(on_running=on_running)
+        env.watch(watch_appwrappers(api, tracker))
+        stop = threading.Event()
+
+        def finish(name: str) -> None:
+            try:
+                api.delete(aw_path(name))
+            except BaseException as err:
+                errors.append(err)
+            with tracker.cond:
+                finished[name] = time.monotonic()
+                tracker.cond.notify_all()
+
+        def finisher() -> None:
+            while not stop.is_set():
+                with due_cond:
+                    if not due:
+                        due_cond.wait(0.2)
+                        continue
+                    when, name = due[0]
+                    left = when - time.monotonic()
+                    if left > 0:
+                        due_cond.wait(min(left, 0.2))
+                        continue
+                    heapq.heappop(due)
+                deleter.submit(finish, name)
+
+        creator = ThreadPoolExecutor(opts.threads, thread_name_prefix="create")
+
+        def create(offset: float, name: str, priority: int, cpu: int, t0: float) -> None:
+            try:
+                api.create(aw_path(), appwrapper(name, [configmap_item(name, {"cpu": str(cpu)})], priority=priority))
+            except BaseException as err:
+                errors.append(err)
+                return
+            now = time.monotonic()
+            tracker.mark_created(name, now)
+            with tracker.cond:
+                lateness.append(now - (t0 + offset))
+
+        def line() -> str:
+            return (f"created {len(tracker.created)}/{n}, dispatched {len(tracker.running)}, "
+                    f"finished {len(finished)}, running now {len(tracker.running) - len(finished)}")
+
+        fin_thread = threading.Thread(target=finisher, daemon=True, name="finisher")
+        fin_thread.start()
+        say(f"churn: {n} workloads over {plan[-1][0]:.1f} s of arrivals on {capacity} cpu")
+        t0 = time.monotonic()
+        try:
+            with Progress("churn", line):
+                for offset, name, _cls, _rt, priority, cpu in plan:
+                    left = t0 + offset - time.monotonic()
+                    if left > 0:
+                        time.sleep(left)
+                    creator.submit(create, offset, name, priority, cpu, t0)
+                    if errors:
+                        raise BenchError(f"churn: a request failed: {errors[0]}")
+                tracker.wait(lambda: len(finished) >= n or bool(errors), 300 + n / 5, f"{n} workloads finished",
+                             ctl.check_alive)
+                if errors:
+                    raise BenchError(f"churn: a request failed: {errors[0]}")
+        finally:
+            stop.set()
+            creator.shutdown(wait=True, cancel_futures=True)
+            deleter.shutdown(wait=True, cancel_futures=True)
+            fin_thread.join(timeout=5)
+        wall = max(finished.values()) - t0
+        result["wall_s"] = round(wall, 2)
+        result["controller"] = controller_figures(ctl, baseline)
+        work = sum(runtime * cpu for _, _, _, runtime, _, cpu in plan)
+        result["utilisation_pct"] = round(100 * work / (capacity * wall), 1)
+        result["throughput"] = {"workloads_per_s": round(n / wall, 1)}
+        result["create_lateness"] = summary(lateness)
+        result["latency"] = {}
+        for cls, *_ in KUEUE_CLASSES:
+            members = [name for _, name, c, *_ in plan if c == cls]
+            result["latency"][f"time_to_dispatch_{cls}"] = summary(tracker.latencies(members, tracker.running))
+        result["latency"]["time_to_dispatch_all"] = summary(tracker.latencies(spec, tracker.running))
+        if opts.churn_fraction >= 1.0 and opts.scale >= 1.0:
+            add_target(result, "wall time at full scale (Kueue 351 s)", wall, "<", KUEUE_WALL_S, "s")
+        else:
+            result.setdefault("notes", []).append(
+                f"wall-time target ({KUEUE_WALL_S:.0f} s) applies at full scale only (--churn-full, --scale 1)")
+
+
+# ---------------------------------------------------------------------------------------------- restart
+
+
+def restart(opts: Options, result: Result) -> None:
+    """N AppWrappers dispatched, each with a bare Pod Running (by default bound with nodeName, spread over the
+    nodes, so kube-scheduler is not the bottleneck of the set-up); then the controller is stopped (SIGTERM) and a
+    new one started: process start -> "dispatcher started" in its log, and -> a new small AppWrapper (created
+    right after the start) Running; the new process's peak RSS; nothing dispatched twice, no pod replaced."""
+    n = scaled(10000, opts.scale)
+    n_nodes = scaled(1000, opts.scale)
+    result["params"] = {"appwrappers": n, "pods": n, "nodes": n_nodes, "node_cpu": 8, "pod_cpu": "100m",
+                        "pods_bound_by": "kube-scheduler" if opts.restart_scheduler else "nodeName",
+                        "threads": opts.threads}
+    with Env("restart", opts, result) as env:
+        env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
+        api = env.api
+        first = env.controller("controller-1")
+        result["controller_ready_s"] = round(warmup(env, first), 2)
+        tracker = Tracker()
+        env.watch(watch_appwrappers(api, tracker))
+        pod_watch = env.watch(watch_pods(api, tracker))
+        names = [f"rs-{i:05d}" for i in range(n)]
+        bodies = [appwrapper(name, [pod_item(name, "100m", None if opts.restart_scheduler
+                                             else f"kwok-node-{i % n_nodes}")]) for i, name in enumerate(names)]
+
+        def line() -> str:
+            return (f"created {len(tracker.created)}/{n}, dispatched {len(tracker.running)}, "
+                    f"pods running {len(tracker.pods_running)}")
+
+        say(f"restart: setting up {n} AppWrappers with {n} pods on {n_nodes} nodes")
+        started = time.monotonic()
+        create_all(env, tracker, bodies, line, "restart")
+        timeout = 300 + n / 10
+        with Progress("restart", line):
+            tracker.wait(lambda: len(tracker.running) + len(tracker.failed) >= n, timeout,
+                         f"{n} AppWrappers Running", first.check_alive)
+            tracker.wait(lambda: len(tracker.pods_running) >= n - len(tracker.failed), timeout,
+                         f"{n} pods Running", first.check_alive)
+            # Let the first controller finish its pod-count status writes: quiet for 3 s (at most 120 s).
+            deadline = time.monotonic() + 120
+            while time.monotonic() - tracker.last_event < 3 and time.monotonic() < deadline:
+                time.sleep(0.5)
+        result["setup_s"] = round(time.monotonic() - started, 1)
+        if tracker.failed:
+            raise BenchError(f"{len(tracker.failed)} AppWrappers failed during set-up, e.g. "
+                             f"{next(iter(tracker.failed.items()))}")
+        result["controller_before_restart"] = controller_figures(first)
+        first.stop()
+        pod_watch.stop()
+
+        before_aws, _ = api.list_all(aw_path())
+        stamps = {o["metadata"]["name"]: (o.get("status") or {}).get("controllerfirstdispatchtimestamp")
+                  for o in before_aws}
+        before_pods, _ = api.list_all(f"/api/v1/namespaces/{NAMESPACE}/pods")
+        pod_uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in before_pods}
+        del before_aws, before_pods
+        events_before = tracker.events
+
+        probe = Tracker()
+        env.watch(watch_appwrappers(api, probe, f"{PROBE_LABEL}=true"))
+        # "dispatcher started" is an info line: the restarted controller logs at info (one line per dispatch).
+        second = Controller(env.cluster.kubeconfig, "restart-controller-2", log_level="info")
+        env.controllers.append(second)
+        log_seen: dict[str, float] = {}
+        log_line: list[str] = []
+        follow_stop = threading.Event()
+
+        def follow_log() -> None:
+            while not follow_stop.is_set() and "started" not in log_seen:
+                try:
+                    for raw in second.log.read_bytes().splitlines():
+                        if b'"dispatcher started"' in raw:
+                            log_line.append(raw.decode(errors="replace"))
+                            log_seen["started"] = time.monotonic()
+                            break
+                except OSError:
+                    pass
+                time.sleep(0.01)
+
+        say("restart: SIGTERM sent; starting a new controller and creating one small AppWrapper")
+        second.start()
+        follower = threading.Thread(target=follow_log, daemon=True, name="follow-log")
+        follower.start()
+        name = "restart-probe"
+        api.create(aw_path(), appwrapper(name, [configmap_item(name, {"cpu": "100m"})],
+                                         labels={PROBE_LABEL: "true"}))
+        probe.mark_created(name, time.monotonic())
+        try:
+            probe.wait(lambda: name in probe.running, 300, "the new controller to dispatch a new AppWrapper",
+                       second.check_alive)
+            first_dispatch = probe.running[name] - second.started_mono
+            wait_for(lambda: "started" in log_seen, 30, '"dispatcher started" in the new controller\'s log',
+                     interval=0.05)
+        finally:
+            follow_stop.set()
+        synced = log_seen["started"] - second.started_mono
+        try:  # the logged timestamp is more precise than the file poll
+            stamp = json.loads(log_line[0])["timestamp"]
+            synced = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() - second.started_wall
+        except (IndexError, KeyError, ValueError):
+            pass
+        result["restart"] = {"start_to_synced_s": round(synced, 3),
+                             "start_to_first_dispatch_s": round(first_dispatch, 3),
+                             "create_to_first_dispatch_s": round(probe.running[name] - probe.created[name], 3)}
+
+        # Correctness: nothing re-dispatched, no pod replaced, all still Running. Give the new controller a few
+        # seconds to do anything wrong first.
+        time.sleep(3)
+        after_aws, _ = api.list_all(aw_path())
+        after_pods, _ = api.list_all(f"/api/v1/namespaces/{NAMESPACE}/pods")
+        redispatched = sum(1 for o in after_aws if o["metadata"]["name"] in stamps
+                           and (o.get("status") or {}).get("controllerfirstdispatchtimestamp")
+                           != stamps[o["metadata"]["name"]])
+        not_running = sum(1 for o in after_aws if (o.get("status") or {}).get("state") != "Running")
+        replaced = sum(1 for p in after_pods if pod_uids.get(p["metadata"]["name"]) != p["metadata"]["uid"])
+        result["restart"].update({"redispatched": redispatched, "not_running": not_running,
+                                  "pods_replaced_or_new": replaced, "pods": len(after_pods),
+                                  "appwrapper_events_after_restart": tracker.events - events_before})
+        result["controller"] = controller_figures(second)
+        result["wall_s"] = round(time.monotonic() - started, 2)
+        result["latency"] = {}
+        if redispatched or not_running or replaced or len(after_pods) != len(pod_uids):
+            raise BenchError(f"restart was not clean: {redispatched} re-dispatched, {not_running} not Running, "
+                             f"{replaced} pods replaced, {len(after_pods)} pods (had {len(pod_uids)})")
+        add_target(result, "restart to first dispatch", first_dispatch, "<", 20, "s")
+        add_target(result, "peak RSS of the restarted controller", result["controller"].get("peak_rss_mib"),
+                   "<=", 300, "MiB")
+
+
+SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
+    "ceiling": ceiling,
+    "throughput": throughput,
+    "deep_queue": deep_queue,
+    "churn": churn,
+    "restart": restart,
+}
