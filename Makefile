@@ -54,6 +54,10 @@ lint: install ## ruff and mypy
 	$(BIN)/ruff check mcad test hack
 	$(BIN)/mypy
 
+.PHONY: bench
+bench: install tools ## benchmarks on throwaway local clusters -> bench-results.json (BENCH_ARGS="--scale 0.1 --scenarios churn")
+	$(BIN)/python -m test.perf.bench $(BENCH_ARGS)
+
 .PHONY: e2e
 e2e: ## reserved: the end-to-end suite against KinD arrives with the Helm chart
 	@echo "make e2e (KinD) is not available yet; run 'make test' for the suite against the local control plane" >&2

@@ -239,13 +239,8 @@ class ResourceClient:
     ``namespace`` None means all namespaces. Every failure raises ``ApiError`` (``GoneError`` for 410), with
     status 0 when no response came (connection refused, timeout, TLS).
 
-    Requests go through ``conn.api.param_serialize`` then ``conn.api.call_api``, the two steps every generated
-    method of the v37 client runs: ``param_serialize`` adds the configuration's auth (a bearer token, refreshed
-    by its hook when it has one; client certificates sit in the connection pool) and default headers, and
-    encodes the query; ``call_api`` returns a ``RESTResponse`` around a urllib3 response opened with
-    ``preload_content=False`` and raises nothing for HTTP errors. So one code path serves any resource,
-    core group included (``CustomObjectsApi`` only builds ``/apis/...`` paths), nothing is deserialized into
-    models, and a watch streams line by line from the raw urllib3 response.
+    Requests go through ``_open`` (the client's auth and encoding, the raw urllib3 response), so one code path
+    serves any resource, core group included, and a watch streams line by line.
     """
 
     def __init__(
@@ -332,48 +327,22 @@ class ResourceClient:
         return WatchStream(response)
 
     def _get_json(self, query: Query) -> dict[str, Any]:
-        response = self._send(query, self._request_timeout)
-        try:
-            data = response.read()
-        except (urllib3.exceptions.HTTPError, OSError) as err:
-            response.close()
-            raise ApiError(0, type(err).__name__, f"GET {self._path}: {err}") from err
-        response.release_conn()
-        try:
-            body = json.loads(data)
-        except ValueError as err:
-            raise ApiError(0, "BadResponse", f"GET {self._path}: response is not JSON: {err}") from err
-        if not isinstance(body, dict):
-            raise ApiError(0, "BadResponse", f"GET {self._path}: response is not a JSON object")
-        return body
+        return request_json(self._conn, "GET", self._path, query=query, timeout=self._request_timeout)
 
     def _send(self, query: Query, timeout: float | tuple[float, float]) -> Any:
         """GET ``self._path`` with ``query``; return the unread urllib3 response of a 2xx answer."""
-        api = self._conn.api
-        method, url, headers, body, post_params = api.param_serialize(
-            "GET", self._path, query_params=query, header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"])
-        try:
-            rest_response = api.call_api(method, url, headers, body, post_params, _request_timeout=timeout)
-        except kubernetes.client.exceptions.ApiException as err:
-            raise ApiError(err.status or 0, str(err.reason or "RequestFailed"), f"GET {self._path}: {err}") from err
-        except (urllib3.exceptions.HTTPError, OSError) as err:
-            raise ApiError(0, type(err).__name__, f"GET {self._path}: {err}") from err
-        response = rest_response.response
-        if 200 <= rest_response.status < 300:
-            return response
-        try:
-            data = response.read()
-        except (urllib3.exceptions.HTTPError, OSError):
-            data = b""
-        finally:
-            response.close()
-        raise _response_error(rest_response.status, str(rest_response.reason or ""), data)
+        return _open(self._conn, "GET", self._path, query=query, timeout=timeout)
 
 
-def request_json(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
-                 content_type: str = "application/json", timeout: float = 30.0) -> dict[str, Any]:
-    """One request, JSON in and out, through the connection's auth; errors as ``ApiError``."""
+def _open(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
+          content_type: str = "application/json", timeout: float | tuple[float, float] = 30.0) -> Any:
+    """Send one request through the connection's auth; the unread urllib3 response of a 2xx answer.
+
+    Uses ``param_serialize`` then ``call_api``, the two steps every generated method of the v37 client runs
+    (auth headers, token refresh, query encoding), but keeps the raw urllib3 response: nothing is deserialized
+    into models, any path works (the core group included), and a watch can be streamed line by line. JSON bodies
+    are passed as dicts for the client to encode; other content types (apply-patch) as our own JSON text.
+    """
     api = conn.api
     headers = {"Accept": "application/json", "Content-Type": content_type}
     method, url, headers, serialized, post_params = api.param_serialize(
@@ -386,19 +355,34 @@ def request_json(conn: Connection, method: str, path: str, *, query: Query | Non
     except (urllib3.exceptions.HTTPError, OSError) as err:
         raise ApiError(0, type(err).__name__, f"{method} {path}: {err}") from err
     response = rest_response.response
+    if 200 <= rest_response.status < 300:
+        return response
+    try:
+        data = response.read()
+    except (urllib3.exceptions.HTTPError, OSError):
+        data = b""
+    finally:
+        response.close()
+    raise _response_error(rest_response.status, str(rest_response.reason or ""), data)
+
+
+def request_json(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
+                 content_type: str = "application/json", timeout: float = 30.0) -> dict[str, Any]:
+    """One request, JSON in and out; errors as ``ApiError``."""
+    response = _open(conn, method, path, query=query, body=body, content_type=content_type, timeout=timeout)
     try:
         data = response.read()
     except (urllib3.exceptions.HTTPError, OSError) as err:
         response.close()
         raise ApiError(0, type(err).__name__, f"{method} {path}: {err}") from err
     response.release_conn()
-    if not 200 <= rest_response.status < 300:
-        raise _response_error(rest_response.status, str(rest_response.reason or ""), data)
     try:
         parsed = json.loads(data) if data else {}
     except ValueError as err:
         raise ApiError(0, "BadResponse", f"{method} {path}: response is not JSON: {err}") from err
-    return parsed if isinstance(parsed, dict) else {}
+    if not isinstance(parsed, dict):
+        raise ApiError(0, "BadResponse", f"{method} {path}: response is not a JSON object")
+    return parsed
 
 
 @dataclass(frozen=True)
