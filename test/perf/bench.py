@@ -50,8 +50,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--churn-fraction", type=float, default=None,
                         help="churn size as a fraction of Kueue's 15,000 (default 0.1; 1.0 with --churn-full)")
     parser.add_argument("--churn-nodes", type=int, default=75, help="8-cpu nodes in churn (default 75 = 600 cpu)")
-    parser.add_argument("--restart-scheduler", action="store_true",
-                        help="restart: let kube-scheduler place the pods instead of binding them with nodeName")
+    parser.add_argument("--restart-nodename", action="store_true",
+                        help="restart: bind the pods with spec.nodeName (round-robin) instead of via kube-scheduler")
+    parser.add_argument("--size", action="append", default=[], metavar="SCENARIO=FACTOR",
+                        help="multiply one scenario's counts on top of --scale (repeatable), e.g. restart=0.5")
+    parser.add_argument("--controller-args", default="",
+                        help="extra arguments for mcad-controller, space-separated (e.g. --strict-fifo)")
     parser.add_argument("--threads", type=int, default=16, help="load thread pool size (default %(default)s)")
     parser.add_argument("--max-requests-inflight", type=int, default=2000)
     parser.add_argument("--max-mutating-requests-inflight", type=int, default=1000)
@@ -64,20 +68,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.scale <= 0:
         parser.error("--scale must be > 0")
     args.scenario_list = names
+    args.size_map = {}
+    for item in args.size:
+        key, _, value = item.partition("=")
+        if key not in SCENARIOS:
+            parser.error(f"--size {item}: unknown scenario {key!r}")
+        try:
+            args.size_map[key] = float(value)
+        except ValueError:
+            parser.error(f"--size {item}: {value!r} is not a number")
     return args
 
 
-def previous_ceiling(path: Path) -> float | None:
+def previous_ceiling(path: Path) -> tuple[float | None, str]:
     """pairs/s of the ceiling scenario in an earlier results file, if any (for the throughput target)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return None
+        return None, ""
     for r in data.get("scenarios", []):
         if r.get("scenario") == "ceiling" and r.get("ok"):
             value = (r.get("throughput") or {}).get("pairs_per_s")
-            return float(value) if value else None
-    return None
+            source = f"{path.name} of {data.get('started')} (scale {data.get('scale')})"
+            return (float(value), source) if value else (None, "")
+    return None, ""
 
 
 def git_commit() -> str:
@@ -113,7 +127,7 @@ def render(results: list[Result]) -> str:
         out.append(f"== {r['scenario']} [{status}] ({params})")
         ctl = r.get("controller") or {}
         head = [f"scenario {_fmt(r.get('duration_s'))} s (cluster up {_fmt(r.get('cluster_up_s'))} s, "
-                f"nodes Ready {_fmt(r.get('nodes_ready_s'))} s)"]
+                f"nodes Ready {_fmt(r.get('nodes_ready_s'))} s, teardown {_fmt(r.get('teardown_s'))} s)"]
         if r.get("wall_s") is not None:
             head.append(f"measured wall {_fmt(r.get('wall_s'))} s")
         if ctl:
@@ -125,7 +139,7 @@ def render(results: list[Result]) -> str:
         for key in ("throughput", "restart", "backlog"):
             if r.get(key):
                 extra.append(", ".join(f"{k} {_fmt(v)}" for k, v in r[key].items()))
-        for key in ("create_rate_per_s", "utilisation_pct", "controller_ready_s"):
+        for key in ("create_rate_per_s", "utilisation_pct", "controller_ready_s", "ceiling_source"):
             if r.get(key) is not None:
                 extra.append(f"{key} {_fmt(r[key])}")
         if r.get("controller_before_restart"):
@@ -167,12 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     opts = Options(scale=args.scale, keep=args.keep, threads=args.threads,
                    churn_fraction=args.churn_fraction if args.churn_fraction is not None
                    else (1.0 if args.churn_full else 0.1),
-                   churn_nodes=args.churn_nodes, restart_scheduler=args.restart_scheduler,
-                   max_inflight=args.max_requests_inflight, max_mutating_inflight=args.max_mutating_requests_inflight)
+                   churn_nodes=args.churn_nodes, restart_nodename=args.restart_nodename,
+                   max_inflight=args.max_requests_inflight, max_mutating_inflight=args.max_mutating_requests_inflight,
+                   size=args.size_map, controller_args=tuple(args.controller_args.split()))
     if "ceiling" not in args.scenario_list:
-        opts.ceiling_pairs_per_s = previous_ceiling(args.output)
+        opts.ceiling_pairs_per_s, opts.ceiling_source = previous_ceiling(args.output)
     meta: dict[str, Any] = {
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "scale": args.scale, "churn_fraction": opts.churn_fraction,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "scale": args.scale, "size": args.size_map,
+        "churn_fraction": opts.churn_fraction,
         "commit": git_commit(), "python": platform.python_version(), "cpus": os.cpu_count(),
         "loadavg_at_start": os.getloadavg(), "argv": sys.argv[1:],
     }

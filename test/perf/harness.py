@@ -8,8 +8,10 @@ it (``Cluster.down``, ``Controller.stop``), and the scenarios call those from ``
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -101,10 +104,29 @@ class Cluster:
 
     def down(self) -> None:
         if self.started:
+            self._kill()
             proc = self._run("down", timeout=120)
             if proc.returncode != 0:
                 say(f"warning: taking cluster {self.name} down failed: {proc.stderr[-500:]}")
             self.started = False
+
+    def _kill(self) -> None:
+        """SIGKILL this cluster's own process groups (pids from its state file): its data is thrown away anyway,
+        and a graceful stop of the API server costs ~10 s per scenario. ``down`` then removes the state."""
+        try:
+            state = json.loads((REPO / ".dev" / "clusters" / self.name / "state.json").read_text())
+            pids = [int(p) for p in state["pids"].values()]
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        mark = f"/clusters/{self.name}/".encode()
+        for pid in pids:
+            try:  # only a process of this cluster (its command line names the cluster's state directory)
+                if mark not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    continue
+            except OSError:
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
 
     @property
     def logs(self) -> Path:
@@ -170,13 +192,16 @@ def create_nodes(api: Api, count: int, *, cpu: str = "8", memory: str = "32Gi", 
         list(pool.map(create, names))
     say(f"created {count} nodes in {time.monotonic() - started:.1f} s; waiting for Ready")
     wanted = set(names)
+    ready_count = [0]
 
     def ready() -> bool:
         items, _ = api.list_all("/api/v1/nodes", page=1000)
         ok = {n["metadata"]["name"] for n in items if lc.node_ready_and_untainted(n)}
+        ready_count[0] = len(ok & wanted)
         return ok >= wanted
 
-    wait_for(ready, timeout, f"{count} nodes to be Ready and untainted", interval=1.0)
+    with Progress("nodes", lambda: f"{ready_count[0]}/{count} Ready and untainted"):
+        wait_for(ready, timeout, f"{count} nodes to be Ready and untainted", interval=1.0)
     return time.monotonic() - started
 
 
@@ -232,13 +257,18 @@ class Controller:
     def start(self) -> None:
         LOGS.mkdir(parents=True, exist_ok=True)
         exe = Path(sys.executable).parent / "mcad-controller"
+        argv = [str(exe), "--kubeconfig", self.kubeconfig, "--log-level", self.log_level, "--log-format", "json",
+                *self.args]
+        # setpriv execs the controller in place (same pid) with SIGTERM as its parent-death signal, so the
+        # controller stops even if this process is killed before its cleanup runs.
+        setpriv = shutil.which("setpriv")
+        if setpriv:
+            argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
         with open(self.log, "wb") as out:
             self.started_wall = time.time()
             self.started_mono = time.monotonic()
-            self.proc = subprocess.Popen(
-                [str(exe), "--kubeconfig", self.kubeconfig, "--log-level", self.log_level, "--log-format", "json",
-                 *self.args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
 
     @property
     def pid(self) -> int:
@@ -347,6 +377,8 @@ class Tracker:
     failed: dict[str, str] = field(default_factory=dict)
     state: dict[str, str] = field(default_factory=dict)
     pods_running: dict[str, float] = field(default_factory=dict)
+    # status.controllerfirstdispatchtimestamp (the controller's wall clock) of each AppWrapper first seen Running
+    dispatch_stamp: dict[str, str] = field(default_factory=dict)
     on_running: Callable[[str, float], None] | None = None
     events: int = 0
     last_event: float = 0.0
@@ -370,6 +402,7 @@ class Tracker:
                 self.state[name] = state
                 if state == "Running" and name not in self.running:
                     self.running[name] = seen
+                    self.dispatch_stamp[name] = str(obj["status"].get("controllerfirstdispatchtimestamp") or "")
                     first_running = True
                 elif state == "Pending" and name not in self.pending:
                     self.pending[name] = seen
@@ -401,6 +434,20 @@ class Tracker:
                 self.cond.wait(min(left, 0.5))
                 if alive is not None:
                     alive()
+
+    def decision_to_seen(self) -> list[float]:
+        """Per AppWrapper: first seen Running minus the controller's dispatch timestamp (its wall clock when it
+        decided): the status write, the watch delivery and this process's own delay, as a check on the method."""
+        offset = time.time() - time.monotonic()
+        out = []
+        with self.cond:
+            for name, stamp in self.dispatch_stamp.items():
+                try:
+                    decided = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+                except ValueError:
+                    continue
+                out.append(self.running[name] + offset - decided)
+        return out
 
     def latencies(self, names: Iterable[str], end: dict[str, float], start: dict[str, float] | None = None
                   ) -> list[float]:

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,10 +54,16 @@ class Options:
     threads: int = 16
     churn_fraction: float = 0.1  # --churn-full sets 1.0
     churn_nodes: int = 75  # x 8 cpu = Kueue's 600 cpu of nominal quota
-    restart_scheduler: bool = False  # True: restart's pods go through kube-scheduler instead of nodeName
+    restart_nodename: bool = False  # True: restart's pods are bound with nodeName instead of by kube-scheduler
     max_inflight: int = 2000
     max_mutating_inflight: int = 1000
     ceiling_pairs_per_s: float | None = None  # from the ceiling scenario (this run or the last results file)
+    ceiling_source: str = ""
+    size: dict[str, float] = field(default_factory=dict)  # per-scenario factor on top of scale (--size name=F)
+    controller_args: tuple[str, ...] = ()
+
+    def factor(self, scenario: str) -> float:
+        return self.scale * self.size.get(scenario, 1.0)
 
 
 def add_target(result: Result, name: str, value: float | None, op: str, bound: float, unit: str) -> None:
@@ -111,6 +117,7 @@ class Env:
         self.result["nodes_ready_s"] = round(create_nodes(self.api, count, threads=self.opts.threads, **kw), 1)
 
     def controller(self, label: str, **kw: Any) -> Controller:
+        kw.setdefault("args", self.opts.controller_args)
         ctl = Controller(self.cluster.kubeconfig, f"{self.scenario}-{label}", **kw)
         self.controllers.append(ctl)
         ctl.start()
@@ -121,6 +128,7 @@ class Env:
         return w
 
     def __exit__(self, *exc: object) -> None:
+        started = time.monotonic()
         for w in self.watches:
             w.stop()
         for ctl in self.controllers:
@@ -134,6 +142,7 @@ class Env:
                 f"stop it with: python3 hack/localcluster.py --name {self.cluster.name} down")
         else:
             self.cluster.down()
+        self.result["teardown_s"] = round(time.monotonic() - started, 1)
 
 
 def has(seen: dict[str, Any], name: str, *more: dict[str, Any]) -> Callable[[], bool]:
@@ -176,7 +185,7 @@ def controller_figures(ctl: Controller, baseline: dict[str, float] | None = None
     return out
 
 
-def create_all(env: Env, tracker: Tracker, bodies: list[Obj], progress: Callable[[], str], label: str) -> float:
+def create_all(env: Env, tracker: Tracker, bodies: list[Obj]) -> float:
     """Create every AppWrapper with the thread pool, stamping each when its create call returns; returns seconds."""
     api = env.api
     path = aw_path()
@@ -186,8 +195,7 @@ def create_all(env: Env, tracker: Tracker, bodies: list[Obj], progress: Callable
         tracker.mark_created(body["metadata"]["name"], time.monotonic())
 
     started = time.monotonic()
-    with Progress(label, progress):
-        run_parallel(create, bodies, env.opts.threads)
+    run_parallel(create, bodies, env.opts.threads)
     return time.monotonic() - started
 
 
@@ -203,8 +211,9 @@ def ceiling(opts: Options, result: Result) -> None:
     from mcad.apply import manifest
     from mcad.status import dispatched
 
-    n = scaled(2000, opts.scale)
-    n_nodes = scaled(100, opts.scale)
+    f = opts.factor("ceiling")
+    n = scaled(2000, f)
+    n_nodes = scaled(100, f)
     result["params"] = {"appwrappers": n, "nodes": n_nodes, "threads": opts.threads}
     with Env("ceiling", opts, result) as env:
         env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
@@ -228,6 +237,10 @@ def ceiling(opts: Options, result: Result) -> None:
         job_lat: list[float] = []
         status_lat: list[float] = []
         done = [0]
+        # The watch sees the status each pair writes: seen - write returned calibrates the latency method.
+        written: dict[str, float] = {}
+        tracker = Tracker()
+        env.watch(watch_appwrappers(api, tracker))
 
         def dispatch(name: str) -> None:
             aw = appwrapper_view(created[name])
@@ -244,6 +257,7 @@ def ceiling(opts: Options, result: Result) -> None:
             with lock:
                 job_lat.append(t1 - t0)
                 status_lat.append(t2 - t1)
+                written[name] = t2
                 done[0] += 1
 
         say(f"ceiling: {n} dispatch-equivalents (SSA Job + SSA status) with {opts.threads} threads")
@@ -254,8 +268,12 @@ def ceiling(opts: Options, result: Result) -> None:
         result["wall_s"] = round(wall, 2)
         pairs = n / wall
         result["throughput"] = {"writes_per_s": round(2 * n / wall, 1), "pairs_per_s": round(pairs, 1)}
-        result["latency"] = {"ssa_job": summary(job_lat), "ssa_status": summary(status_lat)}
+        tracker.wait(lambda: len(tracker.running) >= n, 60, f"the watch to see {n} statuses")
+        result["latency"] = {"ssa_job": summary(job_lat), "ssa_status": summary(status_lat),
+                             "(status write returned to seen)": summary(tracker.latencies(names, tracker.running,
+                                                                                          written))}
         opts.ceiling_pairs_per_s = pairs
+        opts.ceiling_source = "this run"
 
 
 # ---------------------------------------------------------------------------------------------- throughput
@@ -265,8 +283,9 @@ def throughput(opts: Options, result: Result) -> None:
     """N single-pod AppWrappers (one Job each, 100m, pods stay Running) that all fit, created as fast as the
     thread pool can; creation -> Running (dispatched) and creation -> first pod Running, and the dispatch rate
     AppWrappers dispatched / (last dispatch - first create)."""
-    n = scaled(2000, opts.scale)
-    n_nodes = scaled(100, opts.scale)
+    f = opts.factor("throughput")
+    n = scaled(2000, f)
+    n_nodes = scaled(100, f)
     result["params"] = {"appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "pod_cpu": "100m", "threads": opts.threads}
     with Env("throughput", opts, result) as env:
         env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
@@ -285,10 +304,10 @@ def throughput(opts: Options, result: Result) -> None:
 
         say(f"throughput: creating {n} AppWrappers")
         started = time.monotonic()
-        create_s = create_all(env, tracker, bodies, line, "throughput")
-        result["create_rate_per_s"] = round(n / create_s, 1)
         timeout = 120 + n / 10
         with Progress("throughput", line):
+            create_s = create_all(env, tracker, bodies)
+            result["create_rate_per_s"] = round(n / create_s, 1)
             tracker.wait(lambda: len(tracker.running) + len(tracker.failed) >= n, timeout,
                          f"{n} AppWrappers Running", ctl.check_alive)
             tracker.wait(lambda: len(tracker.pods_running) >= n - len(tracker.failed), timeout,
@@ -302,9 +321,11 @@ def throughput(opts: Options, result: Result) -> None:
         result["throughput"] = {"dispatched_per_s": round(rate, 1), "dispatched": len(tracker.running),
                                 "span_s": round(last_dispatch - first_create, 2)}
         result["latency"] = {"create_to_running": summary(tracker.latencies(names, tracker.running)),
-                             "create_to_pod_running": summary(tracker.latencies(names, tracker.pods_running))}
+                             "create_to_pod_running": summary(tracker.latencies(names, tracker.pods_running)),
+                             "(controller decision to seen)": summary(tracker.decision_to_seen())}
         add_target(result, "dispatch rate", rate, ">=", 100, "AW/s")
         if opts.ceiling_pairs_per_s:
+            result["ceiling_source"] = opts.ceiling_source
             add_target(result, f"share of ceiling ({opts.ceiling_pairs_per_s:.0f} pairs/s)",
                        100 * rate / opts.ceiling_pairs_per_s, ">=", 50, "%")
         else:
@@ -319,10 +340,11 @@ def deep_queue(opts: Options, result: Result) -> None:
     (a) a new small CPU AppWrapper: creation -> Running, one at a time; (b) capacity freed: a filler takes all
     cpu, a 1-cpu waiter queues behind it (seen Pending), the filler is deleted: delete returned -> waiter Running.
     """
-    n = scaled(10000, opts.scale)
-    n_nodes = scaled(10, opts.scale)
-    n_a = scaled(50, opts.scale, minimum=10)
-    n_b = scaled(30, opts.scale, minimum=10)
+    f = opts.factor("deep_queue")
+    n = scaled(10000, f)
+    n_nodes = scaled(10, f)
+    n_a = scaled(50, f, minimum=10)
+    n_b = scaled(30, f, minimum=10)
     total_cpu = n_nodes * 8
     result["params"] = {"gpu_appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "probes_new": n_a,
                         "probes_freed": n_b, "threads": opts.threads}
@@ -349,10 +371,10 @@ def deep_queue(opts: Options, result: Result) -> None:
 
         say(f"deep_queue: creating {n} GPU AppWrappers that cannot fit")
         started = time.monotonic()
-        create_s = create_all(env, backlog, bodies, line, "deep_queue")
-        result["create_rate_per_s"] = round(n / create_s, 1)
-        created_at = time.monotonic()
         with Progress("deep_queue", line):
+            create_s = create_all(env, backlog, bodies)
+            result["create_rate_per_s"] = round(n / create_s, 1)
+            created_at = time.monotonic()
             backlog.wait(lambda: len(backlog.pending) >= n, 120 + n / 10, f"{n} GPU AppWrappers Pending",
                          ctl.check_alive)
         result["backlog"] = {"create_s": round(create_s, 1),
@@ -432,7 +454,7 @@ def churn(opts: Options, result: Result) -> None:
     """Kueue's baseline shape on 600 cpu: 30 arrival streams x 3 classes at Kueue's intervals; each workload is an
     AppWrapper (a ConfigMap + custompodresources cpu) that the load process deletes ``runtime`` after it is first
     seen Running, as Kueue's runner finishes workloads. Time-to-dispatch per class, wall time, utilisation."""
-    fraction = opts.churn_fraction * opts.scale
+    fraction = opts.churn_fraction * opts.factor("churn")
     n_nodes = opts.churn_nodes
     capacity = n_nodes * 8
     plan: list[tuple[float, str, str, float, int, int]] = []  # (offset s, name, class, runtime, priority, cpu)
@@ -529,9 +551,9 @@ def churn(opts: Options, result: Result) -> None:
                     raise BenchError(f"churn: a request failed: {errors[0]}")
         finally:
             stop.set()
+            fin_thread.join(timeout=5)
             creator.shutdown(wait=True, cancel_futures=True)
             deleter.shutdown(wait=True, cancel_futures=True)
-            fin_thread.join(timeout=5)
         wall = max(finished.values()) - t0
         result["wall_s"] = round(wall, 2)
         result["controller"] = controller_figures(ctl, baseline)
@@ -544,7 +566,7 @@ def churn(opts: Options, result: Result) -> None:
             members = [name for _, name, c, *_ in plan if c == cls]
             result["latency"][f"time_to_dispatch_{cls}"] = summary(tracker.latencies(members, tracker.running))
         result["latency"]["time_to_dispatch_all"] = summary(tracker.latencies(spec, tracker.running))
-        if opts.churn_fraction >= 1.0 and opts.scale >= 1.0:
+        if fraction >= 1.0:
             add_target(result, "wall time at full scale (Kueue 351 s)", wall, "<", KUEUE_WALL_S, "s")
         else:
             result.setdefault("notes", []).append(
@@ -555,14 +577,16 @@ def churn(opts: Options, result: Result) -> None:
 
 
 def restart(opts: Options, result: Result) -> None:
-    """N AppWrappers dispatched, each with a bare Pod Running (by default bound with nodeName, spread over the
-    nodes, so kube-scheduler is not the bottleneck of the set-up); then the controller is stopped (SIGTERM) and a
-    new one started: process start -> "dispatcher started" in its log, and -> a new small AppWrapper (created
-    right after the start) Running; the new process's peak RSS; nothing dispatched twice, no pod replaced."""
-    n = scaled(10000, opts.scale)
-    n_nodes = scaled(1000, opts.scale)
+    """N AppWrappers dispatched, each with a bare Pod Running (placed by kube-scheduler; ``--restart-nodename``
+    binds them round-robin with nodeName instead, should the scheduler bound the set-up); then the controller is
+    stopped (SIGTERM) and a new one started: process start -> "dispatcher started" in its log, and -> a new small
+    AppWrapper (created right after the start) Running; the new process's peak RSS; nothing dispatched twice, no
+    pod replaced."""
+    f = opts.factor("restart")
+    n = scaled(10000, f)
+    n_nodes = scaled(1000, f)
     result["params"] = {"appwrappers": n, "pods": n, "nodes": n_nodes, "node_cpu": 8, "pod_cpu": "100m",
-                        "pods_bound_by": "kube-scheduler" if opts.restart_scheduler else "nodeName",
+                        "pods_bound_by": "nodeName" if opts.restart_nodename else "kube-scheduler",
                         "threads": opts.threads}
     with Env("restart", opts, result) as env:
         env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
@@ -570,11 +594,19 @@ def restart(opts: Options, result: Result) -> None:
         first = env.controller("controller-1")
         result["controller_ready_s"] = round(warmup(env, first), 2)
         tracker = Tracker()
-        env.watch(watch_appwrappers(api, tracker))
+        after_restart = threading.Event()
+        events_after = [0]
+
+        def on_aw(etype: str, obj: Obj, seen: float) -> None:
+            if after_restart.is_set() and PROBE_LABEL not in ((obj.get("metadata") or {}).get("labels") or {}):
+                events_after[0] += 1
+            tracker.on_aw(etype, obj, seen)
+
+        env.watch(Watch(api, aw_path(), on_aw, name="watch-appwrappers").start())
         pod_watch = env.watch(watch_pods(api, tracker))
         names = [f"rs-{i:05d}" for i in range(n)]
-        bodies = [appwrapper(name, [pod_item(name, "100m", None if opts.restart_scheduler
-                                             else f"kwok-node-{i % n_nodes}")]) for i, name in enumerate(names)]
+        bodies = [appwrapper(name, [pod_item(name, "100m", f"kwok-node-{i % n_nodes}" if opts.restart_nodename
+                                             else None)]) for i, name in enumerate(names)]
 
         def line() -> str:
             return (f"created {len(tracker.created)}/{n}, dispatched {len(tracker.running)}, "
@@ -582,9 +614,9 @@ def restart(opts: Options, result: Result) -> None:
 
         say(f"restart: setting up {n} AppWrappers with {n} pods on {n_nodes} nodes")
         started = time.monotonic()
-        create_all(env, tracker, bodies, line, "restart")
         timeout = 300 + n / 10
         with Progress("restart", line):
+            create_all(env, tracker, bodies)
             tracker.wait(lambda: len(tracker.running) + len(tracker.failed) >= n, timeout,
                          f"{n} AppWrappers Running", first.check_alive)
             tracker.wait(lambda: len(tracker.pods_running) >= n - len(tracker.failed), timeout,
@@ -607,12 +639,13 @@ def restart(opts: Options, result: Result) -> None:
         before_pods, _ = api.list_all(f"/api/v1/namespaces/{NAMESPACE}/pods")
         pod_uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in before_pods}
         del before_aws, before_pods
-        events_before = tracker.events
+        after_restart.set()
 
         probe = Tracker()
         env.watch(watch_appwrappers(api, probe, f"{PROBE_LABEL}=true"))
         # "dispatcher started" is an info line: the restarted controller logs at info (one line per dispatch).
-        second = Controller(env.cluster.kubeconfig, "restart-controller-2", log_level="info")
+        second = Controller(env.cluster.kubeconfig, "restart-controller-2", log_level="info",
+                            args=opts.controller_args)
         env.controllers.append(second)
         log_seen: dict[str, float] = {}
         log_line: list[str] = []
@@ -668,7 +701,7 @@ def restart(opts: Options, result: Result) -> None:
         replaced = sum(1 for p in after_pods if pod_uids.get(p["metadata"]["name"]) != p["metadata"]["uid"])
         result["restart"].update({"redispatched": redispatched, "not_running": not_running,
                                   "pods_replaced_or_new": replaced, "pods": len(after_pods),
-                                  "appwrapper_events_after_restart": tracker.events - events_before})
+                                  "appwrapper_writes_seen_after_restart": events_after[0]})
         result["controller"] = controller_figures(second)
         result["wall_s"] = round(time.monotonic() - started, 2)
         result["latency"] = {}
