@@ -48,9 +48,10 @@ DISPATCH: Key = ("dispatch", "")
 # Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
 # mean rewriting the status of every AppWrapper behind it.
 BEHIND_STRICT_FIFO = "waiting behind earlier AppWrappers (strict FIFO)"
-# Pod counts in a dispatched AppWrapper's status are written at most once per this window: a gang's pods move
-# through Pending and Running within moments, and one write for all of those moves is enough.
-POD_COUNT_WINDOW_SECONDS = 1.0
+# Pod counts in a dispatched AppWrapper's status are written at most once per this window, in the writers' low
+# priority lane: a gang's pods move through Pending and Running within moments, one write for all of it is enough,
+# and API server capacity is better spent creating the next gang.
+POD_COUNT_WINDOW_SECONDS = 5.0
 log = structlog.get_logger("mcad.dispatcher")
 
 
@@ -318,7 +319,7 @@ class Dispatcher:
         new = status.with_pod_counts(current, self.clock.now(), pending=phases.count("Pending"),
                                      running=phases.count("Running"), succeeded=phases.count("Succeeded"),
                                      failed_=phases.count("Failed"))
-        self._write_status(aw, new)
+        self._write_status(aw, new, urgent=False)
 
     # ------------------------------------------------------------------------------------------ decisions
 
@@ -459,7 +460,7 @@ class Dispatcher:
         self._write_status(aw, status.failed(self._status(aw), self.clock.now(), priority=aw.priority,
                                              reason=reason, message=message))
 
-    def _write_status(self, aw: AppWrapperView, new: Mapping[str, Any]) -> None:
+    def _write_status(self, aw: AppWrapperView, new: Mapping[str, Any], *, urgent: bool = True) -> None:
         """Apply ``new`` in the background unless it equals what we last saw or wrote.
 
         The new status counts as written at once, so later decisions build on it; if the write fails, the entry
@@ -476,4 +477,4 @@ class Dispatcher:
                 return _StatusWritten(aw.uid, new, err)
             return _StatusWritten(aw.uid, new)
 
-        self.writes.submit(aw.key, job)
+        self.writes.submit(aw.key, job, urgent=urgent)

@@ -54,7 +54,9 @@ class ListerWatcher(Protocol):
     thread while a ``next()`` blocks, ``Informer.stop()`` uses it to end the current watch at once.
     """
 
-    def list(self) -> tuple[list[dict[str, Any]], str]: ...
+    def list(self, *, compact: Callable[[dict[str, Any]], Any] | None = None) -> tuple[list[Any], str]:
+        """All objects and the list's resourceVersion; ``compact`` (if given) maps each object as it arrives."""
+        ...
 
     def watch(self, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]: ...
 
@@ -231,23 +233,24 @@ class Informer(Generic[T]):
         stop.wait(delay)
 
     def _list_and_replace(self) -> None:
-        items, resource_version = self._lw.list()
-        if self._lists:
-            self.relists += 1
-        self._lists += 1
         with self._lock:
             old_store = self._store
-        new_store: dict[str, tuple[str, T]] = {}
-        for raw in items:
+
+        def compact(raw: dict[str, Any]) -> tuple[str, tuple[str, T] | None]:
+            # Runs as each page arrives, so raw objects are dropped page by page (peak memory at scale).
             key = self._key(raw)
             rv = _resource_version(raw)
             previous = old_store.get(key)
             if previous is not None and previous[0] == rv and rv:
-                new_store[key] = previous  # unchanged: keep the transformed object, skip the transform
-                continue
+                return key, previous  # unchanged: keep the transformed object, skip the transform
             transformed = self._safe_transform(key, raw)
-            if transformed is not None:
-                new_store[key] = (rv, transformed[0])
+            return key, None if transformed is None else (rv, transformed[0])
+
+        items, resource_version = self._lw.list(compact=compact)
+        if self._lists:
+            self.relists += 1
+        self._lists += 1
+        new_store: dict[str, tuple[str, T]] = {key: entry for key, entry in items if entry is not None}
         with self._lock:
             self._store = new_store
             self._resource_version = resource_version

@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -272,8 +272,12 @@ class ResourceClient:
     def path(self) -> str:
         return self._path
 
-    def list(self, resource_version: str = "") -> tuple[list[RawObject], str]:
+    def list(self, resource_version: str = "", *,
+             compact: Callable[[RawObject], Any] | None = None) -> tuple[list[Any], str]:
         """Every item, page by page (``limit``/``continue``), and the list's resourceVersion.
+
+        ``compact``, when given, is applied to each item as its page arrives and its result is kept instead of the
+        raw item, so a list of 10,000 pods never holds 10,000 raw pods at once (peak memory at restart).
 
         ``resource_version`` "" (the default, what informers use) asks for the latest state (a consistent
         read); another value asks for the list exactly at that version, which raises ``GoneError`` once the
@@ -306,7 +310,7 @@ class ResourceClient:
                 item.setdefault("apiVersion", self._api_version)
                 if item_kind:
                     item.setdefault("kind", item_kind)
-                items.append(item)
+                items.append(item if compact is None else compact(item))
             metadata = page.get("metadata") or {}
             token = str(metadata.get("continue") or "")
             if not token:

@@ -16,11 +16,13 @@ from collections.abc import Iterator
 
 import kubernetes.client as k8s
 import pytest
+import yaml
 
 from mcad import kube
 from test.support import REPO, wait_until
 
-CLUSTER_FIXTURES = {"kubeconfig", "api", "namespace", "core", "apps", "batch", "kuberay_operator"}
+CLUSTER_FIXTURES = {"kubeconfig", "api", "namespace", "core", "apps", "batch", "kuberay_operator", "crd"}
+CRD = REPO / "config" / "crd" / "workload.codeflare.dev_appwrappers.yaml"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -53,6 +55,21 @@ def kubeconfig() -> Iterator[str]:
     finally:
         if started_here and os.environ.get("MCAD_KEEP_CLUSTER") != "1":
             _local_cluster("down")
+
+
+@pytest.fixture(scope="session")
+def crd(api: k8s.ApiClient) -> None:
+    """The AppWrapper CRD of config/crd/, applied and Established."""
+    ext = k8s.ApiextensionsV1Api(api)
+    body = yaml.safe_load(CRD.read_text())
+    ext.patch_custom_resource_definition(body["metadata"]["name"], body, field_manager="mcad-e2e", force=True,
+                                         _content_type="application/apply-patch+yaml")
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
+        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+    wait_until(established, 30, "the AppWrapper CRD to be established")
 
 
 @pytest.fixture(scope="session")

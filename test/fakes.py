@@ -78,13 +78,14 @@ class FakeListerWatcher:
 
     # -- the ListerWatcher protocol -------------------------------------------------------------------------
 
-    def list(self) -> tuple[list[dict[str, Any]], str]:
+    def list(self, *, compact: Any = None) -> tuple[list[Any], str]:
         with self._cond:
             self.lists += 1
             self._cond.notify_all()
             if self._list_failures:
                 raise self._list_failures.popleft()
-            return [copy.deepcopy(obj) for obj in self._objects.values()], str(self._rv)
+            items = [copy.deepcopy(obj) for obj in self._objects.values()]
+            return [compact(obj) for obj in items] if compact else items, str(self._rv)
 
     def watch(self, resource_version: str, timeout_seconds: int) -> FakeWatchStream:
         with self._cond:

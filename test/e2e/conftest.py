@@ -17,28 +17,12 @@ from typing import Any
 
 import kubernetes.client as k8s
 import pytest
-import yaml
 
 from mcad import kube
 from test.support import REPO, wait_until
 
 GROUP, VERSION, PLURAL = "workload.codeflare.dev", "v1beta1", "appwrappers"
-CRD = REPO / "config" / "crd" / "workload.codeflare.dev_appwrappers.yaml"
 LOGS = REPO / ".dev" / "e2e-logs"
-
-
-@pytest.fixture(scope="session")
-def crd(api: k8s.ApiClient) -> None:
-    ext = k8s.ApiextensionsV1Api(api)
-    body = yaml.safe_load(CRD.read_text())
-    ext.patch_custom_resource_definition(body["metadata"]["name"], body, field_manager="mcad-e2e", force=True,
-                                         _content_type="application/apply-patch+yaml")
-
-    def established() -> bool:
-        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
-        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
-
-    wait_until(established, 30, "the AppWrapper CRD to be established")
 
 
 class Controller:

@@ -14,7 +14,7 @@ from mcad.cli import mcadctl
 BIN = Path(sys.executable).parent
 
 
-def test_controller_connects_and_logs_the_server_version(kubeconfig: str) -> None:
+def test_controller_connects_and_logs_the_server_version(kubeconfig: str, crd: None) -> None:
     proc = subprocess.run([str(BIN / "mcad-controller"), "--kubeconfig", kubeconfig, "--connect-only"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -183,9 +183,9 @@ class ChangeBetweenStreams:
         self.watches: list[str] = []  # the resourceVersion each watch started from
         self.created: list[str] = []
 
-    def list(self) -> tuple[list[dict[str, Any]], str]:
+    def list(self, *, compact: Any = None) -> tuple[list[Any], str]:
         self.lists += 1
-        return self.inner.list()
+        return self.inner.list(compact=compact)
 
     def watch(self, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
         self.watches.append(resource_version)
@@ -341,4 +341,15 @@ def test_an_expired_continue_token_restarts_the_list_once(
 
     assert sorted(i["metadata"]["name"] for i in items) == [f"w{i}" for i in range(5)]
     assert answers == ["ok", "Expired", "ok", "ok", "ok"]  # page 1, expired page 2, then 3 fresh pages
+    assert resource_version
+
+
+def test_list_compacts_each_item_as_its_page_arrives(conn: kube.Connection, api: k8s.ApiClient,
+                                                     namespace: str) -> None:
+    core = k8s.CoreV1Api(api)
+    for i in range(5):
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": f"c{i}"}})
+    names, resource_version = configmap_client(conn, namespace, page_size=2).list(
+        compact=lambda raw: raw["metadata"]["name"])
+    assert sorted(n for n in names if n.startswith("c")) == [f"c{i}" for i in range(5)]
     assert resource_version
