@@ -99,7 +99,7 @@ def describe_shortfall(demand: ResourceVector, free: ResourceVector, capacity: R
 class Dispatcher:
     def __init__(self, *, appwrappers: Informer[AppWrapperView], nodes: Informer[NodeView],
                  pods: Informer[PodView], writer: Writer, queue: WorkQueue[Key] | None = None,
-                 clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 8) -> None:
+                 clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 32) -> None:
         self.appwrappers = appwrappers
         self.nodes = nodes
         self.pods = pods

@@ -29,7 +29,7 @@ def _pod_uid(raw: dict[str, object]) -> str:
 
 
 def build(conn: kube.Connection, *, strict_fifo: bool,
-          write_workers: int = 8) -> tuple[Dispatcher, list[Informer[object]]]:
+          write_workers: int = 32) -> tuple[Dispatcher, list[Informer[object]]]:
     """Informers over AppWrappers, Nodes and Pods (all namespaces), and the dispatcher they feed."""
     appwrappers = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
                            transform=appwrapper_view)
@@ -50,7 +50,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool,
 @click.option("--strict-fifo", is_flag=True,
               help="Dispatch strictly in order: an AppWrapper that does not fit blocks every one behind it. "
                    "Default: best-effort FIFO, where later AppWrappers that fit go ahead of a blocked one.")
-@click.option("--write-workers", type=click.IntRange(1, 64), default=8,
+@click.option("--write-workers", type=click.IntRange(1, 128), default=32,
               help="Threads that send dispatch and status writes to the API server in parallel (decisions stay "
                    "on one thread; one AppWrapper's writes are never reordered).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")

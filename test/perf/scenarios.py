@@ -52,6 +52,9 @@ class Options:
     scale: float = 1.0
     keep: bool = False
     threads: int = 16
+    # Concurrent writers in the ceiling scenario: the same as mcad-controller's default --write-workers, so the
+    # reference and the controller ask the API server with the same concurrency.
+    ceiling_threads: int = 32
     churn_fraction: float = 0.1  # --churn-full sets 1.0
     churn_nodes: int = 75  # x 8 cpu = Kueue's 600 cpu of nominal quota
     restart_nodename: bool = False  # True: restart's pods are bound with nodeName instead of by kube-scheduler
@@ -214,7 +217,7 @@ def ceiling(opts: Options, result: Result) -> None:
     f = opts.factor("ceiling")
     n = scaled(2000, f)
     n_nodes = scaled(100, f)
-    result["params"] = {"appwrappers": n, "nodes": n_nodes, "threads": opts.threads}
+    result["params"] = {"appwrappers": n, "nodes": n_nodes, "threads": opts.ceiling_threads}
     with Env("ceiling", opts, result) as env:
         env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
         api = env.api
@@ -260,10 +263,10 @@ def ceiling(opts: Options, result: Result) -> None:
                 written[name] = t2
                 done[0] += 1
 
-        say(f"ceiling: {n} dispatch-equivalents (SSA Job + SSA status) with {opts.threads} threads")
+        say(f"ceiling: {n} dispatch-equivalents (SSA Job + SSA status) with {opts.ceiling_threads} threads")
         started = time.monotonic()
         with Progress("ceiling", lambda: f"dispatch-equivalents {done[0]}/{n}"):
-            run_parallel(dispatch, names, opts.threads)
+            run_parallel(dispatch, names, opts.ceiling_threads)
         wall = time.monotonic() - started
         result["wall_s"] = round(wall, 2)
         pairs = n / wall
