@@ -47,9 +47,10 @@ class ObjectWriter(Protocol):
 
     def apply(self, obj: Mapping[str, Any], *, field_manager: str, force: bool) -> Mapping[str, Any]: ...
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "") -> None:
-        """Background propagation; an object already gone is not an error. With ``owner_uid``, only an object
-        controlled by that owner is deleted."""
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
+               uid: str = "") -> None:
+        """Background propagation; an object already gone is not an error. With ``uid``, only that object is
+        deleted; with ``owner_uid``, only an object controlled by that owner."""
         ...
 
 
@@ -102,8 +103,9 @@ def _refusal(where: str, err: ApiError) -> str:
     return f"{where}: {err.reason or 'refused'} ({err.status}): {err.message}"
 
 
-def dispatch(writer: ObjectWriter, aw: AppWrapperView) -> None:
-    """Apply every item of ``aw``; on any failure undo the ones applied and raise DispatchFailed."""
+def dispatch(writer: ObjectWriter, aw: AppWrapperView) -> tuple[str, ...]:
+    """Apply every item of ``aw`` and return the uids of the objects, by item; on any failure undo the ones
+    applied and raise DispatchFailed."""
     manifests: list[dict[str, Any]] = []
     for index in range(len(aw.items)):
         try:
@@ -111,13 +113,14 @@ def dispatch(writer: ObjectWriter, aw: AppWrapperView) -> None:
         except ItemError as err:
             raise DispatchFailed(str(err), transient=False) from err
     applied: list[dict[str, Any]] = []
+    uids: list[str] = []
     for index, obj in enumerate(manifests):
         where = describe_item(index, obj)
         try:
             if not writer.is_namespaced(obj["apiVersion"], obj["kind"]):
                 raise DispatchFailed(f"{where}: {obj['kind']} is cluster-scoped; an AppWrapper can only wrap "
                                      f"namespaced objects", transient=False)
-            writer.apply(obj, field_manager=FIELD_MANAGER, force=True)
+            applied_obj = writer.apply(obj, field_manager=FIELD_MANAGER, force=True)
         except ApiError as err:
             _undo(writer, applied)
             if err.status == 404:
@@ -128,29 +131,37 @@ def dispatch(writer: ObjectWriter, aw: AppWrapperView) -> None:
             _undo(writer, applied)
             raise
         applied.append(obj)
+        uids.append(str((applied_obj.get("metadata") or {}).get("uid") or ""))
+    return tuple(uids)
 
 
-def _undo(writer: ObjectWriter, applied: list[dict[str, Any]], owner_uid: str = "") -> None:
+def _undo(writer: ObjectWriter, applied: list[dict[str, Any]]) -> None:
     for obj in reversed(applied):
         meta = obj["metadata"]
         try:
-            writer.delete(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], owner_uid=owner_uid)
+            writer.delete(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         except ApiError:
             # The ownerReference still lets the garbage collector remove it when the AppWrapper goes.
             continue
 
 
-def delete_wrapped(writer: ObjectWriter, aw: AppWrapperView) -> None:
-    """Delete what a (deleted) AppWrapper wrapped, best effort, touching only objects it controls.
+def delete_wrapped(writer: ObjectWriter, aw: AppWrapperView, uids: tuple[str, ...] = ()) -> None:
+    """Delete what a (deleted) AppWrapper wrapped, best effort, touching only objects it controls: by the uids
+    recorded when they were applied (one request each) or, unknown after a restart, by checking their owner.
 
     The garbage collector would do it too, through the ownerReference, but it learns of a newly installed CRD
     only at its next 30 s discovery resync and works through a backlog at its own pace: deleting directly
     frees the capacity for the next AppWrapper at once.
     """
-    objs = []
     for index in range(len(aw.items)):
         try:
-            objs.append(manifest(aw, index))
+            obj = manifest(aw, index)
         except ItemError:
             continue
-    _undo(writer, objs, owner_uid=aw.uid)
+        meta = obj["metadata"]
+        uid = uids[index] if index < len(uids) else ""
+        try:
+            writer.delete(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"],
+                          owner_uid="" if uid else aw.uid, uid=uid)
+        except ApiError:
+            continue  # the ownerReference still lets the garbage collector remove it

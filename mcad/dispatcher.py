@@ -66,6 +66,7 @@ class _Dispatched:
 
     aw: AppWrapperView
     status: Mapping[str, Any]
+    uids: tuple[str, ...] = ()
     error: apply.DispatchFailed | None = None
     status_error: ApiError | None = None
 
@@ -122,6 +123,9 @@ class Dispatcher:
         self._pods_by_appwrapper: dict[str, dict[str, str]] = {}
         # The last view of each dispatched AppWrapper: once it is deleted, its items say what to clean up.
         self._dispatched: dict[str, AppWrapperView] = {}
+        # uids of the objects applied for each dispatched AppWrapper (unknown after a restart): one request each
+        # to delete them, instead of a read to check their owner first.
+        self._object_uids: dict[str, tuple[str, ...]] = {}
         # Per waiting AppWrapper: what its last Backoff message was about (the short resources).
         self._backoff_written: dict[str, frozenset[str]] = {}
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(("aw", (new or old).key)))  # type: ignore[union-attr]
@@ -204,10 +208,17 @@ class Dispatcher:
         self.ledger.upsert_pod(pod)
         owner = self._pod_owner.get(pod.uid)
         if owner and owner != pod.appwrapper:
-            self._pods_by_appwrapper.get(owner, {}).pop(pod.uid, None)
+            self._untrack_pod(owner, pod.uid)
         if pod.appwrapper:
             self._pod_owner[pod.uid] = pod.appwrapper
             self._pods_by_appwrapper.setdefault(pod.appwrapper, {})[pod.uid] = pod.phase
+
+    def _untrack_pod(self, owner: str, uid: str) -> None:
+        pods = self._pods_by_appwrapper.get(owner)
+        if pods is not None:
+            pods.pop(uid, None)
+            if not pods:
+                del self._pods_by_appwrapper[owner]  # deleted AppWrappers must not leave an entry each behind
 
     def _sync_pod(self, uid: str) -> None:
         pod = self.pods.get(uid)
@@ -216,7 +227,7 @@ class Dispatcher:
             self.ledger.delete_pod(uid)
             self._pod_owner.pop(uid, None)
             if owner:
-                self._pods_by_appwrapper.get(owner, {}).pop(uid, None)
+                self._untrack_pod(owner, uid)
                 self.queue.add(("aw", owner))
             self._capacity_may_have_grown()
             return
@@ -262,7 +273,7 @@ class Dispatcher:
         if aw is None or aw.deleting:
             gone = self._dispatched.pop(key, None)
             if gone is not None:
-                self._delete_wrapped(gone)
+                self._delete_wrapped(gone, self._object_uids.get(key, ()))
             self._forget(key)
             return
         if key in self._inflight:
@@ -271,7 +282,7 @@ class Dispatcher:
             # Deleted and re-created under the same name while we were not looking: clean up the old one.
             gone = self._dispatched.pop(key, None)
             if gone is not None and gone.uid != aw.uid:
-                self._delete_wrapped(gone)
+                self._delete_wrapped(gone, self._object_uids.get(key, ()))
             self._forget(key)
         if self._is_queued(aw):
             if aw.demand_error:
@@ -306,6 +317,7 @@ class Dispatcher:
 
     def _forget(self, key: str) -> None:
         self._written.pop(key, None)
+        self._object_uids.pop(key, None)
         self._backoff_written.pop(key, None)
         self._unannounced.discard(key)
         self.pending.remove(key)
@@ -389,14 +401,14 @@ class Dispatcher:
 
         def job() -> _Dispatched:
             try:
-                apply.dispatch(self.writer, aw)
+                uids = apply.dispatch(self.writer, aw)
             except apply.DispatchFailed as err:
                 return _Dispatched(aw, new, error=err)
             try:
                 self.writer.apply_status(API_VERSION, KIND, aw.namespace, aw.name, new, field_manager=FIELD_MANAGER)
             except ApiError as err:
-                return _Dispatched(aw, new, status_error=err)
-            return _Dispatched(aw, new)
+                return _Dispatched(aw, new, uids, status_error=err)
+            return _Dispatched(aw, new, uids)
 
         self.writes.submit(aw.key, job)
 
@@ -438,8 +450,9 @@ class Dispatcher:
             return
         if not still_there:
             # Deleted while its objects were being created: take them back at once.
-            self._delete_wrapped(aw)
+            self._delete_wrapped(aw, outcome.uids)
             return
+        self._object_uids[key] = outcome.uids
         self.queue.forget(DISPATCH)
         self._backoff_written.pop(key, None)
         self._dispatched[key] = aw
@@ -452,8 +465,8 @@ class Dispatcher:
             self._write_status(aw, outcome.status)
         log.info("dispatched", appwrapper=key, demand=aw.demand.format())
 
-    def _delete_wrapped(self, aw: AppWrapperView) -> None:
-        self.writes.submit(aw.key, lambda: apply.delete_wrapped(self.writer, aw))
+    def _delete_wrapped(self, aw: AppWrapperView, uids: tuple[str, ...] = ()) -> None:
+        self.writes.submit(aw.key, lambda: apply.delete_wrapped(self.writer, aw, uids))
 
     def _fail(self, aw: AppWrapperView, reason: str, message: str) -> None:
         log.warning("appwrapper failed", appwrapper=aw.key, reason=reason, message=message)

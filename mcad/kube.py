@@ -458,17 +458,21 @@ class Client:
         return request_json(self.conn, "PATCH", path, query=query, body=body,
                             content_type="application/apply-patch+yaml", timeout=self._timeout)
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "") -> None:
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
+               uid: str = "") -> None:
         """Delete with background propagation; gone already is fine.
 
-        With ``owner_uid``, only an object whose controller ownerReference has that uid is deleted, and the
-        delete is conditioned on the object's own uid: a namesake created since (by another AppWrapper of the
-        same name, say) is left alone.
+        With ``uid``, only that very object is deleted (a uid precondition, one request). With ``owner_uid``
+        instead, the object is read first and deleted, conditioned on its uid, only if its controller
+        ownerReference has that uid. Either way a namesake created since (by another AppWrapper of the same
+        name, say) is left alone.
         """
         path = self.object_path(api_version, kind, namespace, name)
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         try:
-            if owner_uid:
+            if uid:
+                body["preconditions"] = {"uid": uid}
+            elif owner_uid:
                 current = request_json(self.conn, "GET", path, timeout=self._timeout)
                 meta = current.get("metadata") or {}
                 owners = [r for r in meta.get("ownerReferences") or [] if r.get("controller")]

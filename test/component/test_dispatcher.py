@@ -34,7 +34,8 @@ class RecordingWriter:
         self.applied.append(obj["metadata"]["name"])
         return obj
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "") -> None:
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
+               uid: str = "") -> None:
         pass
 
     def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],

@@ -52,3 +52,17 @@ def test_delete_with_owner_uid_spares_objects_of_another_owner(client: kube.Clie
         core.read_namespaced_config_map("owned", namespace)
     assert gone.value.status == 404
     client.delete("v1", "ConfigMap", namespace, "owned", owner_uid=owner.metadata.uid)  # already gone: fine
+
+
+def test_delete_with_uid_removes_only_that_very_object(client: kube.Client, namespace: str,
+                                                       core: k8s.CoreV1Api) -> None:
+    first = core.create_namespaced_config_map(namespace, {"metadata": {"name": "same-name"}})
+    client.delete("v1", "ConfigMap", namespace, "same-name", uid=first.metadata.uid)
+    again = core.create_namespaced_config_map(namespace, {"metadata": {"name": "same-name"}})
+
+    client.delete("v1", "ConfigMap", namespace, "same-name", uid=first.metadata.uid)  # a namesake: left alone
+    assert core.read_namespaced_config_map("same-name", namespace).metadata.uid == again.metadata.uid
+    client.delete("v1", "ConfigMap", namespace, "same-name", uid=again.metadata.uid)
+    with pytest.raises(k8s.exceptions.ApiException) as gone:
+        core.read_namespaced_config_map("same-name", namespace)
+    assert gone.value.status == 404
