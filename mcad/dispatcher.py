@@ -32,8 +32,8 @@ from typing import Any, Protocol
 import structlog
 
 from mcad import apply, status
-from mcad.api.appwrapper import API_VERSION, FIELD_MANAGER, FINAL_STATES, KIND, AppWrapperView, State
-from mcad.api.resources import ResourceVector
+from mcad.api.appwrapper import ACTIVE_STATES, API_VERSION, FIELD_MANAGER, FINAL_STATES, KIND, AppWrapperView, State
+from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
 from mcad.informer import Informer
@@ -79,7 +79,7 @@ class _StatusWritten:
 
 
 def short_resources(demand: ResourceVector, free: ResourceVector) -> frozenset[str]:
-    return frozenset(name for name, _ in demand.shortfall(free).items())
+    return frozenset(demand.shortfall(free).keys())
 
 
 def describe_shortfall(demand: ResourceVector, free: ResourceVector, capacity: ResourceVector) -> str:
@@ -87,10 +87,8 @@ def describe_shortfall(demand: ResourceVector, free: ResourceVector, capacity: R
     short = demand.shortfall(free)
     parts = []
     for name, amount in sorted(short.items()):
-        one = ResourceVector.of(name, amount).format_value(name)
-        need = ResourceVector.of(name, demand.get(name)).format_value(name)
-        have = ResourceVector.of(name, max(free.get(name), 0)).format_value(name)
-        parts.append(f"{name} {one} (needs {need}, {have} free)")
+        need, have = format_amount(name, demand.get(name)), format_amount(name, max(free.get(name), 0))
+        parts.append(f"{name} {format_amount(name, amount)} (needs {need}, {have} free)")
     why = "short of " + ", ".join(parts)
     if not demand.fits_in(capacity):
         why += "; more than the whole cluster has"
@@ -193,7 +191,7 @@ class Dispatcher:
         for pod in self.pods.list():
             self._track_pod(pod)
         for aw in self.appwrappers.list():
-            if self._status(aw).get("canrun") and self._state(aw) in (State.RUNNING, State.RUNNING_HOLD_COMPLETION):
+            if self._status(aw).get("canrun") and self._state(aw) in ACTIVE_STATES:
                 self.ledger.reserve(aw.key, aw.demand)
             elif self._is_queued(aw):
                 self._enqueue(aw)

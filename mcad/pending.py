@@ -132,11 +132,6 @@ class Cursor:
         self._current = None
         self._heap.clear()
 
-    def remaining(self) -> Iterator[str]:
-        """Keys not yet visited, in order (for strict FIFO's 'waiting behind' bookkeeping)."""
-        streams = [self._groups[g][self._position[g]:] for _, _, g in self._heap]
-        return (order[2] for order in heapq.merge(*streams))
-
     def _take(self) -> tuple[Order, int, Hashable]:
         if self._current is None:
             raise RuntimeError("no current candidate: call next() first")

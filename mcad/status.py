@@ -63,10 +63,6 @@ def with_condition(conditions: list[dict[str, Any]], type_: str, now: datetime, 
     return [*conditions, entry]
 
 
-def without_conditions(conditions: list[dict[str, Any]], *types: str) -> list[dict[str, Any]]:
-    return [c for c in conditions if c.get("type") not in types]
-
-
 def _base(status: Mapping[str, Any], now: datetime, priority: int) -> dict[str, Any]:
     new = dict(status)
     new["conditions"] = [dict(c) for c in status.get("conditions") or []]

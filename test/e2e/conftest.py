@@ -133,6 +133,7 @@ class AppWrappers:
     def __init__(self, custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, namespace: str,
                  connection: kube.Connection) -> None:
         self.connection = connection
+        self.client = kube.Client(connection)  # caches discovery across calls
         self.custom = custom
         self.core = core
         self.namespace = namespace
@@ -148,9 +149,9 @@ class AppWrappers:
 
     def exists(self, api_version: str, kind: str, name: str) -> bool:
         """Whether a wrapped object of any kind exists in the namespace."""
-        client = kube.Client(self.connection)
+        path = self.client.object_path(api_version, kind, self.namespace, name)
         try:
-            kube.request_json(self.connection, "GET", client.object_path(api_version, kind, self.namespace, name))
+            kube.request_json(self.connection, "GET", path)
         except kube.ApiError as err:
             if err.status == 404:
                 return False
