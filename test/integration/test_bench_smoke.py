@@ -1,0 +1,69 @@
+"""``make bench`` keeps working: every scenario runs end to end at a tiny scale and reports what issue 4 asks for.
+
+This is not a performance test (figures at this scale mean nothing, and timings are never asserted); it stops the
+benchmark suite from rotting between the occasional full runs, and checks the correctness properties the
+scenarios observe: the deep-queue backlog is not rewritten while probes dispatch, and a restarted controller
+re-dispatches nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = ["ceiling", "throughput", "deep_queue", "churn", "restart"]
+PERCENTILES = {"n", "p50_ms", "p90_ms", "p99_ms", "mean_ms"}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    output = tmp_path_factory.mktemp("bench") / "bench-results.json"
+    proc = subprocess.run([sys.executable, "-m", "test.perf.bench", "--scale", "0.02", "--output", str(output)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(output.read_text())
+    return {entry["scenario"]: entry for entry in document["scenarios"]}
+
+
+def test_every_scenario_runs(results: dict[str, dict]) -> None:
+    assert sorted(results) == sorted(SCENARIOS)
+    assert [name for name, entry in results.items() if not entry["ok"]] == []
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario_reports_wall_time_throughput_and_percentiles(results: dict[str, dict], scenario: str) -> None:
+    entry = results[scenario]
+    assert entry["wall_s"] > 0
+    if "throughput" in entry:
+        assert all(value > 0 for value in entry["throughput"].values())
+    for name, figures in entry["latency"].items():
+        assert set(figures) >= PERCENTILES, name
+    if scenario != "ceiling":  # the ceiling runs no controller
+        assert entry["controller"]["cpu_seconds"] > 0
+        assert entry["controller"]["peak_rss_mib"] > 0
+
+
+def test_deep_queue_backlog_is_not_rewritten_while_probes_dispatch(results: dict[str, dict]) -> None:
+    backlog = results["deep_queue"]["backlog"]
+    assert backlog["dispatched"] == 0
+    assert backlog["events_during_probes"] == 0
+    assert results["deep_queue"]["latency"]["new_cpu_appwrapper"]["n"] >= 10
+
+
+def test_restarted_controller_redispatches_nothing(results: dict[str, dict]) -> None:
+    restart = results["restart"]["restart"]
+    assert restart["redispatched"] == 0
+    assert restart["pods_replaced_or_new"] == 0
+    assert restart["not_running"] == 0
+    assert restart["start_to_first_dispatch_s"] > 0
+
+
+def test_churn_dispatches_every_class(results: dict[str, dict]) -> None:
+    latency = results["churn"]["latency"]
+    for size in ("small", "medium", "large"):
+        assert latency[f"time_to_dispatch_{size}"]["n"] == 30
