@@ -3,8 +3,15 @@
 Contract:
 - ``node_view(raw)`` keeps a Node's name, allocatable resources (canonical ints), resourceVersion and one
   accounting verdict, ``schedulable``: the Ready condition is True, ``spec.unschedulable`` is not set, and no
-  taint has effect NoSchedule or NoExecute (tolerations are not modelled: a tainted node's capacity is not
-  counted, which errs on the side of not dispatching what may not be placeable).
+  taint has effect NoSchedule or NoExecute (the aggregate ledger does not model tolerations: a tainted node's
+  capacity is not counted, which errs on the side of not dispatching what may not be placeable).
+  For per-node placement (``mcad.placement``) it also keeps the parts of that verdict and what a pod's
+  constraints are matched against: ``ready`` (the Ready condition is True), ``unschedulable``
+  (``spec.unschedulable`` is true), ``taints`` (only those with effect NoSchedule or NoExecute, in the node's
+  order; PreferNoSchedule never keeps a pod off a node) and ``labels`` (a read-only mapping; labels whose key
+  or value is not a string are dropped). Always ``schedulable == ready and not unschedulable and not taints``
+  for a view ``node_view`` made. The defaults of these fields describe a Ready, uncordoned, untainted node
+  without labels, so views constructed by hand with only the first four fields keep meaning what they did.
 - ``pod_view(raw)`` keeps what the ledger and status need: identity, node, phase, effective requests
   (``pod_requests`` of the spec), the owning AppWrapper as ``"namespace/name"`` (from the
   ``workload.codeflare.dev/appwrapper`` label; pods belong to an AppWrapper in their own namespace), ``terminal``
@@ -17,7 +24,8 @@ quantity that does not parse is skipped (the API server validated it; this only 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final
 
 from mcad.api.appwrapper import APPWRAPPER_LABEL
@@ -29,11 +37,32 @@ _BLOCKING_TAINT_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 
 
 @dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+    def __str__(self) -> str:
+        """As kubectl writes it: ``key=value:effect``, or ``key:effect`` without a value."""
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+def _no_labels() -> Mapping[str, str]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
 class NodeView:
     name: str
     allocatable: ResourceVector
     schedulable: bool
     resource_version: str
+    # node_view stores a read-only MappingProxyType (so a NodeView is not hashable): views are shared between
+    # the informer cache and the dispatcher thread.
+    labels: Mapping[str, str] = field(default_factory=_no_labels)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,14 +87,22 @@ def node_view(raw: Mapping[str, Any]) -> NodeView:
         isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
         for c in _list(status.get("conditions"))
     )
-    tainted = any(
-        isinstance(t, Mapping) and t.get("effect") in _BLOCKING_TAINT_EFFECTS for t in _list(spec.get("taints"))
+    taints = tuple(
+        Taint(_str(t.get("key")), _str(t.get("value")), _str(t.get("effect")))
+        for t in _list(spec.get("taints"))
+        if isinstance(t, Mapping) and _str(t.get("effect")) in _BLOCKING_TAINT_EFFECTS
     )
+    unschedulable = spec.get("unschedulable") is True
+    labels = {k: v for k, v in _map(meta.get("labels")).items() if isinstance(k, str) and isinstance(v, str)}
     return NodeView(
         name=_str(meta.get("name")),
         allocatable=_lenient_vector(_map(status.get("allocatable"))),
-        schedulable=ready and spec.get("unschedulable") is not True and not tainted,
+        schedulable=ready and not unschedulable and not taints,
         resource_version=_str(meta.get("resourceVersion")),
+        labels=MappingProxyType(labels),
+        taints=taints,
+        unschedulable=unschedulable,
+        ready=ready,
     )
 
 

@@ -15,6 +15,7 @@ Contract:
 - ``item_demand(item)`` is the demand of one AppWrapper GenericItem: its ``custompodresources`` when that list is
   non-empty (Σ replicas * requests, a missing or zero request falling back to the limit, as upstream MCAD does),
   else Σ replicas * pod_requests over ``pod_sets(generictemplate)``. ``appwrapper_demand(spec)`` sums the items.
+  ``custom_pod_resources(entry)`` is one such entry as ``(replicas, requests of one pod)``.
 
 Odd shapes in wrapped templates (a missing or ill-typed field) are treated as absent, never raised: the API
 server, not the demand inference, is the judge of a wrapped object. What would make the count wrong is reported
@@ -293,21 +294,28 @@ def item_demand(item: Mapping[str, Any]) -> ResourceVector:
 
 
 def _custom_demand(entries: list[Any]) -> ResourceVector:
-    total: dict[str, int] = {}
+    total = ZERO
     for j, entry in enumerate(entries):
-        where = f"custompodresources[{j}]"
-        if not isinstance(entry, Mapping):
-            raise WorkloadError(where, f"must be an object, got {entry!r}")
-        replicas = _optional_count(entry, "replicas", where)
-        if replicas is None:
-            raise WorkloadError(f"{where}.replicas", "required")
-        requests = _quantity_map(entry, "requests", where)
-        limits = _quantity_map(entry, "limits", where)
-        for name in requests.keys() | limits.keys():
-            # Upstream MCAD: a zero (or missing) request falls back to the limit, per resource.
-            amount = requests.get(name) or limits.get(name, 0)
-            total[name] = total.get(name, 0) + replicas * amount
-    return ResourceVector(total)
+        replicas, requests = custom_pod_resources(entry, f"custompodresources[{j}]")
+        total += requests.scale(replicas)
+    return total
+
+
+def custom_pod_resources(entry: Any, where: str = "") -> tuple[int, ResourceVector]:
+    """``(replicas, requests of one pod)`` of one ``custompodresources`` entry; ``WorkloadError`` when malformed.
+
+    ``where`` is the entry's path, prefixed to the field a ``WorkloadError`` names.
+    """
+    if not isinstance(entry, Mapping):
+        raise WorkloadError(where, f"must be an object, got {entry!r}")
+    replicas = _optional_count(entry, "replicas", where)
+    if replicas is None:
+        raise WorkloadError(join_path(where, "replicas"), "required")
+    requests = _quantity_map(entry, "requests", where)
+    limits = _quantity_map(entry, "limits", where)
+    # Upstream MCAD: a zero (or missing) request falls back to the limit, per resource.
+    per_pod = {name: requests.get(name) or limits.get(name, 0) for name in requests.keys() | limits.keys()}
+    return replicas, ResourceVector(per_pod)
 
 
 def _quantity_map(entry: Mapping[str, Any], key: str, where: str) -> dict[str, int]:
@@ -315,8 +323,8 @@ def _quantity_map(entry: Mapping[str, Any], key: str, where: str) -> dict[str, i
     if values is None:
         return {}
     if not isinstance(values, Mapping):
-        raise WorkloadError(f"{where}.{key}", f"must be a map of quantities, got {values!r}")
-    return _quantities(values, f"{where}.{key}", strict=True)
+        raise WorkloadError(join_path(where, key), f"must be a map of quantities, got {values!r}")
+    return _quantities(values, join_path(where, key), strict=True)
 
 
 def appwrapper_demand(spec: Mapping[str, Any]) -> ResourceVector:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from mcad.api.resources import ZERO, ResourceVector
-from mcad.api.views import APPWRAPPER_LABEL, NodeView, PodView, node_view, pod_view
+from mcad.api.views import APPWRAPPER_LABEL, NodeView, PodView, Taint, node_view, pod_view
 from mcad.ledger import Ledger
 
 GI = 2**30
@@ -95,11 +95,55 @@ def test_node_view_schedulable(kw: dict[str, Any], schedulable: bool) -> None:
     assert node("n1", **kw).schedulable is schedulable
 
 
+def test_node_view_keeps_what_placement_matches() -> None:
+    raw = raw_node("n1", unschedulable=True, taints=[
+        {"key": "gpu", "value": "true", "effect": "NoSchedule"},
+        {"key": "spot", "effect": "PreferNoSchedule"},
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+    ])
+    raw["metadata"]["labels"] = {"zone": "a", "gpu": "a100"}
+    view = node_view(raw)
+    assert view.labels == {"zone": "a", "gpu": "a100"}
+    assert view.taints == (Taint("gpu", "true", "NoSchedule"), Taint("node.kubernetes.io/unreachable", "", "NoExecute"))
+    assert [str(t) for t in view.taints] == ["gpu=true:NoSchedule", "node.kubernetes.io/unreachable:NoExecute"]
+    assert view.unschedulable and view.ready and not view.schedulable
+    assert not node("n2", ready=False).ready
+
+
+def test_node_view_labels_are_read_only() -> None:
+    raw = raw_node("n1")
+    raw["metadata"]["labels"] = {"zone": "a"}
+    view = node_view(raw)
+    with pytest.raises(TypeError):
+        view.labels["zone"] = "b"  # type: ignore[index]
+    raw["metadata"]["labels"]["zone"] = "b"  # the informer's raw object changing does not reach the view
+    assert view.labels == {"zone": "a"}
+
+
+def test_node_view_defaults_describe_a_plain_ready_node() -> None:
+    view = NodeView("n", v(cpu=1000), True, "1")
+    assert (dict(view.labels), view.taints, view.unschedulable, view.ready) == ({}, (), False, True)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_node_view_schedulable_is_its_parts(seed: int) -> None:
+    rng = random.Random(seed)
+    taints = [{"key": "k", "effect": rng.choice(["NoSchedule", "NoExecute", "PreferNoSchedule"])}
+              for _ in range(rng.randint(0, 2))]
+    view = node("n", ready=rng.random() < 0.7, unschedulable=rng.choice([None, True, False]), taints=taints)
+    assert view.schedulable == (view.ready and not view.unschedulable and not view.taints)
+
+
 def test_node_view_tolerates_odd_shapes() -> None:
-    view = node_view({"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "x", "memory": "1Gi"},
-                                                            "conditions": "?"}, "spec": None})
-    assert view == NodeView("n", v(memory=GI), False, "")
-    assert node_view({}) == NodeView("", ZERO, False, "")
+    view = node_view({"metadata": {"name": "n", "labels": {"ok": "1", "n": 2, 3: "x"}},
+                      "status": {"allocatable": {"cpu": "x", "memory": "1Gi"}, "conditions": "?"},
+                      "spec": {"unschedulable": "yes", "taints": [None, {"key": 1, "effect": "NoSchedule"},
+                                                                  {"key": "k", "effect": 5},
+                                                                  {"key": "k", "effect": ["NoSchedule"]}]}})
+    assert view == NodeView("n", v(memory=GI), False, "", labels={"ok": "1"}, taints=(Taint("", "", "NoSchedule"),),
+                            unschedulable=False, ready=False)
+    assert node_view({}) == NodeView("", ZERO, False, "", ready=False)
+    assert node_view({"metadata": {"labels": []}, "spec": {"taints": {}}}).labels == {}
 
 
 def test_pod_view() -> None:

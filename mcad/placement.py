@@ -1,0 +1,415 @@
+"""Fragmentation-aware fit: can every pod of an AppWrapper land on some node, not just in the cluster's total?
+
+Contract:
+- ``gang(items)`` lists the pods an AppWrapper's GenericItems will create as ``PodGroup``s of identical pods.
+  An item with a non-empty ``custompodresources`` list yields one group per entry (``replicas`` pods of the
+  entry's requests, a zero or missing request falling back to the limit, as ``item_demand`` counts them); those
+  pods carry the node constraints of the item's ``generictemplate`` when it has exactly one pod set, else none.
+  Any other item yields one group per ``pod_sets(generictemplate)`` entry: its replicas, ``pod_requests`` of the
+  template's spec and the spec's constraints (``nodeSelector``, ``tolerations``, and
+  ``affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution``). Groups of 0 pods are left out;
+  pods without requests are kept (they still need an eligible node). Never raises: what makes the demand
+  uncountable is ``AppWrapperView.demand_error``'s business, so such an item or entry is skipped here, and an
+  ill-typed constraint field reads as absent.
+- ``pack(groups, nodes, free)`` places the pods first-fit decreasing: groups in decreasing order of per-pod size
+  (``nvidia.com/gpu``, then cpu, then memory, then the other resources by name; ties keep the given order),
+  each pod on the first eligible node, by name, with room for it. A node is eligible for a group when it is
+  Ready, not cordoned (unless the pods tolerate ``node.kubernetes.io/unschedulable:NoSchedule``, as the
+  scheduler allows), every NoSchedule/NoExecute taint of it is tolerated, and it matches the nodeSelector and
+  the required node affinity. Room is ``free[node.name]``, or the node's allocatable when ``free`` has no entry
+  for it (a node nothing is known to run on); it is compared per resource, extended resources like any other,
+  and a resource a pod does not request never blocks it. Pod counts (the ``pods`` resource), host ports,
+  volumes, inter-pod affinity and topology spread are not modelled.
+- ``Packing.fits`` says whether every pod was placed. When it is, ``placement`` lists ``(node, requests of one
+  pod, how many pods)``; when not, ``placement`` is empty, ``why`` explains in one line why the first group
+  that ran out of nodes could not be placed (how many of its pods are left over and, per reason, how many nodes
+  turned them away), and ``about`` names those reasons (``"nodes:<resource>"``, ``"nodes:not-ready"``,
+  ``"nodes:unschedulable"``, ``"nodes:taint"``, ``"nodes:nodeSelector"``, ``"nodes:affinity"``,
+  ``"nodes:none"``) without amounts or counts, so a caller can keep a status message whose ``about`` is
+  unchanged instead of rewriting it on every change of amounts.
+
+Cost: identical pods are placed in bulk (as many on a node as its tightest resource allows, which is exactly
+where placing them one by one would put them), so ``pack`` does O(groups x nodes) eligibility and room checks,
+plus sorting the nodes, however many pods the groups hold. It runs in the dispatcher's loop over 1,000 nodes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from mcad.api.resources import ResourceVector, format_amount
+from mcad.api.views import NodeView, Taint
+from mcad.api.workloads import PodSet, WorkloadError, custom_pod_resources, pod_requests, pod_sets
+
+GPU: Final = "nvidia.com/gpu"
+# The scheduler's NodeUnschedulable filter lets a pod onto a cordoned node when it tolerates this taint.
+_CORDON_TAINT: Final = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+# How many distinct untolerated taints a reason spells out before summarising the rest.
+_TAINTS_SHOWN: Final = 3
+
+
+# -- constraints ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """One entry of a pod's ``tolerations``, with Kubernetes' matching rules."""
+
+    key: str = ""  # empty (with Exists): every key
+    operator: str = "Equal"  # "Equal" or "Exists"; any other operator tolerates nothing
+    value: str = ""
+    effect: str = ""  # empty: every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.operator == "Equal" and self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRequirement:
+    """One ``matchExpressions`` (or, with ``field``, ``matchFields``) entry of a node selector term."""
+
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt; any other matches no node
+    values: tuple[str, ...] = ()
+    field: bool = False  # the key names a node field (only metadata.name exists), not a label
+
+    def matches(self, node: NodeView) -> bool:
+        if self.field:
+            # Kubernetes allows only metadata.name with In/NotIn here.
+            if self.key != "metadata.name":
+                return False
+            if self.operator == "In":
+                return node.name in self.values
+            return self.operator == "NotIn" and node.name not in self.values
+        value = node.labels.get(self.key)
+        op = self.operator
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values  # an absent label is not in any set
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        if op in ("Gt", "Lt") and value is not None and len(self.values) == 1:
+            try:
+                have, bound = int(value), int(self.values[0])
+            except ValueError:
+                return False
+            return have > bound if op == "Gt" else have < bound
+        return False
+
+
+# Requirements ANDed; an empty term matches no node, as in Kubernetes.
+NodeSelectorTerm = tuple[NodeRequirement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroup:
+    """``count`` identical pods, each requesting ``requests``, with the node constraints of their spec.
+
+    ``required_affinity`` holds the terms of requiredDuringSchedulingIgnoredDuringExecution, ORed; ``()``
+    means no such constraint. ``label`` names the pods for people, e.g. ``"RayCluster rc worker group gpu"``.
+    """
+
+    count: int
+    requests: ResourceVector
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    required_affinity: tuple[NodeSelectorTerm, ...] = ()
+    label: str = ""
+
+
+# -- the pods of an AppWrapper --------------------------------------------------------------------------------------
+
+
+def gang(items: Iterable[Mapping[str, Any]]) -> list[PodGroup]:
+    """The pods the GenericItems will create, one group per pod template or custompodresources entry."""
+    groups: list[PodGroup] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            continue
+        template = item.get("generictemplate")
+        template = template if isinstance(template, Mapping) else {}
+        base = _item_label(template, i)
+        try:
+            sets = pod_sets(template)
+        except WorkloadError:  # a replica count that cannot be counted: demand_error reports it
+            sets = []
+        custom = item.get("custompodresources")
+        if isinstance(custom, list) and custom:
+            # Entries are not tied to templates; with one template there is no doubt whose constraints apply.
+            constraints = _constraints(_map(sets[0].template.get("spec"))) if len(sets) == 1 else _NO_CONSTRAINTS
+            for j, entry in enumerate(custom):
+                try:
+                    replicas, requests = custom_pod_resources(entry)
+                except WorkloadError:
+                    continue
+                if replicas > 0:
+                    groups.append(PodGroup(replicas, requests, *constraints, label=f"{base} custompodresources[{j}]"))
+            continue
+        for pod_set in sets:
+            if pod_set.replicas == 0:
+                continue
+            spec = _map(pod_set.template.get("spec"))
+            groups.append(PodGroup(pod_set.replicas, pod_requests(spec, strict=False), *_constraints(spec),
+                                   label=_pod_set_label(base, template, pod_set)))
+    return groups
+
+
+_Constraints = tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...], tuple[NodeSelectorTerm, ...]]
+_NO_CONSTRAINTS: Final[_Constraints] = ((), (), ())
+
+
+def _constraints(spec: Mapping[str, Any]) -> _Constraints:
+    """nodeSelector, tolerations and required node affinity terms of a pod spec, ill-typed parts read as absent."""
+    selector = tuple(sorted((k, v) for k, v in _map(spec.get("nodeSelector")).items()
+                            if isinstance(k, str) and isinstance(v, str)))
+    tolerations = tuple(
+        Toleration(_str(t.get("key")), _str(t.get("operator")) or "Equal", _str(t.get("value")), _str(t.get("effect")))
+        for t in _list(spec.get("tolerations"))
+        if isinstance(t, Mapping)
+    )
+    required = _map(_map(_map(spec.get("affinity")).get("nodeAffinity")).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"))
+    terms = tuple(
+        (*_requirements(term.get("matchExpressions"), field=False), *_requirements(term.get("matchFields"), field=True))
+        for term in _list(required.get("nodeSelectorTerms"))
+        if isinstance(term, Mapping)
+    )
+    return selector, tolerations, terms
+
+
+def _requirements(entries: Any, *, field: bool) -> list[NodeRequirement]:
+    out: list[NodeRequirement] = []
+    for entry in _list(entries):
+        if not isinstance(entry, Mapping):
+            continue
+        values = tuple(v for v in _list(entry.get("values")) if isinstance(v, str))
+        out.append(NodeRequirement(_str(entry.get("key")), _str(entry.get("operator")), values, field))
+    return out
+
+
+def _item_label(template: Mapping[str, Any], index: int) -> str:
+    kind = template.get("kind")
+    name = _map(template.get("metadata")).get("name")
+    if isinstance(kind, str) and kind and isinstance(name, str) and name:
+        return f"{kind} {name}"
+    return f"GenericItems[{index}]"
+
+
+def _pod_set_label(base: str, obj: Mapping[str, Any], pod_set: PodSet) -> str:
+    """``base`` plus what tells this template apart from the object's others (a role, a worker group)."""
+    path = pod_set.path
+    if len(path) >= 3 and path[:2] == ("spec", "headGroupSpec"):
+        return f"{base} head"
+    if len(path) >= 4 and path[:2] == ("spec", "workerGroupSpecs") and isinstance(path[2], int):
+        name = _map(_list(_map(obj.get("spec")).get("workerGroupSpecs"))[path[2]]).get("groupName")
+        return f"{base} worker group {name if isinstance(name, str) and name else path[2]}"
+    if len(path) >= 4 and path[:2] == ("spec", "pytorchReplicaSpecs"):
+        return f"{base} {path[2]}"
+    return base
+
+
+# -- packing --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Packing:
+    fits: bool
+    placement: tuple[tuple[str, ResourceVector, int], ...] = ()  # (node, requests of one pod, pods); when fits
+    why: str = ""  # when not fits
+    about: frozenset[str] = frozenset()  # when not fits
+
+
+def pack(groups: Iterable[PodGroup], nodes: Iterable[NodeView], free: Mapping[str, ResourceVector]) -> Packing:
+    """Place every pod of ``groups`` first-fit decreasing on ``nodes`` with ``free`` room (see the module docs)."""
+    ordered_nodes = sorted(nodes, key=lambda node: node.name)
+    # Room left on the nodes pods have been placed on so far; the others still have what the caller gave.
+    left: dict[str, ResourceVector] = {}
+    placement: list[tuple[str, ResourceVector, int]] = []
+    for group in sorted(groups, key=_size, reverse=True):  # sort is stable with reverse: ties keep their order
+        remaining = group.count
+        if remaining <= 0:
+            continue
+        needs = _needs(group.requests)
+        eligible = _Eligibility(group)
+        for node in ordered_nodes:
+            if not eligible(node):
+                continue
+            room = left.get(node.name)
+            if room is None:
+                room = free.get(node.name, node.allocatable)
+            placed = _how_many_fit(needs, room, remaining)
+            if placed == 0:
+                continue
+            left[node.name] = room - group.requests.scale(placed)
+            placement.append((node.name, group.requests, placed))
+            remaining -= placed
+            if remaining == 0:
+                break
+        if remaining:
+            why, about = _explain(group, remaining, needs, eligible, ordered_nodes, left, free)
+            return Packing(False, why=why, about=about)
+    return Packing(True, tuple(placement))
+
+
+def _size(group: PodGroup) -> tuple[int, int, int, tuple[tuple[str, int], ...]]:
+    requests = group.requests
+    others = tuple(sorted((name, amount) for name, amount in requests.items() if name not in (GPU, "cpu", "memory")))
+    return requests[GPU], requests["cpu"], requests["memory"], others
+
+
+def _needs(requests: ResourceVector) -> tuple[tuple[str, int], ...]:
+    """The resources a pod actually asks for (a zero or, in a hand-made group, negative amount never blocks).
+
+    In a fixed order, GPUs first: a node short of several is reported as short of the first, and that must not
+    depend on the order the pod spec listed its resources in.
+    """
+    return tuple(sorted(((name, amount) for name, amount in requests.items() if amount > 0),
+                        key=lambda need: _resource_rank(need[0])))
+
+
+def _resource_rank(name: str) -> tuple[bool, bool, bool, str]:
+    return name != GPU, name != "cpu", name != "memory", name
+
+
+def _how_many_fit(needs: Sequence[tuple[str, int]], room: ResourceVector, limit: int) -> int:
+    """How many pods needing ``needs`` fit in ``room``, at most ``limit``."""
+    fit = limit
+    for name, amount in needs:
+        fit = min(fit, room.get(name, 0) // amount)
+        if fit <= 0:
+            return 0
+    return fit
+
+
+class _Eligibility:
+    """Whether a node may take the pods of one group, judged on everything but room; also says why not."""
+
+    __slots__ = ("_affinity", "_selector", "_tolerations", "tolerates_cordon")
+
+    def __init__(self, group: PodGroup) -> None:
+        self._selector = group.node_selector
+        self._tolerations = group.tolerations
+        self._affinity = group.required_affinity
+        self.tolerates_cordon = self.tolerated(_CORDON_TAINT)
+
+    def __call__(self, node: NodeView) -> bool:
+        return self.reason(node) is None
+
+    def reason(self, node: NodeView) -> str | None:
+        """The ``about`` tag of the first constraint the node fails, None when it is eligible."""
+        if not node.ready:
+            return "nodes:not-ready"
+        if node.unschedulable and not self.tolerates_cordon:
+            return "nodes:unschedulable"
+        if node.taints and not all(self.tolerated(taint) for taint in node.taints):
+            return "nodes:taint"
+        if self._selector:
+            labels = node.labels
+            if not all(labels.get(key) == value for key, value in self._selector):
+                return "nodes:nodeSelector"
+        if self._affinity and not any(
+            term and all(requirement.matches(node) for requirement in term) for term in self._affinity
+        ):
+            return "nodes:affinity"
+        return None
+
+    def tolerated(self, taint: Taint) -> bool:
+        return any(toleration.tolerates(taint) for toleration in self._tolerations)
+
+
+# The order reasons appear in ``why``: room first, since it is what usually frees up.
+_REASON_ORDER: Final = ("nodes:not-ready", "nodes:unschedulable", "nodes:taint", "nodes:nodeSelector",
+                        "nodes:affinity")
+
+
+def _explain(group: PodGroup, remaining: int, needs: Sequence[tuple[str, int]], eligible: _Eligibility,
+             nodes: Sequence[NodeView], left: Mapping[str, ResourceVector],
+             free: Mapping[str, ResourceVector]) -> tuple[str, frozenset[str]]:
+    """``why`` and ``about`` for the pods of ``group`` left over, judged against the room left after packing."""
+    label = group.label or "the AppWrapper"
+    if group.count == 1:
+        head = f"1 pod of {label} ({_describe(needs)}) fits on no node: "
+    else:
+        each = f"{_describe(needs)} each" if needs else _describe(needs)
+        head = f"{remaining} of {group.count} pods of {label} ({each}) fit on no node: "
+    if not nodes:
+        return head + "there are no nodes", frozenset({"nodes:none"})
+    constraint_counts: Counter[str] = Counter()
+    untolerated: set[str] = set()
+    short_counts: Counter[str] = Counter()  # nodes without room, by the first resource they lack
+    most_free: dict[str, int] = {}  # the most of that resource any of those nodes has
+    for node in nodes:
+        reason = eligible.reason(node)
+        if reason is not None:
+            constraint_counts[reason] += 1
+            if reason == "nodes:taint":
+                untolerated.update(str(t) for t in node.taints if not eligible.tolerated(t))
+            continue
+        room = left.get(node.name)
+        if room is None:
+            room = free.get(node.name, node.allocatable)
+        for name, amount in needs:
+            have = room.get(name, 0)
+            if have < amount:
+                short_counts[name] += 1
+                most_free[name] = max(most_free.get(name, 0), have)
+                break
+    parts: list[str] = []
+    for name in sorted(short_counts, key=_resource_rank):
+        count, most = short_counts[name], max(most_free[name], 0)
+        if count == 1:
+            parts.append(f"1 node has too little {name} free ({format_amount(name, most)})")
+        else:
+            parts.append(f"{count} nodes have too little {name} free (at most {format_amount(name, most)} on one node)")
+    for reason in _REASON_ORDER:
+        count = constraint_counts[reason]
+        if not count:
+            continue
+        nodes_text = "1 node" if count == 1 else f"{count} nodes"
+        if reason == "nodes:not-ready":
+            parts.append(f"{nodes_text} not ready")
+        elif reason == "nodes:unschedulable":
+            parts.append(f"{nodes_text} unschedulable")
+        elif reason == "nodes:taint":
+            shown = sorted(untolerated)
+            listed = ", ".join(shown[:_TAINTS_SHOWN])
+            if len(shown) > _TAINTS_SHOWN:
+                listed += f" and {len(shown) - _TAINTS_SHOWN} more"
+            parts.append(f"{nodes_text} with taints it does not tolerate ({listed})")
+        elif reason == "nodes:nodeSelector":
+            parts.append(f"{nodes_text} not matching its nodeSelector")
+        else:
+            parts.append(f"{nodes_text} not matching its required node affinity")
+    about = frozenset({*constraint_counts, *(f"nodes:{name}" for name in short_counts)})
+    return head + ", ".join(parts), about
+
+
+def _describe(needs: Sequence[tuple[str, int]]) -> str:
+    if not needs:
+        return "no resource requests"
+    ordered = sorted(needs, key=lambda need: (need[0] != "cpu", need[0] != "memory", need[0]))
+    return ", ".join(f"{name} {format_amount(name, amount)}" for name, amount in ordered)
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
