@@ -26,12 +26,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from typing import Any, Protocol
 
 import structlog
 
-from mcad import apply, status
+from mcad import apply, lifecycle, status
 from mcad.api.appwrapper import ACTIVE_STATES, API_VERSION, FIELD_MANAGER, FINAL_STATES, KIND, AppWrapperView, State
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView, PodView
@@ -41,6 +42,7 @@ from mcad.kube import ApiError
 from mcad.ledger import Ledger
 from mcad.pending import PendingQueue
 from mcad.workqueue import WorkQueue
+from mcad.wrapped import WrappedObjects
 from mcad.writes import Writes
 
 Key = tuple[str, str]
@@ -98,7 +100,8 @@ def describe_shortfall(demand: ResourceVector, free: ResourceVector, capacity: R
 class Dispatcher:
     def __init__(self, *, appwrappers: Informer[AppWrapperView], nodes: Informer[NodeView],
                  pods: Informer[PodView], writer: Writer, queue: WorkQueue[Key] | None = None,
-                 clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 32) -> None:
+                 clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 32,
+                 wrapped: WrappedObjects | None = None, preemption: bool = False) -> None:
         self.appwrappers = appwrappers
         self.nodes = nodes
         self.pods = pods
@@ -106,6 +109,9 @@ class Dispatcher:
         self.queue: WorkQueue[Key] = queue if queue is not None else WorkQueue(name="dispatcher")
         self.clock = clock if clock is not None else RealClock()
         self.strict_fifo = strict_fifo
+        self.preemption = preemption
+        # Objects of wrapped kinds, watched for completion; None: completion is not watched (tests of other parts).
+        self.wrapped = wrapped
         self.ledger = Ledger()
         self.writes = Writes(self.queue, workers=write_workers)
         # Dispatches whose writes are under way: reserved in the ledger, neither queued nor dispatched yet.
@@ -124,8 +130,15 @@ class Dispatcher:
         # uids of the objects applied for each dispatched AppWrapper (unknown after a restart): one request each
         # to delete them, instead of a read to check their owner first.
         self._object_uids: dict[str, tuple[str, ...]] = {}
-        # Per waiting AppWrapper: what its last Backoff message was about (the short resources).
-        self._backoff_written: dict[str, frozenset[str]] = {}
+        # Per waiting AppWrapper: what its last Backoff message was about (the short resources, its place).
+        self._backoff_written: dict[str, tuple[frozenset[str], int]] = {}
+        # Dispatched AppWrappers whose lifecycle timers (minAvailable check, dispatch deadline) are set.
+        self._timed: set[str] = set()
+        # Dispatched AppWrappers whose minAvailable was met at the check: nothing more to check.
+        self._min_available_met: set[str] = set()
+        # Priority preemption: preemptor -> the victims it waits for (their pods are going away).
+        self._preempting: dict[str, frozenset[str]] = {}
+        self.preemptions = 0
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(("aw", (new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(("node", (new or old).name)))  # type: ignore[union-attr]
         pods.add_handler(lambda _t, old, new: self.queue.add(("pod", (new or old).uid)))  # type: ignore[union-attr]
@@ -177,6 +190,10 @@ class Dispatcher:
             self._sync_appwrapper(name)
         elif kind == "written":
             self._collect(name)
+        elif kind == "requeue":
+            self._check_min_available(name)
+        elif kind == "deadline":
+            self._check_deadline(name)
         elif kind == "counts":
             aw = self.appwrappers.get(name)
             if aw is not None and not self._is_queued(aw) and self._state(aw) not in FINAL_STATES:
@@ -301,11 +318,142 @@ class Dispatcher:
             self.ledger.reserve(key, aw.demand)
         self._dispatched[key] = aw
         self.queue.add_after(("counts", key), POD_COUNT_WINDOW_SECONDS)
+        self._follow_lifecycle(aw)
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    def _phases(self, key: str) -> list[str]:
+        return list(self._pods_by_appwrapper.get(key, {}).values())
+
+    def _follow_lifecycle(self, aw: AppWrapperView) -> None:
+        """A dispatched AppWrapper: set its timers once, and act on what its wrapped objects and pods say."""
+        key = aw.key
+        if key not in self._timed:
+            self._timed.add(key)
+            current = self._status(aw)
+            now = self.clock.now()
+            if aw.scheduling.min_available > 0 and key not in self._min_available_met:
+                wait = int(current.get("requeueingTimeInSeconds") or 0) or aw.scheduling.requeue_seconds
+                since = lifecycle.dispatched_at(current)
+                due = since + timedelta(seconds=wait) if since is not None else now + timedelta(seconds=wait)
+                self.queue.add_after(("requeue", key), lifecycle.seconds_until(due, now))
+            if aw.scheduling.dispatch_limit_seconds > 0:
+                first = lifecycle.parse_time(current.get("controllerfirstdispatchtimestamp")) or now
+                due = first + timedelta(seconds=aw.scheduling.dispatch_limit_seconds)
+                self.queue.add_after(("deadline", key), lifecycle.seconds_until(due, now))
+        if self.wrapped is None:
+            return
+        kinds = lifecycle.watched_kinds(aw)
+        if not kinds:
+            return
+        if not all([self.wrapped.ensure(api_version, kind) for api_version, kind in kinds]):
+            # A kind's informer is still listing: look again shortly (its events will also bring us back).
+            self.queue.add_after(("aw", key), 0.2)
+            return
+        phases = self._phases(key)
+        active = sum(1 for phase in phases if phase not in ("Succeeded", "Failed"))
+        verdict = lifecycle.evaluate(aw, self.wrapped.lookup, active)
+        current = self._status(aw)
+        now = self.clock.now()
+        if verdict.outcome is lifecycle.Outcome.FAILED:
+            self._finish(aw, status.failed(current, now, priority=aw.priority, reason=verdict.reason,
+                                           message=verdict.message))
+            log.warning("appwrapper failed", appwrapper=key, reason=verdict.reason, message=verdict.message)
+        elif verdict.outcome is lifecycle.Outcome.COMPLETED:
+            self._finish(aw, status.completed(current, now))
+            log.info("appwrapper completed", appwrapper=key)
+        elif verdict.outcome is lifecycle.Outcome.HOLD_COMPLETION and self._state(aw) != State.RUNNING_HOLD_COMPLETION:
+            self._write_status(aw, status.hold_completion(current, now))
+
+    def _finish(self, aw: AppWrapperView, new: Mapping[str, Any], *, stop: bool = False) -> None:
+        """A final state: write it, release the reservation at once; ``stop`` also deletes the wrapped objects."""
+        key = aw.key
+        self._write_status(aw, new)
+        if stop:
+            self._delete_wrapped(aw, self._object_uids.get(key, ()))
+        self._dispatched.pop(key, None)
+        self._timed.discard(key)
+        if self.ledger.is_reserved(key):
+            self.ledger.release(key)
+            self._capacity_may_have_grown()
+
+    def _dispatched_now(self, key: str) -> AppWrapperView | None:
+        aw = self.appwrappers.get(key)
+        if aw is None or aw.deleting or key in self._inflight or self._is_queued(aw):
+            return None
+        return aw if self._state(aw) in ACTIVE_STATES else None
+
+    def _check_min_available(self, key: str) -> None:
+        aw = self._dispatched_now(key)
+        if aw is None or aw.scheduling.min_available <= 0:
+            return
+        current = self._status(aw)
+        now = self.clock.now()
+        wait = int(current.get("requeueingTimeInSeconds") or 0) or aw.scheduling.requeue_seconds
+        since = lifecycle.dispatched_at(current)
+        if since is not None and (remaining := lifecycle.seconds_until(since + timedelta(seconds=wait), now)) > 0:
+            self.queue.add_after(("requeue", key), remaining)  # an earlier dispatch's timer
+            return
+        phases = self._phases(key)
+        running, succeeded = phases.count("Running"), phases.count("Succeeded")
+        minimum = aw.scheduling.min_available
+        if running + succeeded >= minimum:
+            self._min_available_met.add(key)
+            return
+        done = int(current.get("numberOfRequeueings") or 0)
+        why = (f"Insufficient number of Running and Completed pods, minimum={minimum}, running={running}, "
+               f"completed={succeeded}, {wait} s after dispatch.")
+        limit = aw.scheduling.max_requeuings
+        if limit > 0 and done >= limit:
+            message = f"{why} Requeued {done} times already; maxNumRequeuings is {limit}."
+            log.warning("appwrapper failed", appwrapper=key, reason=status.MAX_REQUEUINGS_REACHED, message=message)
+            self._finish(aw, status.failed(current, now, priority=aw.priority, reason=status.MAX_REQUEUINGS_REACHED,
+                                           message=message, preempted=True), stop=True)
+            return
+        self._requeue(aw, status.MIN_PODS_NOT_RUNNING, why, requeuings=done + 1,
+                      requeue_wait=lifecycle.requeue_wait(aw.scheduling, done + 1))
+
+    def _check_deadline(self, key: str) -> None:
+        aw = self._dispatched_now(key)
+        limit = aw.scheduling.dispatch_limit_seconds if aw is not None else 0
+        if aw is None or limit <= 0:
+            return
+        current = self._status(aw)
+        now = self.clock.now()
+        first = lifecycle.parse_time(current.get("controllerfirstdispatchtimestamp"))
+        if first is not None and (remaining := lifecycle.seconds_until(first + timedelta(seconds=limit), now)) > 0:
+            self.queue.add_after(("deadline", key), remaining)
+            return
+        message = f"Dispatch deadline exceeded: allowed to run for {limit} s (dispatchDuration.limit)."
+        log.warning("appwrapper failed", appwrapper=key, reason=status.DISPATCH_DEADLINE_EXCEEDED)
+        self._finish(aw, status.failed(current, now, priority=aw.priority, reason=status.DISPATCH_DEADLINE_EXCEEDED,
+                                       message=message, preempted=True), stop=True)
+
+    def _requeue(self, aw: AppWrapperView, reason: str, message: str, *, requeuings: int, requeue_wait: int) -> None:
+        """Take a dispatched AppWrapper back: delete its objects, queue it at its place; it stays out of the
+        cycle (draining) until its old pods are gone, so they are not mistaken for its new ones."""
+        key = aw.key
+        log.info("appwrapper requeued", appwrapper=key, reason=reason, message=message, requeuings=requeuings)
+        self._write_status(aw, status.requeued(self._status(aw), self.clock.now(), priority=aw.priority,
+                                               reason=reason, message=message, requeuings=requeuings,
+                                               requeue_wait=requeue_wait))
+        self._delete_wrapped(aw, self._object_uids.pop(key, ()))
+        self._dispatched.pop(key, None)
+        self._timed.discard(key)
+        self._min_available_met.discard(key)
+        self._backoff_written.pop(key, None)
+        if self.ledger.is_reserved(key):
+            self.ledger.release(key)  # its pods still count as in use until they are gone
+        self._enqueue(aw)
+        self.queue.add(DISPATCH)
+
+    def _draining(self, aw: AppWrapperView) -> bool:
+        return aw.key in self._pods_by_appwrapper and status.is_draining(self._status(aw))
 
     def _enqueue(self, aw: AppWrapperView) -> bool:
         """Put ``aw`` in the pending queue, or move it; True if that changed its place or its group."""
         # An AppWrapper whose own pods exist already (see _dispatch_cycle) needs less than its group: keep it apart.
-        group: Any = (aw.demand, aw.key) if self.ledger.consumed(aw.key) else aw.demand
+        group: Any = (aw.demand, aw.key) if self.ledger.consumed(aw.key) or self._draining(aw) else aw.demand
         before = self.pending.entry(aw.key)
         if before is None and not any(c.get("type") == status.BACKOFF
                                       for c in self._status(aw).get("conditions") or []):
@@ -314,6 +462,9 @@ class Dispatcher:
         return before != (aw.order(), group)
 
     def _forget(self, key: str) -> None:
+        self._timed.discard(key)
+        self._min_available_met.discard(key)
+        self._preempting.pop(key, None)
         self._written.pop(key, None)
         self._object_uids.pop(key, None)
         self._backoff_written.pop(key, None)
@@ -340,6 +491,7 @@ class Dispatcher:
         capacity = self.ledger.capacity()
         cursor = self.pending.cycle()
         done: list[str] = []
+        waiting: list[tuple[AppWrapperView, frozenset[str], Callable[[], str]]] = []
         dispatched = 0
         while (candidate := cursor.next()) is not None:
             key, _ = candidate
@@ -350,6 +502,9 @@ class Dispatcher:
                 continue
             # Its own pods can exist already (the controller stopped between creating its objects and
             # recording that): they are in use, so only the rest of the demand must fit.
+            if self._draining(aw):
+                cursor.blocked()  # its own group: it waits for the pods of its previous dispatch to go
+                continue
             need = (aw.demand - self.ledger.consumed(key)).clamp()
             if need.fits_in(free):
                 cursor.passed()
@@ -358,17 +513,90 @@ class Dispatcher:
                 dispatched += 1
                 free = free - need
                 continue
-            self._set_queued(aw, short_resources(need, free), partial(describe_shortfall, need, free, capacity))
+            if self.preemption and self._preempt_for(aw, need, free, capacity):
+                # Victims are going away for it: nothing behind it may take what they free.
+                cursor.stop()
+                continue
+            # Written after the cycle, once the dispatched ones have left the queue, so the position is right.
+            waiting.append((aw, short_resources(need, free), partial(describe_shortfall, need, free, capacity)))
             if self.strict_fifo:
                 cursor.stop()
             else:
                 cursor.blocked()
         for key in done:
             self.pending.remove(key)
+        for aw, about, why in waiting:
+            self._set_queued(aw, about, why)
         self._announce(free, capacity)
         log.info("dispatch cycle", cycle=self.cycles, queued=len(self.pending), dispatched=dispatched,
                  visited=cursor.visited, free=free.format(),
                  duration_ms=round((time.perf_counter() - started) * 1000, 2))
+
+    def _footprint(self, key: str) -> ResourceVector:
+        """What evicting a dispatched AppWrapper frees: its outstanding reservation and its active bound pods."""
+        total = self.ledger.reservation(key)
+        for uid in self._pods_by_appwrapper.get(key, {}):
+            pod = self.ledger.pod(uid)
+            if pod is not None and pod.node_name and not pod.terminal:
+                total = total + pod.requests
+        return total
+
+    def _preempt_for(self, aw: AppWrapperView, need: ResourceVector, free: ResourceVector,
+                     capacity: ResourceVector) -> bool:
+        """Priority preemption for a queued AppWrapper that does not fit. True while it waits for victims.
+
+        Victims are dispatched AppWrappers of strictly lower priority, lowest priority and then most recently
+        dispatched first; only as many as needed, and none at all unless evicting them makes it fit. An
+        AppWrapper larger than the whole cluster never preempts. Strictly lower priority means a victim can never
+        preempt its preemptor back: no loops.
+        """
+        key = aw.key
+        waiting_for = self._preempting.get(key)
+        if waiting_for is not None:
+            if any(v in self._dispatched or v in self._pods_by_appwrapper for v in waiting_for):
+                return True
+            del self._preempting[key]  # the victims are gone and it still does not fit: look again
+        if not need.fits_in(capacity):
+            return False
+        victims_taken = {v for victims in self._preempting.values() for v in victims}
+        candidates = []
+        for victim in self._dispatched.values():
+            if (victim.priority >= aw.priority or victim.key in victims_taken or victim.key in self._inflight
+                    or self._state(victim) not in ACTIVE_STATES):
+                continue
+            since = lifecycle.dispatched_at(self._status(victim))
+            candidates.append((victim.priority, -(since.timestamp() if since else 0.0), victim.key, victim))
+        candidates.sort()
+        chosen: list[tuple[AppWrapperView, ResourceVector]] = []
+        freed = ResourceVector()
+        for *_, victim in candidates:
+            footprint = self._footprint(victim.key)
+            if not footprint:
+                continue
+            chosen.append((victim, footprint))
+            freed = freed + footprint
+            if need.fits_in(free + freed):
+                break
+        else:
+            return False
+        # Fewest victims: drop any that are not needed, trying the most valuable (highest priority, oldest) first.
+        for victim, footprint in reversed(chosen[:-1]):
+            if need.fits_in(free + freed - footprint):
+                chosen.remove((victim, footprint))
+                freed = freed - footprint
+        message = f"Preempted by AppWrapper {key} (priority {aw.priority})."
+        for victim, _ in chosen:
+            current = self._status(victim)
+            self._requeue(victim, status.PREEMPTED_BY_PRIORITY, message,
+                          requeuings=int(current.get("numberOfRequeueings") or 0),
+                          requeue_wait=int(current.get("requeueingTimeInSeconds") or 0))
+        self.preemptions += len(chosen)
+        names = sorted(victim.key for victim, _ in chosen)
+        self._preempting[key] = frozenset(names)
+        log.info("preempting", appwrapper=key, priority=aw.priority, victims=names)
+        why = f"preempting {len(names)} lower-priority AppWrapper(s) to make room: {', '.join(names)}"
+        self._set_queued(aw, frozenset({"preempting"}), partial(str, why))
+        return True
 
     def _announce(self, free: ResourceVector, capacity: ResourceVector) -> None:
         """First Backoff status of AppWrappers that arrived and still wait (the cycle may not have visited them)."""
@@ -385,17 +613,27 @@ class Dispatcher:
         self._unannounced.clear()
 
     def _set_queued(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> None:
-        """Write the Backoff status, unless the last one was about the same short resources."""
-        if self._backoff_written.get(aw.key) == about and self._state(aw) == State.PENDING:
+        """Write the Backoff status, unless the last one was about the same short resources and about the same
+        place in the queue: exact for the first ten, then by powers of two, so that an AppWrapper moving up a long
+        queue is rewritten O(log n) times in all, not once per dispatch ahead of it."""
+        position = self.pending.position(aw.key)
+        place = position if position <= 10 else 1 << (position.bit_length() - 1)
+        if self._backoff_written.get(aw.key) == (about, place) and self._state(aw) == State.PENDING:
             return
-        self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority, why=why()))
-        self._backoff_written[aw.key] = about
+        message = f"{why()}; position {position} in the queue" if position else why()
+        self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority, why=message))
+        self._backoff_written[aw.key] = (about, place)
 
     def _dispatch(self, aw: AppWrapperView) -> None:
         """Reserve now, write in the background: the objects, then the Dispatched status (see ``_collect``)."""
         self.ledger.reserve(aw.key, aw.demand)
         self._inflight[aw.key] = aw
-        new = status.dispatched(self._status(aw), self.clock.now(), priority=aw.priority)
+        self._preempting.pop(aw.key, None)
+        current = self._status(aw)
+        wait = 0
+        if aw.scheduling.min_available > 0:
+            wait = int(current.get("requeueingTimeInSeconds") or 0) or aw.scheduling.requeue_seconds
+        new = status.dispatched(current, self.clock.now(), priority=aw.priority, requeue_wait=wait)
 
         def job() -> _Dispatched:
             try:
@@ -462,6 +700,7 @@ class Dispatcher:
             # The objects exist but the status did not land: write it again (the reservation stays).
             self._write_status(aw, outcome.status)
         log.info("dispatched", appwrapper=key, demand=aw.demand.format())
+        self._follow_lifecycle(current)  # type: ignore[arg-type]
 
     def _delete_wrapped(self, aw: AppWrapperView, uids: tuple[str, ...] = ()) -> None:
         self.writes.submit(aw.key, lambda: apply.delete_wrapped(self.writer, aw, uids))

@@ -10,6 +10,8 @@ Contract:
   it for this cycle; the caller removes it from the queue after the cycle) or ``blocked()`` (it did not fit: the
   rest of its group is skipped for this cycle). A cycle therefore costs O((candidates passed + groups) · log
   groups), not O(queue length): 10,000 identical GPU AppWrappers that cannot fit cost one check.
+- ``position(key)`` is the 1-based place of a queued AppWrapper in dispatch order, in O(log n): every order is
+  also kept in one sorted list (sortedcontainers), so a Backoff message can say where an AppWrapper stands.
 - The queue must not be modified while a cursor is in use.
 """
 
@@ -19,6 +21,8 @@ import bisect
 import heapq
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
+
+from sortedcontainers import SortedList
 
 from mcad.api.resources import ResourceVector
 
@@ -37,6 +41,7 @@ class PendingQueue:
         # group -> its members' orders, sorted; the key is the order's last element (orders are unique per key)
         self._groups: dict[Hashable, list[Order]] = {}
         self._demands: dict[Hashable, ResourceVector] = {}
+        self._all: SortedList = SortedList()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -55,6 +60,7 @@ class PendingQueue:
                 return
             self.remove(key)
         self._entries[key] = _Entry(order, group_key)
+        self._all.add(order)
         members = self._groups.setdefault(group_key, [])
         bisect.insort(members, order)
         self._demands[group_key] = demand
@@ -68,11 +74,17 @@ class PendingQueue:
         entry = self._entries.pop(key, None)
         if entry is None:
             return
+        self._all.remove(entry.order)
         members = self._groups[entry.group]
         del members[bisect.bisect_left(members, entry.order)]
         if not members:
             del self._groups[entry.group]
             del self._demands[entry.group]
+
+    def position(self, key: str) -> int:
+        """1-based place of ``key`` in dispatch order; 0 when it is not queued."""
+        entry = self._entries.get(key)
+        return 0 if entry is None else int(self._all.bisect_left(entry.order)) + 1
 
     def ordered(self) -> Iterator[str]:
         """Every key in dispatch order (for display; O(n log groups))."""

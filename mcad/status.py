@@ -30,6 +30,14 @@ RUNNING, PODS_RUNNING = "Running", "PodsRunning"
 FAILED = "Failed"
 ITEM_CREATION_FAILURE = "ItemCreationFailure."
 INVALID_SPEC = "InvalidSpec"
+PREEMPT_CANDIDATE = "PreemptCandidate"
+MIN_PODS_NOT_RUNNING = "MinPodsNotRunning"
+DISPATCH_DEADLINE_EXCEEDED = "DispatchDeadlineExceeded"
+PREEMPTED_BY_PRIORITY = "PreemptedByHigherPriority"  # beyond upstream, which only planned priority preemption
+PREEMPTION_TRIGGERED = "PreemptionTriggered"  # upstream's Backoff reason for an AppWrapper sent back to the queue
+MAX_REQUEUINGS_REACHED = "MaxRequeuingsReached"
+RUNNING_HOLD_COMPLETION, SOME_ITEMS_COMPLETED = "RunningHoldCompletion", "SomeItemsCompleted"
+COMPLETED, PODS_COMPLETED = "Completed", "PodsCompleted"
 
 
 def micro_time(now: datetime) -> str:
@@ -93,20 +101,73 @@ def queued(status: Mapping[str, Any], now: datetime, *, priority: int, why: str)
     return new
 
 
-def dispatched(status: Mapping[str, Any], now: datetime, *, priority: int) -> dict[str, Any]:
-    """Every wrapped object was created: the AppWrapper runs and keeps its capacity reserved."""
+def dispatched(status: Mapping[str, Any], now: datetime, *, priority: int, requeue_wait: int = 0) -> dict[str, Any]:
+    """Every wrapped object was created: the AppWrapper runs and keeps its capacity reserved.
+
+    The Dispatched condition's transition time is this dispatch (requeue timers count from it);
+    ``controllerfirstdispatchtimestamp`` is the first one (the dispatch deadline counts from it).
+    ``requeue_wait`` is the current minAvailable wait, recorded so that a restart keeps the timer.
+    """
     new = _enqueued(status, now, priority)
-    new["conditions"] = with_condition(new["conditions"], DISPATCHED, now, reason=RUNNABLE)
-    new.update(state=State.RUNNING.value, canrun=True, queuejobstate=DISPATCHED,
-               controllerfirstdispatchtimestamp=micro_time(now))
+    conditions = [c for c in new["conditions"] if c.get("type") not in (DISPATCHED, RUNNING)]
+    new["conditions"] = with_condition(conditions, DISPATCHED, now, reason=RUNNABLE)
+    new.update(state=State.RUNNING.value, canrun=True, queuejobstate=DISPATCHED, pending=0, running=0,
+               Succeeded=0, failed=0)
+    new.setdefault("controllerfirstdispatchtimestamp", micro_time(now))
+    if requeue_wait:
+        new["requeueingTimeInSeconds"] = requeue_wait
     new.pop("message", None)
     return new
 
 
-def failed(status: Mapping[str, Any], now: datetime, *, priority: int, reason: str, message: str) -> dict[str, Any]:
-    """Terminal: nothing of it runs, its reservation is released, and ``message`` says what to fix."""
+def requeued(status: Mapping[str, Any], now: datetime, *, priority: int, reason: str, message: str,
+             requeuings: int, requeue_wait: int) -> dict[str, Any]:
+    """Its objects are being deleted and it is back in the queue: PreemptCandidate says why, Backoff (upstream's
+    PreemptionTriggered) that it waits; ``numberOfRequeueings`` and the grown wait are recorded."""
+    new = _enqueued(status, now, priority)
+    conditions = with_condition(new["conditions"], PREEMPT_CANDIDATE, now, reason=reason, message=message)
+    new["conditions"] = with_condition(conditions, BACKOFF, now, reason=PREEMPTION_TRIGGERED, message=message)
+    new.update(queuejobstate=BACKOFF, message=message, numberOfRequeueings=requeuings,
+               requeueingTimeInSeconds=requeue_wait, pending=0, running=0, Succeeded=0, failed=0)
+    return new
+
+
+def is_draining(status: Mapping[str, Any]) -> bool:
+    """Requeued and not yet looked at again: its old pods may still be going away."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == BACKOFF:
+            return bool(condition.get("reason") == PREEMPTION_TRIGGERED)
+    return False
+
+
+def hold_completion(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """Every item with a completionstatus is complete, but some pods still run: capacity stays reserved."""
+    new = dict(status)
+    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], RUNNING_HOLD_COMPLETION,
+                                       now, reason=SOME_ITEMS_COMPLETED)
+    new.update(state=State.RUNNING_HOLD_COMPLETION.value, queuejobstate=RUNNING_HOLD_COMPLETION)
+    return new
+
+
+def completed(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """Done: the reservation is released; the objects are kept (their logs and results stay readable)."""
+    new = dict(status)
+    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], COMPLETED, now,
+                                       reason=PODS_COMPLETED)
+    new.update(state=State.COMPLETED.value, canrun=False, queuejobstate=COMPLETED)
+    new.pop("message", None)
+    return new
+
+
+def failed(status: Mapping[str, Any], now: datetime, *, priority: int, reason: str, message: str,
+           preempted: bool = False) -> dict[str, Any]:
+    """Terminal: its reservation is released, and ``message`` says what happened or what to fix.
+    ``preempted`` (it was stopped by mcad) also records a PreemptCandidate condition, as upstream does."""
     new = _base(status, now, priority)
-    new["conditions"] = with_condition(new["conditions"], FAILED, now, reason=reason, message=message)
+    conditions = new["conditions"]
+    if preempted:
+        conditions = with_condition(conditions, PREEMPT_CANDIDATE, now, reason=reason, message=message)
+    new["conditions"] = with_condition(conditions, FAILED, now, reason=reason, message=message)
     new.update(state=State.FAILED.value, canrun=False, queuejobstate=FAILED, message=message)
     return new
 

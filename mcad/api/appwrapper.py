@@ -43,6 +43,23 @@ ACTIVE_STATES = frozenset({State.RUNNING, State.RUNNING_HOLD_COMPLETION})
 FINAL_STATES = frozenset({State.COMPLETED, State.FAILED})
 
 
+# requeuing.timeInSeconds when the stanza is absent: the CRD defaults it to 300 only inside a present stanza, and
+# 0 (requeue at once) would evict every gang with minAvailable before its pods could start.
+DEFAULT_REQUEUE_SECONDS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingSpec:
+    """``spec.schedulingSpec``: what the lifecycle timers need (0 = not set)."""
+
+    min_available: int = 0
+    requeue_seconds: int = DEFAULT_REQUEUE_SECONDS
+    requeue_max_seconds: int = 0
+    growth: str = "exponential"
+    max_requeuings: int = 0
+    dispatch_limit_seconds: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class AppWrapperView:
     key: str
@@ -58,6 +75,7 @@ class AppWrapperView:
     demand_error: str | None
     status: Mapping[str, Any]
     deleting: bool
+    scheduling: SchedulingSpec = SchedulingSpec()
 
     @property
     def state(self) -> str:
@@ -79,6 +97,25 @@ class AppWrapperView:
 
 def _int(value: Any, default: int = 0) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _scheduling(spec: Mapping[str, Any]) -> SchedulingSpec:
+    scheduling = spec.get("schedulingSpec")
+    if not isinstance(scheduling, Mapping):
+        return SchedulingSpec()
+    requeuing = scheduling.get("requeuing")
+    requeuing = requeuing if isinstance(requeuing, Mapping) else {}
+    deadline = scheduling.get("dispatchDuration")
+    deadline = deadline if isinstance(deadline, Mapping) else {}
+    growth = requeuing.get("growthType")
+    return SchedulingSpec(
+        min_available=max(_int(scheduling.get("minAvailable")), 0),
+        requeue_seconds=max(_int(requeuing.get("timeInSeconds"), DEFAULT_REQUEUE_SECONDS), 0),
+        requeue_max_seconds=max(_int(requeuing.get("maxTimeInSeconds")), 0),
+        growth=growth if isinstance(growth, str) and growth else "exponential",
+        max_requeuings=max(_int(requeuing.get("maxNumRequeuings")), 0),
+        dispatch_limit_seconds=max(_int(deadline.get("limit")), 0),
+    )
 
 
 def appwrapper_view(raw: Mapping[str, Any]) -> AppWrapperView:
@@ -112,4 +149,5 @@ def appwrapper_view(raw: Mapping[str, Any]) -> AppWrapperView:
         demand_error=demand_error,
         status=raw.get("status") or {},
         deleting=bool(meta.get("deletionTimestamp")),
+        scheduling=_scheduling(spec) if isinstance(spec, Mapping) else SchedulingSpec(),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 import click
@@ -18,19 +19,38 @@ import structlog
 
 from mcad import __version__, kube
 from mcad import log as mcad_log
-from mcad.api.appwrapper import GROUP, KIND, PLURAL, VERSION, appwrapper_view
+from mcad.api.appwrapper import APPWRAPPER_LABEL, GROUP, KIND, PLURAL, VERSION, appwrapper_view
 from mcad.api.views import node_view, pod_view
-from mcad.dispatcher import Dispatcher
+from mcad.dispatcher import Dispatcher, Key
 from mcad.informer import Informer
+from mcad.workqueue import WorkQueue
+from mcad.wrapped import WrappedObjects, WrappedView, wrapped_view
 
 
 def _pod_uid(raw: dict[str, object]) -> str:
     return str(raw["metadata"]["uid"])  # type: ignore[index]
 
 
-def build(conn: kube.Connection, *, strict_fifo: bool,
-          write_workers: int = 32) -> tuple[Dispatcher, list[Informer[object]]]:
-    """Informers over AppWrappers, Nodes and Pods (all namespaces), and the dispatcher they feed."""
+def wrapped_informer_factory(conn: kube.Connection, client: kube.Client) -> Callable[[str, str],
+                                                                                   Informer[WrappedView] | None]:
+    """Informers over one wrapped kind, only objects carrying the AppWrapper label; None for a kind not served."""
+    def make(api_version: str, kind: str) -> Informer[WrappedView] | None:
+        try:
+            resource = client.resource(api_version, kind)
+        except kube.ApiError:
+            return None
+        group, _, version = api_version.rpartition("/")
+        return Informer(f"wrapped-{kind.lower()}",
+                        kube.ResourceClient(conn, group=group, version=version, plural=resource.plural,
+                                            label_selector=APPWRAPPER_LABEL),
+                        transform=wrapped_view)
+    return make
+
+
+def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32,
+          preemption: bool = False) -> tuple[Dispatcher, list[Informer[object]]]:
+    """Informers over AppWrappers, Nodes and Pods (all namespaces), and the dispatcher they feed; informers over
+    wrapped kinds start when an AppWrapper needs them (its ``wrapped``)."""
     appwrappers = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
                            transform=appwrapper_view)
     nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
@@ -38,8 +58,12 @@ def build(conn: kube.Connection, *, strict_fifo: bool,
     # Pods are keyed by uid: a pod re-created under the same name is a different consumer of capacity.
     pods = Informer("pods", kube.ResourceClient(conn, group="", version="v1", plural="pods"),
                     transform=pod_view, key=_pod_uid)
-    dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=kube.Client(conn),
-                            strict_fifo=strict_fifo, write_workers=write_workers)
+    client = kube.Client(conn)
+    queue: WorkQueue[Key] = WorkQueue(name="dispatcher")
+    wrapped = WrappedObjects(wrapped_informer_factory(conn, client), lambda key: queue.add(("aw", key)))
+    dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
+                            strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
+                            preemption=preemption)
     return dispatcher, [appwrappers, nodes, pods]  # type: ignore[list-item]
 
 
@@ -50,6 +74,10 @@ def build(conn: kube.Connection, *, strict_fifo: bool,
 @click.option("--strict-fifo", is_flag=True,
               help="Dispatch strictly in order: an AppWrapper that does not fit blocks every one behind it. "
                    "Default: best-effort FIFO, where later AppWrappers that fit go ahead of a blocked one.")
+@click.option("--preemption", is_flag=True,
+              help="Let a queued AppWrapper that does not fit evict running AppWrappers of strictly lower "
+                   "priority (the fewest, lowest priority and most recently dispatched first) when that makes it "
+                   "fit. Victims go back to the queue.")
 @click.option("--write-workers", type=click.IntRange(1, 128), default=32,
               help="Threads that send dispatch and status writes to the API server in parallel (decisions stay "
                    "on one thread; one AppWrapper's writes are never reordered).")
@@ -58,8 +86,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool,
               help="json for log collectors, console for people.")
 @click.option("--connect-only", is_flag=True, help="Connect, check that the AppWrapper CRD is served, and exit.")
 @click.version_option(__version__, prog_name="mcad-controller")
-def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, write_workers: int, log_level: str,
-         log_format: str, connect_only: bool) -> None:
+def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preemption: bool, write_workers: int,
+         log_level: str, log_format: str, connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     mcad_log.configure(log_level, "json" if log_format == "json" else "console")
     logger = structlog.get_logger("mcad.controller")
@@ -82,7 +110,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, write_w
     if connect_only:
         return
 
-    dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers)
+    dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption)
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
@@ -96,8 +124,10 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, write_w
         informer.start()
     worker = threading.Thread(target=dispatcher.run, args=(stop,), name="dispatcher", daemon=True)
     worker.start()
-    logger.info("controller running", strict_fifo=strict_fifo)
+    logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption)
     stop.wait()
     for informer in informers:
         informer.stop()
+    if dispatcher.wrapped is not None:
+        dispatcher.wrapped.stop()
     worker.join(timeout=10)

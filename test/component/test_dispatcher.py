@@ -159,7 +159,7 @@ def test_own_pods_that_exist_already_are_credited_after_a_crash(harness_factory:
 def test_backoff_is_rewritten_for_a_new_shortage_not_for_new_amounts(harness_factory: Any) -> None:
     h = harness_factory(nodes=[node("n0", "2")], pods=[pod("first", "1")], aws=[aw("big", "2")])
     h.drain()
-    assert [s["message"] for _, s in h.writer.statuses] == ["short of cpu 1 (needs 2, 1 free)"]
+    assert [s["message"] for _, s in h.writer.statuses] == ["short of cpu 1 (needs 2, 1 free); position 1 in the queue"]
 
     h.lw["pod"].add(pod("other", "500m"))  # free capacity moves; the shortage is still cpu
     wait_until(lambda: h.dispatcher.pods.get("uid-other"), 5, "the pod informer to see the pod")
@@ -178,7 +178,7 @@ def test_backoff_is_rewritten_for_a_new_shortage_not_for_new_amounts(harness_fac
     name, last = h.writer.statuses[-1]
     assert name == "big"
     assert last["message"] == ("short of cpu 1600m (needs 2, 400m free), memory 1Mi (needs 2Mi, 1Mi free); "
-                               "more than the whole cluster has")
+                               "more than the whole cluster has; position 1 in the queue")
 
 
 def test_a_deep_queue_costs_one_visit_per_group_and_no_status_writes_per_cycle(harness_factory: Any) -> None:

@@ -1,0 +1,151 @@
+"""What becomes of a dispatched AppWrapper: completion, a failed Job, requeuing, the dispatch deadline. Pure.
+
+Contract:
+- ``watched_kinds(aw)``: the (apiVersion, kind) pairs whose objects decide ``aw``'s fate: the kinds of items with
+  a ``completionstatus``, and batch/v1 Job (a wrapped Job that fails fails its AppWrapper).
+- ``evaluate(aw, lookup, active_pods)`` gives a ``Verdict``:
+  * ``FAILED`` when a wrapped Job (owned by this AppWrapper) has condition Failed=True; the reason is the Job's.
+  * ``COMPLETED`` when there is at least one item with ``completionstatus``, each such item's object exists
+    (owned by this AppWrapper) and has a condition whose type is one of the item's comma-separated types (exact,
+    case-insensitive) with status True, and no pod of the AppWrapper is still active (not Succeeded/Failed);
+    ``HOLD_COMPLETION`` when the items are complete but pods are still active.
+  * ``UNKNOWN`` while a kind it depends on is not watched yet (its informer has not synced): decide nothing.
+  * ``RUNNING`` otherwise (an AppWrapper without ``completionstatus`` runs until deleted, as upstream).
+- ``requeue_wait(spec, requeuings)`` is the wait before the minAvailable check after the ``requeuings``-th
+  requeue: ``timeInSeconds`` then grown per ``growthType`` (exponential: doubles, linear: + timeInSeconds,
+  anything else: constant), capped by ``maxTimeInSeconds`` when that is > 0.
+- ``parse_time``/``seconds_since`` read the micro-time stamps mcad writes in status, so timers survive restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+from mcad.api.appwrapper import AppWrapperView, SchedulingSpec
+from mcad.wrapped import NOT_SYNCED, WrappedView, _NotSynced
+
+JOB = ("batch/v1", "Job")
+
+Lookup = Callable[[str, str, str, str], "WrappedView | _NotSynced | None"]
+
+
+class Outcome(Enum):
+    RUNNING = "running"
+    UNKNOWN = "unknown"
+    HOLD_COMPLETION = "hold"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    outcome: Outcome
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TrackedItem:
+    api_version: str
+    kind: str
+    name: str
+    completion_types: frozenset[str]  # lower-cased; empty when the item has no completionstatus
+
+
+def tracked_items(aw: AppWrapperView) -> list[TrackedItem]:
+    """The items whose objects are watched: those with a completionstatus, and Jobs."""
+    out = []
+    for item in aw.items:
+        template = item.get("generictemplate")
+        if not isinstance(template, Mapping):
+            continue
+        meta = template.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        api_version, kind = template.get("apiVersion"), template.get("kind")
+        if not (isinstance(name, str) and isinstance(api_version, str) and isinstance(kind, str)):
+            continue
+        raw = item.get("completionstatus")
+        tokens = raw.split(",") if isinstance(raw, str) else []
+        types = frozenset(t.strip().lower() for t in tokens if t.strip())
+        if types or (api_version, kind) == JOB:
+            out.append(TrackedItem(api_version, kind, name, types))
+    return out
+
+
+def watched_kinds(aw: AppWrapperView) -> set[tuple[str, str]]:
+    return {(item.api_version, item.kind) for item in tracked_items(aw)}
+
+
+def _true(view: WrappedView, type_: str) -> tuple[str, str, str, str] | None:
+    found = view.condition(type_)
+    return found if found is not None and found[1] == "True" else None
+
+
+def evaluate(aw: AppWrapperView, lookup: Lookup, active_pods: int) -> Verdict:
+    items = tracked_items(aw)
+    objects: list[tuple[TrackedItem, WrappedView | None]] = []
+    unknown = False
+    for item in items:
+        found = lookup(item.api_version, item.kind, aw.namespace, item.name)
+        if found is NOT_SYNCED or isinstance(found, _NotSynced):
+            unknown = True
+            continue
+        # An object left by an earlier AppWrapper of the same name is not ours.
+        objects.append((item, found if found is not None and found.owner_uid == aw.uid else None))
+    for item, view in objects:
+        if view is not None and (item.api_version, item.kind) == JOB and (failed := _true(view, "Failed")):
+            reason = failed[2] or "JobFailed"
+            detail = f": {failed[3]}" if failed[3] else ""
+            return Verdict(Outcome.FAILED, reason, f"Job {item.name} failed ({reason}){detail}")
+    if unknown:
+        return Verdict(Outcome.UNKNOWN)
+    completion = [(item, view) for item, view in objects if item.completion_types]
+    if not completion:
+        return Verdict(Outcome.RUNNING)
+    for item, view in completion:
+        if view is None or not any(_true(view, t) for t in item.completion_types):
+            return Verdict(Outcome.RUNNING)
+    if active_pods > 0:
+        return Verdict(Outcome.HOLD_COMPLETION)
+    return Verdict(Outcome.COMPLETED)
+
+
+def requeue_wait(spec: SchedulingSpec, requeuings: int) -> int:
+    if spec.growth == "exponential":
+        wait = spec.requeue_seconds << min(requeuings, 32)  # the bound keeps the integer small
+    elif spec.growth == "linear":
+        wait = spec.requeue_seconds * (requeuings + 1)
+    else:
+        wait = spec.requeue_seconds
+    if spec.requeue_max_seconds:
+        wait = min(wait, spec.requeue_max_seconds)
+    return wait
+
+
+def parse_time(stamp: Any) -> datetime | None:
+    """A status time stamp (RFC 3339, with or without fractional seconds), or None."""
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def dispatched_at(status: Mapping[str, Any]) -> datetime | None:
+    """When the current dispatch happened: the Dispatched condition's last transition."""
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == "Dispatched":
+            return parse_time(condition.get("lastTransitionMicroTime"))
+    return None
+
+
+def seconds_until(deadline: datetime | None, now: datetime) -> float:
+    """Seconds from ``now`` to ``deadline`` (0 when past or unknown)."""
+    if deadline is None:
+        return 0.0
+    return max((deadline - now).total_seconds(), 0.0)

@@ -1,0 +1,128 @@
+"""Watching the objects AppWrappers wrap, for their conditions: one label-selected informer per kind, on demand.
+
+Contract:
+- ``WrappedView`` keeps what completion and failure detection read of a wrapped object: identity, the uid of its
+  controlling owner, the AppWrapper it belongs to (``"namespace/name"``, from the label mcad stamps on it) and its
+  ``status.conditions`` as (type, status, reason, message) tuples.
+- ``WrappedObjects.ensure(api_version, kind)`` starts an informer for that kind the first time it is asked
+  (selecting only objects that carry the AppWrapper label, so a cluster's other Jobs cost nothing), and says
+  whether it has synced. Each event enqueues the owning AppWrapper's key through ``on_change``: completion is
+  detected from events, not by polling each AppWrapper.
+- ``lookup`` answers from the informer's store: the object, ``None`` when it does not exist, or ``NOT_SYNCED``
+  when the kind's informer has not finished its first list (no decision may be taken on that).
+- Kinds the API server does not serve get no informer (``ensure`` returns False and logs once): an AppWrapper
+  wrapping them fails at dispatch with its own message.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import structlog
+
+from mcad.api.appwrapper import APPWRAPPER_LABEL
+from mcad.informer import Informer
+
+log = structlog.get_logger("mcad.wrapped")
+
+Condition = tuple[str, str, str, str]  # type, status, reason, message
+
+
+class _NotSynced:
+    def __repr__(self) -> str:
+        return "NOT_SYNCED"
+
+
+NOT_SYNCED: Final = _NotSynced()
+
+
+@dataclass(frozen=True, slots=True)
+class WrappedView:
+    namespace: str
+    name: str
+    uid: str
+    owner_uid: str  # the controlling owner's uid ("" when none)
+    appwrapper: str | None
+    conditions: tuple[Condition, ...]
+
+    def condition(self, type_: str) -> Condition | None:
+        """The condition of ``type_`` (case-insensitive), if the object reports one."""
+        wanted = type_.lower()
+        return next((c for c in self.conditions if c[0].lower() == wanted), None)
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def wrapped_view(raw: Mapping[str, Any]) -> WrappedView:
+    meta = _map(raw.get("metadata"))
+    namespace = str(meta.get("namespace") or "")
+    owner = _map(meta.get("labels")).get(APPWRAPPER_LABEL)
+    refs = meta.get("ownerReferences")
+    owner_uid = next((str(r.get("uid") or "") for r in refs if isinstance(r, Mapping) and r.get("controller")),
+                     "") if isinstance(refs, list) else ""
+    raw_conditions = _map(raw.get("status")).get("conditions")
+    conditions = tuple(
+        (str(c.get("type") or ""), str(c.get("status") or ""), str(c.get("reason") or ""), str(c.get("message") or ""))
+        for c in (raw_conditions if isinstance(raw_conditions, list) else []) if isinstance(c, Mapping))
+    return WrappedView(namespace=namespace, name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""),
+                       owner_uid=owner_uid,
+                       appwrapper=f"{namespace}/{owner}" if isinstance(owner, str) and owner else None,
+                       conditions=conditions)
+
+
+# Builds (not starts) the informer for one kind, or None when the API server does not serve it.
+InformerFactory = Callable[[str, str], "Informer[WrappedView] | None"]
+
+
+class WrappedObjects:
+    def __init__(self, factory: InformerFactory, on_change: Callable[[str], None]) -> None:
+        self._factory = factory
+        self._on_change = on_change
+        self._informers: dict[tuple[str, str], Informer[WrappedView] | None] = {}
+        self._lock = threading.Lock()
+
+    def ensure(self, api_version: str, kind: str) -> bool:
+        """Start watching ``kind`` if not yet; True once its informer has synced."""
+        key = (api_version, kind)
+        with self._lock:
+            known = key in self._informers
+            informer = self._informers.get(key)
+        if not known:
+            informer = self._factory(api_version, kind)
+            if informer is None:
+                log.warning("wrapped kind not served; its completion cannot be watched", api_version=api_version,
+                            kind=kind)
+            else:
+                informer.add_handler(self._handle)
+                informer.start()
+                log.info("watching wrapped kind", api_version=api_version, kind=kind)
+            with self._lock:
+                self._informers[key] = informer
+        return informer is not None and informer.has_synced()
+
+    def lookup(self, api_version: str, kind: str, namespace: str, name: str) -> WrappedView | _NotSynced | None:
+        with self._lock:
+            informer = self._informers.get((api_version, kind))
+        if informer is None or not informer.has_synced():
+            return NOT_SYNCED
+        return informer.get(f"{namespace}/{name}")
+
+    def kinds(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return [key for key, informer in self._informers.items() if informer is not None]
+
+    def stop(self) -> None:
+        with self._lock:
+            informers = [i for i in self._informers.values() if i is not None]
+        for informer in informers:
+            informer.stop()
+
+    def _handle(self, _type: str, old: WrappedView | None, new: WrappedView | None) -> None:
+        view = new or old
+        if view is not None and view.appwrapper:
+            self._on_change(view.appwrapper)
