@@ -22,9 +22,10 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -32,7 +33,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from mcad import apply, lifecycle, status
+from mcad import apply, lifecycle, placement, status
 from mcad.api.appwrapper import ACTIVE_STATES, API_VERSION, FIELD_MANAGER, FINAL_STATES, KIND, AppWrapperView, State
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView, PodView
@@ -54,6 +55,9 @@ BEHIND_STRICT_FIFO = "waiting behind earlier AppWrappers (strict FIFO)"
 # priority lane: a gang's pods move through Pending and Running within moments, one write for all of it is enough,
 # and API server capacity is better spent creating the next gang.
 POD_COUNT_WINDOW_SECONDS = 5.0
+# How a queued AppWrapper is judged to fit: "nodes" packs its pods onto the nodes' free room (first-fit
+# decreasing; taints, nodeSelector, affinity), "aggregate" compares its total demand with the cluster's free total.
+FIT_MODES = ("nodes", "aggregate")
 log = structlog.get_logger("mcad.dispatcher")
 
 
@@ -80,6 +84,25 @@ class _StatusWritten:
     error: ApiError | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Fit:
+    fits: bool
+    about: frozenset[str] = frozenset()  # what blocks it (compared to decide whether to rewrite its status)
+    why: Callable[[], str] = str  # the Backoff message, built only when it is written
+    plan: tuple[tuple[str, ResourceVector, int], ...] = ()  # --fit=nodes: (node, pod requests, pods)
+
+
+def _take(room: dict[str, ResourceVector], plan: Iterable[tuple[str, ResourceVector, int]]) -> None:
+    for node, requests, count in plan:
+        if node in room:
+            room[node] = room[node] - requests.scale(count)
+
+
+def _placement_facts(node: NodeView) -> tuple[Any, ...]:
+    """What fit decisions read of a node (heartbeats change none of it)."""
+    return (node.allocatable, node.schedulable, node.ready, node.unschedulable, node.taints, dict(node.labels))
+
+
 def short_resources(demand: ResourceVector, free: ResourceVector) -> frozenset[str]:
     return frozenset(demand.shortfall(free).keys())
 
@@ -101,7 +124,9 @@ class Dispatcher:
     def __init__(self, *, appwrappers: Informer[AppWrapperView], nodes: Informer[NodeView],
                  pods: Informer[PodView], writer: Writer, queue: WorkQueue[Key] | None = None,
                  clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 32,
-                 wrapped: WrappedObjects | None = None, preemption: bool = False) -> None:
+                 wrapped: WrappedObjects | None = None, preemption: bool = False, fit: str = "nodes") -> None:
+        if fit not in FIT_MODES:
+            raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
         self.appwrappers = appwrappers
         self.nodes = nodes
         self.pods = pods
@@ -110,6 +135,11 @@ class Dispatcher:
         self.clock = clock if clock is not None else RealClock()
         self.strict_fifo = strict_fifo
         self.preemption = preemption
+        self.fit = fit
+        # --fit=nodes: where each dispatched AppWrapper's pods were planned to go, kept until they are all bound,
+        # so that room promised to one gang is not promised again to the next.
+        self._plans: dict[str, tuple[tuple[str, ResourceVector, int], ...]] = {}
+        self._gangs: dict[str, tuple[tuple[str, int], list[placement.PodGroup]]] = {}
         # Objects of wrapped kinds, watched for completion; None: completion is not watched (tests of other parts).
         self.wrapped = wrapped
         self.ledger = Ledger()
@@ -212,6 +242,33 @@ class Dispatcher:
                 self.ledger.reserve(aw.key, aw.demand)
             elif self._is_queued(aw):
                 self._enqueue(aw)
+        if self.fit == "nodes":
+            self._replan_after_restart()
+
+    def _replan_after_restart(self) -> None:
+        """Plans of dispatched AppWrappers whose pods are not all bound yet: their unbound pods, placed again on
+        the room left (where the scheduler will put them is not known; this keeps their room from being promised
+        twice)."""
+        room = self._room()
+        for key in self.ledger.reserved_keys():
+            aw = self.appwrappers.get(key)
+            if aw is None or not self.ledger.reservation(key):
+                continue
+            bound: dict[ResourceVector, int] = {}
+            for uid in self._pods_by_appwrapper.get(key, {}):
+                pod = self.ledger.pod(uid)
+                if pod is not None and (pod.node_name or pod.terminal):
+                    bound[pod.requests] = bound.get(pod.requests, 0) + 1
+            groups = []
+            for group in self._gang(aw):
+                done = min(bound.get(group.requests, 0), group.count)
+                bound[group.requests] = bound.get(group.requests, 0) - done
+                if group.count > done:
+                    groups.append(dataclasses.replace(group, count=group.count - done))
+            packing = placement.pack(groups, self.ledger.nodes(), room)
+            if packing.fits:
+                self._plans[key] = packing.placement
+                _take(room, packing.placement)
 
     def _capacity_may_have_grown(self) -> None:
         if self.pending:
@@ -264,7 +321,7 @@ class Dispatcher:
         before = self.ledger.node(name)
         self.ledger.upsert_node(node)
         # Status heartbeats change nothing we count; only new or changed capacity deserves a cycle.
-        if before is None or before.allocatable != node.allocatable or before.schedulable != node.schedulable:
+        if before is None or _placement_facts(before) != _placement_facts(node):
             self._capacity_may_have_grown()
 
     def _status(self, aw: AppWrapperView) -> Mapping[str, Any]:
@@ -372,6 +429,7 @@ class Dispatcher:
         if stop:
             self._delete_wrapped(aw, self._object_uids.get(key, ()))
         self._dispatched.pop(key, None)
+        self._plans.pop(key, None)
         self._timed.discard(key)
         if self.ledger.is_reserved(key):
             self.ledger.release(key)
@@ -439,6 +497,7 @@ class Dispatcher:
                                                requeue_wait=requeue_wait))
         self._delete_wrapped(aw, self._object_uids.pop(key, ()))
         self._dispatched.pop(key, None)
+        self._plans.pop(key, None)
         self._timed.discard(key)
         self._min_available_met.discard(key)
         self._backoff_written.pop(key, None)
@@ -453,7 +512,15 @@ class Dispatcher:
     def _enqueue(self, aw: AppWrapperView) -> bool:
         """Put ``aw`` in the pending queue, or move it; True if that changed its place or its group."""
         # An AppWrapper whose own pods exist already (see _dispatch_cycle) needs less than its group: keep it apart.
-        group: Any = (aw.demand, aw.key) if self.ledger.consumed(aw.key) or self._draining(aw) else aw.demand
+        group: Any
+        if self.ledger.consumed(aw.key) or self._draining(aw):
+            group = (aw.demand, aw.key)
+        elif self.fit == "nodes":
+            # Same total, different pods (one 8-GPU pod, eight 1-GPU pods) fit differently: not one group.
+            group = (aw.demand, tuple((g.count, g.requests, g.node_selector, g.tolerations, g.required_affinity)
+                                      for g in self._gang(aw)))
+        else:
+            group = aw.demand
         before = self.pending.entry(aw.key)
         if before is None and not any(c.get("type") == status.BACKOFF
                                       for c in self._status(aw).get("conditions") or []):
@@ -462,6 +529,8 @@ class Dispatcher:
         return before != (aw.order(), group)
 
     def _forget(self, key: str) -> None:
+        self._plans.pop(key, None)
+        self._gangs.pop(key, None)
         self._timed.discard(key)
         self._min_available_met.discard(key)
         self._preempting.pop(key, None)
@@ -489,6 +558,7 @@ class Dispatcher:
         self.cycles += 1
         free = self.ledger.free()
         capacity = self.ledger.capacity()
+        room = self._room() if self.fit == "nodes" else None
         cursor = self.pending.cycle()
         done: list[str] = []
         waiting: list[tuple[AppWrapperView, frozenset[str], Callable[[], str]]] = []
@@ -506,19 +576,22 @@ class Dispatcher:
                 cursor.blocked()  # its own group: it waits for the pods of its previous dispatch to go
                 continue
             need = (aw.demand - self.ledger.consumed(key)).clamp()
-            if need.fits_in(free):
+            fit = self._fits(aw, need, free, capacity, room)
+            if fit.fits:
                 cursor.passed()
-                self._dispatch(aw)
+                self._dispatch(aw, fit.plan)
                 done.append(key)
                 dispatched += 1
                 free = free - need
+                if room is not None:
+                    _take(room, fit.plan)
                 continue
-            if self.preemption and self._preempt_for(aw, need, free, capacity):
+            if self.preemption and self._preempt_for(aw, need, free, capacity, room):
                 # Victims are going away for it: nothing behind it may take what they free.
                 cursor.stop()
                 continue
             # Written after the cycle, once the dispatched ones have left the queue, so the position is right.
-            waiting.append((aw, short_resources(need, free), partial(describe_shortfall, need, free, capacity)))
+            waiting.append((aw, fit.about, fit.why))
             if self.strict_fifo:
                 cursor.stop()
             else:
@@ -527,28 +600,97 @@ class Dispatcher:
             self.pending.remove(key)
         for aw, about, why in waiting:
             self._set_queued(aw, about, why)
-        self._announce(free, capacity)
+        self._announce(free, capacity, room)
         log.info("dispatch cycle", cycle=self.cycles, queued=len(self.pending), dispatched=dispatched,
                  visited=cursor.visited, free=free.format(),
                  duration_ms=round((time.perf_counter() - started) * 1000, 2))
 
-    def _footprint(self, key: str) -> ResourceVector:
-        """What evicting a dispatched AppWrapper frees: its outstanding reservation and its active bound pods."""
-        total = self.ledger.reservation(key)
+    # ------------------------------------------------------------------------------------------ fit
+
+    def _gang(self, aw: AppWrapperView) -> list[placement.PodGroup]:
+        """The pods ``aw`` will create, parsed once per spec generation."""
+        version = (aw.uid, aw.generation)
+        cached = self._gangs.get(aw.key)
+        if cached is None or cached[0] != version:
+            cached = (version, placement.gang(aw.items))
+            self._gangs[aw.key] = cached
+        return cached[1]
+
+    def _unbound(self, key: str, plan: tuple[tuple[str, ResourceVector, int], ...]
+                 ) -> list[tuple[str, ResourceVector, int]]:
+        """The part of a plan whose pods are not bound (or done) yet: each such pod of the AppWrapper takes one
+        planned pod of its shape off the plan, on its own node first."""
+        bound: dict[ResourceVector, dict[str, int]] = {}
+        for uid in self._pods_by_appwrapper.get(key, {}):
+            pod = self.ledger.pod(uid)
+            if pod is not None and (pod.node_name or pod.terminal):
+                per_node = bound.setdefault(pod.requests, {})
+                per_node[pod.node_name] = per_node.get(pod.node_name, 0) + 1
+        if not bound:
+            return list(plan)
+        counts = [count for _, _, count in plan]
+        for requests, per_node in bound.items():
+            spare = 0
+            for node, count in per_node.items():
+                for i, (planned_node, planned, _) in enumerate(plan):
+                    if count and planned_node == node and planned == requests:
+                        taken = min(count, counts[i])
+                        counts[i] -= taken
+                        count -= taken
+                spare += count
+            for i, (_, planned, _) in enumerate(plan):  # bound elsewhere than planned: still one planned pod fewer
+                if spare and planned == requests:
+                    taken = min(spare, counts[i])
+                    counts[i] -= taken
+                    spare -= taken
+        return [(node, requests, counts[i]) for i, (node, requests, _) in enumerate(plan) if counts[i] > 0]
+
+    def _room(self) -> dict[str, ResourceVector]:
+        """Per node: allocatable - its pods' requests - pods planned there by dispatches not yet bound."""
+        room = self.ledger.room_by_node()
+        for key, plan in list(self._plans.items()):
+            if not self.ledger.reservation(key):
+                del self._plans[key]  # every pod is bound or done: the ledger counts them by node now
+                continue
+            _take(room, self._unbound(key, plan))
+        return room
+
+    def _fits(self, aw: AppWrapperView, need: ResourceVector, free: ResourceVector, capacity: ResourceVector,
+              room: dict[str, ResourceVector] | None) -> _Fit:
+        # Own pods that exist already (a restart between creating objects and recording it): only the aggregate
+        # remainder can be judged, the nodes they run on are known to the ledger already.
+        if room is None or self.ledger.consumed(aw.key):
+            if need.fits_in(free):
+                return _Fit(True)
+            return _Fit(False, short_resources(need, free), partial(describe_shortfall, need, free, capacity))
+        packing = placement.pack(self._gang(aw), self.ledger.nodes(), room)
+        if packing.fits:
+            return _Fit(True, plan=packing.placement)
+        return _Fit(False, packing.about, partial(str, packing.why))
+
+    def _footprint(self, key: str) -> list[tuple[str, ResourceVector, int]]:
+        """What evicting a dispatched AppWrapper frees, by node: its active bound pods and (--fit=nodes) the
+        unbound rest of its plan; ("", outstanding reservation, 1) stands for what is reserved but not placed."""
+        freed: list[tuple[str, ResourceVector, int]] = []
         for uid in self._pods_by_appwrapper.get(key, {}):
             pod = self.ledger.pod(uid)
             if pod is not None and pod.node_name and not pod.terminal:
-                total = total + pod.requests
-        return total
+                freed.append((pod.node_name, pod.requests, 1))
+        plan = self._plans.get(key)
+        if plan is not None:
+            freed.extend(self._unbound(key, plan))
+        elif self.ledger.reservation(key):
+            freed.append(("", self.ledger.reservation(key), 1))
+        return freed
 
     def _preempt_for(self, aw: AppWrapperView, need: ResourceVector, free: ResourceVector,
-                     capacity: ResourceVector) -> bool:
+                     capacity: ResourceVector, room: dict[str, ResourceVector] | None) -> bool:
         """Priority preemption for a queued AppWrapper that does not fit. True while it waits for victims.
 
         Victims are dispatched AppWrappers of strictly lower priority, lowest priority and then most recently
-        dispatched first; only as many as needed, and none at all unless evicting them makes it fit. An
-        AppWrapper larger than the whole cluster never preempts. Strictly lower priority means a victim can never
-        preempt its preemptor back: no loops.
+        dispatched first; only as many as needed, and none at all unless evicting them makes it fit (with
+        --fit=nodes: makes its pods pack onto the nodes). An AppWrapper that would not fit on the empty cluster
+        never preempts. Strictly lower priority means a victim can never preempt its preemptor back: no loops.
         """
         key = aw.key
         waiting_for = self._preempting.get(key)
@@ -556,8 +698,27 @@ class Dispatcher:
             if any(v in self._dispatched or v in self._pods_by_appwrapper for v in waiting_for):
                 return True
             del self._preempting[key]  # the victims are gone and it still does not fit: look again
-        if not need.fits_in(capacity):
+        nodes = self.ledger.nodes()
+        if room is None or self.ledger.consumed(key):
+            if not need.fits_in(capacity):
+                return False
+        elif not placement.pack(self._gang(aw), nodes, {}).fits:  # {}: every node empty
             return False
+
+        def fits_without(victims: list[list[tuple[str, ResourceVector, int]]]) -> bool:
+            if room is None or self.ledger.consumed(key):
+                freed = ResourceVector()
+                for footprint in victims:
+                    for _, requests, count in footprint:
+                        freed = freed + requests.scale(count)
+                return need.fits_in(free + freed)
+            after = dict(room)
+            for footprint in victims:
+                for node, requests, count in footprint:
+                    if node in after:
+                        after[node] = after[node] + requests.scale(count)
+            return placement.pack(self._gang(aw), nodes, after).fits
+
         victims_taken = {v for victims in self._preempting.values() for v in victims}
         candidates = []
         for victim in self._dispatched.values():
@@ -567,23 +728,21 @@ class Dispatcher:
             since = lifecycle.dispatched_at(self._status(victim))
             candidates.append((victim.priority, -(since.timestamp() if since else 0.0), victim.key, victim))
         candidates.sort()
-        chosen: list[tuple[AppWrapperView, ResourceVector]] = []
-        freed = ResourceVector()
+        chosen: list[tuple[AppWrapperView, list[tuple[str, ResourceVector, int]]]] = []
         for *_, victim in candidates:
             footprint = self._footprint(victim.key)
             if not footprint:
                 continue
             chosen.append((victim, footprint))
-            freed = freed + footprint
-            if need.fits_in(free + freed):
+            if fits_without([f for _, f in chosen]):
                 break
         else:
             return False
         # Fewest victims: drop any that are not needed, trying the most valuable (highest priority, oldest) first.
-        for victim, footprint in reversed(chosen[:-1]):
-            if need.fits_in(free + freed - footprint):
-                chosen.remove((victim, footprint))
-                freed = freed - footprint
+        for entry in reversed(chosen[:-1]):
+            rest = [f for other in chosen if other is not entry for f in (other[1],)]
+            if fits_without(rest):
+                chosen.remove(entry)
         message = f"Preempted by AppWrapper {key} (priority {aw.priority})."
         for victim, _ in chosen:
             current = self._status(victim)
@@ -598,7 +757,8 @@ class Dispatcher:
         self._set_queued(aw, frozenset({"preempting"}), partial(str, why))
         return True
 
-    def _announce(self, free: ResourceVector, capacity: ResourceVector) -> None:
+    def _announce(self, free: ResourceVector, capacity: ResourceVector,
+                  room: dict[str, ResourceVector] | None) -> None:
         """First Backoff status of AppWrappers that arrived and still wait (the cycle may not have visited them)."""
         for key in self._unannounced:
             aw = self.appwrappers.get(key)
@@ -608,8 +768,8 @@ class Dispatcher:
                 self._set_queued(aw, frozenset({BEHIND_STRICT_FIFO}), partial(str, BEHIND_STRICT_FIFO))
             else:
                 need = (aw.demand - self.ledger.consumed(key)).clamp()
-                self._set_queued(aw, short_resources(need, free),
-                                 partial(describe_shortfall, need, free, capacity))
+                fit = self._fits(aw, need, free, capacity, room)
+                self._set_queued(aw, fit.about, fit.why)
         self._unannounced.clear()
 
     def _set_queued(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> None:
@@ -624,9 +784,11 @@ class Dispatcher:
         self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority, why=message))
         self._backoff_written[aw.key] = (about, place)
 
-    def _dispatch(self, aw: AppWrapperView) -> None:
+    def _dispatch(self, aw: AppWrapperView, plan: tuple[tuple[str, ResourceVector, int], ...] = ()) -> None:
         """Reserve now, write in the background: the objects, then the Dispatched status (see ``_collect``)."""
         self.ledger.reserve(aw.key, aw.demand)
+        if plan:
+            self._plans[aw.key] = plan
         self._inflight[aw.key] = aw
         self._preempting.pop(aw.key, None)
         current = self._status(aw)
@@ -672,6 +834,7 @@ class Dispatcher:
         current = self.appwrappers.get(key)
         still_there = current is not None and current.uid == aw.uid and not current.deleting
         if outcome.error is not None:
+            self._plans.pop(key, None)
             if self.ledger.is_reserved(key) and (still_there or current is None):
                 self.ledger.release(key)
                 self._capacity_may_have_grown()

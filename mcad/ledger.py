@@ -136,6 +136,9 @@ class Ledger:
         if outstanding is not None:
             self._reserved -= outstanding
 
+    def reserved_keys(self) -> list[str]:
+        return list(self._demand)
+
     def is_reserved(self, appwrapper: str) -> bool:
         return appwrapper in self._demand
 
@@ -180,6 +183,14 @@ class Ledger:
             for name, node in self._nodes.items()
             if node.schedulable
         }
+
+    def room_by_node(self) -> dict[str, ResourceVector]:
+        """Per known node, schedulable or not: allocatable - requests of its non-terminal pods. Placement decides
+        which nodes a pod may use (a tainted node is fine for a pod that tolerates the taint)."""
+        return {name: node.allocatable - self._node_usage.get(name, ZERO) for name, node in self._nodes.items()}
+
+    def nodes(self) -> list[NodeView]:
+        return list(self._nodes.values())
 
     def node(self, name: str) -> NodeView | None:
         return self._nodes.get(name)

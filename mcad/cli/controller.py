@@ -21,7 +21,7 @@ from mcad import __version__, kube
 from mcad import log as mcad_log
 from mcad.api.appwrapper import APPWRAPPER_LABEL, GROUP, KIND, PLURAL, VERSION, appwrapper_view
 from mcad.api.views import node_view, pod_view
-from mcad.dispatcher import Dispatcher, Key
+from mcad.dispatcher import FIT_MODES, Dispatcher, Key
 from mcad.informer import Informer
 from mcad.workqueue import WorkQueue
 from mcad.wrapped import WrappedObjects, WrappedView, wrapped_view
@@ -47,8 +47,8 @@ def wrapped_informer_factory(conn: kube.Connection, client: kube.Client) -> Call
     return make
 
 
-def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32,
-          preemption: bool = False) -> tuple[Dispatcher, list[Informer[object]]]:
+def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, preemption: bool = False,
+          fit: str = "nodes") -> tuple[Dispatcher, list[Informer[object]]]:
     """Informers over AppWrappers, Nodes and Pods (all namespaces), and the dispatcher they feed; informers over
     wrapped kinds start when an AppWrapper needs them (its ``wrapped``)."""
     appwrappers = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
@@ -63,7 +63,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32,
     wrapped = WrappedObjects(wrapped_informer_factory(conn, client), lambda key: queue.add(("aw", key)))
     dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
                             strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
-                            preemption=preemption)
+                            preemption=preemption, fit=fit)
     return dispatcher, [appwrappers, nodes, pods]  # type: ignore[list-item]
 
 
@@ -78,6 +78,12 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32,
               help="Let a queued AppWrapper that does not fit evict running AppWrappers of strictly lower "
                    "priority (the fewest, lowest priority and most recently dispatched first) when that makes it "
                    "fit. Victims go back to the queue.")
+@click.option("--fit", type=click.Choice(FIT_MODES), default="nodes",
+              help="nodes: dispatch only if every pod of the AppWrapper can be placed on some node's free room "
+                   "(first-fit decreasing, honouring cordons, NoSchedule/NoExecute taints, nodeSelector and "
+                   "required node affinity), so a gang never starts half-placed. aggregate: compare the total "
+                   "demand with the cluster's total free capacity, as upstream MCAD did (8 GPUs free as 8 x 1 "
+                   "admit one 8-GPU pod that then stays Pending).")
 @click.option("--write-workers", type=click.IntRange(1, 128), default=32,
               help="Threads that send dispatch and status writes to the API server in parallel (decisions stay "
                    "on one thread; one AppWrapper's writes are never reordered).")
@@ -86,8 +92,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32,
               help="json for log collectors, console for people.")
 @click.option("--connect-only", is_flag=True, help="Connect, check that the AppWrapper CRD is served, and exit.")
 @click.version_option(__version__, prog_name="mcad-controller")
-def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preemption: bool, write_workers: int,
-         log_level: str, log_format: str, connect_only: bool) -> None:
+def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preemption: bool, fit: str,
+         write_workers: int, log_level: str, log_format: str, connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     mcad_log.configure(log_level, "json" if log_format == "json" else "console")
     logger = structlog.get_logger("mcad.controller")
@@ -110,7 +116,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     if connect_only:
         return
 
-    dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption)
+    dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
+                                  fit=fit)
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
@@ -124,7 +131,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
         informer.start()
     worker = threading.Thread(target=dispatcher.run, args=(stop,), name="dispatcher", daemon=True)
     worker.start()
-    logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption)
+    logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit)
     stop.wait()
     for informer in informers:
         informer.stop()

@@ -68,7 +68,8 @@ def aw(name: str, cpu: str, status: dict[str, Any] | None = None) -> dict[str, A
 
 
 class Harness:
-    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], aws: list[dict[str, Any]]) -> None:
+    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], aws: list[dict[str, Any]],
+                 **options: Any) -> None:
         self.lw = {k: FakeListerWatcher() for k in ("aw", "node", "pod")}
         for obj in nodes:
             self.lw["node"].add(obj)
@@ -85,7 +86,7 @@ class Harness:
         ]
         self.dispatcher = Dispatcher(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
                                      writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
-                                     write_workers=0)
+                                     write_workers=0, **options)
         for informer in self.informers:
             informer.start()
         for informer in self.informers:
@@ -157,7 +158,7 @@ def test_own_pods_that_exist_already_are_credited_after_a_crash(harness_factory:
 
 
 def test_backoff_is_rewritten_for_a_new_shortage_not_for_new_amounts(harness_factory: Any) -> None:
-    h = harness_factory(nodes=[node("n0", "2")], pods=[pod("first", "1")], aws=[aw("big", "2")])
+    h = harness_factory(nodes=[node("n0", "2")], pods=[pod("first", "1")], aws=[aw("big", "2")], fit="aggregate")
     h.drain()
     assert [s["message"] for _, s in h.writer.statuses] == ["short of cpu 1 (needs 2, 1 free); position 1 in the queue"]
 
@@ -196,3 +197,83 @@ def test_a_deep_queue_costs_one_visit_per_group_and_no_status_writes_per_cycle(h
     assert h.writer.applied == [f"cpu{i}-cm" for i in range(5)]
     assert len(h.writer.statuses) == 305, "only the new AppWrappers' statuses were written"
     assert h.dispatcher.pending.group_count() == 1
+
+
+def gpu_node(name: str, gpus: int) -> dict[str, Any]:
+    raw = node(name, "8")
+    raw["status"]["allocatable"]["nvidia.com/gpu"] = str(gpus)
+    return raw
+
+
+def gang_aw(name: str, pods: int, requests: dict[str, str], priority: int = 0) -> dict[str, Any]:
+    raw = aw(name, "0")
+    raw["spec"]["priority"] = priority
+    raw["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [{"replicas": pods, "requests": requests}]
+    return raw
+
+
+def last_status(h: Harness, name: str) -> dict[str, Any]:
+    return next(status for n, status in reversed(h.writer.statuses) if n == name)
+
+
+@pytest.mark.parametrize("fit", ["nodes", "aggregate"])
+def test_eight_single_gpus_do_not_admit_one_eight_gpu_pod_with_fit_nodes(harness_factory: Any, fit: str) -> None:
+    h = harness_factory(nodes=[gpu_node(f"n{i}", 1) for i in range(8)], pods=[],
+                        aws=[gang_aw("big", 1, {"cpu": "1", "nvidia.com/gpu": "8"})], fit=fit)
+    h.drain()
+    if fit == "aggregate":
+        assert h.writer.applied == ["big-cm"], "the aggregate check admits it (its pod would stay Pending)"
+        return
+    assert h.writer.applied == []
+    message = last_status(h, "big")["message"]
+    assert "on no node" in message and "nvidia.com/gpu" in message, message
+    h.lw["aw"].add(gang_aw("spread", 8, {"cpu": "1", "nvidia.com/gpu": "1"}))
+    wait_until(lambda: h.dispatcher.appwrappers.get("ns/spread"), 5, "the second AppWrapper")
+    h.drain()
+    assert h.writer.applied == ["spread-cm"], "the same GPUs as eight 1-GPU pods fit"
+
+
+def test_fit_nodes_remembers_where_unbound_pods_were_planned(harness_factory: Any) -> None:
+    # 2 nodes x 4 cpu. 2 + 3 + 3 = 8 fits the total, but once 2 and 3 are placed no node has 3 left.
+    h = harness_factory(nodes=[node("n0", "4"), node("n1", "4")], pods=[],
+                        aws=[gang_aw("a", 1, {"cpu": "2"}), gang_aw("b", 1, {"cpu": "3"})])
+    h.drain()
+    assert sorted(h.writer.applied) == ["a-cm", "b-cm"]
+    h.lw["aw"].add(gang_aw("c", 1, {"cpu": "3"}))
+    wait_until(lambda: h.dispatcher.appwrappers.get("ns/c"), 5, "c")
+    h.drain()
+    assert "c-cm" not in h.writer.applied, "no pod of a or b is bound yet, but their room is promised"
+    assert "on no node" in last_status(h, "c")["message"]
+
+
+def test_priority_preemption_evicts_the_most_recent_lower_priority_only(harness_factory: Any) -> None:
+    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[gang_aw("low-a", 1, {"cpu": "2"})], preemption=True)
+    h.drain()
+    h.clock.advance(10)
+    h.lw["aw"].add(gang_aw("low-b", 1, {"cpu": "2"}))
+    wait_until(lambda: h.dispatcher.appwrappers.get("ns/low-b"), 5, "low-b")
+    h.drain()
+    for name in ("low-a", "low-b"):
+        h.lw["pod"].add(pod(f"{name}-0", "2", appwrapper=name))
+    wait_until(lambda: h.dispatcher.pods.get("uid-low-b-0"), 5, "the pods")
+    h.drain()
+    assert h.writer.applied == ["low-a-cm", "low-b-cm"]
+
+    h.lw["aw"].add(gang_aw("high", 1, {"cpu": "2"}, priority=5))
+    wait_until(lambda: h.dispatcher.appwrappers.get("ns/high"), 5, "high")
+    h.drain()
+    victim = last_status(h, "low-b")
+    assert victim["state"] == "Pending"
+    assert victim["message"] == "Preempted by AppWrapper ns/high (priority 5)."
+    assert [c["reason"] for c in victim["conditions"] if c["type"] in ("PreemptCandidate", "Backoff")] == [
+        "PreemptedByHigherPriority", "PreemptionTriggered"]
+    assert last_status(h, "low-a")["state"] == "Running", "one victim is enough"
+    assert "high-cm" not in h.writer.applied, "it waits until the victim's pods are gone"
+    assert h.dispatcher.preemptions == 1
+
+    h.lw["pod"].delete("ns/low-b-0")
+    wait_until(lambda: h.dispatcher.pods.get("uid-low-b-0") is None, 5, "the victim's pod to go")
+    h.drain()
+    assert h.writer.applied[-1] == "high-cm"
+    assert last_status(h, "low-b")["state"] == "Pending"
+    assert h.dispatcher.preemptions == 1, "the victim (lower priority) never preempts back"
