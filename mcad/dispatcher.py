@@ -409,7 +409,9 @@ class Dispatcher:
             return
         phases = self._phases(key)
         active = sum(1 for phase in phases if phase not in ("Succeeded", "Failed"))
-        verdict = lifecycle.evaluate(aw, self.wrapped.lookup, active)
+        expects_pods = any(group.count > 0 for group in self._gang(aw))
+        verdict = lifecycle.evaluate(aw, self.wrapped.lookup, active,
+                                     pods_pending_creation=expects_pods and not phases)
         current = self._status(aw)
         now = self.clock.now()
         if verdict.outcome is lifecycle.Outcome.FAILED:

@@ -8,7 +8,9 @@ Contract:
   * ``COMPLETED`` when there is at least one item with ``completionstatus``, each such item's object exists
     (owned by this AppWrapper) and has a condition whose type is one of the item's comma-separated types (exact,
     case-insensitive) with status True, and no pod of the AppWrapper is still active (not Succeeded/Failed);
-    ``HOLD_COMPLETION`` when the items are complete but pods are still active.
+    ``HOLD_COMPLETION`` when the items are complete but pods are still active, or none of its pods has been
+    seen yet although it will have some (a Deployment is Progressing before its ReplicaSet makes pods: that
+    is not completion).
   * ``UNKNOWN`` while a kind it depends on is not watched yet (its informer has not synced): decide nothing.
   * ``RUNNING`` otherwise (an AppWrapper without ``completionstatus`` runs until deleted, as upstream).
 - ``requeue_wait(spec, requeuings)`` is the wait before the minAvailable check after the ``requeuings``-th
@@ -85,7 +87,8 @@ def _true(view: WrappedView, type_: str) -> tuple[str, str, str, str] | None:
     return found if found is not None and found[1] == "True" else None
 
 
-def evaluate(aw: AppWrapperView, lookup: Lookup, active_pods: int) -> Verdict:
+def evaluate(aw: AppWrapperView, lookup: Lookup, active_pods: int, *, pods_pending_creation: bool = False
+             ) -> Verdict:
     items = tracked_items(aw)
     objects: list[tuple[TrackedItem, WrappedView | None]] = []
     unknown = False
@@ -109,7 +112,7 @@ def evaluate(aw: AppWrapperView, lookup: Lookup, active_pods: int) -> Verdict:
     for item, view in completion:
         if view is None or not any(_true(view, t) for t in item.completion_types):
             return Verdict(Outcome.RUNNING)
-    if active_pods > 0:
+    if active_pods > 0 or pods_pending_creation:
         return Verdict(Outcome.HOLD_COMPLETION)
     return Verdict(Outcome.COMPLETED)
 

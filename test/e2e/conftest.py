@@ -97,6 +97,12 @@ def free_cpu_millis(core: k8s.CoreV1Api) -> int:
     return free
 
 
+def blocked_on(message: str, resource: str) -> bool:
+    """Whether a Backoff message names ``resource`` as what is short, in either fit mode: "short of cpu ..."
+    (--fit=aggregate) or "... too little cpu free ..." (--fit=nodes)."""
+    return f"short of {resource}" in message or f"too little {resource} free" in message
+
+
 def appwrapper(name: str, *items: dict[str, Any], priority: int | None = None,
                scheduling: dict[str, Any] | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"resources": {"GenericItems": list(items)}}

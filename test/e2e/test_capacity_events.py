@@ -6,7 +6,15 @@ import uuid
 
 import kubernetes.client as k8s
 
-from test.e2e.conftest import AppWrappers, Controller, appwrapper, deployment_item, free_cpu_millis, job_item
+from test.e2e.conftest import (
+    AppWrappers,
+    Controller,
+    appwrapper,
+    blocked_on,
+    deployment_item,
+    free_cpu_millis,
+    job_item,
+)
 from test.support import wait_until
 
 
@@ -16,7 +24,7 @@ def test_finished_job_pods_free_their_share_without_deleting_the_appwrapper(
     aws.create(appwrapper("batch", job_item("batch", 2, f"{free * 30 // 100}m", duration="3s")))
     aws.wait_pods("batch", 2)
     aws.create(appwrapper("next", deployment_item("next", 1, f"{free * 60 // 100}m")))
-    assert "short of cpu" in aws.wait_state("next", "Pending")["message"]
+    assert blocked_on(aws.wait_state("next", "Pending")["message"], "cpu")
     assert not aws.exists("apps/v1", "Deployment", "next")
 
     aws.wait_state("next", "Running", timeout=60)
@@ -28,7 +36,7 @@ def test_a_new_node_lets_a_waiting_appwrapper_in(controller: Controller, aws: Ap
                                                  core: k8s.CoreV1Api) -> None:
     free = free_cpu_millis(core)
     aws.create(appwrapper("wide", deployment_item("wide", 1, f"{free + 2000}m")))
-    assert "short of cpu 2 " in aws.wait_state("wide", "Pending")["message"]
+    assert blocked_on(aws.wait_state("wide", "Pending")["message"], "cpu")
 
     name = f"mcad-test-node-{uuid.uuid4().hex[:6]}"
     resources = {"cpu": str(free // 1000 + 4), "memory": "8Gi", "pods": "110"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import kubernetes.client as k8s
 
-from test.e2e.conftest import AppWrappers, Controller, appwrapper, deployment_item, free_cpu_millis
+from test.e2e.conftest import AppWrappers, Controller, appwrapper, blocked_on, deployment_item, free_cpu_millis
 
 
 def test_higher_priority_dispatches_first_when_capacity_frees(controller: Controller, aws: AppWrappers,
@@ -20,7 +20,7 @@ def test_higher_priority_dispatches_first_when_capacity_frees(controller: Contro
     aws.delete("blocker")
     aws.wait_state("high", "Running")
     low = aws.wait_state("low", "Pending")
-    assert "short of cpu" in low["message"]
+    assert blocked_on(low["message"], "cpu")
     assert not aws.exists("apps/v1", "Deployment", "low")
 
 

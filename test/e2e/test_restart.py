@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import kubernetes.client as k8s
 import pytest
 
-from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, deployment_item, free_cpu_millis
+from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, blocked_on, deployment_item, free_cpu_millis
 from test.support import wait_until
 
 
@@ -49,7 +49,7 @@ def test_kill_and_restart_mid_flow(controller: Controller, aws: AppWrappers, cor
         deployment = k8s.AppsV1Api(aws.custom.api_client).read_namespaced_deployment(name, aws.namespace)
         assert deployment.metadata.uid == deployment_uids[name]
     for name in ("r-4", "r-5"):
-        assert aws.wait_state(name, "Pending")["message"].startswith("short of cpu")
+        assert blocked_on(aws.wait_state(name, "Pending")["message"], "cpu")
         assert not aws.exists("apps/v1", "Deployment", name)
 
     for name in ("r-1", "r-2", "r-3"):

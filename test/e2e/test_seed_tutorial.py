@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import kubernetes.client as k8s
 
-from test.e2e.conftest import AppWrappers, Controller, appwrapper, deployment_item, free_cpu_millis
+from test.e2e.conftest import AppWrappers, Controller, appwrapper, blocked_on, deployment_item, free_cpu_millis
 from test.support import wait_until
 
 
@@ -33,7 +33,8 @@ def test_second_appwrapper_waits_with_no_pods_until_the_first_is_deleted(
     assert condition_types(waiting) == ["Init", "Queueing", "HeadOfLine", "Backoff"]
     backoff = waiting["conditions"][-1]
     assert backoff["reason"] == "AppWrapperNotRunnable."
-    assert backoff["message"].startswith("Insufficient resources to dispatch AppWrapper. short of cpu")
+    assert backoff["message"].startswith("Insufficient resources to dispatch AppWrapper. ")
+    assert blocked_on(backoff["message"], "cpu")
     assert "controllerfirsttimestamp" in waiting
     # The decision is written, so nothing of the second gang may exist: not its Deployment, not a pod.
     assert not aws.exists("apps/v1", "Deployment", "0002-aw-generic-deployment-2")

@@ -29,7 +29,7 @@ def test_a_blocked_appwrapper_holds_back_smaller_later_ones(controller: Controll
     aws.wait_state("big", "Pending")
     aws.create(appwrapper("small", deployment_item("small", 1, f"{free * 20 // 100}m")))
     small = aws.wait_state("small", "Pending")
-    assert small["message"] == "waiting behind earlier AppWrappers (strict FIFO)"
+    assert small["message"].startswith("waiting behind earlier AppWrappers (strict FIFO)")
     assert not aws.exists("apps/v1", "Deployment", "small")
 
     aws.delete("blocker")

@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="churn at Kueue's full size (15,000 workloads) instead of 1/10")
     parser.add_argument("--churn-fraction", type=float, default=None,
                         help="churn size as a fraction of Kueue's 15,000 (default 0.1; 1.0 with --churn-full)")
-    parser.add_argument("--churn-nodes", type=int, default=75, help="8-cpu nodes in churn (default 75 = 600 cpu)")
+    parser.add_argument("--churn-nodes", type=int, default=15, help="40-cpu nodes in churn (default 15 = 600 cpu)")
     parser.add_argument("--restart-nodename", action="store_true",
                         help="restart: bind the pods with spec.nodeName (round-robin) instead of via kube-scheduler")
     parser.add_argument("--size", action="append", default=[], metavar="SCENARIO=FACTOR",

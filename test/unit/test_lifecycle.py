@@ -1,0 +1,116 @@
+"""Completion, failure and requeue-wait rules (mcad.lifecycle), on views only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mcad.api.appwrapper import SchedulingSpec, appwrapper_view
+from mcad.lifecycle import NOT_SYNCED, Outcome, evaluate, requeue_wait, tracked_items, watched_kinds
+from mcad.wrapped import WrappedView, wrapped_view
+
+UID = "aw-uid"
+
+
+def item(kind: str, name: str, completion: str | None = None, api_version: str = "batch/v1") -> dict[str, Any]:
+    out: dict[str, Any] = {"generictemplate": {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}}}
+    if completion is not None:
+        out["completionstatus"] = completion
+    return out
+
+
+def view(*items: dict[str, Any]) -> Any:
+    return appwrapper_view({"metadata": {"name": "aw", "namespace": "ns", "uid": UID},
+                            "spec": {"resources": {"GenericItems": list(items)}}})
+
+
+def obj(name: str, *conditions: tuple[str, str], owner: str = UID, reason: str = "", message: str = "") -> WrappedView:
+    return wrapped_view({"metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}",
+                                      "labels": {"workload.codeflare.dev/appwrapper": "aw"},
+                                      "ownerReferences": [{"uid": owner, "controller": True}]},
+                         "status": {"conditions": [{"type": t, "status": s, "reason": reason, "message": message}
+                                                   for t, s in conditions]}})
+
+
+def lookup_of(*objects: WrappedView) -> Any:
+    store = {o.name: o for o in objects}
+    return lambda _api_version, _kind, _namespace, name: store.get(name)
+
+
+def test_complete_needs_the_condition_true_not_just_present() -> None:
+    aw = view(item("Job", "j", "Complete"))
+    assert evaluate(aw, lookup_of(obj("j", ("Complete", "False"))), 0).outcome is Outcome.RUNNING
+    assert evaluate(aw, lookup_of(obj("j", ("Complete", "True"))), 0).outcome is Outcome.COMPLETED
+
+
+def test_types_match_exactly_not_as_substrings() -> None:
+    aw = view(item("Deployment", "d", "Progress", api_version="apps/v1"))
+    assert evaluate(aw, lookup_of(obj("d", ("Progressing", "True"))), 0).outcome is Outcome.RUNNING
+    aw = view(item("Deployment", "d", "Available, progressing", api_version="apps/v1"))
+    assert evaluate(aw, lookup_of(obj("d", ("Progressing", "True"))), 1).outcome is Outcome.HOLD_COMPLETION
+
+
+def test_every_item_with_completionstatus_must_be_complete() -> None:
+    aw = view(item("Job", "a", "Complete"), item("Job", "b", "Complete"))
+    assert evaluate(aw, lookup_of(obj("a", ("Complete", "True"))), 0).outcome is Outcome.RUNNING
+    both = lookup_of(obj("a", ("Complete", "True")), obj("b", ("Complete", "True")))
+    assert evaluate(aw, both, 0).outcome is Outcome.COMPLETED
+    assert evaluate(aw, both, 2).outcome is Outcome.HOLD_COMPLETION
+
+
+def test_an_object_owned_by_another_appwrapper_does_not_count() -> None:
+    aw = view(item("Job", "j", "Complete"))
+    stale = obj("j", ("Complete", "True"), owner="old-uid")
+    assert evaluate(aw, lookup_of(stale), 0).outcome is Outcome.RUNNING
+
+
+def test_a_failed_job_fails_the_appwrapper_even_without_completionstatus() -> None:
+    aw = view(item("Job", "train"))
+    verdict = evaluate(aw, lookup_of(obj("train", ("Failed", "True"), reason="BackoffLimitExceeded",
+                                         message="Job has reached the specified backoff limit")), 0)
+    assert verdict.outcome is Outcome.FAILED
+    assert verdict.reason == "BackoffLimitExceeded"
+    assert verdict.message == "Job train failed (BackoffLimitExceeded): Job has reached the specified backoff limit"
+
+
+def test_no_decision_while_a_kind_is_not_synced() -> None:
+    aw = view(item("Job", "j", "Complete"))
+    assert evaluate(aw, lambda *_: NOT_SYNCED, 0).outcome is Outcome.UNKNOWN
+
+
+def test_without_completionstatus_it_runs_until_deleted() -> None:
+    aw = view(item("Service", "s", api_version="v1"))
+    assert watched_kinds(aw) == set()
+    assert evaluate(aw, lookup_of(), 0).outcome is Outcome.RUNNING
+    assert tracked_items(view(item("Job", "j"))) and watched_kinds(view(item("Job", "j"))) == {("batch/v1", "Job")}
+
+
+@pytest.mark.parametrize(("growth", "waits"), [
+    ("exponential", [10, 20, 40, 80, 100, 100]),
+    ("linear", [10, 20, 30, 40, 50, 60]),
+    ("none", [10, 10, 10, 10, 10, 10]),
+    ("bogus", [10, 10, 10, 10, 10, 10]),
+])
+def test_requeue_wait_grows_per_growth_type_and_is_capped(growth: str, waits: list[int]) -> None:
+    spec = SchedulingSpec(min_available=1, requeue_seconds=10, requeue_max_seconds=100 if growth != "linear" else 0,
+                          growth=growth)
+    assert [requeue_wait(spec, n) for n in range(6)] == waits
+
+
+def test_a_huge_requeue_count_stays_a_small_integer() -> None:
+    spec = SchedulingSpec(min_available=1, requeue_seconds=300, growth="exponential")
+    assert requeue_wait(spec, 10**6) == 300 << 32
+
+
+def test_scheduling_spec_defaults_match_the_crd() -> None:
+    aw = appwrapper_view({"metadata": {"name": "a"}, "spec": {"schedulingSpec": {"minAvailable": 2},
+                                                            "resources": {"GenericItems": [item("Job", "j")]}}})
+    assert aw.scheduling == SchedulingSpec(min_available=2, requeue_seconds=300, growth="exponential")
+
+
+def test_complete_before_any_pod_exists_is_not_completion() -> None:
+    aw = view(item("Deployment", "d", "Progressing", api_version="apps/v1"))
+    progressing = lookup_of(obj("d", ("Progressing", "True")))
+    assert evaluate(aw, progressing, 0, pods_pending_creation=True).outcome is Outcome.HOLD_COMPLETION
+    assert evaluate(aw, progressing, 0).outcome is Outcome.COMPLETED
