@@ -7,17 +7,26 @@ Contract:
   rebuilt from them, with a reservation for every AppWrapper that is already dispatched (a restart never
   dispatches past capacity while it catches up).
 - A ``DISPATCH`` key (coalesced by the queue, so a burst of events costs one cycle) walks the queued AppWrappers
-  in order (priority, creation time, name) and dispatches every one whose whole demand fits the free capacity;
-  with ``strict_fifo`` it stops at the first that does not. The walk is over ``PendingQueue`` groups, so its
-  cost follows what can fit, not the queue's length. A dispatch is reserved in the ledger before its API writes
-  and released if they fail.
-- A waiting AppWrapper gets a Backoff condition saying which resource is short and by how much, written when it
-  first waits and again only when the set of short resources changes (not for every change of the amounts:
-  that would be one write per waiting AppWrapper per cycle).
+  in order (priority, creation time, name) and dispatches every one that fits: with ``fit="nodes"`` (default)
+  when all of its pods pack onto the nodes' room (``placement.pack``; room planned for dispatched pods not yet
+  bound is held back), with ``fit="aggregate"`` when its demand fits the free total. With ``strict_fifo`` it
+  stops at the first that does not fit; with ``preemption`` one that does not fit may evict strictly
+  lower-priority dispatched AppWrappers (``_preempt_for``) and then holds back everything behind it. The walk
+  is over ``PendingQueue`` groups (same demand, and with fit="nodes" same pod shapes), so its cost follows what
+  can fit, not the queue's length. A dispatch is reserved in the ledger before its API writes and released if
+  they fail.
+- A waiting AppWrapper gets a Backoff condition saying what blocks it (the short resources, or with fit="nodes"
+  the node constraints) and its queue position, written when it first waits and again only when what blocks it
+  changes or its position does (exactly up to 10, then by powers of two); not for every change of the amounts,
+  which would be one write per waiting AppWrapper per cycle.
 - Capacity that frees up (an AppWrapper deleted, completed or failed; a pod finished or gone; a node added or
   ready) triggers a new cycle at once. There are no timed sleeps between decisions.
 - Status is written (server-side apply, status subresource) only when it differs from the last status seen
   or written for that AppWrapper.
+- After dispatch (``mcad.lifecycle``): events of its pods and of its wrapped objects (``WrappedObjects``
+  informers) decide Completed / RunningHoldCompletion / Failed; ``("requeue", key)`` and ``("deadline", key)``
+  timers are ``add_after`` delays computed from times in status, so they survive restarts. A requeued
+  AppWrapper's objects are deleted and it waits in the queue, out of the cycle, until its old pods are gone.
 """
 
 from __future__ import annotations
