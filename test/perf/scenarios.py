@@ -291,7 +291,7 @@ def throughput(opts: Options, result: Result) -> None:
     n_nodes = scaled(100, f)
     result["params"] = {"appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "pod_cpu": "100m", "threads": opts.threads}
     with Env("throughput", opts, result) as env:
-        env.nodes(n_nodes, cpu=str(CHURN_NODE_CPU), memory="160Gi", pods=110)
+        env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
         ctl = env.controller("controller")
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
@@ -352,7 +352,7 @@ def deep_queue(opts: Options, result: Result) -> None:
     result["params"] = {"gpu_appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "probes_new": n_a,
                         "probes_freed": n_b, "threads": opts.threads}
     with Env("deep_queue", opts, result) as env:
-        env.nodes(n_nodes, cpu=str(CHURN_NODE_CPU), memory="160Gi", pods=110)
+        env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
         ctl = env.controller("controller")
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
