@@ -93,6 +93,15 @@ class _StatusWritten:
     error: ApiError | None = None
 
 
+@dataclass(slots=True)
+class _Planned:
+    """Pods of one shape planned on one node and not bound yet (``count`` goes down as they bind)."""
+
+    node: str
+    requests: ResourceVector
+    count: int
+
+
 @dataclass(frozen=True, slots=True)
 class _Fit:
     fits: bool
@@ -145,9 +154,11 @@ class Dispatcher:
         self.strict_fifo = strict_fifo
         self.preemption = preemption
         self.fit = fit
-        # --fit=nodes: where each dispatched AppWrapper's pods were planned to go, kept until they are all bound,
-        # so that room promised to one gang is not promised again to the next.
-        self._plans: dict[str, tuple[tuple[str, ResourceVector, int], ...]] = {}
+        # --fit=nodes: where each dispatched AppWrapper's pods were planned to go, as [node, pod requests, pods not
+        # bound yet] entries, and their sum per node; a pod that binds takes its entry down, so a cycle reads the
+        # planned room per node without looking at the plans (their number grows with a slow scheduler).
+        self._plans: dict[str, list[_Planned]] = {}
+        self._planned: dict[str, ResourceVector] = {}
         self._gangs: dict[str, tuple[tuple[str, int], list[placement.PodGroup]]] = {}
         # Objects of wrapped kinds, watched for completion; None: completion is not watched (tests of other parts).
         self.wrapped = wrapped
@@ -276,7 +287,7 @@ class Dispatcher:
                     groups.append(dataclasses.replace(group, count=group.count - done))
             packing = placement.pack(groups, self.ledger.nodes(), room)
             if packing.fits:
-                self._plans[key] = packing.placement
+                self._plan_add(key, packing.placement)
                 _take(room, packing.placement)
 
     def _capacity_may_have_grown(self) -> None:
@@ -286,6 +297,10 @@ class Dispatcher:
     # ------------------------------------------------------------------------------------------ events
 
     def _track_pod(self, pod: PodView) -> None:
+        if pod.appwrapper and pod.appwrapper in self._plans and (pod.node_name or pod.terminal):
+            before = self.ledger.pod(pod.uid)
+            if before is None or not (before.node_name or before.terminal):
+                self._plan_pod_bound(pod.appwrapper, pod)
         self.ledger.upsert_pod(pod)
         owner = self._pod_owner.get(pod.uid)
         if owner and owner != pod.appwrapper:
@@ -440,7 +455,7 @@ class Dispatcher:
         if stop:
             self._delete_wrapped(aw, self._object_uids.get(key, ()))
         self._dispatched.pop(key, None)
-        self._plans.pop(key, None)
+        self._plan_drop(key)
         self._timed.discard(key)
         if self.ledger.is_reserved(key):
             self.ledger.release(key)
@@ -508,7 +523,7 @@ class Dispatcher:
                                                requeue_wait=requeue_wait))
         self._delete_wrapped(aw, self._object_uids.pop(key, ()))
         self._dispatched.pop(key, None)
-        self._plans.pop(key, None)
+        self._plan_drop(key)
         self._timed.discard(key)
         self._min_available_met.discard(key)
         self._backoff_written.pop(key, None)
@@ -540,7 +555,7 @@ class Dispatcher:
         return before != (aw.order(), group)
 
     def _forget(self, key: str) -> None:
-        self._plans.pop(key, None)
+        self._plan_drop(key)
         self._gangs.pop(key, None)
         self._timed.discard(key)
         self._min_available_met.discard(key)
@@ -627,43 +642,48 @@ class Dispatcher:
             self._gangs[aw.key] = cached
         return cached[1]
 
-    def _unbound(self, key: str, plan: tuple[tuple[str, ResourceVector, int], ...]
-                 ) -> list[tuple[str, ResourceVector, int]]:
-        """The part of a plan whose pods are not bound (or done) yet: each such pod of the AppWrapper takes one
-        planned pod of its shape off the plan, on its own node first."""
-        bound: dict[ResourceVector, dict[str, int]] = {}
-        for uid in self._pods_by_appwrapper.get(key, {}):
-            pod = self.ledger.pod(uid)
-            if pod is not None and (pod.node_name or pod.terminal):
-                per_node = bound.setdefault(pod.requests, {})
-                per_node[pod.node_name] = per_node.get(pod.node_name, 0) + 1
-        if not bound:
-            return list(plan)
-        counts = [count for _, _, count in plan]
-        for requests, per_node in bound.items():
-            spare = 0
-            for node, count in per_node.items():
-                for i, (planned_node, planned, _) in enumerate(plan):
-                    if count and planned_node == node and planned == requests:
-                        taken = min(count, counts[i])
-                        counts[i] -= taken
-                        count -= taken
-                spare += count
-            for i, (_, planned, _) in enumerate(plan):  # bound elsewhere than planned: still one planned pod fewer
-                if spare and planned == requests:
-                    taken = min(spare, counts[i])
-                    counts[i] -= taken
-                    spare -= taken
-        return [(node, requests, counts[i]) for i, (node, requests, _) in enumerate(plan) if counts[i] > 0]
+    def _plan_add(self, key: str, plan: Iterable[tuple[str, ResourceVector, int]]) -> None:
+        self._plan_drop(key)
+        entries = [_Planned(node, requests, count) for node, requests, count in plan if count > 0]
+        if not entries:
+            return
+        self._plans[key] = entries
+        for entry in entries:
+            self._planned[entry.node] = self._planned.get(entry.node, ResourceVector()) + \
+                entry.requests.scale(entry.count)
+
+    def _plan_drop(self, key: str) -> None:
+        for entry in self._plans.pop(key, []):
+            self._unplan(entry.node, entry.requests.scale(entry.count))
+
+    def _unplan(self, node: str, amount: ResourceVector) -> None:
+        left = self._planned.get(node, ResourceVector()) - amount
+        if left:
+            self._planned[node] = left
+        else:
+            self._planned.pop(node, None)
+
+    def _plan_pod_bound(self, key: str, pod: PodView) -> None:
+        """One pod of ``key`` is bound (or done): one planned pod fewer, of its shape and on its node if the plan
+        has one there, else of its shape anywhere, else any (custompodresources may differ from the pods)."""
+        live = [e for e in self._plans.get(key, []) if e.count > 0]
+        entry = (next((e for e in live if e.node == pod.node_name and e.requests == pod.requests), None)
+                 or next((e for e in live if e.requests == pod.requests), None)
+                 or (live[0] if live else None))
+        if entry is None:
+            return
+        entry.count -= 1
+        self._unplan(entry.node, entry.requests)
+        if all(e.count <= 0 for e in self._plans[key]):
+            del self._plans[key]
 
     def _room(self) -> dict[str, ResourceVector]:
-        """Per node: allocatable - its pods' requests - pods planned there by dispatches not yet bound."""
+        """Per node: allocatable - its pods' requests - pods planned there by dispatches not yet bound.
+        O(nodes): the planned sums are kept up to date pod by pod."""
         room = self.ledger.room_by_node()
-        for key, plan in list(self._plans.items()):
-            if not self.ledger.reservation(key):
-                del self._plans[key]  # every pod is bound or done: the ledger counts them by node now
-                continue
-            _take(room, self._unbound(key, plan))
+        for node, planned in self._planned.items():
+            if node in room:
+                room[node] = room[node] - planned
         return room
 
     def _fits(self, aw: AppWrapperView, need: ResourceVector, free: ResourceVector, capacity: ResourceVector,
@@ -689,7 +709,7 @@ class Dispatcher:
                 freed.append((pod.node_name, pod.requests, 1))
         plan = self._plans.get(key)
         if plan is not None:
-            freed.extend(self._unbound(key, plan))
+            freed.extend((e.node, e.requests, e.count) for e in plan if e.count > 0)
         elif self.ledger.reservation(key):
             freed.append(("", self.ledger.reservation(key), 1))
         return freed
@@ -799,7 +819,7 @@ class Dispatcher:
         """Reserve now, write in the background: the objects, then the Dispatched status (see ``_collect``)."""
         self.ledger.reserve(aw.key, aw.demand)
         if plan:
-            self._plans[aw.key] = plan
+            self._plan_add(aw.key, plan)
         self._inflight[aw.key] = aw
         self._preempting.pop(aw.key, None)
         current = self._status(aw)
@@ -845,7 +865,7 @@ class Dispatcher:
         current = self.appwrappers.get(key)
         still_there = current is not None and current.uid == aw.uid and not current.deleting
         if outcome.error is not None:
-            self._plans.pop(key, None)
+            self._plan_drop(key)
             if self.ledger.is_reserved(key) and (still_there or current is None):
                 self.ledger.release(key)
                 self._capacity_may_have_grown()

@@ -245,6 +245,17 @@ def test_fit_nodes_remembers_where_unbound_pods_were_planned(harness_factory: An
     assert "c-cm" not in h.writer.applied, "no pod of a or b is bound yet, but their room is promised"
     assert "on no node" in last_status(h, "c")["message"]
 
+    # Their pods bind, each on the node the other was planned on: the plans are used up all the same, and the
+    # nodes' usage takes over.
+    planned = {key: h.dispatcher._plans[key][0].node for key in ("ns/a", "ns/b")}
+    assert planned["ns/a"] != planned["ns/b"]
+    h.lw["pod"].add(pod("a-0", "2", appwrapper="a", node_name=planned["ns/b"]))
+    h.lw["pod"].add(pod("b-0", "3", appwrapper="b", node_name=planned["ns/a"]))
+    wait_until(lambda: h.dispatcher.pods.get("uid-b-0"), 5, "the pods")
+    h.drain()
+    assert h.dispatcher._plans == {} and h.dispatcher._planned == {}
+    assert "c-cm" not in h.writer.applied
+
 
 def test_priority_preemption_evicts_the_most_recent_lower_priority_only(harness_factory: Any) -> None:
     h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[gang_aw("low-a", 1, {"cpu": "2"})], preemption=True)

@@ -392,8 +392,10 @@ def deep_queue(opts: Options, result: Result) -> None:
         labels = {PROBE_LABEL: "true"}
         api = env.api
 
-        def create(name: str, cpu: str) -> float:
-            api.create(aw_path(), appwrapper(name, [configmap_item(name, {"cpu": cpu})], labels=labels))
+        def create(name: str, cpu: str, pods: int = 1) -> float:
+            item = configmap_item(name, {"cpu": cpu})
+            item["custompodresources"][0]["replicas"] = pods
+            api.create(aw_path(), appwrapper(name, [item], labels=labels))
             t = time.monotonic()
             probe.mark_created(name, t)
             return t
@@ -417,7 +419,7 @@ def deep_queue(opts: Options, result: Result) -> None:
         say(f"deep_queue: (b) {n_b} times: filler ({total_cpu} cpu), waiter (1 cpu) Pending, delete filler")
         for i in range(n_b):
             filler, waiter = f"probe-filler-{i:03d}", f"probe-waiter-{i:03d}"
-            create(filler, str(total_cpu))
+            create(filler, "8", pods=n_nodes)  # one 8-cpu pod per node: all cpu, placeable
             probe.wait(has(probe.running, filler), 60, f"{filler} Running", ctl.check_alive)
             create(waiter, "1")
             probe.wait(has(probe.pending, waiter, probe.running), 60, f"{waiter} Pending",
