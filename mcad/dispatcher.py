@@ -424,18 +424,19 @@ class Dispatcher:
                 self.queue.add_after(("deadline", key), lifecycle.seconds_until(due, now))
         if self.wrapped is None:
             return
-        kinds = lifecycle.watched_kinds(aw)
+        phases = self._phases(key)
+        jobs = "Failed" in phases
+        kinds = lifecycle.watched_kinds(aw, jobs=jobs)
         if not kinds:
             return
         if not all([self.wrapped.ensure(api_version, kind) for api_version, kind in kinds]):
             # A kind's informer is still listing: look again shortly (its events will also bring us back).
             self.queue.add_after(("aw", key), 0.2)
             return
-        phases = self._phases(key)
         active = sum(1 for phase in phases if phase not in ("Succeeded", "Failed"))
         expects_pods = any(group.count > 0 for group in self._gang(aw))
         verdict = lifecycle.evaluate(aw, self.wrapped.lookup, active,
-                                     pods_pending_creation=expects_pods and not phases)
+                                     pods_pending_creation=expects_pods and not phases, jobs=jobs)
         current = self._status(aw)
         now = self.clock.now()
         if verdict.outcome is lifecycle.Outcome.FAILED:

@@ -1,8 +1,11 @@
 """What becomes of a dispatched AppWrapper: completion, a failed Job, requeuing, the dispatch deadline. Pure.
 
 Contract:
-- ``watched_kinds(aw)``: the (apiVersion, kind) pairs whose objects decide ``aw``'s fate: the kinds of items with
-  a ``completionstatus``, and batch/v1 Job (a wrapped Job that fails fails its AppWrapper).
+- ``watched_kinds(aw, jobs=...)``: the (apiVersion, kind) pairs whose objects decide ``aw``'s fate: the kinds of
+  items with a ``completionstatus``, and, with ``jobs``, batch/v1 Job (a wrapped Job that fails fails its
+  AppWrapper). The caller asks for Jobs once a pod of the AppWrapper has failed: a Job fails only after a pod of
+  it did, and watching every wrapped Job for a failure that rarely comes would cost the API server (and this
+  controller) an event stream as busy as the pods' for nothing.
 - ``evaluate(aw, lookup, active_pods)`` gives a ``Verdict``:
   * ``FAILED`` when a wrapped Job (owned by this AppWrapper) has condition Failed=True; the reason is the Job's.
   * ``COMPLETED`` when there is at least one item with ``completionstatus``, each such item's object exists
@@ -58,8 +61,8 @@ class TrackedItem:
     completion_types: frozenset[str]  # lower-cased; empty when the item has no completionstatus
 
 
-def tracked_items(aw: AppWrapperView) -> list[TrackedItem]:
-    """The items whose objects are watched: those with a completionstatus, and Jobs."""
+def tracked_items(aw: AppWrapperView, *, jobs: bool = True) -> list[TrackedItem]:
+    """The items whose objects are watched: those with a completionstatus, and (``jobs``) Jobs."""
     out = []
     for item in aw.items:
         template = item.get("generictemplate")
@@ -73,13 +76,13 @@ def tracked_items(aw: AppWrapperView) -> list[TrackedItem]:
         raw = item.get("completionstatus")
         tokens = raw.split(",") if isinstance(raw, str) else []
         types = frozenset(t.strip().lower() for t in tokens if t.strip())
-        if types or (api_version, kind) == JOB:
+        if types or (jobs and (api_version, kind) == JOB):
             out.append(TrackedItem(api_version, kind, name, types))
     return out
 
 
-def watched_kinds(aw: AppWrapperView) -> set[tuple[str, str]]:
-    return {(item.api_version, item.kind) for item in tracked_items(aw)}
+def watched_kinds(aw: AppWrapperView, *, jobs: bool = True) -> set[tuple[str, str]]:
+    return {(item.api_version, item.kind) for item in tracked_items(aw, jobs=jobs)}
 
 
 def _true(view: WrappedView, type_: str) -> tuple[str, str, str, str] | None:
@@ -87,9 +90,9 @@ def _true(view: WrappedView, type_: str) -> tuple[str, str, str, str] | None:
     return found if found is not None and found[1] == "True" else None
 
 
-def evaluate(aw: AppWrapperView, lookup: Lookup, active_pods: int, *, pods_pending_creation: bool = False
-             ) -> Verdict:
-    items = tracked_items(aw)
+def evaluate(aw: AppWrapperView, lookup: Lookup, active_pods: int, *, pods_pending_creation: bool = False,
+             jobs: bool = True) -> Verdict:
+    items = tracked_items(aw, jobs=jobs)
     objects: list[tuple[TrackedItem, WrappedView | None]] = []
     unknown = False
     for item in items:

@@ -6,8 +6,8 @@ Contract:
   ``status.conditions`` as (type, status, reason, message) tuples.
 - ``WrappedObjects.ensure(api_version, kind)`` starts an informer for that kind the first time it is asked
   (selecting only objects that carry the AppWrapper label, so a cluster's other Jobs cost nothing), and says
-  whether it has synced. Each event enqueues the owning AppWrapper's key through ``on_change``: completion is
-  detected from events, not by polling each AppWrapper.
+  whether it has synced. Each event that adds or removes an object or changes its conditions enqueues the
+  owning AppWrapper's key through ``on_change``: completion is detected from events, not by polling.
 - ``lookup`` answers from the informer's store: the object, ``None`` when it does not exist, or ``NOT_SYNCED``
   when the kind's informer has not finished its first list (no decision may be taken on that).
 - Kinds the API server does not serve get no informer (``ensure`` returns False and logs once): an AppWrapper
@@ -123,6 +123,9 @@ class WrappedObjects:
             informer.stop()
 
     def _handle(self, _type: str, old: WrappedView | None, new: WrappedView | None) -> None:
+        # Only conditions (and existence) decide anything: most updates of a Job's status change neither.
+        if old is not None and new is not None and old.conditions == new.conditions:
+            return
         view = new or old
         if view is not None and view.appwrapper:
             self._on_change(view.appwrapper)

@@ -114,3 +114,11 @@ def test_complete_before_any_pod_exists_is_not_completion() -> None:
     progressing = lookup_of(obj("d", ("Progressing", "True")))
     assert evaluate(aw, progressing, 0, pods_pending_creation=True).outcome is Outcome.HOLD_COMPLETION
     assert evaluate(aw, progressing, 0).outcome is Outcome.COMPLETED
+
+
+def test_jobs_are_watched_for_failure_only_when_asked() -> None:
+    aw = view(item("Job", "train"))
+    assert watched_kinds(aw, jobs=False) == set()
+    failed = lookup_of(obj("train", ("Failed", "True"), reason="BackoffLimitExceeded"))
+    assert evaluate(aw, failed, 0, jobs=False).outcome is Outcome.RUNNING
+    assert evaluate(aw, failed, 0, jobs=True).outcome is Outcome.FAILED
