@@ -31,11 +31,11 @@ from enum import Enum
 from typing import Any
 
 from mcad.api.appwrapper import AppWrapperView, SchedulingSpec
-from mcad.wrapped import NOT_SYNCED, WrappedView, _NotSynced
+from mcad.wrapped import NOT_SYNCED, NotSynced, WrappedView
 
 JOB = ("batch/v1", "Job")
 
-Lookup = Callable[[str, str, str, str], "WrappedView | _NotSynced | None"]
+Lookup = Callable[[str, str, str, str], "WrappedView | NotSynced | None"]
 
 
 class Outcome(Enum):
@@ -97,7 +97,7 @@ def evaluate(aw: AppWrapperView, lookup: Lookup, active_pods: int, *, pods_pendi
     unknown = False
     for item in items:
         found = lookup(item.api_version, item.kind, aw.namespace, item.name)
-        if found is NOT_SYNCED or isinstance(found, _NotSynced):
+        if found is NOT_SYNCED or isinstance(found, NotSynced):
             unknown = True
             continue
         # An object left by an earlier AppWrapper of the same name is not ours.

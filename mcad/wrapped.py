@@ -31,12 +31,12 @@ log = structlog.get_logger("mcad.wrapped")
 Condition = tuple[str, str, str, str]  # type, status, reason, message
 
 
-class _NotSynced:
+class NotSynced:
     def __repr__(self) -> str:
         return "NOT_SYNCED"
 
 
-NOT_SYNCED: Final = _NotSynced()
+NOT_SYNCED: Final = NotSynced()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,7 @@ class WrappedObjects:
                 self._informers[key] = informer
         return informer is not None and informer.has_synced()
 
-    def lookup(self, api_version: str, kind: str, namespace: str, name: str) -> WrappedView | _NotSynced | None:
+    def lookup(self, api_version: str, kind: str, namespace: str, name: str) -> WrappedView | NotSynced | None:
         with self._lock:
             informer = self._informers.get((api_version, kind))
         if informer is None or not informer.has_synced():
