@@ -8,6 +8,7 @@ measures. Capacity is measured, never assumed (``free_cpu_millis``): the same te
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import kubernetes.client as k8s
 import pytest
 
 from mcad import kube
+from test import chart
 from test.support import REPO, wait_until
 
 GROUP, VERSION, PLURAL = "workload.codeflare.dev", "v1beta1", "appwrappers"
@@ -50,11 +52,22 @@ class Controller:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
+@pytest.fixture(scope="session")
+def controller_kubeconfig(kubeconfig: str, crd: None, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A kubeconfig acting as the Helm chart's ServiceAccount (installed here), which every e2e controller uses:
+    the suite passing proves the chart's RBAC is enough. MCAD_E2E_ADMIN=1 runs the controller as admin instead."""
+    if os.environ.get("MCAD_E2E_ADMIN") == "1":
+        return kubeconfig
+    path = chart.install(kubeconfig, tmp_path_factory.mktemp("chart"))
+    assert chart.who_am_i(path) == f"system:serviceaccount:{chart.NAMESPACE}:{chart.RELEASE}"
+    return path
+
+
 @pytest.fixture(scope="module")
-def controller(request: pytest.FixtureRequest, kubeconfig: str, crd: None) -> Iterator[Controller]:
+def controller(request: pytest.FixtureRequest, controller_kubeconfig: str, crd: None) -> Iterator[Controller]:
     log = LOGS / f"{request.module.__name__.rsplit('.', 1)[-1]}.log"
     log.unlink(missing_ok=True)
-    ctl = Controller(kubeconfig, log)
+    ctl = Controller(controller_kubeconfig, log)
     ctl.start()
     yield ctl
     ctl.stop()

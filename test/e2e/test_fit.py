@@ -64,8 +64,8 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
 
 
 def test_one_eight_gpu_pod_waits_with_fit_nodes_and_is_dispatched_without(
-        gpu_nodes: list[str], kubeconfig: str, aws: AppWrappers) -> None:
-    ctl = start(kubeconfig)
+        gpu_nodes: list[str], controller_kubeconfig: str, aws: AppWrappers) -> None:
+    ctl = start(controller_kubeconfig)
     try:
         aws.create(gpu_pods("big", 1, GPU_NODES))
         status = aws.wait_state("big", "Pending")
@@ -79,7 +79,7 @@ def test_one_eight_gpu_pod_waits_with_fit_nodes_and_is_dispatched_without(
         wait_until(lambda: not aws.pods("spread"), 60, "the spread pods to go")
     finally:
         ctl.stop()
-    ctl = start(kubeconfig, "--fit=aggregate")
+    ctl = start(controller_kubeconfig, "--fit=aggregate")
     try:
         aws.wait_state("big", "Running")
         wait_until(lambda: aws.pods("big"), 30, "the 8-GPU pod")
@@ -88,12 +88,12 @@ def test_one_eight_gpu_pod_waits_with_fit_nodes_and_is_dispatched_without(
         ctl.stop()
 
 
-def test_case_18_scheduling_fail_fast(gpu_nodes: list[str], kubeconfig: str, aws: AppWrappers) -> None:
+def test_case_18_scheduling_fail_fast(gpu_nodes: list[str], controller_kubeconfig: str, aws: AppWrappers) -> None:
     """Upstream case 18: an AppWrapper that fits the total but no node. Upstream dispatched it, its pod stayed
     Pending and the requeue check sent it back (PreemptionTriggered), while a later one that fits ran. With
     --fit=aggregate that is what happens here; with --fit=nodes it is never dispatched at all."""
     requeue = {"minAvailable": 1, "requeuing": {"timeInSeconds": 2}}
-    ctl = start(kubeconfig, "--fit=aggregate")
+    ctl = start(controller_kubeconfig, "--fit=aggregate")
     try:
         aws.create(gpu_pods("wide", 1, 2, **requeue))
         aws.wait_state("wide", "Running")
@@ -106,7 +106,7 @@ def test_case_18_scheduling_fail_fast(gpu_nodes: list[str], kubeconfig: str, aws
         wait_until(lambda: not aws.pods("wide"), 60, "its pods to go")
     finally:
         ctl.stop()
-    ctl = start(kubeconfig)
+    ctl = start(controller_kubeconfig)
     try:
         aws.create(gpu_pods("wide", 1, 2, **requeue))
         assert "on no node" in aws.wait_state("wide", "Pending")["message"]

@@ -22,10 +22,10 @@ from test.support import wait_until
 
 
 @pytest.fixture
-def controller(kubeconfig: str, crd: None) -> Iterator[Controller]:
+def controller(controller_kubeconfig: str, crd: None) -> Iterator[Controller]:
     # One per test: the restart test stops and starts it.
     log = LOGS / "test_lifecycle.log"
-    ctl = Controller(kubeconfig, log)
+    ctl = Controller(controller_kubeconfig, log)
     ctl.start()
     yield ctl
     ctl.stop()

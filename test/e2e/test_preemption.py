@@ -12,10 +12,10 @@ from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, deploym
 
 
 @pytest.fixture(scope="module")
-def controller(kubeconfig: str, crd: None) -> Iterator[Controller]:
+def controller(controller_kubeconfig: str, crd: None) -> Iterator[Controller]:
     log = LOGS / "test_preemption.log"
     log.unlink(missing_ok=True)
-    ctl = Controller(kubeconfig, log, "--preemption")
+    ctl = Controller(controller_kubeconfig, log, "--preemption")
     ctl.start()
     yield ctl
     ctl.stop()

@@ -13,10 +13,10 @@ from test.support import wait_until
 
 
 @pytest.fixture
-def controller(kubeconfig: str, crd: None) -> Iterator[Controller]:
+def controller(controller_kubeconfig: str, crd: None) -> Iterator[Controller]:
     log = LOGS / "test_restart.log"
     log.unlink(missing_ok=True)
-    ctl = Controller(kubeconfig, log)
+    ctl = Controller(controller_kubeconfig, log)
     ctl.start()
     yield ctl
     ctl.stop()

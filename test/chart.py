@@ -1,0 +1,92 @@
+"""The Helm chart, for tests: render it, install it, and act as its ServiceAccount.
+
+``install(kubeconfig)`` runs ``helm upgrade --install`` of charts/mcad into ``mcad-system`` with no replicas (the
+tests run the controller as a local process instead), then asks the TokenRequest API for a token of the chart's
+ServiceAccount and writes a kubeconfig that carries only that token. A controller started with it has exactly
+the chart's RBAC: that is how the e2e suite proves least privilege.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mcad import kube
+from test.support import REPO
+
+CHART = REPO / "charts" / "mcad"
+NAMESPACE = "mcad-system"
+RELEASE = "mcad"
+# What the e2e suite wraps beyond the chart's defaults.
+E2E_VALUES = {"replicaCount": 0,
+              "rbac": {"extraWrappedKinds": [{"apiGroups": ["ray.io"], "resources": ["rayclusters"]}]}}
+
+
+def helm_binary() -> Path:
+    proc = subprocess.run([str(REPO / "hack" / "build-tools.sh"), "--print"], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"helm is not built yet (run hack/build-tools.sh): {proc.stderr.strip()}")
+    return Path(proc.stdout.strip()) / "helm"
+
+
+def helm(*args: str, kubeconfig: str | None = None) -> str:
+    command = [str(helm_binary()), *args]
+    if kubeconfig:
+        command += ["--kubeconfig", kubeconfig]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"helm {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def render(*set_args: str, values: dict[str, Any] | None = None, tmp: Path | None = None) -> list[dict[str, Any]]:
+    """``helm template`` of the chart: the rendered objects."""
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    for item in set_args:
+        args += ["--set", item]
+    if values is not None:
+        assert tmp is not None
+        path = tmp / "values.json"
+        path.write_text(json.dumps(values))
+        args += ["--values", str(path)]
+    return [doc for doc in yaml.safe_load_all(helm(*args)) if doc]
+
+
+def install(kubeconfig: str, workdir: Path) -> str:
+    """Install (or upgrade) the chart; return the path of a kubeconfig acting as its ServiceAccount."""
+    values = workdir / "e2e-values.json"
+    values.write_text(json.dumps(E2E_VALUES))
+    helm("upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+         "--values", str(values), "--wait", "--timeout", "120s", kubeconfig=kubeconfig)
+    admin = kube.connect(kubeconfig)
+    account = f"{RELEASE}"  # the chart's fullname when the release is named like the chart
+    token = kube.request_json(admin, "POST",
+                              f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
+                              body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                    "spec": {"expirationSeconds": 6 * 3600}})["status"]["token"]
+    config = yaml.safe_load(Path(kubeconfig).read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
+    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])
+    identity = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "mcad-sa",
+        "clusters": [{"name": "local", "cluster": cluster["cluster"]}],
+        "users": [{"name": "mcad-sa", "user": {"token": token}}],
+        "contexts": [{"name": "mcad-sa", "context": {"cluster": "local", "user": "mcad-sa"}}],
+    }
+    path = workdir / "mcad-sa.kubeconfig"
+    path.write_text(yaml.safe_dump(identity))
+    path.chmod(0o600)
+    return str(path)
+
+
+def who_am_i(kubeconfig: str) -> str:
+    """The username the API server sees for ``kubeconfig`` (SelfSubjectReview)."""
+    conn = kube.connect(kubeconfig)
+    review = kube.request_json(conn, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                               body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    return str(review["status"]["userInfo"]["username"])
