@@ -36,7 +36,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from functools import partial
 from typing import Any, Protocol
 
@@ -413,15 +412,15 @@ class Dispatcher:
             self._timed.add(key)
             current = self._status(aw)
             now = self.clock.now()
-            if aw.scheduling.min_available > 0 and key not in self._min_available_met:
-                wait = int(current.get("requeueingTimeInSeconds") or 0) or aw.scheduling.requeue_seconds
-                since = lifecycle.dispatched_at(current)
-                due = since + timedelta(seconds=wait) if since is not None else now + timedelta(seconds=wait)
-                self.queue.add_after(("requeue", key), lifecycle.seconds_until(due, now))
-            if aw.scheduling.dispatch_limit_seconds > 0:
-                first = lifecycle.parse_time(current.get("controllerfirstdispatchtimestamp")) or now
-                due = first + timedelta(seconds=aw.scheduling.dispatch_limit_seconds)
-                self.queue.add_after(("deadline", key), lifecycle.seconds_until(due, now))
+            spec = aw.scheduling
+            if spec.min_available > 0 and key not in self._min_available_met:
+                due = lifecycle.requeue_due(spec, current)
+                self.queue.add_after(("requeue", key), lifecycle.seconds_until(due, now) if due
+                                     else lifecycle.current_requeue_wait(spec, current))
+            if spec.dispatch_limit_seconds > 0:
+                due = lifecycle.deadline_due(spec, current)
+                self.queue.add_after(("deadline", key), lifecycle.seconds_until(due, now) if due
+                                     else spec.dispatch_limit_seconds)
         if self.wrapped is None:
             return
         phases = self._phases(key)
@@ -451,13 +450,17 @@ class Dispatcher:
 
     def _finish(self, aw: AppWrapperView, new: Mapping[str, Any], *, stop: bool = False) -> None:
         """A final state: write it, release the reservation at once; ``stop`` also deletes the wrapped objects."""
-        key = aw.key
         self._write_status(aw, new)
         if stop:
-            self._delete_wrapped(aw, self._object_uids.get(key, ()))
+            self._delete_wrapped(aw, self._object_uids.get(aw.key, ()))
+        self._undispatch(aw.key)
+
+    def _undispatch(self, key: str) -> None:
+        """It no longer holds capacity: drop its plan, timers and reservation (its pods count while they exist)."""
         self._dispatched.pop(key, None)
         self._plan_drop(key)
         self._timed.discard(key)
+        self._min_available_met.discard(key)
         if self.ledger.is_reserved(key):
             self.ledger.release(key)
             self._capacity_may_have_grown()
@@ -474,9 +477,9 @@ class Dispatcher:
             return
         current = self._status(aw)
         now = self.clock.now()
-        wait = int(current.get("requeueingTimeInSeconds") or 0) or aw.scheduling.requeue_seconds
-        since = lifecycle.dispatched_at(current)
-        if since is not None and (remaining := lifecycle.seconds_until(since + timedelta(seconds=wait), now)) > 0:
+        wait = lifecycle.current_requeue_wait(aw.scheduling, current)
+        due = lifecycle.requeue_due(aw.scheduling, current)
+        if due is not None and (remaining := lifecycle.seconds_until(due, now)) > 0:
             self.queue.add_after(("requeue", key), remaining)  # an earlier dispatch's timer
             return
         phases = self._phases(key)
@@ -505,8 +508,8 @@ class Dispatcher:
             return
         current = self._status(aw)
         now = self.clock.now()
-        first = lifecycle.parse_time(current.get("controllerfirstdispatchtimestamp"))
-        if first is not None and (remaining := lifecycle.seconds_until(first + timedelta(seconds=limit), now)) > 0:
+        due = lifecycle.deadline_due(aw.scheduling, current)
+        if due is not None and (remaining := lifecycle.seconds_until(due, now)) > 0:
             self.queue.add_after(("deadline", key), remaining)
             return
         message = f"Dispatch deadline exceeded: allowed to run for {limit} s (dispatchDuration.limit)."
@@ -523,13 +526,8 @@ class Dispatcher:
                                                reason=reason, message=message, requeuings=requeuings,
                                                requeue_wait=requeue_wait))
         self._delete_wrapped(aw, self._object_uids.pop(key, ()))
-        self._dispatched.pop(key, None)
-        self._plan_drop(key)
-        self._timed.discard(key)
-        self._min_available_met.discard(key)
+        self._undispatch(key)
         self._backoff_written.pop(key, None)
-        if self.ledger.is_reserved(key):
-            self.ledger.release(key)  # its pods still count as in use until they are gone
         self._enqueue(aw)
         self.queue.add(DISPATCH)
 
@@ -556,22 +554,17 @@ class Dispatcher:
         return before != (aw.order(), group)
 
     def _forget(self, key: str) -> None:
-        self._plan_drop(key)
+        self._undispatch(key)
         self._gangs.pop(key, None)
-        self._timed.discard(key)
-        self._min_available_met.discard(key)
         self._preempting.pop(key, None)
         self._written.pop(key, None)
         self._object_uids.pop(key, None)
         self._backoff_written.pop(key, None)
         self._unannounced.discard(key)
         self.pending.remove(key)
-        if self.ledger.is_reserved(key):
-            self.ledger.release(key)
-            self._capacity_may_have_grown()
 
     def _update_pod_counts(self, aw: AppWrapperView) -> None:
-        phases = list(self._pods_by_appwrapper.get(aw.key, {}).values())
+        phases = self._phases(aw.key)
         current = self._status(aw)
         new = status.with_pod_counts(current, self.clock.now(), pending=phases.count("Pending"),
                                      running=phases.count("Running"), succeeded=phases.count("Succeeded"),
@@ -824,9 +817,7 @@ class Dispatcher:
         self._inflight[aw.key] = aw
         self._preempting.pop(aw.key, None)
         current = self._status(aw)
-        wait = 0
-        if aw.scheduling.min_available > 0:
-            wait = int(current.get("requeueingTimeInSeconds") or 0) or aw.scheduling.requeue_seconds
+        wait = lifecycle.current_requeue_wait(aw.scheduling, current) if aw.scheduling.min_available > 0 else 0
         new = status.dispatched(current, self.clock.now(), priority=aw.priority, requeue_wait=wait)
 
         def job() -> _Dispatched:

@@ -19,19 +19,21 @@ Contract:
 - ``requeue_wait(spec, requeuings)`` is the wait before the minAvailable check after the ``requeuings``-th
   requeue: ``timeInSeconds`` then grown per ``growthType`` (exponential: doubles, linear: + timeInSeconds,
   anything else: constant), capped by ``maxTimeInSeconds`` when that is > 0.
-- ``parse_time``/``seconds_since`` read the micro-time stamps mcad writes in status, so timers survive restarts.
+- ``requeue_due``/``deadline_due`` are when the minAvailable check and the dispatch deadline fall, from the times
+  and the current wait mcad records in status (None when status lacks the dispatch time), so timers survive
+  restarts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
 from mcad.api.appwrapper import AppWrapperView, SchedulingSpec
-from mcad.wrapped import NOT_SYNCED, NotSynced, WrappedView
+from mcad.wrapped import NotSynced, WrappedView
 
 JOB = ("batch/v1", "Job")
 
@@ -97,7 +99,7 @@ def evaluate(aw: AppWrapperView, lookup: Lookup, active_pods: int, *, pods_pendi
     unknown = False
     for item in items:
         found = lookup(item.api_version, item.kind, aw.namespace, item.name)
-        if found is NOT_SYNCED or isinstance(found, NotSynced):
+        if isinstance(found, NotSynced):
             unknown = True
             continue
         # An object left by an earlier AppWrapper of the same name is not ours.
@@ -148,6 +150,21 @@ def dispatched_at(status: Mapping[str, Any]) -> datetime | None:
         if isinstance(condition, Mapping) and condition.get("type") == "Dispatched":
             return parse_time(condition.get("lastTransitionMicroTime"))
     return None
+
+
+def current_requeue_wait(spec: SchedulingSpec, status: Mapping[str, Any]) -> int:
+    """The minAvailable wait of the current dispatch: as recorded in status, else ``timeInSeconds``."""
+    return int(status.get("requeueingTimeInSeconds") or 0) or spec.requeue_seconds
+
+
+def requeue_due(spec: SchedulingSpec, status: Mapping[str, Any]) -> datetime | None:
+    since = dispatched_at(status)
+    return None if since is None else since + timedelta(seconds=current_requeue_wait(spec, status))
+
+
+def deadline_due(spec: SchedulingSpec, status: Mapping[str, Any]) -> datetime | None:
+    first = parse_time(status.get("controllerfirstdispatchtimestamp"))
+    return None if first is None else first + timedelta(seconds=spec.dispatch_limit_seconds)
 
 
 def seconds_until(deadline: datetime | None, now: datetime) -> float:

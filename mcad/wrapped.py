@@ -112,10 +112,6 @@ class WrappedObjects:
             return NOT_SYNCED
         return informer.get(f"{namespace}/{name}")
 
-    def kinds(self) -> list[tuple[str, str]]:
-        with self._lock:
-            return [key for key, informer in self._informers.items() if informer is not None]
-
     def stop(self) -> None:
         with self._lock:
             informers = [i for i in self._informers.values() if i is not None]

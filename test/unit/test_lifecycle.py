@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from mcad.api.appwrapper import SchedulingSpec, appwrapper_view
-from mcad.lifecycle import NOT_SYNCED, Outcome, evaluate, requeue_wait, tracked_items, watched_kinds
-from mcad.wrapped import WrappedView, wrapped_view
+from mcad.lifecycle import Outcome, evaluate, requeue_wait, tracked_items, watched_kinds
+from mcad.wrapped import NOT_SYNCED, WrappedView, wrapped_view
 
 UID = "aw-uid"
 
