@@ -8,6 +8,7 @@ the chart's RBAC: that is how the e2e suite proves least privilege.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from pathlib import Path
@@ -26,6 +27,7 @@ E2E_VALUES = {"replicaCount": 0,
               "rbac": {"extraWrappedKinds": [{"apiGroups": ["ray.io"], "resources": ["rayclusters"]}]}}
 
 
+@functools.cache
 def helm_binary() -> Path:
     proc = subprocess.run([str(REPO / "hack" / "build-tools.sh"), "--print"], capture_output=True, text=True,
                           check=False)

@@ -8,6 +8,7 @@ measures. Capacity is measured, never assumed (``free_cpu_millis``): the same te
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -63,14 +64,24 @@ def controller_kubeconfig(kubeconfig: str, crd: None, tmp_path_factory: pytest.T
     return path
 
 
+@contextlib.contextmanager
+def running_controller(kubeconfig: str, log: Path, *args: str) -> Iterator[Controller]:
+    """A controller process with a fresh log, stopped (SIGTERM) on the way out."""
+    log.unlink(missing_ok=True)
+    ctl = Controller(kubeconfig, log, *args)
+    ctl.start()
+    try:
+        yield ctl
+    finally:
+        ctl.stop()
+
+
 @pytest.fixture(scope="module")
 def controller(request: pytest.FixtureRequest, controller_kubeconfig: str, crd: None) -> Iterator[Controller]:
+    """One controller per module, with the module's ``CONTROLLER_ARGS`` (default none)."""
     log = LOGS / f"{request.module.__name__.rsplit('.', 1)[-1]}.log"
-    log.unlink(missing_ok=True)
-    ctl = Controller(controller_kubeconfig, log)
-    ctl.start()
-    yield ctl
-    ctl.stop()
+    with running_controller(controller_kubeconfig, log, *getattr(request.module, "CONTROLLER_ARGS", ())) as ctl:
+        yield ctl
 
 
 @pytest.hookimpl(wrapper=True)
@@ -108,6 +119,11 @@ def free_cpu_millis(core: k8s.CoreV1Api) -> int:
         if pod.node_name in nodes and nodes[pod.node_name].schedulable and not pod.terminal:
             free -= pod.requests.get("cpu")
     return free
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    """The AppWrapper status condition of ``type_``, if any."""
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
 
 
 def blocked_on(message: str, resource: str) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 
-from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper
+from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, condition
 from test.support import wait_until
 
 GPU_NODES = 8
@@ -57,10 +57,6 @@ def gpu_pods(name: str, pods: int, gpus: int, **scheduling: Any) -> dict[str, An
                 "requests": {"cpu": "100m", "nvidia.com/gpu": str(gpus)},
                 "limits": {"nvidia.com/gpu": str(gpus)}}}]}}}}}
     return appwrapper(name, item, scheduling=scheduling or None)
-
-
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
 
 
 def test_one_eight_gpu_pod_waits_with_fit_nodes_and_is_dispatched_without(

@@ -17,26 +17,29 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 
-from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, deployment_item, free_cpu_millis, job_item
+from test.e2e.conftest import (
+    LOGS,
+    AppWrappers,
+    Controller,
+    appwrapper,
+    condition,
+    deployment_item,
+    free_cpu_millis,
+    job_item,
+    running_controller,
+)
 from test.support import wait_until
 
 
 @pytest.fixture
 def controller(controller_kubeconfig: str, crd: None) -> Iterator[Controller]:
     # One per test: the restart test stops and starts it.
-    log = LOGS / "test_lifecycle.log"
-    ctl = Controller(controller_kubeconfig, log)
-    ctl.start()
-    yield ctl
-    ctl.stop()
+    with running_controller(controller_kubeconfig, LOGS / "test_lifecycle.log") as ctl:
+        yield ctl
 
 
 def stamp(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
 
 
 def slow_job(name: str, pods: int, cpu: str, *, start: str, duration: str = "1s", fail: bool = False,

@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes.client as k8s
-import pytest
 
-from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, deployment_item, free_cpu_millis, job_item
+from test.e2e.conftest import AppWrappers, Controller, appwrapper, condition, deployment_item, free_cpu_millis, job_item
 
-
-@pytest.fixture(scope="module")
-def controller(controller_kubeconfig: str, crd: None) -> Iterator[Controller]:
-    log = LOGS / "test_preemption.log"
-    log.unlink(missing_ok=True)
-    ctl = Controller(controller_kubeconfig, log, "--preemption")
-    ctl.start()
-    yield ctl
-    ctl.stop()
-
-
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
+CONTROLLER_ARGS = ("--preemption",)
 
 
 def preemptions_logged(controller: Controller) -> int:

@@ -8,18 +8,23 @@ from collections.abc import Iterator
 import kubernetes.client as k8s
 import pytest
 
-from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, blocked_on, deployment_item, free_cpu_millis
+from test.e2e.conftest import (
+    LOGS,
+    AppWrappers,
+    Controller,
+    appwrapper,
+    blocked_on,
+    deployment_item,
+    free_cpu_millis,
+    running_controller,
+)
 from test.support import wait_until
 
 
 @pytest.fixture
 def controller(controller_kubeconfig: str, crd: None) -> Iterator[Controller]:
-    log = LOGS / "test_restart.log"
-    log.unlink(missing_ok=True)
-    ctl = Controller(controller_kubeconfig, log)
-    ctl.start()
-    yield ctl
-    ctl.stop()
+    with running_controller(controller_kubeconfig, LOGS / "test_restart.log") as ctl:
+        yield ctl
 
 
 def test_kill_and_restart_mid_flow(controller: Controller, aws: AppWrappers, core: k8s.CoreV1Api) -> None:

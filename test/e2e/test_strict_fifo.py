@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import kubernetes.client as k8s
-import pytest
 
-from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, deployment_item, free_cpu_millis
+from test.e2e.conftest import AppWrappers, Controller, appwrapper, deployment_item, free_cpu_millis
 
-
-@pytest.fixture(scope="module")
-def controller(controller_kubeconfig: str, crd: None) -> Iterator[Controller]:
-    log = LOGS / "test_strict_fifo.log"
-    log.unlink(missing_ok=True)
-    ctl = Controller(controller_kubeconfig, log, "--strict-fifo")
-    ctl.start()
-    yield ctl
-    ctl.stop()
+CONTROLLER_ARGS = ("--strict-fifo",)
 
 
 def test_a_blocked_appwrapper_holds_back_smaller_later_ones(controller: Controller, aws: AppWrappers,
