@@ -384,6 +384,11 @@ class Tracker:
     last_event: float = 0.0
     cond: threading.Condition = field(default_factory=threading.Condition)
 
+    def pods_progress(self, total: int) -> str:
+        """A progress line for scenarios whose AppWrappers each run a pod."""
+        return (f"created {len(self.created)}/{total}, dispatched {len(self.running)}, "
+                f"pods running {len(self.pods_running)}")
+
     def mark_created(self, name: str, when: float) -> None:
         with self.cond:
             self.created[name] = when

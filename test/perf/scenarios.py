@@ -301,14 +301,10 @@ def throughput(opts: Options, result: Result) -> None:
         names = [f"tp-{i:05d}" for i in range(n)]
         bodies = [appwrapper(name, [job_item(name, "100m", delay="1h")]) for name in names]
 
-        def line() -> str:
-            return (f"created {len(tracker.created)}/{n}, dispatched {len(tracker.running)}, "
-                    f"pods running {len(tracker.pods_running)}")
-
         say(f"throughput: creating {n} AppWrappers")
         started = time.monotonic()
         timeout = 120 + n / 10
-        with Progress("throughput", line):
+        with Progress("throughput", lambda: tracker.pods_progress(n)):
             create_s = create_all(env, tracker, bodies)
             result["create_rate_per_s"] = round(n / create_s, 1)
             tracker.wait(lambda: len(tracker.running) + len(tracker.failed) >= n, timeout,
@@ -618,14 +614,10 @@ def restart(opts: Options, result: Result) -> None:
         bodies = [appwrapper(name, [pod_item(name, "100m", f"kwok-node-{i % n_nodes}" if opts.restart_nodename
                                              else None)]) for i, name in enumerate(names)]
 
-        def line() -> str:
-            return (f"created {len(tracker.created)}/{n}, dispatched {len(tracker.running)}, "
-                    f"pods running {len(tracker.pods_running)}")
-
         say(f"restart: setting up {n} AppWrappers with {n} pods on {n_nodes} nodes")
         started = time.monotonic()
         timeout = 300 + n / 10
-        with Progress("restart", line):
+        with Progress("restart", lambda: tracker.pods_progress(n)):
             create_all(env, tracker, bodies)
             tracker.wait(lambda: len(tracker.running) + len(tracker.failed) >= n, timeout,
                          f"{n} AppWrappers Running", first.check_alive)
