@@ -34,10 +34,12 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -49,6 +51,7 @@ from mcad.clock import Clock, RealClock
 from mcad.informer import Informer
 from mcad.kube import ApiError
 from mcad.ledger import Ledger
+from mcad.metrics import Metrics
 from mcad.pending import PendingQueue
 from mcad.workqueue import WorkQueue
 from mcad.wrapped import WrappedObjects
@@ -56,6 +59,9 @@ from mcad.writes import Writes
 
 Key = tuple[str, str]
 DISPATCH: Key = ("dispatch", "")
+# Work handed to the dispatcher thread by other threads (``Dispatcher.call``): reads of its state for /debug.
+CALL: Key = ("call", "")
+R = TypeVar("R")
 # Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
 # mean rewriting the status of every AppWrapper behind it.
 BEHIND_STRICT_FIFO = "waiting behind earlier AppWrappers (strict FIFO)"
@@ -109,6 +115,16 @@ class _Fit:
     plan: tuple[tuple[str, ResourceVector, int], ...] = ()  # --fit=nodes: (node, pod requests, pods)
 
 
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """What a dispatch cycle would do now with one queued AppWrapper (``Dispatcher.assess_queue``)."""
+
+    key: str
+    state: str  # Queued, Draining (requeued; its old pods are still there), Preempting (waiting for victims)
+    fits_now: bool
+    why: str
+
+
 def _take(room: dict[str, ResourceVector], plan: Iterable[tuple[str, ResourceVector, int]]) -> None:
     for node, requests, count in plan:
         if node in room:
@@ -141,7 +157,8 @@ class Dispatcher:
     def __init__(self, *, appwrappers: Informer[AppWrapperView], nodes: Informer[NodeView],
                  pods: Informer[PodView], writer: Writer, queue: WorkQueue[Key] | None = None,
                  clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 32,
-                 wrapped: WrappedObjects | None = None, preemption: bool = False, fit: str = "nodes") -> None:
+                 wrapped: WrappedObjects | None = None, preemption: bool = False, fit: str = "nodes",
+                 metrics: Metrics | None = None) -> None:
         if fit not in FIT_MODES:
             raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
         self.appwrappers = appwrappers
@@ -153,6 +170,10 @@ class Dispatcher:
         self.strict_fifo = strict_fifo
         self.preemption = preemption
         self.fit = fit
+        self.metrics = metrics if metrics is not None else Metrics()
+        # Set once the ledger is rebuilt from synced informers: from then on decisions (and /debug reads) are valid.
+        self.running = threading.Event()
+        self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
         # --fit=nodes: where each dispatched AppWrapper's pods were planned to go, as [node, pod requests, pods not
         # bound yet] entries, and their sum per node; a pod that binds takes its entry down, so a cycle reads the
         # planned room per node without looking at the plans (their number grows with a slow scheduler).
@@ -206,7 +227,8 @@ class Dispatcher:
 
     def start(self) -> None:
         """Once the informers have synced: rebuild the ledger and ask for the first cycle."""
-        self._rebuild()
+        self.rebuild()
+        self.running.set()
         self.queue.add(DISPATCH)
         log.info("dispatcher started", appwrappers=len(self.appwrappers), nodes=len(self.nodes),
                  pods=len(self.pods), capacity=self.ledger.capacity().format(), free=self.ledger.free().format())
@@ -243,6 +265,8 @@ class Dispatcher:
             self._check_min_available(name)
         elif kind == "deadline":
             self._check_deadline(name)
+        elif kind == "call":
+            self._run_calls()
         elif kind == "counts":
             aw = self.appwrappers.get(name)
             if aw is not None and not self._is_queued(aw) and self._state(aw) not in FINAL_STATES:
@@ -250,7 +274,29 @@ class Dispatcher:
         else:
             self._dispatch_cycle()
 
-    def _rebuild(self) -> None:
+    def call(self, fn: Callable[[], R], timeout: float) -> R:
+        """Run ``fn`` on the dispatcher thread, the only one that may read its state, and return its result.
+        Raises ``TimeoutError`` when the loop does not get to it in time (it is busy, or not running)."""
+        future: Future[R] = Future()
+        self._calls.append((fn, future))
+        self.queue.add(CALL)
+        return future.result(timeout)
+
+    def _run_calls(self) -> None:
+        while self._calls:
+            fn, future = self._calls.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except Exception as err:  # the caller gets it; the loop goes on
+                future.set_exception(err)
+
+    def queue_lengths(self) -> dict[str, int]:
+        """For metrics, from any thread: lengths of containers only this thread changes (len() is atomic)."""
+        return {"queued": len(self.pending), "dispatching": len(self._inflight), "preempting": len(self._preempting)}
+
+    def rebuild(self) -> None:
         """Ledger from the synced stores: nodes, pods, and the reservations of dispatched AppWrappers."""
         for node in self.nodes.list():
             self.ledger.upsert_node(node)
@@ -279,7 +325,7 @@ class Dispatcher:
                 if pod is not None and (pod.node_name or pod.terminal):
                     bound[pod.requests] = bound.get(pod.requests, 0) + 1
             groups = []
-            for group in self._gang(aw):
+            for group in self.gang(aw):
                 done = min(bound.get(group.requests, 0), group.count)
                 bound[group.requests] = bound.get(group.requests, 0) - done
                 if group.count > done:
@@ -288,6 +334,66 @@ class Dispatcher:
             if packing.fits:
                 self._plan_add(key, packing.placement)
                 _take(room, packing.placement)
+
+    # ------------------------------------------------------------------------------------------ reads (/debug)
+
+    def assess_queue(self) -> list[Assessment]:
+        """Every queued AppWrapper in dispatch order with what a cycle would do with it now, deciding nothing:
+        the same fit checks as ``_dispatch_cycle`` on a copy of the free room. Dispatcher thread only.
+        One fit check per demand group (a group blocked once stays blocked), as in a cycle."""
+        free = self.ledger.free()
+        capacity = self.ledger.capacity()
+        room = self._room() if self.fit == "nodes" else None
+        blocked: dict[Any, str] = {}
+        held = ""  # why everything behind a blocked head waits (strict FIFO, or a waiting preemptor)
+        out = []
+        for key in self.pending.ordered():
+            aw = self.appwrappers.get(key)
+            entry = self.pending.entry(key)
+            if aw is None or entry is None:
+                continue
+            group = entry[1]
+            if key in self._preempting:
+                victims = ", ".join(sorted(self._preempting[key]))
+                out.append(Assessment(key, "Preempting", False,
+                                      f"waiting for lower-priority AppWrappers it preempted to leave: {victims}"))
+                held = held or f"held behind {key}, which is preempting to make room"
+            elif self._draining(aw):
+                out.append(Assessment(key, "Draining", False,
+                                      "requeued; waiting for the pods of its previous dispatch to go"))
+            elif held:
+                out.append(Assessment(key, "Queued", False, held))
+            elif group in blocked:
+                out.append(Assessment(key, "Queued", False, blocked[group]))
+            else:
+                need = (aw.demand - self.ledger.consumed(key)).clamp()
+                fit = self._fits(aw, need, free, capacity, room)
+                if fit.fits:
+                    free = free - need
+                    if room is not None:
+                        _take(room, fit.plan)
+                    out.append(Assessment(key, "Queued", True, "fits now: the next dispatch cycle dispatches it"))
+                else:
+                    blocked[group] = fit.why()
+                    out.append(Assessment(key, "Queued", False, blocked[group]))
+                    if self.strict_fifo:
+                        held = BEHIND_STRICT_FIFO
+        return out
+
+    def status_of(self, aw: AppWrapperView) -> Mapping[str, Any]:
+        """Its status as this controller knows it: the last one written, else the last one seen."""
+        return self._status(aw)
+
+    def pod_phases(self, key: str) -> list[str]:
+        return self._phases(key)
+
+    def dispatching(self, key: str) -> bool:
+        """Its dispatch writes are under way."""
+        return key in self._inflight
+
+    def planned_by_node(self) -> dict[str, ResourceVector]:
+        """--fit=nodes: room held per node for dispatched pods that are not bound yet."""
+        return dict(self._planned)
 
     def _capacity_may_have_grown(self) -> None:
         if self.pending:
@@ -433,7 +539,7 @@ class Dispatcher:
             self.queue.add_after(("aw", key), 0.2)
             return
         active = sum(1 for phase in phases if phase not in ("Succeeded", "Failed"))
-        expects_pods = any(group.count > 0 for group in self._gang(aw))
+        expects_pods = any(group.count > 0 for group in self.gang(aw))
         verdict = lifecycle.evaluate(aw, self.wrapped.lookup, active,
                                      pods_pending_creation=expects_pods and not phases, jobs=jobs)
         current = self._status(aw)
@@ -442,9 +548,11 @@ class Dispatcher:
             self._finish(aw, status.failed(current, now, priority=aw.priority, reason=verdict.reason,
                                            message=verdict.message))
             log.warning("appwrapper failed", appwrapper=key, reason=verdict.reason, message=verdict.message)
+            self.metrics.decision("failed")
         elif verdict.outcome is lifecycle.Outcome.COMPLETED:
             self._finish(aw, status.completed(current, now))
             log.info("appwrapper completed", appwrapper=key)
+            self.metrics.decision("completed")
         elif verdict.outcome is lifecycle.Outcome.HOLD_COMPLETION and self._state(aw) != State.RUNNING_HOLD_COMPLETION:
             self._write_status(aw, status.hold_completion(current, now))
 
@@ -495,6 +603,7 @@ class Dispatcher:
         if limit > 0 and done >= limit:
             message = f"{why} Requeued {done} times already; maxNumRequeuings is {limit}."
             log.warning("appwrapper failed", appwrapper=key, reason=status.MAX_REQUEUINGS_REACHED, message=message)
+            self.metrics.decision("failed")
             self._finish(aw, status.failed(current, now, priority=aw.priority, reason=status.MAX_REQUEUINGS_REACHED,
                                            message=message, preempted=True), stop=True)
             return
@@ -514,6 +623,7 @@ class Dispatcher:
             return
         message = f"Dispatch deadline exceeded: allowed to run for {limit} s (dispatchDuration.limit)."
         log.warning("appwrapper failed", appwrapper=key, reason=status.DISPATCH_DEADLINE_EXCEEDED)
+        self.metrics.decision("failed")
         self._finish(aw, status.failed(current, now, priority=aw.priority, reason=status.DISPATCH_DEADLINE_EXCEEDED,
                                        message=message, preempted=True), stop=True)
 
@@ -522,6 +632,7 @@ class Dispatcher:
         cycle (draining) until its old pods are gone, so they are not mistaken for its new ones."""
         key = aw.key
         log.info("appwrapper requeued", appwrapper=key, reason=reason, message=message, requeuings=requeuings)
+        self.metrics.decision("requeued")
         self._write_status(aw, status.requeued(self._status(aw), self.clock.now(), priority=aw.priority,
                                                reason=reason, message=message, requeuings=requeuings,
                                                requeue_wait=requeue_wait))
@@ -543,7 +654,7 @@ class Dispatcher:
         elif self.fit == "nodes":
             # Same total, different pods (one 8-GPU pod, eight 1-GPU pods) fit differently: not one group.
             group = (aw.demand, tuple((g.count, g.requests, g.node_selector, g.tolerations, g.required_affinity)
-                                      for g in self._gang(aw)))
+                                      for g in self.gang(aw)))
         else:
             group = aw.demand
         before = self.pending.entry(aw.key)
@@ -621,13 +732,14 @@ class Dispatcher:
         for aw, about, why in waiting:
             self._set_queued(aw, about, why)
         self._announce(free, capacity, room)
+        self.metrics.cycle(time.perf_counter() - started)
         log.info("dispatch cycle", cycle=self.cycles, queued=len(self.pending), dispatched=dispatched,
                  visited=cursor.visited, free=free.format(),
                  duration_ms=round((time.perf_counter() - started) * 1000, 2))
 
     # ------------------------------------------------------------------------------------------ fit
 
-    def _gang(self, aw: AppWrapperView) -> list[placement.PodGroup]:
+    def gang(self, aw: AppWrapperView) -> list[placement.PodGroup]:
         """The pods ``aw`` will create, parsed once per spec generation."""
         version = (aw.uid, aw.generation)
         cached = self._gangs.get(aw.key)
@@ -688,7 +800,7 @@ class Dispatcher:
             if need.fits_in(free):
                 return _Fit(True)
             return _Fit(False, short_resources(need, free), partial(describe_shortfall, need, free, capacity))
-        packing = placement.pack(self._gang(aw), self.ledger.nodes(), room)
+        packing = placement.pack(self.gang(aw), self.ledger.nodes(), room)
         if packing.fits:
             return _Fit(True, plan=packing.placement)
         return _Fit(False, packing.about, partial(str, packing.why))
@@ -727,7 +839,7 @@ class Dispatcher:
         if room is None or self.ledger.consumed(key):
             if not need.fits_in(capacity):
                 return False
-        elif not placement.pack(self._gang(aw), nodes, {}).fits:  # {}: every node empty
+        elif not placement.pack(self.gang(aw), nodes, {}).fits:  # {}: every node empty
             return False
 
         def fits_without(victims: list[list[tuple[str, ResourceVector, int]]]) -> bool:
@@ -742,7 +854,7 @@ class Dispatcher:
                 for node, requests, count in footprint:
                     if node in after:
                         after[node] = after[node] + requests.scale(count)
-            return placement.pack(self._gang(aw), nodes, after).fits
+            return placement.pack(self.gang(aw), nodes, after).fits
 
         victims_taken = {v for victims in self._preempting.values() for v in victims}
         candidates = []
@@ -775,6 +887,7 @@ class Dispatcher:
                           requeuings=int(current.get("numberOfRequeueings") or 0),
                           requeue_wait=int(current.get("requeueingTimeInSeconds") or 0))
         self.preemptions += len(chosen)
+        self.metrics.decision("preempted", len(chosen))
         names = sorted(victim.key for victim, _ in chosen)
         self._preempting[key] = frozenset(names)
         log.info("preempting", appwrapper=key, priority=aw.priority, victims=names)
@@ -806,6 +919,8 @@ class Dispatcher:
         if self._backoff_written.get(aw.key) == (about, place) and self._state(aw) == State.PENDING:
             return
         message = f"{why()}; position {position} in the queue" if position else why()
+        if aw.key not in self._backoff_written:
+            self.metrics.decision("queued")
         self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority, why=message))
         self._backoff_written[aw.key] = (about, place)
 
@@ -880,12 +995,19 @@ class Dispatcher:
         self._dispatched[key] = aw
         # Its pods may have come and started while the writes were under way (their events found it in flight).
         self.queue.add_after(("counts", key), POD_COUNT_WINDOW_SECONDS)
+        first = lifecycle.dispatched_at(self._status(aw)) is None
         if outcome.status_error is None:
             self._written[key] = (aw.uid, outcome.status)
         else:
             # The objects exist but the status did not land: write it again (the reservation stays).
             self._write_status(aw, outcome.status)
         log.info("dispatched", appwrapper=key, demand=aw.demand.format())
+        self.metrics.decision("dispatched")
+        created = lifecycle.parse_time(aw.created)
+        if first and created is not None:
+            # Creation to first dispatch; a requeued AppWrapper's later dispatches would say more about its
+            # requeue wait than about the queue.
+            self.metrics.dispatch_latency((self.clock.now() - created).total_seconds())
         self._follow_lifecycle(current)  # type: ignore[arg-type]
 
     def _delete_wrapped(self, aw: AppWrapperView, uids: tuple[str, ...] = ()) -> None:
@@ -893,6 +1015,7 @@ class Dispatcher:
 
     def _fail(self, aw: AppWrapperView, reason: str, message: str) -> None:
         log.warning("appwrapper failed", appwrapper=aw.key, reason=reason, message=message)
+        self.metrics.decision("failed")
         self._write_status(aw, status.failed(self._status(aw), self.clock.now(), priority=aw.priority,
                                              reason=reason, message=message))
 

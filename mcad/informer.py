@@ -232,6 +232,10 @@ class Informer(Generic[T]):
                      error=str(err))
         stop.wait(delay)
 
+    def list_once(self) -> None:
+        """List and fill the store, without watching: a one-time snapshot (``mcad.debug.offline``)."""
+        self._list_and_replace()
+
     def _list_and_replace(self) -> None:
         with self._lock:
             old_store = self._store

@@ -12,8 +12,9 @@ import contextlib
 import json
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import cachetools
@@ -50,13 +51,30 @@ class GoneError(ApiError):
     """410 Gone: the resourceVersion asked for is too old; a watcher must relist."""
 
 
+class ApiErrorCounts:
+    """Failed requests by Kubernetes verb and HTTP code (0: no response), for metrics; safe across threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[str, int]] = Counter()
+
+    def add(self, verb: str, code: int) -> None:
+        with self._lock:
+            self._counts[(verb, code)] += 1
+
+    def snapshot(self) -> dict[tuple[str, int], int]:
+        with self._lock:
+            return dict(self._counts)
+
+
 @dataclass(frozen=True)
 class Connection:
-    """A configured API client plus where its configuration came from (for messages)."""
+    """A configured API client plus where its configuration came from (for messages), and its error counts."""
 
     api: kubernetes.client.ApiClient
     source: str
     server: str
+    errors: ApiErrorCounts = field(default_factory=ApiErrorCounts, compare=False)
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None, *, pool_size: int = 32) -> Connection:
@@ -355,12 +373,15 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
     try:
         rest_response = api.call_api(method, url, headers, serialized, post_params, _request_timeout=timeout)
     except kubernetes.client.exceptions.ApiException as err:
+        conn.errors.add(_verb(method, query), err.status or 0)
         raise ApiError(err.status or 0, str(err.reason or "RequestFailed"), f"{method} {path}: {err}") from err
     except (urllib3.exceptions.HTTPError, OSError) as err:
+        conn.errors.add(_verb(method, query), 0)
         raise ApiError(0, type(err).__name__, f"{method} {path}: {err}") from err
     response = rest_response.response
     if 200 <= rest_response.status < 300:
         return response
+    conn.errors.add(_verb(method, query), rest_response.status)
     try:
         data = response.read()
     except (urllib3.exceptions.HTTPError, OSError):
@@ -368,6 +389,17 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
     finally:
         response.close()
     raise _response_error(rest_response.status, str(rest_response.reason or ""), data)
+
+
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def _verb(method: str, query: Query | None) -> str:
+    """The Kubernetes verb of a request, as far as its method and query tell (our lists always page)."""
+    if method != "GET":
+        return _VERBS.get(method, method.lower())
+    names = {name for name, _ in query or []}
+    return "watch" if "watch" in names else "list" if "limit" in names else "get"
 
 
 def request_json(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,

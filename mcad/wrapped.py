@@ -112,10 +112,13 @@ class WrappedObjects:
             return NOT_SYNCED
         return informer.get(f"{namespace}/{name}")
 
-    def stop(self) -> None:
+    def informers(self) -> list[Informer[WrappedView]]:
+        """The informers started so far (for metrics)."""
         with self._lock:
-            informers = [i for i in self._informers.values() if i is not None]
-        for informer in informers:
+            return [i for i in self._informers.values() if i is not None]
+
+    def stop(self) -> None:
+        for informer in self.informers():
             informer.stop()
 
     def _handle(self, _type: str, old: WrappedView | None, new: WrappedView | None) -> None:

@@ -1,0 +1,209 @@
+"""What the controller knows, as documents for people: the queue, the ledger, and why one AppWrapper is where it is.
+
+Contract:
+- ``Reports`` turns a ``Dispatcher``'s state into JSON-ready dicts: ``queue()`` (``/debug/queue``), ``ledger()``
+  (``/debug/ledger``) and ``explain(namespace, name)`` (``/debug/explain``; None when the AppWrapper is unknown).
+  The methods read dispatcher state, so they run on the dispatcher thread (``mcad.server`` sends them through
+  ``Dispatcher.call``) or on a dispatcher nobody else runs (``offline``).
+- The queue's "why" is computed now, with the dispatcher's own fit checks (``Dispatcher.assess_queue``), not read
+  back from the Backoff condition (which is rewritten only when what blocks an AppWrapper changes).
+- ``offline(conn)`` lists AppWrappers, Nodes and Pods once, rebuilds the same ledger the controller would, and
+  returns ``Reports`` over it: the same answers when the controller cannot be reached. It writes nothing.
+- Quantities are Kubernetes quantity strings; times are RFC 3339 UTC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from mcad import kube, lifecycle
+from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, AppWrapperView, State
+from mcad.api.resources import ResourceVector, format_amount
+from mcad.dispatcher import Dispatcher
+
+Document = dict[str, Any]
+
+
+def quantities(vector: ResourceVector) -> dict[str, str]:
+    return {name: format_amount(name, amount) for name, amount in sorted(vector.items())}
+
+
+def rfc3339(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Reports:
+    def __init__(self, dispatcher: Dispatcher, info: Callable[[], Mapping[str, Any]]) -> None:
+        self.dispatcher = dispatcher
+        self.info = info
+
+    def _header(self) -> Document:
+        d = self.dispatcher
+        return {"controller": {**self.info(), "fit": d.fit, "strictFifo": d.strict_fifo, "preemption": d.preemption},
+                "generatedAt": rfc3339(d.clock.now())}
+
+    # ------------------------------------------------------------------------------------------ queue
+
+    def queue(self) -> Document:
+        d = self.dispatcher
+        now = d.clock.now()
+        queued = []
+        for position, assessment in enumerate(d.assess_queue(), start=1):
+            aw = d.appwrappers.get(assessment.key)
+            if aw is None:
+                continue
+            created = lifecycle.parse_time(aw.created)
+            queued.append({
+                "position": position, "namespace": aw.namespace, "name": aw.name, "priority": aw.priority,
+                "created": aw.created or None,
+                "ageSeconds": round((now - created).total_seconds(), 3) if created else None,
+                "state": assessment.state, "demand": quantities(aw.demand),
+                "pods": sum(group.count for group in d.gang(aw)),
+                "fitsNow": assessment.fits_now, "why": assessment.why,
+                "requeuings": int(d.status_of(aw).get("numberOfRequeueings") or 0),
+            })
+        dispatched = []
+        for aw in sorted(d.appwrappers.list(), key=lambda a: a.order()):
+            if aw.key in d.pending or aw.deleting:
+                continue
+            current = d.status_of(aw)
+            state = "Dispatching" if d.dispatching(aw.key) else str(current.get("state") or "")
+            if state != "Dispatching" and (state not in ACTIVE_STATES or not current.get("canrun")):
+                continue
+            phases = d.pod_phases(aw.key)
+            dispatched.append({
+                "namespace": aw.namespace, "name": aw.name, "priority": aw.priority, "state": state,
+                "demand": quantities(aw.demand), "dispatchedAt": rfc3339(lifecycle.dispatched_at(current)),
+                "pods": {"pending": phases.count("Pending"), "running": phases.count("Running"),
+                         "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")},
+            })
+        return {**self._header(), "queued": queued, "dispatched": dispatched}
+
+    # ------------------------------------------------------------------------------------------ ledger
+
+    def ledger(self) -> Document:
+        d = self.dispatcher
+        ledger = d.ledger
+        capacity, used, reserved, free = ledger.capacity(), ledger.in_use(), ledger.reserved(), ledger.free()
+        names = sorted(set(capacity) | set(used) | set(reserved))
+        resources = [{"name": name, "capacity": format_amount(name, capacity.get(name)),
+                      "used": format_amount(name, used.get(name)),
+                      "reserved": format_amount(name, reserved.get(name)),
+                      "free": format_amount(name, free.get(name))} for name in names]
+        room = ledger.room_by_node()
+        planned = d.planned_by_node()
+        nodes = []
+        for node in sorted(ledger.nodes(), key=lambda n: n.name):
+            node_room = room.get(node.name, ResourceVector())
+            node_planned = planned.get(node.name, ResourceVector())
+            nodes.append({"name": node.name, "schedulable": node.schedulable, "ready": node.ready,
+                          "allocatable": quantities(node.allocatable),
+                          "used": quantities((node.allocatable - node_room).clamp()),
+                          "planned": quantities(node_planned),
+                          "free": quantities(node_room - node_planned)})
+        reservations = []
+        for key in sorted(ledger.reserved_keys()):
+            outstanding = ledger.reservation(key)
+            namespace, _, name = key.partition("/")
+            reservations.append({"namespace": namespace, "name": name, "reserved": quantities(outstanding)})
+        return {**self._header(), "resources": resources, "nodes": nodes, "reservations": reservations}
+
+    # ------------------------------------------------------------------------------------------ explain
+
+    def explain(self, namespace: str, name: str) -> Document | None:
+        d = self.dispatcher
+        key = f"{namespace}/{name}"
+        aw = d.appwrappers.get(key)
+        if aw is None:
+            return None
+        current = d.status_of(aw)
+        state = str(current.get("state") or "")
+        summary, details = self._explain(aw, current, state)
+        details += [f"demand: {aw.demand.format() or 'nothing'}", f"priority: {aw.priority}",
+                    f"created: {aw.created}"]
+        requeuings = int(current.get("numberOfRequeueings") or 0)
+        if requeuings:
+            details.append(f"requeued {requeuings} time(s) so far")
+        for condition in (current.get("conditions") or [])[-5:]:
+            if isinstance(condition, Mapping):
+                details.append("condition {type}={status} {reason}: {message}".format(
+                    **{k: condition.get(k) or "" for k in ("type", "status", "reason", "message")}).rstrip(": "))
+        return {"namespace": namespace, "name": name, "found": True, "state": state or State.NEW,
+                "summary": summary, "details": details}
+
+    def _explain(self, aw: AppWrapperView, current: Mapping[str, Any], state: str) -> tuple[str, list[str]]:
+        d = self.dispatcher
+        if aw.deleting:
+            return "It is being deleted; its wrapped objects are being removed.", []
+        if aw.demand_error:
+            return f"It failed before dispatch: its spec is invalid ({aw.demand_error}).", []
+        if d.dispatching(aw.key):
+            return "It is being dispatched: its wrapped objects are being created now.", []
+        if aw.key in d.pending:
+            assessments = d.assess_queue()
+            place = next((i for i, a in enumerate(assessments, start=1) if a.key == aw.key), 0)
+            mine = assessments[place - 1] if place else None
+            ahead = [a for a in assessments[: max(place - 1, 0)]]
+            details = [f"position {place} of {len(assessments)} in the queue"]
+            fitting_ahead = sum(1 for a in ahead if a.fits_now)
+            if fitting_ahead:
+                details.append(f"{fitting_ahead} AppWrapper(s) ahead of it fit now and go first")
+            if mine is None:
+                return "It is queued.", details
+            if mine.fits_now:
+                return "It is queued and fits now: the next dispatch cycle dispatches it.", details
+            if mine.state == "Draining":
+                left = len(d.pod_phases(aw.key))
+                return (f"It was requeued and waits for the {left} pod(s) of its previous dispatch to go before it "
+                        "can be dispatched again.", details)
+            return f"It is queued and cannot be dispatched yet: {mine.why}.", details
+        if state in FINAL_STATES:
+            if state == State.FAILED:
+                failed = next((c for c in current.get("conditions") or []
+                               if isinstance(c, Mapping) and c.get("type") == "Failed"), None) or {}
+                reason, message = failed.get("reason") or "", failed.get("message") or ""
+                return f"It failed ({reason}): {message}".rstrip(": "), []
+            return "It completed: its reservation is released; its objects are kept.", []
+        if state in ACTIVE_STATES and current.get("canrun"):
+            phases = d.pod_phases(aw.key)
+            counts = ", ".join(f"{phases.count(p)} {p.lower()}" for p in ("Pending", "Running", "Succeeded", "Failed")
+                               if phases.count(p))
+            since = lifecycle.dispatched_at(current)
+            summary = (f"It is dispatched ({state}) since {rfc3339(since) or 'an unknown time'}; "
+                       f"its pods: {counts or 'none yet'}.")
+            details = []
+            outstanding = d.ledger.reservation(aw.key)
+            if outstanding:
+                details.append(f"still reserved for pods not placed yet: {outstanding.format()}")
+            spec = aw.scheduling
+            if spec.min_available > 0:
+                due = lifecycle.requeue_due(spec, current)
+                details.append(f"minAvailable {spec.min_available}: checked at {rfc3339(due) or 'dispatch + wait'}; "
+                               "fewer Running+Succeeded pods then requeue it")
+            if spec.dispatch_limit_seconds > 0:
+                details.append(f"dispatch deadline: {rfc3339(lifecycle.deadline_due(spec, current))}")
+            return summary, details
+        return "The controller has not decided about it yet (it arrived a moment ago).", []
+
+
+def offline(conn: kube.Connection, *, fit: str = "nodes", strict_fifo: bool = False,
+            preemption: bool = False) -> Reports:
+    """Reports computed from a one-time list of AppWrappers, Nodes and Pods, as the controller would see them."""
+    from mcad.cli.controller import build  # the controller's own wiring: same informers, same transforms
+
+    dispatcher, informers = build(conn, strict_fifo=strict_fifo, preemption=preemption, fit=fit, write_workers=1)
+    dispatcher.writer = _ReadOnly()
+    for informer in informers:
+        informer.list_once()
+    dispatcher.rebuild()
+    dispatcher.writes.close()
+    return Reports(dispatcher, lambda: {"identity": "offline", "leader": False, "offline": True})
+
+
+class _ReadOnly:
+    """The writer of an offline dispatcher: it never decides, so any write is a bug."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"offline reports never write ({name})")

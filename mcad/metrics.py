@@ -1,0 +1,176 @@
+"""Prometheus metrics of one controller process (text format on ``/metrics``, see ``mcad.server``).
+
+Contract:
+- ``Metrics`` owns its own registry: no process-wide state, so tests (and a process running two dispatchers) can
+  build as many as they like.
+- Events are counted where they happen, by the dispatcher thread: ``decision`` (dispatched, queued, preempted,
+  requeued, completed, failed), ``dispatch_latency`` (AppWrapper creation to its Dispatched status),
+  ``cycle`` (one dispatch cycle's duration). Each is a dict lookup and an add; nothing here blocks.
+- State is read at scrape time from ``Sources`` the controller registers: the ledger's totals, the AppWrapper store,
+  informer relists, API errors by verb and code, leader status, event recorder counters. Every source is a
+  thread-safe read of something that exists anyway, so a scrape never waits for the dispatcher loop and the loop
+  pays nothing for gauges nobody reads.
+- Units are Prometheus base units: cpu in cores, memory in bytes, other resources in their own counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from mcad import __version__
+from mcad.api.resources import ResourceVector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+DECISIONS = ("dispatched", "queued", "preempted", "requeued", "completed", "failed")
+# Creation to dispatch: from an empty cluster's tens of milliseconds to a busy queue's hours.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+# A cycle is sub-millisecond for a short queue and tens of milliseconds for thousands of queued demand groups.
+CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+def base_units(resource: str, amount: int) -> float:
+    """A ledger amount in Prometheus base units (the ledger counts cpu in millicores)."""
+    return amount / 1000 if resource == "cpu" else float(amount)
+
+
+@dataclass
+class Sources:
+    """What a scrape reads. Each callable must be safe to call from the HTTP server's threads."""
+
+    # (capacity, used, reserved, free) of the ledger.
+    capacity: Callable[[], tuple[ResourceVector, ResourceVector, ResourceVector, ResourceVector]] | None = None
+    # AppWrappers by status.state ("" before the controller has written one).
+    appwrapper_states: Callable[[], Mapping[str, int]] | None = None
+    # The dispatcher's own queue: queued (waiting to fit), dispatching (writes under way), preempting.
+    queue: Callable[[], Mapping[str, int]] | None = None
+    # informer name -> (relists, synced)
+    informers: Callable[[], Mapping[str, tuple[int, bool]]] | None = None
+    # (verb, HTTP code) -> failed requests
+    api_errors: Callable[[], Mapping[tuple[str, int], int]] | None = None
+    # None: no leader election (the process always leads).
+    leader: Callable[[], bool] | None = None
+    # counter name -> value, from the event recorder
+    events: Callable[[], Mapping[str, int]] | None = None
+    extra: list[Callable[[], Iterable[Metric]]] = field(default_factory=list)
+
+
+class _StateCollector(Collector):
+    def __init__(self, sources: Sources) -> None:
+        self.sources = sources
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.sources
+        info = GaugeMetricFamily("mcad_build_info", "The running mcad version (always 1).", labels=["version"])
+        info.add_metric([__version__], 1)
+        yield info
+        if s.leader is not None:
+            yield GaugeMetricFamily("mcad_leader", "1 while this replica leads (dispatches), 0 while it stands by.",
+                                    value=1 if s.leader() else 0)
+        else:
+            yield GaugeMetricFamily("mcad_leader", "1 while this replica leads (dispatches), 0 while it stands by.",
+                                    value=1)
+        if s.capacity is not None:
+            yield from _capacity(*s.capacity())
+        if s.appwrapper_states is not None:
+            states = GaugeMetricFamily("mcad_appwrappers", "AppWrappers by status.state (New: no state yet).",
+                                       labels=["state"])
+            for state, count in sorted(s.appwrapper_states().items()):
+                states.add_metric([state or "New"], count)
+            yield states
+        if s.queue is not None:
+            queue = GaugeMetricFamily(
+                "mcad_queue_length", "AppWrappers in the dispatcher's hands by queue state: queued (waiting to fit), "
+                "preempting (waiting for lower-priority victims to leave), dispatching (writes under way).",
+                labels=["state"])
+            for state, count in sorted(s.queue().items()):
+                queue.add_metric([state], count)
+            yield queue
+        if s.informers is not None:
+            relists = CounterMetricFamily("mcad_informer_relists", "Full lists an informer made after its first "
+                                          "one: its watch expired (410) or failed.", labels=["informer"])
+            synced = GaugeMetricFamily("mcad_informer_synced", "1 once an informer's first list is applied.",
+                                       labels=["informer"])
+            for name, (count, is_synced) in sorted(s.informers().items()):
+                relists.add_metric([name], count)
+                synced.add_metric([name], 1 if is_synced else 0)
+            yield relists
+            yield synced
+        if s.api_errors is not None:
+            errors = CounterMetricFamily("mcad_api_errors", "Failed API server requests by Kubernetes verb and HTTP "
+                                         "code (0: no response: connection refused, timeout).", labels=["verb", "code"])
+            for (verb, code), count in sorted(s.api_errors().items()):
+                errors.add_metric([verb, str(code)], count)
+            yield errors
+        if s.events is not None:
+            events = CounterMetricFamily("mcad_events", "Kubernetes Events about AppWrappers, by outcome.",
+                                         labels=["outcome"])
+            for outcome, count in sorted(s.events().items()):
+                events.add_metric([outcome], count)
+            yield events
+        for extra in s.extra:
+            yield from extra()
+
+
+def _capacity(capacity: ResourceVector, used: ResourceVector, reserved: ResourceVector,
+              free: ResourceVector) -> Iterator[Metric]:
+    names = sorted(set(capacity) | set(used) | set(reserved))
+    for metric, help_text, vector in (
+        ("mcad_capacity", "Allocatable of Ready, schedulable nodes, per resource (cpu in cores, memory in bytes).",
+         capacity),
+        ("mcad_capacity_used", "Requests of non-terminal pods bound to those nodes.", used),
+        ("mcad_capacity_reserved", "Demand of dispatched AppWrappers not yet covered by their own pods.", reserved),
+        ("mcad_capacity_free", "capacity - used - reserved: what the next dispatch may take.", free),
+    ):
+        family = GaugeMetricFamily(metric, help_text, labels=["resource"])
+        for name in names:
+            family.add_metric([name], base_units(name, vector.get(name)))
+        yield family
+
+
+class Metrics:
+    """The process's metrics: counters the dispatcher bumps, plus state read at scrape time from ``sources``."""
+
+    def __init__(self, sources: Sources | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.sources = sources if sources is not None else Sources()
+        self._decisions = Counter("mcad_dispatch_decisions", "Decisions about AppWrappers, by kind: dispatched, "
+                                  "queued (first time it waits), preempted (evicted for a higher priority), requeued "
+                                  "(taken back: minAvailable not met or preempted), completed, failed.",
+                                  ["decision"], registry=self.registry)
+        for decision in DECISIONS:
+            self._decisions.labels(decision)  # every series exists from the start: rate() needs a zero
+        self._latency = Histogram("mcad_dispatch_latency_seconds", "From an AppWrapper's creation to its dispatch.",
+                                  buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._cycle = Histogram("mcad_dispatch_cycle_duration_seconds", "One dispatch cycle: walking the queue and "
+                                "deciding (writes happen in the background).", buckets=CYCLE_BUCKETS,
+                                registry=self.registry)
+        self.registry.register(_StateCollector(self.sources))
+
+    def decision(self, decision: str, count: int = 1) -> None:
+        self._decisions.labels(decision).inc(count)
+
+    def dispatch_latency(self, seconds: float) -> None:
+        self._latency.observe(max(seconds, 0.0))
+
+    def cycle(self, seconds: float) -> None:
+        self._cycle.observe(seconds)
+
+    def render(self) -> bytes:
+        """The registry in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+    def value(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
+        """One sample's value (tests and the debug CLI): ``name`` as exposed, e.g. ``mcad_dispatch_decisions_total``."""
+        return self.registry.get_sample_value(name, dict(labels or {}))
+
+
+def informer_sources(informers: Iterable[Any]) -> Callable[[], dict[str, tuple[int, bool]]]:
+    """A ``Sources.informers`` over informers (``name``, ``relists``, ``has_synced()``); reads plain attributes."""
+    listed = list(informers)
+    return lambda: {i.name: (int(i.relists), bool(i.has_synced())) for i in listed}

@@ -1,0 +1,89 @@
+"""What /debug and /metrics report, from a dispatcher stepped key by key (see test_dispatcher.py's Harness):
+the queue in dispatch order with why each one waits, the ledger, plain-words explanations, decision counters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcad import server
+from mcad.debug import Reports
+from test.component.test_dispatcher import aw, node
+
+
+def reports(h: Any) -> Reports:
+    return Reports(h.dispatcher, lambda: {"identity": "test", "leader": True})
+
+
+def test_the_queue_report_lists_waiting_appwrappers_in_order_with_why(harness_factory: Any) -> None:
+    # 8 cpu: a (4) and c (2) fit; b (6) and d (6) wait, d behind b.
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "4"), aw("b", "6"), aw("c", "2"),
+                                                               aw("d", "6")], fit="aggregate")
+    h.drain()
+    doc = reports(h).queue()
+    assert [(q["position"], q["name"], q["state"], q["fitsNow"]) for q in doc["queued"]] == [
+        (1, "b", "Queued", False), (2, "d", "Queued", False)]
+    assert doc["queued"][0]["why"] == "short of cpu 4 (needs 6, 2 free)"
+    assert doc["queued"][0]["demand"] == {"cpu": "6"}
+    assert doc["queued"][0]["pods"] == 1
+    assert [(d["name"], d["state"]) for d in doc["dispatched"]] == [("a", "Running"), ("c", "Running")]
+    assert doc["controller"] == {"identity": "test", "leader": True, "fit": "aggregate", "strictFifo": False,
+                                 "preemption": False}
+
+
+def test_strict_fifo_reports_everything_behind_the_head_as_held(harness_factory: Any) -> None:
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "6"), aw("b", "4"), aw("c", "1")],
+                        strict_fifo=True, fit="aggregate")
+    h.drain()
+    queued = reports(h).queue()["queued"]
+    assert [(q["name"], q["fitsNow"]) for q in queued] == [("b", False), ("c", False)]
+    assert queued[0]["why"].startswith("short of cpu")
+    assert queued[1]["why"] == "waiting behind earlier AppWrappers (strict FIFO)", "c would fit, but FIFO holds it"
+
+
+def test_the_ledger_report_shows_capacity_use_and_reservations(harness_factory: Any) -> None:
+    h = harness_factory(nodes=[node("n0", "8"), node("n1", "4")], pods=[], aws=[aw("a", "5")])
+    h.drain()
+    doc = reports(h).ledger()
+    cpu = next(r for r in doc["resources"] if r["name"] == "cpu")
+    assert cpu == {"name": "cpu", "capacity": "12", "used": "0", "reserved": "5", "free": "7"}
+    assert doc["reservations"] == [{"namespace": "ns", "name": "a", "reserved": {"cpu": "5"}}]
+    n0 = next(n for n in doc["nodes"] if n["name"] == "n0")
+    # --fit=nodes planned the 5-cpu pod on n0 (the only node with room): held back there until it binds.
+    assert n0["planned"] == {"cpu": "5"} and n0["free"]["cpu"] == "3"
+
+
+def test_explain_says_in_words_why_an_appwrapper_is_where_it_is(harness_factory: Any) -> None:
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "4"), aw("b", "6")], fit="aggregate")
+    h.drain()
+    r = reports(h)
+    waiting = r.explain("ns", "b")
+    assert waiting is not None and waiting["found"]
+    assert waiting["summary"] == "It is queued and cannot be dispatched yet: short of cpu 2 (needs 6, 4 free)."
+    assert "position 1 of 1 in the queue" in waiting["details"]
+    running = r.explain("ns", "a")
+    assert running is not None and running["summary"].startswith("It is dispatched (Running) since ")
+    assert r.explain("ns", "nope") is None
+
+
+def test_decisions_latency_and_cycles_are_counted_and_state_is_read_at_scrape_time(harness_factory: Any) -> None:
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "4"), aw("b", "6")], fit="aggregate")
+    server.observe(h.dispatcher, h.informers, api_errors=lambda: {("patch", 409): 3}, leading=lambda: True)
+    h.drain()
+    m = h.dispatcher.metrics
+    assert m.value("mcad_dispatch_decisions_total", {"decision": "dispatched"}) == 1
+    assert m.value("mcad_dispatch_decisions_total", {"decision": "queued"}) == 1
+    assert m.value("mcad_dispatch_decisions_total", {"decision": "failed"}) == 0
+    assert m.value("mcad_dispatch_latency_seconds_count") == 1
+    assert m.value("mcad_dispatch_cycle_duration_seconds_count") == h.dispatcher.cycles
+    assert m.value("mcad_capacity", {"resource": "cpu"}) == 8.0
+    assert m.value("mcad_capacity_reserved", {"resource": "cpu"}) == 4.0
+    assert m.value("mcad_capacity_free", {"resource": "cpu"}) == 4.0
+    assert m.value("mcad_capacity_free", {"resource": "memory"}) == 8 * 2**30
+    assert m.value("mcad_queue_length", {"state": "queued"}) == 1
+    assert m.value("mcad_appwrappers", {"state": "Running"}) == 1
+    assert m.value("mcad_api_errors_total", {"verb": "patch", "code": "409"}) == 3
+    assert m.value("mcad_informer_synced", {"informer": "pods"}) == 1
+    assert m.value("mcad_leader") == 1
+    text = m.render().decode()
+    assert '# TYPE mcad_dispatch_latency_seconds histogram' in text
+    assert 'mcad_capacity_free{resource="cpu"} 4.0' in text
