@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from mcad.api.appwrapper import (
-    API_VERSION,
     APPWRAPPER_LABEL,
     FIELD_MANAGER,
     KIND,
@@ -84,7 +83,7 @@ def manifest(aw: AppWrapperView, index: int) -> dict[str, Any]:
     meta["labels"] = {**(meta.get("labels") or {}), **labels}
     meta["ownerReferences"] = [
         *[ref for ref in meta.get("ownerReferences") or [] if not ref.get("controller")],
-        {"apiVersion": API_VERSION, "kind": KIND, "name": aw.name, "uid": aw.uid, "controller": True,
+        {"apiVersion": aw.api_version, "kind": KIND, "name": aw.name, "uid": aw.uid, "controller": True,
          "blockOwnerDeletion": True},
     ]
     # Pods find their AppWrapper by label, so every pod template inside the object carries it too.

@@ -44,11 +44,11 @@ from typing import Any, Protocol, TypeVar
 import structlog
 
 from mcad import apply, lifecycle, placement, status
-from mcad.api.appwrapper import ACTIVE_STATES, API_VERSION, FIELD_MANAGER, FINAL_STATES, KIND, AppWrapperView, State
+from mcad.api.appwrapper import ACTIVE_STATES, FIELD_MANAGER, FINAL_STATES, KIND, AppWrapperView, State
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
-from mcad.informer import Informer
+from mcad.informer import Informer, Store
 from mcad.kube import ApiError
 from mcad.ledger import Ledger
 from mcad.metrics import Metrics
@@ -154,7 +154,7 @@ def describe_shortfall(demand: ResourceVector, free: ResourceVector, capacity: R
 
 
 class Dispatcher:
-    def __init__(self, *, appwrappers: Informer[AppWrapperView], nodes: Informer[NodeView],
+    def __init__(self, *, appwrappers: Store[AppWrapperView], nodes: Informer[NodeView],
                  pods: Informer[PodView], writer: Writer, queue: WorkQueue[Key] | None = None,
                  clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 32,
                  wrapped: WrappedObjects | None = None, preemption: bool = False, fit: str = "nodes",
@@ -941,7 +941,7 @@ class Dispatcher:
             except apply.DispatchFailed as err:
                 return _Dispatched(aw, new, error=err)
             try:
-                self.writer.apply_status(API_VERSION, KIND, aw.namespace, aw.name, new, field_manager=FIELD_MANAGER)
+                self.writer.apply_status(aw.api_version, KIND, aw.namespace, aw.name, new, field_manager=FIELD_MANAGER)
             except ApiError as err:
                 return _Dispatched(aw, new, uids, status_error=err)
             return _Dispatched(aw, new, uids)
@@ -1031,7 +1031,7 @@ class Dispatcher:
 
         def job() -> _StatusWritten:
             try:
-                self.writer.apply_status(API_VERSION, KIND, aw.namespace, aw.name, new, field_manager=FIELD_MANAGER)
+                self.writer.apply_status(aw.api_version, KIND, aw.namespace, aw.name, new, field_manager=FIELD_MANAGER)
             except ApiError as err:
                 return _StatusWritten(aw.uid, new, err)
             return _StatusWritten(aw.uid, new)

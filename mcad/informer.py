@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import structlog
@@ -35,6 +35,7 @@ from mcad.kube import ApiError, GoneError, error_from_status
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 Handler = Callable[[EventType, T | None, T | None], None]
 
 _log = structlog.get_logger("mcad.informer")
@@ -100,6 +101,16 @@ class _Backoff:
         delay = min(self._cap, self._initial * 2.0 ** min(self._failures, 32))
         self._failures += 1
         return delay / 2 + self._rng.random() * delay / 2
+
+
+class Store(Protocol[T_co]):
+    """What readers of an informer use: its store and its events (an ``Informer``, or several merged)."""
+
+    def get(self, key: str) -> T_co | None: ...
+    def list(self) -> Sequence[T_co]: ...
+    def __len__(self) -> int: ...
+    def has_synced(self) -> bool: ...
+    def add_handler(self, handler: Handler[Any]) -> None: ...
 
 
 class Informer(Generic[T]):

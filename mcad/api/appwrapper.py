@@ -19,6 +19,9 @@ from mcad.api.workloads import WorkloadError, appwrapper_demand
 GROUP = "workload.codeflare.dev"
 VERSION = "v1beta1"
 API_VERSION = f"{GROUP}/{VERSION}"
+# Pre-1.34 MCAD served the same AppWrapper under this group; mcad can serve it too (``--legacy-api``).
+LEGACY_GROUP = "mcad.ibm.com"
+LEGACY_API_VERSION = f"{LEGACY_GROUP}/{VERSION}"
 KIND = "AppWrapper"
 PLURAL = "appwrappers"
 # Stamped on every wrapped object and every pod template in it. The second label is upstream MCAD's, kept so
@@ -76,6 +79,8 @@ class AppWrapperView:
     status: Mapping[str, Any]
     deleting: bool
     scheduling: SchedulingSpec = SchedulingSpec()
+    # Its group/version: status writes and owner references go back to the API it came from.
+    api_version: str = API_VERSION
 
     @property
     def state(self) -> str:
@@ -150,4 +155,5 @@ def appwrapper_view(raw: Mapping[str, Any]) -> AppWrapperView:
         status=raw.get("status") or {},
         deleting=bool(meta.get("deletionTimestamp")),
         scheduling=_scheduling(spec) if isinstance(spec, Mapping) else SchedulingSpec(),
+        api_version=str(raw.get("apiVersion") or API_VERSION),
     )
