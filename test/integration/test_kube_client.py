@@ -66,3 +66,17 @@ def test_delete_with_uid_removes_only_that_very_object(client: kube.Client, name
     with pytest.raises(k8s.exceptions.ApiException) as gone:
         core.read_namespaced_config_map("same-name", namespace)
     assert gone.value.status == 404
+
+
+def test_failed_requests_are_counted_by_verb_and_code(kubeconfig: str, namespace: str) -> None:
+    conn = kube.connect(kubeconfig)
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    with pytest.raises(kube.ApiError):
+        kube.request_json(conn, "GET", f"{path}/missing")
+    with pytest.raises(kube.ApiError):
+        kube.request_json(conn, "DELETE", f"{path}/missing")
+    kube.request_json(conn, "POST", path, body={"metadata": {"name": "once"}})
+    with pytest.raises(kube.ApiError):
+        kube.request_json(conn, "POST", path, body={"metadata": {"name": "once"}})
+    kube.request_json(conn, "GET", path, query=[("limit", "1")])
+    assert conn.errors.snapshot() == {("get", 404): 1, ("delete", 404): 1, ("create", 409): 1}
