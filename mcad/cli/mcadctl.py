@@ -1,37 +1,214 @@
 """``mcadctl``: the debug CLI for people operating mcad.
 
-Contract: every subcommand prints its result on stdout and exits 0, or prints one line starting with
-``error:`` on stderr and exits 1. Cluster access follows kubectl: ``--kubeconfig``, else $KUBECONFIG,
-else in-cluster, else ~/.kube/config.
+Contract: every subcommand prints its result on stdout and exits 0, or prints one line starting with ``error:`` on
+stderr and exits 1; a bad argument or option is a usage error (exit 2). Cluster access follows kubectl:
+``--kubeconfig``, else $KUBECONFIG, else in-cluster, else ~/.kube/config.
+
+``queue``, ``ledger`` and ``explain`` show the controller's own view, from its ``/debug/*`` endpoints (see
+``mcad.cli.reach`` for how it is found: ``--url``, else the leader's pod named by the Lease, else the Service, both
+through the API server's proxy). With ``--offline`` they compute the same documents here, from one list of
+AppWrappers, Nodes and Pods, with the controller's accounting code (``mcad.debug.offline``); that view lacks what
+only the running controller knows (requeuing timers, plans not yet bound), and the controller may run another
+policy than the ``--fit``/``--strict-fifo``/``--preemption`` given here. Tables by default; ``-o json``/``-o yaml``
+print the document as the endpoint returns it.
 """
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import IO, Any
+
 import click
 
 from mcad import __version__, kube
+from mcad.cli import reach, render
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Failure(click.ClickException):
+    """An error a person can act on: ``error: <message>`` on stderr, exit 1."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True, file=file)
+
+
+@dataclass(frozen=True)
+class Options:
+    """The global options: where the controller is, and the policy --offline simulates."""
+
+    where: reach.Where
+    offline: bool
+    fit: str
+    strict_fifo: bool
+    preemption: bool
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
               help="Kubeconfig file (default: $KUBECONFIG, else ~/.kube/config).")
 @click.option("--context", default=None, help="Kubeconfig context to use.")
+@click.option("--controller-namespace", default="mcad-system", show_default=True,
+              help="Namespace of the controller's Lease and Service.")
+@click.option("--controller-name", default="mcad-controller", show_default=True,
+              help="Name of the controller's Lease and Service.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True,
+              help="The controller pods' --http-bind-address port (used to reach the leader's pod).")
+@click.option("--url", default=None, metavar="URL",
+              help="Talk to the controller at URL directly (e.g. http://localhost:8080 after "
+                   "`kubectl port-forward`) instead of through the API server.")
+@click.option("--offline", is_flag=True,
+              help="Do not ask the controller: compute the answer from cluster state (AppWrappers, Nodes, Pods).")
+@click.option("--fit", type=click.Choice(["nodes", "aggregate"]), default="nodes", show_default=True,
+              help="With --offline: the fit mode to simulate (match the controller's --fit).")
+@click.option("--strict-fifo", is_flag=True, help="With --offline: simulate the controller's --strict-fifo.")
+@click.option("--preemption", is_flag=True, help="With --offline: simulate the controller's --preemption.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=reach.DEFAULT_TIMEOUT, show_default=True,
+              help="Seconds to wait for each request.")
 @click.pass_context
-def main(ctx: click.Context, kubeconfig: str | None, context: str | None) -> None:
-    """Inspect a running mcad installation: its queue, its capacity ledger, and why an AppWrapper waits."""
-    ctx.obj = {"kubeconfig": kubeconfig, "context": context}
+def main(ctx: click.Context, kubeconfig: str | None, context: str | None, controller_namespace: str,
+         controller_name: str, port: int, url: str | None, offline: bool, fit: str, strict_fifo: bool,
+         preemption: bool, timeout: float) -> None:
+    """Inspect a running mcad installation: its queue, its capacity ledger, and why an AppWrapper waits.
+
+    By default only a kubeconfig is needed: mcadctl asks the controller through the API server (the leader's pod
+    named by the Lease CONTROLLER-NAMESPACE/CONTROLLER-NAME, else the Service of that name). --url talks to the
+    controller directly; --offline computes the answer from cluster state when the controller is unreachable.
+    """
+    if url and offline:
+        raise click.UsageError("--url and --offline exclude each other: --url asks a controller, --offline none")
+    ctx.obj = Options(
+        where=reach.Where(namespace=controller_namespace, name=controller_name, port=port, url=url,
+                          kubeconfig=kubeconfig, context=context, timeout=timeout),
+        offline=offline, fit=fit, strict_fifo=strict_fifo, preemption=preemption)
+
+
+_output = click.option("-o", "--output", type=click.Choice(["json", "yaml", "wide"]), default=None,
+                       help="json or yaml: the whole document as the controller serves it; wide: more columns.")
+
+
+@main.command()
+@click.option("-n", "--namespace", default=None, help="Only AppWrappers in this namespace (positions stay global).")
+@click.option("--dispatched", is_flag=True, help="Also list the dispatched AppWrappers and their pods.")
+@_output
+@click.pass_obj
+def queue(opts: Options, namespace: str | None, dispatched: bool, output: str | None) -> None:
+    """The queue in dispatch order, and why each AppWrapper is not dispatched yet.
+
+    Columns: POSITION (place in the whole queue), NAMESPACE, NAME, PRIORITY, AGE (since creation), STATE (Queued;
+    Draining: requeued, waiting for its old pods to go; Preempting: waiting for its victims to leave), DEMAND (what
+    the whole gang requests) and WHY (what is short). WHY is cut to the terminal width; -o wide prints it in full,
+    with PODS, REQUEUINGS and FITS-NOW. From the controller's /debug/queue (or computed with --offline).
+    """
+    doc = _document(opts, "queue", lambda report: report.queue())
+    if namespace:
+        doc = render.only_namespace(doc, namespace)
+    if output in ("json", "yaml"):
+        click.echo(render.dump(doc, output))
+        return
+    _echo(render.queue_lines(doc, wide=output == "wide", width=shutil.get_terminal_size().columns,
+                             dispatched=dispatched))
+
+
+@main.command()
+@click.option("--nodes", is_flag=True, help="Also print every node's allocatable, used, planned and free room.")
+@_output
+@click.pass_obj
+def ledger(opts: Options, nodes: bool, output: str | None) -> None:
+    """Capacity, usage, reservations and free room per resource (and per node with --nodes or -o wide).
+
+    CAPACITY: allocatable of Ready, schedulable nodes; USED: requests of the pods on them; RESERVED: dispatched
+    AppWrappers' demand not yet covered by their own pods; FREE: what a new dispatch can use. Per node, PLANNED is
+    room held for dispatched pods not bound yet (--fit=nodes). From the controller's /debug/ledger (or --offline).
+    """
+    doc = _document(opts, "ledger", lambda report: report.ledger())
+    if output in ("json", "yaml"):
+        click.echo(render.dump(doc, output))
+        return
+    _echo(render.ledger_lines(doc, nodes=nodes or output == "wide"))
+
+
+# What explain makes of "no such AppWrapper": offline, and from the controller's 404.
+_UNKNOWN_OFFLINE = {"found": False, "summary": "no AppWrapper of that name in the cluster"}
+_UNKNOWN_TO_CONTROLLER = {"found": False, "summary": "the controller does not know it"}
+
+
+def _appwrapper_ref(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, str]:
+    namespace, slash, name = value.partition("/")
+    if not slash or not namespace or not name or "/" in name:
+        raise click.BadParameter(f"{value!r} is not NAMESPACE/NAME (for example: default/my-job)")
+    return namespace, name
+
+
+@main.command()
+@click.argument("appwrapper", metavar="NAMESPACE/NAME", callback=_appwrapper_ref)
+@click.option("-o", "--output", type=click.Choice(["json", "yaml"]), default=None,
+              help="Print the controller's whole answer as json or yaml.")
+@click.pass_obj
+def explain(opts: Options, appwrapper: tuple[str, str], output: str | None) -> None:
+    """Say in plain words why the AppWrapper NAMESPACE/NAME is where it is: queued behind whom, short of what,
+    dispatched and waiting for pods, or finished. From the controller's /debug/explain (or --offline)."""
+    namespace, name = appwrapper
+    doc = _document(opts, "explain", lambda report: report.explain(namespace, name) or _UNKNOWN_OFFLINE,
+                    [("namespace", namespace), ("name", name)], not_found=_UNKNOWN_TO_CONTROLLER)
+    if not doc.get("found", True):
+        why = doc.get("summary") or "unknown"
+        raise Failure(f"AppWrapper {namespace}/{name} not found ({why}); "
+                      f"`kubectl get appwrappers -n {namespace}` lists the ones that exist")
+    if output:
+        click.echo(render.dump(doc, output))
+        return
+    _echo(render.explain_lines(doc))
 
 
 @main.command()
 @click.option("--client", "client_only", is_flag=True, help="Print only the mcadctl version; contact no server.")
 @click.pass_obj
-def version(obj: dict[str, str | None], client_only: bool) -> None:
+def version(opts: Options, client_only: bool) -> None:
     """Print the mcadctl version and the Kubernetes server version."""
     click.echo(f"mcadctl: {__version__}")
     if client_only:
         return
     try:
-        conn = kube.connect(obj["kubeconfig"], obj["context"])
+        conn = kube.connect(opts.where.kubeconfig, opts.where.context)
         click.echo(f"kubernetes server: {kube.server_version(conn)} ({conn.server})")
     except kube.KubeConnectError as err:
-        raise click.ClickException(str(err)) from err
+        raise Failure(str(err)) from err
+
+
+def _document(opts: Options, endpoint: str, offline: Callable[[Any], dict[str, Any]], query: reach.Query = (),
+              *, not_found: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The /debug document: from the controller (``not_found`` stands for its 404 answer when given), or with
+    --offline computed from cluster state by ``offline`` applied to ``mcad.debug.offline``'s reports."""
+    if opts.offline:
+        return _compute_offline(opts, offline)
+    try:
+        return reach.fetch(opts.where, endpoint, query)
+    except reach.ControllerRefused as err:
+        if err.status == 404 and not_found is not None:
+            return not_found
+        raise Failure(str(err)) from err
+    except reach.DebugUnavailable as err:
+        raise Failure(str(err)) from err
+
+
+def _compute_offline(opts: Options, produce: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+    # Imported here: the controller's accounting is only needed offline, and it is the heavier import.
+    from mcad import debug
+
+    where = opts.where
+    try:
+        conn = kube.connect(where.kubeconfig, where.context)
+    except kube.KubeConnectError as err:
+        raise Failure(str(err)) from err
+    try:
+        report = debug.offline(conn, fit=opts.fit, strict_fifo=opts.strict_fifo, preemption=opts.preemption)
+        return produce(report)
+    except kube.ApiError as err:
+        if err.status == 0:
+            raise Failure(f"cannot reach the API server {conn.server} (from {conn.source}): {err.message}") from err
+        raise Failure(f"reading cluster state for --offline failed: {err}") from err
+
+
+def _echo(lines: Iterable[str]) -> None:
+    click.echo("\n".join(lines))

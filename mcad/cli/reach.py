@@ -1,0 +1,251 @@
+"""How ``mcadctl`` reaches the controller's ``/debug`` endpoints.
+
+Contract:
+- ``fetch(where, endpoint, query)`` GETs ``/debug/<endpoint>`` from the controller and returns the parsed JSON object.
+- With ``where.url`` it talks plain HTTP to that address (say, a ``kubectl port-forward``). Otherwise only a
+  kubeconfig is needed: the Lease ``<namespace>/<name>`` names the leader (holderIdentity ``<pod>_<suffix>``), which
+  is reached through the API server's pod proxy; with no Lease, no holder, or a holder the API server cannot proxy
+  to, the Service ``<namespace>/<name>`` (port ``http``) is reached through the service proxy. A standby replica
+  answers 503 naming the leader; that answer is followed once, to the leader's pod.
+- Failures raise ``DebugUnavailable`` with a message a person can act on (which API server and kubeconfig, which
+  Lease or Service is missing, what the proxy said) and the hint ``--offline`` where it helps.
+  ``ControllerRefused`` (a subclass) means the controller itself answered with an error status, e.g. 404 for an
+  AppWrapper it does not know; ``.status`` and ``.body`` carry its answer.
+
+Answers from the API server and answers from the controller are told apart by their body: the API server's
+errors are ``Status`` objects, the controller's are ``{"error": ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcad import kube
+
+SERVICE_PORT_NAME = "http"
+# How long one request may take when --timeout is not given: long enough for a ledger of thousands of nodes.
+DEFAULT_TIMEOUT = 10.0
+_OFFLINE_HINT = "or use --offline to compute the same from cluster state"
+
+
+class DebugUnavailable(Exception):
+    """The controller's /debug answer could not be had; the message says why and what to try."""
+
+
+class ControllerRefused(DebugUnavailable):
+    """The controller answered, with an error status (its body is ``{"error": ...}``)."""
+
+    def __init__(self, status: int, body: dict[str, Any], message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where the controller is: a URL, or the namespace and name of its Lease and Service (and its pods' port)."""
+
+    namespace: str = "mcad-system"
+    name: str = "mcad-controller"
+    port: int = 8080
+    url: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+
+
+Query = Sequence[tuple[str, str]]
+
+
+def pod_of_holder(identity: str) -> str:
+    """The pod name in a leader-election identity ``<pod name>_<suffix>`` (pod names never contain ``_``)."""
+    return identity.partition("_")[0].strip()
+
+
+def pod_proxy_path(namespace: str, pod: str, port: int, endpoint: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/debug/{endpoint}"
+
+
+def service_proxy_path(namespace: str, service: str, endpoint: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/services/{service}:{SERVICE_PORT_NAME}/proxy/debug/{endpoint}"
+
+
+def lease_path(namespace: str, name: str) -> str:
+    return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+
+
+def fetch(where: Where, endpoint: str, query: Query = ()) -> dict[str, Any]:
+    """The controller's ``/debug/<endpoint>`` answer (see the module contract for the route taken)."""
+    if where.url:
+        return _fetch_direct(where, endpoint, query)
+    try:
+        conn = kube.connect(where.kubeconfig, where.context)
+    except kube.KubeConnectError as err:
+        raise DebugUnavailable(str(err)) from err
+    return _ThroughApiServer(conn, where, endpoint, list(query)).fetch()
+
+
+# -- directly, to --url ----------------------------------------------------------------------------------------------
+
+
+def _fetch_direct(where: Where, endpoint: str, query: Query) -> dict[str, Any]:
+    assert where.url
+    base = where.url if "://" in where.url else f"http://{where.url}"
+    url = f"{base.rstrip('/')}/debug/{endpoint}"
+    if query:
+        url += "?" + urllib.parse.urlencode(list(query))
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=where.timeout) as response:
+            status, data = response.status, response.read()
+    except urllib.error.HTTPError as err:
+        status, data = err.code, err.read()
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise DebugUnavailable(
+            f"cannot reach the controller at {url}: {reason} (is the address right, and the port-forward "
+            f"running?); drop --url to go through the API server, {_OFFLINE_HINT}") from err
+    body = _json_object(data)
+    if 200 <= status < 300:
+        if body is None:
+            raise DebugUnavailable(f"{url} answered {status} with something that is not a JSON object; "
+                                   "is it the mcad controller's --http-bind-address?")
+        return body
+    if status == 503 and body and "leader" in body:
+        raise DebugUnavailable(
+            f"{where.url} is a standby replica, not the leader (the leader is {body.get('leader') or 'unknown'}); "
+            "point --url at the leader, or drop --url and mcadctl finds it through the API server")
+    raise _refused(status, body, data, f"the controller at {url}")
+
+
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    try:
+        parsed = json.loads(data) if data else None
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _refused(status: int, body: dict[str, Any] | None, data: bytes, who: str) -> DebugUnavailable:
+    if body is not None and "error" in body:
+        return ControllerRefused(status, body, f"{who} answered {status}: {body['error']}")
+    text = data.decode("utf-8", errors="replace").strip()[:300] or "no message"
+    return DebugUnavailable(f"{who} answered {status}: {text}")
+
+
+# -- through the API server ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _ThroughApiServer:
+    """One fetch through the API server's proxy: the leader's pod by its Lease, else the Service."""
+
+    conn: kube.Connection
+    where: Where
+    endpoint: str
+    query: list[tuple[str, str]]
+    tried: list[str] = field(default_factory=list)  # what failed on the way, for the final message
+
+    def fetch(self) -> dict[str, Any]:
+        where = self.where
+        holder, lease_missing = self._lease_holder()
+        if holder:
+            answer = self._get(pod_proxy_path(where.namespace, holder, where.port, self.endpoint),
+                               f"the leader's pod {where.namespace}/{holder} (from the Lease)")
+            if answer is not None:
+                return answer
+        answer = self._get(service_proxy_path(where.namespace, where.name, self.endpoint),
+                           f"the Service {where.namespace}/{where.name}")
+        if answer is None and lease_missing and self._service_missing():
+            raise DebugUnavailable(self._not_installed())
+        if answer is not None:
+            return answer
+        raise DebugUnavailable(self._nothing_answered())
+
+    def _lease_holder(self) -> tuple[str, bool]:
+        """The leader's pod name ("" when none is known), and whether the API server said there is no Lease."""
+        where = self.where
+        try:
+            lease = kube.request_json(self.conn, "GET", lease_path(where.namespace, where.name),
+                                      timeout=where.timeout)
+        except kube.ApiError as err:
+            self._fail_if_cluster_unreachable(err)
+            if err.status == 404:
+                self.tried.append(f"no Lease {where.namespace}/{where.name}")
+            else:
+                # Say 403: a user may be allowed to proxy to the Service without reading Leases.
+                self.tried.append(f"reading the Lease {where.namespace}/{where.name} failed ({_short(err)})")
+            return "", err.status == 404
+        holder = pod_of_holder(str((lease.get("spec") or {}).get("holderIdentity") or ""))
+        if not holder:
+            self.tried.append(f"the Lease {where.namespace}/{where.name} has no holder")
+        return holder, False
+
+    def _service_missing(self) -> bool:
+        """Whether the Service itself is absent. The service proxy answers 404 both for a missing Service and for a
+        Service without an Endpoints object, so only a plain read tells "not installed" apart."""
+        where = self.where
+        try:
+            kube.request_json(self.conn, "GET", f"/api/v1/namespaces/{where.namespace}/services/{where.name}",
+                              timeout=where.timeout)
+        except kube.ApiError as err:
+            return err.status == 404
+        return False
+
+    def _get(self, path: str, what: str, *, followed: bool = False) -> dict[str, Any] | None:
+        """The answer through one proxy path; None when the API server could not deliver it (noted in ``tried``).
+        Raises when the controller itself refused, or for a standby's answer that cannot be followed."""
+        try:
+            return kube.request_json(self.conn, "GET", path, query=self.query, timeout=self.where.timeout)
+        except kube.ApiError as err:
+            self._fail_if_cluster_unreachable(err)
+            body = err.body if isinstance(err.body, dict) else None
+            if body is None or body.get("kind") == "Status":
+                if err.status in (401, 403):
+                    raise DebugUnavailable(
+                        f"the API server {self.conn.server} refused to proxy to {what} ({_short(err)}): your "
+                        f"credentials need get on pods/proxy and services/proxy in {self.where.namespace}; "
+                        f"or run `kubectl port-forward` and pass --url, {_OFFLINE_HINT}") from err
+                self.tried.append(f"the API server could not reach {what} ({_short(err)})")
+                return None
+            if err.status == 503 and "leader" in body:  # a standby; "leader" is null while it knows none
+                leader = body.get("leader")
+                leader_pod = pod_of_holder(str(leader or ""))
+                if followed or not leader_pod:
+                    raise DebugUnavailable(
+                        f"{what} is a standby replica and names {leader or 'no one'} as the leader, which could "
+                        f"not be asked; try again in a few seconds (an election may be under way), "
+                        f"{_OFFLINE_HINT}") from err
+                return self._get(pod_proxy_path(self.where.namespace, leader_pod, self.where.port, self.endpoint),
+                                 f"the leader's pod {self.where.namespace}/{leader_pod} (named by a standby)",
+                                 followed=True)
+            raise ControllerRefused(err.status, body, f"the controller ({what}) answered {err.status}: "
+                                    f"{body.get('error')}") from err
+
+    def _fail_if_cluster_unreachable(self, err: kube.ApiError) -> None:
+        if err.status == 0:
+            raise DebugUnavailable(f"cannot reach the API server {self.conn.server} (from {self.conn.source}): "
+                                   f"{err.message}") from err
+        if err.status == 401:
+            raise DebugUnavailable(f"the API server {self.conn.server} does not accept the credentials in "
+                                   f"{self.conn.source} (401 Unauthorized)") from err
+
+    def _not_installed(self) -> str:
+        where = self.where
+        return (f"no Lease or Service {where.name} in {where.namespace}: is mcad installed? "
+                f"(--controller-namespace and --controller-name say where to look) try --url or --offline")
+
+    def _nothing_answered(self) -> str:
+        return ("the controller could not be reached through the API server " + self.conn.server + ": "
+                + "; ".join(self.tried) + f". Is the controller running? Try --url, {_OFFLINE_HINT}")
+
+
+def _short(err: kube.ApiError) -> str:
+    message = err.message if len(err.message) <= 300 else err.message[:297] + "..."
+    return f"{err.status} {err.reason}: {message}" if err.reason else f"{err.status}: {message}"

@@ -1,0 +1,236 @@
+"""Turn the controller's ``/debug`` documents into what ``mcadctl`` prints. Pure: documents in, lines out.
+
+Contract:
+- ``queue_lines(doc, wide=, width=)``: a one-line summary of the controller, then the queued AppWrappers as a table
+  POSITION NAMESPACE NAME PRIORITY AGE STATE DEMAND WHY, in the document's (dispatch) order. WHY is cut with
+  "..." so each line fits ``width`` columns (never below ``MIN_WHY`` characters); ``wide`` adds PODS, REQUEUINGS
+  and FITS-NOW and never cuts. ``dispatched=True`` adds a second table of the dispatched AppWrappers.
+- ``ledger_lines(doc, nodes=)``: per resource CAPACITY USED RESERVED FREE, the reservations, and with ``nodes``
+  one row per node and resource (ALLOCATABLE USED PLANNED FREE).
+- ``explain_lines(doc)``: the summary sentence, then each detail indented.
+- ``dump(doc, "json"|"yaml")``: the document unchanged, as text that parses back to an equal document.
+- ``only_namespace(doc, ns)``: the queue document with only that namespace's AppWrappers (positions kept: they are
+  places in the whole queue).
+- ``age(seconds)``: kubectl's short form (45s, 12m, 3h, 2d, 1y). Missing fields print as "-", never raise: the
+  documents come from another process, maybe of another version.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import yaml
+
+MIN_WHY = 20
+ELLIPSIS = "..."
+_GAP = "   "  # between columns, as kubectl prints them
+_RANK = {"cpu": 0, "memory": 1}  # printed first, the rest by name
+
+
+def age(seconds: float | None) -> str:
+    """A duration as kubectl prints ages: the largest whole unit (s, m, h, d, y)."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 0:
+        return "0s"  # clocks of two machines disagree a little; a negative age means "just now"
+    if s < 60:
+        return f"{s}s"
+    if s < 60 * 60:
+        return f"{s // 60}m"
+    if s < 24 * 60 * 60:
+        return f"{s // 3600}h"
+    if s < 365 * 24 * 60 * 60:
+        return f"{s // 86400}d"
+    return f"{s // (365 * 86400)}y"
+
+
+def resource_order(names: Sequence[str] | Mapping[str, Any]) -> list[str]:
+    """cpu, memory, then the rest by name (the order mcad prints resource vectors in)."""
+    return sorted(names, key=lambda n: (_RANK.get(n, len(_RANK)), n))
+
+
+def quantities(values: Mapping[str, Any] | None) -> str:
+    """``cpu=2,memory=1Gi``; commas, so a table cell never holds a space."""
+    if not values:
+        return "-"
+    return ",".join(f"{name}={values[name]}" for name in resource_order(values))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns, three spaces apart, the last column unpadded."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    lines = []
+    for row in [list(headers), *rows]:
+        cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])] + [row[-1]]
+        lines.append(_GAP.join(cells).rstrip())
+    return lines
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` shortened to ``limit`` characters, the last three replaced by "..." when anything was dropped."""
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - len(ELLIPSIS))] + ELLIPSIS
+
+
+# -- queue -----------------------------------------------------------------------------------------------------------
+
+
+def controller_line(doc: Mapping[str, Any]) -> str:
+    """``controller mcad-controller-abc (leader; fit=nodes, best-effort FIFO, preemption off)``."""
+    c = doc.get("controller") or {}
+    role = "leader" if c.get("leader", True) else "standby"
+    order = "strict FIFO" if c.get("strictFifo") else "best-effort FIFO"
+    preemption = "preemption on" if c.get("preemption") else "preemption off"
+    who = c.get("identity") or "?"
+    version = f" {c['version']}" if c.get("version") else ""
+    return f"controller {who}{version} ({role}; fit={c.get('fit') or '?'}, {order}, {preemption})"
+
+
+def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int = 120,
+                dispatched: bool = False) -> list[str]:
+    queued = list(doc.get("queued") or [])
+    running = list(doc.get("dispatched") or [])
+    lines = [f"{controller_line(doc)}: {len(queued)} queued, {len(running)} dispatched", ""]
+    if queued:
+        lines += _queued_table(queued, wide=wide, width=width)
+    else:
+        lines.append("No AppWrappers are queued.")
+    if dispatched:
+        lines.append("")
+        lines += _dispatched_table(running, generated_at=doc.get("generatedAt")) if running else [
+            "No AppWrappers are dispatched."]
+    return lines
+
+
+def _queued_table(queued: Sequence[Mapping[str, Any]], *, wide: bool, width: int) -> list[str]:
+    headers = ["POSITION", "NAMESPACE", "NAME", "PRIORITY", "AGE", "STATE"]
+    if wide:
+        headers += ["PODS", "REQUEUINGS", "FITS-NOW"]
+    headers += ["DEMAND", "WHY"]
+    rows = []
+    for aw in queued:
+        row = [_text(aw.get("position")), _text(aw.get("namespace")), _text(aw.get("name")),
+               _text(aw.get("priority")), age(aw.get("ageSeconds")), _text(aw.get("state"))]
+        if wide:
+            fits = aw.get("fitsNow")
+            row += [_text(aw.get("pods")), _text(aw.get("requeuings")),
+                    "-" if fits is None else ("yes" if fits else "no")]
+        row += [quantities(aw.get("demand")), _text(aw.get("why"))]
+        rows.append(row)
+    if not wide:
+        # Every column but WHY keeps its full width; WHY gets what is left of the line, at least MIN_WHY.
+        used = sum(max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers[:-1]))
+        room = max(MIN_WHY, width - used - len(_GAP) * (len(headers) - 1))
+        for row in rows:
+            row[-1] = cut(row[-1], room)
+    return table(headers, rows)
+
+
+def _dispatched_table(running: Sequence[Mapping[str, Any]], *, generated_at: Any) -> list[str]:
+    headers = ["NAMESPACE", "NAME", "PRIORITY", "STATE", "DISPATCHED", "PODS", "DEMAND"]
+    now = _time(generated_at)
+    rows = []
+    for aw in running:
+        at = _time(aw.get("dispatchedAt"))
+        since = age((now - at).total_seconds()) if now and at else "-"
+        pods = aw.get("pods") or {}
+        counts = "/".join(_text(pods.get(k, 0)) for k in ("pending", "running", "succeeded", "failed"))
+        rows.append([_text(aw.get("namespace")), _text(aw.get("name")), _text(aw.get("priority")),
+                     _text(aw.get("state")), since, counts, quantities(aw.get("demand"))])
+    return [*table(headers, rows), "(PODS: pending/running/succeeded/failed)"]
+
+
+def only_namespace(doc: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    kept = dict(doc)
+    for key in ("queued", "dispatched"):
+        if key in doc:
+            kept[key] = [aw for aw in doc.get(key) or [] if aw.get("namespace") == namespace]
+    return kept
+
+
+# -- ledger ----------------------------------------------------------------------------------------------------------
+
+
+def ledger_lines(doc: Mapping[str, Any], *, nodes: bool = False) -> list[str]:
+    by_name = {str(r.get("name")): r for r in doc.get("resources") or []}
+    resources = [by_name[name] for name in resource_order(by_name)]
+    lines = [controller_line(doc), ""]
+    if resources:
+        lines += table(["RESOURCE", "CAPACITY", "USED", "RESERVED", "FREE"],
+                       [[_text(r.get("name")), _text(r.get("capacity")), _text(r.get("used")),
+                         _text(r.get("reserved")), _text(r.get("free"))] for r in resources])
+    else:
+        lines.append("No capacity: no Ready, schedulable nodes.")
+    reservations = list(doc.get("reservations") or [])
+    lines.append("")
+    if reservations:
+        lines += table(["NAMESPACE", "NAME", "RESERVED"],
+                       [[_text(r.get("namespace")), _text(r.get("name")), quantities(r.get("reserved"))]
+                        for r in reservations])
+    else:
+        lines.append("No reservations: every dispatched AppWrapper's pods are bound (or none is dispatched).")
+    if nodes:
+        lines.append("")
+        lines += _node_table(doc.get("nodes") or [], [str(r.get("name")) for r in resources])
+    return lines
+
+
+def node_status(node: Mapping[str, Any]) -> str:
+    """Ready / NotReady, plus SchedulingDisabled, as ``kubectl get nodes`` says it."""
+    status = "Ready" if node.get("ready") else "NotReady"
+    return status if node.get("schedulable", True) else f"{status},SchedulingDisabled"
+
+
+def _node_table(node_docs: Sequence[Mapping[str, Any]], counted: Sequence[str]) -> list[str]:
+    if not node_docs:
+        return ["No nodes."]
+    rows = []
+    for node in node_docs:
+        allocatable = node.get("allocatable") or {}
+        # The resources the ledger counts, in its order (a node's "pods" or hugepages would only add noise).
+        names = list(counted) or resource_order(allocatable)
+        for name in names:
+            rows.append([_text(node.get("name")), node_status(node), name,
+                         *(_text((node.get(part) or {}).get(name, "0"))
+                           for part in ("allocatable", "used", "planned", "free"))])
+    return table(["NODE", "STATUS", "RESOURCE", "ALLOCATABLE", "USED", "PLANNED", "FREE"], rows)
+
+
+# -- explain ---------------------------------------------------------------------------------------------------------
+
+
+def explain_lines(doc: Mapping[str, Any]) -> list[str]:
+    name = f"{doc.get('namespace', '?')}/{doc.get('name', '?')}"
+    state = f" [{doc['state']}]" if doc.get("state") else ""
+    lines = [f"{name}{state}: {doc.get('summary') or 'no explanation given'}"]
+    lines += [f"  - {detail}" for detail in doc.get("details") or []]
+    return lines
+
+
+# -- json / yaml -----------------------------------------------------------------------------------------------------
+
+
+def dump(doc: Mapping[str, Any], output: str) -> str:
+    if output == "json":
+        return json.dumps(doc, indent=2)
+    if output == "yaml":
+        return yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False).rstrip("\n")
+    raise ValueError(f"unknown output format {output!r}")
+
+
+def _text(value: Any) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def _time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None

@@ -1,0 +1,365 @@
+"""mcadctl without a cluster: how the /debug documents print, argument errors, and how the leader is named.
+
+The CLI tests stand in for the controller by replacing ``reach.fetch`` (our own function, not the Kubernetes API);
+test/integration/test_mcadctl.py runs the same commands against a real controller and API server.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+from mcad.cli import mcadctl, reach, render
+
+CONTROLLER = {"version": "0.4.0", "identity": "mcad-controller-5f7c9-x2x7q_1b2c", "leader": True, "fit": "nodes",
+              "strictFifo": False, "preemption": False}
+LONG_WHY = ("needs 4 pods of cpu=6 memory=1Gi; too little cpu free on every node: kwok-node-0 has cpu=2, "
+            "kwok-node-1 has cpu=2")
+QUEUE: dict[str, Any] = {
+    "controller": CONTROLLER, "generatedAt": "2025-03-01T12:00:00Z",
+    "queued": [
+        {"position": 1, "namespace": "team-a", "name": "urgent", "priority": 10, "created": "2025-03-01T11:59:15Z",
+         "ageSeconds": 45.2, "state": "Queued", "demand": {"cpu": "2", "memory": "1Gi"}, "pods": 2,
+         "fitsNow": False, "why": "short of cpu 2 (needs 4, 2 free)", "requeuings": 0},
+        {"position": 2, "namespace": "team-b", "name": "big", "priority": 0, "created": "2025-03-01T09:00:00Z",
+         "ageSeconds": 3 * 3600 + 5, "state": "Draining",
+         "demand": {"nvidia.com/gpu": "4", "memory": "4Gi", "cpu": "24"}, "pods": 4, "fitsNow": False,
+         "why": LONG_WHY, "requeuings": 2},
+        {"position": 3, "namespace": "team-a", "name": "small", "priority": 0, "created": "2025-02-27T12:00:00Z",
+         "ageSeconds": 2 * 86400 + 60, "state": "Queued", "demand": {"cpu": "500m"}, "pods": 1, "fitsNow": True,
+         "why": "", "requeuings": 0},
+    ],
+    "dispatched": [
+        {"namespace": "team-a", "name": "train", "priority": 5, "state": "Running", "demand": {"cpu": "4"},
+         "dispatchedAt": "2025-03-01T11:48:00Z", "pods": {"pending": 0, "running": 3, "succeeded": 1, "failed": 0}},
+    ],
+}
+LEDGER: dict[str, Any] = {
+    "controller": CONTROLLER, "generatedAt": "2025-03-01T12:00:00Z",
+    # The controller sorts resource names; mcadctl prints cpu and memory first.
+    "resources": [{"name": "cpu", "capacity": "16", "used": "4", "reserved": "2", "free": "10"},
+                  {"name": "ephemeral-storage", "capacity": "200Gi", "used": "0", "reserved": "0", "free": "200Gi"},
+                  {"name": "memory", "capacity": "32Gi", "used": "2Gi", "reserved": "1Gi", "free": "29Gi"}],
+    "nodes": [{"name": "node-a", "schedulable": True, "ready": True,
+               "allocatable": {"cpu": "8", "memory": "16Gi", "ephemeral-storage": "100Gi", "pods": "110"},
+               "used": {"cpu": "4", "memory": "2Gi"}, "planned": {"cpu": "1"}, "free": {"cpu": "3", "memory": "14Gi"}},
+              {"name": "node-b", "schedulable": False, "ready": True,
+               "allocatable": {"cpu": "8", "memory": "16Gi"}, "used": {}, "planned": {}, "free": {}}],
+    "reservations": [{"namespace": "team-a", "name": "train", "reserved": {"memory": "1Gi", "cpu": "2"}}],
+}
+EXPLAIN = {"namespace": "team-b", "name": "big", "found": True, "state": "Pending",
+           "summary": "It is queued and cannot be dispatched yet: short of cpu 8 (needs 24, 16 free).",
+           "details": ["position 2 of 3 in the queue", "demand: cpu=24 memory=4Gi nvidia.com/gpu=4"]}
+
+
+# -- ages and small pieces -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [
+    (0, "0s"), (45.9, "45s"), (59.99, "59s"), (60, "1m"), (12 * 60 + 59, "12m"), (3600, "1h"),
+    (3 * 3600 + 3599, "3h"), (86400, "1d"), (2 * 86400 + 5, "2d"), (364 * 86400, "364d"), (400 * 86400, "1y"),
+    (-3, "0s"), (None, "-"),
+])
+def test_ages_print_like_kubectl(seconds: float | None, shown: str) -> None:
+    assert render.age(seconds) == shown
+
+
+def test_demand_prints_cpu_and_memory_first_without_spaces() -> None:
+    assert render.quantities({"nvidia.com/gpu": "4", "memory": "4Gi", "cpu": "24"}) == \
+        "cpu=24,memory=4Gi,nvidia.com/gpu=4"
+    assert render.quantities({}) == "-"
+
+
+def test_cut_keeps_short_text_and_marks_what_it_drops() -> None:
+    assert render.cut("abc", 3) == "abc"
+    assert render.cut("abcdefgh", 6) == "abc..."
+    assert len(render.cut("x" * 100, 20)) == 20
+
+
+# -- queue -----------------------------------------------------------------------------------------------------------
+
+
+def test_queue_table_lists_queued_appwrappers_in_dispatch_order() -> None:
+    lines = render.queue_lines(QUEUE, width=400)
+    assert lines[0] == ("controller mcad-controller-5f7c9-x2x7q_1b2c 0.4.0 (leader; fit=nodes, best-effort FIFO, "
+                        "preemption off): 3 queued, 1 dispatched")
+    header, *rows = lines[2:]
+    assert header.split() == ["POSITION", "NAMESPACE", "NAME", "PRIORITY", "AGE", "STATE", "DEMAND", "WHY"]
+    assert [row.split()[:7] for row in rows] == [
+        ["1", "team-a", "urgent", "10", "45s", "Queued", "cpu=2,memory=1Gi"],
+        ["2", "team-b", "big", "0", "3h", "Draining", "cpu=24,memory=4Gi,nvidia.com/gpu=4"],
+        ["3", "team-a", "small", "0", "2d", "Queued", "cpu=500m"],
+    ]
+    # Wide enough: the why is printed in full; an empty why prints as "-".
+    assert rows[1].endswith(LONG_WHY)
+    assert rows[2].endswith("-")
+    # Columns line up: every row's WHY starts where the header's does.
+    start = header.index("WHY")
+    assert rows[0][start:] == "short of cpu 2 (needs 4, 2 free)"
+
+
+def test_queue_why_is_cut_to_the_terminal_width() -> None:
+    lines = render.queue_lines(QUEUE, width=140)
+    table = lines[2:]
+    assert all(len(line) <= 140 for line in table), [len(line) for line in table]
+    big = next(line for line in table if " big " in line)
+    assert big.endswith("...")
+    assert LONG_WHY not in big
+    # A narrow terminal still shows MIN_WHY characters of the why rather than nothing.
+    narrow = next(line for line in render.queue_lines(QUEUE, width=40) if " big " in line)
+    assert narrow.endswith(render.cut(LONG_WHY, render.MIN_WHY))
+
+
+def test_wide_queue_adds_pods_requeuings_fits_now_and_never_cuts() -> None:
+    header, *rows = render.queue_lines(QUEUE, wide=True, width=60)[2:]
+    assert header.split() == ["POSITION", "NAMESPACE", "NAME", "PRIORITY", "AGE", "STATE", "PODS", "REQUEUINGS",
+                              "FITS-NOW", "DEMAND", "WHY"]
+    assert rows[1].split()[6:9] == ["4", "2", "no"]
+    assert rows[2].split()[6:9] == ["1", "0", "yes"]
+    assert rows[1].endswith(LONG_WHY)
+
+
+def test_queue_dispatched_table_shows_pod_counts_and_time_since_dispatch() -> None:
+    lines = render.queue_lines(QUEUE, width=200, dispatched=True)
+    at = lines.index(next(line for line in lines if line.startswith("NAMESPACE")))
+    assert lines[at].split() == ["NAMESPACE", "NAME", "PRIORITY", "STATE", "DISPATCHED", "PODS", "DEMAND"]
+    assert lines[at + 1].split() == ["team-a", "train", "5", "Running", "12m", "0/3/1/0", "cpu=4"]
+
+
+def test_empty_queue_says_so() -> None:
+    lines = render.queue_lines({**QUEUE, "queued": [], "dispatched": []})
+    assert lines[-1] == "No AppWrappers are queued."
+    assert "0 queued, 0 dispatched" in lines[0]
+
+
+def test_namespace_filter_keeps_global_positions() -> None:
+    doc = render.only_namespace(QUEUE, "team-a")
+    assert [(aw["position"], aw["name"]) for aw in doc["queued"]] == [(1, "urgent"), (3, "small")]
+    assert [aw["name"] for aw in doc["dispatched"]] == ["train"]
+    assert QUEUE["queued"][1]["name"] == "big"  # the input is left alone
+
+
+def test_missing_fields_print_as_dashes_not_errors() -> None:
+    sparse = {"queued": [{"name": "x"}]}
+    row = render.queue_lines(sparse, wide=True)[-1].split()
+    assert row == ["-", "-", "x", "-", "-", "-", "-", "-", "-", "-", "-"]
+    assert "controller ? (leader; fit=?" in render.queue_lines(sparse)[0]
+
+
+# -- ledger ----------------------------------------------------------------------------------------------------------
+
+
+def test_ledger_prints_resources_cpu_memory_first_then_reservations() -> None:
+    lines = render.ledger_lines(LEDGER)
+    start = lines.index(next(line for line in lines if line.startswith("RESOURCE")))
+    assert [line.split() for line in lines[start:start + 4]] == [
+        ["RESOURCE", "CAPACITY", "USED", "RESERVED", "FREE"],
+        ["cpu", "16", "4", "2", "10"],
+        ["memory", "32Gi", "2Gi", "1Gi", "29Gi"],
+        ["ephemeral-storage", "200Gi", "0", "0", "200Gi"],
+    ]
+    assert lines[start + 5].split() == ["NAMESPACE", "NAME", "RESERVED"]
+    assert lines[start + 6].split() == ["team-a", "train", "cpu=2,memory=1Gi"]
+    assert not any(line.startswith("NODE") for line in lines)
+
+
+def test_ledger_nodes_table_has_one_row_per_node_and_counted_resource() -> None:
+    lines = render.ledger_lines(LEDGER, nodes=True)
+    start = lines.index(next(line for line in lines if line.startswith("NODE")))
+    rows = [line.split() for line in lines[start:]]
+    assert rows[0] == ["NODE", "STATUS", "RESOURCE", "ALLOCATABLE", "USED", "PLANNED", "FREE"]
+    assert rows[1] == ["node-a", "Ready", "cpu", "8", "4", "1", "3"]
+    assert rows[2] == ["node-a", "Ready", "memory", "16Gi", "2Gi", "0", "14Gi"]
+    assert rows[3] == ["node-a", "Ready", "ephemeral-storage", "100Gi", "0", "0", "0"]
+    assert rows[4][:2] == ["node-b", "Ready,SchedulingDisabled"]
+    assert len(rows) == 1 + 2 * 3  # "pods" is allocatable but not counted by the ledger: not shown
+
+
+def test_ledger_without_nodes_or_reservations_says_so() -> None:
+    lines = render.ledger_lines({"resources": [], "nodes": [], "reservations": []}, nodes=True)
+    assert "No capacity: no Ready, schedulable nodes." in lines
+    assert lines[-1] == "No nodes."
+    assert any(line.startswith("No reservations") for line in lines)
+
+
+# -- explain, json, yaml ---------------------------------------------------------------------------------------------
+
+
+def test_explain_prints_the_summary_then_the_details() -> None:
+    assert render.explain_lines(EXPLAIN) == [
+        "team-b/big [Pending]: It is queued and cannot be dispatched yet: short of cpu 8 (needs 24, 16 free).",
+        "  - position 2 of 3 in the queue",
+        "  - demand: cpu=24 memory=4Gi nvidia.com/gpu=4",
+    ]
+
+
+@pytest.mark.parametrize("doc", [QUEUE, LEDGER, EXPLAIN], ids=["queue", "ledger", "explain"])
+def test_json_and_yaml_print_the_document_unchanged(doc: dict[str, Any]) -> None:
+    assert json.loads(render.dump(doc, "json")) == doc
+    assert yaml.safe_load(render.dump(doc, "yaml")) == doc
+    # Keys keep the controller's order (yaml would sort them by default).
+    assert render.dump(doc, "yaml").splitlines()[0].split(":")[0] == next(iter(doc))
+
+
+# -- where the leader is ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("identity", "pod"), [
+    ("mcad-controller-5f7c9-x2x7q_8d0e6c1a-51b4-4be4-9d71-0c7c2a0f1a7e", "mcad-controller-5f7c9-x2x7q"),
+    ("mcad-controller-0_x", "mcad-controller-0"),
+    ("just-a-pod", "just-a-pod"),
+    ("", ""),
+])
+def test_leader_pod_is_the_holder_identity_before_the_first_underscore(identity: str, pod: str) -> None:
+    assert reach.pod_of_holder(identity) == pod
+
+
+def test_proxy_paths() -> None:
+    assert reach.pod_proxy_path("mcad-system", "mcad-controller-0", 8080, "queue") == \
+        "/api/v1/namespaces/mcad-system/pods/mcad-controller-0:8080/proxy/debug/queue"
+    assert reach.service_proxy_path("mcad-system", "mcad-controller", "ledger") == \
+        "/api/v1/namespaces/mcad-system/services/mcad-controller:http/proxy/debug/ledger"
+    assert reach.lease_path("ns", "l") == "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"
+
+
+# -- the commands ----------------------------------------------------------------------------------------------------
+
+
+class Controller:
+    """Stands in for ``reach.fetch``: answers from the sample documents and records what was asked."""
+
+    def __init__(self, **answers: Any) -> None:
+        self.answers = {"queue": QUEUE, "ledger": LEDGER, "explain": EXPLAIN, **answers}
+        self.asked: list[tuple[reach.Where, str, list[tuple[str, str]]]] = []
+
+    def __call__(self, where: reach.Where, endpoint: str, query: reach.Query = ()) -> dict[str, Any]:
+        self.asked.append((where, endpoint, list(query)))
+        answer = self.answers[endpoint]
+        if isinstance(answer, Exception):
+            raise answer
+        return copy.deepcopy(answer)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def controller(monkeypatch: pytest.MonkeyPatch) -> Controller:
+    fake = Controller()
+    monkeypatch.setattr(reach, "fetch", fake)
+    return fake
+
+
+def mcadctl_(*args: str, columns: int = 200) -> Result:
+    return CliRunner(env={"COLUMNS": str(columns)}).invoke(mcadctl.main, list(args))
+
+
+def test_queue_command_prints_the_table_and_passes_where_to_look(controller: Controller) -> None:
+    result = mcadctl_("--controller-namespace", "ops", "--controller-name", "mcad", "--port", "9090",
+                      "--timeout", "3", "queue")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[2].split()[0] == "POSITION"
+    assert "urgent" in result.stdout and "train" not in result.stdout
+    where, endpoint, query = controller.asked[0]
+    assert (endpoint, query) == ("queue", [])
+    assert (where.namespace, where.name, where.port, where.timeout, where.url) == ("ops", "mcad", 9090, 3.0, None)
+
+
+def test_queue_command_cuts_why_to_columns_unless_wide(controller: Controller) -> None:
+    narrow = mcadctl_("queue", columns=120)
+    assert all(len(line) <= 120 for line in narrow.stdout.splitlines()[2:])
+    assert LONG_WHY not in narrow.stdout
+    wide = mcadctl_("queue", "-o", "wide", columns=120)
+    assert LONG_WHY in wide.stdout and "FITS-NOW" in wide.stdout
+
+
+def test_queue_command_json_filters_by_namespace(controller: Controller) -> None:
+    result = mcadctl_("queue", "-n", "team-b", "-o", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert [aw["name"] for aw in doc["queued"]] == ["big"]
+    assert doc["dispatched"] == []
+    assert doc["controller"] == CONTROLLER
+
+
+def test_queue_command_yaml_round_trips(controller: Controller) -> None:
+    result = mcadctl_("queue", "-o", "yaml")
+    assert yaml.safe_load(result.stdout) == QUEUE
+
+
+def test_ledger_command_nodes_via_flag_or_wide(controller: Controller) -> None:
+    plain = mcadctl_("ledger")
+    assert "RESOURCE" in plain.stdout and "NODE" not in plain.stdout
+    assert "node-a" in mcadctl_("ledger", "--nodes").stdout
+    assert "node-a" in mcadctl_("ledger", "-o", "wide").stdout
+    assert json.loads(mcadctl_("ledger", "-o", "json").stdout) == LEDGER
+
+
+def test_explain_command_asks_for_the_appwrapper(controller: Controller) -> None:
+    result = mcadctl_("explain", "team-b/big")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0].startswith("team-b/big [Pending]: It is queued")
+    assert controller.asked[0][1:] == ("explain", [("namespace", "team-b"), ("name", "big")])
+
+
+def test_explain_of_an_unknown_appwrapper_is_an_error(controller: Controller) -> None:
+    controller.answers["explain"] = reach.ControllerRefused(404, {"error": "AppWrapper a/b not found"}, "404")
+    result = mcadctl_("explain", "team-b/nope")
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: AppWrapper team-b/nope not found (the controller does not know it)")
+    assert "kubectl get appwrappers -n team-b" in result.stderr
+
+
+def test_other_controller_errors_are_reported_as_they_came(controller: Controller) -> None:
+    controller.answers["ledger"] = reach.ControllerRefused(
+        503, {"error": "not ready"}, "the controller (x) answered 503: not ready")
+    result = mcadctl_("ledger")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "error: the controller (x) answered 503: not ready"
+    controller.answers["queue"] = reach.DebugUnavailable("no Lease or Service mcad-controller in mcad-system")
+    result = mcadctl_("queue")
+    assert (result.exit_code, result.stderr.strip()) == (1, "error: no Lease or Service mcad-controller in "
+                                                            "mcad-system")
+
+
+@pytest.mark.parametrize("argument", ["big", "team-b/", "/big", "a/b/c"])
+def test_explain_needs_namespace_slash_name(controller: Controller, argument: str) -> None:
+    result = mcadctl_("explain", argument)
+    assert result.exit_code == 2
+    assert "is not NAMESPACE/NAME" in result.stderr
+    assert controller.asked == []
+
+
+@pytest.mark.parametrize("args", [
+    ["--url", "http://x", "--offline", "queue"], ["queue", "-o", "table"], ["explain", "a/b", "-o", "wide"],
+    ["--port", "0", "queue"], ["--fit", "best", "--offline", "queue"],
+])
+def test_bad_usage_exits_2_without_asking_anyone(controller: Controller, args: list[str]) -> None:
+    result = mcadctl_(*args)
+    assert result.exit_code == 2, result.output
+    assert controller.asked == []
+
+
+def test_every_command_explains_itself() -> None:
+    for command, words in [([], "--offline"), (["queue"], "/debug/queue"), (["ledger"], "/debug/ledger"),
+                           (["explain"], "/debug/explain")]:
+        result = mcadctl_(*command, "--help")
+        assert result.exit_code == 0
+        assert words in result.stdout
+
+
+def test_url_nobody_listens_on_is_a_clear_error() -> None:
+    # Port 9 (discard) on loopback: nothing listens, so the connection is refused at once.
+    result = mcadctl_("--url", "http://127.0.0.1:9", "queue")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: cannot reach the controller at http://127.0.0.1:9/debug/queue")
+    assert "--offline" in result.stderr
+
+
+def test_missing_kubeconfig_is_a_clear_error(tmp_path: Any) -> None:
+    result = mcadctl_("--kubeconfig", str(tmp_path / "nope"), "queue")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"error: kubeconfig '{tmp_path / 'nope'}' does not exist"
