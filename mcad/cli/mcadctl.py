@@ -15,12 +15,16 @@ print the document as the endpoint returns it.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import shutil
-from collections.abc import Callable, Iterable
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
 import click
+import structlog
 
 from mcad import __version__, kube
 from mcad.cli import reach, render
@@ -202,12 +206,30 @@ def _compute_offline(opts: Options, produce: Callable[[Any], dict[str, Any]]) ->
     except kube.KubeConnectError as err:
         raise Failure(str(err)) from err
     try:
-        report = debug.offline(conn, fit=opts.fit, strict_fifo=opts.strict_fifo, preemption=opts.preemption)
-        return produce(report)
+        with _warnings_only_on_stderr():
+            report = debug.offline(conn, fit=opts.fit, strict_fifo=opts.strict_fifo, preemption=opts.preemption)
+            return produce(report)
     except kube.ApiError as err:
         if err.status == 0:
             raise Failure(f"cannot reach the API server {conn.server} (from {conn.source}): {err.message}") from err
-        raise Failure(f"reading cluster state for --offline failed: {err}") from err
+        hint = " (is the AppWrapper CRD installed?)" if err.status == 404 else ""
+        raise Failure(f"reading cluster state for --offline failed: {err}{hint}") from err
+
+
+@contextlib.contextmanager
+def _warnings_only_on_stderr() -> Iterator[None]:
+    """The controller code that --offline runs logs its progress at info level; a person wants only warnings, and
+    on stderr, since stdout may be piped into jq. The previous configuration comes back afterwards (tests run
+    mcadctl inside their own process); nothing is cached, so no logger keeps this configuration."""
+    saved = structlog.get_config()
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.dev.ConsoleRenderer(colors=False)],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr), cache_logger_on_first_use=False)
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
 
 
 def _echo(lines: Iterable[str]) -> None:

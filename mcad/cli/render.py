@@ -81,14 +81,16 @@ def cut(text: str, limit: int) -> str:
 
 
 def controller_line(doc: Mapping[str, Any]) -> str:
-    """``controller mcad-controller-abc (leader; fit=nodes, best-effort FIFO, preemption off)``."""
+    """``controller mcad-controller-abc (leader; fit=nodes, best-effort FIFO, preemption off)``, or for an offline
+    document ``computed offline from cluster state (fit=nodes, ...)``."""
     c = doc.get("controller") or {}
-    role = "leader" if c.get("leader", True) else "standby"
     order = "strict FIFO" if c.get("strictFifo") else "best-effort FIFO"
-    preemption = "preemption on" if c.get("preemption") else "preemption off"
-    who = c.get("identity") or "?"
+    policy = f"fit={c.get('fit') or '?'}, {order}, preemption {'on' if c.get('preemption') else 'off'}"
+    if c.get("offline"):
+        return f"computed offline from cluster state ({policy})"
+    role = "leader" if c.get("leader", True) else "standby"
     version = f" {c['version']}" if c.get("version") else ""
-    return f"controller {who}{version} ({role}; fit={c.get('fit') or '?'}, {order}, {preemption})"
+    return f"controller {c.get('identity') or '?'}{version} ({role}; {policy})"
 
 
 def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int = 120,

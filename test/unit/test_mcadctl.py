@@ -363,3 +363,28 @@ def test_missing_kubeconfig_is_a_clear_error(tmp_path: Any) -> None:
     result = mcadctl_("--kubeconfig", str(tmp_path / "nope"), "queue")
     assert result.exit_code == 1
     assert result.stderr.strip() == f"error: kubeconfig '{tmp_path / 'nope'}' does not exist"
+
+
+def test_offline_documents_say_they_were_computed_here() -> None:
+    offline = {**QUEUE, "controller": {"identity": "offline", "leader": False, "offline": True, "fit": "aggregate",
+                                       "strictFifo": True, "preemption": True}}
+    assert render.queue_lines(offline)[0] == ("computed offline from cluster state (fit=aggregate, strict FIFO, "
+                                              "preemption on): 3 queued, 1 dispatched")
+
+
+def test_unreachable_api_server_is_named_with_its_kubeconfig(tmp_path: Any) -> None:
+    config = tmp_path / "kubeconfig"
+    # Nothing listens on port 9 of loopback: refused at once, no cluster needed.
+    config.write_text("""
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+""")
+    for command in (["queue"], ["ledger"], ["explain", "a/b"], ["--offline", "queue"]):
+        result = mcadctl_("--kubeconfig", str(config), "--timeout", "5", *command)
+        assert result.exit_code == 1, (command, result.output)
+        assert result.stderr.startswith(f"error: cannot reach the API server https://127.0.0.1:9 (from kubeconfig "
+                                        f"{config})"), (command, result.stderr)
