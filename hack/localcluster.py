@@ -320,6 +320,29 @@ def fake_node(name: str, cpu: str, memory: str, gpu: int, pods: int) -> dict[str
     }
 
 
+def fake_node_names(count: int) -> list[str]:
+    return [f"kwok-node-{i}" for i in range(count)]
+
+
+def fake_nodes(count: int, cpu: str, memory: str, gpu: int, pods: int) -> list[dict[str, Any]]:
+    """The Nodes ``up`` creates; hack/kind/fake_nodes.py gives the KinD e2e cluster the same ones."""
+    return [fake_node(name, cpu, memory, gpu, pods) for name in fake_node_names(count)]
+
+
+def add_node_arguments(parser: argparse.ArgumentParser) -> None:
+    """--nodes, --node-cpu, --node-memory, --node-gpu, --node-pods, defaulting to NODES, NODE_CPU, ... ."""
+    parser.add_argument("--nodes", type=int, default=env_int("NODES", 1),
+                        help="fake nodes to create (default %(default)s)")
+    parser.add_argument("--node-cpu", default=os.environ.get("NODE_CPU", "8"),
+                        help="cpu per node (default %(default)s)")
+    parser.add_argument("--node-memory", default=os.environ.get("NODE_MEMORY", "8Gi"),
+                        help="memory per node (default %(default)s)")
+    parser.add_argument("--node-gpu", type=int, default=env_int("NODE_GPU", 0),
+                        help="nvidia.com/gpu per node (default %(default)s)")
+    parser.add_argument("--node-pods", type=int, default=env_int("NODE_PODS", 110),
+                        help="pod slots per node (default %(default)s)")
+
+
 def node_ready_and_untainted(node: dict[str, Any]) -> bool:
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                 for c in node.get("status", {}).get("conditions", []))
@@ -463,12 +486,11 @@ def up(opts: Options) -> None:
 
         log(f"creating {opts.nodes} fake node(s): {opts.node_cpu} cpu, {opts.node_memory} memory, "
             f"{opts.node_gpu} nvidia.com/gpu each")
-        names = [f"kwok-node-{i}" for i in range(opts.nodes)]
-        for name in names:
-            status, body = api.request("POST", "/api/v1/nodes",
-                                       fake_node(name, opts.node_cpu, opts.node_memory, opts.node_gpu, opts.node_pods))
+        names = fake_node_names(opts.nodes)
+        for node in fake_nodes(opts.nodes, opts.node_cpu, opts.node_memory, opts.node_gpu, opts.node_pods):
+            status, body = api.request("POST", "/api/v1/nodes", node)
             if status not in (201, 409):
-                raise ClusterError(f"creating node {name} failed: HTTP {status}: {body}")
+                raise ClusterError(f"creating node {node['metadata']['name']} failed: HTTP {status}: {body}")
 
         def nodes_ready() -> bool:
             status, body = api.request("GET", "/api/v1/nodes")
@@ -545,15 +567,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="cluster name, for running several side by side (default: %(default)s)")
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="start the cluster (harmless if it already runs)")
-    p_up.add_argument("--nodes", type=int, default=env_int("NODES", 1),
-                      help="fake nodes to create (default %(default)s)")
-    p_up.add_argument("--node-cpu", default=os.environ.get("NODE_CPU", "8"), help="cpu per node (default %(default)s)")
-    p_up.add_argument("--node-memory", default=os.environ.get("NODE_MEMORY", "8Gi"),
-                      help="memory per node (default %(default)s)")
-    p_up.add_argument("--node-gpu", type=int, default=env_int("NODE_GPU", 0),
-                      help="nvidia.com/gpu per node (default %(default)s)")
-    p_up.add_argument("--node-pods", type=int, default=env_int("NODE_PODS", 110),
-                      help="pod slots per node (default %(default)s)")
+    add_node_arguments(p_up)
     p_up.add_argument("--max-requests-inflight", type=int, default=env_int("MAX_REQUESTS_INFLIGHT", 400))
     p_up.add_argument("--max-mutating-requests-inflight", type=int,
                       default=env_int("MAX_MUTATING_REQUESTS_INFLIGHT", 200))
