@@ -4,10 +4,17 @@ Contract: parses flags, configures logging, connects to the API server and check
 served (exit code 2 with a one-line reason when either fails), then runs the informers and the dispatcher until
 SIGTERM or SIGINT and exits 0. ``--connect-only`` exits right after the checks, which is what a pre-flight
 check or a smoke test wants.
+
+With ``--leader-elect`` several replicas may run: every replica starts its informers at once (a standby keeps
+warm caches, so it takes over fast), but only the holder of the Lease runs the dispatcher (``mcad.leader``).
+A replica that loses leadership exits with code 1 at once, before it could write anything more (it may already
+have been replaced). SIGTERM while leading stops the dispatcher, releases the Lease so a standby takes over at
+its next poll, and exits 0.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -23,6 +30,7 @@ from mcad.api.appwrapper import APPWRAPPER_LABEL, GROUP, KIND, PLURAL, VERSION, 
 from mcad.api.views import node_view, pod_view
 from mcad.dispatcher import FIT_MODES, Dispatcher, Key
 from mcad.informer import Informer
+from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
 from mcad.workqueue import WorkQueue
 from mcad.wrapped import WrappedObjects, WrappedView, wrapped_view
 
@@ -87,14 +95,38 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
 @click.option("--write-workers", type=click.IntRange(1, 128), default=32,
               help="Threads that send dispatch and status writes to the API server in parallel (decisions stay "
                    "on one thread; one AppWrapper's writes are never reordered).")
+@click.option("--leader-elect/--no-leader-elect", default=False,
+              help="Run as one of several replicas: compete for a coordination.k8s.io Lease and dispatch only "
+                   "while holding it (standbys keep warm caches and take over when the leader goes). Off, one "
+                   "process dispatches with no Lease.")
+@click.option("--leader-elect-lease-name", default="mcad-controller", help="Name of the Lease.")
+@click.option("--leader-elect-namespace", default=None,
+              help="Namespace of the Lease. Default: $POD_NAMESPACE, else the in-cluster service account's "
+                   "namespace, else mcad-system.")
+@click.option("--leader-elect-lease-duration", type=click.FloatRange(min=0, min_open=True), default=15.0,
+              help="Seconds a standby waits, from when it last saw the Lease change, before taking it over: how "
+                   "long dispatching may pause when the leader dies without releasing the Lease.")
+@click.option("--leader-elect-renew-deadline", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              help="Seconds the leader keeps trying to renew before it gives up leadership and exits; shorter "
+                   "than the lease duration, so it stops before a standby may take over.")
+@click.option("--leader-elect-retry-period", type=click.FloatRange(min=0, min_open=True), default=2.0,
+              help="Seconds between the leader's renewals and between a standby's checks of the Lease; a "
+                   "released Lease is taken over within this.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json",
               help="json for log collectors, console for people.")
 @click.option("--connect-only", is_flag=True, help="Connect, check that the AppWrapper CRD is served, and exit.")
 @click.version_option(__version__, prog_name="mcad-controller")
 def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preemption: bool, fit: str,
-         write_workers: int, log_level: str, log_format: str, connect_only: bool) -> None:
+         write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
+         leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
+         log_level: str, log_format: str, connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
+    if leader_elect:
+        try:
+            validate_timings(leader_elect_lease_duration, leader_elect_renew_deadline, leader_elect_retry_period)
+        except ValueError as err:
+            raise click.UsageError(str(err)) from err
     mcad_log.configure(log_level, "json" if log_format == "json" else "console")
     logger = structlog.get_logger("mcad.controller")
     try:
@@ -118,6 +150,11 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
 
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
                                   fit=fit)
+    # The HTTP server's readiness will read this: informers synced and (no election, or elector.settled).
+    elector = LeaderElector(conn, namespace=leader_elect_namespace or default_namespace(),
+                            name=leader_elect_lease_name, identity=default_identity(),
+                            lease_duration=leader_elect_lease_duration, renew_deadline=leader_elect_renew_deadline,
+                            retry_period=leader_elect_retry_period) if leader_elect else None
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
@@ -130,11 +167,38 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     for informer in informers:
         informer.start()
     worker = threading.Thread(target=dispatcher.run, args=(stop,), name="dispatcher", daemon=True)
-    worker.start()
-    logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit)
-    stop.wait()
+    if elector is None:
+        worker.start()
+        logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit)
+        stop.wait()
+    else:
+        logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit,
+                    leader_elect=True, identity=elector.identity, lease=elector.lease)
+        elector.run(stop, on_started_leading=worker.start,
+                    on_stopped_leading=lambda: _stop_leading(stop, dispatcher, worker))
+        if not stop.is_set():
+            _exit_now(1)  # unreachable by contract (run returns early only on lost leadership); never linger
     for informer in informers:
         informer.stop()
     if dispatcher.wrapped is not None:
         dispatcher.wrapped.stop()
+    if worker.ident is not None:  # a standby never started it
+        worker.join(timeout=10)
+
+
+def _stop_leading(stop: threading.Event, dispatcher: Dispatcher, worker: threading.Thread) -> None:
+    """Leadership ends. Lost (``stop`` not set): exit at once, since another replica may already dispatch.
+    Stopping: wait for the dispatcher to finish its writes, so the Lease is released only once they are done."""
+    if not stop.is_set():
+        _exit_now(1)
+    dispatcher.queue.shutdown()
     worker.join(timeout=10)
+    if worker.is_alive():
+        structlog.get_logger("mcad.controller").warning("dispatcher still busy after 10 s; releasing the lease anyway")
+
+
+def _exit_now(code: int) -> None:
+    """Exit without running cleanup that could let a thread write once more (client-go exits the same way)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

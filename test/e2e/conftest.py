@@ -35,14 +35,16 @@ class Controller:
         self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, ready: bytes = b"dispatcher started") -> None:
+        """Start the process and wait for ``ready`` in its log (a leader-election standby never dispatches:
+        it logs "waiting for leadership")."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "ab")  # noqa: SIM115 - the child process owns it
         self.proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "mcad-controller"), "--kubeconfig", self.kubeconfig,
              "--log-format", "console", *self.args], stdout=out, stderr=subprocess.STDOUT)
         out.close()
-        wait_until(lambda: b"dispatcher started" in self.log.read_bytes(), 60, "the controller to start")
+        wait_until(lambda: ready in self.log.read_bytes(), 60, f"the controller to log {ready.decode()!r}")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc and self.proc.poll() is None:

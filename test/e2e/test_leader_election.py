@@ -1,0 +1,155 @@
+"""Two controller processes with --leader-elect: only the leader dispatches, a standby takes over a killed or
+stopped leader in bounded time, a replaced leader exits, and no AppWrapper is ever dispatched twice.
+
+Both processes run as the chart's ServiceAccount (``controller_kubeconfig``), so passing proves the chart's
+Role on the Lease is enough. Takeover times are read from the standby's own log timestamps ("became leader")
+against the wall time the leader was signalled (same machine, same clock).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import kubernetes.client as k8s
+import pytest
+
+from mcad import kube
+from test import chart
+from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, deployment_item
+from test.support import wait_until
+
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 4.0, 3.0, 0.5
+ARGS = ("--leader-elect", "--leader-elect-namespace", chart.NAMESPACE,
+        "--leader-elect-lease-duration", str(LEASE_DURATION), "--leader-elect-renew-deadline", str(RENEW_DEADLINE),
+        "--leader-elect-retry-period", str(RETRY_PERIOD))
+LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{chart.NAMESPACE}/leases/{chart.LEASE}"
+# Process scheduling and request latency on a busy 2-core machine, on top of the protocol's bounds.
+SLACK = 0.5
+
+
+def events(log: Path, event: str) -> list[tuple[datetime, list[str]]]:
+    """The lines of a console-format controller log whose event is exactly ``event``: (timestamp, key=value
+    tokens)."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        stamp, _, rest = line.partition(" [")
+        _level, _, message = rest.partition("] ")
+        if message == event or message.startswith(event + " "):
+            try:
+                found.append((datetime.fromisoformat(stamp), message[len(event):].split()))
+            except ValueError:
+                continue
+    return found
+
+
+def dispatched(log: Path) -> list[str]:
+    """The AppWrappers (``ns/name``) a controller's log says it dispatched, once per dispatch."""
+    return [token.removeprefix("appwrapper=") for _, tokens in events(log, "dispatched") for token in tokens
+            if token.startswith("appwrapper=")]
+
+
+def became_leader_at(ctl: Controller, timeout: float) -> float:
+    """Wait for "became leader" in ``ctl``'s log; its wall time (epoch seconds)."""
+    return wait_until(lambda: (found := events(ctl.log, "became leader")) and found[-1][0].timestamp(), timeout,
+                      f"{ctl.log.name} to become leader")
+
+
+@pytest.fixture
+def admin(kubeconfig: str) -> kube.Connection:
+    return kube.connect(kubeconfig)
+
+
+@pytest.fixture
+def pair(controller_kubeconfig: str, crd: None, admin: kube.Connection) -> Iterator[tuple[Controller, Controller]]:
+    """Controller ``a`` started first (it leads), then ``b`` (a standby), on a Lease no earlier test holds."""
+    try:
+        kube.request_json(admin, "DELETE", LEASE_PATH)
+    except kube.ApiError as err:
+        if err.status != 404:
+            raise
+    a = Controller(controller_kubeconfig, LOGS / "test_leader_election-a.log", *ARGS)
+    b = Controller(controller_kubeconfig, LOGS / "test_leader_election-b.log", *ARGS)
+    for ctl in (a, b):
+        ctl.log.unlink(missing_ok=True)
+    try:
+        a.start()
+        b.start(ready=b"waiting for leadership")
+        yield a, b
+    finally:
+        b.stop()
+        a.stop()
+
+
+def deployment_uid(aws: AppWrappers, name: str) -> str:
+    return str(k8s.AppsV1Api(aws.custom.api_client).read_namespaced_deployment(name, aws.namespace).metadata.uid)
+
+
+def test_only_the_leader_dispatches_and_a_standby_takes_over_a_killed_leader(
+        pair: tuple[Controller, Controller], aws: AppWrappers) -> None:
+    a, b = pair
+    first = [f"le-a-{i}" for i in range(3)]
+    for name in first:
+        aws.create(appwrapper(name, deployment_item(name, 1, "100m")))
+    for name in first:
+        aws.wait_state(name, "Running")
+    assert sorted(dispatched(a.log)) == sorted(f"{aws.namespace}/{n}" for n in first)
+    assert dispatched(b.log) == [] and not events(b.log, "dispatcher started")
+    stamps = {n: aws.status(n)["controllerfirstdispatchtimestamp"] for n in first}
+    uids = {n: deployment_uid(aws, n) for n in first}
+
+    killed_at = time.time()
+    a.stop(signal.SIGKILL)
+    took = became_leader_at(b, LEASE_DURATION + RETRY_PERIOD + 10) - killed_at
+    print(f"standby took over {took:.2f} s after SIGKILL of the leader "
+          f"(lease {LEASE_DURATION} s, retry {RETRY_PERIOD} s)")
+    # Not before the killed leader's claim lapsed (its last renewal was at most a retry period before the kill),
+    # and no later than a lease duration plus one poll.
+    assert LEASE_DURATION - RETRY_PERIOD - 0.1 <= took <= LEASE_DURATION + RETRY_PERIOD + SLACK, took
+
+    second = [f"le-b-{i}" for i in range(3)]
+    for name in second:
+        aws.create(appwrapper(name, deployment_item(name, 1, "100m")))
+    for name in second:
+        aws.wait_state(name, "Running")
+    assert sorted(dispatched(b.log)) == sorted(f"{aws.namespace}/{n}" for n in second)
+    every = dispatched(a.log) + dispatched(b.log)
+    assert sorted(every) == sorted(f"{aws.namespace}/{n}" for n in first + second), "dispatched twice or never"
+    for name in first:
+        assert aws.status(name)["controllerfirstdispatchtimestamp"] == stamps[name], f"{name} dispatched again"
+        assert deployment_uid(aws, name) == uids[name], f"{name}'s Deployment was re-created"
+
+
+def test_sigterm_of_the_leader_hands_over_at_once(pair: tuple[Controller, Controller], aws: AppWrappers) -> None:
+    a, b = pair
+    stopped_at = time.time()
+    a.stop(signal.SIGTERM)
+    assert a.proc is not None and a.proc.returncode == 0
+    assert events(a.log, "released leadership")
+    took = became_leader_at(b, 10) - stopped_at
+    print(f"standby took over {took:.2f} s after SIGTERM of the leader (retry {RETRY_PERIOD} s)")
+    assert took <= RETRY_PERIOD + SLACK, took
+    aws.create(appwrapper("le-after-handover", deployment_item("le-after-handover", 1, "100m")))
+    aws.wait_state("le-after-handover", "Running")
+    assert dispatched(b.log) == [f"{aws.namespace}/le-after-handover"]
+    assert dispatched(a.log) == []
+
+
+def test_a_leader_whose_lease_is_taken_exits_at_once_with_an_error(pair: tuple[Controller, Controller],
+                                                                   admin: kube.Connection) -> None:
+    a, b = pair
+    lease = kube.request_json(admin, "GET", LEASE_PATH)
+    assert str(lease["spec"]["holderIdentity"]).rsplit("_", 1)[0]  # <hostname>_<random>
+    lease["spec"]["holderIdentity"] = "someone-else"
+    taken_at = time.monotonic()
+    kube.request_json(admin, "PUT", LEASE_PATH, body=lease)
+    assert a.proc is not None
+    assert a.proc.wait(timeout=RETRY_PERIOD + SLACK + 10) == 1
+    assert time.monotonic() - taken_at <= RETRY_PERIOD + SLACK + 1  # process exit included
+    assert events(a.log, "lost leadership")
+    # The standby respects the new holder's claim until it lapses, then leads.
+    assert not events(b.log, "became leader")
+    became_leader_at(b, LEASE_DURATION + RETRY_PERIOD + 10)
