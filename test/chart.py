@@ -22,6 +22,8 @@ from test.support import REPO
 CHART = REPO / "charts" / "mcad"
 NAMESPACE = "mcad-system"
 RELEASE = "mcad"
+# The controller's Deployment and its leader-election Lease (the chart's fullname plus "-controller").
+LEASE = "mcad-controller"
 # What the e2e suite wraps beyond the chart's defaults.
 E2E_VALUES = {"replicaCount": 0,
               "rbac": {"extraWrappedKinds": [{"apiGroups": ["ray.io"], "resources": ["rayclusters"]}]}}

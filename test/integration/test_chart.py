@@ -28,30 +28,81 @@ def test_the_chart_ships_the_same_crd_as_config() -> None:
         (REPO / "config" / "crd" / "workload.codeflare.dev_appwrappers.yaml").read_bytes()
 
 
-def test_defaults_render_a_hardened_single_controller() -> None:
+ELECTION_ARGS = ["--leader-elect", f"--leader-elect-lease-name={chart.LEASE}", "--leader-elect-lease-duration=15",
+                 "--leader-elect-renew-deadline=10", "--leader-elect-retry-period=2"]
+
+
+def test_defaults_render_two_hardened_controllers_with_leader_election() -> None:
     objects = chart.render()
-    assert sorted(o["kind"] for o in objects) == ["ClusterRole", "ClusterRoleBinding", "Deployment",
-                                                  "ServiceAccount"]
+    assert sorted(o["kind"] for o in objects) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role",
+                                                  "RoleBinding", "ServiceAccount"]
     deployment = by_kind(objects, "Deployment")
+    assert deployment["metadata"]["name"] == "mcad-controller"
     assert deployment["metadata"]["namespace"] == chart.NAMESPACE
-    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["replicas"] == 2
+    # A new pod joins as a standby and the old leader hands over: rolling is safe with leader election.
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == by_kind(objects, "ServiceAccount")["metadata"]["name"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     container = pod["containers"][0]
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
-    assert container["args"] == ["--fit=nodes", "--write-workers=32", "--log-level=info", "--log-format=json"]
+    assert container["args"] == ["--fit=nodes", "--write-workers=32", "--log-level=info", "--log-format=json",
+                                 *ELECTION_ARGS]
+    assert container["env"] == [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
     assert container["resources"]["requests"] == {"cpu": "200m", "memory": "256Mi"}
+    assert "PodDisruptionBudget" not in {o["kind"] for o in objects}
 
 
 def test_every_flag_has_a_value(tmp_path: Path) -> None:
     values = {"controller": {"fit": "aggregate", "preemption": True, "strictFifo": True, "writeWorkers": 8,
-                             "logLevel": "debug", "logFormat": "console", "extraArgs": ["--context=x"]}}
+                             "logLevel": "debug", "logFormat": "console", "extraArgs": ["--context=x"]},
+              "leaderElection": {"leaseDuration": 4, "renewDeadline": 3, "retryPeriod": 0.5}}
     container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]
     assert container["args"] == ["--fit=aggregate", "--write-workers=8", "--log-level=debug",
-                                 "--log-format=console", "--preemption", "--strict-fifo", "--context=x"]
+                                 "--log-format=console", "--preemption", "--strict-fifo",
+                                 "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
+                                 "--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3",
+                                 "--leader-elect-retry-period=0.5", "--context=x"]
+
+
+def test_the_lease_role_grants_exactly_what_the_elector_uses() -> None:
+    objects = chart.render()
+    role = by_kind(objects, "Role")
+    assert role["metadata"]["namespace"] == chart.NAMESPACE
+    # create cannot be limited by name (the name is unknown when it is authorized); get/update are, to one Lease.
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [chart.LEASE],
+         "verbs": ["get", "update"]},
+    ]
+    binding = by_kind(objects, "RoleBinding")
+    assert binding["metadata"]["namespace"] == chart.NAMESPACE
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": by_kind(objects, "ServiceAccount")[
+        "metadata"]["name"], "namespace": chart.NAMESPACE}]
+
+
+def test_without_leader_election_one_replica_recreated_and_no_lease_role() -> None:
+    objects = chart.render("leaderElection.enabled=false", "replicaCount=1")
+    kinds = {o["kind"] for o in objects}
+    assert "Role" not in kinds and "RoleBinding" not in kinds
+    deployment = by_kind(objects, "Deployment")
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--leader-elect")]
+
+
+def test_several_replicas_without_leader_election_are_refused() -> None:
+    with pytest.raises(RuntimeError, match=r"replicaCount > 1 needs leaderElection\.enabled"):
+        chart.render("leaderElection.enabled=false")
 
 
 def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
@@ -80,6 +131,7 @@ def test_extra_wrapped_kinds_are_granted(tmp_path: Path) -> None:
 def test_rbac_and_account_can_be_brought_by_the_platform(flag: str) -> None:
     kinds = {o["kind"] for o in chart.render(flag)}
     assert ("ClusterRole" in kinds) == (flag != "rbac.create=false")
+    assert ("Role" in kinds) == (flag != "rbac.create=false")
     assert ("ServiceAccount" in kinds) == (flag != "serviceAccount.create=false")
 
 

@@ -8,6 +8,10 @@
 {{- end -}}
 {{- end -}}
 
+{{- define "mcad.controllerName" -}}
+{{- printf "%s-controller" (include "mcad.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "mcad.selectorLabels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
