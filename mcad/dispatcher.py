@@ -43,7 +43,7 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
-from mcad import apply, lifecycle, placement, status
+from mcad import apply, events, lifecycle, placement, status
 from mcad.api.appwrapper import ACTIVE_STATES, FIELD_MANAGER, FINAL_STATES, KIND, AppWrapperView, State
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView, PodView
@@ -72,6 +72,9 @@ POD_COUNT_WINDOW_SECONDS = 5.0
 # How a queued AppWrapper is judged to fit: "nodes" packs its pods onto the nodes' free room (first-fit
 # decreasing; taints, nodeSelector, affinity), "aggregate" compares its total demand with the cluster's free total.
 FIT_MODES = ("nodes", "aggregate")
+# Decisions (metrics) and the Event reason each is told with.
+_EVENT_REASONS = {"dispatched": events.DISPATCHED, "queued": events.QUEUED, "preempted": events.PREEMPTED,
+                  "requeued": events.REQUEUED, "completed": events.COMPLETED, "failed": events.FAILED}
 log = structlog.get_logger("mcad.dispatcher")
 
 
@@ -158,7 +161,7 @@ class Dispatcher:
                  pods: Informer[PodView], writer: Writer, queue: WorkQueue[Key] | None = None,
                  clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 32,
                  wrapped: WrappedObjects | None = None, preemption: bool = False, fit: str = "nodes",
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, recorder: events.EventSink | None = None) -> None:
         if fit not in FIT_MODES:
             raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
         self.appwrappers = appwrappers
@@ -171,6 +174,7 @@ class Dispatcher:
         self.preemption = preemption
         self.fit = fit
         self.metrics = metrics if metrics is not None else Metrics()
+        self.recorder: events.EventSink = recorder if recorder is not None else events.DiscardEvents()
         # Set once the ledger is rebuilt from synced informers: from then on decisions (and /debug reads) are valid.
         self.running = threading.Event()
         self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
@@ -548,11 +552,12 @@ class Dispatcher:
             self._finish(aw, status.failed(current, now, priority=aw.priority, reason=verdict.reason,
                                            message=verdict.message))
             log.warning("appwrapper failed", appwrapper=key, reason=verdict.reason, message=verdict.message)
-            self.metrics.decision("failed")
+            self._note(aw, "failed", f"{verdict.reason}: {verdict.message}")
         elif verdict.outcome is lifecycle.Outcome.COMPLETED:
             self._finish(aw, status.completed(current, now))
             log.info("appwrapper completed", appwrapper=key)
-            self.metrics.decision("completed")
+            self._note(aw, "completed", "Every wrapped item reports completion and no pod is active; its "
+                                        "resources are released.")
         elif verdict.outcome is lifecycle.Outcome.HOLD_COMPLETION and self._state(aw) != State.RUNNING_HOLD_COMPLETION:
             self._write_status(aw, status.hold_completion(current, now))
 
@@ -603,7 +608,7 @@ class Dispatcher:
         if limit > 0 and done >= limit:
             message = f"{why} Requeued {done} times already; maxNumRequeuings is {limit}."
             log.warning("appwrapper failed", appwrapper=key, reason=status.MAX_REQUEUINGS_REACHED, message=message)
-            self.metrics.decision("failed")
+            self._note(aw, "failed", f"{status.MAX_REQUEUINGS_REACHED}: {message}")
             self._finish(aw, status.failed(current, now, priority=aw.priority, reason=status.MAX_REQUEUINGS_REACHED,
                                            message=message, preempted=True), stop=True)
             return
@@ -623,7 +628,7 @@ class Dispatcher:
             return
         message = f"Dispatch deadline exceeded: allowed to run for {limit} s (dispatchDuration.limit)."
         log.warning("appwrapper failed", appwrapper=key, reason=status.DISPATCH_DEADLINE_EXCEEDED)
-        self.metrics.decision("failed")
+        self._note(aw, "failed", f"{status.DISPATCH_DEADLINE_EXCEEDED}: {message}")
         self._finish(aw, status.failed(current, now, priority=aw.priority, reason=status.DISPATCH_DEADLINE_EXCEEDED,
                                        message=message, preempted=True), stop=True)
 
@@ -632,7 +637,7 @@ class Dispatcher:
         cycle (draining) until its old pods are gone, so they are not mistaken for its new ones."""
         key = aw.key
         log.info("appwrapper requeued", appwrapper=key, reason=reason, message=message, requeuings=requeuings)
-        self.metrics.decision("requeued")
+        self._note(aw, "preempted" if reason == status.PREEMPTED_BY_PRIORITY else "requeued", message)
         self._write_status(aw, status.requeued(self._status(aw), self.clock.now(), priority=aw.priority,
                                                reason=reason, message=message, requeuings=requeuings,
                                                requeue_wait=requeue_wait))
@@ -887,7 +892,6 @@ class Dispatcher:
                           requeuings=int(current.get("numberOfRequeueings") or 0),
                           requeue_wait=int(current.get("requeueingTimeInSeconds") or 0))
         self.preemptions += len(chosen)
-        self.metrics.decision("preempted", len(chosen))
         names = sorted(victim.key for victim, _ in chosen)
         self._preempting[key] = frozenset(names)
         log.info("preempting", appwrapper=key, priority=aw.priority, victims=names)
@@ -918,9 +922,14 @@ class Dispatcher:
         place = position if position <= 10 else 1 << (position.bit_length() - 1)
         if self._backoff_written.get(aw.key) == (about, place) and self._state(aw) == State.PENDING:
             return
-        message = f"{why()}; position {position} in the queue" if position else why()
-        if aw.key not in self._backoff_written:
+        reason = why()
+        message = f"{reason}; position {position} in the queue" if position else reason
+        before = self._backoff_written.get(aw.key)
+        if before is None:
             self.metrics.decision("queued")
+        if before is None or before[0] != about:
+            # An Event when what blocks it changes, not when its place does (that changes every cycle).
+            self._event(aw, events.QUEUED, f"Waiting: {reason}.")
         self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority, why=message))
         self._backoff_written[aw.key] = (about, place)
 
@@ -1002,7 +1011,8 @@ class Dispatcher:
             # The objects exist but the status did not land: write it again (the reservation stays).
             self._write_status(aw, outcome.status)
         log.info("dispatched", appwrapper=key, demand=aw.demand.format())
-        self.metrics.decision("dispatched")
+        self._note(aw, "dispatched",
+                   f"Its wrapped objects were created; it reserves {aw.demand.format() or 'nothing'}.")
         created = lifecycle.parse_time(aw.created)
         if first and created is not None:
             # Creation to first dispatch; a requeued AppWrapper's later dispatches would say more about its
@@ -1015,9 +1025,19 @@ class Dispatcher:
 
     def _fail(self, aw: AppWrapperView, reason: str, message: str) -> None:
         log.warning("appwrapper failed", appwrapper=aw.key, reason=reason, message=message)
-        self.metrics.decision("failed")
+        self._note(aw, "failed", f"{reason}: {message}")
         self._write_status(aw, status.failed(self._status(aw), self.clock.now(), priority=aw.priority,
                                              reason=reason, message=message))
+
+    def _note(self, aw: AppWrapperView, decision: str, message: str) -> None:
+        """A decision: counted, and told to the AppWrapper's owner as an Event."""
+        self.metrics.decision(decision)
+        self._event(aw, _EVENT_REASONS[decision], message)
+
+    def _event(self, aw: AppWrapperView, reason: str, message: str) -> None:
+        # The recorder never blocks: it rate-limits and drops on its own (see mcad.events).
+        self.recorder.record(events.ObjectRef(aw.api_version, KIND, aw.namespace, aw.name, aw.uid),
+                             events.REASON_TYPES[reason], reason, message)
 
     def _write_status(self, aw: AppWrapperView, new: Mapping[str, Any], *, urgent: bool = True) -> None:
         """Apply ``new`` in the background unless it equals what we last saw or wrote.

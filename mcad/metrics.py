@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from mcad import __version__
 from mcad.api.resources import ResourceVector
+from mcad.events import EventCounters
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DECISIONS = ("dispatched", "queued", "preempted", "requeued", "completed", "failed")
@@ -55,8 +56,8 @@ class Sources:
     api_errors: Callable[[], Mapping[tuple[str, int], int]] | None = None
     # None: no leader election (the process always leads).
     leader: Callable[[], bool] | None = None
-    # counter name -> value, from the event recorder
-    events: Callable[[], Mapping[str, int]] | None = None
+    # the event recorder's counters
+    events: Callable[[], EventCounters] | None = None
     extra: list[Callable[[], Iterable[Metric]]] = field(default_factory=list)
 
 
@@ -108,13 +109,28 @@ class _StateCollector(Collector):
                 errors.add_metric([verb, str(code)], count)
             yield errors
         if s.events is not None:
-            events = CounterMetricFamily("mcad_events", "Kubernetes Events about AppWrappers, by outcome.",
-                                         labels=["outcome"])
-            for outcome, count in sorted(s.events().items()):
-                events.add_metric([outcome], count)
-            yield events
+            yield from _events(s.events())
         for extra in s.extra:
             yield from extra()
+
+
+def _events(counters: EventCounters) -> Iterator[Metric]:
+    yield CounterMetricFamily("mcad_events_recorded", "Events the dispatcher asked for (one per transition).",
+                              value=counters.recorded)
+    yield CounterMetricFamily("mcad_events_aggregated", "Repeats that raised an existing Event's count instead of "
+                              "creating another.", value=counters.aggregated)
+    yield CounterMetricFamily("mcad_events_sent", "Event writes the API server accepted.", value=counters.sent)
+    dropped = CounterMetricFamily("mcad_events_dropped", "Events not written, by reason: per_object_limit, "
+                                  "global_limit, queue_full, send_failed, stopped, invalid.", labels=["reason"])
+    for reason, count in sorted(counters.dropped.items()):
+        dropped.add_metric([reason], count)
+    yield dropped
+    errors = CounterMetricFamily("mcad_event_send_errors", "Failed Event writes by HTTP code (0: no response).",
+                                 labels=["code"])
+    for code, count in sorted(counters.send_errors.items()):
+        errors.add_metric([str(code)], count)
+    yield errors
+    yield GaugeMetricFamily("mcad_events_queued", "Event writes waiting to be sent.", value=counters.queued)
 
 
 def _capacity(capacity: ResourceVector, used: ResourceVector, reserved: ResourceVector,
@@ -140,8 +156,8 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.sources = sources if sources is not None else Sources()
         self._decisions = Counter("mcad_dispatch_decisions", "Decisions about AppWrappers, by kind: dispatched, "
-                                  "queued (first time it waits), preempted (evicted for a higher priority), requeued "
-                                  "(taken back: minAvailable not met or preempted), completed, failed.",
+                                  "queued (first time it waits), preempted (evicted and requeued for a higher "
+                                  "priority), requeued (taken back: minAvailable not met), completed, failed.",
                                   ["decision"], registry=self.registry)
         for decision in DECISIONS:
             self._decisions.labels(decision)  # every series exists from the start: rate() needs a zero

@@ -28,6 +28,7 @@ import structlog
 
 from mcad.debug import Reports
 from mcad.dispatcher import Dispatcher
+from mcad.events import EventCounters
 from mcad.metrics import CONTENT_TYPE, Metrics
 
 log = structlog.get_logger("mcad.server")
@@ -141,7 +142,7 @@ def _handler(metrics: Metrics, live: Check, ready: Check,
 
 def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callable[[], Mapping[tuple[str, int], int]]
             | None = None, leading: Callable[[], bool] | None = None,
-            events: Callable[[], Mapping[str, int]] | None = None) -> None:
+            events: Callable[[], EventCounters] | None = None) -> None:
     """Point the dispatcher's metrics at what a scrape reads (see ``mcad.metrics.Sources``)."""
     sources = dispatcher.metrics.sources
     ledger = dispatcher.ledger

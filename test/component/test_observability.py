@@ -87,3 +87,27 @@ def test_decisions_latency_and_cycles_are_counted_and_state_is_read_at_scrape_ti
     text = m.render().decode()
     assert '# TYPE mcad_dispatch_latency_seconds histogram' in text
     assert 'mcad_capacity_free{resource="cpu"} 4.0' in text
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str]] = []
+
+    def record(self, ref: Any, type_: str, reason: str, message: str) -> None:
+        self.events.append((ref.name, type_, reason, message))
+
+
+def test_transitions_are_told_as_events_once_per_change_of_what_blocks(harness_factory: Any) -> None:
+    sink = RecordingSink()
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "4"), aw("b", "6"), aw("c", "6")],
+                        fit="aggregate", recorder=sink)
+    h.drain()
+    assert sorted(sink.events) == [
+        ("a", "Normal", "Dispatched", "Its wrapped objects were created; it reserves cpu=4."),
+        ("b", "Normal", "Queued", "Waiting: short of cpu 2 (needs 6, 4 free)."),
+        ("c", "Normal", "Queued", "Waiting: short of cpu 2 (needs 6, 4 free)."),
+    ]
+    before = len(sink.events)
+    h.dispatcher.queue.add(("dispatch", ""))
+    h.drain()
+    assert len(sink.events) == before, "another cycle with nothing changed tells nothing"
