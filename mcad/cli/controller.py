@@ -24,13 +24,24 @@ from types import FrameType
 import click
 import structlog
 
-from mcad import __version__, kube
+from mcad import __version__, events, kube, server
 from mcad import log as mcad_log
-from mcad.api.appwrapper import APPWRAPPER_LABEL, GROUP, KIND, PLURAL, VERSION, appwrapper_view
+from mcad.api.appwrapper import (
+    APPWRAPPER_LABEL,
+    GROUP,
+    KIND,
+    LEGACY_GROUP,
+    PLURAL,
+    VERSION,
+    AppWrapperView,
+    appwrapper_view,
+)
 from mcad.api.views import node_view, pod_view
+from mcad.debug import Reports
 from mcad.dispatcher import FIT_MODES, Dispatcher, Key
-from mcad.informer import Informer
+from mcad.informer import Informer, Store
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
+from mcad.legacy import MergedAppWrappers
 from mcad.workqueue import WorkQueue
 from mcad.wrapped import WrappedObjects, WrappedView, wrapped_view
 
@@ -56,11 +67,19 @@ def wrapped_informer_factory(conn: kube.Connection, client: kube.Client) -> Call
 
 
 def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, preemption: bool = False,
-          fit: str = "nodes") -> tuple[Dispatcher, list[Informer[object]]]:
-    """Informers over AppWrappers, Nodes and Pods (all namespaces), and the dispatcher they feed; informers over
-    wrapped kinds start when an AppWrapper needs them (its ``wrapped``)."""
-    appwrappers = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
-                           transform=appwrapper_view)
+          fit: str = "nodes", legacy_api: bool = False,
+          recorder: events.EventSink | None = None) -> tuple[Dispatcher, list[Informer[object]]]:
+    """Informers over AppWrappers (``legacy_api``: of both groups), Nodes and Pods (all namespaces), and the
+    dispatcher they feed; informers over wrapped kinds start when an AppWrapper needs them (its ``wrapped``)."""
+    current = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
+                       transform=appwrapper_view)
+    appwrapper_informers = [current]
+    appwrappers: Store[AppWrapperView] = current
+    if legacy_api:
+        legacy = Informer("appwrappers-legacy", kube.ResourceClient(conn, group=LEGACY_GROUP, version=VERSION,
+                                                                    plural=PLURAL), transform=appwrapper_view)
+        appwrapper_informers.append(legacy)
+        appwrappers = MergedAppWrappers(current, legacy)
     nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
                      transform=node_view)
     # Pods are keyed by uid: a pod re-created under the same name is a different consumer of capacity.
@@ -71,8 +90,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
     wrapped = WrappedObjects(wrapped_informer_factory(conn, client), lambda key: queue.add(("aw", key)))
     dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
                             strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
-                            preemption=preemption, fit=fit)
-    return dispatcher, [appwrappers, nodes, pods]  # type: ignore[list-item]
+                            preemption=preemption, fit=fit, recorder=recorder)
+    return dispatcher, [*appwrapper_informers, nodes, pods]  # type: ignore[list-item]
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
@@ -112,6 +131,13 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
 @click.option("--leader-elect-retry-period", type=click.FloatRange(min=0, min_open=True), default=2.0,
               help="Seconds between the leader's renewals and between a standby's checks of the Lease; a "
                    "released Lease is taken over within this.")
+@click.option("--http-bind-address", default=":8080",
+              help="Where to serve /metrics (Prometheus), /healthz, /readyz and /debug/{queue,ledger,explain} "
+                   "(what mcadctl reads): host:port; ':8080' is every interface, port 0 picks a free one (logged); "
+                   "'0' turns the endpoint off.")
+@click.option("--legacy-api", is_flag=True,
+              help="Also serve AppWrappers of the pre-1.34 group mcad.ibm.com/v1beta1 (its CRD must be installed: "
+                   "config/crd/legacy/), with identical behaviour, so old YAML moves over without edits.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json",
               help="json for log collectors, console for people.")
@@ -120,11 +146,16 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
 def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preemption: bool, fit: str,
          write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
-         log_level: str, log_format: str, connect_only: bool) -> None:
+         http_bind_address: str, legacy_api: bool, log_level: str, log_format: str, connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     if leader_elect:
         try:
             validate_timings(leader_elect_lease_duration, leader_elect_renew_deadline, leader_elect_retry_period)
+        except ValueError as err:
+            raise click.UsageError(str(err)) from err
+    if http_bind_address != "0":
+        try:
+            server.parse_bind_address(http_bind_address)
         except ValueError as err:
             raise click.UsageError(str(err)) from err
     mcad_log.configure(log_level, "json" if log_format == "json" else "console")
@@ -136,26 +167,40 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
         logger.error("cannot connect to the API server", reason=str(err))
         sys.exit(2)
     client = kube.Client(conn)
-    try:
-        client.resource(f"{GROUP}/{VERSION}", KIND)
-    except kube.ApiError as err:
-        hint = ("install it first: kubectl apply --server-side -f config/crd/" if err.status == 404
-                else "check the controller's permissions")
-        logger.error("the AppWrapper API is not available", reason=err.message, hint=hint)
-        sys.exit(2)
+    required = [(GROUP, "config/crd/")] + ([(LEGACY_GROUP, "config/crd/legacy/")] if legacy_api else [])
+    for group, crds in required:
+        try:
+            client.resource(f"{group}/{VERSION}", KIND)
+        except kube.ApiError as err:
+            hint = (f"install it first: kubectl apply --server-side -f {crds}" if err.status == 404
+                    else "check the controller's permissions")
+            logger.error("the AppWrapper API is not available", group=group, reason=err.message, hint=hint)
+            sys.exit(2)
     logger.info("connected", server=conn.server, server_version=version, config_source=conn.source,
                 mcad_version=__version__)
     if connect_only:
         return
 
+    identity = default_identity()
+    recorder = events.EventRecorder(conn, component="mcad-controller", instance=identity)
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
-                                  fit=fit)
-    # The HTTP server's readiness will read this: informers synced and (no election, or elector.settled).
+                                  fit=fit, legacy_api=legacy_api, recorder=recorder)
     elector = LeaderElector(conn, namespace=leader_elect_namespace or default_namespace(),
-                            name=leader_elect_lease_name, identity=default_identity(),
+                            name=leader_elect_lease_name, identity=identity,
                             lease_duration=leader_elect_lease_duration, renew_deadline=leader_elect_renew_deadline,
                             retry_period=leader_elect_retry_period) if leader_elect else None
     stop = threading.Event()
+    worker = threading.Thread(target=dispatcher.run, args=(stop,), name="dispatcher", daemon=True)
+    http = None
+    if http_bind_address != "0":
+        try:
+            http = _http_server(http_bind_address, dispatcher, informers, conn, recorder, elector, worker, stop,
+                                identity)
+        except OSError as err:
+            logger.error("cannot serve metrics and health", address=http_bind_address, reason=str(err))
+            sys.exit(2)
+        http.start()
+    recorder.start()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
         logger.info("shutting down", signal=signal.Signals(signum).name)
@@ -166,7 +211,6 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     signal.signal(signal.SIGINT, request_stop)
     for informer in informers:
         informer.start()
-    worker = threading.Thread(target=dispatcher.run, args=(stop,), name="dispatcher", daemon=True)
     if elector is None:
         worker.start()
         logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit)
@@ -184,6 +228,38 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
         dispatcher.wrapped.stop()
     if worker.ident is not None:  # a standby never started it
         worker.join(timeout=10)
+    recorder.stop(timeout=2.0)
+    if http is not None:
+        http.stop()
+
+
+def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[object]], conn: kube.Connection,
+                 recorder: events.EventRecorder, elector: LeaderElector | None, worker: threading.Thread,
+                 stop: threading.Event, identity: str) -> server.Server:
+    """/metrics, /healthz, /readyz and /debug over this process's dispatcher, informers and elector."""
+    def leading() -> bool:
+        return elector is None or elector.is_leader
+
+    server.observe(dispatcher, informers, api_errors=conn.errors.snapshot, leading=leading, events=recorder.counters)
+
+    def live() -> tuple[bool, str]:
+        # Only a dead dispatcher thread is worth a restart; an unreachable API server is not.
+        if worker.ident is not None and not worker.is_alive() and not stop.is_set():
+            return False, "the dispatcher thread has stopped"
+        return True, ""
+
+    def ready() -> tuple[bool, str]:
+        waiting = [i.name for i in informers if not i.has_synced()]
+        if waiting:
+            return False, f"informers not synced yet: {', '.join(waiting)}"
+        if elector is not None and not elector.settled:
+            return False, "leader election has not settled"
+        return True, ""
+
+    reports = Reports(dispatcher, lambda: {"version": __version__, "identity": identity, "leader": leading()})
+    debug = server.DebugEndpoints(dispatcher, reports, leading=leading,
+                                  leader=lambda: elector.leader if elector is not None else identity)
+    return server.Server(address, metrics=dispatcher.metrics, live=live, ready=ready, debug=debug)
 
 
 def _stop_leading(stop: threading.Event, dispatcher: Dispatcher, worker: threading.Thread) -> None:

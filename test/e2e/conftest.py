@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,11 +41,20 @@ class Controller:
         it logs "waiting for leadership")."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "ab")  # noqa: SIM115 - the child process owns it
+        # A free port for /metrics and friends, unless the test picks one: controllers run side by side.
+        http = () if "--http-bind-address" in self.args else ("--http-bind-address", "127.0.0.1:0")
         self.proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "mcad-controller"), "--kubeconfig", self.kubeconfig,
-             "--log-format", "console", *self.args], stdout=out, stderr=subprocess.STDOUT)
+             "--log-format", "console", *http, *self.args], stdout=out, stderr=subprocess.STDOUT)
         out.close()
         wait_until(lambda: ready in self.log.read_bytes(), 60, f"the controller to log {ready.decode()!r}")
+
+    @property
+    def port(self) -> int:
+        """The port of its HTTP endpoint, as it logged it."""
+        found = re.search(rb"http server listening.*?port=(\d+)", self.log.read_bytes())
+        assert found, "the controller has not logged its HTTP port"
+        return int(found.group(1))
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc and self.proc.poll() is None:

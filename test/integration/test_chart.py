@@ -35,7 +35,7 @@ ELECTION_ARGS = ["--leader-elect", f"--leader-elect-lease-name={chart.LEASE}", "
 def test_defaults_render_two_hardened_controllers_with_leader_election() -> None:
     objects = chart.render()
     assert sorted(o["kind"] for o in objects) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role",
-                                                  "RoleBinding", "ServiceAccount"]
+                                                  "RoleBinding", "Service", "ServiceAccount"]
     deployment = by_kind(objects, "Deployment")
     assert deployment["metadata"]["name"] == "mcad-controller"
     assert deployment["metadata"]["namespace"] == chart.NAMESPACE
@@ -50,7 +50,15 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
     assert container["args"] == ["--fit=nodes", "--write-workers=32", "--log-level=info", "--log-format=json",
-                                 *ELECTION_ARGS]
+                                 "--http-bind-address=:8080", *ELECTION_ARGS]
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    service = by_kind(objects, "Service")
+    assert service["metadata"]["name"] == "mcad-controller"
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
     assert container["env"] == [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -61,13 +69,15 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
 
 def test_every_flag_has_a_value(tmp_path: Path) -> None:
     values = {"controller": {"fit": "aggregate", "preemption": True, "strictFifo": True, "writeWorkers": 8,
-                             "logLevel": "debug", "logFormat": "console", "extraArgs": ["--context=x"]},
-              "leaderElection": {"leaseDuration": 4, "renewDeadline": 3, "retryPeriod": 0.5}}
+                             "logLevel": "debug", "logFormat": "console", "extraArgs": ["--context=x"],
+                             "httpPort": 9090},
+              "leaderElection": {"leaseDuration": 4, "renewDeadline": 3, "retryPeriod": 0.5},
+              "legacyApi": {"enabled": True}}
     container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]
     assert container["args"] == ["--fit=aggregate", "--write-workers=8", "--log-level=debug",
                                  "--log-format=console", "--preemption", "--strict-fifo",
-                                 "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
+                                 "--http-bind-address=:9090", "--legacy-api", "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
                                  "--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3",
                                  "--leader-elect-retry-period=0.5", "--context=x"]
 
@@ -107,14 +117,15 @@ def test_several_replicas_without_leader_election_are_refused() -> None:
 
 def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
     rules = by_kind(chart.render(), "ClusterRole")["rules"]
-    assert rules[:3] == [
+    assert rules[:4] == [
         {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers/status"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
-    wrapped = {(group, resource) for rule in rules[3:] for group in rule["apiGroups"] for resource in rule["resources"]}
+    wrapped = {(group, resource) for rule in rules[4:] for group in rule["apiGroups"] for resource in rule["resources"]}
     assert ("batch", "jobs") in wrapped and ("apps", "deployments") in wrapped
-    assert all(rule["verbs"] == ["get", "list", "watch", "create", "patch", "delete"] for rule in rules[3:])
+    assert all(rule["verbs"] == ["get", "list", "watch", "create", "patch", "delete"] for rule in rules[4:])
     for rule in rules:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
         assert not {"update", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
@@ -138,3 +149,18 @@ def test_rbac_and_account_can_be_brought_by_the_platform(flag: str) -> None:
 def test_chart_yaml_names_the_app_version() -> None:
     meta = yaml.safe_load((chart.CHART / "Chart.yaml").read_text())
     assert meta["name"] == "mcad" and meta["appVersion"]
+
+
+def test_the_legacy_api_is_off_by_default_and_complete_when_on() -> None:
+    assert not [o for o in chart.render() if o["kind"] == "CustomResourceDefinition"], "crds/ is not rendered"
+    objects = chart.render("legacyApi.enabled=true")
+    crd = by_kind(objects, "CustomResourceDefinition")
+    expected = yaml.safe_load((REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_appwrappers.yaml").read_text())
+    # Kept on uninstall, like the CRDs of crds/: deleting it would delete every legacy AppWrapper.
+    assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    assert crd == expected
+    rules = by_kind(objects, "ClusterRole")["rules"]
+    assert {"apiGroups": ["mcad.ibm.com"], "resources": ["appwrappers"], "verbs": ["get", "list", "watch"]} in rules
+    assert {"apiGroups": ["mcad.ibm.com"], "resources": ["appwrappers/status"], "verbs": ["get", "patch"]} in rules
+    args = by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--legacy-api" in args

@@ -258,6 +258,7 @@ class Controller:
         LOGS.mkdir(parents=True, exist_ok=True)
         exe = Path(sys.executable).parent / "mcad-controller"
         argv = [str(exe), "--kubeconfig", self.kubeconfig, "--log-level", self.log_level, "--log-format", "json",
+                "--http-bind-address", "127.0.0.1:0",
                 *self.args]
         # setpriv execs the controller in place (same pid) with SIGTERM as its parent-death signal, so the
         # controller stops even if this process is killed before its cleanup runs.
