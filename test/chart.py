@@ -25,8 +25,11 @@ RELEASE = "mcad"
 # The controller's Deployment and its leader-election Lease (the chart's fullname plus "-controller").
 LEASE = "mcad-controller"
 # What the e2e suite wraps beyond the chart's defaults.
+# The legacy group's RBAC is granted, its CRD applied by the tests (a CRD owned by a Helm release could not be
+# applied by anything else, nor adopted by a later install).
 E2E_VALUES = {"replicaCount": 0,
-              "rbac": {"extraWrappedKinds": [{"apiGroups": ["ray.io"], "resources": ["rayclusters"]}]}}
+              "rbac": {"extraWrappedKinds": [{"apiGroups": ["ray.io"], "resources": ["rayclusters"]}]},
+              "legacyApi": {"enabled": True, "installCRD": False}}
 
 
 @functools.cache

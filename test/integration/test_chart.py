@@ -77,7 +77,8 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
         "containers"][0]
     assert container["args"] == ["--fit=aggregate", "--write-workers=8", "--log-level=debug",
                                  "--log-format=console", "--preemption", "--strict-fifo",
-                                 "--http-bind-address=:9090", "--legacy-api", "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
+                                 "--http-bind-address=:9090", "--legacy-api",
+                                 "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
                                  "--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3",
                                  "--leader-elect-retry-period=0.5", "--context=x"]
 
@@ -164,3 +165,6 @@ def test_the_legacy_api_is_off_by_default_and_complete_when_on() -> None:
     assert {"apiGroups": ["mcad.ibm.com"], "resources": ["appwrappers/status"], "verbs": ["get", "patch"]} in rules
     args = by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--legacy-api" in args
+    managed = chart.render("legacyApi.enabled=true", "legacyApi.installCRD=false")
+    assert "CustomResourceDefinition" not in {o["kind"] for o in managed}
+    assert by_kind(managed, "ClusterRole")["rules"] == rules
