@@ -1,0 +1,342 @@
+"""mcadctl against a real controller process and a real API server, by every route it can take.
+
+One controller (leader election on, identity ``leader-0_...``) runs for the module with its HTTP endpoint on every
+interface. The API server refuses to proxy to loopback, but this machine also has 192.0.2.2, so each route is
+built the way a cluster would have it: a Pod that is never scheduled (``schedulerName: none``) whose status.podIP is
+set to 192.0.2.2 stands for the controller's pod, a selector-less Service ``mcad-controller`` with Endpoints that
+point at that Pod stands for the chart's Service, and a Lease names the holder. AppWrappers bigger than the
+cluster queue forever (in a known order: priority, then creation, then name) and a small one runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client as k8s
+import pytest
+from click.testing import CliRunner, Result
+
+from mcad.cli import mcadctl
+from test.e2e.conftest import GROUP, LOGS, PLURAL, VERSION, appwrapper, blocked_on, deployment_item
+from test.support import wait_until
+
+BIN = Path(sys.executable).parent
+HOST_IP = "192.0.2.2"  # an address of this machine that the API server is willing to proxy to
+QUEUED = ["huge-high", "huge-low-a", "huge-low-b"]  # the dispatch order: priority, then creation, then name
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def controller_process(kubeconfig: str, pod_name: str, port: int, election_namespace: str,
+                       log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """mcad-controller as pod ``pod_name`` (its leader-election identity), serving HTTP on every interface at
+    ``port``, competing for the Lease ``election`` in ``election_namespace``; yielded once /readyz says ready
+    (it leads, or it knows who does)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "mcad-controller"), "--kubeconfig", kubeconfig, "--log-format", "console",
+             "--http-bind-address", f"0.0.0.0:{port}", "--leader-elect", "--leader-elect-namespace",
+             election_namespace, "--leader-elect-lease-name", "election"],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "POD_NAME": pod_name})
+
+    def ready() -> bool:
+        assert proc.poll() is None, f"the controller exited:\n{log.read_text(errors='replace')[-3000:]}"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    try:
+        wait_until(ready, 60, f"controller {pod_name} to be ready")
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def create_namespace(core: k8s.CoreV1Api) -> str:
+    name = f"mcadctl-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
+    return name
+
+
+def controller_pod(core: k8s.CoreV1Api, namespace: str, name: str) -> None:
+    """A Pod named like a controller replica, never scheduled, whose IP is this machine's: the API server's pod
+    proxy then reaches whatever listens here."""
+    core.create_namespaced_pod(namespace, {
+        "metadata": {"name": name},
+        "spec": {"schedulerName": "none", "containers": [{"name": "controller", "image": "mcad"}]}})
+    core.patch_namespaced_pod_status(name, namespace, {"status": {"podIP": HOST_IP, "podIPs": [{"ip": HOST_IP}]}})
+
+
+def controller_service(core: k8s.CoreV1Api, namespace: str, pod: str, port: int) -> None:
+    """The Service ``mcad-controller`` (port name http) with Endpoints to ``pod`` at ``port``. Selector-less, so
+    the Endpoints are ours to write; the service proxy accepts only addresses that name a Pod with that IP."""
+    core.create_namespaced_service(namespace, {
+        "metadata": {"name": "mcad-controller"},
+        "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": port}]}})
+    core.create_namespaced_endpoints(namespace, {
+        "metadata": {"name": "mcad-controller"},
+        "subsets": [{"addresses": [{"ip": HOST_IP, "targetRef": {"kind": "Pod", "name": pod,
+                                                                  "namespace": namespace}}],
+                     "ports": [{"name": "http", "port": port}]}]})
+
+
+def lease(coordination: k8s.CoordinationV1Api, namespace: str, holder: str) -> None:
+    coordination.create_namespaced_lease(namespace, {
+        "metadata": {"name": "mcad-controller"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 3600}})
+
+
+@dataclass
+class Cluster:
+    kubeconfig: str
+    core: k8s.CoreV1Api
+    namespace: str  # where the AppWrappers are
+    election_namespace: str  # where the controller's own Lease is
+    port: int  # the controller's HTTP port
+    created: list[str]  # namespaces to delete at the end
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def new_namespace(self) -> str:
+        name = create_namespace(self.core)
+        self.created.append(name)
+        return name
+
+
+def mcadctl_(*args: str) -> Result:
+    return CliRunner(env={"COLUMNS": "200"}).invoke(mcadctl.main, list(args))
+
+
+def queued_names(doc: dict[str, Any], namespace: str) -> list[str]:
+    return [aw["name"] for aw in doc["queued"] if aw["namespace"] == namespace]
+
+
+@pytest.fixture(scope="module")
+def cluster(kubeconfig: str, crd: None, api: k8s.ApiClient) -> Iterator[Cluster]:
+    core = k8s.CoreV1Api(api)
+    custom = k8s.CustomObjectsApi(api)
+    env = Cluster(kubeconfig, core, create_namespace(core), create_namespace(core), free_port(), [])
+    env.created += [env.namespace, env.election_namespace]
+    try:
+        with controller_process(kubeconfig, "leader-0", env.port, env.election_namespace,
+                                LOGS / "mcadctl-leader.log"):
+            # A thousand cpus fit no test cluster: these stay queued whatever the nodes are. Created in this
+            # order, huge-low-a is older than huge-low-b or as old (and first by name); huge-high goes first
+            # by priority although it is the newest.
+            for name, priority in [("huge-low-a", 0), ("huge-low-b", 0), ("huge-high", 10)]:
+                custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, appwrapper(
+                    name, deployment_item(name, 2, "500"), priority=priority))
+            custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, appwrapper(
+                "runs", deployment_item("runs", 1, "100m")))
+
+            def settled() -> bool:
+                states = {aw["metadata"]["name"]: (aw.get("status") or {}).get("state") for aw in
+                          custom.list_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL)["items"]}
+                return states == {**dict.fromkeys(QUEUED, "Pending"), "runs": "Running"}
+
+            wait_until(settled, 60, "three AppWrappers queued and one running")
+            yield env
+    finally:
+        for name in env.created:
+            core.delete_namespace(name, propagation_policy="Background")
+
+
+# -- straight to the controller (--url) ------------------------------------------------------------------------------
+
+
+def test_queue_shows_the_queue_in_order_with_the_why(cluster: Cluster) -> None:
+    result = mcadctl_("--url", cluster.url, "queue", "-n", cluster.namespace, "-o", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["controller"]["leader"] is True
+    assert doc["controller"]["identity"].startswith("leader-0_")
+    assert queued_names(doc, cluster.namespace) == QUEUED
+    positions = [aw["position"] for aw in doc["queued"]]
+    assert positions == sorted(positions)
+    for aw in doc["queued"]:
+        assert aw["fitsNow"] is False
+        assert blocked_on(aw["why"], "cpu"), aw
+        assert aw["demand"]["cpu"] == "1000"
+    assert [(aw["name"], aw["state"]) for aw in doc["dispatched"]] == [("runs", "Running")]
+
+    table = mcadctl_("--url", cluster.url, "queue", "-n", cluster.namespace, "--dispatched")
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[2].split()[:8] == ["POSITION", "NAMESPACE", "NAME", "PRIORITY", "AGE", "STATE", "DEMAND", "WHY"]
+    assert [line.split()[2] for line in lines[3:6]] == QUEUED
+    assert lines[3].split()[3] == "10"  # PRIORITY
+    assert any(line.split()[:2] == [cluster.namespace, "runs"] for line in lines[6:])
+
+
+def test_ledger_shows_capacity_use_and_every_node(cluster: Cluster) -> None:
+    result = mcadctl_("--url", cluster.url, "ledger", "--nodes", "-o", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    cpu = next(r for r in doc["resources"] if r["name"] == "cpu")
+    nodes = {n.metadata.name for n in cluster.core.list_node().items}
+    assert {n["name"] for n in doc["nodes"]} == nodes
+    assert all(cpu[k] for k in ("capacity", "used", "reserved", "free"))
+    assert cpu["used"] != "0"  # the pod of "runs" is bound and counted
+
+    table = mcadctl_("--url", cluster.url, "ledger", "--nodes")
+    assert table.exit_code == 0, table.output
+    assert any(line.split()[:1] == ["RESOURCE"] for line in table.stdout.splitlines())
+    for node in nodes:
+        assert any(line.split()[:3] == [node, "Ready", "cpu"] for line in table.stdout.splitlines()), table.stdout
+
+
+def test_explain_says_why_in_plain_words(cluster: Cluster) -> None:
+    queued = mcadctl_("--url", cluster.url, "explain", f"{cluster.namespace}/huge-low-a")
+    assert queued.exit_code == 0, queued.output
+    first, *details = queued.stdout.splitlines()
+    assert first.startswith(f"{cluster.namespace}/huge-low-a [Pending]: It is queued and cannot be dispatched yet")
+    # Positions are places in the whole queue, which other namespaces may share.
+    doc = json.loads(mcadctl_("--url", cluster.url, "queue", "-o", "json").stdout)
+    position = next(aw["position"] for aw in doc["queued"]
+                    if (aw["namespace"], aw["name"]) == (cluster.namespace, "huge-low-a"))
+    assert f"  - position {position} of {len(doc['queued'])} in the queue" in details
+
+    running = mcadctl_("--url", cluster.url, "explain", f"{cluster.namespace}/runs")
+    assert running.exit_code == 0, running.output
+    assert "It is dispatched (Running)" in running.stdout
+
+    missing = mcadctl_("--url", cluster.url, "explain", f"{cluster.namespace}/nope")
+    assert missing.exit_code == 1
+    assert missing.stderr.startswith(f"error: AppWrapper {cluster.namespace}/nope not found (the controller does "
+                                     "not know it)")
+
+
+def test_offline_computes_the_same_queue_order(cluster: Cluster) -> None:
+    # A process of its own: stdout must hold nothing but the document (the controller code it runs logs).
+    proc = subprocess.run([str(BIN / "mcadctl"), "--kubeconfig", cluster.kubeconfig, "--offline", "queue", "-n",
+                           cluster.namespace, "-o", "json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["controller"]["offline"] is True
+    assert queued_names(doc, cluster.namespace) == QUEUED
+    # The same reasons, in the controller's words (the amounts may differ by a pod that came or went meanwhile).
+    assert all(blocked_on(aw["why"], "cpu") for aw in doc["queued"]), doc["queued"]
+    assert [aw["name"] for aw in doc["dispatched"]] == ["runs"]
+
+    explained = mcadctl_("--kubeconfig", cluster.kubeconfig, "--offline", "explain", f"{cluster.namespace}/huge-high")
+    assert explained.exit_code == 0, explained.output
+    assert "It is queued and cannot be dispatched yet" in explained.stdout
+    missing = mcadctl_("--kubeconfig", cluster.kubeconfig, "--offline", "explain", f"{cluster.namespace}/nope")
+    assert missing.exit_code == 1
+    assert "not found (no AppWrapper of that name in the cluster)" in missing.stderr
+
+
+# -- through the API server: only a kubeconfig -----------------------------------------------------------------------
+
+
+def test_default_route_is_the_service_proxy_when_there_is_no_lease(cluster: Cluster) -> None:
+    ns = cluster.new_namespace()
+    controller_pod(cluster.core, ns, "mcad-controller-7d4b9-q2xkz")
+    controller_service(cluster.core, ns, "mcad-controller-7d4b9-q2xkz", cluster.port)
+    base = ["--kubeconfig", cluster.kubeconfig, "--controller-namespace", ns]
+
+    result = mcadctl_(*base, "queue", "-n", cluster.namespace, "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert queued_names(json.loads(result.stdout), cluster.namespace) == QUEUED
+    # The query string of explain survives the proxy.
+    explained = mcadctl_(*base, "explain", f"{cluster.namespace}/runs")
+    assert explained.exit_code == 0, explained.output
+    assert "It is dispatched" in explained.stdout
+    # An AppWrapper the controller does not know: its 404 is told apart from the API server's.
+    missing = mcadctl_(*base, "explain", f"{cluster.namespace}/nope")
+    assert (missing.exit_code, "the controller does not know it" in missing.stderr) == (1, True), missing.output
+
+
+def test_lease_holder_is_reached_through_the_pod_proxy(cluster: Cluster) -> None:
+    ns = cluster.new_namespace()
+    controller_pod(cluster.core, ns, "mcad-controller-0")
+    lease(k8s.CoordinationV1Api(cluster.core.api_client), ns, "mcad-controller-0_5c1e")
+    # No Service at all: only the Lease -> pod route can answer.
+    result = mcadctl_("--kubeconfig", cluster.kubeconfig, "--controller-namespace", ns, "--port", str(cluster.port),
+                      "ledger", "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["controller"]["identity"].startswith("leader-0_")
+
+
+def test_a_stale_lease_holder_falls_back_to_the_service(cluster: Cluster) -> None:
+    ns = cluster.new_namespace()
+    controller_pod(cluster.core, ns, "mcad-controller-1")
+    controller_service(cluster.core, ns, "mcad-controller-1", cluster.port)
+    lease(k8s.CoordinationV1Api(cluster.core.api_client), ns, "mcad-controller-gone_1")  # no such pod
+    result = mcadctl_("--kubeconfig", cluster.kubeconfig, "--controller-namespace", ns, "queue", "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert queued_names(json.loads(result.stdout), cluster.namespace) == QUEUED
+
+
+def test_a_standby_behind_the_service_is_followed_to_the_leader(cluster: Cluster) -> None:
+    ns = cluster.new_namespace()
+    # The leader's pod, reached on --port; and a real standby replica competing for the same election Lease,
+    # behind the Service on a port of its own.
+    controller_pod(cluster.core, ns, "leader-0")
+    controller_pod(cluster.core, ns, "standby-0")
+    standby_port = free_port()
+    controller_service(cluster.core, ns, "standby-0", standby_port)
+    with controller_process(cluster.kubeconfig, "standby-0", standby_port, cluster.election_namespace,
+                            LOGS / "mcadctl-standby.log"):
+        with urllib.request.urlopen(f"http://127.0.0.1:{standby_port}/metrics", timeout=5):
+            pass  # it serves; /debug on it answers 503 naming the leader (checked through mcadctl below)
+        direct = mcadctl_("--url", f"http://127.0.0.1:{standby_port}", "queue")
+        assert direct.exit_code == 1
+        assert "is a standby replica, not the leader (the leader is leader-0_" in direct.stderr
+
+        result = mcadctl_("--kubeconfig", cluster.kubeconfig, "--controller-namespace", ns, "--port",
+                          str(cluster.port), "queue", "-n", cluster.namespace, "-o", "json")
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        assert doc["controller"]["identity"].startswith("leader-0_")
+        assert queued_names(doc, cluster.namespace) == QUEUED
+
+
+# -- when there is nothing to reach ----------------------------------------------------------------------------------
+
+
+def test_controller_not_installed_is_a_helpful_error(cluster: Cluster) -> None:
+    ns = cluster.new_namespace()
+    proc = subprocess.run([str(BIN / "mcadctl"), "--kubeconfig", cluster.kubeconfig, "--controller-namespace", ns,
+                           "queue"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.strip() == (
+        f"error: no Lease or Service mcad-controller in {ns}: is mcad installed? (--controller-namespace and "
+        "--controller-name say where to look) try --url or --offline")
+
+
+def test_service_without_a_running_controller_names_the_proxy_failure(cluster: Cluster) -> None:
+    ns = cluster.new_namespace()
+    controller_pod(cluster.core, ns, "mcad-controller-2")
+    controller_service(cluster.core, ns, "mcad-controller-2", free_port())  # nothing listens there
+    result = mcadctl_("--kubeconfig", cluster.kubeconfig, "--controller-namespace", ns, "ledger")
+    assert result.exit_code == 1
+    message = result.stderr
+    assert message.startswith("error: the controller could not be reached through the API server"), message
+    assert f"no Lease {ns}/mcad-controller" in message
+    assert f"the API server could not reach the Service {ns}/mcad-controller (503" in message
+    assert "connection refused" in message
+    assert message.rstrip().endswith("or use --offline to compute the same from cluster state")
