@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -101,8 +102,8 @@ def queue(opts: Options, namespace: str | None, dispatched: bool, output: str | 
 
     Columns: POSITION (place in the whole queue), NAMESPACE, NAME, PRIORITY, AGE (since creation), STATE (Queued;
     Draining: requeued, waiting for its old pods to go; Preempting: waiting for its victims to leave), DEMAND (what
-    the whole gang requests) and WHY (what is short). WHY is cut to the terminal width; -o wide prints it in full,
-    with PODS, REQUEUINGS and FITS-NOW. From the controller's /debug/queue (or computed with --offline).
+    the whole gang requests) and WHY (what is short). WHY is cut to the terminal width (not in a pipe); -o wide
+    prints it in full, with PODS, REQUEUINGS and FITS-NOW. From the controller's /debug/queue (or --offline).
     """
     doc = _document(opts, "queue", lambda report: report.queue())
     if namespace:
@@ -110,8 +111,7 @@ def queue(opts: Options, namespace: str | None, dispatched: bool, output: str | 
     if output in ("json", "yaml"):
         click.echo(render.dump(doc, output))
         return
-    _echo(render.queue_lines(doc, wide=output == "wide", width=shutil.get_terminal_size().columns,
-                             dispatched=dispatched))
+    _echo(render.queue_lines(doc, wide=output == "wide", width=_terminal_width(), dispatched=dispatched))
 
 
 @main.command()
@@ -230,6 +230,14 @@ def _warnings_only_on_stderr() -> Iterator[None]:
         yield
     finally:
         structlog.configure(**saved)
+
+
+def _terminal_width() -> int | None:
+    """The columns the queue table must fit: the terminal's (or $COLUMNS). None when stdout is a pipe or a file
+    and COLUMNS is unset: ``mcadctl queue | grep`` sees whole lines, as with kubectl."""
+    if os.environ.get("COLUMNS") or sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
 
 
 def _echo(lines: Iterable[str]) -> None:

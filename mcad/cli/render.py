@@ -3,10 +3,12 @@
 Contract:
 - ``queue_lines(doc, wide=, width=)``: a one-line summary of the controller, then the queued AppWrappers as a table
   POSITION NAMESPACE NAME PRIORITY AGE STATE DEMAND WHY, in the document's (dispatch) order. WHY is cut with
-  "..." so each line fits ``width`` columns (never below ``MIN_WHY`` characters); ``wide`` adds PODS, REQUEUINGS
-  and FITS-NOW and never cuts. ``dispatched=True`` adds a second table of the dispatched AppWrappers.
-- ``ledger_lines(doc, nodes=)``: per resource CAPACITY USED RESERVED FREE, the reservations, and with ``nodes``
-  one row per node and resource (ALLOCATABLE USED PLANNED FREE).
+  "..." so each line fits ``width`` columns (never below ``MIN_WHY`` characters; ``width=None`` cuts nothing);
+  ``wide`` adds PODS, REQUEUINGS and FITS-NOW and never cuts. ``dispatched=True`` adds a second table of the
+  dispatched AppWrappers.
+- ``ledger_lines(doc, nodes=)``: per resource CAPACITY USED RESERVED FREE, the outstanding reservations (those
+  with something left to reserve), and with ``nodes`` one row per node and resource (ALLOCATABLE USED PLANNED
+  FREE).
 - ``explain_lines(doc)``: the summary sentence, then each detail indented.
 - ``dump(doc, "json"|"yaml")``: the document unchanged, as text that parses back to an equal document.
 - ``only_namespace(doc, ns)``: the queue document with only that namespace's AppWrappers (positions kept: they are
@@ -93,13 +95,13 @@ def controller_line(doc: Mapping[str, Any]) -> str:
     return f"controller {c.get('identity') or '?'}{version} ({role}; {policy})"
 
 
-def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int = 120,
+def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int | None = None,
                 dispatched: bool = False) -> list[str]:
     queued = list(doc.get("queued") or [])
     running = list(doc.get("dispatched") or [])
     lines = [f"{controller_line(doc)}: {len(queued)} queued, {len(running)} dispatched", ""]
     if queued:
-        lines += _queued_table(queued, wide=wide, width=width)
+        lines += _queued_table(queued, width=width, wide=wide)
     else:
         lines.append("No AppWrappers are queued.")
     if dispatched:
@@ -109,7 +111,7 @@ def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int = 120,
     return lines
 
 
-def _queued_table(queued: Sequence[Mapping[str, Any]], *, wide: bool, width: int) -> list[str]:
+def _queued_table(queued: Sequence[Mapping[str, Any]], *, width: int | None, wide: bool) -> list[str]:
     headers = ["POSITION", "NAMESPACE", "NAME", "PRIORITY", "AGE", "STATE"]
     if wide:
         headers += ["PODS", "REQUEUINGS", "FITS-NOW"]
@@ -124,7 +126,7 @@ def _queued_table(queued: Sequence[Mapping[str, Any]], *, wide: bool, width: int
                     "-" if fits is None else ("yes" if fits else "no")]
         row += [quantities(aw.get("demand")), _text(aw.get("why"))]
         rows.append(row)
-    if not wide:
+    if width is not None and not wide:
         # Every column but WHY keeps its full width; WHY gets what is left of the line, at least MIN_WHY.
         used = sum(max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers[:-1]))
         room = max(MIN_WHY, width - used - len(_GAP) * (len(headers) - 1))
@@ -168,14 +170,15 @@ def ledger_lines(doc: Mapping[str, Any], *, nodes: bool = False) -> list[str]:
                          _text(r.get("reserved")), _text(r.get("free"))] for r in resources])
     else:
         lines.append("No capacity: no Ready, schedulable nodes.")
-    reservations = list(doc.get("reservations") or [])
+    # A dispatched AppWrapper whose pods are all placed reserves nothing more: listing it would say nothing.
+    reservations = [r for r in doc.get("reservations") or [] if r.get("reserved")]
     lines.append("")
     if reservations:
         lines += table(["NAMESPACE", "NAME", "RESERVED"],
                        [[_text(r.get("namespace")), _text(r.get("name")), quantities(r.get("reserved"))]
                         for r in reservations])
     else:
-        lines.append("No reservations: every dispatched AppWrapper's pods are bound (or none is dispatched).")
+        lines.append("No outstanding reservations: the pods of every dispatched AppWrapper are placed.")
     if nodes:
         lines.append("")
         lines += _node_table(doc.get("nodes") or [], [str(r.get("name")) for r in resources])

@@ -50,7 +50,8 @@ LEDGER: dict[str, Any] = {
                "used": {"cpu": "4", "memory": "2Gi"}, "planned": {"cpu": "1"}, "free": {"cpu": "3", "memory": "14Gi"}},
               {"name": "node-b", "schedulable": False, "ready": True,
                "allocatable": {"cpu": "8", "memory": "16Gi"}, "used": {}, "planned": {}, "free": {}}],
-    "reservations": [{"namespace": "team-a", "name": "train", "reserved": {"memory": "1Gi", "cpu": "2"}}],
+    "reservations": [{"namespace": "team-a", "name": "train", "reserved": {"memory": "1Gi", "cpu": "2"}},
+                     {"namespace": "team-a", "name": "placed", "reserved": {}}],
 }
 EXPLAIN = {"namespace": "team-b", "name": "big", "found": True, "state": "Pending",
            "summary": "It is queued and cannot be dispatched yet: short of cpu 8 (needs 24, 16 free).",
@@ -85,7 +86,7 @@ def test_cut_keeps_short_text_and_marks_what_it_drops() -> None:
 
 
 def test_queue_table_lists_queued_appwrappers_in_dispatch_order() -> None:
-    lines = render.queue_lines(QUEUE, width=400)
+    lines = render.queue_lines(QUEUE)
     assert lines[0] == ("controller mcad-controller-5f7c9-x2x7q_1b2c 0.4.0 (leader; fit=nodes, best-effort FIFO, "
                         "preemption off): 3 queued, 1 dispatched")
     header, *rows = lines[2:]
@@ -95,7 +96,7 @@ def test_queue_table_lists_queued_appwrappers_in_dispatch_order() -> None:
         ["2", "team-b", "big", "0", "3h", "Draining", "cpu=24,memory=4Gi,nvidia.com/gpu=4"],
         ["3", "team-a", "small", "0", "2d", "Queued", "cpu=500m"],
     ]
-    # Wide enough: the why is printed in full; an empty why prints as "-".
+    # No width to fit: the why is printed in full; an empty why prints as "-".
     assert rows[1].endswith(LONG_WHY)
     assert rows[2].endswith("-")
     # Columns line up: every row's WHY starts where the header's does.
@@ -165,6 +166,7 @@ def test_ledger_prints_resources_cpu_memory_first_then_reservations() -> None:
     ]
     assert lines[start + 5].split() == ["NAMESPACE", "NAME", "RESERVED"]
     assert lines[start + 6].split() == ["team-a", "train", "cpu=2,memory=1Gi"]
+    assert len(lines) == start + 7  # "placed" has nothing outstanding: not listed
     assert not any(line.startswith("NODE") for line in lines)
 
 
@@ -184,7 +186,9 @@ def test_ledger_without_nodes_or_reservations_says_so() -> None:
     lines = render.ledger_lines({"resources": [], "nodes": [], "reservations": []}, nodes=True)
     assert "No capacity: no Ready, schedulable nodes." in lines
     assert lines[-1] == "No nodes."
-    assert any(line.startswith("No reservations") for line in lines)
+    assert "No outstanding reservations: the pods of every dispatched AppWrapper are placed." in lines
+    only_placed = render.ledger_lines({**LEDGER, "reservations": [{"namespace": "a", "name": "b", "reserved": {}}]})
+    assert "No outstanding reservations: the pods of every dispatched AppWrapper are placed." in only_placed
 
 
 # -- explain, json, yaml ---------------------------------------------------------------------------------------------
@@ -252,8 +256,9 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> Controller:
     return fake
 
 
-def mcadctl_(*args: str, columns: int = 200) -> Result:
-    return CliRunner(env={"COLUMNS": str(columns)}).invoke(mcadctl.main, list(args))
+def mcadctl_(*args: str, columns: int | None = 200) -> Result:
+    """mcadctl in a terminal of ``columns`` (None: stdout is not a terminal and $COLUMNS is unset)."""
+    return CliRunner(env={"COLUMNS": None if columns is None else str(columns)}).invoke(mcadctl.main, list(args))
 
 
 def test_queue_command_prints_the_table_and_passes_where_to_look(controller: Controller) -> None:
@@ -273,6 +278,9 @@ def test_queue_command_cuts_why_to_columns_unless_wide(controller: Controller) -
     assert LONG_WHY not in narrow.stdout
     wide = mcadctl_("queue", "-o", "wide", columns=120)
     assert LONG_WHY in wide.stdout and "FITS-NOW" in wide.stdout
+    # Into a pipe or a file, nothing is cut (CliRunner's stdout is not a terminal), and no extra columns appear.
+    piped = mcadctl_("queue", columns=None)
+    assert LONG_WHY in piped.stdout and "FITS-NOW" not in piped.stdout
 
 
 def test_queue_command_json_filters_by_namespace(controller: Controller) -> None:
