@@ -128,8 +128,12 @@ class Reports:
             details.append(f"requeued {requeuings} time(s) so far")
         for condition in (current.get("conditions") or [])[-5:]:
             if isinstance(condition, Mapping):
-                details.append("condition {type}={status} {reason}: {message}".format(
-                    **{k: condition.get(k) or "" for k in ("type", "status", "reason", "message")}).rstrip(": "))
+                line = f"condition {condition.get('type')}={condition.get('status')}"
+                if condition.get("reason"):
+                    line += f" ({condition['reason']})"
+                if condition.get("message"):
+                    line += f": {condition['message']}"
+                details.append(line)
         return {"namespace": namespace, "name": name, "found": True, "state": state or State.NEW,
                 "summary": summary, "details": details}
 
