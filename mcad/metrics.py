@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -167,6 +167,7 @@ class Metrics:
                                 "deciding (writes happen in the background).", buckets=CYCLE_BUCKETS,
                                 registry=self.registry)
         self.registry.register(_StateCollector(self.sources))
+        ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
 
     def decision(self, decision: str, count: int = 1) -> None:
         self._decisions.labels(decision).inc(count)

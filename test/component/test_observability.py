@@ -87,6 +87,7 @@ def test_decisions_latency_and_cycles_are_counted_and_state_is_read_at_scrape_ti
     text = m.render().decode()
     assert '# TYPE mcad_dispatch_latency_seconds histogram' in text
     assert 'mcad_capacity_free{resource="cpu"} 4.0' in text
+    assert (m.value("process_resident_memory_bytes") or 0) > 0
 
 
 class RecordingSink:
