@@ -59,9 +59,8 @@ bench: install tools ## benchmarks on throwaway local clusters -> bench-results.
 	$(BIN)/python -m test.perf.bench $(BENCH_ARGS)
 
 .PHONY: e2e
-e2e: ## reserved: the end-to-end suite against KinD arrives with the Helm chart
-	@echo "make e2e (KinD) is not available yet; run 'make test' for the suite against the local control plane" >&2
-	@exit 2
+e2e: install tools ## test/e2e on a throwaway KinD cluster, for machines with Docker and kind (E2E_ARGS="-k gang", KEEP_CLUSTER=1)
+	E2E_ARGS="$(E2E_ARGS)" hack/e2e-kind.sh
 
 .PHONY: clean
 clean: ## remove the venv and local state (not the binary cache)
