@@ -18,7 +18,7 @@
 #   4. helm install charts/mcad with that image (hack/kind/values.yaml: pullPolicy Never, on the real node) and
 #      wait for the rollout and for "dispatcher started" in a controller pod's log (the leader's, when the chart
 #      runs several replicas): the image starts in a real kubelet and syncs with the chart's ServiceAccount. The
-#      log is kept, and the Deployment scaled to zero, so that no second controller dispatches during the suite.
+#      log is kept, the Deployment scaled to zero and its Lease deleted: no second controller during the suite.
 #   5. MCAD_TEST_KUBECONFIG=<this cluster's kubeconfig> CLUSTER_NAME=kind-<name> .venv/bin/pytest test/e2e
 #      $E2E_ARGS "$@" (CLUSTER_NAME keeps hack/kuberay.py's state apart from the local control plane's).
 #   6. On exit the cluster is deleted (not with KEEP_CLUSTER=1); after a failure its logs are exported first.
@@ -240,6 +240,9 @@ controller_gone() {
   [[ -z "$pods" ]]
 }
 poll 120 "the in-cluster controller pods to go" controller_gone
+# Its leader-election Lease goes too: the suite's leader-election tests start from no Lease, as they do on the
+# local control plane, where no controller ran before them.
+k -n "$chart_namespace" delete leases --all >/dev/null
 
 # ------------------------------------------------------------------------------------------- 5. the suite
 
