@@ -22,6 +22,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 # Pre-1.34 MCAD served the same AppWrapper under this group; mcad can serve it too (``--legacy-api``).
 LEGACY_GROUP = "mcad.ibm.com"
 LEGACY_API_VERSION = f"{LEGACY_GROUP}/{VERSION}"
+# Not "appwrappers": kubectl resolves a resource name served by two groups to the alphabetically first group, so
+# `kubectl get appwrappers` would list only legacy ones. YAML names the kind, which stays AppWrapper.
+LEGACY_PLURAL = "mcadappwrappers"
 KIND = "AppWrapper"
 PLURAL = "appwrappers"
 # Stamped on every wrapped object and every pod template in it. The second label is upstream MCAD's, kept so

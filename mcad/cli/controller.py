@@ -31,6 +31,7 @@ from mcad.api.appwrapper import (
     GROUP,
     KIND,
     LEGACY_GROUP,
+    LEGACY_PLURAL,
     PLURAL,
     VERSION,
     AppWrapperView,
@@ -77,7 +78,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
     appwrappers: Store[AppWrapperView] = current
     if legacy_api:
         legacy = Informer("appwrappers-legacy", kube.ResourceClient(conn, group=LEGACY_GROUP, version=VERSION,
-                                                                    plural=PLURAL), transform=appwrapper_view)
+                                                                    plural=LEGACY_PLURAL), transform=appwrapper_view)
         appwrapper_informers.append(legacy)
         appwrappers = MergedAppWrappers(current, legacy)
     nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),

@@ -23,7 +23,7 @@ from test.e2e.conftest import (
 from test.support import REPO, wait_until
 
 LEGACY = "mcad.ibm.com"
-LEGACY_CRD = REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_appwrappers.yaml"
+LEGACY_CRD = REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_mcadappwrappers.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +52,13 @@ class Legacy:
         self.custom, self.namespace = custom, namespace
 
     def create(self, body: dict[str, Any]) -> None:
-        self.custom.create_namespaced_custom_object(LEGACY, "v1beta1", self.namespace, "appwrappers", legacy(body))
+        self.custom.create_namespaced_custom_object(LEGACY, "v1beta1", self.namespace, "mcadappwrappers", legacy(body))
 
     def get(self, name: str) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(LEGACY, "v1beta1", self.namespace, "appwrappers", name)  # type: ignore[no-any-return]
+        return self.custom.get_namespaced_custom_object(LEGACY, "v1beta1", self.namespace, "mcadappwrappers", name)  # type: ignore[no-any-return]
 
     def delete(self, name: str) -> None:
-        self.custom.delete_namespaced_custom_object(LEGACY, "v1beta1", self.namespace, "appwrappers", name)
+        self.custom.delete_namespaced_custom_object(LEGACY, "v1beta1", self.namespace, "mcadappwrappers", name)
 
     def wait_state(self, name: str, state: str, timeout: float = 60) -> dict[str, Any]:
         return wait_until(lambda: (s := self.get(name).get("status") or {}).get("state") == state and s, timeout,
@@ -69,7 +69,7 @@ class Legacy:
 def olds(custom: k8s.CustomObjectsApi, aws: AppWrappers) -> Iterator[Legacy]:
     olds = Legacy(custom, aws.namespace)
     yield olds
-    custom.delete_collection_namespaced_custom_object(LEGACY, "v1beta1", aws.namespace, "appwrappers")
+    custom.delete_collection_namespaced_custom_object(LEGACY, "v1beta1", aws.namespace, "mcadappwrappers")
 
 
 def test_old_yaml_is_dispatched_and_cleaned_up_as_before(controller: Controller, aws: AppWrappers, olds: Legacy,

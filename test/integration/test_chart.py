@@ -156,13 +156,13 @@ def test_the_legacy_api_is_off_by_default_and_complete_when_on() -> None:
     assert not [o for o in chart.render() if o["kind"] == "CustomResourceDefinition"], "crds/ is not rendered"
     objects = chart.render("legacyApi.enabled=true")
     crd = by_kind(objects, "CustomResourceDefinition")
-    expected = yaml.safe_load((REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_appwrappers.yaml").read_text())
+    expected = yaml.safe_load((REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_mcadappwrappers.yaml").read_text())
     # Kept on uninstall, like the CRDs of crds/: deleting it would delete every legacy AppWrapper.
     assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
     assert crd == expected
     rules = by_kind(objects, "ClusterRole")["rules"]
-    assert {"apiGroups": ["mcad.ibm.com"], "resources": ["appwrappers"], "verbs": ["get", "list", "watch"]} in rules
-    assert {"apiGroups": ["mcad.ibm.com"], "resources": ["appwrappers/status"], "verbs": ["get", "patch"]} in rules
+    assert {"apiGroups": ["mcad.ibm.com"], "resources": ["mcadappwrappers"], "verbs": ["get", "list", "watch"]} in rules
+    assert {"apiGroups": ["mcad.ibm.com"], "resources": ["mcadappwrappers/status"], "verbs": ["get", "patch"]} in rules
     args = by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--legacy-api" in args
     managed = chart.render("legacyApi.enabled=true", "legacyApi.installCRD=false")

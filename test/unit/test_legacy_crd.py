@@ -11,17 +11,17 @@ from mcad.api.appwrapper import appwrapper_view
 from test.support import REPO
 
 CURRENT = REPO / "config" / "crd" / "workload.codeflare.dev_appwrappers.yaml"
-LEGACY = REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_appwrappers.yaml"
+LEGACY = REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_mcadappwrappers.yaml"
 
 
 def test_the_legacy_crd_is_the_current_one_under_the_old_group() -> None:
     current: dict[str, Any] = yaml.safe_load(CURRENT.read_text())
     legacy: dict[str, Any] = yaml.safe_load(LEGACY.read_text())
-    assert legacy["metadata"] == {"name": "appwrappers.mcad.ibm.com"}
+    assert legacy["metadata"] == {"name": "mcadappwrappers.mcad.ibm.com"}
     assert legacy["spec"]["group"] == "mcad.ibm.com"
-    assert "shortNames" not in legacy["spec"]["names"] and "categories" not in legacy["spec"]["names"]
-    expected_names = {k: v for k, v in current["spec"]["names"].items() if k not in ("shortNames", "categories")}
-    assert legacy["spec"]["names"] == expected_names
+    # A resource name of its own, no short name, no category: plain kubectl names keep meaning the current group.
+    assert legacy["spec"]["names"] == {"kind": "AppWrapper", "listKind": "AppWrapperList",
+                                       "plural": "mcadappwrappers", "singular": "mcadappwrapper"}
     assert legacy["spec"]["versions"] == current["spec"]["versions"]
     assert legacy["spec"]["scope"] == current["spec"]["scope"]
 
