@@ -205,7 +205,9 @@ class Dispatcher:
         # to delete them, instead of a read to check their owner first.
         self._object_uids: dict[str, tuple[str, ...]] = {}
         # Per waiting AppWrapper: what its last Backoff message was about (the short resources, its place).
+        # Per pending group: what blocked its head when the group's members were last brought up to date.
         self._backoff_written: dict[str, tuple[frozenset[str], int]] = {}
+        self._group_about: dict[Any, frozenset[str]] = {}
         # Dispatched AppWrappers whose lifecycle timers (minAvailable check, dispatch deadline) are set.
         self._timed: set[str] = set()
         # Dispatched AppWrappers whose minAvailable was met at the check: nothing more to check.
@@ -736,6 +738,8 @@ class Dispatcher:
             self.pending.remove(key)
         for aw, about, why in waiting:
             self._set_queued(aw, about, why)
+            if not self.strict_fifo:
+                self._refresh_group(aw, about, free, capacity, room)
         self._announce(free, capacity, room)
         self.metrics.cycle(time.perf_counter() - started)
         log.info("dispatch cycle", cycle=self.cycles, queued=len(self.pending), dispatched=dispatched,
@@ -898,6 +902,30 @@ class Dispatcher:
         why = f"preempting {len(names)} lower-priority AppWrapper(s) to make room: {', '.join(names)}"
         self._set_queued(aw, frozenset({"preempting"}), partial(str, why))
         return True
+
+    def _refresh_group(self, head: AppWrapperView, about: frozenset[str], free: ResourceVector,
+                       capacity: ResourceVector, room: dict[str, ResourceVector] | None) -> None:
+        """The rest of a blocked head's group is skipped by the cycle; when what blocks the head changes, what
+        blocks them changed too: rewrite their Backoff once (O(group) per change, not per cycle), so no member
+        keeps saying "not-ready taint" once the truth is "too little cpu"."""
+        entry = self.pending.entry(head.key)
+        if entry is None:
+            return
+        group = entry[1]
+        previous = self._group_about.get(group)
+        self._group_about[group] = about
+        # First sight of the group (a new one, or after a restart): its members were announced one by one.
+        if previous is None or previous == about:
+            return
+        for key in self.pending.members(group):
+            member = self.appwrappers.get(key) if key != head.key else None
+            if member is None or not self._is_queued(member) or self._draining(member) or key in self._preempting:
+                continue
+            fit = self._fits(member, (member.demand - self.ledger.consumed(key)).clamp(), free, capacity, room)
+            if not fit.fits:
+                self._set_queued(member, fit.about, fit.why)
+        if len(self._group_about) > 2 * self.pending.group_count() + 16:
+            self._group_about = {g: a for g, a in self._group_about.items() if self.pending.has_group(g)}
 
     def _announce(self, free: ResourceVector, capacity: ResourceVector,
                   room: dict[str, ResourceVector] | None) -> None:

@@ -90,6 +90,13 @@ class PendingQueue:
         """Every key in dispatch order (for display; O(n log groups))."""
         return (order[2] for order in heapq.merge(*self._groups.values()))
 
+    def members(self, group: Hashable) -> list[str]:
+        """Keys of one group, in dispatch order."""
+        return [order[2] for order in self._groups.get(group, ())]
+
+    def has_group(self, group: Hashable) -> bool:
+        return group in self._groups
+
     def group_count(self) -> int:
         return len(self._groups)
 

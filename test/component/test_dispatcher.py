@@ -288,3 +288,25 @@ def test_priority_preemption_evicts_the_most_recent_lower_priority_only(harness_
     assert h.writer.applied[-1] == "high-cm"
     assert last_status(h, "low-b")["state"] == "Pending"
     assert h.dispatcher.preemptions == 1, "the victim (lower priority) never preempts back"
+
+
+def test_when_what_blocks_a_group_changes_its_skipped_members_are_told_too(harness_factory: Any) -> None:
+    # Three identical 3-cpu AppWrappers on a 4-cpu node that is still tainted not-ready: all wait on the taint.
+    tainted = {**node("n0", "4"), "spec": {"taints": [{"key": "node.kubernetes.io/not-ready",
+                                                       "effect": "NoSchedule"}]}}
+    h = harness_factory(nodes=[tainted], pods=[], aws=[aw("a", "3"), aw("b", "3"), aw("c", "3")])
+    h.drain()
+    messages = {name: st.get("message", "") for name, st in h.writer.statuses}
+    assert all("not-ready" in messages[n] for n in "abc"), h.writer.statuses
+
+    h.lw["node"].modify(node("n0", "4"))  # the taint goes: a fits, b and c are now short of cpu
+    wait_until(lambda: not h.dispatcher.nodes.get("n0").taints, 5, "the node informer to see the change")
+    h.drain()
+    latest = {name: st.get("message", "") for name, st in h.writer.statuses}
+    assert [st["state"] for name, st in h.writer.statuses if name == "a"][-1] == "Running"
+    for name in "bc":
+        assert "not-ready" not in latest[name] and "too little cpu free" in latest[name], latest[name]
+    writes = len(h.writer.statuses)
+    h.dispatcher.queue.add(("dispatch", ""))
+    h.drain()
+    assert len(h.writer.statuses) == writes, "nothing changed: no member is rewritten again"
