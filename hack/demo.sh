@@ -23,12 +23,15 @@ $kubectl wait --for condition=established crd/appwrappers.workload.codeflare.dev
 if [[ -f $pidfile ]] && kill -0 "$(cat $pidfile)" 2>/dev/null; then
   echo "mcad-controller already running (pid $(cat $pidfile))"
 else
-  .venv/bin/mcad-controller --kubeconfig "$KUBECONFIG" --log-format console >"$ctl_log" 2>&1 &
+  # A free port for /metrics and /debug (logged), so a busy 8080 does not stop the demo.
+  .venv/bin/mcad-controller --kubeconfig "$KUBECONFIG" --log-format console --http-bind-address 127.0.0.1:0 \
+    >"$ctl_log" 2>&1 &
   echo $! >"$pidfile"
   for _ in $(seq 100); do grep -q "dispatcher started" "$ctl_log" && break; sleep 0.2; done
   grep -q "dispatcher started" "$ctl_log" || { echo "mcad-controller did not start; see $ctl_log" >&2; exit 1; }
   echo "mcad-controller running (pid $(cat $pidfile), log $ctl_log)"
 fi
+http_port=$(grep -m1 -o 'http server listening.*port=[0-9]*' "$ctl_log" | grep -o '[0-9]*$')
 $kubectl delete appwrappers --all --wait=true >/dev/null 2>&1 || true
 
 say "3. Create an AppWrapper: a Deployment of 2 pods taking 7 of the 8 cpus"
@@ -45,6 +48,7 @@ run $kubectl get appwrappers
 printf '$ kubectl describe appwrapper 0002-aw-generic-deployment-2\n'
 $kubectl describe appwrapper 0002-aw-generic-deployment-2 | sed -n '/^Status:/,$p'
 run $kubectl get deployments,pods
+run .venv/bin/mcadctl --url "http://127.0.0.1:$http_port" explain default/0002-aw-generic-deployment-2
 
 say "4.e. Delete the first AppWrapper: its capacity frees and the second is dispatched at once"
 run $kubectl delete -f config/samples/aw-01.yaml
@@ -56,3 +60,4 @@ run $kubectl get pods -l app=0002-aw-generic-deployment-2
 say "Done. The cluster and mcad-controller keep running:"
 echo "  export KUBECONFIG=$KUBECONFIG PATH=.dev/bin:\$PATH    # then kubectl get appwrappers"
 echo "  controller log: $ctl_log       stop everything: make demo-down"
+echo "  .venv/bin/mcadctl --url http://127.0.0.1:$http_port queue    # metrics: curl 127.0.0.1:$http_port/metrics"
