@@ -13,6 +13,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import kubernetes.client as k8s
 import pytest
@@ -21,8 +22,9 @@ import yaml
 from mcad import kube
 from test.support import REPO, wait_until
 
-CLUSTER_FIXTURES = {"kubeconfig", "api", "namespace", "core", "apps", "batch", "kuberay_operator", "crd"}
+CLUSTER_FIXTURES = {"kubeconfig", "api", "namespace", "core", "apps", "batch", "kuberay_operator", "crd", "quota_crd"}
 CRD = REPO / "config" / "crd" / "workload.codeflare.dev_appwrappers.yaml"
+QUOTA_CRD = REPO / "config" / "crd" / "quota.codeflare.dev_quotasubtrees.yaml"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -57,19 +59,32 @@ def kubeconfig() -> Iterator[str]:
             _local_cluster("down")
 
 
-@pytest.fixture(scope="session")
-def crd(api: k8s.ApiClient) -> None:
-    """The AppWrapper CRD of config/crd/, applied and Established."""
+def apply_crd(api: k8s.ApiClient, path: Path) -> None:
+    """Server-side apply the CRD in ``path`` and wait until it is Established (its resources can be used)."""
     ext = k8s.ApiextensionsV1Api(api)
-    body = yaml.safe_load(CRD.read_text())
-    ext.patch_custom_resource_definition(body["metadata"]["name"], body, field_manager="mcad-e2e", force=True,
+    body = yaml.safe_load(path.read_text())
+    name = body["metadata"]["name"]
+    ext.patch_custom_resource_definition(name, body, field_manager="mcad-e2e", force=True,
                                          _content_type="application/apply-patch+yaml")
 
     def established() -> bool:
-        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
+        crd = ext.read_custom_resource_definition(name)
         return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
 
-    wait_until(established, 30, "the AppWrapper CRD to be established")
+    wait_until(established, 30, f"the CRD {name} to be established")
+
+
+@pytest.fixture(scope="session")
+def crd(api: k8s.ApiClient) -> None:
+    """The AppWrapper CRD of config/crd/, applied and Established."""
+    apply_crd(api, CRD)
+
+
+@pytest.fixture(scope="session")
+def quota_crd(api: k8s.ApiClient) -> None:
+    """The QuotaSubtree CRD of config/crd/, applied and Established. Applied here and not left to the chart: Helm
+    installs crds/ only on a release's first install, and a cluster may carry an older release."""
+    apply_crd(api, QUOTA_CRD)
 
 
 @pytest.fixture(scope="session")

@@ -23,9 +23,32 @@ def test_helm_lint_passes() -> None:
     assert "0 chart(s) failed" in out
 
 
-def test_the_chart_ships_the_same_crd_as_config() -> None:
-    assert (chart.CHART / "crds" / "workload.codeflare.dev_appwrappers.yaml").read_bytes() == \
-        (REPO / "config" / "crd" / "workload.codeflare.dev_appwrappers.yaml").read_bytes()
+CRDS = ["workload.codeflare.dev_appwrappers.yaml", "quota.codeflare.dev_quotasubtrees.yaml"]
+
+
+@pytest.mark.parametrize("name", CRDS)
+def test_the_chart_ships_the_same_crds_as_config(name: str) -> None:
+    assert (chart.CHART / "crds" / name).read_bytes() == (REPO / "config" / "crd" / name).read_bytes()
+
+
+def test_the_chart_ships_no_other_crd() -> None:
+    assert sorted(p.name for p in (chart.CHART / "crds").iterdir()) == sorted(CRDS)
+
+
+def test_quota_crd_serves_v1_and_v1alpha1_with_one_schema() -> None:
+    """Upstream's quickstart applies quota.codeflare.dev/v1 and its tests v1alpha1: both must mean the same."""
+    crd = yaml.safe_load((REPO / "config" / "crd" / "quota.codeflare.dev_quotasubtrees.yaml").read_text())
+    versions = {v["name"]: v for v in crd["spec"]["versions"]}
+    assert sorted(versions) == ["v1", "v1alpha1"]
+    assert versions["v1alpha1"]["storage"] is True and versions["v1"]["storage"] is False
+    assert all(v["served"] for v in versions.values())
+    alpha, v1 = (dict(versions[name]) for name in ("v1alpha1", "v1"))
+    for version in (alpha, v1):
+        del version["name"], version["storage"]
+    assert alpha == v1
+    assert [c["jsonPath"] for c in v1["additionalPrinterColumns"]] == [
+        ".metadata.labels.tree", ".spec.parent", ".metadata.creationTimestamp"]
+    assert v1["subresources"] == {"status": {}}
 
 
 ELECTION_ARGS = ["--leader-elect", f"--leader-elect-lease-name={chart.LEASE}", "--leader-elect-lease-duration=15",
@@ -118,15 +141,18 @@ def test_several_replicas_without_leader_election_are_refused() -> None:
 
 def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
     rules = by_kind(chart.render(), "ClusterRole")["rules"]
-    assert rules[:4] == [
+    assert rules[:6] == [
         {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers/status"], "verbs": ["get", "patch"]},
+        # Quota trees are read, never written, except the status that shows what each node uses.
+        {"apiGroups": ["quota.codeflare.dev"], "resources": ["quotasubtrees"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["quota.codeflare.dev"], "resources": ["quotasubtrees/status"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
-    wrapped = {(group, resource) for rule in rules[4:] for group in rule["apiGroups"] for resource in rule["resources"]}
+    wrapped = {(group, resource) for rule in rules[6:] for group in rule["apiGroups"] for resource in rule["resources"]}
     assert ("batch", "jobs") in wrapped and ("apps", "deployments") in wrapped
-    assert all(rule["verbs"] == ["get", "list", "watch", "create", "patch", "delete"] for rule in rules[4:])
+    assert all(rule["verbs"] == ["get", "list", "watch", "create", "patch", "delete"] for rule in rules[6:])
     for rule in rules:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
         assert not {"update", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
