@@ -4,7 +4,7 @@ Contract: every subcommand prints its result on stdout and exits 0, or prints on
 stderr and exits 1; a bad argument or option is a usage error (exit 2). Cluster access follows kubectl:
 ``--kubeconfig``, else $KUBECONFIG, else in-cluster, else ~/.kube/config.
 
-``queue``, ``ledger`` and ``explain`` show the controller's own view, from its ``/debug/*`` endpoints (see
+``queue``, ``ledger``, ``explain`` and ``quota`` show the controller's own view, from its ``/debug/*`` endpoints (see
 ``mcad.cli.reach`` for how it is found: ``--url``, else the leader's pod named by the Lease, else the Service, both
 through the API server's proxy). With ``--offline`` they compute the same documents here, from one list of
 AppWrappers, Nodes and Pods, with the controller's accounting code (``mcad.debug.offline``); that view lacks what
@@ -74,7 +74,8 @@ class Options:
 def main(ctx: click.Context, kubeconfig: str | None, context: str | None, controller_namespace: str,
          controller_name: str, port: int, url: str | None, offline: bool, fit: str, strict_fifo: bool,
          preemption: bool, timeout: float) -> None:
-    """Inspect a running mcad installation: its queue, its capacity ledger, and why an AppWrapper waits.
+    """Inspect a running mcad installation: its queue, its capacity ledger, its quota trees, and why an
+    AppWrapper waits.
 
     By default only a kubeconfig is needed: mcadctl asks the controller through the API server (the leader's pod
     named by the Lease CONTROLLER-NAMESPACE/CONTROLLER-NAME, else the Service of that name). --url talks to the
@@ -130,6 +131,36 @@ def ledger(opts: Options, nodes: bool, output: str | None) -> None:
         click.echo(render.dump(doc, output))
         return
     _echo(render.ledger_lines(doc, nodes=nodes or output == "wide"))
+
+
+@main.command()
+@click.option("--tree", "trees", multiple=True, metavar="NAME",
+              help="Only this quota tree (the QuotaSubtrees' `tree` label); repeat for several.")
+@_output
+@click.pass_obj
+def quota(opts: Options, trees: tuple[str, ...], output: str | None) -> None:
+    """Each quota tree: its nodes (indented under their parents), limits, use, borrowing, and the AppWrappers
+    charged to each node.
+
+    Columns: NODE, HARD (yes: never goes over its limit; no: may borrow its siblings' unused quota through its
+    parent; root: a root's limit always holds), LIMIT (disabled: limits nothing), USED (demand of the dispatched
+    AppWrappers charged to the node or below it), BORROWED (what USED exceeds LIMIT by), APPWRAPPERS (charged
+    directly to the node; cut to the terminal width, not in a pipe). -o wide adds DEFINED-BY (the QuotaSubtree)
+    and each AppWrapper's demand.
+    From the controller's /debug/quota (or --offline).
+    """
+    doc = _document(opts, "quota", lambda report: report.quota())
+    if trees:
+        known = [str(tree.get("name")) for tree in doc.get("trees") or []]
+        missing = [name for name in trees if name not in known]
+        if missing:
+            raise Failure(f"no quota tree named {', '.join(missing)} (the trees are: {', '.join(known) or 'none'}); "
+                          "a tree is the `tree` label of its QuotaSubtree objects")
+        doc = render.only_trees(doc, trees)
+    if output in ("json", "yaml"):
+        click.echo(render.dump(doc, output))
+        return
+    _echo(render.quota_lines(doc, wide=output == "wide", width=_terminal_width()))
 
 
 # What explain makes of "no such AppWrapper": offline, and from the controller's 404.

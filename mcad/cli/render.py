@@ -10,6 +10,13 @@ Contract:
   with something left to reserve), and with ``nodes`` one row per node and resource (ALLOCATABLE USED PLANNED
   FREE).
 - ``explain_lines(doc)``: the summary sentence, then each detail indented.
+- ``quota_lines(doc, wide=, width=)``: a one-line summary of the controller, then per quota tree a ``TREE`` line
+  (its resources), its errors, and a table NODE HARD LIMIT USED BORROWED APPWRAPPERS in the document's (tree)
+  order, each NODE indented two spaces per level below its root. HARD is yes/no, and ``root`` for a root (its
+  limit always holds). A disabled node's LIMIT reads ``disabled``; BORROWED lists only what is above 0.
+  APPWRAPPERS (those charged directly to the node, ``namespace/name``) is cut with "..." to fit ``width``, like
+  WHY; ``wide`` adds DEFINED-BY (the QuotaSubtree that defines the node), each AppWrapper's demand, and never cuts.
+  ``only_trees(doc, names)``: the quota document with only those trees.
 - ``dump(doc, "json"|"yaml")``: the document unchanged, as text that parses back to an equal document.
 - ``only_namespace(doc, ns)``: the queue document with only that namespace's AppWrappers (positions kept: they are
   places in the whole queue).
@@ -127,12 +134,17 @@ def _queued_table(queued: Sequence[Mapping[str, Any]], *, width: int | None, wid
         row += [quantities(aw.get("demand")), _text(aw.get("why"))]
         rows.append(row)
     if width is not None and not wide:
-        # Every column but WHY keeps its full width; WHY gets what is left of the line, at least MIN_WHY.
-        used = sum(max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers[:-1]))
-        room = max(MIN_WHY, width - used - len(_GAP) * (len(headers) - 1))
-        for row in rows:
-            row[-1] = cut(row[-1], room)
+        _cut_last_column(headers, rows, width)
     return table(headers, rows)
+
+
+def _cut_last_column(headers: Sequence[str], rows: Sequence[list[str]], width: int) -> None:
+    """Every column but the last keeps its full width; the last gets what is left of the line, at least
+    MIN_WHY characters."""
+    used = sum(max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers[:-1]))
+    room = max(MIN_WHY, width - used - len(_GAP) * (len(headers) - 1))
+    for row in rows:
+        row[-1] = cut(row[-1], room)
 
 
 def _dispatched_table(running: Sequence[Mapping[str, Any]], *, generated_at: Any) -> list[str]:
@@ -215,6 +227,66 @@ def explain_lines(doc: Mapping[str, Any]) -> list[str]:
     lines = [f"{name}{state}: {doc.get('summary') or 'no explanation given'}"]
     lines += [f"  - {detail}" for detail in doc.get("details") or []]
     return lines
+
+
+# -- quota -----------------------------------------------------------------------------------------------------------
+
+
+def quota_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int | None = None) -> list[str]:
+    trees = list(doc.get("trees") or [])
+    lines = [f"{controller_line(doc)}: {len(trees)} quota tree(s)"]
+    if not trees:
+        return [*lines, "", "No quota trees: no QuotaSubtree objects with a `tree` label in the cluster."]
+    for tree in trees:
+        resources = ", ".join(resource_order([str(r) for r in tree.get("resources") or []])) or "none"
+        lines += ["", f"TREE {_text(tree.get('name'))} (resources: {resources})"]
+        lines += [f"  error: {error}" for error in tree.get("errors") or []]
+        nodes = list(tree.get("nodes") or [])
+        lines += _quota_table(nodes, wide=wide, width=width) if nodes else ["No nodes."]
+    return lines
+
+
+def _quota_table(nodes: Sequence[Mapping[str, Any]], *, wide: bool, width: int | None) -> list[str]:
+    headers = ["NODE", "HARD", "LIMIT", "USED", "BORROWED"]
+    if wide:
+        headers.append("DEFINED-BY")
+    headers.append("APPWRAPPERS")
+    depth: dict[str, int] = {}
+    rows = []
+    for node in nodes:
+        name, parent = _text(node.get("name")), node.get("parent")
+        # Parents come first in the document; a parent it does not list (the tree's errors say why) is a root.
+        depth[name] = depth[parent] + 1 if isinstance(parent, str) and parent in depth else 0
+        hard = node.get("hardLimit")
+        # A root never goes over its limit, whatever its hardLimit says: "no" would promise borrowing.
+        hard_text = "root" if not parent else "-" if hard is None else "yes" if hard else "no"
+        row = ["  " * depth[name] + name, hard_text,
+               "disabled" if node.get("disabled") else quantities(node.get("limit")),
+               quantities(node.get("used")), quantities(_nonzero(node.get("borrowed")))]
+        if wide:
+            row.append(_text(node.get("definedBy")))
+        charged = [aw for aw in node.get("appwrappers") or [] if isinstance(aw, Mapping)]
+        names = [f"{_text(aw.get('namespace'))}/{_text(aw.get('name'))}" for aw in charged]
+        if wide:
+            names = [f"{name}({quantities(aw.get('demand'))})" for name, aw in zip(names, charged, strict=True)]
+        row.append(",".join(names) or "-")
+        rows.append(row)
+    if width is not None and not wide:
+        _cut_last_column(headers, rows, width)
+    return table(headers, rows)
+
+
+def _nonzero(values: Any) -> dict[str, Any] | None:
+    """Only the resources a node actually borrows: ``cpu=0,memory=0`` would read as something borrowed."""
+    if not isinstance(values, Mapping):
+        return None
+    return {name: amount for name, amount in values.items() if str(amount) not in ("0", "")}
+
+
+def only_trees(doc: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    kept = dict(doc)
+    kept["trees"] = [tree for tree in doc.get("trees") or [] if tree.get("name") in names]
+    return kept
 
 
 # -- json / yaml -----------------------------------------------------------------------------------------------------

@@ -53,6 +53,38 @@ LEDGER: dict[str, Any] = {
     "reservations": [{"namespace": "team-a", "name": "train", "reserved": {"memory": "1Gi", "cpu": "2"}},
                      {"namespace": "team-a", "name": "placed", "reserved": {}}],
 }
+QUOTA: dict[str, Any] = {
+    "controller": CONTROLLER, "generatedAt": "2025-03-01T12:00:00Z",
+    "trees": [
+        {"name": "quota_context", "resources": ["memory", "cpu"], "errors": [], "nodes": [
+            {"name": "context-root", "parent": None, "hardLimit": False, "disabled": False,
+             "limit": {"cpu": "2", "memory": "4Gi"}, "used": {"cpu": "1500m", "memory": "1Gi"},
+             "borrowed": {"cpu": "0", "memory": "0"}, "appwrappers": [], "definedBy": "ops/context-root"},
+            {"name": "gold", "parent": "context-root", "hardLimit": False, "disabled": False,
+             "limit": {"cpu": "1", "memory": "2Gi"}, "used": {"cpu": "1500m", "memory": "1Gi"},
+             "borrowed": {"cpu": "500m", "memory": "0"},
+             "appwrappers": [{"namespace": "team-a", "name": "train", "demand": {"cpu": "1", "memory": "512Mi"}},
+                             {"namespace": "team-a", "name": "tune-with-a-long-name",
+                              "demand": {"cpu": "500m", "memory": "512Mi"}}],
+             "definedBy": "ops/context-children"},
+            {"name": "gold-east", "parent": "gold", "hardLimit": True, "disabled": False,
+             "limit": {"cpu": "500m", "memory": "1Gi"}, "used": {"cpu": "0", "memory": "0"},
+             "borrowed": {"cpu": "0", "memory": "0"}, "appwrappers": [], "definedBy": "ops/gold-children"},
+            {"name": "bronze", "parent": "context-root", "hardLimit": True, "disabled": False,
+             "limit": {"cpu": "500m", "memory": "1Gi"}, "used": {"cpu": "0", "memory": "0"},
+             "borrowed": {"cpu": "0", "memory": "0"}, "appwrappers": [], "definedBy": "ops/context-children"},
+            {"name": "scratch", "parent": "context-root", "hardLimit": False, "disabled": True,
+             "limit": {"cpu": "0", "memory": "0"}, "used": {"cpu": "0", "memory": "0"},
+             "borrowed": {"cpu": "0", "memory": "0"}, "appwrappers": [], "definedBy": "ops/context-children"},
+        ]},
+        {"name": "quota_service", "resources": ["cpu"],
+         "errors": ["node orphan (ops/service-children) names parent nowhere, which is not a node of the tree"],
+         "nodes": [
+             {"name": "orphan", "parent": "nowhere", "hardLimit": False, "disabled": False, "limit": {"cpu": "1"},
+              "used": {"cpu": "0"}, "borrowed": {"cpu": "0"}, "appwrappers": [], "definedBy": "ops/service-children"},
+         ]},
+    ],
+}
 EXPLAIN = {"namespace": "team-b", "name": "big", "found": True, "state": "Pending",
            "summary": "It is queued and cannot be dispatched yet: short of cpu 8 (needs 24, 16 free).",
            "details": ["position 2 of 3 in the queue", "demand: cpu=24 memory=4Gi nvidia.com/gpu=4"]}
@@ -202,12 +234,74 @@ def test_explain_prints_the_summary_then_the_details() -> None:
     ]
 
 
-@pytest.mark.parametrize("doc", [QUEUE, LEDGER, EXPLAIN], ids=["queue", "ledger", "explain"])
+@pytest.mark.parametrize("doc", [QUEUE, LEDGER, EXPLAIN, QUOTA], ids=["queue", "ledger", "explain", "quota"])
 def test_json_and_yaml_print_the_document_unchanged(doc: dict[str, Any]) -> None:
     assert json.loads(render.dump(doc, "json")) == doc
     assert yaml.safe_load(render.dump(doc, "yaml")) == doc
     # Keys keep the controller's order (yaml would sort them by default).
     assert render.dump(doc, "yaml").splitlines()[0].split(":")[0] == next(iter(doc))
+
+
+# -- quota -----------------------------------------------------------------------------------------------------------
+
+
+def test_quota_prints_each_tree_with_nodes_indented_under_their_parents() -> None:
+    lines = render.quota_lines(QUOTA)
+    assert lines[0] == ("controller mcad-controller-5f7c9-x2x7q_1b2c 0.4.0 (leader; fit=nodes, best-effort FIFO, "
+                        "preemption off): 2 quota tree(s)")
+    start = lines.index("TREE quota_context (resources: cpu, memory)")
+    header, *rows = lines[start + 1:start + 7]
+    assert header.split() == ["NODE", "HARD", "LIMIT", "USED", "BORROWED", "APPWRAPPERS"]
+    assert [row.split() for row in rows] == [
+        ["context-root", "root", "cpu=2,memory=4Gi", "cpu=1500m,memory=1Gi", "-", "-"],
+        ["gold", "no", "cpu=1,memory=2Gi", "cpu=1500m,memory=1Gi", "cpu=500m",
+         "team-a/train,team-a/tune-with-a-long-name"],
+        ["gold-east", "yes", "cpu=500m,memory=1Gi", "cpu=0,memory=0", "-", "-"],
+        ["bronze", "yes", "cpu=500m,memory=1Gi", "cpu=0,memory=0", "-", "-"],
+        ["scratch", "no", "disabled", "cpu=0,memory=0", "-", "-"],
+    ]
+    # Two spaces per level below the root, and the other columns still line up.
+    assert [row[:len(row) - len(row.lstrip())] for row in rows] == ["", "  ", "    ", "  ", "  "]
+    assert {row.index(" root ") if " root " in row else row.index(" no ") if " no " in row else row.index(" yes ")
+            for row in rows} == {header.index("HARD") - 1}
+
+
+def test_quota_shows_a_trees_errors_before_its_table() -> None:
+    lines = render.quota_lines(QUOTA)
+    start = lines.index("TREE quota_service (resources: cpu)")
+    assert lines[start + 1] == ("  error: node orphan (ops/service-children) names parent nowhere, which is not a "
+                                "node of the tree")
+    assert lines[start + 2].split()[0] == "NODE"
+    # A parent the document does not list: the node is printed as a root rather than lost.
+    assert lines[start + 3].startswith("orphan ")
+
+
+def test_quota_appwrappers_are_cut_to_the_terminal_unless_wide() -> None:
+    narrow = render.quota_lines(QUOTA, width=110)
+    gold = next(line for line in narrow if line.lstrip().startswith("gold "))
+    assert len(gold) <= 110 and gold.endswith("...")
+    wide = render.quota_lines(QUOTA, wide=True, width=90)
+    header = next(line for line in wide if line.startswith("NODE"))
+    assert header.split() == ["NODE", "HARD", "LIMIT", "USED", "BORROWED", "DEFINED-BY", "APPWRAPPERS"]
+    gold = next(line for line in wide if line.lstrip().startswith("gold "))
+    assert gold.split()[5:] == ["ops/context-children",
+                                "team-a/train(cpu=1,memory=512Mi),team-a/tune-with-a-long-name(cpu=500m,memory=512Mi)"]
+
+
+def test_no_quota_trees_says_so() -> None:
+    lines = render.quota_lines({**QUOTA, "trees": []})
+    assert lines[0].endswith(": 0 quota tree(s)")
+    assert lines[-1] == "No quota trees: no QuotaSubtree objects with a `tree` label in the cluster."
+    assert render.quota_lines({"trees": [{"name": "t"}]})[-2:] == ["TREE t (resources: none)", "No nodes."]
+
+
+def test_quota_missing_fields_print_as_dashes() -> None:
+    lines = render.quota_lines({"trees": [{"name": "t", "nodes": [{"name": "n"}, {"appwrappers": [{}]}]}]})
+    assert [line.split() for line in lines[-2:]] == [["n", "root", "-", "-", "-", "-"],
+                                                     ["-", "root", "-", "-", "-", "-/-"]]
+    hard_unknown = render.quota_lines({"trees": [{"name": "t", "nodes": [{"name": "r"},
+                                                                          {"name": "c", "parent": "r"}]}]})
+    assert hard_unknown[-1].split() == ["c", "-", "-", "-", "-", "-"]
 
 
 # -- where the leader is ---------------------------------------------------------------------------------------------
@@ -238,7 +332,7 @@ class Controller:
     """Stands in for ``reach.fetch``: answers from the sample documents and records what was asked."""
 
     def __init__(self, **answers: Any) -> None:
-        self.answers = {"queue": QUEUE, "ledger": LEDGER, "explain": EXPLAIN, **answers}
+        self.answers = {"queue": QUEUE, "ledger": LEDGER, "explain": EXPLAIN, "quota": QUOTA, **answers}
         self.asked: list[tuple[reach.Where, str, list[tuple[str, str]]]] = []
 
     def __call__(self, where: reach.Where, endpoint: str, query: reach.Query = ()) -> dict[str, Any]:
@@ -333,6 +427,36 @@ def test_other_controller_errors_are_reported_as_they_came(controller: Controlle
                                                             "mcad-system")
 
 
+def test_quota_command_prints_every_tree_or_the_ones_asked_for(controller: Controller) -> None:
+    result = mcadctl_("quota")
+    assert result.exit_code == 0, result.output
+    assert "TREE quota_context" in result.stdout and "TREE quota_service" in result.stdout
+    assert controller.asked[0][1:] == ("quota", [])
+    one = mcadctl_("quota", "--tree", "quota_service")
+    assert "TREE quota_service" in one.stdout and "quota_context" not in one.stdout
+    doc = json.loads(mcadctl_("quota", "--tree", "quota_context", "-o", "json").stdout)
+    assert [tree["name"] for tree in doc["trees"]] == ["quota_context"]
+    assert doc["controller"] == CONTROLLER
+    assert yaml.safe_load(mcadctl_("quota", "-o", "yaml").stdout) == QUOTA
+
+
+def test_quota_command_cuts_appwrappers_to_columns_unless_wide_or_piped(controller: Controller) -> None:
+    narrow = mcadctl_("quota", columns=110)
+    assert "tune-with-a-long-name" not in narrow.stdout
+    assert all(len(line) <= 110 for line in narrow.stdout.splitlines()[2:] if not line.startswith("  error"))
+    assert "tune-with-a-long-name(cpu=500m" in mcadctl_("quota", "-o", "wide", columns=90).stdout
+    piped = mcadctl_("quota", columns=None)
+    assert "team-a/tune-with-a-long-name" in piped.stdout and "DEFINED-BY" not in piped.stdout
+
+
+def test_quota_command_of_an_unknown_tree_is_an_error_naming_the_trees(controller: Controller) -> None:
+    result = mcadctl_("quota", "--tree", "quota_context", "--tree", "nope")
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.strip() == ("error: no quota tree named nope (the trees are: quota_context, "
+                                     "quota_service); a tree is the `tree` label of its QuotaSubtree objects")
+
+
 @pytest.mark.parametrize("argument", ["big", "team-b/", "/big", "a/b/c"])
 def test_explain_needs_namespace_slash_name(controller: Controller, argument: str) -> None:
     result = mcadctl_("explain", argument)
@@ -343,7 +467,8 @@ def test_explain_needs_namespace_slash_name(controller: Controller, argument: st
 
 @pytest.mark.parametrize("args", [
     ["--url", "http://x", "--offline", "queue"], ["queue", "-o", "table"], ["explain", "a/b", "-o", "wide"],
-    ["--port", "0", "queue"], ["--fit", "best", "--offline", "queue"],
+    ["--port", "0", "queue"], ["--fit", "best", "--offline", "queue"], ["quota", "-o", "table"],
+    ["quota", "--tree"],
 ])
 def test_bad_usage_exits_2_without_asking_anyone(controller: Controller, args: list[str]) -> None:
     result = mcadctl_(*args)
@@ -353,7 +478,7 @@ def test_bad_usage_exits_2_without_asking_anyone(controller: Controller, args: l
 
 def test_every_command_explains_itself() -> None:
     for command, words in [([], "--offline"), (["queue"], "/debug/queue"), (["ledger"], "/debug/ledger"),
-                           (["explain"], "/debug/explain")]:
+                           (["explain"], "/debug/explain"), (["quota"], "/debug/quota")]:
         result = mcadctl_(*command, "--help")
         assert result.exit_code == 0
         assert words in result.stdout
@@ -391,7 +516,8 @@ users: [{name: u, user: {token: t}}]
 contexts: [{name: x, context: {cluster: c, user: u}}]
 current-context: x
 """)
-    for command in (["queue"], ["ledger"], ["explain", "a/b"], ["--offline", "queue"]):
+    for command in (["queue"], ["ledger"], ["explain", "a/b"], ["quota"], ["--offline", "queue"],
+                    ["--offline", "quota"]):
         result = mcadctl_("--kubeconfig", str(config), "--timeout", "5", *command)
         assert result.exit_code == 1, (command, result.output)
         assert result.stderr.startswith(f"error: cannot reach the API server https://127.0.0.1:9 (from kubeconfig "
