@@ -110,6 +110,21 @@ class Reports:
             reservations.append({"namespace": namespace, "name": name, "reserved": quantities(outstanding)})
         return {**self._header(), "resources": resources, "nodes": nodes, "reservations": reservations}
 
+    # ------------------------------------------------------------------------------------------ quota
+
+    def quota(self) -> Document:
+        d = self.dispatcher
+        if d.quota is None:
+            return {**self._header(), "enabled": False, "trees": []}
+
+        def describe(key: str) -> dict[str, Any]:
+            consumer = d.quota.consumer(key) if d.quota is not None else None
+            namespace, _, name = key.partition("/")
+            return {"namespace": namespace, "name": name,
+                    "demand": quantities(consumer.demand) if consumer is not None else {}}
+
+        return {**self._header(), "enabled": True, "trees": d.quota.report(describe)}
+
     # ------------------------------------------------------------------------------------------ explain
 
     def explain(self, namespace: str, name: str) -> Document | None:
@@ -195,9 +210,11 @@ class Reports:
 def offline(conn: kube.Connection, *, fit: str = "nodes", strict_fifo: bool = False,
             preemption: bool = False) -> Reports:
     """Reports computed from a one-time list of AppWrappers, Nodes and Pods, as the controller would see them."""
-    from mcad.cli.controller import build  # the controller's own wiring: same informers, same transforms
+    # The controller's own wiring: same informers, same transforms.
+    from mcad.cli.controller import build, quota_served
 
-    dispatcher, informers = build(conn, strict_fifo=strict_fifo, preemption=preemption, fit=fit, write_workers=1)
+    dispatcher, informers = build(conn, strict_fifo=strict_fifo, preemption=preemption, fit=fit, write_workers=1,
+                                  quota_trees=quota_served(kube.Client(conn)))
     dispatcher.writer = _ReadOnly()
     for informer in informers:
         informer.list_once()

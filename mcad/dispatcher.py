@@ -43,7 +43,7 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
-from mcad import apply, events, lifecycle, placement, status
+from mcad import apply, events, lifecycle, placement, quota, status
 from mcad.api.appwrapper import ACTIVE_STATES, FIELD_MANAGER, FINAL_STATES, KIND, AppWrapperView, State
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView, PodView
@@ -51,7 +51,7 @@ from mcad.clock import Clock, RealClock
 from mcad.informer import Informer, Store
 from mcad.kube import ApiError
 from mcad.ledger import Ledger
-from mcad.metrics import Metrics
+from mcad.metrics import Metrics, base_units
 from mcad.pending import PendingQueue
 from mcad.workqueue import WorkQueue
 from mcad.wrapped import WrappedObjects
@@ -61,6 +61,10 @@ Key = tuple[str, str]
 DISPATCH: Key = ("dispatch", "")
 # Work handed to the dispatcher thread by other threads (``Dispatcher.call``): reads of its state for /debug.
 CALL: Key = ("call", "")
+# A QuotaSubtree changed: rebuild the forest. QUOTA_STATUS: write the QuotaSubtrees' status (coalesced).
+QUOTA: Key = ("quota", "")
+QUOTA_STATUS: Key = ("quota-status", "")
+QUOTA_STATUS_WINDOW_SECONDS = 2.0
 R = TypeVar("R")
 # Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
 # mean rewriting the status of every AppWrapper behind it.
@@ -128,6 +132,10 @@ class Assessment:
     why: str
 
 
+def _quantities(vector: ResourceVector, resources: Iterable[str]) -> dict[str, str]:
+    return {name: format_amount(name, vector.get(name)) for name in sorted(resources)}
+
+
 def _take(room: dict[str, ResourceVector], plan: Iterable[tuple[str, ResourceVector, int]]) -> None:
     for node, requests, count in plan:
         if node in room:
@@ -161,7 +169,8 @@ class Dispatcher:
                  pods: Informer[PodView], writer: Writer, queue: WorkQueue[Key] | None = None,
                  clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 32,
                  wrapped: WrappedObjects | None = None, preemption: bool = False, fit: str = "nodes",
-                 metrics: Metrics | None = None, recorder: events.EventSink | None = None) -> None:
+                 metrics: Metrics | None = None, recorder: events.EventSink | None = None,
+                 quota_subtrees: Store[quota.SubtreeView] | None = None) -> None:
         if fit not in FIT_MODES:
             raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
         self.appwrappers = appwrappers
@@ -175,6 +184,12 @@ class Dispatcher:
         self.fit = fit
         self.metrics = metrics if metrics is not None else Metrics()
         self.recorder: events.EventSink = recorder if recorder is not None else events.DiscardEvents()
+        # Quota trees: None when not served (no QuotaSubtree CRD, or --no-quota); then nothing is charged.
+        self.quota_subtrees = quota_subtrees
+        self.quota: quota.QuotaLedger | None = quota.QuotaLedger() if quota_subtrees is not None else None
+        self._quota_written: dict[str, Mapping[str, Any]] = {}
+        # (tree, node, resource, limit, used, borrowed) rows for metrics, replaced whole when quota status is written
+        self.quota_samples: tuple[tuple[str, str, str, float, float, float], ...] = ()
         # Set once the ledger is rebuilt from synced informers: from then on decisions (and /debug reads) are valid.
         self.running = threading.Event()
         self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
@@ -214,15 +229,20 @@ class Dispatcher:
         self._min_available_met: set[str] = set()
         # Priority preemption: preemptor -> the victims it waits for (their pods are going away).
         self._preempting: dict[str, frozenset[str]] = {}
+        # Quota reclaim: reclaimer -> its charges (while its victims go, nobody else may borrow in those trees).
+        self._reclaiming: dict[str, quota.Charges] = {}
         self.preemptions = 0
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(("aw", (new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(("node", (new or old).name)))  # type: ignore[union-attr]
         pods.add_handler(lambda _t, old, new: self.queue.add(("pod", (new or old).uid)))  # type: ignore[union-attr]
+        if quota_subtrees is not None:
+            quota_subtrees.add_handler(lambda _t, _old, _new: self.queue.add(QUOTA))
 
     # ------------------------------------------------------------------------------------------ loop
 
     def run(self, stop: threading.Event) -> None:
-        informers = (self.appwrappers, self.nodes, self.pods)
+        informers = (self.appwrappers, self.nodes, self.pods) + (
+            (self.quota_subtrees,) if self.quota_subtrees is not None else ())
         while not all(i.has_synced() for i in informers):
             if stop.wait(0.05):
                 return
@@ -273,6 +293,10 @@ class Dispatcher:
             self._check_deadline(name)
         elif kind == "call":
             self._run_calls()
+        elif kind == "quota":
+            self._sync_quota()
+        elif kind == "quota-status":
+            self._write_quota_status()
         elif kind == "counts":
             aw = self.appwrappers.get(name)
             if aw is not None and not self._is_queued(aw) and self._state(aw) not in FINAL_STATES:
@@ -308,9 +332,11 @@ class Dispatcher:
             self.ledger.upsert_node(node)
         for pod in self.pods.list():
             self._track_pod(pod)
+        if self.quota is not None and self.quota_subtrees is not None:
+            self.quota.set_forest(quota.Forest.build(self.quota_subtrees.list()))
         for aw in self.appwrappers.list():
             if self._status(aw).get("canrun") and self._state(aw) in ACTIVE_STATES:
-                self.ledger.reserve(aw.key, aw.demand)
+                self._reserve(aw)
             elif self._is_queued(aw):
                 self._enqueue(aw)
         if self.fit == "nodes":
@@ -400,6 +426,64 @@ class Dispatcher:
     def planned_by_node(self) -> dict[str, ResourceVector]:
         """--fit=nodes: room held per node for dispatched pods that are not bound yet."""
         return dict(self._planned)
+
+    # ------------------------------------------------------------------------------------------ quota trees
+
+    def _sync_quota(self) -> None:
+        """A QuotaSubtree changed: rebuild the forest, re-derive every charge, and look at the queue again (queued
+        AppWrappers may be charged elsewhere now: a default node appeared, a tree went away)."""
+        if self.quota is None or self.quota_subtrees is None or not self.running.is_set():
+            return
+        self.quota.set_forest(quota.Forest.build(self.quota_subtrees.list()))
+        for key in list(self.pending.ordered()):
+            aw = self.appwrappers.get(key)
+            if aw is not None:
+                self._enqueue(aw)
+        self._group_about.clear()
+        self.queue.add(DISPATCH)
+        self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
+
+    def _write_quota_status(self) -> None:
+        """Each QuotaSubtree's status: what its nodes have allocated (their usage), and the total; written only
+        when it changed. Also refreshes the rows metrics read."""
+        if self.quota is None or self.quota_subtrees is None:
+            return
+        samples = []
+        for tree_name, tree in sorted(self.quota.forest.trees.items()):
+            for node_name in tree.ordered():
+                node = tree.nodes[node_name]
+                used, borrowed = self.quota.usage(tree_name, node_name), self.quota.borrowed(tree_name, node_name)
+                for resource in sorted(tree.resources):
+                    samples.append((tree_name, node_name, resource, base_units(resource, node.limit.get(resource)),
+                                    base_units(resource, used.get(resource)),
+                                    base_units(resource, borrowed.get(resource))))
+        self.quota_samples = tuple(samples)
+        for view in self.quota_subtrees.list():
+            own_tree = self.quota.forest.trees.get(view.tree)
+            if own_tree is None:
+                continue
+            limited = own_tree.resources
+            children, total = [], ResourceVector()
+            for node in view.nodes:
+                if own_tree.nodes.get(node.name) is not node:
+                    continue  # a definition the tree ignored (see its errors)
+                used = self.quota.usage(view.tree, node.name)
+                total = total + used
+                children.append({"name": node.name, "allocated": {"requests": _quantities(used, limited)}})
+            new = {"totalAllocation": {"requests": _quantities(total, limited)}, "children": children}
+            if new == self._quota_written.get(view.key) or new == {k: view.status.get(k) for k in new}:
+                continue
+            self._quota_written[view.key] = new
+            self.writes.submit(f"quota:{view.key}", partial(self._apply_quota_status, view, new), urgent=False)
+
+    def _apply_quota_status(self, view: quota.SubtreeView, new: Mapping[str, Any]) -> None:
+        try:
+            self.writer.apply_status(view.api_version, quota.KIND, view.namespace, view.name, new,
+                                     field_manager=FIELD_MANAGER)
+        except ApiError as err:
+            if err.status != 404:
+                log.warning("quota status write refused", subtree=view.key, status_code=err.status,
+                            reason=err.message)
 
     def _capacity_may_have_grown(self) -> None:
         if self.pending:
@@ -503,11 +587,11 @@ class Dispatcher:
         state = self._state(aw)
         if state in FINAL_STATES:
             if self.ledger.is_reserved(key):
-                self.ledger.release(key)
+                self._release(key)
                 self._capacity_may_have_grown()
             return
         if not self.ledger.is_reserved(key):
-            self.ledger.reserve(key, aw.demand)
+            self._reserve(aw)
         self._dispatched[key] = aw
         self.queue.add_after(("counts", key), POD_COUNT_WINDOW_SECONDS)
         self._follow_lifecycle(aw)
@@ -577,8 +661,21 @@ class Dispatcher:
         self._timed.discard(key)
         self._min_available_met.discard(key)
         if self.ledger.is_reserved(key):
-            self.ledger.release(key)
+            self._release(key)
             self._capacity_may_have_grown()
+
+    def _reserve(self, aw: AppWrapperView) -> None:
+        """Its capacity in the ledger and, with quota trees, its charges."""
+        self.ledger.reserve(aw.key, aw.demand)
+        if self.quota is not None:
+            self.quota.charge(aw.key, aw.labels, aw.demand)
+            self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
+
+    def _release(self, key: str) -> None:
+        self.ledger.release(key)
+        if self.quota is not None and self.quota.is_charged(key):
+            self.quota.release(key)
+            self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
 
     def _dispatched_now(self, key: str) -> AppWrapperView | None:
         aw = self.appwrappers.get(key)
@@ -639,7 +736,8 @@ class Dispatcher:
         cycle (draining) until its old pods are gone, so they are not mistaken for its new ones."""
         key = aw.key
         log.info("appwrapper requeued", appwrapper=key, reason=reason, message=message, requeuings=requeuings)
-        self._note(aw, "preempted" if reason == status.PREEMPTED_BY_PRIORITY else "requeued", message)
+        preempted = reason in (status.PREEMPTED_BY_PRIORITY, status.PREEMPTED_BY_QUOTA_RECLAIM)
+        self._note(aw, "preempted" if preempted else "requeued", message)
         self._write_status(aw, status.requeued(self._status(aw), self.clock.now(), priority=aw.priority,
                                                reason=reason, message=message, requeuings=requeuings,
                                                requeue_wait=requeue_wait))
@@ -664,6 +762,9 @@ class Dispatcher:
                                       for g in self.gang(aw)))
         else:
             group = aw.demand
+        if self.quota is not None:
+            # Charged elsewhere, judged elsewhere: a group's members must share their quota nodes too.
+            group = (group, self.quota.forest.charges(aw.labels))
         before = self.pending.entry(aw.key)
         if before is None and not any(c.get("type") == status.BACKOFF
                                       for c in self._status(aw).get("conditions") or []):
@@ -675,6 +776,7 @@ class Dispatcher:
         self._undispatch(key)
         self._gangs.pop(key, None)
         self._preempting.pop(key, None)
+        self._reclaiming.pop(key, None)
         self._written.pop(key, None)
         self._object_uids.pop(key, None)
         self._backoff_written.pop(key, None)
@@ -715,6 +817,9 @@ class Dispatcher:
                 continue
             need = (aw.demand - self.ledger.consumed(key)).clamp()
             fit = self._fits(aw, need, free, capacity, room)
+            held = self._blocked_by_reclaim(aw) if fit.fits else ""
+            if held:
+                fit = _Fit(False, frozenset({"reclaim"}), partial(str, held))
             if fit.fits:
                 cursor.passed()
                 self._dispatch(aw, fit.plan)
@@ -724,7 +829,8 @@ class Dispatcher:
                 if room is not None:
                     _take(room, fit.plan)
                 continue
-            if self.preemption and self._preempt_for(aw, need, free, capacity, room):
+            if self._waiting_for_victims(key) or (not held and self._reclaim_for(aw, need, free, room)) or (
+                    self.preemption and self._preempt_for(aw, need, free, capacity, room)):
                 # Victims are going away for it: nothing behind it may take what they free.
                 cursor.stop()
                 continue
@@ -803,6 +909,14 @@ class Dispatcher:
 
     def _fits(self, aw: AppWrapperView, need: ResourceVector, free: ResourceVector, capacity: ResourceVector,
               room: dict[str, ResourceVector] | None) -> _Fit:
+        if self.quota is not None:
+            # Quota before capacity: an AppWrapper over its quota waits on quota, whatever the cluster has free.
+            charges, unknown = self.quota.forest.charges(aw.labels)
+            if unknown:
+                return _Fit(False, frozenset({"quota: unknown node"}), partial(str, unknown))
+            verdict = self.quota.check(charges, aw.demand)
+            if not verdict.fits:
+                return _Fit(False, verdict.about, partial(str, verdict.why))
         # Own pods that exist already (a restart between creating objects and recording it): only the aggregate
         # remainder can be judged, the nodes they run on are known to the ledger already.
         if room is None or self.ledger.consumed(aw.key):
@@ -839,31 +953,22 @@ class Dispatcher:
         never preempts. Strictly lower priority means a victim can never preempt its preemptor back: no loops.
         """
         key = aw.key
-        waiting_for = self._preempting.get(key)
-        if waiting_for is not None:
-            if any(v in self._dispatched or v in self._pods_by_appwrapper for v in waiting_for):
-                return True
-            del self._preempting[key]  # the victims are gone and it still does not fit: look again
-        nodes = self.ledger.nodes()
         if room is None or self.ledger.consumed(key):
             if not need.fits_in(capacity):
                 return False
-        elif not placement.pack(self.gang(aw), nodes, {}).fits:  # {}: every node empty
+        elif not placement.pack(self.gang(aw), self.ledger.nodes(), {}).fits:  # {}: every node empty
             return False
+        charges = self._charges(aw)
 
-        def fits_without(victims: list[list[tuple[str, ResourceVector, int]]]) -> bool:
-            if room is None or self.ledger.consumed(key):
-                freed = ResourceVector()
-                for footprint in victims:
-                    for _, requests, count in footprint:
-                        freed = freed + requests.scale(count)
-                return need.fits_in(free + freed)
-            after = dict(room)
-            for footprint in victims:
-                for node, requests, count in footprint:
-                    if node in after:
-                        after[node] = after[node] + requests.scale(count)
-            return placement.pack(self.gang(aw), nodes, after).fits
+        def fits_without(victims: list[tuple[AppWrapperView, list[tuple[str, ResourceVector, int]]]]) -> bool:
+            if not self._fits_without(aw, need, free, room, [footprint for _, footprint in victims]):
+                return False
+            if self.quota is None:
+                return True
+            trial = self.quota.copy()  # what they are charged goes back to the quota trees too
+            for victim, _ in victims:
+                trial.release(victim.key)
+            return trial.check(charges, aw.demand).fits
 
         victims_taken = {v for victims in self._preempting.values() for v in victims}
         candidates = []
@@ -871,22 +976,21 @@ class Dispatcher:
             if (victim.priority >= aw.priority or victim.key in victims_taken or victim.key in self._inflight
                     or self._state(victim) not in ACTIVE_STATES):
                 continue
-            since = lifecycle.dispatched_at(self._status(victim))
-            candidates.append((victim.priority, -(since.timestamp() if since else 0.0), victim.key, victim))
-        candidates.sort()
+            candidates.append((self._victim_rank(victim), victim))
+        candidates.sort(key=lambda c: c[0])
         chosen: list[tuple[AppWrapperView, list[tuple[str, ResourceVector, int]]]] = []
-        for *_, victim in candidates:
+        for _, victim in candidates:
             footprint = self._footprint(victim.key)
             if not footprint:
                 continue
             chosen.append((victim, footprint))
-            if fits_without([f for _, f in chosen]):
+            if fits_without(chosen):
                 break
         else:
             return False
         # Fewest victims: drop any that are not needed, trying the most valuable (highest priority, oldest) first.
         for entry in reversed(chosen[:-1]):
-            rest = [f for other in chosen if other is not entry for f in (other[1],)]
+            rest = [other for other in chosen if other is not entry]
             if fits_without(rest):
                 chosen.remove(entry)
         message = f"Preempted by AppWrapper {key} (priority {aw.priority})."
@@ -902,6 +1006,98 @@ class Dispatcher:
         why = f"preempting {len(names)} lower-priority AppWrapper(s) to make room: {', '.join(names)}"
         self._set_queued(aw, frozenset({"preempting"}), partial(str, why))
         return True
+
+    def _victim_rank(self, victim: AppWrapperView) -> tuple[Any, ...]:
+        """Preemption order, smallest first: lowest priority, then most recently dispatched (then created)."""
+        since = lifecycle.dispatched_at(self._status(victim))
+        created = lifecycle.parse_time(victim.created)
+        return (victim.priority, -(since.timestamp() if since else 0.0),
+                -(created.timestamp() if created else 0.0), victim.key)
+
+    def _fits_without(self, aw: AppWrapperView, need: ResourceVector, free: ResourceVector,
+                      room: dict[str, ResourceVector] | None,
+                      footprints: Iterable[list[tuple[str, ResourceVector, int]]]) -> bool:
+        """Whether ``aw`` would fit the cluster once the AppWrappers of these footprints are gone."""
+        if room is None or self.ledger.consumed(aw.key):
+            freed = ResourceVector()
+            for footprint in footprints:
+                for _, requests, count in footprint:
+                    freed = freed + requests.scale(count)
+            return need.fits_in(free + freed)
+        after = dict(room)
+        for footprint in footprints:
+            for node, requests, count in footprint:
+                if node in after:
+                    after[node] = after[node] + requests.scale(count)
+        return placement.pack(self.gang(aw), self.ledger.nodes(), after).fits
+
+    def _waiting_for_victims(self, key: str) -> bool:
+        """It preempted (priority or quota reclaim) and its victims are still going away."""
+        waiting_for = self._preempting.get(key)
+        if waiting_for is None:
+            return False
+        if any(v in self._dispatched or v in self._pods_by_appwrapper for v in waiting_for):
+            return True
+        del self._preempting[key]  # the victims are gone and it still does not fit: look again
+        self._reclaiming.pop(key, None)
+        return False
+
+    def _charges(self, aw: AppWrapperView) -> quota.Charges:
+        if self.quota is None:
+            return ()
+        return self.quota.forest.charges(aw.labels)[0]
+
+    def _reclaim_for(self, aw: AppWrapperView, need: ResourceVector, free: ResourceVector,
+                     room: dict[str, ResourceVector] | None) -> bool:
+        """Quota reclaim for a queued AppWrapper that does not borrow at its own node but does not fit, because
+        others borrowed quota above it or hold the cluster's capacity while borrowing: preempt borrowers (lowest
+        priority, then most recently dispatched; only as many as needed). True when it reclaims."""
+        if self.quota is None:
+            return False
+        charges = self._charges(aw)
+        if not charges:
+            return False
+        taken = {v for victims in self._preempting.values() for v in victims}
+        exclude = taken | set(self._inflight) | {k for k in self.quota.charged_keys() if k not in self._dispatched}
+
+        def rank(k: str) -> tuple[Any, ...]:
+            return self._victim_rank(self._dispatched[k])
+
+        def capacity_after(_trial: quota.QuotaLedger, victims: list[str]) -> bool:
+            return self._fits_without(aw, need, free, room, [self._footprint(v) for v in victims])
+
+        victims = self.quota.reclaim_victims(charges, aw.demand, rank=rank, fits_after=capacity_after,
+                                             exclude=exclude)
+        if not victims:
+            return False
+        key = aw.key
+        message = f"Preempted to give borrowed quota back to AppWrapper {key}."
+        for victim_key in victims:
+            victim = self._dispatched[victim_key]
+            current = self._status(victim)
+            self._requeue(victim, status.PREEMPTED_BY_QUOTA_RECLAIM, message,
+                          requeuings=int(current.get("numberOfRequeueings") or 0),
+                          requeue_wait=int(current.get("requeueingTimeInSeconds") or 0))
+        self.preemptions += len(victims)
+        self._preempting[key] = frozenset(victims)
+        self._reclaiming[key] = charges
+        log.info("reclaiming quota", appwrapper=key, victims=victims)
+        why = f"reclaiming quota borrowed by {len(victims)} AppWrapper(s): {', '.join(sorted(victims))}"
+        self._set_queued(aw, frozenset({"reclaiming"}), partial(str, why))
+        return True
+
+    def _blocked_by_reclaim(self, aw: AppWrapperView) -> str:
+        """While a reclaim waits for its victims, nobody may borrow in its trees again (the victims, requeued at
+        their old places, would otherwise take the quota straight back)."""
+        if not self._reclaiming or self.quota is None:
+            return ""
+        charges = self._charges(aw)
+        trees = {tree for tree, _ in charges}
+        for reclaimer, theirs in self._reclaiming.items():
+            if reclaimer != aw.key and trees & {tree for tree, _ in theirs} and \
+                    self.quota.borrows_at_own_node(charges, aw.demand):
+                return f"it would borrow quota that {reclaimer} is reclaiming"
+        return ""
 
     def _refresh_group(self, head: AppWrapperView, about: frozenset[str], free: ResourceVector,
                        capacity: ResourceVector, room: dict[str, ResourceVector] | None) -> None:
@@ -963,11 +1159,12 @@ class Dispatcher:
 
     def _dispatch(self, aw: AppWrapperView, plan: tuple[tuple[str, ResourceVector, int], ...] = ()) -> None:
         """Reserve now, write in the background: the objects, then the Dispatched status (see ``_collect``)."""
-        self.ledger.reserve(aw.key, aw.demand)
+        self._reserve(aw)
         if plan:
             self._plan_add(aw.key, plan)
         self._inflight[aw.key] = aw
         self._preempting.pop(aw.key, None)
+        self._reclaiming.pop(aw.key, None)
         current = self._status(aw)
         wait = lifecycle.current_requeue_wait(aw.scheduling, current) if aw.scheduling.min_available > 0 else 0
         new = status.dispatched(current, self.clock.now(), priority=aw.priority, requeue_wait=wait)
@@ -1011,7 +1208,7 @@ class Dispatcher:
         if outcome.error is not None:
             self._plan_drop(key)
             if self.ledger.is_reserved(key) and (still_there or current is None):
-                self.ledger.release(key)
+                self._release(key)
                 self._capacity_may_have_grown()
             if not still_there:
                 return

@@ -58,6 +58,8 @@ class Sources:
     leader: Callable[[], bool] | None = None
     # the event recorder's counters
     events: Callable[[], EventCounters] | None = None
+    # (tree, node, resource, limit, used, borrowed) rows of the quota trees
+    quota: Callable[[], Iterable[tuple[str, str, str, float, float, float]]] | None = None
     extra: list[Callable[[], Iterable[Metric]]] = field(default_factory=list)
 
 
@@ -110,8 +112,26 @@ class _StateCollector(Collector):
             yield errors
         if s.events is not None:
             yield from _events(s.events())
+        if s.quota is not None:
+            yield from _quota(s.quota())
         for extra in s.extra:
             yield from extra()
+
+
+def _quota(rows: Iterable[tuple[str, str, str, float, float, float]]) -> Iterator[Metric]:
+    labels = ["tree", "node", "resource"]
+    limit = GaugeMetricFamily("mcad_quota_limit", "A quota tree node's limit (quotas.requests).", labels=labels)
+    used = GaugeMetricFamily("mcad_quota_used", "Demand of dispatched AppWrappers charged to the node or below it.",
+                             labels=labels)
+    borrowed = GaugeMetricFamily("mcad_quota_borrowed", "max(0, used - limit): what the node borrows from its "
+                                 "siblings through its parent.", labels=labels)
+    for tree, node, resource, lim, use, borrow in rows:
+        limit.add_metric([tree, node, resource], lim)
+        used.add_metric([tree, node, resource], use)
+        borrowed.add_metric([tree, node, resource], borrow)
+    yield limit
+    yield used
+    yield borrowed
 
 
 def _events(counters: EventCounters) -> Iterator[Metric]:

@@ -64,6 +64,8 @@ class DebugEndpoints:
             call: Callable[[], dict[str, Any] | None] = self.reports.queue
         elif path == "/debug/ledger":
             call = self.reports.ledger
+        elif path == "/debug/quota":
+            call = self.reports.quota
         elif path == "/debug/explain":
             namespace, name = query.get("namespace", ""), query.get("name", "")
             if not namespace or not name:
@@ -72,7 +74,8 @@ class DebugEndpoints:
             def call() -> dict[str, Any] | None:
                 return self.reports.explain(namespace, name)
         else:
-            return 404, {"error": f"no such endpoint {path}; try /debug/queue, /debug/ledger, /debug/explain"}
+            return 404, {"error": f"no such endpoint {path}; try /debug/queue, /debug/ledger, /debug/quota, "
+                                  "/debug/explain"}
         try:
             document = self.dispatcher.call(call, DEBUG_TIMEOUT_SECONDS)
         except TimeoutError:
@@ -98,7 +101,7 @@ class Server:
     def start(self) -> None:
         self._thread.start()
         log.info("http server listening", address=self._httpd.server_address[0], port=self.port,
-                 endpoints="/metrics /healthz /readyz /debug/queue /debug/ledger /debug/explain")
+                 endpoints="/metrics /healthz /readyz /debug/queue /debug/ledger /debug/quota /debug/explain")
 
     def stop(self) -> None:
         self._httpd.shutdown()
@@ -162,6 +165,7 @@ def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callabl
         return {i.name: (int(i.relists), bool(i.has_synced())) for i in every}
 
     sources.appwrapper_states = states
+    sources.quota = lambda: dispatcher.quota_samples
     sources.informers = informer_states
     sources.api_errors = api_errors
     sources.leader = leading

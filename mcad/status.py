@@ -33,6 +33,7 @@ INVALID_SPEC = "InvalidSpec"
 PREEMPT_CANDIDATE = "PreemptCandidate"
 MIN_PODS_NOT_RUNNING = "MinPodsNotRunning"
 DISPATCH_DEADLINE_EXCEEDED = "DispatchDeadlineExceeded"
+PREEMPTED_BY_QUOTA_RECLAIM = "PreemptedByQuotaReclaim"  # beyond upstream: borrowed quota taken back
 PREEMPTED_BY_PRIORITY = "PreemptedByHigherPriority"  # beyond upstream, which only planned priority preemption
 PREEMPTION_TRIGGERED = "PreemptionTriggered"  # upstream's Backoff reason for an AppWrapper sent back to the queue
 MAX_REQUEUINGS_REACHED = "MaxRequeuingsReached"

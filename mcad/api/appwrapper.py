@@ -9,7 +9,7 @@ informer's objects and must not be mutated.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -84,6 +84,8 @@ class AppWrapperView:
     scheduling: SchedulingSpec = SchedulingSpec()
     # Its group/version: status writes and owner references go back to the API it came from.
     api_version: str = API_VERSION
+    # Its labels (string values only): a label whose key names a quota tree says where it is charged.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -159,4 +161,6 @@ def appwrapper_view(raw: Mapping[str, Any]) -> AppWrapperView:
         deleting=bool(meta.get("deletionTimestamp")),
         scheduling=_scheduling(spec) if isinstance(spec, Mapping) else SchedulingSpec(),
         api_version=str(raw.get("apiVersion") or API_VERSION),
+        labels={str(k): v for k, v in (meta.get("labels") or {}).items() if isinstance(v, str)}
+        if isinstance(meta.get("labels"), Mapping) else {},
     )

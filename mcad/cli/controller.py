@@ -24,7 +24,7 @@ from types import FrameType
 import click
 import structlog
 
-from mcad import __version__, events, kube, server
+from mcad import __version__, events, kube, quota, server
 from mcad import log as mcad_log
 from mcad.api.appwrapper import (
     APPWRAPPER_LABEL,
@@ -68,10 +68,11 @@ def wrapped_informer_factory(conn: kube.Connection, client: kube.Client) -> Call
 
 
 def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, preemption: bool = False,
-          fit: str = "nodes", legacy_api: bool = False,
+          fit: str = "nodes", legacy_api: bool = False, quota_trees: bool = False,
           recorder: events.EventSink | None = None) -> tuple[Dispatcher, list[Informer[object]]]:
-    """Informers over AppWrappers (``legacy_api``: of both groups), Nodes and Pods (all namespaces), and the
-    dispatcher they feed; informers over wrapped kinds start when an AppWrapper needs them (its ``wrapped``)."""
+    """Informers over AppWrappers (``legacy_api``: of both groups), Nodes and Pods (all namespaces), and with
+    ``quota_trees`` QuotaSubtrees, and the dispatcher they feed; informers over wrapped kinds start when an
+    AppWrapper needs them (its ``wrapped``)."""
     current = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
                        transform=appwrapper_view)
     appwrapper_informers = [current]
@@ -86,13 +87,25 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
     # Pods are keyed by uid: a pod re-created under the same name is a different consumer of capacity.
     pods = Informer("pods", kube.ResourceClient(conn, group="", version="v1", plural="pods"),
                     transform=pod_view, key=_pod_uid)
+    subtrees = Informer("quotasubtrees", kube.ResourceClient(conn, group=quota.GROUP, version=quota.VERSION,
+                                                             plural=quota.PLURAL),
+                        transform=quota.subtree_view) if quota_trees else None
     client = kube.Client(conn)
     queue: WorkQueue[Key] = WorkQueue(name="dispatcher")
     wrapped = WrappedObjects(wrapped_informer_factory(conn, client), lambda key: queue.add(("aw", key)))
     dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
                             strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
-                            preemption=preemption, fit=fit, recorder=recorder)
-    return dispatcher, [*appwrapper_informers, nodes, pods]  # type: ignore[list-item]
+                            preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees)
+    return dispatcher, [*appwrapper_informers, nodes, pods, *([subtrees] if subtrees else [])]  # type: ignore[list-item]
+
+
+def quota_served(client: kube.Client) -> bool:
+    """Whether the API server serves QuotaSubtrees (the CRD is installed)."""
+    try:
+        client.resource(quota.API_VERSION, quota.KIND)
+    except kube.ApiError:
+        return False
+    return True
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
@@ -139,6 +152,9 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
 @click.option("--legacy-api", is_flag=True,
               help="Also serve AppWrappers of the pre-1.34 group mcad.ibm.com/v1beta1 (its CRD must be installed: "
                    "config/crd/legacy/), with identical behaviour, so old YAML moves over without edits.")
+@click.option("--quota/--no-quota", "quota_trees", default=True,
+              help="Quota trees: charge AppWrappers to QuotaSubtree nodes (quota.codeflare.dev) named by their "
+                   "labels, with borrowing and reclaim. Off by itself when that CRD is not installed.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json",
               help="json for log collectors, console for people.")
@@ -147,7 +163,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
 def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preemption: bool, fit: str,
          write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
-         http_bind_address: str, legacy_api: bool, log_level: str, log_format: str, connect_only: bool) -> None:
+         http_bind_address: str, legacy_api: bool, quota_trees: bool, log_level: str, log_format: str,
+         connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     if leader_elect:
         try:
@@ -184,8 +201,12 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
 
     identity = default_identity()
     recorder = events.EventRecorder(conn, component="mcad-controller", instance=identity)
+    if quota_trees and not quota_served(client):
+        logger.info("QuotaSubtree is not served (install config/crd/quota.codeflare.dev_quotasubtrees.yaml); "
+                    "quota trees are off")
+        quota_trees = False
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
-                                  fit=fit, legacy_api=legacy_api, recorder=recorder)
+                                  fit=fit, legacy_api=legacy_api, quota_trees=quota_trees, recorder=recorder)
     elector = LeaderElector(conn, namespace=leader_elect_namespace or default_namespace(),
                             name=leader_elect_lease_name, identity=identity,
                             lease_duration=leader_elect_lease_duration, renew_deadline=leader_elect_renew_deadline,
@@ -214,7 +235,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
         informer.start()
     if elector is None:
         worker.start()
-        logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit)
+        logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit, quota=quota_trees)
         stop.wait()
     else:
         logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit,

@@ -87,6 +87,8 @@ class Harness:
         self.dispatcher = Dispatcher(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
                                      writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
                                      write_workers=0, **options)
+        if options.get("quota_subtrees") is not None:
+            self.informers.append(options["quota_subtrees"])  # started here, after the dispatcher's handlers
         for informer in self.informers:
             informer.start()
         for informer in self.informers:

@@ -1,0 +1,106 @@
+"""Quota trees in the dispatcher, stepped key by key: quota is checked before capacity, an unknown node keeps an
+AppWrapper waiting with its name, borrowers are preempted to give quota back, and nothing borrows the reclaimed
+quota while the victims leave."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from mcad.informer import Informer
+from mcad.quota import subtree_view
+from test.component.test_dispatcher import Harness, aw, node
+from test.fakes import FakeListerWatcher
+from test.support import wait_until
+
+
+def subtree(name: str, tree: str, children: dict[str, str], parent: str | None = None,
+            hard: tuple[str, ...] = ()) -> dict[str, Any]:
+    spec: dict[str, Any] = {"children": [{"name": child, "quotas": {"hardLimit": child in hard,
+                                                                      "requests": {"cpu": cpu}}}
+                                         for child, cpu in children.items()]}
+    if parent:
+        spec["parent"] = parent
+    return {"apiVersion": "quota.codeflare.dev/v1alpha1", "kind": "QuotaSubtree",
+            "metadata": {"name": name, "namespace": "q", "labels": {"tree": tree}, "resourceVersion": "1"},
+            "spec": spec}
+
+
+def labelled(name: str, cpu: str, **labels: str) -> dict[str, Any]:
+    raw = aw(name, cpu)
+    raw["metadata"]["labels"] = labels
+    return raw
+
+
+@pytest.fixture
+def quota_harness() -> Iterator[Any]:
+    made: list[tuple[Harness, Informer[Any]]] = []
+
+    def make(subtrees: list[dict[str, Any]], aws: list[dict[str, Any]], cpu: str = "8") -> Harness:
+        lw = FakeListerWatcher()
+        for obj in subtrees:
+            lw.add(obj)
+        informer: Informer[Any] = Informer("quotasubtrees", lw, transform=subtree_view)
+        h = Harness(nodes=[node("n0", cpu)], pods=[], aws=aws, fit="aggregate", quota_subtrees=informer)
+        made.append((h, informer))
+        return h
+
+    yield make
+    for h, _ in made:
+        h.stop()
+
+
+TREE = [subtree("root", "t", {"root": "4"}), subtree("kids", "t", {"gold": "2", "silver": "2"}, parent="root")]
+
+
+def states(h: Harness) -> dict[str, str]:
+    return {name: st.get("state", "") for name, st in h.writer.statuses}
+
+
+def test_quota_is_checked_before_capacity(quota_harness: Any) -> None:
+    h = quota_harness(TREE, [labelled("a", "3", t="gold"), labelled("b", "3", t="silver")])
+    h.drain()
+    assert states(h) == {"a": "Running", "b": "Pending"}
+    message = [st for name, st in h.writer.statuses if name == "b"][-1]["message"]
+    assert message.startswith("quota: node root of tree t is full: cpu needs 3, 1 of 4 left (charged at silver)")
+
+
+def test_an_unknown_node_is_named_and_no_tree_means_capacity_alone(quota_harness: Any) -> None:
+    h = quota_harness(TREE, [labelled("lost", "1", t="platinum"), labelled("free", "6", team="x")])
+    h.drain()
+    assert states(h) == {"lost": "Pending", "free": "Running"}, "no default node: 'free' is charged nowhere"
+    message = [st for name, st in h.writer.statuses if name == "lost"][-1]["message"]
+    assert "quota tree t has no node 'platinum'" in message
+
+
+def test_borrowers_are_preempted_to_give_quota_back(quota_harness: Any) -> None:
+    # silver borrows gold's unused 2 cpu; then gold wants its own 2 back.
+    later = labelled("s2", "2", t="silver")
+    later["metadata"]["creationTimestamp"] = "2026-01-01T00:00:01Z"  # same dispatch time: the newer goes first
+    h = quota_harness(TREE, [labelled("s1", "2", t="silver"), later])
+    h.drain()
+    assert states(h) == {"s1": "Running", "s2": "Running"}
+    h.clock.advance(1)
+    h.lw["aw"].add(labelled("g", "2", t="gold"))
+    wait_until(lambda: h.dispatcher.appwrappers.get("ns/g"), 5, "the AppWrapper informer to see g")
+    h.drain()
+    s2 = [st for name, st in h.writer.statuses if name == "s2"][-1]
+    assert s2["state"] == "Pending"
+    preempted = next(c for c in s2["conditions"] if c["type"] == "PreemptCandidate")
+    assert preempted["reason"] == "PreemptedByQuotaReclaim" and "ns/g" in preempted["message"]
+    assert states(h)["g"] == "Running" and states(h)["s1"] == "Running"
+    assert h.dispatcher.quota is not None and h.dispatcher.quota.borrowed("t", "silver").get("cpu") == 0
+
+
+def test_charges_are_rebuilt_from_dispatched_appwrappers_after_a_restart(quota_harness: Any) -> None:
+    running = {"state": "Running", "canrun": True}
+    h = quota_harness(TREE, [{**labelled("a", "2", t="gold"), "status": running},
+                             {**labelled("b", "1", t="silver"), "status": running},
+                             labelled("c", "2", t="silver")])
+    h.drain()
+    q = h.dispatcher.quota
+    assert q is not None and sorted(q.charged_keys()) == ["ns/a", "ns/b"]
+    assert q.usage("t", "root").get("cpu") == 3000 and q.usage("t", "silver").get("cpu") == 1000
+    assert states(h) == {"c": "Pending"}, "a (2) and b (1) leave 1 of the root's 4: c (2) waits on quota"
