@@ -373,9 +373,17 @@ class Dispatcher:
         """Every queued AppWrapper in dispatch order with what a cycle would do with it now, deciding nothing:
         the same fit checks as ``_dispatch_cycle`` on a copy of the free room. Dispatcher thread only.
         One fit check per demand group (a group blocked once stays blocked), as in a cycle."""
-        free = self.ledger.free()
-        capacity = self.ledger.capacity()
-        room = self._room() if self.fit == "nodes" else None
+        real_quota = self.quota
+        if real_quota is not None:
+            self.quota = real_quota.copy()  # what would be dispatched is charged on a scratch copy
+        try:
+            return self._assess(self.ledger.free(), self.ledger.capacity(),
+                                self._room() if self.fit == "nodes" else None)
+        finally:
+            self.quota = real_quota
+
+    def _assess(self, free: ResourceVector, capacity: ResourceVector,
+                room: dict[str, ResourceVector] | None) -> list[Assessment]:
         blocked: dict[Any, str] = {}
         held = ""  # why everything behind a blocked head waits (strict FIFO, or a waiting preemptor)
         out = []
@@ -404,6 +412,8 @@ class Dispatcher:
                     free = free - need
                     if room is not None:
                         _take(room, fit.plan)
+                    if self.quota is not None:
+                        self.quota.charge(key, aw.labels, aw.demand)
                     out.append(Assessment(key, "Queued", True, "fits now: the next dispatch cycle dispatches it"))
                 else:
                     blocked[group] = fit.why()
