@@ -408,7 +408,10 @@ class Dispatcher:
             else:
                 need = (aw.demand - self.ledger.consumed(key)).clamp()
                 fit = self._fits(aw, need, free, capacity, room)
-                if fit.fits:
+                reclaimed = self._blocked_by_reclaim(aw) if fit.fits else ""
+                if reclaimed:
+                    out.append(Assessment(key, "Queued", False, reclaimed))
+                elif fit.fits:
                     free = free - need
                     if room is not None:
                         _take(room, fit.plan)
@@ -1174,7 +1177,9 @@ class Dispatcher:
             self._plan_add(aw.key, plan)
         self._inflight[aw.key] = aw
         self._preempting.pop(aw.key, None)
-        self._reclaiming.pop(aw.key, None)
+        if self._reclaiming.pop(aw.key, None) is not None:
+            # Ones it held earlier in this cycle (they would have borrowed what it reclaimed) may go now.
+            self.queue.add(DISPATCH)
         current = self._status(aw)
         wait = lifecycle.current_requeue_wait(aw.scheduling, current) if aw.scheduling.min_available > 0 else 0
         new = status.dispatched(current, self.clock.now(), priority=aw.priority, requeue_wait=wait)

@@ -4,6 +4,7 @@ quota while the victims leave."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,6 +45,7 @@ def quota_harness() -> Iterator[Any]:
             lw.add(obj)
         informer: Informer[Any] = Informer("quotasubtrees", lw, transform=subtree_view)
         h = Harness(nodes=[node("n0", cpu)], pods=[], aws=aws, fit="aggregate", quota_subtrees=informer)
+        h.quota_lw = lw  # type: ignore[attr-defined]
         made.append((h, informer))
         return h
 
@@ -104,3 +106,94 @@ def test_charges_are_rebuilt_from_dispatched_appwrappers_after_a_restart(quota_h
     assert q is not None and sorted(q.charged_keys()) == ["ns/a", "ns/b"]
     assert q.usage("t", "root").get("cpu") == 3000 and q.usage("t", "silver").get("cpu") == 1000
     assert states(h) == {"c": "Pending"}, "a (2) and b (1) leave 1 of the root's 4: c (2) waits on quota"
+
+
+def expected_usage(h: Harness) -> dict[tuple[str, str], int]:
+    """Σ cpu of the AppWrappers the dispatcher holds capacity for, over every node on their charge paths."""
+    q = h.dispatcher.quota
+    assert q is not None
+    out: dict[tuple[str, str], int] = {}
+    for key in h.dispatcher.ledger.reserved_keys():
+        view = h.dispatcher.appwrappers.get(key)
+        assert view is not None
+        charges, _ = q.forest.charges(view.labels)
+        for tree, charged in charges:
+            for name in q.forest.trees[tree].path(charged):
+                out[(tree, name)] = out.get((tree, name), 0) + view.demand.get("cpu")
+    return {k: v for k, v in out.items() if v}
+
+
+def actual_usage(h: Harness) -> dict[tuple[str, str], int]:
+    q = h.dispatcher.quota
+    assert q is not None
+    return {(t, n): q.usage(t, n).get("cpu") for t, tree in q.forest.trees.items() for n in tree.nodes
+            if q.usage(t, n).get("cpu")}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_charged_quota_always_equals_the_dispatched_demand(quota_harness: Any, seed: int) -> None:
+    """Random creates, completions, deletions, tree changes and restarts; after each step the quota charged is
+    exactly the demand of what is dispatched, and a restarted dispatcher charges the same."""
+    rng = random.Random(seed)
+    default_node = subtree("dflt", "t", {"default": "1"}, parent="root")
+    h = quota_harness([*TREE, default_node], [], cpu="6")
+    seen = 0
+    names: list[str] = []
+
+    def raw_of(name: str, status: dict[str, Any]) -> dict[str, Any]:
+        current = h.dispatcher.appwrappers.get(f"ns/{name}")
+        assert current is not None
+        raw = labelled(name, "1", **current.labels)
+        raw["spec"] = {"resources": {"GenericItems": [dict(i) for i in current.items]}}
+        if current.scheduling.dispatch_limit_seconds:
+            raw["spec"]["schedulingSpec"] = {"dispatchDuration": {"limit": current.scheduling.dispatch_limit_seconds}}
+        raw["status"] = status
+        return raw
+
+    for step in range(40):
+        action = rng.random()
+        if action < 0.45 or not names:
+            name = f"w{step:02d}"
+            labels = rng.choice([{"t": "gold"}, {"t": "silver"}, {}, {"other": "x"}])
+            raw = labelled(name, str(rng.randint(1, 3)), **labels)
+            if rng.random() < 0.5:  # ends (Failed, DispatchDeadlineExceeded) 1 s after its dispatch
+                raw["spec"]["schedulingSpec"] = {"dispatchDuration": {"limit": 1}}
+            h.lw["aw"].add(raw)
+            names.append(name)
+            wait_until(lambda name=name: h.dispatcher.appwrappers.get(f"ns/{name}"), 5, "the informer")
+        elif action < 0.65:
+            h.clock.advance(1.5)  # time passes: those with a 1 s dispatch deadline end and give their quota back
+        elif action < 0.85:
+            name = names.pop(rng.randrange(len(names)))
+            h.lw["aw"].delete(f"ns/{name}")
+            wait_until(lambda name=name: h.dispatcher.appwrappers.get(f"ns/{name}") is None, 5, "the informer")
+        elif action < 0.93:
+            subtrees = h.dispatcher.quota_subtrees
+            assert subtrees is not None
+            present = subtrees.get("q/dflt") is not None
+            if present:
+                h.quota_lw.delete("q/dflt")  # the default node goes: unlabelled ones are charged nowhere
+            else:
+                h.quota_lw.add(default_node)
+            wait_until(lambda s=subtrees, p=present: (s.get("q/dflt") is None) == p, 5, "the quota informer")
+        else:  # restart: a new dispatcher over what the API server holds
+            fresh = quota_harness([o for o in h.quota_lw.list()[0]], h.lw["aw"].list()[0], cpu="6")
+            assert actual_usage(fresh) == actual_usage(h), (
+                f"seed {seed} step {step}: restart changed charges", sorted(h.dispatcher.quota.charged_keys()),
+                sorted(fresh.dispatcher.quota.charged_keys()),
+                {o["metadata"]["name"]: (o.get("status") or {}).get("state") for o in h.lw["aw"].list()[0]})
+        h.drain()
+        # The API server's side: what the dispatcher wrote becomes what its informer sees.
+        for name, status in h.writer.statuses[seen:]:
+            if h.dispatcher.appwrappers.get(f"ns/{name}") is not None:
+                h.lw["aw"].modify(raw_of(name, status))
+        seen = len(h.writer.statuses)
+        h.drain()
+        assert actual_usage(h) == expected_usage(h), f"seed {seed} step {step}"
+        stuck = [a.key for a in h.dispatcher.assess_queue() if a.fits_now]
+        assert not stuck, (f"seed {seed} step {step}: {stuck} fit but were not dispatched",
+                           [(a.key, a.state, a.fits_now, a.why) for a in h.dispatcher.assess_queue()],
+                           h.dispatcher._preempting, h.dispatcher._reclaiming,
+                           {k: (v.labels, v.demand.format(), h.dispatcher.status_of(v).get("state"))
+                            for k, v in ((a.key, h.dispatcher.appwrappers.get(a.key))
+                                         for a in h.dispatcher.assess_queue()) if v})
