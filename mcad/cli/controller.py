@@ -96,7 +96,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
     dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
                             strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
                             preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees)
-    return dispatcher, [*appwrapper_informers, nodes, pods, *([subtrees] if subtrees else [])]  # type: ignore[list-item]
+    return dispatcher, [*appwrapper_informers, nodes, pods, *([subtrees] if subtrees is not None else [])]  # type: ignore[list-item]
 
 
 def quota_served(client: kube.Client) -> bool:
