@@ -16,6 +16,7 @@ Contract:
   limit always holds). A disabled node's LIMIT reads ``disabled``; BORROWED lists only what is above 0.
   APPWRAPPERS (those charged directly to the node, ``namespace/name``) is cut with "..." to fit ``width``, like
   WHY; ``wide`` adds DEFINED-BY (the QuotaSubtree that defines the node), each AppWrapper's demand, and never cuts.
+  A document saying ``"enabled": false`` prints that quota trees are off, and why that may be.
   ``only_trees(doc, names)``: the quota document with only those trees.
 - ``dump(doc, "json"|"yaml")``: the document unchanged, as text that parses back to an equal document.
 - ``only_namespace(doc, ns)``: the queue document with only that namespace's AppWrappers (positions kept: they are
@@ -234,6 +235,10 @@ def explain_lines(doc: Mapping[str, Any]) -> list[str]:
 
 def quota_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int | None = None) -> list[str]:
     trees = list(doc.get("trees") or [])
+    if doc.get("enabled") is False:
+        return [f"{controller_line(doc)}: quota trees are off", "",
+                "The controller does not charge quota: it runs with --no-quota, or the QuotaSubtree CRD "
+                "(quota.codeflare.dev) was not installed when it started."]
     lines = [f"{controller_line(doc)}: {len(trees)} quota tree(s)"]
     if not trees:
         return [*lines, "", "No quota trees: no QuotaSubtree objects with a `tree` label in the cluster."]

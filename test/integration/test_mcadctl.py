@@ -134,7 +134,7 @@ def queued_names(doc: dict[str, Any], namespace: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def cluster(kubeconfig: str, crd: None, api: k8s.ApiClient) -> Iterator[Cluster]:
+def cluster(kubeconfig: str, crd: None, quota_crd: None, api: k8s.ApiClient) -> Iterator[Cluster]:
     core = k8s.CoreV1Api(api)
     custom = k8s.CustomObjectsApi(api)
     env = Cluster(kubeconfig, core, create_namespace(core), create_namespace(core), free_port(), [])
@@ -246,6 +246,79 @@ def test_offline_computes_the_same_queue_order(cluster: Cluster) -> None:
     missing = mcadctl_("--kubeconfig", cluster.kubeconfig, "--offline", "explain", f"{cluster.namespace}/nope")
     assert missing.exit_code == 1
     assert "not found (no AppWrapper of that name in the cluster)" in missing.stderr
+
+
+@pytest.fixture(scope="module")
+def quota_tree(cluster: Cluster, api: k8s.ApiClient) -> tuple[str, str]:
+    """A quota tree of its own (root 2 cpu; team, soft, 500m) in a namespace of its own, where an AppWrapper of
+    700m is charged to team (it borrows 200m). No ``default`` node: the other AppWrappers are not charged.
+    Returns (namespace, tree)."""
+    custom = k8s.CustomObjectsApi(api)
+    namespace, tree = cluster.new_namespace(), f"mcadctl_{uuid.uuid4().hex[:6]}"
+    for name, parent, node, cpu in (("root", None, "root", "2"), ("teams", "root", "team", "500m")):
+        spec: dict[str, Any] = {"children": [{"name": node, "quotas": {"requests": {"cpu": cpu}}}]}
+        if parent:
+            spec["parent"] = parent
+        custom.create_namespaced_custom_object("quota.codeflare.dev", "v1alpha1", namespace, "quotasubtrees", {
+            "apiVersion": "quota.codeflare.dev/v1alpha1", "kind": "QuotaSubtree",
+            "metadata": {"name": name, "labels": {"tree": tree}}, "spec": spec})
+    body = appwrapper("charged", deployment_item("charged", 1, "700m"))
+    body["metadata"]["labels"] = {tree: "team"}
+
+    def team_used() -> str | None:
+        doc = json.loads(mcadctl_("--url", cluster.url, "quota", "-o", "json").stdout)
+        found = next((t for t in doc["trees"] if t["name"] == tree), None)
+        team = next((n for n in found["nodes"] if n["name"] == "team"), None) if found else None
+        return team["used"].get("cpu") if team else None
+
+    # Created once the controller knows the tree, so it is charged (not dispatched on capacity alone).
+    wait_until(lambda: team_used() == "0", 30, f"the controller to know tree {tree}")
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    wait_until(lambda: team_used() == "700m", 60, "charged to be dispatched and charged to team")
+    return namespace, tree
+
+
+def test_quota_prints_the_tree_with_limits_use_borrowing_and_appwrappers(cluster: Cluster,
+                                                                          quota_tree: tuple[str, str]) -> None:
+    namespace, tree = quota_tree
+    result = mcadctl_("--url", cluster.url, "quota", "--tree", tree)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("controller leader-0_") and lines[0].endswith(": 1 quota tree(s)")
+    assert lines[2:] == [
+        f"TREE {tree} (resources: cpu)",
+        "NODE     HARD   LIMIT      USED       BORROWED   APPWRAPPERS",
+        "root     root   cpu=2      cpu=700m   -          -",
+        f"  team   no     cpu=500m   cpu=700m   cpu=200m   {namespace}/charged",
+    ]
+    wide = mcadctl_("--url", cluster.url, "quota", "--tree", tree, "-o", "wide")
+    assert f"{namespace}/teams" in wide.stdout and f"{namespace}/charged(cpu=700m,memory=64Mi)" in wide.stdout
+
+    doc = json.loads(mcadctl_("--url", cluster.url, "quota", "--tree", tree, "-o", "json").stdout)
+    assert [t["name"] for t in doc["trees"]] == [tree]
+    missing = mcadctl_("--url", cluster.url, "quota", "--tree", f"{tree}-nope")
+    assert missing.exit_code == 1 and f"no quota tree named {tree}-nope" in missing.stderr
+
+
+def test_quota_offline_computes_the_same_tree(cluster: Cluster, quota_tree: tuple[str, str]) -> None:
+    _, tree = quota_tree
+    online = json.loads(mcadctl_("--url", cluster.url, "quota", "--tree", tree, "-o", "json").stdout)
+    proc = subprocess.run([str(BIN / "mcadctl"), "--kubeconfig", cluster.kubeconfig, "--offline", "quota", "--tree",
+                           tree, "-o", "json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    offline = json.loads(proc.stdout)
+    assert offline["controller"]["offline"] is True
+    assert offline["trees"] == online["trees"]
+
+
+def test_quota_through_the_service_proxy(cluster: Cluster, quota_tree: tuple[str, str]) -> None:
+    _, tree = quota_tree
+    ns = cluster.new_namespace()
+    controller_pod(cluster.core, ns, "mcad-controller-5d9c8-k7l2p")
+    controller_service(cluster.core, ns, "mcad-controller-5d9c8-k7l2p", cluster.port)
+    result = mcadctl_("--kubeconfig", cluster.kubeconfig, "--controller-namespace", ns, "quota", "--tree", tree)
+    assert result.exit_code == 0, result.output
+    assert f"TREE {tree} (resources: cpu)" in result.stdout
 
 
 # -- through the API server: only a kubeconfig -----------------------------------------------------------------------

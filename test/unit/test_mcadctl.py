@@ -54,7 +54,7 @@ LEDGER: dict[str, Any] = {
                      {"namespace": "team-a", "name": "placed", "reserved": {}}],
 }
 QUOTA: dict[str, Any] = {
-    "controller": CONTROLLER, "generatedAt": "2025-03-01T12:00:00Z",
+    "controller": CONTROLLER, "generatedAt": "2025-03-01T12:00:00Z", "enabled": True,
     "trees": [
         {"name": "quota_context", "resources": ["memory", "cpu"], "errors": [], "nodes": [
             {"name": "context-root", "parent": None, "hardLimit": False, "disabled": False,
@@ -293,6 +293,12 @@ def test_no_quota_trees_says_so() -> None:
     assert lines[0].endswith(": 0 quota tree(s)")
     assert lines[-1] == "No quota trees: no QuotaSubtree objects with a `tree` label in the cluster."
     assert render.quota_lines({"trees": [{"name": "t"}]})[-2:] == ["TREE t (resources: none)", "No nodes."]
+
+
+def test_quota_off_in_the_controller_says_so_and_why() -> None:
+    lines = render.quota_lines({**QUOTA, "enabled": False, "trees": []})
+    assert lines[0].endswith(": quota trees are off")
+    assert "--no-quota" in lines[-1] and "QuotaSubtree CRD" in lines[-1]
 
 
 def test_quota_missing_fields_print_as_dashes() -> None:

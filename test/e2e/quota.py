@@ -1,0 +1,203 @@
+"""Helpers for the quota e2e tests: QuotaSubtree bodies, a namespace's trees, a fake node to pin pods on, and the
+controller's /debug/quota and /metrics.
+
+Every test builds its trees in its own namespace under tree names with a random suffix, so no test sees another's
+trees, and deletes them (waiting until they are gone) before the next test: a tree left behind with a ``default``
+node would charge every AppWrapper of every later test. The AppWrappers are pinned (nodeSelector) to a fake node
+of known size, so the tests mean the same on any cluster: quota binds where a test wants quota to bind, and the
+node fills where a test wants the cluster full.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import kubernetes.client as k8s
+
+from mcad import kube
+from test.e2e.conftest import Controller, deployment_item
+from test.support import wait_until
+
+GROUP, VERSION, PLURAL = "quota.codeflare.dev", "v1alpha1", "quotasubtrees"
+NODE_LABEL = "mcad.test/quota"
+
+
+def suffix() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+def node(name: str, *, hard: bool | None = None, disabled: bool | None = None,
+         **requests: str | int) -> dict[str, Any]:
+    """One entry of spec.children, its limits as keyword arguments (``gpu=`` stands for nvidia.com/gpu)."""
+    quotas: dict[str, Any] = {"requests": {("nvidia.com/gpu" if k == "gpu" else k): v for k, v in requests.items()}}
+    if hard is not None:
+        quotas["hardLimit"] = hard
+    if disabled is not None:
+        quotas["disabled"] = disabled
+    return {"name": name, "quotas": quotas}
+
+
+def subtree(name: str, tree: str, *children: dict[str, Any], parent: str | None = None,
+            version: str = VERSION) -> dict[str, Any]:
+    spec: dict[str, Any] = {"children": list(children)}
+    if parent:
+        spec["parent"] = parent
+    return {"apiVersion": f"{GROUP}/{version}", "kind": "QuotaSubtree",
+            "metadata": {"name": name, "labels": {"tree": tree}}, "spec": spec}
+
+
+class QuotaTrees:
+    """The QuotaSubtrees of one namespace."""
+
+    def __init__(self, custom: k8s.CustomObjectsApi, connection: kube.Connection, namespace: str) -> None:
+        self.custom = custom
+        self.connection = connection
+        self.namespace = namespace
+
+    def create(self, *bodies: dict[str, Any]) -> None:
+        for body in bodies:
+            version = body["apiVersion"].rpartition("/")[2]
+            self.custom.create_namespaced_custom_object(GROUP, version, self.namespace, PLURAL, body)
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)  # type: ignore[no-any-return]
+
+    def replace_children(self, name: str, *children: dict[str, Any]) -> None:
+        """Change a QuotaSubtree's nodes (a JSON merge patch replaces the whole children list)."""
+        kube.request_json(self.connection, "PATCH",
+                          f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}/{name}",
+                          body={"spec": {"children": list(children)}}, content_type="application/merge-patch+json")
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def names(self) -> list[str]:
+        items = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)["items"]
+        return [item["metadata"]["name"] for item in items]
+
+    def delete_all(self) -> None:
+        for name in self.names():
+            with contextlib.suppress(k8s.exceptions.ApiException):
+                self.delete(name)
+        wait_until(lambda: not self.names(), 30, f"the QuotaSubtrees of {self.namespace} to go")
+
+
+@contextlib.contextmanager
+def fake_node(core: k8s.CoreV1Api, **resources: str) -> Iterator[dict[str, str]]:
+    """A fake (kwok) node with exactly ``resources``; yields the nodeSelector that pins pods to it."""
+    tag = suffix()
+    name = f"mcad-test-quota-{tag}"
+    capacity = {"pods": "110", **{("nvidia.com/gpu" if k == "gpu" else k): v for k, v in resources.items()}}
+    core.create_node({"metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                                   "labels": {"mcad.test/owned": "true", NODE_LABEL: tag}},
+                      "status": {"capacity": capacity, "allocatable": capacity}})
+    try:
+        wait_until(lambda: any(c.type == "Ready" and c.status == "True"
+                               for c in core.read_node(name).status.conditions or []), 60, f"node {name} Ready")
+        yield {NODE_LABEL: tag}
+    finally:
+        core.delete_node(name)
+
+
+def pinned(item: dict[str, Any], selector: Mapping[str, str]) -> dict[str, Any]:
+    """A GenericItem whose pods can only run on the node ``selector`` selects."""
+    item["generictemplate"]["spec"]["template"]["spec"]["nodeSelector"] = dict(selector)
+    return item
+
+
+def labelled(body: dict[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
+    """An AppWrapper body with quota labels (``tree: node``)."""
+    body["metadata"].setdefault("labels", {}).update(labels)
+    return body
+
+
+def pods(name: str, selector: Mapping[str, str], cpu: str, replicas: int = 1, memory: str = "64Mi",
+         gpu: int = 0) -> dict[str, Any]:
+    """A Deployment item of ``replicas`` pods of ``cpu`` (and ``memory``, ``gpu``) on the pinned node."""
+    item = pinned(deployment_item(name, replicas, cpu, memory), selector)
+    if gpu:
+        container = item["generictemplate"]["spec"]["template"]["spec"]["containers"][0]
+        for part in ("requests", "limits"):
+            container["resources"][part]["nvidia.com/gpu"] = str(gpu)
+    return item
+
+
+# -- the controller's view -------------------------------------------------------------------------------------------
+
+
+def get(ctl: Controller, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ctl.port}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def debug_quota(ctl: Controller) -> dict[str, Any]:
+    code, text = get(ctl, "/debug/quota")
+    assert code == 200, (code, text)
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+def tree_doc(ctl: Controller, tree: str) -> dict[str, Any] | None:
+    """The /debug/quota entry of ``tree``, None while the controller does not know it."""
+    return next((t for t in debug_quota(ctl)["trees"] if t["name"] == tree), None)
+
+
+def node_doc(ctl: Controller, tree: str, name: str) -> dict[str, Any] | None:
+    found = tree_doc(ctl, tree)
+    return next((n for n in found["nodes"] if n["name"] == name), None) if found else None
+
+
+def wait_tree(ctl: Controller, tree: str, nodes: int) -> dict[str, Any]:
+    """Wait until the controller knows ``tree`` with ``nodes`` nodes (informer events are asynchronous: a test
+    that submits AppWrappers before the controller sees the tree would test nothing)."""
+    return wait_until(lambda: (t := tree_doc(ctl, tree)) and len(t["nodes"]) == nodes and t, 30,
+                      f"the controller to know tree {tree} with {nodes} nodes")
+
+
+def sample(metrics: str, name: str, **labels: str) -> float | None:
+    """One sample's value from the Prometheus text format (labels in any order)."""
+    for line in metrics.splitlines():
+        found = re.fullmatch(rf"{re.escape(name)}\{{(.*)\}} ([0-9.e+-]+)", line)
+        if found and dict(re.findall(r'(\w+)="([^"]*)"', found.group(1))) == labels:
+            return float(found.group(2))
+    return None
+
+
+# -- upstream's trees ------------------------------------------------------------------------------------------------
+
+
+def upstream_trees(trees: QuotaTrees, *, gpu: bool = False) -> tuple[str, str]:
+    """Upstream's kuttl trees (test/e2e-kuttl/install-quota-subtree.yaml; with ``gpu``, the borrowing suite's), under
+    fresh tree names: ``quota_context`` (root 1075m/1045Mi; gold and silver soft, bronze hard 900m/300Mi, default
+    0) and ``quota_service`` (root 1075m/1045Mi; gold the same, default 0). The roots are applied as
+    quota.codeflare.dev/v1, as upstream's quickstart says, the children as v1alpha1. Returns (context, service)."""
+    tag = suffix()
+    context, service = f"quota_context_{tag}", f"quota_service_{tag}"
+    extra: dict[str, Any] = {"gpu": 16} if gpu else {}
+
+    def gpus(count: int) -> dict[str, Any]:
+        return {"gpu": count} if gpu else {}
+
+    trees.create(
+        subtree("context-root", context, node("context-root", cpu="1075m", memory="1045Mi", **extra), version="v1"),
+        subtree("service-root", service, node("service-root", cpu="1075m", memory="1045Mi", **extra), version="v1"),
+        subtree("context-root-children", context,
+                node("gold", cpu="1075m", memory="450Mi", **gpus(8)),
+                node("silver", hard=False, cpu="1075m", memory="400Mi", **gpus(8)),
+                node("bronze", hard=True, cpu="900m", memory="300Mi", **gpus(8)),
+                node("default", hard=False, cpu="0m", memory="0Mi", **gpus(0)),
+                parent="context-root"),
+        subtree("service-root-children", service,
+                node("gold", cpu="1075m", memory="1045Mi", **gpus(16)),
+                node("default", hard=False, cpu="0m", memory="0Mi", **gpus(0)),
+                parent="service-root"))
+    return context, service
