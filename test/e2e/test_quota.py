@@ -81,8 +81,11 @@ def runs(aws: AppWrappers, name: str, timeout: float = 60) -> dict[str, Any]:
 def waits_on_quota(aws: AppWrappers, name: str, tree: str, node_name: str) -> dict[str, Any]:
     """Wait until ``name`` is queued with a Backoff message naming the quota node (of ``tree``) that blocks it."""
     status = aws.wait_state(name, "Pending")
-    message = wait_until(lambda: (m := aws.status(name).get("message") or "") and tree in m and node_name in m and m,
-                         30, f"{name}'s message to name node {node_name} of tree {tree}")
+    try:
+        message = wait_until(lambda: (m := aws.status(name).get("message") or "") and tree in m and node_name in m
+                             and m, 30, f"{name}'s message to name node {node_name} of tree {tree}")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; its message: {aws.status(name).get('message')!r}") from None
     assert not aws.exists("apps/v1", "Deployment", name) and not aws.exists("batch/v1", "Job", name)
     return {**status, "message": message}
 

@@ -15,6 +15,7 @@ import pytest
 from test.e2e import quota
 from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, condition, running_controller
 from test.e2e.quota import QuotaTrees, labelled, node, pods, subtree
+from test.support import wait_until
 
 CONTROLLER_ARGS = ("--preemption",)
 
@@ -65,7 +66,9 @@ def test_upstream_higher_priority_gold_preempts_lower_priority_gold(
     preempted = condition(status, "PreemptCandidate")
     assert preempted is not None and preempted["reason"] == "PreemptedByHigherPriority", status.get("conditions")
     assert f"{aws.namespace}/job-gold-hi-pri" in preempted["message"]
-    assert context in aws.status("job-gold-lo-pri")["message"]  # it now waits on quota
+    # First its message tells the preemption; then, once queued again, what it waits for: quota.
+    wait_until(lambda: context in (aws.status("job-gold-lo-pri").get("message") or ""), 30,
+               "job-gold-lo-pri to say it waits on the context tree's quota")
 
     aws.delete("job-gold-hi-pri")
     aws.wait_state("job-gold-lo-pri", "Running")
