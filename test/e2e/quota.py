@@ -17,16 +17,23 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client as k8s
 
 from mcad import kube
-from test.e2e.conftest import Controller, deployment_item
+from test.e2e.conftest import LOGS, Controller, deployment_item
 from test.support import wait_until
 
 GROUP, VERSION, PLURAL = "quota.codeflare.dev", "v1alpha1", "quotasubtrees"
 NODE_LABEL = "mcad.test/quota"
+
+
+def controller_log(module: str, kubeconfig: str) -> Path:
+    """The module controller's log, named after the cluster too: .dev/e2e-logs is shared by everyone working in
+    this tree, and two runs of one module against two clusters must not write (and read the port from) one file."""
+    return LOGS / f"{module}-{Path(kubeconfig).name}.log"
 
 
 def suffix() -> str:

@@ -19,7 +19,6 @@ import pytest
 from mcad.api.resources import to_canonical
 from test.e2e import quota
 from test.e2e.conftest import (
-    LOGS,
     AppWrappers,
     Controller,
     appwrapper,
@@ -35,9 +34,9 @@ RECLAIMED = "PreemptedByQuotaReclaim"
 
 
 @pytest.fixture(scope="module")
-def controller(controller_kubeconfig: str, crd: None, quota_crd: None) -> Iterator[Controller]:
+def controller(kubeconfig: str, controller_kubeconfig: str, crd: None, quota_crd: None) -> Iterator[Controller]:
     """The module's controller, started once the QuotaSubtree CRD exists (it watches QuotaSubtrees)."""
-    with running_controller(controller_kubeconfig, LOGS / "test_quota.log") as ctl:
+    with running_controller(controller_kubeconfig, quota.controller_log("test_quota", kubeconfig)) as ctl:
         yield ctl
 
 

@@ -13,7 +13,7 @@ import kubernetes.client as k8s
 import pytest
 
 from test.e2e import quota
-from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, condition, running_controller
+from test.e2e.conftest import AppWrappers, Controller, appwrapper, condition, running_controller
 from test.e2e.quota import QuotaTrees, labelled, node, pods, subtree
 from test.support import wait_until
 
@@ -21,8 +21,9 @@ CONTROLLER_ARGS = ("--preemption",)
 
 
 @pytest.fixture(scope="module")
-def controller(controller_kubeconfig: str, crd: None, quota_crd: None) -> Iterator[Controller]:
-    with running_controller(controller_kubeconfig, LOGS / "test_quota_preemption.log", *CONTROLLER_ARGS) as ctl:
+def controller(kubeconfig: str, controller_kubeconfig: str, crd: None, quota_crd: None) -> Iterator[Controller]:
+    log = quota.controller_log("test_quota_preemption", kubeconfig)
+    with running_controller(controller_kubeconfig, log, *CONTROLLER_ARGS) as ctl:
         yield ctl
 
 
