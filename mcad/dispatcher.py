@@ -758,6 +758,8 @@ class Dispatcher:
         self._undispatch(key)
         self._backoff_written.pop(key, None)
         self._enqueue(aw)
+        # Its Backoff tells of the requeue; once it waits like the rest, say what it waits for (see _announce).
+        self._unannounced.add(key)
         self.queue.add(DISPATCH)
 
     def _draining(self, aw: AppWrapperView) -> bool:
@@ -781,6 +783,10 @@ class Dispatcher:
         before = self.pending.entry(aw.key)
         if before is None and not any(c.get("type") == status.BACKOFF
                                       for c in self._status(aw).get("conditions") or []):
+            self._unannounced.add(aw.key)
+        elif before is not None and before[1] != group:
+            # A new group (its old pods went, its quota node changed): a cycle may only ever visit the group's
+            # head, so its own Backoff is written at the end of the next cycle.
             self._unannounced.add(aw.key)
         self.pending.upsert(aw.key, aw.order(), aw.demand, group=group)
         return before != (aw.order(), group)
@@ -1139,9 +1145,13 @@ class Dispatcher:
     def _announce(self, free: ResourceVector, capacity: ResourceVector,
                   room: dict[str, ResourceVector] | None) -> None:
         """First Backoff status of AppWrappers that arrived and still wait (the cycle may not have visited them)."""
+        held = set()
         for key in self._unannounced:
             aw = self.appwrappers.get(key)
-            if aw is None or key not in self.pending or key in self._backoff_written:
+            if aw is None or key not in self.pending or key in self._backoff_written or key in self._preempting:
+                continue
+            if self._draining(aw):
+                held.add(key)  # its requeue message stands until its old pods are gone
                 continue
             if self.strict_fifo:
                 self._set_queued(aw, frozenset({BEHIND_STRICT_FIFO}), partial(str, BEHIND_STRICT_FIFO))
@@ -1149,7 +1159,7 @@ class Dispatcher:
                 need = (aw.demand - self.ledger.consumed(key)).clamp()
                 fit = self._fits(aw, need, free, capacity, room)
                 self._set_queued(aw, fit.about, fit.why)
-        self._unannounced.clear()
+        self._unannounced = held
 
     def _set_queued(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> None:
         """Write the Backoff status, unless the last one was about the same short resources and about the same

@@ -378,15 +378,21 @@ class QuotaLedger:
                         exclude: Iterable[str] = ()) -> list[str] | None:
         """Borrowers to preempt so that ``demand`` at ``charges`` fits: by ``rank`` (lowest first: priority, then
         most recent), only as many as needed; ``fits_after(ledger_without_them, victims)`` judges the rest (quota
-        here, cluster capacity by the caller). None when it does not borrow-free fit even without every borrower,
-        or when it would itself borrow at its own node."""
-        if not charges or self.borrows_at_own_node(charges, demand):
+        here, cluster capacity by the caller). None when it does not fit even without every borrower, or when it
+        would still borrow at its own node once they are gone: only what stays within its own quota reclaims. (A
+        borrower charged at its node in another tree counts as gone there too: upstream's borrowing case.)"""
+        if not charges:
             return None
+
+        def enough(ledger: QuotaLedger, victims: list[str]) -> bool:
+            return (ledger.check(charges, demand).fits and not ledger.borrows_at_own_node(charges, demand)
+                    and fits_after(ledger, victims))
+
         trial = self.copy()
         chosen: list[str] = []
         excluded = set(exclude)
         while True:
-            if trial.check(charges, demand).fits and fits_after(trial, chosen):
+            if enough(trial, chosen):
                 break
             candidates = trial.borrowers(charges, exclude=excluded | set(chosen))
             if not candidates:
@@ -400,7 +406,7 @@ class QuotaLedger:
             again = self.copy()
             for v in rest:
                 again.release(v)
-            if again.check(charges, demand).fits and fits_after(again, rest):
+            if enough(again, rest):
                 chosen = rest
         return chosen
 

@@ -225,3 +225,15 @@ def test_usage_is_always_the_sum_of_charged_demands(seed: int) -> None:
             q = fresh
         actual = {(t, n): q.usage(t, n) for t, tree in q.forest.trees.items() for n in tree.nodes if q.usage(t, n)}
         assert actual == expected_usage(q), f"seed {seed}, step {step}"
+
+
+def test_a_borrower_charged_at_the_reclaimers_node_in_another_tree_is_reclaimed() -> None:
+    """Upstream's borrowing case: my-job-1 borrows in quota_context (silver) and is charged at gold in
+    quota_service; my-job-2 (gold in both) is within its own quota only once my-job-1 is gone from both trees."""
+    q = ledger()
+    q.charge("ns/my-job-1", {"quota_context": "silver", "quota_service": "gold"}, cpu(1000, 600))
+    mine = (("quota_context", "gold"), ("quota_service", "gold"))
+    demand = cpu(500, 300)
+    assert q.borrows_at_own_node(mine, demand), "with my-job-1 still charged at service/gold"
+    victims = q.reclaim_victims(mine, demand, rank=lambda k: (0, k), fits_after=lambda _l, _v: True)
+    assert victims == ["ns/my-job-1"]
