@@ -81,8 +81,8 @@ def running_controller(kubeconfig: str, log: Path, *args: str) -> Iterator[Contr
     """A controller process with a fresh log, stopped (SIGTERM) on the way out."""
     log.unlink(missing_ok=True)
     ctl = Controller(kubeconfig, log, *args)
-    ctl.start()
     try:
+        ctl.start()  # inside: a controller that never gets ready is stopped too, not left running
         yield ctl
     finally:
         ctl.stop()
