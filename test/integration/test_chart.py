@@ -93,14 +93,14 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
 def test_every_flag_has_a_value(tmp_path: Path) -> None:
     values = {"controller": {"fit": "aggregate", "preemption": True, "strictFifo": True, "writeWorkers": 8,
                              "logLevel": "debug", "logFormat": "console", "extraArgs": ["--context=x"],
-                             "httpPort": 9090},
+                             "httpPort": 9090, "quota": False},
               "leaderElection": {"leaseDuration": 4, "renewDeadline": 3, "retryPeriod": 0.5},
               "legacyApi": {"enabled": True}}
     container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]
     assert container["args"] == ["--fit=aggregate", "--write-workers=8", "--log-level=debug",
                                  "--log-format=console", "--preemption", "--strict-fifo",
-                                 "--http-bind-address=:9090", "--legacy-api",
+                                 "--http-bind-address=:9090", "--no-quota", "--legacy-api",
                                  "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
                                  "--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3",
                                  "--leader-elect-retry-period=0.5", "--context=x"]
