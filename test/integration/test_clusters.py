@@ -1,0 +1,171 @@
+"""mcad.clusters against two real API servers side by side: the hub (the test cluster) and a second worker.
+
+The second cluster is hack/localcluster.py's ``c8b`` unless $MCAD_TEST_WORKER_KUBECONFIG names another
+(``python hack/localcluster.py --name c8b up --nodes 1``); the tests are skipped when it is absent. The hub is
+also a worker "by file", as a hub that runs workloads itself would be configured. Stopping the worker's API
+server is done with SIGSTOP/SIGCONT on its process, which freezes it without losing its state, ports or
+certificates (a restart through ``up`` would mint new ones and invalidate the Secret under test).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client as k8s
+import pytest
+
+from mcad import kube
+from mcad.clusters import (
+    HealthState,
+    WorkerConnectError,
+    WorkerConnector,
+    WorkerHealth,
+    check,
+    load_config,
+    probe,
+)
+from test.support import REPO, wait_until
+
+WORKER_KUBECONFIG = Path(os.environ.get("MCAD_TEST_WORKER_KUBECONFIG", REPO / ".dev" / "kubeconfig-c8b"))
+WORKER_STATE = REPO / ".dev" / "clusters" / "c8b" / "state.json"
+
+pytestmark = pytest.mark.skipif(not WORKER_KUBECONFIG.exists(),
+                                reason=f"no second cluster: {WORKER_KUBECONFIG} is missing")
+
+
+def worker_kubeconfig() -> dict[str, Any]:
+    return json.loads(WORKER_KUBECONFIG.read_text())  # type: ignore[no-any-return]
+
+
+def put_secret(core: k8s.CoreV1Api, namespace: str, name: str, kubeconfig: dict[str, Any]) -> None:
+    text = json.dumps(kubeconfig)
+    core.create_namespaced_secret(namespace, k8s.V1Secret(
+        metadata=k8s.V1ObjectMeta(name=name), data={"kubeconfig": base64.b64encode(text.encode()).decode()}))
+
+
+def state_of(health: WorkerHealth) -> HealthState:
+    """Read afresh: mypy would otherwise keep the narrowed state of an earlier assert across checks."""
+    return health.state
+
+
+def node_names(conn: kube.Connection) -> list[str]:
+    nodes = kube.request_json(conn, "GET", "/api/v1/nodes")
+    return sorted(item["metadata"]["name"] for item in nodes["items"])
+
+
+@pytest.fixture
+def config_file(tmp_path: Path, kubeconfig: str, namespace: str, core: k8s.CoreV1Api) -> Path:
+    put_secret(core, namespace, "c8b-kubeconfig", worker_kubeconfig())
+    rejected = worker_kubeconfig()
+    for user in rejected["users"]:
+        user["user"] = {"token": "not-a-token-this-server-knows"}
+    put_secret(core, namespace, "c8b-rejected", rejected)
+    path = tmp_path / "clusters.yaml"
+    path.write_text(f"""
+workers:
+  - name: hub
+    kubeconfig: {kubeconfig}
+    labels: {{role: hub}}
+  - name: c8b
+    secret: {{namespace: {namespace}, name: c8b-kubeconfig}}
+  - name: c8b-rejected
+    secret: {{name: c8b-rejected}}
+""")
+    return path
+
+
+@pytest.fixture
+def connector(kubeconfig: str, namespace: str) -> WorkerConnector:
+    # Secrets without a namespace are read from the controller's namespace: here the test's.
+    return WorkerConnector(kube.connect(kubeconfig), namespace=namespace)
+
+
+def test_connectors_reach_both_clusters_by_file_and_by_secret(config_file: Path, connector: WorkerConnector,
+                                                               kubeconfig: str) -> None:
+    config = load_config(config_file)
+    hub = connector.connect(config.worker("hub"))
+    worker = connector.connect(config.worker("c8b"))
+    assert hub.server != worker.server
+    assert worker.source.startswith("Secret ") and "c8b-kubeconfig" in worker.source
+    assert node_names(hub) == node_names(kube.connect(kubeconfig))
+    assert node_names(worker) == node_names(kube.connect(str(WORKER_KUBECONFIG)))
+    assert node_names(worker)  # c8b has its own fake node(s)
+    assert probe(worker).startswith("v1.")
+    assert not list(Path(tempfile.gettempdir()).glob("mcad-worker-c8b-*"))  # no kubeconfig left behind
+
+
+def test_rejected_credentials_make_the_worker_unauthorized(config_file: Path, connector: WorkerConnector) -> None:
+    conn = connector.connect(load_config(config_file).worker("c8b-rejected"))
+    health = WorkerHealth("c8b-rejected")
+    assert check(health, conn)
+    assert health.state is HealthState.UNAUTHORIZED
+    assert health.status.message.startswith("credentials rejected (401 ")
+
+
+def test_missing_secret_names_worker_and_status(config_file: Path, connector: WorkerConnector,
+                                                core: k8s.CoreV1Api, namespace: str) -> None:
+    core.delete_namespaced_secret("c8b-kubeconfig", namespace)
+    with pytest.raises(WorkerConnectError) as err:
+        connector.connect(load_config(config_file).worker("c8b"))
+    assert "worker cluster c8b: cannot read Secret" in str(err.value)
+    assert err.value.status == 404
+
+
+@pytest.fixture
+def worker_api_server_pid() -> Iterator[int]:
+    """The worker's kube-apiserver pid; it is resumed afterwards whatever the test did."""
+    if not WORKER_STATE.exists():
+        pytest.skip(f"{WORKER_STATE} missing: the worker is not a hack/localcluster.py cluster named c8b")
+    pid = int(json.loads(WORKER_STATE.read_text())["pids"]["kube-apiserver"])
+    try:
+        yield pid
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_stopped_api_server_makes_the_worker_unreachable_and_resumed_healthy_again(
+        config_file: Path, connector: WorkerConnector, worker_api_server_pid: int) -> None:
+    conn = connector.connect(load_config(config_file).worker("c8b"))
+    health = WorkerHealth("c8b", failure_threshold=2)
+    assert check(health, conn) and health.state is HealthState.HEALTHY
+
+    os.kill(worker_api_server_pid, signal.SIGSTOP)
+    assert not check(health, conn, timeout_seconds=1.0)  # one failure is within the threshold
+    assert check(health, conn, timeout_seconds=1.0)
+    assert state_of(health) is HealthState.UNREACHABLE and health.status.consecutive_failures == 2
+    assert "no answer" in health.status.message
+    assert health.down_for() > 0
+
+    os.kill(worker_api_server_pid, signal.SIGCONT)
+    wait_until(lambda: check(health, conn, timeout_seconds=2.0) or health.usable(), timeout=30,
+               what="the resumed worker to be Healthy again")
+    assert state_of(health) is HealthState.HEALTHY and health.status.down_since is None
+    assert node_names(conn)
+
+
+def test_closed_port_is_unreachable_at_once_for_a_never_reached_worker(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a port nobody listens on once the socket closes
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dead = worker_kubeconfig()
+    for cluster in dead["clusters"]:
+        cluster["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path = tmp_path / "dead.kubeconfig"
+    path.write_text(json.dumps(dead))
+    config_path = tmp_path / "clusters.yaml"
+    config_path.write_text("workers: [{name: gone, kubeconfig: dead.kubeconfig}]\n")
+    conn = WorkerConnector(None).connect(load_config(config_path).worker("gone"))
+    health = WorkerHealth("gone")
+    assert check(health, conn, timeout_seconds=2.0)
+    assert health.state is HealthState.UNREACHABLE
+    with pytest.raises(kube.ApiError) as err:
+        probe(conn, 2.0)
+    assert err.value.status == 0
