@@ -1,7 +1,7 @@
 """mcad.clusters against two real API servers side by side: the hub (the test cluster) and a second worker.
 
-The second cluster is hack/localcluster.py's ``c8b`` unless $MCAD_TEST_WORKER_KUBECONFIG names another
-(``python hack/localcluster.py --name c8b up --nodes 1``); the tests are skipped when it is absent. The hub is
+The second cluster is $MCAD_TEST_WORKER_KUBECONFIG if set, else hack/localcluster.py's ``c8b``, brought up for
+this module when it does not run yet (and taken down afterwards, unless MCAD_KEEP_CLUSTER=1). The hub is
 also a worker "by file", as a hub that runs workloads itself would be configured. Stopping the worker's API
 server is done with SIGSTOP/SIGCONT on its process, which freezes it without losing its state, ports or
 certificates (a restart through ``up`` would mint new ones and invalidate the Secret under test).
@@ -14,6 +14,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,8 +39,28 @@ from test.support import REPO, wait_until
 WORKER_KUBECONFIG = Path(os.environ.get("MCAD_TEST_WORKER_KUBECONFIG", REPO / ".dev" / "kubeconfig-c8b"))
 WORKER_STATE = REPO / ".dev" / "clusters" / "c8b" / "state.json"
 
-pytestmark = pytest.mark.skipif(not WORKER_KUBECONFIG.exists(),
-                                reason=f"no second cluster: {WORKER_KUBECONFIG} is missing")
+
+
+def _local_cluster(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "hack" / "localcluster.py"), "--name", "c8b", *args],
+                          text=True, stdout=subprocess.PIPE, check=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def worker_cluster() -> Iterator[None]:
+    """The worker cluster: given, running already, or started here for the module."""
+    if os.environ.get("MCAD_TEST_WORKER_KUBECONFIG"):
+        yield
+        return
+    started_here = _local_cluster("status").returncode != 0
+    if started_here:
+        proc = _local_cluster("up", "--nodes", "1")
+        assert proc.returncode == 0, f"the worker cluster c8b did not come up (exit {proc.returncode})"
+    try:
+        yield
+    finally:
+        if started_here and os.environ.get("MCAD_KEEP_CLUSTER") != "1":
+            _local_cluster("down")
 
 
 def worker_kubeconfig() -> dict[str, Any]:
