@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from mcad.api.raw import as_list, as_mapping, as_str
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView, Taint
 from mcad.api.workloads import PodSet, WorkloadError, custom_pod_resources, pod_requests, pod_sets
@@ -148,7 +149,7 @@ def gang(items: Iterable[Mapping[str, Any]]) -> list[PodGroup]:
         custom = item.get("custompodresources")
         if isinstance(custom, list) and custom:
             # Entries are not tied to templates; with one template there is no doubt whose constraints apply.
-            constraints = _constraints(_map(sets[0].template.get("spec"))) if len(sets) == 1 else _NO_CONSTRAINTS
+            constraints = _constraints(as_mapping(sets[0].template.get("spec"))) if len(sets) == 1 else _NO_CONSTRAINTS
             for j, entry in enumerate(custom):
                 try:
                     replicas, requests = custom_pod_resources(entry)
@@ -160,7 +161,7 @@ def gang(items: Iterable[Mapping[str, Any]]) -> list[PodGroup]:
         for pod_set in sets:
             if pod_set.replicas == 0:
                 continue
-            spec = _map(pod_set.template.get("spec"))
+            spec = as_mapping(pod_set.template.get("spec"))
             groups.append(PodGroup(pod_set.replicas, pod_requests(spec, strict=False), *_constraints(spec),
                                    label=_pod_set_label(base, template, pod_set)))
     return groups
@@ -172,18 +173,19 @@ _NO_CONSTRAINTS: Final[_Constraints] = ((), (), ())
 
 def _constraints(spec: Mapping[str, Any]) -> _Constraints:
     """nodeSelector, tolerations and required node affinity terms of a pod spec, ill-typed parts read as absent."""
-    selector = tuple(sorted((k, v) for k, v in _map(spec.get("nodeSelector")).items()
+    selector = tuple(sorted((k, v) for k, v in as_mapping(spec.get("nodeSelector")).items()
                             if isinstance(k, str) and isinstance(v, str)))
     tolerations = tuple(
-        Toleration(_str(t.get("key")), _str(t.get("operator")) or "Equal", _str(t.get("value")), _str(t.get("effect")))
-        for t in _list(spec.get("tolerations"))
+        Toleration(as_str(t.get("key")), as_str(t.get("operator")) or "Equal", as_str(t.get("value")),
+                   as_str(t.get("effect")))
+        for t in as_list(spec.get("tolerations"))
         if isinstance(t, Mapping)
     )
-    required = _map(_map(_map(spec.get("affinity")).get("nodeAffinity")).get(
+    required = as_mapping(as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity")).get(
         "requiredDuringSchedulingIgnoredDuringExecution"))
     terms = tuple(
         (*_requirements(term.get("matchExpressions"), field=False), *_requirements(term.get("matchFields"), field=True))
-        for term in _list(required.get("nodeSelectorTerms"))
+        for term in as_list(required.get("nodeSelectorTerms"))
         if isinstance(term, Mapping)
     )
     return selector, tolerations, terms
@@ -191,17 +193,17 @@ def _constraints(spec: Mapping[str, Any]) -> _Constraints:
 
 def _requirements(entries: Any, *, field: bool) -> list[NodeRequirement]:
     out: list[NodeRequirement] = []
-    for entry in _list(entries):
+    for entry in as_list(entries):
         if not isinstance(entry, Mapping):
             continue
-        values = tuple(v for v in _list(entry.get("values")) if isinstance(v, str))
-        out.append(NodeRequirement(_str(entry.get("key")), _str(entry.get("operator")), values, field))
+        values = tuple(v for v in as_list(entry.get("values")) if isinstance(v, str))
+        out.append(NodeRequirement(as_str(entry.get("key")), as_str(entry.get("operator")), values, field))
     return out
 
 
 def _item_label(template: Mapping[str, Any], index: int) -> str:
     kind = template.get("kind")
-    name = _map(template.get("metadata")).get("name")
+    name = as_mapping(template.get("metadata")).get("name")
     if isinstance(kind, str) and kind and isinstance(name, str) and name:
         return f"{kind} {name}"
     return f"GenericItems[{index}]"
@@ -213,7 +215,7 @@ def _pod_set_label(base: str, obj: Mapping[str, Any], pod_set: PodSet) -> str:
     if len(path) >= 3 and path[:2] == ("spec", "headGroupSpec"):
         return f"{base} head"
     if len(path) >= 4 and path[:2] == ("spec", "workerGroupSpecs") and isinstance(path[2], int):
-        name = _map(_list(_map(obj.get("spec")).get("workerGroupSpecs"))[path[2]]).get("groupName")
+        name = as_mapping(as_list(as_mapping(obj.get("spec")).get("workerGroupSpecs"))[path[2]]).get("groupName")
         return f"{base} worker group {name if isinstance(name, str) and name else path[2]}"
     if len(path) >= 4 and path[:2] == ("spec", "pytorchReplicaSpecs"):
         return f"{base} {path[2]}"
@@ -401,15 +403,3 @@ def _describe(needs: Sequence[tuple[str, int]]) -> str:
         return "no resource requests"
     ordered = sorted(needs, key=lambda need: (need[0] != "cpu", need[0] != "memory", need[0]))
     return ", ".join(f"{name} {format_amount(name, amount)}" for name, amount in ordered)
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcad.api.raw import as_mapping
 from mcad.api.resources import ResourceVector, format_amount, to_canonical
 
 GROUP = "quota.codeflare.dev"
@@ -67,15 +68,11 @@ class SubtreeView:
     api_version: str = API_VERSION
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def subtree_view(raw: Mapping[str, Any]) -> SubtreeView:
-    meta, spec = _map(raw.get("metadata")), _map(raw.get("spec"))
+    meta, spec = as_mapping(raw.get("metadata")), as_mapping(raw.get("spec"))
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     key = f"{namespace}/{name}"
-    tree = str(_map(meta.get("labels")).get(TREE_LABEL) or "")
+    tree = str(as_mapping(meta.get("labels")).get(TREE_LABEL) or "")
     parent = spec.get("parent") if isinstance(spec.get("parent"), str) and spec.get("parent") else None
     errors: list[str] = []
     if not tree:
@@ -83,14 +80,14 @@ def subtree_view(raw: Mapping[str, Any]) -> SubtreeView:
     nodes = []
     children = spec.get("children")
     for child in children if isinstance(children, list) else []:
-        child = _map(child)
+        child = as_mapping(child)
         child_name = child.get("name")
         if not isinstance(child_name, str) or not child_name:
             errors.append(f"QuotaSubtree {key}: a child has no name")
             continue
-        quotas = _map(child.get("quotas"))
+        quotas = as_mapping(child.get("quotas"))
         limits: dict[str, int] = {}
-        for resource, quantity in _map(quotas.get("requests")).items():
+        for resource, quantity in as_mapping(quotas.get("requests")).items():
             try:
                 limits[str(resource)] = to_canonical(str(resource), quantity)
             except ValueError as err:
@@ -99,7 +96,7 @@ def subtree_view(raw: Mapping[str, Any]) -> SubtreeView:
                                hard=quotas.get("hardLimit") is True, disabled=quotas.get("disabled") is True,
                                defined_by=key))
     return SubtreeView(key=key, namespace=namespace, name=name, tree=tree, parent=parent, nodes=tuple(nodes),
-                       errors=tuple(errors), status=_map(raw.get("status")),
+                       errors=tuple(errors), status=as_mapping(raw.get("status")),
                        api_version=str(raw.get("apiVersion") or API_VERSION))
 
 

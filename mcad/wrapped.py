@@ -24,6 +24,7 @@ from typing import Any, Final
 import structlog
 
 from mcad.api.appwrapper import APPWRAPPER_LABEL
+from mcad.api.raw import as_mapping
 from mcad.informer import Informer
 
 log = structlog.get_logger("mcad.wrapped")
@@ -54,18 +55,14 @@ class WrappedView:
         return next((c for c in self.conditions if c[0].lower() == wanted), None)
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def wrapped_view(raw: Mapping[str, Any]) -> WrappedView:
-    meta = _map(raw.get("metadata"))
+    meta = as_mapping(raw.get("metadata"))
     namespace = str(meta.get("namespace") or "")
-    owner = _map(meta.get("labels")).get(APPWRAPPER_LABEL)
+    owner = as_mapping(meta.get("labels")).get(APPWRAPPER_LABEL)
     refs = meta.get("ownerReferences")
     owner_uid = next((str(r.get("uid") or "") for r in refs if isinstance(r, Mapping) and r.get("controller")),
                      "") if isinstance(refs, list) else ""
-    raw_conditions = _map(raw.get("status")).get("conditions")
+    raw_conditions = as_mapping(raw.get("status")).get("conditions")
     conditions = tuple(
         (str(c.get("type") or ""), str(c.get("status") or ""), str(c.get("reason") or ""), str(c.get("message") or ""))
         for c in (raw_conditions if isinstance(raw_conditions, list) else []) if isinstance(c, Mapping))

@@ -29,6 +29,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from mcad.api.appwrapper import APPWRAPPER_LABEL
+from mcad.api.raw import as_list, as_mapping, as_str
 from mcad.api.resources import ResourceVector, to_canonical
 from mcad.api.workloads import pod_requests
 
@@ -80,25 +81,25 @@ class PodView:
 
 
 def node_view(raw: Mapping[str, Any]) -> NodeView:
-    meta = _map(raw.get("metadata"))
-    spec = _map(raw.get("spec"))
-    status = _map(raw.get("status"))
+    meta = as_mapping(raw.get("metadata"))
+    spec = as_mapping(raw.get("spec"))
+    status = as_mapping(raw.get("status"))
     ready = any(
         isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-        for c in _list(status.get("conditions"))
+        for c in as_list(status.get("conditions"))
     )
     taints = tuple(
-        Taint(_str(t.get("key")), _str(t.get("value")), _str(t.get("effect")))
-        for t in _list(spec.get("taints"))
-        if isinstance(t, Mapping) and _str(t.get("effect")) in _BLOCKING_TAINT_EFFECTS
+        Taint(as_str(t.get("key")), as_str(t.get("value")), as_str(t.get("effect")))
+        for t in as_list(spec.get("taints"))
+        if isinstance(t, Mapping) and as_str(t.get("effect")) in _BLOCKING_TAINT_EFFECTS
     )
     unschedulable = spec.get("unschedulable") is True
-    labels = {k: v for k, v in _map(meta.get("labels")).items() if isinstance(k, str) and isinstance(v, str)}
+    labels = {k: v for k, v in as_mapping(meta.get("labels")).items() if isinstance(k, str) and isinstance(v, str)}
     return NodeView(
-        name=_str(meta.get("name")),
-        allocatable=_lenient_vector(_map(status.get("allocatable"))),
+        name=as_str(meta.get("name")),
+        allocatable=_lenient_vector(as_mapping(status.get("allocatable"))),
         schedulable=ready and not unschedulable and not taints,
-        resource_version=_str(meta.get("resourceVersion")),
+        resource_version=as_str(meta.get("resourceVersion")),
         labels=MappingProxyType(labels),
         taints=taints,
         unschedulable=unschedulable,
@@ -107,22 +108,22 @@ def node_view(raw: Mapping[str, Any]) -> NodeView:
 
 
 def pod_view(raw: Mapping[str, Any]) -> PodView:
-    meta = _map(raw.get("metadata"))
-    spec = _map(raw.get("spec"))
-    status = _map(raw.get("status"))
-    namespace = _str(meta.get("namespace"))
-    owner = _map(meta.get("labels")).get(APPWRAPPER_LABEL)
-    phase = _str(status.get("phase"))
+    meta = as_mapping(raw.get("metadata"))
+    spec = as_mapping(raw.get("spec"))
+    status = as_mapping(raw.get("status"))
+    namespace = as_str(meta.get("namespace"))
+    owner = as_mapping(meta.get("labels")).get(APPWRAPPER_LABEL)
+    phase = as_str(status.get("phase"))
     return PodView(
-        uid=_str(meta.get("uid")),
+        uid=as_str(meta.get("uid")),
         namespace=namespace,
-        name=_str(meta.get("name")),
-        node_name=_str(spec.get("nodeName")),
+        name=as_str(meta.get("name")),
+        node_name=as_str(spec.get("nodeName")),
         phase=phase,
         requests=pod_requests(spec, strict=False),
         appwrapper=f"{namespace}/{owner}" if isinstance(owner, str) and owner else None,
         terminal=phase in _TERMINAL_PHASES,
-        resource_version=_str(meta.get("resourceVersion")),
+        resource_version=as_str(meta.get("resourceVersion")),
         deleting=meta.get("deletionTimestamp") is not None,
     )
 
@@ -139,15 +140,3 @@ def _lenient_vector(quantities: Mapping[Any, Any]) -> ResourceVector:
         if amount > 0:
             out[name] = amount
     return ResourceVector(out)
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""

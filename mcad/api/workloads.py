@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from mcad.api.raw import as_list, as_mapping
 from mcad.api.resources import ZERO, ResourceVector, to_canonical
 
 Path = tuple[str | int, ...]
@@ -88,11 +89,11 @@ def pod_requests(pod_spec: Any, *, strict: bool = True) -> ResourceVector:
     if not isinstance(pod_spec, Mapping):
         return ZERO
     total: dict[str, int] = {}
-    for i, container in enumerate(_list(pod_spec.get("containers"))):
+    for i, container in enumerate(as_list(pod_spec.get("containers"))):
         _add_into(total, _container_requests(container, f"containers[{i}]", strict))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for i, container in enumerate(_list(pod_spec.get("initContainers"))):
+    for i, container in enumerate(as_list(pod_spec.get("initContainers"))):
         requests = _container_requests(container, f"initContainers[{i}]", strict)
         if isinstance(container, Mapping) and container.get("restartPolicy") == _SIDECAR_RESTART_POLICY:
             # A sidecar keeps running next to the regular containers and every later init container.
@@ -178,13 +179,13 @@ def _pod(obj: Mapping[str, Any]) -> list[PodSet]:
 
 
 def _replicated(obj: Mapping[str, Any]) -> list[PodSet]:
-    spec = _map(obj.get("spec"))
+    spec = as_mapping(obj.get("spec"))
     replicas = _count(spec, "replicas", "spec", default=1)
     return _template_at(spec, ("spec",), replicas)
 
 
 def _job(obj: Mapping[str, Any]) -> list[PodSet]:
-    spec = _map(obj.get("spec"))
+    spec = as_mapping(obj.get("spec"))
     pods = _count(spec, "parallelism", "spec", default=1)
     completions = _optional_count(spec, "completions", "spec")
     if completions is not None:
@@ -193,9 +194,9 @@ def _job(obj: Mapping[str, Any]) -> list[PodSet]:
 
 
 def _ray_cluster(obj: Mapping[str, Any]) -> list[PodSet]:
-    spec = _map(obj.get("spec"))
-    out = _template_at(_map(spec.get("headGroupSpec")), ("spec", "headGroupSpec"), 1)
-    for i, group in enumerate(_list(spec.get("workerGroupSpecs"))):
+    spec = as_mapping(obj.get("spec"))
+    out = _template_at(as_mapping(spec.get("headGroupSpec")), ("spec", "headGroupSpec"), 1)
+    for i, group in enumerate(as_list(spec.get("workerGroupSpecs"))):
         if not isinstance(group, Mapping):
             continue
         where = f"spec.workerGroupSpecs[{i}]"
@@ -215,9 +216,9 @@ def _ray_cluster(obj: Mapping[str, Any]) -> list[PodSet]:
 
 
 def _pytorch_job(obj: Mapping[str, Any]) -> list[PodSet]:
-    spec = _map(obj.get("spec"))
+    spec = as_mapping(obj.get("spec"))
     out: list[PodSet] = []
-    for role, replica_spec in _map(spec.get("pytorchReplicaSpecs")).items():
+    for role, replica_spec in as_mapping(spec.get("pytorchReplicaSpecs")).items():
         if not isinstance(role, str) or not isinstance(replica_spec, Mapping):
             continue
         replicas = _count(replica_spec, "replicas", f"spec.pytorchReplicaSpecs.{role}", default=1)
@@ -256,14 +257,6 @@ def _optional_count(parent: Mapping[str, Any], key: str, where: str) -> int | No
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise WorkloadError(join_path(where, key), f"must be a non-negative integer, got {value!r}")
     return value
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 # -- AppWrapper demand ----------------------------------------------------------------------------------------------
@@ -329,9 +322,9 @@ def _quantity_map(entry: Mapping[str, Any], key: str, where: str) -> dict[str, i
 
 def appwrapper_demand(spec: Mapping[str, Any]) -> ResourceVector:
     """Σ ``item_demand`` over ``spec.resources.GenericItems``; ``WorkloadError`` fields start at ``spec.``."""
-    resources = _map(spec.get("resources")) if isinstance(spec, Mapping) else {}
+    resources = as_mapping(spec.get("resources")) if isinstance(spec, Mapping) else {}
     total = ZERO
-    for i, item in enumerate(_list(resources.get("GenericItems"))):
+    for i, item in enumerate(as_list(resources.get("GenericItems"))):
         where = f"spec.resources.GenericItems[{i}]"
         if not isinstance(item, Mapping):
             raise WorkloadError(where, f"must be an object, got {type(item).__name__}")
