@@ -1074,7 +1074,8 @@ class Dispatcher:
         if self.quota is None:
             return False
         charges = self._charges(aw)
-        if not charges:
+        # Cheap first: most blocked AppWrappers have nobody to reclaim from (no copy of the ledger per cycle).
+        if not charges or not self.quota.borrowers(charges):
             return False
         taken = {v for victims in self._preempting.values() for v in victims}
         exclude = taken | set(self._inflight) | {k for k in self.quota.charged_keys() if k not in self._dispatched}

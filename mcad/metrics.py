@@ -16,8 +16,7 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -60,7 +59,6 @@ class Sources:
     events: Callable[[], EventCounters] | None = None
     # (tree, node, resource, limit, used, borrowed) rows of the quota trees
     quota: Callable[[], Iterable[tuple[str, str, str, float, float, float]]] | None = None
-    extra: list[Callable[[], Iterable[Metric]]] = field(default_factory=list)
 
 
 class _StateCollector(Collector):
@@ -114,8 +112,6 @@ class _StateCollector(Collector):
             yield from _events(s.events())
         if s.quota is not None:
             yield from _quota(s.quota())
-        for extra in s.extra:
-            yield from extra()
 
 
 def _quota(rows: Iterable[tuple[str, str, str, float, float, float]]) -> Iterator[Metric]:
@@ -205,9 +201,3 @@ class Metrics:
     def value(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
         """One sample's value (tests and the debug CLI): ``name`` as exposed, e.g. ``mcad_dispatch_decisions_total``."""
         return self.registry.get_sample_value(name, dict(labels or {}))
-
-
-def informer_sources(informers: Iterable[Any]) -> Callable[[], dict[str, tuple[int, bool]]]:
-    """A ``Sources.informers`` over informers (``name``, ``relists``, ``has_synced()``); reads plain attributes."""
-    listed = list(informers)
-    return lambda: {i.name: (int(i.relists), bool(i.has_synced())) for i in listed}
