@@ -28,6 +28,24 @@ def wait_until(check: Callable[[], T | None], timeout: float = 30.0, what: str =
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last value: {last!r})")
 
 
+# Nothing listens on port 9 (discard) of loopback: a connection there is refused at once, no cluster needed.
+UNREACHABLE_SERVER = "https://127.0.0.1:9"
+
+
+def unreachable_kubeconfig(directory: Path) -> Path:
+    """A kubeconfig whose API server refuses every connection at once."""
+    path = directory / "kubeconfig"
+    path.write_text(f"""
+apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{UNREACHABLE_SERVER}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    return path
+
+
 def load_hack_module(name: str) -> ModuleType:
     """Import hack/<name>.py (hack/ is scripts, not a package)."""
     if name in sys.modules:

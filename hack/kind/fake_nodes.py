@@ -12,28 +12,17 @@ the same capacity the suite sees on the local control plane. The node builder is
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 
-HACK = Path(__file__).resolve().parent.parent
-
-
-def _load_localcluster() -> ModuleType:
-    if "localcluster" in sys.modules:
-        return sys.modules["localcluster"]
-    spec = importlib.util.spec_from_file_location("localcluster", HACK / "localcluster.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["localcluster"] = module
-    spec.loader.exec_module(module)
-    return module
+# Run as a script: hack/ is not on the path, hack/kind/ is. localcluster is standard library only.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import localcluster  # after the path it is found on
 
 
 def main(argv: list[str] | None = None) -> int:
-    lc = _load_localcluster()
+    lc = localcluster
     parser = argparse.ArgumentParser(
         prog="hack/kind/fake_nodes.py",
         description="Print the fake Nodes hack/localcluster.py up creates, as a v1 List, for kubectl apply -f -.")

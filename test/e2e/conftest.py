@@ -14,7 +14,8 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +229,30 @@ class AppWrappers:
 @pytest.fixture
 def aws(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, aw_namespace: str, kubeconfig: str) -> AppWrappers:
     return AppWrappers(custom, core, aw_namespace, kube.connect(kubeconfig))
+
+
+# Pins pods to a node made by fake_node (each node gets its own value).
+NODE_LABEL = "mcad.test/node"
+
+
+@contextlib.contextmanager
+def fake_node(core: k8s.CoreV1Api, **resources: str) -> Iterator[dict[str, str]]:
+    """A fake (kwok) node with exactly ``resources``; yields the nodeSelector that pins pods to it."""
+    tag = uuid.uuid4().hex[:6]
+    name = f"mcad-test-node-{tag}"
+    capacity = {"pods": "110", **{("nvidia.com/gpu" if k == "gpu" else k): v for k, v in resources.items()}}
+    core.create_node({"metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                                   "labels": {"mcad.test/owned": "true", NODE_LABEL: tag}},
+                      "status": {"capacity": capacity, "allocatable": capacity}})
+    try:
+        wait_until(lambda: any(c.type == "Ready" and c.status == "True"
+                               for c in core.read_node(name).status.conditions or []), 60, f"node {name} Ready")
+        yield {NODE_LABEL: tag}
+    finally:
+        core.delete_node(name)
+
+
+def pinned(item: dict[str, Any], selector: Mapping[str, str]) -> dict[str, Any]:
+    """A GenericItem whose pods can only run on the node ``selector`` selects."""
+    item["generictemplate"]["spec"]["template"]["spec"]["nodeSelector"] = dict(selector)
+    return item

@@ -23,13 +23,10 @@ from typing import Any
 import kubernetes.client as k8s
 
 from mcad import kube
-from test.e2e.conftest import LOGS, Controller, deployment_item
+from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, deployment_item, pinned
 from test.support import wait_until
 
 GROUP, VERSION, PLURAL = "quota.codeflare.dev", "v1alpha1", "quotasubtrees"
-NODE_LABEL = "mcad.test/quota"
-
-
 def controller_log(module: str, kubeconfig: str) -> Path:
     """The module controller's log, named after the cluster too: .dev/e2e-logs is shared by everyone working in
     this tree, and two runs of one module against two clusters must not write (and read the port from) one file."""
@@ -94,29 +91,6 @@ class QuotaTrees:
             with contextlib.suppress(k8s.exceptions.ApiException):
                 self.delete(name)
         wait_until(lambda: not self.names(), 30, f"the QuotaSubtrees of {self.namespace} to go")
-
-
-@contextlib.contextmanager
-def fake_node(core: k8s.CoreV1Api, **resources: str) -> Iterator[dict[str, str]]:
-    """A fake (kwok) node with exactly ``resources``; yields the nodeSelector that pins pods to it."""
-    tag = suffix()
-    name = f"mcad-test-quota-{tag}"
-    capacity = {"pods": "110", **{("nvidia.com/gpu" if k == "gpu" else k): v for k, v in resources.items()}}
-    core.create_node({"metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                                   "labels": {"mcad.test/owned": "true", NODE_LABEL: tag}},
-                      "status": {"capacity": capacity, "allocatable": capacity}})
-    try:
-        wait_until(lambda: any(c.type == "Ready" and c.status == "True"
-                               for c in core.read_node(name).status.conditions or []), 60, f"node {name} Ready")
-        yield {NODE_LABEL: tag}
-    finally:
-        core.delete_node(name)
-
-
-def pinned(item: dict[str, Any], selector: Mapping[str, str]) -> dict[str, Any]:
-    """A GenericItem whose pods can only run on the node ``selector`` selects."""
-    item["generictemplate"]["spec"]["template"]["spec"]["nodeSelector"] = dict(selector)
-    return item
 
 
 def labelled(body: dict[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
@@ -208,3 +182,20 @@ def upstream_trees(trees: QuotaTrees, *, gpu: bool = False) -> tuple[str, str]:
                 node("default", hard=False, cpu="0m", memory="0Mi", **gpus(0)),
                 parent="service-root"))
     return context, service
+
+
+@contextlib.contextmanager
+def trees_in(custom: k8s.CustomObjectsApi, aws: AppWrappers) -> Iterator[QuotaTrees]:
+    """QuotaTrees in the test's namespace; afterwards its AppWrappers go before their trees (a queued one must
+    not be dispatched in between, when its tree is gone)."""
+    found = QuotaTrees(custom, aws.connection, aws.namespace)
+    yield found
+    custom.delete_collection_namespaced_custom_object("workload.codeflare.dev", "v1beta1", aws.namespace,
+                                                      "appwrappers")
+    found.delete_all()
+
+
+def aw(name: str, labels: Mapping[str, str], where: Mapping[str, str], cpu: str, *, replicas: int = 1,
+       memory: str = "64Mi", priority: int | None = None) -> dict[str, Any]:
+    """An AppWrapper of ``replicas`` pods pinned to the ``where`` node, charged where ``labels`` say."""
+    return labelled(appwrapper(name, pods(name, where, cpu, replicas, memory), priority=priority), labels)

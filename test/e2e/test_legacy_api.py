@@ -3,6 +3,7 @@ the same behaviour as ``workload.codeflare.dev``, with status and owner referenc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,8 +104,8 @@ def test_a_name_taken_in_the_current_group_is_not_dispatched_twice(controller: C
     aws.create(appwrapper("twin", deployment_item("twin-new", 1, "100m")))
     aws.wait_state("twin", "Running")
     olds.create(appwrapper("twin", deployment_item("twin-old", 1, "100m")))
-    wait_until(lambda: f"{aws.namespace}/twin" in controller.log.read_text().split("ignoring it", 1)[-1][:200],
-               30, "the controller to notice the legacy twin")
+    noticed = re.compile(rf"ignoring it\s+appwrapper={re.escape(aws.namespace)}/twin\b")
+    wait_until(lambda: noticed.search(controller.log.read_text()), 30, "the controller to notice the legacy twin")
     aws.create(appwrapper("after", deployment_item("after", 1, "100m")))
     aws.wait_state("after", "Running")  # a later cycle has run
     assert not aws.exists("apps/v1", "Deployment", "twin-old")

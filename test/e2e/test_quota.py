@@ -24,10 +24,12 @@ from test.e2e.conftest import (
     appwrapper,
     blocked_on,
     condition,
+    fake_node,
     job_item,
+    pinned,
     running_controller,
 )
-from test.e2e.quota import QuotaTrees, labelled, node, pinned, pods, subtree
+from test.e2e.quota import QuotaTrees, aw, labelled, node, subtree
 from test.support import wait_until
 
 RECLAIMED = "PreemptedByQuotaReclaim"
@@ -42,23 +44,14 @@ def controller(kubeconfig: str, controller_kubeconfig: str, crd: None, quota_crd
 
 @pytest.fixture(scope="module")
 def on_node(core: k8s.CoreV1Api) -> Iterator[dict[str, str]]:
-    with quota.fake_node(core, cpu="4", memory="16Gi", gpu="16") as selector:
+    with fake_node(core, cpu="4", memory="16Gi", gpu="16") as selector:
         yield selector
 
 
 @pytest.fixture
 def trees(custom: k8s.CustomObjectsApi, aws: AppWrappers, quota_crd: None) -> Iterator[QuotaTrees]:
-    found = QuotaTrees(custom, aws.connection, aws.namespace)
-    yield found
-    # AppWrappers go before their trees: a queued one must not be dispatched in between, when its tree is gone.
-    custom.delete_collection_namespaced_custom_object("workload.codeflare.dev", "v1beta1", aws.namespace,
-                                                      "appwrappers")
-    found.delete_all()
-
-
-def aw(name: str, labels: dict[str, str], where: dict[str, str], cpu: str, *, replicas: int = 1,
-       memory: str = "64Mi", priority: int | None = None) -> dict[str, Any]:
-    return labelled(appwrapper(name, pods(name, where, cpu, replicas, memory), priority=priority), labels)
+    with quota.trees_in(custom, aws) as found:
+        yield found
 
 
 def job(name: str, labels: dict[str, str], where: dict[str, str], cpu: str, duration: str) -> dict[str, Any]:

@@ -13,8 +13,8 @@ import kubernetes.client as k8s
 import pytest
 
 from test.e2e import quota
-from test.e2e.conftest import AppWrappers, Controller, appwrapper, condition, running_controller
-from test.e2e.quota import QuotaTrees, labelled, node, pods, subtree
+from test.e2e.conftest import AppWrappers, Controller, condition, fake_node, running_controller
+from test.e2e.quota import QuotaTrees, node, subtree
 from test.support import wait_until
 
 CONTROLLER_ARGS = ("--preemption",)
@@ -29,22 +29,19 @@ def controller(kubeconfig: str, controller_kubeconfig: str, crd: None, quota_crd
 
 @pytest.fixture(scope="module")
 def on_node(core: k8s.CoreV1Api) -> Iterator[dict[str, str]]:
-    with quota.fake_node(core, cpu="4", memory="16Gi") as selector:
+    with fake_node(core, cpu="4", memory="16Gi") as selector:
         yield selector
 
 
 @pytest.fixture
 def trees(custom: k8s.CustomObjectsApi, aws: AppWrappers, quota_crd: None) -> Iterator[QuotaTrees]:
-    found = QuotaTrees(custom, aws.connection, aws.namespace)
-    yield found
-    custom.delete_collection_namespaced_custom_object("workload.codeflare.dev", "v1beta1", aws.namespace,
-                                                      "appwrappers")
-    found.delete_all()
+    with quota.trees_in(custom, aws) as found:
+        yield found
 
 
 def aw(name: str, labels: dict[str, str], where: dict[str, str], cpu: str, *,
        priority: int | None = None) -> dict[str, Any]:
-    return labelled(appwrapper(name, pods(name, where, cpu, memory="95Mi"), priority=priority), labels)
+    return quota.aw(name, labels, where, cpu, memory="95Mi", priority=priority)
 
 
 def preemptions_logged(controller: Controller) -> int:

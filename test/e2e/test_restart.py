@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import signal
-import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import kubernetes.client as k8s
 import pytest
@@ -17,6 +15,8 @@ from test.e2e.conftest import (
     appwrapper,
     blocked_on,
     deployment_item,
+    fake_node,
+    pinned,
     running_controller,
 )
 from test.support import wait_until
@@ -30,23 +30,9 @@ def controller(controller_kubeconfig: str, crd: None) -> Iterator[Controller]:
 
 @pytest.fixture
 def three_cpu_node(core: k8s.CoreV1Api) -> Iterator[dict[str, str]]:
-    """A fake node of exactly 3 cpu; pods selecting its label fit nowhere else, whatever else the cluster has."""
-    suffix = uuid.uuid4().hex[:6]
-    name, labels = f"mcad-test-restart-{suffix}", {"mcad.test/owned": "true", "mcad.test/restart": suffix}
-    resources = {"cpu": "3", "memory": "8Gi", "pods": "110"}
-    core.create_node({"metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"}, "labels": labels},
-                      "status": {"capacity": resources, "allocatable": resources}})
-    try:
-        wait_until(lambda: any(c.type == "Ready" and c.status == "True"
-                               for c in core.read_node(name).status.conditions or []), 60, f"node {name} Ready")
-        yield {"mcad.test/restart": suffix}
-    finally:
-        core.delete_node(name)
-
-
-def on_node(item: dict[str, Any], selector: dict[str, str]) -> dict[str, Any]:
-    item["generictemplate"]["spec"]["template"]["spec"]["nodeSelector"] = selector
-    return item
+    """A fake node of exactly 3 cpu; pods pinned to it fit nowhere else, whatever else the cluster has."""
+    with fake_node(core, cpu="3", memory="8Gi") as selector:
+        yield selector
 
 
 def test_kill_and_restart_mid_flow(controller: Controller, three_cpu_node: dict[str, str], aws: AppWrappers) -> None:
@@ -54,7 +40,7 @@ def test_kill_and_restart_mid_flow(controller: Controller, three_cpu_node: dict[
     # Six one-cpu gangs for a three-cpu node: three run, three wait, on any cluster.
     names = [f"r-{i}" for i in range(6)]
     for name in names:
-        aws.create(appwrapper(name, on_node(deployment_item(name, 1, "1"), three_cpu_node)))
+        aws.create(appwrapper(name, pinned(deployment_item(name, 1, "1"), three_cpu_node)))
     first = names[:3]
     for name in first:
         aws.wait_state(name, "Running")

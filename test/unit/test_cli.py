@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from mcad import __version__
 from mcad.cli import controller, mcadctl
+from test.support import unreachable_kubeconfig
 
 
 def test_mcadctl_client_version_needs_no_cluster() -> None:
@@ -25,16 +26,7 @@ def test_mcadctl_version_names_the_missing_kubeconfig(tmp_path: Path) -> None:
 
 
 def test_mcadctl_version_reports_an_unreachable_server(tmp_path: Path) -> None:
-    config = tmp_path / "kubeconfig"
-    # Port 9 (discard) on loopback: nothing listens, so the connection is refused at once.
-    config.write_text("""
-apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-""")
+    config = unreachable_kubeconfig(tmp_path)
     result = CliRunner().invoke(mcadctl.main, ["--kubeconfig", str(config), "version"])
     assert result.exit_code == 1
     assert "cannot reach the API server https://127.0.0.1:9" in result.output

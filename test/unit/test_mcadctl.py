@@ -15,6 +15,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from mcad.cli import mcadctl, reach, render
+from test.support import unreachable_kubeconfig
 
 CONTROLLER = {"version": "0.4.0", "identity": "mcad-controller-5f7c9-x2x7q_1b2c", "leader": True, "fit": "nodes",
               "strictFifo": False, "preemption": False}
@@ -512,16 +513,7 @@ def test_offline_documents_say_they_were_computed_here() -> None:
 
 
 def test_unreachable_api_server_is_named_with_its_kubeconfig(tmp_path: Any) -> None:
-    config = tmp_path / "kubeconfig"
-    # Nothing listens on port 9 of loopback: refused at once, no cluster needed.
-    config.write_text("""
-apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-""")
+    config = unreachable_kubeconfig(tmp_path)
     for command in (["queue"], ["ledger"], ["explain", "a/b"], ["quota"], ["--offline", "queue"],
                     ["--offline", "quota"]):
         result = mcadctl_("--kubeconfig", str(config), "--timeout", "5", *command)
