@@ -4,13 +4,14 @@ Contract: every subcommand prints its result on stdout and exits 0, or prints on
 stderr and exits 1; a bad argument or option is a usage error (exit 2). Cluster access follows kubectl:
 ``--kubeconfig``, else $KUBECONFIG, else in-cluster, else ~/.kube/config.
 
-``queue``, ``ledger``, ``explain`` and ``quota`` show the controller's own view, from its ``/debug/*`` endpoints (see
-``mcad.cli.reach`` for how it is found: ``--url``, else the leader's pod named by the Lease, else the Service, both
-through the API server's proxy). With ``--offline`` they compute the same documents here, from one list of
-AppWrappers, Nodes and Pods, with the controller's accounting code (``mcad.debug.offline``); that view lacks what
+``queue``, ``ledger``, ``explain``, ``quota`` and ``clusters`` show the controller's own view, from its ``/debug/*``
+endpoints (see ``mcad.cli.reach`` for how it is found: ``--url``, else the leader's pod named by the Lease, else the
+Service, both through the API server's proxy). With ``--offline`` they compute the same documents here, from one list
+of AppWrappers, Nodes and Pods, with the controller's accounting code (``mcad.debug.offline``); that view lacks what
 only the running controller knows (requeuing timers, plans not yet bound), and the controller may run another
 policy than the ``--fit``/``--strict-fifo``/``--preemption`` given here. Tables by default; ``-o json``/``-o yaml``
-print the document as the endpoint returns it.
+print the document as the endpoint returns it. ``clusters`` (a hub's worker clusters) has no ``--offline`` view:
+only the running controller holds the connections to the workers, so asking for one is a usage error (exit 2).
 """
 
 from __future__ import annotations
@@ -161,6 +162,41 @@ def quota(opts: Options, trees: tuple[str, ...], output: str | None) -> None:
         click.echo(render.dump(doc, output))
         return
     _echo(render.quota_lines(doc, wide=output == "wide", width=_terminal_width()))
+
+
+@main.command()
+@click.option("-o", "--output", type=click.Choice(["table", "wide", "json", "yaml"]), default="table",
+              show_default=True,
+              help="table; wide: also labels, time in state, message; json or yaml: the whole document as the "
+                   "controller serves it.")
+@click.pass_obj
+def clusters(opts: Options, output: str) -> None:
+    """The worker clusters of a hub: their health, capacity, free room, and the AppWrappers placed in each.
+
+    Columns: NAME, STATE (Healthy; Unreachable: no answer, so its capacity is unknown and nothing new is placed
+    there; Unauthorized: the worker refuses mcad's credentials (401/403); Unknown: not probed yet; ",NotSynced"
+    when its caches are still loading), CAPACITY and FREE (cpu and memory first), APPWRAPPERS (how many are
+    placed there). -o wide adds LABELS (what clusterSelector matches), SINCE (how long in that state) and
+    MESSAGE. A controller started without --clusters-config runs in single-cluster mode and has no workers.
+    From the controller's /debug/clusters; there is no --offline view, because only the running controller holds
+    the connections to the workers.
+    """
+    if opts.offline:
+        raise click.UsageError("clusters has no --offline view: it needs the running controller, because only the "
+                               "controller holds the connections to the worker clusters (drop --offline)")
+    try:
+        doc = reach.fetch(opts.where, "clusters")
+    except reach.ControllerRefused as err:
+        if err.status == 404:
+            raise Failure(f"{err}; this controller does not serve /debug/clusters (a version from before hub "
+                          "mode?)") from err
+        raise Failure(str(err)) from err
+    except reach.DebugUnavailable as err:
+        raise Failure(str(err)) from err
+    if output in ("json", "yaml"):
+        click.echo(render.dump(doc, output))
+        return
+    _echo(render.clusters_lines(doc, wide=output == "wide"))
 
 
 # What explain makes of "no such AppWrapper": offline, and from the controller's 404.

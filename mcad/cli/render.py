@@ -18,6 +18,11 @@ Contract:
   WHY; ``wide`` adds DEFINED-BY (the QuotaSubtree that defines the node), each AppWrapper's demand, and never cuts.
   A document saying ``"enabled": false`` prints that quota trees are off, and why that may be.
   ``only_trees(doc, names)``: the quota document with only those trees.
+- ``clusters_lines(doc, wide=)``: a one-line summary of the controller (mode, policy, unreachable timeout, how many
+  workers are usable), then a table NAME STATE CAPACITY FREE APPWRAPPERS (their count) in the document's (config)
+  order; STATE gains ",NotSynced" for a worker whose caches are still loading. ``wide`` adds LABELS, SINCE (the
+  age of the current state at ``generatedAt``) and MESSAGE. A document with ``"mode": "single"`` prints one line
+  saying the controller runs in single-cluster mode.
 - ``dump(doc, "json"|"yaml")``: the document unchanged, as text that parses back to an equal document.
 - ``only_namespace(doc, ns)``: the queue document with only that namespace's AppWrappers (positions kept: they are
   places in the whole queue).
@@ -292,6 +297,45 @@ def only_trees(doc: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
     kept = dict(doc)
     kept["trees"] = [tree for tree in doc.get("trees") or [] if tree.get("name") in names]
     return kept
+
+
+# -- clusters --------------------------------------------------------------------------------------------------------
+
+
+def clusters_lines(doc: Mapping[str, Any], *, wide: bool = False) -> list[str]:
+    if doc.get("mode") != "hub":
+        return [f"{controller_line(doc)}: single-cluster mode (started without --clusters-config): "
+                "no worker clusters; AppWrappers run in the cluster the controller watches"]
+    workers = [w for w in doc.get("clusters") or [] if isinstance(w, Mapping)]
+    usable = sum(1 for w in workers if w.get("usable"))
+    timeout = doc.get("unreachableTimeoutSeconds")
+    requeue = f", requeue from an unreachable worker after {age(timeout)}" if isinstance(timeout, (int, float)) else ""
+    lines = [f"{controller_line(doc)}: hub mode, policy {_text(doc.get('policy'))}{requeue}; "
+             f"{usable} of {len(workers)} worker(s) usable", ""]
+    if not workers:
+        return [*lines, "No worker clusters."]
+    headers = ["NAME", "STATE", "CAPACITY", "FREE", "APPWRAPPERS"]
+    if wide:
+        headers += ["LABELS", "SINCE", "MESSAGE"]
+    now = _time(doc.get("generatedAt"))
+    rows = []
+    for worker in workers:
+        state = _text(worker.get("state"))
+        # Healthy but still listing: not usable for placement yet, and a person should see why.
+        if worker.get("synced") is False and worker.get("state") == "Healthy":
+            state += ",NotSynced"
+        placed = worker.get("appwrappers")
+        row = [_text(worker.get("name")), state, quantities(worker.get("capacity")), quantities(worker.get("free")),
+               str(len(placed)) if isinstance(placed, list) else "-"]
+        if wide:
+            labels = worker.get("labels")
+            since = _time(worker.get("since"))
+            row += [",".join(f"{k}={v}" for k, v in sorted(labels.items())) if isinstance(labels, Mapping) and labels
+                    else "-",
+                    age((now - since).total_seconds()) if now and since else "-",
+                    _text(worker.get("message"))]
+        rows.append(row)
+    return [*lines, *table(headers, rows)]
 
 
 # -- json / yaml -----------------------------------------------------------------------------------------------------

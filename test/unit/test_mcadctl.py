@@ -520,3 +520,118 @@ def test_unreachable_api_server_is_named_with_its_kubeconfig(tmp_path: Any) -> N
         assert result.exit_code == 1, (command, result.output)
         assert result.stderr.startswith(f"error: cannot reach the API server https://127.0.0.1:9 (from kubeconfig "
                                         f"{config})"), (command, result.stderr)
+
+
+# -- clusters (hub mode) ---------------------------------------------------------------------------------------------
+
+CLUSTERS: dict[str, Any] = {
+    "controller": CONTROLLER, "generatedAt": "2026-11-21T22:00:00Z", "mode": "hub", "policy": "best",
+    "unreachableTimeoutSeconds": 300,
+    "clusters": [
+        {"name": "east", "labels": {"region": "us-east", "gpu": "a100"}, "state": "Healthy", "message": "",
+         "since": "2026-11-21T21:59:00Z", "synced": True, "usable": True, "nodes": 2,
+         "capacity": {"memory": "16Gi", "cpu": "8"}, "free": {"cpu": "5", "memory": "12Gi"},
+         "appwrappers": ["default/job-a", "team/b"]},
+        {"name": "west", "labels": {}, "state": "Unreachable", "message": "GET /version: connection refused",
+         "since": "2026-11-21T19:00:00Z", "synced": True, "usable": False, "nodes": 3,
+         "capacity": None, "free": None, "appwrappers": ["team/c"]},
+        {"name": "north", "labels": {"region": "eu"}, "state": "Unauthorized",
+         "message": "401 Unauthorized: the token was rejected", "since": "2026-11-21T21:59:30Z", "synced": False,
+         "usable": False, "nodes": 0, "capacity": {}, "free": {}, "appwrappers": []},
+        {"name": "south", "labels": {}, "state": "Healthy", "message": "", "since": "2026-11-21T21:59:58Z",
+         "synced": False, "usable": False, "nodes": 1, "capacity": {"cpu": "4"}, "free": {"cpu": "4"},
+         "appwrappers": []},
+    ],
+}
+SINGLE: dict[str, Any] = {"controller": CONTROLLER, "generatedAt": "2026-11-21T22:00:00Z", "mode": "single",
+                          "policy": "best", "unreachableTimeoutSeconds": 300, "clusters": []}
+
+
+def test_clusters_table_lists_workers_in_config_order_with_state_room_and_count() -> None:
+    lines = render.clusters_lines(CLUSTERS)
+    assert lines[0] == ("controller mcad-controller-5f7c9-x2x7q_1b2c 0.4.0 (leader; fit=nodes, best-effort FIFO, "
+                        "preemption off): hub mode, policy best, requeue from an unreachable worker after 5m; "
+                        "1 of 4 worker(s) usable")
+    header, *rows = lines[2:]
+    assert header.split() == ["NAME", "STATE", "CAPACITY", "FREE", "APPWRAPPERS"]
+    assert [row.split() for row in rows] == [
+        ["east", "Healthy", "cpu=8,memory=16Gi", "cpu=5,memory=12Gi", "2"],
+        # Capacity unknown (not zero): printed as "-", the AppWrappers still placed there are still counted.
+        ["west", "Unreachable", "-", "-", "1"],
+        # Synced only matters for a worker that answers: Unauthorized says all there is to say.
+        ["north", "Unauthorized", "-", "-", "0"],
+        ["south", "Healthy,NotSynced", "cpu=4", "cpu=4", "0"],
+    ]
+    assert "LABELS" not in header and "connection refused" not in "\n".join(lines)
+
+
+def test_wide_clusters_add_labels_time_in_state_and_message() -> None:
+    header, *rows = render.clusters_lines(CLUSTERS, wide=True)[2:]
+    assert header.split() == ["NAME", "STATE", "CAPACITY", "FREE", "APPWRAPPERS", "LABELS", "SINCE", "MESSAGE"]
+    east, west, north, south = rows
+    assert east.split()[5:] == ["gpu=a100,region=us-east", "1m", "-"]
+    assert west.split()[5:7] == ["-", "3h"] and west.endswith("GET /version: connection refused")
+    assert north.endswith("401 Unauthorized: the token was rejected") and "region=eu" in north
+    assert south.split()[5:] == ["-", "2s", "-"]
+    # Columns line up: each MESSAGE starts under its header.
+    start = header.index("MESSAGE")
+    assert west[start:] == "GET /version: connection refused"
+
+
+def test_single_cluster_mode_is_one_line() -> None:
+    lines = render.clusters_lines(SINGLE)
+    assert len(lines) == 1
+    assert "single-cluster mode" in lines[0] and "--clusters-config" in lines[0]
+
+
+def test_clusters_missing_fields_print_as_dashes() -> None:
+    lines = render.clusters_lines({"mode": "hub", "clusters": [{"name": "bare"}, {}]}, wide=True)
+    assert lines[0].endswith("hub mode, policy -; 0 of 2 worker(s) usable")
+    assert [row.split() for row in lines[3:]] == [["bare", *["-"] * 7], ["-"] * 8]
+    assert render.clusters_lines({"mode": "hub", "clusters": []})[-1] == "No worker clusters."
+
+
+def test_clusters_command_prints_the_table_from_debug_clusters(controller: Controller) -> None:
+    controller.answers["clusters"] = CLUSTERS
+    result = mcadctl_("--url", "http://localhost:8080", "clusters")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == render.clusters_lines(CLUSTERS)
+    where, endpoint, query = controller.asked[0]
+    assert (where.url, endpoint, query) == ("http://localhost:8080", "clusters", [])
+    for explicit in ("table", "wide"):
+        shown = mcadctl_("clusters", "-o", explicit)
+        assert shown.exit_code == 0, shown.output
+        assert shown.stdout.splitlines() == render.clusters_lines(CLUSTERS, wide=explicit == "wide")
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_clusters_command_json_and_yaml_print_the_document(controller: Controller, output: str) -> None:
+    controller.answers["clusters"] = CLUSTERS
+    result = mcadctl_("clusters", "-o", output)
+    assert result.exit_code == 0, result.output
+    assert (json.loads if output == "json" else yaml.safe_load)(result.stdout) == CLUSTERS
+
+
+def test_clusters_command_in_single_cluster_mode_says_so_and_succeeds(controller: Controller) -> None:
+    controller.answers["clusters"] = SINGLE
+    result = mcadctl_("clusters")
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 1 and "single-cluster mode" in result.stdout
+
+
+def test_clusters_offline_is_a_usage_error_that_asks_nobody(controller: Controller) -> None:
+    result = mcadctl_("--offline", "clusters")
+    assert result.exit_code == 2
+    assert "needs the running controller" in result.stderr and "worker clusters" in result.stderr
+    assert controller.asked == []
+
+
+def test_clusters_from_a_controller_without_the_endpoint_says_so(controller: Controller) -> None:
+    controller.answers["clusters"] = reach.ControllerRefused(404, {"error": "not found"},
+                                                             "the controller answered 404: not found")
+    result = mcadctl_("clusters")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: the controller answered 404") and "before hub mode" in result.stderr
+    controller.answers["clusters"] = reach.DebugUnavailable("no Lease and no Service")
+    result = mcadctl_("clusters")
+    assert (result.exit_code, result.stderr) == (1, "error: no Lease and no Service\n")
