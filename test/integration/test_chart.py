@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from mcad import clusters
 from test import chart
 from test.support import REPO
 
@@ -194,3 +196,114 @@ def test_the_legacy_api_is_off_by_default_and_complete_when_on() -> None:
     managed = chart.render("legacyApi.enabled=true", "legacyApi.installCRD=false")
     assert "CustomResourceDefinition" not in {o["kind"] for o in managed}
     assert by_kind(managed, "ClusterRole")["rules"] == rules
+
+
+# -- hub mode --------------------------------------------------------------------------------------------------------
+
+HUB_CONFIG = {"workers": [{"name": "east", "labels": {"region": "us-east"}, "secret": {"name": "east-kubeconfig"}},
+                          {"name": "west", "secret": {"name": "west-kubeconfig", "key": "config",
+                                                      "namespace": chart.NAMESPACE}},
+                          # Two workers may share one Secret (different keys): it is granted once.
+                          {"name": "north", "secret": {"name": "east-kubeconfig", "key": "north"}}],
+              "unreachableTimeoutSeconds": 120, "policy": "first"}
+HUB_RULES = [{"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"], "verbs": ["patch", "update"]},
+             {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers/finalizers"], "verbs": ["update"]}]
+
+
+def hub_values(**hub: Any) -> dict[str, Any]:
+    return {"hub": {"enabled": True, "config": HUB_CONFIG, **hub}}
+
+
+def controller_pod(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return by_kind(objects, "Deployment")["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+
+def test_hub_off_renders_nothing_of_hub_mode() -> None:
+    objects = chart.render()
+    assert "ConfigMap" not in {o["kind"] for o in objects}
+    pod = controller_pod(objects)
+    assert "volumes" not in pod and "volumeMounts" not in pod["containers"][0]
+    assert not [a for a in pod["containers"][0]["args"] if a.startswith("--cluster")]
+    assert "annotations" not in by_kind(objects, "Deployment")["spec"]["template"]["metadata"]
+    rules = by_kind(objects, "ClusterRole")["rules"]
+    assert not [r for r in rules if "secrets" in r["resources"] and r.get("resourceNames")]
+    assert not [r for r in HUB_RULES if r in rules]
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role"] == ["mcad-controller-leader-election"]
+
+
+def test_hub_on_mounts_the_clusters_file_the_controller_can_load(tmp_path: Path) -> None:
+    objects = chart.render(values=hub_values(policy="spread", probePeriodSeconds=5), tmp=tmp_path)
+    config_map = next(o for o in objects if o["kind"] == "ConfigMap")
+    assert config_map["metadata"] == {**config_map["metadata"], "name": "mcad-hub", "namespace": chart.NAMESPACE}
+    text = config_map["data"]["clusters.yaml"]
+    assert yaml.safe_load(text) == HUB_CONFIG
+    # The controller's own loader accepts what the chart renders.
+    (tmp_path / "clusters.yaml").write_text(text)
+    loaded = clusters.load_config(tmp_path / "clusters.yaml")
+    assert [w.name for w in loaded.workers] == ["east", "west", "north"]
+    assert loaded.workers[1].secret == clusters.SecretRef("west-kubeconfig", chart.NAMESPACE, "config")
+    pod = controller_pod(objects)
+    container = pod["containers"][0]
+    assert container["args"][-3:] == ["--clusters-config=/etc/mcad/hub/clusters.yaml", "--cluster-policy=spread",
+                                      "--cluster-probe-period=5"]
+    assert container["volumeMounts"] == [{"name": "hub-config", "mountPath": "/etc/mcad/hub", "readOnly": True},
+                                         {"name": "tmp", "mountPath": "/tmp"}]
+    assert pod["volumes"] == [{"name": "hub-config", "configMap": {"name": "mcad-hub"}},
+                              {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}}]
+    # The root filesystem stays read-only: only the memory-backed /tmp is writable (for Secret kubeconfigs).
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_hub_policy_flag_only_when_set_and_config_changes_roll_the_pods(tmp_path: Path) -> None:
+    objects = chart.render(values=hub_values(), tmp=tmp_path)
+    args = controller_pod(objects)["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--cluster-policy")], "the file's policy applies"
+    assert "--cluster-probe-period=2" in args
+    annotations = by_kind(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    changed = {**HUB_CONFIG, "unreachableTimeoutSeconds": 60}
+    other = chart.render(values={"hub": {"enabled": True, "config": changed}, "podAnnotations": {"team": "ml"}},
+                         tmp=tmp_path)
+    other_annotations = by_kind(other, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert other_annotations["team"] == "ml"
+    assert other_annotations["checksum/hub-config"] != annotations["checksum/hub-config"]
+
+
+def test_hub_role_reads_exactly_the_workers_secrets(tmp_path: Path) -> None:
+    objects = chart.render(values=hub_values(), tmp=tmp_path)
+    role = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "mcad-hub-kubeconfigs")
+    assert role["metadata"]["namespace"] == chart.NAMESPACE
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"],
+                              "resourceNames": ["east-kubeconfig", "west-kubeconfig"], "verbs": ["get"]}]
+    binding = next(o for o in objects if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == "mcad-hub-kubeconfigs")
+    assert binding["metadata"]["namespace"] == chart.NAMESPACE
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "mcad", "namespace": chart.NAMESPACE}]
+    rules = by_kind(objects, "ClusterRole")["rules"]
+    assert rules[2:4] == HUB_RULES, "the finalizer needs patch/update of AppWrappers and update of finalizers"
+    # Nothing else widens: secrets are granted only through the Role, by name.
+    assert chart.render(values={"hub": {"enabled": False, "config": HUB_CONFIG}}, tmp=tmp_path) == chart.render()
+    assert not [o for o in chart.render(values={**hub_values(), "rbac": {"create": False}}, tmp=tmp_path)
+                if o["kind"] in ("Role", "RoleBinding", "ClusterRole")]
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({"workers": []}, r"hub\.enabled needs at least one worker in hub\.config\.workers"),
+    ({"workers": [{"name": "east", "kubeconfig": "/etc/east.kubeconfig"}]},
+     r"east needs secret\.name: .*a kubeconfig file is not mounted"),
+    ({"workers": [{"name": "east", "secret": {"name": "e", "namespace": "elsewhere"}}]},
+     r"east: secret\.namespace elsewhere is not the release namespace mcad-system"),
+])
+def test_hub_config_the_chart_cannot_serve_is_refused(tmp_path: Path, config: dict[str, Any], message: str) -> None:
+    with pytest.raises(RuntimeError, match=message):
+        chart.render(values={"hub": {"enabled": True, "config": config}}, tmp=tmp_path)
+
+
+def test_unknown_hub_policy_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"hub\.policy must be first, best, spread"):
+        chart.render(values=hub_values(policy="worst"), tmp=tmp_path)
+
+
+def test_helm_lint_passes_in_hub_mode(tmp_path: Path) -> None:
+    values = tmp_path / "hub.json"
+    values.write_text(json.dumps(hub_values()))
+    out = chart.helm("lint", str(chart.CHART), "--strict", "--namespace", chart.NAMESPACE, "--values", str(values))
+    assert "0 chart(s) failed" in out

@@ -32,3 +32,29 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{- define "mcad.hubName" -}}
+{{- printf "%s-hub" (include "mcad.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The names of the Secrets holding the workers' kubeconfigs, one per line, after checking hub.config: the controller
+reads them from the release namespace, and its Role names exactly these (an empty resourceNames would grant every
+Secret). A worker with a kubeconfig file is refused: the chart mounts no such file.
+*/}}
+{{- define "mcad.hubSecrets" -}}
+{{- $workers := .Values.hub.config.workers | default list -}}
+{{- if not $workers -}}
+{{- fail "hub.enabled needs at least one worker in hub.config.workers (each with secret.name: a Secret holding its kubeconfig)" -}}
+{{- end -}}
+{{- range $index, $worker := $workers -}}
+{{- $name := $worker.name | default (printf "workers[%d]" $index) -}}
+{{- if not ($worker.secret).name -}}
+{{- fail (printf "hub.config.workers: %s needs secret.name: with the chart, a worker's kubeconfig comes from a Secret in the release namespace (a kubeconfig file is not mounted)" $name) -}}
+{{- end -}}
+{{- if and $worker.secret.namespace (ne $worker.secret.namespace $.Release.Namespace) -}}
+{{- fail (printf "hub.config.workers: %s: secret.namespace %s is not the release namespace %s; the chart grants reading Secrets only there" $name $worker.secret.namespace $.Release.Namespace) -}}
+{{- end -}}
+{{ $worker.secret.name }}
+{{ end -}}
+{{- end -}}
