@@ -1,0 +1,125 @@
+"""config/rbac/worker.yaml, applied to a real API server, lets the hub do in a worker what hub mode does there and
+nothing more: read nodes and pods, create (never delete) namespaces, manage the wrapped kinds; no Secrets.
+
+The test acts as the worker identity the way README "Multi-cluster (hub mode)" says an operator mints it: the
+token of the Secret mcad-system/mcad-worker-token, in a kubeconfig beside the worker's server and CA.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mcad import kube
+from test.support import REPO, wait_until
+
+WORKER_RBAC = REPO / "config" / "rbac" / "worker.yaml"
+ACCOUNT = "system:serviceaccount:mcad-system:mcad-worker"
+WRAPPED = [("", "pods"), ("", "services"), ("", "configmaps"), ("apps", "deployments"), ("apps", "statefulsets"),
+           ("batch", "jobs"), ("ray.io", "rayclusters"), ("kubeflow.org", "pytorchjobs")]
+MANAGE = ["get", "list", "watch", "create", "patch", "update", "delete"]
+
+
+def kubectl(kubeconfig: str, *args: str) -> str:
+    binary = shutil.which("kubectl") or str(REPO / ".dev" / "bin" / "kubectl")
+    proc = subprocess.run([binary, "--kubeconfig", kubeconfig, *args], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture
+def applied(kubeconfig: str) -> Iterator[kube.Connection]:
+    """worker.yaml applied for real; afterwards everything it made is deleted except the namespace mcad-system,
+    which other tests of the same cluster may use."""
+    kubectl(kubeconfig, "apply", "-f", str(WORKER_RBAC))
+    try:
+        yield kube.connect(kubeconfig)
+    finally:
+        kubectl(kubeconfig, "delete", "--ignore-not-found", "clusterrolebinding/mcad-worker", "clusterrole/mcad-worker")
+        kubectl(kubeconfig, "delete", "--ignore-not-found", "-n", "mcad-system", "secret/mcad-worker-token",
+                "serviceaccount/mcad-worker")
+
+
+def allowed(admin: kube.Connection, verb: str, group: str, resource: str, namespace: str = "") -> bool:
+    review = kube.request_json(admin, "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body={
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": ACCOUNT, "groups": ["system:serviceaccounts", "system:serviceaccounts:mcad-system"],
+                 "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                        "namespace": namespace}}})
+    return bool(review["status"].get("allowed"))
+
+
+def test_worker_rbac_grants_what_hub_mode_does_in_a_worker(applied: kube.Connection) -> None:
+    admin = applied
+    for group, resource in WRAPPED:
+        # The wrapped kinds are granted whether or not their CRD (ray.io, kubeflow.org) is installed yet.
+        assert [verb for verb in MANAGE if not allowed(admin, verb, group, resource, "team-a")] == [], resource
+    assert all(allowed(admin, verb, "", "nodes") for verb in ("get", "list", "watch"))
+    assert allowed(admin, "list", "", "pods")  # every namespace: the ledger counts all pods
+    assert allowed(admin, "create", "", "namespaces") and allowed(admin, "get", "", "namespaces")
+    refused = [("delete", "", "namespaces"), ("get", "", "secrets"), ("list", "", "secrets"),
+               ("patch", "", "nodes"), ("list", "workload.codeflare.dev", "appwrappers"),
+               ("deletecollection", "", "pods"), ("create", "rbac.authorization.k8s.io", "clusterroles")]
+    assert [r for r in refused if allowed(admin, *r)] == []
+
+
+def token_kubeconfig(admin_kubeconfig: str, admin: kube.Connection, path: Path) -> Path:
+    """A kubeconfig carrying only the mcad-worker token, as README says to mint one."""
+    def filled_in() -> str | None:
+        secret = kube.request_json(admin, "GET", "/api/v1/namespaces/mcad-system/secrets/mcad-worker-token")
+        encoded = (secret.get("data") or {}).get("token")
+        return base64.b64decode(encoded).decode() if encoded else None
+
+    token = wait_until(filled_in, what="the token controller to fill in mcad-worker-token")
+    config = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
+    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])["cluster"]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "east",
+        "clusters": [{"name": "east", "cluster": cluster}],
+        "users": [{"name": "mcad-worker", "user": {"token": token}}],
+        "contexts": [{"name": "east", "context": {"cluster": "east", "user": "mcad-worker"}}]}))
+    path.chmod(0o600)
+    return path
+
+
+def test_the_minted_token_works_as_the_hub_uses_it(applied: kube.Connection, kubeconfig: str,
+                                                   tmp_path: Path) -> None:
+    admin = applied
+    worker = kube.connect(str(token_kubeconfig(kubeconfig, admin, tmp_path / "east.kubeconfig")))
+    assert kube.request_json(worker, "GET", "/api/v1/nodes")["items"]
+    namespace = f"hubcli-{uuid.uuid4().hex[:8]}"
+    try:
+        # What the hub does for an AppWrapper whose namespace the worker lacks: create it, then apply its objects.
+        kube.request_json(worker, "POST", "/api/v1/namespaces",
+                          body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        config_map: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                      "metadata": {"name": "wrapped", "namespace": namespace,
+                                                   "labels": {"workload.codeflare.dev/appwrapper": "job-a"}},
+                                      "data": {"k": "v"}}
+        path = f"/api/v1/namespaces/{namespace}/configmaps/wrapped"
+        kube.request_json(worker, "PATCH", path, query=[("fieldManager", "mcad")], body=config_map,
+                          content_type="application/apply-patch+yaml")
+        assert kube.request_json(worker, "GET", path)["data"] == {"k": "v"}
+        kube.request_json(worker, "DELETE", path)
+        with pytest.raises(kube.ApiError) as denied:
+            kube.request_json(worker, "GET", "/api/v1/namespaces/kube-system/secrets")
+        assert denied.value.status == 403
+        with pytest.raises(kube.ApiError) as denied:
+            kube.request_json(worker, "DELETE", f"/api/v1/namespaces/{namespace}")
+        assert denied.value.status == 403
+    finally:
+        try:
+            kube.request_json(admin, "DELETE", f"/api/v1/namespaces/{namespace}")
+        except kube.ApiError as err:
+            if err.status != 404:
+                raise
