@@ -347,7 +347,7 @@ class Controller:
         answer = self.answers[endpoint]
         if isinstance(answer, Exception):
             raise answer
-        return copy.deepcopy(answer)  # type: ignore[no-any-return]
+        return copy.deepcopy(answer)
 
 
 @pytest.fixture
