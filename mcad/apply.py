@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from mcad.api.appwrapper import (
     APPWRAPPER_LABEL,
+    APPWRAPPER_UID_LABEL,
     FIELD_MANAGER,
     KIND,
     LEGACY_APPWRAPPER_LABEL,
@@ -47,7 +48,7 @@ class ObjectWriter(Protocol):
     def apply(self, obj: Mapping[str, Any], *, field_manager: str, force: bool) -> Mapping[str, Any]: ...
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
-               uid: str = "") -> None:
+               uid: str = "", label: tuple[str, str] | None = None) -> None:
         """Background propagation; an object already gone is not an error. With ``uid``, only that object is
         deleted; with ``owner_uid``, only an object controlled by that owner."""
         ...
@@ -59,7 +60,7 @@ def describe_item(index: int, template: Mapping[str, Any] | None) -> str:
     return f"GenericItems[{index}] ({what})"
 
 
-def manifest(aw: AppWrapperView, index: int) -> dict[str, Any]:
+def manifest(aw: AppWrapperView, index: int, *, remote: bool = False) -> dict[str, Any]:
     item = aw.items[index]
     template = item.get("generictemplate")
     where = describe_item(index, template if isinstance(template, Mapping) else None)
@@ -80,12 +81,21 @@ def manifest(aw: AppWrapperView, index: int) -> dict[str, Any]:
                         f"{aw.namespace!r}; wrapped objects live in the AppWrapper's namespace")
     meta["namespace"] = aw.namespace
     labels = {APPWRAPPER_LABEL: aw.name, LEGACY_APPWRAPPER_LABEL: aw.name}
+    if remote:
+        # In a worker cluster the AppWrapper does not exist: no ownerReference can point at it (the garbage
+        # collector would delete the object at once); its uid in a label says whose the object is.
+        meta["labels"] = {**(meta.get("labels") or {}), **labels, APPWRAPPER_UID_LABEL: aw.uid}
+        return _label_pod_templates(obj, labels)
     meta["labels"] = {**(meta.get("labels") or {}), **labels}
     meta["ownerReferences"] = [
         *[ref for ref in meta.get("ownerReferences") or [] if not ref.get("controller")],
         {"apiVersion": aw.api_version, "kind": KIND, "name": aw.name, "uid": aw.uid, "controller": True,
          "blockOwnerDeletion": True},
     ]
+    return _label_pod_templates(obj, labels)
+
+
+def _label_pod_templates(obj: dict[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
     # Pods find their AppWrapper by label, so every pod template inside the object carries it too.
     for pod_set in pod_sets(obj):
         if not pod_set.path:
@@ -102,13 +112,13 @@ def _refusal(where: str, err: ApiError) -> str:
     return f"{where}: {err.reason or 'refused'} ({err.status}): {err.message}"
 
 
-def dispatch(writer: ObjectWriter, aw: AppWrapperView) -> tuple[str, ...]:
+def dispatch(writer: ObjectWriter, aw: AppWrapperView, *, remote: bool = False) -> tuple[str, ...]:
     """Apply every item of ``aw`` and return the uids of the objects, by item; on any failure undo the ones
-    applied and raise DispatchFailed."""
+    applied and raise DispatchFailed. ``remote``: into a worker cluster (see ``manifest``)."""
     manifests: list[dict[str, Any]] = []
     for index in range(len(aw.items)):
         try:
-            manifests.append(manifest(aw, index))
+            manifests.append(manifest(aw, index, remote=remote))
         except ItemError as err:
             raise DispatchFailed(str(err), transient=False) from err
     applied: list[dict[str, Any]] = []
@@ -164,3 +174,16 @@ def delete_wrapped(writer: ObjectWriter, aw: AppWrapperView, uids: tuple[str, ..
                           owner_uid="" if uid else aw.uid, uid=uid)
         except ApiError:
             continue  # the ownerReference still lets the garbage collector remove it
+
+
+def delete_remote(writer: ObjectWriter, aw: AppWrapperView) -> None:
+    """Delete what ``aw`` wrapped in a worker cluster: every item, if it carries ``aw``'s uid label. Raises the
+    first ``ApiError`` (except "gone"), since no garbage collector would finish the job: the caller retries."""
+    for index in range(len(aw.items)):
+        try:
+            obj = manifest(aw, index, remote=True)
+        except ItemError:
+            continue
+        meta = obj["metadata"]
+        writer.delete(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"],
+                      label=(APPWRAPPER_UID_LABEL, aw.uid))

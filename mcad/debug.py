@@ -14,8 +14,9 @@ Contract:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from mcad import kube, lifecycle
@@ -109,6 +110,38 @@ class Reports:
             namespace, _, name = key.partition("/")
             reservations.append({"namespace": namespace, "name": name, "reserved": quantities(outstanding)})
         return {**self._header(), "resources": resources, "nodes": nodes, "reservations": reservations}
+
+    # ------------------------------------------------------------------------------------------ clusters
+
+    def clusters(self) -> Document:
+        """Hub mode: every worker with its health, capacity and free room (as placement sees them: room held for
+        dispatched pods not bound yet is not free), and the AppWrappers placed there. Single mode: no workers."""
+        d = self.dispatcher
+        hub = d.hub
+        if hub is None:
+            return {**self._header(), "mode": "single", "clusters": []}
+        room = d.ledger.room_by_node()
+        planned = d.planned_by_node()
+        placed: dict[str, list[str]] = {}
+        for key, cluster in sorted(d.placed().items()):
+            placed.setdefault(cluster, []).append(key)
+        workers = []
+        for worker in hub.workers:
+            health = worker.health.status
+            capacity = free = ResourceVector()
+            nodes = [n for n in d.ledger.nodes() if n.name.startswith(f"{worker.name}/")]
+            for node in nodes:
+                if node.schedulable:
+                    capacity = capacity + node.allocatable
+                    free = free + room.get(node.name, ResourceVector()) - planned.get(node.name, ResourceVector())
+            since = d.clock.now() - timedelta(seconds=max(0.0, time.monotonic() - health.since))
+            workers.append({"name": worker.name, "labels": dict(worker.spec.labels), "state": health.state.value,
+                            "message": "" if worker.usable() else hub.describe(worker.name),
+                            "since": rfc3339(since), "synced": worker.synced, "usable": worker.usable(),
+                            "nodes": len(nodes), "capacity": quantities(capacity), "free": quantities(free.clamp()),
+                            "appwrappers": placed.get(worker.name, [])})
+        return {**self._header(), "mode": "hub", "policy": d.cluster_policy.value,
+                "unreachableTimeoutSeconds": hub.config.unreachable_timeout_seconds, "clusters": workers}
 
     # ------------------------------------------------------------------------------------------ quota
 

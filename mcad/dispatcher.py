@@ -44,10 +44,20 @@ from typing import Any, Protocol, TypeVar
 import structlog
 
 from mcad import apply, events, lifecycle, placement, quota, status
-from mcad.api.appwrapper import ACTIVE_STATES, FIELD_MANAGER, FINAL_STATES, KIND, AppWrapperView, State
+from mcad.api.appwrapper import (
+    ACTIVE_STATES,
+    FIELD_MANAGER,
+    FINAL_STATES,
+    KIND,
+    WORKER_CLEANUP_FINALIZER,
+    AppWrapperView,
+    State,
+)
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
+from mcad.clusters import HealthState, Policy
+from mcad.hub import Hub
 from mcad.informer import Informer, Store
 from mcad.kube import ApiError
 from mcad.ledger import Ledger
@@ -86,6 +96,11 @@ class Writer(apply.ObjectWriter, Protocol):
     def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],
                      *, field_manager: str) -> Mapping[str, Any]: ...
 
+    def patch_json(self, api_version: str, kind: str, namespace: str, name: str,
+                   operations: list[dict[str, Any]]) -> Mapping[str, Any]:
+        """Hub mode only (finalizers)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class _Dispatched:
@@ -96,6 +111,15 @@ class _Dispatched:
     uids: tuple[str, ...] = ()
     error: apply.DispatchFailed | None = None
     status_error: ApiError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Cleaned:
+    """Hub mode: outcome of deleting an AppWrapper's objects in one worker, or of removing its finalizer."""
+
+    cluster: str  # "" for the finalizer
+    uid: str
+    error: ApiError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +144,7 @@ class _Fit:
     about: frozenset[str] = frozenset()  # what blocks it (compared to decide whether to rewrite its status)
     why: Callable[[], str] = str  # the Backoff message, built only when it is written
     plan: tuple[tuple[str, ResourceVector, int], ...] = ()  # --fit=nodes: (node, pod requests, pods)
+    cluster: str = ""  # hub mode: the worker it goes to
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +165,13 @@ def _take(room: dict[str, ResourceVector], plan: Iterable[tuple[str, ResourceVec
     for node, requests, count in plan:
         if node in room:
             room[node] = room[node] - requests.scale(count)
+
+
+def _leftover_share(left: ResourceVector, capacity: ResourceVector, demand: ResourceVector) -> float:
+    """How much of a worker stays free after a placement, as the smallest share left of any resource the gang
+    asks for (the dominant one): best fit picks the smallest, spread the largest."""
+    shares = [left.get(name) / capacity.get(name) for name in demand if capacity.get(name) > 0]
+    return min(shares) if shares else 0.0
 
 
 def _placement_facts(node: NodeView) -> tuple[Any, ...]:
@@ -170,9 +202,12 @@ class Dispatcher:
                  clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 32,
                  wrapped: WrappedObjects | None = None, preemption: bool = False, fit: str = "nodes",
                  metrics: Metrics | None = None, recorder: events.EventSink | None = None,
-                 quota_subtrees: Store[quota.SubtreeView] | None = None) -> None:
+                 quota_subtrees: Store[quota.SubtreeView] | None = None, hub: Hub | None = None,
+                 cluster_policy: Policy | None = None) -> None:
         if fit not in FIT_MODES:
             raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
+        if hub is not None and fit != "nodes":
+            raise ValueError("hub mode places pods on a worker's nodes: fit must be 'nodes'")
         self.appwrappers = appwrappers
         self.nodes = nodes
         self.pods = pods
@@ -232,6 +267,18 @@ class Dispatcher:
         # Quota reclaim: reclaimer -> its charges (while its victims go, nobody else may borrow in those trees).
         self._reclaiming: dict[str, quota.Charges] = {}
         self.preemptions = 0
+        # Hub mode (None: single cluster). The workers usable for placement, as this thread last adopted them
+        # (see _sync_cluster); where each AppWrapper's objects were created; objects left in a worker that are
+        # not where their AppWrapper is placed (after a requeue, an unreachable worker, a restart), by worker.
+        self.hub = hub
+        self.cluster_policy = cluster_policy or (hub.config.policy if hub is not None else Policy.BEST)
+        self._usable: set[str] = set()
+        self._cluster_seen: dict[str, tuple[bool, str]] = {}
+        self._placed: dict[str, str] = {}
+        self._leftovers: dict[str, dict[str, AppWrapperView]] = {}
+        self._cleanups: set[tuple[str, str]] = set()  # (cluster or "" for the finalizer, key) under way
+        if hub is not None:
+            hub.subscribe(lambda name: self.queue.add(("cluster", name)), lambda key: self.queue.add(("aw", key)))
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(("aw", (new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(("node", (new or old).name)))  # type: ignore[union-attr]
         pods.add_handler(lambda _t, old, new: self.queue.add(("pod", (new or old).uid)))  # type: ignore[union-attr]
@@ -297,6 +344,8 @@ class Dispatcher:
             self._sync_quota()
         elif kind == "quota-status":
             self._write_quota_status()
+        elif kind == "cluster":
+            self._sync_cluster(name)
         elif kind == "counts":
             aw = self.appwrappers.get(name)
             if aw is not None and not self._is_queued(aw) and self._state(aw) not in FINAL_STATES:
@@ -328,6 +377,11 @@ class Dispatcher:
 
     def rebuild(self) -> None:
         """Ledger from the synced stores: nodes, pods, and the reservations of dispatched AppWrappers."""
+        if self.hub is not None:
+            # Before the pods: a pod counts for its AppWrapper only in the worker the AppWrapper is placed in.
+            for aw in self.appwrappers.list():
+                if aw.target_cluster:
+                    self._placed[aw.key] = aw.target_cluster
         for node in self.nodes.list():
             self.ledger.upsert_node(node)
         for pod in self.pods.list():
@@ -362,7 +416,8 @@ class Dispatcher:
                 bound[group.requests] = bound.get(group.requests, 0) - done
                 if group.count > done:
                     groups.append(dataclasses.replace(group, count=group.count - done))
-            packing = placement.pack(groups, self.ledger.nodes(), room)
+            nodes = self.ledger.nodes() if self.hub is None else self._nodes_in(self._placed.get(key, ""))
+            packing = placement.pack(groups, nodes, room)
             if packing.fits:
                 self._plan_add(key, packing.placement)
                 _take(room, packing.placement)
@@ -436,6 +491,17 @@ class Dispatcher:
         """Its dispatch writes are under way."""
         return key in self._inflight
 
+    def placed_counts(self) -> dict[str, int]:
+        """Hub mode, from any thread: AppWrappers whose objects are in each worker."""
+        counts: dict[str, int] = {}
+        for cluster in list(self._placed.values()):  # one C-level copy: safe against the dispatcher thread
+            counts[cluster] = counts.get(cluster, 0) + 1
+        return counts
+
+    def placed(self) -> dict[str, str]:
+        """Hub mode: AppWrapper key -> the worker its objects are in. Dispatcher thread only."""
+        return dict(self._placed)
+
     def planned_by_node(self) -> dict[str, ResourceVector]:
         """--fit=nodes: room held per node for dispatched pods that are not bound yet."""
         return dict(self._planned)
@@ -505,6 +571,8 @@ class Dispatcher:
     # ------------------------------------------------------------------------------------------ events
 
     def _track_pod(self, pod: PodView) -> None:
+        if self.hub is not None and pod.appwrapper and self._placed.get(pod.appwrapper) != pod.cluster:
+            pod = self._stray_pod(pod)
         if pod.appwrapper and pod.appwrapper in self._plans and (pod.node_name or pod.terminal):
             before = self.ledger.pod(pod.uid)
             if before is None or not (before.node_name or before.terminal):
@@ -574,11 +642,16 @@ class Dispatcher:
 
     def _sync_appwrapper(self, key: str) -> None:
         aw = self.appwrappers.get(key)
+        if self.hub is not None and aw is not None and aw.deleting:
+            self._forget(key)
+            self._clean_up_deleted(aw)
+            return
         if aw is None or aw.deleting:
             gone = self._dispatched.pop(key, None)
-            if gone is not None:
+            if gone is not None and self.hub is None:
                 self._delete_wrapped(gone, self._object_uids.get(key, ()))
             self._forget(key)
+            self._placed.pop(key, None)
             return
         if key in self._inflight:
             return  # its dispatch writes are under way; their outcome decides
@@ -630,20 +703,21 @@ class Dispatcher:
                 due = lifecycle.deadline_due(spec, current)
                 self.queue.add_after(("deadline", key), lifecycle.seconds_until(due, now) if due
                                      else spec.dispatch_limit_seconds)
-        if self.wrapped is None:
+        wrapped = self._wrapped_of(key)
+        if wrapped is None:
             return
         phases = self._phases(key)
         jobs = "Failed" in phases
         kinds = lifecycle.watched_kinds(aw, jobs=jobs)
         if not kinds:
             return
-        if not all([self.wrapped.ensure(api_version, kind) for api_version, kind in kinds]):
+        if not all([wrapped.ensure(api_version, kind) for api_version, kind in kinds]):
             # A kind's informer is still listing: look again shortly (its events will also bring us back).
             self.queue.add_after(("aw", key), 0.2)
             return
         active = sum(1 for phase in phases if phase not in ("Succeeded", "Failed"))
         expects_pods = any(group.count > 0 for group in self.gang(aw))
-        verdict = lifecycle.evaluate(aw, self.wrapped.lookup, active,
+        verdict = lifecycle.evaluate(aw, wrapped.lookup, active,
                                      pods_pending_creation=expects_pods and not phases, jobs=jobs)
         current = self._status(aw)
         now = self.clock.now()
@@ -841,7 +915,7 @@ class Dispatcher:
                 fit = _Fit(False, frozenset({"reclaim"}), partial(str, held))
             if fit.fits:
                 cursor.passed()
-                self._dispatch(aw, fit.plan)
+                self._dispatch(aw, fit.plan, fit.cluster)
                 done.append(key)
                 dispatched += 1
                 free = free - need
@@ -870,6 +944,237 @@ class Dispatcher:
         log.info("dispatch cycle", cycle=self.cycles, queued=len(self.pending), dispatched=dispatched,
                  visited=cursor.visited, free=free.format(),
                  duration_ms=round((time.perf_counter() - started) * 1000, 2))
+
+    # ------------------------------------------------------------------------------------------ hub mode
+
+    def _nodes_in(self, cluster: str) -> list[NodeView]:
+        prefix = f"{cluster}/"
+        return [node for node in self.ledger.nodes() if node.name.startswith(prefix)]
+
+    def _node_sets(self, aw: AppWrapperView) -> list[tuple[str, list[NodeView]]]:
+        """Where ``aw`` may be placed: every node (single cluster), or each usable worker it may go to."""
+        if self.hub is None:
+            return [("", self.ledger.nodes())]
+        return [(name, self._nodes_in(name)) for name in self.hub.names
+                if name in self._usable and aw.clusters.allows(name, self.hub.config.worker(name).labels)]
+
+    def _fits_somewhere(self, aw: AppWrapperView, need: ResourceVector, room: dict[str, ResourceVector]) -> _Fit:
+        """Hub mode: the gang must fit in one worker. Among the usable workers it may go to, ``cluster_policy``
+        picks: the first in config order, the tightest fit (best: leaves the largest holes elsewhere) or the
+        loosest (spread). Fit is judged by packing its pods onto the worker's nodes, as with one cluster."""
+        assert self.hub is not None
+        allowed = [name for name in self.hub.names
+                   if aw.clusters.allows(name, self.hub.config.worker(name).labels)]
+        if not allowed:
+            why = f"no worker cluster matches its clusterScheduling ({aw.clusters.describe()})"
+            return _Fit(False, frozenset({"clusterScheduling"}), partial(str, why))
+        fits: list[tuple[float, int, str, tuple[tuple[str, ResourceVector, int], ...]]] = []
+        about: set[str] = set()
+        reasons: list[str] = []
+        consumed = self.ledger.consumed(aw.key)
+        for order, name in enumerate(allowed):
+            if name not in self._usable:
+                about.add(f"{name}: unavailable")
+                reasons.append(f"{name}: {self.hub.describe(name)}")
+                continue
+            nodes = self._nodes_in(name)
+            free = ResourceVector()
+            capacity = ResourceVector()
+            for node in nodes:
+                if node.schedulable:
+                    free = free + room.get(node.name, ResourceVector())
+                    capacity = capacity + node.allocatable
+            if consumed:
+                # Its own pods run there already (a restart between creating objects and recording it): only the
+                # rest is judged, in that worker only.
+                if self._placed.get(aw.key) == name and need.fits_in(free):
+                    fits.append((0.0, order, name, ()))
+                continue
+            packing = placement.pack(self.gang(aw), nodes, room)
+            if packing.fits:
+                fits.append((_leftover_share(free - aw.demand, capacity, aw.demand), order, name, packing.placement))
+            else:
+                about.update(f"{name}: {a}" for a in packing.about)
+                reasons.append(f"{name}: {packing.why}")
+        if not fits:
+            why = "does not fit in any worker cluster: " + "; ".join(reasons) if reasons else \
+                "does not fit in any worker cluster"
+            return _Fit(False, frozenset(about), partial(str, why))
+        if self.cluster_policy is Policy.FIRST:
+            chosen = min(fits, key=lambda f: f[1])
+        elif self.cluster_policy is Policy.SPREAD:
+            chosen = max(fits, key=lambda f: (f[0], -f[1]))
+        else:
+            chosen = min(fits, key=lambda f: (f[0], f[1]))
+        return _Fit(True, plan=chosen[3], cluster=chosen[2])
+
+    def _wrapped_of(self, key: str) -> WrappedObjects | None:
+        """The wrapped-object informers that can tell how ``key`` is doing: the hub's, or (hub mode) those of
+        the worker it runs in, and none while that worker cannot be reached (its state is kept meanwhile)."""
+        if self.hub is None:
+            return self.wrapped
+        cluster = self._placed.get(key, "")
+        return self.hub.wrapped(cluster) if cluster in self._usable else None
+
+    def _stray_pod(self, pod: PodView) -> PodView:
+        """A pod of an AppWrapper, in a worker the AppWrapper is not placed in: it uses that worker's capacity but
+        is not the AppWrapper's (it would make it look running, or draining); its objects there are deleted."""
+        key = pod.appwrapper or ""
+        aw = self.appwrappers.get(key)
+        if aw is not None and not pod.terminal and not pod.deleting:
+            leftovers = self._leftovers.setdefault(pod.cluster, {})
+            if key not in leftovers:
+                leftovers[key] = aw
+                self._clean_leftovers(pod.cluster)
+        return dataclasses.replace(pod, appwrapper=None)
+
+    def _detach_pods(self, key: str) -> None:
+        """Its pods (in a worker it leaves) stop counting as its own; they still count as usage where they run."""
+        for uid in list(self._pods_by_appwrapper.get(key, {})):
+            pod = self.ledger.pod(uid)
+            if pod is not None:
+                self._plan_drop(key)
+                self.ledger.upsert_pod(dataclasses.replace(pod, appwrapper=None))
+            self._pod_owner.pop(uid, None)
+        self._pods_by_appwrapper.pop(key, None)
+
+    def _clean_leftovers(self, cluster: str) -> None:
+        """Delete, in the background, the objects of every AppWrapper left over in ``cluster`` (when usable)."""
+        if cluster not in self._usable or self.hub is None:
+            return
+        hub = self.hub
+        for key, aw in self._leftovers.get(cluster, {}).items():
+            if (cluster, key) in self._cleanups:
+                continue
+            self._cleanups.add((cluster, key))
+
+            def job(aw: AppWrapperView = aw) -> _Cleaned:
+                try:
+                    apply.delete_remote(hub.writer(cluster), aw)
+                except ApiError as err:
+                    return _Cleaned(cluster, aw.uid, err)
+                return _Cleaned(cluster, aw.uid)
+
+            self.writes.submit(key, job)
+
+    def _clean_up_deleted(self, aw: AppWrapperView) -> None:
+        """Hub mode, an AppWrapper being deleted: delete its objects in every worker that may hold some, then
+        let it go (remove the finalizer). A worker that cannot be reached holds the deletion until it returns."""
+        key = aw.key
+        if WORKER_CLEANUP_FINALIZER not in aw.finalizers:
+            self._placed.pop(key, None)
+            return
+        placed = self._placed.get(key)
+        if placed:
+            self._leftovers.setdefault(placed, {})[key] = aw
+        holding = [c for c, leftovers in self._leftovers.items() if key in leftovers]
+        for cluster in holding:
+            self._clean_leftovers(cluster)
+        if holding or ("", key) in self._cleanups:
+            waiting = [c for c in holding if c not in self._usable]
+            if waiting:
+                log.info("deletion waits for worker clusters", appwrapper=key, clusters=waiting)
+            return
+        self._cleanups.add(("", key))
+        writer = self.writer
+
+        def job() -> _Cleaned:
+            try:
+                index = aw.finalizers.index(WORKER_CLEANUP_FINALIZER)
+                writer.patch_json(aw.api_version, KIND, aw.namespace, aw.name, [
+                    {"op": "test", "path": f"/metadata/finalizers/{index}", "value": WORKER_CLEANUP_FINALIZER},
+                    {"op": "remove", "path": f"/metadata/finalizers/{index}"}])
+            except ApiError as err:
+                return _Cleaned("", aw.uid, None if err.status == 404 else err)
+            return _Cleaned("", aw.uid)
+
+        self.writes.submit(key, job)
+
+    def _add_finalizer(self, aw: AppWrapperView) -> None:
+        """Background thread: the cleanup finalizer on ``aw`` before anything of it exists in a worker."""
+        if WORKER_CLEANUP_FINALIZER in aw.finalizers:
+            return
+        ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": aw.uid}]
+        if aw.finalizers:
+            ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": WORKER_CLEANUP_FINALIZER})
+        else:
+            ops.append({"op": "add", "path": "/metadata/finalizers", "value": [WORKER_CLEANUP_FINALIZER]})
+        try:
+            self.writer.patch_json(aw.api_version, KIND, aw.namespace, aw.name, ops)
+        except ApiError as err:
+            # 404: deleted meanwhile; 422: a test failed (another uid, or the finalizers changed): try again.
+            raise apply.DispatchFailed(f"cannot add finalizer {WORKER_CLEANUP_FINALIZER}: {err.message}",
+                                       transient=err.status != 404) from err
+
+    def _cleaned(self, key: str, outcome: _Cleaned) -> None:
+        self._cleanups.discard((outcome.cluster, key))
+        if outcome.error is not None:
+            log.warning("worker cleanup failed; will retry", appwrapper=key, cluster=outcome.cluster or "(hub)",
+                        reason=outcome.error.message)
+            self.queue.add_rate_limited(("aw", key) if not outcome.cluster else ("cluster", outcome.cluster))
+            return
+        if outcome.cluster:
+            leftovers = self._leftovers.get(outcome.cluster, {})
+            if key in leftovers and leftovers[key].uid == outcome.uid:
+                del leftovers[key]
+            if self._placed.get(key) == outcome.cluster:
+                aw = self.appwrappers.get(key)
+                if aw is None or aw.deleting:
+                    self._placed.pop(key, None)
+        self.queue.add(("aw", key))
+
+    def _sync_cluster(self, name: str) -> None:
+        """Adopt a worker's new health: in or out of placement; AppWrappers placed there are told; after
+        ``unreachableTimeoutSeconds`` out, they are requeued (to go elsewhere)."""
+        if self.hub is None or self.hub.worker(name) is None:
+            return
+        usable = self.hub.usable(name)
+        health = self.hub.health(name)
+        seen = (usable, health.state.value)
+        before = self._cluster_seen.get(name)
+        self._cluster_seen[name] = seen
+        placed_here = [k for k, c in self._placed.items() if c == name]
+        if usable:
+            self._usable.add(name)
+        else:
+            self._usable.discard(name)
+        if seen != before:
+            log.info("worker cluster", cluster=name, usable=usable, state=health.state.value,
+                     message=health.message, appwrappers=len(placed_here))
+            for key in placed_here:
+                aw = self._dispatched_now(key)
+                if aw is not None and (before is not None or not usable):
+                    reason = "Healthy" if usable else health.state.value
+                    message = "" if usable else f"worker cluster {name}: {self.hub.describe(name)}"
+                    self._write_status(aw, status.cluster_available(self._status(aw), self.clock.now(),
+                                                                    available=usable, reason=reason, message=message))
+        if usable:
+            self._clean_leftovers(name)
+            for key in placed_here:
+                self.queue.add(("aw", key))  # lifecycle decisions waited for its wrapped objects
+            self._capacity_may_have_grown()
+            return
+        timeout = self.hub.config.unreachable_timeout_seconds
+        if health.state not in (HealthState.UNREACHABLE, HealthState.UNAUTHORIZED):
+            return
+        down_for = self.hub.worker(name).health.down_for()  # type: ignore[union-attr]
+        if down_for < timeout:
+            self.queue.add_after(("cluster", name), timeout - down_for + 0.05)
+            return
+        for key in placed_here:
+            aw = self._dispatched_now(key)
+            if aw is None:
+                continue
+            current = self._status(aw)
+            message = (f"worker cluster {name} has been {health.state.value.lower()} for {int(down_for)} s "
+                       f"(unreachableTimeoutSeconds {int(timeout)}); its objects there are deleted when it returns")
+            self._requeue(aw, status.CLUSTER_UNREACHABLE_TIMEOUT, message,
+                          requeuings=int(current.get("numberOfRequeueings") or 0),
+                          requeue_wait=int(current.get("requeueingTimeInSeconds") or 0))
+            # It waits for nothing there: its old pods count as that worker's usage, not as its own.
+            self._detach_pods(key)
+            self._placed.pop(key, None)
+            self._enqueue(aw)
 
     # ------------------------------------------------------------------------------------------ fit
 
@@ -936,6 +1241,8 @@ class Dispatcher:
             verdict = self.quota.check(charges, aw.demand)
             if not verdict.fits:
                 return _Fit(False, verdict.about, partial(str, verdict.why))
+        if self.hub is not None and room is not None:
+            return self._fits_somewhere(aw, need, room)
         # Own pods that exist already (a restart between creating objects and recording it): only the aggregate
         # remainder can be judged, the nodes they run on are known to the ledger already.
         if room is None or self.ledger.consumed(aw.key):
@@ -975,7 +1282,8 @@ class Dispatcher:
         if room is None or self.ledger.consumed(key):
             if not need.fits_in(capacity):
                 return False
-        elif not placement.pack(self.gang(aw), self.ledger.nodes(), {}).fits:  # {}: every node empty
+        elif not any(placement.pack(self.gang(aw), nodes, {}).fits  # {}: every node empty
+                     for _, nodes in self._node_sets(aw)):
             return False
         charges = self._charges(aw)
 
@@ -1048,7 +1356,7 @@ class Dispatcher:
             for node, requests, count in footprint:
                 if node in after:
                     after[node] = after[node] + requests.scale(count)
-        return placement.pack(self.gang(aw), self.ledger.nodes(), after).fits
+        return any(placement.pack(self.gang(aw), nodes, after).fits for _, nodes in self._node_sets(aw))
 
     def _waiting_for_victims(self, key: str) -> bool:
         """It preempted (priority or quota reclaim) and its victims are still going away."""
@@ -1181,9 +1489,16 @@ class Dispatcher:
         self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority, why=message))
         self._backoff_written[aw.key] = (about, place)
 
-    def _dispatch(self, aw: AppWrapperView, plan: tuple[tuple[str, ResourceVector, int], ...] = ()) -> None:
-        """Reserve now, write in the background: the objects, then the Dispatched status (see ``_collect``)."""
+    def _dispatch(self, aw: AppWrapperView, plan: tuple[tuple[str, ResourceVector, int], ...] = (),
+                  cluster: str = "") -> None:
+        """Reserve now, write in the background: the objects, then the Dispatched status (see ``_collect``).
+        Hub mode: first the cleanup finalizer on the AppWrapper (nothing may exist in a worker without it), and
+        the objects go into ``cluster``."""
         self._reserve(aw)
+        if self.hub is not None:
+            self._placed[aw.key] = cluster
+            # What a previous dispatch left there is overwritten now (and must not be deleted later).
+            self._leftovers.get(cluster, {}).pop(aw.key, None)
         if plan:
             self._plan_add(aw.key, plan)
         self._inflight[aw.key] = aw
@@ -1193,13 +1508,26 @@ class Dispatcher:
             self.queue.add(DISPATCH)
         current = self._status(aw)
         wait = lifecycle.current_requeue_wait(aw.scheduling, current) if aw.scheduling.min_available > 0 else 0
-        new = status.dispatched(current, self.clock.now(), priority=aw.priority, requeue_wait=wait)
+        new = status.dispatched(current, self.clock.now(), priority=aw.priority, requeue_wait=wait, cluster=cluster)
+        hub = self.hub
 
         def job() -> _Dispatched:
             try:
-                uids = apply.dispatch(self.writer, aw)
+                if hub is None:
+                    uids = apply.dispatch(self.writer, aw)
+                else:
+                    self._add_finalizer(aw)
+                    worker = hub.worker(cluster)
+                    if worker is None:
+                        raise apply.DispatchFailed(f"worker cluster {cluster} is not configured", transient=True)
+                    worker.ensure_namespace(aw.namespace)
+                    uids = apply.dispatch(hub.writer(cluster), aw, remote=True)
             except apply.DispatchFailed as err:
                 return _Dispatched(aw, new, error=err)
+            except ApiError as err:
+                where = f"worker cluster {cluster}" if cluster else "the API server"
+                return _Dispatched(aw, new, error=apply.DispatchFailed(
+                    f"{where}: {err.reason} ({err.status}): {err.message}", transient=err.status != 404))
             try:
                 self.writer.apply_status(aw.api_version, KIND, aw.namespace, aw.name, new, field_manager=FIELD_MANAGER)
             except ApiError as err:
@@ -1213,6 +1541,8 @@ class Dispatcher:
         for outcome in self.writes.results(key):
             if isinstance(outcome, _Dispatched):
                 self._dispatch_done(key, outcome)
+            elif isinstance(outcome, _Cleaned):
+                self._cleaned(key, outcome)
             elif isinstance(outcome, _StatusWritten) and outcome.error is None:
                 self.queue.forget(("aw", key))
             elif isinstance(outcome, _StatusWritten) and outcome.error is not None:
@@ -1233,6 +1563,7 @@ class Dispatcher:
         still_there = current is not None and current.uid == aw.uid and not current.deleting
         if outcome.error is not None:
             self._plan_drop(key)
+            self._placed.pop(key, None)  # what was applied is undone
             if self.ledger.is_reserved(key) and (still_there or current is None):
                 self._release(key)
                 self._capacity_may_have_grown()
@@ -1272,7 +1603,14 @@ class Dispatcher:
         self._follow_lifecycle(current)  # type: ignore[arg-type]
 
     def _delete_wrapped(self, aw: AppWrapperView, uids: tuple[str, ...] = ()) -> None:
-        self.writes.submit(aw.key, lambda: apply.delete_wrapped(self.writer, aw, uids))
+        if self.hub is None:
+            self.writes.submit(aw.key, lambda: apply.delete_wrapped(self.writer, aw, uids))
+            return
+        cluster = self._placed.get(aw.key)
+        if cluster:
+            # Deleted from the worker when it can be reached (now, or when it comes back); retried until done.
+            self._leftovers.setdefault(cluster, {})[aw.key] = aw
+            self._clean_leftovers(cluster)
 
     def _fail(self, aw: AppWrapperView, reason: str, message: str) -> None:
         log.warning("appwrapper failed", appwrapper=aw.key, reason=reason, message=message)

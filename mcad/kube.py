@@ -490,25 +490,34 @@ class Client:
         return request_json(self.conn, "PATCH", path, query=query, body=body,
                             content_type="application/apply-patch+yaml", timeout=self._timeout)
 
+    def patch_json(self, api_version: str, kind: str, namespace: str, name: str,
+                   operations: list[dict[str, Any]]) -> dict[str, Any]:
+        """A JSON patch (RFC 6902): its ``test`` operations make it conditional (422 when one fails)."""
+        return request_json(self.conn, "PATCH", self.object_path(api_version, kind, namespace, name),
+                            body=operations, content_type="application/json-patch+json", timeout=self._timeout)
+
     def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
-               uid: str = "") -> None:
+               uid: str = "", label: tuple[str, str] | None = None) -> None:
         """Delete with background propagation; gone already is fine.
 
         With ``uid``, only that very object is deleted (a uid precondition, one request). With ``owner_uid``
         instead, the object is read first and deleted, conditioned on its uid, only if its controller
-        ownerReference has that uid. Either way a namesake created since (by another AppWrapper of the same
-        name, say) is left alone.
+        ownerReference has that uid; with ``label`` (key, value), only if it carries that label (objects in
+        another cluster than their owner). Either way a namesake created since (by another AppWrapper of the
+        same name, say) is left alone.
         """
         path = self.object_path(api_version, kind, namespace, name)
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         try:
             if uid:
                 body["preconditions"] = {"uid": uid}
-            elif owner_uid:
+            elif owner_uid or label:
                 current = request_json(self.conn, "GET", path, timeout=self._timeout)
                 meta = current.get("metadata") or {}
                 owners = [r for r in meta.get("ownerReferences") or [] if r.get("controller")]
-                if not owners or owners[0].get("uid") != owner_uid:
+                if owner_uid and (not owners or owners[0].get("uid") != owner_uid):
+                    return
+                if label and (meta.get("labels") or {}).get(label[0]) != label[1]:
                     return
                 body["preconditions"] = {"uid": meta.get("uid")}
             request_json(self.conn, "DELETE", path, body=body, timeout=self._timeout)

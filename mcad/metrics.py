@@ -59,6 +59,8 @@ class Sources:
     events: Callable[[], EventCounters] | None = None
     # (tree, node, resource, limit, used, borrowed) rows of the quota trees
     quota: Callable[[], Iterable[tuple[str, str, str, float, float, float]]] | None = None
+    # Hub mode: (worker, health state, usable, AppWrappers placed there) rows
+    clusters: Callable[[], Iterable[tuple[str, str, bool, int]]] | None = None
 
 
 class _StateCollector(Collector):
@@ -112,6 +114,28 @@ class _StateCollector(Collector):
             yield from _events(s.events())
         if s.quota is not None:
             yield from _quota(s.quota())
+        if s.clusters is not None:
+            yield from _clusters(s.clusters())
+
+
+_CLUSTER_STATES = ("Unknown", "Healthy", "Unreachable", "Unauthorized")
+
+
+def _clusters(rows: Iterable[tuple[str, str, bool, int]]) -> Iterator[Metric]:
+    healthy = GaugeMetricFamily("mcad_cluster_healthy", "1 while a worker cluster takes part in placement (reachable, "
+                                "credentials accepted, Nodes and Pods listed), else 0.", labels=["cluster"])
+    state = GaugeMetricFamily("mcad_cluster_state", "A worker cluster's health state (1 for the current one): "
+                              "Unauthorized means its credentials are rejected.", labels=["cluster", "state"])
+    placed = GaugeMetricFamily("mcad_cluster_appwrappers", "AppWrappers whose objects are in a worker cluster.",
+                               labels=["cluster"])
+    for name, current, usable, count in rows:
+        healthy.add_metric([name], 1.0 if usable else 0.0)
+        for candidate in _CLUSTER_STATES:
+            state.add_metric([name, candidate], 1.0 if candidate == current else 0.0)
+        placed.add_metric([name], float(count))
+    yield healthy
+    yield state
+    yield placed
 
 
 def _quota(rows: Iterable[tuple[str, str, str, float, float, float]]) -> Iterator[Metric]:

@@ -7,7 +7,8 @@ Contract:
   replica killed.
 - ``GET /readyz`` (readiness): 200 once the informers have synced and leader election has settled (this replica
   leads, or it knows which one does); 503 with the reason before that.
-- ``GET /debug/queue``, ``/debug/ledger``, ``/debug/explain?namespace=NS&name=NAME``: JSON documents of
+- ``GET /debug/queue``, ``/debug/ledger``, ``/debug/quota``, ``/debug/clusters``,
+  ``/debug/explain?namespace=NS&name=NAME``: JSON documents of
   ``mcad.debug.Reports``, computed on the dispatcher thread (``Dispatcher.call``) so they see one consistent
   state. A replica that does not lead answers 503 ``{"error": "not the leader", "leader": <identity>}`` so a client
   can go to the leader; 404 for an unknown AppWrapper; 503 when the dispatcher does not answer in time.
@@ -66,6 +67,8 @@ class DebugEndpoints:
             call = self.reports.ledger
         elif path == "/debug/quota":
             call = self.reports.quota
+        elif path == "/debug/clusters":
+            call = self.reports.clusters
         elif path == "/debug/explain":
             namespace, name = query.get("namespace", ""), query.get("name", "")
             if not namespace or not name:
@@ -75,7 +78,7 @@ class DebugEndpoints:
                 return self.reports.explain(namespace, name)
         else:
             return 404, {"error": f"no such endpoint {path}; try /debug/queue, /debug/ledger, /debug/quota, "
-                                  "/debug/explain"}
+                                  "/debug/clusters, /debug/explain"}
         try:
             document = self.dispatcher.call(call, DEBUG_TIMEOUT_SECONDS)
         except TimeoutError:
@@ -101,7 +104,7 @@ class Server:
     def start(self) -> None:
         self._thread.start()
         log.info("http server listening", address=self._httpd.server_address[0], port=self.port,
-                 endpoints="/metrics /healthz /readyz /debug/queue /debug/ledger /debug/quota /debug/explain")
+                 endpoints="/metrics /healthz /readyz /debug/{queue,ledger,quota,clusters,explain}")
 
     def stop(self) -> None:
         self._httpd.shutdown()
@@ -161,8 +164,17 @@ def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callabl
         return counts
 
     def informer_states() -> dict[str, tuple[int, bool]]:
-        every = list(informers) + (dispatcher.wrapped.informers() if dispatcher.wrapped is not None else [])
+        every = list(informers) + (dispatcher.wrapped.informers() if dispatcher.wrapped is not None else []) + (
+            dispatcher.hub.informers() if dispatcher.hub is not None else [])
         return {i.name: (int(i.relists), bool(i.has_synced())) for i in every}
+
+    hub = dispatcher.hub
+    if hub is not None:
+        def clusters() -> list[tuple[str, str, bool, int]]:
+            placed = dispatcher.placed_counts()
+            return [(w.name, w.health.state.value, w.usable(), placed.get(w.name, 0)) for w in hub.workers]
+
+        sources.clusters = clusters
 
     sources.appwrapper_states = states
     sources.quota = lambda: dispatcher.quota_samples

@@ -39,6 +39,9 @@ PREEMPTION_TRIGGERED = "PreemptionTriggered"  # upstream's Backoff reason for an
 MAX_REQUEUINGS_REACHED = "MaxRequeuingsReached"
 RUNNING_HOLD_COMPLETION, SOME_ITEMS_COMPLETED = "RunningHoldCompletion", "SomeItemsCompleted"
 COMPLETED, PODS_COMPLETED = "Completed", "PodsCompleted"
+# Hub mode, beyond upstream: whether the worker it was dispatched to can be reached, and why not.
+CLUSTER_AVAILABLE = "ClusterAvailable"
+CLUSTER_UNREACHABLE_TIMEOUT = "ClusterUnreachableTimeout"
 
 
 def micro_time(now: datetime) -> str:
@@ -102,15 +105,17 @@ def queued(status: Mapping[str, Any], now: datetime, *, priority: int, why: str)
     return new
 
 
-def dispatched(status: Mapping[str, Any], now: datetime, *, priority: int, requeue_wait: int = 0) -> dict[str, Any]:
+def dispatched(status: Mapping[str, Any], now: datetime, *, priority: int, requeue_wait: int = 0,
+               cluster: str = "") -> dict[str, Any]:
     """Every wrapped object was created: the AppWrapper runs and keeps its capacity reserved.
 
     The Dispatched condition's transition time is this dispatch (requeue timers count from it);
     ``controllerfirstdispatchtimestamp`` is the first one (the dispatch deadline counts from it).
     ``requeue_wait`` is the current minAvailable wait, recorded so that a restart keeps the timer.
+    ``cluster`` (hub mode) is the worker its objects went to, kept as ``targetClusterName``.
     """
     new = _enqueued(status, now, priority)
-    conditions = [c for c in new["conditions"] if c.get("type") not in (DISPATCHED, RUNNING)]
+    conditions = [c for c in new["conditions"] if c.get("type") not in (DISPATCHED, RUNNING, CLUSTER_AVAILABLE)]
     new["conditions"] = with_condition(conditions, DISPATCHED, now, reason=RUNNABLE)
     new.update(state=State.RUNNING.value, canrun=True, queuejobstate=DISPATCHED, pending=0, running=0,
                Succeeded=0, failed=0)
@@ -118,6 +123,17 @@ def dispatched(status: Mapping[str, Any], now: datetime, *, priority: int, reque
     if requeue_wait:
         new["requeueingTimeInSeconds"] = requeue_wait
     new.pop("message", None)
+    if cluster:
+        new["targetClusterName"] = cluster
+    return new
+
+
+def cluster_available(status: Mapping[str, Any], now: datetime, *, available: bool, reason: str,
+                      message: str = "") -> dict[str, Any]:
+    """Hub mode: the health of the worker it runs in, as a condition (its state is kept: it may come back)."""
+    new = dict(status)
+    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], CLUSTER_AVAILABLE, now,
+                                       reason=reason, message=message, status="True" if available else "False")
     return new
 
 
@@ -130,6 +146,7 @@ def requeued(status: Mapping[str, Any], now: datetime, *, priority: int, reason:
     new["conditions"] = with_condition(conditions, BACKOFF, now, reason=PREEMPTION_TRIGGERED, message=message)
     new.update(queuejobstate=BACKOFF, message=message, numberOfRequeueings=requeuings,
                requeueingTimeInSeconds=requeue_wait, pending=0, running=0, Succeeded=0, failed=0)
+    new.pop("targetClusterName", None)
     return new
 
 

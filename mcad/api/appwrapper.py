@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from mcad.api.clusterscheduling import ANYWHERE, ClusterScheduling, cluster_scheduling
 from mcad.api.resources import ResourceVector
 from mcad.api.workloads import WorkloadError, appwrapper_demand
 
@@ -32,6 +33,11 @@ PLURAL = "appwrappers"
 APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
 LEGACY_APPWRAPPER_LABEL = "appwrapper.mcad.ibm.com"
 FIELD_MANAGER = "mcad-controller"
+# Hub mode: on every object created in a worker, the uid of its AppWrapper in the hub. ownerReferences cannot
+# cross clusters; this label is how a deletion makes sure it removes only that AppWrapper's objects.
+APPWRAPPER_UID_LABEL = "workload.codeflare.dev/appwrapper-uid"
+# Hub mode: held on an AppWrapper while it may have objects in a worker, so deleting it cannot leak them.
+WORKER_CLEANUP_FINALIZER = "workload.codeflare.dev/worker-cleanup"
 
 
 class State(StrEnum):
@@ -86,6 +92,14 @@ class AppWrapperView:
     api_version: str = API_VERSION
     # Its labels (string values only): a label whose key names a quota tree says where it is charged.
     labels: Mapping[str, str] = field(default_factory=dict)
+    finalizers: tuple[str, ...] = ()
+    # Hub mode: the worker clusters it may go to.
+    clusters: ClusterScheduling = ANYWHERE
+
+    @property
+    def target_cluster(self) -> str:
+        """Hub mode: the worker its objects were created in ("" when none, or not in hub mode)."""
+        return str(self.status.get("targetClusterName") or "")
 
     @property
     def state(self) -> str:
@@ -163,4 +177,8 @@ def appwrapper_view(raw: Mapping[str, Any]) -> AppWrapperView:
         api_version=str(raw.get("apiVersion") or API_VERSION),
         labels={str(k): v for k, v in (meta.get("labels") or {}).items() if isinstance(v, str)}
         if isinstance(meta.get("labels"), Mapping) else {},
+        finalizers=tuple(f for f in meta.get("finalizers") or () if isinstance(f, str))
+        if isinstance(meta.get("finalizers"), list) else (),
+        clusters=cluster_scheduling(spec["schedulingSpec"])
+        if isinstance(spec, Mapping) and isinstance(spec.get("schedulingSpec"), Mapping) else ANYWHERE,
     )

@@ -78,6 +78,7 @@ class PodView:
     terminal: bool
     resource_version: str
     deleting: bool
+    cluster: str = ""  # hub mode: the worker it runs in ("" in single-cluster mode)
 
 
 def node_view(raw: Mapping[str, Any]) -> NodeView:

@@ -14,6 +14,7 @@ its next poll, and exits 0.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -38,8 +39,10 @@ from mcad.api.appwrapper import (
     appwrapper_view,
 )
 from mcad.api.views import node_view, pod_view
+from mcad.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.debug import Reports
 from mcad.dispatcher import FIT_MODES, Dispatcher, Key
+from mcad.hub import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.informer import Informer, Store
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
 from mcad.legacy import MergedAppWrappers
@@ -69,10 +72,12 @@ def wrapped_informer_factory(conn: kube.Connection, client: kube.Client) -> Call
 
 def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, preemption: bool = False,
           fit: str = "nodes", legacy_api: bool = False, quota_trees: bool = False,
-          recorder: events.EventSink | None = None) -> tuple[Dispatcher, list[Informer[object]]]:
+          recorder: events.EventSink | None = None,
+          hub: Hub | None = None) -> tuple[Dispatcher, list[Informer[object]]]:
     """Informers over AppWrappers (``legacy_api``: of both groups), Nodes and Pods (all namespaces), and with
     ``quota_trees`` QuotaSubtrees, and the dispatcher they feed; informers over wrapped kinds start when an
-    AppWrapper needs them (its ``wrapped``)."""
+    AppWrapper needs them (its ``wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the
+    hub's own run nothing of ours), and the hub's thread starts their informers."""
     current = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
                        transform=appwrapper_view)
     appwrapper_informers = [current]
@@ -92,6 +97,11 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                         transform=quota.subtree_view) if quota_trees else None
     client = kube.Client(conn)
     queue: WorkQueue[Key] = WorkQueue(name="dispatcher")
+    if hub is not None:
+        dispatcher = Dispatcher(appwrappers=appwrappers, nodes=hub.nodes, pods=hub.pods,  # type: ignore[arg-type]
+                                writer=client, queue=queue, strict_fifo=strict_fifo, write_workers=write_workers,
+                                preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees, hub=hub)
+        return dispatcher, [*appwrapper_informers, *([subtrees] if subtrees is not None else [])]  # type: ignore[list-item]
     wrapped = WrappedObjects(wrapped_informer_factory(conn, client), lambda key: queue.add(("aw", key)))
     dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
                             strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
@@ -155,6 +165,18 @@ def quota_served(client: kube.Client) -> bool:
 @click.option("--quota/--no-quota", "quota_trees", default=True,
               help="Quota trees: charge AppWrappers to QuotaSubtree nodes (quota.codeflare.dev) named by their "
                    "labels, with borrowing and reclaim. Off by itself when that CRD is not installed.")
+@click.option("--clusters-config", type=click.Path(dir_okay=False), default=None,
+              help="Hub mode: a YAML file naming worker clusters (kubeconfig files or Secrets in the controller's "
+                   "namespace, labels, unreachableTimeoutSeconds, policy). AppWrappers are queued here and each "
+                   "one's objects are created in exactly one worker where the whole gang fits. Without it, mcad "
+                   "dispatches into its own cluster and starts nothing for workers.")
+@click.option("--cluster-policy", type=click.Choice([p.value for p in Policy]), default=None,
+              help="Hub mode: which worker a gang that fits in several goes to. best: the tightest fit, leaving "
+                   "the largest holes elsewhere; spread: the most room left; first: the first in the config. "
+                   "Default: the config file's policy, else best.")
+@click.option("--cluster-probe-period", type=click.FloatRange(min=0.1), default=DEFAULT_PROBE_PERIOD_SECONDS,
+              help="Hub mode: seconds between health probes of each worker's API server (two failures in a row "
+                   "take it out of placement).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json",
               help="json for log collectors, console for people.")
@@ -163,7 +185,8 @@ def quota_served(client: kube.Client) -> bool:
 def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preemption: bool, fit: str,
          write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
-         http_bind_address: str, legacy_api: bool, quota_trees: bool, log_level: str, log_format: str,
+         http_bind_address: str, legacy_api: bool, quota_trees: bool, clusters_config: str | None,
+         cluster_policy: str | None, cluster_probe_period: float, log_level: str, log_format: str,
          connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     if leader_elect:
@@ -176,6 +199,16 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
             server.parse_bind_address(http_bind_address)
         except ValueError as err:
             raise click.UsageError(str(err)) from err
+    hub_config = None
+    if clusters_config is not None:
+        try:
+            hub_config = load_config(clusters_config)
+        except ConfigError as err:
+            raise click.UsageError(str(err)) from err
+        if cluster_policy is not None:
+            hub_config = dataclasses.replace(hub_config, policy=Policy(cluster_policy))
+        if fit != "nodes":
+            raise click.UsageError("--clusters-config places each gang on one worker's nodes: use --fit=nodes")
     mcad_log.configure(log_level, "json" if log_format == "json" else "console")
     logger = structlog.get_logger("mcad.controller")
     try:
@@ -205,8 +238,15 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
         logger.info("QuotaSubtree is not served (install config/crd/quota.codeflare.dev_quotasubtrees.yaml); "
                     "quota trees are off")
         quota_trees = False
+    hub = None
+    if hub_config is not None:
+        hub = Hub(hub_config, WorkerConnector(conn, namespace=leader_elect_namespace or default_namespace()),
+                  probe_period=cluster_probe_period)
+        logger.info("hub mode", workers=hub.names, policy=hub_config.policy.value,
+                    unreachable_timeout_seconds=hub_config.unreachable_timeout_seconds)
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
-                                  fit=fit, legacy_api=legacy_api, quota_trees=quota_trees, recorder=recorder)
+                                  fit=fit, legacy_api=legacy_api, quota_trees=quota_trees, recorder=recorder,
+                                  hub=hub)
     elector = LeaderElector(conn, namespace=leader_elect_namespace or default_namespace(),
                             name=leader_elect_lease_name, identity=identity,
                             lease_duration=leader_elect_lease_duration, renew_deadline=leader_elect_renew_deadline,
@@ -233,6 +273,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     signal.signal(signal.SIGINT, request_stop)
     for informer in informers:
         informer.start()
+    if hub is not None:
+        hub.start()
     if elector is None:
         worker.start()
         logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit, quota=quota_trees)
@@ -246,6 +288,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
             _exit_now(1)  # unreachable by contract (run returns early only on lost leadership); never linger
     for informer in informers:
         informer.stop()
+    if hub is not None:
+        hub.stop()
     if dispatcher.wrapped is not None:
         dispatcher.wrapped.stop()
     if worker.ident is not None:  # a standby never started it

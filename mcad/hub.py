@@ -1,0 +1,326 @@
+"""Hub mode: the worker clusters as the dispatcher sees them (connections, informers, health, writers).
+
+Contract:
+* ``Hub(config, connector)`` holds one ``Worker`` per configured worker, in config order. Nothing here runs
+  unless ``--clusters-config`` is given: single-cluster mode never builds a Hub (no threads, no watches).
+* Every worker has its own Node and Pod informers. Their views are *qualified* so that one ledger can hold all
+  workers without clashes and the dispatcher can tell them apart: a Node's name becomes ``"<worker>/<node>"``
+  (Kubernetes names never contain "/"), a Pod's ``node_name`` the same, and its ``cluster`` the worker's name.
+  Pod uids are UUIDs, unique across clusters. ``hub.nodes`` and ``hub.pods`` are stores over all workers.
+* Those stores report ``has_synced()`` True at once: a worker that is down when the controller starts must not
+  hold the hub's queue. A worker takes part in placement only when it is ``usable``: its informers have synced
+  and its last probe succeeded. Until then its capacity is unknown (neither zero nor full).
+* ``run(stop)`` (one thread for all workers) connects workers (retrying those whose credentials could not be
+  read or loaded), starts their informers, and probes each every ``probe_period`` seconds with a one-item list
+  of Nodes (which needs both a reachable API server and credentials that still work). Whenever a worker's
+  ``usable`` or health state changes, ``on_change(name)`` is called: the dispatcher adopts the new state on its
+  own thread, so a decision never sees a worker change under it.
+* ``writer(name)`` is the worker's ``kube.Client``; ``wrapped(name)`` its ``WrappedObjects`` (informers over
+  wrapped kinds, started on demand); ``ensure_namespace(name, ns)`` creates the AppWrapper's namespace in the
+  worker when it is missing (a hub namespace does not exist in a worker by itself).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+
+from mcad import kube
+from mcad.api.appwrapper import APPWRAPPER_LABEL
+from mcad.api.views import NodeView, PodView, node_view, pod_view
+from mcad.clusters import (
+    HealthState,
+    HealthStatus,
+    HubConfig,
+    WorkerConnectError,
+    WorkerConnector,
+    WorkerHealth,
+    WorkerSpec,
+)
+from mcad.informer import Handler, Informer
+from mcad.wrapped import WrappedObjects, WrappedView, wrapped_view
+
+log = structlog.get_logger("mcad.hub")
+
+DEFAULT_PROBE_PERIOD_SECONDS = 2.0
+# Two failed probes in a row take a worker out (one lost packet should not); a probe waits at most this long.
+FAILURE_THRESHOLD = 2
+PROBE_TIMEOUT_SECONDS = 2.0
+
+
+def qualify(cluster: str, node: str) -> str:
+    return f"{cluster}/{node}" if node else ""
+
+
+def cluster_of(qualified_node: str) -> str:
+    return qualified_node.partition("/")[0]
+
+
+class Worker:
+    def __init__(self, spec: WorkerSpec, on_change: Callable[[str], None],
+                 on_wrapped_change: Callable[[str], None]) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.health = WorkerHealth(spec.name, failure_threshold=FAILURE_THRESHOLD)
+        self.conn: kube.Connection | None = None
+        self.client: kube.Client | None = None
+        self.nodes: Informer[NodeView] | None = None
+        self.pods: Informer[PodView] | None = None
+        self.wrapped: WrappedObjects | None = None
+        self._on_change = on_change
+        self._on_wrapped_change = on_wrapped_change
+        self._namespaces: set[str] = set()
+        self._usable = False
+
+    @property
+    def synced(self) -> bool:
+        return self.nodes is not None and self.pods is not None and self.nodes.has_synced() and \
+            self.pods.has_synced()
+
+    def usable(self) -> bool:
+        return self.synced and self.health.usable()
+
+    def informers(self) -> list[Informer[Any]]:
+        return [i for i in (self.nodes, self.pods) if i is not None] + (
+            self.wrapped.informers() if self.wrapped is not None else [])
+
+    def build(self, conn: kube.Connection, handlers: Sequence[tuple[str, Handler[Any]]]) -> None:
+        """Informers over its Nodes and Pods, with the hub stores' handlers; started by ``start``."""
+        name = self.name
+        self.conn = conn
+        self.client = kube.Client(conn)
+
+        def qualified_node(raw: dict[str, Any]) -> NodeView:
+            view = node_view(raw)
+            return dataclasses.replace(view, name=qualify(name, view.name))
+
+        def qualified_pod(raw: dict[str, Any]) -> PodView:
+            view = pod_view(raw)
+            return dataclasses.replace(view, node_name=qualify(name, view.node_name), cluster=name)
+
+        def node_key(raw: dict[str, Any]) -> str:
+            return qualify(name, str(raw["metadata"]["name"]))
+
+        def pod_uid(raw: dict[str, Any]) -> str:
+            return str(raw["metadata"]["uid"])
+
+        self.nodes = Informer(f"{name}-nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
+                              transform=qualified_node, key=node_key)
+        self.pods = Informer(f"{name}-pods", kube.ResourceClient(conn, group="", version="v1", plural="pods"),
+                             transform=qualified_pod, key=pod_uid)
+        for kind, handler in handlers:
+            (self.nodes if kind == "nodes" else self.pods).add_handler(handler)
+        client = self.client
+
+        def make(api_version: str, kind: str) -> Informer[WrappedView] | None:
+            try:
+                resource = client.resource(api_version, kind)
+            except kube.ApiError:
+                return None
+            group, _, version = api_version.rpartition("/")
+            return Informer(f"{name}-wrapped-{kind.lower()}",
+                            kube.ResourceClient(conn, group=group, version=version, plural=resource.plural,
+                                                label_selector=APPWRAPPER_LABEL),
+                            transform=wrapped_view)
+
+        self.wrapped = WrappedObjects(make, self._on_wrapped_change)
+        self.nodes.start()
+        self.pods.start()
+
+    def probe(self) -> None:
+        """One check of the worker; tells the hub when its usability or health state changed."""
+        before = (self._usable, self.health.state)
+        if self.conn is not None:
+            try:
+                kube.request_json(self.conn, "GET", "/api/v1/nodes", query=[("limit", "1")],
+                                  timeout=PROBE_TIMEOUT_SECONDS)
+            except kube.ApiError as err:
+                self.health.record_probe_failure(err)
+            else:
+                self.health.record_success()
+        self._usable = self.usable()
+        if (self._usable, self.health.state) != before:
+            status = self.health.status
+            log.info("worker cluster changed", cluster=self.name, state=status.state.value, usable=self._usable,
+                     message=status.message)
+            self._on_change(self.name)
+
+    def ensure_namespace(self, namespace: str) -> None:
+        """Create ``namespace`` in the worker if it is not there (remembered once seen)."""
+        if namespace in self._namespaces or self.conn is None:
+            return
+        try:
+            kube.request_json(self.conn, "GET", f"/api/v1/namespaces/{namespace}", timeout=PROBE_TIMEOUT_SECONDS * 5)
+        except kube.ApiError as err:
+            if err.status != 404:
+                raise
+            try:
+                kube.request_json(self.conn, "POST", "/api/v1/namespaces", timeout=PROBE_TIMEOUT_SECONDS * 5,
+                                  body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+            except kube.ApiError as created:
+                if created.status != 409:
+                    raise
+        self._namespaces.add(namespace)
+
+    def stop(self) -> None:
+        for informer in (self.nodes, self.pods):
+            if informer is not None:
+                informer.stop()
+        if self.wrapped is not None:
+            self.wrapped.stop()
+
+
+class _MergedStore:
+    """The same kind of object from every worker, as one store (keys are unique across workers)."""
+
+    def __init__(self, hub: Hub, kind: str) -> None:
+        self._hub = hub
+        self._kind = kind
+
+    def _informers(self) -> list[Informer[Any]]:
+        out = []
+        for worker in self._hub.workers:
+            informer = worker.nodes if self._kind == "nodes" else worker.pods
+            if informer is not None:
+                out.append(informer)
+        return out
+
+    def get(self, key: str) -> Any:
+        if self._kind == "nodes":
+            worker = self._hub.worker(cluster_of(key))
+            informer = worker.nodes if worker is not None else None
+            return informer.get(key) if informer is not None else None
+        for informer in self._informers():
+            found = informer.get(key)
+            if found is not None:
+                return found
+        return None
+
+    def list(self) -> list[Any]:
+        return [item for informer in self._informers() for item in informer.list()]
+
+    def __len__(self) -> int:
+        return sum(len(informer) for informer in self._informers())
+
+    def has_synced(self) -> bool:
+        return True  # see the module docstring: workers join placement one by one, as each becomes usable
+
+    def add_handler(self, handler: Handler[Any]) -> None:
+        self._hub.add_handler(self._kind, handler)
+
+
+class Hub:
+    def __init__(self, config: HubConfig, connector: WorkerConnector, *,
+                 probe_period: float = DEFAULT_PROBE_PERIOD_SECONDS) -> None:
+        self.config = config
+        self.connector = connector
+        self.probe_period = probe_period
+        self._on_change: Callable[[str], None] = lambda _name: None
+        self._on_wrapped_change: Callable[[str], None] = lambda _key: None
+        self.workers = [Worker(spec, self._changed, self._wrapped_changed) for spec in config.workers]
+        self._by_name = {w.name: w for w in self.workers}
+        self._handlers: list[tuple[str, Handler[Any]]] = []
+        self.nodes = _MergedStore(self, "nodes")
+        self.pods = _MergedStore(self, "pods")
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._connect_errors: dict[str, str] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return [w.name for w in self.workers]
+
+    def worker(self, name: str) -> Worker | None:
+        return self._by_name.get(name)
+
+    def subscribe(self, on_change: Callable[[str], None], on_wrapped_change: Callable[[str], None]) -> None:
+        """Before ``start``: who hears of worker changes (by name) and of wrapped objects' changes (by AppWrapper)."""
+        self._on_change = on_change
+        self._on_wrapped_change = on_wrapped_change
+
+    def add_handler(self, kind: str, handler: Handler[Any]) -> None:
+        if self._thread is not None:
+            raise RuntimeError("add handlers before the hub starts")
+        self._handlers.append((kind, handler))
+
+    def _changed(self, name: str) -> None:
+        self._on_change(name)
+
+    def _wrapped_changed(self, key: str) -> None:
+        self._on_wrapped_change(key)
+
+    def usable(self, name: str) -> bool:
+        worker = self._by_name.get(name)
+        return worker is not None and worker.usable()
+
+    def health(self, name: str) -> HealthStatus:
+        return self._by_name[name].health.status
+
+    def describe(self, name: str) -> str:
+        """Why a worker is not usable, for messages."""
+        worker = self._by_name.get(name)
+        if worker is None:
+            return "not configured"
+        status = worker.health.status
+        if worker.conn is None:
+            return self._connect_errors.get(name) or "not connected yet"
+        if status.state is HealthState.HEALTHY and not worker.synced:
+            return "its Nodes and Pods are still being listed"
+        return f"{status.state.value.lower()}: {status.message}" if status.message else status.state.value.lower()
+
+    def writer(self, name: str) -> kube.Client:
+        worker = self._by_name[name]
+        if worker.client is None:
+            raise kube.ApiError(0, "NotConnected", f"worker cluster {name} is not connected")
+        return worker.client
+
+    def wrapped(self, name: str) -> WrappedObjects | None:
+        worker = self._by_name.get(name)
+        return worker.wrapped if worker is not None else None
+
+    def informers(self) -> list[Informer[Any]]:
+        return [i for w in self.workers for i in w.informers()]
+
+    # -- the hub's own thread ----------------------------------------------------------------------------------
+
+    def start(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self.run, args=(self._stop,), name="hub", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def run(self, stop: threading.Event) -> None:
+        while True:
+            for worker in self.workers:
+                if stop.is_set():
+                    return
+                if worker.conn is None:
+                    self._connect(worker)
+                worker.probe()
+            if stop.wait(self.probe_period):
+                return
+
+    def _connect(self, worker: Worker) -> None:
+        try:
+            conn = self.connector.connect(worker.spec)
+        except WorkerConnectError as err:
+            message = str(err)
+            if self._connect_errors.get(worker.name) != message:
+                log.warning("cannot connect to worker cluster", cluster=worker.name, reason=message)
+                self._connect_errors[worker.name] = message
+                failure = kube.ApiError(err.status if err.status in (401, 403) else 0, "ConnectFailed", message)
+                worker.health.record_probe_failure(failure)
+                worker.health.record_probe_failure(failure)
+                self._on_change(worker.name)
+            return
+        self._connect_errors.pop(worker.name, None)
+        log.info("connected to worker cluster", cluster=worker.name, server=conn.server, source=worker.spec.source)
+        worker.build(conn, self._handlers)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for worker in self.workers:
+            worker.stop()
