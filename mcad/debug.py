@@ -135,9 +135,10 @@ class Reports:
                     capacity = capacity + node.allocatable
                     free = free + room.get(node.name, ResourceVector()) - planned.get(node.name, ResourceVector())
             since = d.clock.now() - timedelta(seconds=max(0.0, time.monotonic() - health.since))
+            usable = worker.name in d.usable_clusters()  # what placement uses, not the prober's latest word
             workers.append({"name": worker.name, "labels": dict(worker.spec.labels), "state": health.state.value,
-                            "message": "" if worker.usable() else hub.describe(worker.name),
-                            "since": rfc3339(since), "synced": worker.synced, "usable": worker.usable(),
+                            "message": "" if usable else hub.describe(worker.name),
+                            "since": rfc3339(since), "synced": worker.synced, "usable": usable,
                             "nodes": len(nodes), "capacity": quantities(capacity), "free": quantities(free.clamp()),
                             "appwrappers": placed.get(worker.name, [])})
         return {**self._header(), "mode": "hub", "policy": d.cluster_policy.value,

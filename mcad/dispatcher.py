@@ -498,6 +498,10 @@ class Dispatcher:
             counts[cluster] = counts.get(cluster, 0) + 1
         return counts
 
+    def usable_clusters(self) -> frozenset[str]:
+        """Hub mode: the workers placement uses now (adopted on this thread). Dispatcher thread only."""
+        return frozenset(self._usable)
+
     def placed(self) -> dict[str, str]:
         """Hub mode: AppWrapper key -> the worker its objects are in. Dispatcher thread only."""
         return dict(self._placed)
@@ -974,7 +978,7 @@ class Dispatcher:
         consumed = self.ledger.consumed(aw.key)
         for order, name in enumerate(allowed):
             if name not in self._usable:
-                about.add(f"{name}: unavailable")
+                about.add(f"{name}: {self.hub.health(name).state.value}")
                 reasons.append(f"{name}: {self.hub.describe(name)}")
                 continue
             nodes = self._nodes_in(name)
@@ -1141,11 +1145,13 @@ class Dispatcher:
         if seen != before:
             log.info("worker cluster", cluster=name, usable=usable, state=health.state.value,
                      message=health.message, appwrappers=len(placed_here))
+            self.queue.add(DISPATCH)  # what waits may now fit, or wait for another reason
             for key in placed_here:
                 aw = self._dispatched_now(key)
                 if aw is not None and (before is not None or not usable):
                     reason = "Healthy" if usable else health.state.value
-                    message = "" if usable else f"worker cluster {name}: {self.hub.describe(name)}"
+                    message = "" if usable else f"worker cluster {name} is {health.state.value.lower()}: " \
+                                                f"{health.message}"
                     self._write_status(aw, status.cluster_available(self._status(aw), self.clock.now(),
                                                                     available=usable, reason=reason, message=message))
         if usable:

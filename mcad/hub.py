@@ -136,8 +136,7 @@ class Worker:
         before = (self._usable, self.health.state)
         if self.conn is not None:
             try:
-                kube.request_json(self.conn, "GET", "/api/v1/nodes", query=[("limit", "1")],
-                                  timeout=PROBE_TIMEOUT_SECONDS)
+                kube.request_once(self.conn, "/api/v1/nodes", query=[("limit", "1")], timeout=PROBE_TIMEOUT_SECONDS)
             except kube.ApiError as err:
                 self.health.record_probe_failure(err)
             else:
@@ -261,7 +260,7 @@ class Hub:
         return self._by_name[name].health.status
 
     def describe(self, name: str) -> str:
-        """Why a worker is not usable, for messages."""
+        """Why a worker is not usable, in a few words for Backoff messages (the details are in its health)."""
         worker = self._by_name.get(name)
         if worker is None:
             return "not configured"
@@ -270,7 +269,11 @@ class Hub:
             return self._connect_errors.get(name) or "not connected yet"
         if status.state is HealthState.HEALTHY and not worker.synced:
             return "its Nodes and Pods are still being listed"
-        return f"{status.state.value.lower()}: {status.message}" if status.message else status.state.value.lower()
+        if status.state is HealthState.UNAUTHORIZED:
+            return "unauthorized: its credentials are rejected"
+        if status.state is HealthState.UNREACHABLE:
+            return "unreachable: its API server does not answer"
+        return "not checked yet"
 
     def writer(self, name: str) -> kube.Client:
         worker = self._by_name[name]

@@ -402,6 +402,29 @@ def _verb(method: str, query: Query | None) -> str:
     return "watch" if "watch" in names else "list" if "limit" in names else "get"
 
 
+def request_once(conn: Connection, path: str, *, query: Query | None = None, timeout: float = 2.0) -> int:
+    """One GET with no retry, for health probes: the HTTP status of a 2xx answer, else ``ApiError`` (0 when no
+    answer came within ``timeout``). The client's pool otherwise retries a timed-out read three times, which
+    would make "no answer in 2 s" take 8."""
+    api = conn.api
+    headers = {"Accept": "application/json"}
+    method, url, headers, _, _ = api.param_serialize("GET", path, query_params=query or [], header_params=headers,
+                                                     auth_settings=["BearerToken"])
+    try:
+        response = api.rest_client.pool_manager.request(method, url, headers=headers, retries=False,
+                                                        timeout=urllib3.Timeout(total=timeout), preload_content=True)
+    except (urllib3.exceptions.HTTPError, OSError) as err:
+        conn.errors.add("list" if query else "get", 0)
+        if isinstance(err, urllib3.exceptions.TimeoutError):
+            raise ApiError(0, "Timeout", f"GET {path}: no answer within {timeout:g} s") from err
+        cause = getattr(err, "reason", None) or err  # urllib3 wraps the socket error, and repeats the URL
+        raise ApiError(0, type(err).__name__, f"GET {path}: {cause}") from err
+    if 200 <= response.status < 300:
+        return int(response.status)
+    conn.errors.add("list" if query else "get", response.status)
+    raise _response_error(response.status, str(response.reason or ""), response.data or b"")
+
+
 def request_json(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
                  content_type: str = "application/json", timeout: float = 30.0) -> dict[str, Any]:
     """One request, JSON in and out; errors as ``ApiError``."""

@@ -1,0 +1,301 @@
+"""Hub mode against three real control planes: the test cluster is the hub, c8w1 and c8w2 are workers.
+
+Workers (hack/localcluster.py, brought up for this module unless they run already, taken down afterwards unless
+MCAD_KEEP_CLUSTER=1): c8w1 has one node of 4 cpu, labels size=small; c8w2 two nodes of 8 cpu, size=large. c8w1
+is configured by kubeconfig file, c8w2 by a Secret in the hub, and a third entry, c8w1-rejected, points at c8w1
+with a token the API server does not know (credentials that stopped working).
+
+A worker's API server is stopped with SIGSTOP and resumed with SIGCONT: it keeps its state, ports and
+certificates, and to the hub it is exactly an API server that stopped answering.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client as k8s
+import pytest
+
+from mcad import kube
+from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, condition, deployment_item, running_controller
+from test.support import REPO, wait_until
+
+WORKERS = {"c8w1": ("1", "4"), "c8w2": ("2", "8")}  # name: (nodes, cpu per node)
+# Fresh per run: the previous run's may still be terminating.
+SECRET_NAMESPACE = f"mcad-hub-test-{uuid.uuid4().hex[:6]}"
+
+
+def _local_cluster(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "hack" / "localcluster.py"), "--name", name, *args],
+                          text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+
+
+def _kubeconfig(name: str) -> Path:
+    return REPO / ".dev" / f"kubeconfig-{name}"
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[dict[str, kube.Client]]:
+    started = []
+    try:
+        for name, (nodes, cpu) in WORKERS.items():
+            if _local_cluster(name, "status").returncode != 0:
+                started.append(name)
+                proc = _local_cluster(name, "up", "--nodes", nodes, "--node-cpu", cpu, "--node-memory", "16Gi")
+                assert proc.returncode == 0, f"worker cluster {name} did not come up:\n{proc.stdout[-2000:]}"
+        yield {name: kube.Client(kube.connect(str(_kubeconfig(name)))) for name in WORKERS}
+    finally:
+        if os.environ.get("MCAD_KEEP_CLUSTER") != "1":
+            for name in started:
+                _local_cluster(name, "down")
+
+
+def _api_server_pid(name: str) -> int:
+    state = json.loads((REPO / ".dev" / "clusters" / name / "state.json").read_text())
+    return int(state["pids"]["kube-apiserver"])
+
+
+@contextlib.contextmanager
+def stopped_api_server(name: str) -> Iterator[None]:
+    """The worker's API server frozen for the block, resumed whatever happens."""
+    pid = _api_server_pid(name)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@pytest.fixture(scope="module")
+def clusters_file(workers: dict[str, kube.Client], core: k8s.CoreV1Api,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=SECRET_NAMESPACE)))
+    good = _kubeconfig("c8w2").read_text()
+    rejected = json.loads(_kubeconfig("c8w1").read_text())
+    for user in rejected["users"]:
+        user["user"] = {"token": "a-token-no-server-knows"}
+    secrets = {"c8w2-kubeconfig": good, "c8w1-rejected": json.dumps(rejected)}
+    for secret, text in secrets.items():
+        core.create_namespaced_secret(SECRET_NAMESPACE, k8s.V1Secret(
+            metadata=k8s.V1ObjectMeta(name=secret), data={"kubeconfig": base64.b64encode(text.encode()).decode()}))
+    path = tmp_path_factory.mktemp("hub") / "clusters.yaml"
+    path.write_text(f"""
+workers:
+  - name: c8w1
+    kubeconfig: {_kubeconfig("c8w1")}
+    labels: {{size: small}}
+  - name: c8w2
+    secret: {{namespace: {SECRET_NAMESPACE}, name: c8w2-kubeconfig}}
+    labels: {{size: large}}
+  - name: c8w1-rejected
+    secret: {{namespace: {SECRET_NAMESPACE}, name: c8w1-rejected}}
+    labels: {{size: none}}
+""")
+    yield path
+    core.delete_namespace(SECRET_NAMESPACE)
+
+
+@pytest.fixture
+def aw_namespace(custom: k8s.CustomObjectsApi, namespace: str, workers: dict[str, kube.Client],
+                 controller: Controller) -> Iterator[str]:
+    """As the suite's, but the capacity to free is in the workers: each test starts with empty workers."""
+    yield namespace
+    custom.delete_collection_namespaced_custom_object("workload.codeflare.dev", "v1beta1", namespace, "appwrappers")
+    wait_until(lambda: not custom.list_namespaced_custom_object("workload.codeflare.dev", "v1beta1", namespace,
+                                                                "appwrappers")["items"], 60,
+               "the AppWrappers gone (their finalizer goes once their worker objects are deleted)")
+    wait_until(lambda: not any(pods(worker, namespace) for worker in workers.values()), 60,
+               f"pods in {namespace} gone from the workers")
+
+
+@contextlib.contextmanager
+def hub_controller(kubeconfig: str, clusters_file: Path, log_name: str, *args: str) -> Iterator[Controller]:
+    with running_controller(kubeconfig, LOGS / log_name, "--clusters-config", str(clusters_file),
+                            "--cluster-probe-period", "0.5", *args) as ctl:
+        # Placement waits for the workers: both usable (and the rejected one found out) before tests begin.
+        wait_until(lambda: {c["name"]: c["state"] for c in clusters(ctl)} == {
+            "c8w1": "Healthy", "c8w2": "Healthy", "c8w1-rejected": "Unauthorized"} and
+            all(c["usable"] for c in clusters(ctl) if c["state"] == "Healthy"), 60, "the workers to be checked")
+        yield ctl
+
+
+@pytest.fixture(scope="module")
+def controller(kubeconfig: str, crd: None, clusters_file: Path) -> Iterator[Controller]:
+    # The hub's own kubeconfig (admin): the chart's ServiceAccount is tested without hub mode by the other modules.
+    with hub_controller(kubeconfig, clusters_file, "test_multicluster.log") as ctl:
+        yield ctl
+
+
+def clusters(ctl: Controller) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{ctl.port}/debug/clusters", timeout=10) as response:
+        return json.load(response)["clusters"]  # type: ignore[no-any-return]
+
+
+def cluster(ctl: Controller, name: str) -> dict[str, Any]:
+    return next(c for c in clusters(ctl) if c["name"] == name)
+
+
+def metrics(ctl: Controller) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{ctl.port}/metrics", timeout=10) as response:
+        return response.read().decode()  # type: ignore[no-any-return]
+
+
+def deployments(worker: kube.Client, namespace: str) -> list[dict[str, Any]]:
+    try:
+        found = kube.request_json(worker.conn, "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments")
+    except kube.ApiError as err:
+        if err.status == 404:
+            return []
+        raise
+    return list(found.get("items") or [])
+
+
+def deployment_names(workers: dict[str, kube.Client], namespace: str) -> dict[str, list[str]]:
+    return {name: sorted(d["metadata"]["name"] for d in deployments(client, namespace))
+            for name, client in workers.items()}
+
+
+def pods(worker: kube.Client, namespace: str, aw: str = "") -> list[dict[str, Any]]:
+    query = [("labelSelector", f"workload.codeflare.dev/appwrapper={aw}")] if aw else []
+    found = kube.request_json(worker.conn, "GET", f"/api/v1/namespaces/{namespace}/pods", query=query)
+    return list(found.get("items") or [])
+
+
+def running_pods(worker: kube.Client, namespace: str, aw: str) -> int:
+    return sum(1 for p in pods(worker, namespace, aw) if (p.get("status") or {}).get("phase") == "Running")
+
+
+def test_an_appwrapper_that_fits_only_in_the_second_worker_lands_there(
+        controller: Controller, aws: AppWrappers, workers: dict[str, kube.Client]) -> None:
+    aws.create(appwrapper("six-cpus", deployment_item("six-cpus", 1, "6")))
+    status = aws.wait_state("six-cpus", "Running")
+    assert status["targetClusterName"] == "c8w2"
+    wait_until(lambda: aws.status("six-cpus").get("running") == 1, 30, "the pod counted from the worker")
+    assert deployment_names(workers, aws.namespace) == {"c8w1": [], "c8w2": ["six-cpus"]}
+    assert not aws.exists("apps/v1", "Deployment", "six-cpus"), "nothing of it is created in the hub"
+    made = deployments(workers["c8w2"], aws.namespace)[0]["metadata"]
+    assert made["labels"]["workload.codeflare.dev/appwrapper-uid"] == aws.get("six-cpus")["metadata"]["uid"]
+    assert "ownerReferences" not in made, "an ownerReference to an object of another cluster would be collected"
+    assert "workload.codeflare.dev/worker-cleanup" in aws.get("six-cpus")["metadata"]["finalizers"]
+    assert cluster(controller, "c8w2")["appwrappers"] == [f"{aws.namespace}/six-cpus"]
+
+
+def test_best_fit_takes_the_tightest_worker_and_pinning_overrides_it(
+        controller: Controller, aws: AppWrappers, workers: dict[str, kube.Client]) -> None:
+    aws.create(appwrapper("small", deployment_item("small", 1, "1")))
+    aws.create(appwrapper("pinned", deployment_item("pinned", 1, "1"),
+                          scheduling={"clusterScheduling": {"clusterSelector": {"matchLabels": {"size": "large"}}}}))
+    aws.create(appwrapper("by-name", deployment_item("by-name", 1, "1"),
+                          scheduling={"clusterScheduling": {"clusters": [{"name": "c8w2"}]}}))
+    aws.create(appwrapper("nowhere", deployment_item("nowhere", 1, "1"),
+                          scheduling={"clusterScheduling": {"clusters": [{"name": "elsewhere"}]}}))
+    assert aws.wait_state("small", "Running")["targetClusterName"] == "c8w1"  # 1 of 4 cpu is tighter than 1 of 16
+    assert aws.wait_state("pinned", "Running")["targetClusterName"] == "c8w2"
+    assert aws.wait_state("by-name", "Running")["targetClusterName"] == "c8w2"
+    message = wait_until(lambda: aws.status("nowhere").get("message"), 30, "the unplaceable one to say why")
+    assert "no worker cluster matches its clusterScheduling (clusters elsewhere)" in message
+    assert aws.status("nowhere")["state"] == "Pending"
+
+
+def test_a_gang_larger_than_any_single_worker_stays_queued(
+        controller: Controller, aws: AppWrappers, workers: dict[str, kube.Client]) -> None:
+    # 3 x 5 cpu: 15 of the 20 the workers have together, but no worker can hold all three pods.
+    aws.create(appwrapper("gang", deployment_item("gang", 3, "5")))
+    message = wait_until(lambda: aws.status("gang").get("message"), 30, "the gang's Backoff message")
+    assert message.startswith("does not fit in any worker cluster: c8w1: 3 of 3 pods")
+    assert "c8w2: 1 of 3 pods" in message and "c8w1-rejected: unauthorized" in message
+    assert aws.status("gang")["state"] == "Pending"
+    assert deployment_names(workers, aws.namespace) == {"c8w1": [], "c8w2": []}
+
+
+def test_deleting_it_in_the_hub_removes_its_objects_in_the_worker(
+        controller: Controller, aws: AppWrappers, workers: dict[str, kube.Client]) -> None:
+    aws.create(appwrapper("doomed", deployment_item("doomed", 2, "2")))
+    target = aws.wait_state("doomed", "Running")["targetClusterName"]
+    wait_until(lambda: running_pods(workers[target], aws.namespace, "doomed") == 2, 30, "its pods running")
+    aws.delete("doomed")
+    wait_until(lambda: not deployments(workers[target], aws.namespace), 30, "its Deployment gone from the worker")
+    wait_until(lambda: not aws.custom.list_namespaced_custom_object(
+        "workload.codeflare.dev", "v1beta1", aws.namespace, "appwrappers")["items"], 30,
+        "the AppWrapper gone once its finalizer is removed")
+    wait_until(lambda: running_pods(workers[target], aws.namespace, "doomed") == 0, 30, "its pods gone too")
+
+
+def test_rejected_credentials_are_a_state_and_a_metric_not_a_crash(controller: Controller) -> None:
+    rejected = cluster(controller, "c8w1-rejected")
+    assert rejected["state"] == "Unauthorized" and not rejected["usable"]
+    assert "unauthorized" in rejected["message"]
+    text = metrics(controller)
+    assert 'mcad_cluster_state{cluster="c8w1-rejected",state="Unauthorized"} 1.0' in text
+    assert 'mcad_cluster_healthy{cluster="c8w1-rejected"} 0.0' in text
+    assert 'mcad_cluster_healthy{cluster="c8w2"} 1.0' in text
+    assert controller.proc is not None and controller.proc.poll() is None
+
+
+def test_a_stopped_worker_leaves_placement_and_comes_back_without_duplicates(
+        controller: Controller, aws: AppWrappers, workers: dict[str, kube.Client]) -> None:
+    aws.create(appwrapper("stays", deployment_item("stays", 1, "6")))
+    assert aws.wait_state("stays", "Running")["targetClusterName"] == "c8w2"
+    with stopped_api_server("c8w2"):
+        wait_until(lambda: cluster(controller, "c8w2")["state"] == "Unreachable", 30, "c8w2 found unreachable")
+        # Its AppWrapper keeps its state (the timeout is 300 s) and says why it cannot be followed.
+        wait_until(lambda: (condition(aws.status("stays"), "ClusterAvailable") or {}).get("status") == "False",
+                   30, "the ClusterAvailable condition")
+        assert aws.status("stays")["state"] == "Running"
+        # New work goes to the other worker; what fits only in the stopped one waits, saying so.
+        aws.create(appwrapper("meanwhile", deployment_item("meanwhile", 1, "3")))
+        aws.create(appwrapper("later", deployment_item("later", 1, "7")))
+        assert aws.wait_state("meanwhile", "Running")["targetClusterName"] == "c8w1"
+        message = wait_until(lambda: aws.status("later").get("message"), 30, "the waiting one's message")
+        assert "c8w2: unreachable" in message
+        assert cluster(controller, "c8w2")["capacity"] == {} or not cluster(controller, "c8w2")["usable"]
+    wait_until(lambda: cluster(controller, "c8w2")["usable"], 30, "c8w2 back in placement")
+    assert aws.wait_state("later", "Running")["targetClusterName"] == "c8w2"
+    wait_until(lambda: (condition(aws.status("stays"), "ClusterAvailable") or {}).get("status") == "True",
+               30, "the ClusterAvailable condition back to True")
+    assert aws.status("stays")["state"] == "Running"
+    assert deployment_names(workers, aws.namespace) == {"c8w1": ["meanwhile"], "c8w2": ["later", "stays"]}
+    wait_until(lambda: running_pods(workers["c8w2"], aws.namespace, "stays") == 1, 30, "one pod of stays")
+
+
+def test_after_the_unreachable_timeout_it_is_requeued_elsewhere_and_the_leftovers_are_deleted(
+        kubeconfig: str, crd: None, clusters_file: Path, aws: AppWrappers, workers: dict[str, kube.Client],
+        controller: Controller) -> None:
+    # Its own controller, with a short timeout and spread placement: stop the module's one meanwhile.
+    controller.stop()
+    timeout_file = clusters_file.with_name("clusters-timeout.yaml")
+    timeout_file.write_text(clusters_file.read_text() + "unreachableTimeoutSeconds: 4\n")
+    try:
+        with hub_controller(kubeconfig, timeout_file, "test_multicluster_timeout.log",
+                            "--cluster-policy", "spread") as ctl:
+            aws.create(appwrapper("moves", deployment_item("moves", 1, "3")))
+            assert aws.wait_state("moves", "Running")["targetClusterName"] == "c8w2"  # spread: the most room
+            first_uid = deployments(workers["c8w2"], aws.namespace)[0]["metadata"]["uid"]
+            with stopped_api_server("c8w2"):
+                # Requeued after 4 s out, then dispatched to the worker that answers.
+                status = wait_until(lambda: (s := aws.status("moves")).get("targetClusterName") == "c8w1" and s,
+                                    60, "moves to be dispatched to c8w1")
+                assert status["state"] == "Running"
+                assert condition(status, "PreemptCandidate")["reason"] == "ClusterUnreachableTimeout"  # type: ignore[index]
+                assert int(status.get("numberOfRequeueings") or 0) == 0, "not the workload's fault: not counted"
+            # Back: what was left in c8w2 is deleted; only the copy in c8w1 remains.
+            wait_until(lambda: deployment_names(workers, aws.namespace) == {"c8w1": ["moves"], "c8w2": []}, 60,
+                       "the leftover in c8w2 deleted")
+            assert deployments(workers["c8w1"], aws.namespace)[0]["metadata"]["uid"] != first_uid
+            assert cluster(ctl, "c8w1")["appwrappers"] == [f"{aws.namespace}/moves"]
+            aws.delete("moves")
+            wait_until(lambda: deployment_names(workers, aws.namespace) == {"c8w1": [], "c8w2": []}, 30,
+                       "deleted everywhere")
+    finally:
+        controller.start()
