@@ -4,7 +4,11 @@ Contract:
 - ``manifest(aw, index)`` (pure) turns GenericItems[index].generictemplate into the object to apply: namespace
   defaulted to the AppWrapper's (a different one is an error), both AppWrapper labels on the object and on every
   pod template nested in it (Deployment, Job, RayCluster groups, PyTorchJob replicas...), and a controller
-  ownerReference to the AppWrapper so that deleting the AppWrapper garbage-collects everything.
+  ownerReference to the AppWrapper so that deleting the AppWrapper garbage-collects everything. With
+  ``remote=True`` (hub mode: the object goes into a worker cluster, where the AppWrapper does not exist) there is no
+  ownerReference; the label ``APPWRAPPER_UID_LABEL`` carries the AppWrapper's uid instead.
+- ``delete_remote(writer, aw)`` deletes, in a worker, every item that carries ``aw``'s uid label; it raises on
+  failure, because no garbage collector will finish the job there.
 - ``dispatch(writer, aw)`` server-side-applies every item with one field manager. If an item is refused for good
   (invalid object, unknown kind, forbidden), the items already applied are deleted and ``DispatchFailed`` is
   raised with ``transient=False`` and a message naming the item and the API's reason. Transient trouble (429,

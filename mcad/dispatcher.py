@@ -27,6 +27,18 @@ Contract:
   informers) decide Completed / RunningHoldCompletion / Failed; ``("requeue", key)`` and ``("deadline", key)``
   timers are ``add_after`` delays computed from times in status, so they survive restarts. A requeued
   AppWrapper's objects are deleted and it waits in the queue, out of the cycle, until its old pods are gone.
+- Hub mode (``hub``, see ``mcad.hub``): the ledger holds every worker's nodes (names qualified "<worker>/<node>")
+  and pods. A queued AppWrapper fits when its pods pack onto the nodes of one worker that is usable (as adopted
+  on this thread from ``("cluster", name)`` keys) and allowed by its ``clusterScheduling``; ``cluster_policy``
+  picks among those that fit (first in config order, best = least left of its dominant resource, spread = most).
+  Its objects are applied in that worker without ownerReferences, with its uid as a label, after the
+  ``WORKER_CLEANUP_FINALIZER`` is on the AppWrapper; ``status.targetClusterName`` names the worker. Pods count as
+  an AppWrapper's only in the worker it is placed in; its objects anywhere else are leftovers, deleted whenever
+  that worker is usable (also found again after a restart, through their pods). An AppWrapper being deleted keeps
+  the finalizer until every worker holding its objects has deleted them. A worker that stops being usable leaves
+  placement at once; AppWrappers placed there keep their state (condition ClusterAvailable False) until it
+  returns, or are requeued (reason ClusterUnreachableTimeout, not counted as a requeuing) once it has been
+  Unreachable or Unauthorized for ``unreachableTimeoutSeconds``.
 """
 
 from __future__ import annotations

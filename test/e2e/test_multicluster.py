@@ -241,6 +241,12 @@ def test_rejected_credentials_are_a_state_and_a_metric_not_a_crash(controller: C
     assert 'mcad_cluster_healthy{cluster="c8w1-rejected"} 0.0' in text
     assert 'mcad_cluster_healthy{cluster="c8w2"} 1.0' in text
     assert controller.proc is not None and controller.proc.poll() is None
+    mcadctl = subprocess.run([str(Path(sys.executable).parent / "mcadctl"), "--url",
+                              f"http://127.0.0.1:{controller.port}", "clusters", "-o", "wide"],
+                             capture_output=True, text=True, timeout=30, check=False)
+    assert mcadctl.returncode == 0, mcadctl.stderr
+    rows = {line.split()[0]: line.split()[1] for line in mcadctl.stdout.splitlines()[2:] if line.strip()}
+    assert rows == {"NAME": "STATE", "c8w1": "Healthy", "c8w2": "Healthy", "c8w1-rejected": "Unauthorized"}
 
 
 def test_a_stopped_worker_leaves_placement_and_comes_back_without_duplicates(

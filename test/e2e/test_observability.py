@@ -100,3 +100,16 @@ def test_decisions_show_as_events_on_the_appwrapper(controller: Controller, aws:
     waits = wait_until(lambda: (r := reasons("waits")) and "Queued" in r and r, 30, "a Queued event")
     assert waits["Queued"].message.startswith("Waiting: ") and "position" not in waits["Queued"].message
     assert "Dispatched" not in waits
+
+
+def test_single_cluster_mode_runs_nothing_of_hub_mode(controller: Controller) -> None:
+    """Without --clusters-config: no worker informers (no extra watches), no hub thread, no cluster metrics."""
+    status, body = get(controller, "/debug/clusters")
+    assert status == 200 and json.loads(body)["mode"] == "single" and json.loads(body)["clusters"] == []
+    metrics = get(controller, "/metrics")[1]
+    assert "mcad_cluster_" not in metrics
+    informers = set(re.findall(r'^mcad_informer_synced\{informer="([^"]+)"\}', metrics, re.MULTILINE))
+    assert {"appwrappers", "nodes", "pods"} <= informers
+    assert not {i for i in informers if i.endswith(("-nodes", "-pods"))}, informers
+    log = controller.log.read_text()
+    assert "hub mode" not in log and "worker cluster" not in log
