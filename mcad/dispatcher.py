@@ -1158,14 +1158,22 @@ class Dispatcher:
             log.info("worker cluster", cluster=name, usable=usable, state=health.state.value,
                      message=health.message, appwrappers=len(placed_here))
             self.queue.add(DISPATCH)  # what waits may now fit, or wait for another reason
+            down = health.state in (HealthState.UNREACHABLE, HealthState.UNAUTHORIZED)
             for key in placed_here:
                 aw = self._dispatched_now(key)
-                if aw is not None and (before is not None or not usable):
-                    reason = "Healthy" if usable else health.state.value
-                    message = "" if usable else f"worker cluster {name} is {health.state.value.lower()}: " \
-                                                f"{health.message}"
-                    self._write_status(aw, status.cluster_available(self._status(aw), self.clock.now(),
-                                                                    available=usable, reason=reason, message=message))
+                if aw is None:
+                    continue
+                current = self._status(aw)
+                told = any(c.get("type") == status.CLUSTER_AVAILABLE and c.get("status") == "False"
+                           for c in current.get("conditions") or [])
+                # Only a real outage is told (not a worker still being listed at start), and its end.
+                if down:
+                    self._write_status(aw, status.cluster_available(
+                        current, self.clock.now(), available=False, reason=health.state.value,
+                        message=f"worker cluster {name} is {health.state.value.lower()}: {health.message}"))
+                elif usable and told:
+                    self._write_status(aw, status.cluster_available(current, self.clock.now(), available=True,
+                                                                    reason=HealthState.HEALTHY.value))
         if usable:
             self._clean_leftovers(name)
             for key in placed_here:
