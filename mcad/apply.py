@@ -89,6 +89,9 @@ def manifest(aw: AppWrapperView, index: int, *, remote: bool = False) -> dict[st
         # In a worker cluster the AppWrapper does not exist: no ownerReference can point at it (the garbage
         # collector would delete the object at once); its uid in a label says whose the object is.
         meta["labels"] = {**(meta.get("labels") or {}), **labels, APPWRAPPER_UID_LABEL: aw.uid}
+        # The template's own references name hub objects too: in the worker they dangle, and a dangling owner
+        # makes the garbage collector delete the object.
+        meta.pop("ownerReferences", None)
         return _label_pod_templates(obj, labels)
     meta["labels"] = {**(meta.get("labels") or {}), **labels}
     meta["ownerReferences"] = [

@@ -663,6 +663,12 @@ class Dispatcher:
             self._clean_up_deleted(aw)
             return
         if aw is None or aw.deleting:
+            if aw is not None and WORKER_CLEANUP_FINALIZER in aw.finalizers and ("", key) not in self._cleanups:
+                # Dispatched by a hub earlier: without worker connections its objects there cannot be deleted,
+                # but the AppWrapper must not be stuck deleting for ever.
+                log.warning("hub mode is off: the objects this AppWrapper may have in a worker cluster are not "
+                            "deleted", appwrapper=key, cluster=aw.target_cluster or "unknown")
+                self._remove_finalizer(aw)
             gone = self._dispatched.pop(key, None)
             if gone is not None and self.hub is None:
                 self._delete_wrapped(gone, self._object_uids.get(key, ()))
@@ -1091,7 +1097,10 @@ class Dispatcher:
             if waiting:
                 log.info("deletion waits for worker clusters", appwrapper=key, clusters=waiting)
             return
-        self._cleanups.add(("", key))
+        self._remove_finalizer(aw)
+
+    def _remove_finalizer(self, aw: AppWrapperView) -> None:
+        self._cleanups.add(("", aw.key))
         writer = self.writer
 
         def job() -> _Cleaned:
@@ -1104,7 +1113,7 @@ class Dispatcher:
                 return _Cleaned("", aw.uid, None if err.status == 404 else err)
             return _Cleaned("", aw.uid)
 
-        self.writes.submit(key, job)
+        self.writes.submit(aw.key, job)
 
     def _add_finalizer(self, aw: AppWrapperView) -> None:
         """Background thread: the cleanup finalizer on ``aw`` before anything of it exists in a worker."""
@@ -1618,9 +1627,11 @@ class Dispatcher:
         else:
             # The objects exist but the status did not land: write it again (the reservation stays).
             self._write_status(aw, outcome.status)
-        log.info("dispatched", appwrapper=key, demand=aw.demand.format())
+        cluster = self._placed.get(key) if self.hub is not None else None
+        log.info("dispatched", appwrapper=key, demand=aw.demand.format(), **({"cluster": cluster} if cluster else {}))
+        where = f" in worker cluster {cluster}" if cluster else ""
         self._note(aw, "dispatched",
-                   f"Its wrapped objects were created; it reserves {aw.demand.format() or 'nothing'}.")
+                   f"Its wrapped objects were created{where}; it reserves {aw.demand.format() or 'nothing'}.")
         created = lifecycle.parse_time(aw.created)
         if first and created is not None:
             # Creation to first dispatch; a requeued AppWrapper's later dispatches would say more about its

@@ -87,8 +87,11 @@ def cluster_scheduling(scheduling: Mapping[str, Any]) -> ClusterScheduling:
         return ANYWHERE
     if not isinstance(raw, Mapping):
         return ClusterScheduling(error="clusterScheduling must be an object")
+    clusters = raw.get("clusters")
+    if clusters is not None and not isinstance(clusters, list):
+        return ClusterScheduling(error="clusters must be a list of {name: ...}")
     names = []
-    for index, ref in enumerate(as_list(raw.get("clusters"))):
+    for index, ref in enumerate(as_list(clusters)):
         name = as_mapping(ref).get("name")
         if not isinstance(name, str) or not name:
             return ClusterScheduling(error=f"clusters[{index}].name must be a non-empty string")
@@ -106,12 +109,17 @@ def cluster_scheduling(scheduling: Mapping[str, Any]) -> ClusterScheduling:
 def _selector(raw: Any) -> tuple[Requirement, ...]:
     if not isinstance(raw, Mapping):
         raise ValueError("must be an object with matchLabels and/or matchExpressions")
+    match_labels, expressions = raw.get("matchLabels"), raw.get("matchExpressions")
+    if match_labels is not None and not isinstance(match_labels, Mapping):
+        raise ValueError("matchLabels must be an object of label: value")
+    if expressions is not None and not isinstance(expressions, list):
+        raise ValueError("matchExpressions must be a list")
     out = []
-    for label, value in as_mapping(raw.get("matchLabels")).items():
+    for label, value in as_mapping(match_labels).items():
         if not isinstance(value, str):
             raise ValueError(f"matchLabels[{label}] must be a string")
         out.append(Requirement(str(label), "In", (value,)))
-    for index, expr in enumerate(as_list(raw.get("matchExpressions"))):
+    for index, expr in enumerate(as_list(expressions)):
         fields = as_mapping(expr)
         key, operator = fields.get("key"), fields.get("operator")
         values = as_list(fields.get("values"))

@@ -305,3 +305,23 @@ def test_after_the_unreachable_timeout_it_is_requeued_elsewhere_and_the_leftover
                        "deleted everywhere")
     finally:
         controller.start()
+
+
+def test_without_hub_mode_a_leftover_cleanup_finalizer_does_not_block_deletion(
+        kubeconfig: str, crd: None, aws: AppWrappers, controller: Controller) -> None:
+    """An AppWrapper a hub dispatched, deleted after hub mode was turned off: nothing can reach its worker, so
+    the controller says so in its log and lets it go instead of leaving it stuck in deletion."""
+    controller.stop()
+    try:
+        with running_controller(kubeconfig, LOGS / "test_multicluster_single.log") as single:
+            body = appwrapper("was-hub", deployment_item("was-hub", 1, "1"))
+            body["metadata"]["finalizers"] = ["workload.codeflare.dev/worker-cleanup"]
+            aws.create(body)
+            aws.wait_state("was-hub", "Running")
+            aws.delete("was-hub")
+            wait_until(lambda: not aws.custom.list_namespaced_custom_object(
+                "workload.codeflare.dev", "v1beta1", aws.namespace, "appwrappers")["items"], 30,
+                "the AppWrapper gone")
+            assert "hub mode is off" in single.log.read_text()
+    finally:
+        controller.start()

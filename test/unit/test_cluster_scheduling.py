@@ -171,3 +171,15 @@ def test_view_of_a_malformed_scheduling_spec_keeps_the_error() -> None:
 def test_view_ignores_finalizers_that_are_not_strings_and_a_non_list() -> None:
     assert appwrapper_view(raw_appwrapper(metadata={"finalizers": ["a", 3, None]})).finalizers == ("a",)
     assert appwrapper_view(raw_appwrapper(metadata={"finalizers": "a"})).finalizers == ()
+
+
+@pytest.mark.parametrize("stanza", [
+    {"clusters": "east"},
+    {"clusters": {"name": "east"}},
+    {"clusterSelector": {"matchLabels": "gpu=a100"}},
+    {"clusterSelector": {"matchExpressions": {"key": "gpu", "operator": "Exists"}}},
+])
+def test_a_field_of_the_wrong_shape_fits_nowhere_instead_of_anywhere(stanza: dict[str, Any]) -> None:
+    parsed = cluster_scheduling({"clusterScheduling": stanza})
+    assert parsed.error
+    assert not parsed.allows("west", {})

@@ -143,3 +143,12 @@ def test_remote_manifest_does_not_mutate_the_appwrappers_template() -> None:
     aw = view(job_template())
     manifest(aw, 0, remote=True)
     assert aw.items[0]["generictemplate"] == job_template()
+
+
+def test_remote_manifest_drops_the_templates_own_owner_references() -> None:
+    """They name hub objects: in a worker they dangle, and the garbage collector deletes a dangling dependent."""
+    template = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "hub-uid"}]}}
+    aw = appwrapper_view({"metadata": {"name": "aw", "namespace": "team", "uid": "u-1"},
+                          "spec": {"resources": {"GenericItems": [{"generictemplate": template}]}}})
+    assert "ownerReferences" not in manifest(aw, 0, remote=True)["metadata"]
