@@ -2,7 +2,8 @@
 
 Contract:
 - ``WrappedView`` keeps what completion and failure detection read of a wrapped object: identity, the uid of its
-  controlling owner, the AppWrapper it belongs to (``"namespace/name"``, from the label mcad stamps on it) and its
+  controlling owner (in a worker cluster, which has no ownerReference, the AppWrapper uid label instead),
+  the AppWrapper it belongs to (``"namespace/name"``, from the label mcad stamps on it) and its
   ``status.conditions`` as (type, status, reason, message) tuples.
 - ``WrappedObjects.ensure(api_version, kind)`` starts an informer for that kind the first time it is asked
   (selecting only objects that carry the AppWrapper label, so a cluster's other Jobs cost nothing), and says
@@ -23,7 +24,7 @@ from typing import Any, Final
 
 import structlog
 
-from mcad.api.appwrapper import APPWRAPPER_LABEL
+from mcad.api.appwrapper import APPWRAPPER_LABEL, APPWRAPPER_UID_LABEL
 from mcad.api.raw import as_mapping
 from mcad.informer import Informer
 
@@ -45,7 +46,7 @@ class WrappedView:
     namespace: str
     name: str
     uid: str
-    owner_uid: str  # the controlling owner's uid ("" when none)
+    owner_uid: str  # the controlling owner's uid, else the AppWrapper uid label (hub mode); "" when neither
     appwrapper: str | None
     conditions: tuple[Condition, ...]
 
@@ -58,10 +59,13 @@ class WrappedView:
 def wrapped_view(raw: Mapping[str, Any]) -> WrappedView:
     meta = as_mapping(raw.get("metadata"))
     namespace = str(meta.get("namespace") or "")
-    owner = as_mapping(meta.get("labels")).get(APPWRAPPER_LABEL)
+    labels = as_mapping(meta.get("labels"))
+    owner = labels.get(APPWRAPPER_LABEL)
     refs = meta.get("ownerReferences")
     owner_uid = next((str(r.get("uid") or "") for r in refs if isinstance(r, Mapping) and r.get("controller")),
                      "") if isinstance(refs, list) else ""
+    if not owner_uid and isinstance(labels.get(APPWRAPPER_UID_LABEL), str):
+        owner_uid = labels[APPWRAPPER_UID_LABEL]  # hub mode: ownerReferences cannot cross clusters
     raw_conditions = as_mapping(raw.get("status")).get("conditions")
     conditions = tuple(
         (str(c.get("type") or ""), str(c.get("status") or ""), str(c.get("reason") or ""), str(c.get("message") or ""))

@@ -52,10 +52,10 @@ class Controller:
 
     @property
     def port(self) -> int:
-        """The port of its HTTP endpoint, as it logged it."""
-        found = re.search(rb"http server listening.*?port=(\d+)", self.log.read_bytes())
+        """The port of its HTTP endpoint, as it last logged it (a restarted controller appends to its log)."""
+        found = re.findall(rb"http server listening.*?port=(\d+)", self.log.read_bytes())
         assert found, "the controller has not logged its HTTP port"
-        return int(found.group(1))
+        return int(found[-1])
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc and self.proc.poll() is None:

@@ -28,7 +28,16 @@ import kubernetes.client as k8s
 import pytest
 
 from mcad import kube
-from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, condition, deployment_item, running_controller
+from test.e2e.conftest import (
+    LOGS,
+    AppWrappers,
+    Controller,
+    appwrapper,
+    condition,
+    deployment_item,
+    job_item,
+    running_controller,
+)
 from test.support import REPO, wait_until
 
 WORKERS = {"c8w1": ("1", "4"), "c8w2": ("2", "8")}  # name: (nodes, cpu per node)
@@ -325,3 +334,15 @@ def test_without_hub_mode_a_leftover_cleanup_finalizer_does_not_block_deletion(
             assert "hub mode is off" in single.log.read_text()
     finally:
         controller.start()
+
+
+def test_completion_is_read_from_the_workers_job_and_frees_its_room(
+        controller: Controller, aws: AppWrappers, workers: dict[str, kube.Client]) -> None:
+    # 2 x 3 cpu: only c8w2 can hold it (c8w1 has 4 cpu); its pods finish 2 s after they start.
+    aws.create(appwrapper("batch", job_item("batch", 2, "3", duration="2s", completionstatus="Complete")))
+    assert aws.wait_state("batch", "Running")["targetClusterName"] == "c8w2"
+    status = aws.wait_state("batch", "Completed", timeout=60)
+    assert status["targetClusterName"] == "c8w2"
+    free = wait_until(lambda: (c := cluster(controller, "c8w2"))["free"].get("cpu") == "16" and c, 30,
+                      "c8w2's room back once the Job's pods finished")
+    assert free["appwrappers"] == [f"{aws.namespace}/batch"], "its objects are still there, until it is deleted"
