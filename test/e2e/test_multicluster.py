@@ -346,3 +346,20 @@ def test_completion_is_read_from_the_workers_job_and_frees_its_room(
     free = wait_until(lambda: (c := cluster(controller, "c8w2"))["free"].get("cpu") == "16" and c, 30,
                       "c8w2's room back once the Job's pods finished")
     assert free["appwrappers"] == [f"{aws.namespace}/batch"], "its objects are still there, until it is deleted"
+
+
+def test_requeuing_follows_the_workers_pods_and_failing_deletes_there(
+        controller: Controller, aws: AppWrappers, workers: dict[str, kube.Client]) -> None:
+    """minAvailable judged on the worker's pods: they never start (kwok holds them 300 s), so it is requeued,
+    dispatched again, and once maxNumRequeuings is reached it fails and its Job is deleted in the worker."""
+    job = job_item("stuck", 2, "3")
+    job["generictemplate"]["spec"]["template"]["metadata"]["annotations"]["pod-start.stage.kwok.x-k8s.io/delay"] = \
+        "300s"
+    aws.create(appwrapper("stuck", job, scheduling={"minAvailable": 2, "requeuing": {
+        "timeInSeconds": 2, "growthType": "none", "maxNumRequeuings": 1}}))
+    assert aws.wait_state("stuck", "Running")["targetClusterName"] == "c8w2"
+    status = aws.wait_state("stuck", "Failed", timeout=60)
+    assert status["numberOfRequeueings"] == 1
+    assert condition(status, "Failed")["reason"] == "MaxRequeuingsReached"  # type: ignore[index]
+    assert "minimum=2, running=0" in condition(status, "Failed")["message"]  # type: ignore[index]
+    wait_until(lambda: not pods(workers["c8w2"], aws.namespace, "stuck"), 30, "its Job and pods gone from c8w2")
