@@ -314,6 +314,9 @@ class Dispatcher:
         """Once the informers have synced: rebuild the ledger and ask for the first cycle."""
         self.rebuild()
         self.running.set()
+        if self.hub is not None:
+            for name in self.hub.names:  # adopt every worker's state now, whatever the prober said before
+                self.queue.add(("cluster", name))
         self.queue.add(DISPATCH)
         log.info("dispatcher started", appwrappers=len(self.appwrappers), nodes=len(self.nodes),
                  pods=len(self.pods), capacity=self.ledger.capacity().format(), free=self.ledger.free().format())
@@ -325,9 +328,9 @@ class Dispatcher:
             return None
         try:
             self.process(key)
-            # DISPATCH and AppWrapper keys fail through their background writes, reported on another key: their
-            # failure counts are reset when a write of theirs succeeds (see _collect), so their backoff grows.
-            if key[0] not in ("dispatch", "aw"):
+            # DISPATCH, AppWrapper and cleanup keys fail through their background writes, reported on another key:
+            # their failure counts are reset when a write of theirs succeeds (see _collect), so their backoff grows.
+            if key[0] not in ("dispatch", "aw", "cleanup"):
                 self.queue.forget(key)
         except Exception:
             log.exception("processing failed; retrying with backoff", key=f"{key[0]}:{key[1]}")
@@ -358,6 +361,8 @@ class Dispatcher:
             self._write_quota_status()
         elif kind == "cluster":
             self._sync_cluster(name)
+        elif kind == "cleanup":
+            self._clean_leftovers(name)
         elif kind == "counts":
             aw = self.appwrappers.get(name)
             if aw is not None and not self._is_queued(aw) and self._state(aw) not in FINAL_STATES:
@@ -1052,10 +1057,10 @@ class Dispatcher:
 
     def _detach_pods(self, key: str) -> None:
         """Its pods (in a worker it leaves) stop counting as its own; they still count as usage where they run."""
+        self._plan_drop(key)
         for uid in list(self._pods_by_appwrapper.get(key, {})):
             pod = self.ledger.pod(uid)
             if pod is not None:
-                self._plan_drop(key)
                 self.ledger.upsert_pod(dataclasses.replace(pod, appwrapper=None))
             self._pod_owner.pop(uid, None)
         self._pods_by_appwrapper.pop(key, None)
@@ -1136,9 +1141,10 @@ class Dispatcher:
         if outcome.error is not None:
             log.warning("worker cleanup failed; will retry", appwrapper=key, cluster=outcome.cluster or "(hub)",
                         reason=outcome.error.message)
-            self.queue.add_rate_limited(("aw", key) if not outcome.cluster else ("cluster", outcome.cluster))
+            self.queue.add_rate_limited(("aw", key) if not outcome.cluster else ("cleanup", outcome.cluster))
             return
         if outcome.cluster:
+            self.queue.forget(("cleanup", outcome.cluster))
             leftovers = self._leftovers.get(outcome.cluster, {})
             if key in leftovers and leftovers[key].uid == outcome.uid:
                 del leftovers[key]

@@ -396,3 +396,31 @@ def test_a_pod_in_another_worker_is_that_workers_usage_not_the_appwrappers(hub_h
     h.add_pod(worker_pod("own", "big/n0", "2", appwrapper="a"))
     assert h.dispatcher.ledger.consumed(key).get("cpu") == 2000
     assert h.dispatcher.pod_phases(key) == ["Running"]
+
+
+def test_a_failing_leftover_cleanup_is_retried_with_backoff_until_it_succeeds(hub_harness: Any) -> None:
+    """Deleting in a worker that answers 500: retried on the ("cleanup", worker) key, whose failures count (growing
+    delays, not a hot loop: processing that key must not reset them); the first success resets it."""
+    h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG,
+                    aws=[gang("a", 1, "2", {"clusters": [{"name": "big"}]})])
+    small = h.hub.writer("small")
+    queue = h.dispatcher.queue
+    calls: list[float] = []
+
+    def refuse(*_args: Any, **_kwargs: Any) -> None:
+        calls.append(h.clock.monotonic())
+        raise ApiError(500, "InternalError", "etcd is unhappy")
+
+    small.delete = refuse  # type: ignore[method-assign]
+    h.add_pod(worker_pod("stray", "small/n0", "1", appwrapper="a"))
+    assert len(calls) == 1 and queue.num_requeues(("cleanup", "small")) == 1
+    for attempt in range(2, 5):
+        h.clock.advance(60)  # past any backoff delay so far
+        h.drain()
+        assert len(calls) == attempt, "one more try per due retry"
+        assert queue.num_requeues(("cleanup", "small")) == attempt, "the failures keep counting"
+    del small.delete  # it answers again
+    h.clock.advance(60)
+    h.drain()
+    assert small.deleted == [("ConfigMap", "a-cm", (APPWRAPPER_UID_LABEL, "uid-a"))]
+    assert queue.num_requeues(("cleanup", "small")) == 0
