@@ -2,8 +2,9 @@
 
 Workers (hack/localcluster.py, brought up for this module unless they run already, taken down afterwards unless
 MCAD_KEEP_CLUSTER=1): c8w1 has one node of 4 cpu, labels size=small; c8w2 two nodes of 8 cpu, size=large. c8w1
-is configured by kubeconfig file, c8w2 by a Secret in the hub, and a third entry, c8w1-rejected, points at c8w1
-with a token the API server does not know (credentials that stopped working).
+is configured by kubeconfig file holding the token of config/rbac/worker.yaml's ServiceAccount (so everything here
+also proves that least privilege is enough in a worker), c8w2 by a Secret in the hub, and a third entry,
+c8w1-rejected, points at c8w1 with a token the API server does not know.
 
 A worker's API server is stopped with SIGSTOP and resumed with SIGCONT: it keeps its state, ports and
 certificates, and to the hub it is exactly an API server that stopped answering.
@@ -15,6 +16,7 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,6 +41,7 @@ from test.e2e.conftest import (
     running_controller,
 )
 from test.support import REPO, wait_until
+from test.worker_identity import token_kubeconfig
 
 WORKERS = {"c8w1": ("1", "4"), "c8w2": ("2", "8")}  # name: (nodes, cpu per node)
 # Fresh per run: the previous run's may still be terminating.
@@ -52,6 +55,31 @@ def _local_cluster(name: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _kubeconfig(name: str) -> Path:
     return REPO / ".dev" / f"kubeconfig-{name}"
+
+
+def kubectl(kubeconfig: Path, *args: str) -> None:
+    binary = shutil.which("kubectl") or str(REPO / ".dev" / "bin" / "kubectl")
+    proc = subprocess.run([binary, "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
+
+
+def service_account_kubeconfig(worker: str, account: str, path: Path) -> Path:
+    """A kubeconfig of ``worker`` for a ServiceAccount bound to worker.yaml's ClusterRole (applied first)."""
+    admin_path = _kubeconfig(worker)
+    kubectl(admin_path, "apply", "-f", str(REPO / "config" / "rbac" / "worker.yaml"))
+    admin = kube.connect(str(admin_path))
+    if account != "mcad-worker":
+        kube.request_json(admin, "POST", "/api/v1/namespaces/mcad-system/serviceaccounts",
+                          body={"metadata": {"name": account}})
+        kube.request_json(admin, "POST", "/api/v1/namespaces/mcad-system/secrets", body={
+            "metadata": {"name": f"{account}-token", "annotations": {"kubernetes.io/service-account.name": account}},
+            "type": "kubernetes.io/service-account-token"})
+        kube.request_json(admin, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body={
+            "metadata": {"name": account},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "mcad-worker"},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": "mcad-system"}]})
+    return token_kubeconfig(str(admin_path), admin, path, secret=f"{account}-token")
 
 
 @pytest.fixture(scope="module")
@@ -98,11 +126,13 @@ def clusters_file(workers: dict[str, kube.Client], core: k8s.CoreV1Api,
     for secret, text in secrets.items():
         core.create_namespaced_secret(SECRET_NAMESPACE, k8s.V1Secret(
             metadata=k8s.V1ObjectMeta(name=secret), data={"kubeconfig": base64.b64encode(text.encode()).decode()}))
-    path = tmp_path_factory.mktemp("hub") / "clusters.yaml"
+    directory = tmp_path_factory.mktemp("hub")
+    least_privilege = service_account_kubeconfig("c8w1", "mcad-worker", directory / "c8w1.kubeconfig")
+    path = directory / "clusters.yaml"
     path.write_text(f"""
 workers:
   - name: c8w1
-    kubeconfig: {_kubeconfig("c8w1")}
+    kubeconfig: {least_privilege}
     labels: {{size: small}}
   - name: c8w2
     secret: {{namespace: {SECRET_NAMESPACE}, name: c8w2-kubeconfig}}
@@ -128,14 +158,17 @@ def aw_namespace(custom: k8s.CustomObjectsApi, namespace: str, workers: dict[str
                f"pods in {namespace} gone from the workers")
 
 
+MODULE_WORKERS = {"c8w1": "Healthy", "c8w2": "Healthy", "c8w1-rejected": "Unauthorized"}
+
+
 @contextlib.contextmanager
-def hub_controller(kubeconfig: str, clusters_file: Path, log_name: str, *args: str) -> Iterator[Controller]:
+def hub_controller(kubeconfig: str, clusters_file: Path, log_name: str, *args: str,
+                   states: dict[str, str] = MODULE_WORKERS) -> Iterator[Controller]:
     with running_controller(kubeconfig, LOGS / log_name, "--clusters-config", str(clusters_file),
                             "--cluster-probe-period", "0.5", *args) as ctl:
-        # Placement waits for the workers: both usable (and the rejected one found out) before tests begin.
-        wait_until(lambda: {c["name"]: c["state"] for c in clusters(ctl)} == {
-            "c8w1": "Healthy", "c8w2": "Healthy", "c8w1-rejected": "Unauthorized"} and
-            all(c["usable"] for c in clusters(ctl) if c["state"] == "Healthy"), 60, "the workers to be checked")
+        # Placement waits for the workers: the healthy ones usable (and a rejected one found out) before tests.
+        wait_until(lambda: {c["name"]: c["state"] for c in clusters(ctl)} == states and
+                   all(c["usable"] for c in clusters(ctl) if c["state"] == "Healthy"), 60, "the workers to be checked")
         yield ctl
 
 
@@ -363,3 +396,33 @@ def test_requeuing_follows_the_workers_pods_and_failing_deletes_there(
     assert condition(status, "Failed")["reason"] == "MaxRequeuingsReached"  # type: ignore[index]
     assert "minimum=2, running=0" in condition(status, "Failed")["message"]  # type: ignore[index]
     wait_until(lambda: not pods(workers["c8w2"], aws.namespace, "stuck"), 30, "its Job and pods gone from c8w2")
+
+
+def test_credentials_that_stop_working_are_a_condition_on_what_runs_there(
+        kubeconfig: str, crd: None, aws: AppWrappers, workers: dict[str, kube.Client], controller: Controller,
+        tmp_path: Path) -> None:
+    """c8w1 through a ServiceAccount of its own, whose token is revoked while an AppWrapper runs there: the worker
+    turns Unauthorized, the AppWrapper keeps running with ClusterAvailable=False saying so, nothing crashes."""
+    admin = workers["c8w1"].conn
+    revocable = service_account_kubeconfig("c8w1", "mcad-revocable", tmp_path / "revocable.kubeconfig")
+    config = tmp_path / "clusters.yaml"
+    config.write_text(f"workers:\n  - name: c8w1\n    kubeconfig: {revocable}\n")
+    controller.stop()
+    try:
+        with hub_controller(kubeconfig, config, "test_multicluster_revoked.log", states={"c8w1": "Healthy"}) as ctl:
+            aws.create(appwrapper("revoked", deployment_item("revoked", 1, "1")))
+            assert aws.wait_state("revoked", "Running")["targetClusterName"] == "c8w1"
+            kube.request_json(admin, "DELETE", "/api/v1/namespaces/mcad-system/secrets/mcad-revocable-token")
+            wait_until(lambda: cluster(ctl, "c8w1")["state"] == "Unauthorized", 30, "c8w1 Unauthorized")
+            told = wait_until(lambda: condition(aws.status("revoked"), "ClusterAvailable"), 30, "the condition")
+            assert told["status"] == "False" and told["reason"] == "Unauthorized"
+            assert "credentials rejected (401" in told["message"]
+            assert aws.status("revoked")["state"] == "Running"
+            assert 'mcad_cluster_state{cluster="c8w1",state="Unauthorized"} 1.0' in metrics(ctl)
+            assert ctl.proc is not None and ctl.proc.poll() is None
+    finally:
+        for path in ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/mcad-revocable",
+                     "/api/v1/namespaces/mcad-system/serviceaccounts/mcad-revocable"):
+            with contextlib.suppress(kube.ApiError):
+                kube.request_json(admin, "DELETE", path)
+        controller.start()  # with the module's own identity in c8w1: it deletes what "revoked" left there

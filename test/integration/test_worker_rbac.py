@@ -7,7 +7,6 @@ token of the Secret mcad-system/mcad-worker-token, in a kubeconfig beside the wo
 
 from __future__ import annotations
 
-import base64
 import shutil
 import subprocess
 import uuid
@@ -16,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from mcad import kube
-from test.support import REPO, wait_until
+from test.support import REPO
+from test.worker_identity import token_kubeconfig
 
 WORKER_RBAC = REPO / "config" / "rbac" / "worker.yaml"
 ACCOUNT = "system:serviceaccount:mcad-system:mcad-worker"
@@ -70,26 +69,6 @@ def test_worker_rbac_grants_what_hub_mode_does_in_a_worker(applied: kube.Connect
                ("patch", "", "nodes"), ("list", "workload.codeflare.dev", "appwrappers"),
                ("deletecollection", "", "pods"), ("create", "rbac.authorization.k8s.io", "clusterroles")]
     assert [r for r in refused if allowed(admin, *r)] == []
-
-
-def token_kubeconfig(admin_kubeconfig: str, admin: kube.Connection, path: Path) -> Path:
-    """A kubeconfig carrying only the mcad-worker token, as README says to mint one."""
-    def filled_in() -> str | None:
-        secret = kube.request_json(admin, "GET", "/api/v1/namespaces/mcad-system/secrets/mcad-worker-token")
-        encoded = (secret.get("data") or {}).get("token")
-        return base64.b64decode(encoded).decode() if encoded else None
-
-    token = wait_until(filled_in, what="the token controller to fill in mcad-worker-token")
-    config = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
-    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])["cluster"]
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "east",
-        "clusters": [{"name": "east", "cluster": cluster}],
-        "users": [{"name": "mcad-worker", "user": {"token": token}}],
-        "contexts": [{"name": "east", "context": {"cluster": "east", "user": "mcad-worker"}}]}))
-    path.chmod(0o600)
-    return path
 
 
 def test_the_minted_token_works_as_the_hub_uses_it(applied: kube.Connection, kubeconfig: str,
