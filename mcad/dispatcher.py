@@ -317,6 +317,11 @@ class Dispatcher:
         if self.hub is not None:
             for name in self.hub.names:  # adopt every worker's state now, whatever the prober said before
                 self.queue.add(("cluster", name))
+            for name in set(self._placed.values()) - set(self.hub.names):
+                # Removed from the configuration: treated as a worker that never comes back.
+                log.warning("AppWrappers are placed in a worker cluster that is not configured; they are requeued "
+                            "after unreachableTimeoutSeconds", cluster=name)
+                self.queue.add_after(("cluster", name), self.hub.config.unreachable_timeout_seconds)
         self.queue.add(DISPATCH)
         log.info("dispatcher started", appwrappers=len(self.appwrappers), nodes=len(self.nodes),
                  pods=len(self.pods), capacity=self.ledger.capacity().format(), free=self.ledger.free().format())
@@ -1095,6 +1100,10 @@ class Dispatcher:
         if placed:
             self._leftovers.setdefault(placed, {})[key] = aw
         holding = [c for c, leftovers in self._leftovers.items() if key in leftovers]
+        for cluster in [c for c in holding if self.hub is not None and self.hub.worker(c) is None]:
+            log.warning("not configured any more: its objects there are not deleted", appwrapper=key, cluster=cluster)
+            self._leftovers[cluster].pop(key, None)
+            holding.remove(cluster)
         for cluster in holding:
             self._clean_leftovers(cluster)
         if holding or ("", key) in self._cleanups:
@@ -1157,7 +1166,11 @@ class Dispatcher:
     def _sync_cluster(self, name: str) -> None:
         """Adopt a worker's new health: in or out of placement; AppWrappers placed there are told; after
         ``unreachableTimeoutSeconds`` out, they are requeued (to go elsewhere)."""
-        if self.hub is None or self.hub.worker(name) is None:
+        if self.hub is None:
+            return
+        if self.hub.worker(name) is None:
+            self._requeue_from(name, f"worker cluster {name} is not in the clusters configuration any more; what "
+                                     f"it left there is not deleted")
             return
         usable = self.hub.usable(name)
         health = self.hub.health(name)
@@ -1202,13 +1215,17 @@ class Dispatcher:
         if down_for < timeout:
             self.queue.add_after(("cluster", name), timeout - down_for + 0.05)
             return
-        for key in placed_here:
+        self._requeue_from(name, f"worker cluster {name} has been {health.state.value.lower()} for {int(down_for)} s "
+                                 f"(unreachableTimeoutSeconds {int(timeout)}); its objects there are deleted when it "
+                                 f"returns")
+
+    def _requeue_from(self, name: str, message: str) -> None:
+        """Every AppWrapper running in worker ``name`` back to the queue, to go elsewhere."""
+        for key in [k for k, c in self._placed.items() if c == name]:
             aw = self._dispatched_now(key)
             if aw is None:
                 continue
             current = self._status(aw)
-            message = (f"worker cluster {name} has been {health.state.value.lower()} for {int(down_for)} s "
-                       f"(unreachableTimeoutSeconds {int(timeout)}); its objects there are deleted when it returns")
             self._requeue(aw, status.CLUSTER_UNREACHABLE_TIMEOUT, message,
                           requeuings=int(current.get("numberOfRequeueings") or 0),
                           requeue_wait=int(current.get("requeueingTimeInSeconds") or 0))
@@ -1216,6 +1233,8 @@ class Dispatcher:
             self._detach_pods(key)
             self._placed.pop(key, None)
             self._enqueue(aw)
+        if self.hub is not None and self.hub.worker(name) is None:
+            self._leftovers.pop(name, None)  # no connection will ever delete them
 
     # ------------------------------------------------------------------------------------------ fit
 

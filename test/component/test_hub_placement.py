@@ -424,3 +424,21 @@ def test_a_failing_leftover_cleanup_is_retried_with_backoff_until_it_succeeds(hu
     h.drain()
     assert small.deleted == [("ConfigMap", "a-cm", (APPWRAPPER_UID_LABEL, "uid-a"))]
     assert queue.num_requeues(("cleanup", "small")) == 0
+
+
+def test_appwrappers_in_a_worker_no_longer_configured_are_requeued_after_the_timeout(hub_harness: Any) -> None:
+    """A restart with a worker removed from the configuration: what ran there is treated as stranded in a worker
+    that never comes back (requeued once unreachableTimeoutSeconds have passed), then placed again."""
+    stranded = gang("a", 1, "2")
+    stranded["metadata"]["finalizers"] = [WORKER_CLEANUP_FINALIZER]
+    stranded["status"] = {"state": "Running", "canrun": True, "targetClusterName": "gone",
+                          "conditions": [{"type": "Dispatched", "status": "True"}]}
+    h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG, aws=[stranded])
+    assert h.dispatcher.placed() == {"ns/a": "gone"}
+    assert h.applied() == {"small": [], "big": []}, "nothing happens before the timeout"
+    h.clock.advance(h.hub.config.unreachable_timeout_seconds)
+    h.drain()
+    requeued = [s for n, s in h.writer.statuses if n == "a" and s.get("state") == "Pending"]
+    assert requeued and "not in the clusters configuration any more" in requeued[0]["message"]
+    assert h.dispatcher.placed() == {"ns/a": "small"}
+    assert h.applied() == {"small": ["a-cm"], "big": []}
