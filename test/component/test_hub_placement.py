@@ -172,7 +172,7 @@ def worker_pod(name: str, qualified_node: str, cpu: str, *, appwrapper: str | No
 class HubHarness:
     def __init__(self, *, workers: list[tuple[str, dict[str, str]]], nodes: list[dict[str, Any]],
                  aws: list[dict[str, Any]], policy: Policy = Policy.BEST, healthy: tuple[str, ...] | None = None,
-                 pods: tuple[dict[str, Any], ...] = ()) -> None:
+                 pods: tuple[dict[str, Any], ...] = (), preemption: bool = False) -> None:
         self.clock = FakeClock()
         config = HubConfig(tuple(WorkerSpec(name, kubeconfig=f"/dev/null/{name}", labels=MappingProxyType(labels))
                                  for name, labels in workers), policy=policy)
@@ -189,7 +189,7 @@ class HubHarness:
         ]
         self.dispatcher = Dispatcher(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
                                      writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
-                                     write_workers=0, hub=cast(Hub, self.hub))
+                                     write_workers=0, hub=cast(Hub, self.hub), preemption=preemption)
         for informer in self.informers:
             informer.start()
         for informer in self.informers:
@@ -209,6 +209,12 @@ class HubHarness:
 
     def last_status(self, name: str) -> dict[str, Any]:
         return [s for n, s in self.writer.statuses if n == name][-1]
+
+    def add_appwrapper(self, raw: dict[str, Any]) -> None:
+        self.lw["aw"].add(raw)
+        key = f"{raw['metadata']['namespace']}/{raw['metadata']['name']}"
+        wait_until(lambda: self.dispatcher.appwrappers.get(key), 5, f"the AppWrapper informer to see {key}")
+        self.drain()
 
     def add_pod(self, raw: dict[str, Any]) -> None:
         self.lw["pod"].add(raw)
@@ -442,3 +448,18 @@ def test_appwrappers_in_a_worker_no_longer_configured_are_requeued_after_the_tim
     assert requeued and "not in the clusters configuration any more" in requeued[0]["message"]
     assert h.dispatcher.placed() == {"ns/a": "small"}
     assert h.applied() == {"small": ["a-cm"], "big": []}
+
+
+def test_priority_preemption_frees_room_in_the_worker_the_preemptor_needs(hub_harness: Any) -> None:
+    """--preemption in hub mode: a high-priority gang pinned to big, which a low-priority one fills, evicts it
+    (its objects are deleted in big), then lands in big; the low one waits for a worker again."""
+    low = gang("low", 2, "8", {"clusters": [{"name": "big"}]})
+    h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG, aws=[low], preemption=True)
+    assert h.dispatcher.placed() == {"ns/low": "big"}
+    high = gang("high", 1, "8", {"clusters": [{"name": "big"}]})
+    high["spec"]["priority"] = 10
+    h.add_appwrapper(high)
+    assert h.hub.writer("big").deleted == [("ConfigMap", "low-cm", (APPWRAPPER_UID_LABEL, "uid-low"))]
+    assert h.dispatcher.placed()["ns/high"] == "big"
+    assert h.last_status("low")["state"] == "Pending"
+    assert "PreemptedByHigherPriority" in str(h.last_status("low")["conditions"])
