@@ -64,16 +64,18 @@ def render(*set_args: str, values: dict[str, Any] | None = None, tmp: Path | Non
     return [doc for doc in yaml.safe_load_all(helm(*args)) if doc]
 
 
-def install(kubeconfig: str, workdir: Path) -> str:
-    """Install (or upgrade) the chart; return the path of a kubeconfig acting as its ServiceAccount."""
-    values = workdir / "e2e-values.json"
-    values.write_text(json.dumps(E2E_VALUES))
-    helm("upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
-         "--values", str(values), "--wait", "--timeout", "120s", kubeconfig=kubeconfig)
+def install(kubeconfig: str, workdir: Path, *, release: str = RELEASE, namespace: str = NAMESPACE,
+            values: dict[str, Any] | None = None) -> str:
+    """Install (or upgrade) the chart; return the path of a kubeconfig acting as its ServiceAccount. A release
+    whose name starts with "mcad" has that name as its fullname (and ServiceAccount name)."""
+    values_file = workdir / f"{release}-values.json"
+    values_file.write_text(json.dumps(E2E_VALUES if values is None else values))
+    helm("upgrade", "--install", release, str(CHART), "--namespace", namespace, "--create-namespace",
+         "--values", str(values_file), "--wait", "--timeout", "120s", kubeconfig=kubeconfig)
     admin = kube.connect(kubeconfig)
-    account = f"{RELEASE}"  # the chart's fullname when the release is named like the chart
+    account = release  # the chart's fullname when the release name contains the chart's
     token = kube.request_json(admin, "POST",
-                              f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
+                              f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
                               body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                                     "spec": {"expirationSeconds": 6 * 3600}})["status"]["token"]
     config = yaml.safe_load(Path(kubeconfig).read_text())
@@ -85,7 +87,7 @@ def install(kubeconfig: str, workdir: Path) -> str:
         "users": [{"name": "mcad-sa", "user": {"token": token}}],
         "contexts": [{"name": "mcad-sa", "context": {"cluster": "local", "user": "mcad-sa"}}],
     }
-    path = workdir / "mcad-sa.kubeconfig"
+    path = workdir / f"{release}-sa.kubeconfig"
     path.write_text(yaml.safe_dump(identity))
     path.chmod(0o600)
     return str(path)

@@ -30,6 +30,7 @@ import kubernetes.client as k8s
 import pytest
 
 from mcad import kube
+from test import chart
 from test.e2e.conftest import (
     LOGS,
     AppWrappers,
@@ -173,9 +174,25 @@ def hub_controller(kubeconfig: str, clusters_file: Path, log_name: str, *args: s
 
 
 @pytest.fixture(scope="module")
-def controller(kubeconfig: str, crd: None, clusters_file: Path) -> Iterator[Controller]:
-    # The hub's own kubeconfig (admin): the chart's ServiceAccount is tested without hub mode by the other modules.
-    with hub_controller(kubeconfig, clusters_file, "test_multicluster.log") as ctl:
+def hub_kubeconfig(kubeconfig: str, crd: None, clusters_file: Path,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The chart installed with hub.enabled as its own release, in the namespace of the workers' Secrets; a
+    kubeconfig acting as its ServiceAccount. Every hub controller here runs with it: the chart's hub-mode RBAC
+    (Secrets by name, the finalizer) is enough."""
+    release = "mcad-hub"
+    values = {"replicaCount": 0, "hub": {"enabled": True, "config": {"workers": [
+        {"name": "c8w2", "secret": {"name": "c8w2-kubeconfig"}},
+        {"name": "c8w1-rejected", "secret": {"name": "c8w1-rejected"}}]}}}
+    path = chart.install(kubeconfig, tmp_path_factory.mktemp("hub-chart"), release=release,
+                         namespace=SECRET_NAMESPACE, values=values)
+    assert chart.who_am_i(path) == f"system:serviceaccount:{SECRET_NAMESPACE}:{release}"
+    yield path
+    chart.helm("uninstall", release, "--namespace", SECRET_NAMESPACE, kubeconfig=kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def controller(hub_kubeconfig: str, clusters_file: Path) -> Iterator[Controller]:
+    with hub_controller(hub_kubeconfig, clusters_file, "test_multicluster.log") as ctl:
         yield ctl
 
 
@@ -318,14 +335,14 @@ def test_a_stopped_worker_leaves_placement_and_comes_back_without_duplicates(
 
 
 def test_after_the_unreachable_timeout_it_is_requeued_elsewhere_and_the_leftovers_are_deleted(
-        kubeconfig: str, crd: None, clusters_file: Path, aws: AppWrappers, workers: dict[str, kube.Client],
+        hub_kubeconfig: str, clusters_file: Path, aws: AppWrappers, workers: dict[str, kube.Client],
         controller: Controller) -> None:
     # Its own controller, with a short timeout and spread placement: stop the module's one meanwhile.
     controller.stop()
     timeout_file = clusters_file.with_name("clusters-timeout.yaml")
     timeout_file.write_text(clusters_file.read_text() + "unreachableTimeoutSeconds: 4\n")
     try:
-        with hub_controller(kubeconfig, timeout_file, "test_multicluster_timeout.log",
+        with hub_controller(hub_kubeconfig, timeout_file, "test_multicluster_timeout.log",
                             "--cluster-policy", "spread") as ctl:
             aws.create(appwrapper("moves", deployment_item("moves", 1, "3")))
             assert aws.wait_state("moves", "Running")["targetClusterName"] == "c8w2"  # spread: the most room
@@ -350,12 +367,12 @@ def test_after_the_unreachable_timeout_it_is_requeued_elsewhere_and_the_leftover
 
 
 def test_without_hub_mode_a_leftover_cleanup_finalizer_does_not_block_deletion(
-        kubeconfig: str, crd: None, aws: AppWrappers, controller: Controller) -> None:
+        hub_kubeconfig: str, aws: AppWrappers, controller: Controller) -> None:
     """An AppWrapper a hub dispatched, deleted after hub mode was turned off: nothing can reach its worker, so
     the controller says so in its log and lets it go instead of leaving it stuck in deletion."""
     controller.stop()
     try:
-        with running_controller(kubeconfig, LOGS / "test_multicluster_single.log") as single:
+        with running_controller(hub_kubeconfig, LOGS / "test_multicluster_single.log") as single:
             body = appwrapper("was-hub", deployment_item("was-hub", 1, "1"))
             body["metadata"]["finalizers"] = ["workload.codeflare.dev/worker-cleanup"]
             aws.create(body)
@@ -399,7 +416,7 @@ def test_requeuing_follows_the_workers_pods_and_failing_deletes_there(
 
 
 def test_credentials_that_stop_working_are_a_condition_on_what_runs_there(
-        kubeconfig: str, crd: None, aws: AppWrappers, workers: dict[str, kube.Client], controller: Controller,
+        hub_kubeconfig: str, aws: AppWrappers, workers: dict[str, kube.Client], controller: Controller,
         tmp_path: Path) -> None:
     """c8w1 through a ServiceAccount of its own, whose token is revoked while an AppWrapper runs there: the worker
     turns Unauthorized, the AppWrapper keeps running with ClusterAvailable=False saying so, nothing crashes."""
@@ -409,7 +426,7 @@ def test_credentials_that_stop_working_are_a_condition_on_what_runs_there(
     config.write_text(f"workers:\n  - name: c8w1\n    kubeconfig: {revocable}\n")
     controller.stop()
     try:
-        with hub_controller(kubeconfig, config, "test_multicluster_revoked.log", states={"c8w1": "Healthy"}) as ctl:
+        with hub_controller(hub_kubeconfig, config, "test_multicluster_revoked.log", states={"c8w1": "Healthy"}) as ctl:
             aws.create(appwrapper("revoked", deployment_item("revoked", 1, "1")))
             assert aws.wait_state("revoked", "Running")["targetClusterName"] == "c8w1"
             kube.request_json(admin, "DELETE", "/api/v1/namespaces/mcad-system/secrets/mcad-revocable-token")
