@@ -30,7 +30,6 @@ from typing import Any
 import structlog
 
 from mcad import kube
-from mcad.api.appwrapper import APPWRAPPER_LABEL
 from mcad.api.views import NodeView, PodView, node_view, pod_view
 from mcad.clusters import (
     HealthState,
@@ -42,7 +41,7 @@ from mcad.clusters import (
     WorkerSpec,
 )
 from mcad.informer import Handler, Informer
-from mcad.wrapped import WrappedObjects, WrappedView, wrapped_view
+from mcad.wrapped import WrappedObjects, informer_factory
 
 log = structlog.get_logger("mcad.hub")
 
@@ -114,20 +113,7 @@ class Worker:
                              transform=qualified_pod, key=pod_uid)
         for kind, handler in handlers:
             (self.nodes if kind == "nodes" else self.pods).add_handler(handler)
-        client = self.client
-
-        def make(api_version: str, kind: str) -> Informer[WrappedView] | None:
-            try:
-                resource = client.resource(api_version, kind)
-            except kube.ApiError:
-                return None
-            group, _, version = api_version.rpartition("/")
-            return Informer(f"{name}-wrapped-{kind.lower()}",
-                            kube.ResourceClient(conn, group=group, version=version, plural=resource.plural,
-                                                label_selector=APPWRAPPER_LABEL),
-                            transform=wrapped_view)
-
-        self.wrapped = WrappedObjects(make, self._on_wrapped_change)
+        self.wrapped = WrappedObjects(informer_factory(conn, self.client, f"{name}-"), self._on_wrapped_change)
         self.nodes.start()
         self.pods.start()
 

@@ -11,6 +11,8 @@ Contract:
   owning AppWrapper's key through ``on_change``: completion is detected from events, not by polling.
 - ``lookup`` answers from the informer's store: the object, ``None`` when it does not exist, or ``NOT_SYNCED``
   when the kind's informer has not finished its first list (no decision may be taken on that).
+- ``informer_factory(conn, client, prefix)`` is the factory for one cluster (the hub's own, or each worker's in hub
+  mode, whose informers are named after the worker).
 - Kinds the API server does not serve get no informer (``ensure`` returns False and logs once): an AppWrapper
   wrapping them fails at dispatch with its own message.
 """
@@ -24,6 +26,7 @@ from typing import Any, Final
 
 import structlog
 
+from mcad import kube
 from mcad.api.appwrapper import APPWRAPPER_LABEL, APPWRAPPER_UID_LABEL
 from mcad.api.raw import as_mapping
 from mcad.informer import Informer
@@ -78,6 +81,22 @@ def wrapped_view(raw: Mapping[str, Any]) -> WrappedView:
 
 # Builds (not starts) the informer for one kind, or None when the API server does not serve it.
 InformerFactory = Callable[[str, str], "Informer[WrappedView] | None"]
+
+
+def informer_factory(conn: kube.Connection, client: kube.Client, prefix: str = "") -> InformerFactory:
+    """Informers over one wrapped kind in the cluster of ``conn``, only objects carrying the AppWrapper label,
+    named ``<prefix>wrapped-<kind>``; None for a kind that cluster does not serve."""
+    def make(api_version: str, kind: str) -> Informer[WrappedView] | None:
+        try:
+            resource = client.resource(api_version, kind)
+        except kube.ApiError:
+            return None
+        group, _, version = api_version.rpartition("/")
+        return Informer(f"{prefix}wrapped-{kind.lower()}",
+                        kube.ResourceClient(conn, group=group, version=version, plural=resource.plural,
+                                            label_selector=APPWRAPPER_LABEL),
+                        transform=wrapped_view)
+    return make
 
 
 class WrappedObjects:

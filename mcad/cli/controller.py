@@ -19,7 +19,6 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from types import FrameType
 
 import click
@@ -28,7 +27,6 @@ import structlog
 from mcad import __version__, events, kube, quota, server
 from mcad import log as mcad_log
 from mcad.api.appwrapper import (
-    APPWRAPPER_LABEL,
     GROUP,
     KIND,
     LEGACY_GROUP,
@@ -47,27 +45,11 @@ from mcad.informer import Informer, Store
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
 from mcad.legacy import MergedAppWrappers
 from mcad.workqueue import WorkQueue
-from mcad.wrapped import WrappedObjects, WrappedView, wrapped_view
+from mcad.wrapped import WrappedObjects, informer_factory
 
 
 def _pod_uid(raw: dict[str, object]) -> str:
     return str(raw["metadata"]["uid"])  # type: ignore[index]
-
-
-def wrapped_informer_factory(conn: kube.Connection, client: kube.Client) -> Callable[[str, str],
-                                                                                   Informer[WrappedView] | None]:
-    """Informers over one wrapped kind, only objects carrying the AppWrapper label; None for a kind not served."""
-    def make(api_version: str, kind: str) -> Informer[WrappedView] | None:
-        try:
-            resource = client.resource(api_version, kind)
-        except kube.ApiError:
-            return None
-        group, _, version = api_version.rpartition("/")
-        return Informer(f"wrapped-{kind.lower()}",
-                        kube.ResourceClient(conn, group=group, version=version, plural=resource.plural,
-                                            label_selector=APPWRAPPER_LABEL),
-                        transform=wrapped_view)
-    return make
 
 
 def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, preemption: bool = False,
@@ -102,7 +84,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                                 writer=client, queue=queue, strict_fifo=strict_fifo, write_workers=write_workers,
                                 preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees, hub=hub)
         return dispatcher, [*appwrapper_informers, *([subtrees] if subtrees is not None else [])]  # type: ignore[list-item]
-    wrapped = WrappedObjects(wrapped_informer_factory(conn, client), lambda key: queue.add(("aw", key)))
+    wrapped = WrappedObjects(informer_factory(conn, client), lambda key: queue.add(("aw", key)))
     dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
                             strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
                             preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees)
