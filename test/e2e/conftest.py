@@ -14,6 +14,8 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -56,6 +58,14 @@ class Controller:
         found = re.findall(rb"http server listening.*?port=(\d+)", self.log.read_bytes())
         assert found, "the controller has not logged its HTTP port"
         return int(found[-1])
+
+    def get(self, path: str) -> tuple[int, str]:
+        """GET ``path`` from its HTTP endpoint: the status code and body, errors included."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc and self.proc.poll() is None:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -113,16 +111,8 @@ def pods(name: str, selector: Mapping[str, str], cpu: str, replicas: int = 1, me
 # -- the controller's view -------------------------------------------------------------------------------------------
 
 
-def get(ctl: Controller, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{ctl.port}{path}", timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-
-
 def debug_quota(ctl: Controller) -> dict[str, Any]:
-    code, text = get(ctl, "/debug/quota")
+    code, text = ctl.get("/debug/quota")
     assert code == 200, (code, text)
     return json.loads(text)  # type: ignore[no-any-return]
 

@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -197,8 +196,9 @@ def controller(hub_kubeconfig: str, clusters_file: Path) -> Iterator[Controller]
 
 
 def clusters(ctl: Controller) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{ctl.port}/debug/clusters", timeout=10) as response:
-        return json.load(response)["clusters"]  # type: ignore[no-any-return]
+    code, body = ctl.get("/debug/clusters")
+    assert code == 200, body
+    return json.loads(body)["clusters"]  # type: ignore[no-any-return]
 
 
 def cluster(ctl: Controller, name: str) -> dict[str, Any]:
@@ -206,8 +206,9 @@ def cluster(ctl: Controller, name: str) -> dict[str, Any]:
 
 
 def metrics(ctl: Controller) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{ctl.port}/metrics", timeout=10) as response:
-        return response.read().decode()  # type: ignore[no-any-return]
+    code, body = ctl.get("/metrics")
+    assert code == 200, body
+    return body
 
 
 def deployments(worker: kube.Client, namespace: str) -> list[dict[str, Any]]:

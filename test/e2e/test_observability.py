@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.error
-import urllib.request
 from typing import Any
 
 import kubernetes.client as k8s
 
 from test.e2e.conftest import AppWrappers, Controller, appwrapper, blocked_on, deployment_item, free_cpu_millis
 from test.support import wait_until
-
-
-def get(ctl: Controller, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{ctl.port}{path}", timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
 
 
 def sample(metrics: str, name: str, **labels: str) -> float | None:
@@ -32,9 +22,9 @@ def sample(metrics: str, name: str, **labels: str) -> float | None:
 
 
 def test_health_and_readiness_answer_once_the_informers_have_synced(controller: Controller) -> None:
-    assert get(controller, "/healthz") == (200, "ok\n")
-    assert get(controller, "/readyz") == (200, "ok\n")
-    assert get(controller, "/nope")[0] == 404
+    assert controller.get("/healthz") == (200, "ok\n")
+    assert controller.get("/readyz") == (200, "ok\n")
+    assert controller.get("/nope")[0] == 404
 
 
 def test_metrics_and_debug_documents_describe_the_queue(controller: Controller, aws: AppWrappers,
@@ -46,7 +36,7 @@ def test_metrics_and_debug_documents_describe_the_queue(controller: Controller, 
     aws.wait_state("fits", "Running")
     aws.wait_state("too-big", "Pending")
 
-    code, text = get(controller, "/metrics")
+    code, text = controller.get("/metrics")
     assert code == 200
     assert sample(text, "mcad_build_info", version=__import__("mcad").__version__) == 1
     assert sample(text, "mcad_leader") == 1
@@ -60,7 +50,7 @@ def test_metrics_and_debug_documents_describe_the_queue(controller: Controller, 
     assert sample(text, "mcad_informer_synced", informer="appwrappers") == 1
     assert sample(text, "mcad_capacity_free", resource="cpu") is not None
 
-    code, body = get(controller, "/debug/queue")
+    code, body = controller.get("/debug/queue")
     assert code == 200
     queue: dict[str, Any] = json.loads(body)
     mine = [q for q in queue["queued"] if q["namespace"] == aws.namespace]
@@ -70,14 +60,14 @@ def test_metrics_and_debug_documents_describe_the_queue(controller: Controller, 
     running = [d for d in queue["dispatched"] if d["namespace"] == aws.namespace]
     assert [(d["name"], d["state"]) for d in running] == [("fits", "Running")]
 
-    code, body = get(controller, f"/debug/explain?namespace={aws.namespace}&name=too-big")
+    code, body = controller.get(f"/debug/explain?namespace={aws.namespace}&name=too-big")
     assert code == 200
     explained = json.loads(body)
     assert explained["summary"].startswith("It is queued and cannot be dispatched yet: ")
-    code, body = get(controller, f"/debug/explain?namespace={aws.namespace}&name=absent")
+    code, body = controller.get(f"/debug/explain?namespace={aws.namespace}&name=absent")
     assert code == 404 and "not found" in json.loads(body)["error"]
 
-    code, body = get(controller, "/debug/ledger")
+    code, body = controller.get("/debug/ledger")
     assert code == 200
     ledger = json.loads(body)
     assert any(r["name"] == "cpu" for r in ledger["resources"])
@@ -104,9 +94,9 @@ def test_decisions_show_as_events_on_the_appwrapper(controller: Controller, aws:
 
 def test_single_cluster_mode_runs_nothing_of_hub_mode(controller: Controller) -> None:
     """Without --clusters-config: no worker informers (no extra watches), no hub thread, no cluster metrics."""
-    status, body = get(controller, "/debug/clusters")
+    status, body = controller.get("/debug/clusters")
     assert status == 200 and json.loads(body)["mode"] == "single" and json.loads(body)["clusters"] == []
-    metrics = get(controller, "/metrics")[1]
+    metrics = controller.get("/metrics")[1]
     assert "mcad_cluster_" not in metrics
     informers = set(re.findall(r'^mcad_informer_synced\{informer="([^"]+)"\}', metrics, re.MULTILINE))
     assert {"appwrappers", "nodes", "pods"} <= informers

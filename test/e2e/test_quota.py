@@ -492,7 +492,7 @@ def test_debug_quota_document_and_metrics(controller: Controller, on_node: dict[
     assert cpu_of(by_name["idle"]["used"]) == 0 and cpu_of(by_name["idle"]["borrowed"]) == 0
 
     def scraped() -> str | None:
-        code, text = quota.get(controller, "/metrics")
+        code, text = controller.get("/metrics")
         assert code == 200
         used = quota.sample(text, "mcad_quota_used", tree=tree, node="team", resource="cpu")
         return text if used == pytest.approx(0.7) else None
