@@ -1,11 +1,15 @@
-"""Helpers shared by the tests: polling with a deadline (never a bare sleep) and loading hack/ modules."""
+"""Helpers shared by the tests: polling with a deadline (never a bare sleep), freezing a process, and loading
+hack/ modules."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
+import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
@@ -26,6 +30,29 @@ def wait_until(check: Callable[[], T | None], timeout: float = 30.0, what: str =
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last value: {last!r})")
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` is in state T (stopped), per /proc/<pid>/task/*/stat."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        with contextlib.suppress(OSError):  # a thread that exited between the glob and the read
+            # The state follows the command name, which is in parentheses and may itself hold spaces.
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
+@contextlib.contextmanager
+def frozen_process(pid: int, timeout: float = 10.0) -> Iterator[None]:
+    """SIGSTOP ``pid`` for the block and SIGCONT it afterwards, whatever happens. The block starts only once
+    every thread has stopped: kill() returns before a busy thread on another core has taken the signal, and a
+    request sent in that window is still answered (seen once in CI)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: _all_threads_stopped(pid), timeout=timeout, what=f"every thread of pid {pid} to stop")
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 # Nothing listens on port 9 (discard) of loopback: a connection there is refused at once, no cluster needed.

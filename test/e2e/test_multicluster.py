@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import uuid
@@ -40,7 +39,7 @@ from test.e2e.conftest import (
     job_item,
     running_controller,
 )
-from test.support import REPO, wait_until
+from test.support import REPO, frozen_process, wait_until
 from test.worker_identity import token_kubeconfig
 
 WORKERS = {"c8w1": ("1", "4"), "c8w2": ("2", "8")}  # name: (nodes, cpu per node)
@@ -106,12 +105,8 @@ def _api_server_pid(name: str) -> int:
 @contextlib.contextmanager
 def stopped_api_server(name: str) -> Iterator[None]:
     """The worker's API server frozen for the block, resumed whatever happens."""
-    pid = _api_server_pid(name)
-    os.kill(pid, signal.SIGSTOP)
-    try:
+    with frozen_process(_api_server_pid(name)):
         yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from mcad.clusters import (
     load_config,
     probe,
 )
-from test.support import REPO, wait_until
+from test.support import REPO, frozen_process, wait_until
 
 WORKER_KUBECONFIG = Path(os.environ.get("MCAD_TEST_WORKER_KUBECONFIG", REPO / ".dev" / "kubeconfig-c8b"))
 WORKER_STATE = REPO / ".dev" / "clusters" / "c8b" / "state.json"
@@ -142,15 +141,11 @@ def test_missing_secret_names_worker_and_status(config_file: Path, connector: Wo
 
 
 @pytest.fixture
-def worker_api_server_pid() -> Iterator[int]:
-    """The worker's kube-apiserver pid; it is resumed afterwards whatever the test did."""
+def worker_api_server_pid() -> int:
+    """The worker's kube-apiserver pid."""
     if not WORKER_STATE.exists():
         pytest.skip(f"{WORKER_STATE} missing: the worker is not a hack/localcluster.py cluster named c8b")
-    pid = int(json.loads(WORKER_STATE.read_text())["pids"]["kube-apiserver"])
-    try:
-        yield pid
-    finally:
-        os.kill(pid, signal.SIGCONT)
+    return int(json.loads(WORKER_STATE.read_text())["pids"]["kube-apiserver"])
 
 
 def test_stopped_api_server_makes_the_worker_unreachable_and_resumed_healthy_again(
@@ -159,14 +154,13 @@ def test_stopped_api_server_makes_the_worker_unreachable_and_resumed_healthy_aga
     health = WorkerHealth("c8b", failure_threshold=2)
     assert check(health, conn) and health.state is HealthState.HEALTHY
 
-    os.kill(worker_api_server_pid, signal.SIGSTOP)
-    assert not check(health, conn, timeout_seconds=1.0)  # one failure is within the threshold
-    assert check(health, conn, timeout_seconds=1.0)
-    assert state_of(health) is HealthState.UNREACHABLE and health.status.consecutive_failures == 2
-    assert "no answer" in health.status.message
-    assert health.down_for() > 0
+    with frozen_process(worker_api_server_pid):
+        assert not check(health, conn, timeout_seconds=1.0)  # one failure is within the threshold
+        assert check(health, conn, timeout_seconds=1.0)
+        assert state_of(health) is HealthState.UNREACHABLE and health.status.consecutive_failures == 2
+        assert "no answer" in health.status.message
+        assert health.down_for() > 0
 
-    os.kill(worker_api_server_pid, signal.SIGCONT)
     wait_until(lambda: check(health, conn, timeout_seconds=2.0) or health.usable(), timeout=30,
                what="the resumed worker to be Healthy again")
     assert state_of(health) is HealthState.HEALTHY and health.status.down_since is None
