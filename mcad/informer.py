@@ -10,8 +10,9 @@ Contract (client-go ``tools/cache`` semantics; see model-codebases.md rules I1-I
   keys that vanished are DELETED with the last known object (the tombstone); unchanged keys emit nothing.
 - Other failures (``ApiError``, an in-stream ERROR with another code, a stream that ends at once with no event)
   back off with jitter, exponentially from ``backoff[0]`` to ``backoff[1]``, reset after two healthy minutes;
-  the wait is ``stop.wait(delay)``, so ``stop()`` is prompt. After a failed list it relists; after a failed
-  watch it re-watches from the last resourceVersion (a stale one then earns a 410 and a relist).
+  ``stop()`` ends the wait at once, and so does ``retry_now()`` (the caller knows the server is back, or its
+  credentials were replaced). After a failed list it relists; after a failed watch it re-watches from the last
+  resourceVersion (a stale one then earns a 410 and a relist).
 - The store is written before any handler runs; handlers run in the informer thread, in event order, as
   ``handler(type, old, new)`` (ADDED: old None; DELETED: new None). A handler that raises is logged and the
   informer goes on. ``has_synced()`` turns true once the first list has been applied and its handlers ran.
@@ -143,6 +144,7 @@ class Informer(Generic[T]):
         self._resource_version = ""
         self._synced = threading.Event()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # ends a backoff wait early: set by stop() and retry_now()
         self._stream: Iterator[dict[str, Any]] | None = None
         self._thread: threading.Thread | None = None
         self._lists = 0
@@ -171,10 +173,16 @@ class Informer(Generic[T]):
         A list in flight is not interrupted; it ends by its own request timeout.
         """
         self._stop.set()
+        self._wake.set()
         with self._lock:
             stream = self._stream
         if stream is not None:
             _close(stream)
+
+    def retry_now(self) -> None:
+        """End the current backoff wait, if any, so the next list or watch goes out now. A call while nothing
+        waits only spares the next failure its wait."""
+        self._wake.set()
 
     def has_synced(self) -> bool:
         return self._synced.is_set()
@@ -208,9 +216,13 @@ class Informer(Generic[T]):
 
     # -- the reflector loop ---------------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event) -> None:
-        """List and watch until ``stop`` is set (blocking)."""
+    def run(self, stop: threading.Event, wake: threading.Event | None = None) -> None:
+        """List and watch until ``stop`` is set (blocking); end it through ``stop()``, which also cuts a backoff
+        wait short. ``wake`` is the event backoff waits on (default: the informer's own, which ``stop()`` and
+        ``retry_now()`` set); tests pass one that records the delays."""
         self._stop = stop
+        if wake is not None:
+            self._wake = wake
         need_list = True
         _log.info("informer started", informer=self.name)
         while not stop.is_set():
@@ -241,7 +253,8 @@ class Informer(Generic[T]):
                      resource_version=self._resource_version,
                      status=getattr(err, "status", None), reason=getattr(err, "reason", type(err).__name__),
                      error=str(err))
-        stop.wait(delay)
+        if not stop.is_set() and self._wake.wait(delay):
+            self._wake.clear()
 
     def list_once(self) -> None:
         """List and fill the store, without watching: a one-time snapshot (``mcad.debug.offline``)."""

@@ -51,8 +51,8 @@ class Recorder:
                 return seen
 
 
-class RecordingStop(threading.Event):
-    """A stop event whose timed waits return at once and are recorded: backoff without sleeping."""
+class RecordingWake(threading.Event):
+    """A wake event whose timed waits return at once and are recorded: backoff without sleeping."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -88,14 +88,14 @@ def make_informer(fake: FakeListerWatcher, recorder: Recorder) -> Iterator[Calla
     """Build an informer on ``fake`` with ``recorder`` as handler; every informer started is stopped at the end."""
     made: list[tuple[Informer[Any], threading.Thread | None]] = []
 
-    def make(*, start: bool = True, stop: threading.Event | None = None, **kwargs: Any) -> Informer[Any]:
+    def make(*, start: bool = True, wake: threading.Event | None = None, **kwargs: Any) -> Informer[Any]:
         kwargs.setdefault("rng", random.Random(7))
         kwargs.setdefault("watch_timeout", (5, 10))
         informer: Informer[Any] = Informer("test", fake, **kwargs)
         informer.add_handler(recorder)
         thread = None
-        if stop is not None:
-            thread = threading.Thread(target=informer.run, args=(stop,), daemon=True)
+        if wake is not None:
+            thread = threading.Thread(target=informer.run, args=(threading.Event(), wake), daemon=True)
             thread.start()
         elif start:
             thread = informer.start()
@@ -283,17 +283,17 @@ def test_errors_back_off_with_growing_jittered_delays_then_recover(
     fake: FakeListerWatcher, recorder: Recorder, make_informer: Callable[..., Informer[Any]]
 ) -> None:
     clock = FakeClock()
-    stop = RecordingStop()
+    wake = RecordingWake()
     fake.add(configmap("a"))
     fake.fail_next_list()
     fake.fail_next_list(ApiError(0, "ConnectionRefused", "no route"))
     fake.fail_next_watch()
-    informer = make_informer(stop=stop, clock=clock, backoff=(0.8, 30.0))
+    informer = make_informer(wake=wake, clock=clock, backoff=(0.8, 30.0))
 
     assert informer.wait_synced(TIMEOUT)
     assert recorder.next()[0] == "ADDED"
     fake.wait_for_watches(1)
-    waits = stop.wait_for_waits(3)
+    waits = wake.wait_for_waits(3)
     # Equal jitter: the n-th wait lies in [d/2, d] with d = 0.8 * 2**n.
     for n, wait in enumerate(waits):
         assert 0.8 * 2**n / 2 <= wait <= 0.8 * 2**n, waits
@@ -308,7 +308,7 @@ def test_errors_back_off_with_growing_jittered_delays_then_recover(
     fake.send_error(500, reason="InternalError", message="etcd trouble")
     second = fake.wait_for_watches(2)  # failed connects open no stream
     assert second.resource_version == last["metadata"]["resourceVersion"]
-    assert 0.8 * 8 / 2 <= stop.wait_for_waits(4)[3] <= 0.8 * 8
+    assert 0.8 * 8 / 2 <= wake.wait_for_waits(4)[3] <= 0.8 * 8
     assert fake.lists == 3
 
     # After two healthy minutes the backoff starts again from its first step.
@@ -317,7 +317,7 @@ def test_errors_back_off_with_growing_jittered_delays_then_recover(
     fake.bookmark()
     fake.drop_watch()
     fake.wait_for_watches(3)
-    assert 0.4 <= stop.wait_for_waits(5)[4] <= 0.8
+    assert 0.4 <= wake.wait_for_waits(5)[4] <= 0.8
 
     # Everything still flows.
     fake.add(configmap("fence"))
@@ -325,12 +325,12 @@ def test_errors_back_off_with_growing_jittered_delays_then_recover(
 
 
 def test_backoff_is_capped(fake: FakeListerWatcher, make_informer: Callable[..., Informer[Any]]) -> None:
-    stop = RecordingStop()
+    wake = RecordingWake()
     for _ in range(8):
         fake.fail_next_list()
-    informer = make_informer(stop=stop, clock=FakeClock(), backoff=(1.0, 4.0))
+    informer = make_informer(wake=wake, clock=FakeClock(), backoff=(1.0, 4.0))
     assert informer.wait_synced(TIMEOUT)
-    waits = stop.wait_for_waits(8)
+    waits = wake.wait_for_waits(8)
     assert all(w <= 4.0 for w in waits)
     assert all(w >= 2.0 for w in waits[2:])
 
@@ -338,13 +338,13 @@ def test_backoff_is_capped(fake: FakeListerWatcher, make_informer: Callable[...,
 def test_a_watch_that_ends_at_once_without_events_backs_off(
     fake: FakeListerWatcher, make_informer: Callable[..., Informer[Any]]
 ) -> None:
-    stop = RecordingStop()
-    informer = make_informer(stop=stop, clock=FakeClock())  # time stands still: every stream is "short"
+    wake = RecordingWake()
+    informer = make_informer(wake=wake, clock=FakeClock())  # time stands still: every stream is "short"
     assert informer.wait_synced(TIMEOUT)
     fake.wait_for_watches(1)
     fake.drop_watch()
     fake.wait_for_watches(2)
-    assert len(stop.wait_for_waits(1)) == 1
+    assert len(wake.wait_for_waits(1)) == 1
     assert fake.lists == 1
 
 
@@ -404,6 +404,19 @@ def test_stop_during_backoff_is_prompt(fake: FakeListerWatcher, make_informer: C
     assert not thread.is_alive()
     assert time.monotonic() - started < 1.0
     assert not informer.has_synced()
+
+
+def test_retry_now_ends_a_backoff_wait(fake: FakeListerWatcher, make_informer: Callable[..., Informer[Any]]) -> None:
+    fake.fail_next_list(ApiError(401, "Unauthorized", "token revoked"))
+    informer = make_informer(start=False, backoff=(60.0, 60.0))
+    informer.start()
+    fake.wait_for_lists(1)
+    assert not informer.has_synced()  # waiting 30-60 s before listing again
+
+    informer.retry_now()  # e.g. the credentials were replaced
+
+    assert informer.wait_synced(TIMEOUT)
+    assert fake.lists == 2
 
 
 def test_start_twice_and_late_handlers_are_refused(make_informer: Callable[..., Informer[Any]]) -> None:
