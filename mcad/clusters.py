@@ -13,13 +13,14 @@ mode pays nothing for it):
   ``kube.connect``; kubeconfig text read from a Secret (through ``kube.request_json`` on the hub connection) is
   written to a private temporary file (mode 0600), loaded, and the file removed at once. Failures raise
   ``WorkerConnectError`` naming the worker and carrying the HTTP status when there was one.
+  ``fingerprint(spec)`` is a digest of the credentials as they are now, to notice a rotation.
 * ``WorkerHealth`` is one worker's health as a state machine, pure logic with an injectable clock:
   ``Unknown`` (never probed) -> ``Healthy`` on a success; ``Healthy`` -> ``Unreachable`` after
-  ``failure_threshold`` consecutive failed probes, or at once when a watch/list reports that no answer came;
-  401/403 from anywhere -> ``Unauthorized`` (the credentials stopped working: a condition to report, not a
-  reason to crash); any success -> ``Healthy``. ``since`` is when the current state began and ``down_since``
-  when the worker last stopped being Healthy, so a caller applies ``unreachableTimeoutSeconds`` with
-  ``down_for()``/``timed_out()``. ``probe(conn)`` is the check: GET /version with a short timeout.
+  ``failure_threshold`` consecutive failed probes; a 401/403 -> ``Unauthorized`` at once (the credentials
+  stopped working: a condition to report, not a reason to crash); any success -> ``Healthy``. ``since`` is when
+  the current state began and ``down_since`` when the worker last stopped being Healthy, so a caller applies
+  ``unreachableTimeoutSeconds`` with ``down_for()``/``timed_out()``. ``probe(conn)`` is the check: GET
+  /version with a short timeout.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import base64
 import binascii
 import contextlib
 import enum
+import hashlib
 import os
 import re
 import tempfile
@@ -284,6 +286,19 @@ class WorkerConnector:
         # Messages should point at the Secret, not at a file that no longer exists.
         return kube.Connection(conn.api, spec.source, conn.server, conn.errors)
 
+    def fingerprint(self, spec: WorkerSpec) -> str:
+        """A digest of the worker's credentials as they are now (the kubeconfig file's bytes, or the text in its
+        Secret), so a caller can tell that they were rotated. Only the kubeconfig itself is read: a certificate
+        or token file it names by path is not."""
+        if spec.secret is not None:
+            data = self.read_secret(spec).encode("utf-8")
+        else:
+            try:
+                data = Path(spec.kubeconfig or "").read_bytes()
+            except OSError as err:
+                raise WorkerConnectError(spec.name, f"{spec.source}: cannot read it: {err.strerror}") from err
+        return hashlib.sha256(data).hexdigest()
+
     def read_secret(self, spec: WorkerSpec) -> str:
         """The kubeconfig text in the worker's Secret."""
         ref = spec.secret
@@ -406,21 +421,6 @@ class WorkerHealth:
                 return False
         # Not yet Healthy (Unknown) there is no earlier success to give the benefit of the doubt to.
         return self._enter(HealthState.UNREACHABLE, _unreachable_message(err), failures=failures)
-
-    def record_watch_error(self, err: kube.ApiError) -> bool:
-        """A list or watch of the worker failed. No answer at all means Unreachable now (an informer retries
-        on its own, so waiting for more probes only delays taking the worker out of placement); 401/403 means
-        Unauthorized; 429 and 5xx count like a failed probe; other answers (404 for a missing CRD, 410) come
-        from a live server and say nothing about health."""
-        if err.status in _AUTH_FAILURES:
-            return self._enter(HealthState.UNAUTHORIZED, _auth_message(err), failures=1)
-        if err.status == 0:
-            with self._lock:
-                failures = self._status.consecutive_failures + 1
-            return self._enter(HealthState.UNREACHABLE, _unreachable_message(err), failures=failures)
-        if err.transient:
-            return self.record_probe_failure(err)
-        return False
 
     def _enter(self, state: HealthState, message: str, *, failures: int) -> bool:
         with self._lock:

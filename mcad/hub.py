@@ -15,6 +15,14 @@ Contract:
   of Nodes (which needs both a reachable API server and credentials that still work). Whenever a worker's
   ``usable`` or health state changes, ``on_change(name)`` is called: the dispatcher adopts the new state on its
   own thread, so a decision never sees a worker change under it.
+* Rotated credentials are followed without a restart: the same thread re-reads each worker's Secret or
+  kubeconfig file every ``credentials_period`` seconds (at every probe while the worker is Unauthorized) and,
+  when its digest changed, moves the worker's one ``ApiClient`` onto the new credentials in place
+  (``kube.adopt_credentials``): informers, writers and probes all use them from the next request, and no cache
+  is rebuilt. Credentials that name another API server are refused with an error in the log (following a
+  moved cluster would mix two clusters' objects in one cache): that takes a restart.
+* A worker that turns Healthy again (back from Unreachable or Unauthorized) has its informers retry at once
+  rather than at the end of their backoff, so its Nodes and Pods are fresh as soon as possible.
 * ``writer(name)`` is the worker's ``kube.Client``; ``wrapped(name)`` its ``WrappedObjects`` (informers over
   wrapped kinds, started on demand); ``ensure_namespace(name, ns)`` creates the AppWrapper's namespace in the
   worker when it is missing (a hub namespace does not exist in a worker by itself).
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,6 +55,9 @@ from mcad.wrapped import WrappedObjects, informer_factory
 log = structlog.get_logger("mcad.hub")
 
 DEFAULT_PROBE_PERIOD_SECONDS = 2.0
+# How often a worker's Secret or kubeconfig is re-read for a rotation while its credentials work (a GET on the
+# hub per worker); while they are rejected it is re-read at every probe.
+DEFAULT_CREDENTIALS_PERIOD_SECONDS = 30.0
 # Two failed probes in a row take a worker out (one lost packet should not); a probe waits at most this long.
 FAILURE_THRESHOLD = 2
 PROBE_TIMEOUT_SECONDS = 2.0
@@ -74,6 +86,8 @@ class Worker:
         self._on_wrapped_change = on_wrapped_change
         self._namespaces: set[str] = set()
         self._usable = False
+        self.fingerprint = ""  # digest of the credentials in use (WorkerConnector.fingerprint)
+        self.credentials_read_at = 0.0  # time.monotonic() of the last read of its Secret or file
 
     @property
     def synced(self) -> bool:
@@ -130,6 +144,9 @@ class Worker:
         self._usable = self.usable()
         if (self._usable, self.health.state) != before:
             status = self.health.status
+            if status.state is HealthState.HEALTHY and before[1] is not HealthState.UNKNOWN:
+                for informer in self.informers():  # they may sit in a backoff of up to 30 s
+                    informer.retry_now()
             log.info("worker cluster changed", cluster=self.name, state=status.state.value, usable=self._usable,
                      message=status.message)
             self._on_change(self.name)
@@ -200,10 +217,12 @@ class _MergedStore:
 
 class Hub:
     def __init__(self, config: HubConfig, connector: WorkerConnector, *,
-                 probe_period: float = DEFAULT_PROBE_PERIOD_SECONDS) -> None:
+                 probe_period: float = DEFAULT_PROBE_PERIOD_SECONDS,
+                 credentials_period: float = DEFAULT_CREDENTIALS_PERIOD_SECONDS) -> None:
         self.config = config
         self.connector = connector
         self.probe_period = probe_period
+        self.credentials_period = credentials_period
         self._on_change: Callable[[str], None] = lambda _name: None
         self._on_wrapped_change: Callable[[str], None] = lambda _key: None
         self.workers = [Worker(spec, self._changed, self._wrapped_changed) for spec in config.workers]
@@ -214,6 +233,7 @@ class Hub:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._connect_errors: dict[str, str] = {}
+        self._credential_errors: dict[str, str] = {}
 
     @property
     def names(self) -> list[str]:
@@ -288,12 +308,16 @@ class Hub:
                     return
                 if worker.conn is None:
                     self._connect(worker)
+                elif self._credentials_due(worker):
+                    self.recheck_credentials(worker)
                 worker.probe()
             if stop.wait(self.probe_period):
                 return
 
     def _connect(self, worker: Worker) -> None:
+        worker.credentials_read_at = time.monotonic()
         try:
+            fingerprint = self.connector.fingerprint(worker.spec)
             conn = self.connector.connect(worker.spec)
         except WorkerConnectError as err:
             message = str(err)
@@ -307,7 +331,40 @@ class Hub:
             return
         self._connect_errors.pop(worker.name, None)
         log.info("connected to worker cluster", cluster=worker.name, server=conn.server, source=worker.spec.source)
+        worker.fingerprint = fingerprint
         worker.build(conn, self._handlers)
+
+    def _credentials_due(self, worker: Worker) -> bool:
+        period = 0.0 if worker.health.state is HealthState.UNAUTHORIZED else self.credentials_period
+        return time.monotonic() - worker.credentials_read_at >= period
+
+    def recheck_credentials(self, worker: Worker) -> bool:
+        """Re-read a connected worker's credentials; True when changed ones were adopted. A source that cannot
+        be read now (a Secret being replaced) leaves the credentials in use alone: they may still work."""
+        assert worker.conn is not None, "only a connected worker has credentials to replace"
+        worker.credentials_read_at = time.monotonic()
+        try:
+            fingerprint = self.connector.fingerprint(worker.spec)
+            if fingerprint == worker.fingerprint:
+                return False
+            fresh = self.connector.connect(worker.spec)
+        except WorkerConnectError as err:
+            message = str(err)
+            if self._credential_errors.get(worker.name) != message:
+                log.warning("cannot re-read worker credentials; keeping the ones in use", cluster=worker.name,
+                            reason=message)
+                self._credential_errors[worker.name] = message
+            return False
+        self._credential_errors.pop(worker.name, None)
+        worker.fingerprint = fingerprint  # a refused change is not retried until the source changes again
+        if fresh.server != worker.conn.server:
+            log.error("worker credentials now name another API server; keeping the old ones: restart the "
+                      "controller to follow the move", cluster=worker.name, server=worker.conn.server,
+                      new_server=fresh.server, source=worker.spec.source)
+            return False
+        kube.adopt_credentials(worker.conn, fresh)
+        log.info("worker credentials changed; using the new ones", cluster=worker.name, source=worker.spec.source)
+        return True
 
     def stop(self) -> None:
         self._stop.set()

@@ -111,6 +111,21 @@ def connect(kubeconfig: str | None = None, context: str | None = None, *, pool_s
     return Connection(kubernetes.client.ApiClient(configuration), source, configuration.host)
 
 
+def adopt_credentials(conn: Connection, fresh: Connection) -> None:
+    """Make ``conn`` send every later request with ``fresh``'s configuration (token, client certificate, CA).
+
+    Everything built on ``conn`` (informers, writers, probes) shares its ``ApiClient``, so swapping the
+    client's configuration and its connection pool in place reaches all of them without rebuilding informers
+    or losing their caches. A request already under way finishes on the old pool, which is left to the garbage
+    collector rather than closed: closing it would fail such a request for no reason.
+    """
+    if fresh.server != conn.server:
+        raise ValueError(f"new credentials are for {fresh.server}, not {conn.server}")
+    # The pool first: a request that reads the new configuration must not go out through the old TLS setup.
+    conn.api.rest_client = fresh.api.rest_client
+    conn.api.configuration = fresh.api.configuration
+
+
 def server_version(conn: Connection, timeout_seconds: float = 10.0) -> str:
     """GET /version; the cheapest proof that the server answers and accepts our credentials."""
     try:

@@ -411,11 +411,12 @@ def test_requeuing_follows_the_workers_pods_and_failing_deletes_there(
     wait_until(lambda: not pods(workers["c8w2"], aws.namespace, "stuck"), 30, "its Job and pods gone from c8w2")
 
 
-def test_credentials_that_stop_working_are_a_condition_on_what_runs_there(
+def test_credentials_that_stop_working_are_a_condition_and_new_ones_are_followed(
         hub_kubeconfig: str, aws: AppWrappers, workers: dict[str, kube.Client], controller: Controller,
         tmp_path: Path) -> None:
     """c8w1 through a ServiceAccount of its own, whose token is revoked while an AppWrapper runs there: the worker
-    turns Unauthorized, the AppWrapper keeps running with ClusterAvailable=False saying so, nothing crashes."""
+    turns Unauthorized, the AppWrapper keeps running with ClusterAvailable=False saying so, nothing crashes. A new
+    token in the kubeconfig file brings the worker back without a restart."""
     admin = workers["c8w1"].conn
     revocable = service_account_kubeconfig("c8w1", "mcad-revocable", tmp_path / "revocable.kubeconfig")
     config = tmp_path / "clusters.yaml"
@@ -433,8 +434,23 @@ def test_credentials_that_stop_working_are_a_condition_on_what_runs_there(
             assert aws.status("revoked")["state"] == "Running"
             assert 'mcad_cluster_state{cluster="c8w1",state="Unauthorized"} 1.0' in metrics(ctl)
             assert ctl.proc is not None and ctl.proc.poll() is None
+
+            # A new token for the account, written over the same kubeconfig file: followed without a restart.
+            kube.request_json(admin, "POST", "/api/v1/namespaces/mcad-system/secrets", body={
+                "metadata": {"name": "mcad-revocable-token-2",
+                             "annotations": {"kubernetes.io/service-account.name": "mcad-revocable"}},
+                "type": "kubernetes.io/service-account-token"})
+            token_kubeconfig(str(_kubeconfig("c8w1")), admin, revocable, secret="mcad-revocable-token-2")
+            wait_until(lambda: cluster(ctl, "c8w1")["state"] == "Healthy", 30, "c8w1 Healthy with the new token")
+            wait_until(lambda: (condition(aws.status("revoked"), "ClusterAvailable") or {}).get("status") == "True",
+                       30, "ClusterAvailable=True again")
+            aws.create(appwrapper("rotated", deployment_item("rotated", 1, "1")))
+            assert aws.wait_state("rotated", "Running")["targetClusterName"] == "c8w1"
+            wait_until(lambda: running_pods(workers["c8w1"], aws.namespace, "rotated") == 1, 30,
+                       "its pod created in c8w1 with the new token")
     finally:
         for path in ("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/mcad-revocable",
+                     "/api/v1/namespaces/mcad-system/secrets/mcad-revocable-token-2",
                      "/api/v1/namespaces/mcad-system/serviceaccounts/mcad-revocable"):
             with contextlib.suppress(kube.ApiError):
                 kube.request_json(admin, "DELETE", path)

@@ -22,10 +22,12 @@ from typing import Any
 
 import kubernetes.client as k8s
 import pytest
+import yaml
 
 from mcad import kube
 from mcad.clusters import (
     HealthState,
+    HubConfig,
     WorkerConnectError,
     WorkerConnector,
     WorkerHealth,
@@ -33,6 +35,7 @@ from mcad.clusters import (
     load_config,
     probe,
 )
+from mcad.hub import Hub
 from test.support import REPO, frozen_process, wait_until
 
 WORKER_KUBECONFIG = Path(os.environ.get("MCAD_TEST_WORKER_KUBECONFIG", REPO / ".dev" / "kubeconfig-c8b"))
@@ -66,10 +69,14 @@ def worker_kubeconfig() -> dict[str, Any]:
     return json.loads(WORKER_KUBECONFIG.read_text())  # type: ignore[no-any-return]
 
 
-def put_secret(core: k8s.CoreV1Api, namespace: str, name: str, kubeconfig: dict[str, Any]) -> None:
+def secret_with(name: str, kubeconfig: dict[str, Any]) -> k8s.V1Secret:
     text = json.dumps(kubeconfig)
-    core.create_namespaced_secret(namespace, k8s.V1Secret(
-        metadata=k8s.V1ObjectMeta(name=name), data={"kubeconfig": base64.b64encode(text.encode()).decode()}))
+    return k8s.V1Secret(metadata=k8s.V1ObjectMeta(name=name),
+                        data={"kubeconfig": base64.b64encode(text.encode()).decode()})
+
+
+def put_secret(core: k8s.CoreV1Api, namespace: str, name: str, kubeconfig: dict[str, Any]) -> None:
+    core.create_namespaced_secret(namespace, secret_with(name, kubeconfig))
 
 
 def state_of(health: WorkerHealth) -> HealthState:
@@ -185,3 +192,34 @@ def test_closed_port_is_unreachable_at_once_for_a_never_reached_worker(tmp_path:
     with pytest.raises(kube.ApiError) as err:
         probe(conn, 2.0)
     assert err.value.status == 0
+
+
+def test_a_rotated_secret_is_adopted_in_place_and_a_moved_server_is_refused(
+        config_file: Path, connector: WorkerConnector, core: k8s.CoreV1Api, namespace: str,
+        kubeconfig: str) -> None:
+    """The hub's own thread notices the Secret changed while the worker is Unauthorized and moves the worker's
+    one connection onto the new credentials (a token replaced by a client certificate: a new TLS pool)."""
+    spec = load_config(config_file).worker("c8b-rejected")
+    hub = Hub(HubConfig(workers=(spec,)), connector, probe_period=0.2)
+    hub.start()
+    try:
+        wait_until(lambda: hub.health(spec.name).state is HealthState.UNAUTHORIZED, 30, "c8b-rejected Unauthorized")
+        worker = hub.worker(spec.name)
+        assert worker is not None and worker.conn is not None
+        conn = worker.conn
+
+        core.replace_namespaced_secret("c8b-rejected", namespace, secret_with("c8b-rejected", worker_kubeconfig()))
+
+        wait_until(lambda: hub.usable(spec.name), 30, "c8b-rejected usable with the rotated credentials")
+        assert worker.conn is conn  # the same connection, so every informer and writer on it follows
+        assert {n.name.partition("/")[0] for n in hub.nodes.list()} == {spec.name}
+        assert [n.name.partition("/")[2] for n in hub.nodes.list()] == node_names(kube.connect(str(WORKER_KUBECONFIG)))
+    finally:
+        hub.stop()
+
+    # Credentials for another API server (here: the hub's own) would mix two clusters in one cache.
+    hub_own = yaml.safe_load(Path(kubeconfig).read_text())
+    core.replace_namespaced_secret("c8b-rejected", namespace, secret_with("c8b-rejected", hub_own))
+    assert not hub.recheck_credentials(worker)
+    assert worker.conn.server == conn.server and node_names(worker.conn)
+    assert not hub.recheck_credentials(worker)  # the refused text is not tried again until it changes

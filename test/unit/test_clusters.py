@@ -125,8 +125,6 @@ class FakeClock:
 NO_ANSWER = kube.ApiError(0, "MaxRetryError", "GET /version: connection refused")
 REJECTED = kube.ApiError(401, "Unauthorized", "GET /version: Unauthorized")
 FORBIDDEN = kube.ApiError(403, "Forbidden", "GET /version: forbidden")
-OVERLOADED = kube.ApiError(503, "ServiceUnavailable", "GET /version: try later")
-NOT_FOUND = kube.ApiError(404, "NotFound", "GET /apis/ray.io/v1/rayclusters: not found")
 
 
 def state_of(health: WorkerHealth) -> HealthState:
@@ -185,17 +183,6 @@ def test_never_reached_worker_is_unreachable_at_its_first_failure() -> None:
     assert health.status.since == 1001.0 and health.status.down_since == 1000.0
 
 
-def test_watch_error_without_answer_is_unreachable_at_once_others_by_kind() -> None:
-    clock = FakeClock()
-    health = healthy(clock)
-    assert not health.record_watch_error(NOT_FOUND)  # a live server answered
-    assert health.state is HealthState.HEALTHY and health.status.consecutive_failures == 0
-    assert not health.record_watch_error(OVERLOADED)  # counts like a failed probe
-    assert health.status.consecutive_failures == 1
-    assert health.record_watch_error(NO_ANSWER)
-    assert state_of(health) is HealthState.UNREACHABLE
-
-
 @pytest.mark.parametrize("err", [REJECTED, FORBIDDEN])
 def test_rejected_credentials_are_unauthorized_at_once_with_the_message(err: kube.ApiError) -> None:
     clock = FakeClock()
@@ -206,7 +193,7 @@ def test_rejected_credentials_are_unauthorized_at_once_with_the_message(err: kub
     assert status.state is HealthState.UNAUTHORIZED and not health.usable()
     assert status.message.startswith(f"credentials rejected ({err.status} ")
     assert status.since == 1007.0
-    assert not health.record_watch_error(err)  # no second transition to report
+    assert not health.record_probe_failure(err)  # no second transition to report
     assert health.record_success()
     assert health.state is HealthState.HEALTHY
 
