@@ -64,8 +64,13 @@ PREEMPTED = "Preempted"  # Warning; names the AppWrapper it was preempted for
 REQUEUED = "Requeued"  # Warning; why (too few pods running after the requeuing time, ...)
 COMPLETED = "Completed"  # Normal
 FAILED = "Failed"  # Warning; the failure's message, the one a person acts on
+# Hub mode: the worker it runs in stopped answering or rejects the credentials (names the worker and why), and
+# its return. Recorded with the ClusterAvailable condition, once per change.
+CLUSTER_UNAVAILABLE = "ClusterUnavailable"  # Warning
+CLUSTER_AVAILABLE = "ClusterAvailable"  # Normal
 REASON_TYPES: Mapping[str, EventType] = {
     QUEUED: NORMAL, DISPATCHED: NORMAL, PREEMPTED: WARNING, REQUEUED: WARNING, COMPLETED: NORMAL, FAILED: WARNING,
+    CLUSTER_UNAVAILABLE: WARNING, CLUSTER_AVAILABLE: NORMAL,
 }
 
 # Why a record() call did not end up in an Event (the ``reason`` label of the dropped counter).

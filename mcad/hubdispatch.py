@@ -13,8 +13,9 @@ these methods on the same state; in single-cluster mode ``hub`` is None and none
   ``_clean_up_deleted`` removes it only once every configured worker holding its objects has deleted them.
 - ``_sync_cluster``: a worker that stops being usable leaves placement at once; AppWrappers there keep their state
   with ClusterAvailable=False (only for a real outage: Unreachable or Unauthorized) and True again when it
-  returns; past ``unreachableTimeoutSeconds`` (or when the worker is no longer configured) they are requeued,
-  reason ClusterUnreachableTimeout, not counted as a requeuing.
+  returns, each change also an Event (ClusterUnavailable, ClusterAvailable); past ``unreachableTimeoutSeconds``
+  (or when the worker is no longer configured) they are requeued, reason ClusterUnreachableTimeout, not counted
+  as a requeuing.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from mcad import apply, placement, status
+from mcad import apply, events, placement, status
 from mcad.api.appwrapper import KIND, WORKER_CLEANUP_FINALIZER, AppWrapperView
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView, PodView
@@ -82,6 +83,7 @@ class HubMode:
         def _status(self, aw: AppWrapperView) -> Mapping[str, Any]: ...
         def _write_status(self, aw: AppWrapperView, new: Mapping[str, Any], *, urgent: bool = True) -> None: ...
         def _dispatched_now(self, key: str) -> AppWrapperView | None: ...
+        def _event(self, aw: AppWrapperView, reason: str, message: str) -> None: ...
         def _capacity_may_have_grown(self) -> None: ...
         def gang(self, aw: AppWrapperView) -> list[placement.PodGroup]: ...
         def _requeue(self, aw: AppWrapperView, reason: str, message: str, *, requeuings: int,
@@ -321,12 +323,14 @@ class HubMode:
                            for c in current.get("conditions") or [])
                 # Only a real outage is told (not a worker still being listed at start), and its end.
                 if down:
+                    message = f"worker cluster {name} is {health.state.value.lower()}: {health.message}"
                     self._write_status(aw, status.cluster_available(
-                        current, self.clock.now(), available=False, reason=health.state.value,
-                        message=f"worker cluster {name} is {health.state.value.lower()}: {health.message}"))
+                        current, self.clock.now(), available=False, reason=health.state.value, message=message))
+                    self._event(aw, events.CLUSTER_UNAVAILABLE, message)
                 elif usable and told:
                     self._write_status(aw, status.cluster_available(current, self.clock.now(), available=True,
                                                                     reason=HealthState.HEALTHY.value))
+                    self._event(aw, events.CLUSTER_AVAILABLE, f"worker cluster {name} is healthy again")
         if usable:
             self._clean_leftovers(name)
             for key in placed_here:

@@ -411,9 +411,14 @@ def test_requeuing_follows_the_workers_pods_and_failing_deletes_there(
     wait_until(lambda: not pods(workers["c8w2"], aws.namespace, "stuck"), 30, "its Job and pods gone from c8w2")
 
 
+def events_by_reason(core: k8s.CoreV1Api, namespace: str, name: str) -> dict[str, k8s.CoreV1Event]:
+    found = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+    return {e.reason: e for e in found if e.involved_object.kind == "AppWrapper"}
+
+
 def test_credentials_that_stop_working_are_a_condition_and_new_ones_are_followed(
         hub_kubeconfig: str, aws: AppWrappers, workers: dict[str, kube.Client], controller: Controller,
-        tmp_path: Path) -> None:
+        core: k8s.CoreV1Api, tmp_path: Path) -> None:
     """c8w1 through a ServiceAccount of its own, whose token is revoked while an AppWrapper runs there: the worker
     turns Unauthorized, the AppWrapper keeps running with ClusterAvailable=False saying so, nothing crashes. A new
     token in the kubeconfig file brings the worker back without a restart."""
@@ -434,6 +439,9 @@ def test_credentials_that_stop_working_are_a_condition_and_new_ones_are_followed
             assert aws.status("revoked")["state"] == "Running"
             assert 'mcad_cluster_state{cluster="c8w1",state="Unauthorized"} 1.0' in metrics(ctl)
             assert ctl.proc is not None and ctl.proc.poll() is None
+            unavailable = wait_until(lambda: events_by_reason(core, aws.namespace, "revoked").get(
+                "ClusterUnavailable"), 30, "a ClusterUnavailable event")
+            assert unavailable.type == "Warning" and unavailable.message == told["message"]
 
             # A new token for the account, written over the same kubeconfig file: followed without a restart.
             kube.request_json(admin, "POST", "/api/v1/namespaces/mcad-system/secrets", body={
@@ -444,6 +452,9 @@ def test_credentials_that_stop_working_are_a_condition_and_new_ones_are_followed
             wait_until(lambda: cluster(ctl, "c8w1")["state"] == "Healthy", 30, "c8w1 Healthy with the new token")
             wait_until(lambda: (condition(aws.status("revoked"), "ClusterAvailable") or {}).get("status") == "True",
                        30, "ClusterAvailable=True again")
+            available = wait_until(lambda: events_by_reason(core, aws.namespace, "revoked").get(
+                "ClusterAvailable"), 30, "a ClusterAvailable event")
+            assert available.type == "Normal" and available.message == "worker cluster c8w1 is healthy again"
             aws.create(appwrapper("rotated", deployment_item("rotated", 1, "1")))
             assert aws.wait_state("rotated", "Running")["targetClusterName"] == "c8w1"
             wait_until(lambda: running_pods(workers["c8w1"], aws.namespace, "rotated") == 1, 30,
