@@ -10,12 +10,13 @@ Contract:
 * Those stores report ``has_synced()`` True at once: a worker that is down when the controller starts must not
   hold the hub's queue. A worker takes part in placement only when it is ``usable``: its informers have synced
   and its last probe succeeded. Until then its capacity is unknown (neither zero nor full).
-* ``run(stop)`` (one thread for all workers) connects workers (retrying those whose credentials could not be
-  read or loaded), starts their informers, and probes each every ``probe_period`` seconds with a one-item list
-  of Nodes (which needs both a reachable API server and credentials that still work). Whenever a worker's
+* ``start()`` runs one thread per worker (``run_worker``): it connects the worker (retrying while its
+  credentials cannot be read or loaded), starts its informers, and probes it every ``probe_period`` seconds
+  with a one-item list of Nodes (which needs both a reachable API server and credentials that still work). A
+  worker that hangs delays only its own probes. Whenever a worker's
   ``usable`` or health state changes, ``on_change(name)`` is called: the dispatcher adopts the new state on its
   own thread, so a decision never sees a worker change under it.
-* Rotated credentials are followed without a restart: the same thread re-reads each worker's Secret or
+* Rotated credentials are followed without a restart: the worker's thread re-reads each worker's Secret or
   kubeconfig file every ``credentials_period`` seconds (at every probe while the worker is Unauthorized) and,
   when its digest changed, moves the worker's one ``ApiClient`` onto the new credentials in place
   (``kube.adopt_credentials``): informers, writers and probes all use them from the next request, and no cache
@@ -86,6 +87,7 @@ class Worker:
         self._on_wrapped_change = on_wrapped_change
         self._namespaces: set[str] = set()
         self._usable = False
+        self.probes = 0  # probes completed: how tests see that probing goes on
         self.fingerprint = ""  # digest of the credentials in use (WorkerConnector.fingerprint)
         self.credentials_read_at = 0.0  # time.monotonic() of the last read of its Secret or file
 
@@ -141,6 +143,7 @@ class Worker:
                 self.health.record_probe_failure(err)
             else:
                 self.health.record_success()
+        self.probes += 1
         self._usable = self.usable()
         if (self._usable, self.health.state) != before:
             status = self.health.status
@@ -230,7 +233,7 @@ class Hub:
         self._handlers: list[tuple[str, Handler[Any]]] = []
         self.nodes = _MergedStore(self, "nodes")
         self.pods = _MergedStore(self, "pods")
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._connect_errors: dict[str, str] = {}
         self._credential_errors: dict[str, str] = {}
@@ -248,7 +251,7 @@ class Hub:
         self._on_wrapped_change = on_wrapped_change
 
     def add_handler(self, kind: str, handler: Handler[Any]) -> None:
-        if self._thread is not None:
+        if self._threads:
             raise RuntimeError("add handlers before the hub starts")
         self._handlers.append((kind, handler))
 
@@ -296,23 +299,26 @@ class Hub:
 
     # -- the hub's own thread ----------------------------------------------------------------------------------
 
-    def start(self) -> threading.Thread:
-        self._thread = threading.Thread(target=self.run, args=(self._stop,), name="hub", daemon=True)
-        self._thread.start()
-        return self._thread
+    def start(self) -> list[threading.Thread]:
+        """One thread per worker (``hub-<name>``), so a worker that hangs delays only its own probes."""
+        if self._threads:
+            raise RuntimeError("hub already started")
+        self._threads = [threading.Thread(target=self.run_worker, args=(worker, self._stop), name=f"hub-{worker.name}",
+                                          daemon=True) for worker in self.workers]
+        for thread in self._threads:
+            thread.start()
+        return self._threads
 
-    def run(self, stop: threading.Event) -> None:
-        while True:
-            for worker in self.workers:
-                if stop.is_set():
-                    return
-                if worker.conn is None:
-                    self._connect(worker)
-                elif self._credentials_due(worker):
-                    self.recheck_credentials(worker)
-                worker.probe()
-            if stop.wait(self.probe_period):
-                return
+    def run_worker(self, worker: Worker, stop: threading.Event) -> None:
+        """Connect (retrying until the credentials can be read and loaded), follow credential rotations, and probe
+        every ``probe_period`` seconds, until ``stop`` is set."""
+        while not stop.is_set():
+            if worker.conn is None:
+                self._connect(worker)
+            elif self._credentials_due(worker):
+                self.recheck_credentials(worker)
+            worker.probe()
+            stop.wait(self.probe_period)
 
     def _connect(self, worker: Worker) -> None:
         worker.credentials_read_at = time.monotonic()

@@ -223,3 +223,22 @@ def test_a_rotated_secret_is_adopted_in_place_and_a_moved_server_is_refused(
     assert not hub.recheck_credentials(worker)
     assert worker.conn.server == conn.server and node_names(worker.conn)
     assert not hub.recheck_credentials(worker)  # the refused text is not tried again until it changes
+
+
+def test_a_hanging_worker_delays_only_its_own_probes(config_file: Path, connector: WorkerConnector,
+                                                     worker_api_server_pid: int) -> None:
+    config = load_config(config_file)
+    hub = Hub(HubConfig(workers=(config.worker("c8b"), config.worker("hub"))), connector, probe_period=0.05)
+    assert [t.name for t in hub.start()] == ["hub-c8b", "hub-hub"]
+    try:
+        wait_until(lambda: hub.usable("c8b") and hub.usable("hub"), 30, "both workers usable")
+        hanging, answering = hub.worker("c8b"), hub.worker("hub")
+        assert hanging is not None and answering is not None
+        with frozen_process(worker_api_server_pid):
+            before = (hanging.probes, answering.probes)
+            # Each probe of the frozen c8b waits out its 2 s timeout; probed in turn, "hub" would get one per c8b's.
+            wait_until(lambda: answering.probes >= before[1] + 5, 30, "five probes of the answering worker")
+            assert hanging.probes <= before[0] + 1
+            assert hub.usable("hub")
+    finally:
+        hub.stop()
