@@ -466,3 +466,35 @@ def test_credentials_that_stop_working_are_a_condition_and_new_ones_are_followed
             with contextlib.suppress(kube.ApiError):
                 kube.request_json(admin, "DELETE", path)
         controller.start()  # with the module's own identity in c8w1: it deletes what "revoked" left there
+
+
+def test_priority_preemption_evicts_only_in_the_worker_the_preemptor_needs(
+        hub_kubeconfig: str, clusters_file: Path, aws: AppWrappers, workers: dict[str, kube.Client],
+        controller: Controller) -> None:
+    """With --preemption: a 6-cpu high-priority gang fits only c8w2 (c8w1 has 4 cpu), which a low-priority one
+    fills; the low one is evicted there (its objects deleted in c8w2), not the low-priority bystander in c8w1,
+    which could not make room for it."""
+    controller.stop()
+    try:
+        with hub_controller(hub_kubeconfig, clusters_file, "test_multicluster_preemption.log", "--preemption"):
+            aws.create(appwrapper("bystander", deployment_item("bystander", 1, "1"), priority=1))
+            aws.create(appwrapper("low", deployment_item("low", 2, "7"), priority=1))
+            assert aws.wait_state("bystander", "Running")["targetClusterName"] == "c8w1"
+            assert aws.wait_state("low", "Running")["targetClusterName"] == "c8w2"
+            wait_until(lambda: running_pods(workers["c8w2"], aws.namespace, "low") == 2, 30, "low's pods running")
+
+            aws.create(appwrapper("high", deployment_item("high", 1, "6"), priority=10))
+
+            assert aws.wait_state("high", "Running", timeout=60)["targetClusterName"] == "c8w2"
+            low = aws.wait_state("low", "Pending")
+            preempted = condition(low, "PreemptCandidate")
+            assert preempted is not None and preempted["reason"] == "PreemptedByHigherPriority"
+            assert preempted["message"] == f"Preempted by AppWrapper {aws.namespace}/high (priority 10)."
+            assert "targetClusterName" not in low
+            wait_until(lambda: running_pods(workers["c8w2"], aws.namespace, "high") == 1, 30, "high's pod running")
+            wait_until(lambda: deployment_names(workers, aws.namespace) == {
+                "c8w1": ["bystander"], "c8w2": ["high"]}, 30, "low's Deployment deleted in c8w2 only")
+            bystander = aws.status("bystander")
+            assert bystander["state"] == "Running" and condition(bystander, "PreemptCandidate") is None
+    finally:
+        controller.start()
