@@ -29,6 +29,7 @@ import pytest
 
 from mcad import kube
 from test import chart
+from test.e2e import quota
 from test.e2e.conftest import (
     LOGS,
     AppWrappers,
@@ -39,6 +40,7 @@ from test.e2e.conftest import (
     job_item,
     running_controller,
 )
+from test.e2e.quota import labelled
 from test.support import REPO, frozen_process, wait_until
 from test.worker_identity import token_kubeconfig
 
@@ -496,5 +498,41 @@ def test_priority_preemption_evicts_only_in_the_worker_the_preemptor_needs(
                 "c8w1": ["bystander"], "c8w2": ["high"]}, 30, "low's Deployment deleted in c8w2 only")
             bystander = aws.status("bystander")
             assert bystander["state"] == "Running" and condition(bystander, "PreemptCandidate") is None
+    finally:
+        controller.start()
+
+
+def test_one_quota_tree_charges_appwrappers_wherever_they_run(
+        hub_kubeconfig: str, clusters_file: Path, aws: AppWrappers, custom: k8s.CustomObjectsApi,
+        controller: Controller, quota_crd: None) -> None:
+    """Quota trees live in the hub and hold across the workers: with 3 cpu for the team, 2 in c8w1 and 1 in c8w2
+    use it all, and a third AppWrapper waits on quota though both workers have room; it runs once one goes."""
+    def team_aw(name: str, cpu: str, where: str | None = None) -> dict[str, Any]:
+        scheduling = {"clusterScheduling": {"clusters": [{"name": where}]}} if where else None
+        return labelled(appwrapper(name, deployment_item(name, 1, cpu), scheduling=scheduling), {tree: "team"})
+
+    tree = f"team_{quota.suffix()}"
+    controller.stop()
+    try:
+        with hub_controller(hub_kubeconfig, clusters_file, "test_multicluster_quota.log") as ctl, \
+                quota.trees_in(custom, aws) as trees:
+            trees.create(quota.subtree("root", tree, quota.node("root", hard=True, cpu="3", memory="16Gi")),
+                         quota.subtree("children", tree, quota.node("team", hard=True, cpu="3", memory="16Gi"),
+                                       parent="root"))
+            quota.wait_tree(ctl, tree, 2)
+            aws.create(team_aw("in-c8w1", "2", "c8w1"))
+            aws.create(team_aw("in-c8w2", "1", "c8w2"))
+            assert aws.wait_state("in-c8w1", "Running")["targetClusterName"] == "c8w1"
+            assert aws.wait_state("in-c8w2", "Running")["targetClusterName"] == "c8w2"
+
+            aws.create(team_aw("third", "1"))
+            message = wait_until(lambda: (m := aws.status("third").get("message") or "") and tree in m and m, 30,
+                                 "the third one's message to name the quota tree")
+            assert "team" in message and aws.status("third")["state"] == "Pending", message
+            team = quota.node_doc(ctl, tree, "team")
+            assert team is not None and sorted(a["name"] for a in team["appwrappers"]) == ["in-c8w1", "in-c8w2"]
+
+            aws.delete("in-c8w1")
+            assert aws.wait_state("third", "Running", timeout=60)["targetClusterName"] in ("c8w1", "c8w2")
     finally:
         controller.start()
