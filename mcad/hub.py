@@ -16,7 +16,7 @@ Contract:
   worker that hangs delays only its own probes. Whenever a worker's
   ``usable`` or health state changes, ``on_change(name)`` is called: the dispatcher adopts the new state on its
   own thread, so a decision never sees a worker change under it.
-* Rotated credentials are followed without a restart: the worker's thread re-reads each worker's Secret or
+* Rotated credentials are followed without a restart: each worker's thread re-reads its Secret or
   kubeconfig file every ``credentials_period`` seconds (at every probe while the worker is Unauthorized) and,
   when its digest changed, moves the worker's one ``ApiClient`` onto the new credentials in place
   (``kube.adopt_credentials``): informers, writers and probes all use them from the next request, and no cache
@@ -297,7 +297,7 @@ class Hub:
     def informers(self) -> list[Informer[Any]]:
         return [i for w in self.workers for i in w.informers()]
 
-    # -- the hub's own thread ----------------------------------------------------------------------------------
+    # -- the workers' threads -------------------------------------------------------------------------------------
 
     def start(self) -> list[threading.Thread]:
         """One thread per worker (``hub-<name>``), so a worker that hangs delays only its own probes."""
