@@ -49,6 +49,15 @@ demo-down: ## stop the demo's controller and the local cluster
 	-@[ -f .dev/demo-controller.pid ] && kill $$(cat .dev/demo-controller.pid) 2>/dev/null; rm -f .dev/demo-controller.pid
 	hack/local-cluster.sh down
 
+.PHONY: demo-hub
+demo-hub: install tools ## multi-cluster: a hub and two worker clusters (3 local control planes), mcad in hub mode
+	hack/demo-hub.sh
+
+.PHONY: demo-hub-down
+demo-hub-down: ## stop the hub demo's controller and its three clusters
+	-@[ -f .dev/demo-hub-controller.pid ] && kill $$(cat .dev/demo-hub-controller.pid) 2>/dev/null; rm -f .dev/demo-hub-controller.pid
+	for name in demo-hub demo-east demo-west; do $(BIN)/python hack/localcluster.py --name $$name down; done
+
 .PHONY: lint
 lint: install ## ruff and mypy
 	$(BIN)/ruff check mcad test hack
