@@ -13,7 +13,8 @@ mode pays nothing for it):
   ``kube.connect``; kubeconfig text read from a Secret (through ``kube.request_json`` on the hub connection) is
   written to a private temporary file (mode 0600), loaded, and the file removed at once. Failures raise
   ``WorkerConnectError`` naming the worker and carrying the HTTP status when there was one.
-  ``fingerprint(spec)`` is a digest of the credentials as they are now, to notice a rotation.
+  ``fingerprint(spec)`` is a digest of the credentials as they are now, to notice a rotation;
+  ``connect_fingerprinted(spec)`` returns the connection with the digest of what it was built from.
 * ``WorkerHealth`` is one worker's health as a state machine, pure logic with an injectable clock:
   ``Unknown`` (never probed) -> ``Healthy`` on a success; ``Healthy`` -> ``Unreachable`` after
   ``failure_threshold`` consecutive failed probes; a 401/403 -> ``Unauthorized`` at once (the credentials
@@ -259,6 +260,10 @@ class WorkerConnectError(Exception):
         self.status = status
 
 
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 class WorkerConnector:
     """Builds ``kube.Connection``s to workers. ``hub`` reads Secrets (may be None when every worker uses a
     file); ``namespace`` is where a Secret without a namespace lives (the controller's own namespace)."""
@@ -270,8 +275,13 @@ class WorkerConnector:
         self._timeout = request_timeout
 
     def connect(self, spec: WorkerSpec) -> kube.Connection:
+        return self.connect_fingerprinted(spec)[0]
+
+    def connect_fingerprinted(self, spec: WorkerSpec) -> tuple[kube.Connection, str]:
+        """A connection, and the ``fingerprint`` of the credentials it was built from (a Secret is read once)."""
         if spec.secret is None:
-            return self._load(spec, spec.kubeconfig or "", spec.source)
+            conn = self._load(spec, spec.kubeconfig or "", spec.source)  # its errors say more than a failed read
+            return conn, self.fingerprint(spec)
         text = self.read_secret(spec)
         # The client library loads kubeconfigs from files only; the file lives just long enough to be read
         # (embedded certificates are copied into the client's own temp files while loading).
@@ -284,20 +294,18 @@ class WorkerConnector:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         # Messages should point at the Secret, not at a file that no longer exists.
-        return kube.Connection(conn.api, spec.source, conn.server, conn.errors)
+        return kube.Connection(conn.api, spec.source, conn.server, conn.errors), _digest(text.encode("utf-8"))
 
     def fingerprint(self, spec: WorkerSpec) -> str:
         """A digest of the worker's credentials as they are now (the kubeconfig file's bytes, or the text in its
         Secret), so a caller can tell that they were rotated. Only the kubeconfig itself is read: a certificate
         or token file it names by path is not."""
         if spec.secret is not None:
-            data = self.read_secret(spec).encode("utf-8")
-        else:
-            try:
-                data = Path(spec.kubeconfig or "").read_bytes()
-            except OSError as err:
-                raise WorkerConnectError(spec.name, f"{spec.source}: cannot read it: {err.strerror}") from err
-        return hashlib.sha256(data).hexdigest()
+            return _digest(self.read_secret(spec).encode("utf-8"))
+        try:
+            return _digest(Path(spec.kubeconfig or "").read_bytes())
+        except OSError as err:
+            raise WorkerConnectError(spec.name, f"{spec.source}: cannot read it: {err.strerror}") from err
 
     def read_secret(self, spec: WorkerSpec) -> str:
         """The kubeconfig text in the worker's Secret."""

@@ -323,8 +323,7 @@ class Hub:
     def _connect(self, worker: Worker) -> None:
         worker.credentials_read_at = time.monotonic()
         try:
-            fingerprint = self.connector.fingerprint(worker.spec)
-            conn = self.connector.connect(worker.spec)
+            conn, fingerprint = self.connector.connect_fingerprinted(worker.spec)
         except WorkerConnectError as err:
             message = str(err)
             if self._connect_errors.get(worker.name) != message:
@@ -350,10 +349,9 @@ class Hub:
         assert worker.conn is not None, "only a connected worker has credentials to replace"
         worker.credentials_read_at = time.monotonic()
         try:
-            fingerprint = self.connector.fingerprint(worker.spec)
-            if fingerprint == worker.fingerprint:
+            if self.connector.fingerprint(worker.spec) == worker.fingerprint:
                 return False
-            fresh = self.connector.connect(worker.spec)
+            fresh, fingerprint = self.connector.connect_fingerprinted(worker.spec)
         except WorkerConnectError as err:
             message = str(err)
             if self._credential_errors.get(worker.name) != message:

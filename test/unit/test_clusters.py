@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mcad import kube
 from mcad.clusters import (
@@ -109,6 +110,27 @@ def test_connector_names_the_worker_when_the_file_is_missing_or_no_hub_is_given(
         connector.connect(WorkerSpec("east", kubeconfig=str(tmp_path / "nothing")))
     with pytest.raises(WorkerConnectError, match=r"worker cluster west: .* without a hub connection"):
         connector.connect(WorkerSpec("west", secret=SecretRef("s")))
+
+
+def test_fingerprint_follows_the_kubeconfig_file_and_matches_what_was_loaded(tmp_path: Path) -> None:
+    path = tmp_path / "east.kubeconfig"
+    config = {"apiVersion": "v1", "kind": "Config", "current-context": "east",
+              "clusters": [{"name": "east", "cluster": {"server": "https://east.example:6443"}}],
+              "users": [{"name": "mcad", "user": {"token": "first"}}],
+              "contexts": [{"name": "east", "context": {"cluster": "east", "user": "mcad"}}]}
+    path.write_text(yaml.safe_dump(config))
+    spec = WorkerSpec("east", kubeconfig=str(path))
+    connector = WorkerConnector(None)
+    conn, loaded = connector.connect_fingerprinted(spec)
+    assert conn.server == "https://east.example:6443"
+    assert loaded == connector.fingerprint(spec)
+
+    config["users"][0]["user"]["token"] = "rotated"
+    path.write_text(yaml.safe_dump(config))
+    assert connector.fingerprint(spec) != loaded
+    path.unlink()
+    with pytest.raises(WorkerConnectError, match=r"worker cluster east: kubeconfig .*: cannot read it"):
+        connector.fingerprint(spec)
 
 
 # ---------------------------------------------------------------------------------------------- health
