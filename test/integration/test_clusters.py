@@ -197,8 +197,8 @@ def test_closed_port_is_unreachable_at_once_for_a_never_reached_worker(tmp_path:
 def test_a_rotated_secret_is_adopted_in_place_and_a_moved_server_is_refused(
         config_file: Path, connector: WorkerConnector, core: k8s.CoreV1Api, namespace: str,
         kubeconfig: str) -> None:
-    """The hub's own thread notices the Secret changed while the worker is Unauthorized and moves the worker's
-    one connection onto the new credentials (a token replaced by a client certificate: a new TLS pool)."""
+    """The worker's thread notices the Secret changed while the worker is Unauthorized and moves the worker's one
+    connection onto the new credentials (a token replaced by a client certificate: a new TLS pool)."""
     spec = load_config(config_file).worker("c8b-rejected")
     hub = Hub(HubConfig(workers=(spec,)), connector, probe_period=0.2)
     hub.start()
@@ -213,7 +213,8 @@ def test_a_rotated_secret_is_adopted_in_place_and_a_moved_server_is_refused(
         wait_until(lambda: hub.usable(spec.name), 30, "c8b-rejected usable with the rotated credentials")
         assert worker.conn is conn  # the same connection, so every informer and writer on it follows
         assert {n.name.partition("/")[0] for n in hub.nodes.list()} == {spec.name}
-        assert [n.name.partition("/")[2] for n in hub.nodes.list()] == node_names(kube.connect(str(WORKER_KUBECONFIG)))
+        assert sorted(n.name.partition("/")[2] for n in hub.nodes.list()) == node_names(
+            kube.connect(str(WORKER_KUBECONFIG)))
     finally:
         hub.stop()
 
