@@ -12,10 +12,10 @@ Contract:
   and its last probe succeeded. Until then its capacity is unknown (neither zero nor full).
 * ``start()`` runs one thread per worker (``run_worker``): it connects the worker (retrying while its
   credentials cannot be read or loaded), starts its informers, and probes it every ``probe_period`` seconds
-  with a one-item list of Nodes (which needs both a reachable API server and credentials that still work). A
-  worker that hangs delays only its own probes. Whenever a worker's
-  ``usable`` or health state changes, ``on_change(name)`` is called: the dispatcher adopts the new state on its
-  own thread, so a decision never sees a worker change under it.
+  with ``mcad.clusters.probe``, a one-item list of Nodes (which needs both a reachable API server and
+  credentials that still work). A worker that hangs delays only its own probes. Whenever a worker's ``usable``
+  or health state changes, ``on_change(name)`` is called: the dispatcher adopts the new state on its own
+  thread, so a decision never sees a worker change under it.
 * Rotated credentials are followed without a restart: each worker's thread re-reads its Secret or
   kubeconfig file every ``credentials_period`` seconds (at every probe while the worker is Unauthorized) and,
   when its digest changed, moves the worker's one ``ApiClient`` onto the new credentials in place
@@ -49,6 +49,7 @@ from mcad.clusters import (
     WorkerConnector,
     WorkerHealth,
     WorkerSpec,
+    check,
 )
 from mcad.informer import Handler, Informer
 from mcad.wrapped import WrappedObjects, informer_factory
@@ -59,9 +60,9 @@ DEFAULT_PROBE_PERIOD_SECONDS = 2.0
 # How often a worker's Secret or kubeconfig is re-read for a rotation while its credentials work (a GET on the
 # hub per worker); while they are rejected it is re-read at every probe.
 DEFAULT_CREDENTIALS_PERIOD_SECONDS = 30.0
-# Two failed probes in a row take a worker out (one lost packet should not); a probe waits at most this long.
+# Two failed probes in a row take a worker out (one lost packet should not).
 FAILURE_THRESHOLD = 2
-PROBE_TIMEOUT_SECONDS = 2.0
+NAMESPACE_TIMEOUT_SECONDS = 10.0
 
 
 def qualify(cluster: str, node: str) -> str:
@@ -137,12 +138,7 @@ class Worker:
         """One check of the worker; tells the hub when its usability or health state changed."""
         before = (self._usable, self.health.state)
         if self.conn is not None:
-            try:
-                kube.request_once(self.conn, "/api/v1/nodes", query=[("limit", "1")], timeout=PROBE_TIMEOUT_SECONDS)
-            except kube.ApiError as err:
-                self.health.record_probe_failure(err)
-            else:
-                self.health.record_success()
+            check(self.health, self.conn)
         self.probes += 1
         self._usable = self.usable()
         if (self._usable, self.health.state) != before:
@@ -159,12 +155,12 @@ class Worker:
         if namespace in self._namespaces or self.conn is None:
             return
         try:
-            kube.request_json(self.conn, "GET", f"/api/v1/namespaces/{namespace}", timeout=PROBE_TIMEOUT_SECONDS * 5)
+            kube.request_json(self.conn, "GET", f"/api/v1/namespaces/{namespace}", timeout=NAMESPACE_TIMEOUT_SECONDS)
         except kube.ApiError as err:
             if err.status != 404:
                 raise
             try:
-                kube.request_json(self.conn, "POST", "/api/v1/namespaces", timeout=PROBE_TIMEOUT_SECONDS * 5,
+                kube.request_json(self.conn, "POST", "/api/v1/namespaces", timeout=NAMESPACE_TIMEOUT_SECONDS,
                                   body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
             except kube.ApiError as created:
                 if created.status != 409:

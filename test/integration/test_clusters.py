@@ -126,7 +126,7 @@ def test_connectors_reach_both_clusters_by_file_and_by_secret(config_file: Path,
     assert node_names(hub) == node_names(kube.connect(kubeconfig))
     assert node_names(worker) == node_names(kube.connect(str(WORKER_KUBECONFIG)))
     assert node_names(worker)  # c8b has its own fake node(s)
-    assert probe(worker).startswith("v1.")
+    assert kube.server_version(worker).startswith("v1.")
     assert not list(Path(tempfile.gettempdir()).glob("mcad-worker-c8b-*"))  # no kubeconfig left behind
 
 
