@@ -129,7 +129,7 @@ class Reports:
         for worker in hub.workers:
             health = worker.health.status
             capacity = free = ResourceVector()
-            nodes = [n for n in d.ledger.nodes() if n.name.startswith(f"{worker.name}/")]
+            nodes = d.nodes_in(worker.name)
             for node in nodes:
                 if node.schedulable:
                     capacity = capacity + node.allocatable

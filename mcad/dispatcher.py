@@ -396,7 +396,7 @@ class Dispatcher(HubMode):
                 bound[group.requests] = bound.get(group.requests, 0) - done
                 if group.count > done:
                     groups.append(dataclasses.replace(group, count=group.count - done))
-            nodes = self.ledger.nodes() if self.hub is None else self._nodes_in(self._placed.get(key, ""))
+            nodes = self.ledger.nodes() if self.hub is None else self.nodes_in(self._placed.get(key, ""))
             packing = placement.pack(groups, nodes, room)
             if packing.fits:
                 self._plan_add(key, packing.placement)

@@ -105,16 +105,21 @@ class HubMode:
         if hub is not None:
             hub.subscribe(lambda name: self.queue.add(("cluster", name)), lambda key: self.queue.add(("aw", key)))
 
-    def _nodes_in(self, cluster: str) -> list[NodeView]:
+    def nodes_in(self, cluster: str) -> list[NodeView]:
+        """Hub mode: the ledger's nodes of one worker. Dispatcher thread only."""
         prefix = f"{cluster}/"
         return [node for node in self.ledger.nodes() if node.name.startswith(prefix)]
+
+    def _allowed_clusters(self, aw: AppWrapperView) -> list[str]:
+        """The workers ``aw``'s clusterScheduling lets it go to, in config order."""
+        assert self.hub is not None
+        return [name for name in self.hub.names if aw.clusters.allows(name, self.hub.config.worker(name).labels)]
 
     def _node_sets(self, aw: AppWrapperView) -> list[tuple[str, list[NodeView]]]:
         """Where ``aw`` may be placed: every node (single cluster), or each usable worker it may go to."""
         if self.hub is None:
             return [("", self.ledger.nodes())]
-        return [(name, self._nodes_in(name)) for name in self.hub.names
-                if name in self._usable and aw.clusters.allows(name, self.hub.config.worker(name).labels)]
+        return [(name, self.nodes_in(name)) for name in self._allowed_clusters(aw) if name in self._usable]
 
     def _fits_somewhere(self, aw: AppWrapperView, need: ResourceVector,
                         room: dict[str, ResourceVector]) -> Fit:
@@ -122,8 +127,7 @@ class HubMode:
         picks: the first in config order, the tightest fit (best: leaves the largest holes elsewhere) or the
         loosest (spread). Fit is judged by packing its pods onto the worker's nodes, as with one cluster."""
         assert self.hub is not None
-        allowed = [name for name in self.hub.names
-                   if aw.clusters.allows(name, self.hub.config.worker(name).labels)]
+        allowed = self._allowed_clusters(aw)
         if not allowed:
             why = f"no worker cluster matches its clusterScheduling ({aw.clusters.describe()})"
             return Fit(False, frozenset({"clusterScheduling"}), partial(str, why))
@@ -136,7 +140,7 @@ class HubMode:
                 about.add(f"{name}: {self.hub.health(name).state.value}")
                 reasons.append(f"{name}: {self.hub.describe(name)}")
                 continue
-            nodes = self._nodes_in(name)
+            nodes = self.nodes_in(name)
             free = ResourceVector()
             capacity = ResourceVector()
             for node in nodes:
