@@ -42,6 +42,7 @@ from typing import Any, Final
 
 from mcad.api.raw import as_list, as_mapping, as_str
 from mcad.api.resources import ResourceVector, format_amount
+from mcad.api.selectors import label_matches
 from mcad.api.views import NodeView, Taint
 from mcad.api.workloads import PodSet, WorkloadError, custom_pod_resources, pod_requests, pod_sets
 
@@ -93,21 +94,15 @@ class NodeRequirement:
             return self.operator == "NotIn" and node.name not in self.values
         value = node.labels.get(self.key)
         op = self.operator
-        if op == "In":
-            return value is not None and value in self.values
-        if op == "NotIn":
-            return value is None or value not in self.values  # an absent label is not in any set
-        if op == "Exists":
-            return value is not None
-        if op == "DoesNotExist":
-            return value is None
-        if op in ("Gt", "Lt") and value is not None and len(self.values) == 1:
+        if op in ("Gt", "Lt"):  # node affinity only
+            if value is None or len(self.values) != 1:
+                return False
             try:
                 have, bound = int(value), int(self.values[0])
             except ValueError:
                 return False
             return have > bound if op == "Gt" else have < bound
-        return False
+        return label_matches(op, self.values, value)
 
 
 # Requirements ANDed; an empty term matches no node, as in Kubernetes.

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcad.api.raw import as_list, as_mapping
-
-_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+from mcad.api.selectors import LABEL_OPERATORS, label_matches
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,14 +33,7 @@ class Requirement:
     values: tuple[str, ...] = ()
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        present = self.key in labels
-        if self.operator == "Exists":
-            return present
-        if self.operator == "DoesNotExist":
-            return not present
-        if self.operator == "In":
-            return present and labels[self.key] in self.values
-        return not present or labels[self.key] not in self.values  # NotIn
+        return label_matches(self.operator, self.values, labels.get(self.key))
 
     def __str__(self) -> str:
         if self.operator in ("Exists", "DoesNotExist"):
@@ -126,8 +118,8 @@ def _selector(raw: Any) -> tuple[Requirement, ...]:
         where = f"matchExpressions[{index}]"
         if not isinstance(key, str) or not key:
             raise ValueError(f"{where}.key must be a non-empty string")
-        if operator not in _OPERATORS:
-            raise ValueError(f"{where}.operator must be one of {', '.join(_OPERATORS)}, not {operator!r}")
+        if operator not in LABEL_OPERATORS:
+            raise ValueError(f"{where}.operator must be one of {', '.join(LABEL_OPERATORS)}, not {operator!r}")
         if not all(isinstance(v, str) for v in values):
             raise ValueError(f"{where}.values must be strings")
         if operator in ("In", "NotIn") and not values:
