@@ -191,14 +191,22 @@ def test_queue_shows_the_queue_in_order_with_the_why(cluster: Cluster) -> None:
 
 
 def test_ledger_shows_capacity_use_and_every_node(cluster: Cluster) -> None:
-    result = mcadctl_("--url", cluster.url, "ledger", "--nodes", "-o", "json")
-    assert result.exit_code == 0, result.output
-    doc = json.loads(result.stdout)
-    cpu = next(r for r in doc["resources"] if r["name"] == "cpu")
+    def ledger() -> dict[str, Any]:
+        result = mcadctl_("--url", cluster.url, "ledger", "--nodes", "-o", "json")
+        assert result.exit_code == 0, result.output
+        return dict(json.loads(result.stdout))
+
+    def cpu_of(doc: dict[str, Any]) -> dict[str, str]:
+        return dict(next(r for r in doc["resources"] if r["name"] == "cpu"))
+
+    # "runs" is Running once its Deployment exists; its pod is counted as used only after the Deployment
+    # controller has made it and the scheduler has bound it, which may come a little later.
+    wait_until(lambda: cpu_of(ledger())["used"] != "0", 30, "the bound pod of 'runs' to be counted as used")
+    doc = ledger()
+    cpu = cpu_of(doc)
     nodes = {n.metadata.name for n in cluster.core.list_node().items}
     assert {n["name"] for n in doc["nodes"]} == nodes
     assert all(cpu[k] for k in ("capacity", "used", "reserved", "free"))
-    assert cpu["used"] != "0"  # the pod of "runs" is bound and counted
 
     table = mcadctl_("--url", cluster.url, "ledger", "--nodes")
     assert table.exit_code == 0, table.output
