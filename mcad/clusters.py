@@ -13,8 +13,10 @@ mode pays nothing for it):
   ``kube.connect``; kubeconfig text read from a Secret (through ``kube.request_json`` on the hub connection) is
   written to a private temporary file (mode 0600), loaded, and the file removed at once. Failures raise
   ``WorkerConnectError`` naming the worker and carrying the HTTP status when there was one.
-  ``fingerprint(spec)`` is a digest of the credentials as they are now, to notice a rotation;
-  ``connect_fingerprinted(spec)`` returns the connection with the digest of what it was built from.
+  ``fingerprint(spec)`` is a digest of the credentials as they are now (the kubeconfig text and every
+  credential file it names by path: ``tokenFile``, ``client-certificate``, ``client-key``,
+  ``certificate-authority``), to notice a rotation; ``connect_fingerprinted(spec)`` returns the connection with
+  the digest taken just before it was built, so a rotation racing the load is seen at the next check.
 * ``WorkerHealth`` is one worker's health as a state machine, pure logic with an injectable clock:
   ``Unknown`` (never probed) -> ``Healthy`` on a success; ``Healthy`` -> ``Unreachable`` after
   ``failure_threshold`` consecutive failed probes; a 401/403 -> ``Unauthorized`` at once (the credentials
@@ -260,8 +262,53 @@ class WorkerConnectError(Exception):
         self.status = status
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+# Kubeconfig fields that name a file holding a credential; the client reads them once, when it loads.
+_USER_FILE_FIELDS = ("tokenFile", "client-certificate", "client-key")
+_CLUSTER_FILE_FIELDS = ("certificate-authority",)
+
+
+def _credential_files(text: bytes, base_dir: Path | None) -> list[Path]:
+    """The files a kubeconfig names for credentials, in every user and cluster entry (not only the current
+    context's: a spurious reload is harmless, a missed rotation is not). A relative path is taken relative to
+    ``base_dir``, as the client does, and skipped when there is none (kubeconfig text from a Secret)."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return []  # loading it reports the problem better than a digest could
+    if not isinstance(doc, dict):
+        return []
+    found: set[Path] = set()
+    for section, body_key, fields in (("users", "user", _USER_FILE_FIELDS),
+                                      ("clusters", "cluster", _CLUSTER_FILE_FIELDS)):
+        entries = doc.get(section)
+        for entry in entries if isinstance(entries, list) else []:
+            body = entry.get(body_key) if isinstance(entry, dict) else None
+            if not isinstance(body, dict):
+                continue
+            for name in fields:
+                value = body.get(name)
+                if not isinstance(value, str) or not value:
+                    continue
+                path = Path(value)
+                if not path.is_absolute():
+                    if base_dir is None:
+                        continue
+                    path = base_dir / path
+                found.add(Path(os.path.normpath(path)))
+    return sorted(found)
+
+
+def _digest(text: bytes, base_dir: Path | None) -> str:
+    """sha256 over the kubeconfig text and the bytes of each credential file it names; a file that cannot be
+    read counts as such, so its appearing later is a change too."""
+    digest = hashlib.sha256(text)
+    for path in _credential_files(text, base_dir):
+        digest.update(b"\0" + os.fsencode(path) + b"\0")
+        try:
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        except OSError:
+            digest.update(b"unreadable")
+    return digest.hexdigest()
 
 
 class WorkerConnector:
@@ -280,9 +327,14 @@ class WorkerConnector:
     def connect_fingerprinted(self, spec: WorkerSpec) -> tuple[kube.Connection, str]:
         """A connection, and the ``fingerprint`` of the credentials it was built from (a Secret is read once)."""
         if spec.secret is None:
-            conn = self._load(spec, spec.kubeconfig or "", spec.source)  # its errors say more than a failed read
-            return conn, self.fingerprint(spec)
+            # Digest first: a rotation between the two then shows up as a change at the next check.
+            fingerprint = ""  # unreadable now: any later digest differs, so the next check reloads
+            with contextlib.suppress(WorkerConnectError):  # the load's own error says more than a failed read
+                fingerprint = self.fingerprint(spec)
+            conn = self._load(spec, spec.kubeconfig or "", spec.source)
+            return conn, fingerprint
         text = self.read_secret(spec)
+        fingerprint = _digest(text.encode("utf-8"), None)
         # The client library loads kubeconfigs from files only; the file lives just long enough to be read
         # (embedded certificates are copied into the client's own temp files while loading).
         fd, path = tempfile.mkstemp(prefix=f"mcad-worker-{spec.name}-", suffix=".kubeconfig")  # mode 0600
@@ -294,16 +346,17 @@ class WorkerConnector:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         # Messages should point at the Secret, not at a file that no longer exists.
-        return kube.Connection(conn.api, spec.source, conn.server, conn.errors), _digest(text.encode("utf-8"))
+        return kube.Connection(conn.api, spec.source, conn.server, conn.errors), fingerprint
 
     def fingerprint(self, spec: WorkerSpec) -> str:
         """A digest of the worker's credentials as they are now (the kubeconfig file's bytes, or the text in its
-        Secret), so a caller can tell that they were rotated. Only the kubeconfig itself is read: a certificate
-        or token file it names by path is not."""
+        Secret, with the bytes of every credential file it names by path), so a caller can tell that they were
+        rotated: a projected token file or a renewed client certificate counts as much as a new kubeconfig."""
         if spec.secret is not None:
-            return _digest(self.read_secret(spec).encode("utf-8"))
+            return _digest(self.read_secret(spec).encode("utf-8"), None)
+        path = Path(spec.kubeconfig or "")
         try:
-            return _digest(Path(spec.kubeconfig or "").read_bytes())
+            return _digest(path.read_bytes(), path.absolute().parent)
         except OSError as err:
             raise WorkerConnectError(spec.name, f"{spec.source}: cannot read it: {err.strerror}") from err
 

@@ -17,11 +17,12 @@ Contract:
   or health state changes, ``on_change(name)`` is called: the dispatcher adopts the new state on its own
   thread, so a decision never sees a worker change under it.
 * Rotated credentials are followed without a restart: each worker's thread re-reads its Secret or
-  kubeconfig file every ``credentials_period`` seconds (at every probe while the worker is Unauthorized) and,
-  when its digest changed, moves the worker's one ``ApiClient`` onto the new credentials in place
-  (``kube.adopt_credentials``): informers, writers and probes all use them from the next request, and no cache
-  is rebuilt. Credentials that name another API server are refused with an error in the log (following a
-  moved cluster would mix two clusters' objects in one cache): that takes a restart.
+  kubeconfig file, with the credential files it names, every ``credentials_period`` seconds (at every probe
+  while the worker is Unauthorized) and, when their digest changed, moves the worker's one ``ApiClient`` onto
+  the new credentials in place (``kube.adopt_credentials``): informers, writers and probes all use them from
+  the next request, and no cache is rebuilt. Credentials that name another API server are refused with an
+  error in the log (following a moved cluster would mix two clusters' objects in one cache): that takes a
+  restart.
 * A worker that turns Healthy again (back from Unreachable or Unauthorized) has its informers retry at once
   rather than at the end of their backoff, so its Nodes and Pods are fresh as soon as possible.
 * ``writer(name)`` is the worker's ``kube.Client``; ``wrapped(name)`` its ``WrappedObjects`` (informers over

@@ -133,6 +133,41 @@ def test_fingerprint_follows_the_kubeconfig_file_and_matches_what_was_loaded(tmp
         connector.fingerprint(spec)
 
 
+def test_fingerprint_follows_the_credential_files_a_kubeconfig_names(tmp_path: Path) -> None:
+    """A projected token file or a renewed certificate is a rotation although the kubeconfig is unchanged; a
+    relative path is read relative to the kubeconfig, as the client reads it."""
+    (tmp_path / "token").write_text("first")
+    ca = tmp_path / "elsewhere" / "ca.crt"
+    ca.parent.mkdir()
+    ca.write_text("ca one")
+    config = {"apiVersion": "v1", "kind": "Config", "current-context": "east",
+              "clusters": [{"name": "east", "cluster": {"server": "https://east.example:6443",
+                                                          "certificate-authority": str(ca)}}],
+              "users": [{"name": "mcad", "user": {"tokenFile": "token"}},
+                        {"name": "unused", "user": {"client-certificate": "absent.crt"}}],
+              "contexts": [{"name": "east", "context": {"cluster": "east", "user": "mcad"}}]}
+    path = tmp_path / "east.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    spec = WorkerSpec("east", kubeconfig=str(path))
+    connector = WorkerConnector(None)
+    conn, loaded = connector.connect_fingerprinted(spec)
+    assert conn.api.configuration.api_key["BearerToken"] == "Bearer first"
+    assert connector.fingerprint(spec) == loaded
+
+    (tmp_path / "token").write_text("second")
+    after_token = connector.fingerprint(spec)
+    assert after_token != loaded
+    fresh, digest = connector.connect_fingerprinted(spec)
+    assert fresh.api.configuration.api_key["BearerToken"] == "Bearer second"
+    assert digest == after_token
+
+    ca.write_text("ca two")
+    assert connector.fingerprint(spec) != after_token
+    after_ca = connector.fingerprint(spec)
+    (tmp_path / "absent.crt").write_text("now it exists")  # named by an unused user: still a change
+    assert connector.fingerprint(spec) != after_ca
+
+
 # ---------------------------------------------------------------------------------------------- health
 
 
