@@ -358,12 +358,13 @@ class Hub:
             return False
         self._credential_errors.pop(worker.name, None)
         worker.fingerprint = fingerprint  # a refused change is not retried until the source changes again
-        if fresh.server != worker.conn.server:
+        try:
+            kube.adopt_credentials(worker.conn, fresh)
+        except ValueError:  # they name another API server
             log.error("worker credentials now name another API server; keeping the old ones: restart the "
                       "controller to follow the move", cluster=worker.name, server=worker.conn.server,
                       new_server=fresh.server, source=worker.spec.source)
             return False
-        kube.adopt_credentials(worker.conn, fresh)
         log.info("worker credentials changed; using the new ones", cluster=worker.name, source=worker.spec.source)
         return True
 
