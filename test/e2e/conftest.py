@@ -44,13 +44,15 @@ class Controller:
         it logs "waiting for leadership")."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "ab")  # noqa: SIM115 - the child process owns it
+        # A restarted controller appends to its log: only what this process writes counts as ready.
+        start = out.tell()
         # A free port for /metrics and friends, unless the test picks one: controllers run side by side.
         http = () if "--http-bind-address" in self.args else ("--http-bind-address", "127.0.0.1:0")
         self.proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "mcad-controller"), "--kubeconfig", self.kubeconfig,
              "--log-format", "console", *http, *self.args], stdout=out, stderr=subprocess.STDOUT)
         out.close()
-        wait_until(lambda: ready in self.log.read_bytes(), 60, f"the controller to log {ready.decode()!r}")
+        wait_until(lambda: ready in self.log.read_bytes()[start:], 60, f"the controller to log {ready.decode()!r}")
 
     @property
     def port(self) -> int:
