@@ -153,6 +153,10 @@ def aw_namespace(custom: k8s.CustomObjectsApi, namespace: str, workers: dict[str
                "the AppWrappers gone (their finalizer goes once their worker objects are deleted)")
     wait_until(lambda: not any(pods(worker, namespace) for worker in workers.values()), 60,
                f"pods in {namespace} gone from the workers")
+    # The workers' API servers say so first; placement (best fit compares what is free) goes by the controller's
+    # ledger, which learns of the deletions from its watches a moment later.
+    wait_until(lambda: all(c["free"] == c["capacity"] for c in clusters(controller) if c["usable"]), 30,
+               "the controller to see every usable worker empty")
 
 
 MODULE_WORKERS = {"c8w1": "Healthy", "c8w2": "Healthy", "c8w1-rejected": "Unauthorized"}
