@@ -1,17 +1,20 @@
 """The AppWrapper as the dispatcher sees it: constants of the API, and a view parsed once per informer event.
 
-Contract: ``appwrapper_view(raw, limits)`` never raises, whatever ``raw`` holds. An AppWrapper the controller
-must refuse gets ``demand_error`` set (despite its name, every reason to refuse: a bound of
+Contract: ``appwrapper_view(raw, limits, judgements)`` never raises, whatever ``raw`` holds. An AppWrapper the
+controller must refuse gets ``demand_error`` set (despite its name, every reason to refuse: a bound of
 ``mcad.api.validation`` broken, judged with ``limits``, or a demand that cannot be computed, such as a bad
 quantity or an impossible replica count), so the dispatcher can fail that one AppWrapper with a clear message
 and keep serving the others. Its ``scheduling`` values are clamped into the ranges validation allows (timers
 then stay finite and never fire in a loop), even for an AppWrapper that was dispatched before its values were
-refused. Views are immutable; the raw ``items`` and ``status`` they carry are the informer's objects and must
+refused. With ``judgements`` (one per API server: an informer's), the spec's verdict is remembered per uid and
+generation. Views are immutable; the raw ``items`` and ``status`` they carry are the informer's objects and must
 not be mutated.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -162,11 +165,43 @@ def _scheduling(spec: Mapping[str, Any]) -> SchedulingSpec:
     )
 
 
-def appwrapper_view(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> AppWrapperView:
-    meta = as_mapping(raw.get("metadata"))
-    spec = as_mapping(raw.get("spec"))
-    items_raw = as_mapping(spec.get("resources")).get("GenericItems")
-    items = tuple(i for i in items_raw if isinstance(i, Mapping)) if isinstance(items_raw, list) else ()
+class Judgements:
+    """What an AppWrapper's spec implies (its demand, and why it is refused), remembered per (uid, generation,
+    limits) for the objects of one API server (an informer's ``transform``). Most informer events are status
+    writes, which leave metadata.generation alone, and judging a large spec is costly (1 MiB: ~5 ms, mostly
+    measuring it), so each spec is judged once. Bounded (least recently used out); an object without a uid or a
+    generation is judged every time. Safe to share between threads."""
+
+    def __init__(self, size: int = 8192) -> None:
+        self._size = size
+        self._seen: OrderedDict[tuple[str, int, Limits], tuple[ResourceVector, str | None]] = OrderedDict()
+        self._lock = threading.Lock()  # the informers of both API groups transform on their own threads
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def __call__(self, raw: Mapping[str, Any], items: tuple[Mapping[str, Any], ...],
+                 limits: Limits) -> tuple[ResourceVector, str | None]:
+        meta = as_mapping(raw.get("metadata"))
+        uid, generation = meta.get("uid"), meta.get("generation")
+        key = None
+        if isinstance(uid, str) and uid and isinstance(generation, int) and generation > 0:
+            key = (uid, generation, limits)
+            with self._lock:
+                if (known := self._seen.get(key)) is not None:
+                    self._seen.move_to_end(key)
+                    return known
+        judged = _judge(raw, items, limits)
+        if key is not None:
+            with self._lock:
+                self._seen[key] = judged
+                if len(self._seen) > self._size:
+                    self._seen.popitem(last=False)
+        return judged
+
+
+def _judge(raw: Mapping[str, Any], items: tuple[Mapping[str, Any], ...],
+           limits: Limits) -> tuple[ResourceVector, str | None]:
     reasons: list[str] = []
     demand = ResourceVector()
     if (refused := refusal(raw, limits)) is not None:
@@ -175,10 +210,19 @@ def appwrapper_view(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> 
         reasons.append("spec.resources.GenericItems is empty: there is nothing to dispatch")
     else:
         try:
-            demand = appwrapper_demand(spec)
+            demand = appwrapper_demand(as_mapping(raw.get("spec")))
         except WorkloadError as err:
             reasons.append(str(err))
-    demand_error = "; ".join(reasons) or None
+    return demand, "; ".join(reasons) or None
+
+
+def appwrapper_view(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS,
+                    judgements: Judgements | None = None) -> AppWrapperView:
+    meta = as_mapping(raw.get("metadata"))
+    spec = as_mapping(raw.get("spec"))
+    items_raw = as_mapping(spec.get("resources")).get("GenericItems")
+    items = tuple(i for i in items_raw if isinstance(i, Mapping)) if isinstance(items_raw, list) else ()
+    demand, demand_error = (judgements if judgements is not None else _judge)(raw, items, limits)
     namespace = str(meta.get("namespace") or "")
     name = str(meta.get("name") or "")
     return AppWrapperView(

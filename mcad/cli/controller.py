@@ -35,6 +35,7 @@ from mcad.api.appwrapper import (
     PLURAL,
     VERSION,
     AppWrapperView,
+    Judgements,
     appwrapper_view,
 )
 from mcad.api.validation import DEFAULT_LIMITS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_ITEMS_CEILING, Limits
@@ -63,7 +64,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
     AppWrapper needs them (its ``wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the
     hub's own run nothing of ours), and the hub's thread starts their informers. AppWrappers beyond ``limits``
     are refused (failed) by the dispatcher."""
-    view = functools.partial(appwrapper_view, limits=limits)
+    # Both groups' objects come from this API server: uids are unique across them, so one memory serves both.
+    view = functools.partial(appwrapper_view, limits=limits, judgements=Judgements())
     current = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
                        transform=view)
     appwrapper_informers = [current]

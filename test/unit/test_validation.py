@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mcad.api.appwrapper import appwrapper_view
+from mcad.api.appwrapper import Judgements, appwrapper_view
 from mcad.api.validation import (
     DEFAULT_MAX_BYTES,
     INT32_MAX,
@@ -236,3 +236,29 @@ def test_the_crds_declare_the_bounds_the_controller_enforces(path: Any) -> None:
     assert bounds(requeuing["maxTimeInSeconds"]) == (0, MAX_REQUEUE_SECONDS)
     assert bounds(requeuing["maxNumRequeuings"]) == (0, INT32_MAX)
     assert bounds(scheduling["dispatchDuration"]["properties"]["limit"]) == (0, MAX_DISPATCH_LIMIT_SECONDS)
+
+
+def test_a_spec_is_judged_again_when_its_generation_or_the_limits_change() -> None:
+    judgements = Judgements()
+    raw = {**aw(cm("a")), "metadata": {"name": "aw", "namespace": "team", "uid": "u-judged", "generation": 1}}
+    assert appwrapper_view(raw, judgements=judgements).demand_error is None
+    edited = {**aw(cm("a"), cm("a")), "metadata": {**raw["metadata"], "generation": 2}}
+    assert "names the same object as GenericItems[0]" in (
+        appwrapper_view(edited, judgements=judgements).demand_error or "")
+    assert "at most 1 are allowed" in (
+        appwrapper_view(edited, Limits(max_items=1), judgements=judgements).demand_error or "")
+    # A status write keeps the generation: the judgement is reused, and stays right.
+    assert appwrapper_view({**edited, "status": {"state": "Failed"}}, judgements=judgements).demand_error == \
+        appwrapper_view(edited).demand_error
+    assert len(judgements) == 3
+
+
+def test_remembered_judgements_are_bounded_and_only_for_objects_with_uid_and_generation() -> None:
+    judgements = Judgements(size=2)
+    for n in range(5):
+        raw = {**aw(cm("a")), "metadata": {"name": "aw", "namespace": "team", "uid": f"u-{n}", "generation": 1}}
+        appwrapper_view(raw, judgements=judgements)
+    assert len(judgements) == 2
+    nameless = Judgements()
+    appwrapper_view(aw(cm("a")), judgements=nameless)  # no uid: nothing to remember it by
+    assert len(nameless) == 0
