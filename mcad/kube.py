@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Generator, Mapping
@@ -371,6 +372,24 @@ class ResourceClient:
         return _open(self._conn, "GET", self._path, query=query, timeout=timeout)
 
 
+# Characters that do not survive raw in a YAML stream: the ones YAML forbids (DEL, the C1 controls, lone
+# surrogates, the byte-order mark, two non-characters) and the ones a YAML 1.1 decoder such as the API server's
+# folds as line breaks inside a quoted string (NEL, LINE and PARAGRAPH SEPARATOR). json.dumps escapes the C0
+# controls itself; these are escaped as \uXXXX, which JSON and YAML double-quoted strings read alike.
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
+
+
+def yaml_safe_json(body: Any) -> bytes:
+    """``body`` as UTF-8 JSON that a YAML decoder reads back unchanged (an apply-patch+yaml request body).
+
+    ``json.dumps`` alone escapes every non-ASCII character, and a character outside the BMP becomes a pair of
+    ``\\ud83d``-style surrogate escapes, which JSON allows and YAML refuses: the API server answered 400 to a
+    ConfigMap value ``"ok 😀"``. Raw UTF-8 is valid in both, once the few characters YAML forbids raw are escaped.
+    """
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
+
+
 def _open(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
           content_type: str = "application/json", timeout: float | tuple[float, float] = 30.0) -> Any:
     """Send one request through the connection's auth; the unread urllib3 response of a 2xx answer.
@@ -384,7 +403,7 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
     headers = {"Accept": "application/json", "Content-Type": content_type}
     method, url, headers, serialized, post_params = api.param_serialize(
         method, path, query_params=query or [], header_params=headers,
-        body=body if body is None or "json" in content_type else json.dumps(body), auth_settings=["BearerToken"])
+        body=body if body is None or "json" in content_type else yaml_safe_json(body), auth_settings=["BearerToken"])
     try:
         rest_response = api.call_api(method, url, headers, serialized, post_params, _request_timeout=timeout)
     except kubernetes.client.exceptions.ApiException as err:
