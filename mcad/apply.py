@@ -9,10 +9,11 @@ Contract:
   ownerReference; the label ``APPWRAPPER_UID_LABEL`` carries the AppWrapper's uid instead.
 - ``delete_remote(writer, aw)`` deletes, in a worker, every item that carries ``aw``'s uid label; it raises on
   failure, because no garbage collector will finish the job there.
-- ``dispatch(writer, aw)`` server-side-applies every item with one field manager. If an item is refused for good
-  (invalid object, unknown kind, forbidden), the items already applied are deleted and ``DispatchFailed`` is
-  raised with ``transient=False`` and a message naming the item and the API's reason. Transient trouble (429,
-  5xx, no answer) also undoes what was applied, then raises with ``transient=True`` so the caller retries later.
+- ``dispatch(writer, aw)`` server-side-applies every item with one field manager. If an item is refused, the
+  items already applied are deleted and ``DispatchFailed`` is raised with a message naming the item and the API's
+  reason, and the ``kind`` of the failure (``mcad.retry.classify``): PERMANENT for a refusal that would repeat
+  (invalid object, unknown kind, forbidden, too large), else UNAVAILABLE or TRANSIENT, which the caller retries
+  with backoff.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mcad.api.appwrapper import (
 )
 from mcad.api.workloads import pod_sets
 from mcad.kube import ApiError
+from mcad.retry import FailureKind, classify
 
 
 class ItemError(ValueError):
@@ -38,10 +40,17 @@ class ItemError(ValueError):
 
 
 class DispatchFailed(Exception):
-    def __init__(self, message: str, *, transient: bool) -> None:
+    """The items could not all be applied (what was applied is undone); ``kind`` says whether trying again can
+    help (``mcad.retry.classify`` of the API server's answer)."""
+
+    def __init__(self, message: str, *, kind: FailureKind) -> None:
         super().__init__(message)
         self.message = message
-        self.transient = transient
+        self.kind = kind
+
+    @property
+    def transient(self) -> bool:
+        return self.kind is not FailureKind.PERMANENT
 
 
 class ObjectWriter(Protocol):
@@ -127,7 +136,7 @@ def dispatch(writer: ObjectWriter, aw: AppWrapperView, *, remote: bool = False) 
         try:
             manifests.append(manifest(aw, index, remote=remote))
         except ItemError as err:
-            raise DispatchFailed(str(err), transient=False) from err
+            raise DispatchFailed(str(err), kind=FailureKind.PERMANENT) from err
     applied: list[dict[str, Any]] = []
     uids: list[str] = []
     for index, obj in enumerate(manifests):
@@ -135,14 +144,14 @@ def dispatch(writer: ObjectWriter, aw: AppWrapperView, *, remote: bool = False) 
         try:
             if not writer.is_namespaced(obj["apiVersion"], obj["kind"]):
                 raise DispatchFailed(f"{where}: {obj['kind']} is cluster-scoped; an AppWrapper can only wrap "
-                                     f"namespaced objects", transient=False)
+                                     f"namespaced objects", kind=FailureKind.PERMANENT)
             applied_obj = writer.apply(obj, field_manager=FIELD_MANAGER, force=True)
         except ApiError as err:
             _undo(writer, applied)
             if err.status == 404:
                 raise DispatchFailed(f"{where}: the API server does not serve {obj['apiVersion']} {obj['kind']} "
-                                     f"(is its CRD installed?)", transient=False) from err
-            raise DispatchFailed(_refusal(where, err), transient=err.transient) from err
+                                     f"(is its CRD installed?)", kind=FailureKind.PERMANENT) from err
+            raise DispatchFailed(_refusal(where, err), kind=classify(err)) from err
         except DispatchFailed:
             _undo(writer, applied)
             raise

@@ -34,6 +34,7 @@ from mcad.api.views import NodeView, PodView
 from mcad.clusters import HealthState, Policy
 from mcad.fit import Fit
 from mcad.kube import ApiError
+from mcad.retry import FailureKind, classify
 from mcad.wrapped import WrappedObjects
 
 if TYPE_CHECKING:
@@ -274,7 +275,9 @@ class HubMode:
         except ApiError as err:
             # 404: deleted meanwhile; 422: a test failed (another uid, or the finalizers changed): try again.
             raise apply.DispatchFailed(f"cannot add finalizer {WORKER_CLEANUP_FINALIZER}: {err.message}",
-                                       transient=err.status != 404) from err
+                                       kind=FailureKind.PERMANENT if err.status == 404 else
+                                       FailureKind.UNAVAILABLE if classify(err) is FailureKind.UNAVAILABLE
+                                       else FailureKind.TRANSIENT) from err
 
     def _cleaned(self, key: str, outcome: Cleaned) -> None:
         self._cleanups.discard((outcome.cluster, key))

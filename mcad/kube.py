@@ -542,6 +542,18 @@ class Client:
                 "status": new_status}
         return self._apply(path, body, field_manager, True)
 
+    def replace_status(self, api_version: str, kind: str, namespace: str, name: str, uid: str,
+                       new_status: Mapping[str, Any], *, field_manager: str) -> dict[str, Any]:
+        """Set the whole ``status`` of the object with this ``uid``; 422 when the object of that name has another uid
+        (deleted and re-created since), 404 when there is none. A JSON patch whose ``test`` checks the uid, because
+        the status subresource ignores metadata in the body, so a server-side apply cannot carry a precondition:
+        a write meant for an AppWrapper that is gone would land on its namesake."""
+        path = self.object_path(api_version, kind, namespace, name) + "/status"
+        operations = [{"op": "test", "path": "/metadata/uid", "value": uid},
+                      {"op": "add", "path": "/status", "value": new_status}]  # add: replaces, or creates if absent
+        return request_json(self.conn, "PATCH", path, query=[("fieldManager", field_manager)], body=operations,
+                            content_type="application/json-patch+json", timeout=self._timeout)
+
     def _apply(self, path: str, body: Mapping[str, Any], field_manager: str, force: bool) -> dict[str, Any]:
         query = [("fieldManager", field_manager)] + ([("force", "true")] if force else [])
         return request_json(self.conn, "PATCH", path, query=query, body=body,
@@ -552,6 +564,17 @@ class Client:
         """A JSON patch (RFC 6902): its ``test`` operations make it conditional (422 when one fails)."""
         return request_json(self.conn, "PATCH", self.object_path(api_version, kind, namespace, name),
                             body=operations, content_type="application/json-patch+json", timeout=self._timeout)
+
+    def force_delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete that very pod (uid precondition) with grace period 0: the API server removes it at once, unless
+        a finalizer holds it. Gone already is fine."""
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        try:
+            request_json(self.conn, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=body,
+                         timeout=self._timeout)
+        except ApiError as err:
+            if err.status not in (404, 409):
+                raise
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
                uid: str = "", label: tuple[str, str] | None = None) -> None:

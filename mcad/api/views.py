@@ -15,7 +15,8 @@ Contract:
 - ``pod_view(raw)`` keeps what the ledger and status need: identity, node, phase, effective requests
   (``pod_requests`` of the spec), the owning AppWrapper as ``"namespace/name"`` (from the
   ``workload.codeflare.dev/appwrapper`` label; pods belong to an AppWrapper in their own namespace), ``terminal``
-  (phase Succeeded or Failed) and ``deleting`` (deletionTimestamp set; such a pod still holds its resources).
+  (phase Succeeded or Failed), ``deleting`` (deletionTimestamp set; such a pod still holds its resources) and
+  ``grace_ends`` (that deletionTimestamp: when the kubelet would have killed it).
 
 Both transforms never raise on what the API server sends: missing or ill-typed fields read as absent, and a
 quantity that does not parse is skipped (the API server validated it; this only guards the informer thread).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -79,6 +81,8 @@ class PodView:
     resource_version: str
     deleting: bool
     cluster: str = ""  # hub mode: the worker it runs in ("" in single-cluster mode)
+    # When its grace period ends (its deletionTimestamp, seconds since the epoch); 0 when it is not being deleted.
+    grace_ends: float = 0.0
 
 
 def node_view(raw: Mapping[str, Any]) -> NodeView:
@@ -126,7 +130,18 @@ def pod_view(raw: Mapping[str, Any]) -> PodView:
         terminal=phase in _TERMINAL_PHASES,
         resource_version=as_str(meta.get("resourceVersion")),
         deleting=meta.get("deletionTimestamp") is not None,
+        grace_ends=_epoch(meta.get("deletionTimestamp")),
     )
+
+
+def _epoch(timestamp: Any) -> float:
+    """An RFC 3339 time as seconds since the epoch; 0 when absent or unreadable."""
+    if not isinstance(timestamp, str) or not timestamp:
+        return 0.0
+    try:
+        return datetime.fromisoformat(timestamp).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _lenient_vector(quantities: Mapping[Any, Any]) -> ResourceVector:
