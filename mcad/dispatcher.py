@@ -912,8 +912,17 @@ class Dispatcher(HubMode):
         current = self._status(aw)
         new = status.with_pod_counts(current, self.clock.now(), pending=phases.count("Pending"),
                                      running=phases.count("Running"), succeeded=phases.count("Succeeded"),
-                                     failed_=phases.count("Failed"))
+                                     failed_=phases.count("Failed"), unschedulable=self._unschedulable_pods(aw.key))
         self._write_status(aw, new, urgent=False)
+
+    def _unschedulable_pods(self, key: str) -> list[tuple[str, status.Unschedulable]]:
+        """(name, the scheduler's verdict) of its Pending pods that no node could take."""
+        out = []
+        for uid, phase in self._pods_by_appwrapper.get(key, {}).items():
+            pod = self.ledger.pod(uid) if phase == "Pending" else None
+            if pod is not None and pod.unschedulable is not None:
+                out.append((pod.name, pod.unschedulable))
+        return out
 
     # ------------------------------------------------------------------------------------------ decisions
 

@@ -326,8 +326,8 @@ class HubMode:
                 if aw is None:
                     continue
                 current = self._status(aw)
-                told = any(c.get("type") == status.CLUSTER_AVAILABLE and c.get("status") == "False"
-                           for c in current.get("conditions") or [])
+                health_told = status.latest(current.get("conditions"), status.CLUSTER_AVAILABLE) or {}
+                told = health_told.get("status") == "False"
                 # Only a real outage is told (not a worker still being listed at start), and its end.
                 if down:
                     message = f"worker cluster {name} is {health.state.value.lower()}: {health.message}"

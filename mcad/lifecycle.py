@@ -33,6 +33,7 @@ from enum import Enum
 from typing import Any
 
 from mcad.api.appwrapper import AppWrapperView, SchedulingSpec
+from mcad.status import DISPATCHED, latest
 from mcad.wrapped import NotSynced, WrappedView
 
 JOB = ("batch/v1", "Job")
@@ -145,11 +146,9 @@ def parse_time(stamp: Any) -> datetime | None:
 
 
 def dispatched_at(status: Mapping[str, Any]) -> datetime | None:
-    """When the current dispatch happened: the Dispatched condition's last transition."""
-    for condition in status.get("conditions") or []:
-        if isinstance(condition, Mapping) and condition.get("type") == "Dispatched":
-            return parse_time(condition.get("lastTransitionMicroTime"))
-    return None
+    """When the current dispatch happened: the (latest) Dispatched condition's last transition."""
+    condition = latest(status.get("conditions"), DISPATCHED)
+    return None if condition is None else parse_time(condition.get("lastTransitionMicroTime"))
 
 
 def current_requeue_wait(spec: SchedulingSpec, status: Mapping[str, Any]) -> int:

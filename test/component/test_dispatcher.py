@@ -240,6 +240,43 @@ def last_status(h: Harness, name: str) -> dict[str, Any]:
     return next(status for n, status in reversed(h.writer.statuses) if n == name)
 
 
+def test_pods_the_scheduler_cannot_place_are_named_in_status_until_they_run(harness_factory: Any) -> None:
+    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[aw("a", "2")])
+    h.drain()
+    assert h.writer.applied == ["a-cm"]
+    stuck = {**pod("a-1", "3", appwrapper="a"), "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/1 nodes are available: 1 Insufficient cpu.", "lastTransitionTime": "2026-01-01T00:00:09Z"}]}}
+    del stuck["spec"]["nodeName"]
+    h.lw["pod"].add(pod("a-0", "1", appwrapper="a"))
+    h.lw["pod"].add(stuck)
+    wait_until(lambda: h.dispatcher.pods.get("uid-a-1"), 5, "the pods")
+    h.drain()
+    h.clock.advance(5)  # pod counts are written at most every 5 s
+    h.drain()
+    counted = last_status(h, "a")
+    assert (counted["pending"], counted["running"]) == (1, 1)
+    assert counted["pendingpodconditions"] == [{"podname": "a-1", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/1 nodes are available: 1 Insufficient cpu.", "lastTransitionTime": "2026-01-01T00:00:09Z"}]}]
+
+    writes = len(h.writer.statuses)
+    churned = h.lw["pod"].modify(stuck)["metadata"]["resourceVersion"]  # the same pod, seen again
+    wait_until(lambda: h.dispatcher.pods.get("uid-a-1").resource_version == churned, 5, "the pod's update")
+    h.drain()
+    h.clock.advance(5)
+    h.drain()
+    assert len(h.writer.statuses) == writes, "the same verdict costs no write"
+
+    h.lw["pod"].modify(pod("a-1", "1", appwrapper="a"))  # placed after all, and running
+    wait_until(lambda: h.dispatcher.pods.get("uid-a-1").phase == "Running", 5, "the pod to run")
+    h.drain()
+    h.clock.advance(5)
+    h.drain()
+    cleared = last_status(h, "a")
+    assert cleared["running"] == 2 and "pendingpodconditions" not in cleared
+
+
 @pytest.mark.parametrize("fit", ["nodes", "aggregate"])
 def test_eight_single_gpus_do_not_admit_one_eight_gpu_pod_with_fit_nodes(harness_factory: Any, fit: str) -> None:
     h = harness_factory(nodes=[gpu_node(f"n{i}", 1) for i in range(8)], pods=[],
@@ -310,7 +347,11 @@ def test_priority_preemption_evicts_the_most_recent_lower_priority_only(harness_
     wait_until(lambda: h.dispatcher.pods.get("uid-low-b-0") is None, 5, "the victim's pod to go")
     h.drain()
     assert h.writer.applied[-1] == "high-cm"
-    assert last_status(h, "low-b")["state"] == "Pending"
+    waits = last_status(h, "low-b")
+    assert waits["state"] == "Pending"
+    # Now it waits like any other; its requeue stays in the log, as upstream keeps it.
+    assert [c["reason"] for c in waits["conditions"] if c["type"] == "Backoff"] == [
+        "PreemptionTriggered", "AppWrapperNotRunnable."]
     assert h.dispatcher.preemptions == 1, "the victim (lower priority) never preempts back"
 
 
