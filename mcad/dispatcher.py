@@ -568,7 +568,8 @@ class Dispatcher(HubMode):
             if new == self._quota_written.get(view.key) or new == {k: view.status.get(k) for k in new}:
                 continue
             self._quota_written[view.key] = new
-            self.writes.submit(f"quota:{view.key}", partial(self._apply_quota_status, view, new), urgent=False)
+            self.writes.submit(f"quota:{view.key}", partial(self._apply_quota_status, view, new), tenant=view.namespace,
+                               urgent=False)
 
     def _apply_quota_status(self, view: quota.SubtreeView, new: Mapping[str, Any]) -> None:
         try:
@@ -1230,7 +1231,7 @@ class Dispatcher(HubMode):
                     continue
                 if pod.deleting and 0 < pod.grace_ends <= now:
                     forced.append(f"{pod.namespace}/{pod.name}")
-                    self.writes.submit(victim, partial(self._force_delete_pod, pod))
+                    self.writes.submit(victim, partial(self._force_delete_pod, pod), tenant=pod.namespace)
                 else:
                     stuck.append(f"{pod.namespace}/{pod.name}")
         self._abandoned[key] = victims
@@ -1411,18 +1412,21 @@ class Dispatcher(HubMode):
         new = status.dispatched(current, self.clock.now(), priority=aw.priority, requeue_wait=wait, cluster=cluster)
         hub = self.hub
 
-        def job() -> _Dispatched:
+        def job() -> apply.Steps[_Dispatched]:
+            # In steps of one request: the write pool interleaves them with other AppWrappers' (see mcad.writes).
             try:
                 if hub is None:
-                    uids = apply.dispatch(self.writer, aw)
+                    uids = yield from apply.dispatch_steps(self.writer, aw)
                 else:
                     self._add_finalizer(aw)
+                    yield
                     worker = hub.worker(cluster)
                     if worker is None:
                         raise apply.DispatchFailed(f"worker cluster {cluster} is not configured",
                                                    kind=FailureKind.UNAVAILABLE)
                     worker.ensure_namespace(aw.namespace)
-                    uids = apply.dispatch(hub.writer(cluster), aw, remote=True)
+                    yield
+                    uids = yield from apply.dispatch_steps(hub.writer(cluster), aw, remote=True)
             except apply.DispatchFailed as err:
                 return _Dispatched(aw, new, error=err)
             except ApiError as err:
@@ -1431,7 +1435,7 @@ class Dispatcher(HubMode):
                     f"{where}: {err.reason} ({err.status}): {err.message}", kind=classify(err)))
             return _Dispatched(aw, new, uids)
 
-        self.writes.submit(aw.key, job)
+        self.writes.submit(aw.key, job, tenant=aw.namespace)
 
     def _collect(self, key: str) -> None:
         """Outcomes of background writes for one AppWrapper, in the order they finished."""
@@ -1528,7 +1532,7 @@ class Dispatcher(HubMode):
 
     def _delete_wrapped(self, aw: AppWrapperView, uids: tuple[str, ...] = ()) -> None:
         if self.hub is None:
-            self.writes.submit(aw.key, lambda: apply.delete_wrapped(self.writer, aw, uids))
+            self.writes.submit(aw.key, lambda: apply.delete_wrapped_steps(self.writer, aw, uids), tenant=aw.namespace)
             return
         cluster = self._placed.get(aw.key)
         if cluster:

@@ -212,14 +212,14 @@ class HubMode:
                 continue
             self._cleanups.add((cluster, key))
 
-            def job(aw: AppWrapperView = aw) -> Cleaned:
-                try:
-                    apply.delete_remote(hub.writer(cluster), aw)
+            def job(aw: AppWrapperView = aw) -> apply.Steps[Cleaned]:
+                try:  # one delete per step: the write pool interleaves them with other AppWrappers' writes
+                    yield from apply.delete_remote_steps(hub.writer(cluster), aw)
                 except ApiError as err:
                     return Cleaned(cluster, aw.uid, err)
                 return Cleaned(cluster, aw.uid)
 
-            self.writes.submit(key, job)
+            self.writes.submit(key, job, tenant=aw.namespace)
 
     def _clean_up_deleted(self, aw: AppWrapperView) -> None:
         """Hub mode, an AppWrapper being deleted: delete its objects in every worker that may hold some, then
@@ -259,7 +259,7 @@ class HubMode:
                 return Cleaned("", aw.uid, None if err.status == 404 else err)
             return Cleaned("", aw.uid)
 
-        self.writes.submit(aw.key, job)
+        self.writes.submit(aw.key, job, tenant=aw.namespace)
 
     def _add_finalizer(self, aw: AppWrapperView) -> None:
         """Background thread: the cleanup finalizer on ``aw`` before anything of it exists in a worker."""

@@ -40,7 +40,7 @@ class StatusWriter(Protocol):
 
 
 class WritePool(Protocol):
-    def submit(self, key: Hashable, job: Callable[[], Any], *, urgent: bool = True) -> None: ...
+    def submit(self, key: Hashable, job: Callable[[], Any], *, tenant: str, urgent: bool = True) -> None: ...
 
 
 class KeyQueue(Protocol):
@@ -206,4 +206,4 @@ class StatusSync:
             rv = str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
             return StatusWritten(intent.uid, intent.version, rv)
 
-        self._writes.submit(key, job, urgent=urgent)
+        self._writes.submit(key, job, tenant=namespace, urgent=urgent)

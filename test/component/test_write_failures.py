@@ -16,7 +16,7 @@ UNAVAILABLE = [(0, "connection refused"), (401, "Unauthorized"), (429, "too many
                (503, "the server is currently unable to handle the request")]
 TRANSIENT = [(500, "Internal error occurred: failed calling webhook"), (502, "bad gateway"), (504, "timeout"),
              (599, "an unusual code")]
-PERMANENT = [(400, "bad request"), (403, "forbidden by admission webhook"), (404, "does not serve"),
+PERMANENT = [(400, "bad request"), (403, "forbidden by admission webhook"), (404, "namespaces \"gone\" not found"),
              (409, "conflict with mcad-controller"), (413, "request entity too large"), (422, "spec: Invalid value"),
              (500, "etcdserver: request is too large"), (500, "rpc error: code = ResourceExhausted desc = grpc")]
 
