@@ -34,7 +34,7 @@ from mcad.api.appwrapper import FIELD_MANAGER
 from test.apiserver import api_server_outage, local_cluster, request_totals
 from test.conftest import CRD, apply_crd
 from test.e2e.conftest import AppWrappers, Controller, appwrapper, deployment_item, job_item
-from test.faults import APPWRAPPER_STATUS, DEPLOYMENTS, FAULT_MESSAGE, JOBS, FaultInjector, fault_injector
+from test.faults import APPWRAPPER_STATUS, DEPLOYMENTS, FAULT_MESSAGE, JOBS, FaultInjector, Resource, fault_injector
 from test.support import REPO, wait_until
 
 CLUSTER = "faults"
@@ -148,7 +148,7 @@ def pace(until: float) -> None:
     time.sleep(max(0.0, until - time.time()))
 
 
-def rates(faults: FaultInjector, resource: Any, names: list[str], until: float) -> dict[str, float]:
+def rates(faults: FaultInjector, resource: Resource, names: list[str], until: float) -> dict[str, float]:
     """Per object: refused writes of ``resource`` per second, from its first refused write until ``until``."""
     result = {}
     for name in names:
@@ -157,7 +157,7 @@ def rates(faults: FaultInjector, resource: Any, names: list[str], until: float) 
     return result
 
 
-def halves(faults: FaultInjector, resource: Any, names: list[str], until: float) -> tuple[int, int]:
+def halves(faults: FaultInjector, resource: Resource, names: list[str], until: float) -> tuple[int, int]:
     """Refused writes of ``resource`` in the first and in the second half of each object's time under the fault,
     summed over ``names``: with a backoff the second is much smaller."""
     first = second = 0
