@@ -341,6 +341,8 @@ class Dispatcher(HubMode):
             self._collect(name)
         elif kind == "status":
             self.statuses.retry(name)
+        elif kind == "retry":
+            self._retry_due(name)
         elif kind == "recovered":
             self._api_recovered()
         elif kind == "requeue":
@@ -951,7 +953,7 @@ class Dispatcher(HubMode):
                 cursor.blocked()  # its own group: it waits for the pods of its previous dispatch to go
                 continue
             if self._in_retry_backoff(key):
-                cursor.passed()  # its last dispatch failed: not before its backoff passes (a DISPATCH is due then)
+                cursor.passed()  # its last dispatch failed: not before its backoff passes (its timer says when)
                 continue
             need = (aw.demand - self.ledger.consumed(key)).clamp()
             fit = self._fits(aw, need, free, capacity, room)
@@ -1506,7 +1508,8 @@ class Dispatcher(HubMode):
                     delay_s=round(retry.delay, 3), reason=error.message)
         self._retry_at[key] = self.clock.monotonic() + retry.delay
         self._enqueue(aw)
-        self.queue.add_after(DISPATCH, retry.delay)
+        # A timer of its own: DISPATCH timers of several AppWrappers would merge into the earliest one.
+        self.queue.add_after(("retry", key), retry.delay)
         why = f"creating its objects failed, retrying with backoff: {error.message}"
         self._set_queued(aw, frozenset({"dispatch failed"}), partial(str, why))
 
@@ -1519,6 +1522,18 @@ class Dispatcher(HubMode):
             self._retry_at.clear()
             self.queue.add(DISPATCH)
         self.statuses.retry_all()
+
+    def _retry_due(self, key: str) -> None:
+        """Its ("retry", key) timer fired: a cycle tries it again, unless a later failure moved its time."""
+        due = self._retry_at.get(key)
+        if due is None:
+            return
+        remaining = due - self.clock.monotonic()
+        if remaining > 0:
+            self.queue.add_after(("retry", key), remaining)
+            return
+        del self._retry_at[key]
+        self.queue.add(DISPATCH)
 
     def _in_retry_backoff(self, key: str) -> bool:
         """Its last dispatch failed and its backoff has not passed yet."""

@@ -201,7 +201,7 @@ def test_failing_status_writes_dispatch_each_appwrapper_once(controller: Control
         for i in range(15):
             name = f"aw-{i:02d}"
             if i % 3 == 0:  # done 1 s after its pod runs: Completed during the fault
-                aws.create(appwrapper(name, job_item(name, 1, "10m", duration="1s")))
+                aws.create(appwrapper(name, job_item(name, 1, "10m", duration="1s", completionstatus="Complete")))
                 want[name], objects[name] = "Completed", JOBS
             elif i % 3 == 1:
                 aws.create(appwrapper(name, job_item(name, 1, "10m", duration="600s")))
