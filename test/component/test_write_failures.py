@@ -134,3 +134,21 @@ def test_a_status_refused_for_good_is_not_retried_until_the_next_decision(harnes
         h.drain()
     assert h.writer.status_attempts == attempts
     assert h.writer.applied == ["a-cm"]
+
+
+def test_each_failing_appwrapper_is_retried_at_its_own_time(harness_factory: Any) -> None:
+    """Retries of several AppWrappers due at different times: none is lost to another's earlier timer."""
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "1")])
+    h.writer.fail_for.update({"a-cm": ApiError(503, "ServiceUnavailable", "down"),
+                              "b-cm": ApiError(503, "ServiceUnavailable", "down")})
+    h.drain()  # a fails at 0 s: again at 0.5 s
+    h.clock.advance(0.3)
+    h.lw["aw"].add(aw("b", "1"))
+    wait_until(lambda: h.dispatcher.appwrappers.get("ns/b"), 5, "b")
+    h.drain()  # b fails at 0.3 s: again at 0.8 s
+    h.clock.advance(0.2)
+    h.drain()
+    assert h.writer.attempts == 3, "a at 0.5 s (again at 1.5 s)"
+    h.clock.advance(0.3)
+    h.drain()
+    assert h.writer.attempts == 4, "b at 0.8 s, by its own timer, with no event in between"
