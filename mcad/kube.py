@@ -170,6 +170,13 @@ RawObject = dict[str, Any]
 Query = list[tuple[str, str]]
 
 _WATCH_CONNECT_TIMEOUT = 10.0
+# A list page is read whole and parsed at once, so its size in bytes, not its item count, bounds the memory a
+# list costs: 500 AppWrappers of 1 MiB would be 500 MiB of JSON, several times that parsed. ``list`` sets each
+# page's limit to aim at this many bytes, growing it at most fourfold a page and never above ``page_size``. The
+# first page asks for few items, since nothing is known yet of their size: a few requests more for a list of small
+# objects, against a first page of 500 MiB for one of large ones.
+PAGE_BYTES = 4 * 1024 * 1024
+FIRST_PAGE_LIMIT = 8
 # The server ends a watch after timeoutSeconds; allow it this long beyond that before calling the socket dead.
 _WATCH_READ_GRACE = 30.0
 
@@ -289,6 +296,7 @@ class ResourceClient:
         field_selector: str | None = None,
         page_size: int = 500,
         request_timeout: float = 60.0,
+        page_bytes: int = PAGE_BYTES,
     ) -> None:
         self._conn = conn
         prefix = f"/api/{version}" if not group else f"/apis/{group}/{version}"
@@ -300,7 +308,10 @@ class ResourceClient:
         if field_selector:
             self._selectors.append(("fieldSelector", field_selector))
         self._page_size = page_size
+        self._page_bytes = page_bytes
         self._request_timeout = request_timeout
+        self.largest_page_bytes = 0
+        """The largest list page read so far (for tests of the byte bound)."""
 
     @property
     def path(self) -> str:
@@ -317,27 +328,33 @@ class ResourceClient:
         read); another value asks for the list exactly at that version, which raises ``GoneError`` once the
         server no longer has it. Items get ``apiVersion`` and ``kind`` filled in from the list (the server
         leaves them out of the items of built-in lists), so listed and watched objects look alike. A 410 on a
-        later page (the continue token expired) restarts the list from its first page once.
+        later page (the continue token expired) restarts the list from its first page once. Pages hold at most
+        ``page_size`` items and aim at ``page_bytes`` of JSON (see ``PAGE_BYTES``): a page of large objects makes
+        the next page's limit smaller, so a list of 1,000 AppWrappers of 1 MiB each never holds more than a few of
+        them at once.
         """
         items: list[RawObject] = []
         token = ""
         restarted = False
+        limit = min(self._page_size, FIRST_PAGE_LIMIT) if self._page_size > 0 else 0
         while True:
             query: Query = [*self._selectors]
-            if self._page_size > 0:
-                query.append(("limit", str(self._page_size)))
+            if limit > 0:
+                query.append(("limit", str(limit)))
             if token:
                 query.append(("continue", token))
             elif resource_version:
                 query += [("resourceVersion", resource_version), ("resourceVersionMatch", "Exact")]
             try:
-                page = self._get_json(query)
+                page, size = self._get_page(query)
             except GoneError:
                 if not token or restarted:
                     raise
                 _log.info("list continue token expired", path=self._path, reason="restarting list")
                 items, token, restarted = [], "", True
                 continue
+            self.largest_page_bytes = max(self.largest_page_bytes, size)
+            limit = self._next_limit(limit, size, len(page.get("items") or ()))
             kind = str(page.get("kind") or "")
             item_kind = kind[: -len("List")] if kind.endswith("List") else ""
             for item in page.get("items") or []:
@@ -364,8 +381,18 @@ class ResourceClient:
         response = self._send(query, (_WATCH_CONNECT_TIMEOUT, timeout_seconds + _WATCH_READ_GRACE))
         return WatchStream(response)
 
-    def _get_json(self, query: Query) -> dict[str, Any]:
-        return request_json(self._conn, "GET", self._path, query=query, timeout=self._request_timeout)
+    def _next_limit(self, limit: int, size: int, count: int) -> int:
+        """The next page's limit after a page of ``count`` items in ``size`` bytes: as many items of this page's
+        average size as ``page_bytes`` holds, growing at most fourfold a page (later items may be larger), never
+        above ``page_size`` (see ``PAGE_BYTES``)."""
+        if limit <= 0 or count == 0:
+            return limit
+        fitting = max(1, self._page_bytes * count // max(size, 1))
+        return min(self._page_size, limit * 4, fitting)
+
+    def _get_page(self, query: Query) -> tuple[dict[str, Any], int]:
+        """One list page, parsed, and its size in bytes."""
+        return request_json_sized(self._conn, "GET", self._path, query=query, timeout=self._request_timeout)
 
     def _send(self, query: Query, timeout: float | tuple[float, float]) -> Any:
         """GET ``self._path`` with ``query``; return the unread urllib3 response of a 2xx answer."""
@@ -462,6 +489,13 @@ def request_once(conn: Connection, path: str, *, query: Query | None = None, tim
 def request_json(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
                  content_type: str = "application/json", timeout: float = 30.0) -> dict[str, Any]:
     """One request, JSON in and out; errors as ``ApiError``."""
+    return request_json_sized(conn, method, path, query=query, body=body, content_type=content_type,
+                              timeout=timeout)[0]
+
+
+def request_json_sized(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
+                       content_type: str = "application/json", timeout: float = 30.0) -> tuple[dict[str, Any], int]:
+    """``request_json``, and the size of the answer in bytes."""
     response = _open(conn, method, path, query=query, body=body, content_type=content_type, timeout=timeout)
     try:
         data = response.read()
@@ -475,7 +509,7 @@ def request_json(conn: Connection, method: str, path: str, *, query: Query | Non
         raise ApiError(0, "BadResponse", f"{method} {path}: response is not JSON: {err}") from err
     if not isinstance(parsed, dict):
         raise ApiError(0, "BadResponse", f"{method} {path}: response is not a JSON object")
-    return parsed
+    return parsed, len(data)
 
 
 @dataclass(frozen=True)
