@@ -796,6 +796,95 @@ def noisy_neighbour(opts: Options, result: Result) -> None:
         add_target(result, "other tenant's one-pod AppWrapper create -> Running", probe_s, "<", 0.5, "s")
 
 
+# What one queued AppWrapper may cost the controller (issue 14): this much, plus this share of its own size.
+MEMORY_PER_APPWRAPPER_BYTES = 2048
+MEMORY_SHARE_OF_SIZE = 0.10
+MEMORY_PEAK_MIB = 300.0
+BIG_VALUES, BIG_VALUE_BYTES = 16, 64 * 1024  # 1 MiB of ConfigMap data in each big AppWrapper
+
+
+def settled_rss(ctl: Controller, timeout: float = 30.0) -> float:
+    """The controller's RSS (MiB) once it stops moving (three reads 0.5 s apart within 1 MiB), or at the deadline."""
+    reads: list[float] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reads.append(ctl.stats().get("rss_mib", 0.0))
+        if len(reads) >= 3 and max(reads[-3:]) - min(reads[-3:]) <= 1.0:
+            break
+        time.sleep(0.5)  # sampling a process's memory: there is no event to wait for
+    return reads[-1]
+
+
+def memory(opts: Options, result: Result) -> None:
+    """Controller memory per queued AppWrapper (issue 14, bounded memory). (a) N small AppWrappers that can never
+    fit (1 nvidia.com/gpu each, no GPUs) are queued: settled RSS growth over the warm controller, per AppWrapper,
+    against 2 KiB plus 10 % of one AppWrapper's size as stored (its JSON with status). (b) M AppWrappers of 1 MiB
+    each (a ConfigMap of 16 values of 64 KiB), queued the same way: the controller's peak RSS while they arrive.
+    (c) The controller restarts and lists them all: the new process's peak RSS. (b) and (c) against 300 MiB."""
+    f = opts.factor("memory")
+    n_small = scaled(10000, f)
+    n_big = scaled(1000, f)
+    result["params"] = {"small_appwrappers": n_small, "big_appwrappers": n_big,
+                        "big_bytes": BIG_VALUES * BIG_VALUE_BYTES, "nodes": 2, "threads": opts.threads}
+    with Env("memory", opts, result) as env:
+        started = time.monotonic()
+        env.nodes(2, cpu="8", memory="32Gi", pods=110)
+        ctl = env.controller("controller")
+        result["controller_ready_s"] = round(warmup(env, ctl), 2)
+        api = env.api
+        tracker = Tracker()
+        env.watch(watch_appwrappers(api, tracker))
+        base_rss = settled_rss(ctl)
+
+        small = [f"small-{i:05d}" for i in range(n_small)]
+        say(f"memory: queueing {n_small} small AppWrappers")
+        with Progress("memory", lambda: f"created {len(tracker.created)}/{n_small}, Pending {len(tracker.pending)}"):
+            create_all(env, tracker, [appwrapper(n, [configmap_item(n, {"nvidia.com/gpu": "1"})]) for n in small])
+            tracker.wait(lambda: len(tracker.pending) >= n_small, 120 + n_small / 10,
+                         f"{n_small} small AppWrappers Pending", ctl.check_alive)
+        small_rss = settled_rss(ctl)
+        size = len(json.dumps(api.get(aw_path(small[-1])), separators=(",", ":")))
+        per_aw = (small_rss - base_rss) * 1024 * 1024 / n_small
+        budget = MEMORY_PER_APPWRAPPER_BYTES + MEMORY_SHARE_OF_SIZE * size
+        result["small"] = {"appwrapper_bytes": size, "rss_before_mib": base_rss, "rss_after_mib": small_rss,
+                           "bytes_per_appwrapper": round(per_aw), "budget_bytes": round(budget)}
+        add_target(result, f"RSS per queued AppWrapper of {size} B (2 KiB + 10 % of its size)", per_aw, "<=",
+                   budget, "B")
+
+        big = [f"big-{i:04d}" for i in range(n_big)]
+        data = {f"v{j:02d}": "x" * BIG_VALUE_BYTES for j in range(BIG_VALUES)}
+
+        def big_body(name: str) -> Obj:
+            item = configmap_item(name, {"nvidia.com/gpu": "1"})
+            item["generictemplate"]["data"] = data
+            return appwrapper(name, [item])
+
+        say(f"memory: queueing {n_big} AppWrappers of 1 MiB")
+        with Progress("memory", lambda: f"big created {len(set(big) & set(tracker.created))}/{n_big}, "
+                                        f"Pending {len(set(big) & set(tracker.pending))}"):
+            run_parallel(lambda name: (api.create(aw_path(), big_body(name)),
+                                       tracker.mark_created(name, time.monotonic())), big, min(opts.threads, 8))
+            tracker.wait(lambda: all(n in tracker.pending for n in big), 300 + n_big, f"{n_big} big ones Pending",
+                         ctl.check_alive)
+        figures = controller_figures(ctl)
+        result["big"] = {"peak_rss_mib": figures["peak_rss_mib"], "rss_after_mib": settled_rss(ctl)}
+        add_target(result, f"peak RSS while {n_big} AppWrappers of 1 MiB arrive", figures["peak_rss_mib"], "<=",
+                   MEMORY_PEAK_MIB, "MiB")
+
+        say("memory: restarting the controller, which lists them all")
+        ctl.stop()
+        again = env.controller("controller-restarted")
+        result["restart"] = {"ready_s": round(warmup(env, again, timeout=300 + n_big / 10), 2)}
+        restarted = controller_figures(again)
+        result["restart"].update(peak_rss_mib=restarted["peak_rss_mib"], rss_mib=settled_rss(again))
+        result["wall_s"] = round(time.monotonic() - started, 2)
+        result["controller"] = restarted
+        result["latency"] = {"small_create_to_pending": summary(tracker.latencies(small, tracker.pending)),
+                             "big_create_to_pending": summary(tracker.latencies(big, tracker.pending))}
+        add_target(result, f"peak RSS of a restart listing {n_small + n_big} queued AppWrappers",
+                   restarted["peak_rss_mib"], "<=", MEMORY_PEAK_MIB, "MiB")
+
+
 SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "ceiling": ceiling,
     "throughput": throughput,
@@ -803,4 +892,5 @@ SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "churn": churn,
     "restart": restart,
     "noisy_neighbour": noisy_neighbour,
+    "memory": memory,
 }
