@@ -57,6 +57,8 @@ from mcad.api.appwrapper import (
     AppWrapperView,
     State,
 )
+from mcad.api.podgroups import PodGroup
+from mcad.api.podgroups import gang as gang_of
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
@@ -233,7 +235,7 @@ class Dispatcher(HubMode):
         # planned room per node without looking at the plans (their number grows with a slow scheduler).
         self._plans: dict[str, list[_Planned]] = {}
         self._planned: dict[str, ResourceVector] = {}
-        self._gangs: dict[str, tuple[tuple[str, int], list[placement.PodGroup]]] = {}
+        self._gangs: dict[str, tuple[tuple[str, int], list[PodGroup]]] = {}
         # Objects of wrapped kinds, watched for completion; None: completion is not watched (tests of other parts).
         self.wrapped = wrapped
         self.ledger = Ledger()
@@ -1010,12 +1012,12 @@ class Dispatcher(HubMode):
 
     # ------------------------------------------------------------------------------------------ fit
 
-    def gang(self, aw: AppWrapperView) -> list[placement.PodGroup]:
+    def gang(self, aw: AppWrapperView) -> list[PodGroup]:
         """The pods ``aw`` will create, parsed once per spec generation."""
         version = (aw.uid, aw.generation)
         cached = self._gangs.get(aw.key)
         if cached is None or cached[0] != version:
-            cached = (version, placement.gang(aw.items))
+            cached = (version, gang_of(aw.items))
             self._gangs[aw.key] = cached
         return cached[1]
 
