@@ -10,6 +10,13 @@ Contract (``python3 hack/localcluster.py --help``; standard library only, so it 
           on a dead one it cleans up and starts afresh.
   down    Stop every process of the cluster and delete its state (certificates, etcd data, logs, kubeconfig).
   status  Say whether each component is alive and where the kubeconfig is; exit 1 if the cluster is not up.
+  stop [--kill] COMPONENT   Stop one component of a running cluster, remembering its command line; the others
+          keep running. SIGTERM to its process group (SIGKILL after 15 s: kube-apiserver stops listening at once
+          but may linger that long), or SIGKILL at once with --kill, as a crash. For fault tests: a stopped
+          kube-apiserver refuses connections on its port.
+  start COMPONENT  Start a component that ``stop`` stopped, with the same command line (same flags, port and
+          certificates), and wait until it is healthy (kube-apiserver: /readyz; etcd: /health). Prints the
+          time (seconds since the epoch) of its first healthy answer, polled every 0.1 s.
 
 Nodes: kwok manages every Node annotated ``kwok.x-k8s.io/node: fake``, so a test adds capacity by creating
 such a Node (status.capacity/allocatable set at creation are kept). Pods bound to those nodes become Running;
@@ -545,6 +552,62 @@ def status(name: str) -> int:
     return 0 if healthy else 1
 
 
+def stop_component(name: str, component: str, kill: bool = False) -> None:
+    layout = Layout(name)
+    state = read_state(layout)
+    if state is None or component not in state["pids"]:
+        raise ClusterError(f"cluster {name!r} has no {component} (is it up?)")
+    pid = int(state["pids"][component])
+    if not pid_alive(pid):
+        raise ClusterError(f"{component} of cluster {name!r} is not running")
+    # Its own command line, whichever version of this script started it: ``start`` needs nothing else.
+    argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    state.setdefault("stopped", {})[component] = argv
+    layout.state_file.write_text(json.dumps(state, indent=2))
+    if kill:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    else:
+        stop_all({component: pid})
+    if pid_alive(pid):
+        raise ClusterError(f"{component} (pid {pid}) did not stop")
+    log(f"{component} of cluster {name!r} stopped")
+
+
+def start_component(name: str, component: str, timeout: float = 120) -> float:
+    """Start what ``stop_component`` stopped; return the time (time.time()) it first answered healthy."""
+    layout = Layout(name)
+    state = read_state(layout)
+    argv = (state or {}).get("stopped", {}).get(component)
+    if state is None or not argv:
+        raise ClusterError(f"{component} of cluster {name!r} was not stopped by `stop`")
+    ports = state["ports"]
+    healthy = {
+        "kube-apiserver": lambda: probe(state["server"] + "/readyz", Api(state["server"], layout.pki).ctx),
+        "etcd": lambda: probe(f"http://127.0.0.1:{ports['etcd']}/health"),
+    }.get(component, lambda: True)
+    started = time.monotonic()
+    pid = start(component, argv, layout)
+    state["pids"][component] = pid
+    del state["stopped"][component]
+    layout.state_file.write_text(json.dumps(state, indent=2))
+    # A short fixed poll (not wait_for's growing one): callers time the outage by this answer.
+    deadline = started + timeout
+    while not healthy():
+        if not pid_alive(pid):
+            raise ClusterError(f"{component} exited while starting; last lines of its log:\n"
+                               f"{log_tail(layout, component)}")
+        if time.monotonic() > deadline:
+            raise ClusterError(f"timed out after {timeout:.0f} s waiting for {component} to be healthy")
+        time.sleep(0.1)
+    healthy_at = time.time()
+    log(f"{component} of cluster {name!r} started (pid {pid}), healthy after {time.monotonic() - started:.1f} s")
+    return healthy_at
+
+
 def env_int(var: str, default: int) -> int:
     raw = os.environ.get(var)
     if raw is None or raw == "":
@@ -574,6 +637,11 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--timeout", type=float, default=180, help="seconds to wait for nodes (default %(default)s)")
     sub.add_parser("down", help="stop the cluster and delete its state")
     sub.add_parser("status", help="show whether the cluster runs; exit 1 if not")
+    p_stop = sub.add_parser("stop", help="stop one component of a running cluster (the others keep running)")
+    p_stop.add_argument("--kill", action="store_true", help="SIGKILL at once, as a crash (default: SIGTERM)")
+    p_stop.add_argument("component", choices=COMPONENTS)
+    p_start = sub.add_parser("start", help="start a component that `stop` stopped, with the same flags")
+    p_start.add_argument("component", choices=COMPONENTS)
     args = parser.parse_args(argv)
 
     try:
@@ -584,6 +652,10 @@ def main(argv: list[str] | None = None) -> int:
                        args.max_requests_inflight, args.max_mutating_requests_inflight, args.timeout))
         elif args.command == "down":
             down(args.name)
+        elif args.command == "stop":
+            stop_component(args.name, args.component, kill=args.kill)
+        elif args.command == "start":
+            print(f"{start_component(args.name, args.component):.3f}")
         else:
             return status(args.name)
     except ClusterError as err:

@@ -9,17 +9,24 @@ Contract:
   ownerReference; the label ``APPWRAPPER_UID_LABEL`` carries the AppWrapper's uid instead.
 - ``delete_remote(writer, aw)`` deletes, in a worker, every item that carries ``aw``'s uid label; it raises on
   failure, because no garbage collector will finish the job there.
-- ``dispatch(writer, aw)`` server-side-applies every item with one field manager. If an item is refused for good
-  (invalid object, unknown kind, forbidden), the items already applied are deleted and ``DispatchFailed`` is
-  raised with ``transient=False`` and a message naming the item and the API's reason. Transient trouble (429,
-  5xx, no answer) also undoes what was applied, then raises with ``transient=True`` so the caller retries later.
+- ``dispatch(writer, aw)`` server-side-applies every item with one field manager. If an item is refused, the
+  items already applied are deleted and ``DispatchFailed`` is raised with a message naming the item and the API's
+  reason, and the ``kind`` of the failure (``mcad.retry.classify``): PERMANENT for a refusal that would repeat
+  (invalid object, unknown kind, forbidden, too large), else UNAVAILABLE or TRANSIENT, which the caller retries
+  with backoff.
+  Every item is checked before the first is applied: an invalid one means nothing is applied.
+- Every write of many requests comes in two forms: ``dispatch`` and ``dispatch_steps``, ``delete_wrapped`` and
+  ``delete_wrapped_steps``, ``delete_remote`` and ``delete_remote_steps``. The ``_steps`` form returns ``Steps``,
+  a generator making one API request per step (the undo after a failure too), for the write pool to interleave
+  with other AppWrappers' writes; the plain form runs every step at once. Both have the same effects, results,
+  exceptions and messages.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Generator, Mapping
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from mcad.api.appwrapper import (
     APPWRAPPER_LABEL,
@@ -31,6 +38,7 @@ from mcad.api.appwrapper import (
 )
 from mcad.api.workloads import pod_sets
 from mcad.kube import ApiError
+from mcad.retry import FailureKind, classify
 
 
 class ItemError(ValueError):
@@ -38,10 +46,17 @@ class ItemError(ValueError):
 
 
 class DispatchFailed(Exception):
-    def __init__(self, message: str, *, transient: bool) -> None:
+    """The items could not all be applied (what was applied is undone); ``kind`` says whether trying again can
+    help (``mcad.retry.classify`` of the API server's answer)."""
+
+    def __init__(self, message: str, *, kind: FailureKind) -> None:
         super().__init__(message)
         self.message = message
-        self.transient = transient
+        self.kind = kind
+
+    @property
+    def transient(self) -> bool:
+        return self.kind is not FailureKind.PERMANENT
 
 
 class ObjectWriter(Protocol):
@@ -56,6 +71,28 @@ class ObjectWriter(Protocol):
         """Background propagation; an object already gone is not an error. With ``uid``, only that object is
         deleted; with ``owner_uid``, only an object controlled by that owner."""
         ...
+
+
+_T = TypeVar("_T")
+# What a stepwise write returns: a generator that makes one API request per step (from one ``yield`` to the next)
+# and returns its result; the write pool (mcad.writes) runs other keys' steps in between.
+Steps = Generator[None, None, _T]
+
+
+class _Applied(NamedTuple):
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+
+def complete(steps: Steps[_T]) -> _T:
+    """Run every step of ``steps`` at once and return its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            return end.value  # type: ignore[no-any-return]
 
 
 def describe_item(index: int, template: Mapping[str, Any] | None) -> str:
@@ -120,60 +157,82 @@ def _refusal(where: str, err: ApiError) -> str:
 
 
 def dispatch(writer: ObjectWriter, aw: AppWrapperView, *, remote: bool = False) -> tuple[str, ...]:
-    """Apply every item of ``aw`` and return the uids of the objects, by item; on any failure undo the ones
-    applied and raise DispatchFailed. ``remote``: into a worker cluster (see ``manifest``)."""
-    manifests: list[dict[str, Any]] = []
+    """``dispatch_steps`` run to the end."""
+    return complete(dispatch_steps(writer, aw, remote=remote))
+
+
+def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, *, remote: bool = False) -> Steps[tuple[str, ...]]:
+    """Apply every item of ``aw``, one request per step, and return the uids of the objects, by item; on any
+    failure undo the ones applied (one delete per step) and raise DispatchFailed. ``remote``: into a worker cluster
+    (see ``manifest``)."""
+    # Every item is checked before anything is applied. Each manifest is built again when its turn comes rather
+    # than kept: a dispatch waiting for its turns holds the names of what it applied, not a copy of every template.
     for index in range(len(aw.items)):
         try:
-            manifests.append(manifest(aw, index, remote=remote))
+            manifest(aw, index, remote=remote)
         except ItemError as err:
-            raise DispatchFailed(str(err), transient=False) from err
-    applied: list[dict[str, Any]] = []
+            raise DispatchFailed(str(err), kind=FailureKind.PERMANENT) from err
+    applied: list[_Applied] = []
     uids: list[str] = []
-    for index, obj in enumerate(manifests):
+    for index in range(len(aw.items)):
+        obj = manifest(aw, index, remote=remote)
         where = describe_item(index, obj)
+        discovered = False
         try:
             if not writer.is_namespaced(obj["apiVersion"], obj["kind"]):
                 raise DispatchFailed(f"{where}: {obj['kind']} is cluster-scoped; an AppWrapper can only wrap "
-                                     f"namespaced objects", transient=False)
+                                     f"namespaced objects", kind=FailureKind.PERMANENT)
+            discovered = True
             applied_obj = writer.apply(obj, field_manager=FIELD_MANAGER, force=True)
         except ApiError as err:
-            _undo(writer, applied)
-            if err.status == 404:
+            yield from _undo_steps(writer, applied)
+            if err.status == 404 and not discovered:
                 raise DispatchFailed(f"{where}: the API server does not serve {obj['apiVersion']} {obj['kind']} "
-                                     f"(is its CRD installed?)", transient=False) from err
-            raise DispatchFailed(_refusal(where, err), transient=err.transient) from err
+                                     f"(is its CRD installed?)", kind=FailureKind.PERMANENT) from err
+            raise DispatchFailed(_refusal(where, err), kind=classify(err)) from err
         except DispatchFailed:
-            _undo(writer, applied)
+            yield from _undo_steps(writer, applied)
             raise
-        applied.append(obj)
+        meta = obj["metadata"]
+        applied.append(_Applied(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]))
         uids.append(str((applied_obj.get("metadata") or {}).get("uid") or ""))
+        yield
     return tuple(uids)
 
 
-def _undo(writer: ObjectWriter, applied: list[dict[str, Any]]) -> None:
+def _undo_steps(writer: ObjectWriter, applied: list[_Applied]) -> Steps[None]:
     for obj in reversed(applied):
-        meta = obj["metadata"]
+        yield
         try:
-            writer.delete(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+            writer.delete(obj.api_version, obj.kind, obj.namespace, obj.name)
         except ApiError:
             # The ownerReference still lets the garbage collector remove it when the AppWrapper goes.
             continue
 
 
 def delete_wrapped(writer: ObjectWriter, aw: AppWrapperView, uids: tuple[str, ...] = ()) -> None:
-    """Delete what a (deleted) AppWrapper wrapped, best effort, touching only objects it controls: by the uids
-    recorded when they were applied (one request each) or, unknown after a restart, by checking their owner.
+    """``delete_wrapped_steps`` run to the end."""
+    complete(delete_wrapped_steps(writer, aw, uids))
+
+
+def delete_wrapped_steps(writer: ObjectWriter, aw: AppWrapperView, uids: tuple[str, ...] = ()) -> Steps[None]:
+    """Delete what a (deleted) AppWrapper wrapped, one request per step, best effort, touching only objects it
+    controls: by the uids recorded when they were applied (one request each) or, unknown after a restart, by
+    checking their owner.
 
     The garbage collector would do it too, through the ownerReference, but it learns of a newly installed CRD
     only at its next 30 s discovery resync and works through a backlog at its own pace: deleting directly
     frees the capacity for the next AppWrapper at once.
     """
+    first = True
     for index in range(len(aw.items)):
         try:
             obj = manifest(aw, index)
         except ItemError:
             continue
+        if not first:
+            yield
+        first = False
         meta = obj["metadata"]
         uid = uids[index] if index < len(uids) else ""
         try:
@@ -184,13 +243,23 @@ def delete_wrapped(writer: ObjectWriter, aw: AppWrapperView, uids: tuple[str, ..
 
 
 def delete_remote(writer: ObjectWriter, aw: AppWrapperView) -> None:
-    """Delete what ``aw`` wrapped in a worker cluster: every item, if it carries ``aw``'s uid label. Raises the
-    first ``ApiError`` (except "gone"), since no garbage collector would finish the job: the caller retries."""
+    """``delete_remote_steps`` run to the end."""
+    complete(delete_remote_steps(writer, aw))
+
+
+def delete_remote_steps(writer: ObjectWriter, aw: AppWrapperView) -> Steps[None]:
+    """Delete what ``aw`` wrapped in a worker cluster, one request per step: every item, if it carries ``aw``'s uid
+    label. Raises the first ``ApiError`` (except "gone"), since no garbage collector would finish the job: the
+    caller retries."""
+    first = True
     for index in range(len(aw.items)):
         try:
             obj = manifest(aw, index, remote=True)
         except ItemError:
             continue
+        if not first:
+            yield
+        first = False
         meta = obj["metadata"]
         writer.delete(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"],
                       label=(APPWRAPPER_UID_LABEL, aw.uid))

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from mcad import kube, lifecycle
+from mcad import kube, lifecycle, status
 from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, AppWrapperView, State
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.dispatcher import Dispatcher
@@ -214,8 +214,7 @@ class Reports:
             return f"It is queued and cannot be dispatched yet: {mine.why}.", details
         if state in FINAL_STATES:
             if state == State.FAILED:
-                failed = next((c for c in current.get("conditions") or []
-                               if isinstance(c, Mapping) and c.get("type") == "Failed"), None) or {}
+                failed = status.latest(current.get("conditions"), status.FAILED) or {}
                 reason, message = failed.get("reason") or "", failed.get("message") or ""
                 return f"It failed ({reason}): {message}".rstrip(": "), []
             return "It completed: its reservation is released; its objects are kept.", []

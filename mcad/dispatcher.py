@@ -57,10 +57,12 @@ from mcad.api.appwrapper import (
     AppWrapperView,
     State,
 )
+from mcad.api.podgroups import PodGroup
+from mcad.api.podgroups import gang as gang_of
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
-from mcad.clusters import Policy
+from mcad.clusters import Policy as ClusterPolicy
 from mcad.fit import Fit
 from mcad.hub import Hub
 from mcad.hubdispatch import Cleaned, HubMode
@@ -69,6 +71,8 @@ from mcad.kube import ApiError
 from mcad.ledger import Ledger
 from mcad.metrics import Metrics, base_units
 from mcad.pending import PendingQueue
+from mcad.retry import Backoff, FailureKind, Policy, classify
+from mcad.statussync import StatusSync, StatusWritten
 from mcad.workqueue import WorkQueue
 from mcad.wrapped import WrappedObjects
 from mcad.writes import Writes
@@ -81,6 +85,8 @@ CALL: Key = ("call", "")
 QUOTA: Key = ("quota", "")
 QUOTA_STATUS: Key = ("quota-status", "")
 QUOTA_STATUS_WINDOW_SECONDS = 2.0
+# The API server answers again after failing (an informer's Reconnects group says so): retry waiting writes now.
+RECOVERED: Key = ("recovered", "")
 R = TypeVar("R")
 # Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
 # mean rewriting the status of every AppWrapper behind it.
@@ -92,6 +98,16 @@ POD_COUNT_WINDOW_SECONDS = 5.0
 # How a queued AppWrapper is judged to fit: "nodes" packs its pods onto the nodes' free room (first-fit
 # decreasing; taints, nodeSelector, affinity), "aggregate" compares its total demand with the cluster's free total.
 FIT_MODES = ("nodes", "aggregate")
+# Retrying failed writes (mcad.retry). Object writes: per AppWrapper 0.5 s doubling to 5 s, so a fault of 20 s
+# costs each AppWrapper about ten attempts and it runs within 5 s of the fault's end; at most 10 retries a second
+# in all; failing TRANSIENT-ly for 5 minutes (and 10 attempts) fails the AppWrapper. Status writes: 0.25 s doubling
+# to 4 s, so a status is right within 4 s of a fault's end, at most 50 a second in all; giving up only stops the
+# timer (the next event of the AppWrapper writes again).
+DISPATCH_RETRY = Policy(base=0.5, cap=5.0, rate=10.0, burst=100, give_up_attempts=10, give_up_seconds=300.0)
+STATUS_RETRY = Policy(base=0.25, cap=4.0, rate=50.0, burst=500, give_up_attempts=20, give_up_seconds=300.0)
+# A preemptor waits this long for its victims' pods to go before it force-deletes those whose grace period is
+# over and stops holding the queue (a pod finalizer or a process ignoring SIGTERM would hold it for ever).
+DEFAULT_VICTIM_TIMEOUT_SECONDS = 300.0
 # Decisions (metrics) and the Event reason each is told with.
 _EVENT_REASONS = {"dispatched": events.DISPATCHED, "queued": events.QUEUED, "preempted": events.PREEMPTED,
                   "requeued": events.REQUEUED, "completed": events.COMPLETED, "failed": events.FAILED}
@@ -100,7 +116,18 @@ log = structlog.get_logger("mcad.dispatcher")
 
 class Writer(apply.ObjectWriter, Protocol):
     def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],
-                     *, field_manager: str) -> Mapping[str, Any]: ...
+                     *, field_manager: str) -> Mapping[str, Any]:
+        """QuotaSubtree status (server-side apply)."""
+        ...
+
+    def replace_status(self, api_version: str, kind: str, namespace: str, name: str, uid: str,
+                       new_status: Mapping[str, Any], *, field_manager: str) -> Mapping[str, Any]:
+        """AppWrapper status, conditioned on the AppWrapper's uid."""
+        ...
+
+    def force_delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete that very pod with no grace period (a preemption victim that did not go in time)."""
+        ...
 
     def patch_json(self, api_version: str, kind: str, namespace: str, name: str,
                    operations: list[dict[str, Any]]) -> Mapping[str, Any]:
@@ -110,20 +137,13 @@ class Writer(apply.ObjectWriter, Protocol):
 
 @dataclass(frozen=True, slots=True)
 class _Dispatched:
-    """Outcome of a dispatch job: the objects were applied (``error`` None) and the status written (or not)."""
+    """Outcome of a dispatch job: the objects were applied (``error`` None), or not and what was applied is undone.
+    ``status`` is the Dispatched status to write once they are."""
 
     aw: AppWrapperView
     status: Mapping[str, Any]
     uids: tuple[str, ...] = ()
     error: apply.DispatchFailed | None = None
-    status_error: ApiError | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _StatusWritten:
-    uid: str
-    status: Mapping[str, Any]
-    error: ApiError | None = None
 
 
 @dataclass(slots=True)
@@ -184,7 +204,8 @@ class Dispatcher(HubMode):
                  wrapped: WrappedObjects | None = None, preemption: bool = False, fit: str = "nodes",
                  metrics: Metrics | None = None, recorder: events.EventSink | None = None,
                  quota_subtrees: Store[quota.SubtreeView] | None = None, hub: Hub | None = None,
-                 cluster_policy: Policy | None = None) -> None:
+                 cluster_policy: ClusterPolicy | None = None,
+                 victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS) -> None:
         if fit not in FIT_MODES:
             raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
         if hub is not None and fit != "nodes":
@@ -214,17 +235,20 @@ class Dispatcher(HubMode):
         # planned room per node without looking at the plans (their number grows with a slow scheduler).
         self._plans: dict[str, list[_Planned]] = {}
         self._planned: dict[str, ResourceVector] = {}
-        self._gangs: dict[str, tuple[tuple[str, int], list[placement.PodGroup]]] = {}
+        self._gangs: dict[str, tuple[tuple[str, int], list[PodGroup]]] = {}
         # Objects of wrapped kinds, watched for completion; None: completion is not watched (tests of other parts).
         self.wrapped = wrapped
         self.ledger = Ledger()
         self.writes = Writes(self.queue, workers=write_workers)
+        # The status the loop decided for each AppWrapper, written until it lands (see mcad.statussync).
+        self.statuses = StatusSync(writer, self.writes, self.queue, Backoff(self.clock, STATUS_RETRY))
+        # Failed dispatches: each AppWrapper's backoff, and when it may be tried again (the cycle passes it by until
+        # then; a DISPATCH is due at that time).
+        self._dispatch_retries = Backoff(self.clock, DISPATCH_RETRY)
+        self._retry_at: dict[str, float] = {}
         # Dispatches whose writes are under way: reserved in the ledger, neither queued nor dispatched yet.
         self._inflight: dict[str, AppWrapperView] = {}
         self.cycles = 0
-        # Last status written per AppWrapper (uid, status): our own writes may not be back from the watch yet,
-        # and deciding from a stale status would write the same transition twice.
-        self._written: dict[str, tuple[str, Mapping[str, Any]]] = {}
         self.pending = PendingQueue()
         # Queued AppWrappers that have no Backoff status yet: announced after the next cycle.
         self._unannounced: set[str] = set()
@@ -243,8 +267,13 @@ class Dispatcher(HubMode):
         self._timed: set[str] = set()
         # Dispatched AppWrappers whose minAvailable was met at the check: nothing more to check.
         self._min_available_met: set[str] = set()
-        # Priority preemption: preemptor -> the victims it waits for (their pods are going away).
+        # Priority preemption: preemptor -> the victims it waits for (their pods are going away), and since when.
         self._preempting: dict[str, frozenset[str]] = {}
+        self._preempting_since: dict[str, float] = {}
+        self.victim_timeout = victim_timeout
+        # Preemptors that stopped waiting for victims that did not go in time: they preempt nobody else until
+        # those victims' pods are gone (else each timeout would evict another round of victims).
+        self._abandoned: dict[str, frozenset[str]] = {}
         # Quota reclaim: reclaimer -> its charges (while its victims go, nobody else may borrow in those trees).
         self._reclaiming: dict[str, quota.Charges] = {}
         self.preemptions = 0
@@ -291,9 +320,9 @@ class Dispatcher(HubMode):
             return None
         try:
             self.process(key)
-            # DISPATCH, AppWrapper and cleanup keys fail through their background writes, reported on another key:
-            # their failure counts are reset when a write of theirs succeeds (see _collect), so their backoff grows.
-            if key[0] not in ("dispatch", "aw", "cleanup"):
+            # Hub mode's AppWrapper and cleanup keys fail through their background writes, reported on another
+            # key: their failure counts are reset when a write of theirs succeeds, so their backoff grows.
+            if key[0] not in ("aw", "cleanup"):
                 self.queue.forget(key)
         except Exception:
             log.exception("processing failed; retrying with backoff", key=f"{key[0]}:{key[1]}")
@@ -312,6 +341,12 @@ class Dispatcher(HubMode):
             self._sync_appwrapper(name)
         elif kind == "written":
             self._collect(name)
+        elif kind == "status":
+            self.statuses.retry(name)
+        elif kind == "retry":
+            self._retry_due(name)
+        elif kind == "recovered":
+            self._api_recovered()
         elif kind == "requeue":
             self._check_min_available(name)
         elif kind == "deadline":
@@ -537,7 +572,8 @@ class Dispatcher(HubMode):
             if new == self._quota_written.get(view.key) or new == {k: view.status.get(k) for k in new}:
                 continue
             self._quota_written[view.key] = new
-            self.writes.submit(f"quota:{view.key}", partial(self._apply_quota_status, view, new), urgent=False)
+            self.writes.submit(f"quota:{view.key}", partial(self._apply_quota_status, view, new), tenant=view.namespace,
+                               urgent=False)
 
     def _apply_quota_status(self, view: quota.SubtreeView, new: Mapping[str, Any]) -> None:
         try:
@@ -609,10 +645,10 @@ class Dispatcher(HubMode):
             self._capacity_may_have_grown()
 
     def _status(self, aw: AppWrapperView) -> Mapping[str, Any]:
-        written = self._written.get(aw.key)
-        if written and written[0] == aw.uid:
-            return written[1]
-        return aw.status
+        """What the loop decided last for ``aw``: its own decision until the informer shows it landed (our writes
+        may not be back from the watch yet, or may be failing), then the informer's status."""
+        intent = self.statuses.intent(aw)
+        return intent if intent is not None else aw.status
 
     def _state(self, aw: AppWrapperView) -> str:
         return str(self._status(aw).get("state") or "")
@@ -626,6 +662,9 @@ class Dispatcher(HubMode):
 
     def _sync_appwrapper(self, key: str) -> None:
         aw = self.appwrappers.get(key)
+        if (aw is None or aw.deleting) and (key in self.pending or key in self._preempting):
+            # One that waited in the queue may have held others back (strict FIFO, a preemptor): look again.
+            self.queue.add(DISPATCH)
         if self.hub is not None and aw is not None and aw.deleting:
             self._forget(key)
             self._clean_up_deleted(aw)
@@ -645,12 +684,15 @@ class Dispatcher(HubMode):
             return
         if key in self._inflight:
             return  # its dispatch writes are under way; their outcome decides
-        if key in self._written and self._written[key][0] != aw.uid:
+        previous = self._dispatched.get(key)
+        if previous is not None and previous.uid != aw.uid:
             # Deleted and re-created under the same name while we were not looking: clean up the old one.
-            gone = self._dispatched.pop(key, None)
-            if gone is not None and gone.uid != aw.uid:
-                self._delete_wrapped(gone, self._object_uids.get(key, ()))
+            del self._dispatched[key]
+            self._delete_wrapped(previous, self._object_uids.get(key, ()))
             self._forget(key)
+        # Drops a decision the informer now shows, and re-drives a status write that failed (this event may be
+        # its pods or objects changing, long after the write gave up).
+        self.statuses.observed(aw)
         if self._is_queued(aw):
             if aw.demand_error:
                 self.pending.remove(key)
@@ -859,8 +901,12 @@ class Dispatcher(HubMode):
         self._undispatch(key)
         self._gangs.pop(key, None)
         self._preempting.pop(key, None)
+        self._preempting_since.pop(key, None)
+        self._abandoned.pop(key, None)
         self._reclaiming.pop(key, None)
-        self._written.pop(key, None)
+        self.statuses.forget(key)
+        self._dispatch_retries.forget(key)
+        self._retry_at.pop(key, None)
         self._object_uids.pop(key, None)
         self._backoff_written.pop(key, None)
         self._unannounced.discard(key)
@@ -871,8 +917,17 @@ class Dispatcher(HubMode):
         current = self._status(aw)
         new = status.with_pod_counts(current, self.clock.now(), pending=phases.count("Pending"),
                                      running=phases.count("Running"), succeeded=phases.count("Succeeded"),
-                                     failed_=phases.count("Failed"))
+                                     failed_=phases.count("Failed"), unschedulable=self._unschedulable_pods(aw.key))
         self._write_status(aw, new, urgent=False)
+
+    def _unschedulable_pods(self, key: str) -> list[tuple[str, status.Unschedulable]]:
+        """(name, the scheduler's verdict) of its Pending pods that no node could take."""
+        out = []
+        for uid, phase in self._pods_by_appwrapper.get(key, {}).items():
+            pod = self.ledger.pod(uid) if phase == "Pending" else None
+            if pod is not None and pod.unschedulable is not None:
+                out.append((pod.name, pod.unschedulable))
+        return out
 
     # ------------------------------------------------------------------------------------------ decisions
 
@@ -883,6 +938,7 @@ class Dispatcher(HubMode):
         capacity = self.ledger.capacity()
         room = self._room() if self.fit == "nodes" else None
         cursor = self.pending.cycle()
+        held_by = ""  # why the cycle stopped early, when a preemptor holds the queue
         done: list[str] = []
         waiting: list[tuple[AppWrapperView, frozenset[str], Callable[[], str]]] = []
         dispatched = 0
@@ -898,6 +954,9 @@ class Dispatcher(HubMode):
             if self._draining(aw):
                 cursor.blocked()  # its own group: it waits for the pods of its previous dispatch to go
                 continue
+            if self._in_retry_backoff(key):
+                cursor.passed()  # its last dispatch failed: not before its backoff passes (its timer says when)
+                continue
             need = (aw.demand - self.ledger.consumed(key)).clamp()
             fit = self._fits(aw, need, free, capacity, room)
             held = self._blocked_by_reclaim(aw) if fit.fits else ""
@@ -912,13 +971,29 @@ class Dispatcher(HubMode):
                 if room is not None:
                     _take(room, fit.plan)
                 continue
-            if self._waiting_for_victims(key) or (not held and self._reclaim_for(aw, need, free, room)) or (
-                    self.preemption and self._preempt_for(aw, need, free, capacity, room)):
+            may_preempt = not self._victims_stuck(key)
+            if self._waiting_for_victims(key) or (may_preempt and (
+                    (not held and self._reclaim_for(aw, need, free, room))
+                    or (self.preemption and self._preempt_for(aw, need, free, capacity, room)))):
                 # Victims are going away for it: nothing behind it may take what they free.
+                held_by = f"held behind {key}, which is preempting lower-priority AppWrappers to make room"
                 cursor.stop()
                 continue
+            about, why = fit.about, fit.why
+            if key in self._abandoned:
+                gave_up = (f"its preemption victims did not finish terminating within {self.victim_timeout:g} s "
+                           f"({', '.join(sorted(self._abandoned[key]))}), so it no longer holds the queue")
+                about, why = about | {"victims stuck"}, partial(lambda w, g: f"{w()}; {g}", why, gave_up)
+            if self.strict_fifo and not self._could_ever_fit(aw, need, capacity, room, fit):
+                # It would hold everyone behind it for ever: let them pass, and say so.
+                about = about | {"never fits"}
+                why = partial(lambda w: f"{w()}; it cannot fit even the empty cluster, so it does not hold the "
+                                        f"queue (strict FIFO)", why)
+                waiting.append((aw, about, why))
+                cursor.blocked()
+                continue
             # Written after the cycle, once the dispatched ones have left the queue, so the position is right.
-            waiting.append((aw, fit.about, fit.why))
+            waiting.append((aw, about, why))
             if self.strict_fifo:
                 cursor.stop()
             else:
@@ -929,7 +1004,7 @@ class Dispatcher(HubMode):
             self._set_queued(aw, about, why)
             if not self.strict_fifo:
                 self._refresh_group(aw, about, free, capacity, room)
-        self._announce(free, capacity, room)
+        self._announce(free, capacity, room, held_by)
         self.metrics.cycle(time.perf_counter() - started)
         log.info("dispatch cycle", cycle=self.cycles, queued=len(self.pending), dispatched=dispatched,
                  visited=cursor.visited, free=free.format(),
@@ -937,12 +1012,12 @@ class Dispatcher(HubMode):
 
     # ------------------------------------------------------------------------------------------ fit
 
-    def gang(self, aw: AppWrapperView) -> list[placement.PodGroup]:
+    def gang(self, aw: AppWrapperView) -> list[PodGroup]:
         """The pods ``aw`` will create, parsed once per spec generation."""
         version = (aw.uid, aw.generation)
         cached = self._gangs.get(aw.key)
         if cached is None or cached[0] != version:
-            cached = (version, placement.gang(aw.items))
+            cached = (version, gang_of(aw.items))
             self._gangs[aw.key] = cached
         return cached[1]
 
@@ -1038,11 +1113,7 @@ class Dispatcher(HubMode):
         never preempts. Strictly lower priority means a victim can never preempt its preemptor back: no loops.
         """
         key = aw.key
-        if room is None or self.ledger.consumed(key):
-            if not need.fits_in(capacity):
-                return False
-        elif not any(placement.pack(self.gang(aw), nodes, {}).fits  # {}: every node empty
-                     for _, nodes in self._node_sets(aw)):
+        if not self._could_ever_fit(aw, need, capacity, room):
             return False
         charges = self._charges(aw)
 
@@ -1087,11 +1158,29 @@ class Dispatcher(HubMode):
                           requeue_wait=int(current.get("requeueingTimeInSeconds") or 0))
         self.preemptions += len(chosen)
         names = sorted(victim.key for victim, _ in chosen)
-        self._preempting[key] = frozenset(names)
+        self._start_preempting(key, frozenset(names))
         log.info("preempting", appwrapper=key, priority=aw.priority, victims=names)
         why = f"preempting {len(names)} lower-priority AppWrapper(s) to make room: {', '.join(names)}"
         self._set_queued(aw, frozenset({"preempting"}), partial(str, why))
         return True
+
+    def _could_ever_fit(self, aw: AppWrapperView, need: ResourceVector, capacity: ResourceVector,
+                        room: dict[str, ResourceVector] | None, fit: Fit | None = None) -> bool:
+        """Whether ``aw`` would fit with nothing else running: not if it names a quota node that does not exist
+        (``fit`` says so), is larger than the cluster's capacity, or (--fit=nodes) its pods pack onto no set of
+        empty nodes it may use."""
+        if fit is not None and "quota: unknown node" in fit.about:
+            return False
+        if room is None or self.ledger.consumed(aw.key):
+            return need.fits_in(capacity)
+        return any(placement.pack(self.gang(aw), nodes, {}).fits  # {}: every node empty
+                   for _, nodes in self._node_sets(aw))
+
+    def _start_preempting(self, key: str, victims: frozenset[str]) -> None:
+        """``key`` waits for ``victims`` to go, holding the queue, for at most ``victim_timeout`` seconds."""
+        self._preempting[key] = victims
+        self._preempting_since[key] = self.clock.monotonic()
+        self.queue.add_after(DISPATCH, self.victim_timeout)  # looks again at the latest then, events or not
 
     def _victim_rank(self, victim: AppWrapperView) -> tuple[Any, ...]:
         """Preemption order, smallest first: lowest priority, then most recently dispatched (then created)."""
@@ -1118,14 +1207,63 @@ class Dispatcher(HubMode):
         return any(placement.pack(self.gang(aw), nodes, after).fits for _, nodes in self._node_sets(aw))
 
     def _waiting_for_victims(self, key: str) -> bool:
-        """It preempted (priority or quota reclaim) and its victims are still going away."""
+        """It preempted (priority or quota reclaim) and its victims are still going away, for less than
+        ``victim_timeout``; past that, ``_give_up_on_victims``."""
         waiting_for = self._preempting.get(key)
         if waiting_for is None:
             return False
-        if any(v in self._dispatched or v in self._pods_by_appwrapper for v in waiting_for):
+        left = frozenset(v for v in waiting_for if v in self._dispatched or v in self._pods_by_appwrapper)
+        if left and self.clock.monotonic() - self._preempting_since.get(key, 0.0) < self.victim_timeout:
             return True
         del self._preempting[key]  # the victims are gone and it still does not fit: look again
+        self._preempting_since.pop(key, None)
         self._reclaiming.pop(key, None)
+        if left:
+            self._give_up_on_victims(key, left)
+        return False
+
+    def _give_up_on_victims(self, key: str, victims: frozenset[str]) -> None:
+        """Its victims' pods did not go within ``victim_timeout`` (a finalizer, a process ignoring SIGTERM with a
+        long grace period): force-delete those whose grace period is over, as the kubelet would have by now, and
+        stop holding the queue. It preempts nobody else until these victims' pods are gone."""
+        now = self.clock.now().timestamp()
+        forced, stuck = [], []
+        for victim in sorted(victims):
+            for uid in list(self._pods_by_appwrapper.get(victim, {})):
+                pod = self.ledger.pod(uid)
+                if pod is None or pod.terminal:
+                    continue
+                if pod.deleting and 0 < pod.grace_ends <= now:
+                    forced.append(f"{pod.namespace}/{pod.name}")
+                    self.writes.submit(victim, partial(self._force_delete_pod, pod), tenant=pod.namespace)
+                else:
+                    stuck.append(f"{pod.namespace}/{pod.name}")
+        self._abandoned[key] = victims
+        log.warning("preemption victims did not go in time; no longer holding the queue", appwrapper=key,
+                    victims=sorted(victims), timeout_s=self.victim_timeout, force_deleted=forced, still_there=stuck)
+        aw = self.appwrappers.get(key)
+        if aw is not None:
+            detail = f"force-deleted {len(forced)} pod(s) past their grace period" if forced else \
+                "none of their pods is past its grace period"
+            self._event(aw, events.QUEUED, f"Its preemption victims did not finish terminating within "
+                                           f"{self.victim_timeout:g} s ({detail}); it no longer holds the queue.")
+
+    def _force_delete_pod(self, pod: PodView) -> None:
+        try:
+            self.writer.force_delete_pod(pod.namespace, pod.name, pod.uid)
+        except ApiError as err:
+            if err.status not in (404, 409):
+                log.warning("force deletion refused", pod=f"{pod.namespace}/{pod.name}", status_code=err.status,
+                            reason=err.message)
+
+    def _victims_stuck(self, key: str) -> bool:
+        """It gave up waiting for victims whose pods are still there: preempting again would only add victims."""
+        stuck = self._abandoned.get(key)
+        if stuck is None:
+            return False
+        if any(v in self._pods_by_appwrapper for v in stuck):
+            return True
+        del self._abandoned[key]
         return False
 
     def _charges(self, aw: AppWrapperView) -> quota.Charges:
@@ -1166,7 +1304,7 @@ class Dispatcher(HubMode):
                           requeuings=int(current.get("numberOfRequeueings") or 0),
                           requeue_wait=int(current.get("requeueingTimeInSeconds") or 0))
         self.preemptions += len(victims)
-        self._preempting[key] = frozenset(victims)
+        self._start_preempting(key, frozenset(victims))
         self._reclaiming[key] = charges
         log.info("reclaiming quota", appwrapper=key, victims=victims)
         why = f"reclaiming quota borrowed by {len(victims)} AppWrapper(s): {', '.join(sorted(victims))}"
@@ -1211,8 +1349,9 @@ class Dispatcher(HubMode):
             self._group_about = {g: a for g, a in self._group_about.items() if self.pending.has_group(g)}
 
     def _announce(self, free: ResourceVector, capacity: ResourceVector,
-                  room: dict[str, ResourceVector] | None) -> None:
-        """First Backoff status of AppWrappers that arrived and still wait (the cycle may not have visited them)."""
+                  room: dict[str, ResourceVector] | None, held_by: str = "") -> None:
+        """First Backoff status of AppWrappers that arrived and still wait (the cycle may not have visited them:
+        ``held_by`` says why, when a preemptor stopped it early)."""
         held = set()
         for key in self._unannounced:
             aw = self.appwrappers.get(key)
@@ -1223,9 +1362,16 @@ class Dispatcher(HubMode):
                 continue
             if self.strict_fifo:
                 self._set_queued(aw, frozenset({BEHIND_STRICT_FIFO}), partial(str, BEHIND_STRICT_FIFO))
+                continue
+            need = (aw.demand - self.ledger.consumed(key)).clamp()
+            fit = self._fits(aw, need, free, capacity, room)
+            if fit.fits:
+                # It would fit, yet the cycle did not dispatch it: a preemptor holds the queue, or its last
+                # dispatch failed and it waits out its backoff. Never an empty reason.
+                why = held_by or ("waiting for the next dispatch cycle" if not self._in_retry_backoff(key)
+                                  else "its last dispatch failed; retrying after its backoff")
+                self._set_queued(aw, frozenset({why}), partial(str, why))
             else:
-                need = (aw.demand - self.ledger.consumed(key)).clamp()
-                fit = self._fits(aw, need, free, capacity, room)
                 self._set_queued(aw, fit.about, fit.why)
         self._unannounced = held
 
@@ -1270,30 +1416,30 @@ class Dispatcher(HubMode):
         new = status.dispatched(current, self.clock.now(), priority=aw.priority, requeue_wait=wait, cluster=cluster)
         hub = self.hub
 
-        def job() -> _Dispatched:
+        def job() -> apply.Steps[_Dispatched]:
+            # In steps of one request: the write pool interleaves them with other AppWrappers' (see mcad.writes).
             try:
                 if hub is None:
-                    uids = apply.dispatch(self.writer, aw)
+                    uids = yield from apply.dispatch_steps(self.writer, aw)
                 else:
                     self._add_finalizer(aw)
+                    yield
                     worker = hub.worker(cluster)
                     if worker is None:
-                        raise apply.DispatchFailed(f"worker cluster {cluster} is not configured", transient=True)
+                        raise apply.DispatchFailed(f"worker cluster {cluster} is not configured",
+                                                   kind=FailureKind.UNAVAILABLE)
                     worker.ensure_namespace(aw.namespace)
-                    uids = apply.dispatch(hub.writer(cluster), aw, remote=True)
+                    yield
+                    uids = yield from apply.dispatch_steps(hub.writer(cluster), aw, remote=True)
             except apply.DispatchFailed as err:
                 return _Dispatched(aw, new, error=err)
             except ApiError as err:
                 where = f"worker cluster {cluster}" if cluster else "the API server"
                 return _Dispatched(aw, new, error=apply.DispatchFailed(
-                    f"{where}: {err.reason} ({err.status}): {err.message}", transient=err.status != 404))
-            try:
-                self.writer.apply_status(aw.api_version, KIND, aw.namespace, aw.name, new, field_manager=FIELD_MANAGER)
-            except ApiError as err:
-                return _Dispatched(aw, new, uids, status_error=err)
+                    f"{where}: {err.reason} ({err.status}): {err.message}", kind=classify(err)))
             return _Dispatched(aw, new, uids)
 
-        self.writes.submit(aw.key, job)
+        self.writes.submit(aw.key, job, tenant=aw.namespace)
 
     def _collect(self, key: str) -> None:
         """Outcomes of background writes for one AppWrapper, in the order they finished."""
@@ -1302,16 +1448,8 @@ class Dispatcher(HubMode):
                 self._dispatch_done(key, outcome)
             elif isinstance(outcome, Cleaned):
                 self._cleaned(key, outcome)
-            elif isinstance(outcome, _StatusWritten) and outcome.error is None:
-                self.queue.forget(("aw", key))
-            elif isinstance(outcome, _StatusWritten) and outcome.error is not None:
-                if self._written.get(key) == (outcome.uid, outcome.status):
-                    del self._written[key]  # decide from what the API server has, not from what did not land
-                if outcome.error.transient:
-                    self.queue.add_rate_limited(("aw", key))
-                elif outcome.error.status != 404:
-                    log.warning("status write refused", appwrapper=key, status_code=outcome.error.status,
-                                reason=outcome.error.message)
+            elif isinstance(outcome, StatusWritten):
+                self.statuses.written(key, outcome)
             elif isinstance(outcome, Exception):
                 log.error("background write failed", appwrapper=key, error=repr(outcome))
 
@@ -1326,31 +1464,24 @@ class Dispatcher(HubMode):
             if self.ledger.is_reserved(key) and (still_there or current is None):
                 self._release(key)
                 self._capacity_may_have_grown()
-            if not still_there:
-                return
-            if outcome.error.transient:
-                log.warning("dispatch failed; will retry", appwrapper=key, reason=outcome.error.message)
-                self._enqueue(current)  # type: ignore[arg-type]
-                self.queue.add_rate_limited(DISPATCH)
-            else:
-                self._fail(aw, status.ITEM_CREATION_FAILURE, outcome.error.message)
+            if still_there:
+                self._dispatch_failed(current, outcome.error)  # type: ignore[arg-type]
             return
         if not still_there:
             # Deleted while its objects were being created: take them back at once.
             self._delete_wrapped(aw, outcome.uids)
             return
+        self._dispatch_retries.succeeded(key)
+        self._retry_at.pop(key, None)
         self._object_uids[key] = outcome.uids
-        self.queue.forget(DISPATCH)
         self._backoff_written.pop(key, None)
         self._dispatched[key] = aw
         # Its pods may have come and started while the writes were under way (their events found it in flight).
         self.queue.add_after(("counts", key), POD_COUNT_WINDOW_SECONDS)
         first = lifecycle.dispatched_at(self._status(aw)) is None
-        if outcome.status_error is None:
-            self._written[key] = (aw.uid, outcome.status)
-        else:
-            # The objects exist but the status did not land: write it again (the reservation stays).
-            self._write_status(aw, outcome.status)
+        # From here on it is dispatched for the loop, whether or not this write lands at once (mcad.statussync):
+        # a status write that fails never makes it dispatch again.
+        self._write_status(aw, outcome.status)
         cluster = self._placed.get(key) if self.hub is not None else None
         log.info("dispatched", appwrapper=key, demand=aw.demand.format(), **({"cluster": cluster} if cluster else {}))
         where = f" in worker cluster {cluster}" if cluster else ""
@@ -1363,9 +1494,62 @@ class Dispatcher(HubMode):
             self.metrics.dispatch_latency((self.clock.now() - created).total_seconds())
         self._follow_lifecycle(current)  # type: ignore[arg-type]
 
+    def _dispatch_failed(self, aw: AppWrapperView, error: apply.DispatchFailed) -> None:
+        """Its objects could not all be created (what was is undone). A refusal that would repeat fails it at once;
+        anything else is tried again after its own backoff (the cycle passes it by until then), and its status says
+        so from the first failure; failing TRANSIENT-ly for too long fails it (``DISPATCH_RETRY``)."""
+        key = aw.key
+        retry = self._dispatch_retries.failed(key, error.kind)
+        if retry.give_up:
+            self._retry_at.pop(key, None)
+            message = error.message if error.kind is FailureKind.PERMANENT else \
+                f"{error.message} (gave up after {retry.attempts} attempts in {retry.seconds:.0f} s)"
+            self._fail(aw, status.ITEM_CREATION_FAILURE, message)
+            return
+        log.warning("dispatch failed; will retry", appwrapper=key, attempts=retry.attempts,
+                    delay_s=round(retry.delay, 3), reason=error.message)
+        self._retry_at[key] = self.clock.monotonic() + retry.delay
+        self._enqueue(aw)
+        # A timer of its own: DISPATCH timers of several AppWrappers would merge into the earliest one.
+        self.queue.add_after(("retry", key), retry.delay)
+        why = f"creating its objects failed, retrying with backoff: {error.message}"
+        self._set_queued(aw, frozenset({"dispatch failed"}), partial(str, why))
+
+    def _api_recovered(self) -> None:
+        """The API server answers again after failing: the dispatches and status writes that wait out a backoff
+        most likely failed because it was away, so they go now instead of up to a backoff late (the retry
+        budget of ``mcad.retry`` still bounds how many go at once)."""
+        if self._retry_at:
+            log.info("api server answers again; retrying failed dispatches now", appwrappers=len(self._retry_at))
+            self._retry_at.clear()
+            self.queue.add(DISPATCH)
+        self.statuses.retry_all()
+
+    def _retry_due(self, key: str) -> None:
+        """Its ("retry", key) timer fired: a cycle tries it again, unless a later failure moved its time."""
+        due = self._retry_at.get(key)
+        if due is None:
+            return
+        remaining = due - self.clock.monotonic()
+        if remaining > 0:
+            self.queue.add_after(("retry", key), remaining)
+            return
+        del self._retry_at[key]
+        self.queue.add(DISPATCH)
+
+    def _in_retry_backoff(self, key: str) -> bool:
+        """Its last dispatch failed and its backoff has not passed yet."""
+        due = self._retry_at.get(key)
+        if due is None:
+            return False
+        if due > self.clock.monotonic():
+            return True
+        del self._retry_at[key]
+        return False
+
     def _delete_wrapped(self, aw: AppWrapperView, uids: tuple[str, ...] = ()) -> None:
         if self.hub is None:
-            self.writes.submit(aw.key, lambda: apply.delete_wrapped(self.writer, aw, uids))
+            self.writes.submit(aw.key, lambda: apply.delete_wrapped_steps(self.writer, aw, uids), tenant=aw.namespace)
             return
         cluster = self._placed.get(aw.key)
         if cluster:
@@ -1390,20 +1574,8 @@ class Dispatcher(HubMode):
                              events.REASON_TYPES[reason], reason, message)
 
     def _write_status(self, aw: AppWrapperView, new: Mapping[str, Any], *, urgent: bool = True) -> None:
-        """Apply ``new`` in the background unless it equals what we last saw or wrote.
-
-        The new status counts as written at once, so later decisions build on it; if the write fails, the entry
-        is dropped again and decisions fall back to what the API server holds (see ``_collect``).
-        """
+        """Decide ``new`` as ``aw``'s status, unless it equals what the loop decided or saw last: later decisions
+        build on it at once, and ``self.statuses`` writes it until it lands, whatever fails meanwhile."""
         if new == self._status(aw):
             return
-        self._written[aw.key] = (aw.uid, new)
-
-        def job() -> _StatusWritten:
-            try:
-                self.writer.apply_status(aw.api_version, KIND, aw.namespace, aw.name, new, field_manager=FIELD_MANAGER)
-            except ApiError as err:
-                return _StatusWritten(aw.uid, new, err)
-            return _StatusWritten(aw.uid, new)
-
-        self.writes.submit(aw.key, job, urgent=urgent)
+        self.statuses.want(aw, new, urgent=urgent)

@@ -52,7 +52,7 @@ from mcad.clusters import (
     WorkerSpec,
     check,
 )
-from mcad.informer import Handler, Informer
+from mcad.informer import Handler, Informer, Reconnects
 from mcad.wrapped import WrappedObjects, informer_factory
 
 log = structlog.get_logger("mcad.hub")
@@ -125,13 +125,15 @@ class Worker:
         def pod_uid(raw: dict[str, Any]) -> str:
             return str(raw["metadata"]["uid"])
 
+        peers = Reconnects()  # one worker's informers reconnect together
         self.nodes = Informer(f"{name}-nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
-                              transform=qualified_node, key=node_key)
+                              transform=qualified_node, key=node_key, peers=peers)
         self.pods = Informer(f"{name}-pods", kube.ResourceClient(conn, group="", version="v1", plural="pods"),
-                             transform=qualified_pod, key=pod_uid)
+                             transform=qualified_pod, key=pod_uid, peers=peers)
         for kind, handler in handlers:
             (self.nodes if kind == "nodes" else self.pods).add_handler(handler)
-        self.wrapped = WrappedObjects(informer_factory(conn, self.client, f"{name}-"), self._on_wrapped_change)
+        self.wrapped = WrappedObjects(informer_factory(conn, self.client, f"{name}-", peers),
+                                      self._on_wrapped_change)
         self.nodes.start()
         self.pods.start()
 

@@ -29,11 +29,13 @@ import structlog
 
 from mcad import apply, events, placement, status
 from mcad.api.appwrapper import KIND, WORKER_CLEANUP_FINALIZER, AppWrapperView
+from mcad.api.podgroups import PodGroup
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView, PodView
 from mcad.clusters import HealthState, Policy
 from mcad.fit import Fit
 from mcad.kube import ApiError
+from mcad.retry import FailureKind, classify
 from mcad.wrapped import WrappedObjects
 
 if TYPE_CHECKING:
@@ -85,7 +87,7 @@ class HubMode:
         def _dispatched_now(self, key: str) -> AppWrapperView | None: ...
         def _event(self, aw: AppWrapperView, reason: str, message: str) -> None: ...
         def _capacity_may_have_grown(self) -> None: ...
-        def gang(self, aw: AppWrapperView) -> list[placement.PodGroup]: ...
+        def gang(self, aw: AppWrapperView) -> list[PodGroup]: ...
         def _requeue(self, aw: AppWrapperView, reason: str, message: str, *, requeuings: int,
                      requeue_wait: int) -> None: ...
         def _plan_drop(self, key: str) -> None: ...
@@ -211,14 +213,14 @@ class HubMode:
                 continue
             self._cleanups.add((cluster, key))
 
-            def job(aw: AppWrapperView = aw) -> Cleaned:
-                try:
-                    apply.delete_remote(hub.writer(cluster), aw)
+            def job(aw: AppWrapperView = aw) -> apply.Steps[Cleaned]:
+                try:  # one delete per step: the write pool interleaves them with other AppWrappers' writes
+                    yield from apply.delete_remote_steps(hub.writer(cluster), aw)
                 except ApiError as err:
                     return Cleaned(cluster, aw.uid, err)
                 return Cleaned(cluster, aw.uid)
 
-            self.writes.submit(key, job)
+            self.writes.submit(key, job, tenant=aw.namespace)
 
     def _clean_up_deleted(self, aw: AppWrapperView) -> None:
         """Hub mode, an AppWrapper being deleted: delete its objects in every worker that may hold some, then
@@ -258,7 +260,7 @@ class HubMode:
                 return Cleaned("", aw.uid, None if err.status == 404 else err)
             return Cleaned("", aw.uid)
 
-        self.writes.submit(aw.key, job)
+        self.writes.submit(aw.key, job, tenant=aw.namespace)
 
     def _add_finalizer(self, aw: AppWrapperView) -> None:
         """Background thread: the cleanup finalizer on ``aw`` before anything of it exists in a worker."""
@@ -274,7 +276,9 @@ class HubMode:
         except ApiError as err:
             # 404: deleted meanwhile; 422: a test failed (another uid, or the finalizers changed): try again.
             raise apply.DispatchFailed(f"cannot add finalizer {WORKER_CLEANUP_FINALIZER}: {err.message}",
-                                       transient=err.status != 404) from err
+                                       kind=FailureKind.PERMANENT if err.status == 404 else
+                                       FailureKind.UNAVAILABLE if classify(err) is FailureKind.UNAVAILABLE
+                                       else FailureKind.TRANSIENT) from err
 
     def _cleaned(self, key: str, outcome: Cleaned) -> None:
         self._cleanups.discard((outcome.cluster, key))
@@ -323,8 +327,8 @@ class HubMode:
                 if aw is None:
                     continue
                 current = self._status(aw)
-                told = any(c.get("type") == status.CLUSTER_AVAILABLE and c.get("status") == "False"
-                           for c in current.get("conditions") or [])
+                health_told = status.latest(current.get("conditions"), status.CLUSTER_AVAILABLE) or {}
+                told = health_told.get("status") == "False"
                 # Only a real outage is told (not a worker still being listed at start), and its end.
                 if down:
                     message = f"worker cluster {name} is {health.state.value.lower()}: {health.message}"

@@ -12,7 +12,12 @@ Contract (client-go ``tools/cache`` semantics; see model-codebases.md rules I1-I
   back off with jitter, exponentially from ``backoff[0]`` to ``backoff[1]``, reset after two healthy minutes;
   ``stop()`` ends the wait at once, and so does ``retry_now()`` (the caller knows the server is back, or its
   credentials were replaced). After a failed list it relists; after a failed watch it re-watches from the last
-  resourceVersion (a stale one then earns a 410 and a relist).
+  resourceVersion (a stale one then earns a 410 and a relist). The default cap is 4 s, not client-go's 30 s: a
+  controller has a handful of informers, and after an outage each one otherwise comes back on its own schedule
+  (up to 30 s late), and nothing is dispatched until they are back.
+- Informers of one API server share a ``Reconnects`` group: the first of them to get an answer again after
+  failing (a list, or a watch that connects) wakes the others that wait in a backoff, so they reconnect
+  together, and tells the group's listeners (the dispatcher retries what failed because the server was away).
 - The store is written before any handler runs; handlers run in the informer thread, in event order, as
   ``handler(type, old, new)`` (ADDED: old None; DELETED: new None). A handler that raises is logged and the
   informer goes on. ``has_synced()`` turns true once the first list has been applied and its handlers ran.
@@ -104,6 +109,39 @@ class _Backoff:
         return delay / 2 + self._rng.random() * delay / 2
 
 
+class Reconnects:
+    """The informers of one API server, and who wants to know when it answers again (see the module docstring).
+    Thread-safe: informers report from their own threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._members: list[Informer[Any]] = []
+        self._listeners: list[Callable[[], None]] = []
+
+    def join(self, informer: Informer[Any]) -> None:
+        with self._lock:
+            self._members.append(informer)
+
+    def on_recovered(self, listener: Callable[[], None]) -> None:
+        """``listener()`` runs (in the informer's thread; it must only hand work on) each time the server is back."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def recovered(self, origin: Informer[Any]) -> None:
+        with self._lock:
+            members, listeners = list(self._members), list(self._listeners)
+        woken = [m.name for m in members if m is not origin and m.backing_off]
+        for member in members:
+            if member is not origin and member.backing_off:
+                member.retry_now()
+        _log.info("api server answers again", informer=origin.name, woken=woken)
+        for listener in listeners:
+            try:
+                listener()
+            except Exception:
+                _log.exception("reconnect listener failed", informer=origin.name)
+
+
 class Store(Protocol[T_co]):
     """What readers of an informer use: its store and its events (an ``Informer``, or several merged)."""
 
@@ -125,9 +163,10 @@ class Informer(Generic[T]):
         transform: Callable[[dict[str, Any]], T] = identity,
         key: Callable[[dict[str, Any]], str] = object_key,
         watch_timeout: tuple[int, int] = (300, 600),
-        backoff: tuple[float, float] = (0.8, 30.0),
+        backoff: tuple[float, float] = (0.8, 4.0),
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        peers: Reconnects | None = None,
     ) -> None:
         self.name = name
         self._lw = lister_watcher
@@ -150,6 +189,12 @@ class Informer(Generic[T]):
         self._lists = 0
         self.relists = 0
         """Lists after the first one (410s, failed lists): a metric."""
+        self._peers = peers
+        self._failing = False  # the last list or watch request failed
+        self.backing_off = False
+        """It waits out a backoff now (read by its ``Reconnects`` group from other threads)."""
+        if peers is not None:
+            peers.join(self)
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
@@ -248,13 +293,25 @@ class Informer(Generic[T]):
         _log.info("informer stopped", informer=self.name, resource_version=self._resource_version)
 
     def _wait_backoff(self, stop: threading.Event, phase: str, err: Exception) -> None:
+        self._failing = True
         delay = self._backoff.next_delay()
         _log.warning("informer backing off", informer=self.name, phase=phase, delay_s=round(delay, 3),
                      resource_version=self._resource_version,
                      status=getattr(err, "status", None), reason=getattr(err, "reason", type(err).__name__),
                      error=str(err))
-        if not stop.is_set() and self._wake.wait(delay):
-            self._wake.clear()
+        self.backing_off = True
+        try:
+            if not stop.is_set() and self._wake.wait(delay):
+                self._wake.clear()
+        finally:
+            self.backing_off = False
+
+    def _answered(self) -> None:
+        """A list or watch request got an answer: if the last one had failed, the server is back."""
+        if self._failing:
+            self._failing = False
+            if self._peers is not None:
+                self._peers.recovered(self)
 
     def list_once(self) -> None:
         """List and fill the store, without watching: a one-time snapshot (``mcad.debug.offline``)."""
@@ -275,6 +332,7 @@ class Informer(Generic[T]):
             return key, None if transformed is None else (rv, transformed[0])
 
         items, resource_version = self._lw.list(compact=compact)
+        self._answered()
         if self._lists:
             self.relists += 1
         self._lists += 1
@@ -302,6 +360,7 @@ class Informer(Generic[T]):
     def _watch(self, stop: threading.Event) -> None:
         timeout = self._rng.randint(*self._watch_timeout)
         stream = self._lw.watch(self._resource_version, timeout)
+        self._answered()
         with self._lock:
             self._stream = stream
         started = self._clock.monotonic()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Generator, Mapping
@@ -169,6 +170,13 @@ RawObject = dict[str, Any]
 Query = list[tuple[str, str]]
 
 _WATCH_CONNECT_TIMEOUT = 10.0
+# A list page is read whole and parsed at once, so its size in bytes, not its item count, bounds the memory a
+# list costs: 500 AppWrappers of 1 MiB would be 500 MiB of JSON, several times that parsed. ``list`` sets each
+# page's limit to aim at this many bytes, growing it at most fourfold a page and never above ``page_size``. The
+# first page asks for few items, since nothing is known yet of their size: a few requests more for a list of small
+# objects, against a first page of 500 MiB for one of large ones.
+PAGE_BYTES = 4 * 1024 * 1024
+FIRST_PAGE_LIMIT = 8
 # The server ends a watch after timeoutSeconds; allow it this long beyond that before calling the socket dead.
 _WATCH_READ_GRACE = 30.0
 
@@ -288,6 +296,7 @@ class ResourceClient:
         field_selector: str | None = None,
         page_size: int = 500,
         request_timeout: float = 60.0,
+        page_bytes: int = PAGE_BYTES,
     ) -> None:
         self._conn = conn
         prefix = f"/api/{version}" if not group else f"/apis/{group}/{version}"
@@ -299,7 +308,10 @@ class ResourceClient:
         if field_selector:
             self._selectors.append(("fieldSelector", field_selector))
         self._page_size = page_size
+        self._page_bytes = page_bytes
         self._request_timeout = request_timeout
+        self.largest_page_bytes = 0
+        """The largest list page read so far (for tests of the byte bound)."""
 
     @property
     def path(self) -> str:
@@ -316,27 +328,33 @@ class ResourceClient:
         read); another value asks for the list exactly at that version, which raises ``GoneError`` once the
         server no longer has it. Items get ``apiVersion`` and ``kind`` filled in from the list (the server
         leaves them out of the items of built-in lists), so listed and watched objects look alike. A 410 on a
-        later page (the continue token expired) restarts the list from its first page once.
+        later page (the continue token expired) restarts the list from its first page once. Pages hold at most
+        ``page_size`` items and aim at ``page_bytes`` of JSON (see ``PAGE_BYTES``): a page of large objects makes
+        the next page's limit smaller, so a list of 1,000 AppWrappers of 1 MiB each never holds more than a few of
+        them at once.
         """
         items: list[RawObject] = []
         token = ""
         restarted = False
+        limit = min(self._page_size, FIRST_PAGE_LIMIT) if self._page_size > 0 else 0
         while True:
             query: Query = [*self._selectors]
-            if self._page_size > 0:
-                query.append(("limit", str(self._page_size)))
+            if limit > 0:
+                query.append(("limit", str(limit)))
             if token:
                 query.append(("continue", token))
             elif resource_version:
                 query += [("resourceVersion", resource_version), ("resourceVersionMatch", "Exact")]
             try:
-                page = self._get_json(query)
+                page, size = self._get_page(query)
             except GoneError:
                 if not token or restarted:
                     raise
                 _log.info("list continue token expired", path=self._path, reason="restarting list")
                 items, token, restarted = [], "", True
                 continue
+            self.largest_page_bytes = max(self.largest_page_bytes, size)
+            limit = self._next_limit(limit, size, len(page.get("items") or ()))
             kind = str(page.get("kind") or "")
             item_kind = kind[: -len("List")] if kind.endswith("List") else ""
             for item in page.get("items") or []:
@@ -363,12 +381,40 @@ class ResourceClient:
         response = self._send(query, (_WATCH_CONNECT_TIMEOUT, timeout_seconds + _WATCH_READ_GRACE))
         return WatchStream(response)
 
-    def _get_json(self, query: Query) -> dict[str, Any]:
-        return request_json(self._conn, "GET", self._path, query=query, timeout=self._request_timeout)
+    def _next_limit(self, limit: int, size: int, count: int) -> int:
+        """The next page's limit after a page of ``count`` items in ``size`` bytes: as many items of this page's
+        average size as ``page_bytes`` holds, growing at most fourfold a page (later items may be larger), never
+        above ``page_size`` (see ``PAGE_BYTES``)."""
+        if limit <= 0 or count == 0:
+            return limit
+        fitting = max(1, self._page_bytes * count // max(size, 1))
+        return min(self._page_size, limit * 4, fitting)
+
+    def _get_page(self, query: Query) -> tuple[dict[str, Any], int]:
+        """One list page, parsed, and its size in bytes."""
+        return request_json_sized(self._conn, "GET", self._path, query=query, timeout=self._request_timeout)
 
     def _send(self, query: Query, timeout: float | tuple[float, float]) -> Any:
         """GET ``self._path`` with ``query``; return the unread urllib3 response of a 2xx answer."""
         return _open(self._conn, "GET", self._path, query=query, timeout=timeout)
+
+
+# Characters that do not survive raw in a YAML stream: the ones YAML forbids (DEL, the C1 controls, lone
+# surrogates, the byte-order mark, two non-characters) and the ones a YAML 1.1 decoder such as the API server's
+# folds as line breaks inside a quoted string (NEL, LINE and PARAGRAPH SEPARATOR). json.dumps escapes the C0
+# controls itself; these are escaped as \uXXXX, which JSON and YAML double-quoted strings read alike.
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
+
+
+def yaml_safe_json(body: Any) -> bytes:
+    """``body`` as UTF-8 JSON that a YAML decoder reads back unchanged (an apply-patch+yaml request body).
+
+    ``json.dumps`` alone escapes every non-ASCII character, and a character outside the BMP becomes a pair of
+    ``\\ud83d``-style surrogate escapes, which JSON allows and YAML refuses: the API server answered 400 to a
+    ConfigMap value ``"ok 😀"``. Raw UTF-8 is valid in both, once the few characters YAML forbids raw are escaped.
+    """
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
 
 
 def _open(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
@@ -384,7 +430,7 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
     headers = {"Accept": "application/json", "Content-Type": content_type}
     method, url, headers, serialized, post_params = api.param_serialize(
         method, path, query_params=query or [], header_params=headers,
-        body=body if body is None or "json" in content_type else json.dumps(body), auth_settings=["BearerToken"])
+        body=body if body is None or "json" in content_type else yaml_safe_json(body), auth_settings=["BearerToken"])
     try:
         rest_response = api.call_api(method, url, headers, serialized, post_params, _request_timeout=timeout)
     except kubernetes.client.exceptions.ApiException as err:
@@ -443,6 +489,13 @@ def request_once(conn: Connection, path: str, *, query: Query | None = None, tim
 def request_json(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
                  content_type: str = "application/json", timeout: float = 30.0) -> dict[str, Any]:
     """One request, JSON in and out; errors as ``ApiError``."""
+    return request_json_sized(conn, method, path, query=query, body=body, content_type=content_type,
+                              timeout=timeout)[0]
+
+
+def request_json_sized(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
+                       content_type: str = "application/json", timeout: float = 30.0) -> tuple[dict[str, Any], int]:
+    """``request_json``, and the size of the answer in bytes."""
     response = _open(conn, method, path, query=query, body=body, content_type=content_type, timeout=timeout)
     try:
         data = response.read()
@@ -456,7 +509,7 @@ def request_json(conn: Connection, method: str, path: str, *, query: Query | Non
         raise ApiError(0, "BadResponse", f"{method} {path}: response is not JSON: {err}") from err
     if not isinstance(parsed, dict):
         raise ApiError(0, "BadResponse", f"{method} {path}: response is not a JSON object")
-    return parsed
+    return parsed, len(data)
 
 
 @dataclass(frozen=True)
@@ -523,6 +576,18 @@ class Client:
                 "status": new_status}
         return self._apply(path, body, field_manager, True)
 
+    def replace_status(self, api_version: str, kind: str, namespace: str, name: str, uid: str,
+                       new_status: Mapping[str, Any], *, field_manager: str) -> dict[str, Any]:
+        """Set the whole ``status`` of the object with this ``uid``; 422 when the object of that name has another uid
+        (deleted and re-created since), 404 when there is none. A JSON patch whose ``test`` checks the uid, because
+        the status subresource ignores metadata in the body, so a server-side apply cannot carry a precondition:
+        a write meant for an AppWrapper that is gone would land on its namesake."""
+        path = self.object_path(api_version, kind, namespace, name) + "/status"
+        operations = [{"op": "test", "path": "/metadata/uid", "value": uid},
+                      {"op": "add", "path": "/status", "value": new_status}]  # add: replaces, or creates if absent
+        return request_json(self.conn, "PATCH", path, query=[("fieldManager", field_manager)], body=operations,
+                            content_type="application/json-patch+json", timeout=self._timeout)
+
     def _apply(self, path: str, body: Mapping[str, Any], field_manager: str, force: bool) -> dict[str, Any]:
         query = [("fieldManager", field_manager)] + ([("force", "true")] if force else [])
         return request_json(self.conn, "PATCH", path, query=query, body=body,
@@ -533,6 +598,17 @@ class Client:
         """A JSON patch (RFC 6902): its ``test`` operations make it conditional (422 when one fails)."""
         return request_json(self.conn, "PATCH", self.object_path(api_version, kind, namespace, name),
                             body=operations, content_type="application/json-patch+json", timeout=self._timeout)
+
+    def force_delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete that very pod (uid precondition) with grace period 0: the API server removes it at once, unless
+        a finalizer holds it. Gone already is fine."""
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        try:
+            request_json(self.conn, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=body,
+                         timeout=self._timeout)
+        except ApiError as err:
+            if err.status not in (404, 409):
+                raise
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
                uid: str = "", label: tuple[str, str] | None = None) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 
 from mcad.api.appwrapper import AppWrapperView, SchedulingSpec
 from mcad.api.validation import MAX_DISPATCH_LIMIT_SECONDS, MAX_REQUEUE_SECONDS
+from mcad.status import DISPATCHED, latest
 from mcad.wrapped import NotSynced, WrappedView
 
 JOB = ("batch/v1", "Job")
@@ -155,11 +156,9 @@ def parse_time(stamp: Any) -> datetime | None:
 
 
 def dispatched_at(status: Mapping[str, Any]) -> datetime | None:
-    """When the current dispatch happened: the Dispatched condition's last transition."""
-    for condition in status.get("conditions") or []:
-        if isinstance(condition, Mapping) and condition.get("type") == "Dispatched":
-            return parse_time(condition.get("lastTransitionMicroTime"))
-    return None
+    """When the current dispatch happened: the (latest) Dispatched condition's last transition."""
+    condition = latest(status.get("conditions"), DISPATCHED)
+    return None if condition is None else parse_time(condition.get("lastTransitionMicroTime"))
 
 
 def current_requeue_wait(spec: SchedulingSpec, status: Mapping[str, Any]) -> int:

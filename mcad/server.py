@@ -19,6 +19,7 @@ Contract:
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -88,12 +89,26 @@ class DebugEndpoints:
         return 200, document
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A request that fails is one structured log line, never a traceback printed on stderr, where it would land
+    in the middle of another thread's JSON log line. A client that went away before its answer (a /debug read
+    given up during a long cycle, a scraper's timeout) is routine and logged at info."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        err = sys.exc_info()[1]
+        client = client_address[0] if isinstance(client_address, tuple) and client_address else str(client_address)
+        if isinstance(err, ConnectionError | TimeoutError):
+            log.info("http client went away", client=client, reason=type(err).__name__)
+        else:
+            log.error("http request failed", client=client, reason=type(err).__name__, error=str(err))
+
+
 class Server:
     def __init__(self, bind_address: str, *, metrics: Metrics, live: Check, ready: Check,
                  debug: DebugEndpoints | None = None) -> None:
         host, port = parse_bind_address(bind_address)
         handler = _handler(metrics, live, ready, debug)
-        self._httpd = ThreadingHTTPServer((host, port), handler)
+        self._httpd = _QuietServer((host, port), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
 

@@ -5,19 +5,37 @@ Contract:
   stamps, controllerfirsttimestamp, pending/running/Succeeded/failed), so `kubectl describe`, the codeflare SDK
   and existing scripts keep working. ``message`` (declared but never set upstream) carries the one-line reason
   shown by ``kubectl get appwrappers``.
-- Conditions form a chronological log with at most one entry per type. Re-asserting a condition with the same
-  status, reason and message changes nothing (not even its timestamps), so a decision that did not change
-  yields a status equal to the input and the caller can skip the write.
+- Conditions form a chronological log (oldest first) with at most one entry per (type, reason), the key
+  upstream replaces Dispatched and PreemptCandidate entries by (its other conditions also key on the message,
+  so each new message appends an entry without bound). The latest entry of a type (the last one in the log)
+  is its current value, and the one every reader means (``latest``). Asserting a condition:
+  - whose (type, reason) has no entry appends one: a type whose reason changes keeps its past reasons as
+    history (a requeued AppWrapper's ``PreemptionTriggered`` Backoff outlives its later
+    ``AppWrapperNotRunnable.`` Backoff, as upstream's "Fail Fast Preemption" spec expects);
+  - that equals the latest entry of its type in status, reason and message changes nothing, not even its
+    timestamps, so a decision that did not change yields a status equal to the input and the caller can skip
+    the write; unless it records a new event (``refresh``: a requeue, a preemption), which re-stamps it;
+  - otherwise replaces its (type, reason) entry with one at the end of the log. A new message alone (the
+    latest entry of its type, same status) moves ``lastUpdateMicroTime`` and keeps
+    ``lastTransitionMicroTime``; a new status, a return to an older reason or a new event sets both.
+  The log keeps at most ``MAX_CONDITIONS`` entries, dropping the oldest first but never the latest entry of a
+  type (unless a status written by someone else holds more types than that).
+- ``pendingpodconditions`` (written with the pod counts) names the dispatched AppWrapper's Pending pods the
+  scheduler could not place, with their ``PodScheduled=False`` condition, as upstream writes it: at most
+  ``MAX_PENDING_PODS`` pods, sorted by name, messages cut to ``views.MAX_SCHEDULER_MESSAGE`` characters; absent
+  when none is unschedulable, and dropped at every (re)dispatch, requeue and final state.
 - Every builder returns a new dict; inputs are never mutated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from mcad.api.appwrapper import State
+from mcad.api.views import UNSCHEDULABLE
+from mcad.api.views import Unschedulable as Unschedulable  # re-exported: the verdicts with_pod_counts takes
 
 # Condition types, reasons and messages of upstream MCAD (mcad-upstream.md §1.3).
 INIT = "Init"
@@ -44,35 +62,60 @@ CLUSTER_AVAILABLE = "ClusterAvailable"
 CLUSTER_UNREACHABLE_TIMEOUT = "ClusterUnreachableTimeout"
 
 
+# 11 condition types are written: 20 entries keep every current value plus at least 9 past reasons (a requeued,
+# preempted AppWrapper in a worker that went away: Backoff, PreemptCandidate and ClusterAvailable each with two or
+# three reasons), while the log stays a few KiB, which every status write and every watch event carries.
+MAX_CONDITIONS = 20
+# A gang that does not fit shows its pattern in a few pods (they usually share one scheduler message); `pending`
+# still counts them all. 10 entries of at most 1 KiB keep the status small.
+MAX_PENDING_PODS = 10
+
+
 def micro_time(now: datetime) -> str:
     """RFC 3339 with microseconds, as metav1.MicroTime serialises."""
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _condition_index(conditions: list[dict[str, Any]], type_: str) -> int | None:
-    for i, cond in enumerate(conditions):
-        if cond.get("type") == type_:
-            return i
-    return None
+def latest(conditions: Iterable[Any] | None, type_: str) -> Mapping[str, Any] | None:
+    """The current entry of ``type_``: its last one in the log (earlier ones are history), or None."""
+    found: Mapping[str, Any] | None = None
+    for condition in conditions or ():
+        if isinstance(condition, Mapping) and condition.get("type") == type_:
+            found = condition
+    return found
 
 
 def with_condition(conditions: list[dict[str, Any]], type_: str, now: datetime, *, reason: str = "",
-                   message: str = "", status: str = "True") -> list[dict[str, Any]]:
-    """The log with ``type_`` asserted: unchanged if an identical entry exists, else that entry moves to the end."""
-    i = _condition_index(conditions, type_)
-    if i is not None:
-        old = conditions[i]
-        if old.get("status") == status and old.get("reason", "") == reason and old.get("message", "") == message:
-            return conditions
-        conditions = conditions[:i] + conditions[i + 1:]
+                   message: str = "", status: str = "True", refresh: bool = False) -> list[dict[str, Any]]:
+    """The log with ``type_`` asserted (see the module docstring); ``refresh`` for a new event."""
+    current = latest(conditions, type_) or {}
+    same = bool(current) and current.get("reason", "") == reason and current.get("status") == status
+    if same and current.get("message", "") == message and not refresh:
+        return conditions
     stamp = micro_time(now)
+    # Only a new message for the same state: it has been in that state since its last transition.
+    since = current.get("lastTransitionMicroTime") if same and not refresh else None
     entry: dict[str, Any] = {"type": type_, "status": status, "lastUpdateMicroTime": stamp,
-                             "lastTransitionMicroTime": stamp}
+                             "lastTransitionMicroTime": since or stamp}
     if reason:
         entry["reason"] = reason
     if message:
         entry["message"] = message
-    return [*conditions, entry]
+    kept = [c for c in conditions if not (c.get("type") == type_ and c.get("reason", "") == reason)]
+    return _bounded([*kept, entry])
+
+
+def _bounded(conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """At most MAX_CONDITIONS entries: the oldest go first, the latest entry of each type last of all."""
+    excess = len(conditions) - MAX_CONDITIONS
+    if excess <= 0:
+        return conditions
+    current = {c.get("type"): i for i, c in enumerate(conditions)}  # the last index of each type
+    history = [i for i in range(len(conditions)) if current.get(conditions[i].get("type")) != i]
+    drop = set(history[:excess])
+    if len(drop) < excess:  # more types than entries allowed: only a status written by someone else has that
+        drop |= set(sorted(set(range(len(conditions))) - drop)[:excess - len(drop)])
+    return [c for i, c in enumerate(conditions) if i not in drop]
 
 
 def _base(status: Mapping[str, Any], now: datetime, priority: int) -> dict[str, Any]:
@@ -88,7 +131,7 @@ def _base(status: Mapping[str, Any], now: datetime, priority: int) -> dict[str, 
 def _enqueued(status: Mapping[str, Any], now: datetime, priority: int) -> dict[str, Any]:
     new = _base(status, now, priority)
     conditions = new["conditions"]
-    if _condition_index(conditions, INIT) is None:
+    if latest(conditions, INIT) is None:
         conditions = with_condition(conditions, INIT, now)
     conditions = with_condition(conditions, QUEUEING, now, reason=AWAITING_HEAD_OF_LINE)
     new["conditions"] = with_condition(conditions, HEAD_OF_LINE, now, reason=FRONT_OF_QUEUE)
@@ -120,6 +163,7 @@ def dispatched(status: Mapping[str, Any], now: datetime, *, priority: int, reque
     new.update(state=State.RUNNING.value, canrun=True, queuejobstate=DISPATCHED, pending=0, running=0,
                Succeeded=0, failed=0)
     new.setdefault("controllerfirstdispatchtimestamp", micro_time(now))
+    new.pop("pendingpodconditions", None)
     if requeue_wait:
         new["requeueingTimeInSeconds"] = requeue_wait
     new.pop("message", None)
@@ -140,22 +184,25 @@ def cluster_available(status: Mapping[str, Any], now: datetime, *, available: bo
 def requeued(status: Mapping[str, Any], now: datetime, *, priority: int, reason: str, message: str,
              requeuings: int, requeue_wait: int) -> dict[str, Any]:
     """Its objects are being deleted and it is back in the queue: PreemptCandidate says why, Backoff (upstream's
-    PreemptionTriggered) that it waits; ``numberOfRequeueings`` and the grown wait are recorded."""
+    PreemptionTriggered) that it waits; ``numberOfRequeueings`` and the grown wait are recorded. Each requeue
+    is a new event: both conditions are stamped now even when an earlier requeue said the same."""
     new = _enqueued(status, now, priority)
-    conditions = with_condition(new["conditions"], PREEMPT_CANDIDATE, now, reason=reason, message=message)
-    new["conditions"] = with_condition(conditions, BACKOFF, now, reason=PREEMPTION_TRIGGERED, message=message)
+    conditions = with_condition(new["conditions"], PREEMPT_CANDIDATE, now, reason=reason, message=message,
+                                refresh=True)
+    new["conditions"] = with_condition(conditions, BACKOFF, now, reason=PREEMPTION_TRIGGERED, message=message,
+                                       refresh=True)
     new.update(queuejobstate=BACKOFF, message=message, numberOfRequeueings=requeuings,
                requeueingTimeInSeconds=requeue_wait, pending=0, running=0, Succeeded=0, failed=0)
     new.pop("targetClusterName", None)
+    new.pop("pendingpodconditions", None)
     return new
 
 
 def is_draining(status: Mapping[str, Any]) -> bool:
-    """Requeued and not yet looked at again: its old pods may still be going away."""
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == BACKOFF:
-            return bool(condition.get("reason") == PREEMPTION_TRIGGERED)
-    return False
+    """Requeued and not yet looked at again (its current Backoff is the requeue's): its old pods may still be
+    going away."""
+    backoff = latest(status.get("conditions"), BACKOFF)
+    return backoff is not None and backoff.get("reason") == PREEMPTION_TRIGGERED
 
 
 def hold_completion(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
@@ -174,6 +221,7 @@ def completed(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
                                        reason=PODS_COMPLETED)
     new.update(state=State.COMPLETED.value, canrun=False, queuejobstate=COMPLETED)
     new.pop("message", None)
+    new.pop("pendingpodconditions", None)
     return new
 
 
@@ -184,19 +232,40 @@ def failed(status: Mapping[str, Any], now: datetime, *, priority: int, reason: s
     new = _base(status, now, priority)
     conditions = new["conditions"]
     if preempted:
-        conditions = with_condition(conditions, PREEMPT_CANDIDATE, now, reason=reason, message=message)
+        conditions = with_condition(conditions, PREEMPT_CANDIDATE, now, reason=reason, message=message,
+                                    refresh=True)
     new["conditions"] = with_condition(conditions, FAILED, now, reason=reason, message=message)
     new.update(state=State.FAILED.value, canrun=False, queuejobstate=FAILED, message=message)
+    new.pop("pendingpodconditions", None)  # its pods are no longer followed
     return new
 
 
 def with_pod_counts(status: Mapping[str, Any], now: datetime, *, pending: int, running: int, succeeded: int,
-                    failed_: int) -> dict[str, Any]:
-    """Pod phase counts of a dispatched AppWrapper; the first Running pod adds the Running condition."""
+                    failed_: int, unschedulable: Iterable[tuple[str, Unschedulable]] = ()) -> dict[str, Any]:
+    """Pod phase counts of a dispatched AppWrapper; the first Running pod adds the Running condition.
+    ``unschedulable`` are (pod name, verdict) of its Pending pods the scheduler could not place: they become
+    ``pendingpodconditions`` (see the module docstring)."""
     new = dict(status)
     new.update(pending=pending, running=running, Succeeded=succeeded, failed=failed_)
-    if running > 0 and _condition_index(list(status.get("conditions") or []), RUNNING) is None:
+    if running > 0 and latest(status.get("conditions"), RUNNING) is None:
         new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], RUNNING, now,
                                            reason=PODS_RUNNING)
         new["queuejobstate"] = RUNNING
+    pods = pending_pod_conditions(unschedulable)
+    if pods:
+        new["pendingpodconditions"] = pods
+    else:
+        new.pop("pendingpodconditions", None)
     return new
+
+
+def pending_pod_conditions(unschedulable: Iterable[tuple[str, Unschedulable]]) -> list[dict[str, Any]]:
+    """Upstream's ``pendingpodconditions``: per pod its name and its PodScheduled=False condition, by pod name,
+    at most MAX_PENDING_PODS pods."""
+    out = []
+    for name, verdict in sorted(unschedulable, key=lambda pod: pod[0])[:MAX_PENDING_PODS]:
+        condition = {"type": "PodScheduled", "status": "False", "reason": UNSCHEDULABLE, "message": verdict.message}
+        if verdict.since:
+            condition["lastTransitionTime"] = verdict.since
+        out.append({"podname": name, "conditions": [condition]})
+    return out

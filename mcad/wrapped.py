@@ -29,7 +29,7 @@ import structlog
 from mcad import kube
 from mcad.api.appwrapper import APPWRAPPER_LABEL, APPWRAPPER_UID_LABEL
 from mcad.api.raw import as_mapping
-from mcad.informer import Informer
+from mcad.informer import Informer, Reconnects
 
 log = structlog.get_logger("mcad.wrapped")
 
@@ -83,9 +83,10 @@ def wrapped_view(raw: Mapping[str, Any]) -> WrappedView:
 InformerFactory = Callable[[str, str], "Informer[WrappedView] | None"]
 
 
-def informer_factory(conn: kube.Connection, client: kube.Client, prefix: str = "") -> InformerFactory:
+def informer_factory(conn: kube.Connection, client: kube.Client, prefix: str = "",
+                     peers: Reconnects | None = None) -> InformerFactory:
     """Informers over one wrapped kind in the cluster of ``conn``, only objects carrying the AppWrapper label,
-    named ``<prefix>wrapped-<kind>``; None for a kind that cluster does not serve."""
+    named ``<prefix>wrapped-<kind>``, reconnecting with ``peers``; None for a kind that cluster does not serve."""
     def make(api_version: str, kind: str) -> Informer[WrappedView] | None:
         try:
             resource = client.resource(api_version, kind)
@@ -95,7 +96,7 @@ def informer_factory(conn: kube.Connection, client: kube.Client, prefix: str = "
         return Informer(f"{prefix}wrapped-{kind.lower()}",
                         kube.ResourceClient(conn, group=group, version=version, plural=resource.plural,
                                             label_selector=APPWRAPPER_LABEL),
-                        transform=wrapped_view)
+                        transform=wrapped_view, peers=peers)
     return make
 
 

@@ -1,34 +1,105 @@
-"""API writes off the dispatcher thread: a small pool, one write at a time per AppWrapper, results as queue keys.
+"""API writes off the dispatcher thread: a small pool shared fairly between tenants, one write at a time per
+AppWrapper, results as queue keys.
 
 Contract:
-- ``submit(key, job, urgent=...)`` runs ``job()`` on a worker thread. Jobs of the same key run one at a time, in
-  submission order, so a later status never lands before an earlier one; jobs of different keys run in parallel
-  (the API server, not this process, bounds a dispatch, and it serves concurrent requests well).
+- ``submit(key, job, tenant=..., urgent=...)`` runs ``job()`` on a worker thread. Jobs of the same key run one at
+  a time, in submission order, so a later status never lands before an earlier one; jobs of different keys run in
+  parallel (the API server, not this process, bounds a dispatch, and it serves concurrent requests well).
+- A job may work in steps: when ``job()`` returns a generator, the pool runs it one step at a time (from one
+  ``yield`` to the next; each step should be one API request, see ``mcad.apply.Steps``), and the generator's
+  return value is the job's outcome. Between two steps the key goes back into the rotation below, so a job of 500
+  requests holds a worker for one request at a time, not for all 500. Any other return value is the outcome of a
+  one-step job.
+- Fair shares: ready keys wait in two lanes (urgent, then low); within a lane, workers take tenants in turn
+  (round-robin) and, within a tenant, its keys in turn. The tenant is the submitter's to say (an AppWrapper's
+  namespace). A tenant whose job arrives while others' long jobs hold every worker has at most one step of each
+  of those tenants start ahead of its first: with one noisy tenant, it starts when the second running step ends.
+  One tenant's many AppWrappers share its turn instead of multiplying it.
 - Urgent jobs (dispatches, Failed and Backoff statuses) start before others (pod-count statuses): when the API
-  server is the bottleneck, the next gang's creation must not wait behind bookkeeping of the last ones.
-- When a job ends, its outcome (the job's return value, or the exception it raised) is stored and the key
-  ``("written", key)`` is added to the work queue; the dispatcher thread collects outcomes with ``results(key)``
-  and stays the only writer of its own state. Outcomes of one key are returned in completion order.
-- ``pending(key)`` says whether a job of that key is queued or running. ``close()`` stops the workers after the
-  jobs already started.
-- ``workers=0`` runs each job inline, inside ``submit``: same outcomes and keys, no threads (for stepped tests).
+  server is the bottleneck, the next gang's creation must not wait behind bookkeeping of the last ones. A key's
+  lane is that of its running job, or else of its next one, and is decided again after every step.
+- When a job ends, its outcome (the job's return value, or the exception it raised, in any step) is stored and
+  the key ``("written", key)`` is added to the work queue; the dispatcher thread collects outcomes with
+  ``results(key)`` and stays the only writer of its own state. Outcomes of one key are returned in completion
+  order.
+- ``pending(key)`` says whether a job of that key is queued or running (between its steps too). ``close()`` starts
+  no more jobs; the workers finish the jobs already started (all their steps), within 30 s in all.
+- ``workers=0`` runs each job inline, inside ``submit``, every step to the end: same outcomes and keys, no threads
+  (for stepped tests).
+
+Bounds: ``workers`` threads. The pool holds, per job not finished, one small entry (its callable, tenant and lane)
+and copies nothing; a started stepwise job also holds its generator's state (a dispatch keeps the names and uids
+of what it applied, not the manifests). How many jobs are queued is up to the submitters: the dispatcher queues a
+dispatch per AppWrapper it admitted and a status write per state change, so the queue is bounded by the number of
+AppWrappers times the writes pending for each.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Generator, Hashable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
 
 log = structlog.get_logger("mcad.writes")
 Job = Callable[[], Any]
+CLOSE_TIMEOUT_SECONDS = 30.0
 
 
 class KeyQueue(Protocol):
     def add(self, key: Any) -> None: ...
+
+
+@dataclass
+class _Job:
+    fn: Job
+    tenant: str
+    urgent: bool
+
+
+@dataclass
+class _Key:
+    """The jobs of one key: the one under way (with its generator once it proves stepwise) and those not started."""
+
+    queued: deque[_Job] = field(default_factory=deque)
+    current: _Job | None = None
+    steps: Generator[Any, Any, Any] | None = None
+
+    def head(self) -> _Job:
+        return self.current if self.current is not None else self.queued[0]
+
+
+class _Lane:
+    """Ready keys of one lane: a rotation of tenants, each with a rotation of its keys."""
+
+    def __init__(self) -> None:
+        self._tenants: deque[str] = deque()
+        self._keys: dict[str, deque[Hashable]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._tenants)
+
+    def push(self, tenant: str, key: Hashable) -> None:
+        keys = self._keys.get(tenant)
+        if keys is None:
+            self._keys[tenant] = keys = deque()
+            self._tenants.append(tenant)
+        keys.append(key)
+
+    def pop(self) -> Hashable:
+        tenant = self._tenants.popleft()
+        keys = self._keys[tenant]
+        key = keys.popleft()
+        if keys:
+            self._tenants.append(tenant)  # its other keys wait for its next turn, behind the other tenants
+        else:
+            del self._keys[tenant]
+        return key
 
 
 class Writes:
@@ -36,9 +107,9 @@ class Writes:
         self._queue = queue
         self._inline = workers == 0
         self._cond = threading.Condition()
-        # Keys ready to start a job, by lane; each key is in at most one lane and only while it is not running.
-        self._lanes: tuple[deque[Hashable], deque[Hashable]] = (deque(), deque())
-        self._jobs: dict[Hashable, deque[tuple[bool, Job]]] = {}  # key -> its jobs not started; present = busy
+        # Keys ready for their next step, by lane; a key is in at most one lane, and only while no step of it runs.
+        self._lanes: tuple[_Lane, _Lane] = (_Lane(), _Lane())
+        self._keys: dict[Hashable, _Key] = {}  # present = busy (a job queued or under way)
         self._outcomes: dict[Hashable, list[Any]] = {}
         self._closed = False
         self._threads = [threading.Thread(target=self._work, name=f"mcad-write-{i}", daemon=True)
@@ -46,26 +117,25 @@ class Writes:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, key: Hashable, job: Job, *, urgent: bool = True) -> None:
+    def submit(self, key: Hashable, job: Job, *, tenant: str, urgent: bool = True) -> None:
         with self._cond:
-            jobs = self._jobs.get(key)
-            if jobs is not None:
-                jobs.append((urgent, job))
+            state = self._keys.get(key)
+            if state is not None:
+                state.queued.append(_Job(job, tenant, urgent))
                 return
-            self._jobs[key] = deque([(urgent, job)])
+            self._keys[key] = state = _Key(deque([_Job(job, tenant, urgent)]))
             if not self._inline:
-                self._lanes[0 if urgent else 1].append(key)
-                self._cond.notify()
+                self._ready(key, state)
                 return
         self._run_inline(key)
 
     def pending(self, key: Hashable) -> bool:
         with self._cond:
-            return key in self._jobs
+            return key in self._keys
 
     def idle(self) -> bool:
         with self._cond:
-            return not self._jobs
+            return not self._keys
 
     def results(self, key: Hashable) -> list[Any]:
         with self._cond:
@@ -75,53 +145,81 @@ class Writes:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        deadline = time.monotonic() + CLOSE_TIMEOUT_SECONDS
         for thread in self._threads:
-            thread.join(timeout=30)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    # ------------------------------------------------------------------------------------------ internals
+
+    def _ready(self, key: Hashable, state: _Key) -> None:
+        """Lock held: put a busy key back in the rotation, in its head job's lane and under its tenant."""
+        head = state.head()
+        self._lanes[0 if head.urgent else 1].push(head.tenant, key)
+        self._cond.notify()
 
     def _run_inline(self, key: Hashable) -> None:
-        while (job := self._next_job_of(key)) is not None:
-            self._finish(key, _call(job))
+        while True:
+            with self._cond:
+                state = self._keys[key]
+                if state.current is None:
+                    if not state.queued:
+                        del self._keys[key]
+                        return
+                    state.current = state.queued.popleft()
+            self._step(key, state)
+
+    def _next_key(self) -> Hashable | None:
+        """Lock held: the key whose step runs next; once closed, only keys with a job under way, and None when
+        none is left."""
+        while True:
+            for lane in self._lanes:
+                while lane:
+                    key = lane.pop()
+                    if not self._closed or self._keys[key].current is not None:
+                        return key
+                    # Closed: a job not started stays so (the key leaves the rotation for good).
+            if self._closed and all(state.current is None for state in self._keys.values()):
+                return None
+            self._cond.wait()
 
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not (self._closed or self._lanes[0] or self._lanes[1]):
-                    self._cond.wait()
-                if self._closed:
+                key = self._next_key()
+                if key is None:
                     return
-                key = (self._lanes[0] or self._lanes[1]).popleft()
-                _, job = self._jobs[key].popleft()
-            while True:
-                self._finish(key, _call(job))
-                with self._cond:
-                    jobs = self._jobs[key]
-                    if not jobs:
-                        del self._jobs[key]
-                        break
-                    urgent, job = jobs[0]
-                    if not urgent and self._lanes[0]:
-                        # Its next job is bookkeeping while urgent work waits: requeue the key behind the others.
-                        self._lanes[1].append(key)
-                        self._cond.notify()
-                        break
-                    jobs.popleft()
+                state = self._keys[key]
+                if state.current is None:
+                    state.current = state.queued.popleft()
+            self._step(key, state)
+            with self._cond:
+                if state.current is None and not state.queued:
+                    del self._keys[key]
+                else:
+                    self._ready(key, state)
+                if self._closed:
+                    self._cond.notify_all()  # workers waiting for the last started job to end may stop
 
-    def _next_job_of(self, key: Hashable) -> Job | None:
-        with self._cond:
-            jobs = self._jobs[key]
-            if not jobs:
-                del self._jobs[key]
-                return None
-            return jobs.popleft()[1]
+    def _step(self, key: Hashable, state: _Key) -> None:
+        """Run one step of the key's current job, outside the lock; record the outcome if the job ended."""
+        job = state.current
+        assert job is not None
+        try:
+            if state.steps is None:
+                result = job.fn()
+                if not inspect.isgenerator(result):
+                    self._finish(key, state, result)
+                    return
+                state.steps = result
+            next(state.steps)
+        except StopIteration as end:
+            self._finish(key, state, end.value)
+        except Exception as err:  # handed to the dispatcher thread, which decides what it means
+            self._finish(key, state, err)
 
-    def _finish(self, key: Hashable, outcome: Any) -> None:
+    def _finish(self, key: Hashable, state: _Key, outcome: Any) -> None:
         with self._cond:
+            state.current = None
+            state.steps = None
             self._outcomes.setdefault(key, []).append(outcome)
         self._queue.add(("written", key))
-
-
-def _call(job: Job) -> Any:
-    try:
-        return job()
-    except Exception as err:  # handed to the dispatcher thread, which decides what it means
-        return err

@@ -15,7 +15,13 @@ Contract:
 - ``pod_view(raw)`` keeps what the ledger and status need: identity, node, phase, effective requests
   (``pod_requests`` of the spec), the owning AppWrapper as ``"namespace/name"`` (from the
   ``workload.codeflare.dev/appwrapper`` label; pods belong to an AppWrapper in their own namespace), ``terminal``
-  (phase Succeeded or Failed) and ``deleting`` (deletionTimestamp set; such a pod still holds its resources).
+  (phase Succeeded or Failed), ``deleting`` (deletionTimestamp set; such a pod still holds its resources) and
+  ``grace_ends`` (that deletionTimestamp: when the kubelet would have killed it).
+  ``unschedulable`` is the scheduler's verdict on a Pending pod it could not place (its ``PodScheduled``
+  condition is False with reason ``Unschedulable``): the condition's message, cut to ``MAX_SCHEDULER_MESSAGE``
+  characters, and its lastTransitionTime; None for every other pod, so scheduled pods carry nothing more.
+  Pods a gang-scheduling plugin holds back while their pod group gathers are not unschedulable (upstream MCAD
+  skips the coscheduling plugin's messages too): they wait for their siblings, not for room.
 
 Both transforms never raise on what the API server sends: missing or ill-typed fields read as absent, and a
 quantity that does not parse is skipped (the API server validated it; this only guards the informer thread).
@@ -23,8 +29,10 @@ quantity that does not parse is skipped (the API server validated it; this only 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -34,6 +42,12 @@ from mcad.api.resources import ResourceVector, to_canonical
 from mcad.api.workloads import pod_requests
 
 _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+UNSCHEDULABLE: Final = "Unschedulable"  # the PodScheduled reason the scheduler gives when no node fits
+# A scheduler message sums up every node's reason in one line, a few hundred characters even on large clusters;
+# the cap bounds what one pod can make the controller keep and write.
+MAX_SCHEDULER_MESSAGE: Final = 1024
+# What the coscheduling plugin (scheduler-plugins) says of a pod it holds until its pod group gathers.
+_GANG_WAIT_PHRASES: Final = ("optimistic rejection in postfilter", "cannot find enough sibling")
 _BLOCKING_TAINT_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 
 
@@ -67,6 +81,13 @@ class NodeView:
 
 
 @dataclass(frozen=True, slots=True)
+class Unschedulable:
+    """Why the scheduler could not place a Pending pod: its PodScheduled=False condition."""
+    message: str
+    since: str  # the condition's lastTransitionTime as the API server wrote it ("" if absent)
+
+
+@dataclass(frozen=True, slots=True)
 class PodView:
     uid: str
     namespace: str
@@ -79,6 +100,9 @@ class PodView:
     resource_version: str
     deleting: bool
     cluster: str = ""  # hub mode: the worker it runs in ("" in single-cluster mode)
+    unschedulable: Unschedulable | None = None  # only for a Pending pod the scheduler could not place
+    # When its grace period ends (its deletionTimestamp, seconds since the epoch); 0 when it is not being deleted.
+    grace_ends: float = 0.0
 
 
 def node_view(raw: Mapping[str, Any]) -> NodeView:
@@ -126,7 +150,39 @@ def pod_view(raw: Mapping[str, Any]) -> PodView:
         terminal=phase in _TERMINAL_PHASES,
         resource_version=as_str(meta.get("resourceVersion")),
         deleting=meta.get("deletionTimestamp") is not None,
+        unschedulable=_unschedulable(status) if phase == "Pending" else None,
+        grace_ends=_epoch(meta.get("deletionTimestamp")),
     )
+
+
+def _epoch(timestamp: Any) -> float:
+    """An RFC 3339 time as seconds since the epoch; 0 when absent or unreadable."""
+    if not isinstance(timestamp, str) or not timestamp:
+        return 0.0
+    try:
+        return datetime.fromisoformat(timestamp).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _unschedulable(status: Mapping[str, Any]) -> Unschedulable | None:
+    for condition in as_list(status.get("conditions")):
+        if (isinstance(condition, Mapping) and condition.get("type") == "PodScheduled"
+                and condition.get("status") == "False" and condition.get("reason") == UNSCHEDULABLE):
+            message = as_str(condition.get("message"))
+            if _waits_for_its_gang(message):
+                return None
+            if len(message) > MAX_SCHEDULER_MESSAGE:
+                message = message[:MAX_SCHEDULER_MESSAGE - 1] + "…"
+            # The pods of one gang usually share one message: keep a single copy of it.
+            return Unschedulable(sys.intern(message), as_str(condition.get("lastTransitionTime")))
+    return None
+
+
+def _waits_for_its_gang(message: str) -> bool:
+    lowered = message.lower()
+    # Older coscheduling releases: "pod with pgName: ... last failed in ... deny".
+    return any(p in lowered for p in _GANG_WAIT_PHRASES) or ("pgname" in lowered and "deny" in lowered)
 
 
 def _lenient_vector(quantities: Mapping[Any, Any]) -> ResourceVector:

@@ -42,9 +42,9 @@ from mcad.api.validation import DEFAULT_LIMITS, DEFAULT_MAX_BYTES, DEFAULT_MAX_I
 from mcad.api.views import node_view, pod_view
 from mcad.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.debug import Reports
-from mcad.dispatcher import FIT_MODES, Dispatcher, Key
+from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, RECOVERED, Dispatcher, Key
 from mcad.hub import DEFAULT_PROBE_PERIOD_SECONDS, Hub
-from mcad.informer import Informer, Store
+from mcad.informer import Informer, Reconnects, Store
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
 from mcad.legacy import MergedAppWrappers
 from mcad.workqueue import WorkQueue
@@ -56,6 +56,7 @@ def _pod_uid(raw: dict[str, object]) -> str:
 
 
 def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, preemption: bool = False,
+          victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
           fit: str = "nodes", legacy_api: bool = False, quota_trees: bool = False,
           recorder: events.EventSink | None = None,
           hub: Hub | None = None, limits: Limits = DEFAULT_LIMITS) -> tuple[Dispatcher, list[Informer[object]]]:
@@ -64,36 +65,43 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
     AppWrapper needs them (its ``wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the
     hub's own run nothing of ours), and the hub's thread starts their informers. AppWrappers beyond ``limits``
     are refused (failed) by the dispatcher."""
+    # Every informer of this API server reconnects together after an outage, and the dispatcher then retries at
+    # once the writes that failed meanwhile.
+    peers = Reconnects()
     # Both groups' objects come from this API server: uids are unique across them, so one memory serves both.
     view = functools.partial(appwrapper_view, limits=limits, judgements=Judgements())
     current = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
-                       transform=view)
+                       transform=view, peers=peers)
     appwrapper_informers = [current]
     appwrappers: Store[AppWrapperView] = current
     if legacy_api:
         legacy = Informer("appwrappers-legacy", kube.ResourceClient(conn, group=LEGACY_GROUP, version=VERSION,
-                                                                    plural=LEGACY_PLURAL), transform=view)
+                                                                    plural=LEGACY_PLURAL), transform=view,
+                          peers=peers)
         appwrapper_informers.append(legacy)
         appwrappers = MergedAppWrappers(current, legacy)
     nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
-                     transform=node_view)
+                     transform=node_view, peers=peers)
     # Pods are keyed by uid: a pod re-created under the same name is a different consumer of capacity.
     pods = Informer("pods", kube.ResourceClient(conn, group="", version="v1", plural="pods"),
-                    transform=pod_view, key=_pod_uid)
+                    transform=pod_view, key=_pod_uid, peers=peers)
     subtrees = Informer("quotasubtrees", kube.ResourceClient(conn, group=quota.GROUP, version=quota.VERSION,
                                                              plural=quota.PLURAL),
-                        transform=quota.subtree_view) if quota_trees else None
+                        transform=quota.subtree_view, peers=peers) if quota_trees else None
     client = kube.Client(conn)
     queue: WorkQueue[Key] = WorkQueue(name="dispatcher")
+    peers.on_recovered(lambda: queue.add(RECOVERED))
     if hub is not None:
         dispatcher = Dispatcher(appwrappers=appwrappers, nodes=hub.nodes, pods=hub.pods,  # type: ignore[arg-type]
                                 writer=client, queue=queue, strict_fifo=strict_fifo, write_workers=write_workers,
-                                preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees, hub=hub)
+                                preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees, hub=hub,
+                                victim_timeout=victim_timeout)
         return dispatcher, [*appwrapper_informers, *([subtrees] if subtrees is not None else [])]  # type: ignore[list-item]
-    wrapped = WrappedObjects(informer_factory(conn, client), lambda key: queue.add(("aw", key)))
+    wrapped = WrappedObjects(informer_factory(conn, client, peers=peers), lambda key: queue.add(("aw", key)))
     dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
                             strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
-                            preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees)
+                            preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees,
+                            victim_timeout=victim_timeout)
     return dispatcher, [*appwrapper_informers, nodes, pods, *([subtrees] if subtrees is not None else [])]  # type: ignore[list-item]
 
 
@@ -117,6 +125,12 @@ def quota_served(client: kube.Client) -> bool:
               help="Let a queued AppWrapper that does not fit evict running AppWrappers of strictly lower "
                    "priority (the fewest, lowest priority and most recently dispatched first) when that makes it "
                    "fit. Victims go back to the queue.")
+@click.option("--preemption-victim-timeout", "victim_timeout", type=click.FloatRange(min=1),
+              default=DEFAULT_VICTIM_TIMEOUT_SECONDS,
+              help="Seconds an AppWrapper that preempted others (priority preemption or quota reclaim) waits for "
+                   "their pods to go while holding the queue. Then it force-deletes those whose grace period is "
+                   "over, stops holding the queue and says so: a pod finalizer or a process ignoring SIGTERM must "
+                   "not hold everything behind it for ever.")
 @click.option("--fit", type=click.Choice(FIT_MODES), default="nodes",
               help="nodes: dispatch only if every pod of the AppWrapper can be placed on some node's free room "
                    "(first-fit decreasing, honouring cordons, NoSchedule/NoExecute taints, nodeSelector and "
@@ -176,7 +190,8 @@ def quota_served(client: kube.Client) -> bool:
               help="json for log collectors, console for people.")
 @click.option("--connect-only", is_flag=True, help="Connect, check that the AppWrapper CRD is served, and exit.")
 @click.version_option(__version__, prog_name="mcad-controller")
-def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preemption: bool, fit: str,
+def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preemption: bool, victim_timeout: float,
+         fit: str,
          write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
          http_bind_address: str, legacy_api: bool, quota_trees: bool, clusters_config: str | None,
@@ -239,6 +254,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
         logger.info("hub mode", workers=hub.names, policy=hub_config.policy.value,
                     unreachable_timeout_seconds=hub_config.unreachable_timeout_seconds)
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
+                                  victim_timeout=victim_timeout,
                                   fit=fit, legacy_api=legacy_api, quota_trees=quota_trees, recorder=recorder,
                                   hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes))
     elector = LeaderElector(conn, namespace=leader_elect_namespace or default_namespace(),

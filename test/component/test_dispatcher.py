@@ -4,6 +4,7 @@ failures and time are checked here; everything else is checked end to end in tes
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from mcad.api.appwrapper import appwrapper_view
 from mcad.api.views import node_view, pod_view
-from mcad.dispatcher import DISPATCH, Dispatcher
+from mcad.dispatcher import Dispatcher
 from mcad.informer import Informer
 from mcad.kube import ApiError
 from mcad.workqueue import WorkQueue
@@ -24,13 +25,21 @@ class RecordingWriter:
         self.applied: list[str] = []
         self.statuses: list[tuple[str, dict[str, Any]]] = []
         self.fail_apply: ApiError | None = None
+        self.fail_status: ApiError | None = None
+        self.fail_for: dict[str, ApiError] = {}  # object name -> the error applying it raises
+        self.attempts = 0  # apply calls, failed ones included
+        self.status_attempts = 0
+        self.status_attempts_of: Counter[str] = Counter()
+        self.force_deleted: list[str] = []
 
     def is_namespaced(self, api_version: str, kind: str) -> bool:
         return True
 
     def apply(self, obj: Mapping[str, Any], *, field_manager: str, force: bool) -> Mapping[str, Any]:
-        if self.fail_apply:
-            raise self.fail_apply
+        self.attempts += 1
+        failure = self.fail_apply or self.fail_for.get(obj["metadata"]["name"])
+        if failure:
+            raise failure
         self.applied.append(obj["metadata"]["name"])
         return obj
 
@@ -42,6 +51,18 @@ class RecordingWriter:
                      *, field_manager: str) -> Mapping[str, Any]:
         self.statuses.append((name, dict(new_status)))
         return new_status
+
+    def replace_status(self, api_version: str, kind: str, namespace: str, name: str, uid: str,
+                       new_status: Mapping[str, Any], *, field_manager: str) -> Mapping[str, Any]:
+        self.status_attempts += 1
+        self.status_attempts_of[name] += 1
+        if self.fail_status:
+            raise self.fail_status
+        self.statuses.append((name, dict(new_status)))
+        return {"metadata": {"name": name, "uid": uid}, "status": new_status}
+
+    def force_delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        self.force_deleted.append(name)
 
 
 def node(name: str, cpu: str) -> dict[str, Any]:
@@ -117,36 +138,37 @@ def harness_factory() -> Iterator[Any]:
         h.stop()
 
 
-def test_a_failing_api_is_retried_with_growing_backoff_then_forgotten(harness_factory: Any) -> None:
+def test_a_failing_api_is_retried_with_the_appwrappers_own_growing_backoff(harness_factory: Any) -> None:
     h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "1")])
-    h.writer.fail_apply = ApiError(503, "ServiceUnavailable", "etcd is sad")
+    h.writer.fail_for["a-cm"] = ApiError(503, "ServiceUnavailable", "etcd is sad")
     h.drain()
-    assert h.dispatcher.queue.num_requeues(DISPATCH) == 1
+    assert h.writer.attempts == 1
     assert h.dispatcher.ledger.free().get("cpu") == 8000, "a failed dispatch releases its reservation"
-    h.clock.advance(0.005)
-    h.drain()
-    assert h.dispatcher.queue.num_requeues(DISPATCH) == 2, "the second failure must not reset the count"
-    h.clock.advance(0.005)
-    h.drain()
-    assert h.writer.applied == [], "not yet due: the second delay is 10 ms"
+    first = last_status(h, "a")
+    assert first["state"] == "Pending", "the first failure is told at once"
+    assert first["message"].startswith("creating its objects failed, retrying with backoff: "), first["message"]
+    assert "ServiceUnavailable (503): etcd is sad" in first["message"]
 
-    h.writer.fail_apply = None
-    h.clock.advance(0.005)
-    h.drain()
-    assert h.writer.applied == ["a-cm"]
-    assert h.writer.statuses[-1][1]["state"] == "Running"
-    assert h.dispatcher.queue.num_requeues(DISPATCH) == 0
+    # Other AppWrappers are dispatched meanwhile, each arrival a cycle: none may retry "a" early or reset its count.
+    for i, wait in enumerate((0.49, 0.01, 0.99, 0.01)):
+        h.lw["aw"].add(aw(f"other{i}", "100m"))
+        wait_until(lambda i=i: h.dispatcher.appwrappers.get(f"ns/other{i}"), 5, "the other AppWrapper")
+        h.clock.advance(wait)
+        h.drain()
+    assert h.writer.applied == [f"other{i}-cm" for i in range(4)]
+    # Tried again at 0.5 s and at 1.5 s (then 2 s later): per AppWrapper, doubling.
+    assert h.writer.attempts == 1 + 4 + 2
+    assert [n for n, _ in h.writer.statuses].count("a") == 1, "its retries cost no status write each"
 
-
-def test_a_refused_item_fails_the_appwrapper_without_retrying(harness_factory: Any) -> None:
-    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "1")])
-    h.writer.fail_apply = ApiError(422, "Invalid", "spec.x: Required value")
+    del h.writer.fail_for["a-cm"]
+    h.clock.advance(1.99)
     h.drain()
-    name, status = h.writer.statuses[-1]
-    assert (name, status["state"]) == ("a", "Failed")
-    assert "GenericItems[0] (ConfigMap a-cm): Invalid (422): spec.x: Required value" in status["message"]
-    assert h.dispatcher.queue.num_requeues(DISPATCH) == 0
-    assert h.dispatcher.ledger.free().get("cpu") == 8000
+    assert h.writer.applied[-1] == "other3-cm", "not due yet"
+    h.clock.advance(0.01)
+    h.drain()
+    assert h.writer.applied[-1] == "a-cm"
+    assert last_status(h, "a")["state"] == "Running"
+    assert h.dispatcher._dispatch_retries.attempts("ns/a") == 0, "a success forgets its failures"
 
 
 def test_own_pods_that_exist_already_are_credited_after_a_crash(harness_factory: Any) -> None:
@@ -216,6 +238,43 @@ def gang_aw(name: str, pods: int, requests: dict[str, str], priority: int = 0) -
 
 def last_status(h: Harness, name: str) -> dict[str, Any]:
     return next(status for n, status in reversed(h.writer.statuses) if n == name)
+
+
+def test_pods_the_scheduler_cannot_place_are_named_in_status_until_they_run(harness_factory: Any) -> None:
+    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[aw("a", "2")])
+    h.drain()
+    assert h.writer.applied == ["a-cm"]
+    stuck = {**pod("a-1", "3", appwrapper="a"), "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/1 nodes are available: 1 Insufficient cpu.", "lastTransitionTime": "2026-01-01T00:00:09Z"}]}}
+    del stuck["spec"]["nodeName"]
+    h.lw["pod"].add(pod("a-0", "1", appwrapper="a"))
+    h.lw["pod"].add(stuck)
+    wait_until(lambda: h.dispatcher.pods.get("uid-a-1"), 5, "the pods")
+    h.drain()
+    h.clock.advance(5)  # pod counts are written at most every 5 s
+    h.drain()
+    counted = last_status(h, "a")
+    assert (counted["pending"], counted["running"]) == (1, 1)
+    assert counted["pendingpodconditions"] == [{"podname": "a-1", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/1 nodes are available: 1 Insufficient cpu.", "lastTransitionTime": "2026-01-01T00:00:09Z"}]}]
+
+    writes = len(h.writer.statuses)
+    churned = h.lw["pod"].modify(stuck)["metadata"]["resourceVersion"]  # the same pod, seen again
+    wait_until(lambda: h.dispatcher.pods.get("uid-a-1").resource_version == churned, 5, "the pod's update")
+    h.drain()
+    h.clock.advance(5)
+    h.drain()
+    assert len(h.writer.statuses) == writes, "the same verdict costs no write"
+
+    h.lw["pod"].modify(pod("a-1", "1", appwrapper="a"))  # placed after all, and running
+    wait_until(lambda: h.dispatcher.pods.get("uid-a-1").phase == "Running", 5, "the pod to run")
+    h.drain()
+    h.clock.advance(5)
+    h.drain()
+    cleared = last_status(h, "a")
+    assert cleared["running"] == 2 and "pendingpodconditions" not in cleared
 
 
 @pytest.mark.parametrize("fit", ["nodes", "aggregate"])
@@ -288,7 +347,11 @@ def test_priority_preemption_evicts_the_most_recent_lower_priority_only(harness_
     wait_until(lambda: h.dispatcher.pods.get("uid-low-b-0") is None, 5, "the victim's pod to go")
     h.drain()
     assert h.writer.applied[-1] == "high-cm"
-    assert last_status(h, "low-b")["state"] == "Pending"
+    waits = last_status(h, "low-b")
+    assert waits["state"] == "Pending"
+    # Now it waits like any other; its requeue stays in the log, as upstream keeps it.
+    assert [c["reason"] for c in waits["conditions"] if c["type"] == "Backoff"] == [
+        "PreemptionTriggered", "AppWrapperNotRunnable."]
     assert h.dispatcher.preemptions == 1, "the victim (lower priority) never preempts back"
 
 

@@ -147,8 +147,13 @@ def free_cpu_millis(core: k8s.CoreV1Api) -> int:
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    """The AppWrapper status condition of ``type_``, if any."""
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
+    """The current AppWrapper status condition of ``type_`` (its latest entry; earlier ones are history), if any."""
+    return next((c for c in reversed(status.get("conditions") or []) if c["type"] == type_), None)
+
+
+def conditions_of(status: dict[str, Any], type_: str) -> list[dict[str, Any]]:
+    """Every entry of ``type_`` in the status's condition log, oldest first."""
+    return [c for c in status.get("conditions") or [] if c["type"] == type_]
 
 
 def blocked_on(message: str, resource: str) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 
-from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, condition
+from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, condition, conditions_of
 from test.support import wait_until
 
 GPU_NODES = 8
@@ -86,20 +86,35 @@ def test_one_eight_gpu_pod_waits_with_fit_nodes_and_is_dispatched_without(
 
 def test_case_18_scheduling_fail_fast(gpu_nodes: list[str], controller_kubeconfig: str, aws: AppWrappers) -> None:
     """Upstream case 18: an AppWrapper that fits the total but no node. Upstream dispatched it, its pod stayed
-    Pending and the requeue check sent it back (PreemptionTriggered), while a later one that fits ran. With
-    --fit=aggregate that is what happens here; with --fit=nodes it is never dispatched at all."""
+    Pending and the requeue check sent it back (PreemptionTriggered), a later one that fits ran, and then the
+    first one still had a condition with reason PreemptionTriggered (its spec's last check), although it waits
+    again for another reason. With --fit=aggregate that is what happens here; with --fit=nodes it is never
+    dispatched at all."""
     requeue = {"minAvailable": 1, "requeuing": {"timeInSeconds": 2}}
     ctl = start(controller_kubeconfig, "--fit=aggregate")
     try:
         aws.create(gpu_pods("wide", 1, 2, **requeue))
         aws.wait_state("wide", "Running")
         wait_until(lambda: aws.pods("wide", "Pending"), 30, "its unplaceable pod")
+        # Seven GPUs: they fit only once wide's reservation is gone, and leave too few for wide.
+        aws.create(gpu_pods("rest", GPU_NODES - 1, 1))
         wait_until(lambda: aws.status("wide").get("numberOfRequeueings", 0) >= 1, 30, "the requeue")
         status = aws.status("wide")
         assert condition(status, "PreemptCandidate")["reason"] == "MinPodsNotRunning"
-        assert condition(status, "Backoff")["reason"] == "PreemptionTriggered"
-        aws.delete("wide")
-        wait_until(lambda: not aws.pods("wide"), 60, "its pods to go")
+        aws.wait_pods("rest", GPU_NODES - 1)
+
+        def waits_again() -> dict[str, Any] | None:
+            status = aws.status("wide")
+            return status if (condition(status, "Backoff") or {}).get("reason") == "AppWrapperNotRunnable." else None
+
+        status = wait_until(waits_again, 30, "wide to wait for GPUs again")
+        assert status["state"] == "Pending"
+        assert any(c.get("reason") == "PreemptionTriggered" for c in status["conditions"]), status["conditions"]
+        assert [c["reason"] for c in conditions_of(status, "Backoff")] == [
+            "PreemptionTriggered", "AppWrapperNotRunnable."]
+        for name in ("wide", "rest"):
+            aws.delete(name)
+            wait_until(lambda name=name: not aws.pods(name), 60, f"the pods of {name} to go")
     finally:
         ctl.stop()
     ctl = start(controller_kubeconfig)

@@ -6,7 +6,17 @@ from typing import Any
 
 import kubernetes.client as k8s
 
-from test.e2e.conftest import AppWrappers, Controller, appwrapper, condition, deployment_item, free_cpu_millis, job_item
+from test.e2e.conftest import (
+    AppWrappers,
+    Controller,
+    appwrapper,
+    condition,
+    conditions_of,
+    deployment_item,
+    free_cpu_millis,
+    job_item,
+)
+from test.support import wait_until
 
 CONTROLLER_ARGS = ("--preemption",)
 
@@ -76,3 +86,28 @@ def test_never_preempts_for_an_appwrapper_larger_than_the_cluster(controller: Co
     aws.wait_state("small", "Running")
     assert aws.status("low")["state"] == "Running"
     assert preemptions_logged(controller) == before
+
+
+def test_a_victim_keeps_its_requeue_in_the_log_while_it_waits_again(controller: Controller, aws: AppWrappers,
+                                                                    core: k8s.CoreV1Api) -> None:
+    """Upstream keeps one condition entry per reason of a type: the victim's PreemptionTriggered Backoff stays in
+    its status after the AppWrapperNotRunnable. Backoff it gets while the preemptor holds the room."""
+    most = free_cpu_millis(core) * 3 // 4
+    aws.create(prioritised("victim", 1, deployment_item("victim", 1, f"{most}m")))
+    aws.wait_state("victim", "Running")
+    aws.create(prioritised("preemptor", 10, deployment_item("preemptor", 1, f"{most}m")))
+    aws.wait_state("preemptor", "Running", timeout=60)
+
+    def waits_again() -> dict[str, Any] | None:
+        status = aws.status("victim")
+        backoff = condition(status, "Backoff") or {}
+        return status if backoff.get("reason") == "AppWrapperNotRunnable." else None
+
+    status = wait_until(waits_again, 60, "the victim's later Backoff")
+    assert status["state"] == "Pending"
+    backoffs = conditions_of(status, "Backoff")
+    assert [c["reason"] for c in backoffs] == ["PreemptionTriggered", "AppWrapperNotRunnable."], backoffs
+    assert backoffs[0]["message"] == f"Preempted by AppWrapper {aws.namespace}/preemptor (priority 10)."
+    assert backoffs[0]["lastTransitionMicroTime"] < backoffs[1]["lastTransitionMicroTime"]
+    assert condition(status, "PreemptCandidate")["reason"] == "PreemptedByHigherPriority"  # type: ignore[index]
+    assert len(status["conditions"]) == len({(c["type"], c.get("reason")) for c in status["conditions"]})

@@ -301,6 +301,39 @@ def test_case_19_custom_pod_resources_smaller_than_containers_are_trusted(
     wait_until(one_running_one_unschedulable, 60, f"both pods of {name}, one Running and one Unschedulable")
 
 
+def test_pendingpodconditions_name_the_pod_the_scheduler_cannot_place_until_it_can(
+        controller: Controller, aws: AppWrappers, core: k8s.CoreV1Api) -> None:
+    """Upstream writes status.pendingpodconditions for the Pending pods the scheduler rejects (case 12 checks it
+    ends empty). Case 19's setup: custompodresources understate the pods, so one of them cannot be placed; once
+    the first AppWrapper goes, it runs and the entry goes too."""
+    free = free_cpu_millis(core)
+    first = dispatch_first(aws, free)
+    custom_cpu, _ = split(free, first)
+    name = "aw-deployment-2-425-vs-426-cpu"
+    aws.create(appwrapper(name, deployment_item(name, 2, millis(custom_cpu + 1),
+                                                custompodresources=custom_resources(2, millis(custom_cpu)))))
+    aws.wait_state(name, "Running")
+
+    def named() -> dict[str, Any] | None:
+        status = aws.status(name)
+        return status if status.get("pendingpodconditions") else None
+
+    status = wait_until(named, 60, f"status.pendingpodconditions of {name}")
+    [entry] = status["pendingpodconditions"]
+    [stuck] = [p for p in aws.pods(name) if p.status.phase == "Pending"]
+    assert entry["podname"] == stuck.metadata.name
+    [verdict] = entry["conditions"]
+    assert (verdict["type"], verdict["status"], verdict["reason"]) == ("PodScheduled", "False", "Unschedulable")
+    assert "Insufficient cpu" in verdict["message"], verdict
+    [scheduled] = [c for c in stuck.status.conditions if c.type == "PodScheduled"]
+    assert verdict["message"] == scheduled.message
+    assert status["pending"] == 1 and status["running"] == 1
+
+    aws.delete("aw-deployment-2-550cpu")  # room for the stuck pod
+    wait_until(lambda: (s := aws.status(name)).get("running") == 2 and "pendingpodconditions" not in s, 60,
+               f"both pods of {name} counted Running, and no pendingpodconditions left")
+
+
 def test_case_20_custom_pod_resources_bigger_than_free_stay_queued(controller: Controller, aws: AppWrappers,
                                                                    core: k8s.CoreV1Api) -> None:
     """Upstream: after 2x550m, custompodresources 2x4270m on 2x425m containers: no pods (90 s), queued."""

@@ -2,8 +2,9 @@
 
 This is not a performance test (figures at this scale mean nothing, and timings are never asserted); it stops the
 benchmark suite from rotting between the occasional full runs, and checks the correctness properties the
-scenarios observe: the deep-queue backlog is not rewritten while probes dispatch, and a restarted controller
-re-dispatches nothing.
+scenarios observe: the deep-queue backlog is not rewritten while probes dispatch, a restarted controller
+re-dispatches nothing, the noisy neighbour's AppWrappers and the other tenant's all run, and the memory scenario
+queues all of its AppWrappers and measures the controller before and after a restart.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = ["ceiling", "throughput", "deep_queue", "churn", "restart"]
+SCENARIOS = ["ceiling", "throughput", "deep_queue", "churn", "restart", "noisy_neighbour", "memory"]
 PERCENTILES = {"n", "p50_ms", "p90_ms", "p99_ms", "mean_ms"}
 
 
@@ -67,3 +68,19 @@ def test_churn_dispatches_every_class(results: dict[str, dict]) -> None:
     latency = results["churn"]["latency"]
     for size in ("small", "medium", "large"):
         assert latency[f"time_to_dispatch_{size}"]["n"] == 30
+
+
+def test_noisy_neighbour_dispatches_the_other_tenant_and_every_big_appwrapper(results: dict[str, dict]) -> None:
+    entry = results["noisy_neighbour"]
+    assert entry["params"]["big_appwrappers"] >= 1
+    assert entry["latency"]["probe_create_to_running"]["n"] == 1
+    assert entry["latency"]["probe_create_to_pod_running"]["n"] == 1
+    assert entry["latency"]["big_create_to_running"]["n"] == entry["params"]["big_appwrappers"]
+
+
+def test_memory_queues_everything_and_measures_each_phase(results: dict[str, dict]) -> None:
+    entry = results["memory"]
+    assert entry["latency"]["small_create_to_pending"]["n"] == entry["params"]["small_appwrappers"]
+    assert entry["latency"]["big_create_to_pending"]["n"] == entry["params"]["big_appwrappers"]
+    assert entry["small"]["appwrapper_bytes"] > 0 and entry["small"]["rss_after_mib"] > 0
+    assert entry["big"]["peak_rss_mib"] > 0 and entry["restart"]["peak_rss_mib"] > 0

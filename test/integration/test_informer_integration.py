@@ -132,13 +132,13 @@ def test_list_pages_through_every_item_and_returns_the_list_version(
         core.create_namespaced_config_map(namespace, {"metadata": {"name": f"cm-{i}", "labels": {"page": "yes"}}})
     client = configmap_client(conn, namespace, label_selector="page=yes", page_size=3)
     pages: list[list[tuple[str, str]]] = []
-    real_get = client._get_json
+    real_get = client._get_page
 
-    def counting_get(query: list[tuple[str, str]]) -> dict[str, Any]:
+    def counting_get(query: list[tuple[str, str]]) -> tuple[dict[str, Any], int]:
         pages.append(query)
         return real_get(query)
 
-    client._get_json = counting_get  # type: ignore[method-assign]
+    client._get_page = counting_get  # type: ignore[method-assign]
 
     items, resource_version = client.list()
 
@@ -147,6 +147,44 @@ def test_list_pages_through_every_item_and_returns_the_list_version(
     assert ("limit", "3") in pages[0] and any(k == "continue" for k, _ in pages[1])
     assert all(item["kind"] == "ConfigMap" and item["apiVersion"] == "v1" for item in items)
     assert resource_version and int(resource_version) >= max(int(i["metadata"]["resourceVersion"]) for i in items)
+
+
+def record_limits(client: kube.ResourceClient) -> list[int]:
+    """The ``limit`` of every page ``client`` asks for from now on."""
+    limits: list[int] = []
+    real_get = client._get_page
+
+    def recording_get(query: list[tuple[str, str]]) -> tuple[dict[str, Any], int]:
+        limits.append(int(dict(query)["limit"]))
+        return real_get(query)
+
+    client._get_page = recording_get  # type: ignore[method-assign]
+    return limits
+
+
+def test_list_pages_aim_at_a_size_in_bytes_not_only_a_count(
+    conn: kube.Connection, core: k8s.CoreV1Api, namespace: str
+) -> None:
+    """Large objects make pages of fewer items (a list of 1 MiB AppWrappers must not hold hundreds at once); small
+    ones let the limit grow back towards page_size."""
+    for i in range(12):
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": f"big-{i:02d}", "labels": {"size": "big"}},
+                                                      "data": {"v": "x" * 100_000}})
+    big = configmap_client(conn, namespace, label_selector="size=big", page_size=500)
+    big._page_bytes = 250_000
+    limits = record_limits(big)
+    items, _ = big.list()
+    assert sorted(i["metadata"]["name"] for i in items) == [f"big-{i:02d}" for i in range(12)]
+    assert limits[0] == kube.FIRST_PAGE_LIMIT
+    assert all(limit <= 2 for limit in limits[1:]), limits  # 250 kB a page: two of these at most
+    assert big.largest_page_bytes <= kube.FIRST_PAGE_LIMIT * 101_000
+
+    for i in range(40):
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": f"small-{i:02d}", "labels": {"size": "s"}}})
+    small = configmap_client(conn, namespace, label_selector="size=s", page_size=500)
+    limits = record_limits(small)
+    assert len(small.list()[0]) == 40
+    assert limits == [8, 32], "small pages let the limit grow, fourfold at most"
 
 
 def test_informer_sees_create_update_delete_in_order(
@@ -321,10 +359,10 @@ def test_an_expired_continue_token_restarts_the_list_once(
     # refuses it with 410, as it would a token that outlived etcd compaction.
     expired = base64.urlsafe_b64encode(json.dumps(
         {"v": "meta.k8s.io/v1", "rv": 1, "start": "w1\u0000"}).encode()).decode().rstrip("=")
-    real_get = client._get_json
+    real_get = client._get_page
     answers: list[str] = []
 
-    def get_with_one_expired_token(query: list[tuple[str, str]]) -> dict[str, Any]:
+    def get_with_one_expired_token(query: list[tuple[str, str]]) -> tuple[dict[str, Any], int]:
         if any(k == "continue" for k, _ in query) and "Expired" not in answers:
             query = [(k, expired if k == "continue" else v) for k, v in query]
         try:
@@ -335,7 +373,7 @@ def test_an_expired_continue_token_restarts_the_list_once(
         answers.append("ok")
         return page
 
-    client._get_json = get_with_one_expired_token  # type: ignore[method-assign]
+    client._get_page = get_with_one_expired_token  # type: ignore[method-assign]
 
     items, resource_version = client.list()
 

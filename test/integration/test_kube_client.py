@@ -38,6 +38,30 @@ def test_apply_creates_then_updates_with_one_field_manager(client: kube.Client, 
     assert managers == {"mcad-test"}
 
 
+# Outside the BMP, a character YAML forbids raw, one a YAML 1.1 decoder folds as a line break, and a quote.
+AWKWARD = "ok \U0001f600 \x7f \x85 \u2028 \ufeff \"é\""
+
+
+def test_apply_sends_any_unicode_text_unchanged(client: kube.Client, namespace: str, core: k8s.CoreV1Api,
+                                                crd: None) -> None:
+    """Apply bodies are YAML to the API server: escaped JSON of a character outside the BMP was refused (400)."""
+    obj = {"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": "unicode", "namespace": namespace, "annotations": {"note": AWKWARD}},
+           "data": {"k": AWKWARD}}
+    client.apply(obj, field_manager="mcad-test", force=True)
+    stored = core.read_namespaced_config_map("unicode", namespace)
+    assert stored.metadata.annotations["note"] == AWKWARD
+    assert stored.data == {"k": AWKWARD}
+    # A status message carries names and API messages that may hold anything too.
+    aw = {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+          "metadata": {"name": "unicode", "namespace": namespace},
+          "spec": {"resources": {"GenericItems": [{"generictemplate": obj}]}}}
+    client.apply(aw, field_manager="mcad-test", force=True)
+    written = client.apply_status("workload.codeflare.dev/v1beta1", "AppWrapper", namespace, "unicode",
+                                  {"state": "Failed", "message": AWKWARD}, field_manager="mcad-test")
+    assert written["status"]["message"] == AWKWARD
+
+
 def test_delete_with_owner_uid_spares_objects_of_another_owner(client: kube.Client, namespace: str,
                                                                core: k8s.CoreV1Api) -> None:
     owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}})

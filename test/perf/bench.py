@@ -11,7 +11,7 @@ Results go to bench-results.json (one object per scenario, written after each sc
 A scenario that fails is reported with what it measured so far, and the next one runs; the exit code is 1 if any
 failed.
 
-Scenarios: ceiling, throughput, deep_queue, churn, restart (see test/perf/scenarios.py).
+Scenarios: ceiling, throughput, deep_queue, churn, restart, noisy_neighbour (see test/perf/scenarios.py).
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def render(results: list[Result]) -> str:
                         + f", peak RSS {_fmt(ctl.get('peak_rss_mib'))} MiB")
         out.append("   " + "; ".join(head))
         extra = []
-        for key in ("throughput", "restart", "backlog"):
+        for key in ("throughput", "restart", "backlog", "big"):
             if r.get(key):
                 extra.append(", ".join(f"{k} {_fmt(v)}" for k, v in r[key].items()))
         for key in ("create_rate_per_s", "utilisation_pct", "controller_ready_s", "ceiling_source"):

@@ -1,5 +1,6 @@
-"""The five benchmark scenarios of issue 4. Each fills in a result dict as it goes, so a failure keeps what was
-measured before it, and each runs in its own fresh cluster (``Env``), taken down afterwards unless ``--keep``.
+"""The benchmark scenarios of issue 4, and noisy_neighbour of issue 14. Each fills in a result dict as it goes, so
+a failure keeps what was measured before it, and each runs in its own fresh cluster (``Env``), taken down
+afterwards unless ``--keep``.
 
 Counts are multiplied by ``Options.scale`` (see ``scaled``); the per-scenario docstrings say what is measured.
 """
@@ -20,6 +21,7 @@ from typing import Any
 from test.perf.client import Api, ApiError, Obj, Watch
 from test.perf.harness import (
     API_VERSION,
+    AW_LABEL,
     NAMESPACE,
     PROBE_LABEL,
     BenchError,
@@ -715,10 +717,180 @@ def restart(opts: Options, result: Result) -> None:
                    "<=", 300, "MiB")
 
 
+# ---------------------------------------------------------------------------------------------- noisy neighbour
+
+NOISY_NAMESPACE = NAMESPACE  # the tenant with the big AppWrappers
+QUIET_NAMESPACE = "bench-quiet"  # the tenant with one small AppWrapper
+NOISY_DELAY_S = 2.0
+
+
+def noisy_neighbour(opts: Options, result: Result) -> None:
+    """One tenant's big AppWrappers against another's small one (issue 14, write pool monopoly): N AppWrappers of
+    M ConfigMaps each (no pods, zero demand: all dispatch at once) created in one namespace, then, 2 s after the
+    last create returned, a one-pod AppWrapper in another namespace. Its creation -> Running (dispatched) and ->
+    pod Running, while the big ones are being written; and the first big create -> the last big one Running."""
+    f = opts.factor("noisy_neighbour")
+    n = scaled(40, f)
+    items = scaled(500, f, minimum=10)
+    result["params"] = {"big_appwrappers": n, "configmaps_each": items, "nodes": 1, "delay_s": NOISY_DELAY_S,
+                        "threads": opts.threads}
+    with Env("noisy_neighbour", opts, result) as env:
+        env.nodes(1, cpu="8", memory="32Gi", pods=110)
+        create_namespace(env.api, QUIET_NAMESPACE)
+        ctl = env.controller("controller")
+        result["controller_ready_s"] = round(warmup(env, ctl), 2)
+        baseline = ctl.stats()
+        api = env.api
+        tracker = Tracker()
+        env.watch(watch_appwrappers(api, tracker))
+        env.watch(Watch(api, aw_path(namespace=QUIET_NAMESPACE), tracker.on_aw, name="watch-quiet").start())
+        env.watch(Watch(api, f"/api/v1/namespaces/{QUIET_NAMESPACE}/pods", tracker.on_pod, AW_LABEL,
+                        name="watch-quiet-pods").start())
+        names = [f"big-{i:03d}" for i in range(n)]
+        bodies = [appwrapper(name, [{"replicas": 1, "generictemplate": {
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-{j:03d}"}, "data": {"bench": "1"}}}
+            for j in range(items)]) for name in names]
+        probe = "quiet-probe"
+
+        def line() -> str:
+            return (f"created {len(tracker.created)}/{n + 1}, big Running {len(set(names) & set(tracker.running))}"
+                    f"/{n}, probe {tracker.state.get(probe) or '-'}")
+
+        say(f"noisy_neighbour: {n} AppWrappers of {items} ConfigMaps in {NOISY_NAMESPACE}, then one pod in "
+            f"{QUIET_NAMESPACE} {NOISY_DELAY_S:g} s later")
+        started = time.monotonic()
+        timeout = 120 + n * items / 100
+        with Progress("noisy_neighbour", line):
+            create_s = create_all(env, tracker, bodies)
+            time.sleep(NOISY_DELAY_S)  # the schedule of the scenario, not a wait for a condition
+            big_running_before = len(set(names) & set(tracker.running))
+            api.create(aw_path(namespace=QUIET_NAMESPACE), appwrapper(probe, [pod_item(probe, "100m")]))
+            tracker.mark_created(probe, time.monotonic())
+            tracker.wait(has(tracker.running, probe), timeout, f"{probe} Running", ctl.check_alive)
+            tracker.wait(has(tracker.pods_running, probe), 120, f"the pod of {probe} Running", ctl.check_alive)
+            tracker.wait(lambda: all(x in tracker.running or x in tracker.failed for x in names), timeout,
+                         f"{n} big AppWrappers Running", ctl.check_alive)
+        result["wall_s"] = round(time.monotonic() - started, 2)
+        result["controller"] = controller_figures(ctl, baseline)
+        if tracker.failed:
+            raise BenchError(f"{len(tracker.failed)} AppWrappers failed, e.g. {next(iter(tracker.failed.items()))}")
+        first_create = min(tracker.created[x] for x in names)
+        big_wall = max(tracker.running[x] for x in names) - first_create
+        probe_s = tracker.running[probe] - tracker.created[probe]
+        result["big"] = {"create_s": round(create_s, 2), "first_create_to_last_running_s": round(big_wall, 2),
+                         "running_when_probe_created": big_running_before,
+                         "running_before_probe": sum(1 for x in names if tracker.running[x] < tracker.running[probe])}
+        result["throughput"] = {"configmaps_per_s": round(n * items / big_wall, 1)}
+        # Split at the controller's decision (its dispatch timestamp: its wall clock, in microseconds): before it,
+        # the dispatcher loop; after it, the write pool, the API server and the watch.
+        offset = time.time() - time.monotonic()
+        try:
+            decided = datetime.fromisoformat(tracker.dispatch_stamp[probe].replace("Z", "+00:00")).timestamp() - offset
+        except (KeyError, ValueError):
+            decided = None
+        result["latency"] = {"probe_create_to_running": summary([probe_s]),
+                             "(probe decision to seen Running)": summary(
+                                 [] if decided is None else [tracker.running[probe] - decided]),
+                             "probe_create_to_pod_running": summary(tracker.latencies([probe], tracker.pods_running)),
+                             "big_create_to_running": summary(tracker.latencies(names, tracker.running))}
+        add_target(result, "other tenant's one-pod AppWrapper create -> Running", probe_s, "<", 0.5, "s")
+
+
+# What one queued AppWrapper may cost the controller (issue 14): this much, plus this share of its own size.
+MEMORY_PER_APPWRAPPER_BYTES = 2048
+MEMORY_SHARE_OF_SIZE = 0.10
+MEMORY_PEAK_MIB = 300.0
+BIG_VALUES, BIG_VALUE_BYTES = 16, 64 * 1024  # 1 MiB of ConfigMap data in each big AppWrapper
+
+
+def settled_rss(ctl: Controller, timeout: float = 30.0) -> float:
+    """The controller's RSS (MiB) once it stops moving (three reads 0.5 s apart within 1 MiB), or at the deadline."""
+    reads: list[float] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reads.append(ctl.stats().get("rss_mib", 0.0))
+        if len(reads) >= 3 and max(reads[-3:]) - min(reads[-3:]) <= 1.0:
+            break
+        time.sleep(0.5)  # sampling a process's memory: there is no event to wait for
+    return reads[-1]
+
+
+def memory(opts: Options, result: Result) -> None:
+    """Controller memory per queued AppWrapper (issue 14, bounded memory). (a) N small AppWrappers that can never
+    fit (1 nvidia.com/gpu each, no GPUs) are queued: settled RSS growth over the warm controller, per AppWrapper,
+    against 2 KiB plus 10 % of one AppWrapper's size as stored (its JSON with status). (b) M AppWrappers of 1 MiB
+    each (a ConfigMap of 16 values of 64 KiB), queued the same way: the controller's peak RSS while they arrive.
+    (c) The controller restarts and lists them all: the new process's peak RSS. (b) and (c) against 300 MiB."""
+    f = opts.factor("memory")
+    n_small = scaled(10000, f)
+    n_big = scaled(1000, f)
+    result["params"] = {"small_appwrappers": n_small, "big_appwrappers": n_big,
+                        "big_bytes": BIG_VALUES * BIG_VALUE_BYTES, "nodes": 2, "threads": opts.threads}
+    with Env("memory", opts, result) as env:
+        started = time.monotonic()
+        env.nodes(2, cpu="8", memory="32Gi", pods=110)
+        ctl = env.controller("controller")
+        result["controller_ready_s"] = round(warmup(env, ctl), 2)
+        api = env.api
+        tracker = Tracker()
+        env.watch(watch_appwrappers(api, tracker))
+        base_rss = settled_rss(ctl)
+
+        small = [f"small-{i:05d}" for i in range(n_small)]
+        say(f"memory: queueing {n_small} small AppWrappers")
+        with Progress("memory", lambda: f"created {len(tracker.created)}/{n_small}, Pending {len(tracker.pending)}"):
+            create_all(env, tracker, [appwrapper(n, [configmap_item(n, {"nvidia.com/gpu": "1"})]) for n in small])
+            tracker.wait(lambda: len(tracker.pending) >= n_small, 120 + n_small / 10,
+                         f"{n_small} small AppWrappers Pending", ctl.check_alive)
+        small_rss = settled_rss(ctl)
+        size = len(json.dumps(api.get(aw_path(small[-1])), separators=(",", ":")))
+        per_aw = (small_rss - base_rss) * 1024 * 1024 / n_small
+        budget = MEMORY_PER_APPWRAPPER_BYTES + MEMORY_SHARE_OF_SIZE * size
+        result["small"] = {"appwrapper_bytes": size, "rss_before_mib": base_rss, "rss_after_mib": small_rss,
+                           "bytes_per_appwrapper": round(per_aw), "budget_bytes": round(budget)}
+        add_target(result, f"RSS per queued AppWrapper of {size} B (2 KiB + 10 % of its size)", per_aw, "<=",
+                   budget, "B")
+
+        big = [f"big-{i:04d}" for i in range(n_big)]
+        data = {f"v{j:02d}": "x" * BIG_VALUE_BYTES for j in range(BIG_VALUES)}
+
+        def big_body(name: str) -> Obj:
+            item = configmap_item(name, {"nvidia.com/gpu": "1"})
+            item["generictemplate"]["data"] = data
+            return appwrapper(name, [item])
+
+        say(f"memory: queueing {n_big} AppWrappers of 1 MiB")
+        with Progress("memory", lambda: f"big created {len(set(big) & set(tracker.created))}/{n_big}, "
+                                        f"Pending {len(set(big) & set(tracker.pending))}"):
+            run_parallel(lambda name: (api.create(aw_path(), big_body(name)),
+                                       tracker.mark_created(name, time.monotonic())), big, min(opts.threads, 8))
+            tracker.wait(lambda: all(n in tracker.pending for n in big), 300 + n_big, f"{n_big} big ones Pending",
+                         ctl.check_alive)
+        figures = controller_figures(ctl)
+        result["big"] = {"peak_rss_mib": figures["peak_rss_mib"], "rss_after_mib": settled_rss(ctl)}
+        add_target(result, f"peak RSS while {n_big} AppWrappers of 1 MiB arrive", figures["peak_rss_mib"], "<=",
+                   MEMORY_PEAK_MIB, "MiB")
+
+        say("memory: restarting the controller, which lists them all")
+        ctl.stop()
+        again = env.controller("controller-restarted")
+        result["restart"] = {"ready_s": round(warmup(env, again, timeout=300 + n_big / 10), 2)}
+        restarted = controller_figures(again)
+        result["restart"].update(peak_rss_mib=restarted["peak_rss_mib"], rss_mib=settled_rss(again))
+        result["wall_s"] = round(time.monotonic() - started, 2)
+        result["controller"] = restarted
+        result["latency"] = {"small_create_to_pending": summary(tracker.latencies(small, tracker.pending)),
+                             "big_create_to_pending": summary(tracker.latencies(big, tracker.pending))}
+        add_target(result, f"peak RSS of a restart listing {n_small + n_big} queued AppWrappers",
+                   restarted["peak_rss_mib"], "<=", MEMORY_PEAK_MIB, "MiB")
+
+
 SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "ceiling": ceiling,
     "throughput": throughput,
     "deep_queue": deep_queue,
     "churn": churn,
     "restart": restart,
+    "noisy_neighbour": noisy_neighbour,
+    "memory": memory,
 }

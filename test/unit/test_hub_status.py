@@ -1,10 +1,11 @@
 """Hub mode, the pure pieces around a dispatch into a worker: the status it records and the manifests it sends.
 
 Status: ``dispatched(cluster=...)`` records ``targetClusterName`` and starts without a stale ClusterAvailable;
-``requeued`` forgets the worker; ``cluster_available`` is one condition, equal output for equal input (so the
-dispatcher, which writes only changed statuses, writes nothing). Manifests: in a worker nothing can point at the
-AppWrapper, so ``remote=True`` drops the ownerReference and carries the AppWrapper's uid as a label instead, while
-pods still find their AppWrapper by the usual labels; ``remote=False`` is single-cluster mode, unchanged.
+``requeued`` forgets the worker; ``cluster_available`` is one condition type (a past outage stays as history),
+equal output for equal input (so the dispatcher, which writes only changed statuses, writes nothing). Manifests:
+in a worker nothing can point at the AppWrapper, so ``remote=True`` drops the ownerReference and carries the
+AppWrapper's uid as a label instead, while pods still find their AppWrapper by the usual labels; ``remote=False``
+is single-cluster mode, unchanged.
 """
 
 from __future__ import annotations
@@ -69,10 +70,12 @@ def test_cluster_available_false_then_true_with_reason_and_message() -> None:
     assert down["targetClusterName"] == "w2"
 
     up = status.cluster_available(down, T2, available=True, reason="Healthy")
-    [condition] = conditions_of(up, status.CLUSTER_AVAILABLE)
+    was, condition = conditions_of(up, status.CLUSTER_AVAILABLE)
+    assert status.latest(up["conditions"], status.CLUSTER_AVAILABLE) is condition
     assert (condition["status"], condition["reason"]) == ("True", "Healthy")
     assert "message" not in condition
     assert condition["lastTransitionMicroTime"] == status.micro_time(T2)
+    assert was["reason"] == "Unauthorized", "the outage stays in the log as history"
 
 
 def test_cluster_available_with_the_same_input_later_changes_nothing() -> None:

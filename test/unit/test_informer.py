@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from mcad.informer import EventType, Informer, object_key
+from mcad.informer import EventType, Informer, Reconnects, object_key
 from mcad.kube import ApiError
 from test.fakes import FakeClock, FakeListerWatcher, configmap
 
@@ -473,3 +473,33 @@ def test_an_object_the_transform_rejects_counts_as_absent(
     fake.add(configmap("fence"))
     assert recorder.next() == ("ADDED", None, "fence")
     assert sorted(informer.keys()) == ["default/fence"]
+
+
+def test_informers_of_one_server_reconnect_together() -> None:
+    """After an outage the first informer to get an answer wakes the others, which would each wait up to their own
+    backoff otherwise, and tells the group's listeners."""
+    peers = Reconnects()
+    told = threading.Event()
+    peers.on_recovered(told.set)
+    fakes = [FakeListerWatcher(), FakeListerWatcher()]
+    for fake in fakes:
+        fake.fail_next_list(ApiError(0, "ConnectionRefused", "the API server is down"))
+    first, second = (Informer(f"peer{i}", fake, rng=random.Random(7), watch_timeout=(5, 10), backoff=(60.0, 60.0),
+                              peers=peers) for i, fake in enumerate(fakes))
+    first.start()
+    second.start()
+    try:
+        for fake in fakes:
+            fake.wait_for_lists(1)
+        assert not first.has_synced() and not second.has_synced()  # both wait out a backoff of 30-60 s
+        assert not told.is_set()
+
+        first.retry_now()  # its own backoff ends first: the server answers it
+
+        assert second.wait_synced(TIMEOUT), "woken by the first, not left to its own backoff"
+        assert first.wait_synced(TIMEOUT)
+        assert told.wait(TIMEOUT)
+        assert fakes[1].lists == 2
+    finally:
+        first.stop()
+        second.stop()

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
 import pytest
 
 from mcad.api.resources import ZERO, ResourceVector
-from mcad.api.views import APPWRAPPER_LABEL, NodeView, PodView, Taint, node_view, pod_view
+from mcad.api.views import (
+    APPWRAPPER_LABEL,
+    MAX_SCHEDULER_MESSAGE,
+    NodeView,
+    PodView,
+    Taint,
+    Unschedulable,
+    node_view,
+    pod_view,
+)
 from mcad.ledger import Ledger
 
 GI = 2**30
@@ -167,10 +177,61 @@ def test_pod_view_unlabelled_unbound_deleting() -> None:
     assert pod_view(raw).appwrapper is None
 
 
+def unschedulable_pod(uid: str, message: str, *, phase: str = "Pending", reason: str = "Unschedulable",
+                      status: str = "False") -> dict[str, Any]:
+    raw = raw_pod(uid, phase=phase, aw="job-a")
+    raw["status"]["conditions"] = [
+        {"type": "Initialized", "status": "True"},
+        {"type": "PodScheduled", "status": status, "reason": reason, "message": message,
+         "lastTransitionTime": "2026-11-21T12:00:03Z", "lastProbeTime": None}]
+    return raw
+
+
+NO_ROOM = "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No victims."
+
+
+def test_pod_view_keeps_the_schedulers_verdict_on_a_pod_it_could_not_place() -> None:
+    view = pod_view(unschedulable_pod("u", NO_ROOM))
+    assert view.unschedulable == Unschedulable(NO_ROOM, "2026-11-21T12:00:03Z")
+
+
+@pytest.mark.parametrize("raw", [
+    raw_pod("u", phase="Pending"),  # not looked at by the scheduler yet
+    unschedulable_pod("u", NO_ROOM, phase="Running"),  # an old condition on a pod that runs
+    unschedulable_pod("u", "", status="True", reason=""),  # scheduled, its node still pulling images
+    unschedulable_pod("u", "waiting for ephemeral volume", reason="SchedulerError"),
+    # The coscheduling plugin holds a pod until its pod group gathers: it waits for its siblings, not for room.
+    unschedulable_pod("u", "0/3 nodes are available: 3 optimistic rejection in PostFilter."),
+    unschedulable_pod("u", "pod group job-a: cannot find enough sibling pods, current pods number: 1"),
+    unschedulable_pod("u", "pod with pgName: ns/job-a last failed in 3s, deny"),
+])
+def test_pod_view_has_no_verdict_for_other_pods(raw: dict[str, Any]) -> None:
+    assert pod_view(raw).unschedulable is None
+
+
+def test_pod_view_cuts_a_long_scheduler_message_and_shares_equal_ones() -> None:
+    long = "0/5000 nodes are available: " + "; ".join(f"{i} node(s) had taint t{i}" for i in range(500))
+    view = pod_view(unschedulable_pod("u", long))
+    assert view.unschedulable is not None
+    assert len(view.unschedulable.message) == MAX_SCHEDULER_MESSAGE
+    assert view.unschedulable.message.startswith("0/5000 nodes are available: 0 node(s)")
+    assert view.unschedulable.message.endswith("…")
+    # Each pod of a gang arrives as its own JSON, with its own copy of the same message: the views share one.
+    a, b = (pod_view(json.loads(json.dumps(unschedulable_pod(u, NO_ROOM)))) for u in ("a", "b"))
+    assert a.unschedulable is not None and b.unschedulable is not None
+    assert a.unschedulable.message is b.unschedulable.message
+
+
 def test_pod_view_tolerates_odd_shapes_and_bad_quantities() -> None:
     raw = raw_pod("u", cpu="bogus")
     assert pod_view(raw).requests == v(memory=GI)
     assert pod_view({}) == PodView("", "", "", "", "", ZERO, None, False, "", False)
+    odd = raw_pod("u")
+    odd["status"]["conditions"] = "PodScheduled"
+    assert pod_view(odd).unschedulable is None
+    odd["status"]["conditions"] = [1, {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                       "message": 5, "lastTransitionTime": {}}]
+    assert pod_view(odd).unschedulable == Unschedulable("", "")
 
 
 # -- ledger scenarios -----------------------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from mcad import placement
+from mcad.api.podgroups import NodeRequirement, PodGroup, Toleration, gang
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView, Taint
-from mcad.placement import NodeRequirement, Packing, PodGroup, Toleration, gang, pack
+from mcad.placement import Packing, pack
 
 GI = 2**30
 GPU = "nvidia.com/gpu"

@@ -1,0 +1,98 @@
+"""An AppWrapper's status as the controller keeps it: the fields decisions read, typed, and the rest packed.
+
+Contract:
+- ``status_view(raw)`` never raises: an ill-typed field reads as absent. ``StatusView.of`` is the same.
+- Typed, for the decisions taken on every event and cycle: ``state``, ``canrun``, ``requeuings``
+  (numberOfRequeueings), ``requeue_wait`` (requeueingTimeInSeconds), ``first_dispatch``
+  (controllerfirstdispatchtimestamp), ``dispatched_since`` (the last Dispatched condition's
+  lastTransitionMicroTime), ``target_cluster`` (targetClusterName) and ``backoff`` (the reason of the last Backoff
+  condition, "" when there is none; a Backoff condition is only ever written with a reason).
+- ``raw()`` returns the whole status as a new dict, what the status builders (``mcad.status``) start from. It is
+  kept as zlib-compressed canonical JSON: a queued AppWrapper's status (about 1.3 KB of JSON, 4.4 KB as Python
+  dicts) costs about 0.5 KB, for 20-40 µs each time ``raw()`` is called, which is once per decision about that
+  AppWrapper, not per cycle.
+- Two views are equal when their statuses are (the packed bytes are compared; keys are sorted when packing).
+  ``EMPTY`` is the view of no status at all.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_DISPATCHED, _BACKOFF = "Dispatched", "Backoff"
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@dataclass(frozen=True, slots=True)
+class StatusView:
+    state: str = ""
+    canrun: bool = False
+    requeuings: int = 0
+    requeue_wait: int = 0
+    first_dispatch: str = ""
+    dispatched_since: str = ""
+    target_cluster: str = ""
+    backoff: str = ""
+    packed: bytes = b""
+
+    @staticmethod
+    def of(raw: Mapping[str, Any] | None) -> StatusView:
+        return status_view(raw)
+
+    def raw(self) -> dict[str, Any]:
+        """The whole status, as a new dict the caller may change."""
+        if not self.packed:
+            return {}
+        value = json.loads(zlib.decompress(self.packed))
+        return value if isinstance(value, dict) else {}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StatusView) and self.packed == other.packed
+
+    def __hash__(self) -> int:
+        return hash(self.packed)
+
+
+EMPTY = StatusView()
+
+
+def _latest(conditions: Any, type_: str) -> Mapping[str, Any]:
+    if isinstance(conditions, list):
+        for condition in reversed(conditions):
+            if isinstance(condition, Mapping) and condition.get("type") == type_:
+                return condition
+    return {}
+
+
+def status_view(raw: Mapping[str, Any] | None) -> StatusView:
+    if not isinstance(raw, Mapping) or not raw:
+        return EMPTY
+    conditions = raw.get("conditions")
+    try:
+        text = json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str)
+    except (TypeError, ValueError):  # keys that are not strings: not something the API server sends
+        text = "{}"
+    return StatusView(
+        # Few distinct values among thousands of AppWrappers: one copy each.
+        state=sys.intern(_str(raw.get("state"))),
+        canrun=raw.get("canrun") is True,
+        requeuings=_int(raw.get("numberOfRequeueings")),
+        requeue_wait=_int(raw.get("requeueingTimeInSeconds")),
+        first_dispatch=_str(raw.get("controllerfirstdispatchtimestamp")),
+        dispatched_since=_str(_latest(conditions, _DISPATCHED).get("lastTransitionMicroTime")),
+        target_cluster=sys.intern(_str(raw.get("targetClusterName"))),
+        backoff=sys.intern(_str(_latest(conditions, _BACKOFF).get("reason"))),
+        packed=zlib.compress(text.encode("ascii")),  # json.dumps escapes non-ASCII text
+    )

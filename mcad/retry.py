@@ -1,0 +1,162 @@
+"""After an API write fails: what the failure means, and when (or whether) to try again. Pure, no I/O.
+
+Contract:
+- ``classify(err)`` sorts an ``ApiError`` into one of three kinds:
+  * ``UNAVAILABLE``: the API server did not serve the request for reasons of its own that pass: no answer at all
+    (status 0: refused, reset, timed out), 429 (throttled), 503 (unavailable), 401 (the controller's credentials
+    are being rotated). Retried with backoff; never a reason to fail the AppWrapper, since it says nothing about it.
+  * ``TRANSIENT``: server-side trouble that usually passes: 500 without a deterministic message, 502, 504, and
+    unusual codes. Retried with backoff and counted: ``Backoff`` gives up once a key has failed this way for long
+    enough.
+  * ``PERMANENT``: the same request would fail the same way: every other 4xx (400 bad request, 403 forbidden or
+    refused by admission, 404 a kind or namespace not served, 409 a conflict that retrying cannot resolve, 413 too
+    large, 422 invalid) and the 500s whose message says so (etcd's request-size limit, ResourceExhausted). The
+    caller fails the AppWrapper at once with the API server's message.
+- ``Backoff`` keeps, per key, the failures since its last success: ``failed(key, kind)`` returns a ``Retry`` (the
+  delay before the next attempt, or ``give_up`` with the attempts and seconds spent) and ``succeeded(key)``
+  forgets the key. Delays grow exponentially per key from ``base`` to ``cap`` (one key's failures never speed up
+  or slow down another's, and another key's success resets nothing), and across all keys a token bucket bounds
+  the rate of retries (``rate`` per second, ``burst``), so a thousand failing keys cannot add up to a thousand
+  requests a second. A key gives up once it has failed ``give_up_attempts`` times counting TRANSIENT failures
+  and its first counted failure is ``give_up_seconds`` old; UNAVAILABLE failures grow its delay but are not
+  counted. Memory: one entry per key that failed and has not succeeded or been forgotten since.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+
+class FailureKind(Enum):
+    UNAVAILABLE = "unavailable"
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+
+
+class _Error(Protocol):
+    status: int
+    message: str
+
+
+# 500s that are really refusals: the object (with its managedFields) exceeds etcd's request limit, or a gRPC limit
+# downstream of the API server. The same object would be refused again, however often it is sent.
+_DETERMINISTIC_500 = re.compile(
+    r"request is too large|too large to|larger than (the )?max|ResourceExhausted|exceeds? (the )?(maximum|limit)",
+    re.IGNORECASE)
+_UNAVAILABLE = frozenset({0, 401, 429, 503})
+
+
+def classify(err: _Error) -> FailureKind:
+    """What a failed request's answer says about trying it again (see the module docstring)."""
+    status = err.status
+    if status in _UNAVAILABLE:
+        return FailureKind.UNAVAILABLE
+    if status == 500:
+        return FailureKind.PERMANENT if _DETERMINISTIC_500.search(err.message or "") else FailureKind.TRANSIENT
+    if 400 <= status < 500:
+        return FailureKind.PERMANENT
+    return FailureKind.TRANSIENT
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """The verdict after a failure: try again after ``delay`` seconds, or ``give_up``."""
+
+    delay: float
+    give_up: bool = False
+    attempts: int = 0  # failures since the last success, this one included
+    seconds: float = 0.0  # since the first counted failure
+
+
+@dataclass(slots=True)
+class _Failures:
+    attempts: int = 0
+    counted: int = 0
+    first_counted: float | None = None
+
+
+class TokenBucket:
+    """``rate`` tokens a second up to ``burst``; ``reserve()`` takes one and says how long to wait for it."""
+
+    def __init__(self, rate: float, burst: int, clock: Clock) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError(f"a token bucket needs rate > 0 and burst >= 1 (rate={rate}, burst={burst})")
+        self._rate = rate
+        self._burst = float(burst)
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock.monotonic()
+
+    def reserve(self) -> float:
+        now = self._clock.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        self._tokens -= 1.0
+        # Negative tokens are reservations already handed out: this one waits for its turn behind them.
+        return 0.0 if self._tokens >= 0 else -self._tokens / self._rate
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How one kind of write is retried: per key from ``base`` doubling to ``cap`` seconds; across keys at most
+    ``rate`` retries a second (``burst`` at once); a key gives up after ``give_up_attempts`` counted failures
+    spanning ``give_up_seconds``."""
+
+    base: float
+    cap: float
+    rate: float
+    burst: int
+    give_up_attempts: int
+    give_up_seconds: float
+
+
+class Backoff:
+    """Per-key exponential backoff with a shared rate bound and a give-up rule (see the module docstring).
+    Not thread-safe: the dispatcher thread owns it."""
+
+    def __init__(self, clock: Clock, policy: Policy) -> None:
+        if not 0 < policy.base <= policy.cap:
+            raise ValueError(f"backoff needs 0 < base <= cap (base={policy.base}, cap={policy.cap})")
+        self._clock = clock
+        self._base = policy.base
+        self._cap = policy.cap
+        self._bucket = TokenBucket(policy.rate, policy.burst, clock)
+        self._give_up_attempts = policy.give_up_attempts
+        self._give_up_seconds = policy.give_up_seconds
+        self._failures: dict[str, _Failures] = {}
+
+    def failed(self, key: str, kind: FailureKind) -> Retry:
+        now = self._clock.monotonic()
+        failures = self._failures.setdefault(key, _Failures())
+        failures.attempts += 1
+        if kind is FailureKind.TRANSIENT:
+            failures.counted += 1
+            if failures.first_counted is None:
+                failures.first_counted = now
+        seconds = 0.0 if failures.first_counted is None else now - failures.first_counted
+        if kind is FailureKind.PERMANENT or (failures.counted >= self._give_up_attempts
+                                             and seconds >= self._give_up_seconds):
+            del self._failures[key]
+            return Retry(0.0, give_up=True, attempts=failures.attempts, seconds=seconds)
+        own = min(self._cap, self._base * 2.0 ** min(failures.attempts - 1, 64))
+        return Retry(max(own, self._bucket.reserve()), attempts=failures.attempts, seconds=seconds)
+
+    def succeeded(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    forget = succeeded
+
+    def attempts(self, key: str) -> int:
+        """Failures since the last success (0 when it has not failed)."""
+        failures = self._failures.get(key)
+        return 0 if failures is None else failures.attempts
+
+    def __len__(self) -> int:
+        return len(self._failures)

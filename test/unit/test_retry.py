@@ -1,0 +1,100 @@
+"""mcad.retry: what each API answer means for a retry, per-key backoff, the shared rate bound, giving up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from mcad.retry import Backoff, FailureKind, Policy, TokenBucket, classify
+from test.fakes import FakeClock
+
+
+@dataclass
+class Answer:
+    status: int
+    message: str = ""
+
+
+@pytest.mark.parametrize(("status", "message", "kind"), [
+    (0, "connection refused", FailureKind.UNAVAILABLE),
+    (401, "Unauthorized", FailureKind.UNAVAILABLE),
+    (429, "storage is (re)initializing", FailureKind.UNAVAILABLE),
+    (503, "service unavailable", FailureKind.UNAVAILABLE),
+    (500, "Internal error occurred: failed calling webhook", FailureKind.TRANSIENT),
+    (502, "", FailureKind.TRANSIENT),
+    (504, "the server was unable to return a response in the time allotted", FailureKind.TRANSIENT),
+    (410, "Gone", FailureKind.PERMANENT),
+    (400, "the body of the request was in an unknown format", FailureKind.PERMANENT),
+    (403, 'admission webhook "x" denied the request', FailureKind.PERMANENT),
+    (404, "the server could not find the requested resource", FailureKind.PERMANENT),
+    (409, "Apply failed with 1 conflict", FailureKind.PERMANENT),
+    (413, "Request entity too large: limit is 3145728", FailureKind.PERMANENT),
+    (422, "ConfigMap \"x\" is invalid", FailureKind.PERMANENT),
+    (500, "etcdserver: request is too large", FailureKind.PERMANENT),
+    (500, "rpc error: code = ResourceExhausted desc = trying to send message larger than max (2097152 vs. "
+          "2097152)", FailureKind.PERMANENT),
+    (599, "", FailureKind.TRANSIENT),
+])
+def test_every_answer_class_has_a_meaning(status: int, message: str, kind: FailureKind) -> None:
+    assert classify(Answer(status, message)) is kind
+
+
+POLICY = Policy(base=0.5, cap=5.0, rate=1000.0, burst=1000, give_up_attempts=10, give_up_seconds=300.0)
+
+
+def test_delays_double_per_key_up_to_the_cap_and_a_success_resets_only_that_key() -> None:
+    clock = FakeClock()
+    backoff = Backoff(clock, POLICY)
+    assert [backoff.failed("a", FailureKind.TRANSIENT).delay for _ in range(6)] == [0.5, 1, 2, 4, 5, 5]
+    assert backoff.failed("b", FailureKind.TRANSIENT).delay == 0.5, "another key's failures do not count"
+    backoff.succeeded("b")
+    assert backoff.failed("a", FailureKind.TRANSIENT).delay == 5, "another key's success resets nothing"
+    backoff.succeeded("a")
+    assert backoff.failed("a", FailureKind.UNAVAILABLE).delay == 0.5
+    assert len(backoff) == 1
+
+
+def test_transient_failures_give_up_after_enough_attempts_and_time_unavailable_ones_never() -> None:
+    clock = FakeClock()
+    backoff = Backoff(clock, POLICY)
+    retries = []
+    for _ in range(200):
+        retries.append(backoff.failed("a", FailureKind.TRANSIENT))
+        if retries[-1].give_up:
+            break
+        clock.advance(retries[-1].delay)
+    last = retries[-1]
+    assert last.give_up and last.seconds >= 300 and last.attempts >= 10
+    assert last.attempts == len(retries)
+    assert backoff.attempts("a") == 0, "a key that gave up is forgotten"
+
+    for _ in range(1000):
+        retry = backoff.failed("down", FailureKind.UNAVAILABLE)
+        assert not retry.give_up
+        clock.advance(retry.delay)
+
+
+def test_a_permanent_failure_gives_up_at_once() -> None:
+    backoff = Backoff(FakeClock(), POLICY)
+    assert backoff.failed("a", FailureKind.PERMANENT) == backoff.failed("a", FailureKind.PERMANENT)
+    assert backoff.failed("b", FailureKind.PERMANENT).give_up
+
+
+def test_the_bucket_bounds_the_rate_of_retries_across_keys() -> None:
+    clock = FakeClock()
+    backoff = Backoff(clock, Policy(base=0.5, cap=5.0, rate=10.0, burst=20, give_up_attempts=10,
+                                    give_up_seconds=300.0))
+    delays = [backoff.failed(f"k{i}", FailureKind.TRANSIENT).delay for i in range(40)]
+    assert delays[:20] == [0.5] * 20, "a burst of 20 at each key's own delay"
+    assert delays[20:] == pytest.approx([(i + 1) / 10 if (i + 1) / 10 > 0.5 else 0.5 for i in range(20)])
+
+
+def test_a_token_bucket_refills_at_its_rate() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(2.0, 2, clock)
+    assert [bucket.reserve() for _ in range(4)] == [0, 0, 0.5, 1.0]
+    clock.advance(1.0)
+    assert bucket.reserve() == 0.5, "one second refilled two tokens, both already promised; this one waits"
+    with pytest.raises(ValueError):
+        TokenBucket(0, 1, clock)
