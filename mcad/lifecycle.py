@@ -18,10 +18,15 @@ Contract:
   * ``RUNNING`` otherwise (an AppWrapper without ``completionstatus`` runs until deleted, as upstream).
 - ``requeue_wait(spec, requeuings)`` is the wait before the minAvailable check after the ``requeuings``-th
   requeue: ``timeInSeconds`` then grown per ``growthType`` (exponential: doubles, linear: + timeInSeconds,
-  anything else: constant), capped by ``maxTimeInSeconds`` when that is > 0.
+  anything else: constant), capped by ``maxTimeInSeconds`` when that is > 0, and always within
+  1..``MAX_REQUEUE_SECONDS``.
 - ``requeue_due``/``deadline_due`` are when the minAvailable check and the dispatch deadline fall, from the times
   and the current wait mcad records in status (None when status lacks the dispatch time), so timers survive
-  restarts.
+  restarts. ``current_requeue_wait`` reads the recorded wait, ignoring one that is not an integer in
+  1..``MAX_REQUEUE_SECONDS`` (status written by someone else).
+- None of these raises on what status or spec hold: a time beyond what ``datetime`` represents is
+  ``FAR_FUTURE``, and ``seconds_until`` is at most ``MAX_TIMER_SECONDS`` (a timer that fires early re-checks and
+  sets itself again), so every delay handed to the work queue is finite and small enough to wait on.
 """
 
 from __future__ import annotations
@@ -33,10 +38,15 @@ from enum import Enum
 from typing import Any
 
 from mcad.api.appwrapper import AppWrapperView, SchedulingSpec
+from mcad.api.validation import MAX_DISPATCH_LIMIT_SECONDS, MAX_REQUEUE_SECONDS
 from mcad.status import DISPATCHED, latest
 from mcad.wrapped import NotSynced, WrappedView
 
 JOB = ("batch/v1", "Job")
+# Where a start time plus a wait would overflow datetime (status stamps near year 9999): never, in effect.
+FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
+# The longest delay a timer is set for; longer ones are re-armed when it fires.
+MAX_TIMER_SECONDS = float(MAX_DISPATCH_LIMIT_SECONDS)
 
 Lookup = Callable[[str, str, str, str], "WrappedView | NotSynced | None"]
 
@@ -132,7 +142,7 @@ def requeue_wait(spec: SchedulingSpec, requeuings: int) -> int:
         wait = spec.requeue_seconds
     if spec.requeue_max_seconds:
         wait = min(wait, spec.requeue_max_seconds)
-    return wait
+    return min(max(wait, 1), MAX_REQUEUE_SECONDS)
 
 
 def parse_time(stamp: Any) -> datetime | None:
@@ -141,7 +151,7 @@ def parse_time(stamp: Any) -> datetime | None:
         return None
     try:
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(UTC)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: a stamp at year 1 or 9999 that UTC moves out of range
         return None
 
 
@@ -153,21 +163,31 @@ def dispatched_at(status: Mapping[str, Any]) -> datetime | None:
 
 def current_requeue_wait(spec: SchedulingSpec, status: Mapping[str, Any]) -> int:
     """The minAvailable wait of the current dispatch: as recorded in status, else ``timeInSeconds``."""
-    return int(status.get("requeueingTimeInSeconds") or 0) or spec.requeue_seconds
+    recorded = status.get("requeueingTimeInSeconds")
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and 1 <= recorded <= MAX_REQUEUE_SECONDS:
+        return recorded
+    return spec.requeue_seconds
+
+
+def _after(start: datetime, seconds: int) -> datetime:
+    try:
+        return start + timedelta(seconds=seconds)
+    except OverflowError:
+        return FAR_FUTURE
 
 
 def requeue_due(spec: SchedulingSpec, status: Mapping[str, Any]) -> datetime | None:
     since = dispatched_at(status)
-    return None if since is None else since + timedelta(seconds=current_requeue_wait(spec, status))
+    return None if since is None else _after(since, current_requeue_wait(spec, status))
 
 
 def deadline_due(spec: SchedulingSpec, status: Mapping[str, Any]) -> datetime | None:
     first = parse_time(status.get("controllerfirstdispatchtimestamp"))
-    return None if first is None else first + timedelta(seconds=spec.dispatch_limit_seconds)
+    return None if first is None else _after(first, spec.dispatch_limit_seconds)
 
 
 def seconds_until(deadline: datetime | None, now: datetime) -> float:
-    """Seconds from ``now`` to ``deadline`` (0 when past or unknown)."""
+    """Seconds from ``now`` to ``deadline``: 0 when past or unknown, at most ``MAX_TIMER_SECONDS``."""
     if deadline is None:
         return 0.0
-    return max((deadline - now).total_seconds(), 0.0)
+    return min(max((deadline - now).total_seconds(), 0.0), MAX_TIMER_SECONDS)

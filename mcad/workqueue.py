@@ -129,7 +129,9 @@ class WorkQueue(Generic[K]):
                     if remaining <= 0:
                         return None, False
                     wait = remaining if wait is None else min(wait, remaining)
-                self._cond.wait(wait)
+                # Condition.wait raises OverflowError past TIMEOUT_MAX (~292 years): a key due that late (a timer
+                # computed from a user's value) must not kill the worker thread. Waking early only re-checks.
+                self._cond.wait(None if wait is None else min(wait, threading.TIMEOUT_MAX))
 
     def done(self, key: K) -> None:
         with self._cond:

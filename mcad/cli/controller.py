@@ -15,6 +15,7 @@ its next poll, and exits 0.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import signal
 import sys
@@ -34,8 +35,10 @@ from mcad.api.appwrapper import (
     PLURAL,
     VERSION,
     AppWrapperView,
+    Judgements,
     appwrapper_view,
 )
+from mcad.api.validation import DEFAULT_LIMITS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_ITEMS_CEILING, Limits
 from mcad.api.views import node_view, pod_view
 from mcad.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.debug import Reports
@@ -56,21 +59,24 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
           victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
           fit: str = "nodes", legacy_api: bool = False, quota_trees: bool = False,
           recorder: events.EventSink | None = None,
-          hub: Hub | None = None) -> tuple[Dispatcher, list[Informer[object]]]:
+          hub: Hub | None = None, limits: Limits = DEFAULT_LIMITS) -> tuple[Dispatcher, list[Informer[object]]]:
     """Informers over AppWrappers (``legacy_api``: of both groups), Nodes and Pods (all namespaces), and with
     ``quota_trees`` QuotaSubtrees, and the dispatcher they feed; informers over wrapped kinds start when an
     AppWrapper needs them (its ``wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the
-    hub's own run nothing of ours), and the hub's thread starts their informers."""
+    hub's own run nothing of ours), and the hub's thread starts their informers. AppWrappers beyond ``limits``
+    are refused (failed) by the dispatcher."""
     # Every informer of this API server reconnects together after an outage, and the dispatcher then retries at
     # once the writes that failed meanwhile.
     peers = Reconnects()
+    # Both groups' objects come from this API server: uids are unique across them, so one memory serves both.
+    view = functools.partial(appwrapper_view, limits=limits, judgements=Judgements())
     current = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
-                       transform=appwrapper_view, peers=peers)
+                       transform=view, peers=peers)
     appwrapper_informers = [current]
     appwrappers: Store[AppWrapperView] = current
     if legacy_api:
         legacy = Informer("appwrappers-legacy", kube.ResourceClient(conn, group=LEGACY_GROUP, version=VERSION,
-                                                                    plural=LEGACY_PLURAL), transform=appwrapper_view,
+                                                                    plural=LEGACY_PLURAL), transform=view,
                           peers=peers)
         appwrapper_informers.append(legacy)
         appwrappers = MergedAppWrappers(current, legacy)
@@ -173,6 +179,12 @@ def quota_served(client: kube.Client) -> bool:
 @click.option("--cluster-probe-period", type=click.FloatRange(min=0.1), default=DEFAULT_PROBE_PERIOD_SECONDS,
               help="Hub mode: seconds between health probes of each worker's API server (two failures in a row "
                    "take it out of placement).")
+@click.option("--max-items", type=click.IntRange(1, MAX_ITEMS_CEILING), default=DEFAULT_MAX_ITEMS,
+              help=f"An AppWrapper with more GenericItems fails at once (InvalidSpec). The CRD refuses more than "
+                   f"{MAX_ITEMS_CEILING} at create; this can only lower that.")
+@click.option("--max-appwrapper-bytes", type=click.IntRange(min=1024), default=DEFAULT_MAX_BYTES,
+              help="An AppWrapper whose spec is larger, as compact JSON, fails at once (InvalidSpec). The default "
+                   "admits 1 MiB; etcd refuses objects of about 1.5 MiB anyway.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json",
               help="json for log collectors, console for people.")
@@ -183,8 +195,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
          write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
          http_bind_address: str, legacy_api: bool, quota_trees: bool, clusters_config: str | None,
-         cluster_policy: str | None, cluster_probe_period: float, log_level: str, log_format: str,
-         connect_only: bool) -> None:
+         cluster_policy: str | None, cluster_probe_period: float, max_items: int, max_appwrapper_bytes: int,
+         log_level: str, log_format: str, connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     if leader_elect:
         try:
@@ -244,7 +256,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
                                   victim_timeout=victim_timeout,
                                   fit=fit, legacy_api=legacy_api, quota_trees=quota_trees, recorder=recorder,
-                                  hub=hub)
+                                  hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes))
     elector = LeaderElector(conn, namespace=leader_elect_namespace or default_namespace(),
                             name=leader_elect_lease_name, identity=identity,
                             lease_duration=leader_elect_lease_duration, renew_deadline=leader_elect_renew_deadline,
@@ -275,11 +287,13 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
         hub.start()
     if elector is None:
         worker.start()
-        logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit, quota=quota_trees)
+        logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit, quota=quota_trees,
+                    max_items=max_items, max_appwrapper_bytes=max_appwrapper_bytes)
         stop.wait()
     else:
         logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit,
-                    leader_elect=True, identity=elector.identity, lease=elector.lease)
+                    leader_elect=True, identity=elector.identity, lease=elector.lease, max_items=max_items,
+                    max_appwrapper_bytes=max_appwrapper_bytes)
         elector.run(stop, on_started_leading=worker.start,
                     on_stopped_leading=lambda: _stop_leading(stop, dispatcher, worker))
         if not stop.is_set():

@@ -1,14 +1,29 @@
 """Bad input: refused at create where the schema can say so, otherwise one Failed AppWrapper with a message
-that names the item and the cause, and nothing half-created. Other AppWrappers keep flowing."""
+that names the item and the cause, and nothing half-created. Other AppWrappers keep flowing.
+
+The controller runs with small --max-items and --max-appwrapper-bytes, so those bounds are reached with small
+objects."""
 
 from __future__ import annotations
 
+import json
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import kubernetes.client as k8s
 import pytest
+import yaml
 
-from test.e2e.conftest import AppWrappers, Controller, appwrapper, deployment_item
+from mcad import kube
+from test.conftest import apply_crd
+from test.e2e.conftest import GROUP, PLURAL, VERSION, AppWrappers, Controller, appwrapper, deployment_item
+from test.support import REPO, wait_until
+
+MAX_ITEMS = 4
+MAX_BYTES = 65536
+CONTROLLER_ARGS = ("--max-items", str(MAX_ITEMS), "--max-appwrapper-bytes", str(MAX_BYTES))
+LEGACY_CRD = REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_mcadappwrappers.yaml"
 
 
 def configmap_item(name: str, **extra: Any) -> dict[str, Any]:
@@ -40,7 +55,6 @@ def test_template_without_apiversion_is_refused_at_create(controller: Controller
      "GenericItems[0] (Pod p): Invalid (422)"),
     ("namespace-mismatch", [configmap_item("cm", namespace="kube-system")],
      "metadata.namespace 'kube-system' differs from the AppWrapper's namespace"),
-    ("empty-items", [], "spec.resources.GenericItems is empty"),
     ("no-template", [{"replicas": 1}], "GenericItems[0] (? (no name)): generictemplate is missing"),
     ("nameless-pod", [pod_item(None)], "metadata.name is required"),
     ("bad-quantity", [{"custompodresources": [{"replicas": 1, "requests": {"cpu": "1"}, "limits": {}}],
@@ -82,3 +96,146 @@ def test_other_appwrappers_keep_flowing_around_failures(controller: Controller, 
     aws.wait_state("pods", "Running")
     aws.wait_pods("pods", 2)
     assert controller.proc is not None and controller.proc.poll() is None, "the controller must survive bad input"
+
+
+# -- bounds the API server enforces (the CRD schema) ----------------------------------------------------------------
+
+SEED_003 = """
+apiVersion: workload.codeflare.dev/v1beta1
+kind: AppWrapper
+metadata:
+  name: raycluster-glue
+spec:
+  resources:
+    custompodresources:
+      - replicas: 2
+        requests: {cpu: "3", memory: "16G", nvidia.com/gpu: "1"}
+        limits: {cpu: "3", memory: "16G", nvidia.com/gpu: "1"}
+    generictemplate:
+      kind: RayCluster
+      spec:
+        headGroupSpec:
+          containers: [{image: "projectcodeflare/codeflare-glue:latest"}]
+"""
+MISPLACED = [
+    "spec.resources.generictemplate: Forbidden: misplaced: generictemplate belongs inside an item, as "
+    "spec.resources.GenericItems[].generictemplate",
+    "spec.resources.custompodresources: Forbidden: misplaced: custompodresources belongs inside an item, as "
+    "spec.resources.GenericItems[].custompodresources",
+]
+NO_ITEMS = ("spec.resources.GenericItems: Required value: at least one item is required: GenericItems lists the "
+            "objects the AppWrapper wraps")
+
+
+def scheduled(name: str, scheduling: dict[str, Any]) -> dict[str, Any]:
+    return appwrapper(name, configmap_item("cm"), scheduling=scheduling)
+
+
+def in_body(field: str, bound: str) -> str:
+    return f"{field} in body should be {bound}"
+
+
+@pytest.mark.parametrize(("body", "messages"), [
+    (yaml.safe_load(SEED_003), [NO_ITEMS, *MISPLACED]),
+    (appwrapper("n" * 64, configmap_item("cm")), ["metadata.name: Too long: may not be more than 63 bytes"]),
+    (appwrapper("empty"), [NO_ITEMS]),
+    ({"apiVersion": f"{GROUP}/{VERSION}", "kind": "AppWrapper", "metadata": {"name": "none"},
+      "spec": {"resources": {}}}, [NO_ITEMS]),
+    (appwrapper("many", *[configmap_item(f"cm-{i}") for i in range(1001)]),
+     ["spec.resources.GenericItems: Too many: 1001: must have at most 1000 items"]),
+    (appwrapper("prio", configmap_item("cm"), priority=2**31),
+     [in_body("spec.priority", "less than or equal to 2147483647")]),
+    (appwrapper("prio", configmap_item("cm"), priority=-(2**31) - 1),
+     [in_body("spec.priority", "greater than or equal to -2147483648")]),
+    (scheduled("min", {"minAvailable": -1}),
+     [in_body("spec.schedulingSpec.minAvailable", "greater than or equal to 0")]),
+    (scheduled("zero", {"requeuing": {"timeInSeconds": 0}}),
+     [in_body("spec.schedulingSpec.requeuing.timeInSeconds", "greater than or equal to 1")]),
+    (scheduled("ages", {"requeuing": {"timeInSeconds": 10**12, "maxTimeInSeconds": 10**12}}),
+     [in_body("spec.schedulingSpec.requeuing.timeInSeconds", "less than or equal to 604800"),
+      in_body("spec.schedulingSpec.requeuing.maxTimeInSeconds", "less than or equal to 604800")]),
+    (scheduled("count", {"requeuing": {"maxNumRequeuings": -1}}),
+     [in_body("spec.schedulingSpec.requeuing.maxNumRequeuings", "greater than or equal to 0")]),
+    (scheduled("deadline", {"dispatchDuration": {"limit": 10**12}}),
+     [in_body("spec.schedulingSpec.dispatchDuration.limit", "less than or equal to 31536000")]),
+    (scheduled("past", {"dispatchDuration": {"limit": -1}}),
+     [in_body("spec.schedulingSpec.dispatchDuration.limit", "greater than or equal to 0")]),
+], ids=["seed-003", "long-name", "empty-items", "no-items", "1001-items", "priority-high", "priority-low",
+        "min-available", "requeue-zero", "requeue-huge", "max-requeuings", "deadline-huge", "deadline-negative"])
+def test_out_of_bounds_is_refused_at_create_with_the_cause(aws: AppWrappers, body: dict[str, Any],
+                                                           messages: list[str]) -> None:
+    """What the Python client (which sends no fieldValidation, so unknown fields would be pruned silently) sees."""
+    with pytest.raises(k8s.exceptions.ApiException) as refused:
+        aws.create(body)
+    assert refused.value.status == 422
+    message = json.loads(refused.value.body)["message"]
+    for expected in messages:
+        assert expected in message, message
+
+
+def test_the_legacy_group_refuses_the_same(api: k8s.ApiClient, custom: k8s.CustomObjectsApi, namespace: str) -> None:
+    apply_crd(api, LEGACY_CRD)
+    long_name = appwrapper("g" * 64, configmap_item("cm"))
+    # A schema error (the name) stops the API server before the rules: each case is refused on its own.
+    for body, messages in [(yaml.safe_load(SEED_003), [NO_ITEMS, *MISPLACED]),
+                           (long_name, ["metadata.name: Too long: may not be more than 63 bytes"])]:
+        with pytest.raises(k8s.exceptions.ApiException) as refused:
+            custom.create_namespaced_custom_object("mcad.ibm.com", VERSION, namespace, "mcadappwrappers",
+                                                   {**body, "apiVersion": "mcad.ibm.com/v1beta1"})
+        message = json.loads(refused.value.body)["message"]
+        for expected in messages:
+            assert expected in message, message
+
+
+# -- bounds only the controller can check -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def neighbour(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, kubeconfig: str) -> Iterator[AppWrappers]:
+    """AppWrappers in a second namespace: another tenant."""
+    name = f"mcad-test-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
+    wait_until(lambda: any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(name).items),
+               30, f"ServiceAccount default in {name}")
+    try:
+        yield AppWrappers(custom, core, name, kube.connect(kubeconfig))
+    finally:
+        custom.delete_collection_namespaced_custom_object(GROUP, VERSION, name, PLURAL)
+        core.delete_namespace(name, propagation_policy="Background")
+
+
+def big_configmap_item(name: str, size: int) -> dict[str, Any]:
+    return {"generictemplate": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                                "data": {"blob": "x" * size}}}
+
+
+@pytest.mark.parametrize(("case", "items", "message"), [
+    ("duplicates", [configmap_item("same"), pod_item("p"), configmap_item("same")],
+     "GenericItems[2] (ConfigMap same) names the same object as GenericItems[0] (same API group, kind and name)"),
+    ("huge-cpu", [pod_item("huge", cpu="1e100")],
+     "GenericItems[0] (Pod huge): generictemplate.spec.containers[0].resources.requests.cpu is '1e100', more than "
+     "Kubernetes can count (at most 9223372036854775807m)"),
+    ("huge-declared", [{"custompodresources": [{"replicas": 1, "requests": {"cpu": "1e100"}}],
+                        **configmap_item("declared")}],
+     "GenericItems[0] (ConfigMap declared): custompodresources[0].requests.cpu is '1e100', more than Kubernetes "
+     "can count"),
+    ("too-many", [configmap_item(f"cm-{i}") for i in range(MAX_ITEMS + 1)],
+     f"spec.resources.GenericItems has {MAX_ITEMS + 1} items; at most {MAX_ITEMS} are allowed (--max-items)"),
+    ("too-big", [big_configmap_item("big", MAX_BYTES)],
+     f"at most 0.06 MiB ({MAX_BYTES} bytes) is allowed (--max-appwrapper-bytes)"),
+], ids=lambda value: value if isinstance(value, str) and len(value) < 20 else "")
+def test_what_only_the_controller_sees_fails_at_once_and_the_neighbour_runs(
+        controller: Controller, aws: AppWrappers, neighbour: AppWrappers, case: str, items: list[dict[str, Any]],
+        message: str) -> None:
+    aws.create(appwrapper(case, *items))
+    status = aws.wait_state(case, "Failed", timeout=10)
+    failed = status["conditions"][-1]
+    assert (failed["type"], failed["reason"]) == ("Failed", "InvalidSpec")
+    assert message in failed["message"], failed["message"]
+    assert status["message"] == failed["message"]
+    assert not any(aws.exists(i["generictemplate"]["apiVersion"], i["generictemplate"]["kind"],
+                              i["generictemplate"]["metadata"]["name"]) for i in items), "nothing may be created"
+    neighbour.create(appwrapper("good", deployment_item("good", 1, "10m")))
+    neighbour.wait_state("good", "Running", timeout=30)
+    neighbour.wait_pods("good", 1)
+    assert controller.proc is not None and controller.proc.poll() is None

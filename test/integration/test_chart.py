@@ -74,7 +74,8 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
     container = pod["containers"][0]
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
-    assert container["args"] == ["--fit=nodes", "--write-workers=32", "--log-level=info", "--log-format=json",
+    assert container["args"] == ["--fit=nodes", "--write-workers=32", "--max-items=1000",
+                                 "--max-appwrapper-bytes=1310720", "--log-level=info", "--log-format=json",
                                  "--http-bind-address=:8080", *ELECTION_ARGS]
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
@@ -94,13 +95,15 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
 
 def test_every_flag_has_a_value(tmp_path: Path) -> None:
     values = {"controller": {"fit": "aggregate", "preemption": True, "strictFifo": True, "writeWorkers": 8,
+                             "maxItems": 50, "maxAppwrapperBytes": 2097152,
                              "logLevel": "debug", "logFormat": "console", "extraArgs": ["--context=x"],
                              "httpPort": 9090, "quota": False},
               "leaderElection": {"leaseDuration": 4, "renewDeadline": 3, "retryPeriod": 0.5},
               "legacyApi": {"enabled": True}}
     container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]
-    assert container["args"] == ["--fit=aggregate", "--write-workers=8", "--log-level=debug",
+    assert container["args"] == ["--fit=aggregate", "--write-workers=8", "--max-items=50",
+                                 "--max-appwrapper-bytes=2097152", "--log-level=debug",
                                  "--log-format=console", "--preemption", "--strict-fifo",
                                  "--http-bind-address=:9090", "--no-quota", "--legacy-api",
                                  "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",

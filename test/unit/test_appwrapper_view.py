@@ -56,3 +56,10 @@ def test_shortfall_names_each_short_resource_and_a_demand_larger_than_the_cluste
     assert describe_shortfall(demand, free, capacity) == (
         "short of cpu 2500m (needs 4, 1500m free), nvidia.com/gpu 2 (needs 2, 0 free); "
         "more than the whole cluster has")
+
+
+def test_a_priority_beyond_int32_is_refused_and_ordered_as_the_int32_bound() -> None:
+    huge = appwrapper_view(raw("x", priority=2**40))
+    assert huge.priority == 2**31 - 1
+    assert huge.demand_error == "spec.priority is 1099511627776; it must be between -2147483648 and 2147483647"
+    assert appwrapper_view(raw("x", priority=-(2**40))).priority == -(2**31)

@@ -55,3 +55,22 @@ def test_malformed_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(mcadctl.main, ["--kubeconfig", str(config), "version"])
     assert result.exit_code == 1
     assert "invalid Kubernetes configuration" in result.output
+
+
+def test_controller_limits_reach_the_appwrapper_informers(tmp_path: Path) -> None:
+    from mcad import kube
+    from mcad.api.validation import Limits
+
+    _, informers = controller.build(kube.connect(str(unreachable_kubeconfig(tmp_path))), strict_fifo=False,
+                                    legacy_api=True, limits=Limits(max_items=1, max_bytes=4096))
+    raw = {"metadata": {"name": "a", "namespace": "n"}, "spec": {"resources": {"GenericItems": [
+        {"generictemplate": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}}} for n in "ab"]}}}
+    for informer in informers[:2]:  # the current and the legacy group
+        assert informer._transform(raw).demand_error == (
+            "spec.resources.GenericItems has 2 items; at most 1 are allowed (--max-items)")
+
+
+def test_max_items_cannot_go_above_the_crds_ceiling() -> None:
+    result = CliRunner().invoke(controller.main, ["--max-items", "1001", "--connect-only"])
+    assert result.exit_code == 2
+    assert "--max-items" in result.output and "1001 is not in the range 1<=x<=1000" in result.output

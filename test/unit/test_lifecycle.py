@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from mcad.api.appwrapper import SchedulingSpec, appwrapper_view
-from mcad.lifecycle import Outcome, evaluate, requeue_wait, tracked_items, watched_kinds
+from mcad.api.validation import MAX_DISPATCH_LIMIT_SECONDS, MAX_REQUEUE_SECONDS
+from mcad.lifecycle import (
+    FAR_FUTURE,
+    MAX_TIMER_SECONDS,
+    Outcome,
+    current_requeue_wait,
+    deadline_due,
+    evaluate,
+    requeue_due,
+    requeue_wait,
+    seconds_until,
+    tracked_items,
+    watched_kinds,
+)
 from mcad.wrapped import NOT_SYNCED, WrappedView, wrapped_view
 
 UID = "aw-uid"
@@ -98,9 +112,66 @@ def test_requeue_wait_grows_per_growth_type_and_is_capped(growth: str, waits: li
     assert [requeue_wait(spec, n) for n in range(6)] == waits
 
 
-def test_a_huge_requeue_count_stays_a_small_integer() -> None:
-    spec = SchedulingSpec(min_available=1, requeue_seconds=300, growth="exponential")
-    assert requeue_wait(spec, 10**6) == 300 << 32
+def test_a_huge_requeue_count_waits_at_most_the_maximum() -> None:
+    """Without the cap, 300 << 32 s is more than timedelta holds: requeue_due would raise OverflowError."""
+    for growth in ("exponential", "linear", "none"):
+        spec = SchedulingSpec(min_available=1, requeue_seconds=MAX_REQUEUE_SECONDS, growth=growth)
+        assert requeue_wait(spec, 10**6) == MAX_REQUEUE_SECONDS
+    assert requeue_wait(SchedulingSpec(requeue_seconds=300), 10**6) == MAX_REQUEUE_SECONDS
+
+
+DISPATCHED = "2026-01-01T00:00:00Z"
+
+
+def dispatched_status(**extra: Any) -> dict[str, Any]:
+    return {"conditions": [{"type": "Dispatched", "status": "True", "lastTransitionMicroTime": DISPATCHED}],
+            "controllerfirstdispatchtimestamp": DISPATCHED, **extra}
+
+
+@pytest.mark.parametrize("spec", [{"requeuing": {"timeInSeconds": 10**12, "maxTimeInSeconds": 10**12}},
+                                  {"dispatchDuration": {"limit": 10**12}, "minAvailable": 10**12}])
+def test_huge_times_of_an_old_object_are_refused_and_its_timers_stay_finite(spec: dict[str, Any]) -> None:
+    """Before the bounds, 10^12 s raised OverflowError in requeue_due/deadline_due and the timer was never set."""
+    aw = appwrapper_view({"metadata": {"name": "old", "namespace": "ns"},
+                          "spec": {"schedulingSpec": {"minAvailable": 1, **spec},
+                                   "resources": {"GenericItems": [item("Job", "j")]}}})
+    assert "must be between" in (aw.demand_error or "")
+    assert aw.scheduling.requeue_seconds <= MAX_REQUEUE_SECONDS
+    assert aw.scheduling.dispatch_limit_seconds <= MAX_DISPATCH_LIMIT_SECONDS
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    status = dispatched_status()
+    for due in (requeue_due(aw.scheduling, status), deadline_due(aw.scheduling, status)):
+        assert due is not None and 0 <= seconds_until(due, now) <= MAX_TIMER_SECONDS
+
+
+def test_a_zero_requeue_time_of_an_old_object_is_refused_and_waits_a_second_if_dispatched() -> None:
+    """0 used to dispatch and delete in a tight loop (557 requeues in 21 s)."""
+    aw = appwrapper_view({"metadata": {"name": "old", "namespace": "ns"},
+                          "spec": {"schedulingSpec": {"minAvailable": 1, "requeuing": {"timeInSeconds": 0}},
+                                   "resources": {"GenericItems": [item("Job", "j")]}}})
+    assert aw.demand_error == "spec.schedulingSpec.requeuing.timeInSeconds is 0; it must be between 1 and 604800"
+    assert aw.scheduling.requeue_seconds == 1
+    assert all(requeue_wait(aw.scheduling, n) >= 1 for n in range(5))
+
+
+@pytest.mark.parametrize("recorded", [0, -5, 10**12, "300", True, None])
+def test_a_recorded_wait_out_of_range_or_of_the_wrong_type_falls_back_to_the_spec(recorded: Any) -> None:
+    spec = SchedulingSpec(min_available=1, requeue_seconds=30)
+    assert current_requeue_wait(spec, dispatched_status(requeueingTimeInSeconds=recorded)) == 30
+    assert current_requeue_wait(spec, dispatched_status(requeueingTimeInSeconds=45)) == 45
+
+
+@pytest.mark.parametrize(("stamp", "due"), [("9999-12-31T23:59:59Z", FAR_FUTURE),
+                                           # UTC moves these out of datetime's range: read as no stamp at all
+                                           ("9999-12-31T23:00:00-05:00", None), ("0001-01-01T00:00:00+05:00", None)])
+def test_stamps_at_the_edges_of_time_never_raise(stamp: str, due: datetime | None) -> None:
+    status = {"conditions": [{"type": "Dispatched", "status": "True", "lastTransitionMicroTime": stamp}],
+              "controllerfirstdispatchtimestamp": stamp}
+    spec = SchedulingSpec(min_available=1, requeue_seconds=MAX_REQUEUE_SECONDS,
+                          dispatch_limit_seconds=MAX_DISPATCH_LIMIT_SECONDS)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert requeue_due(spec, status) == deadline_due(spec, status) == due
+    assert 0 <= seconds_until(due, now) <= MAX_TIMER_SECONDS
 
 
 def test_scheduling_spec_defaults_match_the_crd() -> None:

@@ -378,6 +378,29 @@ def test_a_sleeping_get_is_woken_when_an_earlier_delay_is_added() -> None:
     thread.join(DEADLINE)
 
 
+def test_a_key_due_centuries_ahead_does_not_kill_a_sleeping_get() -> None:
+    """Condition.wait refuses timeouts beyond threading.TIMEOUT_MAX; a getter must sleep, not raise."""
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add_after("never", 1e12)
+    got: list[tuple[str | None, bool]] = []
+    errors: list[BaseException] = []
+    returned = threading.Event()
+
+    def getter() -> None:
+        try:
+            got.append(queue.get())
+        except BaseException as err:  # the test reports what would have killed the thread
+            errors.append(err)
+        returned.set()
+
+    thread = in_thread(getter)
+    assert not returned.wait(0.05), f"get() returned early: {got or errors}"
+    queue.add("now")
+    assert returned.wait(DEADLINE), "the getter did not wake for a ready key"
+    assert (got, errors) == ([("now", False)], [])
+    thread.join(DEADLINE)
+
+
 # -- rate limiting ------------------------------------------------------------------------------------------------
 
 

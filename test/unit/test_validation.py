@@ -1,0 +1,264 @@
+"""The bounds the controller enforces (mcad.api.validation), each with the message a user reads in status, and the
+CRD declaring the same numbers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from mcad.api.appwrapper import Judgements, appwrapper_view
+from mcad.api.validation import (
+    DEFAULT_MAX_BYTES,
+    INT32_MAX,
+    INT32_MIN,
+    MAX_DISPATCH_LIMIT_SECONDS,
+    MAX_ITEMS_CEILING,
+    MAX_NAME_LENGTH,
+    MAX_REPORTED,
+    MAX_REQUEUE_SECONDS,
+    Limits,
+    problems,
+    refusal,
+)
+from test.support import REPO
+
+CRDS = [REPO / "config" / "crd" / "workload.codeflare.dev_appwrappers.yaml",
+        REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_mcadappwrappers.yaml"]
+
+
+def cm(name: str, api_version: str = "v1", kind: str = "ConfigMap", **data: str) -> dict[str, Any]:
+    return {"generictemplate": {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "data": data}}
+
+
+def pod(name: str, **requests: str) -> dict[str, Any]:
+    return {"generictemplate": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests}}]}}}
+
+
+def aw(*items: dict[str, Any], name: str = "aw", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"resources": {"GenericItems": list(items)}, **spec}}
+
+
+def test_a_plain_appwrapper_has_no_problem() -> None:
+    assert problems(aw(cm("a"), pod("p", cpu="1", memory="1Gi"), name="x" * MAX_NAME_LENGTH, priority=INT32_MIN,
+                       schedulingSpec={"minAvailable": 0, "requeuing": {"timeInSeconds": 1, "maxTimeInSeconds": 0,
+                                                                        "maxNumRequeuings": 0},
+                                       "dispatchDuration": {"limit": 0}})) == []
+    assert refusal(aw(cm("a"))) is None
+
+
+def test_a_name_longer_than_a_label_value_is_refused() -> None:
+    assert problems(aw(cm("a"), name="n" * 64)) == [
+        "metadata.name is 64 characters long; at most 63 are allowed, because it becomes the value of the label "
+        "workload.codeflare.dev/appwrapper on every wrapped object"]
+
+
+def test_items_naming_the_same_object_are_refused_whatever_the_version() -> None:
+    deployment = {"generictemplate": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}}
+    older = {"generictemplate": {"apiVersion": "apps/v1beta2", "kind": "Deployment", "metadata": {"name": "web"}}}
+    assert problems(aw(cm("same"), deployment, cm("same", kind="Secret"), older, cm("same"))) == [
+        "GenericItems[3] (Deployment web) names the same object as GenericItems[1] (same API group, kind and "
+        "name): one would overwrite the other and its demand would count twice",
+        "GenericItems[4] (ConfigMap same) names the same object as GenericItems[0] (same API group, kind and "
+        "name): one would overwrite the other and its demand would count twice",
+    ]
+
+
+def test_same_name_in_another_group_or_kind_or_without_a_name_is_no_duplicate() -> None:
+    nameless = {"generictemplate": {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-"}}}
+    assert problems(aw(cm("x"), cm("x", kind="Secret"), cm("x", api_version="example.com/v1"), nameless,
+                       nameless)) == []
+
+
+@pytest.mark.parametrize(("item", "message"), [
+    (pod("big", cpu="1e100"),
+     "GenericItems[0] (Pod big): generictemplate.spec.containers[0].resources.requests.cpu is '1e100', more than "
+     "Kubernetes can count (at most 9223372036854775807m)"),
+    (pod("cores", cpu="9223372036854776"),  # cores: in millicores that is past 2^63-1
+     "GenericItems[0] (Pod cores): generictemplate.spec.containers[0].resources.requests.cpu is "
+     "'9223372036854776', more than Kubernetes can count (at most 9223372036854775807m)"),
+    (pod("mem", memory="8Ei"),
+     "GenericItems[0] (Pod mem): generictemplate.spec.containers[0].resources.requests.memory is '8Ei', more than "
+     "Kubernetes can count (at most 9223372036854775807)"),
+    ({"custompodresources": [{"replicas": 1, "requests": {"cpu": "1"}},
+                             {"replicas": 1, "requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": 10**19}}],
+      **cm("declared")},
+     "GenericItems[0] (ConfigMap declared): custompodresources[1].limits.nvidia.com/gpu is 10000000000000000000, "
+     "more than Kubernetes can count (at most 9223372036854775807)"),
+    ({"generictemplate": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {
+        "template": {"spec": {"initContainers": [{"name": "i", "resources": {"limits": {"cpu": "1e30"}}}],
+                              "containers": [], "overhead": {"memory": "1e30"}}}}}},
+     "GenericItems[0] (Job j): generictemplate.spec.template.spec.initContainers[0].resources.limits.cpu is "
+     "'1e30', more than Kubernetes can count (at most 9223372036854775807m); GenericItems[0] (Job j): "
+     "generictemplate.spec.template.spec.overhead.memory is '1e30', more than Kubernetes can count (at most "
+     "9223372036854775807)"),
+])
+def test_quantities_beyond_what_kubernetes_counts_are_refused(item: dict[str, Any], message: str) -> None:
+    assert refusal(aw(item)) == message
+
+
+def test_the_largest_quantities_kubernetes_counts_pass() -> None:
+    assert problems(aw(pod("p", cpu="9223372036854775807m", memory="9223372036854775807"),
+                       pod("q", cpu="9223372036854775", memory="7Ei"))) == []
+
+
+def test_a_quantity_that_does_not_parse_is_left_to_the_demand_computation() -> None:
+    assert problems(aw(pod("p", cpu="lots"))) == []
+    assert "invalid quantity 'lots'" in (appwrapper_view(aw(pod("p", cpu="lots"))).demand_error or "")
+
+
+def test_too_many_items_and_too_many_bytes_are_refused_with_the_flag_named() -> None:
+    limits = Limits(max_items=2, max_bytes=2048)
+    assert problems(aw(cm("a"), cm("b")), limits) == []
+    assert problems(aw(cm("a"), cm("b"), cm("c")), limits) == [
+        "spec.resources.GenericItems has 3 items; at most 2 are allowed (--max-items)"]
+    big = aw(cm("a", k="x" * 2048))
+    size = len(json.dumps(big["spec"], separators=(",", ":")))
+    assert problems(big, limits) == [f"spec is 0.00 MiB ({size} bytes of JSON); at most 0.00 MiB (2048 bytes) is "
+                                     f"allowed (--max-appwrapper-bytes)"]
+
+
+def test_the_size_counts_utf8_bytes_not_characters() -> None:
+    limits = Limits(max_bytes=1000)
+    assert problems(aw(cm("a", k="é" * 300)), limits) == []  # 600 bytes
+    assert problems(aw(cm("a", k="é" * 600)), limits) != []  # 1200 bytes
+
+
+def test_the_default_limits_admit_a_one_mib_appwrapper_of_500_items() -> None:
+    items = [cm(f"cm-{i}", k="x" * ((1 << 20) // 500 - 100)) for i in range(500)]
+    assert problems(aw(*items)) == []
+    assert DEFAULT_MAX_BYTES > 1 << 20
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"priority": INT32_MAX + 1}, "spec.priority is 2147483648; it must be between -2147483648 and 2147483647"),
+    ({"priority": INT32_MIN - 1}, "spec.priority is -2147483649; it must be between -2147483648 and 2147483647"),
+    ({"priority": "high"}, "spec.priority must be an integer, got 'high'"),
+    ({"schedulingSpec": {"minAvailable": -1}},
+     "spec.schedulingSpec.minAvailable is -1; it must be between 0 and 2147483647"),
+    ({"schedulingSpec": {"requeuing": {"timeInSeconds": 0}}},
+     "spec.schedulingSpec.requeuing.timeInSeconds is 0; it must be between 1 and 604800"),
+    ({"schedulingSpec": {"requeuing": {"timeInSeconds": -5}}},
+     "spec.schedulingSpec.requeuing.timeInSeconds is -5; it must be between 1 and 604800"),
+    ({"schedulingSpec": {"requeuing": {"timeInSeconds": 10**12}}},
+     "spec.schedulingSpec.requeuing.timeInSeconds is 1000000000000; it must be between 1 and 604800"),
+    ({"schedulingSpec": {"requeuing": {"maxTimeInSeconds": 10**12}}},
+     "spec.schedulingSpec.requeuing.maxTimeInSeconds is 1000000000000; it must be between 0 and 604800"),
+    ({"schedulingSpec": {"requeuing": {"maxNumRequeuings": -1}}},
+     "spec.schedulingSpec.requeuing.maxNumRequeuings is -1; it must be between 0 and 2147483647"),
+    ({"schedulingSpec": {"dispatchDuration": {"limit": 10**12}}},
+     "spec.schedulingSpec.dispatchDuration.limit is 1000000000000; it must be between 0 and 31536000"),
+    ({"schedulingSpec": {"dispatchDuration": {"limit": -1}}},
+     "spec.schedulingSpec.dispatchDuration.limit is -1; it must be between 0 and 31536000"),
+    ({"schedulingSpec": {"requeuing": {"timeInSeconds": 1.5}}},
+     "spec.schedulingSpec.requeuing.timeInSeconds must be an integer, got 1.5"),
+])
+def test_values_of_old_objects_out_of_range_are_refused(spec: dict[str, Any], message: str) -> None:
+    assert problems(aw(cm("a"), **spec)) == [message]
+
+
+def test_seed_003_misplaced_fields_are_named_with_where_they_belong() -> None:
+    """The seed's RayCluster tutorial puts an item's fields directly under spec.resources."""
+    seed = {"metadata": {"name": "raycluster-glue", "namespace": "team"}, "spec": {"resources": {
+        "custompodresources": [{"replicas": 2, "requests": {"cpu": "3"}}],
+        "generictemplate": {"kind": "RayCluster", "spec": {}}}}}
+    view = appwrapper_view(seed)
+    assert view.demand_error == (
+        "spec.resources.generictemplate is misplaced: generictemplate belongs inside an item, as "
+        "spec.resources.GenericItems[].generictemplate; spec.resources.custompodresources is misplaced: "
+        "custompodresources belongs inside an item, as spec.resources.GenericItems[].custompodresources; "
+        "spec.resources.GenericItems is empty: there is nothing to dispatch")
+
+
+def test_one_message_names_at_most_a_few_problems_and_counts_the_rest() -> None:
+    message = refusal(aw(*[cm("same")] * (MAX_REPORTED + 3)))
+    assert message is not None
+    assert message.count("names the same object") == MAX_REPORTED
+    assert message.endswith("; and 2 more problems")
+
+
+@pytest.mark.parametrize("raw", [
+    {}, {"spec": None}, {"spec": []}, {"metadata": "x", "spec": {"resources": "x"}},
+    {"spec": {"resources": {"GenericItems": "x"}, "schedulingSpec": ["x"]}},
+    {"spec": {"resources": {"GenericItems": [None, 3, "x", [], {"generictemplate": "x"},
+                                             {"generictemplate": {"kind": 3, "metadata": []}},
+                                             {"custompodresources": [None, {"requests": "x"}]},
+                                             {"generictemplate": {"apiVersion": "v1", "kind": "Pod",
+                                                                  "spec": {"containers": [None, {"resources": 3}],
+                                                                           "overhead": {1: "x"}}}},
+                                             {"generictemplate": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                                                  "spec": {"replicas": -1}}}]},
+              "schedulingSpec": {"requeuing": None, "dispatchDuration": 7}, "priority": None}},
+])
+def test_junk_never_raises(raw: dict[str, Any]) -> None:
+    problems(raw)
+    appwrapper_view(raw)
+
+
+def test_a_view_refuses_with_the_limits_it_is_given() -> None:
+    raw = aw(cm("a"), cm("b"))
+    assert appwrapper_view(raw).demand_error is None
+    assert appwrapper_view(raw, Limits(max_items=1)).demand_error == (
+        "spec.resources.GenericItems has 2 items; at most 1 are allowed (--max-items)")
+
+
+def _schema(path: Any) -> dict[str, Any]:
+    crd = yaml.safe_load(path.read_text())
+    [version] = crd["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("path", CRDS, ids=lambda p: p.name)
+def test_the_crds_declare_the_bounds_the_controller_enforces(path: Any) -> None:
+    root = _schema(path)
+    assert root["properties"]["metadata"]["properties"]["name"]["maxLength"] == MAX_NAME_LENGTH
+    spec = root["properties"]["spec"]["properties"]
+    assert (spec["priority"]["minimum"], spec["priority"]["maximum"]) == (INT32_MIN, INT32_MAX)
+    resources = spec["resources"]
+    assert resources["properties"]["GenericItems"]["maxItems"] == MAX_ITEMS_CEILING
+    # At least one item, and no item fields directly under resources: rules, so all three are named at once.
+    assert [r["rule"] for r in resources["x-kubernetes-validations"]] == [
+        "has(self.GenericItems) && size(self.GenericItems) > 0", "!has(self.generictemplate)",
+        "!has(self.custompodresources)"]
+    scheduling = spec["schedulingSpec"]["properties"]
+    requeuing = scheduling["requeuing"]["properties"]
+
+    def bounds(field: dict[str, Any]) -> tuple[int, int]:
+        return field["minimum"], field["maximum"]
+
+    assert bounds(scheduling["minAvailable"]) == (0, INT32_MAX)
+    assert bounds(requeuing["timeInSeconds"]) == (1, MAX_REQUEUE_SECONDS)
+    assert bounds(requeuing["maxTimeInSeconds"]) == (0, MAX_REQUEUE_SECONDS)
+    assert bounds(requeuing["maxNumRequeuings"]) == (0, INT32_MAX)
+    assert bounds(scheduling["dispatchDuration"]["properties"]["limit"]) == (0, MAX_DISPATCH_LIMIT_SECONDS)
+
+
+def test_a_spec_is_judged_again_when_its_generation_or_the_limits_change() -> None:
+    judgements = Judgements()
+    raw = {**aw(cm("a")), "metadata": {"name": "aw", "namespace": "team", "uid": "u-judged", "generation": 1}}
+    assert appwrapper_view(raw, judgements=judgements).demand_error is None
+    edited = {**aw(cm("a"), cm("a")), "metadata": {**raw["metadata"], "generation": 2}}
+    assert "names the same object as GenericItems[0]" in (
+        appwrapper_view(edited, judgements=judgements).demand_error or "")
+    assert "at most 1 are allowed" in (
+        appwrapper_view(edited, Limits(max_items=1), judgements=judgements).demand_error or "")
+    # A status write keeps the generation: the judgement is reused, and stays right.
+    assert appwrapper_view({**edited, "status": {"state": "Failed"}}, judgements=judgements).demand_error == \
+        appwrapper_view(edited).demand_error
+    assert len(judgements) == 3
+
+
+def test_remembered_judgements_are_bounded_and_only_for_objects_with_uid_and_generation() -> None:
+    judgements = Judgements(size=2)
+    for n in range(5):
+        raw = {**aw(cm("a")), "metadata": {"name": "aw", "namespace": "team", "uid": f"u-{n}", "generation": 1}}
+        appwrapper_view(raw, judgements=judgements)
+    assert len(judgements) == 2
+    nameless = Judgements()
+    appwrapper_view(aw(cm("a")), judgements=nameless)  # no uid: nothing to remember it by
+    assert len(nameless) == 0
