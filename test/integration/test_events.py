@@ -43,7 +43,8 @@ def recorder(conn: kube.Connection) -> Iterator[EventRecorder]:
 
 def create_appwrapper(api: k8s.ApiClient, namespace: str, name: str) -> ObjectRef:
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AppWrapper", "metadata": {"name": name},
-            "spec": {"resources": {"GenericItems": []}}}
+            "spec": {"resources": {"GenericItems": [{"generictemplate": {
+                "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-cm"}}}]}}}
     created = k8s.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     return ObjectRef.appwrapper(namespace, name, created["metadata"]["uid"])
 
