@@ -1,15 +1,17 @@
 """Creating what an AppWrapper wraps: all of it, or none of it.
 
 Contract:
-- ``manifest(aw, index)`` (pure) turns GenericItems[index].generictemplate into the object to apply: namespace
+- ``manifest(aw, index, item)`` (pure) turns a GenericItem's generictemplate into the object to apply: namespace
   defaulted to the AppWrapper's (a different one is an error), both AppWrapper labels on the object and on every
   pod template nested in it (Deployment, Job, RayCluster groups, PyTorchJob replicas...), and a controller
   ownerReference to the AppWrapper so that deleting the AppWrapper garbage-collects everything. With
   ``remote=True`` (hub mode: the object goes into a worker cluster, where the AppWrapper does not exist) there is no
-  ownerReference; the label ``APPWRAPPER_UID_LABEL`` carries the AppWrapper's uid instead.
+  ownerReference; the label ``APPWRAPPER_UID_LABEL`` carries the AppWrapper's uid instead. The items come from the
+  AppWrapper as read from the API server for the dispatch (``generic_items``): the controller's view of an
+  AppWrapper keeps no templates, only ``ItemRef``s, which is all the deletes need.
 - ``delete_remote(writer, aw)`` deletes, in a worker, every item that carries ``aw``'s uid label; it raises on
   failure, because no garbage collector will finish the job there.
-- ``dispatch(writer, aw)`` server-side-applies every item with one field manager. If an item is refused, the
+- ``dispatch(writer, aw, items)`` server-side-applies every item with one field manager. If an item is refused, the
   items already applied are deleted and ``DispatchFailed`` is raised with a message naming the item and the API's
   reason, and the ``kind`` of the failure (``mcad.retry.classify``): PERMANENT for a refusal that would repeat
   (invalid object, unknown kind, forbidden, too large), else UNAVAILABLE or TRANSIENT, which the caller retries
@@ -25,7 +27,7 @@ Contract:
 from __future__ import annotations
 
 import copy
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from mcad.api.appwrapper import (
@@ -36,6 +38,7 @@ from mcad.api.appwrapper import (
     LEGACY_APPWRAPPER_LABEL,
     AppWrapperView,
 )
+from mcad.api.validation import describe_item
 from mcad.api.workloads import pod_sets
 from mcad.kube import ApiError
 from mcad.retry import FailureKind, classify
@@ -95,16 +98,10 @@ def complete(steps: Steps[_T]) -> _T:
             return end.value  # type: ignore[no-any-return]
 
 
-def describe_item(index: int, template: Mapping[str, Any] | None) -> str:
-    meta = (template or {}).get("metadata") or {}
-    what = f"{(template or {}).get('kind') or '?'} {meta.get('name') or '(no name)'}"
-    return f"GenericItems[{index}] ({what})"
-
-
-def manifest(aw: AppWrapperView, index: int, *, remote: bool = False) -> dict[str, Any]:
-    item = aw.items[index]
+def manifest(aw: AppWrapperView, index: int, item: Mapping[str, Any], *, remote: bool = False) -> dict[str, Any]:
+    """The object GenericItems[``index``] (``item``, as read from the API server) makes for ``aw``."""
     template = item.get("generictemplate")
-    where = describe_item(index, template if isinstance(template, Mapping) else None)
+    where = describe_item(index, item)
     if not isinstance(template, Mapping) or not template:
         raise ItemError(f"{where}: generictemplate is missing")
     if not template.get("apiVersion") or not template.get("kind"):
@@ -156,27 +153,37 @@ def _refusal(where: str, err: ApiError) -> str:
     return f"{where}: {err.reason or 'refused'} ({err.status}): {err.message}"
 
 
-def dispatch(writer: ObjectWriter, aw: AppWrapperView, *, remote: bool = False) -> tuple[str, ...]:
+def generic_items(raw: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The GenericItems of a raw AppWrapper (what ``dispatch`` needs; the controller's view keeps none of it)."""
+    spec = raw.get("spec")
+    resources = spec.get("resources") if isinstance(spec, Mapping) else None
+    items = resources.get("GenericItems") if isinstance(resources, Mapping) else None
+    return [item if isinstance(item, Mapping) else {} for item in items] if isinstance(items, list) else []
+
+
+def dispatch(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Mapping[str, Any]], *,
+             remote: bool = False) -> tuple[str, ...]:
     """``dispatch_steps`` run to the end."""
-    return complete(dispatch_steps(writer, aw, remote=remote))
+    return complete(dispatch_steps(writer, aw, items, remote=remote))
 
 
-def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, *, remote: bool = False) -> Steps[tuple[str, ...]]:
-    """Apply every item of ``aw``, one request per step, and return the uids of the objects, by item; on any
-    failure undo the ones applied (one delete per step) and raise DispatchFailed. ``remote``: into a worker cluster
-    (see ``manifest``)."""
+def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Mapping[str, Any]], *,
+                   remote: bool = False) -> Steps[tuple[str, ...]]:
+    """Apply every one of ``items`` (``aw``'s GenericItems, read from the API server for this dispatch), one
+    request per step, and return the uids of the objects, by item; on any failure undo the ones applied (one
+    delete per step) and raise DispatchFailed. ``remote``: into a worker cluster (see ``manifest``)."""
     # Every item is checked before anything is applied. Each manifest is built again when its turn comes rather
     # than kept: a dispatch waiting for its turns holds the names of what it applied, not a copy of every template.
-    for index in range(len(aw.items)):
+    for index, item in enumerate(items):
         try:
-            manifest(aw, index, remote=remote)
+            manifest(aw, index, item, remote=remote)
         except ItemError as err:
             raise DispatchFailed(str(err), kind=FailureKind.PERMANENT) from err
     applied: list[_Applied] = []
     uids: list[str] = []
-    for index in range(len(aw.items)):
-        obj = manifest(aw, index, remote=remote)
-        where = describe_item(index, obj)
+    for index, item in enumerate(items):
+        obj = manifest(aw, index, item, remote=remote)
+        where = describe_item(index, item)
         discovered = False
         try:
             if not writer.is_namespaced(obj["apiVersion"], obj["kind"]):
@@ -225,19 +232,16 @@ def delete_wrapped_steps(writer: ObjectWriter, aw: AppWrapperView, uids: tuple[s
     frees the capacity for the next AppWrapper at once.
     """
     first = True
-    for index in range(len(aw.items)):
-        try:
-            obj = manifest(aw, index)
-        except ItemError:
-            continue
+    for index, item in enumerate(aw.items):
+        if not (item.api_version and item.kind and item.name):
+            continue  # refused at its dispatch: nothing of it was created
         if not first:
             yield
         first = False
-        meta = obj["metadata"]
         uid = uids[index] if index < len(uids) else ""
         try:
-            writer.delete(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"],
-                          owner_uid="" if uid else aw.uid, uid=uid)
+            writer.delete(item.api_version, item.kind, aw.namespace, item.name, owner_uid="" if uid else aw.uid,
+                          uid=uid)
         except ApiError:
             continue  # the ownerReference still lets the garbage collector remove it
 
@@ -252,14 +256,10 @@ def delete_remote_steps(writer: ObjectWriter, aw: AppWrapperView) -> Steps[None]
     label. Raises the first ``ApiError`` (except "gone"), since no garbage collector would finish the job: the
     caller retries."""
     first = True
-    for index in range(len(aw.items)):
-        try:
-            obj = manifest(aw, index, remote=True)
-        except ItemError:
+    for item in aw.items:
+        if not (item.api_version and item.kind and item.name):
             continue
         if not first:
             yield
         first = False
-        meta = obj["metadata"]
-        writer.delete(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"],
-                      label=(APPWRAPPER_UID_LABEL, aw.uid))
+        writer.delete(item.api_version, item.kind, aw.namespace, item.name, label=(APPWRAPPER_UID_LABEL, aw.uid))

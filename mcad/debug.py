@@ -22,6 +22,7 @@ from typing import Any
 from mcad import kube, lifecycle, status
 from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, AppWrapperView, State
 from mcad.api.resources import ResourceVector, format_amount
+from mcad.api.statusview import StatusView
 from mcad.dispatcher import Dispatcher
 
 Document = dict[str, Any]
@@ -63,15 +64,15 @@ class Reports:
                 "state": assessment.state, "demand": quantities(aw.demand),
                 "pods": sum(group.count for group in d.gang(aw)),
                 "fitsNow": assessment.fits_now, "why": assessment.why,
-                "requeuings": int(d.status_of(aw).get("numberOfRequeueings") or 0),
+                "requeuings": d.status_of(aw).requeuings,
             })
         dispatched = []
         for aw in sorted(d.appwrappers.list(), key=lambda a: a.order()):
             if aw.key in d.pending or aw.deleting:
                 continue
             current = d.status_of(aw)
-            state = "Dispatching" if d.dispatching(aw.key) else str(current.get("state") or "")
-            if state != "Dispatching" and (state not in ACTIVE_STATES or not current.get("canrun")):
+            state = "Dispatching" if d.dispatching(aw.key) else current.state
+            if state != "Dispatching" and (state not in ACTIVE_STATES or not current.canrun):
                 continue
             phases = d.pod_phases(aw.key)
             dispatched.append({
@@ -168,14 +169,13 @@ class Reports:
         if aw is None:
             return None
         current = d.status_of(aw)
-        state = str(current.get("state") or "")
+        state = current.state
         summary, details = self._explain(aw, current, state)
         details += [f"demand: {aw.demand.format() or 'nothing'}", f"priority: {aw.priority}",
                     f"created: {aw.created}"]
-        requeuings = int(current.get("numberOfRequeueings") or 0)
-        if requeuings:
-            details.append(f"requeued {requeuings} time(s) so far")
-        for condition in (current.get("conditions") or [])[-5:]:
+        if current.requeuings:
+            details.append(f"requeued {current.requeuings} time(s) so far")
+        for condition in (current.raw().get("conditions") or [])[-5:]:
             if isinstance(condition, Mapping):
                 line = f"condition {condition.get('type')}={condition.get('status')}"
                 if condition.get("reason"):
@@ -186,7 +186,7 @@ class Reports:
         return {"namespace": namespace, "name": name, "found": True, "state": state or State.NEW,
                 "summary": summary, "details": details}
 
-    def _explain(self, aw: AppWrapperView, current: Mapping[str, Any], state: str) -> tuple[str, list[str]]:
+    def _explain(self, aw: AppWrapperView, current: StatusView, state: str) -> tuple[str, list[str]]:
         d = self.dispatcher
         if aw.deleting:
             return "It is being deleted; its wrapped objects are being removed.", []
@@ -214,11 +214,11 @@ class Reports:
             return f"It is queued and cannot be dispatched yet: {mine.why}.", details
         if state in FINAL_STATES:
             if state == State.FAILED:
-                failed = status.latest(current.get("conditions"), status.FAILED) or {}
+                failed = status.latest(current.raw().get("conditions"), status.FAILED) or {}
                 reason, message = failed.get("reason") or "", failed.get("message") or ""
                 return f"It failed ({reason}): {message}".rstrip(": "), []
             return "It completed: its reservation is released; its objects are kept.", []
-        if state in ACTIVE_STATES and current.get("canrun"):
+        if state in ACTIVE_STATES and current.canrun:
             phases = d.pod_phases(aw.key)
             counts = ", ".join(f"{phases.count(p)} {p.lower()}" for p in ("Pending", "Running", "Succeeded", "Failed")
                                if phases.count(p))

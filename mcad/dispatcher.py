@@ -36,6 +36,7 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 from collections import deque
@@ -58,8 +59,8 @@ from mcad.api.appwrapper import (
     State,
 )
 from mcad.api.podgroups import PodGroup
-from mcad.api.podgroups import gang as gang_of
 from mcad.api.resources import ResourceVector, format_amount
+from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
 from mcad.clusters import Policy as ClusterPolicy
@@ -129,6 +130,12 @@ class Writer(apply.ObjectWriter, Protocol):
         """Delete that very pod with no grace period (a preemption victim that did not go in time)."""
         ...
 
+    def read(self, api_version: str, kind: str, namespace: str, name: str, *,
+             not_older_than: str = "") -> Mapping[str, Any]:
+        """The object as the API server has it (at ``not_older_than`` or later): the dispatch reads the
+        AppWrapper's templates this way, since the controller keeps none."""
+        ...
+
     def patch_json(self, api_version: str, kind: str, namespace: str, name: str,
                    operations: list[dict[str, Any]]) -> Mapping[str, Any]:
         """Hub mode only (finalizers)."""
@@ -144,6 +151,9 @@ class _Dispatched:
     status: Mapping[str, Any]
     uids: tuple[str, ...] = ()
     error: apply.DispatchFailed | None = None
+    # The AppWrapper read for its templates is not the one decided about (another generation or uid, or gone):
+    # nothing was applied; it is decided about again.
+    stale: bool = False
 
 
 @dataclass(slots=True)
@@ -178,6 +188,13 @@ def _take(room: dict[str, ResourceVector], plan: Iterable[tuple[str, ResourceVec
 def _placement_facts(node: NodeView) -> tuple[Any, ...]:
     """What fit decisions read of a node (heartbeats change none of it)."""
     return (node.allocatable, node.schedulable, node.ready, node.unschedulable, node.taints, dict(node.labels))
+
+
+@functools.lru_cache(maxsize=1024)
+def _one_copy(written: tuple[frozenset[str], int]) -> tuple[frozenset[str], int]:
+    """The kept copy of a (what blocks it, its place) equal to this one: thousands of waiting AppWrappers remember
+    it, and it takes few values (places past 10 are powers of two)."""
+    return written
 
 
 def short_resources(demand: ResourceVector, free: ResourceVector) -> frozenset[str]:
@@ -235,7 +252,6 @@ class Dispatcher(HubMode):
         # planned room per node without looking at the plans (their number grows with a slow scheduler).
         self._plans: dict[str, list[_Planned]] = {}
         self._planned: dict[str, ResourceVector] = {}
-        self._gangs: dict[str, tuple[tuple[str, int], list[PodGroup]]] = {}
         # Objects of wrapped kinds, watched for completion; None: completion is not watched (tests of other parts).
         self.wrapped = wrapped
         self.ledger = Ledger()
@@ -404,7 +420,7 @@ class Dispatcher(HubMode):
         if self.quota is not None and self.quota_subtrees is not None:
             self.quota.set_forest(quota.Forest.build(self.quota_subtrees.list()))
         for aw in self.appwrappers.list():
-            if self._status(aw).get("canrun") and self._state(aw) in ACTIVE_STATES:
+            if self._status(aw).canrun and self._state(aw) in ACTIVE_STATES:
                 self._reserve(aw)
             elif self._is_queued(aw):
                 self._enqueue(aw)
@@ -495,7 +511,7 @@ class Dispatcher(HubMode):
                         held = BEHIND_STRICT_FIFO
         return out
 
-    def status_of(self, aw: AppWrapperView) -> Mapping[str, Any]:
+    def status_of(self, aw: AppWrapperView) -> StatusView:
         """Its status as this controller knows it: the last one written, else the last one seen."""
         return self._status(aw)
 
@@ -644,21 +660,20 @@ class Dispatcher(HubMode):
         if before is None or _placement_facts(before) != _placement_facts(node):
             self._capacity_may_have_grown()
 
-    def _status(self, aw: AppWrapperView) -> Mapping[str, Any]:
+    def _status(self, aw: AppWrapperView) -> StatusView:
         """What the loop decided last for ``aw``: its own decision until the informer shows it landed (our writes
         may not be back from the watch yet, or may be failing), then the informer's status."""
         intent = self.statuses.intent(aw)
         return intent if intent is not None else aw.status
 
     def _state(self, aw: AppWrapperView) -> str:
-        return str(self._status(aw).get("state") or "")
+        return self._status(aw).state
 
     def _is_queued(self, aw: AppWrapperView) -> bool:
         if aw.key in self._inflight:
             return False
         current = self._status(aw)
-        return (not aw.deleting and not current.get("canrun")
-                and str(current.get("state") or "") in (State.NEW, State.PENDING))
+        return not aw.deleting and not current.canrun and current.state in (State.NEW, State.PENDING)
 
     def _sync_appwrapper(self, key: str) -> None:
         aw = self.appwrappers.get(key)
@@ -754,17 +769,17 @@ class Dispatcher(HubMode):
         current = self._status(aw)
         now = self.clock.now()
         if verdict.outcome is lifecycle.Outcome.FAILED:
-            self._finish(aw, status.failed(current, now, priority=aw.priority, reason=verdict.reason,
+            self._finish(aw, status.failed(current.raw(), now, priority=aw.priority, reason=verdict.reason,
                                            message=verdict.message))
             log.warning("appwrapper failed", appwrapper=key, reason=verdict.reason, message=verdict.message)
             self._note(aw, "failed", f"{verdict.reason}: {verdict.message}")
         elif verdict.outcome is lifecycle.Outcome.COMPLETED:
-            self._finish(aw, status.completed(current, now))
+            self._finish(aw, status.completed(current.raw(), now))
             log.info("appwrapper completed", appwrapper=key)
             self._note(aw, "completed", "Every wrapped item reports completion and no pod is active; its "
                                         "resources are released.")
         elif verdict.outcome is lifecycle.Outcome.HOLD_COMPLETION and self._state(aw) != State.RUNNING_HOLD_COMPLETION:
-            self._write_status(aw, status.hold_completion(current, now))
+            self._write_status(aw, status.hold_completion(current.raw(), now))
 
     def _finish(self, aw: AppWrapperView, new: Mapping[str, Any], *, stop: bool = False) -> None:
         """A final state: write it, release the reservation at once; ``stop`` also deletes the wrapped objects."""
@@ -819,7 +834,7 @@ class Dispatcher(HubMode):
         if running + succeeded >= minimum:
             self._min_available_met.add(key)
             return
-        done = int(current.get("numberOfRequeueings") or 0)
+        done = current.requeuings
         why = (f"Insufficient number of Running and Completed pods, minimum={minimum}, running={running}, "
                f"completed={succeeded}, {wait} s after dispatch.")
         limit = aw.scheduling.max_requeuings
@@ -827,7 +842,8 @@ class Dispatcher(HubMode):
             message = f"{why} Requeued {done} times already; maxNumRequeuings is {limit}."
             log.warning("appwrapper failed", appwrapper=key, reason=status.MAX_REQUEUINGS_REACHED, message=message)
             self._note(aw, "failed", f"{status.MAX_REQUEUINGS_REACHED}: {message}")
-            self._finish(aw, status.failed(current, now, priority=aw.priority, reason=status.MAX_REQUEUINGS_REACHED,
+            self._finish(aw, status.failed(current.raw(), now, priority=aw.priority,
+                                           reason=status.MAX_REQUEUINGS_REACHED,
                                            message=message, preempted=True), stop=True)
             return
         self._requeue(aw, status.MIN_PODS_NOT_RUNNING, why, requeuings=done + 1,
@@ -847,7 +863,8 @@ class Dispatcher(HubMode):
         message = f"Dispatch deadline exceeded: allowed to run for {limit} s (dispatchDuration.limit)."
         log.warning("appwrapper failed", appwrapper=key, reason=status.DISPATCH_DEADLINE_EXCEEDED)
         self._note(aw, "failed", f"{status.DISPATCH_DEADLINE_EXCEEDED}: {message}")
-        self._finish(aw, status.failed(current, now, priority=aw.priority, reason=status.DISPATCH_DEADLINE_EXCEEDED,
+        self._finish(aw, status.failed(current.raw(), now, priority=aw.priority,
+                                       reason=status.DISPATCH_DEADLINE_EXCEEDED,
                                        message=message, preempted=True), stop=True)
 
     def _requeue(self, aw: AppWrapperView, reason: str, message: str, *, requeuings: int, requeue_wait: int) -> None:
@@ -857,19 +874,24 @@ class Dispatcher(HubMode):
         log.info("appwrapper requeued", appwrapper=key, reason=reason, message=message, requeuings=requeuings)
         preempted = reason in (status.PREEMPTED_BY_PRIORITY, status.PREEMPTED_BY_QUOTA_RECLAIM)
         self._note(aw, "preempted" if preempted else "requeued", message)
-        self._write_status(aw, status.requeued(self._status(aw), self.clock.now(), priority=aw.priority,
+        self._write_status(aw, status.requeued(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
                                                reason=reason, message=message, requeuings=requeuings,
                                                requeue_wait=requeue_wait))
         self._delete_wrapped(aw, self._object_uids.pop(key, ()))
         self._undispatch(key)
         self._backoff_written.pop(key, None)
+        if aw.demand_error:
+            # Dispatched before its spec was refused (a bound added since): it is not dispatched again.
+            self._fail(aw, status.INVALID_SPEC, aw.demand_error)
+            return
         self._enqueue(aw)
         # Its Backoff tells of the requeue; once it waits like the rest, say what it waits for (see _announce).
         self._unannounced.add(key)
         self.queue.add(DISPATCH)
 
     def _draining(self, aw: AppWrapperView) -> bool:
-        return aw.key in self._pods_by_appwrapper and status.is_draining(self._status(aw))
+        # Requeued and not yet looked at again (its current Backoff is the requeue's): its old pods may remain.
+        return aw.key in self._pods_by_appwrapper and self._status(aw).backoff == status.PREEMPTION_TRIGGERED
 
     def _enqueue(self, aw: AppWrapperView) -> bool:
         """Put ``aw`` in the pending queue, or move it; True if that changed its place or its group."""
@@ -887,8 +909,7 @@ class Dispatcher(HubMode):
             # Charged elsewhere, judged elsewhere: a group's members must share their quota nodes too.
             group = (group, self.quota.forest.charges(aw.labels))
         before = self.pending.entry(aw.key)
-        if before is None and not any(c.get("type") == status.BACKOFF
-                                      for c in self._status(aw).get("conditions") or []):
+        if before is None and not self._status(aw).backoff:
             self._unannounced.add(aw.key)
         elif before is not None and before[1] != group:
             # A new group (its old pods went, its quota node changed): a cycle may only ever visit the group's
@@ -899,7 +920,6 @@ class Dispatcher(HubMode):
 
     def _forget(self, key: str) -> None:
         self._undispatch(key)
-        self._gangs.pop(key, None)
         self._preempting.pop(key, None)
         self._preempting_since.pop(key, None)
         self._abandoned.pop(key, None)
@@ -914,7 +934,7 @@ class Dispatcher(HubMode):
 
     def _update_pod_counts(self, aw: AppWrapperView) -> None:
         phases = self._phases(aw.key)
-        current = self._status(aw)
+        current = self._status(aw).raw()
         new = status.with_pod_counts(current, self.clock.now(), pending=phases.count("Pending"),
                                      running=phases.count("Running"), succeeded=phases.count("Succeeded"),
                                      failed_=phases.count("Failed"), unschedulable=self._unschedulable_pods(aw.key))
@@ -1012,14 +1032,9 @@ class Dispatcher(HubMode):
 
     # ------------------------------------------------------------------------------------------ fit
 
-    def gang(self, aw: AppWrapperView) -> list[PodGroup]:
-        """The pods ``aw`` will create, parsed once per spec generation."""
-        version = (aw.uid, aw.generation)
-        cached = self._gangs.get(aw.key)
-        if cached is None or cached[0] != version:
-            cached = (version, gang_of(aw.items))
-            self._gangs[aw.key] = cached
-        return cached[1]
+    def gang(self, aw: AppWrapperView) -> tuple[PodGroup, ...]:
+        """The pods ``aw`` will create (parsed with its spec)."""
+        return aw.gang
 
     def _plan_add(self, key: str, plan: Iterable[tuple[str, ResourceVector, int]]) -> None:
         self._plan_drop(key)
@@ -1153,9 +1168,8 @@ class Dispatcher(HubMode):
         message = f"Preempted by AppWrapper {key} (priority {aw.priority})."
         for victim, _ in chosen:
             current = self._status(victim)
-            self._requeue(victim, status.PREEMPTED_BY_PRIORITY, message,
-                          requeuings=int(current.get("numberOfRequeueings") or 0),
-                          requeue_wait=int(current.get("requeueingTimeInSeconds") or 0))
+            self._requeue(victim, status.PREEMPTED_BY_PRIORITY, message, requeuings=current.requeuings,
+                          requeue_wait=current.requeue_wait)
         self.preemptions += len(chosen)
         names = sorted(victim.key for victim, _ in chosen)
         self._start_preempting(key, frozenset(names))
@@ -1300,9 +1314,8 @@ class Dispatcher(HubMode):
         for victim_key in victims:
             victim = self._dispatched[victim_key]
             current = self._status(victim)
-            self._requeue(victim, status.PREEMPTED_BY_QUOTA_RECLAIM, message,
-                          requeuings=int(current.get("numberOfRequeueings") or 0),
-                          requeue_wait=int(current.get("requeueingTimeInSeconds") or 0))
+            self._requeue(victim, status.PREEMPTED_BY_QUOTA_RECLAIM, message, requeuings=current.requeuings,
+                          requeue_wait=current.requeue_wait)
         self.preemptions += len(victims)
         self._start_preempting(key, frozenset(victims))
         self._reclaiming[key] = charges
@@ -1391,8 +1404,9 @@ class Dispatcher(HubMode):
         if before is None or before[0] != about:
             # An Event when what blocks it changes, not when its place does (that changes every cycle).
             self._event(aw, events.QUEUED, f"Waiting: {reason}.")
-        self._write_status(aw, status.queued(self._status(aw), self.clock.now(), priority=aw.priority, why=message))
-        self._backoff_written[aw.key] = (about, place)
+        self._write_status(aw, status.queued(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
+                                             why=message))
+        self._backoff_written[aw.key] = _one_copy((about, place))
 
     def _dispatch(self, aw: AppWrapperView, plan: tuple[tuple[str, ResourceVector, int], ...] = (),
                   cluster: str = "") -> None:
@@ -1413,14 +1427,30 @@ class Dispatcher(HubMode):
             self.queue.add(DISPATCH)
         current = self._status(aw)
         wait = lifecycle.current_requeue_wait(aw.scheduling, current) if aw.scheduling.min_available > 0 else 0
-        new = status.dispatched(current, self.clock.now(), priority=aw.priority, requeue_wait=wait, cluster=cluster)
+        new = status.dispatched(current.raw(), self.clock.now(), priority=aw.priority, requeue_wait=wait,
+                                cluster=cluster)
         hub = self.hub
 
         def job() -> apply.Steps[_Dispatched]:
             # In steps of one request: the write pool interleaves them with other AppWrappers' (see mcad.writes).
             try:
+                # The templates, which the controller does not keep (bounded memory): read now, no older than
+                # the view decided about, and only if it is that very spec.
+                try:
+                    raw = self.writer.read(aw.api_version, KIND, aw.namespace, aw.name,
+                                           not_older_than=aw.resource_version)
+                except ApiError as err:
+                    if err.status == 404:
+                        return _Dispatched(aw, new, stale=True)
+                    raise
+                meta = raw.get("metadata") or {}
+                if meta.get("uid") != aw.uid or meta.get("generation") != aw.generation:
+                    return _Dispatched(aw, new, stale=True)
+                items = apply.generic_items(raw)
+                del raw
+                yield
                 if hub is None:
-                    uids = yield from apply.dispatch_steps(self.writer, aw)
+                    uids = yield from apply.dispatch_steps(self.writer, aw, items)
                 else:
                     self._add_finalizer(aw)
                     yield
@@ -1430,7 +1460,7 @@ class Dispatcher(HubMode):
                                                    kind=FailureKind.UNAVAILABLE)
                     worker.ensure_namespace(aw.namespace)
                     yield
-                    uids = yield from apply.dispatch_steps(hub.writer(cluster), aw, remote=True)
+                    uids = yield from apply.dispatch_steps(hub.writer(cluster), aw, items, remote=True)
             except apply.DispatchFailed as err:
                 return _Dispatched(aw, new, error=err)
             except ApiError as err:
@@ -1458,14 +1488,23 @@ class Dispatcher(HubMode):
         self._inflight.pop(key, None)
         current = self.appwrappers.get(key)
         still_there = current is not None and current.uid == aw.uid and not current.deleting
-        if outcome.error is not None:
+        if outcome.error is not None or outcome.stale:
             self._plan_drop(key)
             self._placed.pop(key, None)  # what was applied is undone
             if self.ledger.is_reserved(key) and (still_there or current is None):
                 self._release(key)
                 self._capacity_may_have_grown()
-            if still_there:
+            if still_there and outcome.error is not None:
                 self._dispatch_failed(current, outcome.error)  # type: ignore[arg-type]
+            elif still_there:
+                # The informer is behind (a newer spec, or it is gone): decide again once it caught up, after a
+                # short backoff of its own rather than at once (a read that keeps disagreeing must not spin).
+                retry = self._dispatch_retries.failed(key, FailureKind.UNAVAILABLE)
+                log.info("dispatch read another spec than decided about; deciding again", appwrapper=key,
+                         delay_s=round(retry.delay, 3))
+                self._retry_at[key] = self.clock.monotonic() + retry.delay
+                self._enqueue(current)  # type: ignore[arg-type]
+                self.queue.add_after(("retry", key), retry.delay)
             return
         if not still_there:
             # Deleted while its objects were being created: take them back at once.
@@ -1560,7 +1599,7 @@ class Dispatcher(HubMode):
     def _fail(self, aw: AppWrapperView, reason: str, message: str) -> None:
         log.warning("appwrapper failed", appwrapper=aw.key, reason=reason, message=message)
         self._note(aw, "failed", f"{reason}: {message}")
-        self._write_status(aw, status.failed(self._status(aw), self.clock.now(), priority=aw.priority,
+        self._write_status(aw, status.failed(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
                                              reason=reason, message=message))
 
     def _note(self, aw: AppWrapperView, decision: str, message: str) -> None:
@@ -1576,6 +1615,7 @@ class Dispatcher(HubMode):
     def _write_status(self, aw: AppWrapperView, new: Mapping[str, Any], *, urgent: bool = True) -> None:
         """Decide ``new`` as ``aw``'s status, unless it equals what the loop decided or saw last: later decisions
         build on it at once, and ``self.statuses`` writes it until it lands, whatever fails meanwhile."""
-        if new == self._status(aw):
+        view = StatusView.of(new)
+        if view == self._status(aw):
             return
-        self.statuses.want(aw, new, urgent=urgent)
+        self.statuses.want(aw, view, urgent=urgent)

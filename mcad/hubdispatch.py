@@ -31,6 +31,7 @@ from mcad import apply, events, placement, status
 from mcad.api.appwrapper import KIND, WORKER_CLEANUP_FINALIZER, AppWrapperView
 from mcad.api.podgroups import PodGroup
 from mcad.api.resources import ResourceVector
+from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
 from mcad.clusters import HealthState, Policy
 from mcad.fit import Fit
@@ -82,12 +83,12 @@ class HubMode:
         _pods_by_appwrapper: dict[str, dict[str, str]]
         _pod_owner: dict[str, str]
 
-        def _status(self, aw: AppWrapperView) -> Mapping[str, Any]: ...
+        def _status(self, aw: AppWrapperView) -> StatusView: ...
         def _write_status(self, aw: AppWrapperView, new: Mapping[str, Any], *, urgent: bool = True) -> None: ...
         def _dispatched_now(self, key: str) -> AppWrapperView | None: ...
         def _event(self, aw: AppWrapperView, reason: str, message: str) -> None: ...
         def _capacity_may_have_grown(self) -> None: ...
-        def gang(self, aw: AppWrapperView) -> list[PodGroup]: ...
+        def gang(self, aw: AppWrapperView) -> tuple[PodGroup, ...]: ...
         def _requeue(self, aw: AppWrapperView, reason: str, message: str, *, requeuings: int,
                      requeue_wait: int) -> None: ...
         def _plan_drop(self, key: str) -> None: ...
@@ -326,7 +327,7 @@ class HubMode:
                 aw = self._dispatched_now(key)
                 if aw is None:
                     continue
-                current = self._status(aw)
+                current = self._status(aw).raw()
                 health_told = status.latest(current.get("conditions"), status.CLUSTER_AVAILABLE) or {}
                 told = health_told.get("status") == "False"
                 # Only a real outage is told (not a worker still being listed at start), and its end.
@@ -363,9 +364,8 @@ class HubMode:
             if aw is None:
                 continue
             current = self._status(aw)
-            self._requeue(aw, status.CLUSTER_UNREACHABLE_TIMEOUT, message,
-                          requeuings=int(current.get("numberOfRequeueings") or 0),
-                          requeue_wait=int(current.get("requeueingTimeInSeconds") or 0))
+            self._requeue(aw, status.CLUSTER_UNREACHABLE_TIMEOUT, message, requeuings=current.requeuings,
+                          requeue_wait=current.requeue_wait)
             # It waits for nothing there: its old pods count as that worker's usage, not as its own.
             self._detach_pods(key)
             self._placed.pop(key, None)

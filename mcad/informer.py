@@ -23,13 +23,16 @@ Contract (client-go ``tools/cache`` semantics; see model-codebases.md rules I1-I
   informer goes on. ``has_synced()`` turns true once the first list has been applied and its handlers ran.
 - The store holds ``transform(raw)`` (keep only what callers need: memory at scale); reads are thread-safe and
   return the stored values, which callers must treat as read-only. An object the transform rejects (raises) is
-  logged and treated as absent.
+  logged and treated as absent. ``reuse(stored, raw)``, when given, may build the new value from the one stored
+  under the same key (say, only its status changed, and parsing the rest is costly) and return it, or None to
+  fall back to ``transform``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar
@@ -77,7 +80,8 @@ def object_key(obj: dict[str, Any]) -> str:
     metadata = obj.get("metadata") or {}
     namespace = metadata.get("namespace")
     name = str(metadata.get("name", ""))
-    return f"{namespace}/{name}" if namespace else name
+    # Interned: a view that makes the same key from the object (AppWrapperView.key) then shares this string.
+    return sys.intern(f"{namespace}/{name}") if namespace else name
 
 
 def _resource_version(obj: dict[str, Any]) -> str:
@@ -167,10 +171,12 @@ class Informer(Generic[T]):
         clock: Clock | None = None,
         rng: random.Random | None = None,
         peers: Reconnects | None = None,
+        reuse: Callable[[T, dict[str, Any]], T | None] | None = None,
     ) -> None:
         self.name = name
         self._lw = lister_watcher
         self._transform = transform
+        self._reuse = reuse
         self._key = key
         self._watch_timeout = watch_timeout
         self._clock = clock if clock is not None else RealClock()
@@ -328,7 +334,7 @@ class Informer(Generic[T]):
             previous = old_store.get(key)
             if previous is not None and previous[0] == rv and rv:
                 return key, previous  # unchanged: keep the transformed object, skip the transform
-            transformed = self._safe_transform(key, raw)
+            transformed = self._safe_transform(key, raw, previous[1] if previous is not None else None)
             return key, None if transformed is None else (rv, transformed[0])
 
         items, resource_version = self._lw.list(compact=compact)
@@ -401,7 +407,9 @@ class Informer(Generic[T]):
             _log.warning("informer ignored event", informer=self.name, reason="unknown type", type=str(etype))
             return
         key = self._key(raw)
-        transformed = self._safe_transform(key, raw)
+        with self._lock:
+            stored = self._store.get(key)  # only this thread writes the store: still current below
+        transformed = self._safe_transform(key, raw, stored[1] if stored is not None else None)
         with self._lock:
             previous = self._store.get(key)
             if etype == "DELETED" or transformed is None:
@@ -419,9 +427,14 @@ class Informer(Generic[T]):
         else:
             self._notify("MODIFIED", key, previous[1], transformed[0])
 
-    def _safe_transform(self, key: str, raw: dict[str, Any]) -> tuple[T] | None:
-        """``(transform(raw),)``, or None (logged) when the transform raises: the object counts as absent."""
+    def _safe_transform(self, key: str, raw: dict[str, Any], stored: T | None = None) -> tuple[T] | None:
+        """``(reuse(stored, raw) or transform(raw),)``, or None (logged) when they raise: the object counts as
+        absent."""
         try:
+            if self._reuse is not None and stored is not None:
+                reused = self._reuse(stored, raw)
+                if reused is not None:
+                    return (reused,)
             return (self._transform(raw),)
         except Exception as err:
             _log.error("informer transform failed", informer=self.name, key=key, reason=type(err).__name__,

@@ -599,6 +599,14 @@ class Client:
         return request_json(self.conn, "PATCH", self.object_path(api_version, kind, namespace, name),
                             body=operations, content_type="application/json-patch+json", timeout=self._timeout)
 
+    def read(self, api_version: str, kind: str, namespace: str, name: str, *,
+             not_older_than: str = "") -> dict[str, Any]:
+        """GET one object. With ``not_older_than`` (a resourceVersion) the API server may answer from its watch
+        cache with that version or a later one, which costs it no etcd read."""
+        query = [("resourceVersion", not_older_than)] if not_older_than else []
+        return request_json(self.conn, "GET", self.object_path(api_version, kind, namespace, name), query=query,
+                            timeout=self._timeout)
+
     def force_delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete that very pod (uid precondition) with grace period 0: the API server removes it at once, unless
         a finalizer holds it. Gone already is fine."""

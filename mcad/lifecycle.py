@@ -31,15 +31,15 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
 from mcad.api.appwrapper import AppWrapperView, SchedulingSpec
+from mcad.api.statusview import StatusView
 from mcad.api.validation import MAX_DISPATCH_LIMIT_SECONDS, MAX_REQUEUE_SECONDS
-from mcad.status import DISPATCHED, latest
 from mcad.wrapped import NotSynced, WrappedView
 
 JOB = ("batch/v1", "Job")
@@ -78,19 +78,10 @@ def tracked_items(aw: AppWrapperView, *, jobs: bool = True) -> list[TrackedItem]
     """The items whose objects are watched: those with a completionstatus, and (``jobs``) Jobs."""
     out = []
     for item in aw.items:
-        template = item.get("generictemplate")
-        if not isinstance(template, Mapping):
+        if not (item.name and item.api_version and item.kind):
             continue
-        meta = template.get("metadata")
-        name = meta.get("name") if isinstance(meta, Mapping) else None
-        api_version, kind = template.get("apiVersion"), template.get("kind")
-        if not (isinstance(name, str) and isinstance(api_version, str) and isinstance(kind, str)):
-            continue
-        raw = item.get("completionstatus")
-        tokens = raw.split(",") if isinstance(raw, str) else []
-        types = frozenset(t.strip().lower() for t in tokens if t.strip())
-        if types or (jobs and (api_version, kind) == JOB):
-            out.append(TrackedItem(api_version, kind, name, types))
+        if item.completion or (jobs and (item.api_version, item.kind) == JOB):
+            out.append(TrackedItem(item.api_version, item.kind, item.name, item.completion))
     return out
 
 
@@ -155,16 +146,15 @@ def parse_time(stamp: Any) -> datetime | None:
         return None
 
 
-def dispatched_at(status: Mapping[str, Any]) -> datetime | None:
+def dispatched_at(status: StatusView) -> datetime | None:
     """When the current dispatch happened: the (latest) Dispatched condition's last transition."""
-    condition = latest(status.get("conditions"), DISPATCHED)
-    return None if condition is None else parse_time(condition.get("lastTransitionMicroTime"))
+    return parse_time(status.dispatched_since)
 
 
-def current_requeue_wait(spec: SchedulingSpec, status: Mapping[str, Any]) -> int:
+def current_requeue_wait(spec: SchedulingSpec, status: StatusView) -> int:
     """The minAvailable wait of the current dispatch: as recorded in status, else ``timeInSeconds``."""
-    recorded = status.get("requeueingTimeInSeconds")
-    if isinstance(recorded, int) and not isinstance(recorded, bool) and 1 <= recorded <= MAX_REQUEUE_SECONDS:
+    recorded = status.requeue_wait
+    if 1 <= recorded <= MAX_REQUEUE_SECONDS:
         return recorded
     return spec.requeue_seconds
 
@@ -176,13 +166,13 @@ def _after(start: datetime, seconds: int) -> datetime:
         return FAR_FUTURE
 
 
-def requeue_due(spec: SchedulingSpec, status: Mapping[str, Any]) -> datetime | None:
+def requeue_due(spec: SchedulingSpec, status: StatusView) -> datetime | None:
     since = dispatched_at(status)
     return None if since is None else _after(since, current_requeue_wait(spec, status))
 
 
-def deadline_due(spec: SchedulingSpec, status: Mapping[str, Any]) -> datetime | None:
-    first = parse_time(status.get("controllerfirstdispatchtimestamp"))
+def deadline_due(spec: SchedulingSpec, status: StatusView) -> datetime | None:
+    first = parse_time(status.first_dispatch)
     return None if first is None else _after(first, spec.dispatch_limit_seconds)
 
 

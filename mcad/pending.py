@@ -41,6 +41,7 @@ class PendingQueue:
         # group -> its members' orders, sorted; the key is the order's last element (orders are unique per key)
         self._groups: dict[Hashable, list[Order]] = {}
         self._demands: dict[Hashable, ResourceVector] = {}
+        self._group_keys: dict[Hashable, Hashable] = {}  # each group's key object, shared by its members
         self._all: SortedList = SortedList()
 
     def __len__(self) -> int:
@@ -54,6 +55,8 @@ class PendingQueue:
         if order[2] != key:
             raise ValueError(f"the order's last element must be the key: {order!r} for {key!r}")
         group_key: Hashable = demand if group is None else group
+        # Members of a group share its key object (thousands of equal tuples would each cost their own memory).
+        group_key = self._group_keys.setdefault(group_key, group_key)
         current = self._entries.get(key)
         if current is not None:
             if current.order == order and current.group == group_key:
@@ -80,6 +83,7 @@ class PendingQueue:
         if not members:
             del self._groups[entry.group]
             del self._demands[entry.group]
+            self._group_keys.pop(entry.group, None)
 
     def position(self, key: str) -> int:
         """1-based place of ``key`` in dispatch order; 0 when it is not queued."""

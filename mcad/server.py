@@ -174,7 +174,7 @@ def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callabl
         counts: dict[str, int] = {}
         # status_of: our own writes count before the watch brings them back (dict reads are atomic).
         for aw in dispatcher.appwrappers.list():
-            state = str(dispatcher.status_of(aw).get("state") or "")
+            state = dispatcher.status_of(aw).state
             counts[state] = counts.get(state, 0) + 1
         return counts
 

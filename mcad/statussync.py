@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import structlog
 
 from mcad.api.appwrapper import FIELD_MANAGER, KIND, AppWrapperView
+from mcad.api.statusview import StatusView
 from mcad.kube import ApiError
 from mcad.retry import Backoff, FailureKind, classify
 
@@ -50,7 +51,7 @@ class KeyQueue(Protocol):
 @dataclass(frozen=True, slots=True)
 class _Intent:
     uid: str
-    status: Mapping[str, Any]
+    status: StatusView
     version: int  # counts decisions for this AppWrapper, so an outcome knows whether it wrote the newest
 
 
@@ -98,7 +99,7 @@ class StatusSync:
     def __len__(self) -> int:
         return len(self._syncs)
 
-    def intent(self, aw: AppWrapperView) -> Mapping[str, Any] | None:
+    def intent(self, aw: AppWrapperView) -> StatusView | None:
         """The status last decided for this incarnation of ``aw``, while the informer may not show it yet."""
         sync = self._syncs.get(aw.key)
         return sync.intent.status if sync is not None and sync.intent.uid == aw.uid else None
@@ -108,7 +109,7 @@ class StatusSync:
         sync = self._syncs.get(key)
         return sync is not None and sync.landed != sync.intent.version
 
-    def want(self, aw: AppWrapperView, status: Mapping[str, Any], *, urgent: bool = True) -> None:
+    def want(self, aw: AppWrapperView, status: StatusView, *, urgent: bool = True) -> None:
         sync = self._syncs.get(aw.key)
         if sync is None or sync.intent.uid != aw.uid:
             if sync is not None:
@@ -198,8 +199,8 @@ class StatusSync:
         def job() -> StatusWritten:
             intent = sync.intent  # the newest decision, read when the write starts (one attribute read: atomic)
             try:
-                written = writer.replace_status(api_version, KIND, namespace, name, intent.uid, intent.status,
-                                                field_manager=FIELD_MANAGER)
+                written = writer.replace_status(api_version, KIND, namespace, name, intent.uid,
+                                                intent.status.raw(), field_manager=FIELD_MANAGER)
             except ApiError as err:
                 return StatusWritten(intent.uid, intent.version, error=err)
             meta = written.get("metadata") if isinstance(written, Mapping) else None

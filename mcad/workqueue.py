@@ -119,6 +119,10 @@ class WorkQueue(Generic[K]):
                 if self._queue:
                     key = self._queue.popleft()
                     self._dirty.discard(key)
+                    if not self._dirty:
+                        # A set never shrinks: after a burst (every AppWrapper of a restart at once) its table
+                        # would keep the burst's size for ever.
+                        self._dirty = set()
                     self._processing.add(key)
                     return key, False
                 if self._shutting_down:

@@ -171,6 +171,12 @@ class FakeListerWatcher:
             if not self._cond.wait_for(lambda: self.lists >= count, timeout):
                 raise AssertionError(f"timed out waiting for list #{count} (lists: {self.lists})")
 
+    def get(self, key: str) -> dict[str, Any] | None:
+        """A copy of the object stored under ``namespace/name`` (or ``name``), as a GET would return it."""
+        with self._cond:
+            found = self._objects.get(key)
+            return copy.deepcopy(found) if found is not None else None
+
     @property
     def resource_version(self) -> str:
         with self._cond:

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from mcad.api.raw import as_list, as_mapping, as_str
 from mcad.api.resources import ResourceVector
 from mcad.api.selectors import label_matches
-from mcad.api.views import NodeView, Taint
 from mcad.api.workloads import PodSet, WorkloadError, custom_pod_resources, pod_requests, pod_sets
+
+if TYPE_CHECKING:  # only annotations: mcad.api.views imports mcad.api.appwrapper, which imports this module
+    from mcad.api.views import NodeView, Taint
 
 # -- constraints ----------------------------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ class RecordingWriter:
         self.fail_apply: ApiError | None = None
         self.fail_status: ApiError | None = None
         self.fail_for: dict[str, ApiError] = {}  # object name -> the error applying it raises
+        self.objects: FakeListerWatcher | None = None  # the AppWrappers, for read()
         self.attempts = 0  # apply calls, failed ones included
         self.status_attempts = 0
         self.status_attempts_of: Counter[str] = Counter()
@@ -64,6 +65,14 @@ class RecordingWriter:
     def force_delete_pod(self, namespace: str, name: str, uid: str) -> None:
         self.force_deleted.append(name)
 
+    def read(self, api_version: str, kind: str, namespace: str, name: str, *,
+             not_older_than: str = "") -> Mapping[str, Any]:
+        """The AppWrapper as the fake API server holds it (a dispatch reads its templates this way)."""
+        found = self.objects.get(f"{namespace}/{name}") if self.objects is not None else None
+        if found is None:
+            raise ApiError(404, "NotFound", f"appwrappers {name} not found")
+        return found
+
 
 def node(name: str, cpu: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "resourceVersion": "1"},
@@ -100,6 +109,7 @@ class Harness:
             self.lw["aw"].add(obj)
         self.clock = FakeClock()
         self.writer = RecordingWriter()
+        self.writer.objects = self.lw["aw"]
         self.informers: list[Informer[Any]] = [
             Informer("appwrappers", self.lw["aw"], transform=appwrapper_view),
             Informer("nodes", self.lw["node"], transform=node_view),

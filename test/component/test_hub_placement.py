@@ -182,6 +182,7 @@ class HubHarness:
             for obj in objects:
                 self.lw[kind].add(obj)
         self.writer = HubWriter()
+        self.writer.objects = self.lw["aw"]
         self.informers: list[Informer[Any]] = [
             Informer("appwrappers", self.lw["aw"], transform=appwrapper_view),
             Informer("nodes", self.lw["node"], transform=node_view),

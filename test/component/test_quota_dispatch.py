@@ -144,7 +144,9 @@ def test_charged_quota_always_equals_the_dispatched_demand(quota_harness: Any, s
         current = h.dispatcher.appwrappers.get(f"ns/{name}")
         assert current is not None
         raw = labelled(name, "1", **current.labels)
-        raw["spec"] = {"resources": {"GenericItems": [dict(i) for i in current.items]}}
+        stored = h.lw["aw"].get(f"ns/{name}")
+        assert stored is not None
+        raw["spec"] = {"resources": stored["spec"]["resources"]}
         if current.scheduling.dispatch_limit_seconds:
             raw["spec"]["schedulingSpec"] = {"dispatchDuration": {"limit": current.scheduling.dispatch_limit_seconds}}
         raw["status"] = status
@@ -194,6 +196,6 @@ def test_charged_quota_always_equals_the_dispatched_demand(quota_harness: Any, s
         assert not stuck, (f"seed {seed} step {step}: {stuck} fit but were not dispatched",
                            [(a.key, a.state, a.fits_now, a.why) for a in h.dispatcher.assess_queue()],
                            h.dispatcher._preempting, h.dispatcher._reclaiming,
-                           {k: (v.labels, v.demand.format(), h.dispatcher.status_of(v).get("state"))
+                           {k: (v.labels, v.demand.format(), h.dispatcher.status_of(v).state)
                             for k, v in ((a.key, h.dispatcher.appwrappers.get(a.key))
                                          for a in h.dispatcher.assess_queue()) if v})

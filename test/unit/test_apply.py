@@ -3,21 +3,34 @@ dispatch and deletion: one request per step, the undo after a failure too, the s
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from mcad import apply
-from mcad.api.appwrapper import appwrapper_view
+from mcad.api.appwrapper import AppWrapperView, appwrapper_view
 from mcad.apply import DispatchFailed, ItemError, manifest
 from mcad.kube import ApiError
 
 
-def view(*templates: dict[str, Any] | None, namespace: str = "team") -> Any:
+class Made(NamedTuple):
+    """An AppWrapper's view (which keeps no templates) and its GenericItems as a dispatch reads them."""
+
+    aw: AppWrapperView
+    items: list[dict[str, Any]]
+
+
+def view(*templates: dict[str, Any] | None, namespace: str = "team") -> Made:
     items = [{"generictemplate": t} if t is not None else {"replicas": 1} for t in templates]
-    return appwrapper_view({"metadata": {"name": "aw", "namespace": namespace, "uid": "u-1"},
-                            "spec": {"resources": {"GenericItems": items}}})
+    raw = {"metadata": {"name": "aw", "namespace": namespace, "uid": "u-1"},
+           "spec": {"resources": {"GenericItems": items}}}
+    return Made(appwrapper_view(raw), copy.deepcopy(items))
+
+
+def manifest_at(made: Made, index: int, *, remote: bool = False) -> dict[str, Any]:
+    return manifest(made.aw, index, made.items[index], remote=remote)
 
 
 def raycluster() -> dict[str, Any]:
@@ -27,7 +40,7 @@ def raycluster() -> dict[str, Any]:
 
 
 def test_labels_reach_every_nested_pod_template_and_the_object() -> None:
-    obj = manifest(view(raycluster()), 0)
+    obj = manifest_at(view(raycluster()), 0)
     labels = {"workload.codeflare.dev/appwrapper": "aw", "appwrapper.mcad.ibm.com": "aw"}
     assert obj["metadata"]["labels"] == labels
     assert obj["spec"]["headGroupSpec"]["template"]["metadata"]["labels"] == labels
@@ -35,7 +48,7 @@ def test_labels_reach_every_nested_pod_template_and_the_object() -> None:
 
 
 def test_namespace_defaults_to_the_appwrappers_and_a_controller_owner_is_set() -> None:
-    obj = manifest(view({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}), 0)
+    obj = manifest_at(view({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}), 0)
     assert obj["metadata"]["namespace"] == "team"
     assert obj["metadata"]["ownerReferences"] == [{
         "apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper", "name": "aw", "uid": "u-1",
@@ -44,10 +57,10 @@ def test_namespace_defaults_to_the_appwrappers_and_a_controller_owner_is_set() -
 
 def test_existing_labels_are_kept_and_the_template_is_not_mutated() -> None:
     template = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "labels": {"team": "a"}}}
-    aw = view(template)
-    obj = manifest(aw, 0)
+    made = view(template)
+    obj = manifest_at(made, 0)
     assert obj["metadata"]["labels"]["team"] == "a"
-    assert aw.items[0]["generictemplate"]["metadata"] == {"name": "cm", "labels": {"team": "a"}}
+    assert made.items[0]["generictemplate"]["metadata"] == {"name": "cm", "labels": {"team": "a"}}
 
 
 @pytest.mark.parametrize(("template", "message"), [
@@ -60,7 +73,7 @@ def test_existing_labels_are_kept_and_the_template_is_not_mutated() -> None:
 def test_items_that_cannot_be_dispatched_are_named_with_the_cause(template: dict[str, Any] | None,
                                                                    message: str) -> None:
     with pytest.raises(ItemError) as err:
-        manifest(view(template), 0)
+        manifest_at(view(template), 0)
     assert message in str(err.value)
 
 
@@ -87,7 +100,7 @@ class Writer:
         self.requests.append(("delete", name))
 
 
-def configmaps(count: int) -> Any:
+def configmaps(count: int) -> Made:
     return view(*[{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm{i}"}} for i in range(count)])
 
 
@@ -109,7 +122,7 @@ def requests_per_step(writer: Writer, steps: Any) -> tuple[list[int], Any]:
 
 def test_a_stepwise_dispatch_applies_one_item_per_step_and_returns_the_uids() -> None:
     writer = Writer()
-    counts, uids = requests_per_step(writer, apply.dispatch_steps(writer, configmaps(4)))
+    counts, uids = requests_per_step(writer, apply.dispatch_steps(writer, *configmaps(4)))
     assert uids == ("uid-cm0", "uid-cm1", "uid-cm2", "uid-cm3")
     assert writer.requests == [("apply", f"cm{i}") for i in range(4)]
     assert max(counts) == 1
@@ -118,48 +131,48 @@ def test_a_stepwise_dispatch_applies_one_item_per_step_and_returns_the_uids() ->
 def test_a_refused_item_is_undone_one_delete_per_step_with_the_message_of_a_whole_dispatch() -> None:
     refusal = {"cm2": ApiError(422, "Invalid", "data: too long")}
     writer = Writer(refusal)
-    counts, failure = requests_per_step(writer, apply.dispatch_steps(writer, configmaps(4)))
+    counts, failure = requests_per_step(writer, apply.dispatch_steps(writer, *configmaps(4)))
     assert writer.requests == [("apply", "cm0"), ("apply", "cm1"), ("apply", "cm2"), ("delete", "cm1"),
                                ("delete", "cm0")]
     assert max(counts) == 1
     assert isinstance(failure, DispatchFailed) and not failure.transient
     whole = Writer(refusal)
     with pytest.raises(DispatchFailed) as err:
-        apply.dispatch(whole, configmaps(4))
+        apply.dispatch(whole, *configmaps(4))
     assert whole.requests == writer.requests
     assert err.value.message == failure.message == "GenericItems[2] (ConfigMap cm2): Invalid (422): data: too long"
 
 
 def test_a_transient_refusal_is_undone_and_says_transient() -> None:
     writer = Writer({"cm1": ApiError(503, "ServiceUnavailable", "try later")})
-    _, failure = requests_per_step(writer, apply.dispatch_steps(writer, configmaps(3)))
+    _, failure = requests_per_step(writer, apply.dispatch_steps(writer, *configmaps(3)))
     assert isinstance(failure, DispatchFailed) and failure.transient
     assert writer.requests == [("apply", "cm0"), ("apply", "cm1"), ("delete", "cm0")]
 
 
 def test_an_invalid_item_anywhere_means_nothing_is_applied() -> None:
     writer = Writer()
-    aw = view({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm0"}},
-              {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "x-"}})
-    _, failure = requests_per_step(writer, apply.dispatch_steps(writer, aw))
+    made = view({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm0"}},
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "x-"}})
+    _, failure = requests_per_step(writer, apply.dispatch_steps(writer, *made))
     assert isinstance(failure, DispatchFailed) and "GenericItems[1]" in failure.message
     assert writer.requests == []
 
 
 def test_a_cluster_scoped_item_is_refused_and_what_was_applied_undone() -> None:
     writer = Writer()
-    aw = view({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm0"}},
-              {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
-    _, failure = requests_per_step(writer, apply.dispatch_steps(writer, aw))
+    made = view({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm0"}},
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
+    _, failure = requests_per_step(writer, apply.dispatch_steps(writer, *made))
     assert isinstance(failure, DispatchFailed) and "Namespace is cluster-scoped" in failure.message
     assert writer.requests == [("apply", "cm0"), ("delete", "cm0")]
 
 
 def test_stepwise_deletion_deletes_one_item_per_step() -> None:
     writer = Writer()
-    counts, _ = requests_per_step(writer, apply.delete_wrapped_steps(writer, configmaps(3)))
+    counts, _ = requests_per_step(writer, apply.delete_wrapped_steps(writer, configmaps(3).aw))
     assert counts == [1, 1, 1]
     remote = Writer()
-    counts, _ = requests_per_step(remote, apply.delete_remote_steps(remote, configmaps(3)))
+    counts, _ = requests_per_step(remote, apply.delete_remote_steps(remote, configmaps(3).aw))
     assert counts == [1, 1, 1]
     assert writer.requests == remote.requests == [("delete", "cm0"), ("delete", "cm1"), ("delete", "cm2")]

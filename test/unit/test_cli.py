@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from mcad import __version__
@@ -74,3 +75,10 @@ def test_max_items_cannot_go_above_the_crds_ceiling() -> None:
     result = CliRunner().invoke(controller.main, ["--max-items", "1001", "--connect-only"])
     assert result.exit_code == 2
     assert "--max-items" in result.output and "1001 is not in the range 1<=x<=1000" in result.output
+
+
+def test_the_controller_caps_glibcs_malloc_arenas_unless_the_environment_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert controller.limit_malloc_arenas() is True, "glibc's mallopt accepts M_ARENA_MAX"
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert controller.limit_malloc_arenas() is False, "an operator's own setting wins"

@@ -106,16 +106,19 @@ def pytorchjob_template() -> dict[str, Any]:
             "spec": {"pytorchReplicaSpecs": {"Master": dict(replica), "Worker": {**replica, "replicas": 2}}}}
 
 
-def view(*templates: dict[str, Any]) -> Any:
-    return appwrapper_view({"metadata": {"name": "aw", "namespace": "team", "uid": "u-1"},
-                            "spec": {"resources": {"GenericItems": [{"generictemplate": t} for t in templates]}}})
+def manifest_of(templates: list[dict[str, Any]], index: int, *, remote: bool = False) -> dict[str, Any]:
+    """The manifest of item ``index`` of an AppWrapper wrapping ``templates`` (the items as a dispatch reads them)."""
+    items = [{"generictemplate": t} for t in templates]
+    aw = appwrapper_view({"metadata": {"name": "aw", "namespace": "team", "uid": "u-1"},
+                          "spec": {"resources": {"GenericItems": items}}})
+    return manifest(aw, index, items[index], remote=remote)
 
 
 POD_LABELS = {APPWRAPPER_LABEL: "aw", LEGACY_APPWRAPPER_LABEL: "aw"}
 
 
 def test_remote_manifest_has_no_owner_reference_but_the_uid_label() -> None:
-    obj = manifest(view(job_template()), 0, remote=True)
+    obj = manifest_of([job_template()], 0, remote=True)
     meta = obj["metadata"]
     assert "ownerReferences" not in meta
     assert meta["labels"] == {"team": "a", **POD_LABELS, APPWRAPPER_UID_LABEL: "u-1"}
@@ -123,16 +126,16 @@ def test_remote_manifest_has_no_owner_reference_but_the_uid_label() -> None:
 
 
 def test_remote_manifest_labels_every_pod_template_with_the_appwrapper_labels() -> None:
-    obj = manifest(view(job_template(), pytorchjob_template()), 1, remote=True)
+    obj = manifest_of([job_template(), pytorchjob_template()], 1, remote=True)
     specs = obj["spec"]["pytorchReplicaSpecs"]
     for role in ("Master", "Worker"):
         assert specs[role]["template"]["metadata"]["labels"] == POD_LABELS, role
-    job = manifest(view(job_template()), 0, remote=True)
+    job = manifest_of([job_template()], 0, remote=True)
     assert job["spec"]["template"]["metadata"]["labels"] == POD_LABELS
 
 
 def test_local_manifest_is_unchanged_owner_reference_and_no_uid_label() -> None:
-    obj = manifest(view(job_template()), 0)
+    obj = manifest_of([job_template()], 0)
     meta = obj["metadata"]
     assert APPWRAPPER_UID_LABEL not in meta["labels"]
     assert meta["labels"] == {"team": "a", **POD_LABELS}
@@ -143,15 +146,13 @@ def test_local_manifest_is_unchanged_owner_reference_and_no_uid_label() -> None:
 
 
 def test_remote_manifest_does_not_mutate_the_appwrappers_template() -> None:
-    aw = view(job_template())
-    manifest(aw, 0, remote=True)
-    assert aw.items[0]["generictemplate"] == job_template()
+    template = job_template()
+    manifest_of([template], 0, remote=True)
+    assert template == job_template()
 
 
 def test_remote_manifest_drops_the_templates_own_owner_references() -> None:
     """They name hub objects: in a worker they dangle, and the garbage collector deletes a dangling dependent."""
     template = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "ownerReferences": [
         {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "hub-uid"}]}}
-    aw = appwrapper_view({"metadata": {"name": "aw", "namespace": "team", "uid": "u-1"},
-                          "spec": {"resources": {"GenericItems": [{"generictemplate": template}]}}})
-    assert "ownerReferences" not in manifest(aw, 0, remote=True)["metadata"]
+    assert "ownerReferences" not in manifest_of([template], 0, remote=True)["metadata"]

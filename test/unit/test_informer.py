@@ -18,6 +18,7 @@ import pytest
 from mcad.informer import EventType, Informer, Reconnects, object_key
 from mcad.kube import ApiError
 from test.fakes import FakeClock, FakeListerWatcher, configmap
+from test.support import wait_until
 
 Event = tuple[EventType, Any, Any]
 TIMEOUT = 5.0
@@ -503,3 +504,25 @@ def test_informers_of_one_server_reconnect_together() -> None:
     finally:
         first.stop()
         second.stop()
+
+
+def test_reuse_builds_from_the_stored_value_or_falls_back_to_the_transform(
+    fake: FakeListerWatcher, make_informer: Callable[..., Informer[Any]]
+) -> None:
+    """An event whose costly part did not change (only a status) may be built from what is stored."""
+    transformed: list[str] = []
+
+    def transform(raw: dict[str, Any]) -> tuple[str, str]:
+        transformed.append(raw["data"]["v"])
+        return raw["data"]["spec"], raw["data"]["v"]
+
+    def reuse(stored: tuple[str, str], raw: dict[str, Any]) -> tuple[str, str] | None:
+        return (stored[0], raw["data"]["v"]) if raw["data"]["spec"] == stored[0] else None
+
+    fake.add(configmap("a", spec="s1", v="1"))
+    informer = make_informer(transform=transform, reuse=reuse)
+    assert informer.wait_synced(TIMEOUT)
+    fake.modify(configmap("a", spec="s1", v="2"))  # the same spec: reused
+    fake.modify(configmap("a", spec="s2", v="3"))  # another spec: transformed
+    wait_until(lambda: informer.get("default/a") == ("s2", "3"), TIMEOUT, "the second change in the store")
+    assert transformed == ["1", "3"]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from mcad.api.appwrapper import SchedulingSpec, appwrapper_view
+from mcad.api.statusview import StatusView, status_view
 from mcad.api.validation import MAX_DISPATCH_LIMIT_SECONDS, MAX_REQUEUE_SECONDS
 from mcad.lifecycle import (
     FAR_FUTURE,
@@ -123,9 +124,9 @@ def test_a_huge_requeue_count_waits_at_most_the_maximum() -> None:
 DISPATCHED = "2026-01-01T00:00:00Z"
 
 
-def dispatched_status(**extra: Any) -> dict[str, Any]:
-    return {"conditions": [{"type": "Dispatched", "status": "True", "lastTransitionMicroTime": DISPATCHED}],
-            "controllerfirstdispatchtimestamp": DISPATCHED, **extra}
+def dispatched_status(**extra: Any) -> StatusView:
+    return status_view({"conditions": [{"type": "Dispatched", "status": "True", "lastTransitionMicroTime": DISPATCHED}],
+                        "controllerfirstdispatchtimestamp": DISPATCHED, **extra})
 
 
 @pytest.mark.parametrize("spec", [{"requeuing": {"timeInSeconds": 10**12, "maxTimeInSeconds": 10**12}},
@@ -165,8 +166,8 @@ def test_a_recorded_wait_out_of_range_or_of_the_wrong_type_falls_back_to_the_spe
                                            # UTC moves these out of datetime's range: read as no stamp at all
                                            ("9999-12-31T23:00:00-05:00", None), ("0001-01-01T00:00:00+05:00", None)])
 def test_stamps_at_the_edges_of_time_never_raise(stamp: str, due: datetime | None) -> None:
-    status = {"conditions": [{"type": "Dispatched", "status": "True", "lastTransitionMicroTime": stamp}],
-              "controllerfirstdispatchtimestamp": stamp}
+    status = status_view({"conditions": [{"type": "Dispatched", "status": "True", "lastTransitionMicroTime": stamp}],
+                          "controllerfirstdispatchtimestamp": stamp})
     spec = SchedulingSpec(min_available=1, requeue_seconds=MAX_REQUEUE_SECONDS,
                           dispatch_limit_seconds=MAX_DISPATCH_LIMIT_SECONDS)
     now = datetime(2026, 1, 1, tzinfo=UTC)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from mcad import lifecycle, status
+from mcad.api.statusview import status_view
 from mcad.api.views import Unschedulable
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, 123456, tzinfo=UTC)
@@ -202,7 +203,7 @@ def test_readers_read_the_latest_entry_of_a_type() -> None:
                         {"type": "Dispatched", "reason": "AppWrapperRunnable",
                          "lastTransitionMicroTime": status.micro_time(T1)},
                         {"type": "Backoff", "reason": "AppWrapperNotRunnable."}]}
-    assert lifecycle.dispatched_at(s) == T1
+    assert lifecycle.dispatched_at(status_view(s)) == T1
     assert not status.is_draining(s)
     assert status.latest(s["conditions"], "Running") is None
     assert status.latest(None, "Backoff") is None

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mcad.api.appwrapper import Judgements, appwrapper_view
+from mcad.api.appwrapper import appwrapper_view, reuse_spec
 from mcad.api.validation import (
     DEFAULT_MAX_BYTES,
     INT32_MAX,
@@ -238,27 +238,23 @@ def test_the_crds_declare_the_bounds_the_controller_enforces(path: Any) -> None:
     assert bounds(scheduling["dispatchDuration"]["properties"]["limit"]) == (0, MAX_DISPATCH_LIMIT_SECONDS)
 
 
-def test_a_spec_is_judged_again_when_its_generation_or_the_limits_change() -> None:
-    judgements = Judgements()
+def test_a_spec_is_judged_again_when_its_generation_changes_and_reused_while_it_does_not() -> None:
     raw = {**aw(cm("a")), "metadata": {"name": "aw", "namespace": "team", "uid": "u-judged", "generation": 1}}
-    assert appwrapper_view(raw, judgements=judgements).demand_error is None
+    stored = appwrapper_view(raw)
+    assert stored.demand_error is None
     edited = {**aw(cm("a"), cm("a")), "metadata": {**raw["metadata"], "generation": 2}}
-    assert "names the same object as GenericItems[0]" in (
-        appwrapper_view(edited, judgements=judgements).demand_error or "")
-    assert "at most 1 are allowed" in (
-        appwrapper_view(edited, Limits(max_items=1), judgements=judgements).demand_error or "")
-    # A status write keeps the generation: the judgement is reused, and stays right.
-    assert appwrapper_view({**edited, "status": {"state": "Failed"}}, judgements=judgements).demand_error == \
-        appwrapper_view(edited).demand_error
-    assert len(judgements) == 3
+    assert reuse_spec(stored, edited) is None, "a new generation is judged anew"
+    judged = appwrapper_view(edited)
+    assert "names the same object as GenericItems[0]" in (judged.demand_error or "")
+    # A status write keeps the generation: the judgement is reused (the very same Spec), and stays right.
+    status_write = reuse_spec(judged, {**edited, "status": {"state": "Failed"}})
+    assert status_write is not None and status_write.spec is judged.spec and status_write.state == "Failed"
 
 
-def test_remembered_judgements_are_bounded_and_only_for_objects_with_uid_and_generation() -> None:
-    judgements = Judgements(size=2)
-    for n in range(5):
-        raw = {**aw(cm("a")), "metadata": {"name": "aw", "namespace": "team", "uid": f"u-{n}", "generation": 1}}
-        appwrapper_view(raw, judgements=judgements)
-    assert len(judgements) == 2
-    nameless = Judgements()
-    appwrapper_view(aw(cm("a")), judgements=nameless)  # no uid: nothing to remember it by
-    assert len(nameless) == 0
+def test_a_spec_is_reused_only_for_the_same_object_with_a_generation() -> None:
+    raw = {**aw(cm("a")), "metadata": {"name": "aw", "namespace": "team", "uid": "u-1", "generation": 1}}
+    stored = appwrapper_view(raw)
+    assert reuse_spec(stored, {**raw, "metadata": {**raw["metadata"], "uid": "u-2"}}) is None, "re-created"
+    assert reuse_spec(stored, {**raw, "metadata": {**raw["metadata"], "generation": None}}) is None
+    nameless = appwrapper_view(aw(cm("a")))  # no uid, no generation: nothing to recognise it by
+    assert reuse_spec(nameless, aw(cm("a"))) is None
