@@ -7,6 +7,7 @@ objects."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from mcad import kube
+from test.apiserver import request_totals
 from test.conftest import apply_crd
 from test.e2e.conftest import GROUP, PLURAL, VERSION, AppWrappers, Controller, appwrapper, deployment_item
 from test.support import REPO, wait_until
@@ -204,6 +206,10 @@ def neighbour(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, kubeconfig: str
         core.delete_namespace(name, propagation_policy="Background")
 
 
+# How long a refused AppWrapper is watched for writes it should not cause (retries would show within it).
+OBSERVE_SECONDS = 3.0
+
+
 def big_configmap_item(name: str, size: int) -> dict[str, Any]:
     return {"generictemplate": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
                                 "data": {"blob": "x" * size}}}
@@ -225,10 +231,17 @@ def big_configmap_item(name: str, size: int) -> dict[str, Any]:
      f"at most 0.06 MiB ({MAX_BYTES} bytes) is allowed (--max-appwrapper-bytes)"),
 ], ids=lambda value: value if isinstance(value, str) and len(value) < 20 else "")
 def test_what_only_the_controller_sees_fails_at_once_and_the_neighbour_runs(
-        controller: Controller, aws: AppWrappers, neighbour: AppWrappers, case: str, items: list[dict[str, Any]],
-        message: str) -> None:
+        controller: Controller, aws: AppWrappers, neighbour: AppWrappers, api: k8s.ApiClient, case: str,
+        items: list[dict[str, Any]], message: str) -> None:
+    before = request_totals(api)
     aws.create(appwrapper(case, *items))
     status = aws.wait_state(case, "Failed", timeout=10)
+    # What it cost the API server, watched a little longer than it took: its Failed status, nothing retried.
+    time.sleep(OBSERVE_SECONDS)  # a span of time in which nothing may happen: there is no event to wait for
+    spent = request_totals(api) - before
+    writes = (spent.count(resource="appwrappers", subresource="status", verb="PATCH")
+              + sum(spent.count(resource=r, verb="APPLY") for r in ("configmaps", "pods")))
+    assert writes <= 3, f"a refused AppWrapper cost {writes} writes: {dict(spent)}"
     failed = status["conditions"][-1]
     assert (failed["type"], failed["reason"]) == ("Failed", "InvalidSpec")
     assert message in failed["message"], failed["message"]
@@ -239,3 +252,21 @@ def test_what_only_the_controller_sees_fails_at_once_and_the_neighbour_runs(
     neighbour.wait_state("good", "Running", timeout=30)
     neighbour.wait_pods("good", 1)
     assert controller.proc is not None and controller.proc.poll() is None
+
+
+def test_text_outside_the_bmp_is_dispatched_and_a_bad_quantity_of_it_fails_with_a_message(
+        controller: Controller, aws: AppWrappers, core: k8s.CoreV1Api) -> None:
+    """Apply bodies used to escape such characters as surrogate pairs, which the API server's YAML decoder
+    refuses (400): the ConfigMap never got created, and the AppWrapper of a quantity "1😀" got no status."""
+    aws.create(appwrapper("emoji", {"generictemplate": {"apiVersion": "v1", "kind": "ConfigMap",
+                                                        "metadata": {"name": "emoji",
+                                                                     "annotations": {"note": "ok \U0001f600"}},
+                                                        "data": {"k": "ok \U0001f600 \u2028 \x85"}}}))
+    aws.wait_state("emoji", "Running")
+    assert core.read_namespaced_config_map("emoji", aws.namespace).data == {"k": "ok \U0001f600 \u2028 \x85"}
+    aws.create(appwrapper("bad-emoji", {"generictemplate": {"apiVersion": "v1", "kind": "Pod",
+                                                            "metadata": {"name": "p"}, "spec": {"containers": [
+                                                                {"name": "c", "image": "x", "resources": {
+                                                                    "requests": {"cpu": "1\U0001f600"}}}]}}}))
+    failed = aws.wait_state("bad-emoji", "Failed", timeout=15)
+    assert "1\U0001f600" in failed["message"], failed["message"]
