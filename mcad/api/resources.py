@@ -109,6 +109,20 @@ def _canonical(milli: bool, value: Quantity) -> int:
     return math.ceil(exact) if exact >= 0 else -math.ceil(-exact)
 
 
+def canonical_entries(quantities: Mapping[Any, Any]) -> Iterator[tuple[str, Any, int]]:
+    """``(name, value, to_canonical(name, value))`` for each entry that is a quantity; entries whose name is not a
+    string or whose value does not parse are skipped (for objects the API server validated already, or whose bad
+    values another check reports)."""
+    for name, value in quantities.items():
+        if not isinstance(name, str):
+            continue
+        try:
+            amount = to_canonical(name, value)
+        except ValueError:
+            continue
+        yield name, value, amount
+
+
 def shared(vector: ResourceVector) -> ResourceVector:
     """The one kept copy of a vector equal to ``vector``. For vectors kept long, by thousands: the demands and pod
     requests of queued AppWrappers take few distinct values, so sharing them saves most of their memory. Bounded

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mcad.api.raw import as_list, as_mapping
-from mcad.api.resources import to_canonical
+from mcad.api.resources import canonical_entries
 from mcad.api.workloads import WorkloadError, format_path, pod_sets
 
 # The AppWrapper's name is the value of the label workload.codeflare.dev/appwrapper on every wrapped object and
@@ -203,13 +203,8 @@ def _item_quantity_problems(item: Any) -> Iterator[str]:
 
 
 def _too_large(quantities: Mapping[str, Any], where: str) -> Iterator[str]:
-    for name, value in quantities.items():
-        if not isinstance(name, str):
-            continue
-        try:
-            amount = to_canonical(name, value)
-        except ValueError:
-            continue  # does not parse: the demand computation names it
+    # What does not parse is skipped: the demand computation names it.
+    for name, value, amount in canonical_entries(quantities):
         if abs(amount) > MAX_QUANTITY:
             largest = f"{MAX_QUANTITY}m" if name == "cpu" else str(MAX_QUANTITY)
             yield f"{where}.{name} is {_short(value)}, more than Kubernetes can count (at most {largest})"

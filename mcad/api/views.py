@@ -38,7 +38,7 @@ from typing import Any, Final
 
 from mcad.api.appwrapper import APPWRAPPER_LABEL
 from mcad.api.raw import as_list, as_mapping, as_str
-from mcad.api.resources import ResourceVector, to_canonical
+from mcad.api.resources import ResourceVector, canonical_entries
 from mcad.api.workloads import pod_requests
 
 _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
@@ -186,14 +186,4 @@ def _waits_for_its_gang(message: str) -> bool:
 
 
 def _lenient_vector(quantities: Mapping[Any, Any]) -> ResourceVector:
-    out: dict[str, int] = {}
-    for name, value in quantities.items():
-        if not isinstance(name, str):
-            continue
-        try:
-            amount = to_canonical(name, value)
-        except ValueError:
-            continue
-        if amount > 0:
-            out[name] = amount
-    return ResourceVector(out)
+    return ResourceVector({name: amount for name, _, amount in canonical_entries(quantities) if amount > 0})
