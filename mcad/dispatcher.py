@@ -287,9 +287,10 @@ class Dispatcher(HubMode):
         self._preempting: dict[str, frozenset[str]] = {}
         self._preempting_since: dict[str, float] = {}
         self.victim_timeout = victim_timeout
-        # Preemptors that stopped waiting for victims that did not go in time: they preempt nobody else until
-        # those victims' pods are gone (else each timeout would evict another round of victims).
-        self._abandoned: dict[str, frozenset[str]] = {}
+        # Preemptors that stopped waiting for victims that did not go in time (the victims, and the uids of their
+        # pods still there): they preempt nobody else until those pods are gone (else each timeout would evict
+        # another round of victims).
+        self._abandoned: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
         # Quota reclaim: reclaimer -> its charges (while its victims go, nobody else may borrow in those trees).
         self._reclaiming: dict[str, quota.Charges] = {}
         self.preemptions = 0
@@ -1002,7 +1003,7 @@ class Dispatcher(HubMode):
             about, why = fit.about, fit.why
             if key in self._abandoned:
                 gave_up = (f"its preemption victims did not finish terminating within {self.victim_timeout:g} s "
-                           f"({', '.join(sorted(self._abandoned[key]))}), so it no longer holds the queue")
+                           f"({', '.join(sorted(self._abandoned[key][0]))}), so it no longer holds the queue")
                 about, why = about | {"victims stuck"}, partial(lambda w, g: f"{w()}; {g}", why, gave_up)
             if self.strict_fifo and not self._could_ever_fit(aw, need, capacity, room, fit):
                 # It would hold everyone behind it for ever: let them pass, and say so.
@@ -1241,18 +1242,19 @@ class Dispatcher(HubMode):
         long grace period): force-delete those whose grace period is over, as the kubelet would have by now, and
         stop holding the queue. It preempts nobody else until these victims' pods are gone."""
         now = self.clock.now().timestamp()
-        forced, stuck = [], []
+        forced, stuck, remaining = [], [], set()
         for victim in sorted(victims):
             for uid in list(self._pods_by_appwrapper.get(victim, {})):
                 pod = self.ledger.pod(uid)
                 if pod is None or pod.terminal:
                     continue
+                remaining.add(uid)
                 if pod.deleting and 0 < pod.grace_ends <= now:
                     forced.append(f"{pod.namespace}/{pod.name}")
                     self.writes.submit(victim, partial(self._force_delete_pod, pod), tenant=pod.namespace)
                 else:
                     stuck.append(f"{pod.namespace}/{pod.name}")
-        self._abandoned[key] = victims
+        self._abandoned[key] = (victims, frozenset(remaining))
         log.warning("preemption victims did not go in time; no longer holding the queue", appwrapper=key,
                     victims=sorted(victims), timeout_s=self.victim_timeout, force_deleted=forced, still_there=stuck)
         aw = self.appwrappers.get(key)
@@ -1271,11 +1273,12 @@ class Dispatcher(HubMode):
                             reason=err.message)
 
     def _victims_stuck(self, key: str) -> bool:
-        """It gave up waiting for victims whose pods are still there: preempting again would only add victims."""
-        stuck = self._abandoned.get(key)
-        if stuck is None:
+        """It gave up waiting for victims whose pods are still there: preempting again would only add victims.
+        Those very pods: a victim dispatched again later has new pods, which do not count."""
+        abandoned = self._abandoned.get(key)
+        if abandoned is None:
             return False
-        if any(v in self._pods_by_appwrapper for v in stuck):
+        if any(self.ledger.pod(uid) is not None for uid in abandoned[1]):
             return True
         del self._abandoned[key]
         return False
