@@ -257,7 +257,7 @@ class Dispatcher(HubMode):
         self.ledger = Ledger()
         self.writes = Writes(self.queue, workers=write_workers)
         # The status the loop decided for each AppWrapper, written until it lands (see mcad.statussync).
-        self.statuses = StatusSync(writer, self.writes, self.queue, Backoff(self.clock, STATUS_RETRY))
+        self.statuses = StatusSync(writer, self.writes, self.queue, Backoff(self.clock, STATUS_RETRY), self.clock)
         # Failed dispatches: each AppWrapper's backoff, and when it may be tried again (the cycle passes it by until
         # then; a DISPATCH is due at that time).
         self._dispatch_retries = Backoff(self.clock, DISPATCH_RETRY)

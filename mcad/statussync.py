@@ -30,7 +30,7 @@ import structlog
 from mcad.api.appwrapper import FIELD_MANAGER, KIND, AppWrapperView
 from mcad.api.statusview import StatusView
 from mcad.kube import ApiError
-from mcad.retry import Backoff, FailureKind, classify
+from mcad.retry import Backoff, Clock, FailureKind, classify
 
 log = structlog.get_logger("mcad.statussync")
 
@@ -67,6 +67,7 @@ class _Sync:
     landed_rv: str = ""  # the resourceVersion our last successful write produced
     busy: bool = False  # a write job is submitted and its outcome not yet collected
     retry_due: bool = False  # a ("status", key) retry is scheduled
+    retry_at: float = 0.0  # when (its timer may fire earlier: the queue keeps a key's earliest due time)
     refused: int = 0  # the intent version refused for good (not retried until a newer decision)
 
 
@@ -89,7 +90,9 @@ def _newer_or_same(observed: str, written: str) -> bool:
 
 
 class StatusSync:
-    def __init__(self, writer: StatusWriter, writes: WritePool, queue: KeyQueue, backoff: Backoff) -> None:
+    def __init__(self, writer: StatusWriter, writes: WritePool, queue: KeyQueue, backoff: Backoff,
+                 clock: Clock) -> None:
+        self._clock = clock
         self._writer = writer
         self._writes = writes
         self._queue = queue
@@ -139,7 +142,11 @@ class StatusSync:
     def retry(self, key: str) -> None:
         """The ("status", key) timer fired."""
         sync = self._syncs.get(key)
-        if sync is None:
+        if sync is None or not sync.retry_due:
+            return
+        early = sync.retry_at - self._clock.monotonic()
+        if early > 0:  # an earlier timer of this key (retry_all ran meanwhile, and the write failed again)
+            self._queue.add_after(("status", key), early)
             return
         sync.retry_due = False
         if sync.landed != sync.intent.version and sync.refused != sync.intent.version:
@@ -149,6 +156,7 @@ class StatusSync:
         """Every write waiting out a backoff goes now (the API server is back); their timers then find nothing to
         do."""
         for key in [key for key, sync in self._syncs.items() if sync.retry_due]:
+            self._syncs[key].retry_at = 0.0
             self.retry(key)
 
     def forget(self, key: str) -> None:
@@ -185,6 +193,7 @@ class StatusSync:
                     log.info("status write failed; will retry", appwrapper=key, status_code=err.status,
                              attempts=retry.attempts, delay_s=round(retry.delay, 3), error=err.message)
                     sync.retry_due = True
+                    sync.retry_at = self._clock.monotonic() + retry.delay
                     self._queue.add_after(("status", key), retry.delay)
                 return
         if sync.landed != sync.intent.version and sync.refused != sync.intent.version:
