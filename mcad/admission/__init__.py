@@ -1,0 +1,10 @@
+"""Admission of AppWrappers: what a user may ask the controller to create on their behalf (issue 15).
+
+The controller serves two webhooks for AppWrappers of both API groups, on create and update:
+- mutate (``/mutate``): records the creator, binds the quota label to the namespace;
+- validate (``/validate``): refuses bad shape, items the requesting user could not create themselves, denylisted
+  kinds, changed items after creation, forged quota and priority.
+
+Modules: ``request`` (the AdmissionReview in and out, the types every check shares), ``facts`` (what checks may ask
+the cluster, as a Protocol), ``review`` (the checks composed into the two reviewers).
+"""
