@@ -1,6 +1,7 @@
 """The mutating and validating reviewers of AppWrappers (placeholder: admits everything until the checks land).
 
-Contract: ``build(facts, config)`` returns ``(mutate, validate)``, two ``Reviewer``s.
+Contract: ``facts_for(conn)`` the cached kube-backed ``Facts``; ``build(facts, config)`` returns
+``(mutate, validate)``, two ``Reviewer``s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ class AdmissionConfig:
     protected_namespaces: frozenset[str] = frozenset({"kube-system"})
     allowed_namespaces: frozenset[str] = frozenset()
     extra: dict[str, str] = field(default_factory=dict)
+
+
+def facts_for(conn: object) -> Facts:
+    """The kube-backed Facts of the controller (placeholder until the checks land)."""
+    raise NotImplementedError("admission facts land with issue 15")
 
 
 def build(facts: Facts, config: AdmissionConfig) -> tuple[Reviewer, Reviewer]:
