@@ -909,6 +909,10 @@ class Dispatcher(HubMode):
         if self.quota is not None:
             # Charged elsewhere, judged elsewhere: a group's members must share their quota nodes too.
             group = (group, self.quota.forest.charges(aw.labels))
+        if aw.held:
+            # A held head would hold back its whole group; and once it is let go, the change of group is what
+            # brings it a cycle.
+            group = (group, aw.held)
         before = self.pending.entry(aw.key)
         if before is None and not self._status(aw).backoff:
             self._unannounced.add(aw.key)
@@ -1083,6 +1087,8 @@ class Dispatcher(HubMode):
 
     def _fits(self, aw: AppWrapperView, need: ResourceVector, free: ResourceVector, capacity: ResourceVector,
               room: dict[str, ResourceVector] | None) -> Fit:
+        if aw.held:  # e.g. its priorityClassName names no PriorityClass (mcad.tenantstore): no room is enough
+            return Fit(False, frozenset({"held"}), partial(str, aw.held))
         if self.quota is not None:
             # Quota before capacity: an AppWrapper over its quota waits on quota, whatever the cluster has free.
             charges, unknown = self.quota.forest.charges(aw.labels)
@@ -1181,10 +1187,10 @@ class Dispatcher(HubMode):
 
     def _could_ever_fit(self, aw: AppWrapperView, need: ResourceVector, capacity: ResourceVector,
                         room: dict[str, ResourceVector] | None, fit: Fit | None = None) -> bool:
-        """Whether ``aw`` would fit with nothing else running: not if it names a quota node that does not exist
-        (``fit`` says so), is larger than the cluster's capacity, or (--fit=nodes) its pods pack onto no set of
-        empty nodes it may use."""
-        if fit is not None and "quota: unknown node" in fit.about:
+        """Whether ``aw`` would fit with nothing else running: not if it is held (``AppWrapperView.held``), names a
+        quota node that does not exist (``fit`` says so), is larger than the cluster's capacity, or (--fit=nodes)
+        its pods pack onto no set of empty nodes it may use."""
+        if aw.held or (fit is not None and "quota: unknown node" in fit.about):
             return False
         if room is None or self.ledger.consumed(aw.key):
             return need.fits_in(capacity)
@@ -1293,7 +1299,7 @@ class Dispatcher(HubMode):
         """Quota reclaim for a queued AppWrapper that does not borrow at its own node but does not fit, because
         others borrowed quota above it or hold the cluster's capacity while borrowing: preempt borrowers (lowest
         priority, then most recently dispatched; only as many as needed). True when it reclaims."""
-        if self.quota is None:
+        if self.quota is None or aw.held:
             return False
         charges = self._charges(aw)
         # Cheap first: most blocked AppWrappers have nobody to reclaim from (no copy of the ledger per cycle).
