@@ -223,3 +223,18 @@ def test_an_appwrapper_whose_namespace_is_not_known_yet_is_held(tenants: Any) ->
     h.lw["ns"].add(namespace("ns"))
     h.settle("the namespace informer")
     assert h.last("early")["state"] == "Running"
+
+
+def test_a_declaration_above_the_templates_in_one_resource_and_below_in_another_waits_for_both(tenants: Any) -> None:
+    """Upstream's case 20 shape: 2 x 80 cpu declared (and no memory) in front of 2 pods of 1 cpu and 64Mi. The pods
+    are the templates' (they pack), the charge the larger of each: 160 cpu, which the cluster does not have."""
+    declared = [{"replicas": 2, "requests": {"cpu": "80"}}]
+    raw = in_namespace(deployment_aw("mixed", 2, "1", declared), "ns")
+    raw["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"]["template"]["spec"]["containers"][0][
+        "resources"]["requests"]["memory"] = "64Mi"
+    h = tenants(nodes=[node("n0", "4")], namespaces=[namespace("ns")], aws=[raw])
+    h.drain()
+    status = h.last("mixed")
+    assert status["state"] == "Pending"
+    assert status["message"].startswith("short of cpu 156 (needs 160, 4 free)"), status["message"]
+    assert h.dispatcher.ledger.free().get("cpu") == 4000
