@@ -40,8 +40,8 @@ from mcad.api.raw import as_list, as_mapping
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.validation import INT32_MAX, INT32_MIN, describe_item
 from mcad.api.workloads import WorkloadError, understated
+from mcad.quota import BINDING_PREFIX
 
-BINDING_PREFIX: Final = "quota.codeflare.dev/"
 MAX_PRIORITY_ANNOTATION: Final = "mcad.codeflare.dev/max-priority"
 # Above the priorities batch users give each other (upstream's examples and tests use 1 to 1000), below every
 # PriorityClass a platform would use for preemption: Kubernetes' documentation examples start at 1,000,000, Kueue's
