@@ -238,3 +238,32 @@ def test_a_declaration_above_the_templates_in_one_resource_and_below_in_another_
     assert status["state"] == "Pending"
     assert status["message"].startswith("short of cpu 156 (needs 160, 4 free)"), status["message"]
     assert h.dispatcher.ledger.free().get("cpu") == 4000
+
+
+def test_views_the_rules_leave_alone_are_not_copied_and_unrelated_namespace_changes_rejudge_nothing(
+        tenants: Any) -> None:
+    h = tenants(nodes=[node("n0", "4")], namespaces=[namespace("ns"), BOUND | {"metadata": {
+                    **BOUND["metadata"], "name": "bound"}}], fit="aggregate",
+                aws=[in_namespace(aw("plain", "1"), "ns", priority=5),
+                     in_namespace(aw("capped", "1"), "ns", priority=5000),
+                     in_namespace(aw("relabelled", "1"), "bound")])
+    h.drain()
+    inner = h.store.appwrappers
+    assert h.store.get("ns/plain") is inner.get("ns/plain"), "nothing to change: the informer's own view"
+    capped = h.store.get("ns/capped")
+    assert capped is not inner.get("ns/capped") and capped.priority == 1000
+    assert h.store.get("ns/capped") is capped, "a changed view is made once, not per read"
+    assert dict(h.store.get("bound/relabelled").labels) == {"tenants": "team-a"}
+    assert len(h.store._resolved) == 2, "one entry per view the rules change"
+
+    # A label that binds nothing (the namespace's policy is the same) makes no work for the dispatcher.
+    generation = h.store._generation
+    changed = h.lw["ns"].modify(namespace("ns", labels={"team": "x"}))
+    namespaces = h.informers[1]
+    wait_until(lambda: namespaces._store["ns"][0] == changed["metadata"]["resourceVersion"], 5, "the event")
+    assert h.store._generation == generation and len(h.dispatcher.queue) == 0
+
+    h.lw["ns"].modify(namespace("ns", annotations={"mcad.codeflare.dev/max-priority": "10"}))
+    h.settle("the ceiling change")
+    assert h.store.get("ns/plain").priority == 5 and h.store.get("ns/capped").priority == 10
+    assert h.dispatcher._dispatched["ns/capped"].priority == 10, "the dispatcher re-read it"
