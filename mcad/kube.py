@@ -569,6 +569,14 @@ class Client:
         path = self.object_path(obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
         return self._apply(path, obj, field_manager, force)
 
+    def create(self, obj: Mapping[str, Any], *, field_manager: str) -> dict[str, Any]:
+        """POST ``obj`` into its namespace's collection: 409 AlreadyExists when its name is taken."""
+        meta = obj["metadata"]
+        path = self.object_path(obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
+        collection = path.rsplit("/", 1)[0]
+        return request_json(self.conn, "POST", collection, query=[("fieldManager", field_manager)], body=dict(obj),
+                            timeout=self._timeout)
+
     def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],
                      *, field_manager: str) -> dict[str, Any]:
         path = self.object_path(api_version, kind, namespace, name) + "/status"

@@ -240,7 +240,7 @@ def test_what_only_the_controller_sees_fails_at_once_and_the_neighbour_runs(
     time.sleep(OBSERVE_SECONDS)  # a span of time in which nothing may happen: there is no event to wait for
     spent = request_totals(api) - before
     writes = (spent.count(resource="appwrappers", subresource="status", verb="PATCH")
-              + sum(spent.count(resource=r, verb="APPLY") for r in ("configmaps", "pods")))
+              + sum(spent.count(resource=r, verb=v) for r in ("configmaps", "pods") for v in ("POST", "APPLY")))
     assert writes <= 3, f"a refused AppWrapper cost {writes} writes: {dict(spent)}"
     failed = status["conditions"][-1]
     assert (failed["type"], failed["reason"]) == ("Failed", "InvalidSpec")

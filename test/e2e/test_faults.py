@@ -30,7 +30,7 @@ import kubernetes.client as k8s
 import pytest
 
 from mcad import kube
-from mcad.api.appwrapper import FIELD_MANAGER
+from mcad.api.appwrapper import field_manager
 from test.apiserver import api_server_outage, local_cluster, request_totals
 from test.conftest import CRD, apply_crd
 from test.e2e.conftest import AppWrappers, Controller, appwrapper, deployment_item, job_item
@@ -218,7 +218,8 @@ def test_failing_status_writes_dispatch_each_appwrapper_once(controller: Control
         during = request_totals(api) - before
         reached = watch_states(aws, want, RECOVERY_SECONDS + 10)
         lines = log_lines(controller, log_from)
-        applies = {n: [(c.operation, c.code) for c in faults.seen(objects[n], name=n, field_manager=FIELD_MANAGER)]
+        applies = {n: [(c.operation, c.code) for c in faults.seen(objects[n], name=n,
+                                                                  field_manager=field_manager(aws.uid(n)))]
                    for n in names}
         status_rates = rates(faults, APPWRAPPER_STATUS, names, fault_end)
         first_half, second_half = halves(faults, APPWRAPPER_STATUS, names, fault_end)
@@ -301,7 +302,8 @@ def test_failing_object_writes_back_off_per_appwrapper(controller: Controller, a
         for n in names:
             first, second = halves(faults, objects[n], [n], fault_end)
             first_half, second_half = first_half + first, second_half + second
-        admitted = {n: [(c.operation, c.code) for c in faults.seen(objects[n], name=n, field_manager=FIELD_MANAGER,
+        admitted = {n: [(c.operation, c.code) for c in faults.seen(objects[n], name=n,
+                                                                   field_manager=field_manager(aws.uid(n)),
                                                                    refused=False, until=settled)] for n in names}
 
     failed_lines = per_appwrapper([line for line in lines if line.at < fault_end], "dispatch failed; will retry",
@@ -343,7 +345,7 @@ def test_a_write_refused_for_good_fails_the_appwrapper_at_once(controller: Contr
         aws.create(appwrapper("refused", deployment_item("refused", 1, "10m")))
         status = aws.wait_state("refused", "Failed", timeout=15)
         failed_after = time.time() - created
-        attempts = len(faults.seen(DEPLOYMENTS, name="refused", field_manager=FIELD_MANAGER))
+        attempts = len(faults.seen(DEPLOYMENTS, name="refused", field_manager=field_manager(aws.uid("refused"))))
     assert message in status.get("message", ""), status
     assert failed_after <= RECOVERY_SECONDS and attempts <= 2, f"Failed after {failed_after:.1f} s, {attempts} attempts"
 
