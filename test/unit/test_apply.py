@@ -257,7 +257,8 @@ def test_an_object_controlled_by_another_owner_is_not_taken_over(owner: dict[str
 def test_an_object_this_appwrapper_controls_is_kept_and_brought_up_to_date_on_that_object_only() -> None:
     mine = owned_by("u-1", uid="mine")
     writer = Writer(existing={"cm1": mine})
-    uids = apply.dispatch(writer, *configmaps(2))
+    counts, uids = requests_per_step(writer, apply.dispatch_steps(writer, *configmaps(2)))
+    assert max(counts) == 1, "the create, the read and the apply are three steps"
     assert uids == ("uid-cm0", "mine")
     assert writer.requests == [("create", "cm0"), ("create", "cm1"), ("read", "cm1"), ("apply", "cm1")]
     assert writer.objects["cm1"]["metadata"]["uid"] == "mine", "applied with its uid as a precondition"
