@@ -11,12 +11,20 @@ Contract:
   AppWrapper keeps no templates, only ``ItemRef``s, which is all the deletes need.
 - ``delete_remote(writer, aw)`` deletes, in a worker, every item that carries ``aw``'s uid label; it raises on
   failure, because no garbage collector will finish the job there.
-- ``dispatch(writer, aw, items)`` server-side-applies every item with one field manager. If an item is refused, the
-  items already applied are deleted and ``DispatchFailed`` is raised with a message naming the item and the API's
-  reason, and the ``kind`` of the failure (``mcad.retry.classify``): PERMANENT for a refusal that would repeat
-  (invalid object, unknown kind, forbidden, too large), else UNAVAILABLE or TRANSIENT, which the caller retries
-  with backoff.
-  Every item is checked before the first is applied: an invalid one means nothing is applied.
+- ``dispatch(writer, aw, items)`` creates every item (POST, never an apply over what exists), under a field manager
+  of its own per AppWrapper (``field_manager(uid)``). An item whose name is taken is kept, and brought up to date
+  by server-side apply conditioned on its uid, only if ``aw`` controls it (a controller ownerReference with its
+  uid; in a worker cluster the uid label): an earlier attempt of the same dispatch, say before a restart. Anyone
+  else's object fails the dispatch, PERMANENT, with "GenericItems[i] (Kind name) exists and is not controlled by
+  this AppWrapper", and is neither written nor deleted; one left by a deleted AppWrapper of the same name (about to
+  be deleted), or being deleted, fails it TRANSIENT. If an item fails, what this dispatch created or kept is
+  deleted, each delete conditioned on that object's uid, and ``DispatchFailed`` is raised with a message naming
+  the item and the API's reason, and the ``kind`` of the failure (``mcad.retry.classify``): PERMANENT for a
+  refusal that would repeat (invalid object, unknown kind, forbidden, too large), else UNAVAILABLE or TRANSIENT,
+  which the caller retries with backoff.
+  Every item is checked before the first is created: an invalid one means nothing is created.
+- Every delete (undo, ``delete_wrapped``, ``delete_remote``) names the uid of the object it means, or first reads
+  the object and checks it is ``aw``'s: an object someone else created since under the same name is never deleted.
 - Every write of many requests comes in two forms: ``dispatch`` and ``dispatch_steps``, ``delete_wrapped`` and
   ``delete_wrapped_steps``, ``delete_remote`` and ``delete_remote_steps``. The ``_steps`` form returns ``Steps``,
   a generator making one API request per step (the undo after a failure too), for the write pool to interleave
@@ -27,16 +35,17 @@ Contract:
 from __future__ import annotations
 
 import copy
+import enum
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from mcad.api.appwrapper import (
     APPWRAPPER_LABEL,
     APPWRAPPER_UID_LABEL,
-    FIELD_MANAGER,
     KIND,
     LEGACY_APPWRAPPER_LABEL,
     AppWrapperView,
+    field_manager,
 )
 from mcad.api.validation import describe_item
 from mcad.api.workloads import pod_sets
@@ -67,7 +76,15 @@ class ObjectWriter(Protocol):
         """Raises ApiError(404) when the API server does not serve that kind."""
         ...
 
-    def apply(self, obj: Mapping[str, Any], *, field_manager: str, force: bool) -> Mapping[str, Any]: ...
+    def create(self, obj: Mapping[str, Any], *, field_manager: str) -> Mapping[str, Any]:
+        """POST: ApiError(409, "AlreadyExists") when an object of that name exists."""
+        ...
+
+    def read(self, api_version: str, kind: str, namespace: str, name: str) -> Mapping[str, Any]: ...
+
+    def apply(self, obj: Mapping[str, Any], *, field_manager: str, force: bool) -> Mapping[str, Any]:
+        """Server-side apply; a ``metadata.uid`` in ``obj`` is a precondition (409/422 when it differs)."""
+        ...
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
                uid: str = "", label: tuple[str, str] | None = None) -> None:
@@ -87,6 +104,7 @@ class _Applied(NamedTuple):
     kind: str
     namespace: str
     name: str
+    uid: str
 
 
 def complete(steps: Steps[_T]) -> _T:
@@ -169,9 +187,10 @@ def dispatch(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Mapping[s
 
 def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Mapping[str, Any]], *,
                    remote: bool = False) -> Steps[tuple[str, ...]]:
-    """Apply every one of ``items`` (``aw``'s GenericItems, read from the API server for this dispatch), one
-    request per step, and return the uids of the objects, by item; on any failure undo the ones applied (one
-    delete per step) and raise DispatchFailed. ``remote``: into a worker cluster (see ``manifest``)."""
+    """Create every one of ``items`` (``aw``'s GenericItems, read from the API server for this dispatch), one
+    request per step, and return the uids of the objects, by item; on any failure undo the ones this dispatch
+    created or kept (one delete per step, each conditioned on the object's uid) and raise DispatchFailed.
+    ``remote``: into a worker cluster (see ``manifest``)."""
     # Every item is checked before anything is applied. Each manifest is built again when its turn comes rather
     # than kept: a dispatch waiting for its turns holds the names of what it applied, not a copy of every template.
     for index, item in enumerate(items):
@@ -179,6 +198,7 @@ def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Map
             manifest(aw, index, item, remote=remote)
         except ItemError as err:
             raise DispatchFailed(str(err), kind=FailureKind.PERMANENT) from err
+    manager = field_manager(aw.uid)
     applied: list[_Applied] = []
     uids: list[str] = []
     for index, item in enumerate(items):
@@ -190,7 +210,7 @@ def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Map
                 raise DispatchFailed(f"{where}: {obj['kind']} is cluster-scoped; an AppWrapper can only wrap "
                                      f"namespaced objects", kind=FailureKind.PERMANENT)
             discovered = True
-            applied_obj = writer.apply(obj, field_manager=FIELD_MANAGER, force=True)
+            uid = yield from _create_or_keep_steps(writer, aw, obj, where, manager, remote)
         except ApiError as err:
             yield from _undo_steps(writer, applied)
             if err.status == 404 and not discovered:
@@ -201,17 +221,102 @@ def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Map
             yield from _undo_steps(writer, applied)
             raise
         meta = obj["metadata"]
-        applied.append(_Applied(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]))
-        uids.append(str((applied_obj.get("metadata") or {}).get("uid") or ""))
+        applied.append(_Applied(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], uid))
+        uids.append(uid)
         yield
     return tuple(uids)
+
+
+def _create_or_keep_steps(writer: ObjectWriter, aw: AppWrapperView, obj: dict[str, Any], where: str, manager: str,
+                          remote: bool) -> Steps[str]:
+    """Create ``obj``; if its name is taken, keep (update) the object only if ``aw`` controls it. The uid of the
+    object. Raises ``ApiError`` for a refused request, ``DispatchFailed`` for an object that is not ``aw``'s."""
+    try:
+        # A create, not an apply: it can never land on an object that exists, whoever created it meanwhile.
+        created = writer.create(obj, field_manager=manager)
+        return _uid(created)
+    except ApiError as err:
+        if err.status != 409 or err.reason != "AlreadyExists":
+            raise
+    yield
+    try:
+        existing = writer.read(obj["apiVersion"], obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+    except ApiError as err:
+        if err.status != 404:
+            raise
+        # Deleted between the create and the read: the next attempt creates it.
+        raise DispatchFailed(f"{where}: existed a moment ago and is gone now; trying again",
+                             kind=FailureKind.TRANSIENT) from err
+    control = _control(existing, aw, remote)
+    if control is _Control.OTHER:
+        raise DispatchFailed(f"{where} exists and is not controlled by this AppWrapper; it is left as it is",
+                             kind=FailureKind.PERMANENT)
+    if control is _Control.NAMESAKE:
+        # An earlier AppWrapper of the same name left it, and what deletes it (the garbage collector here, the
+        # hub's cleanup in a worker) has not yet: it is no one's to keep, and will be gone shortly.
+        raise DispatchFailed(f"{where} is left by a deleted AppWrapper of the same name and not deleted yet; "
+                             f"trying again", kind=FailureKind.TRANSIENT)
+    if (existing.get("metadata") or {}).get("deletionTimestamp"):
+        raise DispatchFailed(f"{where} is still being deleted; trying again", kind=FailureKind.TRANSIENT)
+    # Ours, from an earlier attempt of this very dispatch (a restart before its status was written): brought up
+    # to date, on that object only (the uid in the body is a precondition: a namesake created since is refused).
+    uid = _uid(existing)
+    obj["metadata"]["uid"] = uid
+    yield
+    try:
+        writer.apply(obj, field_manager=manager, force=True)
+    except ApiError as err:
+        if err.status in (409, 422) and "uid" in err.message:
+            raise DispatchFailed(f"{where} was replaced by another object while being checked; trying again",
+                                 kind=FailureKind.TRANSIENT) from err
+        raise
+    return uid
+
+
+class _Control(enum.Enum):
+    OURS = "ours"
+    NAMESAKE = "namesake"  # a deleted AppWrapper of the same name controls it
+    OTHER = "other"
+
+
+def _control(existing: Mapping[str, Any], aw: AppWrapperView, remote: bool) -> _Control:
+    """Whose an existing object is: ``aw``'s, by its uid (the controller ownerReference, or in a worker cluster
+    the uid label), a namesake AppWrapper's that is gone, or anyone else's."""
+    meta = existing.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    labels = meta.get("labels")
+    labels = labels if isinstance(labels, Mapping) else {}
+    if remote:
+        owner_uid = labels.get(APPWRAPPER_UID_LABEL)
+        if owner_uid == aw.uid:
+            return _Control.OURS
+        # The hub's cleanup of the earlier AppWrapper deletes, in the worker, what carries its uid.
+        return _Control.NAMESAKE if owner_uid and labels.get(APPWRAPPER_LABEL) == aw.name else _Control.OTHER
+    refs = meta.get("ownerReferences")
+    controller = next((r for r in refs if isinstance(r, Mapping) and r.get("controller")), None) \
+        if isinstance(refs, list) else None
+    if controller is None:
+        return _Control.OTHER
+    if controller.get("uid") == aw.uid:
+        return _Control.OURS
+    # An owner of our kind and name but another uid no longer exists (the AppWrapper of that name is this one):
+    # the garbage collector deletes what it controlled.
+    same_owner = (controller.get("kind") == KIND and controller.get("name") == aw.name
+                  and str(controller.get("apiVersion") or "").split("/")[0] == aw.api_version.split("/")[0])
+    return _Control.NAMESAKE if same_owner else _Control.OTHER
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    return str((meta.get("uid") if isinstance(meta, Mapping) else "") or "")
 
 
 def _undo_steps(writer: ObjectWriter, applied: list[_Applied]) -> Steps[None]:
     for obj in reversed(applied):
         yield
         try:
-            writer.delete(obj.api_version, obj.kind, obj.namespace, obj.name)
+            # Only that very object: one created since under the same name by someone else stays.
+            writer.delete(obj.api_version, obj.kind, obj.namespace, obj.name, uid=obj.uid)
         except ApiError:
             # The ownerReference still lets the garbage collector remove it when the AppWrapper goes.
             continue

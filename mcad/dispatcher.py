@@ -197,6 +197,11 @@ def _one_copy(written: tuple[frozenset[str], int]) -> tuple[frozenset[str], int]
     return written
 
 
+def protected_namespace_message(namespace: str) -> str:
+    return (f"namespace {namespace} is protected: mcad creates nothing there unless the controller runs with "
+            f"--allow-protected-namespace={namespace}")
+
+
 def short_resources(demand: ResourceVector, free: ResourceVector) -> frozenset[str]:
     return frozenset(demand.shortfall(free).keys())
 
@@ -222,7 +227,8 @@ class Dispatcher(HubMode):
                  metrics: Metrics | None = None, recorder: events.EventSink | None = None,
                  quota_subtrees: Store[quota.SubtreeView] | None = None, hub: Hub | None = None,
                  cluster_policy: ClusterPolicy | None = None,
-                 victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS) -> None:
+                 victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
+                 protected_namespaces: frozenset[str] = frozenset()) -> None:
         if fit not in FIT_MODES:
             raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
         if hub is not None and fit != "nodes":
@@ -287,6 +293,9 @@ class Dispatcher(HubMode):
         self._preempting: dict[str, frozenset[str]] = {}
         self._preempting_since: dict[str, float] = {}
         self.victim_timeout = victim_timeout
+        # Namespaces where nothing is created (kube-system, the controller's own): an AppWrapper there fails at
+        # once, whatever admission let through.
+        self.protected_namespaces = protected_namespaces
         # Preemptors that stopped waiting for victims that did not go in time (the victims, and the uids of their
         # pods still there): they preempt nobody else until those pods are gone (else each timeout would evict
         # another round of victims).
@@ -423,8 +432,8 @@ class Dispatcher(HubMode):
         for aw in self.appwrappers.list():
             if self._status(aw).canrun and self._state(aw) in ACTIVE_STATES:
                 self._reserve(aw)
-            elif self._is_queued(aw):
-                self._enqueue(aw)
+            elif self._is_queued(aw) and aw.namespace not in self.protected_namespaces:
+                self._enqueue(aw)  # a protected one is failed by its sync, never queued
         if self.fit == "nodes":
             self._replan_after_restart()
 
@@ -713,6 +722,9 @@ class Dispatcher(HubMode):
             if aw.demand_error:
                 self.pending.remove(key)
                 self._fail(aw, status.INVALID_SPEC, aw.demand_error)
+            elif aw.namespace in self.protected_namespaces:
+                self.pending.remove(key)
+                self._fail(aw, status.PROTECTED_NAMESPACE, protected_namespace_message(aw.namespace))
             elif self._enqueue(aw):
                 # New arrivals and changed ones need a decision; our own status writes coming back do not.
                 self.queue.add(DISPATCH)

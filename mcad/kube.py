@@ -558,6 +558,18 @@ class Client:
     def is_namespaced(self, api_version: str, kind: str) -> bool:
         return self.resource(api_version, kind).namespaced
 
+    def allowed(self, verb: str, api_version: str, kind: str, namespace: str = "") -> bool:
+        """Whether this client may ``verb`` that kind (in ``namespace``; "" is every namespace), as its own RBAC
+        says (a SelfSubjectAccessReview, which every authenticated client may make)."""
+        group = api_version.rpartition("/")[0]
+        attributes = {"verb": verb, "group": group, "resource": self.resource(api_version, kind).plural}
+        if namespace:
+            attributes["namespace"] = namespace
+        review = request_json(self.conn, "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                              body={"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                                    "spec": {"resourceAttributes": attributes}}, timeout=self._timeout)
+        return bool((review.get("status") or {}).get("allowed"))
+
     def object_path(self, api_version: str, kind: str, namespace: str, name: str) -> str:
         res = self.resource(api_version, kind)
         prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
@@ -568,6 +580,14 @@ class Client:
         meta = obj["metadata"]
         path = self.object_path(obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
         return self._apply(path, obj, field_manager, force)
+
+    def create(self, obj: Mapping[str, Any], *, field_manager: str) -> dict[str, Any]:
+        """POST ``obj`` into its namespace's collection: 409 AlreadyExists when its name is taken."""
+        meta = obj["metadata"]
+        path = self.object_path(obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
+        collection = path.rsplit("/", 1)[0]
+        return request_json(self.conn, "POST", collection, query=[("fieldManager", field_manager)], body=dict(obj),
+                            timeout=self._timeout)
 
     def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],
                      *, field_manager: str) -> dict[str, Any]:

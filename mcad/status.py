@@ -48,6 +48,7 @@ RUNNING, PODS_RUNNING = "Running", "PodsRunning"
 FAILED = "Failed"
 ITEM_CREATION_FAILURE = "ItemCreationFailure."
 INVALID_SPEC = "InvalidSpec"
+PROTECTED_NAMESPACE = "ProtectedNamespace"  # beyond upstream: kube-system, the controller's own (issue 15)
 PREEMPT_CANDIDATE = "PreemptCandidate"
 MIN_PODS_NOT_RUNNING = "MinPodsNotRunning"
 DISPATCH_DEADLINE_EXCEEDED = "DispatchDeadlineExceeded"

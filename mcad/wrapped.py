@@ -15,6 +15,11 @@ Contract:
   mode, whose informers are named after the worker).
 - Kinds the API server does not serve get no informer (``ensure`` returns False and logs once): an AppWrapper
   wrapping them fails at dispatch with its own message.
+- Kinds the controller may not list and watch in every namespace (its RBAC, asked once per kind with a
+  SelfSubjectAccessReview: least privilege grants list/watch only on kinds whose completion is worth watching, and
+  never on Secrets) get no informer either, and are not waited for: ``ensure`` returns True and ``lookup`` None,
+  as for an object that reports no conditions, so an item of such a kind never completes the AppWrapper (as a
+  completionstatus on a Service never does) and a Job of it is not seen failing. Logged once per kind.
 """
 
 from __future__ import annotations
@@ -79,19 +84,30 @@ def wrapped_view(raw: Mapping[str, Any]) -> WrappedView:
                        conditions=conditions)
 
 
-# Builds (not starts) the informer for one kind, or None when the API server does not serve it.
-InformerFactory = Callable[[str, str], "Informer[WrappedView] | None"]
+class Unwatchable:
+    def __repr__(self) -> str:
+        return "UNWATCHABLE"
+
+
+# The controller's RBAC does not let it list and watch that kind in every namespace.
+UNWATCHABLE: Final = Unwatchable()
+
+# Builds (not starts) the informer for one kind; None when the API server does not serve it, UNWATCHABLE when the
+# controller may not watch it. Raises kube.ApiError when that could not be found out (asked again next time).
+InformerFactory = Callable[[str, str], "Informer[WrappedView] | Unwatchable | None"]
 
 
 def informer_factory(conn: kube.Connection, client: kube.Client, prefix: str = "",
                      peers: Reconnects | None = None) -> InformerFactory:
     """Informers over one wrapped kind in the cluster of ``conn``, only objects carrying the AppWrapper label,
     named ``<prefix>wrapped-<kind>``, reconnecting with ``peers``; None for a kind that cluster does not serve."""
-    def make(api_version: str, kind: str) -> Informer[WrappedView] | None:
+    def make(api_version: str, kind: str) -> Informer[WrappedView] | Unwatchable | None:
         try:
             resource = client.resource(api_version, kind)
         except kube.ApiError:
             return None
+        if not all(client.allowed(verb, api_version, kind) for verb in ("list", "watch")):
+            return UNWATCHABLE
         group, _, version = api_version.rpartition("/")
         return Informer(f"{prefix}wrapped-{kind.lower()}",
                         kube.ResourceClient(conn, group=group, version=version, plural=resource.plural,
@@ -104,7 +120,7 @@ class WrappedObjects:
     def __init__(self, factory: InformerFactory, on_change: Callable[[str], None]) -> None:
         self._factory = factory
         self._on_change = on_change
-        self._informers: dict[tuple[str, str], Informer[WrappedView] | None] = {}
+        self._informers: dict[tuple[str, str], Informer[WrappedView] | Unwatchable | None] = {}
         self._lock = threading.Lock()
 
     def ensure(self, api_version: str, kind: str) -> bool:
@@ -114,21 +130,33 @@ class WrappedObjects:
             known = key in self._informers
             informer = self._informers.get(key)
         if not known:
-            informer = self._factory(api_version, kind)
+            try:
+                informer = self._factory(api_version, kind)
+            except kube.ApiError as err:
+                log.warning("cannot tell whether a wrapped kind may be watched; asking again later",
+                            api_version=api_version, kind=kind, reason=str(err))
+                return False
             if informer is None:
                 log.warning("wrapped kind not served; its completion cannot be watched", api_version=api_version,
                             kind=kind)
+            elif isinstance(informer, Unwatchable):
+                log.warning("wrapped kind may not be listed and watched (RBAC); the completion of its items is not "
+                            "watched", api_version=api_version, kind=kind)
             else:
                 informer.add_handler(self._handle)
                 informer.start()
                 log.info("watching wrapped kind", api_version=api_version, kind=kind)
             with self._lock:
                 self._informers[key] = informer
+        if isinstance(informer, Unwatchable):
+            return True  # nothing to wait for
         return informer is not None and informer.has_synced()
 
     def lookup(self, api_version: str, kind: str, namespace: str, name: str) -> WrappedView | NotSynced | None:
         with self._lock:
             informer = self._informers.get((api_version, kind))
+        if isinstance(informer, Unwatchable):
+            return None  # as an object that reports nothing
         if informer is None or not informer.has_synced():
             return NOT_SYNCED
         return informer.get(f"{namespace}/{name}")
@@ -136,7 +164,7 @@ class WrappedObjects:
     def informers(self) -> list[Informer[WrappedView]]:
         """The informers started so far (for metrics)."""
         with self._lock:
-            return [i for i in self._informers.values() if i is not None]
+            return [i for i in self._informers.values() if isinstance(i, Informer)]
 
     def stop(self) -> None:
         for informer in self.informers():

@@ -28,7 +28,8 @@ LEASE = "mcad-controller"
 # The legacy group's RBAC is granted, its CRD applied by the tests (a CRD owned by a Helm release could not be
 # applied by anything else, nor adopted by a later install).
 E2E_VALUES = {"replicaCount": 0,
-              "rbac": {"extraWrappedKinds": [{"apiGroups": ["ray.io"], "resources": ["rayclusters"]}]},
+              "rbac": {"extraWrappedKinds": [{"apiGroups": ["ray.io"], "resources": ["rayclusters"],
+                                              "watch": True}]},
               "legacyApi": {"enabled": True, "installCRD": False}}
 
 

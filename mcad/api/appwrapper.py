@@ -59,6 +59,14 @@ PLURAL = "appwrappers"
 APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
 LEGACY_APPWRAPPER_LABEL = "appwrapper.mcad.ibm.com"
 FIELD_MANAGER = "mcad-controller"
+
+
+def field_manager(uid: str) -> str:
+    """The field manager of the objects one AppWrapper wraps (by its uid): managedFields then say which AppWrapper
+    set what, and no two AppWrappers ever share ownership of a field. Within the API server's 128 characters."""
+    return f"{FIELD_MANAGER}-{uid}"[:128]
+
+
 # Hub mode: on every object created in a worker, the uid of its AppWrapper in the hub. ownerReferences cannot
 # cross clusters; this label is how a deletion makes sure it removes only that AppWrapper's objects.
 APPWRAPPER_UID_LABEL = "workload.codeflare.dev/appwrapper-uid"

@@ -62,14 +62,15 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
           fit: str = "nodes", legacy_api: bool = False, quota_trees: bool = False,
           recorder: events.EventSink | None = None,
           hub: Hub | None = None, limits: Limits = DEFAULT_LIMITS,
-          default_max_priority: int = tenancy.DEFAULT_MAX_PRIORITY) -> tuple[Dispatcher, list[Informer[object]]]:
+          default_max_priority: int = tenancy.DEFAULT_MAX_PRIORITY,
+          protected_namespaces: frozenset[str] = frozenset()) -> tuple[Dispatcher, list[Informer[object]]]:
     """Informers over AppWrappers (``legacy_api``: of both groups), Nodes and Pods (all namespaces), Namespaces and
     PriorityClasses (the admins' rules: ``mcad.tenantstore``, with ``default_max_priority`` where a namespace
     sets no ceiling), and with ``quota_trees`` QuotaSubtrees, and the dispatcher they feed; informers over
     wrapped kinds start when an
     AppWrapper needs them (its ``wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the
     hub's own run nothing of ours), and the hub's thread starts their informers. AppWrappers beyond ``limits``
-    are refused (failed) by the dispatcher."""
+    are refused (failed) by the dispatcher, and so are those in ``protected_namespaces``."""
     # Every informer of this API server reconnects together after an outage, and the dispatcher then retries at
     # once the writes that failed meanwhile.
     peers = Reconnects()
@@ -114,13 +115,13 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
         dispatcher = Dispatcher(appwrappers=appwrappers, nodes=hub.nodes, pods=hub.pods,  # type: ignore[arg-type]
                                 writer=client, queue=queue, strict_fifo=strict_fifo, write_workers=write_workers,
                                 preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees, hub=hub,
-                                victim_timeout=victim_timeout)
+                                victim_timeout=victim_timeout, protected_namespaces=protected_namespaces)
         return dispatcher, [*appwrapper_informers, *([subtrees] if subtrees is not None else [])]  # type: ignore[list-item]
     wrapped = WrappedObjects(informer_factory(conn, client, peers=peers), lambda key: queue.add(("aw", key)))
     dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
                             strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
                             preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees,
-                            victim_timeout=victim_timeout)
+                            victim_timeout=victim_timeout, protected_namespaces=protected_namespaces)
     return dispatcher, [*appwrapper_informers, nodes, pods, *([subtrees] if subtrees is not None else [])]  # type: ignore[list-item]
 
 
@@ -142,6 +143,17 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     except (OSError, AttributeError):
         return False
     return bool(mallopt(_M_ARENA_MAX, arenas))
+
+
+# The namespace config/rbac/worker.yaml gives a worker's ServiceAccount and its token.
+WORKER_NAMESPACE = "mcad-system"
+
+
+def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool = False) -> frozenset[str]:
+    """Where the controller creates nothing: kube-system, its own namespace (its credentials, its Lease) and, in
+    hub mode, the workers' (their credentials), except those the admin ``allowed``."""
+    protected = {"kube-system", own} | ({WORKER_NAMESPACE} if hub else set())
+    return frozenset(protected - set(allowed))
 
 
 def quota_served(client: kube.Client) -> bool:
@@ -230,6 +242,11 @@ def quota_served(client: kube.Client) -> bool:
 @click.option("--max-appwrapper-bytes", type=click.IntRange(min=1024), default=DEFAULT_MAX_BYTES,
               help="An AppWrapper whose spec is larger, as compact JSON, fails at once (InvalidSpec). The default "
                    "admits 1 MiB; etcd refuses objects of about 1.5 MiB anyway.")
+@click.option("--allow-protected-namespace", "allowed_protected", multiple=True, metavar="NAMESPACE",
+              help="Dispatch AppWrappers in this protected namespace after all (repeatable). Protected: kube-system, "
+                   "the controller's own namespace and, in hub mode, mcad-system (where config/rbac/worker.yaml "
+                   "keeps a worker's credentials). An AppWrapper there fails (ProtectedNamespace) and nothing of "
+                   "it is created.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json",
               help="json for log collectors, console for people.")
@@ -241,7 +258,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
          http_bind_address: str, legacy_api: bool, quota_trees: bool, clusters_config: str | None,
          cluster_policy: str | None, cluster_probe_period: float, default_max_priority: int, max_items: int,
-         max_appwrapper_bytes: int,
+         max_appwrapper_bytes: int, allowed_protected: tuple[str, ...],
          log_level: str, log_format: str, connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     if leader_elect:
@@ -300,11 +317,14 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
                   probe_period=cluster_probe_period)
         logger.info("hub mode", workers=hub.names, policy=hub_config.policy.value,
                     unreachable_timeout_seconds=hub_config.unreachable_timeout_seconds)
+    protected = protected_namespaces(default_namespace(), allowed_protected, hub=hub is not None)
+    logger.info("protected namespaces", namespaces=sorted(protected))
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
                                   victim_timeout=victim_timeout,
                                   fit=fit, legacy_api=legacy_api, quota_trees=quota_trees, recorder=recorder,
                                   hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes),
-                                  default_max_priority=default_max_priority)
+                                  default_max_priority=default_max_priority,
+                                  protected_namespaces=protected)
     elector = LeaderElector(conn, namespace=leader_elect_namespace or default_namespace(),
                             name=leader_elect_lease_name, identity=identity,
                             lease_duration=leader_elect_lease_duration, renew_deadline=leader_elect_renew_deadline,

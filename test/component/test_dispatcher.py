@@ -44,6 +44,10 @@ class RecordingWriter:
         self.applied.append(obj["metadata"]["name"])
         return obj
 
+    def create(self, obj: Mapping[str, Any], *, field_manager: str) -> Mapping[str, Any]:
+        # Every object is new to this fake API server: a create is recorded as its apply was.
+        return self.apply(obj, field_manager=field_manager, force=False)
+
     def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
                uid: str = "") -> None:
         pass

@@ -71,6 +71,9 @@ class WorkerWriter:
         self.applied.append(dict(obj))
         return obj
 
+    def create(self, obj: Mapping[str, Any], *, field_manager: str) -> Mapping[str, Any]:
+        return self.apply(obj, field_manager=field_manager, force=False)
+
     def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
                uid: str = "", label: tuple[str, str] | None = None) -> None:
         self.deleted.append((kind, name, label))

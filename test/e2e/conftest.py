@@ -209,6 +209,9 @@ class AppWrappers:
     def get(self, name: str) -> dict[str, Any]:
         return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)  # type: ignore[no-any-return]
 
+    def uid(self, name: str) -> str:
+        return str(self.get(name)["metadata"]["uid"])
+
     def delete(self, name: str) -> None:
         self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
 

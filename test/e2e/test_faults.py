@@ -30,11 +30,20 @@ import kubernetes.client as k8s
 import pytest
 
 from mcad import kube
-from mcad.api.appwrapper import FIELD_MANAGER
+from mcad.api.appwrapper import field_manager
 from test.apiserver import api_server_outage, local_cluster, request_totals
 from test.conftest import CRD, apply_crd
 from test.e2e.conftest import AppWrappers, Controller, appwrapper, deployment_item, job_item
-from test.faults import APPWRAPPER_STATUS, DEPLOYMENTS, FAULT_MESSAGE, JOBS, FaultInjector, Resource, fault_injector
+from test.faults import (
+    APPWRAPPER_STATUS,
+    CONFIGMAPS,
+    DEPLOYMENTS,
+    FAULT_MESSAGE,
+    JOBS,
+    FaultInjector,
+    Resource,
+    fault_injector,
+)
 from test.support import REPO, wait_until
 
 CLUSTER = "faults"
@@ -218,7 +227,8 @@ def test_failing_status_writes_dispatch_each_appwrapper_once(controller: Control
         during = request_totals(api) - before
         reached = watch_states(aws, want, RECOVERY_SECONDS + 10)
         lines = log_lines(controller, log_from)
-        applies = {n: [(c.operation, c.code) for c in faults.seen(objects[n], name=n, field_manager=FIELD_MANAGER)]
+        applies = {n: [(c.operation, c.code) for c in faults.seen(objects[n], name=n,
+                                                                  field_manager=field_manager(aws.uid(n)))]
                    for n in names}
         status_rates = rates(faults, APPWRAPPER_STATUS, names, fault_end)
         first_half, second_half = halves(faults, APPWRAPPER_STATUS, names, fault_end)
@@ -301,7 +311,8 @@ def test_failing_object_writes_back_off_per_appwrapper(controller: Controller, a
         for n in names:
             first, second = halves(faults, objects[n], [n], fault_end)
             first_half, second_half = first_half + first, second_half + second
-        admitted = {n: [(c.operation, c.code) for c in faults.seen(objects[n], name=n, field_manager=FIELD_MANAGER,
+        admitted = {n: [(c.operation, c.code) for c in faults.seen(objects[n], name=n,
+                                                                   field_manager=field_manager(aws.uid(n)),
                                                                    refused=False, until=settled)] for n in names}
 
     failed_lines = per_appwrapper([line for line in lines if line.at < fault_end], "dispatch failed; will retry",
@@ -343,33 +354,37 @@ def test_a_write_refused_for_good_fails_the_appwrapper_at_once(controller: Contr
         aws.create(appwrapper("refused", deployment_item("refused", 1, "10m")))
         status = aws.wait_state("refused", "Failed", timeout=15)
         failed_after = time.time() - created
-        attempts = len(faults.seen(DEPLOYMENTS, name="refused", field_manager=FIELD_MANAGER))
+        attempts = len(faults.seen(DEPLOYMENTS, name="refused", field_manager=field_manager(aws.uid("refused"))))
     assert message in status.get("message", ""), status
     assert failed_after <= RECOVERY_SECONDS and attempts <= 2, f"Failed after {failed_after:.1f} s, {attempts} attempts"
 
 
-def too_large_configmap(name: str) -> dict[str, Any]:
-    """A ConfigMap within the API's own limit (1 MiB of data) that can still never be stored: server-side apply
-    records every key in managedFields, which doubles it past etcd's request limit (1.5 MiB). The API server answers
-    500 "etcdserver: request is too large", on every attempt."""
+def nearly_1mib_configmap(name: str) -> dict[str, Any]:
+    """A ConfigMap within the API's own limit (1 MiB of data). Server-side apply used to record every key in
+    managedFields, which doubled it past etcd's request limit (1.5 MiB): 500 "etcdserver: request is too large" on
+    every attempt. mcad now creates objects (POST), and the API server stores this one."""
     keys = 4000  # 250-character keys: few fields (cheap for the API server), nearly 1 MiB
     return {"generictemplate": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
                                 "data": {f"{i:04d}{'k' * 246}": "" for i in range(keys)}}}
 
 
-def test_an_object_too_large_for_etcd_fails_the_appwrapper_and_costs_little(
+def test_a_deterministic_500_fails_the_appwrapper_and_costs_little(
         controller: Controller, aws: AppWrappers, api: k8s.ApiClient, other_namespace: str) -> None:
     """A 500 whose message is deterministic (request too large) fails the AppWrapper with that message within
-    seconds; the API server sees few attempts; another tenant's AppWrapper created right after runs as usual."""
-    before = request_totals(api)
-    created = time.time()
-    aws.create(appwrapper("too-large", too_large_configmap("too-large")))
-    other = AppWrappers(aws.custom, aws.core, other_namespace, aws.connection)
-    other.create(appwrapper("good", deployment_item("good", 1, "10m")))
-    good_at = watch_states(other, {"good": "Running"}, 30).get("good")
-    failed_at = watch_states(aws, {"too-large": "Failed"}, 15).get("too-large")
-    observed = time.time() - created
-    refused = (request_totals(api) - before).count(resource="configmaps", code="500")
+    seconds; the API server sees few attempts; another tenant's AppWrapper created right after runs as usual. The
+    500 is etcd's answer to an object it cannot store, injected: an object an AppWrapper can carry is stored
+    whole since mcad creates rather than applies (the same ConfigMap, under another name, runs)."""
+    with fault_injector(api, aws.namespace, (CONFIGMAPS,)) as faults:
+        faults.refuse(CONFIGMAPS, "too-large", code=500, message="etcdserver: request is too large")
+        created = time.time()
+        aws.create(appwrapper("too-large", nearly_1mib_configmap("too-large")))
+        aws.create(appwrapper("stored", nearly_1mib_configmap("stored")))
+        other = AppWrappers(aws.custom, aws.core, other_namespace, aws.connection)
+        other.create(appwrapper("good", deployment_item("good", 1, "10m")))
+        good_at = watch_states(other, {"good": "Running"}, 30).get("good")
+        failed_at = watch_states(aws, {"too-large": "Failed"}, 15).get("too-large")
+        observed = time.time() - created
+        refused = len(faults.seen(CONFIGMAPS, name="too-large", refused=True))
     status = aws.status("too-large")
     figures = (f"Failed after {'never' if failed_at is None else f'{failed_at - created:.1f} s'} (watched "
                f"{observed:.0f} s), configmap writes answered 500: {refused:.0f}, status {status}; the other "
@@ -380,6 +395,7 @@ def test_an_object_too_large_for_etcd_fails_the_appwrapper_and_costs_little(
     assert failed_at is not None and failed_at - created <= 2 * RECOVERY_SECONDS, figures
     assert "request is too large" in status.get("message", ""), figures
     assert refused <= 3, figures
+    assert aws.wait_state("stored", "Running", timeout=15)
 
 
 def configmap_item(name: str) -> dict[str, Any]:

@@ -540,3 +540,34 @@ def test_one_quota_tree_charges_appwrappers_wherever_they_run(
             assert aws.wait_state("third", "Running", timeout=60)["targetClusterName"] in ("c8w1", "c8w2")
     finally:
         controller.start()
+
+
+def test_an_object_in_the_worker_that_is_not_the_appwrappers_is_not_taken_over(
+        controller: Controller, aws: AppWrappers, workers: dict[str, kube.Client]) -> None:
+    """Issue 15 in hub mode: in a worker, whose an object is goes by the AppWrapper's uid label. An admin's ConfigMap
+    there is left as it is, the AppWrapper fails naming it, and what it created there is taken back."""
+    worker = workers["c8w2"]
+    try:
+        kube.request_json(worker.conn, "POST", "/api/v1/namespaces",
+                          body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": aws.namespace}})
+    except kube.ApiError as err:
+        if err.status != 409:
+            raise
+    path = f"/api/v1/namespaces/{aws.namespace}/configmaps/admins"
+    worker.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "admins", "namespace": aws.namespace},
+                   "data": {"owner": "admin"}}, field_manager="admin")
+    before = kube.request_json(worker.conn, "GET", path)
+    grab = {"replicas": 1, "generictemplate": {"apiVersion": "v1", "kind": "ConfigMap",
+                                               "metadata": {"name": "admins"}, "data": {"owner": "tenant"}}}
+    aws.create(appwrapper("grab", deployment_item("grab", 1, "6"), grab))  # 6 cpu: only c8w2 has room
+    status = aws.wait_state("grab", "Failed", timeout=60)
+    assert "GenericItems[1] (ConfigMap admins) exists and is not controlled by this AppWrapper" in status["message"]
+    wait_until(lambda: not deployments(worker, aws.namespace), 30, "its Deployment taken back from the worker")
+    after = kube.request_json(worker.conn, "GET", path)
+    assert (after["metadata"]["resourceVersion"], after["data"]) == (before["metadata"]["resourceVersion"],
+                                                                       {"owner": "admin"})
+    aws.delete("grab")
+    wait_until(lambda: not aws.custom.list_namespaced_custom_object(
+        "workload.codeflare.dev", "v1beta1", aws.namespace, "appwrappers")["items"], 30, "the AppWrapper gone")
+    assert kube.request_json(worker.conn, "GET", path)["metadata"]["uid"] == before["metadata"]["uid"]
+    kube.request_json(worker.conn, "DELETE", path)

@@ -20,6 +20,12 @@ def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found[0]
 
 
+def named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, [(o["kind"], o["metadata"]["name"]) for o in objects]
+    return found[0]
+
+
 def test_helm_lint_passes() -> None:
     out = chart.helm("lint", str(chart.CHART), "--strict")
     assert "0 chart(s) failed" in out
@@ -59,8 +65,9 @@ ELECTION_ARGS = ["--leader-elect", f"--leader-elect-lease-name={chart.LEASE}", "
 
 def test_defaults_render_two_hardened_controllers_with_leader_election() -> None:
     objects = chart.render()
-    assert sorted(o["kind"] for o in objects) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role",
-                                                  "RoleBinding", "Service", "ServiceAccount"]
+    assert sorted(o["kind"] for o in objects) == ["ClusterRole", "ClusterRole", "ClusterRoleBinding",
+                                                  "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service",
+                                                  "ServiceAccount"]
     deployment = by_kind(objects, "Deployment")
     assert deployment["metadata"]["name"] == "mcad-controller"
     assert deployment["metadata"]["namespace"] == chart.NAMESPACE
@@ -145,7 +152,8 @@ def test_several_replicas_without_leader_election_are_refused() -> None:
 
 
 def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
-    rules = by_kind(chart.render(), "ClusterRole")["rules"]
+    objects = chart.render()
+    rules = named(objects, "ClusterRole", chart.RELEASE)["rules"]
     assert rules[:6] == [
         {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers/status"], "verbs": ["get", "patch"]},
@@ -155,19 +163,77 @@ def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
         {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
-    wrapped = {(group, resource) for rule in rules[6:] for group in rule["apiGroups"] for resource in rule["resources"]}
-    assert ("batch", "jobs") in wrapped and ("apps", "deployments") in wrapped
-    assert all(rule["verbs"] == ["get", "list", "watch", "create", "patch", "delete"] for rule in rules[6:])
-    for rule in rules:
+    # Watched for completion: the kinds that report it, and nothing of the core group (pods are watched above).
+    assert rules[6:] == [
+        {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "replicasets"],
+         "verbs": ["list", "watch"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch"]},
+    ]
+    wrapped = named(objects, "ClusterRole", f"{chart.RELEASE}-wrapped")["rules"]
+    kinds = {(group, resource) for rule in wrapped for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert {("batch", "jobs"), ("apps", "deployments"), ("", "secrets")} <= kinds
+    assert all(rule["verbs"] == ["get", "create", "patch", "delete"] for rule in wrapped)
+    for rule in rules + wrapped:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
         assert not {"update", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+    binding = named(objects, "ClusterRoleBinding", f"{chart.RELEASE}-wrapped")
+    assert binding["roleRef"]["name"] == f"{chart.RELEASE}-wrapped"
+
+
+def test_no_secret_is_listed_or_watched_anywhere() -> None:
+    """Issue 15: the controller could list and watch every Secret in the cluster. The hub's worker kubeconfigs are
+    read by name in the release namespace (a Role, see test_hub_role_reads_exactly_the_workers_secrets)."""
+    for obj in chart.render():
+        for rule in obj.get("rules") or []:
+            if "" in rule["apiGroups"] and "secrets" in rule["resources"]:
+                assert not {"list", "watch"} & set(rule["verbs"]), (obj["kind"], obj["metadata"]["name"], rule)
+                assert obj["kind"] == "Role" or "resourceNames" not in rule
+
+
+def test_watching_secrets_is_refused(tmp_path: Path) -> None:
+    values = {"rbac": {"extraWrappedKinds": [{"apiGroups": [""], "resources": ["secrets"], "watch": True}]}}
+    with pytest.raises(RuntimeError, match="Secrets cannot be watched"):
+        chart.render(values=values, tmp=tmp_path)
 
 
 def test_extra_wrapped_kinds_are_granted(tmp_path: Path) -> None:
-    values = {"rbac": {"extraWrappedKinds": [{"apiGroups": ["ray.io"], "resources": ["rayclusters"]}]}}
-    rules = by_kind(chart.render(values=values, tmp=tmp_path), "ClusterRole")["rules"]
-    assert {"apiGroups": ["ray.io"], "resources": ["rayclusters"],
-            "verbs": ["get", "list", "watch", "create", "patch", "delete"]} in rules
+    values = {"rbac": {"extraWrappedKinds": [{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "watch": True},
+                                             {"apiGroups": ["example.com"], "resources": ["widgets"]}]}}
+    objects = chart.render(values=values, tmp=tmp_path)
+    wrapped = named(objects, "ClusterRole", f"{chart.RELEASE}-wrapped")["rules"]
+    watched = named(objects, "ClusterRole", chart.RELEASE)["rules"]
+    assert {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "create", "patch", "delete"]} \
+        in wrapped
+    assert {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["list", "watch"]} in watched
+    assert {"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get", "create", "patch", "delete"]} \
+        in wrapped
+    assert not [r for r in watched if r["apiGroups"] == ["example.com"]], "not watched unless asked"
+
+
+def test_write_rights_can_be_bound_per_namespace_instead_of_cluster_wide(tmp_path: Path) -> None:
+    objects = chart.render(values={"rbac": {"namespaces": ["team-a", "team-b"]}}, tmp=tmp_path)
+    assert not [o for o in objects if o["kind"] == "ClusterRoleBinding"
+                and o["metadata"]["name"] == f"{chart.RELEASE}-wrapped"], "no cluster-wide write rights"
+    bindings = [o for o in objects
+                if o["kind"] == "RoleBinding" and o["metadata"]["name"] == f"{chart.RELEASE}-wrapped"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    for binding in bindings:
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                      "name": f"{chart.RELEASE}-wrapped"}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": chart.RELEASE,
+                                        "namespace": chart.NAMESPACE}]
+    # Reading (the ledger, completion) stays cluster-wide.
+    assert named(objects, "ClusterRoleBinding", chart.RELEASE)["roleRef"]["name"] == chart.RELEASE
+
+
+def test_protected_namespaces_can_be_allowed(tmp_path: Path) -> None:
+    values = {"controller": {"allowProtectedNamespaces": ["kube-system", "ops"]}}
+    args = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert [a for a in args if "protected" in a] == ["--allow-protected-namespace=kube-system",
+                                                      "--allow-protected-namespace=ops"]
+    assert not [a for a in by_kind(chart.render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+                if "protected" in a]
 
 
 @pytest.mark.parametrize("flag", ["rbac.create=false", "serviceAccount.create=false"])
@@ -191,14 +257,14 @@ def test_the_legacy_api_is_off_by_default_and_complete_when_on() -> None:
     # Kept on uninstall, like the CRDs of crds/: deleting it would delete every legacy AppWrapper.
     assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
     assert crd == expected
-    rules = by_kind(objects, "ClusterRole")["rules"]
+    rules = named(objects, "ClusterRole", chart.RELEASE)["rules"]
     assert {"apiGroups": ["mcad.ibm.com"], "resources": ["mcadappwrappers"], "verbs": ["get", "list", "watch"]} in rules
     assert {"apiGroups": ["mcad.ibm.com"], "resources": ["mcadappwrappers/status"], "verbs": ["get", "patch"]} in rules
     args = by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--legacy-api" in args
     managed = chart.render("legacyApi.enabled=true", "legacyApi.installCRD=false")
     assert "CustomResourceDefinition" not in {o["kind"] for o in managed}
-    assert by_kind(managed, "ClusterRole")["rules"] == rules
+    assert named(managed, "ClusterRole", chart.RELEASE)["rules"] == rules
 
 
 # -- hub mode --------------------------------------------------------------------------------------------------------
@@ -228,7 +294,7 @@ def test_hub_off_renders_nothing_of_hub_mode() -> None:
     assert "volumes" not in pod and "volumeMounts" not in pod["containers"][0]
     assert not [a for a in pod["containers"][0]["args"] if a.startswith("--cluster")]
     assert "annotations" not in by_kind(objects, "Deployment")["spec"]["template"]["metadata"]
-    rules = by_kind(objects, "ClusterRole")["rules"]
+    rules = named(objects, "ClusterRole", chart.RELEASE)["rules"]
     assert not [r for r in rules if "secrets" in r["resources"] and r.get("resourceNames")]
     assert not [r for r in HUB_RULES if r in rules]
     assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role"] == ["mcad-controller-leader-election"]
@@ -280,7 +346,7 @@ def test_hub_role_reads_exactly_the_workers_secrets(tmp_path: Path) -> None:
     binding = next(o for o in objects if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == "mcad-hub-kubeconfigs")
     assert binding["metadata"]["namespace"] == chart.NAMESPACE
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "mcad", "namespace": chart.NAMESPACE}]
-    rules = by_kind(objects, "ClusterRole")["rules"]
+    rules = named(objects, "ClusterRole", chart.RELEASE)["rules"]
     assert rules[2:4] == HUB_RULES, "the finalizer needs patch/update of AppWrappers and update of finalizers"
     # Nothing else widens: secrets are granted only through the Role, by name.
     assert chart.render(values={"hub": {"enabled": False, "config": HUB_CONFIG}}, tmp=tmp_path) == chart.render()

@@ -104,3 +104,35 @@ def test_failed_requests_are_counted_by_verb_and_code(kubeconfig: str, namespace
         kube.request_json(conn, "POST", path, body={"metadata": {"name": "once"}})
     kube.request_json(conn, "GET", path, query=[("limit", "1")])
     assert conn.errors.snapshot() == {("get", 404): 1, ("delete", 404): 1, ("create", 409): 1}
+
+
+def test_create_refuses_a_taken_name_and_apply_with_a_uid_lands_only_on_that_object(
+        client: kube.Client, namespace: str, core: k8s.CoreV1Api) -> None:
+    """What mcad.apply relies on to never take an object over: a create answers 409 AlreadyExists instead of
+    writing, and a uid in an apply body is a precondition (422 on another object of that name, 409 on none)."""
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "taken", "namespace": namespace},
+           "data": {"a": "1"}}
+    created = client.create(obj, field_manager="mcad-controller-u1")
+    assert [m.manager for m in core.read_namespaced_config_map("taken", namespace).metadata.managed_fields] == [
+        "mcad-controller-u1"]
+    with pytest.raises(kube.ApiError) as taken:
+        client.create({**obj, "data": {"a": "2"}}, field_manager="mcad-controller-u2")
+    assert (taken.value.status, taken.value.reason) == (409, "AlreadyExists")
+    uid = created["metadata"]["uid"]
+    client.apply({**obj, "metadata": {**obj["metadata"], "uid": uid}, "data": {"a": "3"}},
+                 field_manager="mcad-controller-u1", force=True)
+    assert core.read_namespaced_config_map("taken", namespace).data == {"a": "3"}
+    with pytest.raises(kube.ApiError) as other:
+        client.apply({**obj, "metadata": {**obj["metadata"], "uid": "00000000-0000-0000-0000-000000000000"}},
+                     field_manager="mcad-controller-u1", force=True)
+    assert other.value.status == 422 and "uid" in other.value.message
+    gone = {**obj, "metadata": {"name": "never-made", "namespace": namespace, "uid": uid}}
+    with pytest.raises(kube.ApiError) as missing:
+        client.apply(gone, field_manager="mcad-controller-u1", force=True)
+    assert missing.value.status == 409 and "uid" in missing.value.message
+    assert core.read_namespaced_config_map("taken", namespace).data == {"a": "3"}
+
+
+def test_allowed_answers_for_this_clients_own_rights(client: kube.Client, namespace: str) -> None:
+    assert client.allowed("create", "v1", "ConfigMap", namespace)  # the admin may
+    assert client.allowed("list", "v1", "Secret")

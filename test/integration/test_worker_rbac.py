@@ -1,5 +1,6 @@
 """config/rbac/worker.yaml, applied to a real API server, lets the hub do in a worker what hub mode does there and
-nothing more: read nodes and pods, create (never delete) namespaces, manage the wrapped kinds; no Secrets.
+nothing more: read nodes and pods, create (never delete) namespaces, manage the wrapped kinds, watch only those that
+report completion; no Secrets, and no write at all in kube-system or mcad-system (an admission policy).
 
 The test acts as the worker identity the way README "Multi-cluster (hub mode)" says an operator mints it: the
 token of the Secret mcad-system/mcad-worker-token, in a kubeconfig beside the worker's server and CA.
@@ -17,14 +18,17 @@ from typing import Any
 import pytest
 
 from mcad import kube
-from test.support import REPO
+from test.support import REPO, wait_until
 from test.worker_identity import token_kubeconfig
 
 WORKER_RBAC = REPO / "config" / "rbac" / "worker.yaml"
 ACCOUNT = "system:serviceaccount:mcad-system:mcad-worker"
 WRAPPED = [("", "pods"), ("", "services"), ("", "configmaps"), ("apps", "deployments"), ("apps", "statefulsets"),
            ("batch", "jobs"), ("ray.io", "rayclusters"), ("kubeflow.org", "pytorchjobs")]
-MANAGE = ["get", "list", "watch", "create", "patch", "update", "delete"]
+# Watched for completion (and pods for the ledger); the others are written, never listed.
+WATCHED = [("", "pods"), ("apps", "deployments"), ("apps", "statefulsets"), ("batch", "jobs"),
+           ("ray.io", "rayclusters"), ("kubeflow.org", "pytorchjobs")]
+MANAGE = ["get", "create", "patch", "delete"]
 
 
 def kubectl(kubeconfig: str, *args: str) -> str:
@@ -43,7 +47,9 @@ def applied(kubeconfig: str) -> Iterator[kube.Connection]:
     try:
         yield kube.connect(kubeconfig)
     finally:
-        kubectl(kubeconfig, "delete", "--ignore-not-found", "clusterrolebinding/mcad-worker", "clusterrole/mcad-worker")
+        kubectl(kubeconfig, "delete", "--ignore-not-found", "clusterrolebinding/mcad-worker", "clusterrole/mcad-worker",
+                "validatingadmissionpolicybinding/mcad-worker-protected-namespaces",
+                "validatingadmissionpolicy/mcad-worker-protected-namespaces")
         kubectl(kubeconfig, "delete", "--ignore-not-found", "-n", "mcad-system", "secret/mcad-worker-token",
                 "serviceaccount/mcad-worker")
 
@@ -62,6 +68,9 @@ def test_worker_rbac_grants_what_hub_mode_does_in_a_worker(applied: kube.Connect
     for group, resource in WRAPPED:
         # The wrapped kinds are granted whether or not their CRD (ray.io, kubeflow.org) is installed yet.
         assert [verb for verb in MANAGE if not allowed(admin, verb, group, resource, "team-a")] == [], resource
+        watched = (group, resource) in WATCHED
+        assert allowed(admin, "list", group, resource) == watched == allowed(admin, "watch", group, resource), resource
+        assert not allowed(admin, "update", group, resource, "team-a"), resource
     assert all(allowed(admin, verb, "", "nodes") for verb in ("get", "list", "watch"))
     assert allowed(admin, "list", "", "pods")  # every namespace: the ledger counts all pods
     assert allowed(admin, "create", "", "namespaces") and allowed(admin, "get", "", "namespaces")
@@ -69,6 +78,19 @@ def test_worker_rbac_grants_what_hub_mode_does_in_a_worker(applied: kube.Connect
                ("patch", "", "nodes"), ("list", "workload.codeflare.dev", "appwrappers"),
                ("deletecollection", "", "pods"), ("create", "rbac.authorization.k8s.io", "clusterroles")]
     assert [r for r in refused if allowed(admin, *r)] == []
+
+
+def refused_write(worker: kube.Connection, obj: dict[str, Any]) -> bool:
+    """Whether creating ``obj`` is refused by the admission policy. The API server loads a new policy within a
+    second or so: a create that got through before is deleted again, and the caller asks again until a deadline."""
+    path = f"/api/v1/namespaces/{obj['metadata']['namespace']}/configmaps"
+    try:
+        kube.request_json(worker, "POST", path, body=obj)
+    except kube.ApiError as err:
+        assert err.status == 403 and "may not write in kube-system or mcad-system" in err.message, err
+        return True
+    kube.request_json(worker, "DELETE", f"{path}/{obj['metadata']['name']}")
+    return False
 
 
 def test_the_minted_token_works_as_the_hub_uses_it(applied: kube.Connection, kubeconfig: str,
@@ -96,6 +118,12 @@ def test_the_minted_token_works_as_the_hub_uses_it(applied: kube.Connection, kub
         with pytest.raises(kube.ApiError) as denied:
             kube.request_json(worker, "DELETE", f"/api/v1/namespaces/{namespace}")
         assert denied.value.status == 403
+        # RBAC grants the wrapped kinds everywhere; the admission policy refuses the protected namespaces.
+        kube.request_json(worker, "POST", f"/api/v1/namespaces/{namespace}/configmaps", body=config_map)
+        for protected in ("kube-system", "mcad-system"):
+            planted = {**config_map, "metadata": {"name": f"planted-{uuid.uuid4().hex[:8]}", "namespace": protected}}
+            wait_until(lambda planted=planted: refused_write(worker, planted), 30,
+                       f"the admission policy to refuse writes in {protected}")
     finally:
         try:
             kube.request_json(admin, "DELETE", f"/api/v1/namespaces/{namespace}")

@@ -10,7 +10,13 @@ from typing import Any, NamedTuple
 import pytest
 
 from mcad import apply
-from mcad.api.appwrapper import AppWrapperView, appwrapper_view
+from mcad.api.appwrapper import (
+    APPWRAPPER_LABEL,
+    APPWRAPPER_UID_LABEL,
+    AppWrapperView,
+    appwrapper_view,
+    field_manager,
+)
 from mcad.apply import DispatchFailed, ItemError, manifest
 from mcad.kube import ApiError
 
@@ -78,26 +84,58 @@ def test_items_that_cannot_be_dispatched_are_named_with_the_cause(template: dict
 
 
 class Writer:
-    """Records every request (an in-memory stand-in: these tests count requests per step, which only a fake can
-    show); ``refuse`` maps an object name to the ApiError its apply gets."""
+    """An in-memory stand-in that records every request (these tests count requests per step, which only a fake
+    can show); ``refuse`` maps an object name to the ApiError its create gets; ``existing`` holds objects by name
+    (the e2e tests in test/e2e/test_takeover.py show the same rules on a real API server)."""
 
-    def __init__(self, refuse: Mapping[str, ApiError] | None = None) -> None:
+    def __init__(self, refuse: Mapping[str, ApiError] | None = None,
+                 existing: Mapping[str, dict[str, Any]] | None = None) -> None:
         self.requests: list[tuple[str, str]] = []
         self.refuse = dict(refuse or {})
+        self.objects: dict[str, dict[str, Any]] = copy.deepcopy(dict(existing or {}))
+        self.managers: list[str] = []
+        self.deleted_uids: list[str] = []
 
     def is_namespaced(self, api_version: str, kind: str) -> bool:
         return kind != "Namespace"
 
+    def create(self, obj: Mapping[str, Any], *, field_manager: str) -> Mapping[str, Any]:
+        name = obj["metadata"]["name"]
+        self.requests.append(("create", name))
+        self.managers.append(field_manager)
+        if name in self.refuse:
+            raise self.refuse[name]
+        if name in self.objects:
+            raise ApiError(409, "AlreadyExists", f"configmaps {name!r} already exists")
+        stored = copy.deepcopy(dict(obj))
+        stored["metadata"]["uid"] = f"uid-{name}"
+        self.objects[name] = stored
+        return stored
+
+    def read(self, api_version: str, kind: str, namespace: str, name: str) -> Mapping[str, Any]:
+        self.requests.append(("read", name))
+        if name not in self.objects:
+            raise ApiError(404, "NotFound", f"configmaps {name!r} not found")
+        return copy.deepcopy(self.objects[name])
+
     def apply(self, obj: Mapping[str, Any], *, field_manager: str, force: bool) -> Mapping[str, Any]:
         name = obj["metadata"]["name"]
         self.requests.append(("apply", name))
-        if name in self.refuse:
-            raise self.refuse[name]
-        return {"metadata": {"uid": f"uid-{name}"}}
+        self.managers.append(field_manager)
+        current = self.objects.get(name)
+        wanted = obj["metadata"].get("uid")
+        if current is not None and wanted and current["metadata"]["uid"] != wanted:
+            raise ApiError(422, "Invalid", f'metadata.uid: Invalid value: "{wanted}": field is immutable')
+        self.objects[name] = copy.deepcopy(dict(obj))
+        return self.objects[name]
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
                uid: str = "", label: tuple[str, str] | None = None) -> None:
         self.requests.append(("delete", name))
+        self.deleted_uids.append(uid)
+        current = self.objects.get(name)
+        if current is not None and (not uid or current["metadata"]["uid"] == uid):
+            del self.objects[name]
 
 
 def configmaps(count: int) -> Made:
@@ -124,7 +162,7 @@ def test_a_stepwise_dispatch_applies_one_item_per_step_and_returns_the_uids() ->
     writer = Writer()
     counts, uids = requests_per_step(writer, apply.dispatch_steps(writer, *configmaps(4)))
     assert uids == ("uid-cm0", "uid-cm1", "uid-cm2", "uid-cm3")
-    assert writer.requests == [("apply", f"cm{i}") for i in range(4)]
+    assert writer.requests == [("create", f"cm{i}") for i in range(4)]
     assert max(counts) == 1
 
 
@@ -132,7 +170,7 @@ def test_a_refused_item_is_undone_one_delete_per_step_with_the_message_of_a_whol
     refusal = {"cm2": ApiError(422, "Invalid", "data: too long")}
     writer = Writer(refusal)
     counts, failure = requests_per_step(writer, apply.dispatch_steps(writer, *configmaps(4)))
-    assert writer.requests == [("apply", "cm0"), ("apply", "cm1"), ("apply", "cm2"), ("delete", "cm1"),
+    assert writer.requests == [("create", "cm0"), ("create", "cm1"), ("create", "cm2"), ("delete", "cm1"),
                                ("delete", "cm0")]
     assert max(counts) == 1
     assert isinstance(failure, DispatchFailed) and not failure.transient
@@ -147,7 +185,7 @@ def test_a_transient_refusal_is_undone_and_says_transient() -> None:
     writer = Writer({"cm1": ApiError(503, "ServiceUnavailable", "try later")})
     _, failure = requests_per_step(writer, apply.dispatch_steps(writer, *configmaps(3)))
     assert isinstance(failure, DispatchFailed) and failure.transient
-    assert writer.requests == [("apply", "cm0"), ("apply", "cm1"), ("delete", "cm0")]
+    assert writer.requests == [("create", "cm0"), ("create", "cm1"), ("delete", "cm0")]
 
 
 def test_an_invalid_item_anywhere_means_nothing_is_applied() -> None:
@@ -165,7 +203,7 @@ def test_a_cluster_scoped_item_is_refused_and_what_was_applied_undone() -> None:
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
     _, failure = requests_per_step(writer, apply.dispatch_steps(writer, *made))
     assert isinstance(failure, DispatchFailed) and "Namespace is cluster-scoped" in failure.message
-    assert writer.requests == [("apply", "cm0"), ("delete", "cm0")]
+    assert writer.requests == [("create", "cm0"), ("delete", "cm0")]
 
 
 def test_stepwise_deletion_deletes_one_item_per_step() -> None:
@@ -176,3 +214,114 @@ def test_stepwise_deletion_deletes_one_item_per_step() -> None:
     counts, _ = requests_per_step(remote, apply.delete_remote_steps(remote, configmaps(3).aw))
     assert counts == [1, 1, 1]
     assert writer.requests == remote.requests == [("delete", "cm0"), ("delete", "cm1"), ("delete", "cm2")]
+
+
+def owned_by(owner_uid: str, name: str = "aw", **meta: Any) -> dict[str, Any]:
+    """An existing ConfigMap whose controller is the AppWrapper ``name`` of ``owner_uid``."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": meta.pop("cm", "cm1"), "namespace": "team", "uid": meta.pop("uid", "theirs"),
+                         "ownerReferences": [{"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+                                              "name": name, "uid": owner_uid, "controller": True}], **meta},
+            "data": {"a": "1"}}
+
+
+def test_an_existing_object_of_someone_else_fails_the_dispatch_untouched_and_what_was_created_is_undone() -> None:
+    theirs = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1", "uid": "theirs"},
+              "data": {"password": "s3cret"}}
+    writer = Writer(existing={"cm1": theirs})
+    counts, failure = requests_per_step(writer, apply.dispatch_steps(writer, *configmaps(3)))
+    assert isinstance(failure, DispatchFailed) and not failure.transient
+    assert failure.message.startswith(
+        "GenericItems[1] (ConfigMap cm1) exists and is not controlled by this AppWrapper"), failure.message
+    assert writer.requests == [("create", "cm0"), ("create", "cm1"), ("read", "cm1"), ("delete", "cm0")]
+    assert writer.deleted_uids == ["uid-cm0"], "the undo deletes only the very object it created"
+    assert writer.objects == {"cm1": theirs}
+    assert max(counts) == 1
+
+
+@pytest.mark.parametrize("owner", [
+    {"name": "other-aw", "uid": "u-2"},  # another AppWrapper's
+    {"name": "aw", "uid": "u-2", "kind": "Deployment"},  # a Deployment's of the same name
+])
+def test_an_object_controlled_by_another_owner_is_not_taken_over(owner: dict[str, Any]) -> None:
+    existing = owned_by(owner["uid"], owner["name"])
+    if "kind" in owner:
+        existing["metadata"]["ownerReferences"][0].update(kind=owner["kind"], apiVersion="apps/v1")
+    writer = Writer(existing={"cm1": existing})
+    with pytest.raises(DispatchFailed) as err:
+        apply.dispatch(writer, *configmaps(2))
+    assert "exists and is not controlled by this AppWrapper" in err.value.message and not err.value.transient
+    assert writer.objects["cm1"] == existing
+
+
+def test_an_object_this_appwrapper_controls_is_kept_and_brought_up_to_date_on_that_object_only() -> None:
+    mine = owned_by("u-1", uid="mine")
+    writer = Writer(existing={"cm1": mine})
+    counts, uids = requests_per_step(writer, apply.dispatch_steps(writer, *configmaps(2)))
+    assert max(counts) == 1, "the create, the read and the apply are three steps"
+    assert uids == ("uid-cm0", "mine")
+    assert writer.requests == [("create", "cm0"), ("create", "cm1"), ("read", "cm1"), ("apply", "cm1")]
+    assert writer.objects["cm1"]["metadata"]["uid"] == "mine", "applied with its uid as a precondition"
+    assert set(writer.managers) == {field_manager("u-1")}
+
+
+def test_an_object_replaced_between_the_check_and_the_apply_is_not_written() -> None:
+    class Replacing(Writer):
+        def read(self, api_version: str, kind: str, namespace: str, name: str) -> Mapping[str, Any]:
+            found = super().read(api_version, kind, namespace, name)
+            self.objects[name] = {**owned_by("someone"), "metadata": {"name": name, "uid": "new-one"}}
+            return found
+
+    writer = Replacing(existing={"cm1": owned_by("u-1", uid="mine")})
+    with pytest.raises(DispatchFailed) as err:
+        apply.dispatch(writer, *configmaps(2))
+    assert err.value.transient, "the next attempt sees the new object, and refuses it for good if it is not ours"
+    assert writer.objects["cm1"]["metadata"]["uid"] == "new-one"
+    assert "cm0" not in writer.objects
+
+
+def test_a_leftover_of_a_deleted_namesake_or_an_object_being_deleted_is_waited_for() -> None:
+    for existing in (owned_by("u-old"), owned_by("u-1", deletionTimestamp="2026-01-01T00:00:00Z")):
+        writer = Writer(existing={"cm1": existing})
+        with pytest.raises(DispatchFailed) as err:
+            apply.dispatch(writer, *configmaps(2))
+        assert err.value.transient, err.value.message
+        assert writer.objects["cm1"] == existing and "cm0" not in writer.objects
+
+
+def test_a_name_taken_then_freed_is_tried_again() -> None:
+    class Vanishing(Writer):
+        def read(self, api_version: str, kind: str, namespace: str, name: str) -> Mapping[str, Any]:
+            self.objects.pop(name, None)
+            return super().read(api_version, kind, namespace, name)
+
+    writer = Vanishing(existing={"cm0": owned_by("x", cm="cm0")})
+    with pytest.raises(DispatchFailed) as err:
+        apply.dispatch(writer, *configmaps(1))
+    assert err.value.transient
+
+
+def test_in_a_worker_cluster_the_uid_label_says_whose_an_object_is() -> None:
+    made = configmaps(1)
+
+    def labelled(uid: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": "cm0", "uid": "there", "labels": {APPWRAPPER_LABEL: "aw", APPWRAPPER_UID_LABEL: uid}}}
+
+    kept = Writer(existing={"cm0": labelled("u-1")})
+    assert apply.dispatch(kept, *made, remote=True) == ("there",)
+    waiting = Writer(existing={"cm0": labelled("u-old")})
+    with pytest.raises(DispatchFailed) as err:
+        apply.dispatch(waiting, *made, remote=True)
+    assert err.value.transient
+    unlabelled = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm0", "uid": "there"}}
+    refused = Writer(existing={"cm0": unlabelled})
+    with pytest.raises(DispatchFailed) as err:
+        apply.dispatch(refused, *made, remote=True)
+    assert not err.value.transient and "not controlled by this AppWrapper" in err.value.message
+    assert refused.objects == {"cm0": unlabelled}
+
+
+def test_each_appwrapper_has_a_field_manager_of_its_own_within_the_limit() -> None:
+    assert field_manager("u-1") != field_manager("u-2")
+    assert len(field_manager("0" * 300)) == 128

@@ -1,0 +1,43 @@
+"""Protected namespaces: an AppWrapper in one fails at once with the namespace named, nothing of it is created, and
+it takes no place in the queue; whatever admission let through (the webhook may be bypassed or down)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcad.cli.controller import protected_namespaces
+from test.component.test_dispatcher import aw, last_status, node
+from test.support import wait_until
+
+
+def test_an_appwrapper_in_a_protected_namespace_fails_and_creates_nothing(harness_factory: Any) -> None:
+    # Listed before the controller starts (its restart path, rebuild), and one created while it runs.
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("early", "1")],
+                        protected_namespaces=frozenset({"ns"}))
+    h.drain()
+    h.lw["aw"].add(aw("late", "1"))
+    wait_until(lambda: h.dispatcher.appwrappers.get("ns/late"), 5, "the new AppWrapper")
+    h.drain()
+    for name in ("early", "late"):
+        status = last_status(h, name)
+        assert status["state"] == "Failed", status
+        failed = status["conditions"][-1]
+        assert failed["reason"] == "ProtectedNamespace"
+        assert failed["message"] == ("namespace ns is protected: mcad creates nothing there unless the controller "
+                                     "runs with --allow-protected-namespace=ns")
+    assert h.writer.applied == []
+    assert h.dispatcher.ledger.free().get("cpu") == 8000
+    assert len(h.dispatcher.pending) == 0
+
+
+def test_other_namespaces_dispatch_as_usual(harness_factory: Any) -> None:
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "1")],
+                        protected_namespaces=frozenset({"kube-system"}))
+    h.drain()
+    assert h.writer.applied == ["a-cm"]
+
+
+def test_kube_system_and_the_controllers_namespace_are_protected_unless_allowed() -> None:
+    assert protected_namespaces("mcad-system") == {"kube-system", "mcad-system"}
+    assert protected_namespaces("ops", ("kube-system",)) == {"ops"}
+    assert protected_namespaces("ops", hub=True) == {"kube-system", "ops", "mcad-system"}
