@@ -44,6 +44,7 @@ from typing import Any
 
 import structlog
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -211,7 +212,7 @@ def renewal_reason(material: Material | None, hosts: Sequence[str], now: datetim
         return "the serving key does not match the certificate"
     try:
         cert.verify_directly_issued_by(authority.cert)
-    except (ValueError, TypeError, Exception) as err:  # InvalidSignature is not a ValueError
+    except (InvalidSignature, ValueError, TypeError) as err:
         return f"the serving certificate is not signed by the CA ({type(err).__name__})"
     missing = {_canonical(h) for h in hosts} - {_canonical(h) for h in hosts_of(cert)}
     if missing:
