@@ -413,7 +413,9 @@ def test_cert_manager_issues_the_certificate_and_the_controller_only_reads_it() 
     assert certificate["spec"]["secretName"] == "mcad-webhook-cert"
     assert certificate["spec"]["dnsNames"] == [f"mcad-controller.{chart.NAMESPACE}.svc",
                                                f"mcad-controller.{chart.NAMESPACE}.svc.cluster.local"]
-    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": by_kind(objects, "Issuer")["metadata"]["name"]}
+    issuer = by_kind(objects, "Issuer")
+    assert issuer["spec"] == {"selfSigned": {}}
+    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": issuer["metadata"]["name"]}
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         assert by_kind(objects, kind)["metadata"]["annotations"] == {
             "cert-manager.io/inject-ca-from": f"{chart.NAMESPACE}/mcad-webhook"}
@@ -428,7 +430,7 @@ def test_cert_manager_issues_the_certificate_and_the_controller_only_reads_it() 
     assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role"] == ["mcad-controller-leader-election"]
     assert by_kind(objects, "ClusterRole")["rules"][6] == WEBHOOK_RULES[0]
     assert "admissionregistration.k8s.io" not in json.dumps(by_kind(objects, "ClusterRole")["rules"])
-    with pytest.raises(RuntimeError, match="certManager.enabled needs the Service"):
+    with pytest.raises(RuntimeError, match=r"certManager\.enabled needs the Service"):
         chart.render("webhook.certManager.enabled=true", "webhook.url=https://127.0.0.1:9443")
 
 
