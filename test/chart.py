@@ -30,6 +30,24 @@ LEASE = "mcad-controller"
 E2E_VALUES = {"replicaCount": 0,
               "rbac": {"extraWrappedKinds": [{"apiGroups": ["ray.io"], "resources": ["rayclusters"]}]},
               "legacyApi": {"enabled": True, "installCRD": False}}
+# The label that puts a namespace under a release's webhooks in tests; its value is the release name.
+WEBHOOK_LABEL = "mcad.test/webhook"
+
+
+def webhook_values(port: int, release: str = RELEASE) -> dict[str, Any]:
+    """Webhooks registered by URL for a controller running on this host at ``port``, for the namespaces labelled
+    ``WEBHOOK_LABEL=<release>`` only: failurePolicy is Fail, and AppWrappers that other tests create while no
+    controller runs (integration tests, a kept cluster's next session) must not be refused."""
+    return {"webhook": {"url": f"https://127.0.0.1:{port}",
+                        "namespaceSelector": {"matchLabels": {WEBHOOK_LABEL: release}}}}
+
+
+def webhook_args(port: int, release: str = RELEASE) -> tuple[str, ...]:
+    """What a local controller needs to serve the webhooks of ``release`` installed with ``webhook_values``
+    (several controllers on this host share the port, as replicas behind a Service would)."""
+    return ("--webhook-bind-address", f"127.0.0.1:{port}", "--webhook-share-port", "--webhook-cert-hosts",
+            "127.0.0.1", "--webhook-cert-secret", f"{release}-webhook-cert", "--webhook-configuration-name", release,
+            "--webhook-cert-poll-seconds", "2")
 
 
 @functools.cache

@@ -13,6 +13,8 @@ Contract:
   kernel's backlog, and one that waits over ``read_timeout`` for a slot is closed): a client that sends slowly or
   not at all holds a slot for a bounded time and cannot starve the others for longer.
 - ``listening`` is set once the socket is bound and served. Bind address as ``mcad.server.parse_bind_address``.
+  ``share_port`` (SO_REUSEPORT) lets several processes of one user on one host serve the same port, the kernel
+  spreading connections over them as a Service spreads them over pods: replicas run outside a cluster (tests).
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ class _TlsServer(ThreadingHTTPServer):
     request_queue_size = 64
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], tls: TlsSource,
-                 slots: _Slots, read_timeout: float) -> None:
+                 slots: _Slots, read_timeout: float, share_port: bool) -> None:
+        self.allow_reuse_port = share_port
         self.tls = tls
         self.slots = slots
         self.read_timeout = read_timeout
@@ -120,11 +123,12 @@ def _client(address: Any) -> str:
 class WebhookServer:
     def __init__(self, bind_address: str, *, tls: TlsSource, mutate: Reviewer, validate: Reviewer,
                  max_body_bytes: int, read_timeout: float = DEFAULT_READ_TIMEOUT,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, share_port: bool = False) -> None:
         host, port = parse_bind_address(bind_address)
         handler = _handler({"/mutate": ("mutate", mutate), "/validate": ("validate", validate)}, max_body_bytes,
                            read_timeout)
-        self._httpd = _TlsServer((host, port), handler, tls, _Slots(max_connections), read_timeout)
+        self._httpd = _TlsServer((host, port), handler, tls, _Slots(max_connections), read_timeout,
+                                 share_port)
         self._thread = threading.Thread(target=self._serve, name="webhook", daemon=True)
         self.listening = threading.Event()
 

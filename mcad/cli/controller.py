@@ -223,6 +223,10 @@ def quota_served(client: kube.Client) -> bool:
 @click.option("--webhook-bind-address", default=webhook_server.DEFAULT_BIND_ADDRESS,
               help="Where to serve the webhooks: host:port (':9443' is every interface, port 0 picks a free one, "
                    "logged). The chart's Service maps its port 443 here.")
+@click.option("--webhook-share-port", is_flag=True,
+              help="Let several controller processes on one host serve the webhooks on the same port "
+                   "(SO_REUSEPORT: the kernel spreads connections over them, as a Service spreads them over pods). "
+                   "For replicas run outside the cluster, e.g. tests; in a pod there is nothing to share with.")
 @click.option("--webhook-cert-dir", type=click.Path(file_okay=False), default=None,
               help="Serve tls.crt and tls.key of this directory (e.g. cert-manager's Secret mounted), reloaded "
                    "when they change. The controller then neither issues certificates nor patches caBundle "
@@ -233,6 +237,10 @@ def quota_served(client: kube.Client) -> bool:
                    "(ca.crt, ca.key, tls.crt, tls.key). Every replica reads it on start and every "
                    "--webhook-cert-poll-seconds; one issues a new certificate when it is missing, within 30 days "
                    "of its 90-day expiry, or lacks a host. Needs get/update on it (create when it is missing).")
+@click.option("--webhook-cert-namespace", default=None,
+              help="Namespace of --webhook-cert-secret and of --webhook-service-name. Default: the controller's "
+                   "(--leader-elect-namespace, else $POD_NAMESPACE, else the in-cluster service account's, else "
+                   "mcad-system).")
 @click.option("--webhook-service-name", default="mcad-controller",
               help="The Service in front of the webhooks: the certificate names <service>.<namespace>.svc and "
                    "<service>.<namespace>.svc.cluster.local.")
@@ -257,7 +265,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
          http_bind_address: str, legacy_api: bool, quota_trees: bool, clusters_config: str | None,
          cluster_policy: str | None, cluster_probe_period: float, max_items: int, max_appwrapper_bytes: int,
-         webhook_enabled: bool, webhook_bind_address: str, webhook_cert_dir: str | None, webhook_cert_secret: str,
+         webhook_enabled: bool, webhook_bind_address: str, webhook_share_port: bool, webhook_cert_dir: str | None,
+         webhook_cert_secret: str, webhook_cert_namespace: str | None,
          webhook_service_name: str, webhook_cert_hosts: str, webhook_configuration_name: str,
          webhook_cert_poll_seconds: float, log_level: str, log_format: str, connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
@@ -335,16 +344,20 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     webhook = None
     if webhook_enabled:
         # Before leader election: every replica answers admission, or a standby behind the Service would refuse.
+        namespace = webhook_cert_namespace or leader_elect_namespace or default_namespace()
         try:
-            webhook = _webhook(conn, webhook_bind_address, namespace=leader_elect_namespace or default_namespace(),
+            webhook = _webhook(conn, webhook_bind_address, namespace=namespace,
                                cert_dir=webhook_cert_dir, secret=webhook_cert_secret, service=webhook_service_name,
                                hosts=[h for h in webhook_cert_hosts.split(",") if h.strip()],
                                configuration=webhook_configuration_name, poll_seconds=webhook_cert_poll_seconds,
-                               max_appwrapper_bytes=max_appwrapper_bytes)
+                               max_appwrapper_bytes=max_appwrapper_bytes, share_port=webhook_share_port)
         except OSError as err:
             logger.error("cannot serve the admission webhooks", address=webhook_bind_address, reason=str(err))
             sys.exit(2)
         webhook.start(stop)
+        logger.info("admission webhooks served", address=webhook_bind_address, port=webhook.server.port,
+                    certificates=webhook_cert_dir or f"{namespace}/{webhook_cert_secret}",
+                    configuration=None if webhook_cert_dir else webhook_configuration_name)
     http = None
     if http_bind_address != "0":
         try:
@@ -439,7 +452,7 @@ class Webhook:
 
 def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: str | None, secret: str,
              service: str, hosts: list[str], configuration: str, poll_seconds: float,
-             max_appwrapper_bytes: int) -> Webhook:
+             max_appwrapper_bytes: int, share_port: bool) -> Webhook:
     certificates: webhook_certs.SecretCertificates | webhook_certs.DirectoryCertificates
     if cert_dir is not None:
         certificates = webhook_certs.DirectoryCertificates(cert_dir, poll_seconds=poll_seconds)
@@ -450,7 +463,8 @@ def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: s
     config = admission_review.AdmissionConfig()
     mutate, validate = admission_review.build(_admission_facts(conn), config)
     httpd = webhook_server.WebhookServer(address, tls=certificates.context, mutate=mutate, validate=validate,
-                                         max_body_bytes=webhook_server.max_body_bytes(max_appwrapper_bytes))
+                                         max_body_bytes=webhook_server.max_body_bytes(max_appwrapper_bytes),
+                                         share_port=share_port)
     return Webhook(httpd, certificates)
 
 
