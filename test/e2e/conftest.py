@@ -57,14 +57,21 @@ class Controller:
         self.log = log
         self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
+        self._start = 0
+        self._admits = False
 
     def start(self, ready: bytes = b"dispatcher started") -> None:
         """Start the process and wait for ``ready`` in its log (a leader-election standby never dispatches:
         it logs "waiting for leadership")."""
+        self.launch()
+        self.wait_ready(ready)
+
+    def launch(self) -> None:
+        """Start the process without waiting (``wait_ready`` waits): to start several at once."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "ab")  # noqa: SIM115 - the child process owns it
         # A restarted controller appends to its log: only what this process writes counts as ready.
-        start = out.tell()
+        self._start = out.tell()
         # A free port for /metrics and friends, unless the test picks one: controllers run side by side.
         http = () if "--http-bind-address" in self.args else ("--http-bind-address", "127.0.0.1:0")
         # The session's webhooks, unless the test chose otherwise.
@@ -74,9 +81,14 @@ class Controller:
             [str(Path(sys.executable).parent / "mcad-controller"), "--kubeconfig", self.kubeconfig,
              "--log-format", "console", *http, *webhook, *self.args], stdout=out, stderr=subprocess.STDOUT)
         out.close()
+        # Ready to admit once its certificate is loaded (a first one may be issued now); a test that provides a
+        # certificate directory fills it itself.
+        self._admits = not {"--no-webhook", "--webhook-cert-dir"} & {*webhook, *self.args}
+
+    def wait_ready(self, ready: bytes = b"dispatcher started") -> None:
+        start = self._start
         wait_until(lambda: ready in self.log.read_bytes()[start:], 60, f"the controller to log {ready.decode()!r}")
-        if "--no-webhook" not in (*webhook, *self.args):
-            # Ready to admit: its certificate is loaded (a first one may be issued now).
+        if self._admits:
             wait_until(lambda: b"webhook certificate loaded" in self.log.read_bytes()[start:], 60,
                        "the controller to load its webhook certificate")
 
