@@ -47,7 +47,7 @@ WEBHOOK_ARGS: list[str] = []
 
 def free_port() -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((chart.webhook_host(), 0))
         return int(sock.getsockname()[1])
 
 

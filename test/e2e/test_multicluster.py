@@ -380,7 +380,7 @@ def test_without_hub_mode_a_leftover_cleanup_finalizer_does_not_block_deletion(
     the controller says so in its log and lets it go instead of leaving it stuck in deletion."""
     controller.stop()
     try:
-        with running_controller(hub_kubeconfig, LOGS / "test_multicluster_single.log") as single:
+        with running_controller(hub_kubeconfig, LOGS / "test_multicluster_single.log", *HUB_WEBHOOK_ARGS) as single:
             body = appwrapper("was-hub", deployment_item("was-hub", 1, "1"))
             body["metadata"]["finalizers"] = ["workload.codeflare.dev/worker-cleanup"]
             aws.create(body)

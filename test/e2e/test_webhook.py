@@ -98,7 +98,7 @@ def test_webhook_down_creates_fail_clearly_and_nothing_is_admitted(controller: C
         # What kubectl prints too: the API server names the webhook and why it could not call it.
         assert status == 500, message
         assert re.search(r'failed calling webhook "mutate\.appwrappers\.workload\.codeflare\.dev": .*'
-                         r'https://127\.0\.0\.1:\d+/mutate.*connection refused', message), message
+                         r'https://[\d.]+:\d+/mutate.*connection refused', message), message
         assert absent(aws, "while-down")
         kubectl = shutil.which("kubectl") or str(REPO / ".dev" / "bin" / "kubectl")
         manifest = json.dumps({**appwrapper("by-kubectl", deployment_item("by-kubectl", 1, "10m")),
@@ -117,7 +117,7 @@ def test_webhook_down_creates_fail_clearly_and_nothing_is_admitted(controller: C
 
 def test_a_near_expiry_certificate_is_renewed_and_the_ca_bundle_repatched(
         controller: Controller, aws: AppWrappers, admin: kube.Connection) -> None:
-    hosts = certs.service_hosts("mcad-controller", chart.NAMESPACE, ["127.0.0.1"])
+    hosts = certs.service_hosts("mcad-controller", chart.NAMESPACE, [chart.webhook_host()])
     now = datetime.datetime.now(datetime.UTC)
     # A CA with 100 days left (under a certificate's 90 plus the 30-day margin: it must be replaced) that signed,
     # 89 days ago when it had more left, a serving certificate with one day left.

@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import ssl
+from pathlib import Path
 
+import pytest
 from cryptography import x509
 
 from mcad.admission import certs
@@ -96,3 +98,22 @@ def test_the_server_context_loads_the_certificate() -> None:
     material = certs.issue(HOSTS, datetime.datetime.now(datetime.UTC))
     context = certs.server_context(material.cert, material.key)
     assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+def test_a_certificate_directory_is_loaded_and_reloaded_when_it_changes(tmp_path: Path) -> None:
+    directory = certs.DirectoryCertificates(str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        directory.sync()
+    assert directory.context() is None and not directory.loaded.is_set()
+    now = datetime.datetime.now(datetime.UTC)
+    for round_ in range(2):
+        material = certs.issue(HOSTS, now)
+        (tmp_path / "tls.crt").write_bytes(material.cert)
+        (tmp_path / "tls.key").write_bytes(material.key)
+        before = directory.context()
+        directory.sync()
+        assert directory.loaded.is_set()
+        assert directory.context() is not before, f"round {round_}: a changed certificate is loaded"
+        same = directory.context()
+        directory.sync()
+        assert directory.context() is same, "an unchanged one is not reloaded"
