@@ -8,8 +8,9 @@ Contract:
 - A reviewer that raises refuses the request (allowed=false, "internal error ..."): nothing is admitted unchecked.
   Each refusal is one log line (appwrapper=ns/name, user, reason).
 - TLS with the context ``tls()`` returns at the time of each connection, so a reloaded certificate serves the next
-  connection; until there is one, connections are closed at once. Every read has ``read_timeout`` and a whole
-  request must arrive within it; at most ``max_connections`` connections are served at once (more wait in the
+  connection; until there is one, connections are closed at once. The handshake and each request (headers and
+  body; on a kept-alive connection, the wait for it too) must arrive within ``read_timeout``, else the connection
+  is closed; at most ``max_connections`` connections are served at once (more wait in the
   kernel's backlog, and one that waits over ``read_timeout`` for a slot is closed): a client that sends slowly or
   not at all holds a slot for a bounded time and cannot starve the others for longer.
 - ``listening`` is set once the socket is bound and served. Bind address as ``mcad.server.parse_bind_address``.
@@ -19,12 +20,12 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import ssl
 import sys
 import threading
-import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -176,9 +177,38 @@ def _handler(routes: dict[str, tuple[str, Reviewer]], max_body: int,
         server_version = "mcad-webhook"
         protocol_version = "HTTP/1.1"  # the API server reuses connections
 
+        _deadline: threading.Timer | None = None
+
         def setup(self) -> None:
             super().setup()
-            self.connection.do_handshake()  # under the socket's read timeout
+            self._arm()
+            self.connection.do_handshake()
+
+        def handle_one_request(self) -> None:
+            # Each request (and the wait for it on a kept-alive connection) must arrive whole within the read
+            # timeout: a per-read timeout alone lets a client sending one byte every few seconds hold a slot.
+            self._arm()
+            try:
+                super().handle_one_request()
+            finally:
+                self._disarm()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._deadline = threading.Timer(read_timeout, self._cut)
+            self._deadline.daemon = True
+            self._deadline.start()
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _cut(self) -> None:
+            # The plain socket's shutdown, not SSLSocket's (which drops its TLS state under the reading thread):
+            # the blocked read then ends, and the connection with it.
+            with contextlib.suppress(OSError):  # already closed
+                socket.socket.shutdown(self.connection, socket.SHUT_RDWR)
 
         def do_POST(self) -> None:  # the name http.server dispatches to
             path = self.path.split("?", 1)[0]
@@ -198,6 +228,7 @@ def _handler(routes: dict[str, tuple[str, Reviewer]], max_body: int,
             body = self._read(size)
             if body is None:
                 return
+            self._disarm()  # the request is in; the review has its own bounds
             code, answer = review(route[0], route[1], body)
             self._reply(code, answer, close=code != 200)
 
@@ -205,15 +236,10 @@ def _handler(routes: dict[str, tuple[str, Reviewer]], max_body: int,
             self._reply(405, {"error": "the webhooks take POST"}, close=True)
 
         def _read(self, size: int) -> bytes | None:
-            """The body, read in chunks under one deadline for the whole of it (a slow sender is cut off)."""
-            deadline = time.monotonic() + read_timeout
+            """The body (a slow sender is cut off by the request's deadline: the read then ends empty)."""
             chunks: list[bytes] = []
             left = size
             while left > 0:
-                if time.monotonic() > deadline:
-                    log.info("webhook client too slow", client=self.client_address[0], reason="read deadline")
-                    self.close_connection = True
-                    return None
                 chunk = self.rfile.read1(min(left, 65536))
                 if not chunk:
                     self.close_connection = True

@@ -6,6 +6,7 @@ import datetime
 import http.client
 import json
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,17 @@ def test_a_silent_client_is_cut_off_by_the_read_timeout(server: WebhookServer, m
     conn.endheaders()  # and never the body
     conn.sock.settimeout(10)
     assert conn.sock.recv(1) == b""  # closed by the server within its 2 s read timeout
+
+
+def test_a_client_trickling_its_headers_is_cut_off_by_the_request_deadline(
+        server: WebhookServer, material: certs.Material, tmp_path: Path) -> None:
+    conn = client(server, material.ca_bundle, tmp_path)
+    conn.connect()
+    started = time.monotonic()
+    # One byte every half second: every single read is well inside the 2 s read timeout, the request is not.
+    with pytest.raises(OSError):
+        for byte in b"POST /validate HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"x" * 100:
+            conn.sock.sendall(bytes([byte]))
+            time.sleep(0.5)
+            assert time.monotonic() - started < 10, "never cut off"
+    assert time.monotonic() - started < 8
