@@ -5,6 +5,10 @@ served (exit code 2 with a one-line reason when either fails), then runs the inf
 SIGTERM or SIGINT and exits 0. ``--connect-only`` exits right after the checks, which is what a pre-flight
 check or a smoke test wants.
 
+Every replica, leader or standby, serves the AppWrapper admission webhooks over HTTPS (``--webhook*``; see
+``mcad.admission.server`` and ``mcad.admission.certs``), from before leader election until it exits; /readyz waits
+for their certificate.
+
 With ``--leader-elect`` several replicas may run: every replica starts its informers at once (a standby keeps
 warm caches, so it takes over fast), but only the holder of the Lease runs the dispatcher (``mcad.leader``).
 A replica that loses leadership exits with code 1 at once, before it could write anything more (it may already
