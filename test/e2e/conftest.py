@@ -1,11 +1,12 @@
 """Fixtures for end-to-end tests: the CRD installed, the real controller running as a separate process.
 
 Admission goes through the real webhooks: the chart registers them against the API server by URL
-(https://127.0.0.1:<session port>), and every controller started here serves them on that port (several at once
-share it, as replicas behind a Service would). They review the namespaces labelled ``mcad.test/webhook=mcad``,
+(https://127.0.0.1:<session port>), and every controller started here with the chart's ServiceAccount serves them
+on that port (several at once share it, as replicas behind a Service would). They review the namespaces labelled ``mcad.test/webhook=mcad``,
 which ``namespace`` (hence ``aw_namespace``) creates: every e2e AppWrapper is admitted by the controller, and while
 no controller runs, creates there are refused (failurePolicy Fail). Namespaces of other tests (integration tests,
-benches) are not labelled, so AppWrappers they create with no controller running are not refused.
+benches) are not labelled, so AppWrappers they create with no controller running are not refused. Modules with a
+cluster of their own and an admin controller (test_faults), and MCAD_E2E_ADMIN=1, install no webhooks.
 
 The controller is started once per module (``controller``) with the session's kubeconfig and stopped with
 SIGTERM afterwards; its log is kept in .dev/e2e-logs/ and printed when a test fails. ``aw_namespace`` is a fresh
@@ -40,9 +41,10 @@ GROUP, VERSION, PLURAL = "workload.codeflare.dev", "v1beta1", "appwrappers"
 LOGS = REPO / ".dev" / "e2e-logs"
 
 
-# Set by ``controller_kubeconfig``: what every controller of the session gets to serve the webhooks (empty when
-# the chart is not installed: MCAD_E2E_ADMIN=1).
-WEBHOOK_ARGS: list[str] = []
+# Set by ``controller_kubeconfig``: what a controller started with that kubeconfig (the chart's ServiceAccount) gets
+# to serve the webhooks the chart registered. Other kubeconfigs (MCAD_E2E_ADMIN=1, modules with a cluster of their
+# own) have no webhooks registered: their controllers run with --no-webhook.
+WEBHOOK_ARGS: dict[str, tuple[str, ...]] = {}
 
 
 def free_port() -> int:
@@ -76,7 +78,7 @@ class Controller:
         http = () if "--http-bind-address" in self.args else ("--http-bind-address", "127.0.0.1:0")
         # The session's webhooks, unless the test chose otherwise.
         webhook = () if any(a.startswith(("--webhook-bind-address", "--no-webhook")) for a in self.args) else (
-            tuple(WEBHOOK_ARGS) or ("--no-webhook",))
+            WEBHOOK_ARGS.get(self.kubeconfig) or ("--no-webhook",))
         self.proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "mcad-controller"), "--kubeconfig", self.kubeconfig,
              "--log-format", "console", *http, *webhook, *self.args], stdout=out, stderr=subprocess.STDOUT)
@@ -132,7 +134,7 @@ def controller_kubeconfig(kubeconfig: str, crd: None, tmp_path_factory: pytest.T
     path = chart.install(kubeconfig, tmp_path_factory.mktemp("chart"),
                          values={**chart.E2E_VALUES, **chart.webhook_values(webhook_port)})
     assert chart.who_am_i(path) == f"system:serviceaccount:{chart.NAMESPACE}:{chart.RELEASE}"
-    WEBHOOK_ARGS[:] = chart.webhook_args(webhook_port)
+    WEBHOOK_ARGS[path] = chart.webhook_args(webhook_port)
     return path
 
 
