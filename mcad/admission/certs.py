@@ -44,7 +44,7 @@ from typing import Any
 
 import structlog
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -122,7 +122,7 @@ class Material:
         try:
             cert = x509.load_pem_x509_certificate(self.ca_bundle)
             key = serialization.load_pem_private_key(self.ca_key, None)
-        except ValueError:
+        except (ValueError, TypeError, UnsupportedAlgorithm):  # garbage, an encrypted key, an unknown algorithm
             return None
         if not isinstance(key, ec.EllipticCurvePrivateKey) or key.public_key() != cert.public_key():
             return None
@@ -206,7 +206,7 @@ def renewal_reason(material: Material | None, hosts: Sequence[str], now: datetim
     try:
         cert = x509.load_pem_x509_certificate(material.cert)
         key = serialization.load_pem_private_key(material.key, None)
-    except ValueError:
+    except (ValueError, TypeError, UnsupportedAlgorithm):
         return "the serving certificate or key is unreadable"
     if key.public_key() != cert.public_key():
         return "the serving key does not match the certificate"
@@ -297,9 +297,9 @@ class SecretCertificates(_Loaded):
         while not stop.is_set():
             try:
                 self.sync()
-            except (kube.ApiError, ValueError, ssl.SSLError) as err:
+            except Exception as err:  # whatever the Secret holds, the thread lives on and tries at the next poll
                 log.warning("webhook certificate sync failed", secret=f"{self.namespace}/{self.secret}",
-                            reason=str(err)[:500])
+                            reason=f"{type(err).__name__}: {str(err)[:500]}")
             stop.wait(self.poll_seconds)
 
     def sync(self) -> Material:
@@ -397,8 +397,9 @@ class DirectoryCertificates(_Loaded):
         while not stop.is_set():
             try:
                 self.sync()
-            except (OSError, ssl.SSLError, ValueError) as err:
-                log.warning("webhook certificate not loaded", directory=str(self.directory), reason=str(err)[:500])
+            except Exception as err:  # a missing or half-written file: tried again at the next poll
+                log.warning("webhook certificate not loaded", directory=str(self.directory),
+                            reason=f"{type(err).__name__}: {str(err)[:500]}")
             stop.wait(self.poll_seconds)
 
     def sync(self) -> None:

@@ -1,12 +1,13 @@
 """Fixtures for end-to-end tests: the CRD installed, the real controller running as a separate process.
 
 Admission goes through the real webhooks: the chart registers them against the API server by URL
-(https://127.0.0.1:<session port>), and every controller started here with the chart's ServiceAccount serves them
-on that port (several at once share it, as replicas behind a Service would). They review the namespaces labelled ``mcad.test/webhook=mcad``,
-which ``namespace`` (hence ``aw_namespace``) creates: every e2e AppWrapper is admitted by the controller, and while
-no controller runs, creates there are refused (failurePolicy Fail). Namespaces of other tests (integration tests,
-benches) are not labelled, so AppWrappers they create with no controller running are not refused. Modules with a
-cluster of their own and an admin controller (test_faults), and MCAD_E2E_ADMIN=1, install no webhooks.
+(https://127.0.0.1:<session port>), and every controller started here with the chart's ServiceAccount serves
+them on that port (several at once share it, as replicas behind a Service would). They review the namespaces
+labelled ``mcad.test/webhook=mcad``, which ``namespace`` (hence ``aw_namespace``) creates: every e2e AppWrapper
+is admitted by the controller, and while no controller runs, creates there are refused (failurePolicy Fail).
+Namespaces of other tests (integration tests, benches) are not labelled, so AppWrappers they create with no
+controller running are not refused. Modules with a cluster of their own and an admin controller (test_faults),
+and MCAD_E2E_ADMIN=1, install no webhooks.
 
 The controller is started once per module (``controller``) with the session's kubeconfig and stopped with
 SIGTERM afterwards; its log is kept in .dev/e2e-logs/ and printed when a test fails. ``aw_namespace`` is a fresh
