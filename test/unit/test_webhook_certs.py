@@ -117,3 +117,16 @@ def test_a_certificate_directory_is_loaded_and_reloaded_when_it_changes(tmp_path
         same = directory.context()
         directory.sync()
         assert directory.context() is same, "an unchanged one is not reloaded"
+
+
+def test_an_encrypted_key_is_unreadable_material_not_a_crash() -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    material = certs.issue(HOSTS, NOW)
+    key = serialization.load_pem_private_key(material.key, None)
+    encrypted = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.BestAvailableEncryption(b"secret"))
+    assert certs.renewal_reason(certs.Material(material.ca_bundle, material.ca_key, material.cert, encrypted),
+                                HOSTS, NOW) == "the serving certificate or key is unreadable"
+    assert certs.renewal_reason(certs.Material(material.ca_bundle, encrypted, material.cert, material.key),
+                                HOSTS, NOW) == "the CA certificate or key is unreadable or they do not match"
