@@ -909,6 +909,10 @@ class Dispatcher(HubMode):
         if self.quota is not None:
             # Charged elsewhere, judged elsewhere: a group's members must share their quota nodes too.
             group = (group, self.quota.forest.charges(aw.labels))
+        if aw.held:
+            # A held head would hold back its whole group; and once it is let go, the change of group is what
+            # brings it a cycle.
+            group = (group, aw.held)
         before = self.pending.entry(aw.key)
         if before is None and not self._status(aw).backoff:
             self._unannounced.add(aw.key)
@@ -1083,6 +1087,8 @@ class Dispatcher(HubMode):
 
     def _fits(self, aw: AppWrapperView, need: ResourceVector, free: ResourceVector, capacity: ResourceVector,
               room: dict[str, ResourceVector] | None) -> Fit:
+        if aw.held:  # e.g. its priorityClassName names no PriorityClass (mcad.tenantstore): no room is enough
+            return Fit(False, frozenset({"held"}), partial(str, aw.held))
         if self.quota is not None:
             # Quota before capacity: an AppWrapper over its quota waits on quota, whatever the cluster has free.
             charges, unknown = self.quota.forest.charges(aw.labels)
@@ -1092,17 +1098,22 @@ class Dispatcher(HubMode):
             if not verdict.fits:
                 return Fit(False, verdict.about, partial(str, verdict.why))
         if self.hub is not None and room is not None:
-            return self._fits_somewhere(aw, need, room)
-        # Own pods that exist already (a restart between creating objects and recording it): only the aggregate
-        # remainder can be judged, the nodes they run on are known to the ledger already.
-        if room is None or self.ledger.consumed(aw.key):
-            if need.fits_in(free):
-                return Fit(True)
+            fit = self._fits_somewhere(aw, need, room)
+        elif room is None or self.ledger.consumed(aw.key):
+            # Own pods that exist already (a restart between creating objects and recording it): only the aggregate
+            # remainder can be judged, the nodes they run on are known to the ledger already.
+            fit = Fit(True)
+        else:
+            packing = placement.pack(self.gang(aw), self.ledger.nodes(), room)
+            if not packing.fits:
+                return Fit(False, packing.about, partial(str, packing.why))
+            fit = Fit(True, plan=packing.placement)
+        # Pods that pack usually add up to the demand, but not when an item's custompodresources declare more
+        # than its templates in one resource and less in another (the pods are the templates', the charge the
+        # larger of each): the demand must fit the free total too.
+        if fit.fits and not need.fits_in(free):
             return Fit(False, short_resources(need, free), partial(describe_shortfall, need, free, capacity))
-        packing = placement.pack(self.gang(aw), self.ledger.nodes(), room)
-        if packing.fits:
-            return Fit(True, plan=packing.placement)
-        return Fit(False, packing.about, partial(str, packing.why))
+        return fit
 
     def _footprint(self, key: str) -> list[tuple[str, ResourceVector, int]]:
         """What evicting a dispatched AppWrapper frees, by node: its active bound pods and (--fit=nodes) the
@@ -1181,12 +1192,12 @@ class Dispatcher(HubMode):
 
     def _could_ever_fit(self, aw: AppWrapperView, need: ResourceVector, capacity: ResourceVector,
                         room: dict[str, ResourceVector] | None, fit: Fit | None = None) -> bool:
-        """Whether ``aw`` would fit with nothing else running: not if it names a quota node that does not exist
-        (``fit`` says so), is larger than the cluster's capacity, or (--fit=nodes) its pods pack onto no set of
-        empty nodes it may use."""
-        if fit is not None and "quota: unknown node" in fit.about:
+        """Whether ``aw`` would fit with nothing else running: not if it is held (``AppWrapperView.held``), names a
+        quota node that does not exist (``fit`` says so), is larger than the cluster's capacity, or (--fit=nodes)
+        its pods pack onto no set of empty nodes it may use."""
+        if aw.held or (fit is not None and "quota: unknown node" in fit.about):
             return False
-        if room is None or self.ledger.consumed(aw.key):
+        if room is None or self.ledger.consumed(aw.key) or not need.fits_in(capacity):
             return need.fits_in(capacity)
         return any(placement.pack(self.gang(aw), nodes, {}).fits  # {}: every node empty
                    for _, nodes in self._node_sets(aw))
@@ -1208,11 +1219,11 @@ class Dispatcher(HubMode):
                       room: dict[str, ResourceVector] | None,
                       footprints: Iterable[list[tuple[str, ResourceVector, int]]]) -> bool:
         """Whether ``aw`` would fit the cluster once the AppWrappers of these footprints are gone."""
-        if room is None or self.ledger.consumed(aw.key):
-            freed = ResourceVector()
-            for footprint in footprints:
-                for _, requests, count in footprint:
-                    freed = freed + requests.scale(count)
+        freed = ResourceVector()
+        for footprint in footprints:
+            for _, requests, count in footprint:
+                freed = freed + requests.scale(count)
+        if room is None or self.ledger.consumed(aw.key) or not need.fits_in(free + freed):
             return need.fits_in(free + freed)
         after = dict(room)
         for footprint in footprints:
@@ -1293,7 +1304,7 @@ class Dispatcher(HubMode):
         """Quota reclaim for a queued AppWrapper that does not borrow at its own node but does not fit, because
         others borrowed quota above it or hold the cluster's capacity while borrowing: preempt borrowers (lowest
         priority, then most recently dispatched; only as many as needed). True when it reclaims."""
-        if self.quota is None:
+        if self.quota is None or aw.held:
             return False
         charges = self._charges(aw)
         # Cheap first: most blocked AppWrappers have nobody to reclaim from (no copy of the ledger per cycle).

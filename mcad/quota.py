@@ -5,9 +5,11 @@ Contract:
   ``spec.children`` is a node whose parent is ``spec.parent`` (none: a root), with a limit (``quotas.requests``),
   ``hardLimit`` and ``disabled``. ``Forest.build(views)`` assembles the trees; a node defined twice, a parent that
   does not exist, or a cycle is reported in ``Tree.errors`` and the offending node left out, never raised.
-- Charges: an AppWrapper is charged in tree T at node N when it carries the label ``T: N``; a tree it does not name
-  charges the tree's ``default`` node when there is one, and is ignored otherwise. Its labels are never changed. A
-  label naming a node the tree does not have is an error the AppWrapper waits on (``Forest.charges``).
+- Charges: an AppWrapper is charged in tree T at node N when it carries the label ``T: N`` (in a namespace the admin
+  bound to a node of T, the dispatcher's view of it carries that node whatever the object says: ``mcad.tenancy``);
+  a tree it does not name charges the tree's ``default`` node when there is one, and is ignored otherwise. Its
+  labels are never changed. A label naming a node the tree does not have is an error the AppWrapper waits on
+  (``Forest.charges``).
 - Limits: per tree, the resources named anywhere in it are limited (0 on a node that does not name one); others are
   not. ``usage(node)`` is the demand of the AppWrappers charged to it or below it. Demand ``d`` fits at node N when
   ``usage + d <= limit`` at every hard node and at the root on the path from N up; soft nodes may exceed their own
@@ -38,6 +40,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "QuotaSubtree"
 PLURAL = "quotasubtrees"
 TREE_LABEL = "tree"
+# A Namespace label binding the namespace to a node of tree <tree> (mcad.tenancy; the AppWrapper views the
+# dispatcher reads carry the bound node as their label <tree>, so this module needs no other knowledge of it).
+BINDING_PREFIX = "quota.codeflare.dev/"
 DEFAULT_NODE = "default"
 ZERO = ResourceVector()
 
@@ -174,7 +179,8 @@ class Forest:
             elif wanted in tree.nodes:
                 out.append((name, wanted))
             else:
-                return (), f"quota tree {name} has no node {wanted!r} (the AppWrapper's label {name}: {wanted})"
+                return (), (f"quota tree {name} has no node {wanted!r} (the AppWrapper's label {name}: {wanted}, "
+                            f"or its namespace's label {BINDING_PREFIX}{name})")
         return tuple(out), None
 
 

@@ -120,6 +120,8 @@ class Spec:
     items: tuple[ItemRef, ...]
     gang: tuple[PodGroup, ...]
     priority: int = 0
+    # spec.priorityClassName ("" when none): resolved, with the namespace's ceiling, by mcad.tenantstore.
+    priority_class: str = ""
     scheduling: SchedulingSpec = SchedulingSpec()
     # Hub mode: the worker clusters it may go to.
     clusters: ClusterScheduling = ANYWHERE
@@ -145,6 +147,9 @@ class AppWrapperView:
     # Its labels (string values only): a label whose key names a quota tree says where it is charged.
     labels: Mapping[str, str] = field(default_factory=dict)
     finalizers: tuple[str, ...] = ()
+    # Why it may not be dispatched whatever room there is ("" when nothing holds it): set by mcad.tenantstore,
+    # e.g. a spec.priorityClassName naming no PriorityClass. It waits in the queue, saying so, and preempts nobody.
+    held: str = ""
 
     @property
     def demand(self) -> ResourceVector:
@@ -266,6 +271,7 @@ def _judge(raw: Mapping[str, Any], limits: Limits) -> Spec:
         items=tuple(_item_ref(item) for item in items),
         gang=tuple(dataclasses.replace(group, requests=shared(group.requests)) for group in gang(items)),
         priority=_clamped(spec.get("priority"), 0, INT32_MIN, INT32_MAX),
+        priority_class=sys.intern(_str(spec.get("priorityClassName"))),
         scheduling=_scheduling(spec),
         clusters=cluster_scheduling(spec["schedulingSpec"])
         if isinstance(spec.get("schedulingSpec"), Mapping) else ANYWHERE,

@@ -2,10 +2,13 @@
 
 Contract:
 - ``gang(items)`` lists the pods an AppWrapper's GenericItems will create as ``PodGroup``s of identical pods.
-  An item with a non-empty ``custompodresources`` list yields one group per entry (``replicas`` pods of the
+  An item with a non-empty ``custompodresources`` list that declares at least what its templates ask (in every
+  resource; always so for kinds without known templates) yields one group per entry (``replicas`` pods of the
   entry's requests, a zero or missing request falling back to the limit, as ``item_demand`` counts them); those
   pods carry the node constraints of the item's ``generictemplate`` when it has exactly one pod set, else none.
-  Any other item yields one group per ``pod_sets(generictemplate)`` entry: its replicas, ``pod_requests`` of the
+  Any other item, including one whose declaration is below its templates (the pods that will really exist are
+  the templates': a 1-pod declaration in front of a 6-pod Deployment is placed as 6 pods), yields one group per
+  ``pod_sets(generictemplate)`` entry: its replicas, ``pod_requests`` of the
   template's spec and the spec's constraints (``nodeSelector``, ``tolerations``, and
   ``affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution``). Groups of 0 pods are left out;
   pods without requests are kept (they still need an eligible node). Never raises: what makes the demand
@@ -121,16 +124,23 @@ def gang(items: Iterable[Mapping[str, Any]]) -> list[PodGroup]:
             sets = []
         custom = item.get("custompodresources")
         if isinstance(custom, list) and custom:
-            # Entries are not tied to templates; with one template there is no doubt whose constraints apply.
-            constraints = _constraints(as_mapping(sets[0].template.get("spec"))) if len(sets) == 1 else _NO_CONSTRAINTS
+            declared: list[tuple[int, int, ResourceVector]] = []
             for j, entry in enumerate(custom):
                 try:
                     replicas, requests = custom_pod_resources(entry)
                 except WorkloadError:
                     continue
-                if replicas > 0:
-                    groups.append(PodGroup(replicas, requests, *constraints, label=f"{base} custompodresources[{j}]"))
-            continue
+                declared.append((j, replicas, requests))
+            total = ResourceVector()
+            for _, replicas, requests in declared:
+                total += requests.scale(replicas)
+            if _inferred(sets).fits_in(total):
+                # Entries are not tied to templates; with one template there is no doubt whose constraints apply.
+                constraints = (_constraints(as_mapping(sets[0].template.get("spec"))) if len(sets) == 1
+                               else _NO_CONSTRAINTS)
+                groups.extend(PodGroup(replicas, requests, *constraints, label=f"{base} custompodresources[{j}]")
+                              for j, replicas, requests in declared if replicas > 0)
+                continue
         for pod_set in sets:
             if pod_set.replicas == 0:
                 continue
@@ -138,6 +148,13 @@ def gang(items: Iterable[Mapping[str, Any]]) -> list[PodGroup]:
             groups.append(PodGroup(pod_set.replicas, pod_requests(spec, strict=False), *_constraints(spec),
                                    label=_pod_set_label(base, template, pod_set)))
     return groups
+
+
+def _inferred(sets: Iterable[PodSet]) -> ResourceVector:
+    total = ResourceVector()
+    for pod_set in sets:
+        total += pod_requests(as_mapping(pod_set.template.get("spec")), strict=False).scale(pod_set.replicas)
+    return total
 
 
 _Constraints = tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...], tuple[NodeSelectorTerm, ...]]

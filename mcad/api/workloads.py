@@ -12,9 +12,13 @@ Contract:
   PyTorchJob (kubeflow.org: each replica spec * replicas, default 1). Unknown kinds yield ``[]``.
   A ``PodSet.path`` locates the template dict inside the object (``()`` for a bare Pod: the object itself), so
   the controller can stamp its labels on every nested template.
-- ``item_demand(item)`` is the demand of one AppWrapper GenericItem: its ``custompodresources`` when that list is
-  non-empty (Σ replicas * requests, a missing or zero request falling back to the limit, as upstream MCAD does),
-  else Σ replicas * pod_requests over ``pod_sets(generictemplate)``. ``appwrapper_demand(spec)`` sums the items.
+- ``item_demand(item)`` is the demand of one AppWrapper GenericItem: per resource, the larger of what its
+  ``custompodresources`` declare (Σ replicas * requests, a missing or zero request falling back to the limit, as
+  upstream MCAD does; nothing when the list is absent or empty) and what its templates ask (``inferred_demand``:
+  Σ replicas * pod_requests over ``pod_sets(generictemplate)``; nothing for kinds without known templates). A
+  tenant cannot make its pods cheaper by declaring less than they ask (issue 15; AppWrapper v1beta2 refuses the
+  same at admission): ``understated(item)`` gives ``(declared, inferred)`` when the declaration is below the
+  templates in some resource, else None. ``appwrapper_demand(spec)`` sums the items.
   ``custom_pod_resources(entry)`` is one such entry as ``(replicas, requests of one pod)``.
 
 Odd shapes in wrapped templates (a missing or ill-typed field) are treated as absent, never raised: the API
@@ -264,9 +268,21 @@ def _optional_count(parent: Mapping[str, Any], key: str, where: str) -> int | No
 
 def item_demand(item: Mapping[str, Any]) -> ResourceVector:
     """Resource demand of one GenericItem; ``WorkloadError`` fields are relative to the item."""
+    declared = declared_demand(item)
+    inferred = inferred_demand(item)
+    return inferred if declared is None else declared.max(inferred)
+
+
+def declared_demand(item: Mapping[str, Any]) -> ResourceVector | None:
+    """What the item's ``custompodresources`` declare, None when it declares nothing (absent or empty list)."""
     custom = item.get("custompodresources")
     if isinstance(custom, list) and custom:
         return _custom_demand(custom)
+    return None
+
+
+def inferred_demand(item: Mapping[str, Any]) -> ResourceVector:
+    """What the pods of the item's ``generictemplate`` ask (zero for kinds whose pods mcad cannot infer)."""
     template = item.get("generictemplate")
     if not isinstance(template, Mapping):
         return ZERO
@@ -284,6 +300,16 @@ def item_demand(item: Mapping[str, Any]) -> ResourceVector:
             raise err.within(join_path("generictemplate", format_path((*pod_set.path, "spec")))) from None
         total += requests.scale(pod_set.replicas)
     return total
+
+
+def understated(item: Mapping[str, Any]) -> tuple[ResourceVector, ResourceVector] | None:
+    """``(declared, inferred)`` when ``custompodresources`` declare less than the templates ask in some resource,
+    else None (nothing declared, or enough). ``WorkloadError`` as ``item_demand``."""
+    declared = declared_demand(item)
+    if declared is None:
+        return None
+    inferred = inferred_demand(item)
+    return None if inferred.fits_in(declared) else (declared, inferred)
 
 
 def _custom_demand(entries: list[Any]) -> ResourceVector:

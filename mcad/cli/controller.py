@@ -30,7 +30,7 @@ from typing import Any
 import click
 import structlog
 
-from mcad import __version__, events, kube, quota, server
+from mcad import __version__, events, kube, quota, server, tenancy
 from mcad import log as mcad_log
 from mcad.admission import certs as webhook_certs
 from mcad.admission import review as admission_review
@@ -56,6 +56,7 @@ from mcad.hub import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.informer import Informer, Reconnects, Store
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
 from mcad.legacy import MergedAppWrappers
+from mcad.tenantstore import TenantAppWrappers, priority_class_value
 from mcad.workqueue import WorkQueue
 from mcad.wrapped import WrappedObjects, informer_factory
 
@@ -68,9 +69,12 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
           victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
           fit: str = "nodes", legacy_api: bool = False, quota_trees: bool = False,
           recorder: events.EventSink | None = None,
-          hub: Hub | None = None, limits: Limits = DEFAULT_LIMITS) -> tuple[Dispatcher, list[Informer[object]]]:
-    """Informers over AppWrappers (``legacy_api``: of both groups), Nodes and Pods (all namespaces), and with
-    ``quota_trees`` QuotaSubtrees, and the dispatcher they feed; informers over wrapped kinds start when an
+          hub: Hub | None = None, limits: Limits = DEFAULT_LIMITS,
+          default_max_priority: int = tenancy.DEFAULT_MAX_PRIORITY) -> tuple[Dispatcher, list[Informer[object]]]:
+    """Informers over AppWrappers (``legacy_api``: of both groups), Nodes and Pods (all namespaces), Namespaces and
+    PriorityClasses (the admins' rules: ``mcad.tenantstore``, with ``default_max_priority`` where a namespace
+    sets no ceiling), and with ``quota_trees`` QuotaSubtrees, and the dispatcher they feed; informers over
+    wrapped kinds start when an
     AppWrapper needs them (its ``wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the
     hub's own run nothing of ours), and the hub's thread starts their informers. AppWrappers beyond ``limits``
     are refused (failed) by the dispatcher."""
@@ -95,6 +99,14 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                           reuse=reuse, peers=peers)
         appwrapper_informers.append(legacy)
         appwrappers = MergedAppWrappers(current, legacy)
+    # What the dispatcher sees is what the namespace admins allow: bound quota nodes, capped priorities.
+    namespaces = Informer("namespaces", kube.ResourceClient(conn, group="", version="v1", plural="namespaces"),
+                          transform=tenancy.namespace_policy, peers=peers)
+    classes = Informer("priorityclasses", kube.ResourceClient(conn, group="scheduling.k8s.io", version="v1",
+                                                              plural="priorityclasses"),
+                       transform=priority_class_value, peers=peers)
+    appwrapper_informers += [namespaces, classes]  # type: ignore[list-item]
+    appwrappers = TenantAppWrappers(appwrappers, namespaces, classes, default_max_priority)
     nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
                      transform=node_view, peers=peers)
     # Pods are keyed by uid: a pod re-created under the same name is a different consumer of capacity.
@@ -214,6 +226,12 @@ def quota_served(client: kube.Client) -> bool:
 @click.option("--cluster-probe-period", type=click.FloatRange(min=0.1), default=DEFAULT_PROBE_PERIOD_SECONDS,
               help="Hub mode: seconds between health probes of each worker's API server (two failures in a row "
                    "take it out of placement).")
+@click.option("--default-max-priority", type=click.IntRange(-(2**31), 2**31 - 1),
+              default=tenancy.DEFAULT_MAX_PRIORITY,
+              help="The highest priority an AppWrapper may have (spec.priority, or the value of its "
+                   "spec.priorityClassName) in a namespace without the annotation mcad.codeflare.dev/max-priority; "
+                   "higher ones are refused at admission and capped by the controller. The default is above the "
+                   "priorities batch users give each other and below the PriorityClasses platforms preempt with.")
 @click.option("--max-items", type=click.IntRange(1, MAX_ITEMS_CEILING), default=DEFAULT_MAX_ITEMS,
               help=f"An AppWrapper with more GenericItems fails at once (InvalidSpec). The CRD refuses more than "
                    f"{MAX_ITEMS_CEILING} at create; this can only lower that.")
@@ -268,7 +286,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
          write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
          http_bind_address: str, legacy_api: bool, quota_trees: bool, clusters_config: str | None,
-         cluster_policy: str | None, cluster_probe_period: float, max_items: int, max_appwrapper_bytes: int,
+         cluster_policy: str | None, cluster_probe_period: float, default_max_priority: int, max_items: int,
+         max_appwrapper_bytes: int,
          webhook_enabled: bool, webhook_bind_address: str, webhook_share_port: bool, webhook_cert_dir: str | None,
          webhook_cert_secret: str, webhook_cert_namespace: str | None,
          webhook_service_name: str, webhook_cert_hosts: str, webhook_configuration_name: str,
@@ -338,7 +357,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
                                   victim_timeout=victim_timeout,
                                   fit=fit, legacy_api=legacy_api, quota_trees=quota_trees, recorder=recorder,
-                                  hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes))
+                                  hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes),
+                                  default_max_priority=default_max_priority)
     elector = LeaderElector(conn, namespace=leader_elect_namespace or default_namespace(),
                             name=leader_elect_lease_name, identity=identity,
                             lease_duration=leader_elect_lease_duration, renew_deadline=leader_elect_renew_deadline,

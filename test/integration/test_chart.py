@@ -65,6 +65,10 @@ WEBHOOK_RULES = [
      "verbs": ["get", "patch"]}]
 
 
+# The ClusterRole's rules before the webhooks' (see test_rbac_grants_only_the_verbs_the_controller_uses).
+BASE_RULES = 8
+
+
 def named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
     assert len(found) == 1, [(o["kind"], o["metadata"]["name"]) for o in objects]
@@ -95,6 +99,7 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
     assert container["args"] == ["--fit=nodes", "--write-workers=32", "--max-items=1000",
+                                 "--default-max-priority=1000",
                                  "--max-appwrapper-bytes=1310720", "--log-level=info", "--log-format=json",
                                  "--http-bind-address=:8080", *ELECTION_ARGS, *WEBHOOK_ARGS]
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
@@ -126,7 +131,7 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
     container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]
     assert container["args"] == ["--fit=aggregate", "--write-workers=8", "--max-items=50",
-                                 "--max-appwrapper-bytes=2097152", "--log-level=debug",
+                                 "--default-max-priority=1000", "--max-appwrapper-bytes=2097152", "--log-level=debug",
                                  "--log-format=console", "--preemption", "--strict-fifo",
                                  "--http-bind-address=:9090", "--no-quota", "--legacy-api",
                                  "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
@@ -172,19 +177,24 @@ def test_several_replicas_without_leader_election_are_refused() -> None:
 
 def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
     rules = by_kind(chart.render(), "ClusterRole")["rules"]
-    assert rules[:6] == [
+    assert rules[:BASE_RULES] == [
         {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers/status"], "verbs": ["get", "patch"]},
         # Quota trees are read, never written, except the status that shows what each node uses.
         {"apiGroups": ["quota.codeflare.dev"], "resources": ["quotasubtrees"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["quota.codeflare.dev"], "resources": ["quotasubtrees/status"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+        # The namespace admins' rules (quota binding, priority ceiling) and PriorityClasses: read only.
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
-    assert rules[6:8] == WEBHOOK_RULES
-    wrapped = {(group, resource) for rule in rules[8:] for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert rules[BASE_RULES:BASE_RULES + 2] == WEBHOOK_RULES
+    wrapped = {(group, resource) for rule in rules[BASE_RULES + 2:] for group in rule["apiGroups"]
+               for resource in rule["resources"]}
     assert ("batch", "jobs") in wrapped and ("apps", "deployments") in wrapped
-    assert all(rule["verbs"] == ["get", "list", "watch", "create", "patch", "delete"] for rule in rules[8:])
+    assert all(rule["verbs"] == ["get", "list", "watch", "create", "patch", "delete"]
+               for rule in rules[BASE_RULES + 2:])
     for rule in rules:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
         assert not {"update", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
@@ -387,7 +397,7 @@ def test_the_certificate_secret_is_created_empty_and_only_it_is_granted() -> Non
     binding = named(objects, "RoleBinding", "mcad-controller-webhook-cert")
     assert binding["roleRef"]["name"] == "mcad-controller-webhook-cert"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "mcad", "namespace": chart.NAMESPACE}]
-    assert by_kind(objects, "ClusterRole")["rules"][6:8] == WEBHOOK_RULES
+    assert by_kind(objects, "ClusterRole")["rules"][BASE_RULES:BASE_RULES + 2] == WEBHOOK_RULES
 
 
 def test_legacy_api_adds_its_appwrappers_to_both_webhooks() -> None:
@@ -428,7 +438,7 @@ def test_cert_manager_issues_the_certificate_and_the_controller_only_reads_it() 
     assert pod["volumes"] == [{"name": "webhook-cert", "secret": {"secretName": "mcad-webhook-cert"}}]
     # Neither the Secret nor the configurations are the controller's to write.
     assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role"] == ["mcad-controller-leader-election"]
-    assert by_kind(objects, "ClusterRole")["rules"][6] == WEBHOOK_RULES[0]
+    assert by_kind(objects, "ClusterRole")["rules"][BASE_RULES] == WEBHOOK_RULES[0]
     assert "admissionregistration.k8s.io" not in json.dumps(by_kind(objects, "ClusterRole")["rules"])
     with pytest.raises(RuntimeError, match=r"certManager\.enabled needs the Service"):
         chart.render("webhook.certManager.enabled=true", "webhook.url=https://127.0.0.1:9443")

@@ -93,3 +93,20 @@ def test_the_controller_caps_glibcs_malloc_arenas_unless_the_environment_does(mo
     assert controller.limit_malloc_arenas() is True, "glibc's mallopt accepts M_ARENA_MAX"
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     assert controller.limit_malloc_arenas() is False, "an operator's own setting wins"
+
+
+def test_the_dispatcher_reads_appwrappers_through_the_namespace_rules_with_the_default_ceiling(
+        tmp_path: Path) -> None:
+    from mcad import kube
+    from mcad.tenantstore import TenantAppWrappers
+
+    dispatcher, informers = controller.build(kube.connect(str(unreachable_kubeconfig(tmp_path))), strict_fifo=False,
+                                             default_max_priority=7)
+    assert isinstance(dispatcher.appwrappers, TenantAppWrappers)
+    assert dispatcher.appwrappers.default_ceiling == 7
+    assert {"namespaces", "priorityclasses"} <= {i.name for i in informers}, "started with the others"
+
+
+def test_default_max_priority_is_an_int32() -> None:
+    result = CliRunner().invoke(controller.main, ["--default-max-priority", str(2**31), "--connect-only"])
+    assert result.exit_code == 2 and "--default-max-priority" in result.output

@@ -417,7 +417,7 @@ def test_gang_of_custompodresources() -> None:
             {"replicas": 1, "requests": {"cpu": "lots"}},
             "nonsense",
         ],
-        "generictemplate": job(parallelism=100, cpu="8", node_selector={"pool": "train"},
+        "generictemplate": job(parallelism=2, cpu="500m", node_selector={"pool": "train"},
                                tolerations=[{"operator": "Exists"}]),
     }
     assert gang([item]) == [
@@ -426,6 +426,13 @@ def test_gang_of_custompodresources() -> None:
         PodGroup(1, v(cpu=2000, gpu=4), (("pool", "train"),), (Toleration("", "Exists"),),
                  label="Job trainer custompodresources[1]"),
     ]
+
+
+def test_custompodresources_below_the_templates_give_way_to_the_templates_pods() -> None:
+    """Issue 15: 1 pod x 1m declared in front of 100 pods of 8 cpu are placed as the 100 pods that will exist."""
+    item = {"custompodresources": [{"replicas": 1, "requests": {"cpu": "1m"}}],
+            "generictemplate": job(parallelism=100, cpu="8", node_selector={"pool": "train"})}
+    assert gang([item]) == [PodGroup(100, v(cpu=8000), (("pool", "train"),), label="Job trainer")]
 
 
 def test_custompodresources_of_a_template_with_several_pod_sets_carry_no_constraints() -> None:

@@ -16,6 +16,7 @@ from mcad.api.workloads import (
     item_demand,
     pod_requests,
     pod_sets,
+    understated,
 )
 
 GI = 2**30
@@ -272,15 +273,34 @@ def test_item_demand_without_template_is_zero() -> None:
     assert item_demand({"generictemplate": "x"}) == ZERO
 
 
-def test_custompodresources_take_precedence_over_the_template() -> None:
+def test_custompodresources_declaring_more_than_the_templates_are_the_demand() -> None:
     item = {
         "custompodresources": [
             {"replicas": 2, "requests": {"cpu": "500m", "memory": "1Gi"}},
             {"replicas": 1, "requests": {"cpu": "1", "nvidia.com/gpu": 1}, "limits": {"cpu": "2"}},
         ],
-        "generictemplate": replicated("Deployment", replicas=100),
+        "generictemplate": replicated("Deployment", replicas=1),  # 1 cpu, 1Gi
     }
     assert item_demand(item) == v(cpu=2000, memory=2 * GI, gpu=1)
+    assert understated(item) is None
+
+
+def test_custompodresources_below_the_templates_are_raised_to_them_per_resource() -> None:
+    """Issue 15: 1 pod x 1m in front of 100 pods of 1 cpu is charged what the 100 pods ask; what it declares
+    beyond the templates (a GPU) still counts."""
+    item = {
+        "custompodresources": [{"replicas": 1, "requests": {"cpu": "1m", "nvidia.com/gpu": 1}}],
+        "generictemplate": replicated("Deployment", replicas=100),
+    }
+    assert item_demand(item) == v(cpu=100_000, memory=100 * GI, gpu=1)
+    assert understated(item) == (v(cpu=1, gpu=1), v(cpu=100_000, memory=100 * GI))
+
+
+def test_custompodresources_of_a_kind_without_known_templates_are_the_demand() -> None:
+    item = {"custompodresources": [{"replicas": 3, "requests": {"cpu": "2"}}],
+            "generictemplate": {"apiVersion": "example.com/v1", "kind": "Trainer", "metadata": {"name": "t"}}}
+    assert item_demand(item) == v(cpu=6000)
+    assert understated(item) is None
 
 
 @pytest.mark.parametrize(
