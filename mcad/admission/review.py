@@ -25,7 +25,8 @@ how many more, each cut to ``MAX_PROBLEM_CHARS``; items named ``GenericItems[i] 
   for the user, groups, uid and extra of the request), naming the item and the missing right;
 - a creator annotation that is not the requesting user's (the mutating reviewer sets them);
 - ``tenancy.admission_problems`` (quota binding, priority ceiling and classes, understated demand).
-At most ``MAX_KINDS`` distinct kinds are looked up per AppWrapper (each costs discovery and a review).
+More than ``MAX_KINDS`` distinct kinds in one AppWrapper are refused before anything is asked (each kind costs
+discovery and a review).
 
 validate, UPDATE: ``spec.resources`` (items and ``custompodresources``) and ``IMMUTABLE_SCHEDULING`` are frozen;
 the creator annotations may not change; any other problem above is refused only if the stored object did not have
@@ -196,12 +197,11 @@ def shape_problems(obj: Mapping[str, Any], namespace: str, limits: Limits) -> li
 
 
 class _Lookups:
-    """The facts one review asks, bounded: at most ``MAX_KINDS`` kinds, and no question after one went unanswered
-    (the API server is in trouble: one "could not check" is the answer)."""
+    """The facts one review asks: no question after one went unanswered (the API server is in trouble: one "could
+    not check" is the answer)."""
 
     def __init__(self, facts: Facts) -> None:
         self.facts = facts
-        self.kinds: set[tuple[str, str]] = set()
         self.unavailable: str | None = None
 
     def ask(self, question: Callable[..., Any], *args: Any) -> Any:
@@ -218,6 +218,11 @@ def item_problems(obj: Mapping[str, Any], namespace: str, user: UserInfo, config
                   lookups: _Lookups) -> list[str]:
     """Denylist, allowlist, discovery (served, namespaced) and the user's right to create, per item."""
     found: list[str] = []
+    kinds = {(t.get("apiVersion"), t.get("kind")) for t in
+             (as_mapping(as_mapping(item).get("generictemplate")) for item in _items(obj))}
+    if len(kinds) > MAX_KINDS:
+        # Refused before asking anything: each kind would cost a discovery request and a review.
+        return [f"the AppWrapper wraps {len(kinds)} kinds (API version and kind); at most {MAX_KINDS} are allowed"]
     for index, item in enumerate(_items(obj)):
         template = as_mapping(as_mapping(item).get("generictemplate"))
         api_version, kind = template.get("apiVersion"), template.get("kind")
@@ -228,10 +233,6 @@ def item_problems(obj: Mapping[str, Any], namespace: str, user: UserInfo, config
         if reason is not None:
             found.append(f"{where}: {reason}")
             continue
-        if (api_version, kind) not in lookups.kinds and len(lookups.kinds) >= MAX_KINDS:
-            found.append(f"{where}: the AppWrapper wraps more than {MAX_KINDS} kinds; at most {MAX_KINDS} are checked")
-            break
-        lookups.kinds.add((api_version, kind))
         resource = lookups.ask(lookups.facts.resource_for, api_version, kind)
         if lookups.unavailable is not None:
             break
