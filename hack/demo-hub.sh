@@ -11,6 +11,8 @@ pidfile=.dev/demo-hub-controller.pid
 ctl_log=.dev/demo-hub-controller.log
 config=.dev/demo-hub-clusters.yaml
 
+source hack/demo-webhooks.sh
+
 say() { printf '\n\033[1m### %s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
 cluster() { .venv/bin/python hack/localcluster.py --name "$@"; }
@@ -39,20 +41,22 @@ policy: best
 YAML
 cat "$config"
 
-say "Install the AppWrapper CRD in the hub and start mcad-controller in hub mode"
+say "Install the AppWrapper CRD in the hub, register the admission webhooks there, start mcad-controller (hub mode)"
 $kubectl --kubeconfig $hub apply --server-side -f config/crd/ >/dev/null
 $kubectl --kubeconfig $hub wait --for condition=established crd/appwrappers.workload.codeflare.dev --timeout=60s \
   >/dev/null
+register_webhooks $hub "$ctl_log"
 if [[ -f $pidfile ]] && kill -0 "$(cat $pidfile)" 2>/dev/null; then
   echo "mcad-controller already running (pid $(cat $pidfile))"
 else
   .venv/bin/mcad-controller --kubeconfig $hub --clusters-config "$config" --cluster-probe-period 1 \
-    --log-format console --http-bind-address 127.0.0.1:0 >"$ctl_log" 2>&1 &
+    --log-format console --http-bind-address 127.0.0.1:0 "${webhook_args[@]}" >"$ctl_log" 2>&1 &
   echo $! >"$pidfile"
   for _ in $(seq 100); do grep -q "dispatcher started" "$ctl_log" && break; sleep 0.2; done
   grep -q "dispatcher started" "$ctl_log" || { echo "mcad-controller did not start; see $ctl_log" >&2; exit 1; }
   echo "mcad-controller running (pid $(cat $pidfile), log $ctl_log)"
 fi
+announce_webhooks $kubectl $hub "$ctl_log"
 http_port=$(grep -m1 -o 'http server listening.*port=[0-9]*' "$ctl_log" | grep -o '[0-9]*$')
 mcadctl() { .venv/bin/mcadctl --url "http://127.0.0.1:$http_port" "$@"; }
 all_usable='import json, sys; sys.exit(not all(c["usable"] for c in json.load(sys.stdin)["clusters"]))'

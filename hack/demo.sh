@@ -10,6 +10,8 @@ kubectl=.dev/bin/kubectl
 pidfile=.dev/demo-controller.pid
 ctl_log=.dev/demo-controller.log
 
+source hack/demo-webhooks.sh
+
 say() { printf '\n\033[1m### %s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
 
@@ -17,20 +19,22 @@ NODES=1 NODE_CPU=8 NODE_MEMORY=8Gi hack/local-cluster.sh up >/dev/null
 say "A local cluster like the seed's: one node with 8 cpus"
 run $kubectl get nodes -o custom-columns=NAME:.metadata.name,CPU:.status.allocatable.cpu,MEMORY:.status.allocatable.memory
 
-say "Install the AppWrapper CRD and start mcad-controller"
+say "Install the AppWrapper CRD, register the admission webhooks (the chart) and start mcad-controller"
 run $kubectl apply --server-side -f config/crd/ >/dev/null
 $kubectl wait --for condition=established crd/appwrappers.workload.codeflare.dev --timeout=60s >/dev/null
+register_webhooks "$KUBECONFIG" "$ctl_log"
 if [[ -f $pidfile ]] && kill -0 "$(cat $pidfile)" 2>/dev/null; then
   echo "mcad-controller already running (pid $(cat $pidfile))"
 else
   # A free port for /metrics and /debug (logged), so a busy 8080 does not stop the demo.
   .venv/bin/mcad-controller --kubeconfig "$KUBECONFIG" --log-format console --http-bind-address 127.0.0.1:0 \
-    >"$ctl_log" 2>&1 &
+    "${webhook_args[@]}" >"$ctl_log" 2>&1 &
   echo $! >"$pidfile"
   for _ in $(seq 100); do grep -q "dispatcher started" "$ctl_log" && break; sleep 0.2; done
   grep -q "dispatcher started" "$ctl_log" || { echo "mcad-controller did not start; see $ctl_log" >&2; exit 1; }
   echo "mcad-controller running (pid $(cat $pidfile), log $ctl_log)"
 fi
+announce_webhooks $kubectl "$KUBECONFIG" "$ctl_log"
 http_port=$(grep -m1 -o 'http server listening.*port=[0-9]*' "$ctl_log" | grep -o '[0-9]*$')
 $kubectl delete appwrappers --all --wait=true >/dev/null 2>&1 || true
 

@@ -252,7 +252,12 @@ step "running test/e2e against $name: pytest test/e2e ${extra[*]} $*"
 set +e
 # CLUSTER_NAME: hack/kuberay.py (the RayCluster test's operator) keeps its state under .dev/clusters/<name>/;
 # without it, it would use the default local cluster's, and could stop an operator serving that cluster.
-CLUSTER_NAME="kind-$name" MCAD_TEST_KUBECONFIG="$kubeconfig" "$pytest" test/e2e "${extra[@]}" "$@"
+# MCAD_E2E_WEBHOOK_HOST: the suite registers its webhooks by URL to the controllers it runs on this machine; the
+# API server runs in the node's container, where 127.0.0.1 is not this machine: the kind network's gateway is.
+webhook_host=$(docker network inspect kind -f '{{range .IPAM.Config}}{{if .Gateway}}{{.Gateway}} {{end}}{{end}}' |
+  tr ' ' '\n' | grep -m1 -E '^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$') || die "no IPv4 gateway on docker network kind"
+CLUSTER_NAME="kind-$name" MCAD_TEST_KUBECONFIG="$kubeconfig" MCAD_E2E_WEBHOOK_HOST="$webhook_host" \
+  "$pytest" test/e2e "${extra[@]}" "$@"
 rc=$?
 set -e
 step "test/e2e on KinD finished with exit code $rc"

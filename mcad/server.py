@@ -5,8 +5,9 @@ Contract:
 - ``GET /healthz`` (liveness): 200 while the process can do its job; 500 once the dispatcher thread has died (a
   restart is the cure). It does not depend on the API server: an unreachable API server must not get every
   replica killed.
-- ``GET /readyz`` (readiness): 200 once the informers have synced and leader election has settled (this replica
-  leads, or it knows which one does); 503 with the reason before that.
+- ``GET /readyz`` (readiness): 200 once the informers have synced, leader election has settled (this replica
+  leads, or it knows which one does) and, with the admission webhooks on, their certificate is loaded and their
+  server listens; 503 with the reason before that.
 - ``GET /debug/queue``, ``/debug/ledger``, ``/debug/quota``, ``/debug/clusters``,
   ``/debug/explain?namespace=NS&name=NAME``: JSON documents of
   ``mcad.debug.Reports``, computed on the dispatcher thread (``Dispatcher.call``) so they see one consistent

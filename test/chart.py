@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,30 @@ LEASE = "mcad-controller"
 E2E_VALUES = {"replicaCount": 0,
               "rbac": {"extraWrappedKinds": [{"apiGroups": ["ray.io"], "resources": ["rayclusters"]}]},
               "legacyApi": {"enabled": True, "installCRD": False}}
+# The label that puts a namespace under a release's webhooks in tests; its value is the release name.
+WEBHOOK_LABEL = "mcad.test/webhook"
+
+
+def webhook_host() -> str:
+    """The address of this machine as the API server reaches it: 127.0.0.1, unless the API server runs elsewhere
+    (in KinD's node container, hack/e2e-kind.sh sets the kind network's gateway)."""
+    return os.environ.get("MCAD_E2E_WEBHOOK_HOST") or "127.0.0.1"
+
+
+def webhook_values(port: int, release: str = RELEASE) -> dict[str, Any]:
+    """Webhooks registered by URL for a controller running on this host at ``port``, for the namespaces labelled
+    ``WEBHOOK_LABEL=<release>`` only: failurePolicy is Fail, and AppWrappers that other tests create while no
+    controller runs (integration tests, a kept cluster's next session) must not be refused."""
+    return {"webhook": {"url": f"https://{webhook_host()}:{port}",
+                        "namespaceSelector": {"matchLabels": {WEBHOOK_LABEL: release}}}}
+
+
+def webhook_args(port: int, release: str = RELEASE) -> tuple[str, ...]:
+    """What a local controller needs to serve the webhooks of ``release`` installed with ``webhook_values``
+    (several controllers on this host share the port, as replicas behind a Service would)."""
+    return ("--webhook-bind-address", f"{webhook_host()}:{port}", "--webhook-share-port", "--webhook-cert-hosts",
+            webhook_host(), "--webhook-cert-secret", f"{release}-webhook-cert", "--webhook-configuration-name", release,
+            "--webhook-cert-poll-seconds", "2")
 
 
 @functools.cache

@@ -128,9 +128,15 @@ def batch(api: k8s.ApiClient) -> k8s.BatchV1Api:
 
 
 @pytest.fixture
-def namespace(core: k8s.CoreV1Api) -> Iterator[str]:
+def namespace_labels() -> dict[str, str]:
+    """Labels of the ``namespace`` fixture's namespace beyond mcad.test/owned (the e2e suite's select webhooks)."""
+    return {}
+
+
+@pytest.fixture
+def namespace(core: k8s.CoreV1Api, namespace_labels: dict[str, str]) -> Iterator[str]:
     name = f"mcad-test-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
+    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true", **namespace_labels}}})
 
     def default_sa_exists() -> bool:
         try:

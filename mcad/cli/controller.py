@@ -5,6 +5,10 @@ served (exit code 2 with a one-line reason when either fails), then runs the inf
 SIGTERM or SIGINT and exits 0. ``--connect-only`` exits right after the checks, which is what a pre-flight
 check or a smoke test wants.
 
+Every replica, leader or standby, serves the AppWrapper admission webhooks over HTTPS (``--webhook*``; see
+``mcad.admission.server`` and ``mcad.admission.certs``), from before leader election until it exits; /readyz waits
+for their certificate.
+
 With ``--leader-elect`` several replicas may run: every replica starts its informers at once (a standby keeps
 warm caches, so it takes over fast), but only the holder of the Lease runs the dispatcher (``mcad.leader``).
 A replica that loses leadership exits with code 1 at once, before it could write anything more (it may already
@@ -28,6 +32,10 @@ import structlog
 
 from mcad import __version__, events, kube, quota, server
 from mcad import log as mcad_log
+from mcad.admission import certs as webhook_certs
+from mcad.admission import review as admission_review
+from mcad.admission import server as webhook_server
+from mcad.admission.facts import Facts
 from mcad.api.appwrapper import (
     GROUP,
     KIND,
@@ -212,6 +220,44 @@ def quota_served(client: kube.Client) -> bool:
 @click.option("--max-appwrapper-bytes", type=click.IntRange(min=1024), default=DEFAULT_MAX_BYTES,
               help="An AppWrapper whose spec is larger, as compact JSON, fails at once (InvalidSpec). The default "
                    "admits 1 MiB; etcd refuses objects of about 1.5 MiB anyway.")
+@click.option("--webhook/--no-webhook", "webhook_enabled", default=True,
+              help="Serve the AppWrapper admission webhooks (/mutate, /validate) over HTTPS on every replica, "
+                   "leader or standby. The API server calls them on every create and update of an AppWrapper "
+                   "once they are registered (the chart does): turn this off only where they are not.")
+@click.option("--webhook-bind-address", default=webhook_server.DEFAULT_BIND_ADDRESS,
+              help="Where to serve the webhooks: host:port (':9443' is every interface, port 0 picks a free one, "
+                   "logged). The chart's Service maps its port 443 here.")
+@click.option("--webhook-share-port", is_flag=True,
+              help="Let several controller processes on one host serve the webhooks on the same port "
+                   "(SO_REUSEPORT: the kernel spreads connections over them, as a Service spreads them over pods). "
+                   "For replicas run outside the cluster, e.g. tests; in a pod there is nothing to share with.")
+@click.option("--webhook-cert-dir", type=click.Path(file_okay=False), default=None,
+              help="Serve tls.crt and tls.key of this directory (e.g. cert-manager's Secret mounted), reloaded "
+                   "when they change. The controller then neither issues certificates nor patches caBundle "
+                   "(cert-manager's CA injector does). Default: the controller manages its own CA and serving "
+                   "certificate in --webhook-cert-secret.")
+@click.option("--webhook-cert-secret", default="mcad-webhook-cert",
+              help="Secret in the controller's namespace holding the self-managed CA and serving certificate "
+                   "(ca.crt, ca.key, tls.crt, tls.key). Every replica reads it on start and every "
+                   "--webhook-cert-poll-seconds; one issues a new certificate when it is missing, within 30 days "
+                   "of its 90-day expiry, or lacks a host. Needs get/update on it (create when it is missing).")
+@click.option("--webhook-cert-namespace", default=None,
+              help="Namespace of --webhook-cert-secret and of --webhook-service-name. Default: the controller's "
+                   "(--leader-elect-namespace, else $POD_NAMESPACE, else the in-cluster service account's, else "
+                   "mcad-system).")
+@click.option("--webhook-service-name", default="mcad-controller",
+              help="The Service in front of the webhooks: the certificate names <service>.<namespace>.svc and "
+                   "<service>.<namespace>.svc.cluster.local.")
+@click.option("--webhook-cert-hosts", default="",
+              help="More names or IP addresses for the serving certificate, comma-separated, e.g. 127.0.0.1 for a "
+                   "controller outside the cluster registered by URL (chart value webhook.url).")
+@click.option("--webhook-configuration-name", default="mcad",
+              help="Name of the ValidatingWebhookConfiguration and of the MutatingWebhookConfiguration whose "
+                   "webhooks get the CA bundle (caBundle), again whenever someone resets it.")
+@click.option("--webhook-cert-poll-seconds", type=click.FloatRange(min=1, max=300),
+              default=webhook_certs.DEFAULT_POLL_SECONDS,
+              help="Seconds between reads of the certificate (Secret or directory): the bound on how long a "
+                   "replica serves a replaced certificate, and on how long a reset caBundle stays wrong.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json",
               help="json for log collectors, console for people.")
@@ -223,7 +269,10 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
          http_bind_address: str, legacy_api: bool, quota_trees: bool, clusters_config: str | None,
          cluster_policy: str | None, cluster_probe_period: float, max_items: int, max_appwrapper_bytes: int,
-         log_level: str, log_format: str, connect_only: bool) -> None:
+         webhook_enabled: bool, webhook_bind_address: str, webhook_share_port: bool, webhook_cert_dir: str | None,
+         webhook_cert_secret: str, webhook_cert_namespace: str | None,
+         webhook_service_name: str, webhook_cert_hosts: str, webhook_configuration_name: str,
+         webhook_cert_poll_seconds: float, log_level: str, log_format: str, connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     if leader_elect:
         try:
@@ -235,6 +284,11 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
             server.parse_bind_address(http_bind_address)
         except ValueError as err:
             raise click.UsageError(str(err)) from err
+    if webhook_enabled:
+        try:
+            server.parse_bind_address(webhook_bind_address)
+        except ValueError as err:
+            raise click.UsageError(f"--webhook-bind-address: {err}") from err
     hub_config = None
     if clusters_config is not None:
         try:
@@ -291,11 +345,28 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
                             retry_period=leader_elect_retry_period) if leader_elect else None
     stop = threading.Event()
     worker = threading.Thread(target=dispatcher.run, args=(stop,), name="dispatcher", daemon=True)
+    webhook = None
+    if webhook_enabled:
+        # Before leader election: every replica answers admission, or a standby behind the Service would refuse.
+        namespace = webhook_cert_namespace or leader_elect_namespace or default_namespace()
+        try:
+            webhook = _webhook(conn, webhook_bind_address, namespace=namespace,
+                               cert_dir=webhook_cert_dir, secret=webhook_cert_secret, service=webhook_service_name,
+                               hosts=[h for h in webhook_cert_hosts.split(",") if h.strip()],
+                               configuration=webhook_configuration_name, poll_seconds=webhook_cert_poll_seconds,
+                               max_appwrapper_bytes=max_appwrapper_bytes, share_port=webhook_share_port)
+        except OSError as err:
+            logger.error("cannot serve the admission webhooks", address=webhook_bind_address, reason=str(err))
+            sys.exit(2)
+        webhook.start(stop)
+        logger.info("admission webhooks served", address=webhook_bind_address, port=webhook.server.port,
+                    certificates=webhook_cert_dir or f"{namespace}/{webhook_cert_secret}",
+                    configuration=None if webhook_cert_dir else webhook_configuration_name)
     http = None
     if http_bind_address != "0":
         try:
             http = _http_server(http_bind_address, dispatcher, informers, conn, recorder, elector, worker, stop,
-                                identity)
+                                identity, webhook)
         except OSError as err:
             logger.error("cannot serve metrics and health", address=http_bind_address, reason=str(err))
             sys.exit(2)
@@ -337,11 +408,73 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     recorder.stop(timeout=2.0)
     if http is not None:
         http.stop()
+    if webhook is not None:
+        webhook.stop()
+
+
+class _NoFacts:
+    """TEMPORARY (issue 15, webhook infrastructure): stands in while ``review.facts_for`` is the placeholder that
+    raises NotImplementedError, whose ``build`` asks no facts. Remove at merge, with the fallback in
+    ``_admission_facts``."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise NotImplementedError(f"admission facts are not implemented yet ({name})")
+
+
+def _admission_facts(conn: kube.Connection) -> Facts:
+    try:
+        return admission_review.facts_for(conn)
+    except NotImplementedError:  # TEMPORARY: see _NoFacts
+        return _NoFacts()
+
+
+class Webhook:
+    """The admission webhooks of this replica: the HTTPS server and the certificate it serves."""
+
+    def __init__(self, server_: webhook_server.WebhookServer,
+                 certificates: webhook_certs.SecretCertificates | webhook_certs.DirectoryCertificates) -> None:
+        self.server = server_
+        self.certificates = certificates
+        self._thread: threading.Thread | None = None
+
+    def start(self, stop: threading.Event) -> None:
+        self.server.start()
+        self._thread = threading.Thread(target=self.certificates.run, args=(stop,), name="webhook-certs",
+                                        daemon=True)
+        self._thread.start()
+
+    def ready(self) -> tuple[bool, str]:
+        if not self.certificates.loaded.is_set():
+            return False, "the webhook certificate is not loaded yet"
+        if not self.server.listening.is_set():
+            return False, "the webhook server is not listening"
+        return True, ""
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: str | None, secret: str,
+             service: str, hosts: list[str], configuration: str, poll_seconds: float,
+             max_appwrapper_bytes: int, share_port: bool) -> Webhook:
+    certificates: webhook_certs.SecretCertificates | webhook_certs.DirectoryCertificates
+    if cert_dir is not None:
+        certificates = webhook_certs.DirectoryCertificates(cert_dir, poll_seconds=poll_seconds)
+    else:
+        certificates = webhook_certs.SecretCertificates(
+            conn, namespace=namespace, secret=secret, hosts=webhook_certs.service_hosts(service, namespace, hosts),
+            configuration=configuration, poll_seconds=poll_seconds)
+    config = admission_review.AdmissionConfig()
+    mutate, validate = admission_review.build(_admission_facts(conn), config)
+    httpd = webhook_server.WebhookServer(address, tls=certificates.context, mutate=mutate, validate=validate,
+                                         max_body_bytes=webhook_server.max_body_bytes(max_appwrapper_bytes),
+                                         share_port=share_port)
+    return Webhook(httpd, certificates)
 
 
 def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[object]], conn: kube.Connection,
                  recorder: events.EventRecorder, elector: LeaderElector | None, worker: threading.Thread,
-                 stop: threading.Event, identity: str) -> server.Server:
+                 stop: threading.Event, identity: str, webhook: Webhook | None = None) -> server.Server:
     """/metrics, /healthz, /readyz and /debug over this process's dispatcher, informers and elector."""
     def leading() -> bool:
         return elector is None or elector.is_leader
@@ -360,6 +493,8 @@ def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[
             return False, f"informers not synced yet: {', '.join(waiting)}"
         if elector is not None and not elector.settled:
             return False, "leader election has not settled"
+        if webhook is not None:
+            return webhook.ready()
         return True, ""
 
     reports = Reports(dispatcher, lambda: {"version": __version__, "identity": identity, "leader": leading()})

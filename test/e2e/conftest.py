@@ -1,5 +1,12 @@
 """Fixtures for end-to-end tests: the CRD installed, the real controller running as a separate process.
 
+Admission goes through the real webhooks: the chart registers them against the API server by URL
+(https://127.0.0.1:<session port>), and every controller started here serves them on that port (several at once
+share it, as replicas behind a Service would). They review the namespaces labelled ``mcad.test/webhook=mcad``,
+which ``namespace`` (hence ``aw_namespace``) creates: every e2e AppWrapper is admitted by the controller, and while
+no controller runs, creates there are refused (failurePolicy Fail). Namespaces of other tests (integration tests,
+benches) are not labelled, so AppWrappers they create with no controller running are not refused.
+
 The controller is started once per module (``controller``) with the session's kubeconfig and stopped with
 SIGTERM afterwards; its log is kept in .dev/e2e-logs/ and printed when a test fails. ``aw_namespace`` is a fresh
 namespace whose AppWrappers and pods are all gone when the test ends, so the next test sees the capacity it
@@ -12,6 +19,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -32,27 +40,57 @@ GROUP, VERSION, PLURAL = "workload.codeflare.dev", "v1beta1", "appwrappers"
 LOGS = REPO / ".dev" / "e2e-logs"
 
 
+# Set by ``controller_kubeconfig``: what every controller of the session gets to serve the webhooks (empty when
+# the chart is not installed: MCAD_E2E_ADMIN=1).
+WEBHOOK_ARGS: list[str] = []
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((chart.webhook_host(), 0))
+        return int(sock.getsockname()[1])
+
+
 class Controller:
     def __init__(self, kubeconfig: str, log: Path, *args: str) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
         self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
+        self._start = 0
+        self._admits = False
 
     def start(self, ready: bytes = b"dispatcher started") -> None:
         """Start the process and wait for ``ready`` in its log (a leader-election standby never dispatches:
         it logs "waiting for leadership")."""
+        self.launch()
+        self.wait_ready(ready)
+
+    def launch(self) -> None:
+        """Start the process without waiting (``wait_ready`` waits): to start several at once."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "ab")  # noqa: SIM115 - the child process owns it
         # A restarted controller appends to its log: only what this process writes counts as ready.
-        start = out.tell()
+        self._start = out.tell()
         # A free port for /metrics and friends, unless the test picks one: controllers run side by side.
         http = () if "--http-bind-address" in self.args else ("--http-bind-address", "127.0.0.1:0")
+        # The session's webhooks, unless the test chose otherwise.
+        webhook = () if any(a.startswith(("--webhook-bind-address", "--no-webhook")) for a in self.args) else (
+            tuple(WEBHOOK_ARGS) or ("--no-webhook",))
         self.proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "mcad-controller"), "--kubeconfig", self.kubeconfig,
-             "--log-format", "console", *http, *self.args], stdout=out, stderr=subprocess.STDOUT)
+             "--log-format", "console", *http, *webhook, *self.args], stdout=out, stderr=subprocess.STDOUT)
         out.close()
+        # Ready to admit once its certificate is loaded (a first one may be issued now); a test that provides a
+        # certificate directory fills it itself.
+        self._admits = not {"--no-webhook", "--webhook-cert-dir"} & {*webhook, *self.args}
+
+    def wait_ready(self, ready: bytes = b"dispatcher started") -> None:
+        start = self._start
         wait_until(lambda: ready in self.log.read_bytes()[start:], 60, f"the controller to log {ready.decode()!r}")
+        if self._admits:
+            wait_until(lambda: b"webhook certificate loaded" in self.log.read_bytes()[start:], 60,
+                       "the controller to load its webhook certificate")
 
     @property
     def port(self) -> int:
@@ -79,14 +117,33 @@ class Controller:
 
 
 @pytest.fixture(scope="session")
-def controller_kubeconfig(kubeconfig: str, crd: None, tmp_path_factory: pytest.TempPathFactory) -> str:
+def webhook_port() -> int:
+    """The port where the session's controllers serve the webhooks and the API server calls them."""
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def controller_kubeconfig(kubeconfig: str, crd: None, tmp_path_factory: pytest.TempPathFactory,
+                          webhook_port: int) -> str:
     """A kubeconfig acting as the Helm chart's ServiceAccount (installed here), which every e2e controller uses:
     the suite passing proves the chart's RBAC is enough. MCAD_E2E_ADMIN=1 runs the controller as admin instead."""
     if os.environ.get("MCAD_E2E_ADMIN") == "1":
         return kubeconfig
-    path = chart.install(kubeconfig, tmp_path_factory.mktemp("chart"))
+    path = chart.install(kubeconfig, tmp_path_factory.mktemp("chart"),
+                         values={**chart.E2E_VALUES, **chart.webhook_values(webhook_port)})
     assert chart.who_am_i(path) == f"system:serviceaccount:{chart.NAMESPACE}:{chart.RELEASE}"
+    WEBHOOK_ARGS[:] = chart.webhook_args(webhook_port)
     return path
+
+
+@pytest.fixture
+def namespace_labels(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The test's namespace goes through the webhooks of the release the module names (``WEBHOOK_RELEASE``,
+    default the suite's), or of none (``WEBHOOK_RELEASE = None``, or the chart not installed)."""
+    release = getattr(request.module, "WEBHOOK_RELEASE", chart.RELEASE)
+    if release is None or os.environ.get("MCAD_E2E_ADMIN") == "1":
+        return {}
+    return {chart.WEBHOOK_LABEL: release}
 
 
 @contextlib.contextmanager

@@ -47,6 +47,9 @@ from test.worker_identity import token_kubeconfig
 WORKERS = {"c8w1": ("1", "4"), "c8w2": ("2", "8")}  # name: (nodes, cpu per node)
 # Fresh per run: the previous run's may still be terminating.
 SECRET_NAMESPACE = f"mcad-hub-test-{uuid.uuid4().hex[:6]}"
+# AppWrappers of this module's namespaces go through the hub release's webhooks, served by its controllers.
+WEBHOOK_RELEASE = "mcad-hub"
+HUB_WEBHOOK_ARGS: list[str] = []  # set with the port by hub_kubeconfig
 
 
 def _local_cluster(name: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -166,7 +169,7 @@ MODULE_WORKERS = {"c8w1": "Healthy", "c8w2": "Healthy", "c8w1-rejected": "Unauth
 def hub_controller(kubeconfig: str, clusters_file: Path, log_name: str, *args: str,
                    states: dict[str, str] = MODULE_WORKERS) -> Iterator[Controller]:
     with running_controller(kubeconfig, LOGS / log_name, "--clusters-config", str(clusters_file),
-                            "--cluster-probe-period", "0.5", *args) as ctl:
+                            "--cluster-probe-period", "0.5", *HUB_WEBHOOK_ARGS, *args) as ctl:
         # Placement waits for the workers: the healthy ones usable (and a rejected one found out) before tests.
         wait_until(lambda: {c["name"]: c["state"] for c in clusters(ctl)} == states and
                    all(c["usable"] for c in clusters(ctl) if c["state"] == "Healthy"), 60, "the workers to be checked")
@@ -175,17 +178,20 @@ def hub_controller(kubeconfig: str, clusters_file: Path, log_name: str, *args: s
 
 @pytest.fixture(scope="module")
 def hub_kubeconfig(kubeconfig: str, crd: None, clusters_file: Path,
-                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+                   tmp_path_factory: pytest.TempPathFactory, webhook_port: int) -> Iterator[str]:
     """The chart installed with hub.enabled as its own release, in the namespace of the workers' Secrets; a
     kubeconfig acting as its ServiceAccount. Every hub controller here runs with it: the chart's hub-mode RBAC
     (Secrets by name, the finalizer) is enough."""
     release = "mcad-hub"
     values = {"replicaCount": 0, "hub": {"enabled": True, "config": {"workers": [
         {"name": "c8w2", "secret": {"name": "c8w2-kubeconfig"}},
-        {"name": "c8w1-rejected", "secret": {"name": "c8w1-rejected"}}]}}}
+        {"name": "c8w1-rejected", "secret": {"name": "c8w1-rejected"}}]}},
+              # Its own webhooks, for this module's namespaces (WEBHOOK_RELEASE), served by the hub controllers.
+              **chart.webhook_values(webhook_port, release)}
     path = chart.install(kubeconfig, tmp_path_factory.mktemp("hub-chart"), release=release,
                          namespace=SECRET_NAMESPACE, values=values)
     assert chart.who_am_i(path) == f"system:serviceaccount:{SECRET_NAMESPACE}:{release}"
+    HUB_WEBHOOK_ARGS[:] = [*chart.webhook_args(webhook_port, release), "--webhook-cert-namespace", SECRET_NAMESPACE]
     yield path
     chart.helm("uninstall", release, "--namespace", SECRET_NAMESPACE, kubeconfig=kubeconfig)
 
@@ -374,7 +380,7 @@ def test_without_hub_mode_a_leftover_cleanup_finalizer_does_not_block_deletion(
     the controller says so in its log and lets it go instead of leaving it stuck in deletion."""
     controller.stop()
     try:
-        with running_controller(hub_kubeconfig, LOGS / "test_multicluster_single.log") as single:
+        with running_controller(hub_kubeconfig, LOGS / "test_multicluster_single.log", *HUB_WEBHOOK_ARGS) as single:
             body = appwrapper("was-hub", deployment_item("was-hub", 1, "1"))
             body["metadata"]["finalizers"] = ["workload.codeflare.dev/worker-cleanup"]
             aws.create(body)

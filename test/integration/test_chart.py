@@ -53,14 +53,34 @@ def test_quota_crd_serves_v1_and_v1alpha1_with_one_schema() -> None:
     assert v1["subresources"] == {"status": {}}
 
 
+WEBHOOK_ARGS = ["--webhook-bind-address=:9443", "--webhook-configuration-name=mcad",
+                "--webhook-service-name=mcad-controller", "--webhook-cert-poll-seconds=30",
+                "--webhook-cert-secret=mcad-webhook-cert"]
+# Admission asks the API server whether the requesting user may create each item; the controller's own CA goes
+# into its two webhook configurations (by name) and nowhere else.
+WEBHOOK_RULES = [
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    {"apiGroups": ["admissionregistration.k8s.io"],
+     "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "resourceNames": ["mcad"],
+     "verbs": ["get", "patch"]}]
+
+
+def named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, [(o["kind"], o["metadata"]["name"]) for o in objects]
+    return found[0]
+
+
 ELECTION_ARGS = ["--leader-elect", f"--leader-elect-lease-name={chart.LEASE}", "--leader-elect-lease-duration=15",
                  "--leader-elect-renew-deadline=10", "--leader-elect-retry-period=2"]
 
 
 def test_defaults_render_two_hardened_controllers_with_leader_election() -> None:
     objects = chart.render()
-    assert sorted(o["kind"] for o in objects) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role",
-                                                  "RoleBinding", "Service", "ServiceAccount"]
+    assert sorted(o["kind"] for o in objects) == ["ClusterRole", "ClusterRoleBinding", "Deployment",
+                                                  "MutatingWebhookConfiguration", "Role", "Role", "RoleBinding",
+                                                  "RoleBinding", "Secret", "Service", "ServiceAccount",
+                                                  "ValidatingWebhookConfiguration"]
     deployment = by_kind(objects, "Deployment")
     assert deployment["metadata"]["name"] == "mcad-controller"
     assert deployment["metadata"]["namespace"] == chart.NAMESPACE
@@ -76,15 +96,17 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
                                             "capabilities": {"drop": ["ALL"]}}
     assert container["args"] == ["--fit=nodes", "--write-workers=32", "--max-items=1000",
                                  "--max-appwrapper-bytes=1310720", "--log-level=info", "--log-format=json",
-                                 "--http-bind-address=:8080", *ELECTION_ARGS]
-    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+                                 "--http-bind-address=:8080", *ELECTION_ARGS, *WEBHOOK_ARGS]
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                                  {"name": "webhook", "containerPort": 9443, "protocol": "TCP"}]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     service = by_kind(objects, "Service")
     assert service["metadata"]["name"] == "mcad-controller"
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
-    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"},
+                                        {"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
     assert container["env"] == [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -99,7 +121,8 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                              "logLevel": "debug", "logFormat": "console", "extraArgs": ["--context=x"],
                              "httpPort": 9090, "quota": False},
               "leaderElection": {"leaseDuration": 4, "renewDeadline": 3, "retryPeriod": 0.5},
-              "legacyApi": {"enabled": True}}
+              "legacyApi": {"enabled": True},
+              "webhook": {"port": 8443, "certHosts": ["127.0.0.1", "mcad.example.com"], "certPollSeconds": 5}}
     container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]
     assert container["args"] == ["--fit=aggregate", "--write-workers=8", "--max-items=50",
@@ -108,12 +131,15 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                                  "--http-bind-address=:9090", "--no-quota", "--legacy-api",
                                  "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
                                  "--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3",
-                                 "--leader-elect-retry-period=0.5", "--context=x"]
+                                 "--leader-elect-retry-period=0.5", "--webhook-bind-address=:8443",
+                                 "--webhook-configuration-name=mcad", "--webhook-service-name=mcad-controller",
+                                 "--webhook-cert-poll-seconds=5", "--webhook-cert-secret=mcad-webhook-cert",
+                                 "--webhook-cert-hosts=127.0.0.1,mcad.example.com", "--context=x"]
 
 
 def test_the_lease_role_grants_exactly_what_the_elector_uses() -> None:
     objects = chart.render()
-    role = by_kind(objects, "Role")
+    role = named(objects, "Role", "mcad-controller-leader-election")
     assert role["metadata"]["namespace"] == chart.NAMESPACE
     # create cannot be limited by name (the name is unknown when it is authorized); get/update are, to one Lease.
     assert role["rules"] == [
@@ -121,7 +147,7 @@ def test_the_lease_role_grants_exactly_what_the_elector_uses() -> None:
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [chart.LEASE],
          "verbs": ["get", "update"]},
     ]
-    binding = by_kind(objects, "RoleBinding")
+    binding = named(objects, "RoleBinding", "mcad-controller-leader-election")
     assert binding["metadata"]["namespace"] == chart.NAMESPACE
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": role["metadata"]["name"]}
@@ -131,8 +157,8 @@ def test_the_lease_role_grants_exactly_what_the_elector_uses() -> None:
 
 def test_without_leader_election_one_replica_recreated_and_no_lease_role() -> None:
     objects = chart.render("leaderElection.enabled=false", "replicaCount=1")
-    kinds = {o["kind"] for o in objects}
-    assert "Role" not in kinds and "RoleBinding" not in kinds
+    assert [o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "RoleBinding")] == [
+        "mcad-controller-webhook-cert", "mcad-controller-webhook-cert"]
     deployment = by_kind(objects, "Deployment")
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -155,9 +181,10 @@ def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
         {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
-    wrapped = {(group, resource) for rule in rules[6:] for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert rules[6:8] == WEBHOOK_RULES
+    wrapped = {(group, resource) for rule in rules[8:] for group in rule["apiGroups"] for resource in rule["resources"]}
     assert ("batch", "jobs") in wrapped and ("apps", "deployments") in wrapped
-    assert all(rule["verbs"] == ["get", "list", "watch", "create", "patch", "delete"] for rule in rules[6:])
+    assert all(rule["verbs"] == ["get", "list", "watch", "create", "patch", "delete"] for rule in rules[8:])
     for rule in rules:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
         assert not {"update", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
@@ -231,7 +258,8 @@ def test_hub_off_renders_nothing_of_hub_mode() -> None:
     rules = by_kind(objects, "ClusterRole")["rules"]
     assert not [r for r in rules if "secrets" in r["resources"] and r.get("resourceNames")]
     assert not [r for r in HUB_RULES if r in rules]
-    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role"] == ["mcad-controller-leader-election"]
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role"] == ["mcad-controller-leader-election",
+                                                                               "mcad-controller-webhook-cert"]
 
 
 def test_hub_on_mounts_the_clusters_file_the_controller_can_load(tmp_path: Path) -> None:
@@ -310,3 +338,116 @@ def test_helm_lint_passes_in_hub_mode(tmp_path: Path) -> None:
     values.write_text(json.dumps(hub_values()))
     out = chart.helm("lint", str(chart.CHART), "--strict", "--namespace", chart.NAMESPACE, "--values", str(values))
     assert "0 chart(s) failed" in out
+
+
+# -- admission webhooks ------------------------------------------------------------------------------------------------
+
+def webhooks(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The one webhook of each configuration, by kind."""
+    found = {}
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        config = by_kind(objects, kind)
+        assert config["metadata"]["name"] == "mcad"
+        assert len(config["webhooks"]) == 1
+        found[kind] = config["webhooks"][0]
+    return found
+
+
+def test_webhooks_review_appwrappers_through_the_service_and_fail_closed() -> None:
+    objects = chart.render()
+    hooks = webhooks(objects)
+    for kind, path in (("ValidatingWebhookConfiguration", "/validate"), ("MutatingWebhookConfiguration", "/mutate")):
+        hook = hooks[kind]
+        assert hook["clientConfig"] == {"service": {"name": "mcad-controller", "namespace": chart.NAMESPACE,
+                                                    "path": path, "port": 443}}
+        assert hook["rules"] == [{"apiGroups": ["workload.codeflare.dev"], "apiVersions": ["v1beta1"],
+                                  "operations": ["CREATE", "UPDATE"], "resources": ["appwrappers"],
+                                  "scope": "Namespaced"}]
+        assert {k: hook[k] for k in ("failurePolicy", "matchPolicy", "sideEffects", "admissionReviewVersions",
+                                     "timeoutSeconds")} == {
+            "failurePolicy": "Fail", "matchPolicy": "Equivalent", "sideEffects": "None",
+            "admissionReviewVersions": ["v1"], "timeoutSeconds": 10}
+        assert "namespaceSelector" not in hook, "every namespace by default"
+        assert "caBundle" not in hook["clientConfig"], "the controller patches it; Helm must not reset it"
+    assert hooks["MutatingWebhookConfiguration"]["reinvocationPolicy"] == "Never"
+    # The Service port the webhooks call goes to the container's webhook port.
+    service = by_kind(objects, "Service")
+    assert {"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"} in service["spec"]["ports"]
+
+
+def test_the_certificate_secret_is_created_empty_and_only_it_is_granted() -> None:
+    objects = chart.render()
+    secret = by_kind(objects, "Secret")
+    assert secret["metadata"]["name"] == "mcad-webhook-cert" and secret["type"] == "Opaque"
+    assert "data" not in secret and "stringData" not in secret, "Helm would reset the controller's certificate"
+    role = named(objects, "Role", "mcad-controller-webhook-cert")
+    assert role["metadata"]["namespace"] == chart.NAMESPACE
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["mcad-webhook-cert"],
+                              "verbs": ["get", "update"]}]
+    binding = named(objects, "RoleBinding", "mcad-controller-webhook-cert")
+    assert binding["roleRef"]["name"] == "mcad-controller-webhook-cert"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "mcad", "namespace": chart.NAMESPACE}]
+    assert by_kind(objects, "ClusterRole")["rules"][6:8] == WEBHOOK_RULES
+
+
+def test_legacy_api_adds_its_appwrappers_to_both_webhooks() -> None:
+    for hook in webhooks(chart.render("legacyApi.enabled=true")).values():
+        assert [r["apiGroups"] + r["resources"] for r in hook["rules"]] == [
+            ["workload.codeflare.dev", "appwrappers"], ["mcad.ibm.com", "mcadappwrappers"]]
+
+
+def test_webhook_url_and_namespace_selector_for_a_controller_outside_the_cluster(tmp_path: Path) -> None:
+    selector = {"matchLabels": {"mcad.test/webhook": "on"}}
+    values = {"webhook": {"url": "https://127.0.0.1:9443/", "namespaceSelector": selector}}
+    hooks = webhooks(chart.render(values=values, tmp=tmp_path))
+    assert hooks["ValidatingWebhookConfiguration"]["clientConfig"] == {"url": "https://127.0.0.1:9443/validate"}
+    assert hooks["MutatingWebhookConfiguration"]["clientConfig"] == {"url": "https://127.0.0.1:9443/mutate"}
+    assert all(hook["namespaceSelector"] == selector for hook in hooks.values())
+
+
+def test_cert_manager_issues_the_certificate_and_the_controller_only_reads_it() -> None:
+    objects = chart.render("webhook.certManager.enabled=true")
+    kinds = [o["kind"] for o in objects]
+    assert "Secret" not in kinds, "cert-manager creates it"
+    certificate = by_kind(objects, "Certificate")
+    assert certificate["spec"]["secretName"] == "mcad-webhook-cert"
+    assert certificate["spec"]["dnsNames"] == [f"mcad-controller.{chart.NAMESPACE}.svc",
+                                               f"mcad-controller.{chart.NAMESPACE}.svc.cluster.local"]
+    issuer = by_kind(objects, "Issuer")
+    assert issuer["spec"] == {"selfSigned": {}}
+    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": issuer["metadata"]["name"]}
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        assert by_kind(objects, kind)["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": f"{chart.NAMESPACE}/mcad-webhook"}
+    pod = controller_pod(objects)
+    args = pod["containers"][0]["args"]
+    assert "--webhook-cert-dir=/etc/mcad/webhook-cert" in args
+    assert not [a for a in args if a.startswith(("--webhook-cert-secret", "--webhook-cert-hosts"))]
+    assert pod["containers"][0]["volumeMounts"] == [
+        {"name": "webhook-cert", "mountPath": "/etc/mcad/webhook-cert", "readOnly": True}]
+    assert pod["volumes"] == [{"name": "webhook-cert", "secret": {"secretName": "mcad-webhook-cert"}}]
+    # Neither the Secret nor the configurations are the controller's to write.
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role"] == ["mcad-controller-leader-election"]
+    assert by_kind(objects, "ClusterRole")["rules"][6] == WEBHOOK_RULES[0]
+    assert "admissionregistration.k8s.io" not in json.dumps(by_kind(objects, "ClusterRole")["rules"])
+    with pytest.raises(RuntimeError, match=r"certManager\.enabled needs the Service"):
+        chart.render("webhook.certManager.enabled=true", "webhook.url=https://127.0.0.1:9443")
+
+
+def test_webhook_off_renders_none_of_it() -> None:
+    objects = chart.render("webhook.enabled=false")
+    kinds = {o["kind"] for o in objects}
+    assert not kinds & {"Secret", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role"] == ["mcad-controller-leader-election"]
+    args = controller_pod(objects)["containers"][0]["args"]
+    assert "--no-webhook" in args and not [a for a in args if a.startswith("--webhook")]
+    assert "subjectaccessreviews" not in json.dumps(by_kind(objects, "ClusterRole")["rules"])
+    assert [p["name"] for p in by_kind(objects, "Service")["spec"]["ports"]] == ["http"]
+
+
+def test_helm_lint_passes_with_cert_manager_and_url(tmp_path: Path) -> None:
+    for values in ({"webhook": {"certManager": {"enabled": True}}}, {"webhook": {"url": "https://127.0.0.1:9443"}}):
+        path = tmp_path / "values.json"
+        path.write_text(json.dumps(values))
+        out = chart.helm("lint", str(chart.CHART), "--strict", "--namespace", chart.NAMESPACE, "--values", str(path))
+        assert "0 chart(s) failed" in out

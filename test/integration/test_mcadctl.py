@@ -53,7 +53,9 @@ def controller_process(kubeconfig: str, pod_name: str, port: int, election_names
         proc = subprocess.Popen(
             [str(BIN / "mcad-controller"), "--kubeconfig", kubeconfig, "--log-format", "console",
              "--http-bind-address", f"0.0.0.0:{port}", "--leader-elect", "--leader-elect-namespace",
-             election_namespace, "--leader-elect-lease-name", "election"],
+             election_namespace, "--leader-elect-lease-name", "election",
+             # mcadctl reads /debug; admission is not what this tests (nothing registers the webhooks here).
+             "--no-webhook"],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "POD_NAME": pod_name})
 
     def ready() -> bool:

@@ -259,6 +259,9 @@ class Controller:
         exe = Path(sys.executable).parent / "mcad-controller"
         argv = [str(exe), "--kubeconfig", self.kubeconfig, "--log-level", self.log_level, "--log-format", "json",
                 "--http-bind-address", "127.0.0.1:0",
+                # No webhooks unless the scenario asks (its args come last and win): nothing registers them here,
+                # and the default :9443 of every interface would collide with other controllers on the host.
+                "--no-webhook",
                 *self.args]
         # setpriv execs the controller in place (same pid) with SIGTERM as its parent-death signal, so the
         # controller stops even if this process is killed before its cleanup runs.

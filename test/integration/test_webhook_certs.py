@@ -1,0 +1,121 @@
+"""The webhook certificate's keeper against a real API server: the Secret, the race between replicas, caBundle."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+
+from mcad import kube
+from mcad.admission import certs
+
+HOSTS = ("mcad-controller.mcad-system.svc", "127.0.0.1")
+
+
+@pytest.fixture
+def conn(kubeconfig: str) -> kube.Connection:
+    return kube.connect(kubeconfig)
+
+
+@pytest.fixture
+def secret(conn: kube.Connection, namespace: str) -> str:
+    kube.request_json(conn, "POST", f"/api/v1/namespaces/{namespace}/secrets",
+                      body={"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "webhook-cert"},
+                            "type": "Opaque"})
+    return "webhook-cert"
+
+
+@pytest.fixture
+def configuration(conn: kube.Connection) -> Iterator[str]:
+    """Both kinds of webhook configuration, two webhooks each, reviewing nothing (no namespace has the label)."""
+    name = f"mcad-test-{uuid.uuid4().hex[:8]}"
+    hooks = [{"name": f"{i}.{name}.mcad.test", "clientConfig": {"url": "https://127.0.0.1:1/x"},
+              "rules": [{"apiGroups": ["workload.codeflare.dev"], "apiVersions": ["v1beta1"],
+                         "operations": ["CREATE"], "resources": ["appwrappers"]}],
+              "namespaceSelector": {"matchLabels": {"mcad.test/never": "x"}},
+              "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Ignore"}
+             for i in ("a", "b")]
+    for kind in certs.CONFIGURATION_KINDS:
+        kube.request_json(conn, "POST", f"{certs.ADMISSION_API}/{kind}",
+                          body={"metadata": {"name": name}, "webhooks": hooks})
+    yield name
+    for kind in certs.CONFIGURATION_KINDS:
+        kube.request_json(conn, "DELETE", f"{certs.ADMISSION_API}/{kind}/{name}")
+
+
+def keeper(conn: kube.Connection, namespace: str, secret: str, configuration: str = "absent",
+           now: datetime.datetime | None = None) -> certs.SecretCertificates:
+    return certs.SecretCertificates(conn, namespace=namespace, secret=secret, hosts=HOSTS,
+                                    configuration=configuration,
+                                    clock=(lambda: now) if now else lambda: datetime.datetime.now(datetime.UTC))
+
+
+def stored(conn: kube.Connection, namespace: str, secret: str) -> certs.Material | None:
+    return certs.Material.from_secret_data(
+        kube.request_json(conn, "GET", f"/api/v1/namespaces/{namespace}/secrets/{secret}").get("data"))
+
+
+def bundles(conn: kube.Connection, name: str) -> list[str]:
+    return [hook["clientConfig"].get("caBundle", "") for kind in certs.CONFIGURATION_KINDS
+            for hook in kube.request_json(conn, "GET", f"{certs.ADMISSION_API}/{kind}/{name}")["webhooks"]]
+
+
+def test_an_empty_secret_gets_a_certificate_that_is_then_kept(conn: kube.Connection, namespace: str,
+                                                              secret: str) -> None:
+    first = keeper(conn, namespace, secret).sync()
+    assert stored(conn, namespace, secret) == first
+    assert certs.renewal_reason(first, HOSTS, datetime.datetime.now(datetime.UTC)) is None
+    again = keeper(conn, namespace, secret)
+    assert again.sync() == first, "a good certificate is not replaced"
+    assert again.loaded.is_set() and again.context() is not None
+
+
+def test_the_replica_that_loses_the_race_loads_the_winners_certificate(conn: kube.Connection, namespace: str,
+                                                                       secret: str) -> None:
+    winner = keeper(conn, namespace, secret)
+
+    class Late(certs.SecretCertificates):
+        reads = 0
+
+        def _read(self) -> tuple[certs.Material | None, dict[str, Any] | None]:
+            read = super()._read()
+            Late.reads += 1
+            if Late.reads == 1:
+                winner.sync()  # the other replica writes between this one's read and its write
+            return read
+
+    loser = Late(conn, namespace=namespace, secret=secret, hosts=HOSTS, configuration="absent")
+    with structlog.testing.capture_logs() as logs:
+        served = loser.sync()
+    assert "webhook certificate written by another replica; reading it" in [e["event"] for e in logs]
+    assert Late.reads == 2
+    assert served == stored(conn, namespace, secret)
+    assert served.fingerprint == winner.sync().fingerprint
+
+
+def test_a_certificate_near_expiry_is_renewed_under_the_same_ca(conn: kube.Connection, namespace: str,
+                                                                secret: str) -> None:
+    first = keeper(conn, namespace, secret).sync()
+    later = datetime.datetime.now(datetime.UTC) + certs.CERT_LIFETIME - certs.RENEWAL_MARGIN + datetime.timedelta(1)
+    renewed = keeper(conn, namespace, secret, now=later).sync()
+    assert renewed.cert != first.cert and renewed.ca_bundle == first.ca_bundle
+    assert stored(conn, namespace, secret) == renewed
+
+
+def test_the_ca_bundle_is_patched_into_every_webhook_and_restored_after_a_reset(
+        conn: kube.Connection, namespace: str, secret: str, configuration: str) -> None:
+    keep = keeper(conn, namespace, secret, configuration)
+    material = keep.sync()
+    wanted = base64.b64encode(material.ca_bundle).decode()
+    assert bundles(conn, configuration) == [wanted] * 4
+    assert keep.patch_bundles(material.ca_bundle) == 0, "nothing to do when it is right"
+    kube.request_json(conn, "PATCH", f"{certs.ADMISSION_API}/validatingwebhookconfigurations/{configuration}",
+                      content_type="application/json-patch+json",
+                      body=[{"op": "remove", "path": "/webhooks/1/clientConfig/caBundle"}])
+    assert keep.patch_bundles(material.ca_bundle) == 1
+    assert bundles(conn, configuration) == [wanted] * 4

@@ -1,0 +1,176 @@
+"""The webhook's HTTPS endpoint: TLS with the controller's CA, AdmissionReviews in and out, bounds on bodies."""
+
+from __future__ import annotations
+
+import datetime
+import http.client
+import json
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from mcad.admission import certs
+from mcad.admission.request import AdmissionRequest, Outcome
+from mcad.admission.server import WebhookServer, max_body_bytes
+
+HOSTS = ("127.0.0.1",)
+
+
+def review_body(uid: str = "u-1", name: str = "aw") -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": uid, "operation": "CREATE", "namespace": "team-a", "name": name,
+        "kind": {"group": "workload.codeflare.dev", "version": "v1beta1", "kind": "AppWrapper"},
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+                   "metadata": {"name": name, "namespace": "team-a"}, "spec": {}}}}
+
+
+def mutate(request: AdmissionRequest) -> Outcome:
+    return Outcome.allow(patch=[{"op": "add", "path": "/metadata/labels", "value": {"x": "y"}}])
+
+
+def validate(request: AdmissionRequest) -> Outcome:
+    if request.name == "boom":
+        raise RuntimeError("a bug")
+    if request.name == "bad":
+        return Outcome.deny("item 0 (Pod p): alice may not create pods in team-a")
+    return Outcome.allow()
+
+
+class Loaded:
+    def __init__(self, material: certs.Material | None) -> None:
+        self.context = certs.server_context(material.cert, material.key) if material else None
+
+
+@pytest.fixture
+def material() -> certs.Material:
+    return certs.issue(HOSTS, datetime.datetime.now(datetime.UTC))
+
+
+@pytest.fixture
+def tls(material: certs.Material) -> Loaded:
+    return Loaded(material)
+
+
+@pytest.fixture
+def server(tls: Loaded) -> Iterator[WebhookServer]:
+    srv = WebhookServer("127.0.0.1:0", tls=lambda: tls.context, mutate=mutate, validate=validate,
+                        max_body_bytes=max_body_bytes(1024), read_timeout=2.0)
+    srv.start()
+    assert srv.listening.wait(5)
+    yield srv
+    srv.stop()
+
+
+def client(server: WebhookServer, ca: bytes, tmp_path: Path) -> http.client.HTTPSConnection:
+    bundle = tmp_path / "ca.crt"
+    bundle.write_bytes(ca)
+    context = ssl.create_default_context(cafile=str(bundle))
+    return http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=5)
+
+
+def post(conn: http.client.HTTPSConnection, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def test_validate_and_mutate_answer_over_tls_verified_with_the_ca(server: WebhookServer, material: certs.Material,
+                                                                 tmp_path: Path) -> None:
+    conn = client(server, material.ca_bundle, tmp_path)
+    status, answer = post(conn, "/validate", json.dumps(review_body("u-1")).encode())
+    assert status == 200
+    assert answer["response"] == {"uid": "u-1", "allowed": True}
+    status, answer = post(conn, "/mutate", json.dumps(review_body("u-2")).encode())  # same connection, reused
+    assert status == 200 and answer["response"]["patchType"] == "JSONPatch"
+
+
+def test_a_client_that_does_not_trust_the_ca_fails_the_handshake(server: WebhookServer, tmp_path: Path) -> None:
+    other = certs.issue(HOSTS, datetime.datetime.now(datetime.UTC))
+    conn = client(server, other.ca_bundle, tmp_path)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        post(conn, "/validate", b"{}")
+
+
+def test_garbage_is_400_with_a_message(server: WebhookServer, material: certs.Material, tmp_path: Path) -> None:
+    status, answer = post(client(server, material.ca_bundle, tmp_path), "/validate", b"not json")
+    assert status == 400 and "not an admission.k8s.io/v1 AdmissionReview" in answer["error"]
+    status, answer = post(client(server, material.ca_bundle, tmp_path), "/validate", b'{"kind": "Pod"}')
+    assert status == 400 and "request.uid is missing" in answer["error"]
+
+
+def test_oversize_body_is_413_unread(server: WebhookServer, material: certs.Material, tmp_path: Path) -> None:
+    conn = client(server, material.ca_bundle, tmp_path)
+    conn.putrequest("POST", "/validate")
+    conn.putheader("Content-Length", str(max_body_bytes(1024) + 1))
+    conn.endheaders()  # the body is never sent: the answer comes before it
+    response = conn.getresponse()
+    assert response.status == 413 and "over the bound" in json.loads(response.read())["error"]
+
+
+def test_a_refusal_is_answered_and_logged(server: WebhookServer, material: certs.Material, tmp_path: Path) -> None:
+    with structlog.testing.capture_logs() as logs:
+        status, answer = post(client(server, material.ca_bundle, tmp_path), "/validate",
+                              json.dumps(review_body(name="bad")).encode())
+    assert status == 200
+    assert answer["response"]["allowed"] is False
+    assert answer["response"]["status"]["message"] == "item 0 (Pod p): alice may not create pods in team-a"
+    refused = [e for e in logs if e["event"] == "admission refused"]
+    assert refused == [{"event": "admission refused", "log_level": "info", "webhook": "validate",
+                        "appwrapper": "team-a/bad", "user": "alice", "operation": "CREATE",
+                        "reason": "item 0 (Pod p): alice may not create pods in team-a"}]
+
+
+def test_a_reviewer_that_raises_refuses(server: WebhookServer, material: certs.Material, tmp_path: Path) -> None:
+    status, answer = post(client(server, material.ca_bundle, tmp_path), "/validate",
+                          json.dumps(review_body(name="boom")).encode())
+    assert status == 200
+    assert answer["response"]["allowed"] is False
+    assert "internal error" in answer["response"]["status"]["message"]
+    assert answer["response"]["status"]["code"] == 500
+
+
+def test_unknown_path_is_404(server: WebhookServer, material: certs.Material, tmp_path: Path) -> None:
+    status, _ = post(client(server, material.ca_bundle, tmp_path), "/other", b"{}")
+    assert status == 404
+
+
+def test_no_certificate_yet_closes_connections_and_a_new_one_serves_the_next(
+        server: WebhookServer, tls: Loaded, material: certs.Material, tmp_path: Path) -> None:
+    tls.context = None
+    with pytest.raises((ConnectionError, ssl.SSLError, OSError)):
+        post(client(server, material.ca_bundle, tmp_path), "/validate", b"{}")
+    fresh = certs.issue(HOSTS, datetime.datetime.now(datetime.UTC))
+    tls.context = certs.server_context(fresh.cert, fresh.key)
+    status, _ = post(client(server, fresh.ca_bundle, tmp_path), "/validate", json.dumps(review_body()).encode())
+    assert status == 200
+
+
+def test_a_silent_client_is_cut_off_by_the_read_timeout(server: WebhookServer, material: certs.Material,
+                                                        tmp_path: Path) -> None:
+    conn = client(server, material.ca_bundle, tmp_path)
+    conn.connect()
+    conn.putrequest("POST", "/validate")
+    conn.putheader("Content-Length", "100")
+    conn.endheaders()  # and never the body
+    conn.sock.settimeout(10)
+    assert conn.sock.recv(1) == b""  # closed by the server within its 2 s read timeout
+
+
+def test_a_client_trickling_its_headers_is_cut_off_by_the_request_deadline(
+        server: WebhookServer, material: certs.Material, tmp_path: Path) -> None:
+    conn = client(server, material.ca_bundle, tmp_path)
+    conn.connect()
+    started = time.monotonic()
+    # One byte every half second: every single read is well inside the 2 s read timeout, the request is not.
+    with pytest.raises(OSError):
+        for byte in b"POST /validate HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"x" * 100:
+            conn.sock.sendall(bytes([byte]))
+            time.sleep(0.5)
+            assert time.monotonic() - started < 10, "never cut off"
+    assert time.monotonic() - started < 8
