@@ -35,7 +35,6 @@ from mcad import log as mcad_log
 from mcad.admission import certs as webhook_certs
 from mcad.admission import review as admission_review
 from mcad.admission import server as webhook_server
-from mcad.admission.facts import Facts
 from mcad.api.appwrapper import (
     GROUP,
     KIND,
@@ -354,7 +353,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
                                cert_dir=webhook_cert_dir, secret=webhook_cert_secret, service=webhook_service_name,
                                hosts=[h for h in webhook_cert_hosts.split(",") if h.strip()],
                                configuration=webhook_configuration_name, poll_seconds=webhook_cert_poll_seconds,
-                               max_appwrapper_bytes=max_appwrapper_bytes, share_port=webhook_share_port)
+                               max_items=max_items, max_appwrapper_bytes=max_appwrapper_bytes,
+                               share_port=webhook_share_port)
         except OSError as err:
             logger.error("cannot serve the admission webhooks", address=webhook_bind_address, reason=str(err))
             sys.exit(2)
@@ -412,22 +412,6 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
         webhook.stop()
 
 
-class _NoFacts:
-    """TEMPORARY (issue 15, webhook infrastructure): stands in while ``review.facts_for`` is the placeholder that
-    raises NotImplementedError, whose ``build`` asks no facts. Remove at merge, with the fallback in
-    ``_admission_facts``."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise NotImplementedError(f"admission facts are not implemented yet ({name})")
-
-
-def _admission_facts(conn: kube.Connection) -> Facts:
-    try:
-        return admission_review.facts_for(conn)
-    except NotImplementedError:  # TEMPORARY: see _NoFacts
-        return _NoFacts()
-
-
 class Webhook:
     """The admission webhooks of this replica: the HTTPS server and the certificate it serves."""
 
@@ -456,7 +440,7 @@ class Webhook:
 
 def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: str | None, secret: str,
              service: str, hosts: list[str], configuration: str, poll_seconds: float,
-             max_appwrapper_bytes: int, share_port: bool) -> Webhook:
+             max_items: int, max_appwrapper_bytes: int, share_port: bool) -> Webhook:
     certificates: webhook_certs.SecretCertificates | webhook_certs.DirectoryCertificates
     if cert_dir is not None:
         certificates = webhook_certs.DirectoryCertificates(cert_dir, poll_seconds=poll_seconds)
@@ -464,8 +448,10 @@ def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: s
         certificates = webhook_certs.SecretCertificates(
             conn, namespace=namespace, secret=secret, hosts=webhook_certs.service_hosts(service, namespace, hosts),
             configuration=configuration, poll_seconds=poll_seconds)
-    config = admission_review.AdmissionConfig()
-    mutate, validate = admission_review.build(_admission_facts(conn), config)
+    # The controller's own namespace is protected; admission judges with the bounds dispatch uses.
+    config = admission_review.AdmissionConfig(controller_namespace=namespace,
+                                              limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes))
+    mutate, validate = admission_review.build(admission_review.facts_for(conn), config)
     httpd = webhook_server.WebhookServer(address, tls=certificates.context, mutate=mutate, validate=validate,
                                          max_body_bytes=webhook_server.max_body_bytes(max_appwrapper_bytes),
                                          share_port=share_port)
