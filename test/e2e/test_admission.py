@@ -25,7 +25,8 @@ from test.support import REPO, wait_until
 
 APPWRAPPER_RIGHTS = [{"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"],
                       "verbs": ["create", "get", "list", "watch", "delete", "update", "patch"]}]
-BOB_KINDS = [("", "pods"), ("", "secrets"), ("", "services"), ("", "events"), ("apps", "deployments")]
+BOB_KINDS = [("", "pods"), ("", "secrets"), ("", "services"), ("", "events"), ("", "configmaps"),
+             ("apps", "deployments")]
 
 
 def account(admin: kube.Connection, namespace: str, name: str, rules: list[dict[str, Any]] | None,
@@ -194,3 +195,38 @@ def test_the_creator_is_recorded_and_cannot_be_forged_or_changed(tenants: Tenant
     assert proc.returncode != 0
     assert "denied the request: spec.resources may not change once the AppWrapper is created" in proc.stderr, \
         proc.stderr
+
+
+def configmap(name: str, **meta: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, **meta}, "data": {"k": "v"}}
+
+
+def pod(name: str | None, cpu: str = "10m") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name} if name else {"labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}]}}
+
+
+@pytest.mark.parametrize(("templates", "message"), [
+    pytest.param([{"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}],
+                 "GenericItems[0] (Widget w): the API server does not serve example.com/v1 Widget", id="unknown-kind"),
+    pytest.param([configmap("cm", namespace="kube-system")],
+                 "GenericItems[0] (ConfigMap cm): metadata.namespace 'kube-system' differs from the AppWrapper's "
+                 "namespace", id="other-namespace"),
+    pytest.param([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mine"}}],
+                 "GenericItems[0] (Namespace mine): Namespace is cluster-scoped", id="cluster-scoped"),
+    pytest.param([pod(None)], "GenericItems[0] (Pod (no name)): metadata.name is required", id="nameless"),
+    pytest.param([pod("q", cpu="-2")], "GenericItems[0] (Pod q): generictemplate.spec.containers[0].resources."
+                 "requests.cpu: negative quantity '-2'", id="negative-quantity"),
+    pytest.param([pod("huge", cpu="1e100")], "GenericItems[0] (Pod huge): generictemplate.spec.containers[0]."
+                 "resources.requests.cpu is '1e100', more than Kubernetes can count", id="huge-quantity"),
+    pytest.param([configmap("same"), pod("p"), configmap("same")],
+                 "GenericItems[2] (ConfigMap same) names the same object as GenericItems[0]", id="duplicates"),
+    pytest.param([{"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+                   "metadata": {"name": "inner"}, "spec": {"resources": {"GenericItems": []}}}],
+                 "GenericItems[0] (AppWrapper inner): an AppWrapper cannot wrap another AppWrapper", id="nested"),
+])
+def test_what_dispatch_would_fail_is_refused_at_create_with_the_same_message(
+        tenants: Tenants, aws: AppWrappers, templates: list[dict[str, Any]], message: str) -> None:
+    proc = kubectl(tenants.bob, "create", wrapper(tenants.namespace, "bad", *templates))
+    assert proc.returncode != 0
+    assert f"denied the request: {message}" in proc.stderr, proc.stderr
