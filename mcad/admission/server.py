@@ -176,6 +176,9 @@ def _handler(routes: dict[str, tuple[str, Reviewer]], max_body: int,
     class Handler(BaseHTTPRequestHandler):
         server_version = "mcad-webhook"
         protocol_version = "HTTP/1.1"  # the API server reuses connections
+        # Headers and body go out as separate writes: with Nagle's algorithm the body waited for the client's
+        # delayed ACK, 40 ms a review on a kept-alive connection (p50 44 ms before, measured on this machine).
+        disable_nagle_algorithm = True
 
         _deadline: threading.Timer | None = None
 

@@ -199,10 +199,12 @@ def test_the_legacy_group_refuses_the_same(api: k8s.ApiClient, custom: k8s.Custo
 
 
 @pytest.fixture
-def neighbour(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, kubeconfig: str) -> Iterator[AppWrappers]:
+def neighbour(core: k8s.CoreV1Api, namespace_labels: dict[str, str], custom: k8s.CustomObjectsApi,
+              kubeconfig: str) -> Iterator[AppWrappers]:
     """AppWrappers in a second namespace: another tenant."""
     name = f"mcad-test-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
+    # Under the webhooks too, as every test namespace is (namespace_labels).
+    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true", **namespace_labels}}})
     wait_until(lambda: any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(name).items),
                30, f"ServiceAccount default in {name}")
     try:

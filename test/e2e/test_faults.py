@@ -87,10 +87,11 @@ def controller_kubeconfig(kubeconfig: str, crd: None) -> str:
 
 
 @pytest.fixture
-def other_namespace(core: k8s.CoreV1Api) -> Iterator[str]:
+def other_namespace(core: k8s.CoreV1Api, namespace_labels: dict[str, str]) -> Iterator[str]:
     """A second fresh namespace (another tenant), deleted afterwards."""
     name = f"mcad-test-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
+    # Under the webhooks too, as every test namespace is (namespace_labels).
+    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true", **namespace_labels}}})
     try:
         yield name
     finally:

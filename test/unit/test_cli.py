@@ -36,7 +36,8 @@ def test_mcadctl_version_reports_an_unreachable_server(tmp_path: Path) -> None:
 def test_controller_help_documents_its_flags() -> None:
     result = CliRunner().invoke(controller.main, ["--help"])
     assert result.exit_code == 0
-    for flag in ("--kubeconfig", "--log-format", "--connect-only"):
+    for flag in ("--kubeconfig", "--log-format", "--connect-only", "--webhook-bind-address", "--webhook-cert-dir",
+                 "--webhook-cert-hosts", "--no-webhook"):
         assert flag in result.output
 
 
@@ -69,6 +70,16 @@ def test_controller_limits_reach_the_appwrapper_informers(tmp_path: Path) -> Non
     for informer in informers[:2]:  # the current and the legacy group
         assert informer._transform(raw).demand_error == (
             "spec.resources.GenericItems has 2 items; at most 1 are allowed (--max-items)")
+
+
+def test_a_bad_webhook_bind_address_is_a_usage_error() -> None:
+    result = CliRunner().invoke(controller.main, ["--webhook-bind-address", "9443", "--connect-only"])
+    assert result.exit_code == 2
+    assert "--webhook-bind-address: bind address must be host:port" in result.output
+    # Without the webhooks, the address is not looked at.
+    result = CliRunner().invoke(controller.main, ["--no-webhook", "--webhook-bind-address", "9443",
+                                                  "--kubeconfig", "/nonexistent", "--connect-only"])
+    assert result.exit_code == 2 and "webhook" not in result.output + result.stderr
 
 
 def test_max_items_cannot_go_above_the_crds_ceiling() -> None:
