@@ -93,7 +93,8 @@ class KubeFacts:
     def _request(self, method: str, path: str, what: str, body: Any = None,
                  query: kube.Query | None = None) -> dict[str, Any] | None:
         """The answer, None for 404; ``FactUnavailable`` naming ``what`` for anything else."""
-        self.requests += 1
+        with self._lock:
+            self.requests += 1
         try:
             return kube.request_json_once(self._conn, method, path, query=query, body=body, timeout=self._timeout)
         except kube.ApiError as err:

@@ -335,7 +335,9 @@ def build(facts: Facts, config: AdmissionConfig) -> tuple[Reviewer, Reviewer]:
         lookups = _Lookups(facts)
         if request.operation == "CREATE":
             found = creator_problems(request) + judged(request, request.obj, lookups)
-        elif request.operation == "UPDATE" and request.old is not None:
+        elif request.operation == "UPDATE":
+            if request.old is None:
+                return ["the update carries no stored AppWrapper (oldObject) to compare with"]
             if as_mapping(request.old.get("metadata")).get("deletionTimestamp"):
                 return []  # finalizers must come off; nothing it asks for can be dispatched any more
             found = creator_problems(request) + immutable_problems(request.obj, request.old)

@@ -460,3 +460,20 @@ def test_update_restores_the_stored_creator() -> None:
 def test_the_patch_travels_base64_in_the_response() -> None:
     response = mutate(aw(cm())).response("r-1")["response"]
     assert response["patchType"] == "JSONPatch" and response["allowed"] is True
+
+
+def test_an_update_without_the_stored_object_is_refused() -> None:
+    _, check = build(FakeFacts({ALICE.username: "*"}), AdmissionConfig())
+    obj = aw(cm())
+    outcome = check(AdmissionRequest(uid="r", operation="UPDATE", group="workload.codeflare.dev", namespace="team-a",
+                                     name="job", user=ALICE, obj=obj, old=None))
+    assert refused(outcome) == "the update carries no stored AppWrapper (oldObject) to compare with"
+
+
+def test_the_controller_flags_become_the_admission_config() -> None:
+    from mcad.cli.controller import admission_config
+
+    config = admission_config("pods, deployments.apps,jobs.batch,", "kube-system,infra", "infra")
+    assert config.allowed_kinds == frozenset({("", "pods"), ("apps", "deployments"), ("batch", "jobs")})
+    assert config.protected("kube-system") and not config.protected("infra") and not config.protected("team-a")
+    assert admission_config("", "kube-system", "").allowed_kinds == frozenset()
