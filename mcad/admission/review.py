@@ -2,8 +2,8 @@
 
 Contract: ``facts_for(conn)`` is the cached kube-backed ``Facts`` (``mcad.admission.kubefacts``);
 ``build(facts, config)`` returns ``(mutate, validate)``, two ``Reviewer``s. Neither raises on any request; a fact
-that cannot be had (``FactUnavailable``) refuses the request saying what could not be checked: nothing is admitted
-unchecked.
+that cannot be had (``FactUnavailable``) refuses the request saying what could not be checked, and so does a review
+that has spent ``REVIEW_BUDGET_SECONDS`` asking: nothing is admitted unchecked.
 
 validate, CREATE, refuses (every problem found, in one message: the first ``MAX_REPORTED`` joined with "; ", then
 how many more, each cut to ``MAX_PROBLEM_CHARS``; items named ``GenericItems[i] (Kind name)``):
@@ -41,6 +41,7 @@ none); both add ``tenancy.admission_patch``. JSON patch operations with keys esc
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -66,6 +67,9 @@ MAX_PROBLEM_CHARS: Final = 400
 # Distinct kinds looked up for one AppWrapper: each costs a discovery request and a review when not cached, and the
 # API server waits for the webhook only so long.
 MAX_KINDS: Final = 32
+# The time one review may spend asking questions, after which it refuses: below the webhooks' timeoutSeconds (10 s in
+# the chart) less one request's bound (kubefacts.REQUEST_TIMEOUT), so the user reads the reason, not a timeout.
+REVIEW_BUDGET_SECONDS: Final = 7.0
 # schedulingSpec fields frozen after create: the gang size and the run time bound are what the controller reserved
 # capacity and backfilled against, and the clusters it may go to are where it went.
 IMMUTABLE_SCHEDULING: Final = ("minAvailable", "dispatchDuration", "clusterScheduling")
@@ -200,12 +204,20 @@ class _Lookups:
     """The facts one review asks: no question after one went unanswered (the API server is in trouble: one "could
     not check" is the answer)."""
 
-    def __init__(self, facts: Facts) -> None:
+    def __init__(self, facts: Facts, budget: float = REVIEW_BUDGET_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.facts = facts
         self.unavailable: str | None = None
+        self._clock = clock
+        self._budget = budget
+        self._deadline = clock() + budget
 
     def ask(self, question: Callable[..., Any], *args: Any) -> Any:
         if self.unavailable is not None:
+            return None
+        if self._clock() > self._deadline:
+            self.unavailable = (f"could not check the AppWrapper within {self._budget:g} s: the API server answers "
+                                f"too slowly")
             return None
         try:
             return question(*args)
@@ -305,7 +317,8 @@ def _judged_parts(obj: Mapping[str, Any]) -> tuple[Any, Any]:
     return obj.get("spec"), as_mapping(obj.get("metadata")).get("labels")
 
 
-def build(facts: Facts, config: AdmissionConfig) -> tuple[Reviewer, Reviewer]:
+def build(facts: Facts, config: AdmissionConfig, *,
+          clock: Callable[[], float] = time.monotonic) -> tuple[Reviewer, Reviewer]:
     def judged(request: AdmissionRequest, obj: Mapping[str, Any], lookups: _Lookups) -> list[str]:
         """Every rule that holds for an object whatever came before it (CREATE's rules)."""
         found: list[str] = []
@@ -332,7 +345,7 @@ def build(facts: Facts, config: AdmissionConfig) -> tuple[Reviewer, Reviewer]:
         return Outcome.deny(bounded_message(found))
 
     def _validate(request: AdmissionRequest) -> list[str]:
-        lookups = _Lookups(facts)
+        lookups = _Lookups(facts, clock=clock)
         if request.operation == "CREATE":
             found = creator_problems(request) + judged(request, request.obj, lookups)
         elif request.operation == "UPDATE":

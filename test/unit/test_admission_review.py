@@ -477,3 +477,19 @@ def test_the_controller_flags_become_the_admission_config() -> None:
     assert config.allowed_kinds == frozenset({("", "pods"), ("apps", "deployments"), ("batch", "jobs")})
     assert config.protected("kube-system") and not config.protected("infra") and not config.protected("team-a")
     assert admission_config("", "kube-system", "").allowed_kinds == frozenset()
+
+
+def test_a_review_that_runs_out_of_time_refuses_saying_so() -> None:
+    now = [0.0]
+
+    class SlowFacts(FakeFacts):
+        def may(self, user: UserInfo, verb: str, resource: Resource, namespace: str, name: str = "") -> Decision:
+            now[0] += 4.0  # each review takes 4 s
+            return super().may(user, verb, resource, namespace, name)
+
+    facts = SlowFacts({ALICE.username: "*"})
+    _, check = build(facts, AdmissionConfig(), clock=lambda: now[0])
+    message = refused(check(request(aw(cm(), deployment(), {**cm("other"), "kind": "Secret",
+                                                             "apiVersion": "v1"}))))
+    assert message == "could not check the AppWrapper within 7 s: the API server answers too slowly"
+    assert len([a for a in facts.asked if a[0] == "sar"]) == 2
