@@ -368,7 +368,12 @@ def build(facts: Facts, config: AdmissionConfig, *,
     def mutate(request: AdmissionRequest) -> Outcome:
         try:
             operations = creator_patch(request)
-            if request.operation in ("CREATE", "UPDATE"):
+            # On update only when what the rules judge changed: a finalizer or status write must not depend on
+            # the API server answering admission's questions.
+            if request.operation == "CREATE" or (
+                    request.operation == "UPDATE" and request.old is not None
+                    and not as_mapping(request.old.get("metadata")).get("deletionTimestamp")
+                    and _judged_parts(request.obj) != _judged_parts(request.old)):
                 operations += tenancy.admission_patch(request.obj, facts)
         except FactUnavailable as err:
             return Outcome.deny(str(err))

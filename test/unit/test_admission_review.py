@@ -493,3 +493,53 @@ def test_a_review_that_runs_out_of_time_refuses_saying_so() -> None:
                                                              "apiVersion": "v1"}))))
     assert message == "could not check the AppWrapper within 7 s: the API server answers too slowly"
     assert len([a for a in facts.asked if a[0] == "sar"]) == 2
+
+
+def test_mutate_asks_tenancy_on_create_and_on_updates_of_what_it_judges_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcad import tenancy
+
+    asked: list[str] = []
+
+    def patch(obj: Mapping[str, Any], facts: Any) -> list[dict[str, Any]]:
+        asked.append(obj["metadata"]["name"])
+        return [{"op": "add", "path": "/metadata/labels", "value": {"tree": "node"}}]
+
+    monkeypatch.setattr(tenancy, "admission_patch", patch)
+    reviewer, _ = build(FakeFacts(broken="down"), AdmissionConfig())
+    assert {"op": "add", "path": "/metadata/labels", "value": {"tree": "node"}} in reviewer(request(aw(cm()))).patch
+    old = stored(aw(cm()))
+    finalizer = copy.deepcopy(old)
+    finalizer["metadata"]["finalizers"] = ["x"]
+    assert reviewer(request(finalizer, old=old)).allowed
+    assert len(asked) == 1
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"]["labels"] = {"tree": "other"}
+    assert reviewer(request(relabelled, old=old)).patch
+    assert len(asked) == 2
+
+
+def test_tenancy_refusals_are_reported_on_create_and_on_updates_that_bring_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcad import tenancy
+
+    seen: list[int] = []
+
+    def problems(obj: Mapping[str, Any], facts: Any, ceiling: int) -> list[str]:
+        seen.append(ceiling)
+        priority = obj["spec"].get("priority", 0)
+        return [f"spec.priority {priority} is above the namespace's ceiling {ceiling}"] if priority > ceiling else []
+
+    monkeypatch.setattr(tenancy, "admission_problems", problems)
+    config = AdmissionConfig(default_priority_ceiling=100)
+    assert refused(validate(aw(cm(), priority=500), config=config)) == \
+        "spec.priority 500 is above the namespace's ceiling 100"
+    assert seen == [100]
+    old = stored(aw(cm(), priority=50))
+    raised = copy.deepcopy(old)
+    raised["spec"]["priority"] = 500
+    assert refused(validate(raised, config=config, old=old)) == "spec.priority 500 is above the namespace's ceiling 100"
+    # Stored above the ceiling already (the ceiling was lowered since): a relabel is not refused for it.
+    high = stored(aw(cm(), priority=500))
+    relabelled = copy.deepcopy(high)
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    assert validate(relabelled, config=config, old=high).allowed
