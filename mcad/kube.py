@@ -666,3 +666,37 @@ class Client:
         except ApiError as err:
             if err.status not in (404, 409):  # 409: the precondition failed, so it is not ours any more
                 raise
+
+
+def request_json_once(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
+                      timeout: float = 2.0) -> dict[str, Any]:
+    """One JSON request with no retry and a total time bound: the parsed answer of a 2xx, else ``ApiError`` (0
+    when no answer came within ``timeout``). For callers that must answer within a deadline themselves (admission
+    checks): the client's pool would otherwise retry a timed-out connect or GET read three times."""
+    api = conn.api
+    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    method, url, headers, serialized, _ = api.param_serialize(method, path, query_params=query or [],
+                                                              header_params=headers, body=body,
+                                                              auth_settings=["BearerToken"])
+    verb = _verb(method, query)
+    try:
+        response = api.rest_client.pool_manager.request(
+            method, url, headers=headers, body=json.dumps(serialized) if serialized is not None else None,
+            retries=False, timeout=urllib3.Timeout(total=timeout), preload_content=True)
+    except (urllib3.exceptions.HTTPError, OSError) as err:
+        conn.errors.add(verb, 0)
+        if isinstance(err, urllib3.exceptions.TimeoutError):
+            raise ApiError(0, "Timeout", f"{method} {path}: no answer within {timeout:g} s") from err
+        cause = getattr(err, "reason", None) or err
+        raise ApiError(0, type(err).__name__, f"{method} {path}: {cause}") from err
+    data = response.data or b""
+    if not 200 <= response.status < 300:
+        conn.errors.add(verb, response.status)
+        raise _response_error(response.status, str(response.reason or ""), data)
+    try:
+        parsed = json.loads(data) if data else {}
+    except ValueError as err:
+        raise ApiError(0, "BadResponse", f"{method} {path}: response is not JSON: {err}") from err
+    if not isinstance(parsed, dict):
+        raise ApiError(0, "BadResponse", f"{method} {path}: response is not a JSON object")
+    return parsed

@@ -6,5 +6,6 @@ The controller serves two webhooks for AppWrappers of both API groups, on create
   kinds, changed items after creation, forged quota and priority.
 
 Modules: ``request`` (the AdmissionReview in and out, the types every check shares), ``facts`` (what checks may ask
-the cluster, as a Protocol), ``review`` (the checks composed into the two reviewers).
+the cluster, as a Protocol), ``kubefacts`` (those answers from the API server, bounded in time and cached briefly),
+``review`` (the checks composed into the two reviewers).
 """

@@ -1,15 +1,86 @@
-"""The mutating and validating reviewers of AppWrappers (placeholder: admits everything until the checks land).
+"""The mutating and validating reviewers of AppWrappers: what a user may ask the controller to create for them.
 
-Contract: ``facts_for(conn)`` the cached kube-backed ``Facts``; ``build(facts, config)`` returns
-``(mutate, validate)``, two ``Reviewer``s.
+Contract: ``facts_for(conn)`` is the cached kube-backed ``Facts`` (``mcad.admission.kubefacts``);
+``build(facts, config)`` returns ``(mutate, validate)``, two ``Reviewer``s. Neither raises on any request; a fact
+that cannot be had (``FactUnavailable``) refuses the request saying what could not be checked, and so does a review
+that has spent ``REVIEW_BUDGET_SECONDS`` asking: nothing is admitted unchecked.
+
+validate, CREATE, refuses (every problem found, in one message: the first ``MAX_REPORTED`` joined with "; ", then
+how many more, each cut to ``MAX_PROBLEM_CHARS``; items named ``GenericItems[i] (Kind name)``):
+- an AppWrapper in a protected namespace (``config.protected_namespaces`` and the controller's own, unless listed
+  in ``config.allowed_namespaces``);
+- what the controller would refuse at dispatch, moved forward: ``mcad.api.validation.problems`` (size, name
+  length, ranges of priority and durations, items naming one object, quantities too large to count), no items,
+  the demand computation's errors per item (quantities that do not parse, bad replica counts, malformed
+  ``custompodresources``), and ``mcad.apply.manifest``'s refusals (no template, no apiVersion/kind/name, another
+  namespace);
+- an AppWrapper name that is not a valid label value (it labels every wrapped object);
+- an item that is an AppWrapper (nested: the inner one would be queued with nobody's rights checked, and its demand
+  counted twice);
+- an item of a kind the API server does not serve, or of a cluster-scoped kind;
+- ``DENYLIST``: RBAC kinds, Secrets that are or ask for ServiceAccount tokens, Events (core and events.k8s.io),
+  Services with ``spec.externalIPs``. Refused for everyone: no config lifts it, whatever rights the user holds;
+- a kind outside ``config.allowed_kinds`` (as (group, resource); empty allows every kind);
+- an item the requesting user may not ``create`` themselves in the AppWrapper's namespace (a SubjectAccessReview
+  for the user, groups, uid and extra of the request), naming the item and the missing right;
+- a creator annotation that is not the requesting user's (the mutating reviewer sets them);
+- ``tenancy.admission_problems`` (quota binding, priority ceiling and classes, understated demand).
+More than ``MAX_KINDS`` distinct kinds in one AppWrapper are refused before anything is asked (each kind costs
+discovery and a review).
+
+validate, UPDATE: ``spec.resources`` (items and ``custompodresources``) and ``IMMUTABLE_SCHEDULING`` are frozen;
+the creator annotations may not change; any other problem above is refused only if the stored object did not have
+it already (an update that removes a finalizer or edits a label is never refused for what it did not change), and
+an AppWrapper being deleted is never refused. Labels, annotations, priority and requeuing may change.
+
+mutate: CREATE sets ``CREATOR_ANNOTATION`` (username) and ``CREATOR_UID_ANNOTATION`` (uid, removed when the request
+has none) whatever the user sent; UPDATE restores the stored values (or removes them when the stored object has
+none); both add ``tenancy.admission_patch``. JSON patch operations with keys escaped per RFC 6901.
 """
 
 from __future__ import annotations
 
+import re
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Final
 
-from mcad.admission.facts import Facts
-from mcad.admission.request import AdmissionRequest, Outcome, Reviewer
+import structlog
+
+from mcad import tenancy
+from mcad.admission.facts import Facts, FactUnavailable, Resource
+from mcad.admission.request import AdmissionRequest, Outcome, Reviewer, UserInfo
+from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, appwrapper_view
+from mcad.api.raw import as_list, as_mapping
+from mcad.api.validation import DEFAULT_LIMITS, MAX_REPORTED, Limits, describe_item, problems
+from mcad.api.workloads import WorkloadError, item_demand
+from mcad.apply import ItemError, manifest
+
+_log = structlog.get_logger("mcad.admission")
+
+CREATOR_ANNOTATION: Final = "workload.codeflare.dev/creator"
+CREATOR_UID_ANNOTATION: Final = "workload.codeflare.dev/creator-uid"
+CREATOR_ANNOTATIONS: Final = (CREATOR_ANNOTATION, CREATOR_UID_ANNOTATION)
+# A problem message longer than this is cut: a name or value the user chose must not make the refusal huge.
+MAX_PROBLEM_CHARS: Final = 400
+# Distinct kinds looked up for one AppWrapper: each costs a discovery request and a review when not cached, and the
+# API server waits for the webhook only so long.
+MAX_KINDS: Final = 32
+# The time one review may spend asking questions, after which it refuses: below the webhooks' timeoutSeconds (10 s in
+# the chart) less one request's bound (kubefacts.REQUEST_TIMEOUT), so the user reads the reason, not a timeout.
+REVIEW_BUDGET_SECONDS: Final = 7.0
+# schedulingSpec fields frozen after create: the gang size and the run time bound are what the controller reserved
+# capacity and backfilled against, and the clusters it may go to are where it went.
+IMMUTABLE_SCHEDULING: Final = ("minAvailable", "dispatchDuration", "clusterScheduling")
+# Above the priorities batch users give each other, below the PriorityClasses platforms preempt with; the tenancy
+# rules (namespace annotation) decide per namespace.
+DEFAULT_PRIORITY_CEILING: Final = 1000
+# A label value: what the AppWrapper's name becomes on every wrapped object (length is validation's business).
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_APPWRAPPER_GROUPS: Final = frozenset({GROUP, LEGACY_GROUP})
+_SA_TOKEN_TYPE: Final = "kubernetes.io/service-account-token"
+_SA_NAME_ANNOTATION: Final = "kubernetes.io/service-account.name"
 
 
 @dataclass(frozen=True)
@@ -18,22 +89,326 @@ class AdmissionConfig:
 
     # Kinds users may wrap, as (group, resource); empty means any kind the user may create themselves.
     allowed_kinds: frozenset[tuple[str, str]] = frozenset()
-    # Namespaces where AppWrappers are refused unless listed in allowed_namespaces.
+    # Namespaces where AppWrappers are refused unless listed in allowed_namespaces (controller_namespace too).
     protected_namespaces: frozenset[str] = frozenset({"kube-system"})
     allowed_namespaces: frozenset[str] = frozenset()
     extra: dict[str, str] = field(default_factory=dict)
+    # The controller's own namespace: protected like protected_namespaces.
+    controller_namespace: str = ""
+    # The operator's bounds (--max-items, --max-appwrapper-bytes), as the controller judges them at dispatch.
+    limits: Limits = DEFAULT_LIMITS
+    # The priority ceiling of namespaces that set none (tenancy).
+    default_priority_ceiling: int = DEFAULT_PRIORITY_CEILING
+
+    def protected(self, namespace: str) -> bool:
+        return (namespace in self.protected_namespaces or namespace == self.controller_namespace) \
+            and namespace not in self.allowed_namespaces
 
 
 def facts_for(conn: object) -> Facts:
-    """The kube-backed Facts of the controller (placeholder until the checks land)."""
-    raise NotImplementedError("admission facts land with issue 15")
+    """The kube-backed Facts of the controller, answered with its credentials (``conn``: a ``kube.Connection``)."""
+    from mcad import kube
+    from mcad.admission.kubefacts import KubeFacts
+
+    if not isinstance(conn, kube.Connection):
+        raise TypeError(f"facts_for needs a kube.Connection, got {type(conn).__name__}")
+    return KubeFacts(conn)
 
 
-def build(facts: Facts, config: AdmissionConfig) -> tuple[Reviewer, Reviewer]:
-    def mutate(request: AdmissionRequest) -> Outcome:
-        return Outcome.allow()
+def bounded_message(found: list[str]) -> str:
+    """One message for all problems: the first ``MAX_REPORTED``, each cut to ``MAX_PROBLEM_CHARS``, then a count."""
+    shown = [p if len(p) <= MAX_PROBLEM_CHARS else f"{p[:MAX_PROBLEM_CHARS - 3]}..." for p in found[:MAX_REPORTED]]
+    more = len(found) - MAX_REPORTED
+    text = "; ".join(shown)
+    return f"{text}; and {more} more problem{'s' if more > 1 else ''}" if more > 0 else text
+
+
+def pointer(*parts: str) -> str:
+    """An RFC 6901 JSON pointer: ``~`` as ``~0`` and ``/`` as ``~1`` in each part."""
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+# -- the denylist ----------------------------------------------------------------------------------------------------
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def denied(group: str, kind: str, template: Mapping[str, Any]) -> str | None:
+    """Why an object of this group and kind is refused for everyone, or None. No configuration lifts these: each
+    gives whoever creates it more than the right to create it (a role, a token, a forged event, traffic of other
+    addresses)."""
+    if group == "rbac.authorization.k8s.io":
+        return "RBAC objects cannot be wrapped (an AppWrapper must not grant rights)"
+    if group in ("", "events.k8s.io") and kind == "Event":
+        return "Events cannot be wrapped (they would be reported as the controller's)"
+    if group == "" and kind == "Secret":
+        meta = as_mapping(template.get("metadata"))
+        if template.get("type") == _SA_TOKEN_TYPE:
+            return f"Secrets of type {_SA_TOKEN_TYPE} cannot be wrapped (the token controller fills them in)"
+        if _SA_NAME_ANNOTATION in as_mapping(meta.get("annotations")):
+            return f"Secrets annotated {_SA_NAME_ANNOTATION} cannot be wrapped (they ask for a ServiceAccount token)"
+    if group == "" and kind == "Service" and as_list(as_mapping(template.get("spec")).get("externalIPs")):
+        return "Services with spec.externalIPs cannot be wrapped (they capture traffic to those addresses)"
+    return None
+
+
+def _plural(resource: Resource) -> str:
+    return f"{resource.resource}.{resource.group}" if resource.group else resource.resource
+
+
+# -- the checks ------------------------------------------------------------------------------------------------------
+
+
+def _annotations(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return as_mapping(as_mapping(as_mapping(obj).get("metadata")).get("annotations"))
+
+
+def _items(obj: Mapping[str, Any]) -> list[Any]:
+    return as_list(as_mapping(as_mapping(obj.get("spec")).get("resources")).get("GenericItems"))
+
+
+def shape_problems(obj: Mapping[str, Any], namespace: str, limits: Limits) -> list[str]:
+    """What the controller would refuse at dispatch, and the admission-only shape rules (no cluster facts)."""
+    found = list(problems(obj, limits))
+    name = as_mapping(obj.get("metadata")).get("name")
+    if isinstance(name, str) and not _LABEL_VALUE.match(name):
+        found.append(f"metadata.name {name!r} cannot be a label value (letters, digits, '-', '_' and '.', starting "
+                     f"and ending with a letter or digit): it labels every wrapped object")
+    items = _items(obj)
+    if not items:
+        found.append("spec.resources.GenericItems is empty: there is nothing to dispatch")
+    view = appwrapper_view({**obj, "metadata": {**as_mapping(obj.get("metadata")), "namespace": namespace}}, limits)
+    for index, item in enumerate(items):
+        where = describe_item(index, item)
+        if not isinstance(item, Mapping):
+            found.append(f"{where}: must be an object")
+            continue
+        try:
+            manifest(view, index, item)
+        except ItemError as err:
+            found.append(str(err))
+        try:
+            item_demand(item)
+        except WorkloadError as err:
+            found.append(f"{where}: {err}")
+        template = as_mapping(item.get("generictemplate"))
+        api_version, kind = template.get("apiVersion"), template.get("kind")
+        if kind == KIND and isinstance(api_version, str) and _group(api_version) in _APPWRAPPER_GROUPS:
+            found.append(f"{where}: an AppWrapper cannot wrap another AppWrapper")
+    return found
+
+
+class _Lookups:
+    """The facts one review asks: no question after one went unanswered (the API server is in trouble: one "could
+    not check" is the answer)."""
+
+    def __init__(self, facts: Facts, budget: float = REVIEW_BUDGET_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.facts = facts
+        self.unavailable: str | None = None
+        self._clock = clock
+        self._budget = budget
+        self._deadline = clock() + budget
+
+    def ask(self, question: Callable[..., Any], *args: Any) -> Any:
+        if self.unavailable is not None:
+            return None
+        if self._clock() > self._deadline:
+            self.unavailable = (f"could not check the AppWrapper within {self._budget:g} s: the API server answers "
+                                f"too slowly")
+            return None
+        try:
+            return question(*args)
+        except FactUnavailable as err:
+            self.unavailable = str(err)
+            return None
+
+
+def item_problems(obj: Mapping[str, Any], namespace: str, user: UserInfo, config: AdmissionConfig,
+                  lookups: _Lookups) -> list[str]:
+    """Denylist, allowlist, discovery (served, namespaced) and the user's right to create, per item."""
+    found: list[str] = []
+    kinds = {(t.get("apiVersion"), t.get("kind")) for t in
+             (as_mapping(as_mapping(item).get("generictemplate")) for item in _items(obj))}
+    if len(kinds) > MAX_KINDS:
+        # Refused before asking anything: each kind would cost a discovery request and a review.
+        return [f"the AppWrapper wraps {len(kinds)} kinds (API version and kind); at most {MAX_KINDS} are allowed"]
+    for index, item in enumerate(_items(obj)):
+        template = as_mapping(as_mapping(item).get("generictemplate"))
+        api_version, kind = template.get("apiVersion"), template.get("kind")
+        if not (isinstance(api_version, str) and api_version and isinstance(kind, str) and kind):
+            continue  # shape_problems names it
+        where = describe_item(index, item)
+        reason = denied(_group(api_version), kind, template)
+        if reason is not None:
+            found.append(f"{where}: {reason}")
+            continue
+        resource = lookups.ask(lookups.facts.resource_for, api_version, kind)
+        if lookups.unavailable is not None:
+            break
+        if resource is None:
+            found.append(f"{where}: the API server does not serve {api_version} {kind} (is its CRD installed?)")
+            continue
+        # Again with the discovered group: the kind of a denied resource could be reached by another name.
+        reason = denied(resource.group, resource.kind, template)
+        if reason is not None:
+            found.append(f"{where}: {reason}")
+            continue
+        if not resource.namespaced:
+            found.append(f"{where}: {kind} is cluster-scoped; an AppWrapper can only wrap namespaced objects")
+            continue
+        if config.allowed_kinds and (resource.group, resource.resource) not in config.allowed_kinds:
+            found.append(f"{where}: {_plural(resource)} is not among the kinds the cluster admin allows in "
+                         f"AppWrappers")
+            continue
+        decision = lookups.ask(lookups.facts.may, user, "create", resource, namespace)
+        if lookups.unavailable is not None:
+            break
+        if not decision.allowed:
+            because = f" ({decision.reason})" if decision.reason else ""
+            found.append(f'{where}: user "{user.username}" may not create {_plural(resource)} in namespace '
+                         f"{namespace}{because}")
+    return found
+
+
+def creator_problems(request: AdmissionRequest) -> list[str]:
+    """Creator annotations that are not the ones the mutating reviewer sets (it runs first; this is the check that
+    it did)."""
+    found: list[str] = []
+    annotations = _annotations(request.obj)
+    if request.operation == "UPDATE":
+        before = _annotations(request.old)
+        for key in CREATOR_ANNOTATIONS:
+            if annotations.get(key) != before.get(key):
+                found.append(f"metadata.annotations[{key}] may not change: it records who created the AppWrapper")
+        return found
+    expected = {CREATOR_ANNOTATION: request.user.username, CREATOR_UID_ANNOTATION: request.user.uid or None}
+    for key, value in expected.items():
+        if key in annotations and annotations[key] != value:
+            found.append(f"metadata.annotations[{key}] is set by admission to the requesting user; "
+                         f"{_short(annotations[key])} is not")
+    return found
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def immutable_problems(obj: Mapping[str, Any], old: Mapping[str, Any]) -> list[str]:
+    spec, before = as_mapping(obj.get("spec")), as_mapping(old.get("spec"))
+    found: list[str] = []
+    if spec.get("resources") != before.get("resources"):
+        found.append("spec.resources may not change once the AppWrapper is created (its items and "
+                     "custompodresources are what was checked and what is dispatched); delete it and create "
+                     "another")
+    scheduling, scheduling_before = as_mapping(spec.get("schedulingSpec")), as_mapping(before.get("schedulingSpec"))
+    for key in IMMUTABLE_SCHEDULING:
+        if scheduling.get(key) != scheduling_before.get(key):
+            found.append(f"spec.schedulingSpec.{key} may not change once the AppWrapper is created")
+    return found
+
+
+def _judged_parts(obj: Mapping[str, Any]) -> tuple[Any, Any]:
+    """What the rules judge: an update that changes neither (finalizers, other annotations, status) needs no facts,
+    so it goes through even while the API server cannot answer admission's questions."""
+    return obj.get("spec"), as_mapping(obj.get("metadata")).get("labels")
+
+
+def build(facts: Facts, config: AdmissionConfig, *,
+          clock: Callable[[], float] = time.monotonic) -> tuple[Reviewer, Reviewer]:
+    def judged(request: AdmissionRequest, obj: Mapping[str, Any], lookups: _Lookups) -> list[str]:
+        """Every rule that holds for an object whatever came before it (CREATE's rules)."""
+        found: list[str] = []
+        if config.protected(request.namespace):
+            found.append(f"namespace {request.namespace} is protected: AppWrappers are not allowed in it unless the "
+                         f"cluster admin allows that namespace")
+        found += shape_problems(obj, request.namespace, config.limits)
+        found += item_problems(obj, request.namespace, request.user, config, lookups)
+        tenancy_found = lookups.ask(tenancy.admission_problems, obj, facts, config.default_priority_ceiling)
+        found += tenancy_found or []
+        return found
 
     def validate(request: AdmissionRequest) -> Outcome:
-        return Outcome.allow()
+        try:
+            found = _validate(request)
+        except Exception as err:  # a reviewer never raises: a bug refuses, visibly, rather than fail the server
+            _log.exception("admission check failed", appwrapper=f"{request.namespace}/{request.name}",
+                           reason="Bug")
+            found = [f"could not check the AppWrapper: {type(err).__name__}: {err}"]
+        if not found:
+            return Outcome.allow()
+        _log.info("admission refused", appwrapper=f"{request.namespace}/{request.name}", reason="Refused",
+                  user=request.user.username, problems=len(found))
+        return Outcome.deny(bounded_message(found))
+
+    def _validate(request: AdmissionRequest) -> list[str]:
+        lookups = _Lookups(facts, clock=clock)
+        if request.operation == "CREATE":
+            found = creator_problems(request) + judged(request, request.obj, lookups)
+        elif request.operation == "UPDATE":
+            if request.old is None:
+                return ["the update carries no stored AppWrapper (oldObject) to compare with"]
+            if as_mapping(request.old.get("metadata")).get("deletionTimestamp"):
+                return []  # finalizers must come off; nothing it asks for can be dispatched any more
+            found = creator_problems(request) + immutable_problems(request.obj, request.old)
+            if not found and _judged_parts(request.obj) != _judged_parts(request.old):
+                # Only what this update makes worse: the stored object was judged when it came in (or before the
+                # rules existed); refusing an update for what it did not change would wedge finalizers and labels.
+                before = set(judged(request, request.old, lookups))
+                found = [p for p in judged(request, request.obj, lookups) if p not in before]
+        else:
+            return []  # DELETE/CONNECT are not registered; nothing to judge
+        if lookups.unavailable is not None:
+            found.append(lookups.unavailable)
+        return found
+
+    def mutate(request: AdmissionRequest) -> Outcome:
+        try:
+            operations = creator_patch(request)
+            # On update only when what the rules judge changed: a finalizer or status write must not depend on
+            # the API server answering admission's questions.
+            if request.operation == "CREATE" or (
+                    request.operation == "UPDATE" and request.old is not None
+                    and not as_mapping(request.old.get("metadata")).get("deletionTimestamp")
+                    and _judged_parts(request.obj) != _judged_parts(request.old)):
+                operations += tenancy.admission_patch(request.obj, facts)
+        except FactUnavailable as err:
+            return Outcome.deny(str(err))
+        except Exception as err:  # a reviewer never raises
+            _log.exception("admission mutation failed", appwrapper=f"{request.namespace}/{request.name}",
+                           reason="Bug")
+            return Outcome.deny(f"could not record the creator of the AppWrapper: {type(err).__name__}: {err}")
+        return Outcome.allow(patch=operations)
 
     return mutate, validate
+
+
+def creator_patch(request: AdmissionRequest) -> list[dict[str, Any]]:
+    """JSON patch operations that make the creator annotations what they must be (see the module docstring)."""
+    meta = as_mapping(request.obj.get("metadata"))
+    annotations = meta.get("annotations")
+    if request.operation == "CREATE":
+        wanted: dict[str, str | None] = {CREATOR_ANNOTATION: request.user.username,
+                                         CREATOR_UID_ANNOTATION: request.user.uid or None}
+    elif request.operation == "UPDATE":
+        before = _annotations(request.old)
+        wanted = {key: before.get(key) if isinstance(before.get(key), str) else None for key in CREATOR_ANNOTATIONS}
+    else:
+        return []
+    if not isinstance(annotations, Mapping):
+        values = {k: v for k, v in wanted.items() if v is not None}
+        if not values:
+            return []
+        # "add" of a whole map: replaces a null or absent annotations field alike.
+        return [{"op": "add", "path": pointer("metadata", "annotations"), "value": values}]
+    operations: list[dict[str, Any]] = []
+    for key, value in wanted.items():
+        if value is None:
+            if key in annotations:
+                operations.append({"op": "remove", "path": pointer("metadata", "annotations", key)})
+        elif annotations.get(key) != value:
+            operations.append({"op": "add", "path": pointer("metadata", "annotations", key), "value": value})
+    return operations

@@ -35,7 +35,6 @@ from mcad import log as mcad_log
 from mcad.admission import certs as webhook_certs
 from mcad.admission import review as admission_review
 from mcad.admission import server as webhook_server
-from mcad.admission.facts import Facts
 from mcad.api.appwrapper import (
     GROUP,
     KIND,
@@ -293,6 +292,16 @@ def quota_served(client: kube.Client) -> bool:
               default=webhook_certs.DEFAULT_POLL_SECONDS,
               help="Seconds between reads of the certificate (Secret or directory): the bound on how long a "
                    "replica serves a replaced certificate, and on how long a reset caBundle stays wrong.")
+@click.option("--admission-allowed-kinds", default="",
+              help="Kinds AppWrappers may wrap, as comma-separated resource.group (core kinds without a group), "
+                   "e.g. pods,services,deployments.apps,jobs.batch. Empty: any kind the requesting user may create "
+                   "(the built-in denylist applies either way).")
+@click.option("--admission-protected-namespaces", default="kube-system",
+              help="Namespaces where AppWrappers are refused, comma-separated; the controller's own is always "
+                   "protected.")
+@click.option("--admission-allowed-namespaces", default="",
+              help="Protected namespaces (the controller's own included) where AppWrappers are allowed after all, "
+                   "comma-separated.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json",
               help="json for log collectors, console for people.")
@@ -308,7 +317,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
          webhook_enabled: bool, webhook_bind_address: str, webhook_share_port: bool, webhook_cert_dir: str | None,
          webhook_cert_secret: str, webhook_cert_namespace: str | None,
          webhook_service_name: str, webhook_cert_hosts: str, webhook_configuration_name: str,
-         webhook_cert_poll_seconds: float, log_level: str, log_format: str, connect_only: bool) -> None:
+         webhook_cert_poll_seconds: float, admission_allowed_kinds: str, admission_protected_namespaces: str,
+         admission_allowed_namespaces: str, log_level: str, log_format: str, connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     if leader_elect:
         try:
@@ -394,7 +404,10 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
                                cert_dir=webhook_cert_dir, secret=webhook_cert_secret, service=webhook_service_name,
                                hosts=[h for h in webhook_cert_hosts.split(",") if h.strip()],
                                configuration=webhook_configuration_name, poll_seconds=webhook_cert_poll_seconds,
-                               max_appwrapper_bytes=max_appwrapper_bytes, share_port=webhook_share_port)
+                               max_items=max_items, max_appwrapper_bytes=max_appwrapper_bytes,
+                               share_port=webhook_share_port,
+                               admission=admission_config(admission_allowed_kinds, admission_protected_namespaces,
+                                                          admission_allowed_namespaces))
         except OSError as err:
             logger.error("cannot serve the admission webhooks", address=webhook_bind_address, reason=str(err))
             sys.exit(2)
@@ -452,22 +465,6 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
         webhook.stop()
 
 
-class _NoFacts:
-    """TEMPORARY (issue 15, webhook infrastructure): stands in while ``review.facts_for`` is the placeholder that
-    raises NotImplementedError, whose ``build`` asks no facts. Remove at merge, with the fallback in
-    ``_admission_facts``."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise NotImplementedError(f"admission facts are not implemented yet ({name})")
-
-
-def _admission_facts(conn: kube.Connection) -> Facts:
-    try:
-        return admission_review.facts_for(conn)
-    except NotImplementedError:  # TEMPORARY: see _NoFacts
-        return _NoFacts()
-
-
 class Webhook:
     """The admission webhooks of this replica: the HTTPS server and the certificate it serves."""
 
@@ -494,9 +491,22 @@ class Webhook:
         self.server.stop()
 
 
+def _names(value: str) -> frozenset[str]:
+    return frozenset(part.strip() for part in value.split(",") if part.strip())
+
+
+def admission_config(allowed_kinds: str, protected_namespaces: str,
+                     allowed_namespaces: str) -> admission_review.AdmissionConfig:
+    """The admin's admission choices from the flags: ``resource.group`` names become (group, resource)."""
+    kinds = frozenset((group, resource) for resource, _, group in (k.partition(".") for k in _names(allowed_kinds)))
+    return admission_review.AdmissionConfig(allowed_kinds=kinds, protected_namespaces=_names(protected_namespaces),
+                                            allowed_namespaces=_names(allowed_namespaces))
+
+
 def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: str | None, secret: str,
              service: str, hosts: list[str], configuration: str, poll_seconds: float,
-             max_appwrapper_bytes: int, share_port: bool) -> Webhook:
+             max_items: int, max_appwrapper_bytes: int, share_port: bool,
+             admission: admission_review.AdmissionConfig | None = None) -> Webhook:
     certificates: webhook_certs.SecretCertificates | webhook_certs.DirectoryCertificates
     if cert_dir is not None:
         certificates = webhook_certs.DirectoryCertificates(cert_dir, poll_seconds=poll_seconds)
@@ -504,8 +514,10 @@ def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: s
         certificates = webhook_certs.SecretCertificates(
             conn, namespace=namespace, secret=secret, hosts=webhook_certs.service_hosts(service, namespace, hosts),
             configuration=configuration, poll_seconds=poll_seconds)
-    config = admission_review.AdmissionConfig()
-    mutate, validate = admission_review.build(_admission_facts(conn), config)
+    # The controller's own namespace is protected; admission judges with the bounds dispatch uses.
+    config = dataclasses.replace(admission or admission_review.AdmissionConfig(), controller_namespace=namespace,
+                                 limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes))
+    mutate, validate = admission_review.build(admission_review.facts_for(conn), config)
     httpd = webhook_server.WebhookServer(address, tls=certificates.context, mutate=mutate, validate=validate,
                                          max_body_bytes=webhook_server.max_body_bytes(max_appwrapper_bytes),
                                          share_port=share_port)

@@ -4,7 +4,8 @@ This is not a performance test (figures at this scale mean nothing, and timings 
 benchmark suite from rotting between the occasional full runs, and checks the correctness properties the
 scenarios observe: the deep-queue backlog is not rewritten while probes dispatch, a restarted controller
 re-dispatches nothing, the noisy neighbour's AppWrappers and the other tenant's all run, and the memory scenario
-queues all of its AppWrappers and measures the controller before and after a restart.
+queues all of its AppWrappers and measures the controller before and after a restart, and admission asks one
+review per item of a new user and nothing of a cached one.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = ["ceiling", "throughput", "deep_queue", "churn", "restart", "noisy_neighbour", "memory"]
+SCENARIOS = ["ceiling", "throughput", "deep_queue", "churn", "restart", "noisy_neighbour", "memory", "admission"]
 PERCENTILES = {"n", "p50_ms", "p90_ms", "p99_ms", "mean_ms"}
 
 
@@ -44,7 +45,7 @@ def test_scenario_reports_wall_time_throughput_and_percentiles(results: dict[str
         assert all(value > 0 for value in entry["throughput"].values())
     for name, figures in entry["latency"].items():
         assert set(figures) >= PERCENTILES, name
-    if scenario != "ceiling":  # the ceiling runs no controller
+    if scenario not in ("ceiling", "admission"):  # these run no controller
         assert entry["controller"]["cpu_seconds"] > 0
         assert entry["controller"]["peak_rss_mib"] > 0
 
@@ -84,3 +85,10 @@ def test_memory_queues_everything_and_measures_each_phase(results: dict[str, dic
     assert entry["latency"]["big_create_to_pending"]["n"] == entry["params"]["big_appwrappers"]
     assert entry["small"]["appwrapper_bytes"] > 0 and entry["small"]["rss_after_mib"] > 0
     assert entry["big"]["peak_rss_mib"] > 0 and entry["restart"]["peak_rss_mib"] > 0
+
+
+def test_admission_reviews_once_per_item_then_answers_from_its_cache(results: dict[str, dict]) -> None:
+    entry = results["admission"]
+    calls = entry["params"]["calls_per_case"]
+    assert all(figures["n"] == calls for figures in entry["latency"].values())
+    assert entry["requests_per_call"] == {"cold_sar": 3, "cached": 0}

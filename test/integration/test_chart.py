@@ -61,7 +61,10 @@ def test_quota_crd_serves_v1_and_v1alpha1_with_one_schema() -> None:
 
 WEBHOOK_ARGS = ["--webhook-bind-address=:9443", "--webhook-configuration-name=mcad",
                 "--webhook-service-name=mcad-controller", "--webhook-cert-poll-seconds=30",
-                "--webhook-cert-secret=mcad-webhook-cert"]
+                "--webhook-cert-secret=mcad-webhook-cert",
+                # Admission allows the kinds the controller is granted, nothing else.
+                "--admission-allowed-kinds=pods,services,configmaps,secrets,persistentvolumeclaims,deployments.apps,"
+                "statefulsets.apps,replicasets.apps,jobs.batch"]
 # Admission asks the API server whether the requesting user may create each item; the controller's own CA goes
 # into its two webhook configurations (by name) and nowhere else.
 WEBHOOK_RULES = [
@@ -128,7 +131,8 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                              "httpPort": 9090, "quota": False},
               "leaderElection": {"leaseDuration": 4, "renewDeadline": 3, "retryPeriod": 0.5},
               "legacyApi": {"enabled": True},
-              "webhook": {"port": 8443, "certHosts": ["127.0.0.1", "mcad.example.com"], "certPollSeconds": 5}}
+              "webhook": {"port": 8443, "certHosts": ["127.0.0.1", "mcad.example.com"], "certPollSeconds": 5},
+              "admission": {"anyKind": True, "allowedNamespaces": ["kube-system", "infra"]}}
     container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]
     assert container["args"] == ["--fit=aggregate", "--write-workers=8", "--max-items=50",
@@ -140,7 +144,8 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                                  "--leader-elect-retry-period=0.5", "--webhook-bind-address=:8443",
                                  "--webhook-configuration-name=mcad", "--webhook-service-name=mcad-controller",
                                  "--webhook-cert-poll-seconds=5", "--webhook-cert-secret=mcad-webhook-cert",
-                                 "--webhook-cert-hosts=127.0.0.1,mcad.example.com", "--context=x"]
+                                 "--webhook-cert-hosts=127.0.0.1,mcad.example.com",
+                                 "--admission-allowed-namespaces=kube-system,infra", "--context=x"]
 
 
 def test_the_lease_role_grants_exactly_what_the_elector_uses() -> None:
@@ -263,6 +268,20 @@ def test_protected_namespaces_can_be_allowed(tmp_path: Path) -> None:
                                                       "--allow-protected-namespace=ops"]
     assert not [a for a in by_kind(chart.render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
                 if "protected" in a]
+
+
+def test_the_admission_allowlist_follows_the_granted_kinds(tmp_path: Path) -> None:
+    values = {"rbac": {"extraWrappedKinds": [{"apiGroups": ["ray.io", "kubeflow.org"],
+                                              "resources": ["rayclusters", "pytorchjobs"]}]}}
+    args = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    allowed = next(a for a in args if a.startswith("--admission-allowed-kinds=")).partition("=")[2].split(",")
+    assert allowed[-4:] == ["rayclusters.ray.io", "rayclusters.kubeflow.org", "pytorchjobs.ray.io",
+                            "pytorchjobs.kubeflow.org"]
+    assert "pods" in allowed and "jobs.batch" in allowed
+    from mcad.cli.controller import admission_config
+
+    assert ("ray.io", "rayclusters") in admission_config(",".join(allowed), "", "").allowed_kinds
 
 
 @pytest.mark.parametrize("flag", ["rbac.create=false", "serviceAccount.create=false"])

@@ -136,9 +136,10 @@ def render(results: list[Result]) -> str:
                         + f", peak RSS {_fmt(ctl.get('peak_rss_mib'))} MiB")
         out.append("   " + "; ".join(head))
         extra = []
-        for key in ("throughput", "restart", "backlog", "big"):
+        for key in ("throughput", "restart", "backlog", "big", "requests_per_call"):
             if r.get(key):
-                extra.append(", ".join(f"{k} {_fmt(v)}" for k, v in r[key].items()))
+                extra.append((f"{key}: " if key == "requests_per_call" else "")
+                             + ", ".join(f"{k} {_fmt(v)}" for k, v in r[key].items()))
         for key in ("create_rate_per_s", "utilisation_pct", "controller_ready_s", "ceiling_source"):
             if r.get(key) is not None:
                 extra.append(f"{key} {_fmt(r[key])}")

@@ -889,6 +889,96 @@ def memory(opts: Options, result: Result) -> None:
                    restarted["peak_rss_mib"], "<=", MEMORY_PEAK_MIB, "MiB")
 
 
+# ---------------------------------------------------------------------------------------------- admission
+
+ADMISSION_GROUP = "bench-tenants"
+
+
+def admission(opts: Options, result: Result) -> None:
+    """No controller: the validating reviewer (``mcad.admission.review``) with the kube-backed Facts, called from
+    this process, one request at a time, against the scenario's API server, for a 3-item AppWrapper (Deployment,
+    Service, ConfigMap) whose creator may create all three through a Role bound to its group: one
+    SubjectAccessReview per item.
+
+    - cold: a fresh ``KubeFacts`` per call (discovery of v1 and apps/v1, then three reviews): a replica just started;
+    - cold_sar: discovery cached, the reviews not (another user each call): what a running controller pays for a
+      user it has not seen within the review cache's life;
+    - cached: the same user again within that life (no request at all).
+    """
+    from mcad import kube
+    from mcad.admission.kubefacts import KubeFacts
+    from mcad.admission.request import AdmissionRequest, UserInfo
+    from mcad.admission.review import AdmissionConfig, build
+
+    f = opts.factor("admission")
+    n = scaled(200, f, minimum=20)
+    result["params"] = {"calls_per_case": n, "items": 3}
+    with Env("admission", opts, result) as env:
+        api = env.api
+        rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}"
+        api.create(f"{rbac}/roles", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                                     "metadata": {"name": "bench-tenant"}, "rules": [
+            {"apiGroups": [""], "resources": ["services", "configmaps"], "verbs": ["create"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]}]})
+        api.create(f"{rbac}/rolebindings", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                                            "metadata": {"name": "bench-tenant"},
+                                            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                                        "name": "bench-tenant"},
+                                            "subjects": [{"kind": "Group", "name": ADMISSION_GROUP,
+                                                          "apiGroup": "rbac.authorization.k8s.io"}]})
+        conn = kube.connect(env.cluster.kubeconfig)
+        config = AdmissionConfig()
+        obj = appwrapper("bench-admission", [
+            {"generictemplate": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {
+                "replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": {
+                    "metadata": {"labels": {"app": "web"}}, "spec": {"containers": [
+                        {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}}}}},
+            {"generictemplate": {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                                 "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}},
+            {"generictemplate": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web"},
+                                 "data": {"k": "v"}}}])
+
+        def user(i: int) -> UserInfo:
+            return UserInfo(f"bench-user-{i}", uid=f"uid-{i}", groups=(ADMISSION_GROUP, "system:authenticated"))
+
+        def call(facts: KubeFacts, who: UserInfo) -> float:
+            _, validate = build(facts, config)
+            request = AdmissionRequest(uid="bench", operation="CREATE", group="workload.codeflare.dev",
+                                       namespace=NAMESPACE, name="bench-admission", user=who, obj=obj, old=None)
+            t0 = time.perf_counter()
+            outcome = validate(request)
+            elapsed = time.perf_counter() - t0
+            if not outcome.allowed:
+                raise BenchError(f"admission refused the bench AppWrapper: {outcome.message}")
+            return elapsed
+
+        # The Role counts once RBAC's informer has it.
+        wait_for(lambda: KubeFacts(conn).may(user(-1), "create", _must(KubeFacts(conn).resource_for(
+            "apps/v1", "Deployment")), NAMESPACE).allowed, 30, "the bench Role to count")
+        say(f"admission: {n} validations per case (cold, cold_sar, cached)")
+        started = time.monotonic()
+        cold = [call(KubeFacts(conn), user(i)) for i in range(n)]
+        shared = KubeFacts(conn)
+        call(shared, user(-2))  # discovery into the cache
+        before = shared.requests
+        cold_sar = [call(shared, user(n + i)) for i in range(n)]
+        requests_per_cold_sar = (shared.requests - before) / n
+        before = shared.requests
+        cached = [call(shared, user(n)) for _ in range(n)]
+        result["wall_s"] = round(time.monotonic() - started, 2)
+        result["requests_per_call"] = {"cold_sar": round(requests_per_cold_sar, 2),
+                                       "cached": round((shared.requests - before) / n, 2)}
+        result["latency"] = {"validate, cold (discovery+3 SAR)": summary(cold),
+                             "validate, cold SAR (3 SAR)": summary(cold_sar),
+                             "validate, cached": summary(cached)}
+
+
+def _must(value: Any) -> Any:
+    if value is None:
+        raise BenchError("discovery does not know apps/v1 Deployment")
+    return value
+
+
 SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "ceiling": ceiling,
     "throughput": throughput,
@@ -897,4 +987,5 @@ SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "restart": restart,
     "noisy_neighbour": noisy_neighbour,
     "memory": memory,
+    "admission": admission,
 }

@@ -58,3 +58,18 @@ Secret). A worker with a kubeconfig file is refused: the chart mounts no such fi
 {{ $worker.secret.name }}
 {{ end -}}
 {{- end -}}
+
+{{/* The kinds the controller is granted (rbac.wrappedKinds + extraWrappedKinds) as resource.group, comma-separated:
+     the default admission allowlist (--admission-allowed-kinds). */}}
+{{- define "mcad.wrappedKindNames" -}}
+{{- $names := list -}}
+{{- range concat .Values.rbac.wrappedKinds .Values.rbac.extraWrappedKinds -}}
+{{- $groups := .apiGroups -}}
+{{- range $resource := .resources -}}
+{{- range $group := $groups -}}
+{{- $names = append $names (ternary $resource (printf "%s.%s" $resource $group) (eq $group "")) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- join "," (uniq $names) -}}
+{{- end -}}

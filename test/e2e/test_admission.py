@@ -1,0 +1,232 @@
+"""Issue 15's escalations through the real webhooks: `kubectl create` as a tenant with a TokenRequest token.
+
+alice holds only create/get/list/watch/delete on appwrappers in her namespace; each AppWrapper that got the
+controller to create what she could not is refused at create, the message naming the item and the missing right.
+bob holds the rights too: his Deployment and his privileged Pod run; the denylisted kinds are refused for him as for
+everyone. The creator is recorded in annotations nobody can forge, and the items are frozen after create.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mcad import kube
+from mcad.admission.review import CREATOR_ANNOTATION, CREATOR_UID_ANNOTATION
+from test.e2e.conftest import AppWrappers, Controller
+from test.support import REPO, wait_until
+
+APPWRAPPER_RIGHTS = [{"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"],
+                      "verbs": ["create", "get", "list", "watch", "delete", "update", "patch"]}]
+BOB_KINDS = [("", "pods"), ("", "secrets"), ("", "services"), ("", "events"), ("", "configmaps"),
+             ("apps", "deployments")]
+
+
+def account(admin: kube.Connection, namespace: str, name: str, rules: list[dict[str, Any]] | None,
+            cluster_role: str = "") -> str:
+    """The ServiceAccount ``name``, bound to a Role of ``rules`` (or to ``cluster_role``); returns its uid."""
+    made = kube.request_json(admin, "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                             body={"metadata": {"name": name}})
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role}
+    if rules is not None:
+        kube.request_json(admin, "POST", f"{rbac}/roles", body={"metadata": {"name": name}, "rules": rules})
+        ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
+    kube.request_json(admin, "POST", f"{rbac}/rolebindings", body={
+        "metadata": {"name": name}, "roleRef": ref,
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]})
+    return str(made["metadata"]["uid"])
+
+
+def token_kubeconfig(admin_kubeconfig: str, admin: kube.Connection, namespace: str, name: str, path: Path) -> str:
+    """A kubeconfig that acts as ServiceAccount ``name`` with a short-lived TokenRequest token."""
+    answer = kube.request_json(admin, "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                               body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                     "spec": {"expirationSeconds": 3600}})
+    config = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
+    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])["cluster"]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": name, "user": {"token": answer["status"]["token"]}}],
+        "contexts": [{"name": name, "context": {"cluster": "c", "user": name, "namespace": namespace}}]}))
+    path.chmod(0o600)
+    return str(path)
+
+
+def kubectl(kubeconfig: str, verb: str, body: dict[str, Any] | None, *args: str) -> subprocess.CompletedProcess[str]:
+    """``kubectl <verb> <args>``, with ``-f -`` reading ``body`` when there is one."""
+    binary = shutil.which("kubectl") or str(REPO / ".dev" / "bin" / "kubectl")
+    stdin = ["-f", "-"] if body is not None else []
+    return subprocess.run([binary, "--kubeconfig", kubeconfig, verb, *args, *stdin],
+                          input=json.dumps(body) if body is not None else None,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+class Tenants:
+    def __init__(self, kubeconfig: str, namespace: str, tmp: Path) -> None:
+        admin = kube.connect(kubeconfig)
+        self.namespace = namespace
+        self.alice_uid = account(admin, namespace, "alice", APPWRAPPER_RIGHTS)
+        self.bob_uid = account(admin, namespace, "bob", APPWRAPPER_RIGHTS + [
+            {"apiGroups": [g], "resources": [r], "verbs": ["create"]} for g, r in BOB_KINDS])
+        account(admin, namespace, "deployer", None, cluster_role="admin")
+        self.alice = token_kubeconfig(kubeconfig, admin, namespace, "alice", tmp / "alice")
+        self.bob = token_kubeconfig(kubeconfig, admin, namespace, "bob", tmp / "bob")
+
+    def user(self, name: str) -> str:
+        return f"system:serviceaccount:{self.namespace}:{name}"
+
+
+@pytest.fixture
+def tenants(kubeconfig: str, aws: AppWrappers, controller: Controller, tmp_path: Path) -> Tenants:
+    made = Tenants(kubeconfig, aws.namespace, tmp_path)
+
+    def bob_may_create_deployments() -> bool:
+        return kubectl(made.bob, "auth", None, "can-i", "create", "deployments.apps").stdout.strip() == "yes"
+
+    wait_until(bob_may_create_deployments, 30, "bob's Role to count")
+    return made
+
+
+def wrapper(namespace: str, name: str, *templates: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"resources": {"GenericItems": [{"generictemplate": t} for t in templates]}}}
+
+
+def deployment() -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {
+        "replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}]}}}}
+
+
+def privileged_pod() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root"}, "spec": {
+        "serviceAccountName": "deployer", "hostPID": True, "hostNetwork": True,
+        "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+        "containers": [{"name": "c", "image": "busybox", "securityContext": {"privileged": True},
+                        "resources": {"requests": {"cpu": "10m"}},
+                        "volumeMounts": [{"name": "host", "mountPath": "/host"}]}]}}
+
+
+def token_secret() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": "deployer-token", "annotations": {"kubernetes.io/service-account.name": "deployer"}}}
+
+
+def external_service() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "dns"},
+            "spec": {"ports": [{"port": 53}], "externalIPs": ["8.8.8.8"]}}
+
+
+def kubelet_event() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "forged"}, "reason": "Started",
+            "involvedObject": {"kind": "Pod", "name": "x"}, "source": {"component": "kubelet"}}
+
+
+ESCALATIONS: list[Any] = [
+    pytest.param(deployment, "Deployment web", "deployments.apps", None, id="deployment"),
+    pytest.param(privileged_pod, "Pod root", "pods", None, id="privileged-pod-as-deployer"),
+    pytest.param(token_secret, "Secret deployer-token", "secrets",
+                 "Secrets of type kubernetes.io/service-account-token cannot be wrapped", id="sa-token-secret"),
+    pytest.param(external_service, "Service dns", "services", "Services with spec.externalIPs cannot be wrapped",
+                 id="service-externalips"),
+    pytest.param(kubelet_event, "Event forged", "events", "Events cannot be wrapped", id="event"),
+]
+
+
+@pytest.mark.parametrize(("template", "item", "plural", "denylisted"), ESCALATIONS)
+def test_a_tenant_cannot_make_the_controller_create_what_it_may_not(
+        tenants: Tenants, aws: AppWrappers, template: Callable[[], dict[str, Any]], item: str, plural: str,
+        denylisted: str | None) -> None:
+    proc = kubectl(tenants.alice, "create", wrapper(tenants.namespace, "escalate", template()))
+    assert proc.returncode != 0, proc.stdout
+    reason = denylisted or (f'user "{tenants.user("alice")}" may not create {plural} in namespace '
+                            f'{tenants.namespace}')
+    assert f"denied the request: GenericItems[0] ({item}): {reason}" in proc.stderr, proc.stderr
+    with pytest.raises(Exception, match="Not Found"):
+        aws.get("escalate")
+
+
+@pytest.mark.parametrize(("template", "item", "plural", "denylisted"), ESCALATIONS)
+def test_a_user_holding_the_rights_runs_the_same_appwrapper_except_denylisted_kinds(
+        tenants: Tenants, aws: AppWrappers, template: Callable[[], dict[str, Any]], item: str, plural: str,
+        denylisted: str | None) -> None:
+    proc = kubectl(tenants.bob, "create", wrapper(tenants.namespace, "allowed", template()))
+    if denylisted:
+        assert proc.returncode != 0 and f"denied the request: GenericItems[0] ({item}): {denylisted}" in proc.stderr, \
+            proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    aws.wait_state("allowed", "Running")
+    name = template()["metadata"]["name"]
+    assert aws.exists(template()["apiVersion"], template()["kind"], name)
+
+
+def test_the_creator_is_recorded_and_cannot_be_forged_or_changed(tenants: Tenants, aws: AppWrappers) -> None:
+    body = wrapper(tenants.namespace, "mine", deployment())
+    body["metadata"]["annotations"] = {CREATOR_ANNOTATION: "system:admin", CREATOR_UID_ANNOTATION: "forged"}
+    proc = kubectl(tenants.bob, "create", body)
+    assert proc.returncode == 0, proc.stderr
+    annotations = aws.get("mine")["metadata"]["annotations"]
+    assert annotations[CREATOR_ANNOTATION] == tenants.user("bob")
+    assert annotations[CREATOR_UID_ANNOTATION] == tenants.bob_uid
+    # An edit of the creator is quietly put back; an edit of the items is refused (patches: the controller writes
+    # the AppWrapper meanwhile, a replace would conflict).
+    edit = {"metadata": {"annotations": {CREATOR_ANNOTATION: "system:admin"}, "labels": {"edited": "yes"}}}
+    proc = kubectl(tenants.bob, "patch", None, "appwrapper", "mine", "--type", "merge", "-p", json.dumps(edit))
+    assert proc.returncode == 0, proc.stderr
+    after = aws.get("mine")["metadata"]
+    assert after["annotations"][CREATOR_ANNOTATION] == tenants.user("bob")
+    assert after["labels"]["edited"] == "yes"
+    image = "/spec/resources/GenericItems/0/generictemplate/spec/template/spec/containers/0/image"
+    proc = kubectl(tenants.bob, "patch", None, "appwrapper", "mine", "--type", "json",
+                   "-p", json.dumps([{"op": "replace", "path": image, "value": "evil"}]))
+    assert proc.returncode != 0
+    assert "denied the request: spec.resources may not change once the AppWrapper is created" in proc.stderr, \
+        proc.stderr
+
+
+def configmap(name: str, **meta: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, **meta}, "data": {"k": "v"}}
+
+
+def pod(name: str | None, cpu: str = "10m") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name} if name else {"labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}]}}
+
+
+@pytest.mark.parametrize(("templates", "message"), [
+    pytest.param([{"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}],
+                 "GenericItems[0] (Widget w): the API server does not serve example.com/v1 Widget", id="unknown-kind"),
+    pytest.param([configmap("cm", namespace="kube-system")],
+                 "GenericItems[0] (ConfigMap cm): metadata.namespace 'kube-system' differs from the AppWrapper's "
+                 "namespace", id="other-namespace"),
+    pytest.param([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mine"}}],
+                 "GenericItems[0] (Namespace mine): Namespace is cluster-scoped", id="cluster-scoped"),
+    pytest.param([pod(None)], "GenericItems[0] (Pod (no name)): metadata.name is required", id="nameless"),
+    pytest.param([pod("q", cpu="-2")], "GenericItems[0] (Pod q): generictemplate.spec.containers[0].resources."
+                 "requests.cpu: negative quantity '-2'", id="negative-quantity"),
+    pytest.param([pod("huge", cpu="1e100")], "GenericItems[0] (Pod huge): generictemplate.spec.containers[0]."
+                 "resources.requests.cpu is '1e100', more than Kubernetes can count", id="huge-quantity"),
+    pytest.param([configmap("same"), pod("p"), configmap("same")],
+                 "GenericItems[2] (ConfigMap same) names the same object as GenericItems[0]", id="duplicates"),
+    pytest.param([{"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+                   "metadata": {"name": "inner"}, "spec": {"resources": {"GenericItems": []}}}],
+                 "GenericItems[0] (AppWrapper inner): an AppWrapper cannot wrap another AppWrapper", id="nested"),
+])
+def test_what_dispatch_would_fail_is_refused_at_create_with_the_same_message(
+        tenants: Tenants, aws: AppWrappers, templates: list[dict[str, Any]], message: str) -> None:
+    proc = kubectl(tenants.bob, "create", wrapper(tenants.namespace, "bad", *templates))
+    assert proc.returncode != 0
+    assert f"denied the request: {message}" in proc.stderr, proc.stderr
