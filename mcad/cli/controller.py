@@ -296,12 +296,6 @@ def quota_served(client: kube.Client) -> bool:
               help="Kinds AppWrappers may wrap, as comma-separated resource.group (core kinds without a group), "
                    "e.g. pods,services,deployments.apps,jobs.batch. Empty: any kind the requesting user may create "
                    "(the built-in denylist applies either way).")
-@click.option("--admission-protected-namespaces", default="kube-system",
-              help="Namespaces where AppWrappers are refused, comma-separated; the controller's own is always "
-                   "protected.")
-@click.option("--admission-allowed-namespaces", default="",
-              help="Protected namespaces (the controller's own included) where AppWrappers are allowed after all, "
-                   "comma-separated.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json",
               help="json for log collectors, console for people.")
@@ -317,8 +311,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
          webhook_enabled: bool, webhook_bind_address: str, webhook_share_port: bool, webhook_cert_dir: str | None,
          webhook_cert_secret: str, webhook_cert_namespace: str | None,
          webhook_service_name: str, webhook_cert_hosts: str, webhook_configuration_name: str,
-         webhook_cert_poll_seconds: float, admission_allowed_kinds: str, admission_protected_namespaces: str,
-         admission_allowed_namespaces: str, log_level: str, log_format: str, connect_only: bool) -> None:
+         webhook_cert_poll_seconds: float, admission_allowed_kinds: str,
+         log_level: str, log_format: str, connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     if leader_elect:
         try:
@@ -406,8 +400,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
                                configuration=webhook_configuration_name, poll_seconds=webhook_cert_poll_seconds,
                                max_items=max_items, max_appwrapper_bytes=max_appwrapper_bytes,
                                share_port=webhook_share_port,
-                               admission=admission_config(admission_allowed_kinds, admission_protected_namespaces,
-                                                          admission_allowed_namespaces))
+                               admission=admission_config(admission_allowed_kinds, protected, allowed_protected))
         except OSError as err:
             logger.error("cannot serve the admission webhooks", address=webhook_bind_address, reason=str(err))
             sys.exit(2)
@@ -495,12 +488,14 @@ def _names(value: str) -> frozenset[str]:
     return frozenset(part.strip() for part in value.split(",") if part.strip())
 
 
-def admission_config(allowed_kinds: str, protected_namespaces: str,
-                     allowed_namespaces: str) -> admission_review.AdmissionConfig:
-    """The admin's admission choices from the flags: ``resource.group`` names become (group, resource)."""
+def admission_config(allowed_kinds: str, protected: frozenset[str],
+                     allowed_protected: tuple[str, ...] = ()) -> admission_review.AdmissionConfig:
+    """The admin's admission choices from the flags: ``resource.group`` names become (group, resource); the
+    protected namespaces are the dispatcher's (``protected_namespaces``), so admission and dispatch refuse the
+    same ones and ``--allow-protected-namespace`` lifts both."""
     kinds = frozenset((group, resource) for resource, _, group in (k.partition(".") for k in _names(allowed_kinds)))
-    return admission_review.AdmissionConfig(allowed_kinds=kinds, protected_namespaces=_names(protected_namespaces),
-                                            allowed_namespaces=_names(allowed_namespaces))
+    return admission_review.AdmissionConfig(allowed_kinds=kinds, protected_namespaces=protected,
+                                            allowed_namespaces=frozenset(allowed_protected))
 
 
 def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: str | None, secret: str,

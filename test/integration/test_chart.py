@@ -132,7 +132,7 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
               "leaderElection": {"leaseDuration": 4, "renewDeadline": 3, "retryPeriod": 0.5},
               "legacyApi": {"enabled": True},
               "webhook": {"port": 8443, "certHosts": ["127.0.0.1", "mcad.example.com"], "certPollSeconds": 5},
-              "admission": {"anyKind": True, "allowedNamespaces": ["kube-system", "infra"]}}
+              "admission": {"anyKind": True}}
     container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]
     assert container["args"] == ["--fit=aggregate", "--write-workers=8", "--max-items=50",
@@ -145,7 +145,7 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                                  "--webhook-configuration-name=mcad", "--webhook-service-name=mcad-controller",
                                  "--webhook-cert-poll-seconds=5", "--webhook-cert-secret=mcad-webhook-cert",
                                  "--webhook-cert-hosts=127.0.0.1,mcad.example.com",
-                                 "--admission-allowed-namespaces=kube-system,infra", "--context=x"]
+                                 "--context=x"]
 
 
 def test_the_lease_role_grants_exactly_what_the_elector_uses() -> None:

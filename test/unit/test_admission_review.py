@@ -472,12 +472,14 @@ def test_an_update_without_the_stored_object_is_refused() -> None:
 
 
 def test_the_controller_flags_become_the_admission_config() -> None:
-    from mcad.cli.controller import admission_config
+    from mcad.cli.controller import admission_config, protected_namespaces
 
-    config = admission_config("pods, deployments.apps,jobs.batch,", "kube-system,infra", "infra")
+    config = admission_config("pods, deployments.apps,jobs.batch,", protected_namespaces("mcad-system", ("infra",)),
+                              ("infra",))
     assert config.allowed_kinds == frozenset({("", "pods"), ("apps", "deployments"), ("batch", "jobs")})
-    assert config.protected("kube-system") and not config.protected("infra") and not config.protected("team-a")
-    assert admission_config("", "kube-system", "").allowed_kinds == frozenset()
+    assert config.protected("kube-system") and config.protected("mcad-system")
+    assert not config.protected("infra") and not config.protected("team-a")
+    assert admission_config("", frozenset({"kube-system"})).allowed_kinds == frozenset()
 
 
 def test_a_review_that_runs_out_of_time_refuses_saying_so() -> None:
