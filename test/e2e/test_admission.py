@@ -230,3 +230,51 @@ def test_what_dispatch_would_fail_is_refused_at_create_with_the_same_message(
     proc = kubectl(tenants.bob, "create", wrapper(tenants.namespace, "bad", *templates))
     assert proc.returncode != 0
     assert f"denied the request: {message}" in proc.stderr, proc.stderr
+
+
+def test_a_tenant_cannot_forge_its_quota_node_its_priority_or_its_demand(
+        kubeconfig: str, tenants: Tenants, aws: AppWrappers) -> None:
+    """The admin binds the namespace to node team-a of tree "tenants" and caps priorities at 100 there: a label
+    naming another node, a priority above the cap, an unknown PriorityClass and custompodresources below what the
+    templates ask are refused at create; an unlabelled AppWrapper gets the bound label."""
+    admin = kube.connect(kubeconfig)
+    kube.request_json(admin, "PATCH", f"/api/v1/namespaces/{tenants.namespace}",
+                      body={"metadata": {"labels": {"quota.codeflare.dev/tenants": "team-a"},
+                                         "annotations": {"mcad.codeflare.dev/max-priority": "100"}}},
+                      content_type="application/merge-patch+json")
+    forged = wrapper(tenants.namespace, "forged", pod("p"))
+    forged["metadata"]["labels"] = {"tenants": "team-b"}
+    # Admission reads namespaces through a short cache: wait (with a server-side dry run, which goes through the
+    # webhooks and stores nothing) until it sees the binding.
+    wait_until(lambda: kubectl(tenants.bob, "create", forged, "--dry-run=server").returncode != 0, 30,
+               "admission to see the namespace's binding")
+    proc = kubectl(tenants.bob, "create", forged)
+    assert proc.returncode != 0
+    assert ("metadata.labels.tenants: 'team-b' names quota node team-b of tree tenants, but the cluster admin binds "
+            f"namespace {tenants.namespace} to node team-a") in proc.stderr, proc.stderr
+
+    loud = wrapper(tenants.namespace, "loud", pod("p"))
+    loud["spec"]["priority"] = 2**31 - 1
+    proc = kubectl(tenants.bob, "create", loud)
+    assert proc.returncode != 0
+    assert (f"spec.priority 2147483647 is above the ceiling 100 of namespace {tenants.namespace} (set by namespace "
+            f"{tenants.namespace}'s annotation mcad.codeflare.dev/max-priority)") in proc.stderr, proc.stderr
+
+    classy = wrapper(tenants.namespace, "classy", pod("p"))
+    classy["spec"]["priorityClassName"] = "no-such-class"
+    proc = kubectl(tenants.bob, "create", classy)
+    assert proc.returncode != 0
+    assert "spec.priorityClassName: there is no PriorityClass 'no-such-class'" in proc.stderr, proc.stderr
+
+    understated = wrapper(tenants.namespace, "small", deployment())
+    understated["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [
+        {"replicas": 1, "requests": {"cpu": "1m"}}]
+    understated["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"]["replicas"] = 6
+    proc = kubectl(tenants.bob, "create", understated)
+    assert proc.returncode != 0
+    assert "GenericItems[0] (Deployment web): custompodresources declare cpu 1m, less than its templates ask, " \
+        "cpu 60m" in proc.stderr, proc.stderr
+
+    proc = kubectl(tenants.bob, "create", wrapper(tenants.namespace, "plain", pod("p")))
+    assert proc.returncode == 0, proc.stderr
+    assert aws.get("plain")["metadata"]["labels"]["tenants"] == "team-a"

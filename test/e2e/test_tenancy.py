@@ -1,5 +1,6 @@
-"""Quota and priority a tenant cannot forge, end to end (issue 15, parts 3 and 4), with the controller alone: no
-admission webhook runs here, so these are the controller's own defences (what holds when admission is bypassed).
+"""Quota and priority a tenant cannot forge, end to end (issue 15, parts 3 and 4), with the controller alone: this
+module's namespaces are outside the webhooks (``WEBHOOK_RELEASE = None``), so these are the controller's own
+defences, what holds when admission is bypassed. test_admission shows the same forgeries refused at create.
 
 Two tenant namespaces, bound by the admin (namespace labels quota.codeflare.dev/<tree>) to their own node of a
 tree; pods pinned to a fake node of known size; --preemption on, as in the issue's report. What a tenant writes on
@@ -24,6 +25,7 @@ from test.e2e.quota import QuotaTrees, node, subtree
 from test.support import wait_until
 
 CONTROLLER_ARGS = ("--preemption",)
+WEBHOOK_RELEASE = None  # what the controller does with what admission would have refused
 BINDING = "quota.codeflare.dev/"
 CEILING = "mcad.codeflare.dev/max-priority"
 
