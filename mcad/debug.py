@@ -3,8 +3,9 @@
 Contract:
 - ``Reports`` turns a ``Dispatcher``'s state into JSON-ready dicts: ``queue()`` (``/debug/queue``), ``ledger()``
   (``/debug/ledger``) and ``explain(namespace, name)`` (``/debug/explain``; None when the AppWrapper is unknown).
-  The methods read dispatcher state, so they run on the dispatcher thread (``mcad.server`` sends them through
-  ``Dispatcher.call``) or on a dispatcher nobody else runs (``offline``).
+  The methods read dispatcher state, so they run on the dispatcher thread (``mcad.snapshots`` builds them there)
+  or on a dispatcher nobody else runs (``offline``). Inside ``shared_assessments()`` the queue is assessed once
+  for every document built.
 - The queue's "why" is computed now, with the dispatcher's own fit checks (``Dispatcher.assess_queue``), not read
   back from the Backoff condition (which is rewritten only when what blocks an AppWrapper changes).
 - ``offline(conn)`` lists AppWrappers, Nodes and Pods once, rebuilds the same ledger the controller would, and
@@ -14,8 +15,9 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,7 +25,7 @@ from mcad import kube, lifecycle, status
 from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, AppWrapperView, State
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.statusview import StatusView
-from mcad.dispatcher import Dispatcher
+from mcad.dispatcher import Assessment, Dispatcher
 
 Document = dict[str, Any]
 
@@ -40,6 +42,27 @@ class Reports:
     def __init__(self, dispatcher: Dispatcher, info: Callable[[], Mapping[str, Any]]) -> None:
         self.dispatcher = dispatcher
         self.info = info
+        self._assessments: list[Assessment] | None = None
+        self._sharing = False
+
+    @contextlib.contextmanager
+    def shared_assessments(self) -> Iterator[None]:
+        """Inside: the queue is assessed once and every document built meanwhile uses that assessment (one
+        snapshot of the queue, explains of many AppWrappers, at the cost of one assessment)."""
+        self._assessments = None
+        self._sharing = True
+        try:
+            yield
+        finally:
+            self._sharing = False
+            self._assessments = None
+
+    def _assess_queue(self) -> list[Assessment]:
+        if not self._sharing:
+            return self.dispatcher.assess_queue()
+        if self._assessments is None:
+            self._assessments = self.dispatcher.assess_queue()
+        return self._assessments
 
     def _header(self) -> Document:
         d = self.dispatcher
@@ -52,7 +75,7 @@ class Reports:
         d = self.dispatcher
         now = d.clock.now()
         queued = []
-        for position, assessment in enumerate(d.assess_queue(), start=1):
+        for position, assessment in enumerate(self._assess_queue(), start=1):
             aw = d.appwrappers.get(assessment.key)
             if aw is None:
                 continue
@@ -195,7 +218,7 @@ class Reports:
         if d.dispatching(aw.key):
             return "It is being dispatched: its wrapped objects are being created now.", []
         if aw.key in d.pending:
-            assessments = d.assess_queue()
+            assessments = self._assess_queue()
             place = next((i for i, a in enumerate(assessments, start=1) if a.key == aw.key), 0)
             mine = assessments[place - 1] if place else None
             ahead = [a for a in assessments[: max(place - 1, 0)]]
