@@ -13,9 +13,17 @@ from mcad import clusters
 from test import chart
 from test.support import REPO
 
+ENDPOINT_ACCESS = "endpoint-access"
+
+
+def endpoint_access(o: dict[str, Any]) -> bool:
+    """The RBAC of /metrics and /debug access (templates/endpoint-access.yaml), told apart by a label."""
+    return bool((o["metadata"].get("labels") or {}).get("mcad.codeflare.dev/role") == ENDPOINT_ACCESS)
+
 
 def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [o for o in objects if o["kind"] == kind]
+    """The one object of ``kind`` besides those of endpoint access."""
+    found = [o for o in objects if o["kind"] == kind and not endpoint_access(o)]
     assert len(found) == 1, [o["kind"] for o in objects]
     return found[0]
 
@@ -59,8 +67,8 @@ ELECTION_ARGS = ["--leader-elect", f"--leader-elect-lease-name={chart.LEASE}", "
 
 def test_defaults_render_two_hardened_controllers_with_leader_election() -> None:
     objects = chart.render()
-    assert sorted(o["kind"] for o in objects) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role",
-                                                  "RoleBinding", "Service", "ServiceAccount"]
+    assert sorted(o["kind"] for o in objects if not endpoint_access(o)) == [
+        "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"]
     deployment = by_kind(objects, "Deployment")
     assert deployment["metadata"]["name"] == "mcad-controller"
     assert deployment["metadata"]["namespace"] == chart.NAMESPACE
@@ -131,7 +139,7 @@ def test_the_lease_role_grants_exactly_what_the_elector_uses() -> None:
 
 def test_without_leader_election_one_replica_recreated_and_no_lease_role() -> None:
     objects = chart.render("leaderElection.enabled=false", "replicaCount=1")
-    kinds = {o["kind"] for o in objects}
+    kinds = {o["kind"] for o in objects if not endpoint_access(o)}
     assert "Role" not in kinds and "RoleBinding" not in kinds
     deployment = by_kind(objects, "Deployment")
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
@@ -231,7 +239,8 @@ def test_hub_off_renders_nothing_of_hub_mode() -> None:
     rules = by_kind(objects, "ClusterRole")["rules"]
     assert not [r for r in rules if "secrets" in r["resources"] and r.get("resourceNames")]
     assert not [r for r in HUB_RULES if r in rules]
-    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role"] == ["mcad-controller-leader-election"]
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role" and not endpoint_access(o)] == [
+        "mcad-controller-leader-election"]
 
 
 def test_hub_on_mounts_the_clusters_file_the_controller_can_load(tmp_path: Path) -> None:
@@ -310,3 +319,40 @@ def test_helm_lint_passes_in_hub_mode(tmp_path: Path) -> None:
     values.write_text(json.dumps(hub_values()))
     out = chart.helm("lint", str(chart.CHART), "--strict", "--namespace", chart.NAMESPACE, "--values", str(values))
     assert "0 chart(s) failed" in out
+
+
+def test_endpoint_access_lets_the_controller_review_and_readers_read() -> None:
+    objects = [o for o in chart.render() if endpoint_access(o)]
+    named = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    assert sorted(named) == [("ClusterRole", "mcad-access-reviews"), ("ClusterRole", "mcad-debug-viewer"),
+                             ("ClusterRole", "mcad-metrics-reader"), ("ClusterRoleBinding", "mcad-access-reviews"),
+                             ("Role", "mcad-debug-client")]
+    assert named[("ClusterRole", "mcad-access-reviews")]["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}]
+    assert named[("ClusterRoleBinding", "mcad-access-reviews")]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "mcad", "namespace": chart.NAMESPACE}]
+    assert named[("ClusterRole", "mcad-metrics-reader")]["rules"] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert named[("ClusterRole", "mcad-debug-viewer")]["rules"][0] == {"nonResourceURLs": ["/debug/*"],
+                                                                       "verbs": ["get"]}
+    assert named[("Role", "mcad-debug-client")]["metadata"]["namespace"] == chart.NAMESPACE
+    args = by_kind(chart.render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--insecure-debug-endpoints" not in args
+
+
+def test_the_service_monitor_sends_prometheus_token_and_may_bind_its_account(tmp_path: Path) -> None:
+    values = {"serviceMonitor": {"enabled": True,
+                                 "prometheusServiceAccount": {"name": "prometheus-k8s", "namespace": "monitoring"}}}
+    objects = chart.render(values=values, tmp=tmp_path)
+    monitor = by_kind(objects, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding"
+                   and o["metadata"]["name"] == "mcad-metrics-reader")
+    assert binding["roleRef"]["name"] == "mcad-metrics-reader"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}]
+    secret = {"type": "Bearer", "credentials": {"name": "prom-token", "key": "token"}}
+    values["serviceMonitor"]["authorization"] = secret
+    monitor = by_kind(chart.render(values=values, tmp=tmp_path), "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["authorization"] == secret
+    assert "bearerTokenFile" not in monitor["spec"]["endpoints"][0]
