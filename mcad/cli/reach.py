@@ -10,8 +10,10 @@ Contract:
 - The controller wants the user's bearer token (it TokenReviews it and checks the user's rights). Through the API
   server it goes in ``X-Mcad-Authorization``, since the proxy drops ``Authorization`` after authenticating the
   user; with ``where.url`` in ``Authorization``. The token is ``where.token`` (``--token``), else the kubeconfig's
-  as the client resolves it (token, tokenFile, exec plugin). A kubeconfig that authenticates with a client
-  certificate has none to pass on: through the API server that is a ``DebugUnavailable`` saying how to get one.
+  as the client resolves it (token, tokenFile, exec plugin); with ``where.url`` the kubeconfig's only when the URL
+  is a loopback address (a port-forward), since it goes over plain HTTP to wherever the URL points. A kubeconfig
+  that authenticates with a client certificate has none to pass on: through the API server that is a
+  ``DebugUnavailable`` saying how to get one.
 - Failures raise ``DebugUnavailable`` with a message a person can act on (which API server and kubeconfig, which
   Lease or Service is missing, what the proxy said) and the hint ``--offline`` where it helps.
   ``ControllerRefused`` (a subclass) means the controller itself answered with an error status, e.g. 404 for an
@@ -23,6 +25,7 @@ errors are ``Status`` objects, the controller's are ``{"error": ...}``.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import urllib.error
 import urllib.parse
@@ -111,11 +114,15 @@ def fetch(where: Where, endpoint: str, query: Query = ()) -> dict[str, Any]:
     return _ThroughApiServer(conn, where, endpoint, list(query), token).fetch()
 
 
-def _direct_token(where: Where) -> str | None:
-    """--url: the given token, else the kubeconfig's if there is one (a controller run with
-    --insecure-debug-endpoints needs none, so having none is not an error here)."""
+def _direct_token(where: Where, url: str) -> str | None:
+    """--url: the given token, else the kubeconfig's if there is one and the URL is this machine's (a
+    ``kubectl port-forward``): a kubeconfig's credentials are not sent, over plain HTTP, to wherever --url points
+    unless asked with --token. Having none is no error here: a controller run with --insecure-debug-endpoints needs
+    none, and one that does answers 401."""
     if where.token:
         return where.token
+    if not _loopback(urllib.parse.urlsplit(url).hostname or ""):
+        return None
     try:
         return kube.bearer_token(kube.connect(where.kubeconfig, where.context))
     except kube.KubeConnectError:
@@ -132,7 +139,7 @@ def _fetch_direct(where: Where, endpoint: str, query: Query) -> dict[str, Any]:
     if query:
         url += "?" + urllib.parse.urlencode(list(query))
     headers = {"Accept": "application/json"}
-    token = _direct_token(where)
+    token = _direct_token(where, url)
     if token:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, headers=headers)
@@ -160,6 +167,13 @@ def _fetch_direct(where: Where, endpoint: str, query: Query) -> dict[str, Any]:
         raise DebugUnavailable(f"the controller at {url} wants a bearer token and mcadctl has none: "
                                + no_token_hint("your kubeconfig" if where.kubeconfig is None else where.kubeconfig))
     raise _refused(status, body, data, f"the controller at {url}")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _json_object(data: bytes) -> dict[str, Any] | None:
