@@ -30,7 +30,6 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
@@ -48,7 +47,7 @@ from mcad.dispatcher import Dispatcher
 from mcad.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
 from mcad.events import EventCounters
 from mcad.metrics import CONTENT_TYPE, Metrics
-from mcad.snapshots import DEFAULT_INTERVAL_SECONDS, Busy, Part, Snapshots
+from mcad.snapshots import DEFAULT_INTERVAL_SECONDS, Busy, Part, Snapshots, encode
 
 log = structlog.get_logger("mcad.server")
 Check = Callable[[], tuple[bool, str]]
@@ -158,7 +157,8 @@ class DebugEndpoints:
         self.timeout = timeout
 
     def answer(self, path: str, query: Mapping[str, str], *, user: UserInfo | None = None,
-               access: Access | None = None) -> tuple[int, dict[str, Any]]:
+               access: Access | None = None) -> tuple[int, dict[str, Any] | bytes]:
+        """The status and the document: a dict, or the JSON of one that every reader shares."""
         access = access if access is not None else Access(None)
         try:
             return self._answer(path, query, user, access)
@@ -166,7 +166,7 @@ class DebugEndpoints:
             return refused.status, {"error": refused.message}
 
     def _answer(self, path: str, query: Mapping[str, str], user: UserInfo | None,
-                access: Access) -> tuple[int, dict[str, Any]]:
+                access: Access) -> tuple[int, dict[str, Any] | bytes]:
         part: Part
         if path in CLUSTER_WIDE:
             part = path.removeprefix("/debug/")
@@ -192,16 +192,16 @@ class DebugEndpoints:
         except Busy as err:
             return 503, {"error": f"busy, retry: {err}"}
         document = snapshot.documents[part]
-        if isinstance(part, tuple):
-            return (200, document) if document is not None else self._unknown(part[1], part[2])
+        if isinstance(part, tuple) and document is None:
+            return self._unknown(part[1], part[2])
         if part == "queue":
             shown = {aw["namespace"] for aw in document["queued"] + document["dispatched"]}
             visible = access.visible(user, shown, snapshot.namespaces)
             if visible is not None:
-                document = {**document,
-                            "queued": [aw for aw in document["queued"] if aw["namespace"] in visible],
-                            "dispatched": [aw for aw in document["dispatched"] if aw["namespace"] in visible]}
-        return 200, document
+                return 200, {**document,
+                             "queued": [aw for aw in document["queued"] if aw["namespace"] in visible],
+                             "dispatched": [aw for aw in document["dispatched"] if aw["namespace"] in visible]}
+        return 200, snapshot.encoded(part)
 
     @staticmethod
     def _unknown(namespace: str, name: str) -> tuple[int, dict[str, Any]]:
@@ -277,14 +277,14 @@ def _handler(metrics: Metrics, live: Check, ready: Check, debug: DebugEndpoints 
                     return
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
                 code, document = debug.answer(path, query, user=user, access=access)
-                self._send(code, json.dumps(document, indent=1).encode() + b"\n", "application/json")
+                self._send(code, document if isinstance(document, bytes) else encode(document), "application/json")
             else:
                 self._send(404, b"not found: try /metrics, /healthz, /readyz, /debug/queue\n",
                            "text/plain; charset=utf-8")
 
         def _refuse(self, refused: Refused, *, json_body: bool) -> None:
             if json_body:
-                body, content_type = json.dumps({"error": refused.message}).encode() + b"\n", "application/json"
+                body, content_type = encode({"error": refused.message}), "application/json"
             else:
                 body, content_type = refused.message.encode() + b"\n", "text/plain; charset=utf-8"
             headers = {"WWW-Authenticate": 'Bearer realm="mcad"'} if refused.status == 401 else {}
