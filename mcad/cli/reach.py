@@ -92,12 +92,15 @@ def lease_path(namespace: str, name: str) -> str:
 PROXY_HEADER = "X-Mcad-Authorization"  # mcad.endpointauth.PROXY_HEADER; not imported: mcadctl stays light
 
 
+_TOKEN_HINT = ("pass --token (or set MCAD_TOKEN), e.g. `--token \"$(kubectl create token SERVICEACCOUNT -n "
+               "NAMESPACE)\"` for a ServiceAccount that may list appwrappers where you work (or is bound to the "
+               "chart's debug-viewer ClusterRole)")
+
+
 def no_token_hint(source: str) -> str:
     return (f"{source} authenticates with a client certificate, which the API server does not pass on to the "
-            "controller, and the controller needs a bearer token to check who you are: pass --token (or set "
-            "MCAD_TOKEN), e.g. `--token \"$(kubectl create token SERVICEACCOUNT -n NAMESPACE)\"` for a "
-            "ServiceAccount that may list appwrappers where you work (or is bound to the chart's debug-viewer "
-            "ClusterRole), or use a kubeconfig with a token or an exec plugin")
+            f"controller, and the controller needs a bearer token to check who you are: {_TOKEN_HINT}, or use a "
+            "kubeconfig with a token or an exec plugin")
 
 
 def fetch(where: Where, endpoint: str, query: Query = ()) -> dict[str, Any]:
@@ -164,8 +167,8 @@ def _fetch_direct(where: Where, endpoint: str, query: Query) -> dict[str, Any]:
             f"{where.url} is a standby replica, not the leader (the leader is {body.get('leader') or 'unknown'}); "
             "point --url at the leader, or drop --url and mcadctl finds it through the API server")
     if status == 401 and not token:
-        raise DebugUnavailable(f"the controller at {url} wants a bearer token and mcadctl has none: "
-                               + no_token_hint("your kubeconfig" if where.kubeconfig is None else where.kubeconfig))
+        raise DebugUnavailable(f"the controller at {url} wants a bearer token and mcadctl has none to send there "
+                               f"(a kubeconfig's token goes only to a loopback --url): {_TOKEN_HINT}")
     raise _refused(status, body, data, f"the controller at {url}")
 
 
