@@ -2,7 +2,8 @@
 
 Contract: every subcommand prints its result on stdout and exits 0, or prints one line starting with ``error:`` on
 stderr and exits 1; a bad argument or option is a usage error (exit 2). Cluster access follows kubectl:
-``--kubeconfig``, else $KUBECONFIG, else in-cluster, else ~/.kube/config.
+``--kubeconfig``, else $KUBECONFIG, else in-cluster, else ~/.kube/config. The controller answers according to
+the bearer token mcadctl shows it: ``--token``, else $MCAD_TOKEN, else the kubeconfig's (``mcad.cli.reach``).
 
 ``queue``, ``ledger``, ``explain``, ``quota`` and ``clusters`` show the controller's own view, from its ``/debug/*``
 endpoints (see ``mcad.cli.reach`` for how it is found: ``--url``, else the leader's pod named by the Lease, else the
