@@ -72,24 +72,20 @@ class Reports:
     # ------------------------------------------------------------------------------------------ queue
 
     def queue(self) -> Document:
+        return self.queue_deferred()()
+
+    def queue_deferred(self) -> Callable[[], Document]:
+        """What /debug/queue needs from dispatcher state, read now (on its thread); the returned function turns
+        it into the document anywhere (formatting thousands of entries need not hold the dispatcher)."""
         d = self.dispatcher
         now = d.clock.now()
-        queued = []
+        header = self._header()
+        queued_facts = []
         for position, assessment in enumerate(self._assess_queue(), start=1):
             aw = d.appwrappers.get(assessment.key)
-            if aw is None:
-                continue
-            created = lifecycle.parse_time(aw.created)
-            queued.append({
-                "position": position, "namespace": aw.namespace, "name": aw.name, "priority": aw.priority,
-                "created": aw.created or None,
-                "ageSeconds": round((now - created).total_seconds(), 3) if created else None,
-                "state": assessment.state, "demand": quantities(aw.demand),
-                "pods": sum(group.count for group in d.gang(aw)),
-                "fitsNow": assessment.fits_now, "why": assessment.why,
-                "requeuings": d.status_of(aw).requeuings,
-            })
-        dispatched = []
+            if aw is not None:
+                queued_facts.append((position, assessment, aw, d.status_of(aw).requeuings))
+        dispatched_facts = []
         for aw in sorted(d.appwrappers.list(), key=lambda a: a.order()):
             if aw.key in d.pending or aw.deleting:
                 continue
@@ -97,14 +93,32 @@ class Reports:
             state = "Dispatching" if d.dispatching(aw.key) else current.state
             if state != "Dispatching" and (state not in ACTIVE_STATES or not current.canrun):
                 continue
-            phases = d.pod_phases(aw.key)
-            dispatched.append({
-                "namespace": aw.namespace, "name": aw.name, "priority": aw.priority, "state": state,
-                "demand": quantities(aw.demand), "dispatchedAt": rfc3339(lifecycle.dispatched_at(current)),
-                "pods": {"pending": phases.count("Pending"), "running": phases.count("Running"),
-                         "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")},
-            })
-        return {**self._header(), "queued": queued, "dispatched": dispatched}
+            dispatched_facts.append((aw, state, current, list(d.pod_phases(aw.key))))
+
+        def document() -> Document:
+            queued = []
+            for position, assessment, aw, requeuings in queued_facts:
+                created = lifecycle.parse_time(aw.created)
+                queued.append({
+                    "position": position, "namespace": aw.namespace, "name": aw.name, "priority": aw.priority,
+                    "created": aw.created or None,
+                    "ageSeconds": round((now - created).total_seconds(), 3) if created else None,
+                    "state": assessment.state, "demand": quantities(aw.demand),
+                    "pods": sum(group.count for group in aw.gang),
+                    "fitsNow": assessment.fits_now, "why": assessment.why,
+                    "requeuings": requeuings,
+                })
+            dispatched = []
+            for aw, state, current, phases in dispatched_facts:
+                dispatched.append({
+                    "namespace": aw.namespace, "name": aw.name, "priority": aw.priority, "state": state,
+                    "demand": quantities(aw.demand), "dispatchedAt": rfc3339(lifecycle.dispatched_at(current)),
+                    "pods": {"pending": phases.count("Pending"), "running": phases.count("Running"),
+                             "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")},
+                })
+            return {**header, "queued": queued, "dispatched": dispatched}
+
+        return document
 
     # ------------------------------------------------------------------------------------------ ledger
 

@@ -7,8 +7,10 @@ Contract:
   dispatcher state itself.
 - Builds are made by one publisher thread, which asks the dispatcher loop (``Dispatcher.call``, run between two
   keys, never inside a cycle) for one snapshot holding the union of the parts wanted so far; readers that ask while
-  it is built wait for the next one. Two builds start at least ``interval`` seconds apart, so however many clients
-  poll, the loop spends on them at most one build per interval.
+  it is built wait for the next one. Two builds start at least ``interval`` seconds apart, and at least ten
+  times the last build's time on the loop, so however many clients poll, they cost the loop at most one build
+  per interval and a tenth of its time. The loop only reads state; the queue document (the large one) is formatted
+  from what it read by the publisher, off the loop.
 - A reader waits at most ``timeout``; then ``Busy`` (the HTTP layer answers 503 "busy, retry"). So does a reader
   whose explain would push the wanted set over ``max_explains`` names (a client asking for thousands of names
   makes no build larger than that).
@@ -37,6 +39,8 @@ DOCUMENTS = ("queue", "ledger", "quota", "clusters")
 # A poller sees a state at most this old (plus one build); a one-shot reader usually none older than its request.
 DEFAULT_INTERVAL_SECONDS = 0.5
 MAX_EXPLAINS = 256
+# Builds are spaced by at least this many times the last one's duration on the loop (at most a tenth of its time).
+LOOP_SHARE_FACTOR = 10.0
 # How long the publisher waits for the dispatcher to run a build (a long cycle, or a loop that does not run yet).
 BUILD_TIMEOUT_SECONDS = 60.0
 
@@ -123,12 +127,15 @@ class Snapshots:
 
     def _publish(self) -> None:
         last_start = float("-inf")
+        spacing = self.interval
         while True:
             with self._cond:
                 while not self._wanted:
                     self._cond.wait()
-            # At most one build per interval, however many readers wait: they all share the next one.
-            pause = last_start + self.interval - time.monotonic()
+            # At most one build per interval, however many readers wait: they all share the next one. A build that
+            # took long (a queue of many thousands) spaces the next ones out, so that readers never take more than
+            # a tenth of the loop's time.
+            pause = last_start + spacing - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
             with self._cond:
@@ -141,12 +148,16 @@ class Snapshots:
                 with self._cond:
                     self._wanted |= wanted
                 continue
+            for part, document in snapshot.documents.items():
+                if callable(document):
+                    snapshot.documents[part] = document()
             with self._cond:
                 self._latest = snapshot
                 self.builds += 1
                 self._cond.notify_all()
+            spacing = max(self.interval, LOOP_SHARE_FACTOR * snapshot.build_seconds)
             log.debug("debug snapshot built", parts=len(wanted), waited=round(snapshot.built_at - last_start, 4),
-                      seconds=round(snapshot.build_seconds, 4))
+                      seconds=round(snapshot.build_seconds, 4), next_in=round(spacing, 3))
 
     def _build(self, wanted: set[Part]) -> Snapshot:
         """On the dispatcher thread: every wanted document, the queue assessed once for all of them."""
@@ -158,7 +169,7 @@ class Snapshots:
                     _, namespace, name = part
                     documents[part] = self._reports.explain(namespace, name)
                 elif part == "queue":
-                    documents[part] = self._reports.queue()
+                    documents[part] = self._reports.queue_deferred()  # formatted by the publisher, off the loop
                 elif part == "ledger":
                     documents[part] = self._reports.ledger()
                 elif part == "quota":

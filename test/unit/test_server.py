@@ -72,6 +72,9 @@ ADMIN = UserInfo("admin", uid="u-0", groups=("ops",))
 
 
 class QueueReports(FakeReports):
+    def queue_deferred(self) -> Any:
+        return self.queue
+
     def queue(self) -> dict[str, Any]:
         return {"queued": [{"namespace": "team-a", "name": "a1", "position": 2},
                            {"namespace": "team-b", "name": "b1", "position": 1}],

@@ -55,6 +55,10 @@ class FakeReports:
     def queue(self) -> dict[str, Any]:
         return {"state": self.state, "queued": [], "dispatched": []}
 
+    def queue_deferred(self) -> Callable[[], dict[str, Any]]:
+        document = self.queue()  # what the loop reads now; formatted later (here: nothing to format)
+        return lambda: document
+
     def ledger(self) -> dict[str, Any]:
         return {"state": self.state}
 
@@ -133,3 +137,17 @@ def test_too_many_names_to_explain_at_once_is_busy() -> None:
 def _busy_ok(snaps: Snapshots, parts: set[Any]) -> None:
     with contextlib.suppress(Busy):
         snaps.read(parts, 2)
+
+
+def test_slow_builds_are_spaced_out_to_a_tenth_of_the_loop() -> None:
+    class Slow(FakeReports):
+        def queue(self) -> dict[str, Any]:
+            time.sleep(0.05)  # a queue of many thousands: the build's own cost on the loop
+            return super().queue()
+
+    loop = Loop()
+    snaps = Snapshots(loop.call, Slow(), lambda: set(), interval=0.01)  # type: ignore[arg-type]
+    first = snaps.read({"queue"}, 5)
+    second = snaps.read({"queue"}, 5)
+    assert first.build_seconds >= 0.05
+    assert second.built_at - first.built_at >= 10 * first.build_seconds - 0.01
