@@ -8,9 +8,9 @@ Contract:
 - Builds are made by one publisher thread, which asks the dispatcher loop (``Dispatcher.call``, run between two
   keys, never inside a cycle) for one snapshot holding the union of the parts wanted so far; readers that ask while
   it is built wait for the next one. Two builds start at least ``interval`` seconds apart, and at least ten
-  times the last build's time on the loop, so however many clients poll, they cost the loop at most one build
-  per interval and a tenth of its time. The loop only reads state; the queue document (the large one) is formatted
-  from what it read by the publisher, off the loop.
+  times the last build's cost (its time on the loop, then formatting and encoding), so however many clients poll,
+  they cost the loop at most one build per interval and the process a tenth of its time. The loop only reads
+  state; the queue document (the large one) is formatted from what it read by the publisher, off the loop.
 - A reader waits at most ``timeout``; then ``Busy`` (the HTTP layer answers 503 "busy, retry"). So does a reader
   whose explain would push the wanted set over ``max_explains`` names (a client asking for thousands of names
   makes no build larger than that).
@@ -39,7 +39,8 @@ DOCUMENTS = ("queue", "ledger", "quota", "clusters")
 # A poller sees a state at most this old (plus one build); a one-shot reader usually none older than its request.
 DEFAULT_INTERVAL_SECONDS = 0.5
 MAX_EXPLAINS = 256
-# Builds are spaced by at least this many times the last one's duration on the loop (at most a tenth of its time).
+# Builds are spaced by at least this many times the last one's cost (on the loop, then formatting and encoding):
+# readers take at most a tenth of the process's time.
 LOOP_SHARE_FACTOR = 10.0
 # How long the publisher waits for the dispatcher to run a build (a long cycle, or a loop that does not run yet).
 BUILD_TIMEOUT_SECONDS = 60.0
@@ -148,16 +149,23 @@ class Snapshots:
                 with self._cond:
                     self._wanted |= wanted
                 continue
+            # Formatting and encoding here, once for every reader: still this process's time (and its interpreter
+            # lock, which the loop needs), so it counts in the spacing below.
+            finishing = time.monotonic()
             for part, document in snapshot.documents.items():
                 if callable(document):
                     snapshot.documents[part] = document()
+                if snapshot.documents[part] is not None:
+                    snapshot.encoded(part)
+            finished_in = time.monotonic() - finishing
             with self._cond:
                 self._latest = snapshot
                 self.builds += 1
                 self._cond.notify_all()
-            spacing = max(self.interval, LOOP_SHARE_FACTOR * snapshot.build_seconds)
+            spacing = max(self.interval, LOOP_SHARE_FACTOR * (snapshot.build_seconds + finished_in))
             log.debug("debug snapshot built", parts=len(wanted), waited=round(snapshot.built_at - last_start, 4),
-                      seconds=round(snapshot.build_seconds, 4), next_in=round(spacing, 3))
+                      seconds=round(snapshot.build_seconds, 4), formatted=round(finished_in, 4),
+                      next_in=round(spacing, 3))
 
     def _build(self, wanted: set[Part]) -> Snapshot:
         """On the dispatcher thread: every wanted document, the queue assessed once for all of them."""
