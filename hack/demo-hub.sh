@@ -58,6 +58,9 @@ else
 fi
 announce_webhooks $kubectl $hub "$ctl_log"
 http_port=$(grep -m1 -o 'http server listening.*port=[0-9]*' "$ctl_log" | grep -o '[0-9]*$')
+# /metrics and /debug answer only a bearer token whose user may read them: a ServiceAccount's of the hub.
+export MCAD_TOKEN
+MCAD_TOKEN=$(hack/demo-token.sh $hub)
 mcadctl() { .venv/bin/mcadctl --url "http://127.0.0.1:$http_port" "$@"; }
 all_usable='import json, sys; sys.exit(not all(c["usable"] for c in json.load(sys.stdin)["clusters"]))'
 for _ in $(seq 150); do
@@ -99,3 +102,4 @@ say "Done. The three clusters and mcad-controller keep running:"
 echo "  kubectl --kubeconfig $hub get appwrappers -o wide       # PATH=.dev/bin:\$PATH for kubectl"
 echo "  kubectl --kubeconfig .dev/kubeconfig-demo-west get pods"
 echo "  controller log: $ctl_log       stop everything: make demo-hub-down"
+echo "  MCAD_TOKEN=\$(hack/demo-token.sh $hub) .venv/bin/mcadctl --url http://127.0.0.1:$http_port clusters"

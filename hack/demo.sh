@@ -36,6 +36,9 @@ else
 fi
 announce_webhooks $kubectl "$KUBECONFIG" "$ctl_log"
 http_port=$(grep -m1 -o 'http server listening.*port=[0-9]*' "$ctl_log" | grep -o '[0-9]*$')
+# /metrics and /debug answer only a bearer token whose user may read them (the admin kubeconfig is a client
+# certificate, which has no token to show): a ServiceAccount's, with the chart's reader rights.
+token=$(hack/demo-token.sh "$KUBECONFIG")
 $kubectl delete appwrappers --all --wait=true >/dev/null 2>&1 || true
 
 say "3. Create an AppWrapper: a Deployment of 2 pods taking 7 of the 8 cpus"
@@ -52,7 +55,8 @@ run $kubectl get appwrappers
 printf '$ kubectl describe appwrapper 0002-aw-generic-deployment-2\n'
 $kubectl describe appwrapper 0002-aw-generic-deployment-2 | sed -n '/^Status:/,$p'
 run $kubectl get deployments,pods
-run .venv/bin/mcadctl --url "http://127.0.0.1:$http_port" explain default/0002-aw-generic-deployment-2
+printf '$ %s\n' ".venv/bin/mcadctl --url http://127.0.0.1:$http_port --token \"\$(hack/demo-token.sh \$KUBECONFIG)\" explain default/0002-aw-generic-deployment-2"
+.venv/bin/mcadctl --url "http://127.0.0.1:$http_port" --token "$token" explain default/0002-aw-generic-deployment-2
 
 say "4.e. Delete the first AppWrapper: its capacity frees and the second is dispatched at once"
 run $kubectl delete -f config/samples/aw-01.yaml
@@ -64,4 +68,6 @@ run $kubectl get pods -l app=0002-aw-generic-deployment-2
 say "Done. The cluster and mcad-controller keep running:"
 echo "  export KUBECONFIG=$KUBECONFIG PATH=.dev/bin:\$PATH    # then kubectl get appwrappers"
 echo "  controller log: $ctl_log       stop everything: make demo-down"
-echo "  .venv/bin/mcadctl --url http://127.0.0.1:$http_port queue    # metrics: curl 127.0.0.1:$http_port/metrics"
+echo "  export MCAD_TOKEN=\$(hack/demo-token.sh $KUBECONFIG)    # who mcadctl and curl are to the controller"
+echo "  .venv/bin/mcadctl --url http://127.0.0.1:$http_port queue"
+echo "  curl -H \"Authorization: Bearer \$MCAD_TOKEN\" 127.0.0.1:$http_port/metrics    # no token: 401"

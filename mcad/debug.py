@@ -3,8 +3,9 @@
 Contract:
 - ``Reports`` turns a ``Dispatcher``'s state into JSON-ready dicts: ``queue()`` (``/debug/queue``), ``ledger()``
   (``/debug/ledger``) and ``explain(namespace, name)`` (``/debug/explain``; None when the AppWrapper is unknown).
-  The methods read dispatcher state, so they run on the dispatcher thread (``mcad.server`` sends them through
-  ``Dispatcher.call``) or on a dispatcher nobody else runs (``offline``).
+  The methods read dispatcher state, so they run on the dispatcher thread (``mcad.snapshots`` builds them there)
+  or on a dispatcher nobody else runs (``offline``). Inside ``shared_assessments()`` the queue is assessed once
+  for every document built.
 - The queue's "why" is computed now, with the dispatcher's own fit checks (``Dispatcher.assess_queue``), not read
   back from the Backoff condition (which is rewritten only when what blocks an AppWrapper changes).
 - ``offline(conn)`` lists AppWrappers, Nodes and Pods once, rebuilds the same ledger the controller would, and
@@ -14,8 +15,9 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,7 +25,7 @@ from mcad import kube, lifecycle, status
 from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, AppWrapperView, State
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.statusview import StatusView
-from mcad.dispatcher import Dispatcher
+from mcad.dispatcher import Assessment, Dispatcher
 
 Document = dict[str, Any]
 
@@ -40,6 +42,27 @@ class Reports:
     def __init__(self, dispatcher: Dispatcher, info: Callable[[], Mapping[str, Any]]) -> None:
         self.dispatcher = dispatcher
         self.info = info
+        self._assessments: list[Assessment] | None = None
+        self._sharing = False
+
+    @contextlib.contextmanager
+    def shared_assessments(self) -> Iterator[None]:
+        """Inside: the queue is assessed once and every document built meanwhile uses that assessment (one
+        snapshot of the queue, explains of many AppWrappers, at the cost of one assessment)."""
+        self._assessments = None
+        self._sharing = True
+        try:
+            yield
+        finally:
+            self._sharing = False
+            self._assessments = None
+
+    def _assess_queue(self) -> list[Assessment]:
+        if not self._sharing:
+            return self.dispatcher.assess_queue()
+        if self._assessments is None:
+            self._assessments = self.dispatcher.assess_queue()
+        return self._assessments
 
     def _header(self) -> Document:
         d = self.dispatcher
@@ -49,24 +72,20 @@ class Reports:
     # ------------------------------------------------------------------------------------------ queue
 
     def queue(self) -> Document:
+        return self.queue_deferred()()
+
+    def queue_deferred(self) -> Callable[[], Document]:
+        """What /debug/queue needs from dispatcher state, read now (on its thread); the returned function turns
+        it into the document anywhere (formatting thousands of entries need not hold the dispatcher)."""
         d = self.dispatcher
         now = d.clock.now()
-        queued = []
-        for position, assessment in enumerate(d.assess_queue(), start=1):
+        header = self._header()
+        queued_facts = []
+        for position, assessment in enumerate(self._assess_queue(), start=1):
             aw = d.appwrappers.get(assessment.key)
-            if aw is None:
-                continue
-            created = lifecycle.parse_time(aw.created)
-            queued.append({
-                "position": position, "namespace": aw.namespace, "name": aw.name, "priority": aw.priority,
-                "created": aw.created or None,
-                "ageSeconds": round((now - created).total_seconds(), 3) if created else None,
-                "state": assessment.state, "demand": quantities(aw.demand),
-                "pods": sum(group.count for group in d.gang(aw)),
-                "fitsNow": assessment.fits_now, "why": assessment.why,
-                "requeuings": d.status_of(aw).requeuings,
-            })
-        dispatched = []
+            if aw is not None:
+                queued_facts.append((position, assessment, aw, d.status_of(aw).requeuings))
+        dispatched_facts = []
         for aw in sorted(d.appwrappers.list(), key=lambda a: a.order()):
             if aw.key in d.pending or aw.deleting:
                 continue
@@ -74,14 +93,32 @@ class Reports:
             state = "Dispatching" if d.dispatching(aw.key) else current.state
             if state != "Dispatching" and (state not in ACTIVE_STATES or not current.canrun):
                 continue
-            phases = d.pod_phases(aw.key)
-            dispatched.append({
-                "namespace": aw.namespace, "name": aw.name, "priority": aw.priority, "state": state,
-                "demand": quantities(aw.demand), "dispatchedAt": rfc3339(lifecycle.dispatched_at(current)),
-                "pods": {"pending": phases.count("Pending"), "running": phases.count("Running"),
-                         "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")},
-            })
-        return {**self._header(), "queued": queued, "dispatched": dispatched}
+            dispatched_facts.append((aw, state, current, list(d.pod_phases(aw.key))))
+
+        def document() -> Document:
+            queued = []
+            for position, assessment, aw, requeuings in queued_facts:
+                created = lifecycle.parse_time(aw.created)
+                queued.append({
+                    "position": position, "namespace": aw.namespace, "name": aw.name, "priority": aw.priority,
+                    "created": aw.created or None,
+                    "ageSeconds": round((now - created).total_seconds(), 3) if created else None,
+                    "state": assessment.state, "demand": quantities(aw.demand),
+                    "pods": sum(group.count for group in aw.gang),
+                    "fitsNow": assessment.fits_now, "why": assessment.why,
+                    "requeuings": requeuings,
+                })
+            dispatched = []
+            for aw, state, current, phases in dispatched_facts:
+                dispatched.append({
+                    "namespace": aw.namespace, "name": aw.name, "priority": aw.priority, "state": state,
+                    "demand": quantities(aw.demand), "dispatchedAt": rfc3339(lifecycle.dispatched_at(current)),
+                    "pods": {"pending": phases.count("Pending"), "running": phases.count("Running"),
+                             "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")},
+                })
+            return {**header, "queued": queued, "dispatched": dispatched}
+
+        return document
 
     # ------------------------------------------------------------------------------------------ ledger
 
@@ -195,7 +232,7 @@ class Reports:
         if d.dispatching(aw.key):
             return "It is being dispatched: its wrapped objects are being created now.", []
         if aw.key in d.pending:
-            assessments = d.assess_queue()
+            assessments = self._assess_queue()
             place = next((i for i, a in enumerate(assessments, start=1) if a.key == aw.key), 0)
             mine = assessments[place - 1] if place else None
             ahead = [a for a in assessments[: max(place - 1, 0)]]

@@ -127,6 +127,21 @@ def adopt_credentials(conn: Connection, fresh: Connection) -> None:
     conn.api.configuration = fresh.api.configuration
 
 
+def bearer_token(conn: Connection) -> str | None:
+    """The bearer token ``conn`` authenticates with, as the client resolves it for its next request (a
+    kubeconfig's token or tokenFile, an exec plugin's token refreshed when it expired, the in-cluster account's);
+    None when it authenticates otherwise (a client certificate)."""
+    configuration = conn.api.configuration
+    value = configuration.get_api_key_with_prefix("BearerToken") or configuration.get_api_key_with_prefix(
+        "authorization")
+    if not value:
+        return None
+    scheme, _, token = str(value).strip().partition(" ")
+    if not token:
+        return scheme or None  # a key set without its "Bearer" prefix
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
 def server_version(conn: Connection, timeout_seconds: float = 10.0) -> str:
     """GET /version; the cheapest proof that the server answers and accepts our credentials."""
     try:
@@ -418,7 +433,8 @@ def yaml_safe_json(body: Any) -> bytes:
 
 
 def _open(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
-          content_type: str = "application/json", timeout: float | tuple[float, float] = 30.0) -> Any:
+          content_type: str = "application/json", timeout: float | tuple[float, float] = 30.0,
+          headers: Mapping[str, str] | None = None) -> Any:
     """Send one request through the connection's auth; the unread urllib3 response of a 2xx answer.
 
     Uses ``param_serialize`` then ``call_api``, the two steps every generated method of the v37 client runs
@@ -427,9 +443,9 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
     are passed as dicts for the client to encode; other content types (apply-patch) as our own JSON text.
     """
     api = conn.api
-    headers = {"Accept": "application/json", "Content-Type": content_type}
+    sent = {"Accept": "application/json", "Content-Type": content_type, **(headers or {})}
     method, url, headers, serialized, post_params = api.param_serialize(
-        method, path, query_params=query or [], header_params=headers,
+        method, path, query_params=query or [], header_params=sent,
         body=body if body is None or "json" in content_type else yaml_safe_json(body), auth_settings=["BearerToken"])
     try:
         rest_response = api.call_api(method, url, headers, serialized, post_params, _request_timeout=timeout)
@@ -487,16 +503,19 @@ def request_once(conn: Connection, path: str, *, query: Query | None = None, tim
 
 
 def request_json(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
-                 content_type: str = "application/json", timeout: float = 30.0) -> dict[str, Any]:
-    """One request, JSON in and out; errors as ``ApiError``."""
+                 content_type: str = "application/json", timeout: float = 30.0,
+                 headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One request, JSON in and out; errors as ``ApiError``. ``headers`` are sent besides the connection's own."""
     return request_json_sized(conn, method, path, query=query, body=body, content_type=content_type,
-                              timeout=timeout)[0]
+                              timeout=timeout, headers=headers)[0]
 
 
 def request_json_sized(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
-                       content_type: str = "application/json", timeout: float = 30.0) -> tuple[dict[str, Any], int]:
+                       content_type: str = "application/json", timeout: float = 30.0,
+                       headers: Mapping[str, str] | None = None) -> tuple[dict[str, Any], int]:
     """``request_json``, and the size of the answer in bytes."""
-    response = _open(conn, method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+    response = _open(conn, method, path, query=query, body=body, content_type=content_type, timeout=timeout,
+                     headers=headers)
     try:
         data = response.read()
     except (urllib3.exceptions.HTTPError, OSError) as err:

@@ -1,43 +1,65 @@
 """The controller's HTTP endpoint: metrics, health, and /debug reads of the dispatcher's state.
 
 Contract:
-- ``GET /metrics``: the Prometheus text format of ``Metrics``.
 - ``GET /healthz`` (liveness): 200 while the process can do its job; 500 once the dispatcher thread has died (a
   restart is the cure). It does not depend on the API server: an unreachable API server must not get every
-  replica killed.
-- ``GET /readyz`` (readiness): 200 once the informers have synced, leader election has settled (this replica
-  leads, or it knows which one does) and, with the admission webhooks on, their certificate is loaded and their
-  server listens; 503 with the reason before that.
-- ``GET /debug/queue``, ``/debug/ledger``, ``/debug/quota``, ``/debug/clusters``,
-  ``/debug/explain?namespace=NS&name=NAME``: JSON documents of
-  ``mcad.debug.Reports``, computed on the dispatcher thread (``Dispatcher.call``) so they see one consistent
-  state. A replica that does not lead answers 503 ``{"error": "not the leader", "leader": <identity>}`` so a client
-  can go to the leader; 404 for an unknown AppWrapper; 503 when the dispatcher does not answer in time.
-- Requests are served by daemon threads; nothing here writes to the API server. Bind address ``host:port``
-  (``:8080`` is every interface; port 0 picks a free one, see ``port``).
+  replica killed. ``GET /readyz`` (readiness): 200 once the informers have synced and leader election has settled
+  (this replica leads, or it knows which one does) and, with the admission webhooks on, their certificate is
+  loaded and their server listens; 503 with the reason before that. Both are open to anyone.
+- Everything else needs a bearer token (``Authorization``, or ``X-Mcad-Authorization`` through the API server's
+  proxy, see ``mcad.endpointauth``), TokenReviewed and then SubjectAccessReviewed: no token or a token the API
+  server does not accept -> 401; a right missing -> 403 naming it; a review that could not be made -> 503.
+  - ``GET /metrics``: the Prometheus text format of ``Metrics``; needs ``get`` on the non-resource URL
+    ``/metrics``.
+  - ``GET /debug/ledger``, ``/debug/quota``, ``/debug/clusters``: cluster-wide capacity; each needs ``get`` on its
+    own non-resource URL (``/debug/ledger`` ...).
+  - ``GET /debug/queue``: only the AppWrappers of namespaces where the caller may ``list`` appwrappers
+    (workload.codeflare.dev): one cluster-wide check, then one per namespace shown (positions stay those of the
+    whole queue). 403 when it may list them in no namespace that holds any AppWrapper.
+  - ``GET /debug/explain?namespace=NS&name=NAME``: 404 when the caller may not list appwrappers in NS, exactly as
+    for an AppWrapper that does not exist (its existence is not leaked).
+  With ``insecure=True`` (the controller's --insecure-debug-endpoints, for local debugging only) nothing is
+  checked.
+- /debug documents are those of ``mcad.debug.Reports``, read from a snapshot the dispatcher loop builds
+  (``mcad.snapshots``): readers never touch dispatcher state, and however many poll, the loop spends at most one
+  build per interval on them. 503 "busy, retry" when no snapshot came in time. A replica that does not lead
+  answers 503 ``{"error": "not the leader", "leader": <identity>}`` so a client can go to the leader.
+- Requests are served by daemon threads; nothing here writes to the API server (the reviews are creates of
+  TokenReviews and SubjectAccessReviews, which store nothing). Bind address ``host:port`` (``:8080`` is every
+  interface; port 0 picks a free one, see ``port``).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
 
+from mcad.admission.request import UserInfo
+from mcad.api.appwrapper import GROUP, PLURAL
 from mcad.debug import Reports
 from mcad.dispatcher import Dispatcher
+from mcad.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
 from mcad.events import EventCounters
 from mcad.metrics import CONTENT_TYPE, Metrics
+from mcad.snapshots import DEFAULT_INTERVAL_SECONDS, Busy, Part, Snapshots, encode
 
 log = structlog.get_logger("mcad.server")
 Check = Callable[[], tuple[bool, str]]
-# How long a /debug request may wait for the dispatcher thread (it may be in the middle of a long cycle).
+# How long a /debug request may wait for a snapshot (the dispatcher may be in the middle of a long cycle), and for
+# the access reviews of one request.
 DEBUG_TIMEOUT_SECONDS = 10.0
+ACCESS_TIMEOUT_SECONDS = 10.0
+# The non-resource URLs the cluster-wide documents are authorized by (the chart's debug viewer ClusterRole).
+CLUSTER_WIDE = ("/debug/ledger", "/debug/quota", "/debug/clusters")
+_NO_TOKEN = ("no bearer token: send 'Authorization: Bearer <token>' (or, through the API server's proxy, "
+             "'X-Mcad-Authorization: Bearer <token>'); mcadctl does this with your kubeconfig's token or --token")
 
 
 def parse_bind_address(address: str) -> tuple[str, int]:
@@ -48,46 +70,143 @@ def parse_bind_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class DebugEndpoints:
-    """Answers /debug/* from a dispatcher: only on the leader, and only once it runs."""
+class Refused(Exception):
+    """A request that is not answered: its HTTP status and a short message."""
 
-    def __init__(self, dispatcher: Dispatcher, reports: Reports, *, leading: Callable[[], bool] = lambda: True,
-                 leader: Callable[[], str | None] = lambda: None) -> None:
-        self.dispatcher = dispatcher
-        self.reports = reports
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Access:
+    """Authentication and authorization of one request at a time, over a ``Gate``; ``gate=None`` allows all."""
+
+    def __init__(self, gate: Gate | None) -> None:
+        self.gate = gate
+
+    def user(self, headers: Any) -> UserInfo | None:
+        """The caller (None when access is not checked); ``Refused`` 401 or 503."""
+        if self.gate is None:
+            return None
+        token = bearer_token(headers)
+        if token is None:
+            raise Refused(401, _NO_TOKEN)
+        try:
+            return self.gate.authenticate(token)
+        except Unauthenticated as err:
+            raise Refused(401, f"the bearer token was not accepted: {err}") from err
+        except ReviewUnavailable as err:
+            raise Refused(503, f"cannot check the bearer token now: {err}") from err
+
+    def allowed(self, user: UserInfo | None, attributes: Attributes) -> bool:
+        if self.gate is None or user is None:
+            return True
+        try:
+            return self.gate.allowed(user, attributes)
+        except ReviewUnavailable as err:
+            raise Refused(503, f"cannot check access now: {err}") from err
+
+    def require(self, user: UserInfo | None, path: str) -> None:
+        attributes = Attributes(verb="get", path=path)
+        if not self.allowed(user, attributes):
+            raise Refused(403, f"{user.username if user else 'you'} may not {attributes.describe()} "
+                               "(a ClusterRole with nonResourceURLs and verb get grants it)")
+
+    def may_list(self, user: UserInfo | None, namespace: str) -> bool:
+        """Whether ``user`` may list AppWrappers in ``namespace`` ("" : in every namespace)."""
+        return self.allowed(user, Attributes(verb="list", group=GROUP, resource=PLURAL, namespace=namespace))
+
+    def visible(self, user: UserInfo | None, shown: Iterable[str], known: Iterable[str]) -> frozenset[str] | None:
+        """The namespaces of ``shown`` whose AppWrappers ``user`` may see (None: all). ``Refused`` 403 when it may
+        list AppWrappers in no namespace of ``known`` either; 503 when the checks take too long."""
+        if self.gate is None or user is None or self.may_list(user, ""):
+            return None
+        deadline = time.monotonic() + ACCESS_TIMEOUT_SECONDS
+        visible = set()
+        for namespace in sorted(set(shown)):
+            self._in_time(deadline)
+            if self.may_list(user, namespace):
+                visible.add(namespace)
+        if not visible:
+            for namespace in sorted(set(known) - set(shown)):
+                self._in_time(deadline)
+                if self.may_list(user, namespace):
+                    break
+            else:
+                raise Refused(403, f"{user.username} may not list appwrappers.{GROUP} in any namespace that "
+                                   "holds AppWrappers")
+        return frozenset(visible)
+
+    @staticmethod
+    def _in_time(deadline: float) -> None:
+        # The answers so far are cached: a retry goes further.
+        if time.monotonic() > deadline:
+            raise Refused(503, "checking access to every namespace took too long; retry")
+
+
+class DebugEndpoints:
+    """Answers /debug/* from the dispatcher's snapshots: only on the leader, and only once it runs."""
+
+    def __init__(self, snapshots: Snapshots, *, running: Callable[[], bool], leading: Callable[[], bool] =
+                 lambda: True, leader: Callable[[], str | None] = lambda: None,
+                 timeout: float = DEBUG_TIMEOUT_SECONDS) -> None:
+        self.snapshots = snapshots
+        self.running = running
         self.leading = leading
         self.leader = leader
+        self.timeout = timeout
 
-    def answer(self, path: str, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
-        if not self.leading():
-            return 503, {"error": "not the leader", "leader": self.leader()}
-        if not self.dispatcher.running.is_set():
-            return 503, {"error": "not ready: the informers are still syncing"}
-        if path == "/debug/queue":
-            call: Callable[[], dict[str, Any] | None] = self.reports.queue
-        elif path == "/debug/ledger":
-            call = self.reports.ledger
-        elif path == "/debug/quota":
-            call = self.reports.quota
-        elif path == "/debug/clusters":
-            call = self.reports.clusters
+    def answer(self, path: str, query: Mapping[str, str], *, user: UserInfo | None = None,
+               access: Access | None = None) -> tuple[int, dict[str, Any] | bytes]:
+        """The status and the document: a dict, or the JSON of one that every reader shares."""
+        access = access if access is not None else Access(None)
+        try:
+            return self._answer(path, query, user, access)
+        except Refused as refused:
+            return refused.status, {"error": refused.message}
+
+    def _answer(self, path: str, query: Mapping[str, str], user: UserInfo | None,
+                access: Access) -> tuple[int, dict[str, Any] | bytes]:
+        part: Part
+        if path in CLUSTER_WIDE:
+            part = path.removeprefix("/debug/")
+            access.require(user, path)
+        elif path == "/debug/queue":
+            part = "queue"
         elif path == "/debug/explain":
             namespace, name = query.get("namespace", ""), query.get("name", "")
             if not namespace or not name:
                 return 400, {"error": "explain needs ?namespace=NS&name=NAME"}
-
-            def call() -> dict[str, Any] | None:
-                return self.reports.explain(namespace, name)
+            part = ("explain", namespace, name)
+            if not access.may_list(user, "") and not access.may_list(user, namespace):
+                return self._unknown(namespace, name)  # the same answer as for one that does not exist
         else:
             return 404, {"error": f"no such endpoint {path}; try /debug/queue, /debug/ledger, /debug/quota, "
                                   "/debug/clusters, /debug/explain"}
+        if not self.leading():
+            return 503, {"error": "not the leader", "leader": self.leader()}
+        if not self.running():
+            return 503, {"error": "not ready: the informers are still syncing"}
         try:
-            document = self.dispatcher.call(call, DEBUG_TIMEOUT_SECONDS)
-        except TimeoutError:
-            return 503, {"error": f"the dispatcher did not answer within {DEBUG_TIMEOUT_SECONDS:.0f} s"}
-        if document is None:
-            return 404, {"error": f"AppWrapper {query.get('namespace')}/{query.get('name')} not found"}
-        return 200, document
+            snapshot = self.snapshots.read({part}, self.timeout)
+        except Busy as err:
+            return 503, {"error": f"busy, retry: {err}"}
+        document = snapshot.documents[part]
+        if isinstance(part, tuple) and document is None:
+            return self._unknown(part[1], part[2])
+        if part == "queue":
+            shown = {aw["namespace"] for aw in document["queued"] + document["dispatched"]}
+            visible = access.visible(user, shown, snapshot.namespaces)
+            if visible is not None:
+                return 200, {**document,
+                             "queued": [aw for aw in document["queued"] if aw["namespace"] in visible],
+                             "dispatched": [aw for aw in document["dispatched"] if aw["namespace"] in visible]}
+        return 200, snapshot.encoded(part)
+
+    @staticmethod
+    def _unknown(namespace: str, name: str) -> tuple[int, dict[str, Any]]:
+        return 404, {"error": f"AppWrapper {namespace}/{name} not found"}
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -106,9 +225,13 @@ class _QuietServer(ThreadingHTTPServer):
 
 class Server:
     def __init__(self, bind_address: str, *, metrics: Metrics, live: Check, ready: Check,
-                 debug: DebugEndpoints | None = None) -> None:
+                 debug: DebugEndpoints | None = None, gate: Gate | None = None, insecure: bool = False) -> None:
+        """``gate`` checks every request but health; ``insecure`` (and no gate) checks none."""
+        if gate is None and not insecure:
+            raise ValueError("a Server needs a Gate to check access, or insecure=True")
         host, port = parse_bind_address(bind_address)
-        handler = _handler(metrics, live, ready, debug)
+        handler = _handler(metrics, live, ready, debug, Access(None if insecure else gate))
+        self.insecure = insecure
         self._httpd = _QuietServer((host, port), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
@@ -120,39 +243,60 @@ class Server:
     def start(self) -> None:
         self._thread.start()
         log.info("http server listening", address=self._httpd.server_address[0], port=self.port,
-                 endpoints="/metrics /healthz /readyz /debug/{queue,ledger,quota,clusters,explain}")
+                 endpoints="/metrics /healthz /readyz /debug/{queue,ledger,quota,clusters,explain}",
+                 access="open to anyone" if self.insecure else "bearer token, TokenReview, SubjectAccessReview")
 
     def stop(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
 
 
-def _handler(metrics: Metrics, live: Check, ready: Check,
-             debug: DebugEndpoints | None) -> type[BaseHTTPRequestHandler]:
+def _handler(metrics: Metrics, live: Check, ready: Check, debug: DebugEndpoints | None,
+             access: Access) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "mcad"
 
         def do_GET(self) -> None:  # the name http.server dispatches to
             url = urlsplit(self.path)
             path = url.path.rstrip("/") or "/"
-            if path == "/metrics":
-                self._send(200, metrics.render(), CONTENT_TYPE)
-            elif path in ("/healthz", "/readyz"):
+            if path in ("/healthz", "/readyz"):
                 ok, reason = (live if path == "/healthz" else ready)()
                 self._send(200 if ok else (500 if path == "/healthz" else 503),
                            (reason or "ok").encode() + b"\n", "text/plain; charset=utf-8")
+            elif path == "/metrics":
+                try:
+                    access.require(access.user(self.headers), "/metrics")
+                except Refused as refused:
+                    self._refuse(refused, json_body=False)
+                    return
+                self._send(200, metrics.render(), CONTENT_TYPE)
             elif path.startswith("/debug/") and debug is not None:
+                try:
+                    user = access.user(self.headers)
+                except Refused as refused:
+                    self._refuse(refused, json_body=True)
+                    return
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-                code, document = debug.answer(path, query)
-                self._send(code, json.dumps(document, indent=1).encode() + b"\n", "application/json")
+                code, document = debug.answer(path, query, user=user, access=access)
+                self._send(code, document if isinstance(document, bytes) else encode(document), "application/json")
             else:
                 self._send(404, b"not found: try /metrics, /healthz, /readyz, /debug/queue\n",
                            "text/plain; charset=utf-8")
 
-        def _send(self, code: int, body: bytes, content_type: str) -> None:
+        def _refuse(self, refused: Refused, *, json_body: bool) -> None:
+            if json_body:
+                body, content_type = encode({"error": refused.message}), "application/json"
+            else:
+                body, content_type = refused.message.encode() + b"\n", "text/plain; charset=utf-8"
+            headers = {"WWW-Authenticate": 'Bearer realm="mcad"'} if refused.status == 401 else {}
+            self._send(refused.status, body, content_type, headers)
+
+        def _send(self, code: int, body: bytes, content_type: str, headers: Mapping[str, str] | None = None) -> None:
             self.send_response(code)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
 
@@ -160,6 +304,18 @@ def _handler(metrics: Metrics, live: Check, ready: Check,
             log.debug("http request", client=self.address_string(), request=format % args)
 
     return Handler
+
+
+def debug_endpoints(dispatcher: Dispatcher, reports: Reports, *, leading: Callable[[], bool] = lambda: True,
+                    leader: Callable[[], str | None] = lambda: None,
+                    interval: float | None = None) -> DebugEndpoints:
+    """/debug over ``dispatcher``: snapshots built on its thread by ``reports`` (``mcad.debug.Reports``)."""
+    def namespaces() -> set[str]:
+        return {aw.namespace for aw in dispatcher.appwrappers.list()}
+
+    snapshots = Snapshots(dispatcher.call, reports, namespaces,
+                          interval=DEFAULT_INTERVAL_SECONDS if interval is None else interval)
+    return DebugEndpoints(snapshots, running=dispatcher.running.is_set, leading=leading, leader=leader)
 
 
 def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callable[[], Mapping[tuple[str, int], int]]

@@ -51,6 +51,7 @@ from mcad.api.views import node_view, pod_view
 from mcad.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.debug import Reports
 from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, RECOVERED, Dispatcher, Key
+from mcad.endpointauth import ApiReviews, Gate
 from mcad.hub import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.informer import Informer, Reconnects, Store
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
@@ -219,6 +220,11 @@ def quota_served(client: kube.Client) -> bool:
               help="Where to serve /metrics (Prometheus), /healthz, /readyz and /debug/{queue,ledger,explain} "
                    "(what mcadctl reads): host:port; ':8080' is every interface, port 0 picks a free one (logged); "
                    "'0' turns the endpoint off.")
+@click.option("--insecure-debug-endpoints", is_flag=True,
+              help="Serve /metrics and /debug/* to anyone who reaches the port, with no token and no access check. "
+                   "For local debugging only: by default every request but /healthz and /readyz needs a bearer "
+                   "token the API server accepts (TokenReview) and the right to read what it asks for "
+                   "(SubjectAccessReview).")
 @click.option("--legacy-api", is_flag=True,
               help="Also serve AppWrappers of the pre-1.34 group mcad.ibm.com/v1beta1 (its CRD must be installed: "
                    "config/crd/legacy/), with identical behaviour, so old YAML moves over without edits.")
@@ -305,7 +311,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
          fit: str,
          write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
-         http_bind_address: str, legacy_api: bool, quota_trees: bool, clusters_config: str | None,
+         http_bind_address: str, insecure_debug_endpoints: bool, legacy_api: bool, quota_trees: bool,
+         clusters_config: str | None,
          cluster_policy: str | None, cluster_probe_period: float, default_max_priority: int, max_items: int,
          max_appwrapper_bytes: int, allowed_protected: tuple[str, ...],
          webhook_enabled: bool, webhook_bind_address: str, webhook_share_port: bool, webhook_cert_dir: str | None,
@@ -412,7 +419,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     if http_bind_address != "0":
         try:
             http = _http_server(http_bind_address, dispatcher, informers, conn, recorder, elector, worker, stop,
-                                identity, webhook)
+                                identity, webhook, insecure=insecure_debug_endpoints)
         except OSError as err:
             logger.error("cannot serve metrics and health", address=http_bind_address, reason=str(err))
             sys.exit(2)
@@ -521,7 +528,8 @@ def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: s
 
 def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[object]], conn: kube.Connection,
                  recorder: events.EventRecorder, elector: LeaderElector | None, worker: threading.Thread,
-                 stop: threading.Event, identity: str, webhook: Webhook | None = None) -> server.Server:
+                 stop: threading.Event, identity: str, webhook: Webhook | None = None, *,
+                 insecure: bool = False) -> server.Server:
     """/metrics, /healthz, /readyz and /debug over this process's dispatcher, informers and elector."""
     def leading() -> bool:
         return elector is None or elector.is_leader
@@ -545,9 +553,15 @@ def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[
         return True, ""
 
     reports = Reports(dispatcher, lambda: {"version": __version__, "identity": identity, "leader": leading()})
-    debug = server.DebugEndpoints(dispatcher, reports, leading=leading,
-                                  leader=lambda: elector.leader if elector is not None else identity)
-    return server.Server(address, metrics=dispatcher.metrics, live=live, ready=ready, debug=debug)
+    debug = server.debug_endpoints(dispatcher, reports, leading=leading,
+                                   leader=lambda: elector.leader if elector is not None else identity)
+    if insecure:
+        structlog.get_logger("mcad.controller").warning(
+            "--insecure-debug-endpoints: /metrics and /debug answer anyone who reaches the port, every tenant's "
+            "queue included; use it for local debugging only", address=address)
+    gate = None if insecure else Gate(ApiReviews(conn))
+    return server.Server(address, metrics=dispatcher.metrics, live=live, ready=ready, debug=debug, gate=gate,
+                         insecure=insecure)
 
 
 def _stop_leading(stop: threading.Event, dispatcher: Dispatcher, worker: threading.Thread) -> None:

@@ -2,7 +2,8 @@
 
 Contract: every subcommand prints its result on stdout and exits 0, or prints one line starting with ``error:`` on
 stderr and exits 1; a bad argument or option is a usage error (exit 2). Cluster access follows kubectl:
-``--kubeconfig``, else $KUBECONFIG, else in-cluster, else ~/.kube/config.
+``--kubeconfig``, else $KUBECONFIG, else in-cluster, else ~/.kube/config. The controller answers according to
+the bearer token mcadctl shows it: ``--token``, else $MCAD_TOKEN, else the kubeconfig's (``mcad.cli.reach``).
 
 ``queue``, ``ledger``, ``explain``, ``quota`` and ``clusters`` show the controller's own view, from its ``/debug/*``
 endpoints (see ``mcad.cli.reach`` for how it is found: ``--url``, else the leader's pod named by the Lease, else the
@@ -71,22 +72,28 @@ class Options:
 @click.option("--preemption", is_flag=True, help="With --offline: simulate the controller's --preemption.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=reach.DEFAULT_TIMEOUT, show_default=True,
               help="Seconds to wait for each request.")
+@click.option("--token", envvar="MCAD_TOKEN", default=None, metavar="TOKEN",
+              help="Bearer token to show the controller, which checks it with the API server (TokenReview) and "
+                   "shows what its user may see. Default: $MCAD_TOKEN, else the kubeconfig's token (token, "
+                   "tokenFile or exec plugin); needed with a kubeconfig that uses a client certificate.")
 @click.pass_context
 def main(ctx: click.Context, kubeconfig: str | None, context: str | None, controller_namespace: str,
          controller_name: str, port: int, url: str | None, offline: bool, fit: str, strict_fifo: bool,
-         preemption: bool, timeout: float) -> None:
+         preemption: bool, timeout: float, token: str | None) -> None:
     """Inspect a running mcad installation: its queue, its capacity ledger, its quota trees, and why an
     AppWrapper waits.
 
     By default only a kubeconfig is needed: mcadctl asks the controller through the API server (the leader's pod
     named by the Lease CONTROLLER-NAMESPACE/CONTROLLER-NAME, else the Service of that name). --url talks to the
     controller directly; --offline computes the answer from cluster state when the controller is unreachable.
+    The controller shows each user what it may see: its own namespaces' AppWrappers (where it may list them),
+    and the ledger, quota and clusters to those granted them; mcadctl shows it your bearer token (--token).
     """
     if url and offline:
         raise click.UsageError("--url and --offline exclude each other: --url asks a controller, --offline none")
     ctx.obj = Options(
         where=reach.Where(namespace=controller_namespace, name=controller_name, port=port, url=url,
-                          kubeconfig=kubeconfig, context=context, timeout=timeout),
+                          kubeconfig=kubeconfig, context=context, timeout=timeout, token=token or None),
         offline=offline, fit=fit, strict_fifo=strict_fifo, preemption=preemption)
 
 

@@ -7,6 +7,13 @@ Contract:
   is reached through the API server's pod proxy; with no Lease, no holder, or a holder the API server cannot proxy
   to, the Service ``<namespace>/<name>`` (port ``http``) is reached through the service proxy. A standby replica
   answers 503 naming the leader; that answer is followed once, to the leader's pod.
+- The controller wants the user's bearer token (it TokenReviews it and checks the user's rights). Through the API
+  server it goes in ``X-Mcad-Authorization``, since the proxy drops ``Authorization`` after authenticating the
+  user; with ``where.url`` in ``Authorization``. The token is ``where.token`` (``--token``), else the kubeconfig's
+  as the client resolves it (token, tokenFile, exec plugin); with ``where.url`` the kubeconfig's only when the URL
+  is a loopback address (a port-forward), since it goes over plain HTTP to wherever the URL points. A kubeconfig
+  that authenticates with a client certificate has none to pass on: through the API server that is a
+  ``DebugUnavailable`` saying how to get one.
 - Failures raise ``DebugUnavailable`` with a message a person can act on (which API server and kubeconfig, which
   Lease or Service is missing, what the proxy said) and the hint ``--offline`` where it helps.
   ``ControllerRefused`` (a subclass) means the controller itself answered with an error status, e.g. 404 for an
@@ -18,6 +25,7 @@ errors are ``Status`` objects, the controller's are ``{"error": ...}``.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import urllib.error
 import urllib.parse
@@ -58,6 +66,7 @@ class Where:
     kubeconfig: str | None = None
     context: str | None = None
     timeout: float = DEFAULT_TIMEOUT
+    token: str | None = None  # the bearer token shown to the controller; None: the kubeconfig's
 
 
 Query = Sequence[tuple[str, str]]
@@ -80,6 +89,20 @@ def lease_path(namespace: str, name: str) -> str:
     return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
 
 
+PROXY_HEADER = "X-Mcad-Authorization"  # mcad.endpointauth.PROXY_HEADER; not imported: mcadctl stays light
+
+
+_TOKEN_HINT = ("pass --token (or set MCAD_TOKEN), e.g. `--token \"$(kubectl create token SERVICEACCOUNT -n "
+               "NAMESPACE)\"` for a ServiceAccount that may list appwrappers where you work (or is bound to the "
+               "chart's debug-viewer ClusterRole)")
+
+
+def no_token_hint(source: str) -> str:
+    return (f"{source} authenticates with a client certificate, which the API server does not pass on to the "
+            f"controller, and the controller needs a bearer token to check who you are: {_TOKEN_HINT}, or use a "
+            "kubeconfig with a token or an exec plugin")
+
+
 def fetch(where: Where, endpoint: str, query: Query = ()) -> dict[str, Any]:
     """The controller's ``/debug/<endpoint>`` answer (see the module contract for the route taken)."""
     if where.url:
@@ -88,7 +111,25 @@ def fetch(where: Where, endpoint: str, query: Query = ()) -> dict[str, Any]:
         conn = kube.connect(where.kubeconfig, where.context)
     except kube.KubeConnectError as err:
         raise DebugUnavailable(str(err)) from err
-    return _ThroughApiServer(conn, where, endpoint, list(query)).fetch()
+    token = where.token or kube.bearer_token(conn)
+    if not token:
+        raise DebugUnavailable(no_token_hint(conn.source))
+    return _ThroughApiServer(conn, where, endpoint, list(query), token).fetch()
+
+
+def _direct_token(where: Where, url: str) -> str | None:
+    """--url: the given token, else the kubeconfig's if there is one and the URL is this machine's (a
+    ``kubectl port-forward``): a kubeconfig's credentials are not sent, over plain HTTP, to wherever --url points
+    unless asked with --token. Having none is no error here: a controller run with --insecure-debug-endpoints needs
+    none, and one that does answers 401."""
+    if where.token:
+        return where.token
+    if not _loopback(urllib.parse.urlsplit(url).hostname or ""):
+        return None
+    try:
+        return kube.bearer_token(kube.connect(where.kubeconfig, where.context))
+    except kube.KubeConnectError:
+        return None
 
 
 # -- directly, to --url ----------------------------------------------------------------------------------------------
@@ -100,7 +141,11 @@ def _fetch_direct(where: Where, endpoint: str, query: Query) -> dict[str, Any]:
     url = f"{base.rstrip('/')}/debug/{endpoint}"
     if query:
         url += "?" + urllib.parse.urlencode(list(query))
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    headers = {"Accept": "application/json"}
+    token = _direct_token(where, url)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=where.timeout) as response:
             status, data = response.status, response.read()
@@ -121,7 +166,17 @@ def _fetch_direct(where: Where, endpoint: str, query: Query) -> dict[str, Any]:
         raise DebugUnavailable(
             f"{where.url} is a standby replica, not the leader (the leader is {body.get('leader') or 'unknown'}); "
             "point --url at the leader, or drop --url and mcadctl finds it through the API server")
+    if status == 401 and not token:
+        raise DebugUnavailable(f"the controller at {url} wants a bearer token and mcadctl has none to send there "
+                               f"(a kubeconfig's token goes only to a loopback --url): {_TOKEN_HINT}")
     raise _refused(status, body, data, f"the controller at {url}")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _json_object(data: bytes) -> dict[str, Any] | None:
@@ -150,6 +205,7 @@ class _ThroughApiServer:
     where: Where
     endpoint: str
     query: list[tuple[str, str]]
+    token: str  # the user's, for the controller (the proxy drops Authorization)
     tried: list[str] = field(default_factory=list)  # what failed on the way, for the final message
 
     def fetch(self) -> dict[str, Any]:
@@ -202,7 +258,8 @@ class _ThroughApiServer:
         """The answer through one proxy path; None when the API server could not deliver it (noted in ``tried``).
         Raises when the controller itself refused, or for a standby's answer that cannot be followed."""
         try:
-            return kube.request_json(self.conn, "GET", path, query=self.query, timeout=self.where.timeout)
+            return kube.request_json(self.conn, "GET", path, query=self.query, timeout=self.where.timeout,
+                                     headers={PROXY_HEADER: f"Bearer {self.token}"})
         except kube.ApiError as err:
             self._fail_if_cluster_unreachable(err)
             body = err.body if isinstance(err.body, dict) else None

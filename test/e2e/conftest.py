@@ -55,6 +55,9 @@ def free_port() -> int:
 
 
 class Controller:
+    # The bearer token ``get`` presents by default: an endpoint reader's (``endpoint_reader``), set for the session.
+    token: str | None = None
+
     def __init__(self, kubeconfig: str, log: Path, *args: str) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
@@ -102,10 +105,14 @@ class Controller:
         assert found, "the controller has not logged its HTTP port"
         return int(found[-1])
 
-    def get(self, path: str) -> tuple[int, str]:
-        """GET ``path`` from its HTTP endpoint: the status code and body, errors included."""
+    def get(self, path: str, token: str | None = "") -> tuple[int, str]:
+        """GET ``path`` from its HTTP endpoint: the status code and body, errors included. It presents ``token``
+        (default: the session's endpoint reader's, which may read everything; None: no token at all)."""
+        token = self.token if token == "" else token
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
+                                         headers={"Authorization": f"Bearer {token}"} if token else {})
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=10) as response:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode()
@@ -147,6 +154,48 @@ def namespace_labels(request: pytest.FixtureRequest) -> dict[str, str]:
     if release is None or os.environ.get("MCAD_E2E_ADMIN") == "1":
         return {}
     return {chart.WEBHOOK_LABEL: release}
+
+
+def service_account_token(kubeconfig: str, namespace: str, name: str, *, cluster_roles: tuple[str, ...] = (),
+                          roles: tuple[tuple[str, str], ...] = ()) -> str:
+    """A TokenRequest token of the ServiceAccount ``namespace/name`` (created if missing), bound to
+    ``cluster_roles`` everywhere and to each ``(cluster role, namespace)`` of ``roles`` in that namespace."""
+    conn = kube.connect(kubeconfig)
+    client = kube.Client(conn)
+    manager = "mcad-e2e"
+    client.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
+                 field_manager=manager, force=True)
+    subject = [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+    for role in cluster_roles:
+        client.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                      "metadata": {"name": f"{namespace}-{name}-{role}"},
+                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                      "subjects": subject}, field_manager=manager, force=True)
+    for role, where in roles:
+        client.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                      "metadata": {"name": f"{namespace}-{name}-{role}", "namespace": where},
+                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                      "subjects": subject}, field_manager=manager, force=True)
+    return str(kube.request_json(conn, "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+                                 body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                       "spec": {"expirationSeconds": 6 * 3600}})["status"]["token"])
+
+
+# The chart's ClusterRoles that read the controller's endpoints (templates/endpoint-access.yaml).
+METRICS_READER = f"{chart.RELEASE}-metrics-reader"
+DEBUG_VIEWER = f"{chart.RELEASE}-debug-viewer"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def endpoint_reader(kubeconfig: str, controller_kubeconfig: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A token that may read all of every e2e controller's /metrics and /debug, through the chart's ClusterRoles:
+    ``Controller.get`` presents it unless told otherwise."""
+    if controller_kubeconfig == kubeconfig:  # MCAD_E2E_ADMIN=1: the chart is still what grants the readers
+        chart.install(kubeconfig, tmp_path_factory.mktemp("chart"))
+    token = service_account_token(kubeconfig, chart.NAMESPACE, "mcad-e2e-reader",
+                                  cluster_roles=(METRICS_READER, DEBUG_VIEWER))
+    Controller.token = token
+    return token
 
 
 @contextlib.contextmanager

@@ -309,7 +309,8 @@ def test_rejected_credentials_are_a_state_and_a_metric_not_a_crash(controller: C
     assert 'mcad_cluster_healthy{cluster="c8w2"} 1.0' in text
     assert controller.proc is not None and controller.proc.poll() is None
     mcadctl = subprocess.run([str(Path(sys.executable).parent / "mcadctl"), "--url",
-                              f"http://127.0.0.1:{controller.port}", "clusters", "-o", "wide"],
+                              f"http://127.0.0.1:{controller.port}", "--token", str(controller.token), "clusters",
+                              "-o", "wide"],
                              capture_output=True, text=True, timeout=30, check=False)
     assert mcadctl.returncode == 0, mcadctl.stderr
     rows = {line.split()[0]: line.split()[1] for line in mcadctl.stdout.splitlines()[2:] if line.strip()}

@@ -13,9 +13,17 @@ from mcad import clusters
 from test import chart
 from test.support import REPO
 
+ENDPOINT_ACCESS = "endpoint-access"
+
+
+def endpoint_access(o: dict[str, Any]) -> bool:
+    """The RBAC of /metrics and /debug access (templates/endpoint-access.yaml), told apart by a label."""
+    return bool((o["metadata"].get("labels") or {}).get("mcad.codeflare.dev/role") == ENDPOINT_ACCESS)
+
 
 def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [o for o in objects if o["kind"] == kind]
+    """The one object of ``kind`` besides those of endpoint access."""
+    found = [o for o in objects if o["kind"] == kind and not endpoint_access(o)]
     assert len(found) == 1, [o["kind"] for o in objects]
     return found[0]
 
@@ -84,7 +92,8 @@ ELECTION_ARGS = ["--leader-elect", f"--leader-elect-lease-name={chart.LEASE}", "
 
 def test_defaults_render_two_hardened_controllers_with_leader_election() -> None:
     objects = chart.render()
-    assert sorted(o["kind"] for o in objects) == ["ClusterRole", "ClusterRole", "ClusterRoleBinding",
+    assert sorted(o["kind"] for o in objects if not endpoint_access(o)) == [
+                                                  "ClusterRole", "ClusterRole", "ClusterRoleBinding",
                                                   "ClusterRoleBinding", "Deployment",
                                                   "MutatingWebhookConfiguration", "Role", "Role", "RoleBinding",
                                                   "RoleBinding", "Secret", "Service", "ServiceAccount",
@@ -168,7 +177,8 @@ def test_the_lease_role_grants_exactly_what_the_elector_uses() -> None:
 
 def test_without_leader_election_one_replica_recreated_and_no_lease_role() -> None:
     objects = chart.render("leaderElection.enabled=false", "replicaCount=1")
-    assert [o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "RoleBinding")] == [
+    assert [o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "RoleBinding")
+                                         and not endpoint_access(o)] == [
         "mcad-controller-webhook-cert", "mcad-controller-webhook-cert"]
     deployment = by_kind(objects, "Deployment")
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
@@ -219,7 +229,7 @@ def test_no_secret_is_listed_or_watched_anywhere() -> None:
     read by name in the release namespace (a Role, see test_hub_role_reads_exactly_the_workers_secrets)."""
     for obj in chart.render():
         for rule in obj.get("rules") or []:
-            if "" in rule["apiGroups"] and "secrets" in rule["resources"]:
+            if "" in rule.get("apiGroups", ()) and "secrets" in rule.get("resources", ()):  # nonResourceURLs too
                 assert not {"list", "watch"} & set(rule["verbs"]), (obj["kind"], obj["metadata"]["name"], rule)
                 assert obj["kind"] == "Role" or "resourceNames" not in rule
 
@@ -345,8 +355,8 @@ def test_hub_off_renders_nothing_of_hub_mode() -> None:
     rules = named(objects, "ClusterRole", chart.RELEASE)["rules"]
     assert not [r for r in rules if "secrets" in r["resources"] and r.get("resourceNames")]
     assert not [r for r in HUB_RULES if r in rules]
-    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role"] == ["mcad-controller-leader-election",
-                                                                               "mcad-controller-webhook-cert"]
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role" and not endpoint_access(o)] == [
+        "mcad-controller-leader-election", "mcad-controller-webhook-cert"]
 
 
 def test_hub_on_mounts_the_clusters_file_the_controller_can_load(tmp_path: Path) -> None:
@@ -514,7 +524,8 @@ def test_cert_manager_issues_the_certificate_and_the_controller_only_reads_it() 
         {"name": "webhook-cert", "mountPath": "/etc/mcad/webhook-cert", "readOnly": True}]
     assert pod["volumes"] == [{"name": "webhook-cert", "secret": {"secretName": "mcad-webhook-cert"}}]
     # Neither the Secret nor the configurations are the controller's to write.
-    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role"] == ["mcad-controller-leader-election"]
+    assert [o["metadata"]["name"] for o in objects
+            if o["kind"] == "Role" and not endpoint_access(o)] == ["mcad-controller-leader-election"]
     assert named(objects, "ClusterRole", chart.RELEASE)["rules"][BASE_RULES] == WEBHOOK_RULES[0]
     assert "admissionregistration.k8s.io" not in json.dumps(named(objects, "ClusterRole", chart.RELEASE)["rules"])
     with pytest.raises(RuntimeError, match=r"certManager\.enabled needs the Service"):
@@ -525,7 +536,8 @@ def test_webhook_off_renders_none_of_it() -> None:
     objects = chart.render("webhook.enabled=false")
     kinds = {o["kind"] for o in objects}
     assert not kinds & {"Secret", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
-    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Role"] == ["mcad-controller-leader-election"]
+    assert [o["metadata"]["name"] for o in objects
+            if o["kind"] == "Role" and not endpoint_access(o)] == ["mcad-controller-leader-election"]
     args = controller_pod(objects)["containers"][0]["args"]
     assert "--no-webhook" in args and not [a for a in args if a.startswith("--webhook")]
     assert "subjectaccessreviews" not in json.dumps(named(objects, "ClusterRole", chart.RELEASE)["rules"])
@@ -538,3 +550,40 @@ def test_helm_lint_passes_with_cert_manager_and_url(tmp_path: Path) -> None:
         path.write_text(json.dumps(values))
         out = chart.helm("lint", str(chart.CHART), "--strict", "--namespace", chart.NAMESPACE, "--values", str(path))
         assert "0 chart(s) failed" in out
+
+
+def test_endpoint_access_lets_the_controller_review_and_readers_read() -> None:
+    objects = [o for o in chart.render() if endpoint_access(o)]
+    named = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    assert sorted(named) == [("ClusterRole", "mcad-access-reviews"), ("ClusterRole", "mcad-debug-viewer"),
+                             ("ClusterRole", "mcad-metrics-reader"), ("ClusterRoleBinding", "mcad-access-reviews"),
+                             ("Role", "mcad-debug-client")]
+    assert named[("ClusterRole", "mcad-access-reviews")]["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}]
+    assert named[("ClusterRoleBinding", "mcad-access-reviews")]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "mcad", "namespace": chart.NAMESPACE}]
+    assert named[("ClusterRole", "mcad-metrics-reader")]["rules"] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert named[("ClusterRole", "mcad-debug-viewer")]["rules"][0] == {"nonResourceURLs": ["/debug/*"],
+                                                                       "verbs": ["get"]}
+    assert named[("Role", "mcad-debug-client")]["metadata"]["namespace"] == chart.NAMESPACE
+    args = by_kind(chart.render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--insecure-debug-endpoints" not in args
+
+
+def test_the_service_monitor_sends_prometheus_token_and_may_bind_its_account(tmp_path: Path) -> None:
+    values = {"serviceMonitor": {"enabled": True,
+                                 "prometheusServiceAccount": {"name": "prometheus-k8s", "namespace": "monitoring"}}}
+    objects = chart.render(values=values, tmp=tmp_path)
+    monitor = by_kind(objects, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding"
+                   and o["metadata"]["name"] == "mcad-metrics-reader")
+    assert binding["roleRef"]["name"] == "mcad-metrics-reader"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}]
+    secret = {"type": "Bearer", "credentials": {"name": "prom-token", "key": "token"}}
+    values["serviceMonitor"]["authorization"] = secret
+    monitor = by_kind(chart.render(values=values, tmp=tmp_path), "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["authorization"] == secret
+    assert "bearerTokenFile" not in monitor["spec"]["endpoints"][0]

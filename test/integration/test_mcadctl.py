@@ -6,6 +6,10 @@ built the way a cluster would have it: a Pod that is never scheduled (``schedule
 set to 192.0.2.2 stands for the controller's pod, a selector-less Service ``mcad-controller`` with Endpoints that
 point at that Pod stands for the chart's Service, and a Lease names the holder. AppWrappers bigger than the
 cluster queue forever (in a known order: priority, then creation, then name) and a small one runs.
+
+The controller checks who asks: mcadctl presents a reader ServiceAccount's token (MCAD_TOKEN), bound to the chart's
+debug-viewer and metrics-reader ClusterRoles (rendered from the chart and applied under names of this module's).
+The admin kubeconfig authenticates with a client certificate, which mcadctl cannot pass on.
 """
 
 from __future__ import annotations
@@ -27,8 +31,21 @@ import kubernetes.client as k8s
 import pytest
 from click.testing import CliRunner, Result
 
+from mcad import kube
 from mcad.cli import mcadctl
-from test.e2e.conftest import GROUP, LOGS, PLURAL, VERSION, appwrapper, blocked_on, deployment_item
+from test import chart
+from test.e2e.conftest import (
+    DEBUG_VIEWER,
+    GROUP,
+    LOGS,
+    METRICS_READER,
+    PLURAL,
+    VERSION,
+    appwrapper,
+    blocked_on,
+    deployment_item,
+    service_account_token,
+)
 from test.support import wait_until
 
 BIN = Path(sys.executable).parent
@@ -127,8 +144,28 @@ class Cluster:
         return name
 
 
-def mcadctl_(*args: str) -> Result:
-    return CliRunner(env={"COLUMNS": "200"}).invoke(mcadctl.main, list(args))
+# The reader's token, set by the ``cluster`` fixture; every mcadctl call of this module presents it.
+TOKEN: dict[str, str] = {}
+
+
+def mcadctl_(*args: str, token: str | None = "") -> Result:
+    """mcadctl in this process, with the reader's token (``token``: another one; None: none at all)."""
+    token = TOKEN.get("reader") if token == "" else token
+    return CliRunner(env={"COLUMNS": "200", "MCAD_TOKEN": token}).invoke(mcadctl.main, list(args))
+
+
+def reader_roles(kubeconfig: str) -> tuple[str, ...]:
+    """The chart's endpoint reader ClusterRoles, applied under this module's names (a release of the chart may be
+    installed in the same cluster, and its objects are Helm's)."""
+    client = kube.Client(kube.connect(kubeconfig))
+    names = []
+    for role in chart.render():
+        if role["kind"] == "ClusterRole" and role["metadata"]["name"] in (METRICS_READER, DEBUG_VIEWER):
+            name = f"mcadctl-test-{role['metadata']['name']}"
+            client.apply({**role, "metadata": {"name": name}}, field_manager="mcad-test", force=True)
+            names.append(name)
+    assert len(names) == 2, names
+    return tuple(names)
 
 
 def queued_names(doc: dict[str, Any], namespace: str) -> list[str]:
@@ -141,6 +178,8 @@ def cluster(kubeconfig: str, crd: None, quota_crd: None, api: k8s.ApiClient) -> 
     custom = k8s.CustomObjectsApi(api)
     env = Cluster(kubeconfig, core, create_namespace(core), create_namespace(core), free_port(), [])
     env.created += [env.namespace, env.election_namespace]
+    TOKEN["reader"] = service_account_token(kubeconfig, env.election_namespace, "reader",
+                                            cluster_roles=reader_roles(kubeconfig))
     try:
         with controller_process(kubeconfig, "leader-0", env.port, env.election_namespace,
                                 LOGS / "mcadctl-leader.log"):
@@ -383,7 +422,9 @@ def test_a_standby_behind_the_service_is_followed_to_the_leader(cluster: Cluster
     controller_service(cluster.core, ns, "standby-0", standby_port)
     with controller_process(cluster.kubeconfig, "standby-0", standby_port, cluster.election_namespace,
                             LOGS / "mcadctl-standby.log"):
-        with urllib.request.urlopen(f"http://127.0.0.1:{standby_port}/metrics", timeout=5):
+        request = urllib.request.Request(f"http://127.0.0.1:{standby_port}/metrics",
+                                         headers={"Authorization": f"Bearer {TOKEN['reader']}"})
+        with urllib.request.urlopen(request, timeout=5):
             pass  # it serves; /debug on it answers 503 naming the leader (checked through mcadctl below)
         direct = mcadctl_("--url", f"http://127.0.0.1:{standby_port}", "queue")
         assert direct.exit_code == 1
@@ -403,7 +444,8 @@ def test_a_standby_behind_the_service_is_followed_to_the_leader(cluster: Cluster
 def test_controller_not_installed_is_a_helpful_error(cluster: Cluster) -> None:
     ns = cluster.new_namespace()
     proc = subprocess.run([str(BIN / "mcadctl"), "--kubeconfig", cluster.kubeconfig, "--controller-namespace", ns,
-                           "queue"], capture_output=True, text=True, timeout=60)
+                           "queue"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "MCAD_TOKEN": TOKEN["reader"]})
     assert proc.returncode == 1
     assert proc.stdout == ""
     assert proc.stderr.strip() == (
@@ -423,3 +465,53 @@ def test_service_without_a_running_controller_names_the_proxy_failure(cluster: C
     assert f"the API server could not reach the Service {ns}/mcad-controller (503" in message
     assert "connection refused" in message
     assert message.rstrip().endswith("or use --offline to compute the same from cluster state")
+
+
+# -- who asks --------------------------------------------------------------------------------------------------------
+
+
+def test_through_the_proxy_the_token_goes_in_its_own_header_and_the_tenant_sees_its_own(
+        cluster: Cluster, api: k8s.ApiClient) -> None:
+    ns = cluster.new_namespace()
+    controller_pod(cluster.core, ns, "mcad-controller-3")
+    controller_service(cluster.core, ns, "mcad-controller-3", cluster.port)
+    other = cluster.new_namespace()
+    k8s.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, other, PLURAL, appwrapper(
+        "elsewhere", deployment_item("elsewhere", 2, "500")))
+    client = kube.Client(kube.connect(cluster.kubeconfig))
+    client.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                  "metadata": {"name": "mcadctl-test-appwrapper-lister"},
+                  "rules": [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["list"]}]},
+                 field_manager="mcad-test", force=True)
+    tenant = service_account_token(cluster.kubeconfig, cluster.namespace, "tenant",
+                                   roles=(("mcadctl-test-appwrapper-lister", cluster.namespace),))
+    base = ["--kubeconfig", cluster.kubeconfig, "--controller-namespace", ns]
+
+    def names(token: str | None = "") -> set[tuple[str, str]]:
+        result = mcadctl_(*base, "queue", "-o", "json", token=token)
+        assert result.exit_code == 0, result.output
+        return {(aw["namespace"], aw["name"]) for aw in json.loads(result.stdout)["queued"]}
+
+    wait_until(lambda: (other, "elsewhere") in names(), 30, "the reader to see the other namespace's AppWrapper")
+    mine = names(tenant)
+    assert {n for n, _ in mine} == {cluster.namespace} and {name for _, name in mine} == set(QUEUED), mine
+    hidden = mcadctl_(*base, "explain", f"{other}/elsewhere", token=tenant)
+    assert hidden.exit_code == 1 and "not found (the controller does not know it)" in hidden.stderr, hidden.output
+    ledger = mcadctl_(*base, "ledger", token=tenant)
+    assert ledger.exit_code == 1 and "answered 403" in ledger.stderr and "may not get /debug/ledger" in ledger.stderr
+
+
+def test_a_client_certificate_kubeconfig_is_told_how_to_get_a_token(cluster: Cluster) -> None:
+    ns = cluster.new_namespace()
+    controller_pod(cluster.core, ns, "mcad-controller-4")
+    controller_service(cluster.core, ns, "mcad-controller-4", cluster.port)
+    result = mcadctl_("--kubeconfig", cluster.kubeconfig, "--controller-namespace", ns, "queue", token=None)
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: kubeconfig {cluster.kubeconfig} authenticates with a client "
+                                    "certificate"), result.stderr
+    assert "--token" in result.stderr and "kubectl create token" in result.stderr
+    # Straight to the controller with no token: its 401, and the same advice.
+    direct = mcadctl_("--url", cluster.url, "queue", token=None)
+    assert direct.exit_code == 1 and "wants a bearer token" in direct.stderr and "--token" in direct.stderr
+    forged = mcadctl_("--url", cluster.url, "queue", token="forged")
+    assert forged.exit_code == 1 and "answered 401: the bearer token was not accepted" in forged.stderr

@@ -11,7 +11,8 @@ Results go to bench-results.json (one object per scenario, written after each sc
 A scenario that fails is reported with what it measured so far, and the next one runs; the exit code is 1 if any
 failed.
 
-Scenarios: ceiling, throughput, deep_queue, churn, restart, noisy_neighbour (see test/perf/scenarios.py).
+Scenarios: ceiling, throughput, deep_queue, churn, restart, noisy_neighbour, memory, pollers (see
+test/perf/scenarios.py).
 """
 
 from __future__ import annotations

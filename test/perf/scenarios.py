@@ -979,6 +979,136 @@ def _must(value: Any) -> Any:
     return value
 
 
+# ---------------------------------------------------------------------------------------------- pollers
+
+POLLERS = 16
+POLLERS_DELAY_TARGET_MS = 50.0
+
+
+def reader_token(api: Api, name: str = "bench-reader") -> str:
+    """A TokenRequest token of a ServiceAccount that may read every /debug document (as the chart's debug viewer
+    ClusterRole grants)."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    api.create(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": name}})
+    api.create(f"{rbac}/clusterroles", {"metadata": {"name": name}, "rules": [
+        {"nonResourceURLs": ["/debug/*", "/metrics"], "verbs": ["get"]},
+        {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"], "verbs": ["list"]}]})
+    api.create(f"{rbac}/clusterrolebindings", {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]})
+    answer = api.create(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{name}/token",
+                        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                         "spec": {"expirationSeconds": 3600}})
+    return str(answer["status"]["token"])
+
+
+def pollers(opts: Options, result: Result) -> None:
+    """16 clients poll /debug/queue as fast as it answers (issue 15: they held a dispatch for 36 s when each read
+    ran on the dispatcher thread): a backlog of N AppWrappers that never fit is queued (so each /debug/queue lists
+    N), then one-pod AppWrappers are created one at a time, creation -> Running, first with no pollers, then with
+    16. The delay is the difference of the two medians (and of the p99s); also polls answered per second and how
+    long one took."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    f = opts.factor("pollers")
+    n = scaled(1000, f)
+    n_probes = scaled(40, f, minimum=10)
+    result["params"] = {"backlog_appwrappers": n, "probes_each": n_probes, "pollers": POLLERS, "nodes": 2}
+    with Env("pollers", opts, result) as env:
+        env.nodes(2, cpu="8", memory="32Gi", pods=110)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        # The last --http-bind-address wins: a port known here, since the controller logs at warning level.
+        ctl = env.controller("controller", args=(*opts.controller_args, "--http-bind-address", f"127.0.0.1:{port}"))
+        result["controller_ready_s"] = round(warmup(env, ctl), 2)
+        baseline = ctl.stats()
+        token = reader_token(env.api)
+        backlog = Tracker()
+        env.watch(watch_appwrappers(env.api, backlog))
+        say(f"pollers: queueing {n} AppWrappers that cannot fit")
+        create_all(env, backlog, [appwrapper(f"gpu-{i:05d}", [configmap_item(f"gpu-{i:05d}", {"nvidia.com/gpu": "1"})])
+                                  for i in range(n)])
+        backlog.wait(lambda: len(backlog.pending) >= n, 120 + n / 10, f"{n} AppWrappers Pending", ctl.check_alive)
+        url = f"http://127.0.0.1:{port}/debug/queue"
+
+        def poll_once() -> tuple[int, float, int]:
+            request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+            started = time.monotonic()
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    body = response.read()
+                    code = response.status
+            except urllib.error.HTTPError as err:
+                body, code = err.read(), err.code
+            return code, time.monotonic() - started, len(body)
+
+        code, _, size = poll_once()
+        if code != 200:
+            raise BenchError(f"/debug/queue answered {code} to the reader")
+        result["queue_document_bytes"] = size
+        probe = Tracker()
+        env.watch(watch_appwrappers(env.api, probe, f"{PROBE_LABEL}=true"))
+
+        def probes(label: str) -> list[float]:
+            latencies = []
+            for i in range(n_probes):
+                name = f"probe-{label}-{i:03d}"
+                body = appwrapper(name, [pod_item(name, "100m")], labels={PROBE_LABEL: "true"})
+                env.api.create(aw_path(), body)
+                t = time.monotonic()
+                probe.mark_created(name, t)
+                probe.wait(has(probe.running, name), 60, f"{name} Running", ctl.check_alive)
+                latencies.append(probe.running[name] - t)
+                env.api.delete(aw_path(name))
+                probe.wait(has(probe.deleted, name), 60, f"{name} deleted", ctl.check_alive)
+            return latencies
+
+        say(f"pollers: {n_probes} one-pod AppWrappers, one at a time, nobody polling")
+        quiet = probes("quiet")
+        say(f"pollers: the same with {POLLERS} clients polling /debug/queue")
+        stop = threading.Event()
+        polls: list[tuple[int, float, int]] = []
+        lock = threading.Lock()
+
+        def poller() -> None:
+            while not stop.is_set():
+                answer = poll_once()
+                with lock:
+                    polls.append(answer)
+
+        threads = [threading.Thread(target=poller, name=f"poller-{i}", daemon=True) for i in range(POLLERS)]
+        polling_started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        try:
+            polled = probes("polled")
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(60)
+        polling_s = time.monotonic() - polling_started
+        result["wall_s"] = round(time.monotonic() - polling_started, 2)
+        result["controller"] = controller_figures(ctl, baseline)
+        codes: dict[str, int] = {}
+        for code, _, _ in polls:
+            codes[str(code)] = codes.get(str(code), 0) + 1
+        quiet_s, polled_s = summary(quiet), summary(polled)
+        result["latency"] = {"create_to_running_no_pollers": quiet_s, "create_to_running_16_pollers": polled_s,
+                             "poll": summary(t for code, t, _ in polls if code == 200)}
+        result["polls"] = {"answers": codes, "per_s": round(len(polls) / polling_s, 1)}
+        result["throughput"] = {"polls_answered_per_s": round(codes.get("200", 0) / polling_s, 1)}
+        delay_p50 = polled_s["p50_ms"] - quiet_s["p50_ms"]
+        result["delay_ms"] = {"p50": round(delay_p50, 1), "p99": round(polled_s["p99_ms"] - quiet_s["p99_ms"], 1)}
+        if codes.get("200", 0) == 0:
+            raise BenchError(f"no poll was answered: {codes}")
+        add_target(result, f"dispatch delay (p50) with {POLLERS} /debug/queue pollers", delay_p50, "<=",
+                   POLLERS_DELAY_TARGET_MS, "ms")
+
+
 SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "ceiling": ceiling,
     "throughput": throughput,
@@ -988,4 +1118,5 @@ SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "noisy_neighbour": noisy_neighbour,
     "memory": memory,
     "admission": admission,
+    "pollers": pollers,
 }

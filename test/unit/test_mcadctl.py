@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -635,3 +636,43 @@ def test_clusters_from_a_controller_without_the_endpoint_says_so(controller: Con
     controller.answers["clusters"] = reach.DebugUnavailable("no Lease and no Service")
     result = mcadctl_("clusters")
     assert (result.exit_code, result.stderr) == (1, "error: no Lease and no Service\n")
+
+
+# -- the token shown to the controller --------------------------------------------------------------------------------
+
+
+def _kubeconfig(tmp_path: Path, user: dict[str, Any]) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": user}], "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    return str(path)
+
+
+def test_the_kubeconfig_token_is_resolved_as_the_client_does(tmp_path: Path) -> None:
+    from mcad import kube
+
+    assert kube.bearer_token(kube.connect(_kubeconfig(tmp_path, {"token": "abc"}))) == "abc"
+    token_file = tmp_path / "token"
+    token_file.write_text("from-file\n")
+    assert kube.bearer_token(kube.connect(_kubeconfig(tmp_path, {"tokenFile": str(token_file)}))) == "from-file"
+    cert = _kubeconfig(tmp_path, {"client-certificate-data": "eA==", "client-key-data": "eA=="})
+    assert kube.bearer_token(kube.connect(cert)) is None
+
+
+def test_a_kubeconfig_token_goes_to_a_url_only_on_this_machine(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path, {"token": "abc"}))
+    where = reach.Where(url="http://10.0.0.1:8080")
+    assert reach._direct_token(where, "http://10.0.0.1:8080/debug/queue") is None
+    assert reach._direct_token(where, "http://127.0.0.1:8080/debug/queue") == "abc"
+    assert reach._direct_token(where, "http://localhost:8080/debug/queue") == "abc"
+    assert reach._direct_token(reach.Where(token="given"), "http://10.0.0.1:8080/debug/queue") == "given"
+
+
+def test_a_client_certificate_kubeconfig_through_the_api_server_says_how_to_get_a_token(tmp_path: Path) -> None:
+    cert = _kubeconfig(tmp_path, {"client-certificate-data": "eA==", "client-key-data": "eA=="})
+    result = CliRunner(env={"MCAD_TOKEN": None}).invoke(mcadctl.main, ["--kubeconfig", cert, "queue"])
+    assert result.exit_code == 1
+    assert f"kubeconfig {cert} authenticates with a client certificate" in result.stderr
+    assert "--token" in result.stderr and "kubectl create token" in result.stderr

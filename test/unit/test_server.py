@@ -1,18 +1,29 @@
-"""The HTTP endpoint's error handling: a client that leaves before its answer costs one log line, no traceback."""
+"""The HTTP endpoint: who gets an answer (401, 403, 404, 503 by the access rules of mcad.server, over a gate whose
+API calls are stand-ins; the real reviews run in test/e2e/test_endpoint_access.py), what a tenant's queue holds,
+and error handling: a client that leaves before its answer costs one log line, no traceback."""
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import structlog
 
+from mcad.admission.request import UserInfo
+from mcad.endpointauth import Attributes, Gate
 from mcad.metrics import Metrics
-from mcad.server import Server
+from mcad.server import DebugEndpoints, Server
+from mcad.snapshots import Snapshots
 from test.support import wait_until
+from test.unit.test_endpointauth import Reviews
+from test.unit.test_snapshots import FakeReports, Loop
 
 
 class SlowDebug:
@@ -23,7 +34,7 @@ class SlowDebug:
         self.release = threading.Event()
         self.answered = threading.Event()
 
-    def answer(self, path: str, query: Any) -> tuple[int, dict[str, Any]]:
+    def answer(self, path: str, query: Any, **_access: Any) -> tuple[int, dict[str, Any]]:
         self.asked.set()
         self.release.wait(10)
         return 200, {"queue": ["x" * 100] * 2000}  # larger than a socket buffer takes in one write
@@ -32,7 +43,7 @@ class SlowDebug:
 def test_a_client_gone_before_its_answer_is_one_info_line_and_no_traceback(capfd: pytest.CaptureFixture[str]) -> None:
     debug = SlowDebug()
     http = Server("127.0.0.1:0", metrics=Metrics(), live=lambda: (True, ""), ready=lambda: (True, ""),
-                  debug=debug)  # type: ignore[arg-type]
+                  debug=debug, insecure=True)  # type: ignore[arg-type]
     http.start()
     try:
         with structlog.testing.capture_logs() as logs:
@@ -54,3 +65,123 @@ def test_a_client_gone_before_its_answer_is_one_info_line_and_no_traceback(capfd
         http.stop()
     captured = capfd.readouterr()
     assert "Traceback" not in captured.err
+
+
+ALICE = UserInfo("system:serviceaccount:team-a:alice", uid="u-1", groups=("system:serviceaccounts",))
+ADMIN = UserInfo("admin", uid="u-0", groups=("ops",))
+
+
+class QueueReports(FakeReports):
+    def queue_deferred(self) -> Any:
+        return self.queue
+
+    def queue(self) -> dict[str, Any]:
+        return {"queued": [{"namespace": "team-a", "name": "a1", "position": 2},
+                           {"namespace": "team-b", "name": "b1", "position": 1}],
+                "dispatched": [{"namespace": "team-b", "name": "b2"}, {"namespace": "team-a", "name": "a2"}]}
+
+
+def grant(reviews: Reviews, user: UserInfo, attributes: Attributes) -> None:
+    reviews.grants.append({**user.as_json(), **attributes.as_json()})
+
+
+def list_in(namespace: str) -> Attributes:
+    return Attributes(verb="list", group="workload.codeflare.dev", resource="appwrappers", namespace=namespace)
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[Server, Reviews]]:
+    reviews = Reviews()
+    reviews.tokens["alice"] = {"username": ALICE.username, "uid": "u-1", "groups": ["system:serviceaccounts"]}
+    reviews.tokens["admin"] = {"username": "admin", "uid": "u-0", "groups": ["ops"]}
+    reviews.tokens.pop("good")
+    grant(reviews, ALICE, list_in("team-a"))
+    grant(reviews, ADMIN, list_in(""))
+    for path in ("/metrics", "/debug/ledger"):
+        grant(reviews, ADMIN, Attributes(verb="get", path=path))
+    loop = Loop()
+    snaps = Snapshots(loop.call, QueueReports(), lambda: {"team-a", "team-b", "team-c"},  # type: ignore[arg-type]
+                      interval=0.01)
+    debug = DebugEndpoints(snaps, running=lambda: True)
+    http = Server("127.0.0.1:0", metrics=Metrics(), live=lambda: (True, ""), ready=lambda: (True, ""), debug=debug,
+                  gate=Gate(reviews))
+    http.start()
+    try:
+        yield http, reviews
+    finally:
+        http.stop()
+
+
+def get(http: Server, path: str, token: str | None = None, header: str = "Authorization") -> tuple[int, str]:
+    request = urllib.request.Request(f"http://127.0.0.1:{http.port}{path}",
+                                     headers={header: f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_health_is_open_and_everything_else_needs_a_token(served: tuple[Server, Reviews]) -> None:
+    http, reviews = served
+    assert get(http, "/healthz") == (200, "ok\n")
+    assert get(http, "/readyz") == (200, "ok\n")
+    for path in ("/metrics", "/debug/queue", "/debug/ledger", "/debug/explain?namespace=team-a&name=a1"):
+        code, body = get(http, path)
+        assert code == 401 and "no bearer token" in body, (path, body)
+        assert get(http, path, "forged")[0] == 401
+    assert reviews.access_reviews == []
+
+
+def test_rights_missing_are_403_naming_the_right(served: tuple[Server, Reviews]) -> None:
+    http, _ = served
+    code, body = get(http, "/metrics", "alice")
+    assert code == 403 and body.startswith(f"{ALICE.username} may not get /metrics"), body
+    code, body = get(http, "/debug/ledger", "alice")
+    assert code == 403 and "may not get /debug/ledger" in json.loads(body)["error"]
+    assert get(http, "/metrics", "admin")[0] == 200
+    assert get(http, "/debug/ledger", "admin")[0] == 200
+    # Through the API server's proxy, which drops Authorization, the token comes in the other header.
+    assert get(http, "/metrics", "admin", header="X-Mcad-Authorization")[0] == 200
+
+
+def test_a_tenant_sees_only_its_namespaces_and_explain_does_not_leak(served: tuple[Server, Reviews]) -> None:
+    http, reviews = served
+    code, body = get(http, "/debug/queue", "alice")
+    assert code == 200, body
+    doc = json.loads(body)
+    assert [(aw["name"], aw["position"]) for aw in doc["queued"]] == [("a1", 2)]  # positions stay global
+    assert [aw["name"] for aw in doc["dispatched"]] == ["a2"]
+    admin = json.loads(get(http, "/debug/queue", "admin")[1])
+    assert len(admin["queued"]) == 2 and len(admin["dispatched"]) == 2
+    assert get(http, "/debug/explain?namespace=team-a&name=a1", "alice")[0] == 200
+    hidden = get(http, "/debug/explain?namespace=team-b&name=b1", "alice")
+    absent = get(http, "/debug/explain?namespace=team-a&name=absent", "alice")
+    assert hidden[0] == absent[0] == 404
+    assert json.loads(hidden[1])["error"] == "AppWrapper team-b/b1 not found"
+    assert get(http, "/debug/explain?namespace=team-b&name=b1", "admin")[0] == 200
+    # Cached: asking again reviews nothing more.
+    before = len(reviews.access_reviews)
+    get(http, "/debug/queue", "alice")
+    assert len(reviews.access_reviews) == before
+
+
+def test_someone_who_may_list_appwrappers_nowhere_gets_403(served: tuple[Server, Reviews]) -> None:
+    http, reviews = served
+    reviews.tokens["carol"] = {"username": "carol", "groups": []}
+    code, body = get(http, "/debug/queue", "carol")
+    assert code == 403 and "carol may not list appwrappers.workload.codeflare.dev" in body
+    # May list them only in a namespace with no queued or dispatched AppWrapper: an empty queue, not a 403.
+    reviews.tokens["dave"] = {"username": "dave", "groups": []}
+    grant(reviews, UserInfo("dave"), list_in("team-c"))
+    code, body = get(http, "/debug/queue", "dave")
+    assert code == 200 and json.loads(body)["queued"] == []
+
+
+def test_a_review_that_fails_is_503_never_an_open_door(served: tuple[Server, Reviews]) -> None:
+    from mcad import kube
+
+    http, reviews = served
+    reviews.fail = kube.ApiError(503, "ServiceUnavailable", "etcd is down")
+    assert get(http, "/metrics", "admin")[0] == 503
+    assert get(http, "/debug/queue", "alice")[0] == 503
