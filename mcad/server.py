@@ -56,6 +56,10 @@ Check = Callable[[], tuple[bool, str]]
 # the access reviews of one request.
 DEBUG_TIMEOUT_SECONDS = 10.0
 ACCESS_TIMEOUT_SECONDS = 10.0
+# Connections served at once (scrapers, mcadctl, probes: a handful in practice), and how long one may take to send
+# its request.
+MAX_CONNECTIONS = 64
+READ_TIMEOUT_SECONDS = 10.0
 # The non-resource URLs the cluster-wide documents are authorized by (the chart's debug viewer ClusterRole).
 CLUSTER_WIDE = ("/debug/ledger", "/debug/quota", "/debug/clusters")
 _NO_TOKEN = ("no bearer token: send 'Authorization: Bearer <token>' (or, through the API server's proxy, "
@@ -212,7 +216,34 @@ class DebugEndpoints:
 class _QuietServer(ThreadingHTTPServer):
     """A request that fails is one structured log line, never a traceback printed on stderr, where it would land
     in the middle of another thread's JSON log line. A client that went away before its answer (a /debug read
-    given up during a long cycle, a scraper's timeout) is routine and logged at info."""
+    given up during a long cycle, a scraper's timeout) is routine and logged at info.
+
+    At most ``MAX_CONNECTIONS`` connections are served at once (one thread each); a connection beyond that is
+    closed at once, so a flood of clients costs threads and memory up to a bound, not without one."""
+
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("http connection refused: every slot busy", slots=MAX_CONNECTIONS)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         err = sys.exc_info()[1]
@@ -233,7 +264,6 @@ class Server:
         handler = _handler(metrics, live, ready, debug, Access(None if insecure else gate))
         self.insecure = insecure
         self._httpd = _QuietServer((host, port), handler)
-        self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
 
     @property
@@ -255,6 +285,11 @@ def _handler(metrics: Metrics, live: Check, ready: Check, debug: DebugEndpoints 
              access: Access) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "mcad"
+        # Headers and body go out in separate writes: with Nagle's algorithm the body waits for the client's
+        # delayed ACK (~40 ms per answer).
+        disable_nagle_algorithm = True
+        # A client that sends its request slower than this loses its connection (and its slot).
+        timeout = READ_TIMEOUT_SECONDS
 
         def do_GET(self) -> None:  # the name http.server dispatches to
             url = urlsplit(self.path)

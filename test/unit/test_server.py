@@ -185,3 +185,34 @@ def test_a_review_that_fails_is_503_never_an_open_door(served: tuple[Server, Rev
     reviews.fail = kube.ApiError(503, "ServiceUnavailable", "etcd is down")
     assert get(http, "/metrics", "admin")[0] == 503
     assert get(http, "/debug/queue", "alice")[0] == 503
+
+
+def test_connections_beyond_the_bound_are_closed_and_the_server_serves_again_once_they_go(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("mcad.server.MAX_CONNECTIONS", 2)
+    http = Server("127.0.0.1:0", metrics=Metrics(), live=lambda: (True, ""), ready=lambda: (True, ""),
+                  insecure=True)
+    http.start()
+    idle = [socket.create_connection(("127.0.0.1", http.port)) for _ in range(2)]
+    try:
+        # Both slots are held by clients that send nothing; wait until the server has taken both.
+        def third_is_closed() -> bool:
+            with socket.create_connection(("127.0.0.1", http.port)) as extra:
+                extra.settimeout(5)
+                try:
+                    return extra.recv(1) == b""
+                except TimeoutError:
+                    return False
+        wait_until(third_is_closed, 10, "a connection beyond the bound to be closed")
+    finally:
+        for sock in idle:
+            sock.close()
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http.port}/healthz", timeout=5) as answer:
+                return bool(answer.status == 200)
+        except (urllib.error.URLError, ConnectionError):
+            return False
+    wait_until(healthy, 10, "the server to answer once the idle clients went")
+    http.stop()
