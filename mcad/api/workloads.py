@@ -303,12 +303,16 @@ def inferred_demand(item: Mapping[str, Any]) -> ResourceVector:
 
 
 def understated(item: Mapping[str, Any]) -> tuple[ResourceVector, ResourceVector] | None:
-    """``(declared, inferred)`` when ``custompodresources`` declare less than the templates ask in some resource,
-    else None (nothing declared, or enough). ``WorkloadError`` as ``item_demand``."""
+    """``(declared, inferred)`` when ``custompodresources`` declare less than the templates ask in some resource
+    they name, else None (nothing declared, or enough); both vectors hold only the resources the declaration
+    names. A resource the declaration leaves out is not understated, only undeclared: it is charged at what the
+    templates ask all the same (``item_demand`` takes the larger per resource), and upstream's own cases declare
+    cpu alone in front of templates that also ask memory. ``WorkloadError`` as ``item_demand``."""
     declared = declared_demand(item)
     if declared is None:
         return None
-    inferred = inferred_demand(item)
+    named = set(declared.keys())
+    inferred = ResourceVector((name, amount) for name, amount in inferred_demand(item).items() if name in named)
     return None if inferred.fits_in(declared) else (declared, inferred)
 
 

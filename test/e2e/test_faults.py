@@ -72,6 +72,13 @@ def kubeconfig() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def endpoint_reader() -> str:
+    """The suite's reader token (conftest) is of the suite's cluster, and reaching for it from here would ask for
+    this module's own ``kubeconfig`` at session scope; this module reads no /metrics or /debug."""
+    return ""
+
+
+@pytest.fixture(scope="module")
 def api(kubeconfig: str) -> k8s.ApiClient:
     conn = kube.connect(kubeconfig)
     kube.server_version(conn)

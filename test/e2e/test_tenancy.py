@@ -44,9 +44,10 @@ def on_node(core: k8s.CoreV1Api) -> Iterator[dict[str, str]]:
 
 
 @contextlib.contextmanager
-def tenant_namespace(core: k8s.CoreV1Api, namespace_labels: dict[str, str]) -> Iterator[str]:
+def tenant_namespace(core: k8s.CoreV1Api) -> Iterator[str]:
+    """A second tenant's namespace, outside the webhooks like the module's own (``WEBHOOK_RELEASE``)."""
     name = f"mcad-tenant-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true", **namespace_labels}}})
+    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
     wait_until(lambda: any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(name).items),
                30, f"ServiceAccount default in {name}")
     try:

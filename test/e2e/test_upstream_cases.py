@@ -280,24 +280,24 @@ def test_case_17_custom_pod_resources_matching_the_deployment_run(controller: Co
 def test_case_19_custom_pod_resources_smaller_than_containers_are_not_trusted(
         controller: Controller, aws: AppWrappers, core: k8s.CoreV1Api) -> None:
     """Upstream: after 2x550m, custompodresources 2x425m on 2x426m containers: upstream trusted the declaration and
-    created both pods, one of which could not be scheduled. mcad charges the larger of the two (issue 15: a
-    declaration below the templates would let a tenant start more than it is charged), so it waits, creating
-    nothing, and runs both pods once the first AppWrapper goes."""
+    created both pods, one of which could not be scheduled. mcad refuses it at create (issue 15: a declaration
+    below the templates would let a tenant start more than it is charged), naming both figures. The controller's
+    own defence for one the webhook never saw (it charges the larger and waits) is
+    test/component/test_tenancy.py's."""
     free = free_cpu_millis(core)
     first = dispatch_first(aws, free)
     custom_cpu, _ = split(free, first)  # the two declared pods fit exactly
     container_cpu = custom_cpu + 1  # the real ones do not
     name = "aw-deployment-2-425-vs-426-cpu"
-    aws.create(appwrapper(name, deployment_item(name, 2, millis(container_cpu),
-                                                custompodresources=custom_resources(2, millis(custom_cpu))),
-                          scheduling={"minAvailable": 2, "requeuing": {"timeInSeconds": 60}}))
-    status = wait_queued(aws, name)
-    assert blocked_on(backoff_message(status), "cpu")
+    with pytest.raises(k8s.ApiException) as refused:
+        aws.create(appwrapper(name, deployment_item(name, 2, millis(container_cpu),
+                                                    custompodresources=custom_resources(2, millis(custom_cpu))),
+                              scheduling={"minAvailable": 2, "requeuing": {"timeInSeconds": 60}}))
+    assert refused.value.status == 403, refused.value
+    body = str(refused.value.body)
+    assert f"GenericItems[0] (Deployment {name}): custompodresources declare cpu " in body, body
+    assert ", less than its templates ask, cpu " in body, body
     assert_nothing_created(aws, name, ("apps/v1", "Deployment", name))
-
-    aws.delete("aw-deployment-2-550cpu")
-    aws.wait_state(name, "Running")
-    aws.wait_pods(name, 2)
 
 
 def test_pendingpodconditions_name_the_pod_the_scheduler_cannot_place_until_it_can(

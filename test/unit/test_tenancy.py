@@ -165,8 +165,8 @@ def test_admission_refuses_custompodresources_below_the_templates_naming_both_fi
     understated = deployment("web", 6, "3", custompodresources=[{"replicas": 1, "requests": {"cpu": "1m"}}])
     enough = deployment("ok", 2, "1", custompodresources=[{"replicas": 2, "requests": {"cpu": "1", "memory": "1Gi"}}])
     [problem] = admission_problems(appwrapper(items=[enough, understated]), Facts([namespace("team-a")]), 1000)
-    assert problem == ("GenericItems[1] (Deployment web): custompodresources declare cpu 1m, memory 0, less than its "
-                       "templates ask, cpu 18, memory 384Mi; declare at least what the templates ask, or leave "
+    assert problem == ("GenericItems[1] (Deployment web): custompodresources declare cpu 1m, less than its "
+                       "templates ask, cpu 18; declare at least what the templates ask, or leave "
                        "custompodresources out")
 
 

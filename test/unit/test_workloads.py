@@ -293,7 +293,12 @@ def test_custompodresources_below_the_templates_are_raised_to_them_per_resource(
         "generictemplate": replicated("Deployment", replicas=100),
     }
     assert item_demand(item) == v(cpu=100_000, memory=100 * GI, gpu=1)
-    assert understated(item) == (v(cpu=1, gpu=1), v(cpu=100_000, memory=100 * GI))
+    # Understated in what it names (cpu); memory it leaves out is charged all the same, not held against it.
+    assert understated(item) == (v(cpu=1, gpu=1), v(cpu=100_000))
+    cpu_only = {"custompodresources": [{"replicas": 100, "requests": {"cpu": "1"}}],
+                "generictemplate": replicated("Deployment", replicas=100)}
+    assert item_demand(cpu_only) == v(cpu=100_000, memory=100 * GI)
+    assert understated(cpu_only) is None
 
 
 def test_custompodresources_of_a_kind_without_known_templates_are_the_demand() -> None:
