@@ -5,7 +5,8 @@ benchmark suite from rotting between the occasional full runs, and checks the co
 scenarios observe: the deep-queue backlog is not rewritten while probes dispatch, a restarted controller
 re-dispatches nothing, the noisy neighbour's AppWrappers and the other tenant's all run, and the memory scenario
 queues all of its AppWrappers and measures the controller before and after a restart, and admission asks one
-review per item of a new user and nothing of a cached one.
+review per item of a new user and nothing of a cached one, and pollers get /debug/queue answered while
+probes dispatch.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = ["ceiling", "throughput", "deep_queue", "churn", "restart", "noisy_neighbour", "memory", "admission"]
+SCENARIOS = ["ceiling", "throughput", "deep_queue", "churn", "restart", "noisy_neighbour", "memory", "admission",
+             "pollers"]
 PERCENTILES = {"n", "p50_ms", "p90_ms", "p99_ms", "mean_ms"}
 
 
@@ -92,3 +94,9 @@ def test_admission_reviews_once_per_item_then_answers_from_its_cache(results: di
     calls = entry["params"]["calls_per_case"]
     assert all(figures["n"] == calls for figures in entry["latency"].values())
     assert entry["requests_per_call"] == {"cold_sar": 3, "cached": 0}
+
+
+def test_pollers_are_answered_while_probes_dispatch(results: dict[str, dict]) -> None:
+    entry = results["pollers"]
+    assert entry["polls"]["answers"].get("200", 0) > 0, entry["polls"]
+    assert entry["latency"]["create_to_running_16_pollers"]["n"] == entry["params"]["probes_each"]
