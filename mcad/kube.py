@@ -510,6 +510,17 @@ def request_json(conn: Connection, method: str, path: str, *, query: Query | Non
                               timeout=timeout, headers=headers)[0]
 
 
+def _json_object(method: str, path: str, data: bytes) -> dict[str, Any]:
+    """An answer's body as a JSON object (empty: ``{}``); anything else is a ``BadResponse``."""
+    try:
+        parsed = json.loads(data) if data else {}
+    except ValueError as err:
+        raise ApiError(0, "BadResponse", f"{method} {path}: response is not JSON: {err}") from err
+    if not isinstance(parsed, dict):
+        raise ApiError(0, "BadResponse", f"{method} {path}: response is not a JSON object")
+    return parsed
+
+
 def request_json_sized(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
                        content_type: str = "application/json", timeout: float = 30.0,
                        headers: Mapping[str, str] | None = None) -> tuple[dict[str, Any], int]:
@@ -522,13 +533,7 @@ def request_json_sized(conn: Connection, method: str, path: str, *, query: Query
         response.close()
         raise ApiError(0, type(err).__name__, f"{method} {path}: {err}") from err
     response.release_conn()
-    try:
-        parsed = json.loads(data) if data else {}
-    except ValueError as err:
-        raise ApiError(0, "BadResponse", f"{method} {path}: response is not JSON: {err}") from err
-    if not isinstance(parsed, dict):
-        raise ApiError(0, "BadResponse", f"{method} {path}: response is not a JSON object")
-    return parsed, len(data)
+    return _json_object(method, path, data), len(data)
 
 
 @dataclass(frozen=True)
@@ -712,10 +717,4 @@ def request_json_once(conn: Connection, method: str, path: str, *, query: Query 
     if not 200 <= response.status < 300:
         conn.errors.add(verb, response.status)
         raise _response_error(response.status, str(response.reason or ""), data)
-    try:
-        parsed = json.loads(data) if data else {}
-    except ValueError as err:
-        raise ApiError(0, "BadResponse", f"{method} {path}: response is not JSON: {err}") from err
-    if not isinstance(parsed, dict):
-        raise ApiError(0, "BadResponse", f"{method} {path}: response is not a JSON object")
-    return parsed
+    return _json_object(method, path, data)

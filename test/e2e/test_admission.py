@@ -20,13 +20,21 @@ import yaml
 
 from mcad import kube
 from mcad.admission.review import CREATOR_ANNOTATION, CREATOR_UID_ANNOTATION
+from test import escalations
 from test.e2e.conftest import AppWrappers, Controller
+from test.escalations import BOB_KINDS, DENYLISTED, deployment
 from test.support import REPO, wait_until
 
-APPWRAPPER_RIGHTS = [{"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"],
-                      "verbs": ["create", "get", "list", "watch", "delete", "update", "patch"]}]
-BOB_KINDS = [("", "pods"), ("", "secrets"), ("", "services"), ("", "events"), ("", "configmaps"),
-             ("apps", "deployments")]
+# Editing their AppWrappers (the creator test) takes update and patch too.
+APPWRAPPER_RIGHTS = [{**escalations.APPWRAPPER_RIGHTS[0],
+                      "verbs": [*escalations.APPWRAPPER_RIGHTS[0]["verbs"], "update", "patch"]}]
+ESCALATIONS = [pytest.param(template, item, plural, DENYLISTED.get(id_), id=id_)
+               for template, item, plural, id_ in escalations.ESCALATIONS]
+
+
+def wrapper(namespace: str, name: str, *templates: dict[str, Any]) -> dict[str, Any]:
+    return escalations.appwrapper(namespace, name, *templates)
+
 
 
 def account(admin: kube.Connection, namespace: str, name: str, rules: list[dict[str, Any]] | None,
@@ -97,52 +105,18 @@ def tenants(kubeconfig: str, aws: AppWrappers, controller: Controller, tmp_path:
     return made
 
 
-def wrapper(namespace: str, name: str, *templates: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"resources": {"GenericItems": [{"generictemplate": t} for t in templates]}}}
 
 
-def deployment() -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {
-        "replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": {
-            "metadata": {"labels": {"app": "web"}},
-            "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}]}}}}
 
 
-def privileged_pod() -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root"}, "spec": {
-        "serviceAccountName": "deployer", "hostPID": True, "hostNetwork": True,
-        "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
-        "containers": [{"name": "c", "image": "busybox", "securityContext": {"privileged": True},
-                        "resources": {"requests": {"cpu": "10m"}},
-                        "volumeMounts": [{"name": "host", "mountPath": "/host"}]}]}}
 
 
-def token_secret() -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
-            "metadata": {"name": "deployer-token", "annotations": {"kubernetes.io/service-account.name": "deployer"}}}
 
 
-def external_service() -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "dns"},
-            "spec": {"ports": [{"port": 53}], "externalIPs": ["8.8.8.8"]}}
 
 
-def kubelet_event() -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "forged"}, "reason": "Started",
-            "involvedObject": {"kind": "Pod", "name": "x"}, "source": {"component": "kubelet"}}
 
 
-ESCALATIONS: list[Any] = [
-    pytest.param(deployment, "Deployment web", "deployments.apps", None, id="deployment"),
-    pytest.param(privileged_pod, "Pod root", "pods", None, id="privileged-pod-as-deployer"),
-    pytest.param(token_secret, "Secret deployer-token", "secrets",
-                 "Secrets of type kubernetes.io/service-account-token cannot be wrapped", id="sa-token-secret"),
-    pytest.param(external_service, "Service dns", "services", "Services with spec.externalIPs cannot be wrapped",
-                 id="service-externalips"),
-    pytest.param(kubelet_event, "Event forged", "events", "Events cannot be wrapped", id="event"),
-]
 
 
 @pytest.mark.parametrize(("template", "item", "plural", "denylisted"), ESCALATIONS)

@@ -23,10 +23,9 @@ from mcad import kube
 from mcad.admission.kubefacts import KubeFacts
 from mcad.admission.request import AdmissionRequest, Outcome, UserInfo
 from mcad.admission.review import AdmissionConfig, build
+from test import escalations
+from test.escalations import APPWRAPPER_RIGHTS, BOB_KINDS, DENYLISTED, deployment, privileged_pod
 from test.support import wait_until
-
-BOB_KINDS = [("", "pods"), ("", "secrets"), ("", "services"), ("", "events"), ("", "configmaps"),
-             ("apps", "deployments"), ("events.k8s.io", "events")]
 
 
 def create(conn: kube.Connection, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -49,8 +48,6 @@ def service_account(conn: kube.Connection, namespace: str, name: str,
                     groups=("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"))
 
 
-APPWRAPPER_RIGHTS = [{"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"],
-                      "verbs": ["create", "get", "list", "watch", "delete"]}]
 
 
 class Tenants:
@@ -79,41 +76,21 @@ def tenants(admin: kube.Connection, namespace: str) -> Tenants:
 
 
 def appwrapper(namespace: str, *templates: dict[str, Any], name: str = "escalate") -> dict[str, Any]:
-    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"resources": {"GenericItems": [{"generictemplate": t} for t in templates]}}}
+    return escalations.appwrapper(namespace, name, *templates)
 
 
-def deployment() -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {
-        "replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": {
-            "metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+ESCALATIONS = [pytest.param(template, f"GenericItems[0] ({item})", plural, id=id_)
+               for template, item, plural, id_ in escalations.ESCALATIONS]
 
 
-def privileged_pod() -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root"}, "spec": {
-        "serviceAccountName": "deployer", "hostPID": True, "hostNetwork": True,
-        "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
-        "containers": [{"name": "c", "image": "busybox", "securityContext": {"privileged": True},
-                        "envFrom": [{"secretRef": {"name": "db-credentials"}}],
-                        "volumeMounts": [{"name": "host", "mountPath": "/host"}]}]}}
 
 
-def token_secret() -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {
-        "name": "deployer-token", "annotations": {"kubernetes.io/service-account.name": "deployer"}},
-        "type": "kubernetes.io/service-account-token"}
 
 
-def external_service() -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "dns"},
-            "spec": {"ports": [{"port": 53}], "externalIPs": ["8.8.8.8"]}}
 
 
-def kubelet_event() -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "forged"},
-            "involvedObject": {"kind": "Pod", "name": "x"}, "reason": "Started", "message": "looks legit",
-            "source": {"component": "kubelet"}}
+
+
 
 
 def review(facts: KubeFacts, user: UserInfo, obj: dict[str, Any], config: AdmissionConfig | None = None) -> Outcome:
@@ -123,16 +100,6 @@ def review(facts: KubeFacts, user: UserInfo, obj: dict[str, Any], config: Admiss
                                      user=user, obj=obj, old=None))
 
 
-ESCALATIONS = [
-    pytest.param(deployment, "GenericItems[0] (Deployment web)", "deployments.apps", id="deployment"),
-    pytest.param(privileged_pod, "GenericItems[0] (Pod root)", "pods", id="privileged-pod-as-deployer"),
-    pytest.param(token_secret, "GenericItems[0] (Secret deployer-token)", "secrets", id="sa-token-secret"),
-    pytest.param(external_service, "GenericItems[0] (Service dns)", "services", id="service-externalips"),
-    pytest.param(kubelet_event, "GenericItems[0] (Event forged)", "events", id="event"),
-]
-DENYLISTED = {"sa-token-secret": "Secrets of type kubernetes.io/service-account-token cannot be wrapped",
-              "service-externalips": "Services with spec.externalIPs cannot be wrapped",
-              "event": "Events cannot be wrapped"}
 
 
 @pytest.mark.parametrize(("template", "item", "plural"), ESCALATIONS)
