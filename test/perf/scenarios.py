@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from test.perf import webhooks as webhooks_mod
 from test.perf.client import Api, ApiError, Obj, Watch
 from test.perf.harness import (
     AW_LABEL,
@@ -292,13 +293,37 @@ def throughput(opts: Options, result: Result) -> None:
     """N single-pod AppWrappers (one Job each, 100m, pods stay Running) that all fit, created as fast as the
     thread pool can; creation -> Running (dispatched) and creation -> first pod Running, and the dispatch rate
     AppWrappers dispatched / (last dispatch - first create)."""
-    f = opts.factor("throughput")
+    rate = _throughput_run("throughput", opts, result, opts.factor("throughput"), webhooks=False)
+    add_target(result, "dispatch rate", rate, ">=", 100, "AW/s")
+    if opts.ceiling_pairs_per_s:
+        result["ceiling_source"] = opts.ceiling_source
+        add_target(result, f"share of ceiling ({opts.ceiling_pairs_per_s:.0f} pairs/s)",
+                   100 * rate / opts.ceiling_pairs_per_s, ">=", 50, "%")
+    else:
+        result.setdefault("notes", []).append("no ceiling figure (run the ceiling scenario) for the 50% target")
+
+
+def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, webhooks: bool) -> float:
+    """One throughput run in a fresh cluster (see ``throughput``), with the controller's admission webhooks
+    registered and every AppWrapper reviewed by them when ``webhooks``; fills ``result``, returns the dispatch
+    rate. ``result["admitted_with_creator"]`` counts the AppWrappers that carry the creator annotation the
+    mutating webhook sets (all of them with webhooks, none without)."""
     n = scaled(2000, f)
     n_nodes = scaled(100, f)
-    result["params"] = {"appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "pod_cpu": "100m", "threads": opts.threads}
-    with Env("throughput", opts, result) as env:
+    result["params"] = {"appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "pod_cpu": "100m", "threads": opts.threads,
+                        "webhooks": webhooks}
+    with Env(scenario, opts, result) as env:
         env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
-        ctl = env.controller("controller")
+        if webhooks:
+            http_port = webhooks_mod.free_port()
+            args = (*opts.controller_args, *webhooks_mod.register(env.api, webhooks_mod.free_port()),
+                    "--http-bind-address", f"127.0.0.1:{http_port}")
+            ctl = env.controller("controller", args=args)
+            started = time.monotonic()
+            webhooks_mod.wait_admitting(env.api, f"http://127.0.0.1:{http_port}/readyz", ctl.check_alive)
+            result["webhooks_admitting_s"] = round(time.monotonic() - started, 2)
+        else:
+            ctl = env.controller("controller")
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
         tracker = Tracker()
@@ -307,10 +332,10 @@ def throughput(opts: Options, result: Result) -> None:
         names = [f"tp-{i:05d}" for i in range(n)]
         bodies = [appwrapper(name, [job_item(name, "100m", delay="1h")]) for name in names]
 
-        say(f"throughput: creating {n} AppWrappers")
+        say(f"{scenario}: creating {n} AppWrappers" + (" through the admission webhooks" if webhooks else ""))
         started = time.monotonic()
         timeout = 120 + n / 10
-        with Progress("throughput", lambda: tracker.pods_progress(n)):
+        with Progress(scenario, lambda: tracker.pods_progress(n)):
             create_s = create_all(env, tracker, bodies)
             result["create_rate_per_s"] = round(n / create_s, 1)
             tracker.wait(lambda: len(tracker.running) + len(tracker.failed) >= n, timeout,
@@ -328,13 +353,62 @@ def throughput(opts: Options, result: Result) -> None:
         result["latency"] = {"create_to_running": summary(tracker.latencies(names, tracker.running)),
                              "create_to_pod_running": summary(tracker.latencies(names, tracker.pods_running)),
                              "(controller decision to seen)": summary(tracker.decision_to_seen())}
-        add_target(result, "dispatch rate", rate, ">=", 100, "AW/s")
-        if opts.ceiling_pairs_per_s:
-            result["ceiling_source"] = opts.ceiling_source
-            add_target(result, f"share of ceiling ({opts.ceiling_pairs_per_s:.0f} pairs/s)",
-                       100 * rate / opts.ceiling_pairs_per_s, ">=", 50, "%")
-        else:
-            result.setdefault("notes", []).append("no ceiling figure (run the ceiling scenario) for the 50% target")
+        items, _ = env.api.list_all(aw_path())
+        result["admitted_with_creator"] = sum(
+            1 for aw in items if webhooks_mod.CREATOR_ANNOTATION in (aw["metadata"].get("annotations") or {}))
+    return rate
+
+
+# ---------------------------------------------------------------------------------------------- throughput, webhooks
+
+WEBHOOKS_RATIO_TARGET_PCT = 90.0
+
+
+def throughput_webhooks(opts: Options, result: Result) -> None:
+    """The throughput scenario twice, back to back, each in a fresh cluster: first with the controller's admission
+    webhooks off (as ``throughput``), then on: the chart's Validating and Mutating WebhookConfigurations registered
+    against the scenario's API server by URL (``test.perf.webhooks``), so every AppWrapper create (and every update
+    the controller makes to one) is reviewed by the controller: a mutating call, then a validating call with one
+    SubjectAccessReview per item (the bench creates as the cluster admin: every review allows, and each is still a
+    request). Reports both dispatch rates, their shares of the ceiling and on / off, which issue 15 wants >= 90 %.
+    Each phase's full figures are under ``phases``."""
+    f = opts.factor("throughput_webhooks")
+    phases: dict[str, Result] = {}
+    result["phases"] = phases
+    rates: dict[str, float] = {}
+    for mode in ("off", "on"):
+        phase: Result = {"targets": []}
+        phases[mode] = phase
+        say(f"throughput_webhooks: webhooks {mode}")
+        rates[mode] = _throughput_run(f"throughput_wh_{mode}", opts, phase, f, webhooks=mode == "on")
+        for note in phase.get("notes") or []:
+            result.setdefault("notes", []).append(f"webhooks {mode}: {note}")
+    off, on = phases["off"], phases["on"]
+    result["params"] = {**off["params"], "webhooks": "off, then on"}
+    for key in ("cluster_up_s", "nodes_ready_s", "teardown_s", "wall_s", "controller_ready_s",
+                "webhooks_admitting_s"):
+        if key in on:
+            result[key] = on[key]
+    result["controller"] = on["controller"]
+    result["controller_webhooks_off"] = off["controller"]
+    result["admitted_with_creator"] = {mode: phases[mode]["admitted_with_creator"] for mode in phases}
+    figures: dict[str, float] = {"dispatched_per_s_off": off["throughput"]["dispatched_per_s"],
+                                 "dispatched_per_s_on": on["throughput"]["dispatched_per_s"],
+                                 "create_rate_per_s_off": off["create_rate_per_s"],
+                                 "create_rate_per_s_on": on["create_rate_per_s"]}
+    ratio = 100 * rates["on"] / rates["off"]
+    if opts.ceiling_pairs_per_s:
+        result["ceiling_source"] = opts.ceiling_source
+        figures["share_of_ceiling_off_pct"] = round(100 * rates["off"] / opts.ceiling_pairs_per_s, 1)
+        figures["share_of_ceiling_on_pct"] = round(100 * rates["on"] / opts.ceiling_pairs_per_s, 1)
+    else:
+        result.setdefault("notes", []).append("no ceiling figure (run the ceiling scenario): shares not reported")
+    figures["on_over_off_pct"] = round(ratio, 1)
+    result["throughput"] = figures
+    result["latency"] = {f"{name} ({mode})": phases[mode]["latency"][name]
+                         for name in ("create_to_running", "create_to_pod_running") for mode in ("off", "on")}
+    add_target(result, "dispatch rate (share of ceiling), webhooks on / off", ratio, ">=",
+               WEBHOOKS_RATIO_TARGET_PCT, "%")
 
 
 # ---------------------------------------------------------------------------------------------- deep queue
@@ -1112,6 +1186,7 @@ def pollers(opts: Options, result: Result) -> None:
 SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "ceiling": ceiling,
     "throughput": throughput,
+    "throughput_webhooks": throughput_webhooks,
     "deep_queue": deep_queue,
     "churn": churn,
     "restart": restart,
