@@ -331,6 +331,7 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
             ctl = env.controller("controller")
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
+        cluster_before = env.cluster.cpu_seconds()
         tracker = Tracker()
         env.watch(watch_appwrappers(env.api, tracker))
         env.watch(watch_pods(env.api, tracker))
@@ -350,6 +351,10 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
                          f"the pods of {n} AppWrappers Running", ctl.check_alive)
         result["wall_s"] = round(time.monotonic() - started, 2)
         result["controller"] = controller_figures(ctl, baseline)
+        cluster_after = env.cluster.cpu_seconds()
+        result["control_plane_load_cpu_seconds"] = {
+            component: round(cpu - cluster_before[component], 2) for component, cpu in cluster_after.items()
+            if component in cluster_before}
         result["failed"] = len(tracker.failed)
         first_create = min(tracker.created.values())
         last_dispatch = max(tracker.running.values())
@@ -398,6 +403,8 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
             result[key] = on[key]
     result["controller"] = on["controller"]
     result["controller_webhooks_off"] = off["controller"]
+    result["control_plane_load_cpu_seconds"] = {mode: phases[mode]["control_plane_load_cpu_seconds"]
+                                                 for mode in phases}
     result["admitted_with_creator"] = {mode: phases[mode]["admitted_with_creator"] for mode in phases}
     figures: dict[str, float] = {"dispatched_per_s_off": off["throughput"]["dispatched_per_s"],
                                  "dispatched_per_s_on": on["throughput"]["dispatched_per_s"],
