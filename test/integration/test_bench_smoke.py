@@ -4,9 +4,9 @@ This is not a performance test (figures at this scale mean nothing, and timings 
 benchmark suite from rotting between the occasional full runs, and checks the correctness properties the
 scenarios observe: the deep-queue backlog is not rewritten while probes dispatch, a restarted controller
 re-dispatches nothing, the noisy neighbour's AppWrappers and the other tenant's all run, and the memory scenario
-queues all of its AppWrappers and measures the controller before and after a restart, and admission asks one
-review per item of a new user and nothing of a cached one, and pollers get /debug/queue answered while
-probes dispatch.
+queues all of its AppWrappers and measures the controller before and after a restart, admission asks one
+review per item of a new user and nothing of a cached one, and with the webhooks registered every AppWrapper of
+the throughput run is reviewed by them (and none without), and pollers get /debug/queue answered while probes dispatch.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = ["ceiling", "throughput", "deep_queue", "churn", "restart", "noisy_neighbour", "memory", "admission",
-             "pollers"]
+SCENARIOS = ["ceiling", "throughput", "throughput_webhooks", "deep_queue", "churn", "restart", "noisy_neighbour",
+             "memory", "admission", "pollers"]
 PERCENTILES = {"n", "p50_ms", "p90_ms", "p99_ms", "mean_ms"}
 
 
@@ -100,3 +100,11 @@ def test_pollers_are_answered_while_probes_dispatch(results: dict[str, dict]) ->
     entry = results["pollers"]
     assert entry["polls"]["answers"].get("200", 0) > 0, entry["polls"]
     assert entry["latency"]["create_to_running_16_pollers"]["n"] == entry["params"]["probes_each"]
+
+
+def test_throughput_with_webhooks_reviews_every_appwrapper_and_reports_both_shares(results: dict[str, dict]) -> None:
+    entry = results["throughput_webhooks"]
+    n = entry["params"]["appwrappers"]
+    assert entry["admitted_with_creator"] == {"off": 0, "on": n}
+    assert {mode: phase["throughput"]["dispatched"] for mode, phase in entry["phases"].items()} == {"off": n, "on": n}
+    assert {"share_of_ceiling_off_pct", "share_of_ceiling_on_pct", "on_over_off_pct"} <= set(entry["throughput"])

@@ -11,8 +11,8 @@ Results go to bench-results.json (one object per scenario, written after each sc
 A scenario that fails is reported with what it measured so far, and the next one runs; the exit code is 1 if any
 failed.
 
-Scenarios: ceiling, throughput, deep_queue, churn, restart, noisy_neighbour, memory, pollers (see
-test/perf/scenarios.py).
+Scenarios: ceiling, throughput, throughput_webhooks, deep_queue, churn, restart, noisy_neighbour, memory,
+admission, pollers (see test/perf/scenarios.py).
 """
 
 from __future__ import annotations
@@ -137,11 +137,12 @@ def render(results: list[Result]) -> str:
                         + f", peak RSS {_fmt(ctl.get('peak_rss_mib'))} MiB")
         out.append("   " + "; ".join(head))
         extra = []
-        for key in ("throughput", "restart", "backlog", "big", "requests_per_call"):
+        for key in ("throughput", "restart", "backlog", "big", "requests_per_call", "admitted_with_creator"):
             if r.get(key):
-                extra.append((f"{key}: " if key == "requests_per_call" else "")
+                extra.append((f"{key}: " if key in ("requests_per_call", "admitted_with_creator") else "")
                              + ", ".join(f"{k} {_fmt(v)}" for k, v in r[key].items()))
-        for key in ("create_rate_per_s", "utilisation_pct", "controller_ready_s", "ceiling_source"):
+        for key in ("create_rate_per_s", "utilisation_pct", "controller_ready_s", "webhooks_admitting_s",
+                    "ceiling_source"):
             if r.get(key) is not None:
                 extra.append(f"{key} {_fmt(r[key])}")
         if r.get("controller_before_restart"):

@@ -132,6 +132,21 @@ class Cluster:
     def logs(self) -> Path:
         return REPO / ".dev" / "clusters" / self.name / "logs"
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (utime+stime) so far of each control-plane process (etcd, kube-apiserver, ...): where the
+        machine's time goes, next to the controller's."""
+        try:
+            state = json.loads((REPO / ".dev" / "clusters" / self.name / "state.json").read_text())
+            pids = {str(k): int(v) for k, v in state["pids"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+        out = {}
+        for component, pid in pids.items():
+            figures = proc_stats(pid)
+            if "cpu_seconds" in figures:
+                out[component] = figures["cpu_seconds"]
+        return out
+
 
 def install_crd(api: Api) -> None:
     body = yaml.safe_load(CRD.read_text())

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from test.perf import webhooks as webhooks_mod
 from test.perf.client import Api, ApiError, Obj, Watch
 from test.perf.harness import (
     AW_LABEL,
@@ -189,14 +190,19 @@ def controller_figures(ctl: Controller, baseline: dict[str, float] | None = None
     return out
 
 
-def create_all(env: Env, tracker: Tracker, bodies: list[Obj]) -> float:
-    """Create every AppWrapper with the thread pool, stamping each when its create call returns; returns seconds."""
+def create_all(env: Env, tracker: Tracker, bodies: list[Obj], calls: list[float] | None = None) -> float:
+    """Create every AppWrapper with the thread pool, stamping each when its create call returns; returns seconds.
+    ``calls``, if given, gets how long each create call took."""
     api = env.api
     path = aw_path()
 
     def create(body: Obj) -> None:
+        sent = time.monotonic()
         api.create(path, body)
-        tracker.mark_created(body["metadata"]["name"], time.monotonic())
+        returned = time.monotonic()
+        tracker.mark_created(body["metadata"]["name"], returned)
+        if calls is not None:
+            calls.append(returned - sent)  # list.append is atomic
 
     started = time.monotonic()
     run_parallel(create, bodies, env.opts.threads)
@@ -292,26 +298,52 @@ def throughput(opts: Options, result: Result) -> None:
     """N single-pod AppWrappers (one Job each, 100m, pods stay Running) that all fit, created as fast as the
     thread pool can; creation -> Running (dispatched) and creation -> first pod Running, and the dispatch rate
     AppWrappers dispatched / (last dispatch - first create)."""
-    f = opts.factor("throughput")
+    rate = _throughput_run("throughput", opts, result, opts.factor("throughput"), webhooks=False)
+    add_target(result, "dispatch rate", rate, ">=", 100, "AW/s")
+    if opts.ceiling_pairs_per_s:
+        result["ceiling_source"] = opts.ceiling_source
+        add_target(result, f"share of ceiling ({opts.ceiling_pairs_per_s:.0f} pairs/s)",
+                   100 * rate / opts.ceiling_pairs_per_s, ">=", 50, "%")
+    else:
+        result.setdefault("notes", []).append("no ceiling figure (run the ceiling scenario) for the 50% target")
+
+
+def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, webhooks: bool) -> float:
+    """One throughput run in a fresh cluster (see ``throughput``), with the controller's admission webhooks
+    registered and every AppWrapper reviewed by them when ``webhooks``; fills ``result``, returns the dispatch
+    rate. ``result["admitted_with_creator"]`` counts the AppWrappers that carry the creator annotation the
+    mutating webhook sets (all of them with webhooks, none without)."""
     n = scaled(2000, f)
     n_nodes = scaled(100, f)
-    result["params"] = {"appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "pod_cpu": "100m", "threads": opts.threads}
-    with Env("throughput", opts, result) as env:
+    result["params"] = {"appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "pod_cpu": "100m", "threads": opts.threads,
+                        "webhooks": webhooks}
+    with Env(scenario, opts, result) as env:
         env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
-        ctl = env.controller("controller")
+        if webhooks:
+            http_port = webhooks_mod.free_port()
+            args = (*opts.controller_args, *webhooks_mod.register(env.api, webhooks_mod.free_port()),
+                    "--http-bind-address", f"127.0.0.1:{http_port}")
+            ctl = env.controller("controller", args=args)
+            started = time.monotonic()
+            webhooks_mod.wait_admitting(env.api, f"http://127.0.0.1:{http_port}/readyz", ctl.check_alive)
+            result["webhooks_admitting_s"] = round(time.monotonic() - started, 2)
+        else:
+            ctl = env.controller("controller")
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
+        cluster_before = env.cluster.cpu_seconds()
         tracker = Tracker()
         env.watch(watch_appwrappers(env.api, tracker))
         env.watch(watch_pods(env.api, tracker))
         names = [f"tp-{i:05d}" for i in range(n)]
         bodies = [appwrapper(name, [job_item(name, "100m", delay="1h")]) for name in names]
 
-        say(f"throughput: creating {n} AppWrappers")
+        say(f"{scenario}: creating {n} AppWrappers" + (" through the admission webhooks" if webhooks else ""))
         started = time.monotonic()
         timeout = 120 + n / 10
-        with Progress("throughput", lambda: tracker.pods_progress(n)):
-            create_s = create_all(env, tracker, bodies)
+        with Progress(scenario, lambda: tracker.pods_progress(n)):
+            calls: list[float] = []
+            create_s = create_all(env, tracker, bodies, calls)
             result["create_rate_per_s"] = round(n / create_s, 1)
             tracker.wait(lambda: len(tracker.running) + len(tracker.failed) >= n, timeout,
                          f"{n} AppWrappers Running", ctl.check_alive)
@@ -319,6 +351,10 @@ def throughput(opts: Options, result: Result) -> None:
                          f"the pods of {n} AppWrappers Running", ctl.check_alive)
         result["wall_s"] = round(time.monotonic() - started, 2)
         result["controller"] = controller_figures(ctl, baseline)
+        cluster_after = env.cluster.cpu_seconds()
+        result["control_plane_load_cpu_seconds"] = {
+            component: round(cpu - cluster_before[component], 2) for component, cpu in cluster_after.items()
+            if component in cluster_before}
         result["failed"] = len(tracker.failed)
         first_create = min(tracker.created.values())
         last_dispatch = max(tracker.running.values())
@@ -327,14 +363,67 @@ def throughput(opts: Options, result: Result) -> None:
                                 "span_s": round(last_dispatch - first_create, 2)}
         result["latency"] = {"create_to_running": summary(tracker.latencies(names, tracker.running)),
                              "create_to_pod_running": summary(tracker.latencies(names, tracker.pods_running)),
-                             "(controller decision to seen)": summary(tracker.decision_to_seen())}
-        add_target(result, "dispatch rate", rate, ">=", 100, "AW/s")
-        if opts.ceiling_pairs_per_s:
-            result["ceiling_source"] = opts.ceiling_source
-            add_target(result, f"share of ceiling ({opts.ceiling_pairs_per_s:.0f} pairs/s)",
-                       100 * rate / opts.ceiling_pairs_per_s, ">=", 50, "%")
-        else:
-            result.setdefault("notes", []).append("no ceiling figure (run the ceiling scenario) for the 50% target")
+                             "(controller decision to seen)": summary(tracker.decision_to_seen()),
+                             "create_call": summary(calls)}
+        items, _ = env.api.list_all(aw_path())
+        result["admitted_with_creator"] = sum(
+            1 for aw in items if webhooks_mod.CREATOR_ANNOTATION in (aw["metadata"].get("annotations") or {}))
+    return rate
+
+
+# ---------------------------------------------------------------------------------------------- throughput, webhooks
+
+WEBHOOKS_RATIO_TARGET_PCT = 90.0
+
+
+def throughput_webhooks(opts: Options, result: Result) -> None:
+    """The throughput scenario twice, back to back, each in a fresh cluster: first with the controller's admission
+    webhooks off (as ``throughput``), then on: the chart's Validating and Mutating WebhookConfigurations registered
+    against the scenario's API server by URL (``test.perf.webhooks``), so every AppWrapper create is reviewed by
+    the controller: a mutating call, then a validating call that asks a SubjectAccessReview per item (the bench
+    creates as the cluster admin: every review allows; the answer is cached for a while per user, resource and
+    namespace, as a running controller's is). Reports both dispatch rates, their shares of the ceiling and on / off,
+    which issue 15 wants >= 90 %. Each phase's full figures are under ``phases``."""
+    f = opts.factor("throughput_webhooks")
+    phases: dict[str, Result] = {}
+    result["phases"] = phases
+    rates: dict[str, float] = {}
+    for mode in ("off", "on"):
+        phase: Result = {"targets": []}
+        phases[mode] = phase
+        say(f"throughput_webhooks: webhooks {mode}")
+        rates[mode] = _throughput_run(f"throughput_wh_{mode}", opts, phase, f, webhooks=mode == "on")
+        for note in phase.get("notes") or []:
+            result.setdefault("notes", []).append(f"webhooks {mode}: {note}")
+    off, on = phases["off"], phases["on"]
+    result["params"] = {**off["params"], "webhooks": "off, then on"}
+    for key in ("cluster_up_s", "nodes_ready_s", "teardown_s", "wall_s", "controller_ready_s",
+                "webhooks_admitting_s"):
+        if key in on:
+            result[key] = on[key]
+    result["controller"] = on["controller"]
+    result["controller_webhooks_off"] = off["controller"]
+    result["control_plane_load_cpu_seconds"] = {mode: phases[mode]["control_plane_load_cpu_seconds"]
+                                                 for mode in phases}
+    result["admitted_with_creator"] = {mode: phases[mode]["admitted_with_creator"] for mode in phases}
+    figures: dict[str, float] = {"dispatched_per_s_off": off["throughput"]["dispatched_per_s"],
+                                 "dispatched_per_s_on": on["throughput"]["dispatched_per_s"],
+                                 "create_rate_per_s_off": off["create_rate_per_s"],
+                                 "create_rate_per_s_on": on["create_rate_per_s"]}
+    ratio = 100 * rates["on"] / rates["off"]
+    if opts.ceiling_pairs_per_s:
+        result["ceiling_source"] = opts.ceiling_source
+        figures["share_of_ceiling_off_pct"] = round(100 * rates["off"] / opts.ceiling_pairs_per_s, 1)
+        figures["share_of_ceiling_on_pct"] = round(100 * rates["on"] / opts.ceiling_pairs_per_s, 1)
+    else:
+        result.setdefault("notes", []).append("no ceiling figure (run the ceiling scenario): shares not reported")
+    figures["on_over_off_pct"] = round(ratio, 1)
+    result["throughput"] = figures
+    result["latency"] = {f"{name} ({mode})": phases[mode]["latency"][name]
+                         for name in ("create_call", "create_to_running", "create_to_pod_running")
+                         for mode in ("off", "on")}
+    add_target(result, "dispatch rate (share of ceiling), webhooks on / off", ratio, ">=",
+               WEBHOOKS_RATIO_TARGET_PCT, "%")
 
 
 # ---------------------------------------------------------------------------------------------- deep queue
@@ -1112,6 +1201,7 @@ def pollers(opts: Options, result: Result) -> None:
 SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "ceiling": ceiling,
     "throughput": throughput,
+    "throughput_webhooks": throughput_webhooks,
     "deep_queue": deep_queue,
     "churn": churn,
     "restart": restart,

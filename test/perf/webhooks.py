@@ -1,0 +1,126 @@
+"""The admission webhooks of a bench controller, registered against the scenario's API server as an installation
+registers them (issue 15's throughput figure with webhooks on).
+
+Contract:
+- ``register(api, port)`` creates the controller's namespace (``NAMESPACE``) and applies what the chart renders
+  for the webhooks (``helm template`` of charts/mcad with ``webhook.url=https://127.0.0.1:<port>``, as the demos
+  and the e2e suite register them for a controller running on this host): the empty certificate Secret and the
+  Validating and Mutating WebhookConfigurations for AppWrappers (CREATE and UPDATE, failurePolicy Fail,
+  timeoutSeconds 10, every namespace). It returns the controller flags that serve them: the controller issues its
+  CA and serving certificate into that Secret and patches the CA bundle into both configurations. From then on
+  every AppWrapper create and update of the scenario goes through the controller.
+- ``wait_admitting(api, readyz_url, alive)`` returns once the controller answers /readyz (its certificate is
+  loaded) and the API server actually reviews through it: a dry-run create of a good AppWrapper comes back with
+  the creator annotation the mutating webhook sets, and a dry-run create of a nested AppWrapper is refused by the
+  validating webhook. Until the CA bundle is patched in, the API server cannot call the webhooks and refuses
+  creates (failurePolicy Fail); that is what is waited out. ``BenchError`` after the timeout, saying what was
+  last seen.
+"""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from test.perf.client import Api, ApiError, Obj
+from test.perf.harness import BenchError, appwrapper, aw_path, configmap_item, create_namespace, wait_for
+
+NAMESPACE = "mcad-system"  # the chart's namespace: the certificate Secret lives here
+CREATOR_ANNOTATION = "workload.codeflare.dev/creator"  # mcad.admission.review.CREATOR_ANNOTATION
+ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
+CONFIGURATIONS = {"ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+                  "MutatingWebhookConfiguration": "mutatingwebhookconfigurations"}
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the controller logs at warning level, so its chosen port is not printed)."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def rendered(port: int) -> list[Obj]:
+    """The chart's webhook objects for a controller at https://127.0.0.1:<port>: Secret and both configurations."""
+    from test import chart  # runs helm: only where webhooks are wanted
+
+    docs = chart.render("replicaCount=0", f"webhook.url=https://{HOST}:{port}")
+    wanted = [d for d in docs if d.get("kind") in CONFIGURATIONS
+              or (d.get("kind") == "Secret" and d["metadata"]["name"].endswith("-webhook-cert"))]
+    kinds = sorted(d["kind"] for d in wanted)
+    if kinds != ["MutatingWebhookConfiguration", "Secret", "ValidatingWebhookConfiguration"]:
+        raise BenchError(f"the chart rendered {kinds} for its webhooks, not a Secret and two configurations")
+    return wanted
+
+
+def register(api: Api, port: int) -> tuple[str, ...]:
+    """Apply the chart's webhook objects; return the controller flags that serve them on ``port``."""
+    create_namespace(api, NAMESPACE)
+    secret = configuration = ""
+    for obj in rendered(port):
+        name = obj["metadata"]["name"]
+        if obj["kind"] == "Secret":
+            secret = name
+            api.apply(f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}", obj, "mcad-bench")
+        else:
+            configuration = name
+            api.apply(f"{ADMISSION_API}/{CONFIGURATIONS[obj['kind']]}/{name}", obj, "mcad-bench")
+    return ("--webhook", "--webhook-bind-address", f"{HOST}:{port}", "--webhook-cert-hosts", HOST,
+            "--webhook-cert-namespace", NAMESPACE, "--webhook-cert-secret", secret,
+            "--webhook-configuration-name", configuration)
+
+
+def _readyz(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status), response.read(300).decode(errors="replace")
+    except urllib.error.HTTPError as err:
+        return int(err.code), err.read(300).decode(errors="replace")
+    except OSError as err:
+        return 0, str(err)
+
+
+def wait_admitting(api: Api, readyz_url: str, alive: Callable[[], None], timeout: float = 120) -> None:
+    """Wait until the controller is ready and both webhooks review AppWrappers (see the module docstring)."""
+    last = [""]
+
+    def ready() -> bool:
+        code, body = _readyz(readyz_url)
+        last[0] = f"/readyz answered {code}: {body.strip()}"
+        return code == 200
+
+    try:
+        wait_for(ready, timeout, "the controller's /readyz", interval=0.2, alive=alive)
+    except BenchError as err:
+        raise BenchError(f"{err}; last: {last[0]}") from None
+    name = "bench-admission-check"
+    good = appwrapper(name, [configmap_item(name, {"cpu": "10m"})])
+    nested = appwrapper(name, [{"replicas": 1, "generictemplate": appwrapper("inner", [])}])
+
+    def reviewed() -> bool:
+        try:
+            created = api.request("POST", aw_path(), good, query={"dryRun": "All"})
+        except ApiError as err:  # the CA bundle not yet patched in: the API server cannot call the webhook
+            last[0] = f"dry-run create refused: {err}"
+            return False
+        annotations: dict[str, Any] = created.get("metadata", {}).get("annotations") or {}
+        if CREATOR_ANNOTATION not in annotations:
+            last[0] = f"dry-run create came back without {CREATOR_ANNOTATION}: the mutating webhook did not run"
+            return False
+        try:
+            api.request("POST", aw_path(), nested, query={"dryRun": "All"})
+        except ApiError as err:
+            if "denied the request" in str(err) and "another AppWrapper" in str(err):
+                return True
+            last[0] = f"the nested AppWrapper was refused, but not by the validating webhook: {err}"
+            return False
+        last[0] = "a nested AppWrapper was admitted: the validating webhook did not run"
+        return False
+
+    try:
+        wait_for(reviewed, timeout, "admission through the webhooks", interval=0.2, alive=alive)
+    except BenchError as err:
+        raise BenchError(f"{err}; last: {last[0]}") from None
