@@ -9,10 +9,11 @@ Contract:
   Each refusal is one log line (appwrapper=ns/name, user, reason).
 - TLS with the context ``tls()`` returns at the time of each connection, so a reloaded certificate serves the next
   connection; until there is one, connections are closed at once. The handshake and each request (headers and
-  body; on a kept-alive connection, the wait for it too) must arrive within ``read_timeout``, else the connection
-  is closed; at most ``max_connections`` connections are served at once (more wait in the
-  kernel's backlog, and one that waits over ``read_timeout`` for a slot is closed): a client that sends slowly or
-  not at all holds a slot for a bounded time and cannot starve the others for longer.
+  body, from its first byte) must arrive within ``read_timeout``, else the connection is closed; a kept-alive
+  connection waits ``idle_timeout`` for its next request (longer than the API server's own idle timeout, so the
+  client closes idle connections, never the server under a request in flight); at most ``max_connections``
+  connections are served at once (more wait in the kernel's backlog, and one that waits over ``read_timeout`` for
+  a slot is closed): a client that sends slowly or not at all holds a slot for a bounded time.
 - ``listening`` is set once the socket is bound and served. Bind address as ``mcad.server.parse_bind_address``.
   ``share_port`` (SO_REUSEPORT) lets several processes of one user on one host serve the same port, the kernel
   spreading connections over them as a Service spreads them over pods: replicas run outside a cluster (tests).
@@ -21,11 +22,14 @@ Contract:
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import json
 import socket
 import ssl
 import sys
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -40,7 +44,12 @@ log = structlog.get_logger("mcad.admission.server")
 DEFAULT_BIND_ADDRESS = ":9443"
 # The API server gives a webhook timeoutSeconds (10 in the chart) for the whole call; nothing here waits longer.
 DEFAULT_READ_TIMEOUT = 10.0
-DEFAULT_MAX_CONNECTIONS = 32
+# How long a kept-alive connection may wait for its next request. Longer than the API server's own idle timeout
+# (Go's 90 s): the client must be the one to close an idle connection, or it may send a POST on one the server is
+# closing, and a POST is not retried (the create fails with "broken pipe", failurePolicy Fail).
+DEFAULT_IDLE_TIMEOUT = 120.0
+# The API server keeps up to 25 idle connections to a webhook host, besides those in use.
+DEFAULT_MAX_CONNECTIONS = 64
 # Beyond the AppWrapper's own bound: an UPDATE carries the object twice (object and oldObject), each with its
 # metadata, managedFields and possibly kubectl's last-applied copy of the spec, hence four times plus headroom.
 BODY_OVERHEAD_BYTES = 256 * 1024
@@ -65,6 +74,58 @@ class _Slots:
 
     def release(self) -> None:
         self._sem.release()
+
+
+class _Deadlines:
+    """Every connection's deadline, kept by one thread: ``arm(seconds, action)`` runs ``action`` (in that thread)
+    unless ``disarm(token)`` comes first. A ``threading.Timer`` per request cost a thread start on every review,
+    with its handoffs of the interpreter lock, which a busy controller made slow. Disarmed entries leave the heap
+    when they reach its head, or all at once when they outnumber the live ones."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._live: set[int] = set()
+        self._tokens = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float, action: Callable[[], None]) -> int:
+        token = next(self._tokens)
+        with self._cond:
+            self._live.add(token)
+            heapq.heappush(self._heap, (time.monotonic() + seconds, token, action))
+            if len(self._heap) > 2 * len(self._live) + 64:
+                self._heap = [entry for entry in self._heap if entry[1] in self._live]
+                heapq.heapify(self._heap)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="webhook-deadlines", daemon=True)
+                self._thread.start()
+            elif self._heap[0][1] == token:
+                self._cond.notify()
+        return token
+
+    def disarm(self, token: int | None) -> None:
+        if token is not None:
+            with self._cond:
+                self._live.discard(token)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    while self._heap and self._heap[0][1] not in self._live:
+                        heapq.heappop(self._heap)
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    when, token, action = self._heap[0]
+                    wait = when - time.monotonic()
+                    if wait <= 0:
+                        heapq.heappop(self._heap)
+                        self._live.discard(token)
+                        break
+                    self._cond.wait(wait)
+            action()
 
 
 class _TlsServer(ThreadingHTTPServer):
@@ -124,10 +185,11 @@ def _client(address: Any) -> str:
 class WebhookServer:
     def __init__(self, bind_address: str, *, tls: TlsSource, mutate: Reviewer, validate: Reviewer,
                  max_body_bytes: int, read_timeout: float = DEFAULT_READ_TIMEOUT,
+                 idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS, share_port: bool = False) -> None:
         host, port = parse_bind_address(bind_address)
         handler = _handler({"/mutate": ("mutate", mutate), "/validate": ("validate", validate)}, max_body_bytes,
-                           read_timeout)
+                           read_timeout, idle_timeout, _Deadlines())
         self._httpd = _TlsServer((host, port), handler, tls, _Slots(max_connections), read_timeout,
                                  share_port)
         self._thread = threading.Thread(target=self._serve, name="webhook", daemon=True)
@@ -171,8 +233,8 @@ def review(name: str, reviewer: Reviewer, body: bytes) -> tuple[int, dict[str, A
     return 200, outcome.response(request.uid)
 
 
-def _handler(routes: dict[str, tuple[str, Reviewer]], max_body: int,
-             read_timeout: float) -> type[BaseHTTPRequestHandler]:
+def _handler(routes: dict[str, tuple[str, Reviewer]], max_body: int, read_timeout: float, idle_timeout: float,
+             deadlines: _Deadlines) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "mcad-webhook"
         protocol_version = "HTTP/1.1"  # the API server reuses connections
@@ -180,32 +242,36 @@ def _handler(routes: dict[str, tuple[str, Reviewer]], max_body: int,
         # delayed ACK, 40 ms a review on a kept-alive connection (p50 44 ms before, measured on this machine).
         disable_nagle_algorithm = True
 
-        _deadline: threading.Timer | None = None
+        _deadline: int | None = None
 
         def setup(self) -> None:
             super().setup()
-            self._arm()
+            # No per-read socket timeout: the deadlines below bound each phase of the connection instead.
+            self.connection.settimeout(None)
+            self._arm(read_timeout)
             self.connection.do_handshake()
 
         def handle_one_request(self) -> None:
-            # Each request (and the wait for it on a kept-alive connection) must arrive whole within the read
-            # timeout: a per-read timeout alone lets a client sending one byte every few seconds hold a slot.
-            self._arm()
+            # A kept-alive connection may wait idle_timeout for its next request; once its first byte is in, the
+            # request must arrive whole within the read timeout: a per-read timeout alone lets a client sending
+            # one byte every few seconds hold a slot.
+            self._arm(idle_timeout)
             try:
+                if not self.rfile.peek(1):
+                    self.close_connection = True
+                    return
+                self._arm(read_timeout)
                 super().handle_one_request()
             finally:
                 self._disarm()
 
-        def _arm(self) -> None:
+        def _arm(self, seconds: float) -> None:
             self._disarm()
-            self._deadline = threading.Timer(read_timeout, self._cut)
-            self._deadline.daemon = True
-            self._deadline.start()
+            self._deadline = deadlines.arm(seconds, self._cut)
 
         def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
+            deadlines.disarm(self._deadline)
+            self._deadline = None
 
         def _cut(self) -> None:
             # The plain socket's shutdown, not SSLSocket's (which drops its TLS state under the reading thread):

@@ -174,3 +174,25 @@ def test_a_client_trickling_its_headers_is_cut_off_by_the_request_deadline(
             time.sleep(0.5)
             assert time.monotonic() - started < 10, "never cut off"
     assert time.monotonic() - started < 8
+
+
+def test_a_kept_alive_connection_outlives_the_read_timeout_while_idle_and_is_closed_after_the_idle_timeout(
+        tls: Loaded, material: certs.Material, tmp_path: Path) -> None:
+    """The API server keeps idle connections 90 s and does not retry a POST on one the server closed meanwhile:
+    an idle connection must stay open past the per-request read bound (here 0.5 s), until the idle timeout."""
+    srv = WebhookServer("127.0.0.1:0", tls=lambda: tls.context, mutate=mutate, validate=validate,
+                        max_body_bytes=max_body_bytes(1024), read_timeout=0.5, idle_timeout=3.0)
+    srv.start()
+    try:
+        conn = client(srv, material.ca_bundle, tmp_path)
+        assert post(conn, "/validate", json.dumps(review_body("u-1")).encode())[0] == 200
+        sock = conn.sock
+        time.sleep(1.5)  # idle, three read timeouts long: what must not close the connection
+        assert post(conn, "/validate", json.dumps(review_body("u-2")).encode())[0] == 200
+        assert conn.sock is sock, "the connection was closed while idle and opened again"
+        sock.settimeout(10)
+        started = time.monotonic()
+        assert sock.recv(1) == b""  # closed by the server once idle for its idle timeout
+        assert 1.5 < time.monotonic() - started < 8
+    finally:
+        srv.stop()
