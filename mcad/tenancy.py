@@ -20,7 +20,8 @@ Contract:
   ``admission_problems(aw, facts, default_ceiling)`` refuses a quota label naming another node than the one its
   namespace is bound to, an unknown ``priorityClassName``, a ``spec.priority`` that differs from the value of the
   ``priorityClassName`` given with it, a priority (or class value) above the ceiling, and an item whose
-  ``custompodresources`` declare less than its templates ask (naming the item and both figures);
+  ``custompodresources`` declare less than its templates ask in a resource they name (naming the item and both
+  figures; a resource they leave out is charged at the templates' figure, see ``mcad.api.workloads``);
   ``admission_patch(aw, facts)`` is the JSON patch that adds the bound quota labels an AppWrapper lacks (it never
   replaces a label it has: a forged one is refused, visibly, by ``admission_problems``).
 - The controller applies the same rules to what it dispatches (``mcad.tenantstore``): bound labels and the capped
