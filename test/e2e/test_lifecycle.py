@@ -123,7 +123,9 @@ def test_a_job_completion_frees_capacity_for_the_next_within_a_second(controller
     pod = aws.pods("first", "Succeeded")[0]
     finished = pod.status.container_statuses[0].state.terminated.finished_at
     dispatched = stamp(condition(second, "Dispatched")["lastTransitionMicroTime"])
-    assert 0 <= (dispatched - finished).total_seconds() < 1.0, (finished, dispatched)
+    # finishedAt has whole seconds (truncated): a pod that finished at 33.9 s shows 33 s, so a dispatch 0.1 s later
+    # measures 1.1 s. What can be told from these stamps is under a second plus that truncation.
+    assert 0 <= (dispatched - finished).total_seconds() < 2.0, (finished, dispatched)
 
 
 def test_case_25_completed_job_pods_are_not_requeued(controller: Controller, aws: AppWrappers) -> None:
