@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import io
 import itertools
 import json
 import socket
@@ -32,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -257,7 +258,8 @@ def _handler(routes: dict[str, tuple[str, Reviewer]], max_body: int, read_timeou
             # one byte every few seconds hold a slot.
             self._arm(idle_timeout)
             try:
-                if not self.rfile.peek(1):
+                # rfile is a BufferedReader (StreamRequestHandler's rbufsize is -1): peek waits for the first byte.
+                if not cast(io.BufferedReader, self.rfile).peek(1):
                     self.close_connection = True
                     return
                 self._arm(read_timeout)
