@@ -9,12 +9,11 @@ Contract (every method bounded in time by the implementation; an answer that can
 - ``namespace(name)``: the Namespace object (its labels and annotations are the admin's: tenants with AppWrapper
   rights cannot change them), or None if it does not exist.
 - ``priority_class(name)``: the value of the PriorityClass, or None if there is none of that name.
-- ``quota_trees()``: the QuotaSubtree objects (raw), or () if the CRD is not installed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -48,5 +47,3 @@ class Facts(Protocol):
     def namespace(self, name: str) -> Mapping[str, Any] | None: ...
 
     def priority_class(self, name: str) -> int | None: ...
-
-    def quota_trees(self) -> Sequence[Mapping[str, Any]]: ...

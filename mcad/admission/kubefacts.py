@@ -1,4 +1,4 @@
-"""The kube-backed ``Facts`` of admission: discovery, SubjectAccessReview, Namespaces, PriorityClasses, QuotaSubtrees.
+"""The kube-backed ``Facts`` of admission: discovery, SubjectAccessReview, Namespaces, PriorityClasses.
 
 Contract (``KubeFacts(conn)``; see ``mcad.admission.facts`` for what each method answers):
 - Every request is one attempt bounded by ``timeout`` seconds in total (``kube.request_json_once``: no retry by the
@@ -18,7 +18,7 @@ Contract (``KubeFacts(conn)``; see ``mcad.admission.facts`` for what each method
     missing from a cached answer refetches its group-version, at most once per ``DISCOVERY_RETRY`` (5 s): a CRD
     installed a moment ago is found at once, and AppWrappers naming kinds that do not exist cannot make every
     request a discovery call.
-  * Namespaces, PriorityClasses and the QuotaSubtree list, ``OBJECT_TTL`` (10 s): the admin's labels and values.
+  * Namespaces and PriorityClasses, ``OBJECT_TTL`` (10 s): the admin's labels and values.
 - Names taken from the request (API versions, namespaces, PriorityClass names) are checked against the Kubernetes
   name syntax before they go into a URL path: a name that does not match is answered "does not exist" without a
   request.
@@ -29,12 +29,12 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Final, TypeVar
 
 import cachetools
 
-from mcad import kube, quota
+from mcad import kube
 from mcad.admission.facts import Decision, FactUnavailable, Resource
 from mcad.admission.request import UserInfo
 
@@ -192,20 +192,6 @@ class KubeFacts:
             return value
 
         return self._cached(self._objects, ("priorityclass", name), load)
-
-    def quota_trees(self) -> Sequence[Mapping[str, Any]]:
-        def load() -> tuple[Mapping[str, Any], ...]:
-            # One page: an admin's trees are few; a limit keeps a runaway list from costing a large answer.
-            found = self._request("GET", f"/apis/{quota.GROUP}/{quota.VERSION}/{quota.PLURAL}",
-                                  "the QuotaSubtrees", query=[("limit", "500")])
-            if found is None:
-                return ()  # the CRD is not installed: no trees
-            if found.get("metadata", {}).get("continue"):
-                raise FactUnavailable("could not check the QuotaSubtrees: there are more than 500")
-            return tuple(i for i in found.get("items") or [] if isinstance(i, Mapping))
-
-        return self._cached(self._objects, ("quotatrees",), load)
-
 
 def _plural(resource: Resource) -> str:
     return f"{resource.resource}.{resource.group}" if resource.group else resource.resource

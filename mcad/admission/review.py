@@ -1,9 +1,9 @@
 """The mutating and validating reviewers of AppWrappers: what a user may ask the controller to create for them.
 
-Contract: ``facts_for(conn)`` is the cached kube-backed ``Facts`` (``mcad.admission.kubefacts``);
-``build(facts, config)`` returns ``(mutate, validate)``, two ``Reviewer``s. Neither raises on any request; a fact
-that cannot be had (``FactUnavailable``) refuses the request saying what could not be checked, and so does a review
-that has spent ``REVIEW_BUDGET_SECONDS`` asking: nothing is admitted unchecked.
+Contract: ``build(facts, config)`` returns ``(mutate, validate)``, two ``Reviewer``s (the controller's ``facts`` are
+``mcad.admission.kubefacts.KubeFacts``). Neither raises on any request; a fact that cannot be had
+(``FactUnavailable``) refuses the request saying what could not be checked, and so does a review that has spent
+``REVIEW_BUDGET_SECONDS`` asking: nothing is admitted unchecked.
 
 validate, CREATE, refuses (every problem found, in one message: the first ``MAX_REPORTED`` joined with "; ", then
 how many more, each cut to ``MAX_PROBLEM_CHARS``; items named ``GenericItems[i] (Kind name)``):
@@ -43,7 +43,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import structlog
@@ -92,7 +92,6 @@ class AdmissionConfig:
     # Namespaces where AppWrappers are refused unless listed in allowed_namespaces (controller_namespace too).
     protected_namespaces: frozenset[str] = frozenset({"kube-system"})
     allowed_namespaces: frozenset[str] = frozenset()
-    extra: dict[str, str] = field(default_factory=dict)
     # The controller's own namespace: protected like protected_namespaces.
     controller_namespace: str = ""
     # The operator's bounds (--max-items, --max-appwrapper-bytes), as the controller judges them at dispatch.
@@ -103,16 +102,6 @@ class AdmissionConfig:
     def protected(self, namespace: str) -> bool:
         return (namespace in self.protected_namespaces or namespace == self.controller_namespace) \
             and namespace not in self.allowed_namespaces
-
-
-def facts_for(conn: object) -> Facts:
-    """The kube-backed Facts of the controller, answered with its credentials (``conn``: a ``kube.Connection``)."""
-    from mcad import kube
-    from mcad.admission.kubefacts import KubeFacts
-
-    if not isinstance(conn, kube.Connection):
-        raise TypeError(f"facts_for needs a kube.Connection, got {type(conn).__name__}")
-    return KubeFacts(conn)
 
 
 def bounded_message(found: list[str]) -> str:

@@ -35,6 +35,7 @@ from mcad import log as mcad_log
 from mcad.admission import certs as webhook_certs
 from mcad.admission import review as admission_review
 from mcad.admission import server as webhook_server
+from mcad.admission.kubefacts import KubeFacts
 from mcad.api.appwrapper import (
     GROUP,
     KIND,
@@ -519,7 +520,7 @@ def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: s
     # The controller's own namespace is protected; admission judges with the bounds dispatch uses.
     config = dataclasses.replace(admission or admission_review.AdmissionConfig(), controller_namespace=namespace,
                                  limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes))
-    mutate, validate = admission_review.build(admission_review.facts_for(conn), config)
+    mutate, validate = admission_review.build(KubeFacts(conn), config)
     httpd = webhook_server.WebhookServer(address, tls=certificates.context, mutate=mutate, validate=validate,
                                          max_body_bytes=webhook_server.max_body_bytes(max_appwrapper_bytes),
                                          share_port=share_port)

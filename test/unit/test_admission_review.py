@@ -79,10 +79,6 @@ class FakeFacts:
         self._check()
         return None
 
-    def quota_trees(self) -> Sequence[Mapping[str, Any]]:
-        self._check()
-        return ()
-
 
 def cm(name: str = "cfg", **extra: Any) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "b"}, **extra}

@@ -42,9 +42,6 @@ class Facts:
     def priority_class(self, name: str) -> int | None:
         return self.classes.get(name)
 
-    def quota_trees(self) -> Sequence[Mapping[str, Any]]:
-        return ()
-
 
 def deployment(name: str, replicas: int, cpu: str, **item: Any) -> dict[str, Any]:
     return {**item, "generictemplate": {
