@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from mcad import kube
-from test.support import REPO
+from test.support import REPO, token_kubeconfig
 
 CHART = REPO / "charts" / "mcad"
 NAMESPACE = "mcad-system"
@@ -104,19 +104,7 @@ def install(kubeconfig: str, workdir: Path, *, release: str = RELEASE, namespace
                               f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
                               body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                                     "spec": {"expirationSeconds": 6 * 3600}})["status"]["token"]
-    config = yaml.safe_load(Path(kubeconfig).read_text())
-    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
-    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])
-    identity = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "mcad-sa",
-        "clusters": [{"name": "local", "cluster": cluster["cluster"]}],
-        "users": [{"name": "mcad-sa", "user": {"token": token}}],
-        "contexts": [{"name": "mcad-sa", "context": {"cluster": "local", "user": "mcad-sa"}}],
-    }
-    path = workdir / f"{release}-sa.kubeconfig"
-    path.write_text(yaml.safe_dump(identity))
-    path.chmod(0o600)
-    return str(path)
+    return token_kubeconfig(kubeconfig, token, workdir / f"{release}-sa.kubeconfig", user="mcad-sa")
 
 
 def who_am_i(kubeconfig: str) -> str:

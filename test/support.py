@@ -113,3 +113,22 @@ def compact_local_etcd(kubeconfig: str) -> bool:
     header = post("kv/range", {"key": base64.b64encode(b"/").decode()})["header"]
     post("kv/compaction", {"revision": header["revision"], "physical": True})  # type: ignore[index]
     return True
+
+
+def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path, *, user: str = "sa",
+                     namespace: str = "") -> str:
+    """Write a kubeconfig for the API server of ``admin_kubeconfig``'s current context that carries only ``token``
+    (as user ``user``, default namespace ``namespace``), readable by its owner alone; return its path."""
+    import yaml  # test-only dependency, kept out of the import of every test module
+
+    config = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
+    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])["cluster"]
+    own_context = {"cluster": "local", "user": user, **({"namespace": namespace} if namespace else {})}
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": user,
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": own_context}]}))
+    path.chmod(0o600)
+    return str(path)

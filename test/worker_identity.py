@@ -6,9 +6,8 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-import yaml
-
 from mcad import kube
+from test import support
 from test.support import wait_until
 
 
@@ -20,13 +19,4 @@ def token_kubeconfig(admin_kubeconfig: str, admin: kube.Connection, path: Path, 
         return base64.b64decode(encoded).decode() if encoded else None
 
     token = wait_until(filled_in, what=f"the token controller to fill in {secret}")
-    config = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
-    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])["cluster"]
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "worker",
-        "clusters": [{"name": "worker", "cluster": cluster}],
-        "users": [{"name": "mcad-worker", "user": {"token": token}}],
-        "contexts": [{"name": "worker", "context": {"cluster": "worker", "user": "mcad-worker"}}]}))
-    path.chmod(0o600)
-    return path
+    return Path(support.token_kubeconfig(admin_kubeconfig, token, path, user="mcad-worker"))

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from mcad import kube
 from mcad.admission.review import CREATOR_ANNOTATION, CREATOR_UID_ANNOTATION
-from test import escalations
+from test import escalations, support
 from test.e2e.conftest import AppWrappers, Controller
 from test.escalations import BOB_KINDS, DENYLISTED, deployment
 from test.support import REPO, wait_until
@@ -58,16 +57,8 @@ def token_kubeconfig(admin_kubeconfig: str, admin: kube.Connection, namespace: s
     answer = kube.request_json(admin, "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
                                body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                                      "spec": {"expirationSeconds": 3600}})
-    config = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
-    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])["cluster"]
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": name,
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": name, "user": {"token": answer["status"]["token"]}}],
-        "contexts": [{"name": name, "context": {"cluster": "c", "user": name, "namespace": namespace}}]}))
-    path.chmod(0o600)
-    return str(path)
+    return support.token_kubeconfig(admin_kubeconfig, answer["status"]["token"], path, user=name,
+                                    namespace=namespace)
 
 
 def kubectl(kubeconfig: str, verb: str, body: dict[str, Any] | None, *args: str) -> subprocess.CompletedProcess[str]:

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Protocol
 
 import pytest
-import yaml
 
 from mcad import kube
 from mcad.leader import LEASE_API, LeaderElector
-from test.support import wait_until
+from test.support import token_kubeconfig, wait_until
 
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 2.0, 1.5, 0.25
 # Request latency and thread wake-ups on a busy 2-core machine, allowed on top of the protocol's bounds.
@@ -214,15 +213,7 @@ def _service_account_kubeconfig(conn: kube.Connection, kubeconfig: str, namespac
     token = kube.request_json(conn, "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
                               body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                                     "spec": {"expirationSeconds": 3600}})["status"]["token"]
-    config = yaml.safe_load(Path(kubeconfig).read_text())
-    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
-    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "local", "cluster": cluster["cluster"]}],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa"}}]}))
-    return str(path)
+    return token_kubeconfig(kubeconfig, token, path)
 
 
 def test_a_leader_that_cannot_renew_gives_up_at_the_renew_deadline(make: MakeCandidate, conn: kube.Connection,
