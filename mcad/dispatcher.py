@@ -48,7 +48,9 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
-from mcad import apply, events, lifecycle, placement, quota, status
+from mcad import apply, events, lifecycle, placement, status
+from mcad import quota as quota_trees
+from mcad.accounting import Accountant, Plan, Snapshot
 from mcad.api.appwrapper import (
     ACTIVE_STATES,
     FIELD_MANAGER,
@@ -58,13 +60,12 @@ from mcad.api.appwrapper import (
     AppWrapperView,
     State,
 )
-from mcad.api.podgroups import PodGroup
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
 from mcad.clusters import Policy as ClusterPolicy
-from mcad.fit import Fit
+from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
 from mcad.hub import Hub
 from mcad.hubdispatch import Cleaned, HubMode
 from mcad.informer import Informer, Store
@@ -72,6 +73,14 @@ from mcad.kube import ApiError
 from mcad.ledger import Ledger
 from mcad.metrics import Metrics, base_units
 from mcad.pending import PendingQueue
+from mcad.preemption import (
+    Candidate,
+    Preemptors,
+    blocked_by_reclaim,
+    priority_victims,
+    reclaim_victims,
+    victim_rank,
+)
 from mcad.retry import Backoff, FailureKind, Policy, classify
 from mcad.statussync import StatusSync, StatusWritten
 from mcad.workqueue import WorkQueue
@@ -156,15 +165,6 @@ class _Dispatched:
     stale: bool = False
 
 
-@dataclass(slots=True)
-class _Planned:
-    """Pods of one shape planned on one node and not bound yet (``count`` goes down as they bind)."""
-
-    node: str
-    requests: ResourceVector
-    count: int
-
-
 @dataclass(frozen=True, slots=True)
 class Assessment:
     """What a dispatch cycle would do now with one queued AppWrapper (``Dispatcher.assess_queue``)."""
@@ -179,17 +179,6 @@ def _quantities(vector: ResourceVector, resources: Iterable[str]) -> dict[str, s
     return {name: format_amount(name, vector.get(name)) for name in sorted(resources)}
 
 
-def _take(room: dict[str, ResourceVector], plan: Iterable[tuple[str, ResourceVector, int]]) -> None:
-    for node, requests, count in plan:
-        if node in room:
-            room[node] = room[node] - requests.scale(count)
-
-
-def _placement_facts(node: NodeView) -> tuple[Any, ...]:
-    """What fit decisions read of a node (heartbeats change none of it)."""
-    return (node.allocatable, node.schedulable, node.ready, node.unschedulable, node.taints, dict(node.labels))
-
-
 @functools.lru_cache(maxsize=1024)
 def _one_copy(written: tuple[frozenset[str], int]) -> tuple[frozenset[str], int]:
     """The kept copy of a (what blocks it, its place) equal to this one: thousands of waiting AppWrappers remember
@@ -202,30 +191,13 @@ def protected_namespace_message(namespace: str) -> str:
             f"--allow-protected-namespace={namespace}")
 
 
-def short_resources(demand: ResourceVector, free: ResourceVector) -> frozenset[str]:
-    return frozenset(demand.shortfall(free).keys())
-
-
-def describe_shortfall(demand: ResourceVector, free: ResourceVector, capacity: ResourceVector) -> str:
-    """'short of cpu 2 (needs 4, 2 free)', per short resource; notes a demand larger than the whole cluster."""
-    short = demand.shortfall(free)
-    parts = []
-    for name, amount in sorted(short.items()):
-        need, have = format_amount(name, demand.get(name)), format_amount(name, max(free.get(name), 0))
-        parts.append(f"{name} {format_amount(name, amount)} (needs {need}, {have} free)")
-    why = "short of " + ", ".join(parts)
-    if not demand.fits_in(capacity):
-        why += "; more than the whole cluster has"
-    return why
-
-
 class Dispatcher(HubMode):
     def __init__(self, *, appwrappers: Store[AppWrapperView], nodes: Informer[NodeView],
                  pods: Informer[PodView], writer: Writer, queue: WorkQueue[Key] | None = None,
                  clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 32,
                  wrapped: WrappedObjects | None = None, preemption: bool = False, fit: str = "nodes",
                  metrics: Metrics | None = None, recorder: events.EventSink | None = None,
-                 quota_subtrees: Store[quota.SubtreeView] | None = None, hub: Hub | None = None,
+                 quota_subtrees: Store[quota_trees.SubtreeView] | None = None, hub: Hub | None = None,
                  cluster_policy: ClusterPolicy | None = None,
                  victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
                  protected_namespaces: frozenset[str] = frozenset()) -> None:
@@ -246,21 +218,16 @@ class Dispatcher(HubMode):
         self.recorder: events.EventSink = recorder if recorder is not None else events.DiscardEvents()
         # Quota trees: None when not served (no QuotaSubtree CRD, or --no-quota); then nothing is charged.
         self.quota_subtrees = quota_subtrees
-        self.quota: quota.QuotaLedger | None = quota.QuotaLedger() if quota_subtrees is not None else None
+        # Every piece of capacity state (ledger, plans, quota charges, pods by AppWrapper): mcad.accounting.
+        self.accountant = Accountant(quota_trees=quota_subtrees is not None)
         self._quota_written: dict[str, Mapping[str, Any]] = {}
         # (tree, node, resource, limit, used, borrowed) rows for metrics, replaced whole when quota status is written
         self.quota_samples: tuple[tuple[str, str, str, float, float, float], ...] = ()
         # Set once the ledger is rebuilt from synced informers: from then on decisions (and /debug reads) are valid.
         self.running = threading.Event()
         self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
-        # --fit=nodes: where each dispatched AppWrapper's pods were planned to go, as [node, pod requests, pods not
-        # bound yet] entries, and their sum per node; a pod that binds takes its entry down, so a cycle reads the
-        # planned room per node without looking at the plans (their number grows with a slow scheduler).
-        self._plans: dict[str, list[_Planned]] = {}
-        self._planned: dict[str, ResourceVector] = {}
         # Objects of wrapped kinds, watched for completion; None: completion is not watched (tests of other parts).
         self.wrapped = wrapped
-        self.ledger = Ledger()
         self.writes = Writes(self.queue, workers=write_workers)
         # The status the loop decided for each AppWrapper, written until it lands (see mcad.statussync).
         self.statuses = StatusSync(writer, self.writes, self.queue, Backoff(self.clock, STATUS_RETRY), self.clock)
@@ -274,8 +241,6 @@ class Dispatcher(HubMode):
         self.pending = PendingQueue()
         # Queued AppWrappers that have no Backoff status yet: announced after the next cycle.
         self._unannounced: set[str] = set()
-        self._pod_owner: dict[str, str] = {}
-        self._pods_by_appwrapper: dict[str, dict[str, str]] = {}
         # The last view of each dispatched AppWrapper: once it is deleted, its items say what to clean up.
         self._dispatched: dict[str, AppWrapperView] = {}
         # uids of the objects applied for each dispatched AppWrapper (unknown after a restart): one request each
@@ -289,26 +254,32 @@ class Dispatcher(HubMode):
         self._timed: set[str] = set()
         # Dispatched AppWrappers whose minAvailable was met at the check: nothing more to check.
         self._min_available_met: set[str] = set()
-        # Priority preemption: preemptor -> the victims it waits for (their pods are going away), and since when.
-        self._preempting: dict[str, frozenset[str]] = {}
-        self._preempting_since: dict[str, float] = {}
+        # Priority preemption and quota reclaim: who waits for which victims (mcad.preemption).
+        self.preemptors = Preemptors(victim_timeout)
         self.victim_timeout = victim_timeout
         # Namespaces where nothing is created (kube-system, the controller's own): an AppWrapper there fails at
         # once, whatever admission let through.
         self.protected_namespaces = protected_namespaces
-        # Preemptors that stopped waiting for victims that did not go in time (the victims, and the uids of their
-        # pods still there): they preempt nobody else until those pods are gone (else each timeout would evict
-        # another round of victims).
-        self._abandoned: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
-        # Quota reclaim: reclaimer -> its charges (while its victims go, nobody else may borrow in those trees).
-        self._reclaiming: dict[str, quota.Charges] = {}
-        self.preemptions = 0
         self._init_hub(hub, cluster_policy)
+        self.targets: Targets = SingleCluster() if hub is None else self._hub_targets()
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(("aw", (new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(("node", (new or old).name)))  # type: ignore[union-attr]
         pods.add_handler(lambda _t, old, new: self.queue.add(("pod", (new or old).uid)))  # type: ignore[union-attr]
         if quota_subtrees is not None:
             quota_subtrees.add_handler(lambda _t, _old, _new: self.queue.add(QUOTA))
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.accountant.ledger
+
+    @property
+    def quota(self) -> quota_trees.QuotaLedger | None:
+        return self.accountant.quota
+
+    @property
+    def preemptions(self) -> int:
+        """Victims evicted so far (priority preemption and quota reclaim)."""
+        return self.preemptors.evicted
 
     # ------------------------------------------------------------------------------------------ loop
 
@@ -414,7 +385,7 @@ class Dispatcher(HubMode):
 
     def queue_lengths(self) -> dict[str, int]:
         """For metrics, from any thread: lengths of containers only this thread changes (len() is atomic)."""
-        return {"queued": len(self.pending), "dispatching": len(self._inflight), "preempting": len(self._preempting)}
+        return {"queued": len(self.pending), "dispatching": len(self._inflight), "preempting": len(self.preemptors)}
 
     def rebuild(self) -> None:
         """Ledger from the synced stores: nodes, pods, and the reservations of dispatched AppWrappers."""
@@ -424,11 +395,11 @@ class Dispatcher(HubMode):
                 if aw.target_cluster:
                     self._placed[aw.key] = aw.target_cluster
         for node in self.nodes.list():
-            self.ledger.upsert_node(node)
+            self.accountant.observe_node(node)
         for pod in self.pods.list():
             self._track_pod(pod)
         if self.quota is not None and self.quota_subtrees is not None:
-            self.quota.set_forest(quota.Forest.build(self.quota_subtrees.list()))
+            self.quota.set_forest(quota_trees.Forest.build(self.quota_subtrees.list()))
         for aw in self.appwrappers.list():
             if self._status(aw).canrun and self._state(aw) in ACTIVE_STATES:
                 self._reserve(aw)
@@ -441,45 +412,33 @@ class Dispatcher(HubMode):
         """Plans of dispatched AppWrappers whose pods are not all bound yet: their unbound pods, placed again on
         the room left (where the scheduler will put them is not known; this keeps their room from being promised
         twice)."""
-        room = self._room()
-        for key in self.ledger.reserved_keys():
+        snapshot = self._snapshot()
+        for key in self.accountant.reserved_keys():
             aw = self.appwrappers.get(key)
             if aw is None or not self.ledger.reservation(key):
                 continue
-            bound: dict[ResourceVector, int] = {}
-            for uid in self._pods_by_appwrapper.get(key, {}):
-                pod = self.ledger.pod(uid)
-                if pod is not None and (pod.node_name or pod.terminal):
-                    bound[pod.requests] = bound.get(pod.requests, 0) + 1
+            bound = self.accountant.bound_by_requests(key)
             groups = []
-            for group in self.gang(aw):
+            for group in aw.gang:
                 done = min(bound.get(group.requests, 0), group.count)
                 bound[group.requests] = bound.get(group.requests, 0) - done
                 if group.count > done:
                     groups.append(dataclasses.replace(group, count=group.count - done))
-            nodes = self.ledger.nodes() if self.hub is None else self.nodes_in(self._placed.get(key, ""))
-            packing = placement.pack(groups, nodes, room)
+            nodes = snapshot.nodes if self.hub is None else self.nodes_in(self._placed.get(key, ""), snapshot.nodes)
+            packing = placement.pack(groups, nodes, snapshot.room or {})
             if packing.fits:
-                self._plan_add(key, packing.placement)
-                _take(room, packing.placement)
+                self.accountant.plan(key, packing.placement)
+                snapshot.take(ResourceVector(), packing.placement)
 
     # ------------------------------------------------------------------------------------------ reads (/debug)
 
     def assess_queue(self) -> list[Assessment]:
         """Every queued AppWrapper in dispatch order with what a cycle would do with it now, deciding nothing:
-        the same fit checks as ``_dispatch_cycle`` on a copy of the free room. Dispatcher thread only.
-        One fit check per demand group (a group blocked once stays blocked), as in a cycle."""
-        real_quota = self.quota
-        if real_quota is not None:
-            self.quota = real_quota.copy()  # what would be dispatched is charged on a scratch copy
-        try:
-            return self._assess(self.ledger.free(), self.ledger.capacity(),
-                                self._room() if self.fit == "nodes" else None)
-        finally:
-            self.quota = real_quota
+        the same fit checks as ``_dispatch_cycle`` on a snapshot whose quota charges are a scratch copy. Dispatcher
+        thread only. One fit check per demand group (a group blocked once stays blocked), as in a cycle."""
+        return self._assess(self._snapshot(scratch_quota=True))
 
-    def _assess(self, free: ResourceVector, capacity: ResourceVector,
-                room: dict[str, ResourceVector] | None) -> list[Assessment]:
+    def _assess(self, snapshot: Snapshot) -> list[Assessment]:
         blocked: dict[Any, str] = {}
         held = ""  # why everything behind a blocked head waits (strict FIFO, or a waiting preemptor)
         out = []
@@ -489,8 +448,8 @@ class Dispatcher(HubMode):
             if aw is None or entry is None:
                 continue
             group = entry[1]
-            if key in self._preempting:
-                victims = ", ".join(sorted(self._preempting[key]))
+            if key in self.preemptors:
+                victims = ", ".join(sorted(self.preemptors.victims_of(key)))
                 out.append(Assessment(key, "Preempting", False,
                                       f"waiting for lower-priority AppWrappers it preempted to leave: {victims}"))
                 held = held or f"held behind {key}, which is preempting to make room"
@@ -502,17 +461,15 @@ class Dispatcher(HubMode):
             elif group in blocked:
                 out.append(Assessment(key, "Queued", False, blocked[group]))
             else:
-                need = (aw.demand - self.ledger.consumed(key)).clamp()
-                fit = self._fits(aw, need, free, capacity, room)
+                need = snapshot.need(key, aw.demand)
+                fit = fits(aw, need, snapshot, self.targets)
                 reclaimed = self._blocked_by_reclaim(aw) if fit.fits else ""
                 if reclaimed:
                     out.append(Assessment(key, "Queued", False, reclaimed))
                 elif fit.fits:
-                    free = free - need
-                    if room is not None:
-                        _take(room, fit.plan)
-                    if self.quota is not None:
-                        self.quota.charge(key, aw.labels, aw.demand)
+                    snapshot.take(need, fit.plan)
+                    if snapshot.quota is not None:
+                        snapshot.quota.charge(key, aw.labels, aw.demand)
                     out.append(Assessment(key, "Queued", True, "fits now: the next dispatch cycle dispatches it"))
                 else:
                     blocked[group] = fit.why()
@@ -526,7 +483,7 @@ class Dispatcher(HubMode):
         return self._status(aw)
 
     def pod_phases(self, key: str) -> list[str]:
-        return self._phases(key)
+        return self.accountant.phases(key)
 
     def dispatching(self, key: str) -> bool:
         """Its dispatch writes are under way."""
@@ -549,7 +506,7 @@ class Dispatcher(HubMode):
 
     def planned_by_node(self) -> dict[str, ResourceVector]:
         """--fit=nodes: room held per node for dispatched pods that are not bound yet."""
-        return dict(self._planned)
+        return self.accountant.planned_by_node()
 
     # ------------------------------------------------------------------------------------------ quota trees
 
@@ -558,7 +515,7 @@ class Dispatcher(HubMode):
         AppWrappers may be charged elsewhere now: a default node appeared, a tree went away)."""
         if self.quota is None or self.quota_subtrees is None or not self.running.is_set():
             return
-        self.quota.set_forest(quota.Forest.build(self.quota_subtrees.list()))
+        self.quota.set_forest(quota_trees.Forest.build(self.quota_subtrees.list()))
         for key in list(self.pending.ordered()):
             aw = self.appwrappers.get(key)
             if aw is not None:
@@ -601,9 +558,9 @@ class Dispatcher(HubMode):
             self.writes.submit(f"quota:{view.key}", partial(self._apply_quota_status, view, new), tenant=view.namespace,
                                urgent=False)
 
-    def _apply_quota_status(self, view: quota.SubtreeView, new: Mapping[str, Any]) -> None:
+    def _apply_quota_status(self, view: quota_trees.SubtreeView, new: Mapping[str, Any]) -> None:
         try:
-            self.writer.apply_status(view.api_version, quota.KIND, view.namespace, view.name, new,
+            self.writer.apply_status(view.api_version, quota_trees.KIND, view.namespace, view.name, new,
                                      field_manager=FIELD_MANAGER)
         except ApiError as err:
             if err.status != 404:
@@ -619,33 +576,13 @@ class Dispatcher(HubMode):
     def _track_pod(self, pod: PodView) -> None:
         if self.hub is not None and pod.appwrapper and self._placed.get(pod.appwrapper) != pod.cluster:
             pod = self._stray_pod(pod)
-        if pod.appwrapper and pod.appwrapper in self._plans and (pod.node_name or pod.terminal):
-            before = self.ledger.pod(pod.uid)
-            if before is None or not (before.node_name or before.terminal):
-                self._plan_pod_bound(pod.appwrapper, pod)
-        self.ledger.upsert_pod(pod)
-        owner = self._pod_owner.get(pod.uid)
-        if owner and owner != pod.appwrapper:
-            self._untrack_pod(owner, pod.uid)
-        if pod.appwrapper:
-            self._pod_owner[pod.uid] = pod.appwrapper
-            self._pods_by_appwrapper.setdefault(pod.appwrapper, {})[pod.uid] = pod.phase
-
-    def _untrack_pod(self, owner: str, uid: str) -> None:
-        pods = self._pods_by_appwrapper.get(owner)
-        if pods is not None:
-            pods.pop(uid, None)
-            if not pods:
-                del self._pods_by_appwrapper[owner]  # deleted AppWrappers must not leave an entry each behind
+        self.accountant.observe_pod(pod)
 
     def _sync_pod(self, uid: str) -> None:
         pod = self.pods.get(uid)
-        owner = self._pod_owner.get(uid)
         if pod is None:
-            self.ledger.delete_pod(uid)
-            self._pod_owner.pop(uid, None)
+            owner = self.accountant.forget_pod(uid)
             if owner:
-                self._untrack_pod(owner, uid)
                 self.queue.add(("aw", owner))
             self._capacity_may_have_grown()
             return
@@ -662,12 +599,10 @@ class Dispatcher(HubMode):
     def _sync_node(self, name: str) -> None:
         node = self.nodes.get(name)
         if node is None:
-            self.ledger.delete_node(name)
+            self.accountant.forget_node(name)
             return
-        before = self.ledger.node(name)
-        self.ledger.upsert_node(node)
         # Status heartbeats change nothing we count; only new or changed capacity deserves a cycle.
-        if before is None or _placement_facts(before) != _placement_facts(node):
+        if self.accountant.observe_node(node):
             self._capacity_may_have_grown()
 
     def _status(self, aw: AppWrapperView) -> StatusView:
@@ -687,7 +622,7 @@ class Dispatcher(HubMode):
 
     def _sync_appwrapper(self, key: str) -> None:
         aw = self.appwrappers.get(key)
-        if (aw is None or aw.deleting) and (key in self.pending or key in self._preempting):
+        if (aw is None or aw.deleting) and (key in self.pending or key in self.preemptors):
             # One that waited in the queue may have held others back (strict FIFO, a preemptor): look again.
             self.queue.add(DISPATCH)
         if self.hub is not None and aw is not None and aw.deleting:
@@ -732,11 +667,10 @@ class Dispatcher(HubMode):
         self.pending.remove(key)
         state = self._state(aw)
         if state in FINAL_STATES:
-            if self.ledger.is_reserved(key):
-                self._release(key)
+            if self._release(key):
                 self._capacity_may_have_grown()
             return
-        if not self.ledger.is_reserved(key):
+        if not self.accountant.holds(key):
             self._reserve(aw)
         self._dispatched[key] = aw
         self.queue.add_after(("counts", key), POD_COUNT_WINDOW_SECONDS)
@@ -745,7 +679,7 @@ class Dispatcher(HubMode):
     # ------------------------------------------------------------------------------------------ lifecycle
 
     def _phases(self, key: str) -> list[str]:
-        return list(self._pods_by_appwrapper.get(key, {}).values())
+        return self.accountant.phases(key)
 
     def _follow_lifecycle(self, aw: AppWrapperView) -> None:
         """A dispatched AppWrapper: set its timers once, and act on what its wrapped objects and pods say."""
@@ -776,7 +710,7 @@ class Dispatcher(HubMode):
             self.queue.add_after(("aw", key), 0.2)
             return
         active = sum(1 for phase in phases if phase not in ("Succeeded", "Failed"))
-        expects_pods = any(group.count > 0 for group in self.gang(aw))
+        expects_pods = any(group.count > 0 for group in aw.gang)
         verdict = lifecycle.evaluate(aw, wrapped.lookup, active,
                                      pods_pending_creation=expects_pods and not phases, jobs=jobs)
         current = self._status(aw)
@@ -804,25 +738,23 @@ class Dispatcher(HubMode):
     def _undispatch(self, key: str) -> None:
         """It no longer holds capacity: drop its plan, timers and reservation (its pods count while they exist)."""
         self._dispatched.pop(key, None)
-        self._plan_drop(key)
         self._timed.discard(key)
         self._min_available_met.discard(key)
-        if self.ledger.is_reserved(key):
-            self._release(key)
+        if self._release(key):
             self._capacity_may_have_grown()
 
-    def _reserve(self, aw: AppWrapperView) -> None:
-        """Its capacity in the ledger and, with quota trees, its charges."""
-        self.ledger.reserve(aw.key, aw.demand)
+    def _reserve(self, aw: AppWrapperView, plan: Plan = ()) -> None:
+        """Its capacity in the ledger, its plan and, with quota trees, its charges."""
+        self.accountant.assume(aw.key, aw.demand, aw.labels, plan)
         if self.quota is not None:
-            self.quota.charge(aw.key, aw.labels, aw.demand)
             self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
 
-    def _release(self, key: str) -> None:
-        self.ledger.release(key)
-        if self.quota is not None and self.quota.is_charged(key):
-            self.quota.release(key)
+    def _release(self, key: str) -> bool:
+        """Its reservation, plan and charges go; True if it held any."""
+        held = self.accountant.forget(key)
+        if held and self.quota is not None:
             self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
+        return held
 
     def _dispatched_now(self, key: str) -> AppWrapperView | None:
         aw = self.appwrappers.get(key)
@@ -904,18 +836,18 @@ class Dispatcher(HubMode):
 
     def _draining(self, aw: AppWrapperView) -> bool:
         # Requeued and not yet looked at again (its current Backoff is the requeue's): its old pods may remain.
-        return aw.key in self._pods_by_appwrapper and self._status(aw).backoff == status.PREEMPTION_TRIGGERED
+        return self.accountant.has_pods(aw.key) and self._status(aw).backoff == status.PREEMPTION_TRIGGERED
 
     def _enqueue(self, aw: AppWrapperView) -> bool:
         """Put ``aw`` in the pending queue, or move it; True if that changed its place or its group."""
         # An AppWrapper whose own pods exist already (see _dispatch_cycle) needs less than its group: keep it apart.
         group: Any
-        if self.ledger.consumed(aw.key) or self._draining(aw):
+        if self.accountant.consumed(aw.key) or self._draining(aw):
             group = (aw.demand, aw.key)
         elif self.fit == "nodes":
             # Same total, different pods (one 8-GPU pod, eight 1-GPU pods) fit differently: not one group.
             group = (aw.demand, tuple((g.count, g.requests, g.node_selector, g.tolerations, g.required_affinity)
-                                      for g in self.gang(aw)))
+                                      for g in aw.gang))
         else:
             group = aw.demand
         if self.quota is not None:
@@ -937,10 +869,7 @@ class Dispatcher(HubMode):
 
     def _forget(self, key: str) -> None:
         self._undispatch(key)
-        self._preempting.pop(key, None)
-        self._preempting_since.pop(key, None)
-        self._abandoned.pop(key, None)
-        self._reclaiming.pop(key, None)
+        self.preemptors.forget(key)
         self.statuses.forget(key)
         self._dispatch_retries.forget(key)
         self._retry_at.pop(key, None)
@@ -950,30 +879,32 @@ class Dispatcher(HubMode):
         self.pending.remove(key)
 
     def _update_pod_counts(self, aw: AppWrapperView) -> None:
-        phases = self._phases(aw.key)
+        phases = self.accountant.phases(aw.key)
         current = self._status(aw).raw()
         new = status.with_pod_counts(current, self.clock.now(), pending=phases.count("Pending"),
                                      running=phases.count("Running"), succeeded=phases.count("Succeeded"),
-                                     failed_=phases.count("Failed"), unschedulable=self._unschedulable_pods(aw.key))
+                                     failed_=phases.count("Failed"),
+                                     unschedulable=self.accountant.unschedulable_pods(aw.key))
         self._write_status(aw, new, urgent=False)
-
-    def _unschedulable_pods(self, key: str) -> list[tuple[str, status.Unschedulable]]:
-        """(name, the scheduler's verdict) of its Pending pods that no node could take."""
-        out = []
-        for uid, phase in self._pods_by_appwrapper.get(key, {}).items():
-            pod = self.ledger.pod(uid) if phase == "Pending" else None
-            if pod is not None and pod.unschedulable is not None:
-                out.append((pod.name, pod.unschedulable))
-        return out
 
     # ------------------------------------------------------------------------------------------ decisions
 
     def _dispatch_cycle(self) -> None:
+        """One pass over the queue in dispatch order (priority, creation time, name), one candidate per group:
+        1. Snapshot the free room (``Accountant.snapshot``); the pass takes from its copy as it dispatches.
+        2. Pass by a candidate that is gone or decided meanwhile, that waits for its previous pods to go
+           (draining), or whose last dispatch failed and waits out its backoff.
+        3. Fit it (``fit.fits``); a quota reclaim under way in its trees holds back one that would borrow.
+        4. It fits: dispatch it (reserved now, written in the background) and take its room from the snapshot.
+        5. It does not: if victims are going away for it, or it can make room by evicting others (quota reclaim,
+           then priority preemption), it holds the queue: the pass stops, nothing behind it may take that room.
+        6. Else it waits: why is written after the pass (once the dispatched ones left, so positions are right);
+           with strict FIFO the pass stops there, unless it could never fit the empty cluster.
+        7. After the pass: drop the dispatched from the queue, write the Backoff of those that wait and refresh
+           their groups' members when what blocks the head changed, and announce the newcomers."""
         started = time.perf_counter()
         self.cycles += 1
-        free = self.ledger.free()
-        capacity = self.ledger.capacity()
-        room = self._room() if self.fit == "nodes" else None
+        snapshot = self._snapshot()  # 1
         cursor = self.pending.cycle()
         held_by = ""  # why the cycle stopped early, when a preemptor holds the queue
         done: list[str] = []
@@ -982,46 +913,36 @@ class Dispatcher(HubMode):
         while (candidate := cursor.next()) is not None:
             key, _ = candidate
             aw = self.appwrappers.get(key)
-            if aw is None or not self._is_queued(aw):
+            if aw is None or not self._is_queued(aw):  # 2
                 done.append(key)  # went away or was decided meanwhile; its own event tidies up the rest
                 cursor.passed()
                 continue
-            # Its own pods can exist already (the controller stopped between creating its objects and
-            # recording that): they are in use, so only the rest of the demand must fit.
             if self._draining(aw):
                 cursor.blocked()  # its own group: it waits for the pods of its previous dispatch to go
                 continue
             if self._in_retry_backoff(key):
                 cursor.passed()  # its last dispatch failed: not before its backoff passes (its timer says when)
                 continue
-            need = (aw.demand - self.ledger.consumed(key)).clamp()
-            fit = self._fits(aw, need, free, capacity, room)
+            # Its own pods can exist already (the controller stopped between creating its objects and
+            # recording that): they are in use, so only the rest of the demand must fit.
+            need = snapshot.need(key, aw.demand)
+            fit = fits(aw, need, snapshot, self.targets)  # 3
             held = self._blocked_by_reclaim(aw) if fit.fits else ""
             if held:
-                fit = Fit(False, frozenset({"reclaim"}), partial(str, held))
-            if fit.fits:
+                fit = refused("reclaim", held)
+            if fit.fits:  # 4
                 cursor.passed()
                 self._dispatch(aw, fit.plan, fit.cluster)
                 done.append(key)
                 dispatched += 1
-                free = free - need
-                if room is not None:
-                    _take(room, fit.plan)
+                snapshot.take(need, fit.plan)
                 continue
-            may_preempt = not self._victims_stuck(key)
-            if self._waiting_for_victims(key) or (may_preempt and (
-                    (not held and self._reclaim_for(aw, need, free, room))
-                    or (self.preemption and self._preempt_for(aw, need, free, capacity, room)))):
-                # Victims are going away for it: nothing behind it may take what they free.
+            if self._makes_room(aw, need, snapshot, reclaim=not held):  # 5
                 held_by = f"held behind {key}, which is preempting lower-priority AppWrappers to make room"
                 cursor.stop()
                 continue
-            about, why = fit.about, fit.why
-            if key in self._abandoned:
-                gave_up = (f"its preemption victims did not finish terminating within {self.victim_timeout:g} s "
-                           f"({', '.join(sorted(self._abandoned[key][0]))}), so it no longer holds the queue")
-                about, why = about | {"victims stuck"}, partial(lambda w, g: f"{w()}; {g}", why, gave_up)
-            if self.strict_fifo and not self._could_ever_fit(aw, need, capacity, room, fit):
+            about, why = self._why_waiting(aw, fit)  # 6
+            if self.strict_fifo and not could_ever_fit(aw, need, snapshot, self.targets, fit):
                 # It would hold everyone behind it for ever: let them pass, and say so.
                 about = about | {"never fits"}
                 why = partial(lambda w: f"{w()}; it cannot fit even the empty cluster, so it does not hold the "
@@ -1029,236 +950,96 @@ class Dispatcher(HubMode):
                 waiting.append((aw, about, why))
                 cursor.blocked()
                 continue
-            # Written after the cycle, once the dispatched ones have left the queue, so the position is right.
             waiting.append((aw, about, why))
             if self.strict_fifo:
                 cursor.stop()
             else:
                 cursor.blocked()
-        for key in done:
+        for key in done:  # 7
             self.pending.remove(key)
         for aw, about, why in waiting:
             self._set_queued(aw, about, why)
             if not self.strict_fifo:
-                self._refresh_group(aw, about, free, capacity, room)
-        self._announce(free, capacity, room, held_by)
+                self._refresh_group(aw, about, snapshot)
+        self._announce(snapshot, held_by)
         self.metrics.cycle(time.perf_counter() - started)
         log.info("dispatch cycle", cycle=self.cycles, queued=len(self.pending), dispatched=dispatched,
-                 visited=cursor.visited, free=free.format(),
+                 visited=cursor.visited, free=snapshot.free.format(),
                  duration_ms=round((time.perf_counter() - started) * 1000, 2))
+
+    def _snapshot(self, *, scratch_quota: bool = False) -> Snapshot:
+        return self.accountant.snapshot(by_nodes=self.fit == "nodes", scratch_quota=scratch_quota)
+
+    def _why_waiting(self, aw: AppWrapperView, fit: Fit) -> tuple[frozenset[str], Callable[[], str]]:
+        """What blocks a candidate that waits, and its message (one that gave up on its victims says so)."""
+        about, why = fit.about, fit.why
+        gave_up_on = self.preemptors.abandoned(aw.key)
+        if gave_up_on:
+            gave_up = (f"its preemption victims did not finish terminating within {self.victim_timeout:g} s "
+                       f"({', '.join(sorted(gave_up_on))}), so it no longer holds the queue")
+            about, why = about | {"victims stuck"}, partial(lambda w, g: f"{w()}; {g}", why, gave_up)
+        return about, why
+
+    def _makes_room(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, *, reclaim: bool) -> bool:
+        """Whether ``aw``, which does not fit, holds the queue because victims go away for it: it waits for those
+        it chose earlier, or chooses some now (quota reclaim, then priority preemption). One that gave up on
+        victims whose pods are still there chooses nobody else."""
+        # Judged before the wait is checked, as that check may be the one that gives up (in this very pass).
+        stuck = self.preemptors.stuck(aw.key, lambda uid: self.ledger.pod(uid) is not None)
+        if self._waiting_for_victims(aw.key):
+            return True
+        if stuck:
+            return False
+        return (reclaim and self._reclaim_for(aw, need, snapshot)) or \
+            (self.preemption and self._preempt_for(aw, need, snapshot))
 
     # ------------------------------------------------------------------------------------------ fit
 
-    def gang(self, aw: AppWrapperView) -> tuple[PodGroup, ...]:
-        """The pods ``aw`` will create (parsed with its spec)."""
-        return aw.gang
-
-    def _plan_add(self, key: str, plan: Iterable[tuple[str, ResourceVector, int]]) -> None:
-        self._plan_drop(key)
-        entries = [_Planned(node, requests, count) for node, requests, count in plan if count > 0]
-        if not entries:
-            return
-        self._plans[key] = entries
-        for entry in entries:
-            self._planned[entry.node] = self._planned.get(entry.node, ResourceVector()) + \
-                entry.requests.scale(entry.count)
-
-    def _plan_drop(self, key: str) -> None:
-        for entry in self._plans.pop(key, []):
-            self._unplan(entry.node, entry.requests.scale(entry.count))
-
-    def _unplan(self, node: str, amount: ResourceVector) -> None:
-        left = self._planned.get(node, ResourceVector()) - amount
-        if left:
-            self._planned[node] = left
-        else:
-            self._planned.pop(node, None)
-
-    def _plan_pod_bound(self, key: str, pod: PodView) -> None:
-        """One pod of ``key`` is bound (or done): one planned pod fewer, of its shape and on its node if the plan
-        has one there, else of its shape anywhere, else any (custompodresources may differ from the pods)."""
-        live = [e for e in self._plans.get(key, []) if e.count > 0]
-        entry = (next((e for e in live if e.node == pod.node_name and e.requests == pod.requests), None)
-                 or next((e for e in live if e.requests == pod.requests), None)
-                 or (live[0] if live else None))
-        if entry is None:
-            return
-        entry.count -= 1
-        self._unplan(entry.node, entry.requests)
-        if all(e.count <= 0 for e in self._plans[key]):
-            del self._plans[key]
-
-    def _room(self) -> dict[str, ResourceVector]:
-        """Per node: allocatable - its pods' requests - pods planned there by dispatches not yet bound.
-        O(nodes): the planned sums are kept up to date pod by pod."""
-        room = self.ledger.room_by_node()
-        for node, planned in self._planned.items():
-            if node in room:
-                room[node] = room[node] - planned
-        return room
-
-    def _fits(self, aw: AppWrapperView, need: ResourceVector, free: ResourceVector, capacity: ResourceVector,
-              room: dict[str, ResourceVector] | None) -> Fit:
-        if aw.held:  # e.g. its priorityClassName names no PriorityClass (mcad.tenantstore): no room is enough
-            return Fit(False, frozenset({"held"}), partial(str, aw.held))
-        if self.quota is not None:
-            # Quota before capacity: an AppWrapper over its quota waits on quota, whatever the cluster has free.
-            charges, unknown = self.quota.forest.charges(aw.labels)
-            if unknown:
-                return Fit(False, frozenset({"quota: unknown node"}), partial(str, unknown))
-            verdict = self.quota.check(charges, aw.demand)
-            if not verdict.fits:
-                return Fit(False, verdict.about, partial(str, verdict.why))
-        if self.hub is not None and room is not None:
-            fit = self._fits_somewhere(aw, need, room)
-        elif room is None or self.ledger.consumed(aw.key):
-            # Own pods that exist already (a restart between creating objects and recording it): only the aggregate
-            # remainder can be judged, the nodes they run on are known to the ledger already.
-            fit = Fit(True)
-        else:
-            packing = placement.pack(self.gang(aw), self.ledger.nodes(), room)
-            if not packing.fits:
-                return Fit(False, packing.about, partial(str, packing.why))
-            fit = Fit(True, plan=packing.placement)
-        # Pods that pack usually add up to the demand, but not when an item's custompodresources declare more
-        # than its templates in one resource and less in another (the pods are the templates', the charge the
-        # larger of each): the demand must fit the free total too.
-        if fit.fits and not need.fits_in(free):
-            return Fit(False, short_resources(need, free), partial(describe_shortfall, need, free, capacity))
-        return fit
-
-    def _footprint(self, key: str) -> list[tuple[str, ResourceVector, int]]:
-        """What evicting a dispatched AppWrapper frees, by node: its active bound pods and (--fit=nodes) the
-        unbound rest of its plan; ("", outstanding reservation, 1) stands for what is reserved but not placed."""
-        freed: list[tuple[str, ResourceVector, int]] = []
-        for uid in self._pods_by_appwrapper.get(key, {}):
-            pod = self.ledger.pod(uid)
-            if pod is not None and pod.node_name and not pod.terminal:
-                freed.append((pod.node_name, pod.requests, 1))
-        plan = self._plans.get(key)
-        if plan is not None:
-            freed.extend((e.node, e.requests, e.count) for e in plan if e.count > 0)
-        elif self.ledger.reservation(key):
-            freed.append(("", self.ledger.reservation(key), 1))
-        return freed
-
-    def _preempt_for(self, aw: AppWrapperView, need: ResourceVector, free: ResourceVector,
-                     capacity: ResourceVector, room: dict[str, ResourceVector] | None) -> bool:
-        """Priority preemption for a queued AppWrapper that does not fit. True while it waits for victims.
-
-        Victims are dispatched AppWrappers of strictly lower priority, lowest priority and then most recently
-        dispatched first; only as many as needed, and none at all unless evicting them makes it fit (with
-        --fit=nodes: makes its pods pack onto the nodes). An AppWrapper that would not fit on the empty cluster
-        never preempts. Strictly lower priority means a victim can never preempt its preemptor back: no loops.
-        """
+    def _preempt_for(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> bool:
+        """Priority preemption for a queued AppWrapper that does not fit (victims chosen by
+        ``mcad.preemption.priority_victims``): requeue them and wait for them. True when it preempts."""
         key = aw.key
-        if not self._could_ever_fit(aw, need, capacity, room):
+        taken = self.preemptors.victims_taken()
+        candidates = [Candidate(victim.key, victim.priority, self._victim_rank(victim))
+                      for victim in self._dispatched.values()
+                      if victim.priority < aw.priority and victim.key not in taken
+                      and victim.key not in self._inflight and self._state(victim) in ACTIVE_STATES]
+        chosen = priority_victims(aw, need, snapshot, self.targets, candidates,
+                                             self.accountant.footprint)
+        if not chosen:
             return False
-        charges = self._charges(aw)
-
-        def fits_without(victims: list[tuple[AppWrapperView, list[tuple[str, ResourceVector, int]]]]) -> bool:
-            if not self._fits_without(aw, need, free, room, [footprint for _, footprint in victims]):
-                return False
-            if self.quota is None:
-                return True
-            trial = self.quota.copy()  # what they are charged goes back to the quota trees too
-            for victim, _ in victims:
-                trial.release(victim.key)
-            return trial.check(charges, aw.demand).fits
-
-        victims_taken = {v for victims in self._preempting.values() for v in victims}
-        candidates = []
-        for victim in self._dispatched.values():
-            if (victim.priority >= aw.priority or victim.key in victims_taken or victim.key in self._inflight
-                    or self._state(victim) not in ACTIVE_STATES):
-                continue
-            candidates.append((self._victim_rank(victim), victim))
-        candidates.sort(key=lambda c: c[0])
-        chosen: list[tuple[AppWrapperView, list[tuple[str, ResourceVector, int]]]] = []
-        for _, victim in candidates:
-            footprint = self._footprint(victim.key)
-            if not footprint:
-                continue
-            chosen.append((victim, footprint))
-            if fits_without(chosen):
-                break
-        else:
-            return False
-        # Fewest victims: drop any that are not needed, trying the most valuable (highest priority, oldest) first.
-        for entry in reversed(chosen[:-1]):
-            rest = [other for other in chosen if other is not entry]
-            if fits_without(rest):
-                chosen.remove(entry)
-        message = f"Preempted by AppWrapper {key} (priority {aw.priority})."
-        for victim, _ in chosen:
-            current = self._status(victim)
-            self._requeue(victim, status.PREEMPTED_BY_PRIORITY, message, requeuings=current.requeuings,
-                          requeue_wait=current.requeue_wait)
-        self.preemptions += len(chosen)
-        names = sorted(victim.key for victim, _ in chosen)
-        self._start_preempting(key, frozenset(names))
+        self._evict(chosen, status.PREEMPTED_BY_PRIORITY, f"Preempted by AppWrapper {key} (priority {aw.priority}).")
+        names = sorted(chosen)
+        self._start_preempting(key, names)
         log.info("preempting", appwrapper=key, priority=aw.priority, victims=names)
         why = f"preempting {len(names)} lower-priority AppWrapper(s) to make room: {', '.join(names)}"
         self._set_queued(aw, frozenset({"preempting"}), partial(str, why))
         return True
 
-    def _could_ever_fit(self, aw: AppWrapperView, need: ResourceVector, capacity: ResourceVector,
-                        room: dict[str, ResourceVector] | None, fit: Fit | None = None) -> bool:
-        """Whether ``aw`` would fit with nothing else running: not if it is held (``AppWrapperView.held``), names a
-        quota node that does not exist (``fit`` says so), is larger than the cluster's capacity, or (--fit=nodes)
-        its pods pack onto no set of empty nodes it may use."""
-        if aw.held or (fit is not None and "quota: unknown node" in fit.about):
-            return False
-        if room is None or self.ledger.consumed(aw.key) or not need.fits_in(capacity):
-            return need.fits_in(capacity)
-        return any(placement.pack(self.gang(aw), nodes, {}).fits  # {}: every node empty
-                   for _, nodes in self._node_sets(aw))
+    def _evict(self, victims: Iterable[str], reason: str, message: str) -> None:
+        """Requeue dispatched AppWrappers for another's sake, keeping their requeuing count."""
+        for victim_key in victims:
+            victim = self._dispatched[victim_key]
+            current = self._status(victim)
+            self._requeue(victim, reason, message, requeuings=current.requeuings, requeue_wait=current.requeue_wait)
 
-    def _start_preempting(self, key: str, victims: frozenset[str]) -> None:
+    def _start_preempting(self, key: str, victims: Iterable[str], reclaim: quota_trees.Charges | None = None) -> None:
         """``key`` waits for ``victims`` to go, holding the queue, for at most ``victim_timeout`` seconds."""
-        self._preempting[key] = victims
-        self._preempting_since[key] = self.clock.monotonic()
+        self.preemptors.start(key, victims, self.clock.monotonic(), reclaim)
         self.queue.add_after(DISPATCH, self.victim_timeout)  # looks again at the latest then, events or not
 
     def _victim_rank(self, victim: AppWrapperView) -> tuple[Any, ...]:
-        """Preemption order, smallest first: lowest priority, then most recently dispatched (then created)."""
-        since = lifecycle.dispatched_at(self._status(victim))
-        created = lifecycle.parse_time(victim.created)
-        return (victim.priority, -(since.timestamp() if since else 0.0),
-                -(created.timestamp() if created else 0.0), victim.key)
-
-    def _fits_without(self, aw: AppWrapperView, need: ResourceVector, free: ResourceVector,
-                      room: dict[str, ResourceVector] | None,
-                      footprints: Iterable[list[tuple[str, ResourceVector, int]]]) -> bool:
-        """Whether ``aw`` would fit the cluster once the AppWrappers of these footprints are gone."""
-        freed = ResourceVector()
-        for footprint in footprints:
-            for _, requests, count in footprint:
-                freed = freed + requests.scale(count)
-        if room is None or self.ledger.consumed(aw.key) or not need.fits_in(free + freed):
-            return need.fits_in(free + freed)
-        after = dict(room)
-        for footprint in footprints:
-            for node, requests, count in footprint:
-                if node in after:
-                    after[node] = after[node] + requests.scale(count)
-        return any(placement.pack(self.gang(aw), nodes, after).fits for _, nodes in self._node_sets(aw))
+        return victim_rank(victim.priority, lifecycle.dispatched_at(self._status(victim)),
+                                      lifecycle.parse_time(victim.created), victim.key)
 
     def _waiting_for_victims(self, key: str) -> bool:
         """It preempted (priority or quota reclaim) and its victims are still going away, for less than
         ``victim_timeout``; past that, ``_give_up_on_victims``."""
-        waiting_for = self._preempting.get(key)
-        if waiting_for is None:
-            return False
-        left = frozenset(v for v in waiting_for if v in self._dispatched or v in self._pods_by_appwrapper)
-        if left and self.clock.monotonic() - self._preempting_since.get(key, 0.0) < self.victim_timeout:
-            return True
-        del self._preempting[key]  # the victims are gone and it still does not fit: look again
-        self._preempting_since.pop(key, None)
-        self._reclaiming.pop(key, None)
-        if left:
-            self._give_up_on_victims(key, left)
-        return False
+        holding, gave_up_on = self.preemptors.check(
+            key, lambda v: v in self._dispatched or self.accountant.has_pods(v), self.clock.monotonic())
+        if gave_up_on:
+            self._give_up_on_victims(key, gave_up_on)
+        return holding
 
     def _give_up_on_victims(self, key: str, victims: frozenset[str]) -> None:
         """Its victims' pods did not go within ``victim_timeout`` (a finalizer, a process ignoring SIGTERM with a
@@ -1267,17 +1048,14 @@ class Dispatcher(HubMode):
         now = self.clock.now().timestamp()
         forced, stuck, remaining = [], [], set()
         for victim in sorted(victims):
-            for uid in list(self._pods_by_appwrapper.get(victim, {})):
-                pod = self.ledger.pod(uid)
-                if pod is None or pod.terminal:
-                    continue
-                remaining.add(uid)
+            for pod in self.accountant.live_pods(victim):
+                remaining.add(pod.uid)
                 if pod.deleting and 0 < pod.grace_ends <= now:
                     forced.append(f"{pod.namespace}/{pod.name}")
                     self.writes.submit(victim, partial(self._force_delete_pod, pod), tenant=pod.namespace)
                 else:
                     stuck.append(f"{pod.namespace}/{pod.name}")
-        self._abandoned[key] = (victims, frozenset(remaining))
+        self.preemptors.gave_up(key, victims, frozenset(remaining))
         log.warning("preemption victims did not go in time; no longer holding the queue", appwrapper=key,
                     victims=sorted(victims), timeout_s=self.victim_timeout, force_deleted=forced, still_there=stuck)
         aw = self.appwrappers.get(key)
@@ -1295,76 +1073,30 @@ class Dispatcher(HubMode):
                 log.warning("force deletion refused", pod=f"{pod.namespace}/{pod.name}", status_code=err.status,
                             reason=err.message)
 
-    def _victims_stuck(self, key: str) -> bool:
-        """It gave up waiting for victims whose pods are still there: preempting again would only add victims.
-        Those very pods: a victim dispatched again later has new pods, which do not count."""
-        abandoned = self._abandoned.get(key)
-        if abandoned is None:
+    def _reclaim_for(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> bool:
+        """Quota reclaim for a queued AppWrapper that does not fit because others borrowed quota above it (victims
+        chosen by ``mcad.preemption.reclaim_victims``): requeue them and wait for them. True when it reclaims."""
+        if snapshot.quota is None or aw.held:
             return False
-        if any(self.ledger.pod(uid) is not None for uid in abandoned[1]):
-            return True
-        del self._abandoned[key]
-        return False
-
-    def _charges(self, aw: AppWrapperView) -> quota.Charges:
-        if self.quota is None:
-            return ()
-        return self.quota.forest.charges(aw.labels)[0]
-
-    def _reclaim_for(self, aw: AppWrapperView, need: ResourceVector, free: ResourceVector,
-                     room: dict[str, ResourceVector] | None) -> bool:
-        """Quota reclaim for a queued AppWrapper that does not borrow at its own node but does not fit, because
-        others borrowed quota above it or hold the cluster's capacity while borrowing: preempt borrowers (lowest
-        priority, then most recently dispatched; only as many as needed). True when it reclaims."""
-        if self.quota is None or aw.held:
-            return False
-        charges = self._charges(aw)
-        # Cheap first: most blocked AppWrappers have nobody to reclaim from (no copy of the ledger per cycle).
-        if not charges or not self.quota.borrowers(charges):
-            return False
-        taken = {v for victims in self._preempting.values() for v in victims}
-        exclude = taken | set(self._inflight) | {k for k in self.quota.charged_keys() if k not in self._dispatched}
-
-        def rank(k: str) -> tuple[Any, ...]:
-            return self._victim_rank(self._dispatched[k])
-
-        def capacity_after(_trial: quota.QuotaLedger, victims: list[str]) -> bool:
-            return self._fits_without(aw, need, free, room, [self._footprint(v) for v in victims])
-
-        victims = self.quota.reclaim_victims(charges, aw.demand, rank=rank, fits_after=capacity_after,
-                                             exclude=exclude)
+        ranks = {k: self._victim_rank(v) for k, v in self._dispatched.items()}
+        exclude = self.preemptors.victims_taken() | set(self._inflight)
+        victims = reclaim_victims(aw, need, snapshot, self.targets, ranks, self.accountant.footprint,
+                                             exclude)
         if not victims:
             return False
         key = aw.key
-        message = f"Preempted to give borrowed quota back to AppWrapper {key}."
-        for victim_key in victims:
-            victim = self._dispatched[victim_key]
-            current = self._status(victim)
-            self._requeue(victim, status.PREEMPTED_BY_QUOTA_RECLAIM, message, requeuings=current.requeuings,
-                          requeue_wait=current.requeue_wait)
-        self.preemptions += len(victims)
-        self._start_preempting(key, frozenset(victims))
-        self._reclaiming[key] = charges
+        self._evict(victims, status.PREEMPTED_BY_QUOTA_RECLAIM,
+                    f"Preempted to give borrowed quota back to AppWrapper {key}.")
+        self._start_preempting(key, victims, reclaim=snapshot.quota.forest.charges(aw.labels)[0])
         log.info("reclaiming quota", appwrapper=key, victims=victims)
         why = f"reclaiming quota borrowed by {len(victims)} AppWrapper(s): {', '.join(sorted(victims))}"
         self._set_queued(aw, frozenset({"reclaiming"}), partial(str, why))
         return True
 
     def _blocked_by_reclaim(self, aw: AppWrapperView) -> str:
-        """While a reclaim waits for its victims, nobody may borrow in its trees again (the victims, requeued at
-        their old places, would otherwise take the quota straight back)."""
-        if not self._reclaiming or self.quota is None:
-            return ""
-        charges = self._charges(aw)
-        trees = {tree for tree, _ in charges}
-        for reclaimer, theirs in self._reclaiming.items():
-            if reclaimer != aw.key and trees & {tree for tree, _ in theirs} and \
-                    self.quota.borrows_at_own_node(charges, aw.demand):
-                return f"it would borrow quota that {reclaimer} is reclaiming"
-        return ""
+        return blocked_by_reclaim(aw, self.quota, self.preemptors.reclaiming)
 
-    def _refresh_group(self, head: AppWrapperView, about: frozenset[str], free: ResourceVector,
-                       capacity: ResourceVector, room: dict[str, ResourceVector] | None) -> None:
+    def _refresh_group(self, head: AppWrapperView, about: frozenset[str], snapshot: Snapshot) -> None:
         """The rest of a blocked head's group is skipped by the cycle; when what blocks the head changes, what
         blocks them changed too: rewrite their Backoff once (O(group) per change, not per cycle), so no member
         keeps saying "not-ready taint" once the truth is "too little cpu"."""
@@ -1379,22 +1111,21 @@ class Dispatcher(HubMode):
             return
         for key in self.pending.members(group):
             member = self.appwrappers.get(key) if key != head.key else None
-            if member is None or not self._is_queued(member) or self._draining(member) or key in self._preempting:
+            if member is None or not self._is_queued(member) or self._draining(member) or key in self.preemptors:
                 continue
-            fit = self._fits(member, (member.demand - self.ledger.consumed(key)).clamp(), free, capacity, room)
+            fit = fits(member, snapshot.need(key, member.demand), snapshot, self.targets)
             if not fit.fits:
                 self._set_queued(member, fit.about, fit.why)
         if len(self._group_about) > 2 * self.pending.group_count() + 16:
             self._group_about = {g: a for g, a in self._group_about.items() if self.pending.has_group(g)}
 
-    def _announce(self, free: ResourceVector, capacity: ResourceVector,
-                  room: dict[str, ResourceVector] | None, held_by: str = "") -> None:
+    def _announce(self, snapshot: Snapshot, held_by: str = "") -> None:
         """First Backoff status of AppWrappers that arrived and still wait (the cycle may not have visited them:
         ``held_by`` says why, when a preemptor stopped it early)."""
         held = set()
         for key in self._unannounced:
             aw = self.appwrappers.get(key)
-            if aw is None or key not in self.pending or key in self._backoff_written or key in self._preempting:
+            if aw is None or key not in self.pending or key in self._backoff_written or key in self.preemptors:
                 continue
             if self._draining(aw):
                 held.add(key)  # its requeue message stands until its old pods are gone
@@ -1402,8 +1133,7 @@ class Dispatcher(HubMode):
             if self.strict_fifo:
                 self._set_queued(aw, frozenset({BEHIND_STRICT_FIFO}), partial(str, BEHIND_STRICT_FIFO))
                 continue
-            need = (aw.demand - self.ledger.consumed(key)).clamp()
-            fit = self._fits(aw, need, free, capacity, room)
+            fit = fits(aw, snapshot.need(key, aw.demand), snapshot, self.targets)
             if fit.fits:
                 # It would fit, yet the cycle did not dispatch it: a preemptor holds the queue, or its last
                 # dispatch failed and it waits out its backoff. Never an empty reason.
@@ -1434,21 +1164,19 @@ class Dispatcher(HubMode):
                                              why=message))
         self._backoff_written[aw.key] = _one_copy((about, place))
 
-    def _dispatch(self, aw: AppWrapperView, plan: tuple[tuple[str, ResourceVector, int], ...] = (),
-                  cluster: str = "") -> None:
+    def _dispatch(self, aw: AppWrapperView, plan: Plan = (), cluster: str = "") -> None:
         """Reserve now, write in the background: the objects, then the Dispatched status (see ``_collect``).
         Hub mode: first the cleanup finalizer on the AppWrapper (nothing may exist in a worker without it), and
         the objects go into ``cluster``."""
-        self._reserve(aw)
+        self._reserve(aw, plan)
         if self.hub is not None:
             self._placed[aw.key] = cluster
             # What a previous dispatch left there is overwritten now (and must not be deleted later).
             self._leftovers.get(cluster, {}).pop(aw.key, None)
-        if plan:
-            self._plan_add(aw.key, plan)
         self._inflight[aw.key] = aw
-        self._preempting.pop(aw.key, None)
-        if self._reclaiming.pop(aw.key, None) is not None:
+        reclaimed = aw.key in self.preemptors.reclaiming
+        self.preemptors.done(aw.key)
+        if reclaimed:
             # Ones it held earlier in this cycle (they would have borrowed what it reclaimed) may go now.
             self.queue.add(DISPATCH)
         current = self._status(aw)
@@ -1515,7 +1243,7 @@ class Dispatcher(HubMode):
         current = self.appwrappers.get(key)
         still_there = current is not None and current.uid == aw.uid and not current.deleting
         if outcome.error is not None or outcome.stale:
-            self._plan_drop(key)
+            self.accountant.drop_plan(key)
             self._placed.pop(key, None)  # what was applied is undone
             if self.ledger.is_reserved(key) and (still_there or current is None):
                 self._release(key)

@@ -113,7 +113,7 @@ class Worker:
 
         def qualified_node(raw: dict[str, Any]) -> NodeView:
             view = node_view(raw)
-            return dataclasses.replace(view, name=qualify(name, view.name))
+            return dataclasses.replace(view, name=qualify(name, view.name), cluster=name)
 
         def qualified_pod(raw: dict[str, Any]) -> PodView:
             view = pod_view(raw)

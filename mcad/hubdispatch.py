@@ -21,6 +21,7 @@ these methods on the same state; in single-cluster mode ``hub`` is None and none
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -28,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from mcad import apply, events, placement, status
+from mcad.accounting import Snapshot
 from mcad.api.appwrapper import KIND, WORKER_CLEANUP_FINALIZER, AppWrapperView
-from mcad.api.podgroups import PodGroup
 from mcad.api.resources import ResourceVector
 from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
@@ -42,11 +43,11 @@ from mcad.wrapped import WrappedObjects
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from mcad.accounting import Accountant
     from mcad.clock import Clock
     from mcad.dispatcher import Writer
     from mcad.hub import Hub
     from mcad.informer import Store
-    from mcad.ledger import Ledger
     from mcad.workqueue import WorkQueue
     from mcad.writes import Writes
 
@@ -69,29 +70,38 @@ def leftover_share(left: ResourceVector, capacity: ResourceVector, demand: Resou
     return min(shares) if shares else 0.0
 
 
+class _Workers:
+    """The hub's ``fit.Targets``: a gang goes whole to one worker (see ``HubMode._fits_somewhere``)."""
+
+    def __init__(self, hub_mode: HubMode) -> None:
+        self._hub_mode = hub_mode
+
+    def node_sets(self, aw: AppWrapperView, snapshot: Snapshot) -> list[tuple[str, Sequence[NodeView]]]:
+        return self._hub_mode._node_sets(aw, snapshot)
+
+    def fit(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> Fit:
+        return self._hub_mode._fits_somewhere(aw, need, snapshot)
+
+
 class HubMode:
     """Hub-mode state and methods of ``Dispatcher`` (see the module docstring)."""
 
     if TYPE_CHECKING:  # what the dispatcher provides
         queue: WorkQueue[tuple[str, str]]
-        ledger: Ledger
         writes: Writes
         writer: Writer
         clock: Clock
         appwrappers: Store[AppWrapperView]
         wrapped: WrappedObjects | None
-        _pods_by_appwrapper: dict[str, dict[str, str]]
-        _pod_owner: dict[str, str]
+        accountant: Accountant
 
         def _status(self, aw: AppWrapperView) -> StatusView: ...
         def _write_status(self, aw: AppWrapperView, new: Mapping[str, Any], *, urgent: bool = True) -> None: ...
         def _dispatched_now(self, key: str) -> AppWrapperView | None: ...
         def _event(self, aw: AppWrapperView, reason: str, message: str) -> None: ...
         def _capacity_may_have_grown(self) -> None: ...
-        def gang(self, aw: AppWrapperView) -> tuple[PodGroup, ...]: ...
         def _requeue(self, aw: AppWrapperView, reason: str, message: str, *, requeuings: int,
                      requeue_wait: int) -> None: ...
-        def _plan_drop(self, key: str) -> None: ...
         def _enqueue(self, aw: AppWrapperView) -> bool: ...
 
     def _init_hub(self, hub: Hub | None, cluster_policy: Policy | None) -> None:
@@ -108,24 +118,25 @@ class HubMode:
         if hub is not None:
             hub.subscribe(lambda name: self.queue.add(("cluster", name)), lambda key: self.queue.add(("aw", key)))
 
-    def nodes_in(self, cluster: str) -> list[NodeView]:
-        """Hub mode: the ledger's nodes of one worker. Dispatcher thread only."""
-        prefix = f"{cluster}/"
-        return [node for node in self.ledger.nodes() if node.name.startswith(prefix)]
+    def nodes_in(self, cluster: str, nodes: Sequence[NodeView] | None = None) -> list[NodeView]:
+        """Hub mode: the nodes of one worker (of ``nodes``, else of the ledger). Dispatcher thread only."""
+        listed = self.accountant.ledger.nodes() if nodes is None else nodes
+        return [node for node in listed if node.cluster == cluster]
 
     def _allowed_clusters(self, aw: AppWrapperView) -> list[str]:
         """The workers ``aw``'s clusterScheduling lets it go to, in config order."""
         assert self.hub is not None
         return [name for name in self.hub.names if aw.clusters.allows(name, self.hub.config.worker(name).labels)]
 
-    def _node_sets(self, aw: AppWrapperView) -> list[tuple[str, list[NodeView]]]:
-        """Where ``aw`` may be placed: every node (single cluster), or each usable worker it may go to."""
-        if self.hub is None:
-            return [("", self.ledger.nodes())]
-        return [(name, self.nodes_in(name)) for name in self._allowed_clusters(aw) if name in self._usable]
+    def _node_sets(self, aw: AppWrapperView, snapshot: Snapshot) -> list[tuple[str, Sequence[NodeView]]]:
+        """Where ``aw`` may be placed: each usable worker it may go to."""
+        return [(name, self.nodes_in(name, snapshot.nodes)) for name in self._allowed_clusters(aw)
+                if name in self._usable]
 
-    def _fits_somewhere(self, aw: AppWrapperView, need: ResourceVector,
-                        room: dict[str, ResourceVector]) -> Fit:
+    def _hub_targets(self) -> _Workers:
+        return _Workers(self)
+
+    def _fits_somewhere(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> Fit:
         """Hub mode: the gang must fit in one worker. Among the usable workers it may go to, ``cluster_policy``
         picks: the first in config order, the tightest fit (best: leaves the largest holes elsewhere) or the
         loosest (spread). Fit is judged by packing its pods onto the worker's nodes, as with one cluster."""
@@ -137,13 +148,14 @@ class HubMode:
         fits: list[tuple[float, int, str, tuple[tuple[str, ResourceVector, int], ...]]] = []
         about: set[str] = set()
         reasons: list[str] = []
-        consumed = self.ledger.consumed(aw.key)
+        consumed = snapshot.consumed(aw.key)
+        room = snapshot.room or {}
         for order, name in enumerate(allowed):
             if name not in self._usable:
                 about.add(f"{name}: {self.hub.health(name).state.value}")
                 reasons.append(f"{name}: {self.hub.describe(name)}")
                 continue
-            nodes = self.nodes_in(name)
+            nodes = self.nodes_in(name, snapshot.nodes)
             free = ResourceVector()
             capacity = ResourceVector()
             for node in nodes:
@@ -156,7 +168,7 @@ class HubMode:
                 if self._placed.get(aw.key) == name and need.fits_in(free):
                     fits.append((0.0, order, name, ()))
                 continue
-            packing = placement.pack(self.gang(aw), nodes, room)
+            packing = placement.pack(aw.gang, nodes, room)
             if packing.fits:
                 fits.append((leftover_share(free - aw.demand, capacity, aw.demand), order, name, packing.placement))
             else:
@@ -196,13 +208,7 @@ class HubMode:
 
     def _detach_pods(self, key: str) -> None:
         """Its pods (in a worker it leaves) stop counting as its own; they still count as usage where they run."""
-        self._plan_drop(key)
-        for uid in list(self._pods_by_appwrapper.get(key, {})):
-            pod = self.ledger.pod(uid)
-            if pod is not None:
-                self.ledger.upsert_pod(dataclasses.replace(pod, appwrapper=None))
-            self._pod_owner.pop(uid, None)
-        self._pods_by_appwrapper.pop(key, None)
+        self.accountant.detach_pods(key)
 
     def _clean_leftovers(self, cluster: str) -> None:
         """Delete, in the background, the objects of every AppWrapper left over in ``cluster`` (when usable)."""

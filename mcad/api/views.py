@@ -78,6 +78,7 @@ class NodeView:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     ready: bool = True
+    cluster: str = ""  # hub mode: the worker it belongs to ("" in single-cluster mode)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ import pytest
 
 from mcad.api.appwrapper import APPWRAPPER_UID_LABEL, WORKER_CLEANUP_FINALIZER, appwrapper_view
 from mcad.api.resources import ResourceVector
-from mcad.api.views import PodView, node_view, pod_view
+from mcad.api.views import NodeView, PodView, node_view, pod_view
 from mcad.clusters import HealthStatus, HubConfig, Policy, WorkerHealth, WorkerSpec
 from mcad.dispatcher import Dispatcher
 from mcad.hub import Hub, cluster_of
@@ -148,6 +148,12 @@ class FakeHub:
         self._on_change(name)
 
 
+def qualified_node(raw: dict[str, Any]) -> NodeView:
+    """Nodes are named "<worker>/<node>" here, as the hub's worker informers name them (mcad.hub)."""
+    view = node_view(raw)
+    return dataclasses.replace(view, cluster=cluster_of(view.name))
+
+
 def qualified_pod(raw: dict[str, Any]) -> PodView:
     view = pod_view(raw)
     return dataclasses.replace(view, cluster=cluster_of(view.node_name))
@@ -188,7 +194,7 @@ class HubHarness:
         self.writer.objects = self.lw["aw"]
         self.informers: list[Informer[Any]] = [
             Informer("appwrappers", self.lw["aw"], transform=appwrapper_view),
-            Informer("nodes", self.lw["node"], transform=node_view),
+            Informer("nodes", self.lw["node"], transform=qualified_node),
             Informer("pods", self.lw["pod"], transform=qualified_pod, key=lambda raw: raw["metadata"]["uid"]),
         ]
         self.dispatcher = Dispatcher(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],

@@ -195,7 +195,7 @@ def test_charged_quota_always_equals_the_dispatched_demand(quota_harness: Any, s
         stuck = [a.key for a in h.dispatcher.assess_queue() if a.fits_now]
         assert not stuck, (f"seed {seed} step {step}: {stuck} fit but were not dispatched",
                            [(a.key, a.state, a.fits_now, a.why) for a in h.dispatcher.assess_queue()],
-                           h.dispatcher._preempting, h.dispatcher._reclaiming,
+                           h.dispatcher.preemptors.waiters(), h.dispatcher.preemptors.reclaiming,
                            {k: (v.labels, v.demand.format(), h.dispatcher.status_of(v).state)
                             for k, v in ((a.key, h.dispatcher.appwrappers.get(a.key))
                                          for a in h.dispatcher.assess_queue()) if v})
