@@ -26,6 +26,7 @@ from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, AppWrapperView, Sta
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.statusview import StatusView
 from mcad.dispatcher import Assessment, Dispatcher
+from mcad.wiring import build, quota_served
 
 Document = dict[str, Any]
 
@@ -280,16 +281,14 @@ class Reports:
 def offline(conn: kube.Connection, *, fit: str = "nodes", strict_fifo: bool = False,
             preemption: bool = False) -> Reports:
     """Reports computed from a one-time list of AppWrappers, Nodes and Pods, as the controller would see them."""
-    # The controller's own wiring: same informers, same transforms.
-    from mcad.cli.controller import build, quota_served
-
+    # The controller's own wiring (same informers, same transforms); the write pool is never started, so a write
+    # would raise instead of reaching the API server.
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, preemption=preemption, fit=fit, write_workers=1,
                                   quota_trees=quota_served(kube.Client(conn)))
     dispatcher.writer = _ReadOnly()
     for informer in informers:
         informer.list_once()
     dispatcher.rebuild()
-    dispatcher.writes.close()
     return Reports(dispatcher, lambda: {"identity": "offline", "leader": False, "offline": True})
 
 

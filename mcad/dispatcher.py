@@ -68,7 +68,7 @@ from mcad.clusters import Policy as ClusterPolicy
 from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
 from mcad.hub import Hub
 from mcad.hubdispatch import Cleaned, HubMode
-from mcad.informer import Informer, Store
+from mcad.informer import Store
 from mcad.kube import ApiError
 from mcad.ledger import Ledger
 from mcad.metrics import Metrics, base_units
@@ -192,8 +192,8 @@ def protected_namespace_message(namespace: str) -> str:
 
 
 class Dispatcher(HubMode):
-    def __init__(self, *, appwrappers: Store[AppWrapperView], nodes: Informer[NodeView],
-                 pods: Informer[PodView], writer: Writer, queue: WorkQueue[Key] | None = None,
+    def __init__(self, *, appwrappers: Store[AppWrapperView], nodes: Store[NodeView],
+                 pods: Store[PodView], writer: Writer, queue: WorkQueue[Key] | None = None,
                  clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 32,
                  wrapped: WrappedObjects | None = None, preemption: bool = False, fit: str = "nodes",
                  metrics: Metrics | None = None, recorder: events.EventSink | None = None,
@@ -295,7 +295,8 @@ class Dispatcher(HubMode):
         self.writes.close()
 
     def start(self) -> None:
-        """Once the informers have synced: rebuild the ledger and ask for the first cycle."""
+        """Once the informers have synced: start the write pool, rebuild the ledger and ask for the first cycle."""
+        self.writes.start()
         self.rebuild()
         self.running.set()
         if self.hub is not None:

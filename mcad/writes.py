@@ -24,6 +24,9 @@ Contract:
   order.
 - ``pending(key)`` says whether a job of that key is queued or running (between its steps too). ``close()`` starts
   no more jobs; the workers finish the jobs already started (all their steps), within 30 s in all.
+- Constructing the pool starts no thread: ``start()`` starts the workers (idempotent, and a no-op with
+  ``workers=0``), so whoever wires the pool decides when threads run. ``submit`` on a pool with workers that was
+  never started raises ``RuntimeError`` instead of queueing a job nobody would run.
 - ``workers=0`` runs each job inline, inside ``submit``, every step to the end: same outcomes and keys, no threads
   (for stepped tests).
 
@@ -112,13 +115,27 @@ class Writes:
         self._keys: dict[Hashable, _Key] = {}  # present = busy (a job queued or under way)
         self._outcomes: dict[Hashable, list[Any]] = {}
         self._closed = False
-        self._threads = [threading.Thread(target=self._work, name=f"mcad-write-{i}", daemon=True)
-                         for i in range(workers)]
-        for thread in self._threads:
-            thread.start()
+        self._workers = workers
+        self._started = False
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Start the worker threads; again, or with ``workers=0``, nothing happens."""
+        with self._cond:
+            if self._started:
+                return
+            self._started = True
+            self._threads = [threading.Thread(target=self._work, name=f"mcad-write-{i}", daemon=True)
+                             for i in range(self._workers)]
+            # Under the lock, so that close() never sees a thread not started yet (Thread.start returns once the
+            # thread runs, before it first waits for this lock).
+            for thread in self._threads:
+                thread.start()
 
     def submit(self, key: Hashable, job: Job, *, tenant: str, urgent: bool = True) -> None:
         with self._cond:
+            if not self._inline and not self._started:
+                raise RuntimeError(f"write pool not started: submit({key!r}) would never run; call start() first")
             state = self._keys.get(key)
             if state is not None:
                 state.queued.append(_Job(job, tenant, urgent))

@@ -25,114 +25,26 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import Any
 
 import click
 import structlog
 
-from mcad import __version__, events, kube, quota, server, tenancy
+from mcad import __version__, events, kube, server, tenancy
 from mcad import log as mcad_log
 from mcad.admission import certs as webhook_certs
 from mcad.admission import review as admission_review
 from mcad.admission import server as webhook_server
 from mcad.admission.kubefacts import KubeFacts
-from mcad.api.appwrapper import (
-    GROUP,
-    KIND,
-    LEGACY_GROUP,
-    LEGACY_PLURAL,
-    PLURAL,
-    VERSION,
-    AppWrapperView,
-    appwrapper_view,
-    reuse_spec,
-)
-from mcad.api.validation import DEFAULT_LIMITS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_ITEMS_CEILING, Limits
-from mcad.api.views import node_view, pod_view
+from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, VERSION
+from mcad.api.validation import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_ITEMS_CEILING, Limits
 from mcad.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.debug import Reports
-from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, RECOVERED, Dispatcher, Key
+from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, Dispatcher
 from mcad.endpointauth import ApiReviews, Gate
 from mcad.hub import DEFAULT_PROBE_PERIOD_SECONDS, Hub
-from mcad.informer import Informer, Reconnects, Store
+from mcad.informer import Informer
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
-from mcad.legacy import MergedAppWrappers
-from mcad.tenantstore import TenantAppWrappers, priority_class_value
-from mcad.workqueue import WorkQueue
-from mcad.wrapped import WrappedObjects, informer_factory
-
-
-def _pod_uid(raw: dict[str, object]) -> str:
-    return str(raw["metadata"]["uid"])  # type: ignore[index]
-
-
-def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, preemption: bool = False,
-          victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
-          fit: str = "nodes", legacy_api: bool = False, quota_trees: bool = False,
-          recorder: events.EventSink | None = None,
-          hub: Hub | None = None, limits: Limits = DEFAULT_LIMITS,
-          default_max_priority: int = tenancy.DEFAULT_MAX_PRIORITY,
-          protected_namespaces: frozenset[str] = frozenset()) -> tuple[Dispatcher, list[Informer[object]]]:
-    """Informers over AppWrappers (``legacy_api``: of both groups), Nodes and Pods (all namespaces), Namespaces and
-    PriorityClasses (the admins' rules: ``mcad.tenantstore``, with ``default_max_priority`` where a namespace
-    sets no ceiling), and with ``quota_trees`` QuotaSubtrees, and the dispatcher they feed; informers over
-    wrapped kinds start when an
-    AppWrapper needs them (its ``wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the
-    hub's own run nothing of ours), and the hub's thread starts their informers. AppWrappers beyond ``limits``
-    are refused (failed) by the dispatcher, and so are those in ``protected_namespaces``."""
-    # Every informer of this API server reconnects together after an outage, and the dispatcher then retries at
-    # once the writes that failed meanwhile.
-    peers = Reconnects()
-
-    def view(raw: dict[str, Any]) -> AppWrapperView:
-        return appwrapper_view(raw, limits)
-
-    def reuse(stored: AppWrapperView, raw: dict[str, Any]) -> AppWrapperView | None:
-        # A status write (most events) keeps the spec: what it implies is taken from the stored view.
-        return reuse_spec(stored, raw, limits)
-
-    current = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
-                       transform=view, reuse=reuse, peers=peers)
-    appwrapper_informers = [current]
-    appwrappers: Store[AppWrapperView] = current
-    if legacy_api:
-        legacy = Informer("appwrappers-legacy", kube.ResourceClient(conn, group=LEGACY_GROUP, version=VERSION,
-                                                                    plural=LEGACY_PLURAL), transform=view,
-                          reuse=reuse, peers=peers)
-        appwrapper_informers.append(legacy)
-        appwrappers = MergedAppWrappers(current, legacy)
-    # What the dispatcher sees is what the namespace admins allow: bound quota nodes, capped priorities.
-    namespaces = Informer("namespaces", kube.ResourceClient(conn, group="", version="v1", plural="namespaces"),
-                          transform=tenancy.namespace_policy, peers=peers)
-    classes = Informer("priorityclasses", kube.ResourceClient(conn, group="scheduling.k8s.io", version="v1",
-                                                              plural="priorityclasses"),
-                       transform=priority_class_value, peers=peers)
-    appwrapper_informers += [namespaces, classes]  # type: ignore[list-item]
-    appwrappers = TenantAppWrappers(appwrappers, namespaces, classes, default_max_priority)
-    nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
-                     transform=node_view, peers=peers)
-    # Pods are keyed by uid: a pod re-created under the same name is a different consumer of capacity.
-    pods = Informer("pods", kube.ResourceClient(conn, group="", version="v1", plural="pods"),
-                    transform=pod_view, key=_pod_uid, peers=peers)
-    subtrees = Informer("quotasubtrees", kube.ResourceClient(conn, group=quota.GROUP, version=quota.VERSION,
-                                                             plural=quota.PLURAL),
-                        transform=quota.subtree_view, peers=peers) if quota_trees else None
-    client = kube.Client(conn)
-    queue: WorkQueue[Key] = WorkQueue(name="dispatcher")
-    peers.on_recovered(lambda: queue.add(RECOVERED))
-    if hub is not None:
-        dispatcher = Dispatcher(appwrappers=appwrappers, nodes=hub.nodes, pods=hub.pods,  # type: ignore[arg-type]
-                                writer=client, queue=queue, strict_fifo=strict_fifo, write_workers=write_workers,
-                                preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees, hub=hub,
-                                victim_timeout=victim_timeout, protected_namespaces=protected_namespaces)
-        return dispatcher, [*appwrapper_informers, *([subtrees] if subtrees is not None else [])]  # type: ignore[list-item]
-    wrapped = WrappedObjects(informer_factory(conn, client, peers=peers), lambda key: queue.add(("aw", key)))
-    dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
-                            strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
-                            preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees,
-                            victim_timeout=victim_timeout, protected_namespaces=protected_namespaces)
-    return dispatcher, [*appwrapper_informers, nodes, pods, *([subtrees] if subtrees is not None else [])]  # type: ignore[list-item]
-
+from mcad.wiring import build, quota_served
 
 # glibc gives each thread that allocates its own malloc arena (up to 8 per core), and memory freed in one arena
 # serves only that arena: with 32 writers and the informers' threads parsing events, the controller's RSS grew
@@ -163,15 +75,6 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
     hub mode, the workers' (their credentials), except those the admin ``allowed``."""
     protected = {"kube-system", own} | ({WORKER_NAMESPACE} if hub else set())
     return frozenset(protected - set(allowed))
-
-
-def quota_served(client: kube.Client) -> bool:
-    """Whether the API server serves QuotaSubtrees (the CRD is installed)."""
-    try:
-        client.resource(quota.API_VERSION, quota.KIND)
-    except kube.ApiError:
-        return False
-    return True
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})

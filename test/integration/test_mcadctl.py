@@ -20,6 +20,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ import kubernetes.client as k8s
 import pytest
 from click.testing import CliRunner, Result
 
-from mcad import kube
+from mcad import debug, kube
 from mcad.cli import mcadctl
 from test import chart
 from test.e2e.conftest import (
@@ -295,6 +296,15 @@ def test_offline_computes_the_same_queue_order(cluster: Cluster) -> None:
     missing = mcadctl_("--kubeconfig", cluster.kubeconfig, "--offline", "explain", f"{cluster.namespace}/nope")
     assert missing.exit_code == 1
     assert "not found (no AppWrapper of that name in the cluster)" in missing.stderr
+
+
+def test_offline_reports_start_no_thread_and_refuse_to_write(cluster: Cluster) -> None:
+    before = set(threading.enumerate())
+    reports = debug.offline(kube.connect(cluster.kubeconfig))
+    assert {t for t in threading.enumerate() if t.is_alive()} - before == set(), "no informer, no write pool"
+    assert queued_names(reports.queue(), cluster.namespace) == QUEUED
+    with pytest.raises(RuntimeError, match="not started"):
+        reports.dispatcher.writes.submit("probe", lambda: None, tenant=cluster.namespace)
 
 
 @pytest.fixture(scope="module")

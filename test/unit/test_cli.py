@@ -59,19 +59,6 @@ def test_malformed_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
     assert "invalid Kubernetes configuration" in result.output
 
 
-def test_controller_limits_reach_the_appwrapper_informers(tmp_path: Path) -> None:
-    from mcad import kube
-    from mcad.api.validation import Limits
-
-    _, informers = controller.build(kube.connect(str(unreachable_kubeconfig(tmp_path))), strict_fifo=False,
-                                    legacy_api=True, limits=Limits(max_items=1, max_bytes=4096))
-    raw = {"metadata": {"name": "a", "namespace": "n"}, "spec": {"resources": {"GenericItems": [
-        {"generictemplate": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}}} for n in "ab"]}}}
-    for informer in informers[:2]:  # the current and the legacy group
-        assert informer._transform(raw).demand_error == (
-            "spec.resources.GenericItems has 2 items; at most 1 are allowed (--max-items)")
-
-
 def test_a_bad_webhook_bind_address_is_a_usage_error() -> None:
     result = CliRunner().invoke(controller.main, ["--webhook-bind-address", "9443", "--connect-only"])
     assert result.exit_code == 2
@@ -93,18 +80,6 @@ def test_the_controller_caps_glibcs_malloc_arenas_unless_the_environment_does(mo
     assert controller.limit_malloc_arenas() is True, "glibc's mallopt accepts M_ARENA_MAX"
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     assert controller.limit_malloc_arenas() is False, "an operator's own setting wins"
-
-
-def test_the_dispatcher_reads_appwrappers_through_the_namespace_rules_with_the_default_ceiling(
-        tmp_path: Path) -> None:
-    from mcad import kube
-    from mcad.tenantstore import TenantAppWrappers
-
-    dispatcher, informers = controller.build(kube.connect(str(unreachable_kubeconfig(tmp_path))), strict_fifo=False,
-                                             default_max_priority=7)
-    assert isinstance(dispatcher.appwrappers, TenantAppWrappers)
-    assert dispatcher.appwrappers.default_ceiling == 7
-    assert {"namespaces", "priorityclasses"} <= {i.name for i in informers}, "started with the others"
 
 
 def test_default_max_priority_is_an_int32() -> None:

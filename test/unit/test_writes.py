@@ -38,11 +38,50 @@ def keys() -> Keys:
     return Keys()
 
 
+def started_pool(keys: Keys, workers: int) -> Writes:
+    pool = Writes(keys, workers=workers)
+    pool.start()
+    return pool
+
+
 @pytest.fixture
 def pool(keys: Keys) -> Iterator[Writes]:
-    writes = Writes(keys, workers=4)
+    writes = started_pool(keys, 4)
     yield writes
     writes.close()
+
+
+def test_threads_start_with_start_not_with_the_pool_and_only_once(keys: Keys) -> None:
+    before = set(threading.enumerate())
+    pool = Writes(keys, workers=3)
+    assert set(threading.enumerate()) - before == set(), "constructing the pool starts no thread"
+    pool.start()
+    pool.start()
+    started = set(threading.enumerate()) - before
+    assert sorted(t.name for t in started) == ["mcad-write-0", "mcad-write-1", "mcad-write-2"]
+    pool.close()
+    assert not any(t.is_alive() for t in started)
+
+
+def test_a_job_submitted_to_a_pool_never_started_raises_instead_of_waiting_for_ever(keys: Keys) -> None:
+    pool = Writes(keys, workers=2)
+    with pytest.raises(RuntimeError, match="not started"):
+        pool.submit("a", lambda: 1, tenant="t")
+    assert pool.idle() and keys.added == [], "nothing was queued"
+    pool.start()
+    pool.submit("a", lambda: 1, tenant="t")
+    keys.wait_for(1)
+    assert pool.results("a") == [1]
+    pool.close()
+
+
+def test_an_inline_pool_needs_no_start(keys: Keys) -> None:
+    before = set(threading.enumerate())
+    pool = Writes(keys, workers=0)
+    pool.start()
+    assert set(threading.enumerate()) - before == set()
+    pool.submit("a", lambda: 7, tenant="t")
+    assert pool.results("a") == [7]
 
 
 def test_jobs_of_one_key_run_in_submission_order(pool: Writes, keys: Keys) -> None:
@@ -67,7 +106,7 @@ def test_outcomes_come_back_as_written_keys_and_exceptions_are_outcomes(pool: Wr
 
 
 def test_urgent_jobs_start_before_bookkeeping(keys: Keys) -> None:
-    pool = Writes(keys, workers=1)
+    pool = started_pool(keys, 1)
     gate = threading.Event()
     started = threading.Event()
     order: list[str] = []
@@ -84,7 +123,7 @@ def test_urgent_jobs_start_before_bookkeeping(keys: Keys) -> None:
 
 
 def test_a_key_busy_with_bookkeeping_yields_to_urgent_work_between_its_jobs(keys: Keys) -> None:
-    pool = Writes(keys, workers=1)
+    pool = started_pool(keys, 1)
     gate = threading.Event()
     started = threading.Event()
     order: list[str] = []
@@ -161,7 +200,7 @@ class Trace:
 
 def test_a_tenant_arriving_while_another_holds_every_worker_starts_after_one_more_step(keys: Keys) -> None:
     workers = 3
-    pool = Writes(keys, workers=workers)
+    pool = started_pool(keys, workers)
     trace = Trace(held=True)
     try:
         for i in range(10):  # a big tenant: ten AppWrappers of 50 writes each
@@ -182,7 +221,7 @@ def test_a_tenant_arriving_while_another_holds_every_worker_starts_after_one_mor
 
 
 def test_keys_of_one_tenant_take_turns_step_by_step(keys: Keys) -> None:
-    pool = Writes(keys, workers=1)
+    pool = started_pool(keys, 1)
     trace = Trace(held=True)
     try:
         pool.submit("a1", trace.job("a1", 3), tenant="t")
@@ -197,7 +236,7 @@ def test_keys_of_one_tenant_take_turns_step_by_step(keys: Keys) -> None:
 
 
 def test_tenants_take_turns_whatever_their_number_of_keys(keys: Keys) -> None:
-    pool = Writes(keys, workers=1)
+    pool = started_pool(keys, 1)
     trace = Trace(held=True)
     try:
         pool.submit("a1", trace.job("a1", 3), tenant="a")
@@ -240,7 +279,7 @@ def test_a_step_that_raises_ends_its_job_and_the_next_job_of_the_key_runs(pool: 
 
 
 def test_urgent_steps_go_before_the_next_step_of_started_bookkeeping(keys: Keys) -> None:
-    pool = Writes(keys, workers=1)
+    pool = started_pool(keys, 1)
     trace = Trace(held=True)
     try:
         pool.submit("counts", trace.job("counts", 3), tenant="a", urgent=False)
@@ -255,7 +294,7 @@ def test_urgent_steps_go_before_the_next_step_of_started_bookkeeping(keys: Keys)
 
 
 def test_close_finishes_the_jobs_started_and_starts_no_other(keys: Keys) -> None:
-    pool = Writes(keys, workers=1)
+    pool = started_pool(keys, 1)
     trace = Trace(held=True)
     pool.submit("started", trace.job("started", 3, result="done"), tenant="a")
     trace.wait_started(1)

@@ -1,0 +1,70 @@
+"""The composition root: what ``mcad.wiring.build`` connects, and that building it starts nothing."""
+
+from __future__ import annotations
+
+import ast
+import threading
+from pathlib import Path
+
+from mcad import kube, wiring
+from mcad.api.validation import Limits
+from mcad.tenantstore import TenantAppWrappers
+from test.support import unreachable_kubeconfig
+
+PACKAGE = Path(wiring.__file__).parent
+
+
+def test_building_the_dispatcher_starts_no_thread_and_starting_it_starts_the_write_pool(tmp_path: Path) -> None:
+    before = set(threading.enumerate())
+    dispatcher, informers = wiring.build(kube.connect(str(unreachable_kubeconfig(tmp_path))), strict_fifo=False,
+                                         write_workers=5, legacy_api=True, quota_trees=True)
+    assert set(threading.enumerate()) - before == set(), "informers, queue, wrapped objects and write pool wait"
+    assert not any(i.has_synced() for i in informers), "no informer was started"
+
+    dispatcher.start()  # over empty stores, as the controller's loop does once they have synced
+    try:
+        started = set(threading.enumerate()) - before
+        assert sorted(t.name for t in started) == [f"mcad-write-{i}" for i in range(5)]
+    finally:
+        dispatcher.queue.shutdown()
+        dispatcher.writes.close()
+    assert not any(t.is_alive() for t in started)
+
+
+def test_controller_limits_reach_the_appwrapper_informers(tmp_path: Path) -> None:
+    _, informers = wiring.build(kube.connect(str(unreachable_kubeconfig(tmp_path))), strict_fifo=False,
+                                legacy_api=True, limits=Limits(max_items=1, max_bytes=4096))
+    raw = {"metadata": {"name": "a", "namespace": "n"}, "spec": {"resources": {"GenericItems": [
+        {"generictemplate": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}}} for n in "ab"]}}}
+    for informer in informers[:2]:  # the current and the legacy group
+        assert informer._transform(raw).demand_error == (
+            "spec.resources.GenericItems has 2 items; at most 1 are allowed (--max-items)")
+
+
+def test_the_dispatcher_reads_appwrappers_through_the_namespace_rules_with_the_default_ceiling(
+        tmp_path: Path) -> None:
+    dispatcher, informers = wiring.build(kube.connect(str(unreachable_kubeconfig(tmp_path))), strict_fifo=False,
+                                         default_max_priority=7)
+    assert isinstance(dispatcher.appwrappers, TenantAppWrappers)
+    assert dispatcher.appwrappers.default_ceiling == 7
+    assert {"namespaces", "priorityclasses"} <= {i.name for i in informers}, "started with the others"
+
+
+def _imported(path: Path) -> set[str]:
+    """Every module ``path`` imports, at the top or inside a function."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_only_the_entry_points_import_the_entry_points() -> None:
+    offenders = {str(path.relative_to(PACKAGE.parent)): sorted(n for n in _imported(path)
+                                                               if n == "mcad.cli" or n.startswith("mcad.cli."))
+                 for path in PACKAGE.rglob("*.py") if PACKAGE / "cli" not in path.parents}
+    assert {path: names for path, names in offenders.items() if names} == {}
+    assert "mcad.wiring.build" in _imported(PACKAGE / "debug.py"), "debug.offline wires through mcad.wiring"
