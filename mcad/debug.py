@@ -26,6 +26,8 @@ from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, AppWrapperView, Sta
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.statusview import StatusView
 from mcad.dispatcher import Assessment, Dispatcher
+from mcad.hub import Hub
+from mcad.hubplacement import nodes_in
 from mcad.wiring import build, quota_served
 
 Document = dict[str, Any]
@@ -40,8 +42,9 @@ def rfc3339(moment: datetime | None) -> str | None:
 
 
 class Reports:
-    def __init__(self, dispatcher: Dispatcher, info: Callable[[], Mapping[str, Any]]) -> None:
+    def __init__(self, dispatcher: Dispatcher, info: Callable[[], Mapping[str, Any]], hub: Hub | None = None) -> None:
         self.dispatcher = dispatcher
+        self.hub = hub
         self.info = info
         self._assessments: list[Assessment] | None = None
         self._sharing = False
@@ -156,8 +159,8 @@ class Reports:
         """Hub mode: every worker with its health, capacity and free room (as placement sees them: room held for
         dispatched pods not bound yet is not free), and the AppWrappers placed there. Single mode: no workers."""
         d = self.dispatcher
-        hub = d.hub
-        if hub is None:
+        hub = self.hub
+        if hub is None or d.placement is None:
             return {**self._header(), "mode": "single", "clusters": []}
         room = d.ledger.room_by_node()
         planned = d.planned_by_node()
@@ -168,7 +171,7 @@ class Reports:
         for worker in hub.workers:
             health = worker.health.status
             capacity = free = ResourceVector()
-            nodes = d.nodes_in(worker.name)
+            nodes = nodes_in(worker.name, d.ledger.nodes())
             for node in nodes:
                 if node.schedulable:
                     capacity = capacity + node.allocatable
@@ -180,7 +183,7 @@ class Reports:
                             "since": rfc3339(since), "synced": worker.synced, "usable": usable,
                             "nodes": len(nodes), "capacity": quantities(capacity), "free": quantities(free.clamp()),
                             "appwrappers": placed.get(worker.name, [])})
-        return {**self._header(), "mode": "hub", "policy": d.cluster_policy.value,
+        return {**self._header(), "mode": "hub", "policy": d.placement.policy.value,
                 "unreachableTimeoutSeconds": hub.config.unreachable_timeout_seconds, "clusters": workers}
 
     # ------------------------------------------------------------------------------------------ quota

@@ -56,7 +56,6 @@ from mcad.api.appwrapper import (
     FIELD_MANAGER,
     FINAL_STATES,
     KIND,
-    WORKER_CLEANUP_FINALIZER,
     AppWrapperView,
     State,
 )
@@ -66,8 +65,8 @@ from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
 from mcad.clusters import Policy as ClusterPolicy
 from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
-from mcad.hub import Hub
-from mcad.hubdispatch import Cleaned, HubMode
+from mcad.hubplacement import WorkerPlacement
+from mcad.hubsites import WorkerClusters, WorkerSites
 from mcad.informer import Store
 from mcad.kube import ApiError
 from mcad.ledger import Ledger
@@ -82,6 +81,7 @@ from mcad.preemption import (
     victim_rank,
 )
 from mcad.retry import Backoff, FailureKind, Policy, classify
+from mcad.sites import Cleaned, LocalCluster, Sites
 from mcad.statussync import StatusSync, StatusWritten
 from mcad.workqueue import WorkQueue
 from mcad.wrapped import WrappedObjects
@@ -191,13 +191,13 @@ def protected_namespace_message(namespace: str) -> str:
             f"--allow-protected-namespace={namespace}")
 
 
-class Dispatcher(HubMode):
+class Dispatcher:
     def __init__(self, *, appwrappers: Store[AppWrapperView], nodes: Store[NodeView],
                  pods: Store[PodView], writer: Writer, queue: WorkQueue[Key] | None = None,
                  clock: Clock | None = None, strict_fifo: bool = False, write_workers: int = 32,
                  wrapped: WrappedObjects | None = None, preemption: bool = False, fit: str = "nodes",
                  metrics: Metrics | None = None, recorder: events.EventSink | None = None,
-                 quota_subtrees: Store[quota_trees.SubtreeView] | None = None, hub: Hub | None = None,
+                 quota_subtrees: Store[quota_trees.SubtreeView] | None = None, hub: WorkerClusters | None = None,
                  cluster_policy: ClusterPolicy | None = None,
                  victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
                  protected_namespaces: frozenset[str] = frozenset()) -> None:
@@ -260,8 +260,22 @@ class Dispatcher(HubMode):
         # Namespaces where nothing is created (kube-system, the controller's own): an AppWrapper there fails at
         # once, whatever admission let through.
         self.protected_namespaces = protected_namespaces
-        self._init_hub(hub, cluster_policy)
-        self.targets: Targets = SingleCluster() if hub is None else self._hub_targets()
+        # Where objects go and which informers tell how they do: this cluster, or (hub mode) the workers.
+        self.hub = hub
+        self.placement: WorkerPlacement | None = None
+        self.targets: Targets
+        self.sites: Sites
+        if hub is None:
+            self.targets = SingleCluster()
+            self.sites = LocalCluster(writer, writer, self.writes, wrapped,
+                                      retry=lambda key: self.queue.add_rate_limited(("aw", key)),
+                                      again=lambda key: self.queue.add(("aw", key)))
+        else:
+            self.placement = self.targets = WorkerPlacement(hub, cluster_policy)
+            self.sites = WorkerSites(hub, self.placement, host=self, accountant=self.accountant,
+                                     appwrappers=appwrappers, finalizers=writer, writes=self.writes, queue=self.queue,
+                                     clock=self.clock)
+        self._site_handlers = self.sites.handlers()
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(("aw", (new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(("node", (new or old).name)))  # type: ignore[union-attr]
         pods.add_handler(lambda _t, old, new: self.queue.add(("pod", (new or old).uid)))  # type: ignore[union-attr]
@@ -299,14 +313,7 @@ class Dispatcher(HubMode):
         self.writes.start()
         self.rebuild()
         self.running.set()
-        if self.hub is not None:
-            for name in self.hub.names:  # adopt every worker's state now, whatever the prober said before
-                self.queue.add(("cluster", name))
-            for name in set(self._placed.values()) - set(self.hub.names):
-                # Removed from the configuration: treated as a worker that never comes back.
-                log.warning("AppWrappers are placed in a worker cluster that is not configured; they are requeued "
-                            "after unreachableTimeoutSeconds", cluster=name)
-                self.queue.add_after(("cluster", name), self.hub.config.unreachable_timeout_seconds)
+        self.sites.start()
         self.queue.add(DISPATCH)
         log.info("dispatcher started", appwrappers=len(self.appwrappers), nodes=len(self.nodes),
                  pods=len(self.pods), capacity=self.ledger.capacity().format(), free=self.ledger.free().format())
@@ -355,10 +362,8 @@ class Dispatcher(HubMode):
             self._sync_quota()
         elif kind == "quota-status":
             self._write_quota_status()
-        elif kind == "cluster":
-            self._sync_cluster(name)
-        elif kind == "cleanup":
-            self._clean_leftovers(name)
+        elif kind in self._site_handlers:
+            self._site_handlers[kind](name)
         elif kind == "counts":
             aw = self.appwrappers.get(name)
             if aw is not None and not self._is_queued(aw) and self._state(aw) not in FINAL_STATES:
@@ -390,11 +395,9 @@ class Dispatcher(HubMode):
 
     def rebuild(self) -> None:
         """Ledger from the synced stores: nodes, pods, and the reservations of dispatched AppWrappers."""
-        if self.hub is not None:
-            # Before the pods: a pod counts for its AppWrapper only in the worker the AppWrapper is placed in.
-            for aw in self.appwrappers.list():
-                if aw.target_cluster:
-                    self._placed[aw.key] = aw.target_cluster
+        # Before the pods: a pod counts for its AppWrapper only where the AppWrapper is placed.
+        for aw in self.appwrappers.list():
+            self.sites.adopt(aw)
         for node in self.nodes.list():
             self.accountant.observe_node(node)
         for pod in self.pods.list():
@@ -405,7 +408,7 @@ class Dispatcher(HubMode):
             if self._status(aw).canrun and self._state(aw) in ACTIVE_STATES:
                 self._reserve(aw)
             elif self._is_queued(aw) and aw.namespace not in self.protected_namespaces:
-                self._enqueue(aw)  # a protected one is failed by its sync, never queued
+                self.enqueue(aw)  # a protected one is failed by its sync, never queued
         if self.fit == "nodes":
             self._replan_after_restart()
 
@@ -425,8 +428,7 @@ class Dispatcher(HubMode):
                 bound[group.requests] = bound.get(group.requests, 0) - done
                 if group.count > done:
                     groups.append(dataclasses.replace(group, count=group.count - done))
-            nodes = snapshot.nodes if self.hub is None else self.nodes_in(self._placed.get(key, ""), snapshot.nodes)
-            packing = placement.pack(groups, nodes, snapshot.room or {})
+            packing = placement.pack(groups, self.targets.nodes_for(key, snapshot), snapshot.room or {})
             if packing.fits:
                 self.accountant.plan(key, packing.placement)
                 snapshot.take(ResourceVector(), packing.placement)
@@ -493,17 +495,19 @@ class Dispatcher(HubMode):
     def placed_counts(self) -> dict[str, int]:
         """Hub mode, from any thread: AppWrappers whose objects are in each worker."""
         counts: dict[str, int] = {}
-        for cluster in list(self._placed.values()):  # one C-level copy: safe against the dispatcher thread
+        if self.placement is None:
+            return counts
+        for cluster in list(self.placement.placed.values()):  # one C-level copy: safe against the dispatcher thread
             counts[cluster] = counts.get(cluster, 0) + 1
         return counts
 
     def usable_clusters(self) -> frozenset[str]:
         """Hub mode: the workers placement uses now (adopted on this thread). Dispatcher thread only."""
-        return frozenset(self._usable)
+        return frozenset(self.placement.usable) if self.placement is not None else frozenset()
 
     def placed(self) -> dict[str, str]:
         """Hub mode: AppWrapper key -> the worker its objects are in. Dispatcher thread only."""
-        return dict(self._placed)
+        return dict(self.placement.placed) if self.placement is not None else {}
 
     def planned_by_node(self) -> dict[str, ResourceVector]:
         """--fit=nodes: room held per node for dispatched pods that are not bound yet."""
@@ -520,7 +524,7 @@ class Dispatcher(HubMode):
         for key in list(self.pending.ordered()):
             aw = self.appwrappers.get(key)
             if aw is not None:
-                self._enqueue(aw)
+                self.enqueue(aw)
         self._group_about.clear()
         self.queue.add(DISPATCH)
         self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
@@ -568,16 +572,14 @@ class Dispatcher(HubMode):
                 log.warning("quota status write refused", subtree=view.key, status_code=err.status,
                             reason=err.message)
 
-    def _capacity_may_have_grown(self) -> None:
+    def capacity_may_have_grown(self) -> None:
         if self.pending:
             self.queue.add(DISPATCH)
 
     # ------------------------------------------------------------------------------------------ events
 
     def _track_pod(self, pod: PodView) -> None:
-        if self.hub is not None and pod.appwrapper and self._placed.get(pod.appwrapper) != pod.cluster:
-            pod = self._stray_pod(pod)
-        self.accountant.observe_pod(pod)
+        self.accountant.observe_pod(self.sites.claim(pod))
 
     def _sync_pod(self, uid: str) -> None:
         pod = self.pods.get(uid)
@@ -585,7 +587,7 @@ class Dispatcher(HubMode):
             owner = self.accountant.forget_pod(uid)
             if owner:
                 self.queue.add(("aw", owner))
-            self._capacity_may_have_grown()
+            self.capacity_may_have_grown()
             return
         self._track_pod(pod)
         if pod.appwrapper:
@@ -593,9 +595,9 @@ class Dispatcher(HubMode):
             if pod.appwrapper in self.pending:
                 queued = self.appwrappers.get(pod.appwrapper)
                 if queued is not None:
-                    self._enqueue(queued)  # its own pods now count: it may need its own group
+                    self.enqueue(queued)  # its own pods now count: it may need its own group
         if pod.terminal or pod.deleting:
-            self._capacity_may_have_grown()
+            self.capacity_may_have_grown()
 
     def _sync_node(self, name: str) -> None:
         node = self.nodes.get(name)
@@ -604,7 +606,7 @@ class Dispatcher(HubMode):
             return
         # Status heartbeats change nothing we count; only new or changed capacity deserves a cycle.
         if self.accountant.observe_node(node):
-            self._capacity_may_have_grown()
+            self.capacity_may_have_grown()
 
     def _status(self, aw: AppWrapperView) -> StatusView:
         """What the loop decided last for ``aw``: its own decision until the informer shows it landed (our writes
@@ -626,22 +628,10 @@ class Dispatcher(HubMode):
         if (aw is None or aw.deleting) and (key in self.pending or key in self.preemptors):
             # One that waited in the queue may have held others back (strict FIFO, a preemptor): look again.
             self.queue.add(DISPATCH)
-        if self.hub is not None and aw is not None and aw.deleting:
-            self._forget(key)
-            self._clean_up_deleted(aw)
-            return
         if aw is None or aw.deleting:
-            if aw is not None and WORKER_CLEANUP_FINALIZER in aw.finalizers and ("", key) not in self._cleanups:
-                # Dispatched by a hub earlier: without worker connections its objects there cannot be deleted,
-                # but the AppWrapper must not be stuck deleting for ever.
-                log.warning("hub mode is off: the objects this AppWrapper may have in a worker cluster are not "
-                            "deleted", appwrapper=key, cluster=aw.target_cluster or "unknown")
-                self._remove_finalizer(aw)
-            gone = self._dispatched.pop(key, None)
-            if gone is not None and self.hub is None:
-                self._delete_wrapped(gone, self._object_uids.get(key, ()))
+            gone, uids = self._dispatched.get(key), self._object_uids.get(key, ())
             self._forget(key)
-            self._placed.pop(key, None)
+            self.sites.deleted(key, aw, gone, uids)
             return
         if key in self._inflight:
             return  # its dispatch writes are under way; their outcome decides
@@ -661,7 +651,7 @@ class Dispatcher(HubMode):
             elif aw.namespace in self.protected_namespaces:
                 self.pending.remove(key)
                 self._fail(aw, status.PROTECTED_NAMESPACE, protected_namespace_message(aw.namespace))
-            elif self._enqueue(aw):
+            elif self.enqueue(aw):
                 # New arrivals and changed ones need a decision; our own status writes coming back do not.
                 self.queue.add(DISPATCH)
             return
@@ -669,7 +659,7 @@ class Dispatcher(HubMode):
         state = self._state(aw)
         if state in FINAL_STATES:
             if self._release(key):
-                self._capacity_may_have_grown()
+                self.capacity_may_have_grown()
             return
         if not self.accountant.holds(key):
             self._reserve(aw)
@@ -698,7 +688,7 @@ class Dispatcher(HubMode):
                 due = lifecycle.deadline_due(spec, current)
                 self.queue.add_after(("deadline", key), lifecycle.seconds_until(due, now) if due
                                      else spec.dispatch_limit_seconds)
-        wrapped = self._wrapped_of(key)
+        wrapped = self.sites.wrapped_of(key)
         if wrapped is None:
             return
         phases = self._phases(key)
@@ -727,11 +717,11 @@ class Dispatcher(HubMode):
             self._note(aw, "completed", "Every wrapped item reports completion and no pod is active; its "
                                         "resources are released.")
         elif verdict.outcome is lifecycle.Outcome.HOLD_COMPLETION and self._state(aw) != State.RUNNING_HOLD_COMPLETION:
-            self._write_status(aw, status.hold_completion(current.raw(), now))
+            self.write_status(aw, status.hold_completion(current.raw(), now))
 
     def _finish(self, aw: AppWrapperView, new: Mapping[str, Any], *, stop: bool = False) -> None:
         """A final state: write it, release the reservation at once; ``stop`` also deletes the wrapped objects."""
-        self._write_status(aw, new)
+        self.write_status(aw, new)
         if stop:
             self._delete_wrapped(aw, self._object_uids.get(aw.key, ()))
         self._undispatch(aw.key)
@@ -742,7 +732,7 @@ class Dispatcher(HubMode):
         self._timed.discard(key)
         self._min_available_met.discard(key)
         if self._release(key):
-            self._capacity_may_have_grown()
+            self.capacity_may_have_grown()
 
     def _reserve(self, aw: AppWrapperView, plan: Plan = ()) -> None:
         """Its capacity in the ledger, its plan and, with quota trees, its charges."""
@@ -757,14 +747,14 @@ class Dispatcher(HubMode):
             self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
         return held
 
-    def _dispatched_now(self, key: str) -> AppWrapperView | None:
+    def dispatched_now(self, key: str) -> AppWrapperView | None:
         aw = self.appwrappers.get(key)
         if aw is None or aw.deleting or key in self._inflight or self._is_queued(aw):
             return None
         return aw if self._state(aw) in ACTIVE_STATES else None
 
     def _check_min_available(self, key: str) -> None:
-        aw = self._dispatched_now(key)
+        aw = self.dispatched_now(key)
         if aw is None or aw.scheduling.min_available <= 0:
             return
         current = self._status(aw)
@@ -796,7 +786,7 @@ class Dispatcher(HubMode):
                       requeue_wait=lifecycle.requeue_wait(aw.scheduling, done + 1))
 
     def _check_deadline(self, key: str) -> None:
-        aw = self._dispatched_now(key)
+        aw = self.dispatched_now(key)
         limit = aw.scheduling.dispatch_limit_seconds if aw is not None else 0
         if aw is None or limit <= 0:
             return
@@ -813,6 +803,12 @@ class Dispatcher(HubMode):
                                        reason=status.DISPATCH_DEADLINE_EXCEEDED,
                                        message=message, preempted=True), stop=True)
 
+    def requeue_keeping_count(self, aw: AppWrapperView, reason: str, message: str) -> None:
+        """Back to the queue for another's sake (a preemptor, a reclaim, a worker gone): its requeuing count and
+        wait stay as they are."""
+        current = self._status(aw)
+        self._requeue(aw, reason, message, requeuings=current.requeuings, requeue_wait=current.requeue_wait)
+
     def _requeue(self, aw: AppWrapperView, reason: str, message: str, *, requeuings: int, requeue_wait: int) -> None:
         """Take a dispatched AppWrapper back: delete its objects, queue it at its place; it stays out of the
         cycle (draining) until its old pods are gone, so they are not mistaken for its new ones."""
@@ -820,7 +816,7 @@ class Dispatcher(HubMode):
         log.info("appwrapper requeued", appwrapper=key, reason=reason, message=message, requeuings=requeuings)
         preempted = reason in (status.PREEMPTED_BY_PRIORITY, status.PREEMPTED_BY_QUOTA_RECLAIM)
         self._note(aw, "preempted" if preempted else "requeued", message)
-        self._write_status(aw, status.requeued(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
+        self.write_status(aw, status.requeued(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
                                                reason=reason, message=message, requeuings=requeuings,
                                                requeue_wait=requeue_wait))
         self._delete_wrapped(aw, self._object_uids.pop(key, ()))
@@ -830,7 +826,7 @@ class Dispatcher(HubMode):
             # Dispatched before its spec was refused (a bound added since): it is not dispatched again.
             self._fail(aw, status.INVALID_SPEC, aw.demand_error)
             return
-        self._enqueue(aw)
+        self.enqueue(aw)
         # Its Backoff tells of the requeue; once it waits like the rest, say what it waits for (see _announce).
         self._unannounced.add(key)
         self.queue.add(DISPATCH)
@@ -839,7 +835,7 @@ class Dispatcher(HubMode):
         # Requeued and not yet looked at again (its current Backoff is the requeue's): its old pods may remain.
         return self.accountant.has_pods(aw.key) and self._status(aw).backoff == status.PREEMPTION_TRIGGERED
 
-    def _enqueue(self, aw: AppWrapperView) -> bool:
+    def enqueue(self, aw: AppWrapperView) -> bool:
         """Put ``aw`` in the pending queue, or move it; True if that changed its place or its group."""
         # An AppWrapper whose own pods exist already (see _dispatch_cycle) needs less than its group: keep it apart.
         group: Any
@@ -886,7 +882,7 @@ class Dispatcher(HubMode):
                                      running=phases.count("Running"), succeeded=phases.count("Succeeded"),
                                      failed_=phases.count("Failed"),
                                      unschedulable=self.accountant.unschedulable_pods(aw.key))
-        self._write_status(aw, new, urgent=False)
+        self.write_status(aw, new, urgent=False)
 
     # ------------------------------------------------------------------------------------------ decisions
 
@@ -1020,9 +1016,7 @@ class Dispatcher(HubMode):
     def _evict(self, victims: Iterable[str], reason: str, message: str) -> None:
         """Requeue dispatched AppWrappers for another's sake, keeping their requeuing count."""
         for victim_key in victims:
-            victim = self._dispatched[victim_key]
-            current = self._status(victim)
-            self._requeue(victim, reason, message, requeuings=current.requeuings, requeue_wait=current.requeue_wait)
+            self.requeue_keeping_count(self._dispatched[victim_key], reason, message)
 
     def _start_preempting(self, key: str, victims: Iterable[str], reclaim: quota_trees.Charges | None = None) -> None:
         """``key`` waits for ``victims`` to go, holding the queue, for at most ``victim_timeout`` seconds."""
@@ -1063,7 +1057,7 @@ class Dispatcher(HubMode):
         if aw is not None:
             detail = f"force-deleted {len(forced)} pod(s) past their grace period" if forced else \
                 "none of their pods is past its grace period"
-            self._event(aw, events.QUEUED, f"Its preemption victims did not finish terminating within "
+            self.event(aw, events.QUEUED, f"Its preemption victims did not finish terminating within "
                                            f"{self.victim_timeout:g} s ({detail}); it no longer holds the queue.")
 
     def _force_delete_pod(self, pod: PodView) -> None:
@@ -1160,8 +1154,8 @@ class Dispatcher(HubMode):
             self.metrics.decision("queued")
         if before is None or before[0] != about:
             # An Event when what blocks it changes, not when its place does (that changes every cycle).
-            self._event(aw, events.QUEUED, f"Waiting: {reason}.")
-        self._write_status(aw, status.queued(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
+            self.event(aw, events.QUEUED, f"Waiting: {reason}.")
+        self.write_status(aw, status.queued(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
                                              why=message))
         self._backoff_written[aw.key] = _one_copy((about, place))
 
@@ -1170,10 +1164,7 @@ class Dispatcher(HubMode):
         Hub mode: first the cleanup finalizer on the AppWrapper (nothing may exist in a worker without it), and
         the objects go into ``cluster``."""
         self._reserve(aw, plan)
-        if self.hub is not None:
-            self._placed[aw.key] = cluster
-            # What a previous dispatch left there is overwritten now (and must not be deleted later).
-            self._leftovers.get(cluster, {}).pop(aw.key, None)
+        self.sites.placing(aw.key, cluster)
         self._inflight[aw.key] = aw
         reclaimed = aw.key in self.preemptors.reclaiming
         self.preemptors.done(aw.key)
@@ -1184,7 +1175,7 @@ class Dispatcher(HubMode):
         wait = lifecycle.current_requeue_wait(aw.scheduling, current) if aw.scheduling.min_available > 0 else 0
         new = status.dispatched(current.raw(), self.clock.now(), priority=aw.priority, requeue_wait=wait,
                                 cluster=cluster)
-        hub = self.hub
+        sites = self.sites
 
         def job() -> apply.Steps[_Dispatched]:
             # In steps of one request: the write pool interleaves them with other AppWrappers' (see mcad.writes).
@@ -1204,18 +1195,7 @@ class Dispatcher(HubMode):
                 items = apply.generic_items(raw)
                 del raw
                 yield
-                if hub is None:
-                    uids = yield from apply.dispatch_steps(self.writer, aw, items)
-                else:
-                    self._add_finalizer(aw)
-                    yield
-                    worker = hub.worker(cluster)
-                    if worker is None:
-                        raise apply.DispatchFailed(f"worker cluster {cluster} is not configured",
-                                                   kind=FailureKind.UNAVAILABLE)
-                    worker.ensure_namespace(aw.namespace)
-                    yield
-                    uids = yield from apply.dispatch_steps(hub.writer(cluster), aw, items, remote=True)
+                uids = yield from sites.apply_steps(aw, items, cluster)
             except apply.DispatchFailed as err:
                 return _Dispatched(aw, new, error=err)
             except ApiError as err:
@@ -1232,7 +1212,7 @@ class Dispatcher(HubMode):
             if isinstance(outcome, _Dispatched):
                 self._dispatch_done(key, outcome)
             elif isinstance(outcome, Cleaned):
-                self._cleaned(key, outcome)
+                self.sites.cleaned(key, outcome)
             elif isinstance(outcome, StatusWritten):
                 self.statuses.written(key, outcome)
             elif isinstance(outcome, Exception):
@@ -1245,10 +1225,10 @@ class Dispatcher(HubMode):
         still_there = current is not None and current.uid == aw.uid and not current.deleting
         if outcome.error is not None or outcome.stale:
             self.accountant.drop_plan(key)
-            self._placed.pop(key, None)  # what was applied is undone
+            self.sites.unplace(key)  # what was applied is undone
             if self.ledger.is_reserved(key) and (still_there or current is None):
                 self._release(key)
-                self._capacity_may_have_grown()
+                self.capacity_may_have_grown()
             if still_there and outcome.error is not None:
                 self._dispatch_failed(current, outcome.error)  # type: ignore[arg-type]
             elif still_there:
@@ -1258,7 +1238,7 @@ class Dispatcher(HubMode):
                 log.info("dispatch read another spec than decided about; deciding again", appwrapper=key,
                          delay_s=round(retry.delay, 3))
                 self._retry_at[key] = self.clock.monotonic() + retry.delay
-                self._enqueue(current)  # type: ignore[arg-type]
+                self.enqueue(current)  # type: ignore[arg-type]
                 self.queue.add_after(("retry", key), retry.delay)
             return
         if not still_there:
@@ -1275,8 +1255,8 @@ class Dispatcher(HubMode):
         first = lifecycle.dispatched_at(self._status(aw)) is None
         # From here on it is dispatched for the loop, whether or not this write lands at once (mcad.statussync):
         # a status write that fails never makes it dispatch again.
-        self._write_status(aw, outcome.status)
-        cluster = self._placed.get(key) if self.hub is not None else None
+        self.write_status(aw, outcome.status)
+        cluster = self.sites.where(key)
         log.info("dispatched", appwrapper=key, demand=aw.demand.format(), **({"cluster": cluster} if cluster else {}))
         where = f" in worker cluster {cluster}" if cluster else ""
         self._note(aw, "dispatched",
@@ -1303,7 +1283,7 @@ class Dispatcher(HubMode):
         log.warning("dispatch failed; will retry", appwrapper=key, attempts=retry.attempts,
                     delay_s=round(retry.delay, 3), reason=error.message)
         self._retry_at[key] = self.clock.monotonic() + retry.delay
-        self._enqueue(aw)
+        self.enqueue(aw)
         # A timer of its own: DISPATCH timers of several AppWrappers would merge into the earliest one.
         self.queue.add_after(("retry", key), retry.delay)
         why = f"creating its objects failed, retrying with backoff: {error.message}"
@@ -1342,32 +1322,25 @@ class Dispatcher(HubMode):
         return False
 
     def _delete_wrapped(self, aw: AppWrapperView, uids: tuple[str, ...] = ()) -> None:
-        if self.hub is None:
-            self.writes.submit(aw.key, lambda: apply.delete_wrapped_steps(self.writer, aw, uids), tenant=aw.namespace)
-            return
-        cluster = self._placed.get(aw.key)
-        if cluster:
-            # Deleted from the worker when it can be reached (now, or when it comes back); retried until done.
-            self._leftovers.setdefault(cluster, {})[aw.key] = aw
-            self._clean_leftovers(cluster)
+        self.sites.delete_objects(aw, uids)
 
     def _fail(self, aw: AppWrapperView, reason: str, message: str) -> None:
         log.warning("appwrapper failed", appwrapper=aw.key, reason=reason, message=message)
         self._note(aw, "failed", f"{reason}: {message}")
-        self._write_status(aw, status.failed(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
+        self.write_status(aw, status.failed(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
                                              reason=reason, message=message))
 
     def _note(self, aw: AppWrapperView, decision: str, message: str) -> None:
         """A decision: counted, and told to the AppWrapper's owner as an Event."""
         self.metrics.decision(decision)
-        self._event(aw, _EVENT_REASONS[decision], message)
+        self.event(aw, _EVENT_REASONS[decision], message)
 
-    def _event(self, aw: AppWrapperView, reason: str, message: str) -> None:
+    def event(self, aw: AppWrapperView, reason: str, message: str) -> None:
         # The recorder never blocks: it rate-limits and drops on its own (see mcad.events).
         self.recorder.record(events.ObjectRef(aw.api_version, KIND, aw.namespace, aw.name, aw.uid),
                              events.REASON_TYPES[reason], reason, message)
 
-    def _write_status(self, aw: AppWrapperView, new: Mapping[str, Any], *, urgent: bool = True) -> None:
+    def write_status(self, aw: AppWrapperView, new: Mapping[str, Any], *, urgent: bool = True) -> None:
         """Decide ``new`` as ``aw``'s status, unless it equals what the loop decided or saw last: later decisions
         build on it at once, and ``self.statuses`` writes it until it lands, whatever fails meanwhile."""
         view = StatusView.of(new)

@@ -11,7 +11,8 @@ Contract:
   rewritten; ``why`` builds that message only when it is written; ``plan`` (--fit=nodes) says how many pods of
   which requests go on which node; ``cluster`` (hub mode) names the worker the whole gang goes to.
 - ``Targets`` is where a gang may go: ``SingleCluster`` (every node), or the hub's workers
-  (``mcad.hubplacement.Workers``, one worker per gang). ``node_sets`` lists the node sets one gang may use whole.
+  (``mcad.hubplacement.WorkerPlacement``, one worker per gang). ``node_sets`` lists the node sets one gang may
+  use whole.
 - ``could_ever_fit`` and ``fits_without`` answer the questions preemption asks (on the empty cluster; once these
   AppWrappers are gone) with the same rules.
 - Pure: reads the snapshot and the views, decides nothing, writes nothing.
@@ -57,12 +58,19 @@ class Targets(Protocol):
         """Whether its pods can be placed on the snapshot's room, and where."""
         ...
 
+    def nodes_for(self, key: str, snapshot: Snapshot) -> Sequence[NodeView]:
+        """The nodes a dispatched AppWrapper's pods may be on (where it was placed)."""
+        ...
+
 
 class SingleCluster:
     """One cluster: a gang's pods pack onto any of its nodes."""
 
     def node_sets(self, aw: AppWrapperView, snapshot: Snapshot) -> list[tuple[str, Sequence[NodeView]]]:
         return [("", snapshot.nodes)]
+
+    def nodes_for(self, key: str, snapshot: Snapshot) -> Sequence[NodeView]:
+        return snapshot.nodes
 
     def fit(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> Fit:
         if snapshot.room is None or snapshot.consumed(aw.key):

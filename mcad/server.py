@@ -47,6 +47,7 @@ from mcad.debug import Reports
 from mcad.dispatcher import Dispatcher
 from mcad.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
 from mcad.events import EventCounters
+from mcad.hub import Hub
 from mcad.metrics import CONTENT_TYPE, Metrics
 from mcad.snapshots import DEFAULT_INTERVAL_SECONDS, Busy, Part, Snapshots, encode
 
@@ -355,8 +356,9 @@ def debug_endpoints(dispatcher: Dispatcher, reports: Reports, *, leading: Callab
 
 def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callable[[], Mapping[tuple[str, int], int]]
             | None = None, leading: Callable[[], bool] | None = None,
-            events: Callable[[], EventCounters] | None = None) -> None:
-    """Point the dispatcher's metrics at what a scrape reads (see ``mcad.metrics.Sources``)."""
+            events: Callable[[], EventCounters] | None = None, hub: Hub | None = None) -> None:
+    """Point the dispatcher's metrics at what a scrape reads (see ``mcad.metrics.Sources``); ``hub``: the worker
+    clusters in hub mode."""
     sources = dispatcher.metrics.sources
     ledger = dispatcher.ledger
     sources.capacity = lambda: (ledger.capacity(), ledger.in_use(), ledger.reserved(), ledger.free())
@@ -372,14 +374,15 @@ def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callabl
 
     def informer_states() -> dict[str, tuple[int, bool]]:
         every = list(informers) + (dispatcher.wrapped.informers() if dispatcher.wrapped is not None else []) + (
-            dispatcher.hub.informers() if dispatcher.hub is not None else [])
+            hub.informers() if hub is not None else [])
         return {i.name: (int(i.relists), bool(i.has_synced())) for i in every}
 
-    hub = dispatcher.hub
     if hub is not None:
+        workers = hub.workers
+
         def clusters() -> list[tuple[str, str, bool, int]]:
             placed = dispatcher.placed_counts()
-            return [(w.name, w.health.state.value, w.usable(), placed.get(w.name, 0)) for w in hub.workers]
+            return [(w.name, w.health.state.value, w.usable(), placed.get(w.name, 0)) for w in workers]
 
         sources.clusters = clusters
 

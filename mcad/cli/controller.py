@@ -323,7 +323,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     if http_bind_address != "0":
         try:
             http = _http_server(http_bind_address, dispatcher, informers, conn, recorder, elector, worker, stop,
-                                identity, webhook, insecure=insecure_debug_endpoints)
+                                identity, webhook, insecure=insecure_debug_endpoints, hub=hub)
         except OSError as err:
             logger.error("cannot serve metrics and health", address=http_bind_address, reason=str(err))
             sys.exit(2)
@@ -433,12 +433,13 @@ def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: s
 def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[object]], conn: kube.Connection,
                  recorder: events.EventRecorder, elector: LeaderElector | None, worker: threading.Thread,
                  stop: threading.Event, identity: str, webhook: Webhook | None = None, *,
-                 insecure: bool = False) -> server.Server:
+                 insecure: bool = False, hub: Hub | None = None) -> server.Server:
     """/metrics, /healthz, /readyz and /debug over this process's dispatcher, informers and elector."""
     def leading() -> bool:
         return elector is None or elector.is_leader
 
-    server.observe(dispatcher, informers, api_errors=conn.errors.snapshot, leading=leading, events=recorder.counters)
+    server.observe(dispatcher, informers, api_errors=conn.errors.snapshot, leading=leading, events=recorder.counters,
+                   hub=hub)
 
     def live() -> tuple[bool, str]:
         # Only a dead dispatcher thread is worth a restart; an unreachable API server is not.
@@ -456,7 +457,7 @@ def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[
             return webhook.ready()
         return True, ""
 
-    reports = Reports(dispatcher, lambda: {"version": __version__, "identity": identity, "leader": leading()})
+    reports = Reports(dispatcher, lambda: {"version": __version__, "identity": identity, "leader": leading()}, hub)
     debug = server.debug_endpoints(dispatcher, reports, leading=leading,
                                    leader=lambda: elector.leader if elector is not None else identity)
     if insecure:

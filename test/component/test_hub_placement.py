@@ -199,7 +199,7 @@ class HubHarness:
         ]
         self.dispatcher = Dispatcher(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
                                      writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
-                                     write_workers=0, hub=cast(Hub, self.hub), preemption=preemption)
+                                     write_workers=0, hub=self.hub, preemption=preemption)
         for informer in self.informers:
             informer.start()
         for informer in self.informers:

@@ -1,0 +1,124 @@
+"""Hub mode's placement: which worker cluster a gang goes to, and where each AppWrapper's objects are.
+
+Contract:
+- ``WorkerPlacement`` is the hub's ``fit.Targets``: a gang fits when its pods pack onto the nodes of one usable
+  worker that its ``clusterScheduling`` allows (nodes carry their worker in ``NodeView.cluster``);
+  ``policy`` picks among those that fit: the first in config order, best (the least left of the gang's dominant
+  resource) or spread (the most). The Backoff message names every allowed worker and why it does not fit.
+- ``usable`` is the set of workers placement uses, as the dispatcher thread last adopted them (``mcad.hubsites``);
+  a worker whose capacity is not known yet is neither full nor empty: it is not used.
+- ``placed`` maps each AppWrapper to the worker its objects are in; a pod counts as an AppWrapper's only there.
+- ``WorkerDirectory`` is what placement reads of the hub (``mcad.hub.Hub`` in production): a protocol, so tests
+  give a fake without casts.
+- Pure: reads the snapshot, the hub's configuration and health; writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Protocol
+
+from mcad import placement
+from mcad.accounting import Snapshot
+from mcad.api.appwrapper import AppWrapperView
+from mcad.api.resources import ResourceVector
+from mcad.api.views import NodeView
+from mcad.clusters import HealthStatus, HubConfig, Policy
+from mcad.fit import Fit
+
+
+class WorkerDirectory(Protocol):
+    """What placement reads of the hub (``mcad.hub.Hub``): the configured workers and their health."""
+
+    config: HubConfig
+
+    @property
+    def names(self) -> list[str]:
+        ...
+
+    def health(self, name: str) -> HealthStatus:
+        ...
+
+    def describe(self, name: str) -> str:
+        ...
+
+
+def leftover_share(left: ResourceVector, capacity: ResourceVector, demand: ResourceVector) -> float:
+    """How much of a worker stays free after a placement, as the smallest share left of any resource the gang
+    asks for (the dominant one): best fit picks the smallest, spread the largest."""
+    shares = [left.get(name) / capacity.get(name) for name in demand if capacity.get(name) > 0]
+    return min(shares) if shares else 0.0
+
+
+def nodes_in(cluster: str, nodes: Sequence[NodeView]) -> list[NodeView]:
+    """The nodes of one worker."""
+    return [node for node in nodes if node.cluster == cluster]
+
+
+class WorkerPlacement:
+    def __init__(self, hub: WorkerDirectory, policy: Policy | None = None) -> None:
+        self.hub = hub
+        self.policy = policy or hub.config.policy
+        self.usable: set[str] = set()
+        self.placed: dict[str, str] = {}
+
+    def allowed(self, aw: AppWrapperView) -> list[str]:
+        """The workers ``aw``'s clusterScheduling lets it go to, in config order."""
+        return [name for name in self.hub.names if aw.clusters.allows(name, self.hub.config.worker(name).labels)]
+
+    def node_sets(self, aw: AppWrapperView, snapshot: Snapshot) -> list[tuple[str, Sequence[NodeView]]]:
+        """Where ``aw`` may be placed: each usable worker it may go to."""
+        return [(name, nodes_in(name, snapshot.nodes)) for name in self.allowed(aw) if name in self.usable]
+
+    def fit(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> Fit:
+        """The gang must fit in one worker; ``policy`` picks among those it fits in. Fit is judged by packing its
+        pods onto the worker's nodes, as with one cluster."""
+        allowed = self.allowed(aw)
+        if not allowed:
+            why = f"no worker cluster matches its clusterScheduling ({aw.clusters.describe()})"
+            return Fit(False, frozenset({"clusterScheduling"}), partial(str, why))
+        fits: list[tuple[float, int, str, tuple[tuple[str, ResourceVector, int], ...]]] = []
+        about: set[str] = set()
+        reasons: list[str] = []
+        consumed = snapshot.consumed(aw.key)
+        room = snapshot.room or {}
+        for order, name in enumerate(allowed):
+            if name not in self.usable:
+                about.add(f"{name}: {self.hub.health(name).state.value}")
+                reasons.append(f"{name}: {self.hub.describe(name)}")
+                continue
+            nodes = nodes_in(name, snapshot.nodes)
+            free = ResourceVector()
+            capacity = ResourceVector()
+            for node in nodes:
+                if node.schedulable:
+                    free = free + room.get(node.name, ResourceVector())
+                    capacity = capacity + node.allocatable
+            if consumed:
+                # Its own pods run there already (a restart between creating objects and recording it): only the
+                # rest is judged, in that worker only.
+                if self.placed.get(aw.key) == name and need.fits_in(free):
+                    fits.append((0.0, order, name, ()))
+                continue
+            packing = placement.pack(aw.gang, nodes, room)
+            if packing.fits:
+                fits.append((leftover_share(free - aw.demand, capacity, aw.demand), order, name, packing.placement))
+            else:
+                about.update(f"{name}: {a}" for a in packing.about)
+                reasons.append(f"{name}: {packing.why}")
+        if not fits:
+            why = "does not fit in any worker cluster: " + "; ".join(reasons) if reasons else \
+                "does not fit in any worker cluster"
+            return Fit(False, frozenset(about), partial(str, why))
+        if self.policy is Policy.FIRST:
+            chosen = min(fits, key=lambda f: f[1])
+        elif self.policy is Policy.SPREAD:
+            chosen = max(fits, key=lambda f: (f[0], -f[1]))
+        else:
+            chosen = min(fits, key=lambda f: (f[0], f[1]))
+        return Fit(True, plan=chosen[3], cluster=chosen[2])
+
+    def nodes_for(self, key: str, snapshot: Snapshot) -> Sequence[NodeView]:
+        """The nodes its pods may be on: those of the worker it is placed in."""
+        return nodes_in(self.placed.get(key, ""), snapshot.nodes)
