@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from mcad.accounting import Accountant
+from mcad.api.appwrapper import APPWRAPPER_LABEL
 from mcad.api.resources import ZERO
-from mcad.api.views import APPWRAPPER_LABEL, node_view, pod_view
+from mcad.api.views import node_view, pod_view
 from mcad.quota import Forest, subtree_view
 from test.unit.test_ledger import GI, node, pod, raw_node, raw_pod, running, v
 

@@ -115,6 +115,9 @@ def test_fragmented_room_fails_nodes_mode_while_aggregate_mode_checks_only_the_t
     short = check(appwrapper("b", 7, "1"), acc.snapshot(by_nodes=False))
     assert not short.fits and short.about == {"cpu"}
     assert short.why() == "short of cpu 1 (needs 7, 6 free)"
+    # Both short: with --fit=nodes the nodes' verdict is the one given (the total is checked after packing).
+    unpackable = check(appwrapper("c", 2, "4"), acc.snapshot(by_nodes=True))
+    assert not unpackable.fits and "nodes:cpu" in unpackable.about and "cpu" not in unpackable.about
 
 
 def test_own_pods_that_exist_are_not_needed_again() -> None:

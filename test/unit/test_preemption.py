@@ -62,6 +62,8 @@ def test_no_victims_when_no_choice_makes_it_fit() -> None:
 def test_one_that_could_not_fit_the_empty_cluster_never_preempts() -> None:
     acc, candidates = eight_cpus_two_dispatched()
     assert victims(appwrapper("p", 3, "3", priority=10), acc, candidates) == []  # 9 cpu of 8
+    held = appwrapper("p", 1, "3", priority=10, held="its priorityClassName names no PriorityClass")
+    assert victims(held, acc, candidates) == []  # held: no room is enough, so nobody is evicted for it
     # --fit=nodes: 8 cpu in total, but no node takes a 5-cpu pod.
     split = cluster("4", "4")
     split.assume("ns/low", v(cpu=8000), {}, plan=(("n1", v(cpu=4000), 1), ("n2", v(cpu=4000), 1)))
