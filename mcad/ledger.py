@@ -176,14 +176,6 @@ class Ledger:
         """Σ requests of the AppWrapper's pods that are bound to a node or terminal, reserved or not."""
         return self._consumed.get(appwrapper, ZERO)
 
-    def node_free(self) -> dict[str, ResourceVector]:
-        """Per schedulable node: allocatable - requests of its non-terminal pods (reservations not included)."""
-        return {
-            name: node.allocatable - self._node_usage.get(name, ZERO)
-            for name, node in self._nodes.items()
-            if node.schedulable
-        }
-
     def room_by_node(self) -> dict[str, ResourceVector]:
         """Per known node, schedulable or not: allocatable - requests of its non-terminal pods. Placement decides
         which nodes a pod may use (a tainted node is fine for a pod that tolerates the taint)."""

@@ -193,19 +193,6 @@ class AppWrapperView:
         """Hub mode: the worker its objects were created in ("" when none, or not in hub mode)."""
         return self.status.target_cluster
 
-    @property
-    def state(self) -> str:
-        return self.status.state
-
-    @property
-    def dispatched(self) -> bool:
-        """Its objects exist (or are being created): capacity stays reserved until it completes or goes."""
-        return self.status.canrun and self.state in ACTIVE_STATES
-
-    @property
-    def queued(self) -> bool:
-        return not self.deleting and self.state in (State.NEW, State.PENDING) and not self.status.canrun
-
     def order(self) -> tuple[int, str, str]:
         """Dispatch order: higher priority first, then older, then by name (namespace/name) for a total order."""
         return (-self.priority, self.created, self.key)

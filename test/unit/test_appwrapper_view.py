@@ -27,16 +27,16 @@ def test_order_is_priority_then_age_then_name() -> None:
     assert [v.name for v in sorted(views, key=lambda v: v.order())] == ["urgent", "old", "a", "b", "neg"]
 
 
-def test_demand_and_queued_state() -> None:
+def test_demand_and_a_new_status() -> None:
     aw = appwrapper_view(raw("x"))
     assert aw.demand == ResourceVector({"cpu": 1000})
-    assert aw.queued and not aw.dispatched and aw.demand_error is None
+    assert aw.status.state == "" and not aw.status.canrun and aw.demand_error is None
 
 
-def test_dispatched_needs_canrun_and_an_active_state() -> None:
-    assert appwrapper_view(raw("x", status={"state": "Running", "canrun": True})).dispatched
-    assert not appwrapper_view(raw("x", status={"state": "Running", "canrun": False})).dispatched
-    assert not appwrapper_view(raw("x", status={"state": "Failed", "canrun": False})).queued
+def test_the_status_says_state_and_canrun() -> None:
+    running = appwrapper_view(raw("x", status={"state": "Running", "canrun": True})).status
+    assert (running.state, running.canrun) == ("Running", True)
+    assert not appwrapper_view(raw("x", status={"state": "Running", "canrun": False})).status.canrun
 
 
 def test_empty_items_and_bad_quantities_become_demand_errors_not_exceptions() -> None:

@@ -240,7 +240,7 @@ def test_pod_view_tolerates_odd_shapes_and_bad_quantities() -> None:
 def test_empty_ledger() -> None:
     ledger = Ledger()
     assert ledger.capacity() == ledger.in_use() == ledger.reserved() == ledger.free() == ZERO
-    assert ledger.node_free() == {}
+    assert schedulable_room(ledger) == {}
     assert ledger.reservation("ns/a") == ZERO
     assert not ledger.is_reserved("ns/a")
 
@@ -269,7 +269,7 @@ def test_unschedulable_nodes_add_no_capacity() -> None:
     ledger.upsert_node(node("cordoned", unschedulable=True))
     ledger.upsert_node(node("sick", ready=False))
     assert ledger.capacity() == node("n1").allocatable
-    assert set(ledger.node_free()) == {"n1"}
+    assert set(schedulable_room(ledger)) == {"n1"}
 
 
 def test_non_appwrapper_pod_uses_capacity() -> None:
@@ -280,7 +280,7 @@ def test_non_appwrapper_pod_uses_capacity() -> None:
     ledger.upsert_pod(pod("p1", cpu="1500m", memory="2Gi", node_name="n1"))  # bound by the scheduler
     assert ledger.in_use() == v(cpu=1500, memory=2 * GI)
     assert ledger.free() == v(cpu=2500, memory=14 * GI, pods=110)
-    assert ledger.node_free() == {"n1": v(cpu=2500, memory=14 * GI, pods=110)}
+    assert schedulable_room(ledger) == {"n1": v(cpu=2500, memory=14 * GI, pods=110)}
     assert ledger.reserved() == ZERO
 
 
@@ -360,13 +360,13 @@ def test_node_not_ready_takes_capacity_and_usage_away_and_back() -> None:
     ledger.upsert_node(node("n2", "4", "16Gi", ready=False))
     assert ledger.capacity() == v(cpu=4000, memory=16 * GI, pods=110)
     assert ledger.in_use() == v(cpu=1000, memory=GI)
-    assert set(ledger.node_free()) == {"n1"}
+    assert set(schedulable_room(ledger)) == {"n1"}
     ledger.upsert_pod(running("c", "n2"))  # a pod bound to the unschedulable node stays out of in_use
     assert ledger.in_use() == v(cpu=1000, memory=GI)
     ledger.upsert_node(node("n2", "4", "16Gi"))  # Ready again: its pods' usage comes back with it
     assert ledger.capacity() == v(cpu=8000, memory=32 * GI, pods=220)
     assert ledger.in_use() == v(cpu=4000, memory=3 * GI)
-    assert ledger.node_free()["n2"] == v(cpu=1000, memory=14 * GI, pods=110)
+    assert schedulable_room(ledger)["n2"] == v(cpu=1000, memory=14 * GI, pods=110)
 
 
 def test_node_deleted_and_recreated() -> None:
@@ -427,10 +427,10 @@ def test_pod_moves_between_nodes_and_phases() -> None:
     ledger.upsert_node(node("n2", "4", "16Gi"))
     ledger.upsert_node(node("down", ready=False))
     ledger.upsert_pod(running("a", "n1", cpu="2"))
-    assert ledger.node_free()["n1"] == v(cpu=2000, memory=15 * GI, pods=110)
+    assert schedulable_room(ledger)["n1"] == v(cpu=2000, memory=15 * GI, pods=110)
     ledger.upsert_pod(running("a", "n2", cpu="2"))  # not something the API allows, but the diff handles it
-    assert ledger.node_free()["n1"] == v(cpu=4000, memory=16 * GI, pods=110)
-    assert ledger.node_free()["n2"] == v(cpu=2000, memory=15 * GI, pods=110)
+    assert schedulable_room(ledger)["n1"] == v(cpu=4000, memory=16 * GI, pods=110)
+    assert schedulable_room(ledger)["n2"] == v(cpu=2000, memory=15 * GI, pods=110)
     ledger.upsert_pod(running("a", "down", cpu="2"))
     assert ledger.in_use() == ZERO
     ledger.upsert_pod(running("a", "n1", cpu="3"))  # requests changed (in-place resize)
@@ -612,8 +612,14 @@ def test_incremental_ledger_matches_recomputation(seed: int) -> None:
         assert ledger.in_use() == expected["in_use"], step
         assert ledger.reserved() == expected["reserved"], step
         assert ledger.free() == expected["free"], step
-        assert ledger.node_free() == expected["node_free"], step
+        assert schedulable_room(ledger) == expected["node_free"], step
         for aw in APPWRAPPERS:
             key = f"ns/{aw}"
             assert ledger.is_reserved(key) is (key in demands), step
             assert ledger.reservation(key) == expected["outstanding"].get(key, ZERO), step
+
+
+def schedulable_room(ledger: Ledger) -> dict[str, ResourceVector]:
+    """Per schedulable node: allocatable - requests of its non-terminal pods (reservations not included)."""
+    return {name: room for name, room in ledger.room_by_node().items()
+            if (node := ledger.node(name)) is not None and node.schedulable}

@@ -248,7 +248,7 @@ def test_a_spec_is_judged_again_when_its_generation_changes_and_reused_while_it_
     assert "names the same object as GenericItems[0]" in (judged.demand_error or "")
     # A status write keeps the generation: the judgement is reused (the very same Spec), and stays right.
     status_write = reuse_spec(judged, {**edited, "status": {"state": "Failed"}})
-    assert status_write is not None and status_write.spec is judged.spec and status_write.state == "Failed"
+    assert status_write is not None and status_write.spec is judged.spec and status_write.status.state == "Failed"
 
 
 def test_a_spec_is_reused_only_for_the_same_object_with_a_generation() -> None:
