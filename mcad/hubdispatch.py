@@ -34,8 +34,8 @@ from mcad.api.resources import ResourceVector
 from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
 from mcad.clusters import HealthState, Policy
+from mcad.errors import ApiError
 from mcad.fit import Fit
-from mcad.kube import ApiError
 from mcad.retry import FailureKind, classify
 from mcad.wrapped import WrappedObjects
 

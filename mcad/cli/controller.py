@@ -53,6 +53,7 @@ from mcad.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.debug import Reports
 from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, RECOVERED, Dispatcher, Key
 from mcad.endpointauth import ApiReviews, Gate
+from mcad.errors import ApiError, KubeConnectError
 from mcad.hub import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.informer import Informer, Reconnects, Store
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
@@ -169,7 +170,7 @@ def quota_served(client: kube.Client) -> bool:
     """Whether the API server serves QuotaSubtrees (the CRD is installed)."""
     try:
         client.resource(quota.API_VERSION, quota.KIND)
-    except kube.ApiError:
+    except ApiError:
         return False
     return True
 
@@ -353,7 +354,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     try:
         conn = kube.connect(kubeconfig, context, pool_size=write_workers + 16)
         version = kube.server_version(conn)
-    except kube.KubeConnectError as err:
+    except KubeConnectError as err:
         logger.error("cannot connect to the API server", reason=str(err))
         sys.exit(2)
     client = kube.Client(conn)
@@ -361,7 +362,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     for group, crds in required:
         try:
             client.resource(f"{group}/{VERSION}", KIND)
-        except kube.ApiError as err:
+        except ApiError as err:
             hint = (f"install it first: kubectl apply --server-side -f {crds}" if err.status == 404
                     else "check the controller's permissions")
             logger.error("the AppWrapper API is not available", group=group, reason=err.message, hint=hint)
