@@ -291,6 +291,10 @@ def test_mcad_keeps_the_import_rule(rule: Rule) -> None:
     assert rule_violations(REPO, PACKAGE, rule) == []
 
 
+def test_no_import_circle_among_mcad_modules() -> None:
+    assert circles(REPO, PACKAGE) == []
+
+
 def test_the_error_types_deciding_code_catches_live_outside_the_client_module() -> None:
     assert error_type_violations(REPO, PACKAGE) == []
 
