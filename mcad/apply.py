@@ -49,7 +49,7 @@ from mcad.api.appwrapper import (
 )
 from mcad.api.validation import describe_item
 from mcad.api.workloads import pod_sets
-from mcad.kube import ApiError
+from mcad.errors import ApiError
 from mcad.retry import FailureKind, classify
 
 

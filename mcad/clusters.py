@@ -47,6 +47,7 @@ from typing import Any
 import yaml
 
 from mcad import kube
+from mcad.errors import ApiError, KubeConnectError
 
 DEFAULT_UNREACHABLE_TIMEOUT_SECONDS = 300.0
 DEFAULT_SECRET_KEY = "kubeconfig"
@@ -371,7 +372,7 @@ class WorkerConnector:
         path = f"/api/v1/namespaces/{namespace}/secrets/{ref.name}"
         try:
             secret = kube.request_json(self._hub, "GET", path, timeout=self._timeout)
-        except kube.ApiError as err:
+        except ApiError as err:
             raise WorkerConnectError(spec.name, f"cannot read Secret {namespace}/{ref.name}: {err}",
                                      err.status) from err
         encoded = (secret.get("data") or {}).get(ref.key)
@@ -389,7 +390,7 @@ class WorkerConnector:
             raise WorkerConnectError(spec.name, "has no kubeconfig configured")
         try:
             return kube.connect(path, spec.context)
-        except kube.KubeConnectError as err:
+        except KubeConnectError as err:
             raise WorkerConnectError(spec.name, f"{source}: {err}") from err
 
 
@@ -470,7 +471,7 @@ class WorkerHealth:
             self._status = HealthStatus(HealthState.HEALTHY, self._clock(), None, "", 0)
             return True
 
-    def record_probe_failure(self, err: kube.ApiError) -> bool:
+    def record_probe_failure(self, err: ApiError) -> bool:
         """A failed probe: 401/403 means Unauthorized at once; anything else counts towards the threshold."""
         if err.status in _AUTH_FAILURES:
             return self._enter(HealthState.UNAUTHORIZED, _auth_message(err), failures=1)
@@ -495,17 +496,17 @@ class WorkerHealth:
             return True
 
 
-def _auth_message(err: kube.ApiError) -> str:
+def _auth_message(err: ApiError) -> str:
     return f"credentials rejected ({err.status} {err.reason}): {err.message}"
 
 
-def _unreachable_message(err: kube.ApiError) -> str:
+def _unreachable_message(err: ApiError) -> str:
     return f"no answer: {err.message}" if err.status == 0 else f"failing ({err.status} {err.reason}): {err.message}"
 
 
 def probe(conn: kube.Connection, timeout_seconds: float = DEFAULT_PROBE_TIMEOUT_SECONDS) -> None:
     """List one Node, once (no client retries: "no answer in 2 s" must not take 8). It needs a server that answers
-    and credentials that are still accepted and may read Nodes, as placement does. Raises ``kube.ApiError``
+    and credentials that are still accepted and may read Nodes, as placement does. Raises ``ApiError``
     (status 0: no answer in time; 401/403: credentials rejected)."""
     kube.request_once(conn, "/api/v1/nodes", query=[("limit", "1")], timeout=timeout_seconds)
 
@@ -515,6 +516,6 @@ def check(health: WorkerHealth, conn: kube.Connection,
     """Probe once and record the outcome in ``health``; True when the state changed."""
     try:
         probe(conn, timeout_seconds)
-    except kube.ApiError as err:
+    except ApiError as err:
         return health.record_probe_failure(err)
     return health.record_success()

@@ -64,11 +64,11 @@ from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
 from mcad.clusters import Policy as ClusterPolicy
+from mcad.errors import ApiError
 from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
 from mcad.hubplacement import WorkerPlacement
 from mcad.hubsites import WorkerClusters, WorkerSites
 from mcad.informer import Store
-from mcad.kube import ApiError
 from mcad.ledger import Ledger
 from mcad.metrics import Metrics, base_units
 from mcad.pending import PendingQueue

@@ -33,6 +33,7 @@ import structlog
 
 from mcad import kube
 from mcad.admission.request import UserInfo
+from mcad.errors import ApiError
 
 log = structlog.get_logger("mcad.endpointauth")
 
@@ -204,7 +205,7 @@ class Gate:
             remaining = max(0.1, self.timeout - (time.monotonic() - started))
             self.reviews_made += 1
             answer = call(remaining)
-        except kube.ApiError as err:
+        except ApiError as err:
             log.warning("access review failed", review=what, reason=err.reason or "no answer", status=err.status)
             raise ReviewUnavailable(f"the {what} failed ({err.status or 'no answer'} {err.reason}); retry") from err
         finally:

@@ -49,6 +49,7 @@ import structlog
 from mcad import kube
 from mcad.api.appwrapper import API_VERSION, KIND
 from mcad.clock import Clock, RealClock
+from mcad.errors import ApiError
 
 log = structlog.get_logger("mcad.events")
 
@@ -588,7 +589,7 @@ class EventRecorder:
             try:
                 self._send(write)
                 return True
-            except kube.ApiError as err:
+            except ApiError as err:
                 step = after_failure(err.status, create=write.create, transient=err.transient, attempt=attempt,
                                      retries=0 if self._abort.is_set() else self.limits.send_retries)
                 with self._cond:

@@ -52,6 +52,7 @@ from mcad.clusters import (
     WorkerSpec,
     check,
 )
+from mcad.errors import ApiError
 from mcad.informer import Handler, Informer, Reconnects
 from mcad.wrapped import WrappedObjects, informer_factory
 
@@ -159,13 +160,13 @@ class Worker:
             return
         try:
             kube.request_json(self.conn, "GET", f"/api/v1/namespaces/{namespace}", timeout=NAMESPACE_TIMEOUT_SECONDS)
-        except kube.ApiError as err:
+        except ApiError as err:
             if err.status != 404:
                 raise
             try:
                 kube.request_json(self.conn, "POST", "/api/v1/namespaces", timeout=NAMESPACE_TIMEOUT_SECONDS,
                                   body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-            except kube.ApiError as created:
+            except ApiError as created:
                 if created.status != 409:
                     raise
         self._namespaces.add(namespace)
@@ -286,7 +287,7 @@ class Hub:
     def writer(self, name: str) -> kube.Client:
         worker = self._by_name[name]
         if worker.client is None:
-            raise kube.ApiError(0, "NotConnected", f"worker cluster {name} is not connected")
+            raise ApiError(0, "NotConnected", f"worker cluster {name} is not connected")
         return worker.client
 
     def wrapped(self, name: str) -> WrappedObjects | None:
@@ -328,7 +329,7 @@ class Hub:
             if self._connect_errors.get(worker.name) != message:
                 log.warning("cannot connect to worker cluster", cluster=worker.name, reason=message)
                 self._connect_errors[worker.name] = message
-                failure = kube.ApiError(err.status if err.status in (401, 403) else 0, "ConnectFailed", message)
+                failure = ApiError(err.status if err.status in (401, 403) else 0, "ConnectFailed", message)
                 worker.health.record_probe_failure(failure)
                 worker.health.record_probe_failure(failure)
                 self._on_change(worker.name)

@@ -32,9 +32,9 @@ from mcad.api.appwrapper import KIND, WORKER_CLEANUP_FINALIZER, AppWrapperView
 from mcad.api.views import PodView
 from mcad.clock import Clock
 from mcad.clusters import HealthState, WorkerHealth
+from mcad.errors import ApiError
 from mcad.hubplacement import WorkerDirectory, WorkerPlacement
 from mcad.informer import Store
-from mcad.kube import ApiError
 from mcad.retry import FailureKind, classify
 from mcad.sites import Cleaned, FinalizerWriter, Host, remove_finalizer
 from mcad.workqueue import WorkQueue

@@ -40,7 +40,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 import structlog
 
 from mcad.clock import Clock, RealClock
-from mcad.kube import ApiError, GoneError, error_from_status
+from mcad.errors import ApiError, GoneError, error_from_status
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 T = TypeVar("T")

@@ -2,8 +2,9 @@
 
 Contract: everything else in mcad talks to the API server through the functions and classes here, on raw
 dicts, so the client library can be swapped or pinned in one place. Connection problems surface as
-``KubeConnectError`` with a message a person can act on (which kubeconfig, which server, what failed);
-nothing here prints or exits.
+``KubeConnectError`` with a message a person can act on (which kubeconfig, which server, what failed), failed
+requests as ``ApiError``; both are defined in ``mcad.errors`` so that callers catch them without importing
+this module. Nothing here prints or exits.
 """
 
 from __future__ import annotations
@@ -25,31 +26,14 @@ import structlog
 import urllib3.exceptions
 from kubernetes.config.config_exception import ConfigException
 
+# The error types live in mcad.errors so that code deciding on a failure need not import the client; re-exported
+# here (``as`` marks them public for mypy) because this module is where they are raised.
+from mcad.errors import ApiError as ApiError
+from mcad.errors import GoneError as GoneError
+from mcad.errors import KubeConnectError as KubeConnectError
+from mcad.errors import error_from_status as error_from_status
+
 _log = structlog.get_logger("mcad.kube")
-
-
-class KubeConnectError(Exception):
-    """The API server could not be configured or reached."""
-
-
-class ApiError(Exception):
-    """A request failed. ``status`` is the HTTP code, or 0 when no response came (connection, timeout)."""
-
-    def __init__(self, status: int, reason: str, message: str, body: dict[str, Any] | None = None) -> None:
-        super().__init__(f"{status} {reason}: {message}" if status else f"no response: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.body = body
-
-    @property
-    def transient(self) -> bool:
-        """Worth retrying with backoff: throttled, server-side trouble, or no answer at all."""
-        return self.status in (0, 429, 500, 502, 503, 504)
-
-
-class GoneError(ApiError):
-    """410 Gone: the resourceVersion asked for is too old; a watcher must relist."""
 
 
 class ApiErrorCounts:
@@ -156,17 +140,6 @@ def server_version(conn: Connection, timeout_seconds: float = 10.0) -> str:
             f"cannot reach the API server {conn.server} (from {conn.source}): {err}"
         ) from err
     return str(info.git_version)
-
-
-def error_from_status(status: dict[str, Any], http_status: int = 0, http_reason: str = "") -> ApiError:
-    """Turn a ``Status`` object (an error response body, or the object of an in-stream watch ERROR event) into
-    ``GoneError`` for 410 and ``ApiError`` otherwise."""
-    raw_code = status.get("code")
-    code = raw_code if isinstance(raw_code, int) and raw_code else http_status
-    reason = str(status.get("reason") or http_reason or "")
-    message = str(status.get("message") or http_reason or "no message")
-    cls = GoneError if code == 410 else ApiError
-    return cls(code, reason, message, status)
 
 
 def _response_error(status: int, reason: str, data: bytes) -> ApiError:

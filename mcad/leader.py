@@ -48,6 +48,7 @@ import structlog
 
 from mcad import kube
 from mcad.clock import Clock, RealClock
+from mcad.errors import ApiError
 
 log = structlog.get_logger("mcad.leader")
 
@@ -301,7 +302,7 @@ class LeaderElector:
         """One read-decide-write round; True when we hold the Lease afterwards."""
         try:
             current = self._get(self.renew_deadline)
-        except kube.ApiError as err:
+        except ApiError as err:
             self._request_failed("read", err)
             return False
         now = self._clock.monotonic()
@@ -329,14 +330,14 @@ class LeaderElector:
             try:
                 written = kube.request_json(self._conn, "PUT", self._path, body=_with_spec(lease, record),
                                             timeout=self.renew_deadline)
-            except kube.ApiError as err:
+            except ApiError as err:
                 if err.status != 409:
                     log.warning("could not release the lease", lease=self.lease, status=err.status,
                                 reason=err.message)
                     return False
                 try:
                     lease = self._get(self.renew_deadline)
-                except kube.ApiError:
+                except ApiError:
                     return False
                 continue
             with self._lock:
@@ -388,7 +389,7 @@ class LeaderElector:
             return ""  # out of time: the caller sees the deadline has passed
         try:
             fresh = self._get(left)
-        except kube.ApiError as err:
+        except ApiError as err:
             self._request_failed("read", err)
             return ""
         fresh_record = LeaseRecord.from_spec(fresh.get("spec")) if fresh else None
@@ -403,7 +404,7 @@ class LeaderElector:
         return ""  # still ours (someone touched other fields): the next try uses the fresh copy
 
     def _write(self, record: LeaseRecord, *, create: bool, timeout: float,
-               log_conflict: bool = True) -> kube.ApiError | None:
+               log_conflict: bool = True) -> ApiError | None:
         """Create or update the Lease with ``record``; None on success, else the error (409: a lost race)."""
         with self._lock:
             lease = self._lease
@@ -418,7 +419,7 @@ class LeaderElector:
                 assert lease is not None
                 written = kube.request_json(self._conn, "PUT", self._path, body=_with_spec(lease, record),
                                             timeout=timeout)
-        except kube.ApiError as err:
+        except ApiError as err:
             if err.status == 409:
                 self.conflicts += 1
                 if log_conflict:
@@ -438,7 +439,7 @@ class LeaderElector:
         """The Lease, or {} when it does not exist."""
         try:
             return kube.request_json(self._conn, "GET", self._path, timeout=timeout)
-        except kube.ApiError as err:
+        except ApiError as err:
             if err.status == 404:
                 return {}
             raise
@@ -454,7 +455,7 @@ class LeaderElector:
             self._waiting_for = holder
             log.info("waiting for leadership", identity=self.identity, lease=self.lease, holder=holder)
 
-    def _request_failed(self, action: str, err: kube.ApiError) -> None:
+    def _request_failed(self, action: str, err: ApiError) -> None:
         # A standby polling an unreachable server would log every retry period; say it when the error changes.
         message = f"{err.status} {err.message}"
         with self._lock:

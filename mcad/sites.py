@@ -26,7 +26,7 @@ from mcad import apply
 from mcad.api.appwrapper import KIND, WORKER_CLEANUP_FINALIZER, AppWrapperView
 from mcad.api.statusview import StatusView
 from mcad.api.views import PodView
-from mcad.kube import ApiError
+from mcad.errors import ApiError
 from mcad.wrapped import WrappedObjects
 from mcad.writes import Writes
 

@@ -29,7 +29,7 @@ import structlog
 
 from mcad.api.appwrapper import FIELD_MANAGER, KIND, AppWrapperView
 from mcad.api.statusview import StatusView
-from mcad.kube import ApiError
+from mcad.errors import ApiError
 from mcad.retry import Backoff, Clock, FailureKind, classify
 
 log = structlog.get_logger("mcad.statussync")

@@ -36,6 +36,7 @@ from mcad.api.appwrapper import (
 from mcad.api.validation import DEFAULT_LIMITS, Limits
 from mcad.api.views import node_view, pod_view
 from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, RECOVERED, Dispatcher, Key
+from mcad.errors import ApiError
 from mcad.hub import Hub
 from mcad.informer import Informer, Reconnects, Store
 from mcad.legacy import MergedAppWrappers
@@ -122,6 +123,6 @@ def quota_served(client: kube.Client) -> bool:
     """Whether the API server serves QuotaSubtrees (the CRD is installed)."""
     try:
         client.resource(quota.API_VERSION, quota.KIND)
-    except kube.ApiError:
+    except ApiError:
         return False
     return True

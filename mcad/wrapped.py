@@ -34,6 +34,7 @@ import structlog
 from mcad import kube
 from mcad.api.appwrapper import APPWRAPPER_LABEL, APPWRAPPER_UID_LABEL
 from mcad.api.raw import as_mapping
+from mcad.errors import ApiError
 from mcad.informer import Informer, Reconnects
 
 log = structlog.get_logger("mcad.wrapped")
@@ -93,7 +94,7 @@ class Unwatchable:
 UNWATCHABLE: Final = Unwatchable()
 
 # Builds (not starts) the informer for one kind; None when the API server does not serve it, UNWATCHABLE when the
-# controller may not watch it. Raises kube.ApiError when that could not be found out (asked again next time).
+# controller may not watch it. Raises ApiError when that could not be found out (asked again next time).
 InformerFactory = Callable[[str, str], "Informer[WrappedView] | Unwatchable | None"]
 
 
@@ -104,7 +105,7 @@ def informer_factory(conn: kube.Connection, client: kube.Client, prefix: str = "
     def make(api_version: str, kind: str) -> Informer[WrappedView] | Unwatchable | None:
         try:
             resource = client.resource(api_version, kind)
-        except kube.ApiError:
+        except ApiError:
             return None
         if not all(client.allowed(verb, api_version, kind) for verb in ("list", "watch")):
             return UNWATCHABLE
@@ -132,7 +133,7 @@ class WrappedObjects:
         if not known:
             try:
                 informer = self._factory(api_version, kind)
-            except kube.ApiError as err:
+            except ApiError as err:
                 log.warning("cannot tell whether a wrapped kind may be watched; asking again later",
                             api_version=api_version, kind=kind, reason=str(err))
                 return False

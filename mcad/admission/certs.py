@@ -50,6 +50,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from mcad import kube
+from mcad.errors import ApiError
 
 log = structlog.get_logger("mcad.admission.certs")
 
@@ -327,7 +328,7 @@ class SecretCertificates(_Loaded):
     def _read(self) -> tuple[Material | None, dict[str, Any] | None]:
         try:
             secret = kube.request_json(self.conn, "GET", self._path, timeout=10)
-        except kube.ApiError as err:
+        except ApiError as err:
             if err.status == 404:
                 return None, None
             raise
@@ -346,7 +347,7 @@ class SecretCertificates(_Loaded):
                 body["metadata"] = secret["metadata"]  # carries resourceVersion: the update is conditional
                 body["type"] = secret.get("type") or "Opaque"
                 kube.request_json(self.conn, "PUT", self._path, body=body, timeout=10)
-        except kube.ApiError as err:
+        except ApiError as err:
             if err.status == 409:
                 log.info("webhook certificate written by another replica; reading it",
                          secret=f"{self.namespace}/{self.secret}")
@@ -362,7 +363,7 @@ class SecretCertificates(_Loaded):
             path = f"{ADMISSION_API}/{kind}/{self.configuration}"
             try:
                 config = kube.request_json(self.conn, "GET", path, timeout=10)
-            except kube.ApiError as err:
+            except ApiError as err:
                 if err.status != 404:
                     raise
                 if kind not in self._warned:

@@ -37,6 +37,7 @@ import cachetools
 from mcad import kube
 from mcad.admission.facts import Decision, FactUnavailable, Resource
 from mcad.admission.request import UserInfo
+from mcad.errors import ApiError
 
 SAR_TTL: Final = 10.0
 SAR_CACHE_SIZE: Final = 4096
@@ -97,7 +98,7 @@ class KubeFacts:
             self.requests += 1
         try:
             return kube.request_json_once(self._conn, method, path, query=query, body=body, timeout=self._timeout)
-        except kube.ApiError as err:
+        except ApiError as err:
             if err.status == 404:
                 return None
             raise FactUnavailable(f"could not check {what}: {_cause(err)}") from err
@@ -197,7 +198,7 @@ def _plural(resource: Resource) -> str:
     return f"{resource.resource}.{resource.group}" if resource.group else resource.resource
 
 
-def _cause(err: kube.ApiError) -> str:
+def _cause(err: ApiError) -> str:
     if err.status == 0:
         return f"the API server did not answer ({err.message})"
     return f"the API server answered {err.status} {err.reason}: {err.message[:300]}"

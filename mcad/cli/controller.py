@@ -41,6 +41,7 @@ from mcad.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.debug import Reports
 from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, Dispatcher
 from mcad.endpointauth import ApiReviews, Gate
+from mcad.errors import ApiError, KubeConnectError
 from mcad.hub import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.informer import Informer
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
@@ -256,7 +257,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     try:
         conn = kube.connect(kubeconfig, context, pool_size=write_workers + 16)
         version = kube.server_version(conn)
-    except kube.KubeConnectError as err:
+    except KubeConnectError as err:
         logger.error("cannot connect to the API server", reason=str(err))
         sys.exit(2)
     client = kube.Client(conn)
@@ -264,7 +265,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     for group, crds in required:
         try:
             client.resource(f"{group}/{VERSION}", KIND)
-        except kube.ApiError as err:
+        except ApiError as err:
             hint = (f"install it first: kubectl apply --server-side -f {crds}" if err.status == 404
                     else "check the controller's permissions")
             logger.error("the AppWrapper API is not available", group=group, reason=err.message, hint=hint)

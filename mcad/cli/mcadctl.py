@@ -31,6 +31,7 @@ import structlog
 
 from mcad import __version__, kube
 from mcad.cli import reach, render
+from mcad.errors import ApiError, KubeConnectError
 
 
 class Failure(click.ClickException):
@@ -250,7 +251,7 @@ def version(opts: Options, client_only: bool) -> None:
     try:
         conn = kube.connect(opts.where.kubeconfig, opts.where.context)
         click.echo(f"kubernetes server: {kube.server_version(conn)} ({conn.server})")
-    except kube.KubeConnectError as err:
+    except KubeConnectError as err:
         raise Failure(str(err)) from err
 
 
@@ -277,13 +278,13 @@ def _compute_offline(opts: Options, produce: Callable[[Any], dict[str, Any]]) ->
     where = opts.where
     try:
         conn = kube.connect(where.kubeconfig, where.context)
-    except kube.KubeConnectError as err:
+    except KubeConnectError as err:
         raise Failure(str(err)) from err
     try:
         with _warnings_only_on_stderr():
             report = debug.offline(conn, fit=opts.fit, strict_fifo=opts.strict_fifo, preemption=opts.preemption)
             return produce(report)
-    except kube.ApiError as err:
+    except ApiError as err:
         if err.status == 0:
             raise Failure(f"cannot reach the API server {conn.server} (from {conn.source}): {err.message}") from err
         hint = " (is the AppWrapper CRD installed?)" if err.status == 404 else ""

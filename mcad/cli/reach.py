@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcad import kube
+from mcad.errors import ApiError, KubeConnectError
 
 SERVICE_PORT_NAME = "http"
 # How long one request may take when --timeout is not given: long enough for a ledger of thousands of nodes.
@@ -109,7 +110,7 @@ def fetch(where: Where, endpoint: str, query: Query = ()) -> dict[str, Any]:
         return _fetch_direct(where, endpoint, query)
     try:
         conn = kube.connect(where.kubeconfig, where.context)
-    except kube.KubeConnectError as err:
+    except KubeConnectError as err:
         raise DebugUnavailable(str(err)) from err
     token = where.token or kube.bearer_token(conn)
     if not token:
@@ -128,7 +129,7 @@ def _direct_token(where: Where, url: str) -> str | None:
         return None
     try:
         return kube.bearer_token(kube.connect(where.kubeconfig, where.context))
-    except kube.KubeConnectError:
+    except KubeConnectError:
         return None
 
 
@@ -230,7 +231,7 @@ class _ThroughApiServer:
         try:
             lease = kube.request_json(self.conn, "GET", lease_path(where.namespace, where.name),
                                       timeout=where.timeout)
-        except kube.ApiError as err:
+        except ApiError as err:
             self._fail_if_cluster_unreachable(err)
             if err.status == 404:
                 self.tried.append(f"no Lease {where.namespace}/{where.name}")
@@ -250,7 +251,7 @@ class _ThroughApiServer:
         try:
             kube.request_json(self.conn, "GET", f"/api/v1/namespaces/{where.namespace}/services/{where.name}",
                               timeout=where.timeout)
-        except kube.ApiError as err:
+        except ApiError as err:
             return err.status == 404
         return False
 
@@ -260,7 +261,7 @@ class _ThroughApiServer:
         try:
             return kube.request_json(self.conn, "GET", path, query=self.query, timeout=self.where.timeout,
                                      headers={PROXY_HEADER: f"Bearer {self.token}"})
-        except kube.ApiError as err:
+        except ApiError as err:
             self._fail_if_cluster_unreachable(err)
             body = err.body if isinstance(err.body, dict) else None
             if body is None or body.get("kind") == "Status":
@@ -285,7 +286,7 @@ class _ThroughApiServer:
             raise ControllerRefused(err.status, body, f"the controller ({what}) answered {err.status}: "
                                     f"{body.get('error')}") from err
 
-    def _fail_if_cluster_unreachable(self, err: kube.ApiError) -> None:
+    def _fail_if_cluster_unreachable(self, err: ApiError) -> None:
         if err.status == 0:
             raise DebugUnavailable(f"cannot reach the API server {self.conn.server} (from {self.conn.source}): "
                                    f"{err.message}") from err
@@ -303,6 +304,6 @@ class _ThroughApiServer:
                 + "; ".join(self.tried) + f". Is the controller running? Try --url, {_OFFLINE_HINT}")
 
 
-def _short(err: kube.ApiError) -> str:
+def _short(err: ApiError) -> str:
     message = err.message if len(err.message) <= 300 else err.message[:297] + "..."
     return f"{err.status} {err.reason}: {message}" if err.reason else f"{err.status}: {message}"

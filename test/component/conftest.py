@@ -1,3 +1,3 @@
-"""The stepped-dispatcher harness of test_dispatcher.py, shared by every component test module."""
+"""The stepped-dispatcher harness of harness.py, shared by every component test module."""
 
-from test.component.test_dispatcher import harness_factory  # noqa: F401 - a fixture, registered by import
+from test.component.harness import harness_factory  # noqa: F401 - a fixture, registered by import

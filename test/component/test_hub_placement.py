@@ -31,7 +31,7 @@ from mcad.hub import Hub, cluster_of
 from mcad.informer import Informer
 from mcad.kube import ApiError
 from mcad.workqueue import WorkQueue
-from test.component.test_dispatcher import RecordingWriter, node
+from test.component.harness import RecordingWriter, node
 from test.fakes import FakeClock, FakeListerWatcher
 from test.support import wait_until
 

@@ -1,4 +1,4 @@
-"""What /debug and /metrics report, from a dispatcher stepped key by key (see test_dispatcher.py's Harness):
+"""What /debug and /metrics report, from a dispatcher stepped key by key (see harness.py):
 the queue in dispatch order with why each one waits, the ledger, plain-words explanations, decision counters."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from mcad import server
 from mcad.debug import Reports
-from test.component.test_dispatcher import aw, node
+from test.component.harness import aw, node
 
 
 def reports(h: Any) -> Reports:

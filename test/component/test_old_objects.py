@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from test.component.test_dispatcher import Harness, aw, node
+from test.component.harness import Harness, aw, node
 
 DISPATCHED_AT = "2024-01-01T00:00:00.000000Z"  # the fake clock's start
 WEEK = 7 * 24 * 3600

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcad.cli.controller import protected_namespaces
-from test.component.test_dispatcher import aw, last_status, node
+from test.component.harness import aw, last_status, node
 from test.support import wait_until
 
 

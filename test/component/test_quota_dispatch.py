@@ -12,7 +12,7 @@ import pytest
 
 from mcad.informer import Informer
 from mcad.quota import subtree_view
-from test.component.test_dispatcher import Harness, aw, node
+from test.component.harness import Harness, aw, node
 from test.fakes import FakeListerWatcher
 from test.support import wait_until
 

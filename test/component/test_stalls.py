@@ -10,7 +10,7 @@ import pytest
 
 from mcad.informer import Informer
 from mcad.quota import subtree_view
-from test.component.test_dispatcher import Harness, aw, gang_aw, last_status, node, pod
+from test.component.harness import Harness, aw, gang_aw, last_status, node, pod
 from test.component.test_quota_dispatch import labelled, subtree
 from test.fakes import FakeListerWatcher
 from test.support import wait_until

@@ -18,7 +18,7 @@ from mcad.quota import subtree_view
 from mcad.tenancy import namespace_policy
 from mcad.tenantstore import TenantAppWrappers, priority_class_value
 from mcad.workqueue import WorkQueue
-from test.component.test_dispatcher import RecordingWriter, aw, node
+from test.component.harness import RecordingWriter, aw, node
 from test.component.test_quota_dispatch import subtree
 from test.fakes import FakeClock, FakeListerWatcher
 from test.support import wait_until

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from mcad.kube import ApiError
-from test.component.test_dispatcher import aw, last_status, node, pod
+from test.component.harness import aw, last_status, node, pod
 from test.support import wait_until
 
 # Every class of answer, by what it must do to a dispatch: (status, message).

@@ -11,7 +11,7 @@ from mcad.api.appwrapper import APPWRAPPER_LABEL
 from mcad.api.resources import ZERO
 from mcad.api.views import node_view, pod_view
 from mcad.quota import Forest, subtree_view
-from test.unit.test_ledger import GI, node, pod, raw_node, raw_pod, running, v
+from test.unit.nodes_and_pods import GI, node, pod, raw_node, raw_pod, running, v
 
 ONE = v(cpu=1000, memory=GI)  # the requests of test_ledger's default pod
 TWO = v(cpu=2000, memory=GI)

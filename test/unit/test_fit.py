@@ -11,7 +11,7 @@ from mcad.accounting import Accountant, Snapshot
 from mcad.api.appwrapper import AppWrapperView, appwrapper_view
 from mcad.fit import SingleCluster, could_ever_fit, fits, fits_without
 from mcad.quota import Forest, subtree_view
-from test.unit.test_ledger import GI, node, running, v
+from test.unit.nodes_and_pods import GI, node, running, v
 
 CLUSTER = SingleCluster()
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from mcad.accounting import Accountant
 from mcad.api.appwrapper import AppWrapperView
 from mcad.preemption import Candidate, Preemptors, blocked_by_reclaim, priority_victims, reclaim_victims, victim_rank
+from test.unit.nodes_and_pods import v
 from test.unit.test_fit import CLUSTER, appwrapper, cluster, tree
-from test.unit.test_ledger import v
 
 
 def candidate(key: str, priority: int, dispatched_second: int = 0) -> Candidate:

@@ -1,0 +1,172 @@
+"""The component harness: the dispatcher stepped key by key over a real work queue and real informers fed by fake
+lister-watchers, a writer that records (and can fail) every write, and a fake clock. No API server and no sleeps.
+
+``harness_factory`` (a fixture, registered for every component test module by conftest.py) builds ``Harness``es
+and stops their informers afterwards; ``node``, ``pod``, ``aw`` and ``gang_aw`` write the raw objects they are fed;
+``last_status`` reads back the status last written for an AppWrapper.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from mcad.api.appwrapper import appwrapper_view
+from mcad.api.views import node_view, pod_view
+from mcad.dispatcher import Dispatcher
+from mcad.informer import Informer
+from mcad.kube import ApiError
+from mcad.workqueue import WorkQueue
+from test.fakes import FakeClock, FakeListerWatcher
+
+
+class RecordingWriter:
+    def __init__(self) -> None:
+        self.applied: list[str] = []
+        self.statuses: list[tuple[str, dict[str, Any]]] = []
+        self.fail_apply: ApiError | None = None
+        self.fail_status: ApiError | None = None
+        self.fail_for: dict[str, ApiError] = {}  # object name -> the error applying it raises
+        self.objects: FakeListerWatcher | None = None  # the AppWrappers, for read()
+        self.attempts = 0  # apply calls, failed ones included
+        self.status_attempts = 0
+        self.status_attempts_of: Counter[str] = Counter()
+        self.force_deleted: list[str] = []
+
+    def is_namespaced(self, api_version: str, kind: str) -> bool:
+        return True
+
+    def apply(self, obj: Mapping[str, Any], *, field_manager: str, force: bool) -> Mapping[str, Any]:
+        self.attempts += 1
+        failure = self.fail_apply or self.fail_for.get(obj["metadata"]["name"])
+        if failure:
+            raise failure
+        self.applied.append(obj["metadata"]["name"])
+        return obj
+
+    def create(self, obj: Mapping[str, Any], *, field_manager: str) -> Mapping[str, Any]:
+        # Every object is new to this fake API server: a create is recorded as its apply was.
+        return self.apply(obj, field_manager=field_manager, force=False)
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
+               uid: str = "") -> None:
+        pass
+
+    def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],
+                     *, field_manager: str) -> Mapping[str, Any]:
+        self.statuses.append((name, dict(new_status)))
+        return new_status
+
+    def replace_status(self, api_version: str, kind: str, namespace: str, name: str, uid: str,
+                       new_status: Mapping[str, Any], *, field_manager: str) -> Mapping[str, Any]:
+        self.status_attempts += 1
+        self.status_attempts_of[name] += 1
+        if self.fail_status:
+            raise self.fail_status
+        self.statuses.append((name, dict(new_status)))
+        return {"metadata": {"name": name, "uid": uid}, "status": new_status}
+
+    def force_delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        self.force_deleted.append(name)
+
+    def read(self, api_version: str, kind: str, namespace: str, name: str, *,
+             not_older_than: str = "") -> Mapping[str, Any]:
+        """The AppWrapper as the fake API server holds it (a dispatch reads its templates this way)."""
+        found = self.objects.get(f"{namespace}/{name}") if self.objects is not None else None
+        if found is None:
+            raise ApiError(404, "NotFound", f"appwrappers {name} not found")
+        return found
+
+
+def node(name: str, cpu: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": "1"},
+            "status": {"allocatable": {"cpu": cpu, "memory": "8Gi"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def pod(name: str, cpu: str, *, appwrapper: str | None = None, node_name: str = "n0") -> dict[str, Any]:
+    labels = {"workload.codeflare.dev/appwrapper": appwrapper} if appwrapper else {}  # the name; same namespace
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels},
+            "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+            "status": {"phase": "Running"}}
+
+
+def aw(name: str, cpu: str, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1,
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"resources": {"GenericItems": [{
+                "custompodresources": [{"replicas": 1, "requests": {"cpu": cpu}}],
+                "generictemplate": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-cm"}}}]}},
+            "status": status or {}}
+
+
+class Harness:
+    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], aws: list[dict[str, Any]],
+                 **options: Any) -> None:
+        self.lw = {k: FakeListerWatcher() for k in ("aw", "node", "pod")}
+        for obj in nodes:
+            self.lw["node"].add(obj)
+        for obj in pods:
+            self.lw["pod"].add(obj)
+        for obj in aws:
+            self.lw["aw"].add(obj)
+        self.clock = FakeClock()
+        self.writer = RecordingWriter()
+        self.writer.objects = self.lw["aw"]
+        self.informers: list[Informer[Any]] = [
+            Informer("appwrappers", self.lw["aw"], transform=appwrapper_view),
+            Informer("nodes", self.lw["node"], transform=node_view),
+            Informer("pods", self.lw["pod"], transform=pod_view, key=lambda raw: raw["metadata"]["uid"]),
+        ]
+        self.dispatcher = Dispatcher(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
+                                     writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
+                                     write_workers=0, **options)
+        if options.get("quota_subtrees") is not None:
+            self.informers.append(options["quota_subtrees"])  # started here, after the dispatcher's handlers
+        for informer in self.informers:
+            informer.start()
+        for informer in self.informers:
+            assert informer.wait_synced(5)
+        self.dispatcher.start()
+
+    def drain(self) -> None:
+        while self.dispatcher.process_next(timeout=0) is not None:
+            pass
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+
+@pytest.fixture
+def harness_factory() -> Iterator[Any]:
+    made: list[Harness] = []
+
+    def make(**kwargs: Any) -> Harness:
+        made.append(Harness(**kwargs))
+        return made[-1]
+
+    yield make
+    for h in made:
+        h.stop()
+
+
+def gpu_node(name: str, gpus: int) -> dict[str, Any]:
+    raw = node(name, "8")
+    raw["status"]["allocatable"]["nvidia.com/gpu"] = str(gpus)
+    return raw
+
+
+def gang_aw(name: str, pods: int, requests: dict[str, str], priority: int = 0) -> dict[str, Any]:
+    raw = aw(name, "0")
+    raw["spec"]["priority"] = priority
+    raw["spec"]["resources"]["GenericItems"][0]["custompodresources"] = [{"replicas": pods, "requests": requests}]
+    return raw
+
+
+def last_status(h: Harness, name: str) -> dict[str, Any]:
+    return next(status for n, status in reversed(h.writer.statuses) if n == name)
