@@ -1,7 +1,8 @@
 """The dispatcher loop: one thread that owns the ledger and decides what runs.
 
 Contract:
-- Informer handlers only enqueue keys (``("aw", ns/name)``, ``("node", name)``, ``("pod", uid)``, ``DISPATCH``);
+- Informer handlers only enqueue keys (``mcad.keys``: ``AppWrapperEvent``, ``NodeEvent``, ``PodEvent``,
+  ``DISPATCH``);
   this thread is the only reader of those keys and the only writer of the ledger, so the hot path has no locks.
 - Nothing is decided before the AppWrapper, Node and Pod informers have all synced and the ledger has been
   rebuilt from them, with a reservation for every AppWrapper that is already dispatched (a restart never
@@ -24,7 +25,7 @@ Contract:
 - Status is written (server-side apply, status subresource) only when it differs from the last status seen
   or written for that AppWrapper.
 - After dispatch (``mcad.lifecycle``): events of its pods and of its wrapped objects (``WrappedObjects``
-  informers) decide Completed / RunningHoldCompletion / Failed; ``("requeue", key)`` and ``("deadline", key)``
+  informers) decide Completed / RunningHoldCompletion / Failed; ``MinAvailableCheck(key)`` and ``DeadlineCheck(key)``
   timers are ``add_after`` delays computed from times in status, so they survive restarts. A requeued
   AppWrapper's objects are deleted and it waits in the queue, out of the cycle, until its old pods are gone.
 - Hub mode (``hub``; ``mcad.hub`` for the workers, ``mcad.hubdispatch`` for the decisions, mixed in here): the
@@ -69,6 +70,28 @@ from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
 from mcad.hubplacement import WorkerPlacement
 from mcad.hubsites import WorkerClusters, WorkerSites
 from mcad.informer import Store
+from mcad.keys import (
+    CALL,
+    DISPATCH,
+    QUOTA,
+    QUOTA_STATUS,
+    AppWrapperEvent,
+    Call,
+    DeadlineCheck,
+    Dispatch,
+    DispatchRetry,
+    Key,
+    MinAvailableCheck,
+    NodeEvent,
+    PodCounts,
+    PodEvent,
+    QuotaChanged,
+    QuotaStatus,
+    Recovered,
+    StatusRetry,
+    WorkerCleanup,
+    Written,
+)
 from mcad.ledger import Ledger
 from mcad.metrics import Metrics, base_units
 from mcad.pending import PendingQueue
@@ -87,16 +110,7 @@ from mcad.workqueue import WorkQueue
 from mcad.wrapped import WrappedObjects
 from mcad.writes import Writes
 
-Key = tuple[str, str]
-DISPATCH: Key = ("dispatch", "")
-# Work handed to the dispatcher thread by other threads (``Dispatcher.call``): reads of its state for /debug.
-CALL: Key = ("call", "")
-# A QuotaSubtree changed: rebuild the forest. QUOTA_STATUS: write the QuotaSubtrees' status (coalesced).
-QUOTA: Key = ("quota", "")
-QUOTA_STATUS: Key = ("quota-status", "")
 QUOTA_STATUS_WINDOW_SECONDS = 2.0
-# The API server answers again after failing (an informer's Reconnects group says so): retry waiting writes now.
-RECOVERED: Key = ("recovered", "")
 R = TypeVar("R")
 # Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
 # mean rewriting the status of every AppWrapper behind it.
@@ -268,17 +282,17 @@ class Dispatcher:
         if hub is None:
             self.targets = SingleCluster()
             self.sites = LocalCluster(writer, writer, self.writes, wrapped,
-                                      retry=lambda key: self.queue.add_rate_limited(("aw", key)),
-                                      again=lambda key: self.queue.add(("aw", key)))
+                                      retry=lambda key: self.queue.add_rate_limited(AppWrapperEvent(key)),
+                                      again=lambda key: self.queue.add(AppWrapperEvent(key)))
         else:
             self.placement = self.targets = WorkerPlacement(hub, cluster_policy)
             self.sites = WorkerSites(hub, self.placement, host=self, accountant=self.accountant,
                                      appwrappers=appwrappers, finalizers=writer, writes=self.writes, queue=self.queue,
                                      clock=self.clock)
-        self._site_handlers = self.sites.handlers()
-        appwrappers.add_handler(lambda _t, old, new: self.queue.add(("aw", (new or old).key)))  # type: ignore[union-attr]
-        nodes.add_handler(lambda _t, old, new: self.queue.add(("node", (new or old).name)))  # type: ignore[union-attr]
-        pods.add_handler(lambda _t, old, new: self.queue.add(("pod", (new or old).uid)))  # type: ignore[union-attr]
+        self._handlers = self._handler_table()
+        appwrappers.add_handler(lambda _t, old, new: self.queue.add(AppWrapperEvent((new or old).key)))  # type: ignore[union-attr]
+        nodes.add_handler(lambda _t, old, new: self.queue.add(NodeEvent((new or old).name)))  # type: ignore[union-attr]
+        pods.add_handler(lambda _t, old, new: self.queue.add(PodEvent((new or old).uid)))  # type: ignore[union-attr]
         if quota_subtrees is not None:
             quota_subtrees.add_handler(lambda _t, _old, _new: self.queue.add(QUOTA))
 
@@ -327,49 +341,45 @@ class Dispatcher:
             self.process(key)
             # Hub mode's AppWrapper and cleanup keys fail through their background writes, reported on another
             # key: their failure counts are reset when a write of theirs succeeds, so their backoff grows.
-            if key[0] not in ("aw", "cleanup"):
+            if not isinstance(key, (AppWrapperEvent, WorkerCleanup)):
                 self.queue.forget(key)
         except Exception:
-            log.exception("processing failed; retrying with backoff", key=f"{key[0]}:{key[1]}")
+            log.exception("processing failed; retrying with backoff", key=repr(key))
             self.queue.add_rate_limited(key)
         finally:
             self.queue.done(key)
         return key
 
     def process(self, key: Key) -> None:
-        kind, name = key
-        if kind == "pod":
-            self._sync_pod(name)
-        elif kind == "node":
-            self._sync_node(name)
-        elif kind == "aw":
-            self._sync_appwrapper(name)
-        elif kind == "written":
-            self._collect(name)
-        elif kind == "status":
-            self.statuses.retry(name)
-        elif kind == "retry":
-            self._retry_due(name)
-        elif kind == "recovered":
-            self._api_recovered()
-        elif kind == "requeue":
-            self._check_min_available(name)
-        elif kind == "deadline":
-            self._check_deadline(name)
-        elif kind == "call":
-            self._run_calls()
-        elif kind == "quota":
-            self._sync_quota()
-        elif kind == "quota-status":
-            self._write_quota_status()
-        elif kind in self._site_handlers:
-            self._site_handlers[kind](name)
-        elif kind == "counts":
-            aw = self.appwrappers.get(name)
-            if aw is not None and not self._is_queued(aw) and self._state(aw) not in FINAL_STATES:
-                self._update_pod_counts(aw)
-        else:
-            self._dispatch_cycle()
+        handler = self._handlers.get(type(key))
+        if handler is None:
+            raise TypeError(f"the dispatcher has no handler for work-queue key {key!r}")
+        handler(key)
+
+    def _handler_table(self) -> dict[type[Any], Callable[[Any], None]]:
+        """What each kind of key (``mcad.keys``) means, and the sites' own kinds (hub mode's)."""
+        return {
+            PodEvent: lambda k: self._sync_pod(k.uid),
+            NodeEvent: lambda k: self._sync_node(k.name),
+            AppWrapperEvent: lambda k: self._sync_appwrapper(k.appwrapper),
+            Written: lambda k: self._collect(k.appwrapper),
+            StatusRetry: lambda k: self.statuses.retry(k.appwrapper),
+            DispatchRetry: lambda k: self._retry_due(k.appwrapper),
+            MinAvailableCheck: lambda k: self._check_min_available(k.appwrapper),
+            DeadlineCheck: lambda k: self._check_deadline(k.appwrapper),
+            PodCounts: lambda k: self._pod_counts_due(k.appwrapper),
+            Recovered: lambda _k: self._api_recovered(),
+            Call: lambda _k: self._run_calls(),
+            QuotaChanged: lambda _k: self._sync_quota(),
+            QuotaStatus: lambda _k: self._write_quota_status(),
+            Dispatch: lambda _k: self._dispatch_cycle(),
+            **self.sites.handlers(),
+        }
+
+    def _pod_counts_due(self, key: str) -> None:
+        aw = self.appwrappers.get(key)
+        if aw is not None and not self._is_queued(aw) and self._state(aw) not in FINAL_STATES:
+            self._update_pod_counts(aw)
 
     def call(self, fn: Callable[[], R], timeout: float) -> R:
         """Run ``fn`` on the dispatcher thread, the only one that may read its state, and return its result.
@@ -586,12 +596,12 @@ class Dispatcher:
         if pod is None:
             owner = self.accountant.forget_pod(uid)
             if owner:
-                self.queue.add(("aw", owner))
+                self.queue.add(AppWrapperEvent(owner))
             self.capacity_may_have_grown()
             return
         self._track_pod(pod)
         if pod.appwrapper:
-            self.queue.add(("aw", pod.appwrapper))
+            self.queue.add(AppWrapperEvent(pod.appwrapper))
             if pod.appwrapper in self.pending:
                 queued = self.appwrappers.get(pod.appwrapper)
                 if queued is not None:
@@ -664,7 +674,7 @@ class Dispatcher:
         if not self.accountant.holds(key):
             self._reserve(aw)
         self._dispatched[key] = aw
-        self.queue.add_after(("counts", key), POD_COUNT_WINDOW_SECONDS)
+        self.queue.add_after(PodCounts(key), POD_COUNT_WINDOW_SECONDS)
         self._follow_lifecycle(aw)
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -682,11 +692,11 @@ class Dispatcher:
             spec = aw.scheduling
             if spec.min_available > 0 and key not in self._min_available_met:
                 due = lifecycle.requeue_due(spec, current)
-                self.queue.add_after(("requeue", key), lifecycle.seconds_until(due, now) if due
+                self.queue.add_after(MinAvailableCheck(key), lifecycle.seconds_until(due, now) if due
                                      else lifecycle.current_requeue_wait(spec, current))
             if spec.dispatch_limit_seconds > 0:
                 due = lifecycle.deadline_due(spec, current)
-                self.queue.add_after(("deadline", key), lifecycle.seconds_until(due, now) if due
+                self.queue.add_after(DeadlineCheck(key), lifecycle.seconds_until(due, now) if due
                                      else spec.dispatch_limit_seconds)
         wrapped = self.sites.wrapped_of(key)
         if wrapped is None:
@@ -698,7 +708,7 @@ class Dispatcher:
             return
         if not all([wrapped.ensure(api_version, kind) for api_version, kind in kinds]):
             # A kind's informer is still listing: look again shortly (its events will also bring us back).
-            self.queue.add_after(("aw", key), 0.2)
+            self.queue.add_after(AppWrapperEvent(key), 0.2)
             return
         active = sum(1 for phase in phases if phase not in ("Succeeded", "Failed"))
         expects_pods = any(group.count > 0 for group in aw.gang)
@@ -762,7 +772,7 @@ class Dispatcher:
         wait = lifecycle.current_requeue_wait(aw.scheduling, current)
         due = lifecycle.requeue_due(aw.scheduling, current)
         if due is not None and (remaining := lifecycle.seconds_until(due, now)) > 0:
-            self.queue.add_after(("requeue", key), remaining)  # an earlier dispatch's timer
+            self.queue.add_after(MinAvailableCheck(key), remaining)  # an earlier dispatch's timer
             return
         phases = self._phases(key)
         running, succeeded = phases.count("Running"), phases.count("Succeeded")
@@ -794,7 +804,7 @@ class Dispatcher:
         now = self.clock.now()
         due = lifecycle.deadline_due(aw.scheduling, current)
         if due is not None and (remaining := lifecycle.seconds_until(due, now)) > 0:
-            self.queue.add_after(("deadline", key), remaining)
+            self.queue.add_after(DeadlineCheck(key), remaining)
             return
         message = f"Dispatch deadline exceeded: allowed to run for {limit} s (dispatchDuration.limit)."
         log.warning("appwrapper failed", appwrapper=key, reason=status.DISPATCH_DEADLINE_EXCEEDED)
@@ -1239,7 +1249,7 @@ class Dispatcher:
                          delay_s=round(retry.delay, 3))
                 self._retry_at[key] = self.clock.monotonic() + retry.delay
                 self.enqueue(current)  # type: ignore[arg-type]
-                self.queue.add_after(("retry", key), retry.delay)
+                self.queue.add_after(DispatchRetry(key), retry.delay)
             return
         if not still_there:
             # Deleted while its objects were being created: take them back at once.
@@ -1251,7 +1261,7 @@ class Dispatcher:
         self._backoff_written.pop(key, None)
         self._dispatched[key] = aw
         # Its pods may have come and started while the writes were under way (their events found it in flight).
-        self.queue.add_after(("counts", key), POD_COUNT_WINDOW_SECONDS)
+        self.queue.add_after(PodCounts(key), POD_COUNT_WINDOW_SECONDS)
         first = lifecycle.dispatched_at(self._status(aw)) is None
         # From here on it is dispatched for the loop, whether or not this write lands at once (mcad.statussync):
         # a status write that fails never makes it dispatch again.
@@ -1285,7 +1295,7 @@ class Dispatcher:
         self._retry_at[key] = self.clock.monotonic() + retry.delay
         self.enqueue(aw)
         # A timer of its own: DISPATCH timers of several AppWrappers would merge into the earliest one.
-        self.queue.add_after(("retry", key), retry.delay)
+        self.queue.add_after(DispatchRetry(key), retry.delay)
         why = f"creating its objects failed, retrying with backoff: {error.message}"
         self._set_queued(aw, frozenset({"dispatch failed"}), partial(str, why))
 
@@ -1300,13 +1310,13 @@ class Dispatcher:
         self.statuses.retry_all()
 
     def _retry_due(self, key: str) -> None:
-        """Its ("retry", key) timer fired: a cycle tries it again, unless a later failure moved its time."""
+        """Its DispatchRetry(key) timer fired: a cycle tries it again, unless a later failure moved its time."""
         due = self._retry_at.get(key)
         if due is None:
             return
         remaining = due - self.clock.monotonic()
         if remaining > 0:
-            self.queue.add_after(("retry", key), remaining)
+            self.queue.add_after(DispatchRetry(key), remaining)
             return
         del self._retry_at[key]
         self.queue.add(DISPATCH)

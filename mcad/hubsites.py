@@ -6,12 +6,12 @@ Contract (``mcad.sites`` for the protocol; the dispatcher thread runs all of thi
   The worker's namespace is created when missing. ``status.targetClusterName`` names the worker.
 - A pod counts as an AppWrapper's only in the worker it is placed in (``claim``); its objects anywhere else are
   leftovers, deleted by its uid label whenever that worker is usable; a failed delete retries on the
-  ``("cleanup", worker)`` key with growing delays.
+  ``WorkerCleanup`` key with growing delays.
 - The finalizer comes off a deleted AppWrapper only once every configured worker holding its objects has deleted
   them; a worker that cannot be reached holds the deletion until it returns, one that is no longer configured
   does not (its objects there are left, and that is logged).
 - ``WorkerClusters`` is what it uses of the hub (``mcad.hub.Hub`` in production), typed as a protocol.
-- ``("cluster", name)`` keys adopt a worker's new health: a worker that stops being usable leaves placement at
+- ``ClusterEvent`` keys adopt a worker's new health: a worker that stops being usable leaves placement at
   once; AppWrappers there keep their state with ClusterAvailable=False (only for a real outage: Unreachable or
   Unauthorized) and True again when it returns, each change also an Event (ClusterUnavailable,
   ClusterAvailable); past ``unreachableTimeoutSeconds`` (or when the worker is no longer configured) they are
@@ -35,6 +35,7 @@ from mcad.clusters import HealthState, WorkerHealth
 from mcad.errors import ApiError
 from mcad.hubplacement import WorkerDirectory, WorkerPlacement
 from mcad.informer import Store
+from mcad.keys import AppWrapperEvent, ClusterEvent, WorkerCleanup
 from mcad.retry import FailureKind, classify
 from mcad.sites import Cleaned, FinalizerWriter, Host, remove_finalizer
 from mcad.workqueue import WorkQueue
@@ -89,21 +90,22 @@ class WorkerSites:
         self._seen: dict[str, tuple[bool, str]] = {}
         self._leftovers: dict[str, dict[str, AppWrapperView]] = {}
         self._cleanups: set[tuple[str, str]] = set()
-        hub.subscribe(lambda name: queue.add(("cluster", name)), lambda key: queue.add(("aw", key)))
+        hub.subscribe(lambda name: queue.add(ClusterEvent(name)), lambda key: queue.add(AppWrapperEvent(key)))
 
     # -- Sites ------------------------------------------------------------------------------------------------
 
-    def handlers(self) -> Mapping[str, Callable[[str], None]]:
-        return {"cluster": self._sync_cluster, "cleanup": self._clean_leftovers}
+    def handlers(self) -> Mapping[type[Any], Callable[[Any], None]]:
+        return {ClusterEvent: lambda k: self._sync_cluster(k.name),
+                WorkerCleanup: lambda k: self._clean_leftovers(k.name)}
 
     def start(self) -> None:
         for name in self.hub.names:  # adopt every worker's state now, whatever the prober said before
-            self._queue.add(("cluster", name))
+            self._queue.add(ClusterEvent(name))
         for name in set(self.placement.placed.values()) - set(self.hub.names):
             # Removed from the configuration: treated as a worker that never comes back.
             log.warning("AppWrappers are placed in a worker cluster that is not configured; they are requeued "
                         "after unreachableTimeoutSeconds", cluster=name)
-            self._queue.add_after(("cluster", name), self.hub.config.unreachable_timeout_seconds)
+            self._queue.add_after(ClusterEvent(name), self.hub.config.unreachable_timeout_seconds)
 
     def adopt(self, aw: AppWrapperView) -> None:
         if aw.target_cluster:
@@ -169,10 +171,11 @@ class WorkerSites:
         if outcome.error is not None:
             log.warning("worker cleanup failed; will retry", appwrapper=key, cluster=outcome.cluster or "(hub)",
                         reason=outcome.error.message)
-            self._queue.add_rate_limited(("aw", key) if not outcome.cluster else ("cleanup", outcome.cluster))
+            retry = AppWrapperEvent(key) if not outcome.cluster else WorkerCleanup(outcome.cluster)
+            self._queue.add_rate_limited(retry)
             return
         if outcome.cluster:
-            self._queue.forget(("cleanup", outcome.cluster))
+            self._queue.forget(WorkerCleanup(outcome.cluster))
             leftovers = self._leftovers.get(outcome.cluster, {})
             if key in leftovers and leftovers[key].uid == outcome.uid:
                 del leftovers[key]
@@ -180,7 +183,7 @@ class WorkerSites:
                 aw = self._appwrappers.get(key)
                 if aw is None or aw.deleting:
                     self.placement.placed.pop(key, None)
-        self._queue.add(("aw", key))
+        self._queue.add(AppWrapperEvent(key))
 
     # -- leftovers and the finalizer ------------------------------------------------------------------------------
 
@@ -274,7 +277,7 @@ class WorkerSites:
         if usable:
             self._clean_leftovers(name)
             for key in placed_here:
-                self._queue.add(("aw", key))  # lifecycle decisions waited for its wrapped objects
+                self._queue.add(AppWrapperEvent(key))  # lifecycle decisions waited for its wrapped objects
             self._host.capacity_may_have_grown()
             return
         timeout = self.hub.config.unreachable_timeout_seconds
@@ -282,7 +285,7 @@ class WorkerSites:
             return
         down_for = worker.health.down_for()
         if down_for < timeout:
-            self._queue.add_after(("cluster", name), timeout - down_for + 0.05)
+            self._queue.add_after(ClusterEvent(name), timeout - down_for + 0.05)
             return
         self._requeue_from(name, f"worker cluster {name} has been {health.state.value.lower()} for {int(down_for)} s "
                                  f"(unreachableTimeoutSeconds {int(timeout)}); its objects there are deleted when it "

@@ -78,8 +78,8 @@ class Host(Protocol):
 class Sites(Protocol):
     """Where objects are created and deleted, and which informers tell how they do (see the module docstring)."""
 
-    def handlers(self) -> Mapping[str, Callable[[str], None]]:
-        """Work-queue key kinds of its own, with their handlers."""
+    def handlers(self) -> Mapping[type[Any], Callable[[Any], None]]:
+        """Work-queue key kinds of its own (``mcad.keys``), with their handlers."""
         ...
 
     def start(self) -> None:
@@ -158,7 +158,7 @@ class LocalCluster:
         self._again = again  # look at it again now
         self._removing: set[str] = set()  # finalizer removals under way
 
-    def handlers(self) -> Mapping[str, Callable[[str], None]]:
+    def handlers(self) -> Mapping[type[Any], Callable[[Any], None]]:
         return {}
 
     def start(self) -> None:

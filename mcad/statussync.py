@@ -8,7 +8,7 @@ Contract (the dispatcher thread owns this object; writes run on the write pool a
 - At most one write per AppWrapper is under way; it sends the newest intent when it starts, so a burst of
   decisions costs one write, and a decision made while a write is under way is sent right after it.
 - A failed write is classified (``mcad.retry``): UNAVAILABLE and TRANSIENT ones are retried after the key's
-  backoff through the work-queue key ``("status", key)``, and re-driven at once by ``observed`` (any event of the
+  backoff through the work-queue key ``StatusRetry(key)``, and re-driven at once by ``observed`` (any event of the
   AppWrapper: its pods or objects changed) while no write or retry is pending; a PERMANENT refusal is logged and
   not retried until the next decision; 404 means the AppWrapper is gone, and its intent is dropped. Giving up
   (``mcad.retry.Backoff``) only stops the timer: the next event re-drives the write.
@@ -21,7 +21,7 @@ Contract (the dispatcher thread owns this object; writes run on the write pool a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,6 +30,7 @@ import structlog
 from mcad.api.appwrapper import FIELD_MANAGER, KIND, AppWrapperView
 from mcad.api.statusview import StatusView
 from mcad.errors import ApiError
+from mcad.keys import StatusRetry
 from mcad.retry import Backoff, Clock, FailureKind, classify
 
 log = structlog.get_logger("mcad.statussync")
@@ -41,7 +42,7 @@ class StatusWriter(Protocol):
 
 
 class WritePool(Protocol):
-    def submit(self, key: Hashable, job: Callable[[], Any], *, tenant: str, urgent: bool = True) -> None: ...
+    def submit(self, key: str, job: Callable[[], Any], *, tenant: str, urgent: bool = True) -> None: ...
 
 
 class KeyQueue(Protocol):
@@ -66,7 +67,7 @@ class _Sync:
     landed: int = 0  # the intent version the API server has
     landed_rv: str = ""  # the resourceVersion our last successful write produced
     busy: bool = False  # a write job is submitted and its outcome not yet collected
-    retry_due: bool = False  # a ("status", key) retry is scheduled
+    retry_due: bool = False  # a StatusRetry(key) retry is scheduled
     retry_at: float = 0.0  # when (its timer may fire earlier: the queue keeps a key's earliest due time)
     refused: int = 0  # the intent version refused for good (not retried until a newer decision)
 
@@ -140,13 +141,13 @@ class StatusSync:
             self._send(aw.key, sync, urgent=True)
 
     def retry(self, key: str) -> None:
-        """The ("status", key) timer fired."""
+        """The StatusRetry(key) timer fired."""
         sync = self._syncs.get(key)
         if sync is None or not sync.retry_due:
             return
         early = sync.retry_at - self._clock.monotonic()
         if early > 0:  # an earlier timer of this key (retry_all ran meanwhile, and the write failed again)
-            self._queue.add_after(("status", key), early)
+            self._queue.add_after(StatusRetry(key), early)
             return
         sync.retry_due = False
         if sync.landed != sync.intent.version and sync.refused != sync.intent.version:
@@ -194,7 +195,7 @@ class StatusSync:
                              attempts=retry.attempts, delay_s=round(retry.delay, 3), error=err.message)
                     sync.retry_due = True
                     sync.retry_at = self._clock.monotonic() + retry.delay
-                    self._queue.add_after(("status", key), retry.delay)
+                    self._queue.add_after(StatusRetry(key), retry.delay)
                 return
         if sync.landed != sync.intent.version and sync.refused != sync.intent.version:
             self._send(key, sync, urgent=True)  # decided again while the write was under way

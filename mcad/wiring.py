@@ -35,10 +35,11 @@ from mcad.api.appwrapper import (
 )
 from mcad.api.validation import DEFAULT_LIMITS, Limits
 from mcad.api.views import node_view, pod_view
-from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, RECOVERED, Dispatcher, Key
+from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, Dispatcher
 from mcad.errors import ApiError
 from mcad.hub import Hub
 from mcad.informer import Informer, Reconnects, Store
+from mcad.keys import RECOVERED, AppWrapperEvent, Key
 from mcad.legacy import MergedAppWrappers
 from mcad.tenantstore import TenantAppWrappers, priority_class_value
 from mcad.workqueue import WorkQueue
@@ -108,7 +109,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
         # Pods are keyed by uid: a pod re-created under the same name is a different consumer of capacity.
         pods = Informer("pods", kube.ResourceClient(conn, group="", version="v1", plural="pods"),
                         transform=pod_view, key=_pod_uid, peers=peers)
-        wrapped = WrappedObjects(informer_factory(conn, client, peers=peers), lambda key: queue.add(("aw", key)))
+        wrapped = WrappedObjects(informer_factory(conn, client, peers=peers),
+                                 lambda key: queue.add(AppWrapperEvent(key)))
         dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
                                 strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
                                 preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees,

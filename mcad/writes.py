@@ -19,7 +19,7 @@ Contract:
   server is the bottleneck, the next gang's creation must not wait behind bookkeeping of the last ones. A key's
   lane is that of its running job, or else of its next one, and is decided again after every step.
 - When a job ends, its outcome (the job's return value, or the exception it raised, in any step) is stored and
-  the key ``("written", key)`` is added to the work queue; the dispatcher thread collects outcomes with
+  the key ``mcad.keys.Written(key)`` is added to the work queue; the dispatcher thread collects outcomes with
   ``results(key)`` and stays the only writer of its own state. Outcomes of one key are returned in completion
   order.
 - ``pending(key)`` says whether a job of that key is queued or running (between its steps too). ``close()`` starts
@@ -43,11 +43,13 @@ import inspect
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Hashable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
+
+from mcad.keys import Written
 
 log = structlog.get_logger("mcad.writes")
 Job = Callable[[], Any]
@@ -82,19 +84,19 @@ class _Lane:
 
     def __init__(self) -> None:
         self._tenants: deque[str] = deque()
-        self._keys: dict[str, deque[Hashable]] = {}
+        self._keys: dict[str, deque[str]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._tenants)
 
-    def push(self, tenant: str, key: Hashable) -> None:
+    def push(self, tenant: str, key: str) -> None:
         keys = self._keys.get(tenant)
         if keys is None:
             self._keys[tenant] = keys = deque()
             self._tenants.append(tenant)
         keys.append(key)
 
-    def pop(self) -> Hashable:
+    def pop(self) -> str:
         tenant = self._tenants.popleft()
         keys = self._keys[tenant]
         key = keys.popleft()
@@ -112,8 +114,8 @@ class Writes:
         self._cond = threading.Condition()
         # Keys ready for their next step, by lane; a key is in at most one lane, and only while no step of it runs.
         self._lanes: tuple[_Lane, _Lane] = (_Lane(), _Lane())
-        self._keys: dict[Hashable, _Key] = {}  # present = busy (a job queued or under way)
-        self._outcomes: dict[Hashable, list[Any]] = {}
+        self._keys: dict[str, _Key] = {}  # present = busy (a job queued or under way)
+        self._outcomes: dict[str, list[Any]] = {}
         self._closed = False
         self._workers = workers
         self._started = False
@@ -132,7 +134,7 @@ class Writes:
             for thread in self._threads:
                 thread.start()
 
-    def submit(self, key: Hashable, job: Job, *, tenant: str, urgent: bool = True) -> None:
+    def submit(self, key: str, job: Job, *, tenant: str, urgent: bool = True) -> None:
         with self._cond:
             if not self._inline and not self._started:
                 raise RuntimeError(f"write pool not started: submit({key!r}) would never run; call start() first")
@@ -146,7 +148,7 @@ class Writes:
                 return
         self._run_inline(key)
 
-    def pending(self, key: Hashable) -> bool:
+    def pending(self, key: str) -> bool:
         with self._cond:
             return key in self._keys
 
@@ -154,7 +156,7 @@ class Writes:
         with self._cond:
             return not self._keys
 
-    def results(self, key: Hashable) -> list[Any]:
+    def results(self, key: str) -> list[Any]:
         with self._cond:
             return self._outcomes.pop(key, [])
 
@@ -168,13 +170,13 @@ class Writes:
 
     # ------------------------------------------------------------------------------------------ internals
 
-    def _ready(self, key: Hashable, state: _Key) -> None:
+    def _ready(self, key: str, state: _Key) -> None:
         """Lock held: put a busy key back in the rotation, in its head job's lane and under its tenant."""
         head = state.head()
         self._lanes[0 if head.urgent else 1].push(head.tenant, key)
         self._cond.notify()
 
-    def _run_inline(self, key: Hashable) -> None:
+    def _run_inline(self, key: str) -> None:
         while True:
             with self._cond:
                 state = self._keys[key]
@@ -185,7 +187,7 @@ class Writes:
                     state.current = state.queued.popleft()
             self._step(key, state)
 
-    def _next_key(self) -> Hashable | None:
+    def _next_key(self) -> str | None:
         """Lock held: the key whose step runs next; once closed, only keys with a job under way, and None when
         none is left."""
         while True:
@@ -217,7 +219,7 @@ class Writes:
                 if self._closed:
                     self._cond.notify_all()  # workers waiting for the last started job to end may stop
 
-    def _step(self, key: Hashable, state: _Key) -> None:
+    def _step(self, key: str, state: _Key) -> None:
         """Run one step of the key's current job, outside the lock; record the outcome if the job ended."""
         job = state.current
         assert job is not None
@@ -234,9 +236,9 @@ class Writes:
         except Exception as err:  # handed to the dispatcher thread, which decides what it means
             self._finish(key, state, err)
 
-    def _finish(self, key: Hashable, state: _Key, outcome: Any) -> None:
+    def _finish(self, key: str, state: _Key, outcome: Any) -> None:
         with self._cond:
             state.current = None
             state.steps = None
             self._outcomes.setdefault(key, []).append(outcome)
-        self._queue.add(("written", key))
+        self._queue.add(Written(key))

@@ -29,6 +29,7 @@ from mcad.clusters import HealthStatus, HubConfig, Policy, WorkerHealth, WorkerS
 from mcad.dispatcher import Dispatcher
 from mcad.hub import Hub, cluster_of
 from mcad.informer import Informer
+from mcad.keys import WorkerCleanup
 from mcad.kube import ApiError
 from mcad.workqueue import WorkQueue
 from test.component.harness import RecordingWriter, node
@@ -415,7 +416,7 @@ def test_a_pod_in_another_worker_is_that_workers_usage_not_the_appwrappers(hub_h
 
 
 def test_a_failing_leftover_cleanup_is_retried_with_backoff_until_it_succeeds(hub_harness: Any) -> None:
-    """Deleting in a worker that answers 500: retried on the ("cleanup", worker) key, whose failures count (growing
+    """Deleting in a worker that answers 500: retried on the WorkerCleanup(worker) key, whose failures count (growing
     delays, not a hot loop: processing that key must not reset them); the first success resets it."""
     h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG,
                     aws=[gang("a", 1, "2", {"clusters": [{"name": "big"}]})])
@@ -429,17 +430,17 @@ def test_a_failing_leftover_cleanup_is_retried_with_backoff_until_it_succeeds(hu
 
     small.delete = refuse  # type: ignore[method-assign]
     h.add_pod(worker_pod("stray", "small/n0", "1", appwrapper="a"))
-    assert len(calls) == 1 and queue.num_requeues(("cleanup", "small")) == 1
+    assert len(calls) == 1 and queue.num_requeues(WorkerCleanup("small")) == 1
     for attempt in range(2, 5):
         h.clock.advance(60)  # past any backoff delay so far
         h.drain()
         assert len(calls) == attempt, "one more try per due retry"
-        assert queue.num_requeues(("cleanup", "small")) == attempt, "the failures keep counting"
+        assert queue.num_requeues(WorkerCleanup("small")) == attempt, "the failures keep counting"
     del small.delete  # it answers again
     h.clock.advance(60)
     h.drain()
     assert small.deleted == [("ConfigMap", "a-cm", (APPWRAPPER_UID_LABEL, "uid-a"))]
-    assert queue.num_requeues(("cleanup", "small")) == 0
+    assert queue.num_requeues(WorkerCleanup("small")) == 0
 
 
 def test_appwrappers_in_a_worker_no_longer_configured_are_requeued_after_the_timeout(hub_harness: Any) -> None:

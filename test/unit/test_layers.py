@@ -55,6 +55,7 @@ MODEL_MODULES: tuple[str, ...] = (
     "mcad.accounting",
     "mcad.preemption",
     "mcad.hubplacement",
+    "mcad.keys",
 )
 NOT_WRITTEN_YET: frozenset[str] = frozenset()
 

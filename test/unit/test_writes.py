@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from mcad.keys import Written
 from mcad.writes import Writes
 
 
@@ -100,7 +101,7 @@ def test_outcomes_come_back_as_written_keys_and_exceptions_are_outcomes(pool: Wr
 
     pool.submit("a", boom, tenant="t")
     keys.wait_for(1)
-    assert keys.added == [("written", "a")]
+    assert keys.added == [Written("a")]
     [outcome] = pool.results("a")
     assert isinstance(outcome, RuntimeError)
 
@@ -142,7 +143,7 @@ def test_a_key_busy_with_bookkeeping_yields_to_urgent_work_between_its_jobs(keys
 def test_inline_mode_runs_the_job_inside_submit(keys: Keys) -> None:
     pool = Writes(keys, workers=0)
     pool.submit("a", lambda: 42, tenant="t")
-    assert keys.added == [("written", "a")]
+    assert keys.added == [Written("a")]
     assert pool.results("a") == [42]
     assert pool.idle()
 
@@ -213,7 +214,7 @@ def test_a_tenant_arriving_while_another_holds_every_worker_starts_after_one_mor
         # The contract allows one step per worker; with one other tenant, it is at most one step in all.
         assert ahead <= 1, trace.started[arrived:]
         trace.release(10**6)
-        keys.wait_for_key(("written", "small/aw"))
+        keys.wait_for_key(Written("small/aw"))
         assert pool.results("small/aw") == ["dispatched"]
     finally:
         trace.release(10**6)
@@ -306,7 +307,7 @@ def test_close_finishes_the_jobs_started_and_starts_no_other(keys: Keys) -> None
     assert not closing.is_alive()
     assert trace.started == ["started"] * 3
     assert pool.results("started") == ["done"]
-    assert keys.added == [("written", "started")]
+    assert keys.added == [Written("started")]
 
 
 def test_inline_mode_runs_every_step_inside_submit(keys: Keys) -> None:
@@ -314,6 +315,6 @@ def test_inline_mode_runs_every_step_inside_submit(keys: Keys) -> None:
     trace = Trace(held=False)
     pool.submit("a", trace.job("a", 4, result="applied"), tenant="t")
     assert trace.started == ["a"] * 4
-    assert keys.added == [("written", "a")]
+    assert keys.added == [Written("a")]
     assert pool.results("a") == ["applied"]
     assert pool.idle()

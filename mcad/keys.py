@@ -1,0 +1,126 @@
+"""The dispatcher's work-queue keys: one small type per kind of work, so that a key says what it is about.
+
+Contract:
+- Each kind is a frozen dataclass. Two keys are equal only when they are of the same type with equal fields, so
+  the work queue coalesces repeats of one kind of work about one object and never merges two kinds.
+- Keys about an AppWrapper carry its ``"namespace/name"`` in ``appwrapper``; a Pod's carries its uid, a Node's and a
+  worker's their names. Kinds about nothing in particular are the constants below (``DISPATCH`` and the rest).
+- Who adds which: informer handlers (``AppWrapperEvent``, ``NodeEvent``, ``PodEvent``, ``QUOTA``), the write pool
+  when a job of an AppWrapper finished (``Written``), status sync (``StatusRetry``), timers of the dispatcher
+  (``MinAvailableCheck``, ``DeadlineCheck``, ``DispatchRetry``, ``PodCounts``, ``QUOTA_STATUS``), hub mode
+  (``ClusterEvent``, ``WorkerCleanup``), the API server coming back (``RECOVERED``), other threads (``CALL``).
+- The dispatcher handles each kind in a table; a kind it has no handler for is a bug and raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class AppWrapperEvent:
+    """Look at this AppWrapper again (it, its pods or its wrapped objects changed)."""
+
+    appwrapper: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodEvent:
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """Background writes of this AppWrapper finished: collect their outcomes."""
+
+    appwrapper: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRetry:
+    """A status write of this AppWrapper that failed is due again."""
+
+    appwrapper: str
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRetry:
+    """A dispatch of this AppWrapper that failed may be tried again."""
+
+    appwrapper: str
+
+
+@dataclass(frozen=True, slots=True)
+class MinAvailableCheck:
+    """Time to check that enough of this dispatched AppWrapper's pods run (``minAvailable``)."""
+
+    appwrapper: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineCheck:
+    """This dispatched AppWrapper's ``dispatchDuration.limit`` may be over."""
+
+    appwrapper: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodCounts:
+    """Write the pod counts of this dispatched AppWrapper's status (coalesced over a window)."""
+
+    appwrapper: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEvent:
+    """Hub mode: adopt this worker's health."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerCleanup:
+    """Hub mode: delete what AppWrappers left in this worker."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """Run a dispatch cycle (coalesced: a burst of events costs one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Run the work other threads handed to the dispatcher thread (reads of its state for /debug)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaChanged:
+    """A QuotaSubtree changed: rebuild the forest."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaStatus:
+    """Write the QuotaSubtrees' status (coalesced over a window)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """The API server answers again after failing: retry the writes that wait out a backoff."""
+
+
+Key = (AppWrapperEvent | NodeEvent | PodEvent | Written | StatusRetry | DispatchRetry | MinAvailableCheck
+       | DeadlineCheck | PodCounts | ClusterEvent | WorkerCleanup | Dispatch | Call | QuotaChanged | QuotaStatus
+       | Recovered)
+
+DISPATCH = Dispatch()
+CALL = Call()
+QUOTA = QuotaChanged()
+QUOTA_STATUS = QuotaStatus()
+RECOVERED = Recovered()
