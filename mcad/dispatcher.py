@@ -103,7 +103,7 @@ from mcad.preemption import (
     reclaim_victims,
     victim_rank,
 )
-from mcad.retry import Backoff, FailureKind, Policy, classify
+from mcad.retry import Backoff, FailureKind, Policy, RetryTimes, classify
 from mcad.sites import Cleaned, LocalCluster, Sites
 from mcad.statussync import StatusSync, StatusWritten
 from mcad.workqueue import WorkQueue
@@ -247,8 +247,7 @@ class Dispatcher:
         self.statuses = StatusSync(writer, self.writes, self.queue, Backoff(self.clock, STATUS_RETRY), self.clock)
         # Failed dispatches: each AppWrapper's backoff, and when it may be tried again (the cycle passes it by until
         # then; a DISPATCH is due at that time).
-        self._dispatch_retries = Backoff(self.clock, DISPATCH_RETRY)
-        self._retry_at: dict[str, float] = {}
+        self._dispatch_retries = RetryTimes(self.clock, DISPATCH_RETRY)
         # Dispatches whose writes are under way: reserved in the ledger, neither queued nor dispatched yet.
         self._inflight: dict[str, AppWrapperView] = {}
         self.cycles = 0
@@ -490,6 +489,10 @@ class Dispatcher:
                     if self.strict_fifo:
                         held = BEHIND_STRICT_FIFO
         return out
+
+    def dispatch_attempts(self, key: str) -> int:
+        """Failed dispatches of an AppWrapper since its last success."""
+        return self._dispatch_retries.attempts(key)
 
     def status_of(self, aw: AppWrapperView) -> StatusView:
         """Its status as this controller knows it: the last one written, else the last one seen."""
@@ -879,7 +882,6 @@ class Dispatcher:
         self.preemptors.forget(key)
         self.statuses.forget(key)
         self._dispatch_retries.forget(key)
-        self._retry_at.pop(key, None)
         self._object_uids.pop(key, None)
         self._backoff_written.pop(key, None)
         self._unannounced.discard(key)
@@ -1247,7 +1249,6 @@ class Dispatcher:
                 retry = self._dispatch_retries.failed(key, FailureKind.UNAVAILABLE)
                 log.info("dispatch read another spec than decided about; deciding again", appwrapper=key,
                          delay_s=round(retry.delay, 3))
-                self._retry_at[key] = self.clock.monotonic() + retry.delay
                 self.enqueue(current)  # type: ignore[arg-type]
                 self.queue.add_after(DispatchRetry(key), retry.delay)
             return
@@ -1256,7 +1257,6 @@ class Dispatcher:
             self._delete_wrapped(aw, outcome.uids)
             return
         self._dispatch_retries.succeeded(key)
-        self._retry_at.pop(key, None)
         self._object_uids[key] = outcome.uids
         self._backoff_written.pop(key, None)
         self._dispatched[key] = aw
@@ -1285,14 +1285,12 @@ class Dispatcher:
         key = aw.key
         retry = self._dispatch_retries.failed(key, error.kind)
         if retry.give_up:
-            self._retry_at.pop(key, None)
             message = error.message if error.kind is FailureKind.PERMANENT else \
                 f"{error.message} (gave up after {retry.attempts} attempts in {retry.seconds:.0f} s)"
             self._fail(aw, status.ITEM_CREATION_FAILURE, message)
             return
         log.warning("dispatch failed; will retry", appwrapper=key, attempts=retry.attempts,
                     delay_s=round(retry.delay, 3), reason=error.message)
-        self._retry_at[key] = self.clock.monotonic() + retry.delay
         self.enqueue(aw)
         # A timer of its own: DISPATCH timers of several AppWrappers would merge into the earliest one.
         self.queue.add_after(DispatchRetry(key), retry.delay)
@@ -1303,33 +1301,25 @@ class Dispatcher:
         """The API server answers again after failing: the dispatches and status writes that wait out a backoff
         most likely failed because it was away, so they go now instead of up to a backoff late (the retry
         budget of ``mcad.retry`` still bounds how many go at once)."""
-        if self._retry_at:
-            log.info("api server answers again; retrying failed dispatches now", appwrappers=len(self._retry_at))
-            self._retry_at.clear()
+        waited = self._dispatch_retries.release_all()
+        if waited:
+            log.info("api server answers again; retrying failed dispatches now", appwrappers=waited)
             self.queue.add(DISPATCH)
         self.statuses.retry_all()
 
     def _retry_due(self, key: str) -> None:
-        """Its DispatchRetry(key) timer fired: a cycle tries it again, unless a later failure moved its time."""
-        due = self._retry_at.get(key)
-        if due is None:
+        """Its DispatchRetry timer fired: a cycle tries it again, unless a later failure moved its time."""
+        remaining = self._dispatch_retries.remaining(key)
+        if remaining is None:
             return
-        remaining = due - self.clock.monotonic()
         if remaining > 0:
             self.queue.add_after(DispatchRetry(key), remaining)
             return
-        del self._retry_at[key]
         self.queue.add(DISPATCH)
 
     def _in_retry_backoff(self, key: str) -> bool:
         """Its last dispatch failed and its backoff has not passed yet."""
-        due = self._retry_at.get(key)
-        if due is None:
-            return False
-        if due > self.clock.monotonic():
-            return True
-        del self._retry_at[key]
-        return False
+        return self._dispatch_retries.waiting(key)
 
     def _delete_wrapped(self, aw: AppWrapperView, uids: tuple[str, ...] = ()) -> None:
         self.sites.delete_objects(aw, uids)

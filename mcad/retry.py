@@ -20,6 +20,10 @@ Contract:
   requests a second. A key gives up once it has failed ``give_up_attempts`` times counting TRANSIENT failures
   and its first counted failure is ``give_up_seconds`` old; UNAVAILABLE failures grow its delay but are not
   counted. Memory: one entry per key that failed and has not succeeded or been forgotten since.
+- ``RetryTimes`` adds when each key may be tried again to its ``Backoff``: ``waiting(key)`` is True until then;
+  ``remaining(key)`` says how long a timer that fired early still has to wait (None: it waits for nothing);
+  ``release_all()`` lets every key go at once (the API server answers again: the failures most likely came from
+  its absence).
 """
 
 from __future__ import annotations
@@ -160,3 +164,52 @@ class Backoff:
 
     def __len__(self) -> int:
         return len(self._failures)
+
+
+class RetryTimes:
+    """Per key, the time a failed attempt may be tried again (see the module docstring). Not thread-safe."""
+
+    def __init__(self, clock: Clock, policy: Policy) -> None:
+        self._clock = clock
+        self.backoff = Backoff(clock, policy)
+        self._at: dict[str, float] = {}
+
+    def failed(self, key: str, kind: FailureKind) -> Retry:
+        retry = self.backoff.failed(key, kind)
+        if retry.give_up:
+            self._at.pop(key, None)
+        else:
+            self._at[key] = self._clock.monotonic() + retry.delay
+        return retry
+
+    def succeeded(self, key: str) -> None:
+        self.backoff.succeeded(key)
+        self._at.pop(key, None)
+
+    forget = succeeded
+
+    def attempts(self, key: str) -> int:
+        return self.backoff.attempts(key)
+
+    def waiting(self, key: str) -> bool:
+        """Its last attempt failed and its time has not come yet."""
+        left = self.remaining(key)
+        return left is not None and left > 0
+
+    def remaining(self, key: str) -> float | None:
+        """Seconds until it may be tried again: None when it waits for nothing, 0 when its time has come (the
+        time is then forgotten)."""
+        due = self._at.get(key)
+        if due is None:
+            return None
+        left = due - self._clock.monotonic()
+        if left > 0:
+            return left
+        del self._at[key]
+        return 0.0
+
+    def release_all(self) -> int:
+        """Every waiting key may go now; how many waited."""
+        waited = len(self._at)
+        self._at.clear()
+        return waited

@@ -43,7 +43,7 @@ def test_a_failing_api_is_retried_with_the_appwrappers_own_growing_backoff(harne
     h.drain()
     assert h.writer.applied[-1] == "a-cm"
     assert last_status(h, "a")["state"] == "Running"
-    assert h.dispatcher._dispatch_retries.attempts("ns/a") == 0, "a success forgets its failures"
+    assert h.dispatcher.dispatch_attempts("ns/a") == 0, "a success forgets its failures"
 
 
 def test_own_pods_that_exist_already_are_credited_after_a_crash(harness_factory: Any) -> None:
