@@ -12,7 +12,7 @@ Contract:
   when all of its pods pack onto the nodes' room (``placement.pack``; room planned for dispatched pods not yet
   bound is held back), with ``fit="aggregate"`` when its demand fits the free total. With ``strict_fifo`` it
   stops at the first that does not fit; with ``preemption`` one that does not fit may evict strictly
-  lower-priority dispatched AppWrappers (``_preempt_for``) and then holds back everything behind it. The walk
+  lower-priority dispatched AppWrappers (``mcad.evictions``) and then holds back everything behind it. The walk
   is over ``PendingQueue`` groups (same demand, and with fit="nodes" same pod shapes), so its cost follows what
   can fit, not the queue's length. A dispatch is reserved in the ledger before its API writes and released if
   they fail.
@@ -66,6 +66,7 @@ from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
 from mcad.clusters import Policy as ClusterPolicy
 from mcad.errors import ApiError
+from mcad.evictions import Evictions
 from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
 from mcad.hubplacement import WorkerPlacement
 from mcad.hubsites import WorkerClusters, WorkerSites
@@ -96,12 +97,7 @@ from mcad.ledger import Ledger
 from mcad.metrics import Metrics, base_units
 from mcad.pending import PendingQueue
 from mcad.preemption import (
-    Candidate,
     Preemptors,
-    blocked_by_reclaim,
-    priority_victims,
-    reclaim_victims,
-    victim_rank,
 )
 from mcad.retry import Backoff, FailureKind, Policy, RetryTimes, classify
 from mcad.sites import Cleaned, LocalCluster, Sites
@@ -288,6 +284,10 @@ class Dispatcher:
             self.sites = WorkerSites(hub, self.placement, host=self, accountant=self.accountant,
                                      appwrappers=appwrappers, finalizers=writer, writes=self.writes, queue=self.queue,
                                      clock=self.clock)
+        self.evictions = Evictions(self.preemptors, self.accountant, self.targets, self,
+                                   dispatched=self._dispatched, in_flight=self._inflight, appwrappers=appwrappers,
+                                   queue=self.queue, clock=self.clock, writes=self.writes, pods=writer,
+                                   priority_preemption=preemption)
         self._handlers = self._handler_table()
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(AppWrapperEvent((new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(NodeEvent((new or old).name)))  # type: ignore[union-attr]
@@ -475,7 +475,7 @@ class Dispatcher:
             else:
                 need = snapshot.need(key, aw.demand)
                 fit = fits(aw, need, snapshot, self.targets)
-                reclaimed = self._blocked_by_reclaim(aw) if fit.fits else ""
+                reclaimed = self.evictions.blocked_by_reclaim(aw) if fit.fits else ""
                 if reclaimed:
                     out.append(Assessment(key, "Queued", False, reclaimed))
                 elif fit.fits:
@@ -936,7 +936,7 @@ class Dispatcher:
             # recording that): they are in use, so only the rest of the demand must fit.
             need = snapshot.need(key, aw.demand)
             fit = fits(aw, need, snapshot, self.targets)  # 3
-            held = self._blocked_by_reclaim(aw) if fit.fits else ""
+            held = self.evictions.blocked_by_reclaim(aw) if fit.fits else ""
             if held:
                 fit = refused("reclaim", held)
             if fit.fits:  # 4
@@ -946,7 +946,7 @@ class Dispatcher:
                 dispatched += 1
                 snapshot.take(need, fit.plan)
                 continue
-            if self._makes_room(aw, need, snapshot, reclaim=not held):  # 5
+            if self.evictions.makes_room(aw, need, snapshot, reclaim=not held):  # 5
                 held_by = f"held behind {key}, which is preempting lower-priority AppWrappers to make room"
                 cursor.stop()
                 continue
@@ -988,120 +988,6 @@ class Dispatcher:
                        f"({', '.join(sorted(gave_up_on))}), so it no longer holds the queue")
             about, why = about | {"victims stuck"}, partial(lambda w, g: f"{w()}; {g}", why, gave_up)
         return about, why
-
-    def _makes_room(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, *, reclaim: bool) -> bool:
-        """Whether ``aw``, which does not fit, holds the queue because victims go away for it: it waits for those
-        it chose earlier, or chooses some now (quota reclaim, then priority preemption). One that gave up on
-        victims whose pods are still there chooses nobody else."""
-        # Judged before the wait is checked, as that check may be the one that gives up (in this very pass).
-        stuck = self.preemptors.stuck(aw.key, lambda uid: self.ledger.pod(uid) is not None)
-        if self._waiting_for_victims(aw.key):
-            return True
-        if stuck:
-            return False
-        return (reclaim and self._reclaim_for(aw, need, snapshot)) or \
-            (self.preemption and self._preempt_for(aw, need, snapshot))
-
-    # ------------------------------------------------------------------------------------------ fit
-
-    def _preempt_for(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> bool:
-        """Priority preemption for a queued AppWrapper that does not fit (victims chosen by
-        ``mcad.preemption.priority_victims``): requeue them and wait for them. True when it preempts."""
-        key = aw.key
-        taken = self.preemptors.victims_taken()
-        candidates = [Candidate(victim.key, victim.priority, self._victim_rank(victim))
-                      for victim in self._dispatched.values()
-                      if victim.priority < aw.priority and victim.key not in taken
-                      and victim.key not in self._inflight and self._state(victim) in ACTIVE_STATES]
-        chosen = priority_victims(aw, need, snapshot, self.targets, candidates,
-                                             self.accountant.footprint)
-        if not chosen:
-            return False
-        self._evict(chosen, status.PREEMPTED_BY_PRIORITY, f"Preempted by AppWrapper {key} (priority {aw.priority}).")
-        names = sorted(chosen)
-        self._start_preempting(key, names)
-        log.info("preempting", appwrapper=key, priority=aw.priority, victims=names)
-        why = f"preempting {len(names)} lower-priority AppWrapper(s) to make room: {', '.join(names)}"
-        self._set_queued(aw, frozenset({"preempting"}), partial(str, why))
-        return True
-
-    def _evict(self, victims: Iterable[str], reason: str, message: str) -> None:
-        """Requeue dispatched AppWrappers for another's sake, keeping their requeuing count."""
-        for victim_key in victims:
-            self.requeue_keeping_count(self._dispatched[victim_key], reason, message)
-
-    def _start_preempting(self, key: str, victims: Iterable[str], reclaim: quota_trees.Charges | None = None) -> None:
-        """``key`` waits for ``victims`` to go, holding the queue, for at most ``victim_timeout`` seconds."""
-        self.preemptors.start(key, victims, self.clock.monotonic(), reclaim)
-        self.queue.add_after(DISPATCH, self.victim_timeout)  # looks again at the latest then, events or not
-
-    def _victim_rank(self, victim: AppWrapperView) -> tuple[Any, ...]:
-        return victim_rank(victim.priority, lifecycle.dispatched_at(self._status(victim)),
-                                      lifecycle.parse_time(victim.created), victim.key)
-
-    def _waiting_for_victims(self, key: str) -> bool:
-        """It preempted (priority or quota reclaim) and its victims are still going away, for less than
-        ``victim_timeout``; past that, ``_give_up_on_victims``."""
-        holding, gave_up_on = self.preemptors.check(
-            key, lambda v: v in self._dispatched or self.accountant.has_pods(v), self.clock.monotonic())
-        if gave_up_on:
-            self._give_up_on_victims(key, gave_up_on)
-        return holding
-
-    def _give_up_on_victims(self, key: str, victims: frozenset[str]) -> None:
-        """Its victims' pods did not go within ``victim_timeout`` (a finalizer, a process ignoring SIGTERM with a
-        long grace period): force-delete those whose grace period is over, as the kubelet would have by now, and
-        stop holding the queue. It preempts nobody else until these victims' pods are gone."""
-        now = self.clock.now().timestamp()
-        forced, stuck, remaining = [], [], set()
-        for victim in sorted(victims):
-            for pod in self.accountant.live_pods(victim):
-                remaining.add(pod.uid)
-                if pod.deleting and 0 < pod.grace_ends <= now:
-                    forced.append(f"{pod.namespace}/{pod.name}")
-                    self.writes.submit(victim, partial(self._force_delete_pod, pod), tenant=pod.namespace)
-                else:
-                    stuck.append(f"{pod.namespace}/{pod.name}")
-        self.preemptors.gave_up(key, victims, frozenset(remaining))
-        log.warning("preemption victims did not go in time; no longer holding the queue", appwrapper=key,
-                    victims=sorted(victims), timeout_s=self.victim_timeout, force_deleted=forced, still_there=stuck)
-        aw = self.appwrappers.get(key)
-        if aw is not None:
-            detail = f"force-deleted {len(forced)} pod(s) past their grace period" if forced else \
-                "none of their pods is past its grace period"
-            self.event(aw, events.QUEUED, f"Its preemption victims did not finish terminating within "
-                                           f"{self.victim_timeout:g} s ({detail}); it no longer holds the queue.")
-
-    def _force_delete_pod(self, pod: PodView) -> None:
-        try:
-            self.writer.force_delete_pod(pod.namespace, pod.name, pod.uid)
-        except ApiError as err:
-            if err.status not in (404, 409):
-                log.warning("force deletion refused", pod=f"{pod.namespace}/{pod.name}", status_code=err.status,
-                            reason=err.message)
-
-    def _reclaim_for(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> bool:
-        """Quota reclaim for a queued AppWrapper that does not fit because others borrowed quota above it (victims
-        chosen by ``mcad.preemption.reclaim_victims``): requeue them and wait for them. True when it reclaims."""
-        if snapshot.quota is None or aw.held:
-            return False
-        ranks = {k: self._victim_rank(v) for k, v in self._dispatched.items()}
-        exclude = self.preemptors.victims_taken() | set(self._inflight)
-        victims = reclaim_victims(aw, need, snapshot, self.targets, ranks, self.accountant.footprint,
-                                             exclude)
-        if not victims:
-            return False
-        key = aw.key
-        self._evict(victims, status.PREEMPTED_BY_QUOTA_RECLAIM,
-                    f"Preempted to give borrowed quota back to AppWrapper {key}.")
-        self._start_preempting(key, victims, reclaim=snapshot.quota.forest.charges(aw.labels)[0])
-        log.info("reclaiming quota", appwrapper=key, victims=victims)
-        why = f"reclaiming quota borrowed by {len(victims)} AppWrapper(s): {', '.join(sorted(victims))}"
-        self._set_queued(aw, frozenset({"reclaiming"}), partial(str, why))
-        return True
-
-    def _blocked_by_reclaim(self, aw: AppWrapperView) -> str:
-        return blocked_by_reclaim(aw, self.quota, self.preemptors.reclaiming)
 
     def _refresh_group(self, head: AppWrapperView, about: frozenset[str], snapshot: Snapshot) -> None:
         """The rest of a blocked head's group is skipped by the cycle; when what blocks the head changes, what
@@ -1150,6 +1036,9 @@ class Dispatcher:
             else:
                 self._set_queued(aw, fit.about, fit.why)
         self._unannounced = held
+
+    def tell_waiting(self, aw: AppWrapperView, about: frozenset[str], why: str) -> None:
+        self._set_queued(aw, about, partial(str, why))
 
     def _set_queued(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> None:
         """Write the Backoff status, unless the last one was about the same short resources and about the same

@@ -1,0 +1,195 @@
+"""Carrying out preemption and quota reclaim: victims requeued, their preemptor waiting for them, and giving up.
+
+Contract (the dispatcher thread runs this; ``mcad.preemption`` chooses, this module acts):
+- ``makes_room(aw, need, snapshot)`` is asked by a dispatch cycle for a queued AppWrapper that does not fit. It is
+  True while ``aw`` holds the queue because victims go away for it: it waits for those it chose earlier, or it
+  chooses some now, quota reclaim first (borrowers above it), then, with ``--preemption``, priority preemption
+  (strictly lower priorities). Victims are requeued at once keeping their requeuing count, each with its reason
+  (PreemptedByPriority, PreemptedByQuotaReclaim), and the preemptor's Backoff names them.
+- A preemptor waits at most ``victim_timeout`` seconds (a DISPATCH is due then, events or not). Past it, victims'
+  pods whose grace period is over are force-deleted (as the kubelet would have by now), the preemptor stops
+  holding the queue and an Event says so; it chooses nobody else until those very pods are gone.
+- ``blocked_by_reclaim(aw)``: why ``aw`` may not borrow now (a reclaim waits for its victims in its trees).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from functools import partial
+from typing import Any, Protocol
+
+import structlog
+
+from mcad import events, lifecycle, status
+from mcad.accounting import Accountant, Snapshot
+from mcad.api.appwrapper import ACTIVE_STATES, AppWrapperView
+from mcad.api.resources import ResourceVector
+from mcad.api.statusview import StatusView
+from mcad.api.views import PodView
+from mcad.clock import Clock
+from mcad.errors import ApiError
+from mcad.fit import Targets
+from mcad.keys import DISPATCH, Key
+from mcad.preemption import (
+    Candidate,
+    Preemptors,
+    blocked_by_reclaim,
+    priority_victims,
+    reclaim_victims,
+    victim_rank,
+)
+from mcad.quota import Charges
+from mcad.workqueue import WorkQueue
+from mcad.writes import Writes
+
+log = structlog.get_logger("mcad.dispatcher")
+
+
+class PodDeleter(Protocol):
+    def force_delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete that very pod with no grace period."""
+        ...
+
+
+class Host(Protocol):
+    """What evictions ask of the dispatcher."""
+
+    def status_of(self, aw: AppWrapperView) -> StatusView:
+        ...
+
+    def requeue_keeping_count(self, aw: AppWrapperView, reason: str, message: str) -> None:
+        ...
+
+    def event(self, aw: AppWrapperView, reason: str, message: str) -> None:
+        ...
+
+    def tell_waiting(self, aw: AppWrapperView, about: frozenset[str], why: str) -> None:
+        """Its Backoff status: what it waits for."""
+        ...
+
+
+class Evictions:
+    def __init__(self, preemptors: Preemptors, accountant: Accountant, targets: Targets, host: Host, *,
+                 dispatched: Mapping[str, AppWrapperView], in_flight: Mapping[str, AppWrapperView],
+                 appwrappers: Any, queue: WorkQueue[Key], clock: Clock, writes: Writes, pods: PodDeleter,
+                 priority_preemption: bool) -> None:
+        self.preemptors = preemptors
+        self._accountant = accountant
+        self._targets = targets
+        self._host = host
+        self._dispatched = dispatched  # the dispatcher's own maps, read live
+        self._in_flight = in_flight
+        self._appwrappers = appwrappers
+        self._queue = queue
+        self._clock = clock
+        self._writes = writes
+        self._pods = pods
+        self._priority_preemption = priority_preemption
+
+    @property
+    def victim_timeout(self) -> float:
+        return self.preemptors.victim_timeout
+
+    def makes_room(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, *, reclaim: bool) -> bool:
+        """Whether ``aw``, which does not fit, holds the queue because victims go away for it (see the module
+        docstring); ``reclaim`` False: a reclaim elsewhere already holds it back from borrowing."""
+        # Judged before the wait is checked, as that check may be the one that gives up (in this very pass).
+        stuck = self.preemptors.stuck(aw.key, lambda uid: self._accountant.ledger.pod(uid) is not None)
+        if self._waiting_for_victims(aw.key):
+            return True
+        if stuck:
+            return False
+        return (reclaim and self._reclaim_for(aw, need, snapshot)) or \
+            (self._priority_preemption and self._preempt_for(aw, need, snapshot))
+
+    def blocked_by_reclaim(self, aw: AppWrapperView) -> str:
+        return blocked_by_reclaim(aw, self._accountant.quota, self.preemptors.reclaiming)
+
+    def _preempt_for(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> bool:
+        key = aw.key
+        taken = self.preemptors.victims_taken()
+        candidates = [Candidate(victim.key, victim.priority, self._rank(victim))
+                      for victim in self._dispatched.values()
+                      if victim.priority < aw.priority and victim.key not in taken
+                      and victim.key not in self._in_flight and self._host.status_of(victim).state in ACTIVE_STATES]
+        chosen = priority_victims(aw, need, snapshot, self._targets, candidates, self._accountant.footprint)
+        if not chosen:
+            return False
+        self._evict(chosen, status.PREEMPTED_BY_PRIORITY, f"Preempted by AppWrapper {key} (priority {aw.priority}).")
+        names = sorted(chosen)
+        self._start(key, names)
+        log.info("preempting", appwrapper=key, priority=aw.priority, victims=names)
+        self._host.tell_waiting(aw, frozenset({"preempting"}),
+                                f"preempting {len(names)} lower-priority AppWrapper(s) to make room: "
+                                f"{', '.join(names)}")
+        return True
+
+    def _reclaim_for(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> bool:
+        if snapshot.quota is None or aw.held:
+            return False
+        ranks = {k: self._rank(v) for k, v in self._dispatched.items()}
+        exclude = self.preemptors.victims_taken() | set(self._in_flight)
+        victims = reclaim_victims(aw, need, snapshot, self._targets, ranks, self._accountant.footprint, exclude)
+        if not victims:
+            return False
+        key = aw.key
+        self._evict(victims, status.PREEMPTED_BY_QUOTA_RECLAIM,
+                    f"Preempted to give borrowed quota back to AppWrapper {key}.")
+        self._start(key, victims, reclaim=snapshot.quota.forest.charges(aw.labels)[0])
+        log.info("reclaiming quota", appwrapper=key, victims=victims)
+        self._host.tell_waiting(aw, frozenset({"reclaiming"}),
+                                f"reclaiming quota borrowed by {len(victims)} AppWrapper(s): "
+                                f"{', '.join(sorted(victims))}")
+        return True
+
+    def _evict(self, victims: Iterable[str], reason: str, message: str) -> None:
+        for victim_key in victims:
+            self._host.requeue_keeping_count(self._dispatched[victim_key], reason, message)
+
+    def _start(self, key: str, victims: Iterable[str], reclaim: Charges | None = None) -> None:
+        """``key`` waits for ``victims`` to go, holding the queue, for at most ``victim_timeout`` seconds."""
+        self.preemptors.start(key, victims, self._clock.monotonic(), reclaim)
+        self._queue.add_after(DISPATCH, self.victim_timeout)  # looks again at the latest then, events or not
+
+    def _rank(self, victim: AppWrapperView) -> tuple[Any, ...]:
+        return victim_rank(victim.priority, lifecycle.dispatched_at(self._host.status_of(victim)),
+                           lifecycle.parse_time(victim.created), victim.key)
+
+    def _waiting_for_victims(self, key: str) -> bool:
+        holding, gave_up_on = self.preemptors.check(
+            key, lambda v: v in self._dispatched or self._accountant.has_pods(v), self._clock.monotonic())
+        if gave_up_on:
+            self._give_up_on_victims(key, gave_up_on)
+        return holding
+
+    def _give_up_on_victims(self, key: str, victims: frozenset[str]) -> None:
+        """Its victims' pods did not go within ``victim_timeout`` (a finalizer, a process ignoring SIGTERM with a
+        long grace period): force-delete those whose grace period is over and stop holding the queue."""
+        now = self._clock.now().timestamp()
+        forced, stuck, remaining = [], [], set()
+        for victim in sorted(victims):
+            for pod in self._accountant.live_pods(victim):
+                remaining.add(pod.uid)
+                if pod.deleting and 0 < pod.grace_ends <= now:
+                    forced.append(f"{pod.namespace}/{pod.name}")
+                    self._writes.submit(victim, partial(self._force_delete, pod), tenant=pod.namespace)
+                else:
+                    stuck.append(f"{pod.namespace}/{pod.name}")
+        self.preemptors.gave_up(key, victims, frozenset(remaining))
+        log.warning("preemption victims did not go in time; no longer holding the queue", appwrapper=key,
+                    victims=sorted(victims), timeout_s=self.victim_timeout, force_deleted=forced, still_there=stuck)
+        aw = self._appwrappers.get(key)
+        if aw is not None:
+            detail = f"force-deleted {len(forced)} pod(s) past their grace period" if forced else \
+                "none of their pods is past its grace period"
+            self._host.event(aw, events.QUEUED, f"Its preemption victims did not finish terminating within "
+                                                f"{self.victim_timeout:g} s ({detail}); it no longer holds the queue.")
+
+    def _force_delete(self, pod: PodView) -> None:
+        """Background thread."""
+        try:
+            self._pods.force_delete_pod(pod.namespace, pod.name, pod.uid)
+        except ApiError as err:
+            if err.status not in (404, 409):
+                log.warning("force deletion refused", pod=f"{pod.namespace}/{pod.name}", status_code=err.status,
+                            reason=err.message)
