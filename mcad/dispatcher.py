@@ -37,7 +37,6 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
 import time
 from collections import deque
@@ -95,6 +94,7 @@ from mcad.keys import (
 )
 from mcad.ledger import Ledger
 from mcad.metrics import Metrics, base_units
+from mcad.notices import BEHIND_STRICT_FIFO, Notices
 from mcad.pending import PendingQueue
 from mcad.preemption import (
     Preemptors,
@@ -108,9 +108,6 @@ from mcad.writes import Writes
 
 QUOTA_STATUS_WINDOW_SECONDS = 2.0
 R = TypeVar("R")
-# Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
-# mean rewriting the status of every AppWrapper behind it.
-BEHIND_STRICT_FIFO = "waiting behind earlier AppWrappers (strict FIFO)"
 # Pod counts in a dispatched AppWrapper's status are written at most once per this window, in the writers' low
 # priority lane: a gang's pods move through Pending and Running within moments, one write for all of it is enough,
 # and API server capacity is better spent creating the next gang.
@@ -189,13 +186,6 @@ def _quantities(vector: ResourceVector, resources: Iterable[str]) -> dict[str, s
     return {name: format_amount(name, vector.get(name)) for name in sorted(resources)}
 
 
-@functools.lru_cache(maxsize=1024)
-def _one_copy(written: tuple[frozenset[str], int]) -> tuple[frozenset[str], int]:
-    """The kept copy of a (what blocks it, its place) equal to this one: thousands of waiting AppWrappers remember
-    it, and it takes few values (places past 10 are powers of two)."""
-    return written
-
-
 def protected_namespace_message(namespace: str) -> str:
     return (f"namespace {namespace} is protected: mcad creates nothing there unless the controller runs with "
             f"--allow-protected-namespace={namespace}")
@@ -248,17 +238,11 @@ class Dispatcher:
         self._inflight: dict[str, AppWrapperView] = {}
         self.cycles = 0
         self.pending = PendingQueue()
-        # Queued AppWrappers that have no Backoff status yet: announced after the next cycle.
-        self._unannounced: set[str] = set()
         # The last view of each dispatched AppWrapper: once it is deleted, its items say what to clean up.
         self._dispatched: dict[str, AppWrapperView] = {}
         # uids of the objects applied for each dispatched AppWrapper (unknown after a restart): one request each
         # to delete them, instead of a read to check their owner first.
         self._object_uids: dict[str, tuple[str, ...]] = {}
-        # Per waiting AppWrapper: what its last Backoff message was about (the short resources, its place).
-        # Per pending group: what blocked its head when the group's members were last brought up to date.
-        self._backoff_written: dict[str, tuple[frozenset[str], int]] = {}
-        self._group_about: dict[Any, frozenset[str]] = {}
         # Dispatched AppWrappers whose lifecycle timers (minAvailable check, dispatch deadline) are set.
         self._timed: set[str] = set()
         # Dispatched AppWrappers whose minAvailable was met at the check: nothing more to check.
@@ -288,6 +272,9 @@ class Dispatcher:
                                    dispatched=self._dispatched, in_flight=self._inflight, appwrappers=appwrappers,
                                    queue=self.queue, clock=self.clock, writes=self.writes, pods=writer,
                                    priority_preemption=preemption)
+        # What waiting AppWrappers are told (their Backoff status), written only when it changes.
+        self.notices = Notices(self.pending, appwrappers, self, metrics=self.metrics, clock=self.clock,
+                               strict_fifo=strict_fifo)
         self._handlers = self._handler_table()
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(AppWrapperEvent((new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(NodeEvent((new or old).name)))  # type: ignore[union-attr]
@@ -538,7 +525,7 @@ class Dispatcher:
             aw = self.appwrappers.get(key)
             if aw is not None:
                 self.enqueue(aw)
-        self._group_about.clear()
+        self.notices.groups_changed()
         self.queue.add(DISPATCH)
         self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
 
@@ -834,14 +821,14 @@ class Dispatcher:
                                                requeue_wait=requeue_wait))
         self._delete_wrapped(aw, self._object_uids.pop(key, ()))
         self._undispatch(key)
-        self._backoff_written.pop(key, None)
+        self.notices.dispatched(key)
         if aw.demand_error:
             # Dispatched before its spec was refused (a bound added since): it is not dispatched again.
             self._fail(aw, status.INVALID_SPEC, aw.demand_error)
             return
         self.enqueue(aw)
-        # Its Backoff tells of the requeue; once it waits like the rest, say what it waits for (see _announce).
-        self._unannounced.add(key)
+        # Its Backoff tells of the requeue; once it waits like the rest, say what it waits for (mcad.notices).
+        self.notices.to_announce(key)
         self.queue.add(DISPATCH)
 
     def _draining(self, aw: AppWrapperView) -> bool:
@@ -869,11 +856,11 @@ class Dispatcher:
             group = (group, aw.held)
         before = self.pending.entry(aw.key)
         if before is None and not self._status(aw).backoff:
-            self._unannounced.add(aw.key)
+            self.notices.to_announce(aw.key)
         elif before is not None and before[1] != group:
             # A new group (its old pods went, its quota node changed): a cycle may only ever visit the group's
             # head, so its own Backoff is written at the end of the next cycle.
-            self._unannounced.add(aw.key)
+            self.notices.to_announce(aw.key)
         self.pending.upsert(aw.key, aw.order(), aw.demand, group=group)
         return before != (aw.order(), group)
 
@@ -883,8 +870,7 @@ class Dispatcher:
         self.statuses.forget(key)
         self._dispatch_retries.forget(key)
         self._object_uids.pop(key, None)
-        self._backoff_written.pop(key, None)
-        self._unannounced.discard(key)
+        self.notices.forget(key)
         self.pending.remove(key)
 
     def _update_pod_counts(self, aw: AppWrapperView) -> None:
@@ -967,10 +953,10 @@ class Dispatcher:
         for key in done:  # 7
             self.pending.remove(key)
         for aw, about, why in waiting:
-            self._set_queued(aw, about, why)
+            self.notices.tell(aw, about, why)
             if not self.strict_fifo:
-                self._refresh_group(aw, about, snapshot)
-        self._announce(snapshot, held_by)
+                self.notices.refresh_group(aw, about, snapshot)
+        self.notices.announce(snapshot, held_by)
         self.metrics.cycle(time.perf_counter() - started)
         log.info("dispatch cycle", cycle=self.cycles, queued=len(self.pending), dispatched=dispatched,
                  visited=cursor.visited, free=snapshot.free.format(),
@@ -989,76 +975,25 @@ class Dispatcher:
             about, why = about | {"victims stuck"}, partial(lambda w, g: f"{w()}; {g}", why, gave_up)
         return about, why
 
-    def _refresh_group(self, head: AppWrapperView, about: frozenset[str], snapshot: Snapshot) -> None:
-        """The rest of a blocked head's group is skipped by the cycle; when what blocks the head changes, what
-        blocks them changed too: rewrite their Backoff once (O(group) per change, not per cycle), so no member
-        keeps saying "not-ready taint" once the truth is "too little cpu"."""
-        entry = self.pending.entry(head.key)
-        if entry is None:
-            return
-        group = entry[1]
-        previous = self._group_about.get(group)
-        self._group_about[group] = about
-        # First sight of the group (a new one, or after a restart): its members were announced one by one.
-        if previous is None or previous == about:
-            return
-        for key in self.pending.members(group):
-            member = self.appwrappers.get(key) if key != head.key else None
-            if member is None or not self._is_queued(member) or self._draining(member) or key in self.preemptors:
-                continue
-            fit = fits(member, snapshot.need(key, member.demand), snapshot, self.targets)
-            if not fit.fits:
-                self._set_queued(member, fit.about, fit.why)
-        if len(self._group_about) > 2 * self.pending.group_count() + 16:
-            self._group_about = {g: a for g, a in self._group_about.items() if self.pending.has_group(g)}
-
-    def _announce(self, snapshot: Snapshot, held_by: str = "") -> None:
-        """First Backoff status of AppWrappers that arrived and still wait (the cycle may not have visited them:
-        ``held_by`` says why, when a preemptor stopped it early)."""
-        held = set()
-        for key in self._unannounced:
-            aw = self.appwrappers.get(key)
-            if aw is None or key not in self.pending or key in self._backoff_written or key in self.preemptors:
-                continue
-            if self._draining(aw):
-                held.add(key)  # its requeue message stands until its old pods are gone
-                continue
-            if self.strict_fifo:
-                self._set_queued(aw, frozenset({BEHIND_STRICT_FIFO}), partial(str, BEHIND_STRICT_FIFO))
-                continue
-            fit = fits(aw, snapshot.need(key, aw.demand), snapshot, self.targets)
-            if fit.fits:
-                # It would fit, yet the cycle did not dispatch it: a preemptor holds the queue, or its last
-                # dispatch failed and it waits out its backoff. Never an empty reason.
-                why = held_by or ("waiting for the next dispatch cycle" if not self._in_retry_backoff(key)
-                                  else "its last dispatch failed; retrying after its backoff")
-                self._set_queued(aw, frozenset({why}), partial(str, why))
-            else:
-                self._set_queued(aw, fit.about, fit.why)
-        self._unannounced = held
-
     def tell_waiting(self, aw: AppWrapperView, about: frozenset[str], why: str) -> None:
-        self._set_queued(aw, about, partial(str, why))
+        self.notices.tell(aw, about, partial(str, why))
 
-    def _set_queued(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> None:
-        """Write the Backoff status, unless the last one was about the same short resources and about the same
-        place in the queue: exact for the first ten, then by powers of two, so that an AppWrapper moving up a long
-        queue is rewritten O(log n) times in all, not once per dispatch ahead of it."""
-        position = self.pending.position(aw.key)
-        place = position if position <= 10 else 1 << (position.bit_length() - 1)
-        if self._backoff_written.get(aw.key) == (about, place) and self._state(aw) == State.PENDING:
-            return
-        reason = why()
-        message = f"{reason}; position {position} in the queue" if position else reason
-        before = self._backoff_written.get(aw.key)
-        if before is None:
-            self.metrics.decision("queued")
-        if before is None or before[0] != about:
-            # An Event when what blocks it changes, not when its place does (that changes every cycle).
-            self.event(aw, events.QUEUED, f"Waiting: {reason}.")
-        self.write_status(aw, status.queued(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
-                                             why=message))
-        self._backoff_written[aw.key] = _one_copy((about, place))
+    # ------------------------------------------------------------------------------------------ for mcad.notices
+
+    def waits_in_queue(self, aw: AppWrapperView) -> bool:
+        return self._is_queued(aw) and not self._draining(aw) and aw.key not in self.preemptors
+
+    def draining(self, aw: AppWrapperView) -> bool:
+        return self._draining(aw)
+
+    def fit_of(self, aw: AppWrapperView, snapshot: Snapshot) -> Fit:
+        return fits(aw, snapshot.need(aw.key, aw.demand), snapshot, self.targets)
+
+    def retrying(self, key: str) -> bool:
+        return self._dispatch_retries.waiting(key)
+
+    def preempting(self, key: str) -> bool:
+        return key in self.preemptors
 
     def _dispatch(self, aw: AppWrapperView, plan: Plan = (), cluster: str = "") -> None:
         """Reserve now, write in the background: the objects, then the Dispatched status (see ``_collect``).
@@ -1147,7 +1082,7 @@ class Dispatcher:
             return
         self._dispatch_retries.succeeded(key)
         self._object_uids[key] = outcome.uids
-        self._backoff_written.pop(key, None)
+        self.notices.dispatched(key)
         self._dispatched[key] = aw
         # Its pods may have come and started while the writes were under way (their events found it in flight).
         self.queue.add_after(PodCounts(key), POD_COUNT_WINDOW_SECONDS)
@@ -1184,7 +1119,7 @@ class Dispatcher:
         # A timer of its own: DISPATCH timers of several AppWrappers would merge into the earliest one.
         self.queue.add_after(DispatchRetry(key), retry.delay)
         why = f"creating its objects failed, retrying with backoff: {error.message}"
-        self._set_queued(aw, frozenset({"dispatch failed"}), partial(str, why))
+        self.notices.tell(aw, frozenset({"dispatch failed"}), partial(str, why))
 
     def _api_recovered(self) -> None:
         """The API server answers again after failing: the dispatches and status writes that wait out a backoff
