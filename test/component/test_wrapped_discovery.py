@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcad.errors import ApiError
 from mcad.informer import Informer
-from mcad.kube import ApiError
 from mcad.wrapped import WrappedObjects, WrappedView, wrapped_view
-from test.component.test_dispatcher import aw, last_status, node
+from test.component.harness import aw, last_status, node
 from test.fakes import FakeClock, FakeListerWatcher
 from test.support import wait_until
 

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import structlog
 
+from mcad.errors import ApiError
 from mcad.informer import Informer
-from mcad.kube import ApiError, ApiResource
+from mcad.kube import ApiResource
 from mcad.wrapped import UNWATCHABLE, WrappedObjects, WrappedView, informer_factory, wrapped_view
 from test.fakes import FakeClock, FakeListerWatcher
 from test.support import wait_until
