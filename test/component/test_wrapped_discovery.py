@@ -7,6 +7,7 @@ from typing import Any
 
 from mcad.errors import ApiError
 from mcad.informer import Informer
+from mcad.keys import AppWrapperEvent
 from mcad.wrapped import WrappedObjects, WrappedView, wrapped_view
 from test.component.harness import aw, last_status, node
 from test.fakes import FakeClock, FakeListerWatcher
@@ -44,7 +45,8 @@ def test_an_appwrapper_waiting_on_discovery_is_not_polled_and_is_woken_by_the_an
 
     wake: list[Any] = []  # the dispatcher's queue, once the harness has built it
     discovery_clock = FakeClock()
-    wrapped = WrappedObjects(factory, lambda key: wake[0].add(("aw", key)), clock=discovery_clock, background=False)
+    wrapped = WrappedObjects(factory, lambda key: wake[0].add(AppWrapperEvent(key)), clock=discovery_clock,
+                             background=False)
     h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[completing_aw("a")], wrapped=wrapped)
     wake.append(h.dispatcher.queue)
     try:
@@ -65,7 +67,7 @@ def test_an_appwrapper_waiting_on_discovery_is_not_polled_and_is_woken_by_the_an
         # Woken by the ConfigMap's ADDED event (the informer's first list) and, once it has synced, as a waiter:
         # whichever visit comes after the sync reads the ConfigMap's condition. The ConfigMap reports Complete and
         # the pod it declares has not run yet, so the AppWrapper holds: read without any polling.
-        wait_until(lambda: (h.dispatcher.process_next(timeout=0.1) == ("aw", "ns/a")
+        wait_until(lambda: (h.dispatcher.process_next(timeout=0.1) == AppWrapperEvent("ns/a")
                             and last_status(h, "a")["state"] == "RunningHoldCompletion") or None, 5,
                    "the AppWrapper woken and its wrapped object read, once the kind has synced")
     finally:
