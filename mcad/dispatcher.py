@@ -696,9 +696,8 @@ class Dispatcher:
         kinds = lifecycle.watched_kinds(aw, jobs=jobs)
         if not kinds:
             return
-        if not all([wrapped.ensure(api_version, kind) for api_version, kind in kinds]):
-            # A kind's informer is still listing: look again shortly (its events will also bring us back).
-            self.queue.add_after(AppWrapperEvent(key), 0.2)
+        if not all([wrapped.ensure(api_version, kind, waiter=key) for api_version, kind in kinds]):
+            # A kind is not known yet or its informer is still listing: WrappedObjects wakes this key when it is.
             return
         active = sum(1 for phase in phases if phase not in ("Succeeded", "Failed"))
         expects_pods = any(group.count > 0 for group in aw.gang)

@@ -20,7 +20,8 @@ Contract (client-go ``tools/cache`` semantics; see model-codebases.md rules I1-I
   together, and tells the group's listeners (the dispatcher retries what failed because the server was away).
 - The store is written before any handler runs; handlers run in the informer thread, in event order, as
   ``handler(type, old, new)`` (ADDED: old None; DELETED: new None). A handler that raises is logged and the
-  informer goes on. ``has_synced()`` turns true once the first list has been applied and its handlers ran.
+  informer goes on. ``has_synced()`` turns true once the first list has been applied and its handlers ran;
+  ``on_synced`` listeners then run once, in the informer thread (a waiter need not poll ``has_synced``).
 - The store holds ``transform(raw)`` (keep only what callers need: memory at scale); reads are thread-safe and
   return the stored values, which callers must treat as read-only. An object the transform rejects (raises) is
   logged and treated as absent. ``reuse(stored, raw)``, when given, may build the new value from the one stored
@@ -183,6 +184,7 @@ class Informer(Generic[T]):
         self._rng = rng or random.Random()
         self._backoff = _Backoff(backoff[0], backoff[1], self._clock, self._rng)
         self._handlers: list[Handler[T]] = []
+        self._synced_listeners: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         # key -> (raw metadata.resourceVersion, transformed object); replaced whole on relist
         self._store: dict[str, tuple[str, T]] = {}
@@ -208,6 +210,12 @@ class Informer(Generic[T]):
         if self._thread is not None:
             raise RuntimeError("add handlers before the informer starts")
         self._handlers.append(handler)
+
+    def on_synced(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` once, in the informer thread, right after ``has_synced()`` first turns true."""
+        if self._thread is not None:
+            raise RuntimeError("add sync listeners before the informer starts")
+        self._synced_listeners.append(listener)
 
     def start(self) -> threading.Thread:
         """Run ``run()`` in a daemon thread named after the informer."""
@@ -361,7 +369,14 @@ class Informer(Generic[T]):
                 changes += 1
         _log.info("informer listed", informer=self.name, resource_version=resource_version, items=len(new_store),
                   changes=changes, relist=self._lists > 1)
+        if self._synced.is_set():
+            return
         self._synced.set()
+        for listener in self._synced_listeners:
+            try:
+                listener()
+            except Exception:  # a listener's bug must not stop the informer, as for handlers
+                _log.exception("informer sync listener failed", informer=self.name)
 
     def _watch(self, stop: threading.Event) -> None:
         timeout = self._rng.randint(*self._watch_timeout)
