@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -65,6 +65,7 @@ from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
 from mcad.clusters import Policy as ClusterPolicy
+from mcad.dispatchjob import Dispatched, Writer, create_objects
 from mcad.errors import ApiError
 from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
 from mcad.hubplacement import WorkerPlacement
@@ -103,7 +104,7 @@ from mcad.preemption import (
     reclaim_victims,
     victim_rank,
 )
-from mcad.retry import Backoff, FailureKind, Policy, classify
+from mcad.retry import Backoff, FailureKind, Policy
 from mcad.sites import Cleaned, LocalCluster, Sites
 from mcad.statussync import StatusSync, StatusWritten
 from mcad.workqueue import WorkQueue
@@ -136,47 +137,6 @@ DEFAULT_VICTIM_TIMEOUT_SECONDS = 300.0
 _EVENT_REASONS = {"dispatched": events.DISPATCHED, "queued": events.QUEUED, "preempted": events.PREEMPTED,
                   "requeued": events.REQUEUED, "completed": events.COMPLETED, "failed": events.FAILED}
 log = structlog.get_logger("mcad.dispatcher")
-
-
-class Writer(apply.ObjectWriter, Protocol):
-    def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],
-                     *, field_manager: str) -> Mapping[str, Any]:
-        """QuotaSubtree status (server-side apply)."""
-        ...
-
-    def replace_status(self, api_version: str, kind: str, namespace: str, name: str, uid: str,
-                       new_status: Mapping[str, Any], *, field_manager: str) -> Mapping[str, Any]:
-        """AppWrapper status, conditioned on the AppWrapper's uid."""
-        ...
-
-    def force_delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        """Delete that very pod with no grace period (a preemption victim that did not go in time)."""
-        ...
-
-    def read(self, api_version: str, kind: str, namespace: str, name: str, *,
-             not_older_than: str = "") -> Mapping[str, Any]:
-        """The object as the API server has it (at ``not_older_than`` or later): the dispatch reads the
-        AppWrapper's templates this way, since the controller keeps none."""
-        ...
-
-    def patch_json(self, api_version: str, kind: str, namespace: str, name: str,
-                   operations: list[dict[str, Any]]) -> Mapping[str, Any]:
-        """Hub mode only (finalizers)."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class _Dispatched:
-    """Outcome of a dispatch job: the objects were applied (``error`` None), or not and what was applied is undone.
-    ``status`` is the Dispatched status to write once they are."""
-
-    aw: AppWrapperView
-    status: Mapping[str, Any]
-    uids: tuple[str, ...] = ()
-    error: apply.DispatchFailed | None = None
-    # The AppWrapper read for its templates is not the one decided about (another generation or uid, or gone):
-    # nothing was applied; it is decided about again.
-    stale: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -1185,41 +1145,13 @@ class Dispatcher:
         wait = lifecycle.current_requeue_wait(aw.scheduling, current) if aw.scheduling.min_available > 0 else 0
         new = status.dispatched(current.raw(), self.clock.now(), priority=aw.priority, requeue_wait=wait,
                                 cluster=cluster)
-        sites = self.sites
-
-        def job() -> apply.Steps[_Dispatched]:
-            # In steps of one request: the write pool interleaves them with other AppWrappers' (see mcad.writes).
-            try:
-                # The templates, which the controller does not keep (bounded memory): read now, no older than
-                # the view decided about, and only if it is that very spec.
-                try:
-                    raw = self.writer.read(aw.api_version, KIND, aw.namespace, aw.name,
-                                           not_older_than=aw.resource_version)
-                except ApiError as err:
-                    if err.status == 404:
-                        return _Dispatched(aw, new, stale=True)
-                    raise
-                meta = raw.get("metadata") or {}
-                if meta.get("uid") != aw.uid or meta.get("generation") != aw.generation:
-                    return _Dispatched(aw, new, stale=True)
-                items = apply.generic_items(raw)
-                del raw
-                yield
-                uids = yield from sites.apply_steps(aw, items, cluster)
-            except apply.DispatchFailed as err:
-                return _Dispatched(aw, new, error=err)
-            except ApiError as err:
-                where = f"worker cluster {cluster}" if cluster else "the API server"
-                return _Dispatched(aw, new, error=apply.DispatchFailed(
-                    f"{where}: {err.reason} ({err.status}): {err.message}", kind=classify(err)))
-            return _Dispatched(aw, new, uids)
-
-        self.writes.submit(aw.key, job, tenant=aw.namespace)
+        self.writes.submit(aw.key, partial(create_objects, self.writer, self.sites, aw, new, cluster),
+                           tenant=aw.namespace)
 
     def _collect(self, key: str) -> None:
         """Outcomes of background writes for one AppWrapper, in the order they finished."""
         for outcome in self.writes.results(key):
-            if isinstance(outcome, _Dispatched):
+            if isinstance(outcome, Dispatched):
                 self._dispatch_done(key, outcome)
             elif isinstance(outcome, Cleaned):
                 self.sites.cleaned(key, outcome)
@@ -1228,7 +1160,7 @@ class Dispatcher:
             elif isinstance(outcome, Exception):
                 log.error("background write failed", appwrapper=key, error=repr(outcome))
 
-    def _dispatch_done(self, key: str, outcome: _Dispatched) -> None:
+    def _dispatch_done(self, key: str, outcome: Dispatched) -> None:
         aw = outcome.aw
         self._inflight.pop(key, None)
         current = self.appwrappers.get(key)
