@@ -54,13 +54,12 @@ from mcad import quota as quota_trees
 from mcad.accounting import Accountant, Plan, Snapshot
 from mcad.api.appwrapper import (
     ACTIVE_STATES,
-    FIELD_MANAGER,
     FINAL_STATES,
     KIND,
     AppWrapperView,
     State,
 )
-from mcad.api.resources import ResourceVector, format_amount
+from mcad.api.resources import ResourceVector
 from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
@@ -94,7 +93,7 @@ from mcad.keys import (
     Written,
 )
 from mcad.ledger import Ledger
-from mcad.metrics import Metrics, base_units
+from mcad.metrics import Metrics
 from mcad.pending import PendingQueue
 from mcad.preemption import (
     Candidate,
@@ -104,6 +103,7 @@ from mcad.preemption import (
     reclaim_victims,
     victim_rank,
 )
+from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
 from mcad.retry import Backoff, FailureKind, Policy
 from mcad.sites import Cleaned, LocalCluster, Sites
 from mcad.statussync import StatusSync, StatusWritten
@@ -111,7 +111,6 @@ from mcad.workqueue import WorkQueue
 from mcad.wrapped import WrappedObjects
 from mcad.writes import Writes
 
-QUOTA_STATUS_WINDOW_SECONDS = 2.0
 R = TypeVar("R")
 # Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
 # mean rewriting the status of every AppWrapper behind it.
@@ -147,10 +146,6 @@ class Assessment:
     state: str  # Queued, Draining (requeued; its old pods are still there), Preempting (waiting for victims)
     fits_now: bool
     why: str
-
-
-def _quantities(vector: ResourceVector, resources: Iterable[str]) -> dict[str, str]:
-    return {name: format_amount(name, vector.get(name)) for name in sorted(resources)}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -194,15 +189,15 @@ class Dispatcher:
         self.quota_subtrees = quota_subtrees
         # Every piece of capacity state (ledger, plans, quota charges, pods by AppWrapper): mcad.accounting.
         self.accountant = Accountant(quota_trees=quota_subtrees is not None)
-        self._quota_written: dict[str, Mapping[str, Any]] = {}
-        # (tree, node, resource, limit, used, borrowed) rows for metrics, replaced whole when quota status is written
-        self.quota_samples: tuple[tuple[str, str, str, float, float, float], ...] = ()
         # Set once the ledger is rebuilt from synced informers: from then on decisions (and /debug reads) are valid.
         self.running = threading.Event()
         self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
         # Objects of wrapped kinds, watched for completion; None: completion is not watched (tests of other parts).
         self.wrapped = wrapped
         self.writes = Writes(self.queue, workers=write_workers)
+        # QuotaSubtree objects: their definitions read into the quota ledger, their usage written back.
+        self.quota_status = QuotaStatusWriter(self.quota, quota_subtrees, writer, self.writes) \
+            if self.quota is not None and quota_subtrees is not None else None
         # The status the loop decided for each AppWrapper, written until it lands (see mcad.statussync).
         self.statuses = StatusSync(writer, self.writes, self.queue, Backoff(self.clock, STATUS_RETRY), self.clock)
         # Failed dispatches: each AppWrapper's backoff, and when it may be tried again (the cycle passes it by until
@@ -331,7 +326,7 @@ class Dispatcher:
             Recovered: lambda _k: self._api_recovered(),
             Call: lambda _k: self._run_calls(),
             QuotaChanged: lambda _k: self._sync_quota(),
-            QuotaStatus: lambda _k: self._write_quota_status(),
+            QuotaStatus: lambda _k: self.quota_status.write() if self.quota_status is not None else None,
             Dispatch: lambda _k: self._dispatch_cycle(),
             **self.sites.handlers(),
         }
@@ -372,8 +367,8 @@ class Dispatcher:
             self.accountant.observe_node(node)
         for pod in self.pods.list():
             self._track_pod(pod)
-        if self.quota is not None and self.quota_subtrees is not None:
-            self.quota.set_forest(quota_trees.Forest.build(self.quota_subtrees.list()))
+        if self.quota_status is not None:
+            self.quota_status.read_forest()
         for aw in self.appwrappers.list():
             if self._status(aw).canrun and self._state(aw) in ACTIVE_STATES:
                 self._reserve(aw)
@@ -488,9 +483,9 @@ class Dispatcher:
     def _sync_quota(self) -> None:
         """A QuotaSubtree changed: rebuild the forest, re-derive every charge, and look at the queue again (queued
         AppWrappers may be charged elsewhere now: a default node appeared, a tree went away)."""
-        if self.quota is None or self.quota_subtrees is None or not self.running.is_set():
+        if self.quota_status is None or not self.running.is_set():
             return
-        self.quota.set_forest(quota_trees.Forest.build(self.quota_subtrees.list()))
+        self.quota_status.read_forest()
         for key in list(self.pending.ordered()):
             aw = self.appwrappers.get(key)
             if aw is not None:
@@ -498,49 +493,6 @@ class Dispatcher:
         self._group_about.clear()
         self.queue.add(DISPATCH)
         self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
-
-    def _write_quota_status(self) -> None:
-        """Each QuotaSubtree's status: what its nodes have allocated (their usage), and the total; written only
-        when it changed. Also refreshes the rows metrics read."""
-        if self.quota is None or self.quota_subtrees is None:
-            return
-        samples = []
-        for tree_name, tree in sorted(self.quota.forest.trees.items()):
-            for node_name in tree.ordered():
-                node = tree.nodes[node_name]
-                used, borrowed = self.quota.usage(tree_name, node_name), self.quota.borrowed(tree_name, node_name)
-                for resource in sorted(tree.resources):
-                    samples.append((tree_name, node_name, resource, base_units(resource, node.limit.get(resource)),
-                                    base_units(resource, used.get(resource)),
-                                    base_units(resource, borrowed.get(resource))))
-        self.quota_samples = tuple(samples)
-        for view in self.quota_subtrees.list():
-            own_tree = self.quota.forest.trees.get(view.tree)
-            if own_tree is None:
-                continue
-            limited = own_tree.resources
-            children, total = [], ResourceVector()
-            for node in view.nodes:
-                if own_tree.nodes.get(node.name) is not node:
-                    continue  # a definition the tree ignored (see its errors)
-                used = self.quota.usage(view.tree, node.name)
-                total = total + used
-                children.append({"name": node.name, "allocated": {"requests": _quantities(used, limited)}})
-            new = {"totalAllocation": {"requests": _quantities(total, limited)}, "children": children}
-            if new == self._quota_written.get(view.key) or new == {k: view.status.get(k) for k in new}:
-                continue
-            self._quota_written[view.key] = new
-            self.writes.submit(f"quota:{view.key}", partial(self._apply_quota_status, view, new), tenant=view.namespace,
-                               urgent=False)
-
-    def _apply_quota_status(self, view: quota_trees.SubtreeView, new: Mapping[str, Any]) -> None:
-        try:
-            self.writer.apply_status(view.api_version, quota_trees.KIND, view.namespace, view.name, new,
-                                     field_manager=FIELD_MANAGER)
-        except ApiError as err:
-            if err.status != 404:
-                log.warning("quota status write refused", subtree=view.key, status_code=err.status,
-                            reason=err.message)
 
     def capacity_may_have_grown(self) -> None:
         if self.pending:
