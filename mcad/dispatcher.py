@@ -40,11 +40,11 @@ import dataclasses
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -53,18 +53,17 @@ from mcad import quota as quota_trees
 from mcad.accounting import Accountant, Plan, Snapshot
 from mcad.api.appwrapper import (
     ACTIVE_STATES,
-    FIELD_MANAGER,
     FINAL_STATES,
     KIND,
     AppWrapperView,
     State,
 )
-from mcad.api.resources import ResourceVector, format_amount
+from mcad.api.resources import ResourceVector
 from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
 from mcad.clusters import Policy as ClusterPolicy
-from mcad.errors import ApiError
+from mcad.dispatchjob import Dispatched, Writer, create_objects
 from mcad.evictions import Evictions
 from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
 from mcad.hubplacement import WorkerPlacement
@@ -93,20 +92,20 @@ from mcad.keys import (
     Written,
 )
 from mcad.ledger import Ledger
-from mcad.metrics import Metrics, base_units
+from mcad.metrics import Metrics
 from mcad.notices import BEHIND_STRICT_FIFO, Notices
 from mcad.pending import PendingQueue
 from mcad.preemption import (
     Preemptors,
 )
-from mcad.retry import Backoff, FailureKind, Policy, RetryTimes, classify
+from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
+from mcad.retry import Backoff, FailureKind, Policy, RetryTimes
 from mcad.sites import Cleaned, LocalCluster, Sites
 from mcad.statussync import StatusSync, StatusWritten
 from mcad.workqueue import WorkQueue
 from mcad.wrapped import WrappedObjects
 from mcad.writes import Writes
 
-QUOTA_STATUS_WINDOW_SECONDS = 2.0
 R = TypeVar("R")
 # Pod counts in a dispatched AppWrapper's status are written at most once per this window, in the writers' low
 # priority lane: a gang's pods move through Pending and Running within moments, one write for all of it is enough,
@@ -131,47 +130,6 @@ _EVENT_REASONS = {"dispatched": events.DISPATCHED, "queued": events.QUEUED, "pre
 log = structlog.get_logger("mcad.dispatcher")
 
 
-class Writer(apply.ObjectWriter, Protocol):
-    def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],
-                     *, field_manager: str) -> Mapping[str, Any]:
-        """QuotaSubtree status (server-side apply)."""
-        ...
-
-    def replace_status(self, api_version: str, kind: str, namespace: str, name: str, uid: str,
-                       new_status: Mapping[str, Any], *, field_manager: str) -> Mapping[str, Any]:
-        """AppWrapper status, conditioned on the AppWrapper's uid."""
-        ...
-
-    def force_delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        """Delete that very pod with no grace period (a preemption victim that did not go in time)."""
-        ...
-
-    def read(self, api_version: str, kind: str, namespace: str, name: str, *,
-             not_older_than: str = "") -> Mapping[str, Any]:
-        """The object as the API server has it (at ``not_older_than`` or later): the dispatch reads the
-        AppWrapper's templates this way, since the controller keeps none."""
-        ...
-
-    def patch_json(self, api_version: str, kind: str, namespace: str, name: str,
-                   operations: list[dict[str, Any]]) -> Mapping[str, Any]:
-        """Hub mode only (finalizers)."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class _Dispatched:
-    """Outcome of a dispatch job: the objects were applied (``error`` None), or not and what was applied is undone.
-    ``status`` is the Dispatched status to write once they are."""
-
-    aw: AppWrapperView
-    status: Mapping[str, Any]
-    uids: tuple[str, ...] = ()
-    error: apply.DispatchFailed | None = None
-    # The AppWrapper read for its templates is not the one decided about (another generation or uid, or gone):
-    # nothing was applied; it is decided about again.
-    stale: bool = False
-
-
 @dataclass(frozen=True, slots=True)
 class Assessment:
     """What a dispatch cycle would do now with one queued AppWrapper (``Dispatcher.assess_queue``)."""
@@ -182,8 +140,6 @@ class Assessment:
     why: str
 
 
-def _quantities(vector: ResourceVector, resources: Iterable[str]) -> dict[str, str]:
-    return {name: format_amount(name, vector.get(name)) for name in sorted(resources)}
 
 
 def protected_namespace_message(namespace: str) -> str:
@@ -220,15 +176,15 @@ class Dispatcher:
         self.quota_subtrees = quota_subtrees
         # Every piece of capacity state (ledger, plans, quota charges, pods by AppWrapper): mcad.accounting.
         self.accountant = Accountant(quota_trees=quota_subtrees is not None)
-        self._quota_written: dict[str, Mapping[str, Any]] = {}
-        # (tree, node, resource, limit, used, borrowed) rows for metrics, replaced whole when quota status is written
-        self.quota_samples: tuple[tuple[str, str, str, float, float, float], ...] = ()
         # Set once the ledger is rebuilt from synced informers: from then on decisions (and /debug reads) are valid.
         self.running = threading.Event()
         self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
         # Objects of wrapped kinds, watched for completion; None: completion is not watched (tests of other parts).
         self.wrapped = wrapped
         self.writes = Writes(self.queue, workers=write_workers)
+        # QuotaSubtree objects: their definitions read into the quota ledger, their usage written back.
+        self.quota_status = QuotaStatusWriter(self.quota, quota_subtrees, writer, self.writes) \
+            if self.quota is not None and quota_subtrees is not None else None
         # The status the loop decided for each AppWrapper, written until it lands (see mcad.statussync).
         self.statuses = StatusSync(writer, self.writes, self.queue, Backoff(self.clock, STATUS_RETRY), self.clock)
         # Failed dispatches: each AppWrapper's backoff, and when it may be tried again (the cycle passes it by until
@@ -357,7 +313,7 @@ class Dispatcher:
             Recovered: lambda _k: self._api_recovered(),
             Call: lambda _k: self._run_calls(),
             QuotaChanged: lambda _k: self._sync_quota(),
-            QuotaStatus: lambda _k: self._write_quota_status(),
+            QuotaStatus: lambda _k: self.quota_status.write() if self.quota_status is not None else None,
             Dispatch: lambda _k: self._dispatch_cycle(),
             **self.sites.handlers(),
         }
@@ -398,8 +354,8 @@ class Dispatcher:
             self.accountant.observe_node(node)
         for pod in self.pods.list():
             self._track_pod(pod)
-        if self.quota is not None and self.quota_subtrees is not None:
-            self.quota.set_forest(quota_trees.Forest.build(self.quota_subtrees.list()))
+        if self.quota_status is not None:
+            self.quota_status.read_forest()
         for aw in self.appwrappers.list():
             if self._status(aw).canrun and self._state(aw) in ACTIVE_STATES:
                 self._reserve(aw)
@@ -518,9 +474,9 @@ class Dispatcher:
     def _sync_quota(self) -> None:
         """A QuotaSubtree changed: rebuild the forest, re-derive every charge, and look at the queue again (queued
         AppWrappers may be charged elsewhere now: a default node appeared, a tree went away)."""
-        if self.quota is None or self.quota_subtrees is None or not self.running.is_set():
+        if self.quota_status is None or not self.running.is_set():
             return
-        self.quota.set_forest(quota_trees.Forest.build(self.quota_subtrees.list()))
+        self.quota_status.read_forest()
         for key in list(self.pending.ordered()):
             aw = self.appwrappers.get(key)
             if aw is not None:
@@ -528,49 +484,6 @@ class Dispatcher:
         self.notices.groups_changed()
         self.queue.add(DISPATCH)
         self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
-
-    def _write_quota_status(self) -> None:
-        """Each QuotaSubtree's status: what its nodes have allocated (their usage), and the total; written only
-        when it changed. Also refreshes the rows metrics read."""
-        if self.quota is None or self.quota_subtrees is None:
-            return
-        samples = []
-        for tree_name, tree in sorted(self.quota.forest.trees.items()):
-            for node_name in tree.ordered():
-                node = tree.nodes[node_name]
-                used, borrowed = self.quota.usage(tree_name, node_name), self.quota.borrowed(tree_name, node_name)
-                for resource in sorted(tree.resources):
-                    samples.append((tree_name, node_name, resource, base_units(resource, node.limit.get(resource)),
-                                    base_units(resource, used.get(resource)),
-                                    base_units(resource, borrowed.get(resource))))
-        self.quota_samples = tuple(samples)
-        for view in self.quota_subtrees.list():
-            own_tree = self.quota.forest.trees.get(view.tree)
-            if own_tree is None:
-                continue
-            limited = own_tree.resources
-            children, total = [], ResourceVector()
-            for node in view.nodes:
-                if own_tree.nodes.get(node.name) is not node:
-                    continue  # a definition the tree ignored (see its errors)
-                used = self.quota.usage(view.tree, node.name)
-                total = total + used
-                children.append({"name": node.name, "allocated": {"requests": _quantities(used, limited)}})
-            new = {"totalAllocation": {"requests": _quantities(total, limited)}, "children": children}
-            if new == self._quota_written.get(view.key) or new == {k: view.status.get(k) for k in new}:
-                continue
-            self._quota_written[view.key] = new
-            self.writes.submit(f"quota:{view.key}", partial(self._apply_quota_status, view, new), tenant=view.namespace,
-                               urgent=False)
-
-    def _apply_quota_status(self, view: quota_trees.SubtreeView, new: Mapping[str, Any]) -> None:
-        try:
-            self.writer.apply_status(view.api_version, quota_trees.KIND, view.namespace, view.name, new,
-                                     field_manager=FIELD_MANAGER)
-        except ApiError as err:
-            if err.status != 404:
-                log.warning("quota status write refused", subtree=view.key, status_code=err.status,
-                            reason=err.message)
 
     def capacity_may_have_grown(self) -> None:
         if self.pending:
@@ -1010,41 +923,13 @@ class Dispatcher:
         wait = lifecycle.current_requeue_wait(aw.scheduling, current) if aw.scheduling.min_available > 0 else 0
         new = status.dispatched(current.raw(), self.clock.now(), priority=aw.priority, requeue_wait=wait,
                                 cluster=cluster)
-        sites = self.sites
-
-        def job() -> apply.Steps[_Dispatched]:
-            # In steps of one request: the write pool interleaves them with other AppWrappers' (see mcad.writes).
-            try:
-                # The templates, which the controller does not keep (bounded memory): read now, no older than
-                # the view decided about, and only if it is that very spec.
-                try:
-                    raw = self.writer.read(aw.api_version, KIND, aw.namespace, aw.name,
-                                           not_older_than=aw.resource_version)
-                except ApiError as err:
-                    if err.status == 404:
-                        return _Dispatched(aw, new, stale=True)
-                    raise
-                meta = raw.get("metadata") or {}
-                if meta.get("uid") != aw.uid or meta.get("generation") != aw.generation:
-                    return _Dispatched(aw, new, stale=True)
-                items = apply.generic_items(raw)
-                del raw
-                yield
-                uids = yield from sites.apply_steps(aw, items, cluster)
-            except apply.DispatchFailed as err:
-                return _Dispatched(aw, new, error=err)
-            except ApiError as err:
-                where = f"worker cluster {cluster}" if cluster else "the API server"
-                return _Dispatched(aw, new, error=apply.DispatchFailed(
-                    f"{where}: {err.reason} ({err.status}): {err.message}", kind=classify(err)))
-            return _Dispatched(aw, new, uids)
-
-        self.writes.submit(aw.key, job, tenant=aw.namespace)
+        self.writes.submit(aw.key, partial(create_objects, self.writer, self.sites, aw, new, cluster),
+                           tenant=aw.namespace)
 
     def _collect(self, key: str) -> None:
         """Outcomes of background writes for one AppWrapper, in the order they finished."""
         for outcome in self.writes.results(key):
-            if isinstance(outcome, _Dispatched):
+            if isinstance(outcome, Dispatched):
                 self._dispatch_done(key, outcome)
             elif isinstance(outcome, Cleaned):
                 self.sites.cleaned(key, outcome)
@@ -1053,7 +938,7 @@ class Dispatcher:
             elif isinstance(outcome, Exception):
                 log.error("background write failed", appwrapper=key, error=repr(outcome))
 
-    def _dispatch_done(self, key: str, outcome: _Dispatched) -> None:
+    def _dispatch_done(self, key: str, outcome: Dispatched) -> None:
         aw = outcome.aw
         self._inflight.pop(key, None)
         current = self.appwrappers.get(key)

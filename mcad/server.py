@@ -387,7 +387,9 @@ def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callabl
         sources.clusters = clusters
 
     sources.appwrapper_states = states
-    sources.quota = lambda: dispatcher.quota_samples
+    quota_status = dispatcher.quota_status
+    # Without quota trees the families are still described, with no rows.
+    sources.quota = (lambda: quota_status.samples) if quota_status is not None else tuple
     sources.informers = informer_states
     sources.api_errors = api_errors
     sources.leader = leading
