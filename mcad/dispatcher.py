@@ -66,6 +66,7 @@ from mcad.clusters import Policy as ClusterPolicy
 from mcad.dispatchjob import Dispatched, Writer, create_objects
 from mcad.evictions import Evictions
 from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
+from mcad.follower import Follower
 from mcad.hubplacement import WorkerPlacement
 from mcad.hubsites import WorkerClusters, WorkerSites
 from mcad.informer import Store
@@ -199,10 +200,6 @@ class Dispatcher:
         # uids of the objects applied for each dispatched AppWrapper (unknown after a restart): one request each
         # to delete them, instead of a read to check their owner first.
         self._object_uids: dict[str, tuple[str, ...]] = {}
-        # Dispatched AppWrappers whose lifecycle timers (minAvailable check, dispatch deadline) are set.
-        self._timed: set[str] = set()
-        # Dispatched AppWrappers whose minAvailable was met at the check: nothing more to check.
-        self._min_available_met: set[str] = set()
         # Priority preemption and quota reclaim: who waits for which victims (mcad.preemption).
         self.preemptors = Preemptors(victim_timeout)
         self.victim_timeout = victim_timeout
@@ -231,6 +228,8 @@ class Dispatcher:
         # What waiting AppWrappers are told (their Backoff status), written only when it changes.
         self.notices = Notices(self.pending, appwrappers, self, metrics=self.metrics, clock=self.clock,
                                strict_fifo=strict_fifo)
+        # Dispatched AppWrappers: their timers and what their pods and wrapped objects say (mcad.follower).
+        self.follower = Follower(self, self.accountant, self.sites, self.queue, self.clock)
         self._handlers = self._handler_table()
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(AppWrapperEvent((new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(NodeEvent((new or old).name)))  # type: ignore[union-attr]
@@ -307,8 +306,8 @@ class Dispatcher:
             Written: lambda k: self._collect(k.appwrapper),
             StatusRetry: lambda k: self.statuses.retry(k.appwrapper),
             DispatchRetry: lambda k: self._retry_due(k.appwrapper),
-            MinAvailableCheck: lambda k: self._check_min_available(k.appwrapper),
-            DeadlineCheck: lambda k: self._check_deadline(k.appwrapper),
+            MinAvailableCheck: lambda k: self.follower.check_min_available(k.appwrapper),
+            DeadlineCheck: lambda k: self.follower.check_deadline(k.appwrapper),
             PodCounts: lambda k: self._pod_counts_due(k.appwrapper),
             Recovered: lambda _k: self._api_recovered(),
             Call: lambda _k: self._run_calls(),
@@ -578,60 +577,11 @@ class Dispatcher:
             self._reserve(aw)
         self._dispatched[key] = aw
         self.queue.add_after(PodCounts(key), POD_COUNT_WINDOW_SECONDS)
-        self._follow_lifecycle(aw)
+        self.follower.follow(aw)
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
-    def _phases(self, key: str) -> list[str]:
-        return self.accountant.phases(key)
-
-    def _follow_lifecycle(self, aw: AppWrapperView) -> None:
-        """A dispatched AppWrapper: set its timers once, and act on what its wrapped objects and pods say."""
-        key = aw.key
-        if key not in self._timed:
-            self._timed.add(key)
-            current = self._status(aw)
-            now = self.clock.now()
-            spec = aw.scheduling
-            if spec.min_available > 0 and key not in self._min_available_met:
-                due = lifecycle.requeue_due(spec, current)
-                self.queue.add_after(MinAvailableCheck(key), lifecycle.seconds_until(due, now) if due
-                                     else lifecycle.current_requeue_wait(spec, current))
-            if spec.dispatch_limit_seconds > 0:
-                due = lifecycle.deadline_due(spec, current)
-                self.queue.add_after(DeadlineCheck(key), lifecycle.seconds_until(due, now) if due
-                                     else spec.dispatch_limit_seconds)
-        wrapped = self.sites.wrapped_of(key)
-        if wrapped is None:
-            return
-        phases = self._phases(key)
-        jobs = "Failed" in phases
-        kinds = lifecycle.watched_kinds(aw, jobs=jobs)
-        if not kinds:
-            return
-        if not all([wrapped.ensure(api_version, kind, waiter=key) for api_version, kind in kinds]):
-            # A kind is not known yet or its informer is still listing: WrappedObjects wakes this key when it is.
-            return
-        active = sum(1 for phase in phases if phase not in ("Succeeded", "Failed"))
-        expects_pods = any(group.count > 0 for group in aw.gang)
-        verdict = lifecycle.evaluate(aw, wrapped.lookup, active,
-                                     pods_pending_creation=expects_pods and not phases, jobs=jobs)
-        current = self._status(aw)
-        now = self.clock.now()
-        if verdict.outcome is lifecycle.Outcome.FAILED:
-            self._finish(aw, status.failed(current.raw(), now, priority=aw.priority, reason=verdict.reason,
-                                           message=verdict.message))
-            log.warning("appwrapper failed", appwrapper=key, reason=verdict.reason, message=verdict.message)
-            self._note(aw, "failed", f"{verdict.reason}: {verdict.message}")
-        elif verdict.outcome is lifecycle.Outcome.COMPLETED:
-            self._finish(aw, status.completed(current.raw(), now))
-            log.info("appwrapper completed", appwrapper=key)
-            self._note(aw, "completed", "Every wrapped item reports completion and no pod is active; its "
-                                        "resources are released.")
-        elif verdict.outcome is lifecycle.Outcome.HOLD_COMPLETION and self._state(aw) != State.RUNNING_HOLD_COMPLETION:
-            self.write_status(aw, status.hold_completion(current.raw(), now))
-
-    def _finish(self, aw: AppWrapperView, new: Mapping[str, Any], *, stop: bool = False) -> None:
+    def finish(self, aw: AppWrapperView, new: Mapping[str, Any], *, stop: bool = False) -> None:
         """A final state: write it, release the reservation at once; ``stop`` also deletes the wrapped objects."""
         self.write_status(aw, new)
         if stop:
@@ -641,8 +591,7 @@ class Dispatcher:
     def _undispatch(self, key: str) -> None:
         """It no longer holds capacity: drop its plan, timers and reservation (its pods count while they exist)."""
         self._dispatched.pop(key, None)
-        self._timed.discard(key)
-        self._min_available_met.discard(key)
+        self.follower.forget(key)
         if self._release(key):
             self.capacity_may_have_grown()
 
@@ -665,69 +614,19 @@ class Dispatcher:
             return None
         return aw if self._state(aw) in ACTIVE_STATES else None
 
-    def _check_min_available(self, key: str) -> None:
-        aw = self.dispatched_now(key)
-        if aw is None or aw.scheduling.min_available <= 0:
-            return
-        current = self._status(aw)
-        now = self.clock.now()
-        wait = lifecycle.current_requeue_wait(aw.scheduling, current)
-        due = lifecycle.requeue_due(aw.scheduling, current)
-        if due is not None and (remaining := lifecycle.seconds_until(due, now)) > 0:
-            self.queue.add_after(MinAvailableCheck(key), remaining)  # an earlier dispatch's timer
-            return
-        phases = self._phases(key)
-        running, succeeded = phases.count("Running"), phases.count("Succeeded")
-        minimum = aw.scheduling.min_available
-        if running + succeeded >= minimum:
-            self._min_available_met.add(key)
-            return
-        done = current.requeuings
-        why = (f"Insufficient number of Running and Completed pods, minimum={minimum}, running={running}, "
-               f"completed={succeeded}, {wait} s after dispatch.")
-        limit = aw.scheduling.max_requeuings
-        if limit > 0 and done >= limit:
-            message = f"{why} Requeued {done} times already; maxNumRequeuings is {limit}."
-            log.warning("appwrapper failed", appwrapper=key, reason=status.MAX_REQUEUINGS_REACHED, message=message)
-            self._note(aw, "failed", f"{status.MAX_REQUEUINGS_REACHED}: {message}")
-            self._finish(aw, status.failed(current.raw(), now, priority=aw.priority,
-                                           reason=status.MAX_REQUEUINGS_REACHED,
-                                           message=message, preempted=True), stop=True)
-            return
-        self._requeue(aw, status.MIN_PODS_NOT_RUNNING, why, requeuings=done + 1,
-                      requeue_wait=lifecycle.requeue_wait(aw.scheduling, done + 1))
-
-    def _check_deadline(self, key: str) -> None:
-        aw = self.dispatched_now(key)
-        limit = aw.scheduling.dispatch_limit_seconds if aw is not None else 0
-        if aw is None or limit <= 0:
-            return
-        current = self._status(aw)
-        now = self.clock.now()
-        due = lifecycle.deadline_due(aw.scheduling, current)
-        if due is not None and (remaining := lifecycle.seconds_until(due, now)) > 0:
-            self.queue.add_after(DeadlineCheck(key), remaining)
-            return
-        message = f"Dispatch deadline exceeded: allowed to run for {limit} s (dispatchDuration.limit)."
-        log.warning("appwrapper failed", appwrapper=key, reason=status.DISPATCH_DEADLINE_EXCEEDED)
-        self._note(aw, "failed", f"{status.DISPATCH_DEADLINE_EXCEEDED}: {message}")
-        self._finish(aw, status.failed(current.raw(), now, priority=aw.priority,
-                                       reason=status.DISPATCH_DEADLINE_EXCEEDED,
-                                       message=message, preempted=True), stop=True)
-
     def requeue_keeping_count(self, aw: AppWrapperView, reason: str, message: str) -> None:
         """Back to the queue for another's sake (a preemptor, a reclaim, a worker gone): its requeuing count and
         wait stay as they are."""
         current = self._status(aw)
-        self._requeue(aw, reason, message, requeuings=current.requeuings, requeue_wait=current.requeue_wait)
+        self.requeue(aw, reason, message, requeuings=current.requeuings, requeue_wait=current.requeue_wait)
 
-    def _requeue(self, aw: AppWrapperView, reason: str, message: str, *, requeuings: int, requeue_wait: int) -> None:
+    def requeue(self, aw: AppWrapperView, reason: str, message: str, *, requeuings: int, requeue_wait: int) -> None:
         """Take a dispatched AppWrapper back: delete its objects, queue it at its place; it stays out of the
         cycle (draining) until its old pods are gone, so they are not mistaken for its new ones."""
         key = aw.key
         log.info("appwrapper requeued", appwrapper=key, reason=reason, message=message, requeuings=requeuings)
         preempted = reason in (status.PREEMPTED_BY_PRIORITY, status.PREEMPTED_BY_QUOTA_RECLAIM)
-        self._note(aw, "preempted" if preempted else "requeued", message)
+        self.note(aw, "preempted" if preempted else "requeued", message)
         self.write_status(aw, status.requeued(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
                                                reason=reason, message=message, requeuings=requeuings,
                                                requeue_wait=requeue_wait))
@@ -977,14 +876,14 @@ class Dispatcher:
         cluster = self.sites.where(key)
         log.info("dispatched", appwrapper=key, demand=aw.demand.format(), **({"cluster": cluster} if cluster else {}))
         where = f" in worker cluster {cluster}" if cluster else ""
-        self._note(aw, "dispatched",
+        self.note(aw, "dispatched",
                    f"Its wrapped objects were created{where}; it reserves {aw.demand.format() or 'nothing'}.")
         created = lifecycle.parse_time(aw.created)
         if first and created is not None:
             # Creation to first dispatch; a requeued AppWrapper's later dispatches would say more about its
             # requeue wait than about the queue.
             self.metrics.dispatch_latency((self.clock.now() - created).total_seconds())
-        self._follow_lifecycle(current)  # type: ignore[arg-type]
+        self.follower.follow(current)  # type: ignore[arg-type]
 
     def _dispatch_failed(self, aw: AppWrapperView, error: apply.DispatchFailed) -> None:
         """Its objects could not all be created (what was is undone). A refusal that would repeat fails it at once;
@@ -1034,11 +933,11 @@ class Dispatcher:
 
     def _fail(self, aw: AppWrapperView, reason: str, message: str) -> None:
         log.warning("appwrapper failed", appwrapper=aw.key, reason=reason, message=message)
-        self._note(aw, "failed", f"{reason}: {message}")
+        self.note(aw, "failed", f"{reason}: {message}")
         self.write_status(aw, status.failed(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
                                              reason=reason, message=message))
 
-    def _note(self, aw: AppWrapperView, decision: str, message: str) -> None:
+    def note(self, aw: AppWrapperView, decision: str, message: str) -> None:
         """A decision: counted, and told to the AppWrapper's owner as an Event."""
         self.metrics.decision(decision)
         self.event(aw, _EVENT_REASONS[decision], message)
