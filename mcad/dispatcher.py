@@ -73,6 +73,7 @@ from mcad.informer import Store
 from mcad.keys import (
     CALL,
     DISPATCH,
+    PUBLISH,
     QUOTA,
     QUOTA_STATUS,
     AppWrapperEvent,
@@ -85,6 +86,7 @@ from mcad.keys import (
     NodeEvent,
     PodCounts,
     PodEvent,
+    Publish,
     QuotaChanged,
     QuotaStatus,
     Recovered,
@@ -93,7 +95,7 @@ from mcad.keys import (
     Written,
 )
 from mcad.ledger import Ledger
-from mcad.metrics import Metrics
+from mcad.metrics import PUBLISH_INTERVAL_SECONDS, LoopState, Metrics
 from mcad.notices import BEHIND_STRICT_FIFO, Notices
 from mcad.pending import PendingQueue
 from mcad.preemption import (
@@ -129,6 +131,10 @@ DEFAULT_VICTIM_TIMEOUT_SECONDS = 300.0
 _EVENT_REASONS = {"dispatched": events.DISPATCHED, "queued": events.QUEUED, "preempted": events.PREEMPTED,
                   "requeued": events.REQUEUED, "completed": events.COMPLETED, "failed": events.FAILED}
 log = structlog.get_logger("mcad.dispatcher")
+
+
+class UnknownKey(TypeError):
+    """A work-queue key of a kind the dispatcher has no handler for (a bug where the key was made)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +237,10 @@ class Dispatcher:
         # Dispatched AppWrappers: their timers and what their pods and wrapped objects say (mcad.follower).
         self.follower = Follower(self, self.accountant, self.sites, self.queue, self.clock)
         self._handlers = self._handler_table()
+        # For scrapes (mcad.metrics): what the loop published last, and when; a Publish key is due.
+        self.published = LoopState()
+        self._published_at = float("-inf")
+        self._publish_due = False
         appwrappers.add_handler(lambda _t, old, new: self.queue.add(AppWrapperEvent((new or old).key)))  # type: ignore[union-attr]
         nodes.add_handler(lambda _t, old, new: self.queue.add(NodeEvent((new or old).name)))  # type: ignore[union-attr]
         pods.add_handler(lambda _t, old, new: self.queue.add(PodEvent((new or old).uid)))  # type: ignore[union-attr]
@@ -280,10 +290,15 @@ class Dispatcher:
             return None
         try:
             self.process(key)
+            if not isinstance(key, (Publish, Call)):
+                self._changed()
             # Hub mode's AppWrapper and cleanup keys fail through their background writes, reported on another
             # key: their failure counts are reset when a write of theirs succeeds, so their backoff grows.
             if not isinstance(key, (AppWrapperEvent, WorkerCleanup)):
                 self.queue.forget(key)
+        except UnknownKey:
+            log.exception("a work-queue key of no known kind: dropped", key=repr(key))  # a bug: retrying cannot help
+            self.queue.forget(key)
         except Exception:
             log.exception("processing failed; retrying with backoff", key=repr(key))
             self.queue.add_rate_limited(key)
@@ -294,7 +309,7 @@ class Dispatcher:
     def process(self, key: Key) -> None:
         handler = self._handlers.get(type(key))
         if handler is None:
-            raise TypeError(f"the dispatcher has no handler for work-queue key {key!r}")
+            raise UnknownKey(f"the dispatcher has no handler for work-queue key {key!r}")
         handler(key)
 
     def _handler_table(self) -> dict[type[Any], Callable[[Any], None]]:
@@ -314,6 +329,7 @@ class Dispatcher:
             QuotaChanged: lambda _k: self._sync_quota(),
             QuotaStatus: lambda _k: self.quota_status.write() if self.quota_status is not None else None,
             Dispatch: lambda _k: self._dispatch_cycle(),
+            Publish: lambda _k: self._publish(),
             **self.sites.handlers(),
         }
 
@@ -321,6 +337,30 @@ class Dispatcher:
         aw = self.appwrappers.get(key)
         if aw is not None and not self._is_queued(aw) and self._state(aw) not in FINAL_STATES:
             self._update_pod_counts(aw)
+
+    def _changed(self) -> None:
+        """Something may have changed: publish the loop's state for scrapes, at most once per interval."""
+        if self._publish_due:
+            return
+        self._publish_due = True
+        self.queue.add_after(PUBLISH, self._published_at + PUBLISH_INTERVAL_SECONDS - self.clock.monotonic())
+
+    def _publish(self) -> None:
+        self._publish_due = False
+        self._published_at = self.clock.monotonic()
+        states: dict[str, int] = {}
+        for aw in self.appwrappers.list():
+            state = self._status(aw).state  # our own decisions count before the watch brings them back
+            states[state] = states.get(state, 0) + 1
+        placed: dict[str, int] = {}
+        if self.placement is not None:
+            for cluster in self.placement.placed.values():
+                placed[cluster] = placed.get(cluster, 0) + 1
+        ledger = self.ledger
+        self.published = LoopState(
+            capacity=(ledger.capacity(), ledger.in_use(), ledger.reserved(), ledger.free()),
+            queue={"queued": len(self.pending), "dispatching": len(self._inflight), "preempting": len(self.preemptors)},
+            appwrapper_states=states, placed=placed)
 
     def call(self, fn: Callable[[], R], timeout: float) -> R:
         """Run ``fn`` on the dispatcher thread, the only one that may read its state, and return its result.
@@ -339,10 +379,6 @@ class Dispatcher:
                 future.set_result(fn())
             except Exception as err:  # the caller gets it; the loop goes on
                 future.set_exception(err)
-
-    def queue_lengths(self) -> dict[str, int]:
-        """For metrics, from any thread: lengths of containers only this thread changes (len() is atomic)."""
-        return {"queued": len(self.pending), "dispatching": len(self._inflight), "preempting": len(self.preemptors)}
 
     def rebuild(self) -> None:
         """Ledger from the synced stores: nodes, pods, and the reservations of dispatched AppWrappers."""
@@ -446,15 +482,6 @@ class Dispatcher:
     def dispatching(self, key: str) -> bool:
         """Its dispatch writes are under way."""
         return key in self._inflight
-
-    def placed_counts(self) -> dict[str, int]:
-        """Hub mode, from any thread: AppWrappers whose objects are in each worker."""
-        counts: dict[str, int] = {}
-        if self.placement is None:
-            return counts
-        for cluster in list(self.placement.placed.values()):  # one C-level copy: safe against the dispatcher thread
-            counts[cluster] = counts.get(cluster, 0) + 1
-        return counts
 
     def usable_clusters(self) -> frozenset[str]:
         """Hub mode: the workers placement uses now (adopted on this thread). Dispatcher thread only."""

@@ -88,7 +88,9 @@ class Worker:
         self.wrapped: WrappedObjects | None = None
         self._on_change = on_change
         self._on_wrapped_change = on_wrapped_change
+        # Namespaces known to exist there: written by the write pool's threads, several at once.
         self._namespaces: set[str] = set()
+        self._namespaces_lock = threading.Lock()
         self._usable = False
         self.probes = 0  # probes completed: how tests see that probing goes on
         self.fingerprint = ""  # digest of the credentials in use (WorkerConnector.fingerprint)
@@ -155,9 +157,11 @@ class Worker:
             self._on_change(self.name)
 
     def ensure_namespace(self, namespace: str) -> None:
-        """Create ``namespace`` in the worker if it is not there (remembered once seen)."""
-        if namespace in self._namespaces or self.conn is None:
-            return
+        """Create ``namespace`` in the worker if it is not there (remembered once seen). Write-pool threads call
+        this concurrently: two may both create it (the second gets 409, which is fine)."""
+        with self._namespaces_lock:
+            if namespace in self._namespaces or self.conn is None:
+                return
         try:
             kube.request_json(self.conn, "GET", f"/api/v1/namespaces/{namespace}", timeout=NAMESPACE_TIMEOUT_SECONDS)
         except ApiError as err:
@@ -169,7 +173,8 @@ class Worker:
             except ApiError as created:
                 if created.status != 409:
                     raise
-        self._namespaces.add(namespace)
+        with self._namespaces_lock:
+            self._namespaces.add(namespace)
 
     def stop(self) -> None:
         for informer in (self.nodes, self.pods):

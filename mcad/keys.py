@@ -8,7 +8,8 @@ Contract:
 - Who adds which: informer handlers (``AppWrapperEvent``, ``NodeEvent``, ``PodEvent``, ``QUOTA``), the write pool
   when a job of an AppWrapper finished (``Written``), status sync (``StatusRetry``), timers of the dispatcher
   (``MinAvailableCheck``, ``DeadlineCheck``, ``DispatchRetry``, ``PodCounts``, ``QUOTA_STATUS``), hub mode
-  (``ClusterEvent``, ``WorkerCleanup``), the API server coming back (``RECOVERED``), other threads (``CALL``).
+  (``ClusterEvent``, ``WorkerCleanup``), the API server coming back (``RECOVERED``), other threads (``CALL``),
+  the loop itself after a change (``PUBLISH``).
 - The dispatcher handles each kind in a table; a kind it has no handler for is a bug and raises.
 """
 
@@ -111,16 +112,22 @@ class QuotaStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class Publish:
+    """Publish the loop's state for metrics scrapes (coalesced, at most once per interval)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Recovered:
     """The API server answers again after failing: retry the writes that wait out a backoff."""
 
 
 Key = (AppWrapperEvent | NodeEvent | PodEvent | Written | StatusRetry | DispatchRetry | MinAvailableCheck
        | DeadlineCheck | PodCounts | ClusterEvent | WorkerCleanup | Dispatch | Call | QuotaChanged | QuotaStatus
-       | Recovered)
+       | Publish | Recovered)
 
 DISPATCH = Dispatch()
 CALL = Call()
 QUOTA = QuotaChanged()
 QUOTA_STATUS = QuotaStatus()
 RECOVERED = Recovered()
+PUBLISH = Publish()

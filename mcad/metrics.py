@@ -6,24 +6,25 @@ Contract:
 - Events are counted where they happen, by the dispatcher thread: ``decision`` (dispatched, queued, preempted,
   requeued, completed, failed), ``dispatch_latency`` (AppWrapper creation to its Dispatched status),
   ``cycle`` (one dispatch cycle's duration). Each is a dict lookup and an add; nothing here blocks.
-- State is read at scrape time from ``Sources`` the controller registers: the ledger's totals, the AppWrapper store,
-  informer relists, API errors by verb and code, leader status, event recorder counters. Every source is a
-  thread-safe read of something that exists anyway, so a scrape never waits for the dispatcher loop and the loop
-  pays nothing for gauges nobody reads.
+- State is read at scrape time from ``Sources`` the controller registers: informer relists, API errors by verb and
+  code, leader status, event recorder counters, and what the dispatcher loop publishes (``LoopState``: the
+  ledger's totals, its queue, AppWrappers by state, placements per worker), one immutable object replaced whole at
+  most once per ``PUBLISH_INTERVAL_SECONDS`` after a change. Every source is a thread-safe read, so a scrape never
+  waits for the dispatcher loop and never reads its state while the loop changes it.
 - Units are Prometheus base units: cpu in cores, memory in bytes, other resources in their own counts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from mcad import __version__
-from mcad.api.resources import ResourceVector
+from mcad.api.resources import ZERO, ResourceVector
 from mcad.events import EventCounters
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -37,6 +38,24 @@ CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 def base_units(resource: str, amount: int) -> float:
     """A ledger amount in Prometheus base units (the ledger counts cpu in millicores)."""
     return amount / 1000 if resource == "cpu" else float(amount)
+
+
+# The loop publishes its state for scrapes at most this often (and within this long of a change).
+PUBLISH_INTERVAL_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoopState:
+    """What the dispatcher loop last published for scrapes (never changed: the loop replaces it whole)."""
+
+    # (capacity, used, reserved, free) of the ledger.
+    capacity: tuple[ResourceVector, ResourceVector, ResourceVector, ResourceVector] = (ZERO, ZERO, ZERO, ZERO)
+    # queued (waiting to fit), dispatching (writes under way), preempting (waiting for victims).
+    queue: Mapping[str, int] = field(default_factory=dict)
+    # AppWrappers by the state the loop decided last ("" before it wrote one).
+    appwrapper_states: Mapping[str, int] = field(default_factory=dict)
+    # Hub mode: AppWrappers whose objects are in each worker.
+    placed: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -360,17 +360,10 @@ def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callabl
     """Point the dispatcher's metrics at what a scrape reads (see ``mcad.metrics.Sources``); ``hub``: the worker
     clusters in hub mode."""
     sources = dispatcher.metrics.sources
-    ledger = dispatcher.ledger
-    sources.capacity = lambda: (ledger.capacity(), ledger.in_use(), ledger.reserved(), ledger.free())
-    sources.queue = dispatcher.queue_lengths
-
-    def states() -> dict[str, int]:
-        counts: dict[str, int] = {}
-        # status_of: our own writes count before the watch brings them back (dict reads are atomic).
-        for aw in dispatcher.appwrappers.list():
-            state = dispatcher.status_of(aw).state
-            counts[state] = counts.get(state, 0) + 1
-        return counts
+    # What the loop published last (an immutable object, replaced whole): never its own maps, mid-change.
+    sources.capacity = lambda: dispatcher.published.capacity
+    sources.queue = lambda: dispatcher.published.queue
+    sources.appwrapper_states = lambda: dispatcher.published.appwrapper_states
 
     def informer_states() -> dict[str, tuple[int, bool]]:
         every = list(informers) + (dispatcher.wrapped.informers() if dispatcher.wrapped is not None else []) + (
@@ -381,12 +374,11 @@ def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callabl
         workers = hub.workers
 
         def clusters() -> list[tuple[str, str, bool, int]]:
-            placed = dispatcher.placed_counts()
+            placed = dispatcher.published.placed
             return [(w.name, w.health.state.value, w.usable(), placed.get(w.name, 0)) for w in workers]
 
         sources.clusters = clusters
 
-    sources.appwrapper_states = states
     quota_status = dispatcher.quota_status
     # Without quota trees the families are still described, with no rows.
     sources.quota = (lambda: quota_status.samples) if quota_status is not None else tuple

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from mcad.dispatcher import UnknownKey
 from mcad.kube import ApiError
 from test.component.harness import aw, gang_aw, gpu_node, last_status, node, pod
 from test.support import wait_until
@@ -234,3 +235,17 @@ def test_when_what_blocks_a_group_changes_its_skipped_members_are_told_too(harne
     h.dispatcher.queue.add(("dispatch", ""))
     h.drain()
     assert len(h.writer.statuses) == writes, "nothing changed: no member is rewritten again"
+
+
+def test_a_key_of_no_known_kind_raises_and_is_dropped_not_retried(harness_factory: Any) -> None:
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "1")], fit="aggregate")
+    h.drain()
+    cycles = h.dispatcher.cycles
+    with pytest.raises(UnknownKey, match="no handler for work-queue key"):
+        h.dispatcher.process(("dispatch", ""))  # type: ignore[arg-type]  # what a key was before mcad.keys
+    h.dispatcher.queue.add(("dispatch", ""))  # type: ignore[arg-type]
+    assert h.dispatcher.process_next(timeout=0) == ("dispatch", "")
+    assert h.dispatcher.cycles == cycles, "it never falls through to a dispatch cycle"
+    h.clock.advance(3600)
+    assert all(not isinstance(k, tuple) for k in iter(lambda: h.dispatcher.process_next(timeout=0), None)), \
+        "dropped, not retried with backoff"

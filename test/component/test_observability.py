@@ -7,6 +7,8 @@ from typing import Any
 
 from mcad import server
 from mcad.debug import Reports
+from mcad.keys import DISPATCH
+from mcad.metrics import PUBLISH_INTERVAL_SECONDS
 from test.component.harness import aw, node
 
 
@@ -69,6 +71,8 @@ def test_decisions_latency_and_cycles_are_counted_and_state_is_read_at_scrape_ti
     h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "4"), aw("b", "6")], fit="aggregate")
     server.observe(h.dispatcher, h.informers, api_errors=lambda: {("patch", 409): 3}, leading=lambda: True)
     h.drain()
+    h.clock.advance(PUBLISH_INTERVAL_SECONDS)  # the loop publishes its state for scrapes at most this often
+    h.drain()
     m = h.dispatcher.metrics
     assert m.value("mcad_dispatch_decisions_total", {"decision": "dispatched"}) == 1
     assert m.value("mcad_dispatch_decisions_total", {"decision": "queued"}) == 1
@@ -109,6 +113,6 @@ def test_transitions_are_told_as_events_once_per_change_of_what_blocks(harness_f
         ("c", "Normal", "Queued", "Waiting: short of cpu 2 (needs 6, 4 free)."),
     ]
     before = len(sink.events)
-    h.dispatcher.queue.add(("dispatch", ""))
+    h.dispatcher.queue.add(DISPATCH)
     h.drain()
     assert len(sink.events) == before, "another cycle with nothing changed tells nothing"

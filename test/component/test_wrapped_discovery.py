@@ -7,7 +7,7 @@ from typing import Any
 
 from mcad.errors import ApiError
 from mcad.informer import Informer
-from mcad.keys import AppWrapperEvent
+from mcad.keys import AppWrapperEvent, Publish
 from mcad.wrapped import WrappedObjects, WrappedView, wrapped_view
 from test.component.harness import aw, last_status, node
 from test.fakes import FakeClock, FakeListerWatcher
@@ -57,11 +57,11 @@ def test_an_appwrapper_waiting_on_discovery_is_not_polled_and_is_woken_by_the_an
         h.drain()  # that event: the AppWrapper's lifecycle is followed, and its kind is asked about
         assert asked == [], "the dispatcher thread asked the API server nothing"
         h.clock.advance(1.0)  # well past the 0.2 s poll there was, before any other timer of the dispatcher
-        assert h.dispatcher.process_next(timeout=0) is None, "nothing polls the AppWrapper while its kind is unknown"
+        assert next_work(h) is None, "nothing polls the AppWrapper while its kind is unknown"
 
         assert wrapped.discover_next() is True
         assert asked == [("v1", "ConfigMap")]
-        assert h.dispatcher.process_next(timeout=0) is None, "a failed discovery is no answer: nobody woken"
+        assert next_work(h) is None, "a failed discovery is no answer: nobody woken"
         discovery_clock.advance(0.5)
         assert wrapped.discover_next() is True
         # Woken by the ConfigMap's ADDED event (the informer's first list) and, once it has synced, as a waiter:
@@ -72,3 +72,10 @@ def test_an_appwrapper_waiting_on_discovery_is_not_polled_and_is_woken_by_the_an
                    "the AppWrapper woken and its wrapped object read, once the kind has synced")
     finally:
         wrapped.stop()
+
+
+def next_work(h: Any) -> Any:
+    """The next key the dispatcher processes now, leaving out its own Publish (its state for metrics: no poll)."""
+    while isinstance(key := h.dispatcher.process_next(timeout=0), Publish):
+        pass
+    return key
