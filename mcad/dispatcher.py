@@ -1,37 +1,25 @@
-"""The dispatcher loop: one thread that owns the ledger and decides what runs.
+"""The dispatcher loop: one thread that takes work-queue keys one by one and decides what runs.
 
 Contract:
-- Informer handlers only enqueue keys (``mcad.keys``: ``AppWrapperEvent``, ``NodeEvent``, ``PodEvent``,
-  ``DISPATCH``);
-  this thread is the only reader of those keys and the only writer of the ledger, so the hot path has no locks.
-- Nothing is decided before the AppWrapper, Node and Pod informers have all synced and the ledger has been
-  rebuilt from them, with a reservation for every AppWrapper that is already dispatched (a restart never
-  dispatches past capacity while it catches up).
-- A ``DISPATCH`` key (coalesced by the queue, so a burst of events costs one cycle) walks the queued AppWrappers
-  in order (priority, creation time, name) and dispatches every one that fits: with ``fit="nodes"`` (default)
-  when all of its pods pack onto the nodes' room (``placement.pack``; room planned for dispatched pods not yet
-  bound is held back), with ``fit="aggregate"`` when its demand fits the free total. With ``strict_fifo`` it
-  stops at the first that does not fit; with ``preemption`` one that does not fit may evict strictly
-  lower-priority dispatched AppWrappers (``mcad.evictions``) and then holds back everything behind it. The walk
-  is over ``PendingQueue`` groups (same demand, and with fit="nodes" same pod shapes), so its cost follows what
-  can fit, not the queue's length. A dispatch is reserved in the ledger before its API writes and released if
-  they fail.
-- A waiting AppWrapper gets a Backoff condition saying what blocks it (the short resources, or with fit="nodes"
-  the node constraints) and its queue position, written when it first waits and again only when what blocks it
-  changes or its position does (exactly up to 10, then by powers of two); not for every change of the amounts,
-  which would be one write per waiting AppWrapper per cycle.
-- Capacity that frees up (an AppWrapper deleted, completed or failed; a pod finished or gone; a node added or
-  ready) triggers a new cycle at once. There are no timed sleeps between decisions.
-- Status is written (server-side apply, status subresource) only when it differs from the last status seen
-  or written for that AppWrapper.
-- After dispatch (``mcad.lifecycle``): events of its pods and of its wrapped objects (``WrappedObjects``
-  informers) decide Completed / RunningHoldCompletion / Failed; ``MinAvailableCheck(key)`` and ``DeadlineCheck(key)``
-  timers are ``add_after`` delays computed from times in status, so they survive restarts. A requeued
-  AppWrapper's objects are deleted and it waits in the queue, out of the cycle, until its old pods are gone.
-- Hub mode (``hub``; ``mcad.hub`` for the workers, ``mcad.hubdispatch`` for the decisions, mixed in here): the
-  ledger holds every worker's nodes (names qualified "<worker>/<node>") and pods, and a gang fits when it packs
-  onto one usable worker that its ``clusterScheduling`` allows; its objects go there, without ownerReferences,
-  after a cleanup finalizer is on the AppWrapper; ``status.targetClusterName`` names the worker.
+- Informer handlers and timers only enqueue keys (``mcad.keys``); this thread is the only one that reads them
+  and the only one that reads or writes what is decided (the accountant, the pending queue, the owners it
+  composes), so the hot path has no locks. Other threads read what the loop publishes (``LoopState`` for
+  metrics, /debug snapshots built between two keys) and never its maps. Each kind of key has one handler; a
+  key of no known kind is a bug: it is dropped with an error.
+- Nothing is decided before the AppWrapper, Node and Pod informers have all synced and the accountant has been
+  rebuilt from them, with a reservation for every AppWrapper already dispatched (a restart never dispatches past
+  capacity while it catches up).
+- A ``DISPATCH`` key (coalesced, so a burst of events costs one cycle) runs one dispatch cycle
+  (``_dispatch_cycle``, its steps numbered): the queued AppWrappers in order (priority, creation time, name), one
+  fit check (``fit.fits``) per demand group, over a snapshot of free room; every one that fits is dispatched:
+  reserved now, its objects written in the background (``mcad.dispatchjob``), released if they fail. With strict
+  FIFO the cycle stops at the first that does not fit; one that makes room by eviction (``mcad.evictions``)
+  holds everything behind it. Capacity that frees up triggers a cycle at once; there are no timed sleeps.
+- Statuses are the loop's decisions, written until they land (``mcad.statussync``) and only when they differ
+  from the last one decided or seen; waiting AppWrappers are told what blocks them by ``mcad.notices``;
+  dispatched ones are followed by ``mcad.follower``. Where objects go (this cluster, or in hub mode a worker)
+  is the ``Sites``' and ``Targets``' business (``mcad.sites``, ``mcad.hubsites``, ``mcad.hubplacement``): the loop
+  never asks which mode it is in.
 """
 
 from __future__ import annotations
