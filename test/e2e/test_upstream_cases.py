@@ -333,6 +333,10 @@ def test_pendingpodconditions_name_the_pod_the_scheduler_cannot_place_until_it_c
         aws.delete("first")  # room for the stuck pod
         wait_until(lambda: (s := aws.status(name)).get("running") == 2 and "pendingpodconditions" not in s, 60,
                    f"both pods of {name} counted Running, and no pendingpodconditions left")
+        # Its pods go while their node is still there to confirm it: once the fake node is deleted, pods bound to it
+        # wait for the pod garbage collector, which may take longer than the namespace's teardown waits.
+        aws.delete(name)
+        wait_until(lambda: not aws.pods(name) or None, 60, f"the pods of {name} gone")
 
 
 def test_case_20_custom_pod_resources_bigger_than_free_stay_queued(controller: Controller, aws: AppWrappers,
