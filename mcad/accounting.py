@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from mcad import quota
+from mcad import placement, quota
+from mcad.api.podgroups import PodGroup
 from mcad.api.resources import ZERO, ResourceVector
 from mcad.api.views import NodeView, PodView, Unschedulable
 from mcad.ledger import Ledger
@@ -231,6 +232,21 @@ class Accountant:
         self._plans[key] = entries
         for entry in entries:
             self._planned[entry.node] = self._planned.get(entry.node, ZERO) + entry.requests.scale(entry.count)
+
+    def replan(self, key: str, gang: Sequence[PodGroup], nodes: Sequence[NodeView], snapshot: Snapshot) -> None:
+        """After a restart: its pods not bound yet, planned again on the snapshot's room left (where the scheduler
+        will put them is not known; this keeps their room from being promised twice). Taken from the snapshot."""
+        bound = self.bound_by_requests(key)
+        groups = []
+        for group in gang:
+            done = min(bound.get(group.requests, 0), group.count)
+            bound[group.requests] = bound.get(group.requests, 0) - done
+            if group.count > done:
+                groups.append(replace(group, count=group.count - done))
+        packing = placement.pack(groups, nodes, snapshot.room or {})
+        if packing.fits:
+            self.plan(key, packing.placement)
+            snapshot.take(ZERO, packing.placement)
 
     def drop_plan(self, key: str) -> None:
         for entry in self._plans.pop(key, []):

@@ -25,7 +25,8 @@ from mcad import kube, lifecycle, status
 from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, AppWrapperView, State
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.statusview import StatusView
-from mcad.dispatcher import Assessment, Dispatcher
+from mcad.assess import Assessment
+from mcad.dispatcher import Dispatcher
 from mcad.hub import Hub
 from mcad.hubplacement import nodes_in
 from mcad.wiring import build, quota_served

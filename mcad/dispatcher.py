@@ -24,19 +24,17 @@ Contract:
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
 import structlog
 
-from mcad import apply, events, lifecycle, placement, status
+from mcad import apply, events, lifecycle, status
 from mcad import quota as quota_trees
 from mcad.accounting import Accountant, Plan, Snapshot
 from mcad.api.appwrapper import (
@@ -49,6 +47,7 @@ from mcad.api.appwrapper import (
 from mcad.api.resources import ResourceVector
 from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
+from mcad.assess import Assessment, assess
 from mcad.clock import Clock, RealClock
 from mcad.clusters import Policy as ClusterPolicy
 from mcad.dispatchjob import Dispatched, Writer, create_objects
@@ -84,8 +83,8 @@ from mcad.keys import (
 )
 from mcad.ledger import Ledger
 from mcad.metrics import PUBLISH_INTERVAL_SECONDS, LoopState, Metrics
-from mcad.notices import BEHIND_STRICT_FIFO, Notices
-from mcad.pending import PendingQueue
+from mcad.notices import Notices
+from mcad.pending import PendingQueue, demand_group
 from mcad.preemption import (
     Preemptors,
 )
@@ -123,18 +122,6 @@ log = structlog.get_logger("mcad.dispatcher")
 
 class UnknownKey(TypeError):
     """A work-queue key of a kind the dispatcher has no handler for (a bug where the key was made)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Assessment:
-    """What a dispatch cycle would do now with one queued AppWrapper (``Dispatcher.assess_queue``)."""
-
-    key: str
-    state: str  # Queued, Draining (requeued; its old pods are still there), Preempting (waiting for victims)
-    fits_now: bool
-    why: str
-
-
 
 
 def protected_namespace_message(namespace: str) -> str:
@@ -394,67 +381,17 @@ class Dispatcher:
         snapshot = self._snapshot()
         for key in self.accountant.reserved_keys():
             aw = self.appwrappers.get(key)
-            if aw is None or not self.ledger.reservation(key):
-                continue
-            bound = self.accountant.bound_by_requests(key)
-            groups = []
-            for group in aw.gang:
-                done = min(bound.get(group.requests, 0), group.count)
-                bound[group.requests] = bound.get(group.requests, 0) - done
-                if group.count > done:
-                    groups.append(dataclasses.replace(group, count=group.count - done))
-            packing = placement.pack(groups, self.targets.nodes_for(key, snapshot), snapshot.room or {})
-            if packing.fits:
-                self.accountant.plan(key, packing.placement)
-                snapshot.take(ResourceVector(), packing.placement)
+            if aw is not None and self.ledger.reservation(key):
+                self.accountant.replan(key, aw.gang, self.targets.nodes_for(key, snapshot), snapshot)
 
     # ------------------------------------------------------------------------------------------ reads (/debug)
 
     def assess_queue(self) -> list[Assessment]:
-        """Every queued AppWrapper in dispatch order with what a cycle would do with it now, deciding nothing:
-        the same fit checks as ``_dispatch_cycle`` on a snapshot whose quota charges are a scratch copy. Dispatcher
-        thread only. One fit check per demand group (a group blocked once stays blocked), as in a cycle."""
-        return self._assess(self._snapshot(scratch_quota=True))
-
-    def _assess(self, snapshot: Snapshot) -> list[Assessment]:
-        blocked: dict[Any, str] = {}
-        held = ""  # why everything behind a blocked head waits (strict FIFO, or a waiting preemptor)
-        out = []
-        for key in self.pending.ordered():
-            aw = self.appwrappers.get(key)
-            entry = self.pending.entry(key)
-            if aw is None or entry is None:
-                continue
-            group = entry[1]
-            if key in self.preemptors:
-                victims = ", ".join(sorted(self.preemptors.victims_of(key)))
-                out.append(Assessment(key, "Preempting", False,
-                                      f"waiting for lower-priority AppWrappers it preempted to leave: {victims}"))
-                held = held or f"held behind {key}, which is preempting to make room"
-            elif self._draining(aw):
-                out.append(Assessment(key, "Draining", False,
-                                      "requeued; waiting for the pods of its previous dispatch to go"))
-            elif held:
-                out.append(Assessment(key, "Queued", False, held))
-            elif group in blocked:
-                out.append(Assessment(key, "Queued", False, blocked[group]))
-            else:
-                need = snapshot.need(key, aw.demand)
-                fit = fits(aw, need, snapshot, self.targets)
-                reclaimed = self.evictions.blocked_by_reclaim(aw) if fit.fits else ""
-                if reclaimed:
-                    out.append(Assessment(key, "Queued", False, reclaimed))
-                elif fit.fits:
-                    snapshot.take(need, fit.plan)
-                    if snapshot.quota is not None:
-                        snapshot.quota.charge(key, aw.labels, aw.demand)
-                    out.append(Assessment(key, "Queued", True, "fits now: the next dispatch cycle dispatches it"))
-                else:
-                    blocked[group] = fit.why()
-                    out.append(Assessment(key, "Queued", False, blocked[group]))
-                    if self.strict_fifo:
-                        held = BEHIND_STRICT_FIFO
-        return out
+        """Every queued AppWrapper in dispatch order with what a cycle would do with it now, deciding nothing
+        (``mcad.assess``). Dispatcher thread only."""
+        return assess(self.pending, self.appwrappers, self._snapshot(scratch_quota=True), self.targets,
+                      preemptors=self.preemptors, draining=self._draining,
+                      blocked_by_reclaim=self.evictions.blocked_by_reclaim, strict_fifo=self.strict_fifo)
 
     def dispatch_attempts(self, key: str) -> int:
         """Failed dispatches of an AppWrapper since its last success."""
@@ -663,23 +600,9 @@ class Dispatcher:
 
     def enqueue(self, aw: AppWrapperView) -> bool:
         """Put ``aw`` in the pending queue, or move it; True if that changed its place or its group."""
-        # An AppWrapper whose own pods exist already (see _dispatch_cycle) needs less than its group: keep it apart.
-        group: Any
-        if self.accountant.consumed(aw.key) or self._draining(aw):
-            group = (aw.demand, aw.key)
-        elif self.fit == "nodes":
-            # Same total, different pods (one 8-GPU pod, eight 1-GPU pods) fit differently: not one group.
-            group = (aw.demand, tuple((g.count, g.requests, g.node_selector, g.tolerations, g.required_affinity)
-                                      for g in aw.gang))
-        else:
-            group = aw.demand
-        if self.quota is not None:
-            # Charged elsewhere, judged elsewhere: a group's members must share their quota nodes too.
-            group = (group, self.quota.forest.charges(aw.labels))
-        if aw.held:
-            # A held head would hold back its whole group; and once it is let go, the change of group is what
-            # brings it a cycle.
-            group = (group, aw.held)
+        group = demand_group(aw, apart=bool(self.accountant.consumed(aw.key)) or self._draining(aw),
+                             by_nodes=self.fit == "nodes",
+                             quota_charges=self.quota.forest.charges(aw.labels) if self.quota is not None else None)
         before = self.pending.entry(aw.key)
         if before is None and not self._status(aw).backoff:
             self.notices.to_announce(aw.key)

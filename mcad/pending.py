@@ -13,6 +13,8 @@ Contract:
 - ``position(key)`` is the 1-based place of a queued AppWrapper in dispatch order, in O(log n): every order is
   also kept in one sorted list (sortedcontainers), so a Backoff message can say where an AppWrapper stands.
 - The queue must not be modified while a cursor is in use.
+- ``demand_group(aw, ...)`` is the group an AppWrapper belongs in: members must be judged alike by a fit check
+  (same demand; with --fit=nodes the same pods; the same quota nodes; the same reason to be held).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 
 from sortedcontainers import SortedList
 
+from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector
 
 Order = tuple[int, str, str]  # (-priority, creation time, namespace/name): see AppWrapperView.order
@@ -160,3 +163,25 @@ class Cursor:
             raise RuntimeError("no current candidate: call next() first")
         current, self._current = self._current, None
         return current
+
+
+def demand_group(aw: AppWrapperView, *, apart: bool, by_nodes: bool, quota_charges: Hashable | None) -> Hashable:
+    """The pending group of ``aw``: ``apart`` puts it in one of its own (its own pods exist already, so it needs
+    less than its demand; or it waits for its previous pods to go)."""
+    group: Hashable
+    if apart:
+        group = (aw.demand, aw.key)
+    elif by_nodes:
+        # Same total, different pods (one 8-GPU pod, eight 1-GPU pods) fit differently: not one group.
+        group = (aw.demand, tuple((g.count, g.requests, g.node_selector, g.tolerations, g.required_affinity)
+                                  for g in aw.gang))
+    else:
+        group = aw.demand
+    if quota_charges is not None:
+        # Charged elsewhere, judged elsewhere: a group's members must share their quota nodes too.
+        group = (group, quota_charges)
+    if aw.held:
+        # A held head would hold back its whole group; and once it is let go, the change of group is what brings
+        # it a cycle.
+        group = (group, aw.held)
+    return group

@@ -56,6 +56,7 @@ MODEL_MODULES: tuple[str, ...] = (
     "mcad.preemption",
     "mcad.hubplacement",
     "mcad.keys",
+    "mcad.assess",
 )
 NOT_WRITTEN_YET: frozenset[str] = frozenset()
 
