@@ -34,16 +34,10 @@ from typing import Any, TypeVar
 
 import structlog
 
-from mcad import apply, events, lifecycle, status
+from mcad import apply, events, keys, lifecycle, status
 from mcad import quota as quota_trees
 from mcad.accounting import Accountant, Plan, Snapshot
-from mcad.api.appwrapper import (
-    ACTIVE_STATES,
-    FINAL_STATES,
-    KIND,
-    AppWrapperView,
-    State,
-)
+from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, KIND, AppWrapperView, State
 from mcad.api.resources import ResourceVector
 from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
@@ -57,37 +51,12 @@ from mcad.follower import Follower
 from mcad.hubplacement import WorkerPlacement
 from mcad.hubsites import WorkerClusters, WorkerSites
 from mcad.informer import Store
-from mcad.keys import (
-    CALL,
-    DISPATCH,
-    PUBLISH,
-    QUOTA,
-    QUOTA_STATUS,
-    AppWrapperEvent,
-    Call,
-    DeadlineCheck,
-    Dispatch,
-    DispatchRetry,
-    Key,
-    MinAvailableCheck,
-    NodeEvent,
-    PodCounts,
-    PodEvent,
-    Publish,
-    QuotaChanged,
-    QuotaStatus,
-    Recovered,
-    StatusRetry,
-    WorkerCleanup,
-    Written,
-)
+from mcad.keys import CALL, DISPATCH, PUBLISH, QUOTA, QUOTA_STATUS, AppWrapperEvent, Key
 from mcad.ledger import Ledger
 from mcad.metrics import PUBLISH_INTERVAL_SECONDS, LoopState, Metrics
 from mcad.notices import Notices
 from mcad.pending import PendingQueue, demand_group
-from mcad.preemption import (
-    Preemptors,
-)
+from mcad.preemption import Preemptors
 from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
 from mcad.retry import Backoff, FailureKind, Policy, RetryTimes
 from mcad.sites import Cleaned, LocalCluster, Sites
@@ -97,6 +66,7 @@ from mcad.wrapped import WrappedObjects
 from mcad.writes import Writes
 
 R = TypeVar("R")
+T = TypeVar("T")
 # Pod counts in a dispatched AppWrapper's status are written at most once per this window, in the writers' low
 # priority lane: a gang's pods move through Pending and Running within moments, one write for all of it is enough,
 # and API server capacity is better spent creating the next gang.
@@ -118,6 +88,13 @@ DEFAULT_VICTIM_TIMEOUT_SECONDS = 300.0
 _EVENT_REASONS = {"dispatched": events.DISPATCHED, "queued": events.QUEUED, "preempted": events.PREEMPTED,
                   "requeued": events.REQUEUED, "completed": events.COMPLETED, "failed": events.FAILED}
 log = structlog.get_logger("mcad.dispatcher")
+
+
+def either(new: T | None, old: T | None) -> T:
+    """The object an informer event is about: the new one, else (deleted) the old one; an event has one of them."""
+    found = new if new is not None else old
+    assert found is not None, "an informer event about no object"
+    return found
 
 
 class UnknownKey(TypeError):
@@ -216,9 +193,9 @@ class Dispatcher:
         self.published = LoopState()
         self._published_at = float("-inf")
         self._publish_due = False
-        appwrappers.add_handler(lambda _t, old, new: self.queue.add(AppWrapperEvent((new or old).key)))  # type: ignore[union-attr]
-        nodes.add_handler(lambda _t, old, new: self.queue.add(NodeEvent((new or old).name)))  # type: ignore[union-attr]
-        pods.add_handler(lambda _t, old, new: self.queue.add(PodEvent((new or old).uid)))  # type: ignore[union-attr]
+        appwrappers.add_handler(lambda _t, old, new: self.queue.add(AppWrapperEvent(either(new, old).key)))
+        nodes.add_handler(lambda _t, old, new: self.queue.add(keys.NodeEvent(either(new, old).name)))
+        pods.add_handler(lambda _t, old, new: self.queue.add(keys.PodEvent(either(new, old).uid)))
         if quota_subtrees is not None:
             quota_subtrees.add_handler(lambda _t, _old, _new: self.queue.add(QUOTA))
 
@@ -265,11 +242,11 @@ class Dispatcher:
             return None
         try:
             self.process(key)
-            if not isinstance(key, (Publish, Call)):
+            if not isinstance(key, (keys.Publish, keys.Call)):
                 self._changed()
             # Hub mode's AppWrapper and cleanup keys fail through their background writes, reported on another
             # key: their failure counts are reset when a write of theirs succeeds, so their backoff grows.
-            if not isinstance(key, (AppWrapperEvent, WorkerCleanup)):
+            if not isinstance(key, (AppWrapperEvent, keys.WorkerCleanup)):
                 self.queue.forget(key)
         except UnknownKey:
             log.exception("a work-queue key of no known kind: dropped", key=repr(key))  # a bug: retrying cannot help
@@ -290,21 +267,21 @@ class Dispatcher:
     def _handler_table(self) -> dict[type[Any], Callable[[Any], None]]:
         """What each kind of key (``mcad.keys``) means, and the sites' own kinds (hub mode's)."""
         return {
-            PodEvent: lambda k: self._sync_pod(k.uid),
-            NodeEvent: lambda k: self._sync_node(k.name),
+            keys.PodEvent: lambda k: self._sync_pod(k.uid),
+            keys.NodeEvent: lambda k: self._sync_node(k.name),
             AppWrapperEvent: lambda k: self._sync_appwrapper(k.appwrapper),
-            Written: lambda k: self._collect(k.appwrapper),
-            StatusRetry: lambda k: self.statuses.retry(k.appwrapper),
-            DispatchRetry: lambda k: self._retry_due(k.appwrapper),
-            MinAvailableCheck: lambda k: self.follower.check_min_available(k.appwrapper),
-            DeadlineCheck: lambda k: self.follower.check_deadline(k.appwrapper),
-            PodCounts: lambda k: self._pod_counts_due(k.appwrapper),
-            Recovered: lambda _k: self._api_recovered(),
-            Call: lambda _k: self._run_calls(),
-            QuotaChanged: lambda _k: self._sync_quota(),
-            QuotaStatus: lambda _k: self.quota_status.write() if self.quota_status is not None else None,
-            Dispatch: lambda _k: self._dispatch_cycle(),
-            Publish: lambda _k: self._publish(),
+            keys.Written: lambda k: self._collect(k.appwrapper),
+            keys.StatusRetry: lambda k: self.statuses.retry(k.appwrapper),
+            keys.DispatchRetry: lambda k: self._retry_due(k.appwrapper),
+            keys.MinAvailableCheck: lambda k: self.follower.check_min_available(k.appwrapper),
+            keys.DeadlineCheck: lambda k: self.follower.check_deadline(k.appwrapper),
+            keys.PodCounts: lambda k: self._pod_counts_due(k.appwrapper),
+            keys.Recovered: lambda _k: self._api_recovered(),
+            keys.Call: lambda _k: self._run_calls(),
+            keys.QuotaChanged: lambda _k: self._sync_quota(),
+            keys.QuotaStatus: lambda _k: self.quota_status.write() if self.quota_status is not None else None,
+            keys.Dispatch: lambda _k: self._dispatch_cycle(),
+            keys.Publish: lambda _k: self._publish(),
             **self.sites.handlers(),
         }
 
@@ -528,7 +505,7 @@ class Dispatcher:
         if not self.accountant.holds(key):
             self._reserve(aw)
         self._dispatched[key] = aw
-        self.queue.add_after(PodCounts(key), POD_COUNT_WINDOW_SECONDS)
+        self.queue.add_after(keys.PodCounts(key), POD_COUNT_WINDOW_SECONDS)
         self.follower.follow(aw)
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -779,25 +756,26 @@ class Dispatcher:
         aw = outcome.aw
         self._inflight.pop(key, None)
         current = self.appwrappers.get(key)
-        still_there = current is not None and current.uid == aw.uid and not current.deleting
+        # The very AppWrapper decided about, as the informer has it now (None: deleted, or another one by now).
+        same = current if current is not None and current.uid == aw.uid and not current.deleting else None
         if outcome.error is not None or outcome.stale:
             self.accountant.drop_plan(key)
             self.sites.unplace(key)  # what was applied is undone
-            if self.ledger.is_reserved(key) and (still_there or current is None):
+            if self.ledger.is_reserved(key) and (same is not None or current is None):
                 self._release(key)
                 self.capacity_may_have_grown()
-            if still_there and outcome.error is not None:
-                self._dispatch_failed(current, outcome.error)  # type: ignore[arg-type]
-            elif still_there:
+            if same is not None and outcome.error is not None:
+                self._dispatch_failed(same, outcome.error)
+            elif same is not None:
                 # The informer is behind (a newer spec, or it is gone): decide again once it caught up, after a
                 # short backoff of its own rather than at once (a read that keeps disagreeing must not spin).
                 retry = self._dispatch_retries.failed(key, FailureKind.UNAVAILABLE)
                 log.info("dispatch read another spec than decided about; deciding again", appwrapper=key,
                          delay_s=round(retry.delay, 3))
-                self.enqueue(current)  # type: ignore[arg-type]
-                self.queue.add_after(DispatchRetry(key), retry.delay)
+                self.enqueue(same)
+                self.queue.add_after(keys.DispatchRetry(key), retry.delay)
             return
-        if not still_there:
+        if same is None:
             # Deleted while its objects were being created: take them back at once.
             self._delete_wrapped(aw, outcome.uids)
             return
@@ -806,7 +784,7 @@ class Dispatcher:
         self.notices.dispatched(key)
         self._dispatched[key] = aw
         # Its pods may have come and started while the writes were under way (their events found it in flight).
-        self.queue.add_after(PodCounts(key), POD_COUNT_WINDOW_SECONDS)
+        self.queue.add_after(keys.PodCounts(key), POD_COUNT_WINDOW_SECONDS)
         first = lifecycle.dispatched_at(self._status(aw)) is None
         # From here on it is dispatched for the loop, whether or not this write lands at once (mcad.statussync):
         # a status write that fails never makes it dispatch again.
@@ -821,7 +799,7 @@ class Dispatcher:
             # Creation to first dispatch; a requeued AppWrapper's later dispatches would say more about its
             # requeue wait than about the queue.
             self.metrics.dispatch_latency((self.clock.now() - created).total_seconds())
-        self.follower.follow(current)  # type: ignore[arg-type]
+        self.follower.follow(same)
 
     def _dispatch_failed(self, aw: AppWrapperView, error: apply.DispatchFailed) -> None:
         """Its objects could not all be created (what was is undone). A refusal that would repeat fails it at once;
@@ -838,7 +816,7 @@ class Dispatcher:
                     delay_s=round(retry.delay, 3), reason=error.message)
         self.enqueue(aw)
         # A timer of its own: DISPATCH timers of several AppWrappers would merge into the earliest one.
-        self.queue.add_after(DispatchRetry(key), retry.delay)
+        self.queue.add_after(keys.DispatchRetry(key), retry.delay)
         why = f"creating its objects failed, retrying with backoff: {error.message}"
         self.notices.tell(aw, frozenset({"dispatch failed"}), partial(str, why))
 
@@ -858,7 +836,7 @@ class Dispatcher:
         if remaining is None:
             return
         if remaining > 0:
-            self.queue.add_after(DispatchRetry(key), remaining)
+            self.queue.add_after(keys.DispatchRetry(key), remaining)
             return
         self.queue.add(DISPATCH)
 
