@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from mcad import apply, events, keys, lifecycle, status
+from mcad import events, keys, lifecycle, status
 from mcad import quota as quota_trees
 from mcad.accounting import Accountant, Plan, Snapshot
 from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, KIND, AppWrapperView, State
@@ -44,7 +44,8 @@ from mcad.api.views import NodeView, PodView
 from mcad.assess import Assessment, assess
 from mcad.clock import Clock, RealClock
 from mcad.clusters import Policy as ClusterPolicy
-from mcad.dispatchjob import Dispatched, Writer, create_objects
+from mcad.dispatches import Dispatches
+from mcad.dispatchjob import Dispatched, Writer
 from mcad.evictions import Evictions
 from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
 from mcad.follower import Follower
@@ -58,7 +59,7 @@ from mcad.notices import Notices
 from mcad.pending import PendingQueue, demand_group
 from mcad.preemption import Preemptors
 from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
-from mcad.retry import Backoff, FailureKind, Policy, RetryTimes
+from mcad.retry import Backoff, Policy
 from mcad.sites import Cleaned, LocalCluster, Sites
 from mcad.statussync import StatusSync, StatusWritten
 from mcad.workqueue import WorkQueue
@@ -74,12 +75,9 @@ POD_COUNT_WINDOW_SECONDS = 5.0
 # How a queued AppWrapper is judged to fit: "nodes" packs its pods onto the nodes' free room (first-fit
 # decreasing; taints, nodeSelector, affinity), "aggregate" compares its total demand with the cluster's free total.
 FIT_MODES = ("nodes", "aggregate")
-# Retrying failed writes (mcad.retry). Object writes: per AppWrapper 0.5 s doubling to 5 s, so a fault of 20 s
-# costs each AppWrapper about ten attempts and it runs within 5 s of the fault's end; at most 10 retries a second
-# in all; failing TRANSIENT-ly for 5 minutes (and 10 attempts) fails the AppWrapper. Status writes: 0.25 s doubling
-# to 4 s, so a status is right within 4 s of a fault's end, at most 50 a second in all; giving up only stops the
-# timer (the next event of the AppWrapper writes again).
-DISPATCH_RETRY = Policy(base=0.5, cap=5.0, rate=10.0, burst=100, give_up_attempts=10, give_up_seconds=300.0)
+# Retrying failed status writes (mcad.retry): 0.25 s doubling to 4 s, so a status is right within 4 s of a fault's
+# end, at most 50 a second in all; giving up only stops the timer (the next event of the AppWrapper writes again).
+# Failed object writes: mcad.dispatches.
 STATUS_RETRY = Policy(base=0.25, cap=4.0, rate=50.0, burst=500, give_up_attempts=20, give_up_seconds=300.0)
 # A preemptor waits this long for its victims' pods to go before it force-deletes those whose grace period is
 # over and stops holding the queue (a pod finalizer or a process ignoring SIGTERM would hold it for ever).
@@ -146,18 +144,10 @@ class Dispatcher:
             if self.quota is not None and quota_subtrees is not None else None
         # The status the loop decided for each AppWrapper, written until it lands (see mcad.statussync).
         self.statuses = StatusSync(writer, self.writes, self.queue, Backoff(self.clock, STATUS_RETRY), self.clock)
-        # Failed dispatches: each AppWrapper's backoff, and when it may be tried again (the cycle passes it by until
-        # then; a DISPATCH is due at that time).
-        self._dispatch_retries = RetryTimes(self.clock, DISPATCH_RETRY)
-        # Dispatches whose writes are under way: reserved in the ledger, neither queued nor dispatched yet.
-        self._inflight: dict[str, AppWrapperView] = {}
         self.cycles = 0
         self.pending = PendingQueue()
         # The last view of each dispatched AppWrapper: once it is deleted, its items say what to clean up.
         self._dispatched: dict[str, AppWrapperView] = {}
-        # uids of the objects applied for each dispatched AppWrapper (unknown after a restart): one request each
-        # to delete them, instead of a read to check their owner first.
-        self._object_uids: dict[str, tuple[str, ...]] = {}
         # Priority preemption and quota reclaim: who waits for which victims (mcad.preemption).
         self.preemptors = Preemptors(victim_timeout)
         self.victim_timeout = victim_timeout
@@ -179,8 +169,11 @@ class Dispatcher:
             self.sites = WorkerSites(hub, self.placement, host=self, accountant=self.accountant,
                                      appwrappers=appwrappers, finalizers=writer, writes=self.writes, queue=self.queue,
                                      clock=self.clock)
-        self.evictions = Evictions(self.preemptors, self.accountant, self.targets, self,
-                                   dispatched=self._dispatched, in_flight=self._inflight, appwrappers=appwrappers,
+        # Dispatches whose writes are under way, and what becomes of them (mcad.dispatches).
+        self.dispatches = Dispatches(self, appwrappers=appwrappers, accountant=self.accountant, sites=self.sites,
+                                     writer=writer, writes=self.writes, queue=self.queue, clock=self.clock)
+        self.evictions = Evictions(self.preemptors, self.accountant, self.targets, self, dispatched=self._dispatched,
+                                   in_flight=self.dispatches.in_flight, appwrappers=appwrappers,
                                    queue=self.queue, clock=self.clock, writes=self.writes, pods=writer,
                                    priority_preemption=preemption)
         # What waiting AppWrappers are told (their Backoff status), written only when it changes.
@@ -272,7 +265,7 @@ class Dispatcher:
             AppWrapperEvent: lambda k: self._sync_appwrapper(k.appwrapper),
             keys.Written: lambda k: self._collect(k.appwrapper),
             keys.StatusRetry: lambda k: self.statuses.retry(k.appwrapper),
-            keys.DispatchRetry: lambda k: self._retry_due(k.appwrapper),
+            keys.DispatchRetry: lambda k: self.dispatches.retry_due(k.appwrapper),
             keys.MinAvailableCheck: lambda k: self.follower.check_min_available(k.appwrapper),
             keys.DeadlineCheck: lambda k: self.follower.check_deadline(k.appwrapper),
             keys.PodCounts: lambda k: self._pod_counts_due(k.appwrapper),
@@ -311,7 +304,8 @@ class Dispatcher:
         ledger = self.ledger
         self.published = LoopState(
             capacity=(ledger.capacity(), ledger.in_use(), ledger.reserved(), ledger.free()),
-            queue={"queued": len(self.pending), "dispatching": len(self._inflight), "preempting": len(self.preemptors)},
+            queue={"queued": len(self.pending), "dispatching": len(self.dispatches.in_flight),
+                   "preempting": len(self.preemptors)},
             appwrapper_states=states, placed=placed)
 
     def call(self, fn: Callable[[], R], timeout: float) -> R:
@@ -372,7 +366,7 @@ class Dispatcher:
 
     def dispatch_attempts(self, key: str) -> int:
         """Failed dispatches of an AppWrapper since its last success."""
-        return self._dispatch_retries.attempts(key)
+        return self.dispatches.attempts(key)
 
     def status_of(self, aw: AppWrapperView) -> StatusView:
         """Its status as this controller knows it: the last one written, else the last one seen."""
@@ -383,7 +377,7 @@ class Dispatcher:
 
     def dispatching(self, key: str) -> bool:
         """Its dispatch writes are under way."""
-        return key in self._inflight
+        return key in self.dispatches
 
     def usable_clusters(self) -> frozenset[str]:
         """Hub mode: the workers placement uses now (adopted on this thread). Dispatcher thread only."""
@@ -459,7 +453,7 @@ class Dispatcher:
         return self._status(aw).state
 
     def _is_queued(self, aw: AppWrapperView) -> bool:
-        if aw.key in self._inflight:
+        if aw.key in self.dispatches:
             return False
         current = self._status(aw)
         return not aw.deleting and not current.canrun and current.state in (State.NEW, State.PENDING)
@@ -470,17 +464,17 @@ class Dispatcher:
             # One that waited in the queue may have held others back (strict FIFO, a preemptor): look again.
             self.queue.add(DISPATCH)
         if aw is None or aw.deleting:
-            gone, uids = self._dispatched.get(key), self._object_uids.get(key, ())
+            gone, uids = self._dispatched.get(key), self.dispatches.object_uids(key)
             self._forget(key)
             self.sites.deleted(key, aw, gone, uids)
             return
-        if key in self._inflight:
+        if key in self.dispatches:
             return  # its dispatch writes are under way; their outcome decides
         previous = self._dispatched.get(key)
         if previous is not None and previous.uid != aw.uid:
             # Deleted and re-created under the same name while we were not looking: clean up the old one.
             del self._dispatched[key]
-            self._delete_wrapped(previous, self._object_uids.get(key, ()))
+            self._delete_wrapped(previous, self.dispatches.object_uids(key))
             self._forget(key)
         # Drops a decision the informer now shows, and re-drives a status write that failed (this event may be
         # its pods or objects changing, long after the write gave up).
@@ -488,10 +482,10 @@ class Dispatcher:
         if self._is_queued(aw):
             if aw.demand_error:
                 self.pending.remove(key)
-                self._fail(aw, status.INVALID_SPEC, aw.demand_error)
+                self.fail(aw, status.INVALID_SPEC, aw.demand_error)
             elif aw.namespace in self.protected_namespaces:
                 self.pending.remove(key)
-                self._fail(aw, status.PROTECTED_NAMESPACE, protected_namespace_message(aw.namespace))
+                self.fail(aw, status.PROTECTED_NAMESPACE, protected_namespace_message(aw.namespace))
             elif self.enqueue(aw):
                 # New arrivals and changed ones need a decision; our own status writes coming back do not.
                 self.queue.add(DISPATCH)
@@ -499,7 +493,7 @@ class Dispatcher:
         self.pending.remove(key)
         state = self._state(aw)
         if state in FINAL_STATES:
-            if self._release(key):
+            if self.release(key):
                 self.capacity_may_have_grown()
             return
         if not self.accountant.holds(key):
@@ -514,14 +508,14 @@ class Dispatcher:
         """A final state: write it, release the reservation at once; ``stop`` also deletes the wrapped objects."""
         self.write_status(aw, new)
         if stop:
-            self._delete_wrapped(aw, self._object_uids.get(aw.key, ()))
+            self._delete_wrapped(aw, self.dispatches.object_uids(aw.key))
         self._undispatch(aw.key)
 
     def _undispatch(self, key: str) -> None:
         """It no longer holds capacity: drop its plan, timers and reservation (its pods count while they exist)."""
         self._dispatched.pop(key, None)
         self.follower.forget(key)
-        if self._release(key):
+        if self.release(key):
             self.capacity_may_have_grown()
 
     def _reserve(self, aw: AppWrapperView, plan: Plan = ()) -> None:
@@ -530,7 +524,7 @@ class Dispatcher:
         if self.quota is not None:
             self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
 
-    def _release(self, key: str) -> bool:
+    def release(self, key: str) -> bool:
         """Its reservation, plan and charges go; True if it held any."""
         held = self.accountant.forget(key)
         if held and self.quota is not None:
@@ -539,7 +533,7 @@ class Dispatcher:
 
     def dispatched_now(self, key: str) -> AppWrapperView | None:
         aw = self.appwrappers.get(key)
-        if aw is None or aw.deleting or key in self._inflight or self._is_queued(aw):
+        if aw is None or aw.deleting or key in self.dispatches or self._is_queued(aw):
             return None
         return aw if self._state(aw) in ACTIVE_STATES else None
 
@@ -559,12 +553,12 @@ class Dispatcher:
         self.write_status(aw, status.requeued(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
                                                reason=reason, message=message, requeuings=requeuings,
                                                requeue_wait=requeue_wait))
-        self._delete_wrapped(aw, self._object_uids.pop(key, ()))
+        self._delete_wrapped(aw, self.dispatches.take_object_uids(key))
         self._undispatch(key)
         self.notices.dispatched(key)
         if aw.demand_error:
             # Dispatched before its spec was refused (a bound added since): it is not dispatched again.
-            self._fail(aw, status.INVALID_SPEC, aw.demand_error)
+            self.fail(aw, status.INVALID_SPEC, aw.demand_error)
             return
         self.enqueue(aw)
         # Its Backoff tells of the requeue; once it waits like the rest, say what it waits for (mcad.notices).
@@ -594,8 +588,7 @@ class Dispatcher:
         self._undispatch(key)
         self.preemptors.forget(key)
         self.statuses.forget(key)
-        self._dispatch_retries.forget(key)
-        self._object_uids.pop(key, None)
+        self.dispatches.forget(key)
         self.notices.forget(key)
         self.pending.remove(key)
 
@@ -641,7 +634,7 @@ class Dispatcher:
             if self._draining(aw):
                 cursor.blocked()  # its own group: it waits for the pods of its previous dispatch to go
                 continue
-            if self._in_retry_backoff(key):
+            if self.dispatches.waiting(key):
                 cursor.passed()  # its last dispatch failed: not before its backoff passes (its timer says when)
                 continue
             # Its own pods can exist already (the controller stopped between creating its objects and
@@ -716,7 +709,7 @@ class Dispatcher:
         return fits(aw, snapshot.need(aw.key, aw.demand), snapshot, self.targets)
 
     def retrying(self, key: str) -> bool:
-        return self._dispatch_retries.waiting(key)
+        return self.dispatches.waiting(key)
 
     def preempting(self, key: str) -> bool:
         return key in self.preemptors
@@ -727,7 +720,6 @@ class Dispatcher:
         the objects go into ``cluster``."""
         self._reserve(aw, plan)
         self.sites.placing(aw.key, cluster)
-        self._inflight[aw.key] = aw
         reclaimed = aw.key in self.preemptors.reclaiming
         self.preemptors.done(aw.key)
         if reclaimed:
@@ -737,14 +729,13 @@ class Dispatcher:
         wait = lifecycle.current_requeue_wait(aw.scheduling, current) if aw.scheduling.min_available > 0 else 0
         new = status.dispatched(current.raw(), self.clock.now(), priority=aw.priority, requeue_wait=wait,
                                 cluster=cluster)
-        self.writes.submit(aw.key, partial(create_objects, self.writer, self.sites, aw, new, cluster),
-                           tenant=aw.namespace)
+        self.dispatches.start(aw, new, cluster)
 
     def _collect(self, key: str) -> None:
         """Outcomes of background writes for one AppWrapper, in the order they finished."""
         for outcome in self.writes.results(key):
             if isinstance(outcome, Dispatched):
-                self._dispatch_done(key, outcome)
+                self.dispatches.done(key, outcome)
             elif isinstance(outcome, Cleaned):
                 self.sites.cleaned(key, outcome)
             elif isinstance(outcome, StatusWritten):
@@ -752,102 +743,38 @@ class Dispatcher:
             elif isinstance(outcome, Exception):
                 log.error("background write failed", appwrapper=key, error=repr(outcome))
 
-    def _dispatch_done(self, key: str, outcome: Dispatched) -> None:
-        aw = outcome.aw
-        self._inflight.pop(key, None)
-        current = self.appwrappers.get(key)
-        # The very AppWrapper decided about, as the informer has it now (None: deleted, or another one by now).
-        same = current if current is not None and current.uid == aw.uid and not current.deleting else None
-        if outcome.error is not None or outcome.stale:
-            self.accountant.drop_plan(key)
-            self.sites.unplace(key)  # what was applied is undone
-            if self.ledger.is_reserved(key) and (same is not None or current is None):
-                self._release(key)
-                self.capacity_may_have_grown()
-            if same is not None and outcome.error is not None:
-                self._dispatch_failed(same, outcome.error)
-            elif same is not None:
-                # The informer is behind (a newer spec, or it is gone): decide again once it caught up, after a
-                # short backoff of its own rather than at once (a read that keeps disagreeing must not spin).
-                retry = self._dispatch_retries.failed(key, FailureKind.UNAVAILABLE)
-                log.info("dispatch read another spec than decided about; deciding again", appwrapper=key,
-                         delay_s=round(retry.delay, 3))
-                self.enqueue(same)
-                self.queue.add_after(keys.DispatchRetry(key), retry.delay)
-            return
-        if same is None:
-            # Deleted while its objects were being created: take them back at once.
-            self._delete_wrapped(aw, outcome.uids)
-            return
-        self._dispatch_retries.succeeded(key)
-        self._object_uids[key] = outcome.uids
+    def dispatched(self, aw: AppWrapperView, current: AppWrapperView, new: Mapping[str, Any]) -> None:
+        """Its objects exist (``mcad.dispatches``): from here on it is dispatched for the loop, whether or not its
+        status write lands at once (``mcad.statussync``): a status write that fails never makes it dispatch again."""
+        key = aw.key
         self.notices.dispatched(key)
         self._dispatched[key] = aw
         # Its pods may have come and started while the writes were under way (their events found it in flight).
         self.queue.add_after(keys.PodCounts(key), POD_COUNT_WINDOW_SECONDS)
         first = lifecycle.dispatched_at(self._status(aw)) is None
-        # From here on it is dispatched for the loop, whether or not this write lands at once (mcad.statussync):
-        # a status write that fails never makes it dispatch again.
-        self.write_status(aw, outcome.status)
+        self.write_status(aw, new)
         cluster = self.sites.where(key)
         log.info("dispatched", appwrapper=key, demand=aw.demand.format(), **({"cluster": cluster} if cluster else {}))
         where = f" in worker cluster {cluster}" if cluster else ""
         self.note(aw, "dispatched",
-                   f"Its wrapped objects were created{where}; it reserves {aw.demand.format() or 'nothing'}.")
+                  f"Its wrapped objects were created{where}; it reserves {aw.demand.format() or 'nothing'}.")
         created = lifecycle.parse_time(aw.created)
         if first and created is not None:
             # Creation to first dispatch; a requeued AppWrapper's later dispatches would say more about its
             # requeue wait than about the queue.
             self.metrics.dispatch_latency((self.clock.now() - created).total_seconds())
-        self.follower.follow(same)
-
-    def _dispatch_failed(self, aw: AppWrapperView, error: apply.DispatchFailed) -> None:
-        """Its objects could not all be created (what was is undone). A refusal that would repeat fails it at once;
-        anything else is tried again after its own backoff (the cycle passes it by until then), and its status says
-        so from the first failure; failing TRANSIENT-ly for too long fails it (``DISPATCH_RETRY``)."""
-        key = aw.key
-        retry = self._dispatch_retries.failed(key, error.kind)
-        if retry.give_up:
-            message = error.message if error.kind is FailureKind.PERMANENT else \
-                f"{error.message} (gave up after {retry.attempts} attempts in {retry.seconds:.0f} s)"
-            self._fail(aw, status.ITEM_CREATION_FAILURE, message)
-            return
-        log.warning("dispatch failed; will retry", appwrapper=key, attempts=retry.attempts,
-                    delay_s=round(retry.delay, 3), reason=error.message)
-        self.enqueue(aw)
-        # A timer of its own: DISPATCH timers of several AppWrappers would merge into the earliest one.
-        self.queue.add_after(keys.DispatchRetry(key), retry.delay)
-        why = f"creating its objects failed, retrying with backoff: {error.message}"
-        self.notices.tell(aw, frozenset({"dispatch failed"}), partial(str, why))
+        self.follower.follow(current)
 
     def _api_recovered(self) -> None:
         """The API server answers again after failing: the dispatches and status writes that wait out a backoff
-        most likely failed because it was away, so they go now instead of up to a backoff late (the retry
-        budget of ``mcad.retry`` still bounds how many go at once)."""
-        waited = self._dispatch_retries.release_all()
-        if waited:
-            log.info("api server answers again; retrying failed dispatches now", appwrappers=waited)
-            self.queue.add(DISPATCH)
+        most likely failed because it was away, so they go now instead of up to a backoff late."""
+        self.dispatches.recovered()
         self.statuses.retry_all()
-
-    def _retry_due(self, key: str) -> None:
-        """Its DispatchRetry timer fired: a cycle tries it again, unless a later failure moved its time."""
-        remaining = self._dispatch_retries.remaining(key)
-        if remaining is None:
-            return
-        if remaining > 0:
-            self.queue.add_after(keys.DispatchRetry(key), remaining)
-            return
-        self.queue.add(DISPATCH)
-
-    def _in_retry_backoff(self, key: str) -> bool:
-        """Its last dispatch failed and its backoff has not passed yet."""
-        return self._dispatch_retries.waiting(key)
 
     def _delete_wrapped(self, aw: AppWrapperView, uids: tuple[str, ...] = ()) -> None:
         self.sites.delete_objects(aw, uids)
 
-    def _fail(self, aw: AppWrapperView, reason: str, message: str) -> None:
+    def fail(self, aw: AppWrapperView, reason: str, message: str) -> None:
         log.warning("appwrapper failed", appwrapper=aw.key, reason=reason, message=message)
         self.note(aw, "failed", f"{reason}: {message}")
         self.write_status(aw, status.failed(self._status(aw).raw(), self.clock.now(), priority=aw.priority,
