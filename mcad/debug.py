@@ -95,10 +95,10 @@ class Reports:
             if aw.key in d.pending or aw.deleting:
                 continue
             current = d.status_of(aw)
-            state = "Dispatching" if d.dispatching(aw.key) else current.state
+            state = "Dispatching" if aw.key in d.dispatches else current.state
             if state != "Dispatching" and (state not in ACTIVE_STATES or not current.canrun):
                 continue
-            dispatched_facts.append((aw, state, current, list(d.pod_phases(aw.key))))
+            dispatched_facts.append((aw, state, current, list(d.accountant.phases(aw.key))))
 
         def document() -> Document:
             queued = []
@@ -137,7 +137,7 @@ class Reports:
                       "reserved": format_amount(name, reserved.get(name)),
                       "free": format_amount(name, free.get(name))} for name in names]
         room = ledger.room_by_node()
-        planned = d.planned_by_node()
+        planned = d.accountant.planned_by_node()
         nodes = []
         for node in sorted(ledger.nodes(), key=lambda n: n.name):
             node_room = room.get(node.name, ResourceVector())
@@ -160,11 +160,11 @@ class Reports:
         """Hub mode: every worker with its health, capacity and free room (as placement sees them: room held for
         dispatched pods not bound yet is not free), and the AppWrappers placed there. Single mode: no workers."""
         d = self.dispatcher
-        hub = self.hub
-        if hub is None or d.placement is None:
+        hub, placement = self.hub, d.placement
+        if hub is None or placement is None:
             return {**self._header(), "mode": "single", "clusters": []}
         room = d.ledger.room_by_node()
-        planned = d.planned_by_node()
+        planned = d.accountant.planned_by_node()
         placed: dict[str, list[str]] = {}
         for key, cluster in sorted(d.placed().items()):
             placed.setdefault(cluster, []).append(key)
@@ -178,13 +178,13 @@ class Reports:
                     capacity = capacity + node.allocatable
                     free = free + room.get(node.name, ResourceVector()) - planned.get(node.name, ResourceVector())
             since = d.clock.now() - timedelta(seconds=max(0.0, time.monotonic() - health.since))
-            usable = worker.name in d.usable_clusters()  # what placement uses, not the prober's latest word
+            usable = worker.name in placement.usable  # what placement uses, not the prober's latest word
             workers.append({"name": worker.name, "labels": dict(worker.spec.labels), "state": health.state.value,
                             "message": "" if usable else hub.describe(worker.name),
                             "since": rfc3339(since), "synced": worker.synced, "usable": usable,
                             "nodes": len(nodes), "capacity": quantities(capacity), "free": quantities(free.clamp()),
                             "appwrappers": placed.get(worker.name, [])})
-        return {**self._header(), "mode": "hub", "policy": d.placement.policy.value,
+        return {**self._header(), "mode": "hub", "policy": placement.policy.value,
                 "unreachableTimeoutSeconds": hub.config.unreachable_timeout_seconds, "clusters": workers}
 
     # ------------------------------------------------------------------------------------------ quota
@@ -234,7 +234,7 @@ class Reports:
             return "It is being deleted; its wrapped objects are being removed.", []
         if aw.demand_error:
             return f"It failed before dispatch: its spec is invalid ({aw.demand_error}).", []
-        if d.dispatching(aw.key):
+        if aw.key in d.dispatches:
             return "It is being dispatched: its wrapped objects are being created now.", []
         if aw.key in d.pending:
             assessments = self._assess_queue()
@@ -250,7 +250,7 @@ class Reports:
             if mine.fits_now:
                 return "It is queued and fits now: the next dispatch cycle dispatches it.", details
             if mine.state == "Draining":
-                left = len(d.pod_phases(aw.key))
+                left = len(d.accountant.phases(aw.key))
                 return (f"It was requeued and waits for the {left} pod(s) of its previous dispatch to go before it "
                         "can be dispatched again.", details)
             return f"It is queued and cannot be dispatched yet: {mine.why}.", details
@@ -261,7 +261,7 @@ class Reports:
                 return f"It failed ({reason}): {message}".rstrip(": "), []
             return "It completed: its reservation is released; its objects are kept.", []
         if state in ACTIVE_STATES and current.canrun:
-            phases = d.pod_phases(aw.key)
+            phases = d.accountant.phases(aw.key)
             counts = ", ".join(f"{phases.count(p)} {p.lower()}" for p in ("Pending", "Running", "Succeeded", "Failed")
                                if phases.count(p))
             since = lifecycle.dispatched_at(current)

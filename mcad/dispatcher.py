@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from functools import partial
 from typing import Any, TypeVar
 
@@ -38,7 +36,6 @@ from mcad import events, keys, lifecycle, status
 from mcad import quota as quota_trees
 from mcad.accounting import Accountant, Plan, Snapshot
 from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, KIND, AppWrapperView, State
-from mcad.api.resources import ResourceVector
 from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
 from mcad.assess import Assessment, assess
@@ -52,8 +49,9 @@ from mcad.follower import Follower
 from mcad.hubplacement import WorkerPlacement
 from mcad.hubsites import WorkerClusters, WorkerSites
 from mcad.informer import Store
-from mcad.keys import CALL, DISPATCH, PUBLISH, QUOTA, QUOTA_STATUS, AppWrapperEvent, Key
+from mcad.keys import DISPATCH, PUBLISH, QUOTA, QUOTA_STATUS, AppWrapperEvent, Key
 from mcad.ledger import Ledger
+from mcad.loopcalls import LoopCalls
 from mcad.metrics import PUBLISH_INTERVAL_SECONDS, LoopState, Metrics
 from mcad.notices import Notices
 from mcad.pending import PendingQueue, demand_group
@@ -135,7 +133,7 @@ class Dispatcher:
         self.accountant = Accountant(quota_trees=quota_subtrees is not None)
         # Set once the ledger is rebuilt from synced informers: from then on decisions (and /debug reads) are valid.
         self.running = threading.Event()
-        self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
+        self.calls = LoopCalls(self.queue)  # /debug reads, run on this thread between two keys
         # Objects of wrapped kinds, watched for completion; None: completion is not watched (tests of other parts).
         self.wrapped = wrapped
         self.writes = Writes(self.queue, workers=write_workers)
@@ -270,7 +268,7 @@ class Dispatcher:
             keys.DeadlineCheck: lambda k: self.follower.check_deadline(k.appwrapper),
             keys.PodCounts: lambda k: self._pod_counts_due(k.appwrapper),
             keys.Recovered: lambda _k: self._api_recovered(),
-            keys.Call: lambda _k: self._run_calls(),
+            keys.Call: lambda _k: self.calls.run(),
             keys.QuotaChanged: lambda _k: self._sync_quota(),
             keys.QuotaStatus: lambda _k: self.quota_status.write() if self.quota_status is not None else None,
             keys.Dispatch: lambda _k: self._dispatch_cycle(),
@@ -309,22 +307,8 @@ class Dispatcher:
             appwrapper_states=states, placed=placed)
 
     def call(self, fn: Callable[[], R], timeout: float) -> R:
-        """Run ``fn`` on the dispatcher thread, the only one that may read its state, and return its result.
-        Raises ``TimeoutError`` when the loop does not get to it in time (it is busy, or not running)."""
-        future: Future[R] = Future()
-        self._calls.append((fn, future))
-        self.queue.add(CALL)
-        return future.result(timeout)
-
-    def _run_calls(self) -> None:
-        while self._calls:
-            fn, future = self._calls.popleft()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn())
-            except Exception as err:  # the caller gets it; the loop goes on
-                future.set_exception(err)
+        """Run ``fn`` on the dispatcher thread, the only one that may read its state (``mcad.loopcalls``)."""
+        return self.calls.call(fn, timeout)
 
     def rebuild(self) -> None:
         """Ledger from the synced stores: nodes, pods, and the reservations of dispatched AppWrappers."""
@@ -364,32 +348,13 @@ class Dispatcher:
                       preemptors=self.preemptors, draining=self._draining,
                       blocked_by_reclaim=self.evictions.blocked_by_reclaim, strict_fifo=self.strict_fifo)
 
-    def dispatch_attempts(self, key: str) -> int:
-        """Failed dispatches of an AppWrapper since its last success."""
-        return self.dispatches.attempts(key)
-
     def status_of(self, aw: AppWrapperView) -> StatusView:
         """Its status as this controller knows it: the last one written, else the last one seen."""
         return self._status(aw)
 
-    def pod_phases(self, key: str) -> list[str]:
-        return self.accountant.phases(key)
-
-    def dispatching(self, key: str) -> bool:
-        """Its dispatch writes are under way."""
-        return key in self.dispatches
-
-    def usable_clusters(self) -> frozenset[str]:
-        """Hub mode: the workers placement uses now (adopted on this thread). Dispatcher thread only."""
-        return frozenset(self.placement.usable) if self.placement is not None else frozenset()
-
     def placed(self) -> dict[str, str]:
         """Hub mode: AppWrapper key -> the worker its objects are in. Dispatcher thread only."""
         return dict(self.placement.placed) if self.placement is not None else {}
-
-    def planned_by_node(self) -> dict[str, ResourceVector]:
-        """--fit=nodes: room held per node for dispatched pods that are not bound yet."""
-        return self.accountant.planned_by_node()
 
     # ------------------------------------------------------------------------------------------ quota trees
 

@@ -44,7 +44,7 @@ def test_a_failing_api_is_retried_with_the_appwrappers_own_growing_backoff(harne
     h.drain()
     assert h.writer.applied[-1] == "a-cm"
     assert last_status(h, "a")["state"] == "Running"
-    assert h.dispatcher.dispatch_attempts("ns/a") == 0, "a success forgets its failures"
+    assert h.dispatcher.dispatches.attempts("ns/a") == 0, "a success forgets its failures"
 
 
 def test_own_pods_that_exist_already_are_credited_after_a_crash(harness_factory: Any) -> None:
@@ -174,7 +174,7 @@ def test_fit_nodes_remembers_where_unbound_pods_were_planned(harness_factory: An
     wait_until(lambda: h.dispatcher.pods.get("uid-b-0"), 5, "the pods")
     h.drain()
     assert h.dispatcher.accountant.planned_nodes("ns/a") == [] == h.dispatcher.accountant.planned_nodes("ns/b")
-    assert h.dispatcher.planned_by_node() == {}
+    assert h.dispatcher.accountant.planned_by_node() == {}
     assert "c-cm" not in h.writer.applied
 
 

@@ -363,7 +363,7 @@ def test_a_worker_is_used_only_once_its_cluster_key_is_processed(hub_harness: An
                     policy=Policy.FIRST, healthy=("big",))
     # small was never adopted (its prober has not reported): first-in-order skips it.
     assert h.dispatcher.placed() == {"ns/a": "big"}
-    assert h.dispatcher.usable_clusters() == frozenset({"big"})
+    assert h.dispatcher.placement.usable == frozenset({"big"})
 
 
 @pytest.mark.parametrize(("failure", "state", "words"), [
@@ -376,7 +376,7 @@ def test_an_unusable_worker_is_skipped_and_named_with_why(hub_harness: Any, fail
     h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG, aws=[], policy=Policy.FIRST)
     h.hub.fails("small", failure)
     h.drain()
-    assert h.dispatcher.usable_clusters() == frozenset({"big"})
+    assert h.dispatcher.placement.usable == frozenset({"big"})
 
     h.lw["aw"].add(gang("anywhere", 1, "1"))
     h.lw["aw"].add(gang("pinned", 1, "1", {"clusters": [{"name": "small"}]}))
@@ -404,7 +404,7 @@ def test_a_pod_in_another_worker_is_that_workers_usage_not_the_appwrappers(hub_h
     h.add_pod(worker_pod("stray", "small/n0", "3", appwrapper="a"))
     assert h.dispatcher.ledger.consumed(key) == ResourceVector(), "not its pod: it is placed in big"
     assert h.dispatcher.ledger.room_by_node()["small/n0"].get("cpu") == 1000, "but it uses small's capacity"
-    assert h.dispatcher.pod_phases(key) == [], "it does not make the AppWrapper look running"
+    assert h.dispatcher.accountant.phases(key) == [], "it does not make the AppWrapper look running"
     assert h.hub.writer("small").deleted == [("ConfigMap", "a-cm", (APPWRAPPER_UID_LABEL, "uid-a"))], \
         "its objects in small are deleted, only if they carry its uid"
     assert h.hub.writer("big").deleted == []
@@ -412,7 +412,7 @@ def test_a_pod_in_another_worker_is_that_workers_usage_not_the_appwrappers(hub_h
     # The control: the same pod in its own worker is its own.
     h.add_pod(worker_pod("own", "big/n0", "2", appwrapper="a"))
     assert h.dispatcher.ledger.consumed(key).get("cpu") == 2000
-    assert h.dispatcher.pod_phases(key) == ["Running"]
+    assert h.dispatcher.accountant.phases(key) == ["Running"]
 
 
 def test_a_failing_leftover_cleanup_is_retried_with_backoff_until_it_succeeds(hub_harness: Any) -> None:
