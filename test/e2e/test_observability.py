@@ -36,8 +36,13 @@ def test_metrics_and_debug_documents_describe_the_queue(controller: Controller, 
     aws.wait_state("fits", "Running")
     aws.wait_state("too-big", "Pending")
 
-    code, text = controller.get("/metrics")
-    assert code == 200
+    def scraped() -> str | None:
+        code, text = controller.get("/metrics")
+        assert code == 200
+        # The loop's own state is what it published last: at most PUBLISH_INTERVAL_SECONDS behind its decisions.
+        return text if (sample(text, "mcad_appwrappers", state="Pending") or 0) >= 1 else None
+
+    text = wait_until(scraped, 10, "a scrape showing the published state")
     assert sample(text, "mcad_build_info", version=__import__("mcad").__version__) == 1
     assert sample(text, "mcad_leader") == 1
     assert (sample(text, "mcad_dispatch_decisions_total", decision="dispatched") or 0) >= 1
