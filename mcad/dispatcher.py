@@ -289,12 +289,9 @@ class Dispatcher:
         self.queue.add_after(PUBLISH, self._published_at + PUBLISH_INTERVAL_SECONDS - self.clock.monotonic())
 
     def _publish(self) -> None:
+        """For scrapes: what the loop knows, in O(nodes' resources + decisions under way + placements)."""
         self._publish_due = False
         self._published_at = self.clock.monotonic()
-        states: dict[str, int] = {}
-        for aw in self.appwrappers.list():
-            state = self._status(aw).state  # our own decisions count before the watch brings them back
-            states[state] = states.get(state, 0) + 1
         placed: dict[str, int] = {}
         if self.placement is not None:
             for cluster in self.placement.placed.values():
@@ -304,7 +301,7 @@ class Dispatcher:
             capacity=(ledger.capacity(), ledger.in_use(), ledger.reserved(), ledger.free()),
             queue={"queued": len(self.pending), "dispatching": len(self.dispatches.in_flight),
                    "preempting": len(self.preemptors)},
-            appwrapper_states=states, placed=placed)
+            decided=self.statuses.decided_states(), placed=placed)
 
     def call(self, fn: Callable[[], R], timeout: float) -> R:
         """Run ``fn`` on the dispatcher thread, the only one that may read its state (``mcad.loopcalls``)."""

@@ -7,10 +7,12 @@ Contract:
   requeued, completed, failed), ``dispatch_latency`` (AppWrapper creation to its Dispatched status),
   ``cycle`` (one dispatch cycle's duration). Each is a dict lookup and an add; nothing here blocks.
 - State is read at scrape time from ``Sources`` the controller registers: informer relists, API errors by verb and
-  code, leader status, event recorder counters, and what the dispatcher loop publishes (``LoopState``: the
-  ledger's totals, its queue, AppWrappers by state, placements per worker), one immutable object replaced whole at
-  most once per ``PUBLISH_INTERVAL_SECONDS`` after a change. Every source is a thread-safe read, so a scrape never
-  waits for the dispatcher loop and never reads its state while the loop changes it.
+  code, leader status, event recorder counters, AppWrappers by state (the informer's store, corrected by the
+  decisions it does not show yet), and what the dispatcher loop publishes (``LoopState``: the ledger's totals,
+  its queue, its decisions not yet seen, placements per worker), one immutable object replaced whole at most once
+  per ``PUBLISH_INTERVAL_SECONDS`` after a change, at a cost that does not grow with the number of AppWrappers.
+  Every source is a thread-safe read, so a scrape never waits for the dispatcher loop and never reads its state
+  while the loop changes it.
 - Units are Prometheus base units: cpu in cores, memory in bytes, other resources in their own counts.
 """
 
@@ -52,8 +54,9 @@ class LoopState:
     capacity: tuple[ResourceVector, ResourceVector, ResourceVector, ResourceVector] = (ZERO, ZERO, ZERO, ZERO)
     # queued (waiting to fit), dispatching (writes under way), preempting (waiting for victims).
     queue: Mapping[str, int] = field(default_factory=dict)
-    # AppWrappers by the state the loop decided last ("" before it wrote one).
-    appwrapper_states: Mapping[str, int] = field(default_factory=dict)
+    # key -> (uid, state) of the loop's decisions the AppWrapper informer may not show yet: a scrape counts
+    # AppWrappers by state from the informer's store, corrected by these (O(decisions) to publish, not O(store)).
+    decided: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # Hub mode: AppWrappers whose objects are in each worker.
     placed: Mapping[str, int] = field(default_factory=dict)
 

@@ -363,7 +363,18 @@ def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callabl
     # What the loop published last (an immutable object, replaced whole): never its own maps, mid-change.
     sources.capacity = lambda: dispatcher.published.capacity
     sources.queue = lambda: dispatcher.published.queue
-    sources.appwrapper_states = lambda: dispatcher.published.appwrapper_states
+
+    def states() -> dict[str, int]:
+        # The informer's store (thread-safe), corrected by the loop's decisions it does not show yet.
+        decided = dispatcher.published.decided
+        counts: dict[str, int] = {}
+        for aw in dispatcher.appwrappers.list():
+            mine = decided.get(aw.key)
+            state = mine[1] if mine is not None and mine[0] == aw.uid else aw.status.state
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
+    sources.appwrapper_states = states
 
     def informer_states() -> dict[str, tuple[int, bool]]:
         every = list(informers) + (dispatcher.wrapped.informers() if dispatcher.wrapped is not None else []) + (

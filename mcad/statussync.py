@@ -103,6 +103,10 @@ class StatusSync:
     def __len__(self) -> int:
         return len(self._syncs)
 
+    def decided_states(self) -> dict[str, tuple[str, str]]:
+        """key -> (uid, state) of every decision the informer may not show yet (a copy, for other threads)."""
+        return {key: (sync.intent.uid, sync.intent.status.state) for key, sync in self._syncs.items()}
+
     def intent(self, aw: AppWrapperView) -> StatusView | None:
         """The status last decided for this incarnation of ``aw``, while the informer may not show it yet."""
         sync = self._syncs.get(aw.key)
