@@ -27,8 +27,8 @@ from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.statusview import StatusView
 from mcad.assess import Assessment
 from mcad.dispatcher import Dispatcher
-from mcad.hub import Hub
-from mcad.hubplacement import nodes_in
+from mcad.hub.connections import Hub
+from mcad.hub.placement import nodes_in
 from mcad.wiring import build, quota_served
 
 Document = dict[str, Any]

@@ -18,7 +18,7 @@ Contract:
 - Statuses are the loop's decisions, written until they land (``mcad.statussync``) and only when they differ
   from the last one decided or seen; waiting AppWrappers are told what blocks them by ``mcad.notices``;
   dispatched ones are followed by ``mcad.follower``. Where objects go (this cluster, or in hub mode a worker)
-  is the ``Sites``' and ``Targets``' business (``mcad.sites``, ``mcad.hubsites``, ``mcad.hubplacement``): the loop
+  is the ``Sites``' and ``Targets``' business (``mcad.sites``, ``mcad.hub.sites``, ``mcad.hub.placement``): the loop
   never asks which mode it is in.
 """
 
@@ -40,14 +40,14 @@ from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
 from mcad.assess import Assessment, assess
 from mcad.clock import Clock, RealClock
-from mcad.clusters import Policy as ClusterPolicy
 from mcad.dispatches import Dispatches
 from mcad.dispatchjob import Dispatched, Writer
 from mcad.evictions import Evictions
 from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
 from mcad.follower import Follower
-from mcad.hubplacement import WorkerPlacement
-from mcad.hubsites import WorkerClusters, WorkerSites
+from mcad.hub.clusters import Policy as ClusterPolicy
+from mcad.hub.placement import WorkerPlacement
+from mcad.hub.sites import WorkerClusters, WorkerSites
 from mcad.informer import Store
 from mcad.keys import DISPATCH, PUBLISH, QUOTA, QUOTA_STATUS, AppWrapperEvent, Key
 from mcad.ledger import Ledger

@@ -11,7 +11,7 @@ Contract:
   rewritten; ``why`` builds that message only when it is written; ``plan`` (--fit=nodes) says how many pods of
   which requests go on which node; ``cluster`` (hub mode) names the worker the whole gang goes to.
 - ``Targets`` is where a gang may go: ``SingleCluster`` (every node), or the hub's workers
-  (``mcad.hubplacement.WorkerPlacement``, one worker per gang). ``node_sets`` lists the node sets one gang may
+  (``mcad.hub.placement.WorkerPlacement``, one worker per gang). ``node_sets`` lists the node sets one gang may
   use whole.
 - ``could_ever_fit`` and ``fits_without`` answer the questions preemption asks (on the empty cluster; once these
   AppWrappers are gone) with the same rules.

@@ -47,7 +47,7 @@ from mcad.debug import Reports
 from mcad.dispatcher import Dispatcher
 from mcad.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
 from mcad.events import EventCounters
-from mcad.hub import Hub
+from mcad.hub.connections import Hub
 from mcad.metrics import CONTENT_TYPE, Metrics
 from mcad.snapshots import DEFAULT_INTERVAL_SECONDS, Busy, Part, Snapshots, encode
 

@@ -3,7 +3,7 @@
 Contract:
 - ``Sites`` is everything the dispatcher does differently in hub mode, behind one protocol with two
   implementations: ``LocalCluster`` (below: the objects go into the API server the controller runs against) and
-  ``mcad.hubsites.WorkerSites`` (into one worker cluster each, chosen by ``mcad.hubplacement.WorkerPlacement``).
+  ``mcad.hub.sites.WorkerSites`` (into one worker cluster each, chosen by ``mcad.hub.placement.WorkerPlacement``).
   The dispatcher holds one and never asks which it is.
 - ``Host`` is what an implementation may ask of the dispatcher: a small protocol, so the dependency points one
   way (the dispatcher imports the implementations, never the reverse).

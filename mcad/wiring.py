@@ -37,7 +37,7 @@ from mcad.api.validation import DEFAULT_LIMITS, Limits
 from mcad.api.views import node_view, pod_view
 from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, Dispatcher
 from mcad.errors import ApiError
-from mcad.hub import Hub
+from mcad.hub.connections import Hub
 from mcad.informer import Informer, Reconnects, Store
 from mcad.keys import RECOVERED, AppWrapperEvent, Key
 from mcad.legacy import MergedAppWrappers

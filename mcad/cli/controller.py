@@ -37,12 +37,12 @@ from mcad.admission import server as webhook_server
 from mcad.admission.kubefacts import KubeFacts
 from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, VERSION
 from mcad.api.validation import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_ITEMS_CEILING, Limits
-from mcad.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.debug import Reports
 from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, Dispatcher
 from mcad.endpointauth import ApiReviews, Gate
 from mcad.errors import ApiError, KubeConnectError
-from mcad.hub import DEFAULT_PROBE_PERIOD_SECONDS, Hub
+from mcad.hub.clusters import ConfigError, Policy, WorkerConnector, load_config
+from mcad.hub.connections import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.informer import Informer
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
 from mcad.wiring import build, quota_served

@@ -25,9 +25,9 @@ import pytest
 from mcad.api.appwrapper import APPWRAPPER_UID_LABEL, WORKER_CLEANUP_FINALIZER, appwrapper_view
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView, PodView, node_view, pod_view
-from mcad.clusters import HealthStatus, HubConfig, Policy, WorkerHealth, WorkerSpec
 from mcad.dispatcher import Dispatcher
-from mcad.hub import Hub, cluster_of
+from mcad.hub.clusters import HealthStatus, HubConfig, Policy, WorkerHealth, WorkerSpec
+from mcad.hub.connections import Hub, cluster_of
 from mcad.informer import Informer
 from mcad.keys import WorkerCleanup
 from mcad.kube import ApiError
@@ -150,7 +150,7 @@ class FakeHub:
 
 
 def qualified_node(raw: dict[str, Any]) -> NodeView:
-    """Nodes are named "<worker>/<node>" here, as the hub's worker informers name them (mcad.hub)."""
+    """Nodes are named "<worker>/<node>" here, as the hub's worker informers name them (mcad.hub.connections)."""
     view = node_view(raw)
     return dataclasses.replace(view, cluster=cluster_of(view.name))
 

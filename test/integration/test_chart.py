@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mcad import clusters
+from mcad.hub import clusters
 from test import chart
 from test.support import REPO
 

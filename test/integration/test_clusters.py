@@ -1,4 +1,4 @@
-"""mcad.clusters against two real API servers side by side: the hub (the test cluster) and a second worker.
+"""mcad.hub.clusters against two real API servers side by side: the hub (the test cluster) and a second worker.
 
 The second cluster is $MCAD_TEST_WORKER_KUBECONFIG if set, else hack/localcluster.py's ``c8b``, brought up for
 this module when it does not run yet (and taken down afterwards, unless MCAD_KEEP_CLUSTER=1). The hub is
@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from mcad import kube
-from mcad.clusters import (
+from mcad.hub.clusters import (
     HealthState,
     HubConfig,
     WorkerConnectError,
@@ -35,7 +35,7 @@ from mcad.clusters import (
     load_config,
     probe,
 )
-from mcad.hub import Hub
+from mcad.hub.connections import Hub
 from test.support import REPO, frozen_process, wait_until
 
 WORKER_KUBECONFIG = Path(os.environ.get("MCAD_TEST_WORKER_KUBECONFIG", REPO / ".dev" / "kubeconfig-c8b"))

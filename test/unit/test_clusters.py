@@ -1,4 +1,4 @@
-"""mcad.clusters without a cluster: the hub configuration file and the worker health state machine."""
+"""mcad.hub.clusters without a cluster: the hub configuration file and the worker health state machine."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from mcad import kube
-from mcad.clusters import (
+from mcad.hub.clusters import (
     ConfigError,
     HealthState,
     Policy,

@@ -54,7 +54,7 @@ MODEL_MODULES: tuple[str, ...] = (
     "mcad.fit",
     "mcad.accounting",
     "mcad.preemption",
-    "mcad.hubplacement",
+    "mcad.hub.placement",
     "mcad.keys",
     "mcad.assess",
 )

@@ -5,11 +5,11 @@ Contract:
   worker that its ``clusterScheduling`` allows (nodes carry their worker in ``NodeView.cluster``);
   ``policy`` picks among those that fit: the first in config order, best (the least left of the gang's dominant
   resource) or spread (the most). The Backoff message names every allowed worker and why it does not fit.
-- ``usable`` is the set of workers placement uses, as the dispatcher thread last adopted them (``mcad.hubsites``);
+- ``usable`` is the set of workers placement uses, as the dispatcher thread last adopted them (``mcad.hub.sites``);
   a worker whose capacity is not known yet is neither full nor empty: it is not used.
 - ``placed`` maps each AppWrapper to the worker its objects are in; a pod counts as an AppWrapper's only there.
-- ``WorkerDirectory`` is what placement reads of the hub (``mcad.hub.Hub`` in production): a protocol, so tests
-  give a fake without casts.
+- ``WorkerDirectory`` is what placement reads of the hub (``mcad.hub.connections.Hub`` in production): a
+  protocol, so tests give a fake without casts.
 - Pure: reads the snapshot, the hub's configuration and health; writes nothing.
 """
 
@@ -24,12 +24,12 @@ from mcad.accounting import Snapshot
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView
-from mcad.clusters import HealthStatus, HubConfig, Policy
 from mcad.fit import Fit
+from mcad.hub.clusters import HealthStatus, HubConfig, Policy
 
 
 class WorkerDirectory(Protocol):
-    """What placement reads of the hub (``mcad.hub.Hub``): the configured workers and their health."""
+    """What placement reads of the hub (``mcad.hub.connections.Hub``): the configured workers and their health."""
 
     config: HubConfig
 

@@ -12,7 +12,7 @@ Contract:
   and its last probe succeeded. Until then its capacity is unknown (neither zero nor full).
 * ``start()`` runs one thread per worker (``run_worker``): it connects the worker (retrying while its
   credentials cannot be read or loaded), starts its informers, and probes it every ``probe_period`` seconds
-  with ``mcad.clusters.probe``, a one-item list of Nodes (which needs both a reachable API server and
+  with ``mcad.hub.clusters.probe``, a one-item list of Nodes (which needs both a reachable API server and
   credentials that still work). A worker that hangs delays only its own probes. Whenever a worker's ``usable``
   or health state changes, ``on_change(name)`` is called: the dispatcher adopts the new state on its own
   thread, so a decision never sees a worker change under it.
@@ -42,7 +42,8 @@ import structlog
 
 from mcad import kube
 from mcad.api.views import NodeView, PodView, node_view, pod_view
-from mcad.clusters import (
+from mcad.errors import ApiError
+from mcad.hub.clusters import (
     HealthState,
     HealthStatus,
     HubConfig,
@@ -52,7 +53,6 @@ from mcad.clusters import (
     WorkerSpec,
     check,
 )
-from mcad.errors import ApiError
 from mcad.informer import Handler, Informer, Reconnects
 from mcad.wrapped import WrappedObjects, informer_factory
 

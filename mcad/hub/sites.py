@@ -10,7 +10,7 @@ Contract (``mcad.sites`` for the protocol; the dispatcher thread runs all of thi
 - The finalizer comes off a deleted AppWrapper only once every configured worker holding its objects has deleted
   them; a worker that cannot be reached holds the deletion until it returns, one that is no longer configured
   does not (its objects there are left, and that is logged).
-- ``WorkerClusters`` is what it uses of the hub (``mcad.hub.Hub`` in production), typed as a protocol.
+- ``WorkerClusters`` is what it uses of the hub (``mcad.hub.connections.Hub`` in production), typed as a protocol.
 - ``ClusterEvent`` keys adopt a worker's new health: a worker that stops being usable leaves placement at
   once; AppWrappers there keep their state with ClusterAvailable=False (only for a real outage: Unreachable or
   Unauthorized) and True again when it returns, each change also an Event (ClusterUnavailable,
@@ -31,9 +31,9 @@ from mcad.accounting import Accountant
 from mcad.api.appwrapper import KIND, WORKER_CLEANUP_FINALIZER, AppWrapperView
 from mcad.api.views import PodView
 from mcad.clock import Clock
-from mcad.clusters import HealthState, WorkerHealth
 from mcad.errors import ApiError
-from mcad.hubplacement import WorkerDirectory, WorkerPlacement
+from mcad.hub.clusters import HealthState, WorkerHealth
+from mcad.hub.placement import WorkerDirectory, WorkerPlacement
 from mcad.informer import Store
 from mcad.keys import AppWrapperEvent, ClusterEvent, WorkerCleanup
 from mcad.retry import FailureKind, classify
@@ -53,7 +53,7 @@ class WorkerConnection(Protocol):
 
 
 class WorkerClusters(WorkerDirectory, Protocol):
-    """The workers as hub mode's dispatch and cleanup use them (``mcad.hub.Hub``)."""
+    """The workers as hub mode's dispatch and cleanup use them (``mcad.hub.connections.Hub``)."""
 
     def worker(self, name: str) -> WorkerConnection | None:
         ...
