@@ -39,8 +39,10 @@ def test_metrics_and_debug_documents_describe_the_queue(controller: Controller, 
     def scraped() -> str | None:
         code, text = controller.get("/metrics")
         assert code == 200
-        # The loop's own state is what it published last: at most PUBLISH_INTERVAL_SECONDS behind its decisions.
-        return text if (sample(text, "mcad_appwrappers", state="Pending") or 0) >= 1 else None
+        # The loop's own state (its queue, its ledger) is what it published last: at most PUBLISH_INTERVAL_SECONDS
+        # behind its decisions; AppWrappers by state come from the informer's store at scrape time.
+        published = (sample(text, "mcad_queue_length", state="queued") or 0) >= 1
+        return text if published and (sample(text, "mcad_appwrappers", state="Pending") or 0) >= 1 else None
 
     text = wait_until(scraped, 10, "a scrape showing the published state")
     assert sample(text, "mcad_build_info", version=__import__("mcad").__version__) == 1
