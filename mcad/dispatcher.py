@@ -517,7 +517,7 @@ class Dispatcher:
                                                requeue_wait=requeue_wait))
         self._delete_wrapped(aw, self.dispatches.take_object_uids(key))
         self._undispatch(key)
-        self.notices.dispatched(key)
+        self.notices.reset(key)
         if aw.demand_error:
             # Dispatched before its spec was refused (a bound added since): it is not dispatched again.
             self.fail(aw, status.INVALID_SPEC, aw.demand_error)
@@ -709,7 +709,7 @@ class Dispatcher:
         """Its objects exist (``mcad.dispatches``): from here on it is dispatched for the loop, whether or not its
         status write lands at once (``mcad.statussync``): a status write that fails never makes it dispatch again."""
         key = aw.key
-        self.notices.dispatched(key)
+        self.notices.reset(key)
         self._dispatched[key] = aw
         # Its pods may have come and started while the writes were under way (their events found it in flight).
         self.queue.add_after(keys.PodCounts(key), POD_COUNT_WINDOW_SECONDS)

@@ -13,7 +13,7 @@ Contract (the dispatcher thread owns this; it asks the dispatcher what it needs 
 - ``refresh_group(head, about)``: a cycle judges one member per group; when what blocks the head changes, the
   other members are told once (O(group) per change, not per cycle), so none keeps an outdated reason.
 - Memory: one small entry per waiting AppWrapper (shared copies: ``(about, place)`` takes few values), one per
-  pending group; ``forget`` and ``dispatched`` drop them.
+  pending group; ``forget`` and ``reset`` drop them.
 """
 
 from __future__ import annotations
@@ -110,8 +110,8 @@ class Notices:
     def to_announce(self, key: str) -> None:
         self._unannounced.add(key)
 
-    def dispatched(self, key: str) -> None:
-        """It left the queue: its next wait is told afresh."""
+    def reset(self, key: str) -> None:
+        """It left the queue (dispatched, or requeued with a message of its own): its next wait is told afresh."""
         self._written.pop(key, None)
 
     def forget(self, key: str) -> None:
