@@ -104,7 +104,29 @@ def aw(name: str, cpu: str, status: dict[str, Any] | None = None) -> dict[str, A
             "status": status or {}}
 
 
-class Harness:
+class Stepped:
+    """A dispatcher over informers a harness made: started once they synced, then stepped key by key."""
+
+    informers: list[Informer[Any]]
+    dispatcher: Dispatcher
+
+    def start_stepping(self) -> None:
+        for informer in self.informers:
+            informer.start()
+        for informer in self.informers:
+            assert informer.wait_synced(5)
+        self.dispatcher.start()
+
+    def drain(self) -> None:
+        while self.dispatcher.process_next(timeout=0) is not None:
+            pass
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+
+class Harness(Stepped):
     def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], aws: list[dict[str, Any]],
                  **options: Any) -> None:
         self.lw = {k: FakeListerWatcher() for k in ("aw", "node", "pod")}
@@ -127,32 +149,25 @@ class Harness:
                                      write_workers=0, **options)
         if options.get("quota_subtrees") is not None:
             self.informers.append(options["quota_subtrees"])  # started here, after the dispatcher's handlers
-        for informer in self.informers:
-            informer.start()
-        for informer in self.informers:
-            assert informer.wait_synced(5)
-        self.dispatcher.start()
-
-    def drain(self) -> None:
-        while self.dispatcher.process_next(timeout=0) is not None:
-            pass
-
-    def stop(self) -> None:
-        for informer in self.informers:
-            informer.stop()
+        self.start_stepping()
 
 
-@pytest.fixture
-def harness_factory() -> Iterator[Any]:
-    made: list[Harness] = []
+def made_by(cls: Any) -> Iterator[Any]:
+    """The body of a fixture that makes harnesses of ``cls`` (with ``drain`` and ``stop``) and stops them all."""
+    made: list[Any] = []
 
-    def make(**kwargs: Any) -> Harness:
-        made.append(Harness(**kwargs))
+    def make(**kwargs: Any) -> Any:
+        made.append(cls(**kwargs))
         return made[-1]
 
     yield make
     for h in made:
         h.stop()
+
+
+@pytest.fixture
+def harness_factory() -> Iterator[Any]:
+    yield from made_by(Harness)
 
 
 def gpu_node(name: str, gpus: int) -> dict[str, Any]:

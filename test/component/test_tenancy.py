@@ -18,7 +18,7 @@ from mcad.quota import subtree_view
 from mcad.tenancy import namespace_policy
 from mcad.tenantstore import TenantAppWrappers, priority_class_value
 from mcad.workqueue import WorkQueue
-from test.component.harness import RecordingWriter, aw, node
+from test.component.harness import RecordingWriter, Stepped, aw, made_by, node
 from test.component.test_quota_dispatch import subtree
 from test.fakes import FakeClock, FakeListerWatcher
 from test.support import wait_until
@@ -57,7 +57,7 @@ def deployment_aw(name: str, replicas: int, cpu: str, custom: list[dict[str, Any
     return raw
 
 
-class TenantHarness:
+class TenantHarness(Stepped):
     def __init__(self, *, nodes: list[dict[str, Any]], namespaces: list[dict[str, Any]], aws: list[dict[str, Any]],
                  classes: list[dict[str, Any]] = (), subtrees: list[dict[str, Any]] | None = None,
                  ceiling: int = 1000, **options: Any) -> None:
@@ -83,15 +83,7 @@ class TenantHarness:
                                      write_workers=0, quota_subtrees=quota_subtrees, **options)
         if quota_subtrees is not None:
             self.informers.append(quota_subtrees)
-        for informer in self.informers:
-            informer.start()
-        for informer in self.informers:
-            assert informer.wait_synced(5)
-        self.dispatcher.start()
-
-    def drain(self) -> None:
-        while self.dispatcher.process_next(timeout=0) is not None:
-            pass
+        self.start_stepping()
 
     def settle(self, what: str) -> None:
         """After a change to a fake API: wait until an informer handler queued a key for it, then process all."""
@@ -101,22 +93,9 @@ class TenantHarness:
     def last(self, name: str) -> dict[str, Any]:
         return next(status for n, status in reversed(self.writer.statuses) if n == name)
 
-    def stop(self) -> None:
-        for informer in self.informers:
-            informer.stop()
-
-
 @pytest.fixture
 def tenants() -> Iterator[Any]:
-    made: list[TenantHarness] = []
-
-    def make(**kwargs: Any) -> TenantHarness:
-        made.append(TenantHarness(**kwargs))
-        return made[-1]
-
-    yield make
-    for h in made:
-        h.stop()
+    yield from made_by(TenantHarness)
 
 
 TREE = [subtree("root", "tenants", {"root": "10"}),
