@@ -148,7 +148,6 @@ class Dispatcher:
         self._dispatched: dict[str, AppWrapperView] = {}
         # Priority preemption and quota reclaim: who waits for which victims (mcad.preemption).
         self.preemptors = Preemptors(victim_timeout)
-        self.victim_timeout = victim_timeout
         # Namespaces where nothing is created (kube-system, the controller's own): an AppWrapper there fails at
         # once, whatever admission let through.
         self.protected_namespaces = protected_namespaces
@@ -651,7 +650,7 @@ class Dispatcher:
         about, why = fit.about, fit.why
         gave_up_on = self.preemptors.abandoned(aw.key)
         if gave_up_on:
-            gave_up = (f"its preemption victims did not finish terminating within {self.victim_timeout:g} s "
+            gave_up = (f"its preemption victims did not finish terminating within {self.preemptors.victim_timeout:g} s "
                        f"({', '.join(sorted(gave_up_on))}), so it no longer holds the queue")
             about, why = about | {"victims stuck"}, partial(lambda w, g: f"{w()}; {g}", why, gave_up)
         return about, why
