@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
 
 from mcad.accounting import Snapshot
 from mcad.api.appwrapper import AppWrapperView
 from mcad.fit import Targets, fits
+from mcad.informer import Store
 from mcad.notices import BEHIND_STRICT_FIFO
 from mcad.pending import PendingQueue
 from mcad.preemption import Preemptors
@@ -34,7 +34,7 @@ class Assessment:
     why: str
 
 
-def assess(pending: PendingQueue, appwrappers: Any, snapshot: Snapshot, targets: Targets, *,
+def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], snapshot: Snapshot, targets: Targets, *,
            preemptors: Preemptors, draining: Callable[[AppWrapperView], bool],
            blocked_by_reclaim: Callable[[AppWrapperView], str], strict_fifo: bool) -> list[Assessment]:
     blocked: dict[Hashable, str] = {}

@@ -31,6 +31,7 @@ from mcad.accounting import Accountant
 from mcad.api.appwrapper import AppWrapperView
 from mcad.clock import Clock
 from mcad.dispatchjob import Dispatched, Writer, create_objects
+from mcad.informer import Store
 from mcad.keys import DISPATCH, DispatchRetry, Key
 from mcad.retry import FailureKind, Policy, RetryTimes
 from mcad.sites import Sites
@@ -70,8 +71,8 @@ class Host(Protocol):
 
 
 class Dispatches:
-    def __init__(self, host: Host, *, appwrappers: Any, accountant: Accountant, sites: Sites, writer: Writer,
-                 writes: Writes, queue: WorkQueue[Key], clock: Clock) -> None:
+    def __init__(self, host: Host, *, appwrappers: Store[AppWrapperView], accountant: Accountant, sites: Sites,
+                 writer: Writer, writes: Writes, queue: WorkQueue[Key], clock: Clock) -> None:
         self._host = host
         self._appwrappers = appwrappers
         self._accountant = accountant

@@ -29,6 +29,7 @@ from mcad.api.views import PodView
 from mcad.clock import Clock
 from mcad.errors import ApiError
 from mcad.fit import Targets
+from mcad.informer import Store
 from mcad.keys import DISPATCH, Key
 from mcad.preemption import (
     Candidate,
@@ -71,8 +72,8 @@ class Host(Protocol):
 class Evictions:
     def __init__(self, preemptors: Preemptors, accountant: Accountant, targets: Targets, host: Host, *,
                  dispatched: Mapping[str, AppWrapperView], in_flight: Mapping[str, AppWrapperView],
-                 appwrappers: Any, queue: WorkQueue[Key], clock: Clock, writes: Writes, pods: PodDeleter,
-                 priority_preemption: bool) -> None:
+                 appwrappers: Store[AppWrapperView], queue: WorkQueue[Key], clock: Clock, writes: Writes,
+                 pods: PodDeleter, priority_preemption: bool) -> None:
         self.preemptors = preemptors
         self._accountant = accountant
         self._targets = targets

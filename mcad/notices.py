@@ -29,6 +29,7 @@ from mcad.api.appwrapper import AppWrapperView, State
 from mcad.api.statusview import StatusView
 from mcad.clock import Clock
 from mcad.fit import Fit
+from mcad.informer import Store
 from mcad.metrics import Metrics
 from mcad.pending import PendingQueue
 
@@ -75,8 +76,8 @@ def _one_copy(written: tuple[frozenset[str], int]) -> tuple[frozenset[str], int]
 
 
 class Notices:
-    def __init__(self, pending: PendingQueue, appwrappers: Any, host: Host, *, metrics: Metrics, clock: Clock,
-                 strict_fifo: bool) -> None:
+    def __init__(self, pending: PendingQueue, appwrappers: Store[AppWrapperView], host: Host, *, metrics: Metrics,
+                 clock: Clock, strict_fifo: bool) -> None:
         self._pending = pending
         self._appwrappers = appwrappers
         self._host = host
