@@ -59,7 +59,7 @@ from mcad.notices import Notices
 from mcad.pending import PendingQueue, demand_group
 from mcad.preemption import Preemptors
 from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
-from mcad.reservations import DEFAULT_RESERVATIONS, Pass, Reservations
+from mcad.reservations import DEFAULT_RESERVATIONS, Pass, Reservations, coarse
 from mcad.retry import Backoff, Policy
 from mcad.sites import Cleaned, LocalCluster, Sites
 from mcad.statussync import StatusSync, StatusWritten
@@ -631,8 +631,14 @@ class Dispatcher:
                 held_by = f"held behind {key}, which is preempting lower-priority AppWrappers to make room"
                 cursor.stop()
                 continue
-            about, why = self._why_waiting(aw, *(reserving.wait(aw, need, fit) if not self.strict_fifo  # 6
-                                                 else (fit.about, fit.why)))
+            if self.strict_fifo:  # 6
+                told = fit.about, fit.why
+            elif self.preemptors.abandoned(key):
+                # Its victims did not go: holding their room for it could hold it for ever (a pod finalizer).
+                told = reserving.explain(aw, need, fit)
+            else:
+                told = reserving.wait(aw, need, fit)
+            about, why = self._why_waiting(aw, *told)
             if self.strict_fifo and not could_ever_fit(aw, need, snapshot, self.targets, fit):
                 # It would hold everyone behind it for ever: let them pass, and say so.
                 about = about | {"never fits"}
@@ -654,7 +660,9 @@ class Dispatcher:
             for aw, about, why in waiting:
                 self.notices.tell(aw, about, why)
                 if not self.strict_fifo:
-                    self.notices.refresh_group(aw, about, snapshot)
+                    # Its members are told again when what holds the group changes kind, not whose reservation
+                    # it is: a new holder must not cost one status write per member of every group behind it.
+                    self.notices.refresh_group(aw, coarse(about), snapshot)
             self.notices.announce(snapshot, held_by)
         finally:
             self._pass = None

@@ -34,7 +34,7 @@ from typing import Protocol
 from mcad import placement
 from mcad.accounting import Plan, Snapshot
 from mcad.api.appwrapper import AppWrapperView
-from mcad.api.resources import ResourceVector
+from mcad.api.resources import ZERO, ResourceVector
 from mcad.fit import Fit, Targets, could_ever_fit, fits
 
 # How many blocked AppWrappers hold reservations at once by default (chosen by the churn benchmark: README,
@@ -42,6 +42,8 @@ from mcad.fit import Fit, Targets, could_ever_fit, fits
 DEFAULT_RESERVATIONS = 2
 # What a reserved candidate's Backoff status is about, besides its shortfall (it keeps the message stable).
 RESERVED = "reserved"
+# What a status held back by reservations is about: this and the holder's key.
+BEHIND = "reservation:"
 # How many nodes a message names before it says "and N more".
 NODES_SHOWN = 8
 
@@ -49,8 +51,11 @@ NODES_SHOWN = 8
 @dataclass(frozen=True, slots=True)
 class Reservation:
     key: str  # the AppWrapper that holds it
-    need: ResourceVector  # the amount held (its outstanding demand)
+    need: ResourceVector  # its outstanding demand
     plan: Plan = ()  # --fit=nodes: (node, pod requests, pods) its gang would take once room frees
+    # What it withholds from the free total: its demand in aggregate mode (all that frees goes to it); with
+    # --fit=nodes only the room free now on its nodes (the rest is held by what runs there, counted once).
+    withheld: ResourceVector = ZERO
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -155,7 +160,7 @@ class Pass:
         else:
             blocking = list(self.made)
         message = "; ".join(f"waiting behind the reservation of {r.key} {r.where()}" for r in blocking)
-        return frozenset(f"reservation:{r.key}" for r in blocking), partial(str, message)
+        return frozenset(f"{BEHIND}{r.key}" for r in blocking), partial(str, message)
 
     def describe(self, reservation: Reservation) -> dict[str, object]:
         """For /debug/queue and mcadctl: whose it is, where, and when it is sure to start (None: unknown)."""
@@ -185,8 +190,14 @@ class Pass:
             if found is None:
                 return None
             plan = found
-        reservation = Reservation(aw.key, need, plan)
-        snapshot.take(need, plan)
+        withheld = need
+        if plan and snapshot.room is not None:
+            withheld = ResourceVector()
+            for node, requests, count in plan:
+                wanted, free = requests.scale(count), snapshot.room.get(node, ResourceVector()).clamp()
+                withheld = withheld + (wanted - (wanted - free).clamp())  # min(wanted, free) per resource
+        reservation = Reservation(aw.key, need, plan, withheld)
+        snapshot.take(withheld, plan)
         self.made.append(reservation)
         return reservation
 
@@ -228,7 +239,7 @@ class Pass:
     def _lasting_free(self) -> ResourceVector:
         total = self.owner._host.lasting_free()
         for reservation in self.made:
-            total = total - reservation.need
+            total = total - reservation.need  # what it will hold once it runs
         return total
 
     # -- what reservations hold back ------------------------------------------------------------------------------
@@ -242,8 +253,15 @@ class Pass:
     def _without(self, reservations: list[Reservation]) -> Snapshot:
         trial = self.snapshot.copy()
         for reservation in reservations:
-            trial.give(reservation.need, reservation.plan)
+            trial.give(reservation.withheld, reservation.plan)
         return trial
+
+
+def coarse(about: frozenset[str]) -> frozenset[str]:
+    """``about`` without whose reservation it is ("reservation:ns/name" -> "reservation")."""
+    if not any(item.startswith(BEHIND) for item in about):
+        return about
+    return frozenset(BEHIND.rstrip(":") if item.startswith(BEHIND) else item for item in about)
 
 
 def _holds(why: Callable[[], str], reservation: Reservation) -> str:

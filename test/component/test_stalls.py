@@ -96,18 +96,10 @@ def test_a_preemptor_stops_holding_the_queue_when_its_victims_do_not_go(harness_
     wait_until(lambda: h.dispatcher.pods.get("uid-low-0") is None, 5, "low-0 to go")
     h.drain()
     assert h.dispatcher.preemptions == 2, "it evicts nobody else while its stuck victims' pods remain"
-    if not reservations:
-        # No longer held: what fits goes, in queue order (the requeued victim "low" first: same age, and its name).
-        assert h.writer.applied[-1] == "low-cm"
-        return
-    # It no longer holds the whole queue, but it holds a reservation of n0: the room low-0 freed is not taken.
-    assert h.writer.applied == ["low-cm", "low2-cm"]
-    assert "waiting behind the reservation of ns/high on nodes n0" in last_status(h, "low")["message"]
-    assert "it holds a reservation on nodes n0" in last_status(h, "high")["message"]
-    h.lw["pod"].delete("ns/low2-0")
-    wait_until(lambda: h.dispatcher.pods.get("uid-low2-0") is None, 5, "low2-0 to go")
-    h.drain()
-    assert h.writer.applied[-1] == "high-cm", "the reserved room went to the one that held it"
+    # No longer held: what fits goes, in queue order (the requeued victim "low" first: same age, and its name).
+    # With reservations on too: one that gave up on its victims holds no reservation (they may never go).
+    assert h.writer.applied[-1] == "low-cm"
+    assert "ns/high" not in h.dispatcher.reservations.held
 
 
 @pytest.mark.parametrize("fit", ["nodes", "aggregate"])
