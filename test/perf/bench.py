@@ -171,7 +171,8 @@ def render(results: list[Result]) -> str:
             out.append(f"   api writes by the controller {w.get('controller')} ({_fmt(w.get('per_workload'))} per "
                        f"workload): " + ", ".join(f"{k} {v}" for k, v in (w.get("by_request") or {}).items()))
         for run in r.get("runs") or []:
-            waited = (f"dispatched in {_fmt(run['time_to_dispatch_s'])} s, margin {_fmt(run['margin_s'])} s"
+            waited = (f"dispatched in {_fmt(run['time_to_dispatch_s'])} s, margin {_fmt(run['margin_s'])} s, "
+                      f"all pods Running in {_fmt(run.get('pods_running_s'))} s"
                       if run.get("dispatched") else f"NOT dispatched within {_fmt(run.get('waited_s'))} s")
             out.append(f"   {run['gang']}: {waited}; longest blocking run time "
                        f"{_fmt(run['longest_blocking_runtime_s'])} s ({run['blocking_small']} small ones running); "

@@ -1429,6 +1429,22 @@ def starvation(opts: Options, result: Result) -> None:
         finisher = Finisher(api, tracker).start()
         finished = finisher.finished
         env.watch(watch_appwrappers(api, tracker))
+        # Each gang's pods first seen Running: a dispatched gang whose pods cannot all be placed was let through
+        # onto room a small one took.
+        gang_pods: dict[str, dict[str, float]] = {}
+
+        def on_pod(etype: str, obj: Obj, seen: float) -> None:
+            meta = obj.get("metadata") or {}
+            owner = (meta.get("labels") or {}).get(AW_LABEL, "")
+            if owner.startswith("gang-") and etype != "DELETED" and (obj.get("status") or {}).get("phase") == "Running":
+                with tracker.cond:
+                    gang_pods.setdefault(owner, {}).setdefault(meta["name"], seen)
+                    tracker.cond.notify_all()
+
+        def pods_running(gang: str) -> Callable[[], bool]:
+            return lambda: len(gang_pods.get(gang, {})) >= STARVATION_NODES
+
+        env.watch(Watch(api, f"/api/v1/namespaces/{NAMESPACE}/pods", on_pod, AW_LABEL, name="watch-pods").start())
         stop = threading.Event()
 
         def running_now() -> list[str]:  # with tracker.cond held
@@ -1496,6 +1512,7 @@ def starvation(opts: Options, result: Result) -> None:
                     dispatched = wait_until(tracker, has(tracker.running, gang, tracker.failed), created + wait_s,
                                             alive) and gang in tracker.running
                     until = tracker.running[gang] if dispatched else time.monotonic()
+                    placed = dispatched and wait_until(tracker, pods_running(gang), until + wait_s, alive)
                     with tracker.cond:
                         overtook = sum(1 for name, seen in tracker.running.items()
                                        if name in runtime and created < seen <= until)
@@ -1505,7 +1522,13 @@ def starvation(opts: Options, result: Result) -> None:
                         "waited_s": round(until - created, 2),
                         "longest_blocking_runtime_s": round(longest, 2), "blocking_small": len(blocking),
                         "margin_s": round(until - created - longest, 2) if dispatched else None,
-                        "small_dispatched_meanwhile": overtook}
+                        "small_dispatched_meanwhile": overtook,
+                        "blocking_remaining_s": sorted(round(t, 2) for t in blocking.values()),
+                        "pods_running_s": round(max(gang_pods[gang].values()) - created, 2) if placed else None}
+                    if dispatched and not placed:
+                        result.setdefault("notes", []).append(
+                            f"{gang}: dispatched, but only {len(gang_pods.get(gang, {}))} of its {STARVATION_NODES} "
+                            f"pods Running within {wait_s:g} s after")
                     if gang in tracker.failed:
                         entry["failed"] = tracker.failed[gang]
                     report.append(entry)
