@@ -17,7 +17,7 @@ Contract (DESIGN.md, "Free capacity"; the equivalent of Kueue's cache):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from mcad import placement, quota
@@ -68,6 +68,18 @@ class Snapshot:
         self.free = self.free - need
         if self.room is not None:
             take_room(self.room, plan)
+
+    def give(self, need: ResourceVector, plan: Iterable[PlanEntry]) -> None:
+        """Undo a ``take``."""
+        self.free = self.free + need
+        if self.room is not None:
+            for node, requests, count in plan:
+                if node in self.room:
+                    self.room[node] = self.room[node] + requests.scale(count)
+
+    def copy(self) -> Snapshot:
+        """A copy to try decisions on (the quota ledger is shared: fit checks only read it)."""
+        return replace(self, room=dict(self.room) if self.room is not None else None)
 
 
 def take_room(room: dict[str, ResourceVector], plan: Iterable[PlanEntry]) -> None:
@@ -202,6 +214,31 @@ class Accountant:
 
     def reserved_keys(self) -> list[str]:
         return self.ledger.reserved_keys()
+
+    def holders(self, nodes: Collection[str] | None) -> set[str]:
+        """The AppWrappers that hold room on these nodes (None: anywhere): pods of theirs that are bound there and
+        running, pods planned there, or (anywhere only) demand reserved and not yet covered by pods."""
+        found = {key for key, plan in self._plans.items()
+                 if any(e.count > 0 and (nodes is None or e.node in nodes) for e in plan)}
+        for key, pods in self._pods_by_appwrapper.items():
+            if key in found:
+                continue
+            for uid in pods:
+                pod = self.ledger.pod(uid)
+                if pod is not None and pod.node_name and not pod.terminal and (nodes is None or pod.node_name in nodes):
+                    found.add(key)
+                    break
+        if nodes is None:
+            found.update(key for key in self.ledger.reserved_keys() if self.ledger.reservation(key))
+        return found
+
+    def lasting_room(self) -> dict[str, ResourceVector]:
+        """Per node: what would be free once every AppWrapper's pods there ended (pods of no AppWrapper stay)."""
+        return self.ledger.lasting_room_by_node()
+
+    def lasting_free(self) -> ResourceVector:
+        """The cluster's capacity less what pods of no AppWrapper use."""
+        return self.ledger.lasting_free()
 
     def consumed(self, key: str) -> ResourceVector:
         return self.ledger.consumed(key)

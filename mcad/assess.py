@@ -1,9 +1,11 @@
 """What a dispatch cycle would do now with each queued AppWrapper, deciding nothing (for /debug and mcadctl).
 
 Contract:
-- ``assess(...)`` walks the queue in dispatch order with the cycle's own rules (``fit.fits`` over a snapshot,
-  one fit check per demand group: a group blocked once stays blocked; a reclaim under way holds back those that
-  would borrow; strict FIFO and a preemptor waiting for its victims hold back everything behind them) and says,
+- ``assess(...)`` walks the queue in dispatch order with the cycle's own rules (``fit.fits`` over a snapshot with
+  the reservations of blocked ones taken as the walk makes them, backfill included (``mcad.reservations``, a dry
+  run of its pass); one fit check per demand group: a group blocked once stays blocked; a reclaim under way holds
+  back those that would borrow; strict FIFO and a preemptor waiting for its victims hold back everything behind
+  them) and says,
   for each AppWrapper, its state (Queued, Draining: requeued and its old pods are still there, Preempting:
   waiting for victims), whether it fits now and why not.
 - What would be dispatched is taken from the snapshot, and its quota charged there: the caller passes a snapshot
@@ -12,16 +14,15 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
-from mcad.accounting import Snapshot
 from mcad.api.appwrapper import AppWrapperView
-from mcad.fit import Targets, fits
 from mcad.informer import Store
 from mcad.notices import BEHIND_STRICT_FIFO
 from mcad.pending import PendingQueue
 from mcad.preemption import Preemptors
+from mcad.reservations import Pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,12 +33,15 @@ class Assessment:
     state: str  # Queued, Draining (requeued; its old pods are still there), Preempting (waiting for victims)
     fits_now: bool
     why: str
+    # The reservation it holds (mcad.reservations.as_dict: nodes or amount, and when it is sure to start), if any.
+    reservation: Mapping[str, object] | None = None
 
 
-def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], snapshot: Snapshot, targets: Targets, *,
+def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], reserving: Pass, *,
            preemptors: Preemptors, draining: Callable[[AppWrapperView], bool],
            blocked_by_reclaim: Callable[[AppWrapperView], str], strict_fifo: bool) -> list[Assessment]:
     blocked: dict[Hashable, str] = {}
+    reserved_heads: set[Hashable] = set()  # groups whose head took a reservation
     held = ""  # why everything behind a blocked head waits (strict FIFO, or a waiting preemptor)
     out = []
     for key in pending.ordered():
@@ -57,10 +61,15 @@ def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], snapshot: 
         elif held:
             out.append(Assessment(key, "Queued", False, held))
         elif group in blocked:
+            if group in reserved_heads:  # the head's message tells of its own reservation, not of theirs
+                need = reserving.snapshot.need(key, aw.demand)
+                blocked[group] = reserving.explain(aw, need, reserving.fit(aw, need))[1]()
+                reserved_heads.discard(group)
             out.append(Assessment(key, "Queued", False, blocked[group]))
         else:
+            snapshot = reserving.snapshot
             need = snapshot.need(key, aw.demand)
-            fit = fits(aw, need, snapshot, targets)
+            fit = reserving.fit(aw, need)
             reclaimed = blocked_by_reclaim(aw) if fit.fits else ""
             if reclaimed:
                 out.append(Assessment(key, "Queued", False, reclaimed))
@@ -70,8 +79,13 @@ def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], snapshot: 
                     snapshot.quota.charge(key, aw.labels, aw.demand)
                 out.append(Assessment(key, "Queued", True, "fits now: the next dispatch cycle dispatches it"))
             else:
-                blocked[group] = fit.why()
-                out.append(Assessment(key, "Queued", False, blocked[group]))
+                held_before = len(reserving.made)
+                blocked[group] = (fit.why() if strict_fifo else reserving.wait(aw, need, fit)[1]())
+                made = reserving.made[-1] if len(reserving.made) > held_before else None
+                if made is not None:
+                    reserved_heads.add(group)
+                out.append(Assessment(key, "Queued", False, blocked[group],
+                                      reserving.describe(made) if made is not None else None))
                 if strict_fifo:
                     held = BEHIND_STRICT_FIFO
     return out

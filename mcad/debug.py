@@ -29,6 +29,7 @@ from mcad.assess import Assessment
 from mcad.dispatcher import Dispatcher
 from mcad.hub.connections import Hub
 from mcad.hub.placement import nodes_in
+from mcad.reservations import DEFAULT_RESERVATIONS
 from mcad.wiring import build, quota_served
 
 Document = dict[str, Any]
@@ -71,7 +72,8 @@ class Reports:
 
     def _header(self) -> Document:
         d = self.dispatcher
-        return {"controller": {**self.info(), "fit": d.fit, "strictFifo": d.strict_fifo, "preemption": d.preemption},
+        return {"controller": {**self.info(), "fit": d.fit, "strictFifo": d.strict_fifo, "preemption": d.preemption,
+                               "reservations": d.reservations.limit},
                 "generatedAt": rfc3339(d.clock.now())}
 
     # ------------------------------------------------------------------------------------------ queue
@@ -86,7 +88,10 @@ class Reports:
         now = d.clock.now()
         header = self._header()
         queued_facts = []
+        reservations = []
         for position, assessment in enumerate(self._assess_queue(), start=1):
+            if assessment.reservation is not None:
+                reservations.append(dict(assessment.reservation))
             aw = d.appwrappers.get(assessment.key)
             if aw is not None:
                 queued_facts.append((position, assessment, aw, d.status_of(aw).requeuings))
@@ -121,7 +126,7 @@ class Reports:
                     "pods": {"pending": phases.count("Pending"), "running": phases.count("Running"),
                              "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")},
                 })
-            return {**header, "queued": queued, "dispatched": dispatched}
+            return {**header, "queued": queued, "dispatched": dispatched, "reservations": reservations}
 
         return document
 
@@ -249,6 +254,8 @@ class Reports:
                 return "It is queued.", details
             if mine.fits_now:
                 return "It is queued and fits now: the next dispatch cycle dispatches it.", details
+            if mine.reservation is not None:
+                details.append(_reservation_line(mine.reservation))
             if mine.state == "Draining":
                 left = len(d.accountant.phases(aw.key))
                 return (f"It was requeued and waits for the {left} pod(s) of its previous dispatch to go before it "
@@ -282,12 +289,23 @@ class Reports:
         return "The controller has not decided about it yet (it arrived a moment ago).", []
 
 
+def _reservation_line(reservation: Mapping[str, Any]) -> str:
+    nodes = reservation.get("nodes") or []
+    where = f"on nodes {', '.join(map(str, nodes))}" if nodes else f"of {reservation.get('amount')}"
+    starts = reservation.get("startsBy")
+    when = (f"what holds that room now is sure to be gone by {starts}" if starts else
+            "when that room frees is unknown (what holds it has no dispatchDuration.limit)")
+    return (f"it holds a reservation {where}: AppWrappers behind it may use that room only if they are sure to "
+            f"end first; {when}")
+
+
 def offline(conn: kube.Connection, *, fit: str = "nodes", strict_fifo: bool = False,
-            preemption: bool = False) -> Reports:
+            preemption: bool = False, reservations: int = DEFAULT_RESERVATIONS) -> Reports:
     """Reports computed from a one-time list of AppWrappers, Nodes and Pods, as the controller would see them."""
     # The controller's own wiring (same informers, same transforms); the write pool is never started, so a write
     # would raise instead of reaching the API server.
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, preemption=preemption, fit=fit, write_workers=1,
+                                  reservations=reservations,
                                   quota_trees=quota_served(kube.Client(conn)))
     dispatcher.writer = _ReadOnly()
     for informer in informers:

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
@@ -36,6 +37,7 @@ from mcad import events, keys, lifecycle, status
 from mcad import quota as quota_trees
 from mcad.accounting import Accountant, Plan, Snapshot
 from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, KIND, AppWrapperView, State
+from mcad.api.resources import ResourceVector
 from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
 from mcad.assess import Assessment, assess
@@ -57,6 +59,7 @@ from mcad.notices import Notices
 from mcad.pending import PendingQueue, demand_group
 from mcad.preemption import Preemptors
 from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
+from mcad.reservations import DEFAULT_RESERVATIONS, Pass, Reservations
 from mcad.retry import Backoff, Policy
 from mcad.sites import Cleaned, LocalCluster, Sites
 from mcad.statussync import StatusSync, StatusWritten
@@ -80,6 +83,7 @@ STATUS_RETRY = Policy(base=0.25, cap=4.0, rate=50.0, burst=500, give_up_attempts
 # A preemptor waits this long for its victims' pods to go before it force-deletes those whose grace period is
 # over and stops holding the queue (a pod finalizer or a process ignoring SIGTERM would hold it for ever).
 DEFAULT_VICTIM_TIMEOUT_SECONDS = 300.0
+
 # Decisions (metrics) and the Event reason each is told with.
 _EVENT_REASONS = {"dispatched": events.DISPATCHED, "queued": events.QUEUED, "preempted": events.PREEMPTED,
                   "requeued": events.REQUEUED, "completed": events.COMPLETED, "failed": events.FAILED}
@@ -111,7 +115,8 @@ class Dispatcher:
                  quota_subtrees: Store[quota_trees.SubtreeView] | None = None, hub: WorkerClusters | None = None,
                  cluster_policy: ClusterPolicy | None = None,
                  victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
-                 protected_namespaces: frozenset[str] = frozenset()) -> None:
+                 protected_namespaces: frozenset[str] = frozenset(),
+                 reservations: int = DEFAULT_RESERVATIONS) -> None:
         if fit not in FIT_MODES:
             raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
         if hub is not None and fit != "nodes":
@@ -166,6 +171,9 @@ class Dispatcher:
             self.sites = WorkerSites(hub, self.placement, host=self, accountant=self.accountant,
                                      appwrappers=appwrappers, finalizers=writer, writes=self.writes, queue=self.queue,
                                      clock=self.clock)
+        # Blocked AppWrappers that hold room until it frees, and backfill around them (mcad.reservations).
+        self.reservations = Reservations(reservations, self.targets, self)
+        self._pass: Pass | None = None  # the dispatch cycle's, while its waiting AppWrappers are told why
         # Dispatches whose writes are under way, and what becomes of them (mcad.dispatches).
         self.dispatches = Dispatches(self, appwrappers=appwrappers, accountant=self.accountant, sites=self.sites,
                                      writer=writer, writes=self.writes, queue=self.queue, clock=self.clock)
@@ -300,7 +308,7 @@ class Dispatcher:
             capacity=(ledger.capacity(), ledger.in_use(), ledger.reserved(), ledger.free()),
             queue={"queued": len(self.pending), "dispatching": len(self.dispatches.in_flight),
                    "preempting": len(self.preemptors)},
-            decided=self.statuses.decided_states(), placed=placed)
+            decided=self.statuses.decided_states(), placed=placed, reservations=len(self.reservations.held))
 
     def call(self, fn: Callable[[], R], timeout: float) -> R:
         """Run ``fn`` on the dispatcher thread, the only one that may read its state (``mcad.loopcalls``)."""
@@ -340,7 +348,8 @@ class Dispatcher:
     def assess_queue(self) -> list[Assessment]:
         """Every queued AppWrapper in dispatch order with what a cycle would do with it now, deciding nothing
         (``mcad.assess``). Dispatcher thread only."""
-        return assess(self.pending, self.appwrappers, self._snapshot(scratch_quota=True), self.targets,
+        reserving = self.reservations.start(self._snapshot(scratch_quota=True), self.clock.now(), dry_run=True)
+        return assess(self.pending, self.appwrappers, reserving,
                       preemptors=self.preemptors, draining=self._draining,
                       blocked_by_reclaim=self.evictions.blocked_by_reclaim, strict_fifo=self.strict_fifo)
 
@@ -547,6 +556,7 @@ class Dispatcher:
 
     def _forget(self, key: str) -> None:
         self._undispatch(key)
+        self.reservations.forget(key)
         self.preemptors.forget(key)
         self.statuses.forget(key)
         self.dispatches.forget(key)
@@ -566,20 +576,25 @@ class Dispatcher:
 
     def _dispatch_cycle(self) -> None:
         """One pass over the queue in dispatch order (priority, creation time, name), one candidate per group:
-        1. Snapshot the free room (``Accountant.snapshot``); the pass takes from its copy as it dispatches.
+        1. Snapshot the free room (``Accountant.snapshot``); the pass takes from its copy as it dispatches, and as
+           blocked ones take reservations (``mcad.reservations``).
         2. Pass by a candidate that is gone or decided meanwhile, that waits for its previous pods to go
            (draining), or whose last dispatch failed and waits out its backoff.
-        3. Fit it (``fit.fits``); a quota reclaim under way in its trees holds back one that would borrow.
+        3. Fit it (``fit.fits``, on room no reservation holds; one with a bounded run time may also use the room of
+           reservations it ends before: backfill); a quota reclaim under way in its trees holds back one that would
+           borrow.
         4. It fits: dispatch it (reserved now, written in the background) and take its room from the snapshot.
         5. It does not: if victims are going away for it, or it can make room by evicting others (quota reclaim,
            then priority preemption), it holds the queue: the pass stops, nothing behind it may take that room.
-        6. Else it waits: why is written after the pass (once the dispatched ones left, so positions are right);
-           with strict FIFO the pass stops there, unless it could never fit the empty cluster.
+        6. Else it waits: it takes a reservation if one is left (not with strict FIFO, where the pass stops there,
+           unless it could never fit the empty cluster); why it waits is written after the pass (once the
+           dispatched ones left, so positions are right).
         7. After the pass: drop the dispatched from the queue, write the Backoff of those that wait and refresh
            their groups' members when what blocks the head changed, and announce the newcomers."""
         started = time.perf_counter()
         self.cycles += 1
         snapshot = self._snapshot()  # 1
+        reserving = self.reservations.start(snapshot, self.clock.now())
         cursor = self.pending.cycle()
         held_by = ""  # why the cycle stopped early, when a preemptor holds the queue
         done: list[str] = []
@@ -601,7 +616,7 @@ class Dispatcher:
             # Its own pods can exist already (the controller stopped between creating its objects and
             # recording that): they are in use, so only the rest of the demand must fit.
             need = snapshot.need(key, aw.demand)
-            fit = fits(aw, need, snapshot, self.targets)  # 3
+            fit = reserving.fit(aw, need)  # 3
             held = self.evictions.blocked_by_reclaim(aw) if fit.fits else ""
             if held:
                 fit = refused("reclaim", held)
@@ -616,7 +631,8 @@ class Dispatcher:
                 held_by = f"held behind {key}, which is preempting lower-priority AppWrappers to make room"
                 cursor.stop()
                 continue
-            about, why = self._why_waiting(aw, fit)  # 6
+            about, why = self._why_waiting(aw, *(reserving.wait(aw, need, fit) if not self.strict_fifo  # 6
+                                                 else (fit.about, fit.why)))
             if self.strict_fifo and not could_ever_fit(aw, need, snapshot, self.targets, fit):
                 # It would hold everyone behind it for ever: let them pass, and say so.
                 about = about | {"never fits"}
@@ -630,24 +646,29 @@ class Dispatcher:
                 cursor.stop()
             else:
                 cursor.blocked()
+        reserving.finish()
         for key in done:  # 7
             self.pending.remove(key)
-        for aw, about, why in waiting:
-            self.notices.tell(aw, about, why)
-            if not self.strict_fifo:
-                self.notices.refresh_group(aw, about, snapshot)
-        self.notices.announce(snapshot, held_by)
+        self._pass = reserving  # what members and newcomers are told of reservations
+        try:
+            for aw, about, why in waiting:
+                self.notices.tell(aw, about, why)
+                if not self.strict_fifo:
+                    self.notices.refresh_group(aw, about, snapshot)
+            self.notices.announce(snapshot, held_by)
+        finally:
+            self._pass = None
         self.metrics.cycle(time.perf_counter() - started)
         log.info("dispatch cycle", cycle=self.cycles, queued=len(self.pending), dispatched=dispatched,
-                 visited=cursor.visited, free=snapshot.free.format(),
+                 visited=cursor.visited, reservations=len(reserving.made), free=snapshot.free.format(),
                  duration_ms=round((time.perf_counter() - started) * 1000, 2))
 
     def _snapshot(self, *, scratch_quota: bool = False) -> Snapshot:
         return self.accountant.snapshot(by_nodes=self.fit == "nodes", scratch_quota=scratch_quota)
 
-    def _why_waiting(self, aw: AppWrapperView, fit: Fit) -> tuple[frozenset[str], Callable[[], str]]:
+    def _why_waiting(self, aw: AppWrapperView, about: frozenset[str],
+                     why: Callable[[], str]) -> tuple[frozenset[str], Callable[[], str]]:
         """What blocks a candidate that waits, and its message (one that gave up on its victims says so)."""
-        about, why = fit.about, fit.why
         gave_up_on = self.preemptors.abandoned(aw.key)
         if gave_up_on:
             gave_up = (f"its preemption victims did not finish terminating within {self.preemptors.victim_timeout:g} s "
@@ -667,7 +688,35 @@ class Dispatcher:
         return self._draining(aw)
 
     def fit_of(self, aw: AppWrapperView, snapshot: Snapshot) -> Fit:
-        return fits(aw, snapshot.need(aw.key, aw.demand), snapshot, self.targets)
+        need = snapshot.need(aw.key, aw.demand)
+        reserving = self._pass
+        if reserving is None or reserving.snapshot is not snapshot:
+            return fits(aw, need, snapshot, self.targets)
+        fit = reserving.fit(aw, need)
+        if fit.fits:
+            return fit
+        about, why = reserving.explain(aw, need, fit)
+        return Fit(False, about, why)
+
+    # ------------------------------------------------------------------------------------------ for mcad.reservations
+
+    def lasting_room(self) -> Mapping[str, ResourceVector]:
+        return self.accountant.lasting_room()
+
+    def lasting_free(self) -> ResourceVector:
+        return self.accountant.lasting_free()
+
+    def start_bound(self, nodes: Collection[str] | None) -> datetime | None:
+        latest = self.clock.now()
+        for key in self.accountant.holders(nodes):
+            aw = self._dispatched.get(key) or self.appwrappers.get(key)
+            if aw is None or aw.scheduling.dispatch_limit_seconds <= 0:
+                return None
+            deadline = lifecycle.deadline_due(aw.scheduling, self._status(aw))
+            if deadline is None:
+                return None
+            latest = max(latest, deadline)
+        return latest
 
     def retrying(self, key: str) -> bool:
         return self.dispatches.waiting(key)
@@ -723,7 +772,8 @@ class Dispatcher:
         if first and created is not None:
             # Creation to first dispatch; a requeued AppWrapper's later dispatches would say more about its
             # requeue wait than about the queue.
-            self.metrics.dispatch_latency((self.clock.now() - created).total_seconds())
+            self.metrics.dispatch_latency((self.clock.now() - created).total_seconds(),
+                                          aw.spec.priority_class or str(aw.priority))
         self.follower.follow(current)
 
     def _api_recovered(self) -> None:

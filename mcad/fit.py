@@ -39,6 +39,7 @@ class Fit:
     why: Callable[[], str] = str  # the Backoff message, built only when it is written
     plan: tuple[PlanEntry, ...] = ()  # --fit=nodes: (node, pod requests, pods)
     cluster: str = ""  # hub mode: the worker it goes to
+    short_of_room: bool = False  # it does not fit for want of room (not quota, not a hold): room may be reserved
 
 
 def refused(about: str | frozenset[str], why: str) -> Fit:
@@ -79,7 +80,7 @@ class SingleCluster:
             return Fit(True)
         packing = placement.pack(aw.gang, snapshot.nodes, snapshot.room)
         if not packing.fits:
-            return Fit(False, packing.about, partial(str, packing.why))
+            return Fit(False, packing.about, partial(str, packing.why), short_of_room=True)
         return Fit(True, plan=packing.placement)
 
 
@@ -96,7 +97,7 @@ def fits(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: 
     fit = Fit(True) if snapshot.room is None else targets.fit(aw, need, snapshot)
     if fit.fits and not need.fits_in(snapshot.free):
         return Fit(False, short_resources(need, snapshot.free),
-                   partial(describe_shortfall, need, snapshot.free, snapshot.capacity))
+                   partial(describe_shortfall, need, snapshot.free, snapshot.capacity), short_of_room=True)
     return fit
 
 

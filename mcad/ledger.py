@@ -32,6 +32,7 @@ class Ledger:
         "_consumed",
         "_demand",
         "_in_use",
+        "_lasting",
         "_node_usage",
         "_nodes",
         "_outstanding",
@@ -45,6 +46,8 @@ class Ledger:
         # Σ requests of non-terminal pods bound to each node name, known node or not: a pod may be seen before its
         # node, and a node's usage must be at hand when it turns schedulable.
         self._node_usage: dict[str, ResourceVector] = {}
+        # The part of it that pods of no AppWrapper use: nothing says when they end (reservations plan around it).
+        self._lasting: dict[str, ResourceVector] = {}
         # Σ requests of each AppWrapper's bound-or-terminal pods, reserved or not: a reservation made for an
         # AppWrapper whose pods already exist (a restart re-reserving running AppWrappers) starts out right.
         self._consumed: dict[str, ResourceVector] = {}
@@ -112,6 +115,10 @@ class Ledger:
             self._node_usage[node] = usage = _shift(self._node_usage.get(node, ZERO), requests, sign)
             if not usage:
                 del self._node_usage[node]
+            if pod.appwrapper is None:
+                self._lasting[node] = lasting = _shift(self._lasting.get(node, ZERO), requests, sign)
+                if not lasting:
+                    del self._lasting[node]
             known = self._nodes.get(node)
             if known is not None and known.schedulable:
                 self._in_use = _shift(self._in_use, requests, sign)
@@ -180,6 +187,20 @@ class Ledger:
         """Per known node, schedulable or not: allocatable - requests of its non-terminal pods. Placement decides
         which nodes a pod may use (a tainted node is fine for a pod that tolerates the taint)."""
         return {name: node.allocatable - self._node_usage.get(name, ZERO) for name, node in self._nodes.items()}
+
+    def lasting_room_by_node(self) -> dict[str, ResourceVector]:
+        """Per known node: allocatable - requests of its non-terminal pods that belong to no AppWrapper, i.e. what
+        would be free once every AppWrapper's pods there ended."""
+        return {name: node.allocatable - self._lasting.get(name, ZERO) for name, node in self._nodes.items()}
+
+    def lasting_free(self) -> ResourceVector:
+        """capacity - requests of the pods of no AppWrapper on schedulable nodes."""
+        free = self._capacity
+        for name, usage in self._lasting.items():
+            node = self._nodes.get(name)
+            if node is not None and node.schedulable:
+                free = free - usage
+        return free
 
     def nodes(self) -> list[NodeView]:
         return list(self._nodes.values())

@@ -32,6 +32,9 @@ from mcad.events import EventCounters
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DECISIONS = ("dispatched", "queued", "preempted", "requeued", "completed", "failed")
 # Creation to dispatch: from an empty cluster's tens of milliseconds to a busy queue's hours.
+# Distinct priority_class label values of mcad_time_to_dispatch_seconds (tenants pick spec.priority freely: without
+# a bound they could make the scrape as large as they like).
+PRIORITY_LABELS = 32
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 # A cycle is sub-millisecond for a short queue and tens of milliseconds for thousands of queued demand groups.
 CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
@@ -59,6 +62,8 @@ class LoopState:
     decided: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # Hub mode: AppWrappers whose objects are in each worker.
     placed: Mapping[str, int] = field(default_factory=dict)
+    # Blocked AppWrappers holding a reservation after the last dispatch cycle (mcad.reservations).
+    reservations: int = 0
 
 
 @dataclass
@@ -71,6 +76,8 @@ class Sources:
     appwrapper_states: Callable[[], Mapping[str, int]] | None = None
     # The dispatcher's own queue: queued (waiting to fit), dispatching (writes under way), preempting.
     queue: Callable[[], Mapping[str, int]] | None = None
+    # Blocked AppWrappers holding a reservation.
+    reservations: Callable[[], int] | None = None
     # informer name -> (relists, synced)
     informers: Callable[[], Mapping[str, tuple[int, bool]]] | None = None
     # (verb, HTTP code) -> failed requests
@@ -116,6 +123,10 @@ class _StateCollector(Collector):
             for state, count in sorted(s.queue().items()):
                 queue.add_metric([state], count)
             yield queue
+        if s.reservations is not None:
+            yield GaugeMetricFamily("mcad_reservations", "Blocked AppWrappers holding a reservation: room that those "
+                                    "behind them may not take (unless sure to end first), after the last dispatch "
+                                    "cycle.", value=s.reservations())
         if s.informers is not None:
             relists = CounterMetricFamily("mcad_informer_relists", "Full lists an informer made after its first "
                                           "one: its watch expired (410) or failed.", labels=["informer"])
@@ -225,6 +236,11 @@ class Metrics:
             self._decisions.labels(decision)  # every series exists from the start: rate() needs a zero
         self._latency = Histogram("mcad_dispatch_latency_seconds", "From an AppWrapper's creation to its dispatch.",
                                   buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._waited = Histogram("mcad_time_to_dispatch_seconds", "From an AppWrapper's creation to its dispatch, "
+                                 "by priority class (spec.priorityClassName, else spec.priority; at most "
+                                 f"{PRIORITY_LABELS} distinct values, the rest as \"other\").",
+                                 ["priority_class"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._priority_labels: set[str] = set()
         self._cycle = Histogram("mcad_dispatch_cycle_duration_seconds", "One dispatch cycle: walking the queue and "
                                 "deciding (writes happen in the background).", buckets=CYCLE_BUCKETS,
                                 registry=self.registry)
@@ -234,8 +250,17 @@ class Metrics:
     def decision(self, decision: str, count: int = 1) -> None:
         self._decisions.labels(decision).inc(count)
 
-    def dispatch_latency(self, seconds: float) -> None:
-        self._latency.observe(max(seconds, 0.0))
+    def dispatch_latency(self, seconds: float, priority_class: str = "") -> None:
+        """Time to dispatch; ``priority_class`` labels the per-priority histogram (bounded: tenants choose it)."""
+        seconds = max(seconds, 0.0)
+        self._latency.observe(seconds)
+        label = priority_class or "none"
+        if label not in self._priority_labels:
+            if len(self._priority_labels) >= PRIORITY_LABELS:
+                label = "other"
+            else:
+                self._priority_labels.add(label)
+        self._waited.labels(label).observe(seconds)
 
     def cycle(self, seconds: float) -> None:
         self._cycle.observe(seconds)

@@ -14,7 +14,8 @@ Contract:
   also kept in one sorted list (sortedcontainers), so a Backoff message can say where an AppWrapper stands.
 - The queue must not be modified while a cursor is in use.
 - ``demand_group(aw, ...)`` is the group an AppWrapper belongs in: members must be judged alike by a fit check
-  (same demand; with --fit=nodes the same pods; the same quota nodes; the same reason to be held).
+  (same demand; with --fit=nodes the same pods; the same quota nodes; the same reason to be held; the same
+  run-time bound, which decides backfill).
 """
 
 from __future__ import annotations
@@ -180,6 +181,10 @@ def demand_group(aw: AppWrapperView, *, apart: bool, by_nodes: bool, quota_charg
     if quota_charges is not None:
         # Charged elsewhere, judged elsewhere: a group's members must share their quota nodes too.
         group = (group, quota_charges)
+    if aw.scheduling.dispatch_limit_seconds > 0:
+        # A bounded run time may let it use reserved room (backfill, mcad.reservations) where an unbounded twin
+        # may not: judged apart.
+        group = (group, "limit", aw.scheduling.dispatch_limit_seconds)
     if aw.held:
         # A held head would hold back its whole group; and once it is let go, the change of group is what brings
         # it a cycle.

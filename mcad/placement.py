@@ -53,9 +53,11 @@ class Packing:
     about: frozenset[str] = frozenset()  # when not fits
 
 
-def pack(groups: Iterable[PodGroup], nodes: Iterable[NodeView], free: Mapping[str, ResourceVector]) -> Packing:
-    """Place every pod of ``groups`` first-fit decreasing on ``nodes`` with ``free`` room (see the module docs)."""
-    ordered_nodes = sorted(nodes, key=lambda node: node.name)
+def pack(groups: Iterable[PodGroup], nodes: Iterable[NodeView], free: Mapping[str, ResourceVector], *,
+         in_given_order: bool = False) -> Packing:
+    """Place every pod of ``groups`` first-fit decreasing on ``nodes`` with ``free`` room (see the module docs);
+    ``in_given_order``: try the nodes in the order given instead of by name (a reservation prefers some)."""
+    ordered_nodes = list(nodes) if in_given_order else sorted(nodes, key=lambda node: node.name)
     # Room left on the nodes pods have been placed on so far; the others still have what the caller gave.
     left: dict[str, ResourceVector] = {}
     placement: list[tuple[str, ResourceVector, int]] = []

@@ -363,6 +363,7 @@ def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callabl
     # What the loop published last (an immutable object, replaced whole): never its own maps, mid-change.
     sources.capacity = lambda: dispatcher.published.capacity
     sources.queue = lambda: dispatcher.published.queue
+    sources.reservations = lambda: dispatcher.published.reservations
 
     def states() -> dict[str, int]:
         # The informer's store (thread-safe), corrected by the loop's decisions it does not show yet.

@@ -41,6 +41,7 @@ from mcad.hub.connections import Hub
 from mcad.informer import Informer, Reconnects, Store
 from mcad.keys import RECOVERED, AppWrapperEvent, Key
 from mcad.legacy import MergedAppWrappers
+from mcad.reservations import DEFAULT_RESERVATIONS
 from mcad.tenantstore import TenantAppWrappers, priority_class_value
 from mcad.workqueue import WorkQueue
 from mcad.wrapped import WrappedObjects, informer_factory
@@ -56,7 +57,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
           recorder: events.EventSink | None = None,
           hub: Hub | None = None, limits: Limits = DEFAULT_LIMITS,
           default_max_priority: int = tenancy.DEFAULT_MAX_PRIORITY,
-          protected_namespaces: frozenset[str] = frozenset()) -> tuple[Dispatcher, list[Informer[Any]]]:
+          protected_namespaces: frozenset[str] = frozenset(),
+          reservations: int = DEFAULT_RESERVATIONS) -> tuple[Dispatcher, list[Informer[Any]]]:
     """The dispatcher and the informers to start for it (see the module docstring). ``default_max_priority`` is
     the ceiling where a namespace sets none. Informers over wrapped kinds start when an AppWrapper needs them
     (``mcad.wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the hub's own cluster runs
@@ -102,7 +104,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
         dispatcher = Dispatcher(appwrappers=appwrappers, nodes=hub.nodes, pods=hub.pods, writer=client, queue=queue,
                                 strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption, fit=fit,
                                 recorder=recorder, quota_subtrees=subtrees, hub=hub, victim_timeout=victim_timeout,
-                                protected_namespaces=protected_namespaces)
+                                protected_namespaces=protected_namespaces, reservations=reservations)
     else:
         nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
                          transform=node_view, peers=peers)
@@ -114,7 +116,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
         dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
                                 strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
                                 preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees,
-                                victim_timeout=victim_timeout, protected_namespaces=protected_namespaces)
+                                victim_timeout=victim_timeout, protected_namespaces=protected_namespaces,
+                                reservations=reservations)
         informers += [nodes, pods]
     if subtrees is not None:
         informers.append(subtrees)

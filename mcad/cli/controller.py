@@ -45,6 +45,7 @@ from mcad.hub.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.hub.connections import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.informer import Informer
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
+from mcad.reservations import DEFAULT_RESERVATIONS
 from mcad.wiring import build, quota_served
 
 # glibc gives each thread that allocates its own malloc arena (up to 8 per core), and memory freed in one arena
@@ -85,6 +86,13 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
 @click.option("--strict-fifo", is_flag=True,
               help="Dispatch strictly in order: an AppWrapper that does not fit blocks every one behind it. "
                    "Default: best-effort FIFO, where later AppWrappers that fit go ahead of a blocked one.")
+@click.option("--reservations", type=click.IntRange(min=0, max=1000), default=DEFAULT_RESERVATIONS,
+              help="How many blocked AppWrappers (the first in dispatch order that wait for room) hold a "
+                   "reservation at once: the nodes their pods would pack onto once running work ends (with "
+                   "--fit=aggregate, an amount). Later AppWrappers may not use reserved room, unless their "
+                   "schedulingSpec.dispatchDuration.limit proves they end before the reserved one could start "
+                   "(backfill). This keeps small AppWrappers from starving a big gang. 0: best-effort FIFO, any "
+                   "later AppWrapper that fits goes ahead.")
 @click.option("--preemption", is_flag=True,
               help="Let a queued AppWrapper that does not fit evict running AppWrappers of strictly lower "
                    "priority (the fewest, lowest priority and most recently dispatched first) when that makes it "
@@ -212,7 +220,8 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
               help="json for log collectors, console for people.")
 @click.option("--connect-only", is_flag=True, help="Connect, check that the AppWrapper CRD is served, and exit.")
 @click.version_option(__version__, prog_name="mcad-controller")
-def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preemption: bool, victim_timeout: float,
+def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reservations: int, preemption: bool,
+         victim_timeout: float,
          fit: str,
          write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
@@ -290,6 +299,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
     protected = protected_namespaces(default_namespace(), allowed_protected, hub=hub is not None)
     logger.info("protected namespaces", namespaces=sorted(protected))
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
+                                  reservations=reservations,
                                   victim_timeout=victim_timeout,
                                   fit=fit, legacy_api=legacy_api, quota_trees=quota_trees, recorder=recorder,
                                   hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes),
@@ -344,12 +354,13 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, preempt
         hub.start()
     if elector is None:
         worker.start()
-        logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit, quota=quota_trees,
+        logger.info("controller running", strict_fifo=strict_fifo, reservations=reservations, preemption=preemption,
+                    fit=fit, quota=quota_trees,
                     max_items=max_items, max_appwrapper_bytes=max_appwrapper_bytes)
         stop.wait()
     else:
-        logger.info("controller running", strict_fifo=strict_fifo, preemption=preemption, fit=fit,
-                    leader_elect=True, identity=elector.identity, lease=elector.lease, max_items=max_items,
+        logger.info("controller running", strict_fifo=strict_fifo, reservations=reservations, preemption=preemption,
+                    fit=fit, leader_elect=True, identity=elector.identity, lease=elector.lease, max_items=max_items,
                     max_appwrapper_bytes=max_appwrapper_bytes)
         elector.run(stop, on_started_leading=worker.start,
                     on_stopped_leading=lambda: _stop_leading(stop, dispatcher, worker))

@@ -32,6 +32,7 @@ import structlog
 from mcad import __version__, kube
 from mcad.cli import reach, render
 from mcad.errors import ApiError, KubeConnectError
+from mcad.reservations import DEFAULT_RESERVATIONS
 
 
 class Failure(click.ClickException):
@@ -49,6 +50,7 @@ class Options:
     offline: bool
     fit: str
     strict_fifo: bool
+    reservations: int
     preemption: bool
 
 
@@ -71,6 +73,8 @@ class Options:
               help="With --offline: the fit mode to simulate (match the controller's --fit).")
 @click.option("--strict-fifo", is_flag=True, help="With --offline: simulate the controller's --strict-fifo.")
 @click.option("--preemption", is_flag=True, help="With --offline: simulate the controller's --preemption.")
+@click.option("--reservations", type=click.IntRange(min=0, max=1000), default=DEFAULT_RESERVATIONS,
+              show_default=True, help="With --offline: simulate the controller's --reservations.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=reach.DEFAULT_TIMEOUT, show_default=True,
               help="Seconds to wait for each request.")
 @click.option("--token", envvar="MCAD_TOKEN", default=None, metavar="TOKEN",
@@ -80,7 +84,7 @@ class Options:
 @click.pass_context
 def main(ctx: click.Context, kubeconfig: str | None, context: str | None, controller_namespace: str,
          controller_name: str, port: int, url: str | None, offline: bool, fit: str, strict_fifo: bool,
-         preemption: bool, timeout: float, token: str | None) -> None:
+         preemption: bool, reservations: int, timeout: float, token: str | None) -> None:
     """Inspect a running mcad installation: its queue, its capacity ledger, its quota trees, and why an
     AppWrapper waits.
 
@@ -95,7 +99,7 @@ def main(ctx: click.Context, kubeconfig: str | None, context: str | None, contro
     ctx.obj = Options(
         where=reach.Where(namespace=controller_namespace, name=controller_name, port=port, url=url,
                           kubeconfig=kubeconfig, context=context, timeout=timeout, token=token or None),
-        offline=offline, fit=fit, strict_fifo=strict_fifo, preemption=preemption)
+        offline=offline, fit=fit, strict_fifo=strict_fifo, preemption=preemption, reservations=reservations)
 
 
 _output = click.option("-o", "--output", type=click.Choice(["json", "yaml", "wide"]), default=None,
@@ -282,7 +286,8 @@ def _compute_offline(opts: Options, produce: Callable[[Any], dict[str, Any]]) ->
         raise Failure(str(err)) from err
     try:
         with _warnings_only_on_stderr():
-            report = debug.offline(conn, fit=opts.fit, strict_fifo=opts.strict_fifo, preemption=opts.preemption)
+            report = debug.offline(conn, fit=opts.fit, strict_fifo=opts.strict_fifo, preemption=opts.preemption,
+                                   reservations=opts.reservations)
             return produce(report)
     except ApiError as err:
         if err.status == 0:

@@ -83,6 +83,7 @@ class WorkerPlacement:
         reasons: list[str] = []
         consumed = snapshot.consumed(aw.key)
         room = snapshot.room or {}
+        short_of_room = False  # a usable worker it may go to has too little room (one that waits can reserve it)
         for order, name in enumerate(allowed):
             if name not in self.usable:
                 about.add(f"{name}: {self.hub.health(name).state.value}")
@@ -107,10 +108,11 @@ class WorkerPlacement:
             else:
                 about.update(f"{name}: {a}" for a in packing.about)
                 reasons.append(f"{name}: {packing.why}")
+                short_of_room = True
         if not fits:
             why = "does not fit in any worker cluster: " + "; ".join(reasons) if reasons else \
                 "does not fit in any worker cluster"
-            return Fit(False, frozenset(about), partial(str, why))
+            return Fit(False, frozenset(about), partial(str, why), short_of_room=short_of_room)
         if self.policy is Policy.FIRST:
             chosen = min(fits, key=lambda f: f[1])
         elif self.policy is Policy.SPREAD:

@@ -17,19 +17,33 @@ def reports(h: Any) -> Reports:
 
 
 def test_the_queue_report_lists_waiting_appwrappers_in_order_with_why(harness_factory: Any) -> None:
-    # 8 cpu: a (4) and c (2) fit; b (6) and d (6) wait, d behind b.
-    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "4"), aw("b", "6"), aw("c", "2"),
-                                                               aw("d", "6")], fit="aggregate")
+    # 8 cpu: a (4) fits; b (6) waits and reserves 6, so c (2) waits behind it (and reserves the second); d (6)
+    # waits. With --reservations 0, c goes ahead (best-effort FIFO).
+    aws = [aw("a", "4"), aw("b", "6"), aw("c", "2"), aw("d", "6")]
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=aws, fit="aggregate")
     h.drain()
     doc = reports(h).queue()
     assert [(q["position"], q["name"], q["state"], q["fitsNow"]) for q in doc["queued"]] == [
-        (1, "b", "Queued", False), (2, "d", "Queued", False)]
-    assert doc["queued"][0]["why"] == "short of cpu 4 (needs 6, 2 free)"
+        (1, "b", "Queued", False), (2, "c", "Queued", False), (3, "d", "Queued", False)]
+    assert [q["why"] for q in doc["queued"]] == [
+        "short of cpu 2 (needs 6, 4 free); it holds a reservation of cpu=6, which those behind it may not take",
+        "waiting behind the reservation of ns/b of cpu=6; it holds a reservation of cpu=2, which those behind it "
+        "may not take",
+        "short of cpu 2 (needs 6, 4 free)"]
+    assert doc["reservations"] == [{"appwrapper": "ns/b", "nodes": [], "amount": "cpu=6", "startsBy": None},
+                                   {"appwrapper": "ns/c", "nodes": [], "amount": "cpu=2", "startsBy": None}]
     assert doc["queued"][0]["demand"] == {"cpu": "6"}
     assert doc["queued"][0]["pods"] == 1
-    assert [(d["name"], d["state"]) for d in doc["dispatched"]] == [("a", "Running"), ("c", "Running")]
+    assert [(d["name"], d["state"]) for d in doc["dispatched"]] == [("a", "Running")]
     assert doc["controller"] == {"identity": "test", "leader": True, "fit": "aggregate", "strictFifo": False,
-                                 "preemption": False}
+                                 "preemption": False, "reservations": 2}
+
+    best_effort = harness_factory(nodes=[node("n0", "8")], pods=[], aws=aws, fit="aggregate", reservations=0)
+    best_effort.drain()
+    doc = reports(best_effort).queue()
+    assert [(q["name"], q["why"]) for q in doc["queued"]] == [("b", "short of cpu 4 (needs 6, 2 free)"),
+                                                              ("d", "short of cpu 4 (needs 6, 2 free)")]
+    assert [d["name"] for d in doc["dispatched"]] == ["a", "c"] and doc["reservations"] == []
 
 
 def test_strict_fifo_reports_everything_behind_the_head_as_held(harness_factory: Any) -> None:
@@ -60,7 +74,11 @@ def test_explain_says_in_words_why_an_appwrapper_is_where_it_is(harness_factory:
     r = reports(h)
     waiting = r.explain("ns", "b")
     assert waiting is not None and waiting["found"]
-    assert waiting["summary"] == "It is queued and cannot be dispatched yet: short of cpu 2 (needs 6, 4 free)."
+    assert waiting["summary"] == ("It is queued and cannot be dispatched yet: short of cpu 2 (needs 6, 4 free); it "
+                                  "holds a reservation of cpu=6, which those behind it may not take.")
+    assert ("it holds a reservation of cpu=6: AppWrappers behind it may use that room only if they are sure to end "
+            "first; when that room frees is unknown (what holds it has no dispatchDuration.limit)"
+            in waiting["details"])
     assert "position 1 of 1 in the queue" in waiting["details"]
     running = r.explain("ns", "a")
     assert running is not None and running["summary"].startswith("It is dispatched (Running) since ")
@@ -109,7 +127,8 @@ def test_transitions_are_told_as_events_once_per_change_of_what_blocks(harness_f
     h.drain()
     assert sorted(sink.events) == [
         ("a", "Normal", "Dispatched", "Its wrapped objects were created; it reserves cpu=4."),
-        ("b", "Normal", "Queued", "Waiting: short of cpu 2 (needs 6, 4 free)."),
+        ("b", "Normal", "Queued", "Waiting: short of cpu 2 (needs 6, 4 free); it holds a reservation of cpu=6, "
+                                  "which those behind it may not take."),
         ("c", "Normal", "Queued", "Waiting: short of cpu 2 (needs 6, 4 free)."),
     ]
     before = len(sink.events)

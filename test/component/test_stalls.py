@@ -58,9 +58,12 @@ def test_deleting_a_waiting_preemptor_lets_what_it_held_go(harness_factory: Any)
     assert h.writer.applied[-1] == "small-cm"
 
 
-def test_a_preemptor_stops_holding_the_queue_when_its_victims_do_not_go(harness_factory: Any) -> None:
+@pytest.mark.parametrize("reservations", [0, 2])
+def test_a_preemptor_stops_holding_the_queue_when_its_victims_do_not_go(harness_factory: Any,
+                                                                          reservations: int) -> None:
     h = harness_factory(nodes=[node("n0", "4")], pods=[],
-                        aws=[gang_aw("low", 1, {"cpu": "2"}), gang_aw("low2", 1, {"cpu": "1"})], preemption=True)
+                        aws=[gang_aw("low", 1, {"cpu": "2"}), gang_aw("low2", 1, {"cpu": "1"})], preemption=True,
+                        reservations=reservations)
     h.drain()
     for name, cpu in (("low", "2"), ("low2", "1")):
         h.lw["pod"].add(pod(f"{name}-0", cpu, appwrapper=name))
@@ -92,9 +95,19 @@ def test_a_preemptor_stops_holding_the_queue_when_its_victims_do_not_go(harness_
     h.lw["pod"].delete("ns/low-0")  # the force deletion took effect
     wait_until(lambda: h.dispatcher.pods.get("uid-low-0") is None, 5, "low-0 to go")
     h.drain()
-    # No longer held: what fits goes, in queue order (the requeued victim "low" first: same age, and its name).
-    assert h.writer.applied[-1] == "low-cm"
     assert h.dispatcher.preemptions == 2, "it evicts nobody else while its stuck victims' pods remain"
+    if not reservations:
+        # No longer held: what fits goes, in queue order (the requeued victim "low" first: same age, and its name).
+        assert h.writer.applied[-1] == "low-cm"
+        return
+    # It no longer holds the whole queue, but it holds a reservation of n0: the room low-0 freed is not taken.
+    assert h.writer.applied == ["low-cm", "low2-cm"]
+    assert "waiting behind the reservation of ns/high on nodes n0" in last_status(h, "low")["message"]
+    assert "it holds a reservation on nodes n0" in last_status(h, "high")["message"]
+    h.lw["pod"].delete("ns/low2-0")
+    wait_until(lambda: h.dispatcher.pods.get("uid-low2-0") is None, 5, "low2-0 to go")
+    h.drain()
+    assert h.writer.applied[-1] == "high-cm", "the reserved room went to the one that held it"
 
 
 @pytest.mark.parametrize("fit", ["nodes", "aggregate"])

@@ -46,6 +46,7 @@ MODEL_MODULES: tuple[str, ...] = (
     "mcad.api",
     "mcad.api.*",
     "mcad.ledger",
+    "mcad.reservations",
     "mcad.pending",
     "mcad.placement",
     "mcad.quota",
