@@ -6,7 +6,9 @@ scenarios observe: the deep-queue backlog is not rewritten while probes dispatch
 re-dispatches nothing, the noisy neighbour's AppWrappers and the other tenant's all run, and the memory scenario
 queues all of its AppWrappers and measures the controller before and after a restart, admission asks one
 review per item of a new user and nothing of a cached one, and with the webhooks registered every AppWrapper of
-the throughput run is reviewed by them (and none without), and pollers get /debug/queue answered while probes dispatch.
+the throughput run is reviewed by them (and none without), pollers get /debug/queue answered while probes dispatch,
+churn counts the controller's API writes, and starvation creates each gang behind a full cluster and records
+whether it was dispatched (the figures, and so the starvation target, are left to the real runs).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ["ceiling", "throughput", "throughput_webhooks", "deep_queue", "churn", "restart", "noisy_neighbour",
-             "memory", "admission", "pollers"]
+             "memory", "admission", "pollers", "starvation"]
 PERCENTILES = {"n", "p50_ms", "p90_ms", "p99_ms", "mean_ms"}
 
 
@@ -71,6 +73,24 @@ def test_churn_dispatches_every_class(results: dict[str, dict]) -> None:
     latency = results["churn"]["latency"]
     for size in ("small", "medium", "large"):
         assert latency[f"time_to_dispatch_{size}"]["n"] == 30
+        assert results["churn"]["per_class"][size]["n"] == 30
+
+
+def test_churn_counts_the_controllers_api_writes(results: dict[str, dict]) -> None:
+    writes = results["churn"]["api_writes"]
+    # At least a status write per dispatched workload, and the load process's own requests are not among them.
+    assert writes["controller"] >= 90, writes
+    assert writes["load_process"]["POST appwrappers.workload.codeflare.dev"] == 90
+    assert "POST appwrappers.workload.codeflare.dev" not in writes["by_request"], writes
+
+
+def test_starvation_creates_each_gang_behind_a_full_cluster(results: dict[str, dict]) -> None:
+    entry = results["starvation"]
+    assert len(entry["runs"]) == entry["params"]["gangs"] >= 1
+    for run in entry["runs"]:
+        assert run["blocking_small"] >= 12, run  # created once all 16 cpu were taken; a few may end at once
+        assert run["dispatched"] == (run["time_to_dispatch_s"] is not None), run
+    assert entry["starvation"]["dispatched"] + entry["starvation"]["starved"] == len(entry["runs"])
 
 
 def test_noisy_neighbour_dispatches_the_other_tenant_and_every_big_appwrapper(results: dict[str, dict]) -> None:

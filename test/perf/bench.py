@@ -12,7 +12,7 @@ A scenario that fails is reported with what it measured so far, and the next one
 failed.
 
 Scenarios: ceiling, throughput, throughput_webhooks, deep_queue, churn, restart, noisy_neighbour, memory,
-admission, pollers (see test/perf/scenarios.py).
+admission, pollers, starvation (see test/perf/scenarios.py).
 """
 
 from __future__ import annotations
@@ -120,6 +120,19 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _per_class(classes: dict[str, dict[str, Any]]) -> list[str]:
+    """Churn's time to dispatch per class next to Kueue's mean for that class."""
+    if not classes:
+        return []
+    out = [f"   {'time to dispatch (ms)':<24}{'n':>7}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}"
+           f"{'Kueue mean':>12}{'mean/Kueue':>12}"]
+    for cls, c in classes.items():
+        out.append(f"   {cls:<24}{c.get('n') or 0:>7}" + "".join(
+            f"{_fmt(c.get(k)):>10}" for k in ("mean_ms", "p50_ms", "p90_ms", "p99_ms"))
+            + f"{_fmt(c.get('kueue_mean_ms')):>12}{_fmt(c.get('mean_over_kueue')):>12}")
+    return out
+
+
 def render(results: list[Result]) -> str:
     out: list[str] = []
     for r in results:
@@ -137,7 +150,8 @@ def render(results: list[Result]) -> str:
                         + f", peak RSS {_fmt(ctl.get('peak_rss_mib'))} MiB")
         out.append("   " + "; ".join(head))
         extra = []
-        for key in ("throughput", "restart", "backlog", "big", "requests_per_call", "admitted_with_creator"):
+        for key in ("throughput", "restart", "backlog", "big", "requests_per_call", "admitted_with_creator",
+                    "starvation"):
             if r.get(key):
                 extra.append((f"{key}: " if key in ("requests_per_call", "admitted_with_creator") else "")
                              + ", ".join(f"{k} {_fmt(v)}" for k, v in r[key].items()))
@@ -151,6 +165,18 @@ def render(results: list[Result]) -> str:
                          f"peak RSS {_fmt(c.get('peak_rss_mib'))} MiB")
         for line in extra:
             out.append("   " + line)
+        out.extend(_per_class(r.get("per_class") or {}))
+        if r.get("api_writes"):
+            w = r["api_writes"]
+            out.append(f"   api writes by the controller {w.get('controller')} ({_fmt(w.get('per_workload'))} per "
+                       f"workload): " + ", ".join(f"{k} {v}" for k, v in (w.get("by_request") or {}).items()))
+        for run in r.get("runs") or []:
+            waited = (f"dispatched in {_fmt(run['time_to_dispatch_s'])} s, margin {_fmt(run['margin_s'])} s, "
+                      f"all pods Running in {_fmt(run.get('pods_running_s'))} s"
+                      if run.get("dispatched") else f"NOT dispatched within {_fmt(run.get('waited_s'))} s")
+            out.append(f"   {run['gang']}: {waited}; longest blocking run time "
+                       f"{_fmt(run['longest_blocking_runtime_s'])} s ({run['blocking_small']} small ones running); "
+                       f"{run['small_dispatched_meanwhile']} small ones dispatched meanwhile")
         lat = dict(r.get("latency") or {})
         if r.get("create_lateness", {}).get("n"):
             lat["(create lateness vs schedule)"] = r["create_lateness"]

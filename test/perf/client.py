@@ -65,6 +65,13 @@ class Api:
             raise ApiError(method, path, resp.status, parsed)
         return parsed if isinstance(parsed, dict) else {}
 
+    def text(self, path: str) -> str:
+        """A plain-text GET (e.g. the API server's /metrics)."""
+        resp = self.pool.request("GET", self.url(path), headers={"Accept": "text/plain"}, timeout=self.timeout)
+        if resp.status != 200:
+            raise ApiError("GET", path, resp.status, resp.data.decode(errors="replace")[:300])
+        return str(resp.data.decode(errors="replace"))
+
     def get(self, path: str, query: Query = None) -> Obj:
         return self.request("GET", path, query=query)
 

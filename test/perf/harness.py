@@ -359,11 +359,11 @@ def configmap_item(name: str, requests: dict[str, str]) -> Obj:
                                 "data": {"bench": "1"}}}
 
 
-def job_item(name: str, cpu: str, *, delay: str = "1h") -> Obj:
-    """A one-pod batch/v1 Job; kwok completes its pod after ``delay``."""
+def job_item(name: str, cpu: str, *, delay: str = "1h", pods: int = 1) -> Obj:
+    """A batch/v1 Job of ``pods`` pods at once (parallelism = completions); kwok completes each after ``delay``."""
     return {"replicas": 1, "generictemplate": {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-        "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": {
+        "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": {
             "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": delay}},
             "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox",
                                                                "resources": {"requests": {"cpu": cpu}}}]}}}}}

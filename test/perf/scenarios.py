@@ -7,15 +7,22 @@ Counts are multiplied by ``Options.scale`` (see ``scaled``); the per-scenario do
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import math
+import random
+import re
+import subprocess
+import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from test.perf import webhooks as webhooks_mod
@@ -123,10 +130,27 @@ class Env:
 
     def controller(self, label: str, **kw: Any) -> Controller:
         kw.setdefault("args", self.opts.controller_args)
+        kw["args"] = self._reservations(tuple(kw["args"]))
         ctl = Controller(self.cluster.kubeconfig, f"{self.scenario}-{label}", **kw)
         self.controllers.append(ctl)
         ctl.start()
         return ctl
+
+    def _reservations(self, args: tuple[str, ...]) -> tuple[str, ...]:
+        """``args`` without ``--reservations`` if this controller does not know the flag (before issue 17), so
+        that a run asking for reservations off works on both; ``params.reservations`` says what the run had."""
+        params = self.result.setdefault("params", {})
+        if not controller_knows(RESERVATIONS_FLAG):
+            kept = drop_flag(args, RESERVATIONS_FLAG)
+            params["reservations"] = "absent (controller has no --reservations)"
+            if kept != args:
+                self.result.setdefault("notes", []).append(
+                    f"{RESERVATIONS_FLAG} dropped from the controller's arguments: this controller does not know it")
+            return kept
+        values = [a.split("=", 1)[1] for a in args if a.startswith(RESERVATIONS_FLAG + "=")]
+        values += [args[i + 1] for i, a in enumerate(args[:-1]) if a == RESERVATIONS_FLAG]
+        params["reservations"] = values[-1] if values else "default"
+        return args
 
     def watch(self, w: Watch) -> Watch:
         self.watches.append(w)
@@ -148,6 +172,146 @@ class Env:
         else:
             self.cluster.down()
         self.result["teardown_s"] = round(time.monotonic() - started, 1)
+
+
+RESERVATIONS_FLAG = "--reservations"
+
+
+@functools.cache
+def controller_knows(flag: str) -> bool:
+    """Whether ``mcad-controller --help`` lists ``flag`` (asked once per process)."""
+    exe = Path(sys.executable).parent / "mcad-controller"
+    proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120, check=False)
+    return re.search(re.escape(flag) + r"(?![\w-])", proc.stdout) is not None
+
+
+def drop_flag(args: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    """``args`` without ``flag=value`` or ``flag value``."""
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == flag:
+            skip = True
+        elif not a.startswith(flag + "="):
+            out.append(a)
+    return tuple(out)
+
+
+# The API server's request counter: mutating verbs (APPLY is server-side apply, counted apart from PATCH).
+MUTATING_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def api_writes(api: Api) -> Counter[str]:
+    """Mutating requests the API server has answered so far (``apiserver_request_total`` on its /metrics), by
+    ``"VERB resource[.group][/subresource]"``. The metric has no client label: callers subtract what they know
+    is not the controller's."""
+    counts: Counter[str] = Counter()
+    for line in api.text("/metrics").splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels_text, _, value = line.rpartition("}")
+        labels = dict(_LABEL.findall(labels_text))
+        if labels.get("verb") not in MUTATING_VERBS:
+            continue
+        resource = labels.get("resource", "") + (f".{labels['group']}" if labels.get("group") else "")
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        counts[f"{labels['verb']} {resource}"] += int(float(value.split()[0]))
+    return counts
+
+
+def settled_api_writes(api: Api, timeout: float = 10.0) -> Counter[str]:
+    """``api_writes`` once two readings a second apart agree, apart from heartbeats (at most ``timeout``): the
+    controller's last status writes for what just finished are counted."""
+    deadline = time.monotonic() + timeout
+    last = api_writes(api)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = api_writes(api)
+        if _without_heartbeats(now - last) == Counter():
+            return now
+        last = now
+    return last
+
+
+# Writes of kwok's nodes and of the control plane's components (node status, leases) go on whatever the load.
+HEARTBEATS = re.compile(r"^\S+ (leases\.coordination\.k8s\.io|nodes)(/|$)")
+
+
+def _without_heartbeats(counts: Counter[str]) -> Counter[str]:
+    return Counter({k: v for k, v in counts.items() if v > 0 and not HEARTBEATS.match(k)})
+
+
+def controller_writes(before: Counter[str], after: Counter[str], own: Counter[str],
+                      garbage_collected: tuple[str, ...]) -> dict[str, Any]:
+    """What the controller wrote between two ``api_writes`` readings: every mutating request, minus heartbeats,
+    minus ``own`` (the load process's requests, which it counts itself), minus the deletions in
+    ``garbage_collected`` (e.g. ``"DELETE configmaps"``: the garbage collector removing what an AppWrapper the
+    load process deleted had created). Returns the total, the breakdown and what was left out."""
+    delta = after - before
+    heartbeats = sum(v for k, v in delta.items() if HEARTBEATS.match(k))
+    left = _without_heartbeats(delta)
+    left.subtract(own)
+    gc = {k: left.pop(k) for k in garbage_collected if k in left}
+    left = Counter({k: v for k, v in left.items() if v})
+    return {"controller": sum(left.values()), "by_request": dict(sorted(left.items())),
+            "load_process": dict(own), "heartbeats": heartbeats, "garbage_collector": gc}
+
+
+class Finisher:
+    """Deletes each AppWrapper at the time it is due (as Kueue's runner finishes a workload): a heap served by
+    one thread, deletes on a small pool. ``finished`` holds when each delete returned; ``errors`` any failures."""
+
+    def __init__(self, api: Api, tracker: Tracker, workers: int = 8) -> None:
+        self.api = api
+        self.tracker = tracker
+        self.finished: dict[str, float] = {}
+        self.errors: list[BaseException] = []
+        self._due: list[tuple[float, str]] = []
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="finish")
+        self._thread = threading.Thread(target=self._run, daemon=True, name="finisher")
+
+    def start(self) -> Finisher:
+        self._thread.start()
+        return self
+
+    def at(self, when: float, name: str) -> None:
+        with self._cond:
+            heapq.heappush(self._due, (when, name))
+            self._cond.notify()
+
+    def _finish(self, name: str) -> None:
+        try:
+            self.api.delete(aw_path(name))
+        except BaseException as err:
+            self.errors.append(err)
+        with self.tracker.cond:
+            self.finished[name] = time.monotonic()
+            self.tracker.cond.notify_all()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._cond:
+                if not self._due:
+                    self._cond.wait(0.2)
+                    continue
+                when, name = self._due[0]
+                left = when - time.monotonic()
+                if left > 0:
+                    self._cond.wait(min(left, 0.2))
+                    continue
+                heapq.heappop(self._due)
+            self._pool.submit(self._finish, name)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def has(seen: dict[str, Any], name: str, *more: dict[str, Any]) -> Callable[[], bool]:
@@ -544,6 +708,9 @@ KUEUE_QUEUES = 5 * 6
 # class, workloads per queue, creation interval s, runtime s, priority, cpu
 KUEUE_CLASSES = (("small", 350, 0.1, 0.2, 50, 1), ("medium", 100, 0.5, 0.5, 100, 5), ("large", 50, 1.2, 1.0, 200, 20))
 KUEUE_WALL_S = 351.0
+# Kueue's mean time to dispatch per class in that run (ms), issue 17's targets at full scale.
+KUEUE_MEAN_MS = {"small": 215_468.0, "medium": 76_768.0, "large": 16_501.0}
+AW_RESOURCE = "appwrappers.workload.codeflare.dev"
 
 
 # Nodes big enough for Kueue's large class (20 cpu in one pod): mcad checks that each pod fits on a node
@@ -554,7 +721,10 @@ CHURN_NODE_CPU = 40
 def churn(opts: Options, result: Result) -> None:
     """Kueue's baseline shape on 600 cpu: 30 arrival streams x 3 classes at Kueue's intervals; each workload is an
     AppWrapper (a ConfigMap + custompodresources cpu) that the load process deletes ``runtime`` after it is first
-    seen Running, as Kueue's runner finishes workloads. Time-to-dispatch per class, wall time, utilisation."""
+    seen Running, as Kueue's runner finishes workloads. Time-to-dispatch per class next to Kueue's means, wall time,
+    utilisation, and the API writes per workload: the API server's mutating requests during the load (its
+    ``apiserver_request_total``) minus the load process's own creates and deletes, heartbeats, and the garbage
+    collector's deletes of the ConfigMaps."""
     fraction = opts.churn_fraction * opts.factor("churn")
     n_nodes = opts.churn_nodes
     capacity = n_nodes * CHURN_NODE_CPU
@@ -577,45 +747,18 @@ def churn(opts: Options, result: Result) -> None:
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
         api = env.api
-        finished: dict[str, float] = {}
         lateness: list[float] = []
-        due: list[tuple[float, str]] = []
-        due_cond = threading.Condition()
-        deleter = ThreadPoolExecutor(8, thread_name_prefix="finish")
         errors: list[BaseException] = []
+        finisher: Finisher | None = None
 
         def on_running(name: str, seen: float) -> None:
-            with due_cond:
-                heapq.heappush(due, (seen + spec[name][1], name))
-                due_cond.notify()
+            if finisher is not None and name in spec:
+                finisher.at(seen + spec[name][1], name)
 
         tracker = Tracker(on_running=on_running)
+        finisher = Finisher(api, tracker)
+        finished = finisher.finished
         env.watch(watch_appwrappers(api, tracker))
-        stop = threading.Event()
-
-        def finish(name: str) -> None:
-            try:
-                api.delete(aw_path(name))
-            except BaseException as err:
-                errors.append(err)
-            with tracker.cond:
-                finished[name] = time.monotonic()
-                tracker.cond.notify_all()
-
-        def finisher() -> None:
-            while not stop.is_set():
-                with due_cond:
-                    if not due:
-                        due_cond.wait(0.2)
-                        continue
-                    when, name = due[0]
-                    left = when - time.monotonic()
-                    if left > 0:
-                        due_cond.wait(min(left, 0.2))
-                        continue
-                    heapq.heappop(due)
-                deleter.submit(finish, name)
-
         creator = ThreadPoolExecutor(opts.threads, thread_name_prefix="create")
 
         def create(offset: float, name: str, priority: int, cpu: int, t0: float) -> None:
@@ -633,8 +776,8 @@ def churn(opts: Options, result: Result) -> None:
             return (f"created {len(tracker.created)}/{n}, dispatched {len(tracker.running)}, "
                     f"finished {len(finished)}, running now {len(tracker.running) - len(finished)}")
 
-        fin_thread = threading.Thread(target=finisher, daemon=True, name="finisher")
-        fin_thread.start()
+        writes_before = settled_api_writes(api)
+        finisher.start()
         say(f"churn: {n} workloads over {plan[-1][0]:.1f} s of arrivals on {capacity} cpu")
         t0 = time.monotonic()
         try:
@@ -644,34 +787,50 @@ def churn(opts: Options, result: Result) -> None:
                     if left > 0:
                         time.sleep(left)
                     creator.submit(create, offset, name, priority, cpu, t0)
-                    if errors:
-                        raise BenchError(f"churn: a request failed: {errors[0]}")
-                tracker.wait(lambda: len(finished) >= n or bool(errors), 300 + n / 5, f"{n} workloads finished",
-                             ctl.check_alive)
-                if errors:
-                    raise BenchError(f"churn: a request failed: {errors[0]}")
+                    if errors or finisher.errors:
+                        raise BenchError(f"churn: a request failed: {(errors or finisher.errors)[0]}")
+                tracker.wait(lambda: len(finished) >= n or bool(errors or finisher.errors), 300 + n / 5,
+                             f"{n} workloads finished", ctl.check_alive)
+                if errors or finisher.errors:
+                    raise BenchError(f"churn: a request failed: {(errors or finisher.errors)[0]}")
         finally:
-            stop.set()
-            fin_thread.join(timeout=5)
+            finisher.stop()
             creator.shutdown(wait=True, cancel_futures=True)
-            deleter.shutdown(wait=True, cancel_futures=True)
         wall = max(finished.values()) - t0
         result["wall_s"] = round(wall, 2)
         result["controller"] = controller_figures(ctl, baseline)
+        writes = controller_writes(writes_before, settled_api_writes(api),
+                                   Counter({f"POST {AW_RESOURCE}": len(tracker.created),
+                                            f"DELETE {AW_RESOURCE}": len(finished)}),
+                                   garbage_collected=("DELETE configmaps",))
+        writes["per_workload"] = round(writes["controller"] / n, 2)
+        result["api_writes"] = writes
         work = sum(runtime * cpu for _, _, _, runtime, _, cpu in plan)
         result["utilisation_pct"] = round(100 * work / (capacity * wall), 1)
         result["throughput"] = {"workloads_per_s": round(n / wall, 1)}
         result["create_lateness"] = summary(lateness)
         result["latency"] = {}
+        result["per_class"] = {}
+        full = fraction >= 1.0
         for cls, *_ in KUEUE_CLASSES:
             members = [name for _, name, c, *_ in plan if c == cls]
-            result["latency"][f"time_to_dispatch_{cls}"] = summary(tracker.latencies(members, tracker.running))
+            figures = summary(tracker.latencies(members, tracker.running))
+            result["latency"][f"time_to_dispatch_{cls}"] = figures
+            kueue = KUEUE_MEAN_MS[cls]
+            result["per_class"][cls] = {
+                **{k: figures.get(k) for k in ("n", "mean_ms", "p50_ms", "p90_ms", "p99_ms")},
+                "kueue_mean_ms": kueue,
+                "mean_over_kueue": round(figures["mean_ms"] / kueue, 3) if figures.get("mean_ms") else None}
+            if full:
+                add_target(result, f"{cls} mean time to dispatch at full scale (Kueue {kueue / 1000:g} s)",
+                           figures.get("mean_ms"), "<=", kueue, "ms")
         result["latency"]["time_to_dispatch_all"] = summary(tracker.latencies(spec, tracker.running))
-        if fraction >= 1.0:
+        if full:
             add_target(result, "wall time at full scale (Kueue 351 s)", wall, "<", KUEUE_WALL_S, "s")
         else:
             result.setdefault("notes", []).append(
-                f"wall-time target ({KUEUE_WALL_S:.0f} s) applies at full scale only (--churn-full, --scale 1)")
+                f"per-class and wall-time targets (Kueue's means, {KUEUE_WALL_S:.0f} s) apply at full scale only "
+                "(--churn-full, --scale 1)")
 
 
 # ---------------------------------------------------------------------------------------------- restart
@@ -1198,6 +1357,213 @@ def pollers(opts: Options, result: Result) -> None:
                    POLLERS_DELAY_TARGET_MS, "ms")
 
 
+# ---------------------------------------------------------------------------------------------- starvation
+
+STARVATION_NODES = 4
+STARVATION_NODE_CPU = 4  # the gang is one pod of all of a node's cpu on every node: it needs the cluster empty
+STARVATION_RUNS = 3
+STARVATION_RUNTIME_S = (2.0, 8.0)  # small ones' run times, uniform (times the scenario's pace)
+STARVATION_BACKLOG = 8  # small ones kept queued at all times, ready to take any cpu that frees
+STARVATION_WAIT_S = 30.0  # a gang not dispatched by then (times the pace) is recorded as starved
+STARVATION_MARGIN_S = 2.0  # the target: gang time to dispatch <= longest blocking run time + this
+STARVATION_SEED = 17
+STARVATION_GANG_PRIORITY = 10
+
+
+def wait_until(tracker: Tracker, check: Callable[[], bool], deadline: float, alive: Callable[[], None]) -> bool:
+    """Wait on watch events until ``check()`` (evaluated with the tracker's lock held) or ``deadline``; whether
+    it held. Unlike ``Tracker.wait``, running out of time is an outcome here, not an error."""
+    with tracker.cond:
+        while not check():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            tracker.cond.wait(min(left, 0.5))
+            alive()
+    return True
+
+
+def starvation(opts: Options, result: Result) -> None:
+    """A gang behind a stream of small ones (issue 17). 4 nodes x 4 cpu; a feeder keeps STARVATION_BACKLOG small
+    AppWrappers (priority 0, one bare 1-cpu Pod each) queued at all times, and each small one is deleted its run
+    time (uniform 2-8 s, seeded) after it is first seen Running, so the cluster stays full and every cpu that
+    frees has takers. Once it has been full for the longest run time, one gang is created: priority 10, a Job of
+    4 pods x 4 cpu, which fits only on an empty cluster. Its time to dispatch (create returned -> seen Running)
+    is compared with the longest remaining run time of the small ones running when it was created (it must wait
+    for them all; later small ones need not delay it): margin = time to dispatch - that run time, target <= 2 s.
+    A gang not dispatched within STARVATION_WAIT_S is recorded as starved (target missed). The gang is deleted
+    and the cluster refilled before the next run.
+
+    Small ones are bare Pods, not ConfigMaps with custompodresources: a gang must wait for pods to leave concrete
+    nodes (what --fit=nodes and node reservations decide on), and kube-scheduler places them as it would."""
+    f = opts.factor("starvation")
+    pace = min(1.0, max(f, 0.25))  # run times shrink at small scales, down to a quarter
+    low, high = (t * pace for t in STARVATION_RUNTIME_S)
+    runs = scaled(STARVATION_RUNS, f)
+    wait_s = STARVATION_WAIT_S * pace
+    slots = STARVATION_NODES * STARVATION_NODE_CPU
+    rng = random.Random(STARVATION_SEED)
+    result["params"] = {"nodes": STARVATION_NODES, "node_cpu": STARVATION_NODE_CPU, "gangs": runs,
+                        "gang": f"{STARVATION_NODES} pods x {STARVATION_NODE_CPU} cpu, priority "
+                                f"{STARVATION_GANG_PRIORITY}",
+                        "small_runtime_s": f"{low:g}-{high:g}", "backlog": STARVATION_BACKLOG,
+                        "gang_wait_s": wait_s, "seed": STARVATION_SEED}
+    with Env("starvation", opts, result) as env:
+        env.nodes(STARVATION_NODES, cpu=str(STARVATION_NODE_CPU), memory="16Gi", pods=110)
+        ctl = env.controller("controller")
+        result["controller_ready_s"] = round(warmup(env, ctl), 2)
+        baseline = ctl.stats()
+        api = env.api
+        runtime: dict[str, float] = {}  # small ones, from when they are created
+        ends: dict[str, float] = {}  # small ones: first seen Running + run time (the scheduled finish)
+        errors: list[BaseException] = []
+        finisher: Finisher | None = None
+
+        def on_running(name: str, seen: float) -> None:
+            if name in runtime and finisher is not None:
+                with tracker.cond:
+                    ends[name] = seen + runtime[name]
+                finisher.at(ends[name], name)
+
+        tracker = Tracker(on_running=on_running)
+        finisher = Finisher(api, tracker).start()
+        finished = finisher.finished
+        env.watch(watch_appwrappers(api, tracker))
+        # Each gang's pods first seen Running: a dispatched gang whose pods cannot all be placed was let through
+        # onto room a small one took.
+        gang_pods: dict[str, dict[str, float]] = {}
+
+        def on_pod(etype: str, obj: Obj, seen: float) -> None:
+            meta = obj.get("metadata") or {}
+            owner = (meta.get("labels") or {}).get(AW_LABEL, "")
+            if owner.startswith("gang-") and etype != "DELETED" and (obj.get("status") or {}).get("phase") == "Running":
+                with tracker.cond:
+                    gang_pods.setdefault(owner, {}).setdefault(meta["name"], seen)
+                    tracker.cond.notify_all()
+
+        def pods_running(gang: str) -> Callable[[], bool]:
+            return lambda: len(gang_pods.get(gang, {})) >= STARVATION_NODES
+
+        env.watch(Watch(api, f"/api/v1/namespaces/{NAMESPACE}/pods", on_pod, AW_LABEL, name="watch-pods").start())
+        stop = threading.Event()
+
+        def running_now() -> list[str]:  # with tracker.cond held
+            return [name for name in ends if name not in finished]
+
+        def feed() -> None:
+            i = 0
+            while not stop.is_set():
+                with tracker.cond:
+                    if len(runtime) - len(ends) >= STARVATION_BACKLOG:
+                        tracker.cond.wait(0.2)
+                        continue
+                    name = f"small-{i:05d}"
+                    runtime[name] = rng.uniform(low, high)
+                i += 1
+                try:
+                    api.create(aw_path(), appwrapper(name, [pod_item(name, "1")], priority=0))
+                except BaseException as err:
+                    errors.append(err)
+                    return
+                tracker.mark_created(name, time.monotonic())
+
+        def alive() -> None:
+            ctl.check_alive()
+            if errors or finisher.errors:
+                raise BenchError(f"starvation: a request failed: {(errors or finisher.errors)[0]}")
+
+        def fill() -> None:
+            def full() -> None:
+                tracker.wait(lambda: len(running_now()) >= slots, 120, f"{slots} small AppWrappers running at once",
+                             alive)
+
+            full()
+            # Full for a while, so that the running set has the spread of remaining run times of a steady stream;
+            # then the gang comes at a moment when every cpu is taken.
+            time.sleep(high)
+            full()
+
+        def line() -> str:
+            with tracker.cond:
+                return (f"small created {len(runtime)}, dispatched {len(ends)}, finished {len(finished)}, "
+                        f"running now {len(running_now())}; gangs done {len(report)}/{runs}")
+
+        report: list[dict[str, Any]] = []
+        result["runs"] = report
+        feeder = threading.Thread(target=feed, daemon=True, name="feeder")
+        started = time.monotonic()
+        feeder.start()
+        try:
+            with Progress("starvation", line):
+                for r in range(runs):
+                    say(f"starvation: run {r + 1}/{runs}: filling the cluster with small AppWrappers")
+                    fill()
+                    gang = f"gang-{r}"
+                    api.create(aw_path(), appwrapper(gang, [job_item(gang, str(STARVATION_NODE_CPU),
+                                                                     pods=STARVATION_NODES)],
+                                                     priority=STARVATION_GANG_PRIORITY))
+                    created = time.monotonic()
+                    tracker.mark_created(gang, created)
+                    with tracker.cond:
+                        blocking = {name: max(0.0, ends[name] - created) for name in running_now()}
+                    longest = max(blocking.values(), default=0.0)
+                    say(f"starvation: {gang} created behind {len(blocking)} small ones, the longest ends in "
+                        f"{longest:.1f} s; waiting up to {wait_s:g} s")
+                    dispatched = wait_until(tracker, has(tracker.running, gang, tracker.failed), created + wait_s,
+                                            alive) and gang in tracker.running
+                    until = tracker.running[gang] if dispatched else time.monotonic()
+                    placed = dispatched and wait_until(tracker, pods_running(gang), until + wait_s, alive)
+                    with tracker.cond:
+                        overtook = sum(1 for name, seen in tracker.running.items()
+                                       if name in runtime and created < seen <= until)
+                    entry: dict[str, Any] = {
+                        "gang": gang, "dispatched": dispatched,
+                        "time_to_dispatch_s": round(until - created, 2) if dispatched else None,
+                        "waited_s": round(until - created, 2),
+                        "longest_blocking_runtime_s": round(longest, 2), "blocking_small": len(blocking),
+                        "margin_s": round(until - created - longest, 2) if dispatched else None,
+                        "small_dispatched_meanwhile": overtook,
+                        "blocking_remaining_s": sorted(round(t, 2) for t in blocking.values()),
+                        "pods_running_s": round(max(gang_pods[gang].values()) - created, 2) if placed else None}
+                    if dispatched and not placed:
+                        result.setdefault("notes", []).append(
+                            f"{gang}: dispatched, but only {len(gang_pods.get(gang, {}))} of its {STARVATION_NODES} "
+                            f"pods Running within {wait_s:g} s after")
+                    if gang in tracker.failed:
+                        entry["failed"] = tracker.failed[gang]
+                    report.append(entry)
+                    say(f"starvation: {gang} " + (f"dispatched after {entry['time_to_dispatch_s']} s (margin "
+                                                  f"{entry['margin_s']} s)" if dispatched else
+                                                  f"NOT dispatched within {wait_s:g} s")
+                        + f"; {overtook} small ones dispatched meanwhile")
+                    api.delete(aw_path(gang))
+                    tracker.wait(has(tracker.deleted, gang), 60, f"{gang} deleted", alive)
+        finally:
+            stop.set()
+            feeder.join(timeout=10)
+            finisher.stop()
+        result["wall_s"] = round(time.monotonic() - started, 2)
+        result["controller"] = controller_figures(ctl, baseline)
+        smalls = list(ends)
+        result["latency"] = {"small_time_to_dispatch": summary(tracker.latencies(smalls, tracker.running))}
+        done = [e for e in report if e["dispatched"]]
+        if done:
+            result["latency"]["gang_time_to_dispatch"] = summary(e["time_to_dispatch_s"] for e in done)
+        starved = len(report) - len(done)
+        margins = [e["margin_s"] for e in done]
+        if starved:
+            # A lower bound of the worst margin: the gang waited this long and was still not dispatched.
+            worst = max(e["waited_s"] - e["longest_blocking_runtime_s"] for e in report if not e["dispatched"])
+        else:
+            worst = max(margins)
+        result["starvation"] = {"gangs": len(report), "dispatched": len(done), "starved": starved,
+                                "worst_margin_s": round(worst, 2), "worst_margin_is_lower_bound": bool(starved)}
+        add_target(result, f"worst gang margin over its longest blocking run time ({len(done)}/{len(report)} "
+                           f"dispatched within {wait_s:g} s)", worst, "<=", STARVATION_MARGIN_S, "s")
+        if starved:
+            result["targets"][-1]["met"] = False
+
+
 SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "ceiling": ceiling,
     "throughput": throughput,
@@ -1209,4 +1575,5 @@ SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "memory": memory,
     "admission": admission,
     "pollers": pollers,
+    "starvation": starvation,
 }
