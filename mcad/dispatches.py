@@ -91,7 +91,7 @@ class Dispatches:
     def start(self, aw: AppWrapperView, new: Mapping[str, Any], cluster: str) -> None:
         self.in_flight[aw.key] = aw
         self._writes.submit(aw.key, partial(create_objects, self._writer, self._sites, aw, new, cluster),
-                            tenant=aw.namespace)
+                            tenant=aw.namespace, priority=aw.priority)
 
     def object_uids(self, key: str) -> tuple[str, ...]:
         return self._uids.get(key, ())

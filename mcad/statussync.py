@@ -42,7 +42,8 @@ class StatusWriter(Protocol):
 
 
 class WritePool(Protocol):
-    def submit(self, key: str, job: Callable[[], Any], *, tenant: str, urgent: bool = True) -> None: ...
+    def submit(self, key: str, job: Callable[[], Any], *, tenant: str, urgent: bool = True,
+               priority: int = 0) -> None: ...
 
 
 class KeyQueue(Protocol):
@@ -70,6 +71,7 @@ class _Sync:
     retry_due: bool = False  # a StatusRetry(key) retry is scheduled
     retry_at: float = 0.0  # when (its timer may fire earlier: the queue keeps a key's earliest due time)
     refused: int = 0  # the intent version refused for good (not retried until a newer decision)
+    priority: int = 0  # the AppWrapper's: its writes' place among its namespace's (mcad.writes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,7 @@ class StatusSync:
             self._syncs[aw.key] = sync
         else:
             sync.intent = _Intent(aw.uid, status, sync.intent.version + 1)
+        sync.priority = aw.priority
         self._send(aw.key, sync, urgent=urgent)
 
     def observed(self, aw: AppWrapperView) -> None:
@@ -221,4 +224,4 @@ class StatusSync:
             rv = str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
             return StatusWritten(intent.uid, intent.version, rv)
 
-        self._writes.submit(key, job, tenant=namespace, urgent=urgent)
+        self._writes.submit(key, job, tenant=namespace, urgent=urgent, priority=sync.priority)

@@ -11,7 +11,9 @@ Contract:
   requests holds a worker for one request at a time, not for all 500. Any other return value is the outcome of a
   one-step job.
 - Fair shares: ready keys wait in two lanes (urgent, then low); within a lane, workers take tenants in turn
-  (round-robin) and, within a tenant, its keys in turn. The tenant is the submitter's to say (an AppWrapper's
+  (round-robin) and, within a tenant, its keys in turn, higher ``priority`` first (the AppWrapper's: when writes
+  are the bottleneck, the dispatch order must not be lost in the write queue behind hundreds of lower-priority
+  dispatches and statuses). The tenant is the submitter's to say (an AppWrapper's
   namespace). A tenant whose job arrives while others' long jobs hold every worker has at most one step of each
   of those tenants start ahead of its first: with one noisy tenant, it starts when the second running step ends.
   One tenant's many AppWrappers share its turn instead of multiplying it.
@@ -39,7 +41,9 @@ AppWrappers times the writes pending for each.
 
 from __future__ import annotations
 
+import heapq
 import inspect
+import itertools
 import threading
 import time
 from collections import deque
@@ -65,6 +69,7 @@ class _Job:
     fn: Job
     tenant: str
     urgent: bool
+    priority: int = 0
 
 
 @dataclass
@@ -80,26 +85,27 @@ class _Key:
 
 
 class _Lane:
-    """Ready keys of one lane: a rotation of tenants, each with a rotation of its keys."""
+    """Ready keys of one lane: a rotation of tenants, each with its keys by priority, in turn among equals."""
 
     def __init__(self) -> None:
         self._tenants: deque[str] = deque()
-        self._keys: dict[str, deque[str]] = {}
+        self._keys: dict[str, list[tuple[int, int, str]]] = {}  # tenant -> heap of (-priority, arrival, key)
+        self._arrivals = itertools.count()
 
     def __bool__(self) -> bool:
         return bool(self._tenants)
 
-    def push(self, tenant: str, key: str) -> None:
+    def push(self, tenant: str, key: str, priority: int = 0) -> None:
         keys = self._keys.get(tenant)
         if keys is None:
-            self._keys[tenant] = keys = deque()
+            self._keys[tenant] = keys = []
             self._tenants.append(tenant)
-        keys.append(key)
+        heapq.heappush(keys, (-priority, next(self._arrivals), key))
 
     def pop(self) -> str:
         tenant = self._tenants.popleft()
         keys = self._keys[tenant]
-        key = keys.popleft()
+        _, _, key = heapq.heappop(keys)
         if keys:
             self._tenants.append(tenant)  # its other keys wait for its next turn, behind the other tenants
         else:
@@ -134,15 +140,15 @@ class Writes:
             for thread in self._threads:
                 thread.start()
 
-    def submit(self, key: str, job: Job, *, tenant: str, urgent: bool = True) -> None:
+    def submit(self, key: str, job: Job, *, tenant: str, urgent: bool = True, priority: int = 0) -> None:
         with self._cond:
             if not self._inline and not self._started:
                 raise RuntimeError(f"write pool not started: submit({key!r}) would never run; call start() first")
             state = self._keys.get(key)
             if state is not None:
-                state.queued.append(_Job(job, tenant, urgent))
+                state.queued.append(_Job(job, tenant, urgent, priority))
                 return
-            self._keys[key] = state = _Key(deque([_Job(job, tenant, urgent)]))
+            self._keys[key] = state = _Key(deque([_Job(job, tenant, urgent, priority)]))
             if not self._inline:
                 self._ready(key, state)
                 return
@@ -173,7 +179,7 @@ class Writes:
     def _ready(self, key: str, state: _Key) -> None:
         """Lock held: put a busy key back in the rotation, in its head job's lane and under its tenant."""
         head = state.head()
-        self._lanes[0 if head.urgent else 1].push(head.tenant, key)
+        self._lanes[0 if head.urgent else 1].push(head.tenant, key, head.priority)
         self._cond.notify()
 
     def _run_inline(self, key: str) -> None:

@@ -236,6 +236,25 @@ def test_keys_of_one_tenant_take_turns_step_by_step(keys: Keys) -> None:
         pool.close()
 
 
+def test_within_a_tenant_higher_priority_keys_go_first_and_equals_take_turns(keys: Keys) -> None:
+    pool = started_pool(keys, 1)
+    trace = Trace(held=True)
+    try:
+        pool.submit("first", trace.job("first", 1), tenant="t")
+        trace.wait_started(1)  # holds the only worker while the others queue
+        pool.submit("low", trace.job("low", 1), tenant="t", priority=0)
+        pool.submit("high-a", trace.job("high-a", 2), tenant="t", priority=10)
+        pool.submit("high-b", trace.job("high-b", 2), tenant="t", priority=10)
+        pool.submit("other", trace.job("other", 1), tenant="u", priority=-5)
+        trace.release(10**6)
+        keys.wait_for(5)
+        # Tenants still take turns (u's low-priority key is not starved by t's); within t, priority 10 first,
+        # its two keys in turn step by step, then priority 0.
+        assert trace.started == ["first", "high-a", "other", "high-b", "high-a", "high-b", "low"], trace.started
+    finally:
+        pool.close()
+
+
 def test_tenants_take_turns_whatever_their_number_of_keys(keys: Keys) -> None:
     pool = started_pool(keys, 1)
     trace = Trace(held=True)
