@@ -80,11 +80,13 @@ def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], reserving:
                 out.append(Assessment(key, "Queued", True, "fits now: the next dispatch cycle dispatches it"))
             else:
                 held_before = len(reserving.made)
-                blocked[group] = (fit.why() if strict_fifo else reserving.wait(aw, need, fit)[1]())
+                why = fit.why() if strict_fifo else reserving.wait(aw, need, fit)[1]()
                 made = reserving.made[-1] if len(reserving.made) > held_before else None
-                if made is not None:
-                    reserved_heads.add(group)
-                out.append(Assessment(key, "Queued", False, blocked[group],
+                if made is None or reserving.full:  # as in a cycle: else the next of its group is judged too
+                    blocked[group] = why
+                    if made is not None:
+                        reserved_heads.add(group)
+                out.append(Assessment(key, "Queued", False, why,
                                       reserving.describe(made) if made is not None else None))
                 if strict_fifo:
                     held = BEHIND_STRICT_FIFO

@@ -59,7 +59,7 @@ from mcad.notices import Notices
 from mcad.pending import PendingQueue, demand_group
 from mcad.preemption import Preemptors
 from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
-from mcad.reservations import DEFAULT_RESERVATIONS, Pass, Reservations, coarse
+from mcad.reservations import DEFAULT_RESERVATIONS, RESERVED, Pass, Reservations, behind_reservation
 from mcad.retry import Backoff, Policy
 from mcad.sites import Cleaned, LocalCluster, Sites
 from mcad.statussync import StatusSync, StatusWritten
@@ -650,6 +650,8 @@ class Dispatcher:
             waiting.append((aw, about, why))
             if self.strict_fifo:
                 cursor.stop()
+            elif RESERVED in about and not reserving.full:
+                cursor.passed()  # the next of its group takes the next reservation (other nodes), if it may
             else:
                 cursor.blocked()
         reserving.finish()
@@ -659,10 +661,11 @@ class Dispatcher:
         try:
             for aw, about, why in waiting:
                 self.notices.tell(aw, about, why)
-                if not self.strict_fifo:
-                    # Its members are told again when what holds the group changes kind, not whose reservation
-                    # it is: a new holder must not cost one status write per member of every group behind it.
-                    self.notices.refresh_group(aw, coarse(about), snapshot)
+                if not self.strict_fifo and not behind_reservation(about):
+                    # Its members are told again when what they lack changes, not when reservations come and go
+                    # ahead of them: that would cost a status write per member of a group (10,000 small ones)
+                    # every time room freed or a holder changed.
+                    self.notices.refresh_group(aw, about - {RESERVED}, snapshot)
             self.notices.announce(snapshot, held_by)
         finally:
             self._pass = None

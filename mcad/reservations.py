@@ -139,7 +139,7 @@ class Pass:
         """A candidate that waits: why (``explain``), and it holds a reservation if one is left and room is what it
         waits for. Returns (what its status is about, its message)."""
         about, why = self.explain(aw, need, fit)
-        if len(self.made) < self.owner.limit and fit.short_of_room:
+        if not self.full and fit.short_of_room:
             reservation = self._reserve(aw, need, fit)
             if reservation is not None:
                 return about | {RESERVED}, partial(_holds, why, reservation)
@@ -161,6 +161,11 @@ class Pass:
             blocking = list(self.made)
         message = "; ".join(f"waiting behind the reservation of {r.key} {r.where()}" for r in blocking)
         return frozenset(f"{BEHIND}{r.key}" for r in blocking), partial(str, message)
+
+    @property
+    def full(self) -> bool:
+        """Whether every reservation is taken."""
+        return len(self.made) >= self.owner.limit
 
     def describe(self, reservation: Reservation) -> dict[str, object]:
         """For /debug/queue and mcadctl: whose it is, where, and when it is sure to start (None: unknown)."""
@@ -257,11 +262,9 @@ class Pass:
         return trial
 
 
-def coarse(about: frozenset[str]) -> frozenset[str]:
-    """``about`` without whose reservation it is ("reservation:ns/name" -> "reservation")."""
-    if not any(item.startswith(BEHIND) for item in about):
-        return about
-    return frozenset(BEHIND.rstrip(":") if item.startswith(BEHIND) else item for item in about)
+def behind_reservation(about: frozenset[str]) -> bool:
+    """Whether a status about this tells of waiting behind a reservation (``Pass.explain``)."""
+    return any(item.startswith(BEHIND) for item in about)
 
 
 def _holds(why: Callable[[], str], reservation: Reservation) -> str:

@@ -99,7 +99,12 @@ def controller_line(doc: Mapping[str, Any]) -> str:
     """``controller mcad-controller-abc (leader; fit=nodes, best-effort FIFO, preemption off)``, or for an offline
     document ``computed offline from cluster state (fit=nodes, ...)``."""
     c = doc.get("controller") or {}
-    order = "strict FIFO" if c.get("strictFifo") else "best-effort FIFO"
+    if c.get("strictFifo"):
+        order = "strict FIFO"
+    elif c.get("reservations"):
+        order = f"reservations {c['reservations']}"
+    else:
+        order = "best-effort FIFO"
     policy = f"fit={c.get('fit') or '?'}, {order}, preemption {'on' if c.get('preemption') else 'off'}"
     if c.get("offline"):
         return f"computed offline from cluster state ({policy})"
@@ -117,6 +122,13 @@ def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int | None
         lines += _queued_table(queued, width=width, wide=wide)
     else:
         lines.append("No AppWrappers are queued.")
+    reservations = list(doc.get("reservations") or [])
+    if reservations:
+        lines += ["", "Reservations (room those behind may not take unless sure to end first):"]
+        for held in reservations:
+            where = f"nodes {', '.join(held.get('nodes') or [])}" if held.get("nodes") else held.get("amount")
+            starts = held.get("startsBy") or "unknown (what holds the room has no dispatchDuration.limit)"
+            lines.append(f"  {held.get('appwrapper')}: {where}; room sure to be free by {starts}")
     if dispatched:
         lines.append("")
         lines += _dispatched_table(running, generated_at=doc.get("generatedAt")) if running else [

@@ -1,6 +1,7 @@
-"""Dispatch order in both queueing modes, one controller per mode: priority first, then age. Best-effort FIFO (the
-default) lets a smaller later AppWrapper pass one that does not fit; --strict-fifo holds it back and says so, yet
-an AppWrapper that could never fit, or one deleted while it waits at the head, holds nothing back."""
+"""Dispatch order in both queueing modes without reservations, one controller per mode: priority first, then age.
+Best-effort FIFO (--reservations 0) lets a smaller later AppWrapper pass one that does not fit; --strict-fifo
+holds it back and says so, yet an AppWrapper that could never fit, or one deleted while it waits at the head,
+holds nothing back. The default, reservations, is test_reservations.py's."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from test.e2e.conftest import (
 
 BEST_EFFORT = "best-effort"
 STRICT_FIFO = "strict-fifo"
-CONTROLLER_ARGS = {BEST_EFFORT: (), STRICT_FIFO: ("--strict-fifo",)}
+CONTROLLER_ARGS = {BEST_EFFORT: ("--reservations=0",), STRICT_FIFO: ("--strict-fifo",)}
 
 # A scenario about what only --strict-fifo promises runs under it alone.
 strict_fifo_only = pytest.mark.parametrize("mode", [STRICT_FIFO], indirect=True)

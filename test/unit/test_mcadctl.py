@@ -119,6 +119,19 @@ def test_cut_keeps_short_text_and_marks_what_it_drops() -> None:
 # -- queue -----------------------------------------------------------------------------------------------------------
 
 
+def test_queue_lists_reservations_and_the_policy_names_them() -> None:
+    doc = {**QUEUE, "controller": {**CONTROLLER, "reservations": 2},
+           "reservations": [{"appwrapper": "team-a/urgent", "nodes": ["n1", "n2"], "amount": "cpu=4",
+                             "startsBy": "2025-03-01T12:05:00+00:00"},
+                            {"appwrapper": "team-b/big", "nodes": [], "amount": "cpu=24", "startsBy": None}]}
+    lines = render.queue_lines(doc)
+    assert "fit=nodes, reservations 2, preemption off" in lines[0]
+    at = lines.index("Reservations (room those behind may not take unless sure to end first):")
+    assert lines[at + 1:at + 3] == [
+        "  team-a/urgent: nodes n1, n2; room sure to be free by 2025-03-01T12:05:00+00:00",
+        "  team-b/big: cpu=24; room sure to be free by unknown (what holds the room has no dispatchDuration.limit)"]
+
+
 def test_queue_table_lists_queued_appwrappers_in_dispatch_order() -> None:
     lines = render.queue_lines(QUEUE)
     assert lines[0] == ("controller mcad-controller-5f7c9-x2x7q_1b2c 0.4.0 (leader; fit=nodes, best-effort FIFO, "
