@@ -59,7 +59,7 @@ from mcad.notices import Notices
 from mcad.pending import PendingQueue, demand_group
 from mcad.preemption import Preemptors
 from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
-from mcad.reservations import DEFAULT_RESERVATIONS, RESERVED, Pass, Reservations, behind_reservation
+from mcad.reservations import BEHIND, DEFAULT_RESERVATIONS, RESERVED, Pass, Reservations
 from mcad.retry import Backoff, Policy
 from mcad.sites import Cleaned, LocalCluster, Sites
 from mcad.statussync import StatusSync, StatusWritten
@@ -661,11 +661,10 @@ class Dispatcher:
         try:
             for aw, about, why in waiting:
                 self.notices.tell(aw, about, why)
-                if not self.strict_fifo and not behind_reservation(about):
-                    # Its members are told again when what they lack changes, not when reservations come and go
-                    # ahead of them: that would cost a status write per member of a group (10,000 small ones)
-                    # every time room freed or a holder changed.
-                    self.notices.refresh_group(aw, about - {RESERVED}, snapshot)
+                if not self.strict_fifo:
+                    # Members are told again when what they lack changes, not when reservations ahead come and go:
+                    # that would rewrite every member of a group (10,000 small ones) each time.
+                    self.notices.refresh_group(aw, about - {RESERVED, BEHIND}, snapshot)
             self.notices.announce(snapshot, held_by)
         finally:
             self._pass = None

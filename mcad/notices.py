@@ -69,6 +69,15 @@ class Host(Protocol):
 
 
 @functools.lru_cache(maxsize=1024)
+def same_shortage(about: frozenset[str]) -> frozenset[str]:
+    """One name per short resource, whether the fit found it short on every node ("nodes:cpu") or in the free
+    total ("cpu"): with reservations withholding room from the total, one AppWrapper's shortfall turns from one to
+    the other as room comes and goes, and each turn would rewrite its status (and its whole group's)."""
+    if not any(item.startswith("nodes:") for item in about):
+        return about
+    return frozenset(item.removeprefix("nodes:") for item in about)
+
+
 def _one_copy(written: tuple[frozenset[str], int]) -> tuple[frozenset[str], int]:
     """The kept copy of a (what blocks it, its place) equal to this one: thousands of waiting AppWrappers remember
     it, and it takes few values (places past 10 are powers of two)."""
@@ -91,6 +100,7 @@ class Notices:
         self._unannounced: set[str] = set()
 
     def tell(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> None:
+        about = same_shortage(about)
         position = self._pending.position(aw.key)
         place = position if position <= 10 else 1 << (position.bit_length() - 1)
         current = self._host.status_of(aw)
@@ -124,6 +134,7 @@ class Notices:
         self._group_about.clear()
 
     def refresh_group(self, head: AppWrapperView, about: frozenset[str], snapshot: Snapshot) -> None:
+        about = same_shortage(about)
         entry = self._pending.entry(head.key)
         if entry is None:
             return

@@ -39,11 +39,11 @@ from mcad.fit import Fit, Targets, could_ever_fit, fits
 
 # How many blocked AppWrappers hold reservations at once by default (chosen by the churn benchmark: README,
 # Performance).
-DEFAULT_RESERVATIONS = 2
+DEFAULT_RESERVATIONS = 8
 # What a reserved candidate's Backoff status is about, besides its shortfall (it keeps the message stable).
 RESERVED = "reserved"
-# What a status held back by reservations is about: this and the holder's key.
-BEHIND = "reservation:"
+# What the status of one kept out by reservations is about, besides what it lacks with them taken.
+BEHIND = "behind a reservation"
 # How many nodes a message names before it says "and N more".
 NODES_SHOWN = 8
 
@@ -148,19 +148,22 @@ class Pass:
     def explain(self, aw: AppWrapperView, need: ResourceVector,
                 fit: Fit) -> tuple[frozenset[str], Callable[[], str]]:
         """Why a candidate that does not fit waits, taking no reservation: whose reservations keep it out when they
-        are what does; else what it lacks, against the room no reservation took (the shortfall it would have)."""
+        are what does; else what it lacks, against the room no reservation took (the shortfall it would have).
+        What it is about is what it lacks with the reservations taken, plus ``BEHIND`` when reservations are what
+        keep it out, never whose they are: under churn holders change many times a second, and each change would
+        cost a status write."""
         if not self.made:
             return fit.about, fit.why
         unreserved = fits(aw, need, self._without(self.made), self.owner._targets)
         if not unreserved.fits:
-            return unreserved.about, unreserved.why
+            return fit.about, unreserved.why
         if unreserved.plan:
             used = {node for node, _, _ in unreserved.plan}
             blocking = [r for r in self.made if not r.plan or used & set(r.nodes)] or list(self.made)
         else:
             blocking = list(self.made)
         message = "; ".join(f"waiting behind the reservation of {r.key} {r.where()}" for r in blocking)
-        return frozenset(f"{BEHIND}{r.key}" for r in blocking), partial(str, message)
+        return fit.about | {BEHIND}, partial(str, message)
 
     @property
     def full(self) -> bool:
@@ -260,11 +263,6 @@ class Pass:
         for reservation in reservations:
             trial.give(reservation.withheld, reservation.plan)
         return trial
-
-
-def behind_reservation(about: frozenset[str]) -> bool:
-    """Whether a status about this tells of waiting behind a reservation (``Pass.explain``)."""
-    return any(item.startswith(BEHIND) for item in about)
 
 
 def _holds(why: Callable[[], str], reservation: Reservation) -> str:

@@ -20,7 +20,7 @@ def test_the_queue_report_lists_waiting_appwrappers_in_order_with_why(harness_fa
     # 8 cpu: a (4) fits; b (6) waits and reserves 6, so c (2) waits behind it (and reserves the second); d (6)
     # waits. With --reservations 0, c goes ahead (best-effort FIFO).
     aws = [aw("a", "4"), aw("b", "6"), aw("c", "2"), aw("d", "6")]
-    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=aws, fit="aggregate")
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=aws, fit="aggregate", reservations=2)
     h.drain()
     doc = reports(h).queue()
     assert [(q["position"], q["name"], q["state"], q["fitsNow"]) for q in doc["queued"]] == [

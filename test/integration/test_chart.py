@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from mcad.hub import clusters
+from mcad.reservations import DEFAULT_RESERVATIONS
 from test import chart
 from test.support import REPO
 
@@ -114,7 +115,8 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
     assert container["args"] == ["--fit=nodes", "--write-workers=32", "--max-items=1000",
                                  "--default-max-priority=1000",
                                  "--max-appwrapper-bytes=1310720", "--log-level=info", "--log-format=json",
-                                 "--http-bind-address=:8080", *ELECTION_ARGS, *WEBHOOK_ARGS]
+                                 f"--reservations={DEFAULT_RESERVATIONS}", "--http-bind-address=:8080",
+                                 *ELECTION_ARGS, *WEBHOOK_ARGS]
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
                                   {"name": "webhook", "containerPort": 9443, "protocol": "TCP"}]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
@@ -135,6 +137,7 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
 
 def test_every_flag_has_a_value(tmp_path: Path) -> None:
     values = {"controller": {"fit": "aggregate", "preemption": True, "strictFifo": True, "writeWorkers": 8,
+                             "reservations": 5,
                              "maxItems": 50, "maxAppwrapperBytes": 2097152,
                              "logLevel": "debug", "logFormat": "console", "extraArgs": ["--context=x"],
                              "httpPort": 9090, "quota": False},
@@ -146,7 +149,7 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
         "containers"][0]
     assert container["args"] == ["--fit=aggregate", "--write-workers=8", "--max-items=50",
                                  "--default-max-priority=1000", "--max-appwrapper-bytes=2097152", "--log-level=debug",
-                                 "--log-format=console", "--preemption", "--strict-fifo",
+                                 "--log-format=console", "--reservations=5", "--preemption", "--strict-fifo",
                                  "--http-bind-address=:9090", "--no-quota", "--legacy-api",
                                  "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
                                  "--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3",
