@@ -59,7 +59,7 @@ from mcad.notices import Notices
 from mcad.pending import PendingQueue, demand_group
 from mcad.preemption import Preemptors
 from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
-from mcad.reservations import BEHIND, DEFAULT_RESERVATIONS, RESERVED, Pass, Reservations
+from mcad.reservations import BEHIND, DEFAULT_RESERVATIONS, Pass, Reservations
 from mcad.retry import Backoff, Policy
 from mcad.sites import Cleaned, LocalCluster, Sites
 from mcad.statussync import StatusSync, StatusWritten
@@ -650,7 +650,7 @@ class Dispatcher:
             waiting.append((aw, about, why))
             if self.strict_fifo:
                 cursor.stop()
-            elif RESERVED in about and not reserving.full:
+            elif not reserving.full and reserving.holds(key):
                 cursor.passed()  # the next of its group takes the next reservation (other nodes), if it may
             else:
                 cursor.blocked()
@@ -664,7 +664,7 @@ class Dispatcher:
                 if not self.strict_fifo:
                     # Members are told again when what they lack changes, not when reservations ahead come and go:
                     # that would rewrite every member of a group (10,000 small ones) each time.
-                    self.notices.refresh_group(aw, about - {RESERVED, BEHIND}, snapshot)
+                    self.notices.refresh_group(aw, about - {BEHIND}, snapshot)
             self.notices.announce(snapshot, held_by)
         finally:
             self._pass = None

@@ -23,6 +23,8 @@ from collections.abc import Callable, Hashable, Mapping
 from functools import partial
 from typing import Any, Protocol
 
+import structlog
+
 from mcad import events, status
 from mcad.accounting import Snapshot
 from mcad.api.appwrapper import AppWrapperView, State
@@ -36,6 +38,8 @@ from mcad.pending import PendingQueue
 # Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
 # mean rewriting the status of every AppWrapper behind it.
 BEHIND_STRICT_FIFO = "waiting behind earlier AppWrappers (strict FIFO)"
+
+log = structlog.get_logger("mcad.notices")
 
 
 class Host(Protocol):
@@ -102,12 +106,17 @@ class Notices:
     def tell(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> None:
         about = same_shortage(about)
         position = self._pending.position(aw.key)
-        place = position if position <= 10 else 1 << (position.bit_length() - 1)
+        # Its place as a power of two (1, 2-3, 4-7, ...): the message says its exact position when written, and
+        # is written again when that halves, not each time one ahead of it leaves (a reservation holder near the
+        # head would be rewritten on every dispatch before it).
+        place = 1 << (position.bit_length() - 1) if position else 0
         current = self._host.status_of(aw)
         before = self._written.get(aw.key)
         if before == (about, place) and current.state == State.PENDING:
             return
         reason = why()
+        log.debug("backoff told", appwrapper=aw.key, about=sorted(about), place=place,
+                  changed="new" if before is None else ("about" if before[0] != about else "place"))
         message = f"{reason}; position {position} in the queue" if position else reason
         if before is None:
             self._metrics.decision("queued")

@@ -40,8 +40,6 @@ from mcad.fit import Fit, Targets, could_ever_fit, fits
 # How many blocked AppWrappers hold reservations at once by default (chosen by the churn benchmark: README,
 # Performance).
 DEFAULT_RESERVATIONS = 8
-# What a reserved candidate's Backoff status is about, besides its shortfall (it keeps the message stable).
-RESERVED = "reserved"
 # What the status of one kept out by reservations is about, besides what it lacks with them taken.
 BEHIND = "behind a reservation"
 # How many nodes a message names before it says "and N more".
@@ -142,7 +140,10 @@ class Pass:
         if not self.full and fit.short_of_room:
             reservation = self._reserve(aw, need, fit)
             if reservation is not None:
-                return about | {RESERVED}, partial(_holds, why, reservation)
+                # Not a change of what it is about: a status write each time an AppWrapper gains or loses one of
+                # the reservations (under churn, many times a second) would cost more than the news is worth;
+                # /debug/queue and mcadctl show them as they are.
+                return about, partial(_holds, why, reservation)
         return about, why
 
     def explain(self, aw: AppWrapperView, need: ResourceVector,
@@ -164,6 +165,10 @@ class Pass:
             blocking = list(self.made)
         message = "; ".join(f"waiting behind the reservation of {r.key} {r.where()}" for r in blocking)
         return fit.about | {BEHIND}, partial(str, message)
+
+    def holds(self, key: str) -> bool:
+        """Whether it took a reservation in this pass."""
+        return any(reservation.key == key for reservation in self.made)
 
     @property
     def full(self) -> bool:
