@@ -107,12 +107,13 @@ class Notices:
         about = same_shortage(about)
         position = self._pending.position(aw.key)
         # Its place as a power of two (1, 2-3, 4-7, ...): the message says its exact position when written, and
-        # is written again when that halves, not each time one ahead of it leaves (a reservation holder near the
-        # head would be rewritten on every dispatch before it).
+        # is written again when that place is better than the one written, not each time one ahead of it leaves,
+        # nor when later arrivals of higher priority push it back (a queue's head moves back and forth across a
+        # power of two many times a second under churn, and each crossing would cost a status write).
         place = 1 << (position.bit_length() - 1) if position else 0
         current = self._host.status_of(aw)
         before = self._written.get(aw.key)
-        if before == (about, place) and current.state == State.PENDING:
+        if before is not None and before[0] == about and current.state == State.PENDING and place >= before[1]:
             return
         reason = why()
         log.debug("backoff told", appwrapper=aw.key, about=sorted(about), place=place,

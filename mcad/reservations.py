@@ -134,16 +134,14 @@ class Pass:
         return backfill if backfill.fits else fit
 
     def wait(self, aw: AppWrapperView, need: ResourceVector, fit: Fit) -> tuple[frozenset[str], Callable[[], str]]:
-        """A candidate that waits: why (``explain``), and it holds a reservation if one is left and room is what it
-        waits for. Returns (what its status is about, its message)."""
+        """A candidate that waits: why (``explain``), and it takes a reservation if one is left and room is what
+        it waits for (``holds`` says whether it did). Returns (what its status is about, its message)."""
         about, why = self.explain(aw, need, fit)
         if not self.full and fit.short_of_room:
-            reservation = self._reserve(aw, need, fit)
-            if reservation is not None:
-                # Not a change of what it is about: a status write each time an AppWrapper gains or loses one of
-                # the reservations (under churn, many times a second) would cost more than the news is worth;
-                # /debug/queue and mcadctl show them as they are.
-                return about, partial(_holds, why, reservation)
+            # Its message says what it lacks, not that it holds a reservation: holders change many times a second
+            # under churn, and a status write each time would cost more than the news is worth (/debug/queue,
+            # mcadctl and mcad_reservations show them as they are).
+            self._reserve(aw, need, fit)
         return about, why
 
     def explain(self, aw: AppWrapperView, need: ResourceVector,
@@ -268,10 +266,6 @@ class Pass:
         for reservation in reservations:
             trial.give(reservation.withheld, reservation.plan)
         return trial
-
-
-def _holds(why: Callable[[], str], reservation: Reservation) -> str:
-    return f"{why()}; it holds a reservation {reservation.where()}, which those behind it may not take"
 
 
 def _scarcest(aw: AppWrapperView) -> str:

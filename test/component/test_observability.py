@@ -26,9 +26,8 @@ def test_the_queue_report_lists_waiting_appwrappers_in_order_with_why(harness_fa
     assert [(q["position"], q["name"], q["state"], q["fitsNow"]) for q in doc["queued"]] == [
         (1, "b", "Queued", False), (2, "c", "Queued", False), (3, "d", "Queued", False)]
     assert [q["why"] for q in doc["queued"]] == [
-        "short of cpu 2 (needs 6, 4 free); it holds a reservation of cpu=6, which those behind it may not take",
-        "waiting behind the reservation of ns/b of cpu=6; it holds a reservation of cpu=2, which those behind it "
-        "may not take",
+        "short of cpu 2 (needs 6, 4 free)",
+        "waiting behind the reservation of ns/b of cpu=6",
         "short of cpu 2 (needs 6, 4 free)"]
     assert doc["reservations"] == [{"appwrapper": "ns/b", "nodes": [], "amount": "cpu=6", "startsBy": None},
                                    {"appwrapper": "ns/c", "nodes": [], "amount": "cpu=2", "startsBy": None}]
@@ -74,8 +73,7 @@ def test_explain_says_in_words_why_an_appwrapper_is_where_it_is(harness_factory:
     r = reports(h)
     waiting = r.explain("ns", "b")
     assert waiting is not None and waiting["found"]
-    assert waiting["summary"] == ("It is queued and cannot be dispatched yet: short of cpu 2 (needs 6, 4 free); it "
-                                  "holds a reservation of cpu=6, which those behind it may not take.")
+    assert waiting["summary"] == "It is queued and cannot be dispatched yet: short of cpu 2 (needs 6, 4 free)."
     assert ("it holds a reservation of cpu=6: AppWrappers behind it may use that room only if they are sure to end "
             "first; when that room frees is unknown (what holds it has no dispatchDuration.limit)"
             in waiting["details"])
@@ -127,8 +125,7 @@ def test_transitions_are_told_as_events_once_per_change_of_what_blocks(harness_f
     h.drain()
     assert sorted(sink.events) == [
         ("a", "Normal", "Dispatched", "Its wrapped objects were created; it reserves cpu=4."),
-        ("b", "Normal", "Queued", "Waiting: short of cpu 2 (needs 6, 4 free); it holds a reservation of cpu=6, "
-                                  "which those behind it may not take."),
+        ("b", "Normal", "Queued", "Waiting: short of cpu 2 (needs 6, 4 free)."),
         ("c", "Normal", "Queued", "Waiting: short of cpu 2 (needs 6, 4 free)."),
     ]
     before = len(sink.events)

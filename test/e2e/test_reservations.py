@@ -104,8 +104,7 @@ def test_backfill_uses_reserved_room_only_when_sure_to_leave_it_in_time(mode: st
         wait_until(lambda: running_pods(aws, "x") + running_pods(aws, "y") == 2, 60, "x and y Running")
         started = time.monotonic()
         aws.create(appwrapper("gang", slot_job("gang", 2, 4, 3600), priority=10))
-        held = aws.wait_state("gang", "Pending")
-        assert "it holds a reservation on nodes mcad-test-node-" in held["message"], held["message"]
+        aws.wait_state("gang", "Pending")
         aws.create(appwrapper("unbounded", slot_job("unbounded", 1, 1, 5)))
         aws.create(appwrapper("too-long", slot_job("too-long", 1, 1, 5), scheduling={"dispatchDuration":
                                                                                         {"limit": 300}}))
