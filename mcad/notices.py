@@ -83,8 +83,8 @@ def same_shortage(about: frozenset[str]) -> frozenset[str]:
 
 
 def _one_copy(written: tuple[frozenset[str], int]) -> tuple[frozenset[str], int]:
-    """The kept copy of a (what blocks it, its place) equal to this one: thousands of waiting AppWrappers remember
-    it, and it takes few values (places past 10 are powers of two)."""
+    """The kept copy of a (what blocks it, 0) equal to this one: thousands of waiting AppWrappers remember it, and
+    it takes few values."""
     return written
 
 
@@ -106,18 +106,17 @@ class Notices:
     def tell(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> None:
         about = same_shortage(about)
         position = self._pending.position(aw.key)
-        # Its place as a power of two (1, 2-3, 4-7, ...): the message says its exact position when written, and
-        # is written again when that place is better than the one written, not each time one ahead of it leaves,
-        # nor when later arrivals of higher priority push it back (a queue's head moves back and forth across a
-        # power of two many times a second under churn, and each crossing would cost a status write).
-        place = 1 << (position.bit_length() - 1) if position else 0
+        # Written again when what it is about changes, not when its place does: the message says its position
+        # when written. Under churn the queue moves many times a second, and with reservations many AppWrappers
+        # near the head are looked at every cycle: rewriting each as its place improved cost more status writes
+        # than the dispatches themselves (the API server is what bounds mcad). /debug/queue and mcadctl are live.
         current = self._host.status_of(aw)
         before = self._written.get(aw.key)
-        if before is not None and before[0] == about and current.state == State.PENDING and place >= before[1]:
+        if before is not None and before[0] == about and current.state == State.PENDING:
             return
         reason = why()
-        log.debug("backoff told", appwrapper=aw.key, about=sorted(about), place=place,
-                  changed="new" if before is None else ("about" if before[0] != about else "place"))
+        log.debug("backoff told", appwrapper=aw.key, about=sorted(about),
+                  changed="new" if before is None else ("about" if before[0] != about else "state"))
         message = f"{reason}; position {position} in the queue" if position else reason
         if before is None:
             self._metrics.decision("queued")
@@ -126,7 +125,7 @@ class Notices:
             self._host.event(aw, events.QUEUED, f"Waiting: {reason}.")
         self._host.write_status(aw, status.queued(current.raw(), self._clock.now(), priority=aw.priority,
                                                   why=message))
-        self._written[aw.key] = _one_copy((about, place))
+        self._written[aw.key] = _one_copy((about, 0))
 
     def to_announce(self, key: str) -> None:
         self._unannounced.add(key)
