@@ -8,7 +8,7 @@ from typing import Any
 from mcad import server
 from mcad.debug import Reports
 from mcad.keys import DISPATCH
-from mcad.metrics import PUBLISH_INTERVAL_SECONDS
+from mcad.metrics import PUBLISH_INTERVAL_SECONDS, Metrics
 from test.component.harness import aw, node
 
 
@@ -100,6 +100,8 @@ def test_decisions_latency_and_cycles_are_counted_and_state_is_read_at_scrape_ti
     assert m.value("mcad_capacity_free", {"resource": "cpu"}) == 4.0
     assert m.value("mcad_capacity_free", {"resource": "memory"}) == 8 * 2**30
     assert m.value("mcad_queue_length", {"state": "queued"}) == 1
+    assert m.value("mcad_reservations") == 1, "b waits for room and holds a reservation"
+    assert m.value("mcad_time_to_dispatch_seconds_count", {"priority_class": "0"}) == 1
     assert m.value("mcad_appwrappers", {"state": "Running"}) == 1
     assert m.value("mcad_api_errors_total", {"verb": "patch", "code": "409"}) == 3
     assert m.value("mcad_informer_synced", {"informer": "pods"}) == 1
@@ -108,6 +110,19 @@ def test_decisions_latency_and_cycles_are_counted_and_state_is_read_at_scrape_ti
     assert '# TYPE mcad_dispatch_latency_seconds histogram' in text
     assert 'mcad_capacity_free{resource="cpu"} 4.0' in text
     assert (m.value("process_resident_memory_bytes") or 0) > 0
+
+
+def test_time_to_dispatch_is_labelled_by_priority_class_with_a_bounded_number_of_labels() -> None:
+    m = Metrics()
+    m.dispatch_latency(2.0, "batch-high")
+    for priority in range(100):  # a tenant choosing a new spec.priority for each AppWrapper
+        m.dispatch_latency(1.0, str(priority))
+    assert m.value("mcad_time_to_dispatch_seconds_count", {"priority_class": "batch-high"}) == 1
+    assert m.value("mcad_time_to_dispatch_seconds_sum", {"priority_class": "batch-high"}) == 2.0
+    assert m.value("mcad_time_to_dispatch_seconds_count", {"priority_class": "30"}) == 1
+    assert m.value("mcad_time_to_dispatch_seconds_count", {"priority_class": "31"}) is None
+    assert m.value("mcad_time_to_dispatch_seconds_count", {"priority_class": "other"}) == 69
+    assert m.value("mcad_dispatch_latency_seconds_count") == 101
 
 
 class RecordingSink:
