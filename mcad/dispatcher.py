@@ -83,7 +83,6 @@ STATUS_RETRY = Policy(base=0.25, cap=4.0, rate=50.0, burst=500, give_up_attempts
 # A preemptor waits this long for its victims' pods to go before it force-deletes those whose grace period is
 # over and stops holding the queue (a pod finalizer or a process ignoring SIGTERM would hold it for ever).
 DEFAULT_VICTIM_TIMEOUT_SECONDS = 300.0
-
 # Decisions (metrics) and the Event reason each is told with.
 _EVENT_REASONS = {"dispatched": events.DISPATCHED, "queued": events.QUEUED, "preempted": events.PREEMPTED,
                   "requeued": events.REQUEUED, "completed": events.COMPLETED, "failed": events.FAILED}
@@ -575,7 +574,8 @@ class Dispatcher:
     # ------------------------------------------------------------------------------------------ decisions
 
     def _dispatch_cycle(self) -> None:
-        """One pass over the queue in dispatch order (priority, creation time, name), one candidate per group:
+        """One pass over the queue in dispatch order (priority, creation time, name), one candidate per group (the
+        next of a group too when its candidate took a reservation and more are left):
         1. Snapshot the free room (``Accountant.snapshot``); the pass takes from its copy as it dispatches, and as
            blocked ones take reservations (``mcad.reservations``).
         2. Pass by a candidate that is gone or decided meanwhile, that waits for its previous pods to go

@@ -3,7 +3,8 @@
 Contract:
 - In a pass of decisions (``Reservations.start(snapshot, now)``: a dispatch cycle, or a dry run for explain), the
   first ``limit`` candidates in dispatch order that wait for capacity (not quota, not a hold), and that would fit
-  once what AppWrappers run has ended, hold a reservation. With ``--fit=nodes`` it is the nodes its pods would pack
+  once what AppWrappers run has ended, hold a reservation (``wait``; the caller goes on to the next member of a
+  demand group while reservations are left). With ``--fit=nodes`` it is the nodes its pods would pack
   onto (``Reservation.plan``); in aggregate mode an amount (its outstanding demand). The pass takes each reservation
   from its snapshot when it is made, so those behind it are dispatched only where they do not use reserved room.
 - Which nodes: pods of no AppWrapper are taken to stay (nothing says when they end), AppWrappers' pods to end. The
@@ -19,7 +20,7 @@ Contract:
   onto it) when any of them has no bound. A candidate without a bound uses unreserved room only.
 - A reservation follows its AppWrapper's position: each pass makes them anew in dispatch order, so one whose
   AppWrapper dispatched, was deleted or was overtaken by a higher-priority one is not made again.
-- ``limit`` 0: no reservations (best-effort FIFO as before 17).
+- ``limit`` 0: no reservations (best-effort FIFO, as before issue 17).
 - Pure: reads the snapshot and what its host says; decides nothing for the dispatcher and writes nothing.
 """
 
@@ -60,7 +61,7 @@ class Reservation:
         return tuple(sorted({node for node, _, _ in self.plan}))
 
     def where(self) -> str:
-        """'on nodes n1, n2' or, in aggregate mode, 'of cpu 20'."""
+        """'on nodes n1, n2' or, in aggregate mode, 'of cpu=20'."""
         if not self.plan:
             return f"of {self.need.format()}"
         return f"on nodes {names(self.nodes)}"
