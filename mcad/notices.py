@@ -82,12 +82,6 @@ def same_shortage(about: frozenset[str]) -> frozenset[str]:
     return frozenset(item.removeprefix("nodes:") for item in about)
 
 
-def _one_copy(written: tuple[frozenset[str], int]) -> tuple[frozenset[str], int]:
-    """The kept copy of a (what blocks it, 0) equal to this one: thousands of waiting AppWrappers remember it, and
-    it takes few values."""
-    return written
-
-
 class Notices:
     def __init__(self, pending: PendingQueue, appwrappers: Store[AppWrapperView], host: Host, *, metrics: Metrics,
                  clock: Clock, strict_fifo: bool) -> None:
@@ -97,9 +91,9 @@ class Notices:
         self._metrics = metrics
         self._clock = clock
         self._strict_fifo = strict_fifo
-        # Per waiting AppWrapper: what its last Backoff message was about, and its place then. Per pending group:
+        # Per waiting AppWrapper: what its last Backoff message was about. Per pending group:
         # what blocked its head when the group's members were last told. AppWrappers still to be announced.
-        self._written: dict[str, tuple[frozenset[str], int]] = {}
+        self._written: dict[str, frozenset[str]] = {}
         self._group_about: dict[Hashable, frozenset[str]] = {}
         self._unannounced: set[str] = set()
 
@@ -112,20 +106,20 @@ class Notices:
         # than the dispatches themselves (the API server is what bounds mcad). /debug/queue and mcadctl are live.
         current = self._host.status_of(aw)
         before = self._written.get(aw.key)
-        if before is not None and before[0] == about and current.state == State.PENDING:
+        if before == about and current.state == State.PENDING:
             return
         reason = why()
         log.debug("backoff told", appwrapper=aw.key, about=sorted(about),
-                  changed="new" if before is None else ("about" if before[0] != about else "state"))
+                  changed="new" if before is None else ("about" if before != about else "state"))
         message = f"{reason}; position {position} in the queue" if position else reason
         if before is None:
             self._metrics.decision("queued")
-        if before is None or before[0] != about:
+        if before != about:
             # An Event when what blocks it changes, not when its place does (that changes every cycle).
             self._host.event(aw, events.QUEUED, f"Waiting: {reason}.")
         self._host.write_status(aw, status.queued(current.raw(), self._clock.now(), priority=aw.priority,
                                                   why=message))
-        self._written[aw.key] = _one_copy((about, 0))
+        self._written[aw.key] = about
 
     def to_announce(self, key: str) -> None:
         self._unannounced.add(key)
