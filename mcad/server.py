@@ -201,12 +201,17 @@ class DebugEndpoints:
         if isinstance(part, tuple) and document is None:
             return self._unknown(part[1], part[2])
         if part == "queue":
+            reservations = document.get("reservations", [])
             shown = {aw["namespace"] for aw in document["queued"] + document["dispatched"]}
+            shown |= {held["appwrapper"].partition("/")[0] for held in reservations}
             visible = access.visible(user, shown, snapshot.namespaces)
             if visible is not None:
+                # Reservations name their holders and nodes: shown only for the namespaces the caller may list.
                 return 200, {**document,
                              "queued": [aw for aw in document["queued"] if aw["namespace"] in visible],
-                             "dispatched": [aw for aw in document["dispatched"] if aw["namespace"] in visible]}
+                             "dispatched": [aw for aw in document["dispatched"] if aw["namespace"] in visible],
+                             "reservations": [held for held in reservations
+                                              if held["appwrapper"].partition("/")[0] in visible]}
         return 200, snapshot.encoded(part)
 
     @staticmethod

@@ -78,7 +78,9 @@ class QueueReports(FakeReports):
     def queue(self) -> dict[str, Any]:
         return {"queued": [{"namespace": "team-a", "name": "a1", "position": 2},
                            {"namespace": "team-b", "name": "b1", "position": 1}],
-                "dispatched": [{"namespace": "team-b", "name": "b2"}, {"namespace": "team-a", "name": "a2"}]}
+                "dispatched": [{"namespace": "team-b", "name": "b2"}, {"namespace": "team-a", "name": "a2"}],
+                "reservations": [{"appwrapper": "team-b/b1", "nodes": ["n1"], "amount": "cpu=4", "startsBy": None},
+                                 {"appwrapper": "team-a/a1", "nodes": ["n2"], "amount": "cpu=2", "startsBy": None}]}
 
 
 def grant(reviews: Reviews, user: UserInfo, attributes: Attributes) -> None:
@@ -152,8 +154,9 @@ def test_a_tenant_sees_only_its_namespaces_and_explain_does_not_leak(served: tup
     doc = json.loads(body)
     assert [(aw["name"], aw["position"]) for aw in doc["queued"]] == [("a1", 2)]  # positions stay global
     assert [aw["name"] for aw in doc["dispatched"]] == ["a2"]
+    assert [held["appwrapper"] for held in doc["reservations"]] == ["team-a/a1"], "team-b's holder and nodes hidden"
     admin = json.loads(get(http, "/debug/queue", "admin")[1])
-    assert len(admin["queued"]) == 2 and len(admin["dispatched"]) == 2
+    assert len(admin["queued"]) == 2 and len(admin["dispatched"]) == 2 and len(admin["reservations"]) == 2
     assert get(http, "/debug/explain?namespace=team-a&name=a1", "alice")[0] == 200
     hidden = get(http, "/debug/explain?namespace=team-b&name=b1", "alice")
     absent = get(http, "/debug/explain?namespace=team-a&name=absent", "alice")
