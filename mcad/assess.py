@@ -33,7 +33,7 @@ class Assessment:
     state: str  # Queued, Draining (requeued; its old pods are still there), Preempting (waiting for victims)
     fits_now: bool
     why: str
-    # The reservation it holds (mcad.reservations.as_dict: nodes or amount, and when it is sure to start), if any.
+    # The reservation it holds (mcad.reservations.Pass.describe: nodes or amount, and when it is sure to start), if any.
     reservation: Mapping[str, object] | None = None
 
 
