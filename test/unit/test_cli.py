@@ -85,3 +85,9 @@ def test_the_controller_caps_glibcs_malloc_arenas_unless_the_environment_does(mo
 def test_default_max_priority_is_an_int32() -> None:
     result = CliRunner().invoke(controller.main, ["--default-max-priority", str(2**31), "--connect-only"])
     assert result.exit_code == 2 and "--default-max-priority" in result.output
+
+
+@pytest.mark.parametrize("value", ["-1", "1001", "two"])
+def test_reservations_out_of_range_is_a_usage_error(value: str) -> None:
+    result = CliRunner().invoke(controller.main, ["--reservations", value, "--connect-only"])
+    assert result.exit_code == 2 and "--reservations" in result.output
