@@ -35,6 +35,7 @@ import kubernetes.client as k8s
 import pytest
 
 from mcad import kube
+from test import browser as chromium
 from test import chart
 from test.support import REPO, wait_until
 
@@ -221,10 +222,31 @@ def controller(request: pytest.FixtureRequest, controller_kubeconfig: str, crd: 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
-    ctl = item.funcargs.get("controller") if hasattr(item, "funcargs") else None
+    funcargs = getattr(item, "funcargs", {})
+    ctl = funcargs.get("controller")
     if report.failed and isinstance(ctl, Controller):
         report.sections.append(("mcad-controller log (tail)", ctl.tail()))
+    # A failed browser test leaves what its browser showed (this runs before the fixture closes the browser).
+    for argname, value in funcargs.items():
+        if report.failed and isinstance(value, chromium.Browser):
+            saved = value.save_artifacts(chromium.ARTIFACTS, chromium.artifact_stem(item.nodeid, report.when, argname))
+            report.sections.append((f"browser {argname!r}: screenshot, page source, console",
+                                    "\n".join(str(path) for path in saved) or "nothing saved: the browser is gone"))
     return report
+
+
+@pytest.fixture
+def browser() -> Iterator[chromium.Browser]:
+    """Headless chromium with a 1280x900 viewport (test/browser.py); a failed test leaves a screenshot."""
+    with chromium.running(chromium.DESKTOP) as found:
+        yield found
+
+
+@pytest.fixture
+def phone() -> Iterator[chromium.Browser]:
+    """Headless chromium emulating a 390x844 phone (touch, its viewport meta honoured)."""
+    with chromium.running(chromium.PHONE, mobile=True) as found:
+        yield found
 
 
 @pytest.fixture
