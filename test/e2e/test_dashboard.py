@@ -1,0 +1,339 @@
+"""The dashboard (/ui) in a real browser, headless chromium (test/browser.py), against a real controller on the
+test cluster: the acceptance of issue 18 as a person at the page would check it.
+
+The controller runs as in production: the data views want a bearer token, so every test signs in through the
+page's own form with the session's endpoint reader token (``endpoint_reader``) and the page keeps it for the tab.
+AppWrappers whose state a test depends on are pinned to a fake node of known size (``fake_node``), so they fit,
+wait and move where the test wants on any cluster. Waits are bounded polls of the DOM; the page is never
+reloaded, so what a test sees arrived by the page's own polling. A failed test leaves the browser's screenshot,
+page source and console in test-artifacts/; MCAD_SCREENSHOTS=docs/images (``make screenshots``) saves the
+README's picture of each view.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes.client as k8s
+import pytest
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.keys import Keys
+
+from mcad.api.resources import to_canonical
+from test.browser import Browser
+from test.e2e import quota
+from test.e2e.conftest import (
+    LOGS,
+    NODE_LABEL,
+    AppWrappers,
+    Controller,
+    appwrapper,
+    blocked_on,
+    deployment_item,
+    fake_node,
+    pinned,
+    running_controller,
+)
+from test.e2e.quota import QuotaTrees, node, subtree
+
+POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+          "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+# What a tenant may write where the page shows it: markup that would make an element, run a handler, or both.
+PAYLOAD = '<img src=x onerror=alert(1)><b class="mcad-pwned">bold</b>'
+# The issue's bound for a change to reach the page without a reload, from the moment the delete returned.
+LIVE_WITHIN = 3.0
+
+
+@pytest.fixture(scope="module")
+def controller(controller_kubeconfig: str, crd: None, quota_crd: None) -> Iterator[Controller]:
+    """The module's controller, started once the QuotaSubtree CRD exists (so its quota trees are on); the data
+    views want a token, as in production."""
+    with running_controller(controller_kubeconfig, LOGS / "test_dashboard.log") as ctl:
+        yield ctl
+
+
+@pytest.fixture
+def small_node(core: k8s.CoreV1Api) -> Iterator[tuple[str, dict[str, str]]]:
+    """A fake node of exactly 3 cpu: its name and the nodeSelector that pins pods to it."""
+    with fake_node(core, cpu="3", memory="8Gi") as selector:
+        yield f"mcad-test-node-{selector[NODE_LABEL]}", selector
+
+
+# -- the page ----------------------------------------------------------------------------------------------------
+
+
+def page_url(ctl: Controller) -> str:
+    return f"http://127.0.0.1:{ctl.port}/ui/"
+
+
+def sign_in(browser: Browser, ctl: Controller, token: str, view: str = "queue") -> None:
+    """Open the page at ``view``; it finds out it needs a token (401), shows its form; sign in there."""
+    browser.get(f"{page_url(ctl)}#{view}")
+    field = browser.visible("form#login input#token", "the sign-in form (the data views answer 401 without a token)")
+    field.send_keys(token, Keys.ENTER)
+    browser.wait(lambda _: not browser.find("form#login").is_displayed()
+                 and browser.find("#status").text.startswith("updated"), "the page's first update after signing in")
+
+
+def row(browser: Browser, key: str) -> dict[str, str] | None:
+    """The queue row of AppWrapper ``key`` ("ns/name") as cell class -> text, None while the page has none."""
+    return browser.script("""
+        const tr = document.querySelector(`#queue tbody tr[data-key="${CSS.escape(arguments[0])}"]`);
+        if (!tr) return null;
+        const cells = {};
+        for (const td of tr.querySelectorAll("td")) cells[td.className] = td.textContent.trim();
+        return cells;""", key)
+
+
+def wait_row(browser: Browser, key: str, what: str, timeout: float = 30, **want: str) -> dict[str, str]:
+    """Wait until the row of ``key`` shows each cell of ``want`` (class=text) and return its cells."""
+    def shown(_: Any) -> dict[str, str] | None:
+        cells = row(browser, key)
+        return cells if cells and all(cells.get(k) == v for k, v in want.items()) else None
+
+    try:
+        return browser.wait(shown, what, timeout)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; the row shows {row(browser, key)}") from None
+
+
+def node_cell(browser: Browser, node_name: str, resource: str = "cpu") -> dict[str, str] | None:
+    """The heat map cell of ``node_name``: its data attributes and text."""
+    return browser.script("""
+        const td = document.querySelector(
+            `#nodes tr[data-node="${CSS.escape(arguments[0])}"] td[data-resource="${CSS.escape(arguments[1])}"]`);
+        return td && {...td.dataset, text: td.textContent};""", node_name, resource)
+
+
+def wait_node_cpu(browser: Browser, node_name: str, used_millis: int) -> dict[str, str]:
+    def shown(_: Any) -> dict[str, str] | None:
+        cell = node_cell(browser, node_name)
+        return cell if cell and to_canonical("cpu", cell["used"]) == used_millis and \
+            to_canonical("cpu", cell["reserved"]) == 0 else None
+
+    try:
+        return browser.wait(shown, f"node {node_name} to show {used_millis}m cpu used, none reserved", 30)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; its cell: {node_cell(browser, node_name)}") from None
+
+
+def show(browser: Browser, view: str) -> None:
+    """Go to a view through its nav link, as a person would, and wait until the page has updated it."""
+    before = browser.find("#status").text
+    browser.find(f"a#tab-{view}").click()
+    browser.visible(f"#view-{view}", f"the {view} view")
+    browser.wait(lambda _: (now := browser.find("#status").text) != before and now.startswith("updated"),
+                 f"the page to update the {view} view")
+
+
+def detail_of(browser: Browser, key: str) -> None:
+    browser.wait(lambda _: browser.find("#detail-heading").text == key and browser.find("#detail").is_displayed(),
+                 f"the explanation of {key} to open")
+
+
+def explain(ctl: Controller, namespace: str, name: str) -> dict[str, Any]:
+    code, text = ctl.get(f"/debug/explain?namespace={namespace}&name={name}")
+    assert code == 200, (code, text)
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+def no_alert(browser: Browser) -> None:
+    with pytest.raises(NoAlertPresentException):
+        browser.driver.switch_to.alert  # noqa: B018 - the property raises when no alert is open
+
+
+# -- the tests ---------------------------------------------------------------------------------------------------
+
+
+def test_the_queue_says_why_and_where_and_follows_a_delete_live(
+        browser: Browser, controller: Controller, endpoint_reader: str, small_node: tuple[str, dict[str, str]],
+        aws: AppWrappers, record_property: Any) -> None:
+    # (small_node before aws: the namespace and its pods go first, then the node they ran on.)
+    node_name, selector = small_node
+    aws.create(appwrapper("first", pinned(deployment_item("first", 1, "2"), selector)))
+    aws.wait_state("first", "Running")
+    aws.create(appwrapper("second", pinned(deployment_item("second", 1, "1500m"), selector)))
+    aws.wait_state("second", "Pending")
+    first, second = f"{aws.namespace}/first", f"{aws.namespace}/second"
+
+    sign_in(browser, controller, endpoint_reader)
+    waiting = wait_row(browser, second, "the waiting AppWrapper at the head of the queue", position="1",
+                       state="Queued")
+    assert blocked_on(waiting["why"], "cpu"), waiting
+    assert "cpu" in waiting["demand"], waiting
+    wait_row(browser, first, "the running AppWrapper, after the queued ones", position="", state="Running")
+    browser.readme_shot("queue")
+
+    show(browser, "nodes")
+    wait_node_cpu(browser, node_name, 2000)
+
+    show(browser, "queue")
+    wait_row(browser, second, "the queue again", position="1")
+    browser.script("window.__mcadSamePage = true")  # gone if anything reloads the page
+    aws.delete("first")
+    deleted = time.monotonic()
+    wait_row(browser, second, f"the waiting AppWrapper to be Running on the page within {LIVE_WITHIN:.0f} s",
+             timeout=LIVE_WITHIN, state="Running", position="")
+    record_property("seconds_from_delete_to_running_on_the_page", round(time.monotonic() - deleted, 2))
+    browser.wait(lambda _: row(browser, first) is None, "the deleted AppWrapper's row to go")
+    assert browser.script("return window.__mcadSamePage") is True, "the page was reloaded"
+
+    show(browser, "nodes")  # the heat map shows what the moved one took, no longer what the deleted one held
+    cell = wait_node_cpu(browser, node_name, 1500)
+    assert cell["text"].startswith(f"{cell['used']} / {cell['allocatable']}"), cell
+    assert to_canonical("cpu", cell["allocatable"]) == 3000, cell
+    browser.readme_shot("nodes")
+
+
+def test_html_from_a_tenant_is_shown_as_text(browser: Browser, controller: Controller, endpoint_reader: str,
+                                             aws: AppWrappers) -> None:
+    body = appwrapper("markup", deployment_item("markup", 1, "10m"))
+    # Label values may not hold markup (the API server refuses '<'); annotations may hold anything.
+    body["metadata"]["labels"] = {"team": "img-src-x-onerror"}
+    body["metadata"]["annotations"] = {"note": PAYLOAD}
+    aws.create(body)
+    key = f"{aws.namespace}/markup"
+
+    sign_in(browser, controller, endpoint_reader)
+    wait_row(browser, key, "the AppWrapper's row")
+    browser.find(f'#queue tr[data-key="{key}"] td.name button').click()
+    detail_of(browser, key)
+    browser.wait(lambda _: [li.text for li in browser.find_all("#detail ul.annotations li")] == [f"note: {PAYLOAD}"],
+                 "the annotation, as text, in the explanation")
+    assert [li.text for li in browser.find_all("#detail ul.labels li")] == ["team=img-src-x-onerror"]
+
+    assert browser.script("return document.querySelectorAll('img, .mcad-pwned').length") == 0
+    no_alert(browser)
+    assert browser.csp_violations() == []  # nothing the tenant wrote reached the page as script or markup
+
+
+def test_a_row_opens_its_explanation_from_the_keyboard(browser: Browser, controller: Controller,
+                                                       endpoint_reader: str, aws: AppWrappers) -> None:
+    aws.create(appwrapper("too-big", deployment_item("too-big", 1, "100000")))  # fits on no node, ever
+    aws.wait_state("too-big", "Pending")
+    key = f"{aws.namespace}/too-big"
+    sign_in(browser, controller, endpoint_reader)
+    wait_row(browser, key, "the waiting AppWrapper's row", state="Queued")
+
+    button = browser.find(f'#queue tr[data-key="{key}"] td.name button')
+    keys = ActionChains(browser.driver)
+    for _ in range(60):  # the nav links, the filters and the paging buttons come first
+        if browser.script("return document.activeElement === arguments[0]", button):
+            break
+        keys.send_keys(Keys.TAB).perform()
+    else:
+        raise AssertionError("Tab never reached the row's name button")
+    keys.send_keys(Keys.ENTER).perform()
+
+    detail_of(browser, key)
+    assert browser.script("return document.activeElement.id") == "detail-heading"  # focus follows, for readers
+    summary = explain(controller, aws.namespace, "too-big")["summary"]
+    browser.wait(lambda _: browser.find("#detail .summary").text == summary,
+                 f"the explanation to read as mcadctl explain's: {summary!r}")
+    browser.wait(lambda _: any(li.text.startswith("position 1 of") for li in browser.find_all("#detail ul.details li")),
+                 "the details to say where it stands")
+    browser.readme_shot("explanation")
+
+    keys.send_keys(Keys.ESCAPE).perform()
+    browser.wait(lambda _: not browser.find("#detail").is_displayed(), "Escape to close the explanation")
+    assert browser.script("return document.activeElement === arguments[0]", button), "focus is back on the row"
+
+
+def test_a_phone_sized_screen_can_use_the_queue(phone: Browser, controller: Controller, endpoint_reader: str,
+                                                aws: AppWrappers) -> None:
+    aws.create(appwrapper("too-big", deployment_item("too-big", 1, "100000")))
+    aws.create(appwrapper("small", deployment_item("small", 1, "10m")))
+    key = f"{aws.namespace}/too-big"
+    sign_in(phone, controller, endpoint_reader)
+    wait_row(phone, key, "the waiting AppWrapper's row", state="Queued")
+    wait_row(phone, f"{aws.namespace}/small", "the running AppWrapper's row", state="Running")
+
+    # The page lays out at the phone's width (its viewport meta works), and only the table's own container may
+    # scroll sideways: the page itself does not.
+    assert phone.script("return window.innerWidth") == 390
+    widths = phone.script("return [document.documentElement.scrollWidth, document.body.scrollWidth]")
+    assert max(widths) <= 390, f"the page is wider than the phone: {widths}"
+    phone.readme_shot("phone")
+
+    button = phone.find(f'#queue tr[data-key="{key}"] td.name button')
+    phone.script("arguments[0].scrollIntoView({block: 'center', inline: 'center'})", button)
+    button.click()
+    detail_of(phone, key)
+    assert phone.find("#detail .summary").is_displayed()
+    widths = phone.script("return [document.documentElement.scrollWidth, document.body.scrollWidth]")
+    assert max(widths) <= 390, f"with the explanation open, the page is wider than the phone: {widths}"
+
+
+def test_the_quota_trees_show_use_against_limits(browser: Browser, controller: Controller, endpoint_reader: str,
+                                                 small_node: tuple[str, dict[str, str]], aws: AppWrappers,
+                                                 custom: k8s.CustomObjectsApi) -> None:
+    _, selector = small_node
+    tree = f"team_{quota.suffix()}"
+    with quota.trees_in(custom, aws) as trees:
+        make_trees(trees, tree)
+        quota.wait_tree(controller, tree, 3)
+        aws.create(quota.aw("training", {tree: "research"}, selector, "1500m"))
+        aws.create(quota.aw("serving", {tree: "production"}, selector, "500m"))
+        aws.wait_state("training", "Running")
+        aws.wait_state("serving", "Running")
+
+        sign_in(browser, controller, endpoint_reader, view="quota")
+        section = f'#quota .tree[data-tree="{tree}"]'
+
+        def used(name: str) -> int | None:
+            cell = browser.script(f"""
+                const td = document.querySelector('{section} .quota-node[data-node="{name}"] td[data-resource="cpu"]');
+                return td && td.dataset.used;""")
+            return to_canonical("cpu", cell) if cell else None
+
+        browser.wait(lambda _: (used("research"), used("production"), used("root")) == (1500, 500, 2000),
+                     "the quota tree's bars to show each node's cpu in use")
+        browser.readme_shot("quota")
+
+
+def make_trees(trees: QuotaTrees, tree: str) -> None:
+    """A root of 2 cpu with a research node (1 cpu, may borrow) and a production node (1 cpu, hard)."""
+    trees.create(subtree("root", tree, node("root", cpu="2", memory="8Gi")),
+                 subtree("children", tree, node("research", hard=False, cpu="1", memory="4Gi"),
+                         node("production", hard=True, cpu="1", memory="4Gi"), parent="root"))
+
+
+def test_the_page_keeps_to_its_policy_and_its_host(browser: Browser, controller: Controller, endpoint_reader: str,
+                                                   small_node: tuple[str, dict[str, str]], aws: AppWrappers) -> None:
+    for path in ("/ui/", "/ui/app.js", "/ui/app.css"):
+        with urllib.request.urlopen(f"http://127.0.0.1:{controller.port}{path}", timeout=10) as response:
+            assert response.headers["Content-Security-Policy"] == POLICY, path
+            assert response.headers["X-Content-Type-Options"] == "nosniff", path
+            assert response.headers["Referrer-Policy"] == "no-referrer", path
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any) -> None:
+            return None
+
+    with pytest.raises(urllib.error.HTTPError) as redirect:
+        urllib.request.build_opener(NoRedirect).open(f"http://127.0.0.1:{controller.port}/ui", timeout=10)
+    # Relative, so that it also works behind the API server's proxy, which prefixes every path.
+    assert (redirect.value.code, redirect.value.headers["Location"]) == (302, "ui/")
+
+    _, selector = small_node
+    aws.create(appwrapper("running", pinned(deployment_item("running", 1, "1"), selector)))
+    aws.create(appwrapper("waiting", pinned(deployment_item("waiting", 1, "3"), selector)))
+    aws.wait_state("waiting", "Pending")
+    sign_in(browser, controller, endpoint_reader)
+    key = f"{aws.namespace}/waiting"
+    wait_row(browser, key, "the waiting AppWrapper's row", state="Queued")
+    browser.find(f'#queue tr[data-key="{key}"] td.name button').click()
+    detail_of(browser, key)
+    for view in ("nodes", "quota", "queue"):
+        show(browser, view)
+
+    assert browser.csp_violations() == []
+    assert browser.console_errors() == []
+    origin = f"http://127.0.0.1:{controller.port}/"
+    assert [url for url in browser.requests() if not url.startswith(origin)] == [], "the page left its host"
