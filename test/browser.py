@@ -102,7 +102,9 @@ class Browser:
         return list(self._console)
 
     def console_errors(self) -> list[str]:
-        return [e["message"] for e in self.console() if e["level"] == "SEVERE"]
+        """Errors of the page's own code; a request answered with an error status (chromium logs each one, a 401
+        before signing in too) is the page's business to handle, not an error of the page."""
+        return [e["message"] for e in self.console() if e["level"] == "SEVERE" and e.get("source") != "network"]
 
     def csp_violations(self) -> list[str]:
         """Violations the current page reported, plus console lines about the policy (from earlier pages too)."""
@@ -131,7 +133,7 @@ class Browser:
             html.write_text(f"<!-- {self.driver.current_url} -->\n{self.driver.page_source}")
             written.append(html)
         with contextlib.suppress(WebDriverException):
-            log.write_text("".join(f"{e['level']} {e['message']}\n" for e in self.console()))
+            log.write_text("".join(f"{e['level']} {e.get('source', '')} {e['message']}\n" for e in self.console()))
             written.append(log)
         return written
 
