@@ -32,6 +32,10 @@ unit: install ## fast tests: no cluster, no network
 test: install tools ## unit tests + everything that needs a cluster (brings the local one up and down if needed)
 	$(BIN)/pytest test $(PYTEST_ARGS)
 
+.PHONY: screenshots
+screenshots: install tools ## the README's dashboard pictures (docs/images/dashboard-*.png), taken by its browser tests
+	MCAD_SCREENSHOTS=docs/images $(BIN)/pytest test/e2e/test_dashboard.py $(PYTEST_ARGS)
+
 .PHONY: cluster
 cluster: ## start the local control plane (NODES, NODE_CPU, NODE_MEMORY, NODE_GPU) and write .dev/kubeconfig
 	hack/local-cluster.sh up
