@@ -380,6 +380,9 @@ def _handler(metrics: Metrics, live: Check, ready: Check, debug: DebugEndpoints 
                 self._send(404, b"not found: try /metrics, /healthz, /readyz, /debug/queue\n",
                            "text/plain; charset=utf-8")
 
+        # HEAD answers as GET would, without the body (a proxy or a link checker asks it of the page).
+        do_HEAD = do_GET
+
         def _dashboard(self, path: str, raw_query: str) -> None:
             assert dashboard is not None
             if path.startswith("/ui/api/"):
@@ -411,7 +414,8 @@ def _handler(metrics: Metrics, live: Check, ready: Check, debug: DebugEndpoints 
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(body)
+            if self.command != "HEAD":
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:  # the base class names it format
             log.debug("http request", client=self.address_string(), request=format % args)

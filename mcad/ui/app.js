@@ -143,9 +143,11 @@ function queueRow(row) {
   const tr = el("tr", { "data-key": key });
   const open = el("button", { type: "button", text: row.name, "aria-label": `explain ${key}` });
   open.addEventListener("click", () => openDetail(key));
-  tr.append(el("td", { class: "position" }), el("td", { class: "state" }), el("td", { class: "priority" }),
-    el("td", { class: "namespace" }), el("td", { class: "name" }, open), el("td", { class: "demand" }),
-    el("td", { class: "age" }), el("td", { class: "why" }));
+  // data-label names the column where a narrow screen shows each row as a card.
+  tr.append(el("td", { class: "position", "data-label": "#" }), el("td", { class: "state", "data-label": "State" }),
+    el("td", { class: "priority", "data-label": "Priority" }), el("td", { class: "namespace", "data-label": "Namespace" }),
+    el("td", { class: "name", "data-label": "Name" }, open), el("td", { class: "demand", "data-label": "Demand" }),
+    el("td", { class: "age", "data-label": "Age" }), el("td", { class: "why", "data-label": "Why" }));
   return tr;
 }
 
