@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -122,17 +122,18 @@ class Browser:
     # -- pictures ----------------------------------------------------------------------------------------------------
 
     def save_artifacts(self, directory: Path, stem: str) -> list[Path]:
-        """A screenshot, the page source and the console, for a failed test; returns what it wrote."""
+        """A screenshot, the page source and the console, for a failed test; returns what it wrote. Whatever it
+        cannot get (the browser crashed, or has already quit when a fixture's teardown fails) it leaves out."""
         directory.mkdir(parents=True, exist_ok=True)
         written = []
         png, html, log = (directory / f"{stem}{ext}" for ext in (".png", ".html", ".console.txt"))
-        with contextlib.suppress(WebDriverException):
+        with contextlib.suppress(Exception):
             if self.driver.save_screenshot(str(png)):
                 written.append(png)
-        with contextlib.suppress(WebDriverException):
+        with contextlib.suppress(Exception):
             html.write_text(f"<!-- {self.driver.current_url} -->\n{self.driver.page_source}")
             written.append(html)
-        with contextlib.suppress(WebDriverException):
+        with contextlib.suppress(Exception):
             log.write_text("".join(f"{e['level']} {e.get('source', '')} {e['message']}\n" for e in self.console()))
             written.append(log)
         return written
