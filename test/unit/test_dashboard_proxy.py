@@ -13,6 +13,7 @@ import json
 import re
 import socket
 import threading
+import webbrowser
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,7 +26,7 @@ from click.testing import CliRunner
 from mcad import kube
 from mcad.cli import dashboardproxy, mcadctl, reach
 from mcad.cli.dashboardproxy import DashboardProxy, Forwarder
-from test.support import wait_until
+from test.support import unreachable_kubeconfig, wait_until
 
 NS, NAME = "mcad-system", "mcad-controller"
 SERVICE = f"/api/v1/namespaces/{NS}/services/{NAME}:http/proxy"
@@ -514,3 +515,23 @@ def test_help_says_who_sees_what() -> None:
 def test_a_non_loopback_address_is_refused_by_the_proxy_itself(running: Running) -> None:
     with pytest.raises(ValueError, match="loopback"):
         dashboardproxy.DashboardProxy(running.proxy.forwarder, address="192.0.2.2")
+
+
+def test_open_starts_a_browser_only_when_asked(fake: FakeApiServer, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[str] = []
+    served: list[str] = []
+    monkeypatch.setattr(DashboardProxy, "serve", lambda self, poll_interval=0.5: served.append(self.url))
+    monkeypatch.setattr(webbrowser, "open", lambda url: opened.append(url) or True)
+    config = str(kubeconfig(tmp_path, fake.port))
+    assert CliRunner().invoke(mcadctl.main, ["--kubeconfig", config, "dashboard"]).exit_code == 0
+    assert opened == []
+    assert CliRunner().invoke(mcadctl.main, ["--kubeconfig", config, "dashboard", "--open"]).exit_code == 0
+    assert opened == served[-1:]
+
+
+def test_an_unreachable_api_server_is_an_error_before_listening(tmp_path: Path) -> None:
+    result = CliRunner().invoke(mcadctl.main, ["--kubeconfig", str(unreachable_kubeconfig(tmp_path)), "dashboard"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: cannot reach the API server https://127.0.0.1:9"), result.output
+    assert "Dashboard:" not in result.stdout
