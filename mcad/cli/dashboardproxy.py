@@ -246,7 +246,8 @@ class Forwarder:
         if refusal.status == 403:
             return (f"the API server {server} refused to forward this request to {refusal.route.what}: "
                     f"{refusal.message}. The dashboard is reached through the API server's proxy: your user needs "
-                    f"get on services/proxy (resource name {where.name}) in namespace {where.namespace}, and get "
+                    f"get on services/proxy with the resource name {where.name}:http (RBAC sees the name as the URL "
+                    f"spells it) in namespace {where.namespace}, and get "
                     f"on pods/proxy there to be sent straight to the leader (the chart's debug-client Role "
                     f"grants both)")
         return (f"the API server {server} could not reach the controller through {refusal.route.what} "

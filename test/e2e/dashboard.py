@@ -37,6 +37,7 @@ SERVICE = "mcad-controller"  # the chart's Service (and Lease) name for release 
 SERVICE_PORT = 8080
 VIEWER_ROLE = "mcad-e2e-dashboard-viewer"  # services/proxy of SERVICE, and a tenant's AppWrapper rights
 TENANT_ROLE = "mcad-e2e-dashboard-tenant"  # only a tenant's AppWrapper rights: no services/proxy
+NAME_ONLY_ROLE = "mcad-e2e-dashboard-name-only"  # services/proxy naming the Service but not its port: not enough
 MCADCTL = Path(sys.executable).parent / "mcadctl"
 
 
@@ -78,20 +79,23 @@ def dashboard_roles(kubeconfig: str, service: str = SERVICE) -> None:
     """The ClusterRoles ``dashboard_user`` binds (in a namespace, with a RoleBinding)."""
     client = kube.Client(kube.connect(kubeconfig))
     tenant = {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch", "create", "delete"]}
-    # services/proxy is asked of the API server with the name "<service>:<port name>" in the URL; RBAC matches
-    # resourceNames against the Service's name alone, but the chart lists both, and so does this.
+    # The service proxy URL names the Service's port ("<service>:http"), and RBAC matches resourceNames against the
+    # name as the URL spells it: the Service's name alone is not enough (test_dashboard_access shows it). The
+    # chart's Role lists both, and so does this.
     proxy = {"apiGroups": [""], "resources": ["services/proxy"], "resourceNames": [service, f"{service}:http"],
              "verbs": ["get"]}
-    for name, rules in ((VIEWER_ROLE, [tenant, proxy]), (TENANT_ROLE, [tenant])):
+    name_only = {**proxy, "resourceNames": [service]}
+    for name, rules in ((VIEWER_ROLE, [tenant, proxy]), (TENANT_ROLE, [tenant]), (NAME_ONLY_ROLE, [tenant, name_only])):
         client.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                       "metadata": {"name": name}, "rules": rules}, field_manager="mcad-e2e", force=True)
 
 
-def dashboard_user(kubeconfig: str, namespace: str, name: str, *, service_proxy: bool) -> str:
+def dashboard_user(kubeconfig: str, namespace: str, name: str, *, service_proxy: bool, role: str = "") -> str:
     """A ServiceAccount ``namespace/name`` with a tenant's AppWrapper rights in ``namespace`` and, with
-    ``service_proxy``, get on ``services/proxy`` of the Service there; its token."""
+    ``service_proxy``, get on ``services/proxy`` of the Service there (``role``: one of this module's roles
+    instead); its token."""
     dashboard_roles(kubeconfig)
-    role = VIEWER_ROLE if service_proxy else TENANT_ROLE
+    role = role or (VIEWER_ROLE if service_proxy else TENANT_ROLE)
     return service_account_token(kubeconfig, namespace, name, roles=((role, namespace),))
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from test.e2e.conftest import GROUP, LOGS, PLURAL, VERSION, Controller, appwrapper, deployment_item, running_controller
 from test.e2e.dashboard import (
+    NAME_ONLY_ROLE,
     SERVICE,
     controller_service,
     dashboard_user,
@@ -110,7 +111,18 @@ def test_a_user_without_services_proxy_is_refused_by_the_api_server(
         page = dashboard.get()
         assert page.status == 403, page.text
         assert page.headers["content-type"] == "text/html; charset=utf-8"
-        assert f"your user needs get on services/proxy (resource name {SERVICE}) in namespace {site}" in page.text
+        assert (f"your user needs get on services/proxy with the resource name {SERVICE}:http (RBAC sees the name as "
+                f"the URL spells it) in namespace {site}") in page.text
         assert "cannot get resource &quot;services/proxy&quot;" in page.text  # the API server's words, escaped
         data = dashboard.get(f"api/queue?namespace={site}")
         assert data.status == 403 and "services/proxy" in json.loads(data.body)["error"]
+
+
+def test_services_proxy_must_be_granted_under_the_name_the_url_spells(site: str, kubeconfig: str,
+                                                                      tmp_path: Path) -> None:
+    # The URL names the Service's port (mcad-controller:http), and that is the name RBAC checks resourceNames against.
+    named = user_kubeconfig(kubeconfig, dashboard_user(kubeconfig, site, "named", service_proxy=True,
+                                                       role=NAME_ONLY_ROLE), tmp_path, "named")
+    refused = service_proxy_get(named, site, "/ui/")
+    assert refused.status == 403, refused.text
+    assert f'services \\"{SERVICE}:http\\" is forbidden' in refused.text

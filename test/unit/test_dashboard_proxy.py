@@ -347,7 +347,8 @@ def test_the_api_servers_403_is_a_readable_page_naming_the_missing_right(running
     assert headers["content-type"] == "text/html; charset=utf-8"
     assert headers["content-security-policy"].startswith("default-src 'none'")
     page = body.decode()
-    assert "get on services/proxy (resource name mcad-controller) in namespace mcad-system" in page
+    assert ("get on services/proxy with the resource name mcad-controller:http (RBAC sees the name as the URL "
+            "spells it) in namespace mcad-system") in page
     assert "cannot get resource &quot;services/proxy&quot;" in page and "&lt;script&gt;" in page
     assert "<script>" not in page
     # The page's data requests get the same words as JSON.
