@@ -166,13 +166,15 @@ class Dashboard:
 
 
 @contextlib.contextmanager
-def mcadctl_dashboard(kubeconfig: str, namespace: str, *args: str, service: str = SERVICE) -> Iterator[Dashboard]:
-    """``mcadctl dashboard`` as a process, with ``kubeconfig`` (a user's), the controller looked for in
-    ``namespace``; yielded once it printed its URL, stopped with SIGINT (Ctrl-C) afterwards."""
+def mcadctl_dashboard(kubeconfig: str, namespace: str, *args: str, service: str = SERVICE,
+                      global_args: tuple[str, ...] = ()) -> Iterator[Dashboard]:
+    """``mcadctl dashboard`` as a process, with ``kubeconfig`` (a user's) and ``global_args`` (``--token``,
+    ``--port``), the controller looked for in ``namespace``; yielded once it printed its URL and probed the page,
+    stopped with SIGINT (Ctrl-C) afterwards."""
     env = {k: v for k, v in os.environ.items() if k not in ("MCAD_TOKEN", "KUBECONFIG")}
     proc = subprocess.Popen(
         [str(MCADCTL), "--kubeconfig", kubeconfig, "--controller-namespace", namespace, "--controller-name", service,
-         "dashboard", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+         *global_args, "dashboard", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     running = Dashboard(proc)
     readers = [threading.Thread(target=lambda s=stream, into=into: into.extend(iter(s.readline, "")), daemon=True)
                for stream, into in ((proc.stdout, running.stdout), (proc.stderr, running.stderr))]
