@@ -361,7 +361,10 @@ class _Handler(BaseHTTPRequestHandler):
         path, _, query = target.partition("?")
         prefix = f"/{proxy.capability}"
         head, rest = path[:len(prefix)], path[len(prefix):]
-        if not (target.startswith("/") and hmac.compare_digest(head, prefix) and rest[:1] in ("", "/")):
+        # In constant time, and as bytes: http.server decodes the request line as Latin-1, and compare_digest
+        # refuses a str that is not ASCII.
+        if not (target.startswith("/") and hmac.compare_digest(head.encode("latin-1"), prefix.encode())
+                and rest[:1] in ("", "/")):
             self._plain(404, "not found\n")
             return
         if method not in ("GET", "HEAD"):

@@ -232,6 +232,13 @@ def test_the_url_holds_a_random_capability_and_paths_without_it_get_404(running:
     assert fake.proxied() == []
 
 
+def test_bytes_outside_ascii_in_the_path_are_a_plain_404(running: Running) -> None:
+    for path in (b"/\xe9" + b"a" * 31 + b"/ui/", running.prefix.encode() + b"/ui/\xe9"):
+        with socket.create_connection(("127.0.0.1", running.proxy.port), timeout=10) as raw:
+            raw.sendall(b"GET " + path + b" HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n\r\n" % running.proxy.port)
+            assert raw.recv(65536).startswith(b"HTTP/1.0 404 "), path
+
+
 @pytest.mark.parametrize("host", ["evil.example", "evil.example:{port}", "127.0.0.1", "localhost:1",
                                   "127.0.0.2:{port}", "localhost.evil.example:{port}", "0.0.0.0:{port}", None])
 def test_a_host_header_other_than_loopback_with_the_port_is_refused(running: Running, fake: FakeApiServer,
