@@ -24,6 +24,7 @@ from test.e2e.dashboard import (
     controller_service,
     dashboard_user,
     host_ip,
+    http_get,
     mcadctl_dashboard,
     service_proxy_get,
     user_kubeconfig,
@@ -85,6 +86,11 @@ def test_a_user_with_services_proxy_gets_the_page_and_its_appwrappers(
         assert page.headers["content-type"].startswith("text/html")
         assert page.headers["content-security-policy"] == CSP
         assert "set-cookie" not in page.headers
+        for asset in ("app.js", "app.css"):
+            assert dashboard.get(asset).status == 200, asset
+        # /ui redirects relatively (ui/), so through the API server and mcadctl it lands on the page.
+        bare = http_get(dashboard.url.rstrip("/"))
+        assert bare.status == 200 and bare.headers["content-security-policy"] == CSP
         queue = dashboard.get(f"api/queue?namespace={site}")
         assert queue.status == 200, queue.text
         assert (site, name) in queue_rows(queue.body)
