@@ -71,3 +71,6 @@ echo "  controller log: $ctl_log       stop everything: make demo-down"
 echo "  export MCAD_TOKEN=\$(hack/demo-token.sh $KUBECONFIG)    # who mcadctl and curl are to the controller"
 echo "  .venv/bin/mcadctl --url http://127.0.0.1:$http_port queue"
 echo "  curl -H \"Authorization: Bearer \$MCAD_TOKEN\" 127.0.0.1:$http_port/metrics    # no token: 401"
+echo
+echo "Dashboard (live queue, nodes, quota): http://127.0.0.1:$http_port/ui/"
+echo "  it asks for a bearer token: paste the output of  hack/demo-token.sh $KUBECONFIG"

@@ -475,6 +475,59 @@ def request_once(conn: Connection, path: str, *, query: Query | None = None, tim
     raise _response_error(response.status, str(response.reason or ""), response.data or b"")
 
 
+class Passthrough:
+    """An answer to relay as it came, whatever its status: status, reason, the headers in order (a repeated header
+    once per value) and the body as sent (a gzip body stays gzip), read in pieces. ``close`` gives the
+    connection back (or drops it when the body was not read to its end)."""
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self.status = int(response.status)
+        self.reason = str(response.reason or "")
+        self.headers: list[tuple[str, str]] = list(response.headers.items())
+        self._drained = False
+
+    def read(self, amount: int) -> bytes:
+        """Up to ``amount`` bytes of the body (b"" at its end); ``ApiError`` (status 0) when the answer breaks
+        off or stalls past the read timeout."""
+        try:
+            data = bytes(self._response.read(amount, decode_content=False))
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise ApiError(0, type(err).__name__, f"reading the answer: {err}") from err
+        self._drained = self._drained or not data
+        return data
+
+    def close(self) -> None:
+        # A connection is reused only when its answer was read to the end; one cut short is closed first, since
+        # the rest of that answer would otherwise be read as the start of the next one.
+        if not self._drained:
+            self._response.close()
+        self._response.release_conn()
+
+
+def open_passthrough(conn: Connection, method: str, path: str, *, query: Query | None = None,
+                     headers: Mapping[str, str] | None = None, timeout: float = 10.0) -> Passthrough:
+    """Send one request with the connection's credentials and return the answer unread, whatever its status: for
+    relaying an API server proxy's answer (``mcadctl dashboard``). No retry (the caller decides) and no redirect
+    followed (a Location is the caller's to pass on). ``timeout`` bounds connecting and each wait for data; a
+    failure to get an answer at all is ``ApiError`` with status 0."""
+    api = conn.api
+    sent = {"Accept": "*/*", **(headers or {})}
+    method, url, sent, _, _ = api.param_serialize(method, path, query_params=query or [], header_params=sent,
+                                                  auth_settings=["BearerToken"])
+    try:
+        response = api.rest_client.pool_manager.request(
+            method, url, headers=sent, retries=False, redirect=False, preload_content=False,
+            timeout=urllib3.Timeout(connect=timeout, read=timeout))
+    except (urllib3.exceptions.HTTPError, OSError) as err:
+        conn.errors.add(_verb(method, query), 0)
+        cause = getattr(err, "reason", None) or err
+        raise ApiError(0, type(err).__name__, f"{method} {path}: {cause}") from err
+    if response.status >= 400:
+        conn.errors.add(_verb(method, query), response.status)
+    return Passthrough(response)
+
+
 def request_json(conn: Connection, method: str, path: str, *, query: Query | None = None, body: Any = None,
                  content_type: str = "application/json", timeout: float = 30.0,
                  headers: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -13,6 +13,9 @@ only the running controller knows (requeuing timers, plans not yet bound), and t
 policy than the ``--fit``/``--strict-fifo``/``--preemption`` given here. Tables by default; ``-o json``/``-o yaml``
 print the document as the endpoint returns it. ``clusters`` (a hub's worker clusters) has no ``--offline`` view:
 only the running controller holds the connections to the workers, so asking for one is a usage error (exit 2).
+
+``dashboard`` serves the controller's /ui pages on a local port through the API server until Ctrl-C
+(``mcad.cli.dashboardproxy`` says how that port is guarded); it too needs the running controller.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import logging
 import os
 import shutil
 import sys
+import webbrowser
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -30,7 +34,7 @@ import click
 import structlog
 
 from mcad import __version__, kube
-from mcad.cli import reach, render
+from mcad.cli import dashboardproxy, reach, render
 from mcad.errors import ApiError, KubeConnectError
 from mcad.reservations import DEFAULT_RESERVATIONS
 
@@ -242,6 +246,76 @@ def explain(opts: Options, appwrapper: tuple[str, str], output: str | None) -> N
         click.echo(render.dump(doc, output))
         return
     _echo(render.explain_lines(doc))
+
+
+@main.command()
+@click.option("--port", "listen_port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="Local port to listen on (0: a free one).")
+@click.option("--address", type=click.Choice(dashboardproxy.LOOPBACK_ADDRESSES), default="127.0.0.1",
+              show_default=True, help="Local address to listen on: loopback only, since your credentials stand "
+                                      "behind it (from another machine, use ssh -L).")
+@click.option("--open", "open_browser", is_flag=True, help="Also open the URL in a web browser (never by default).")
+@click.option("--max-connections", type=click.IntRange(1, 1024), default=dashboardproxy.DEFAULT_MAX_CONNECTIONS,
+              show_default=True, help="Connections served at once; more are answered 503 at once.")
+@click.pass_obj
+def dashboard(opts: Options, listen_port: int, address: str, open_browser: bool, max_connections: int) -> None:
+    """Serve the controller's live dashboard (its /ui pages) on a local port, through the API server like
+    `kubectl proxy`: prints the URL and runs until Ctrl-C.
+
+    Who sees what: the API server lets the pages through only for a user with get on services/proxy for the
+    controller's Service (CONTROLLER-NAMESPACE/CONTROLLER-NAME) or, to be sent straight to the leader, on
+    pods/proxy in that namespace; the chart's debug-client Role grants both, and a user without them gets the
+    API server's refusal as a page that names the missing right. Then the controller shows what the user of your
+    bearer token (--token, else the kubeconfig's) may see, as `mcadctl queue` does: the AppWrappers of the
+    namespaces where it may list them; the nodes, quota trees and headline numbers to those who may get
+    /debug/ledger, /debug/quota and /metrics (the chart's debug-viewer and metrics-reader ClusterRoles).
+
+    Anyone who has the URL acts with your credentials: it holds a random secret, so keep it to yourself. The
+    proxy answers only GET and HEAD of /ui pages, and only requests addressed to localhost (no DNS rebinding).
+    """
+    if opts.offline:
+        raise click.UsageError("dashboard has no --offline view: the pages come from the running controller")
+    where = opts.where
+    if where.url:
+        raise click.UsageError(f"with --url the controller is reachable directly: open {where.url.rstrip('/')}/ui/ "
+                               "in a browser (it asks for a token), or drop --url to go through the API server")
+    try:
+        conn = kube.connect(where.kubeconfig, where.context)
+    except KubeConnectError as err:
+        raise Failure(str(err)) from err
+
+    def token() -> str | None:
+        return where.token or kube.bearer_token(conn)
+
+    if not token():
+        click.echo(f"warning: {reach.no_token_hint(conn.source)}; until then the page asks for a token itself",
+                   err=True)
+    forwarder = dashboardproxy.Forwarder(conn, where, token, notify=click.echo)
+    try:
+        forwarder.locate()
+        proxy = dashboardproxy.DashboardProxy(forwarder, address=address, port=listen_port,
+                                              max_connections=max_connections)
+    except reach.DebugUnavailable as err:
+        raise Failure(str(err)) from err
+    except OSError as err:
+        raise Failure(f"cannot listen on {address} port {listen_port}: {err.strerror or err}") from err
+    click.echo(f"Dashboard: {proxy.url}")
+    probe = forwarder.forward("/ui/", [], {})
+    if isinstance(probe, dashboardproxy.Refusal):
+        click.echo(f"warning: {forwarder.explain(probe)}", err=True)
+    else:
+        probe.close()
+    click.echo(f"Forwarding /ui to {forwarder.route.what} through the API server {conn.server}; keep the URL to "
+               "yourself; press Ctrl-C to stop")
+    if open_browser and not webbrowser.open(proxy.url):
+        click.echo("warning: no web browser found here: open the URL yourself", err=True)
+    try:
+        proxy.serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        proxy.stop()
+    click.echo("stopped")
 
 
 @main.command()

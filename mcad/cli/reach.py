@@ -78,12 +78,22 @@ def pod_of_holder(identity: str) -> str:
     return identity.partition("_")[0].strip()
 
 
+def pod_proxy_base(namespace: str, pod: str, port: int) -> str:
+    """The API server's path to ``port`` of a pod: what follows it is the path asked of the pod."""
+    return f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy"
+
+
+def service_proxy_base(namespace: str, service: str) -> str:
+    """The API server's path to a Service's ``http`` port: what follows it is the path asked of a pod behind it."""
+    return f"/api/v1/namespaces/{namespace}/services/{service}:{SERVICE_PORT_NAME}/proxy"
+
+
 def pod_proxy_path(namespace: str, pod: str, port: int, endpoint: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/debug/{endpoint}"
+    return f"{pod_proxy_base(namespace, pod, port)}/debug/{endpoint}"
 
 
 def service_proxy_path(namespace: str, service: str, endpoint: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/services/{service}:{SERVICE_PORT_NAME}/proxy/debug/{endpoint}"
+    return f"{service_proxy_base(namespace, service)}/debug/{endpoint}"
 
 
 def lease_path(namespace: str, name: str) -> str:
@@ -131,6 +141,13 @@ def _direct_token(where: Where, url: str) -> str | None:
         return kube.bearer_token(kube.connect(where.kubeconfig, where.context))
     except KubeConnectError:
         return None
+
+
+def lease_holder(conn: kube.Connection, where: Where) -> str:
+    """The pod the Lease ``where.namespace/where.name`` names as the leader ("" when it names none); ``ApiError``
+    when it cannot be read (404: there is no such Lease)."""
+    lease = kube.request_json(conn, "GET", lease_path(where.namespace, where.name), timeout=where.timeout)
+    return pod_of_holder(str((lease.get("spec") or {}).get("holderIdentity") or ""))
 
 
 # -- directly, to --url ----------------------------------------------------------------------------------------------
@@ -229,8 +246,7 @@ class _ThroughApiServer:
         """The leader's pod name ("" when none is known), and whether the API server said there is no Lease."""
         where = self.where
         try:
-            lease = kube.request_json(self.conn, "GET", lease_path(where.namespace, where.name),
-                                      timeout=where.timeout)
+            holder = lease_holder(self.conn, where)
         except ApiError as err:
             self._fail_if_cluster_unreachable(err)
             if err.status == 404:
@@ -239,7 +255,6 @@ class _ThroughApiServer:
                 # Say 403: a user may be allowed to proxy to the Service without reading Leases.
                 self.tried.append(f"reading the Lease {where.namespace}/{where.name} failed ({_short(err)})")
             return "", err.status == 404
-        holder = pod_of_holder(str((lease.get("spec") or {}).get("holderIdentity") or ""))
         if not holder:
             self.tried.append(f"the Lease {where.namespace}/{where.name} has no holder")
         return holder, False

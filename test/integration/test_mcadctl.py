@@ -47,6 +47,7 @@ from test.e2e.conftest import (
     deployment_item,
     service_account_token,
 )
+from test.e2e.dashboard import mcadctl_dashboard
 from test.support import wait_until
 
 BIN = Path(sys.executable).parent
@@ -446,6 +447,19 @@ def test_a_standby_behind_the_service_is_followed_to_the_leader(cluster: Cluster
         doc = json.loads(result.stdout)
         assert doc["controller"]["identity"].startswith("leader-0_")
         assert queued_names(doc, cluster.namespace) == QUEUED
+
+        # mcadctl dashboard: the standby serves the page (it holds no data); its data routes answer 503 naming the
+        # leader, whose pod the proxy then asks, and keeps asking.
+        with mcadctl_dashboard(cluster.kubeconfig, ns, global_args=("--port", str(cluster.port), "--token",
+                                                                    TOKEN["reader"])) as dashboard:
+            assert dashboard.get().status == 200
+            for _ in range(2):
+                answer = dashboard.get(f"api/queue?namespace={cluster.namespace}")
+                assert answer.status == 200, answer.text
+                page = json.loads(answer.body)
+                assert page["controller"]["identity"].startswith("leader-0_")
+                assert [row["name"] for row in page["rows"] if row["position"] is not None] == QUEUED
+            assert f"now forwarding to the leader's pod {ns}/leader-0 (named by a standby)" in dashboard.output()
 
 
 # -- when there is nothing to reach ----------------------------------------------------------------------------------
