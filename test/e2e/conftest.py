@@ -106,11 +106,20 @@ class Controller:
         assert found, "the controller has not logged its HTTP port"
         return int(found[-1])
 
+    @property
+    def host(self) -> str:
+        """The address of its HTTP endpoint as a URL host, as it last logged it: loopback unless the test bound
+        another (the API server's proxy reaches no loopback address)."""
+        found = re.findall(rb"http server listening.*?address=(\S+)", self.log.read_bytes())
+        assert found, "the controller has not logged its HTTP address"
+        address = found[-1].decode()
+        return f"[{address}]" if ":" in address else address  # IPv6, as a URL writes it
+
     def get(self, path: str, token: str | None = "") -> tuple[int, str]:
         """GET ``path`` from its HTTP endpoint: the status code and body, errors included. It presents ``token``
         (default: the session's endpoint reader's, which may read everything; None: no token at all)."""
         token = self.token if token == "" else token
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
+        request = urllib.request.Request(f"http://{self.host}:{self.port}{path}",
                                          headers={"Authorization": f"Bearer {token}"} if token else {})
         try:
             with urllib.request.urlopen(request, timeout=10) as response:

@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client as k8s
@@ -40,6 +41,15 @@ from test.e2e.conftest import (
     pinned,
     running_controller,
 )
+from test.e2e.dashboard import (
+    SERVICE,
+    controller_service,
+    dashboard_user,
+    host_ip,
+    http_get,
+    mcadctl_dashboard,
+    user_kubeconfig,
+)
 from test.e2e.quota import QuotaTrees, node, subtree
 
 POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -53,8 +63,10 @@ LIVE_WITHIN = 3.0
 @pytest.fixture(scope="module")
 def controller(controller_kubeconfig: str, crd: None, quota_crd: None) -> Iterator[Controller]:
     """The module's controller, started once the QuotaSubtree CRD exists (so its quota trees are on); the data
-    views want a token, as in production."""
-    with running_controller(controller_kubeconfig, LOGS / "test_dashboard.log") as ctl:
+    views want a token, as in production. It listens on this machine's non-loopback address, where the API
+    server's service proxy can reach it (test/e2e/dashboard.py)."""
+    with running_controller(controller_kubeconfig, LOGS / "test_dashboard.log",
+                            "--http-bind-address", f"{host_ip()}:0") as ctl:
         yield ctl
 
 
@@ -68,8 +80,12 @@ def small_node(core: k8s.CoreV1Api) -> Iterator[tuple[str, dict[str, str]]]:
 # -- the page ----------------------------------------------------------------------------------------------------
 
 
+def origin(ctl: Controller) -> str:
+    return f"http://{ctl.host}:{ctl.port}"
+
+
 def page_url(ctl: Controller) -> str:
-    return f"http://127.0.0.1:{ctl.port}/ui/"
+    return f"{origin(ctl)}/ui/"
 
 
 def sign_in(browser: Browser, ctl: Controller, token: str, view: str = "queue") -> None:
@@ -138,6 +154,7 @@ def detail_of(browser: Browser, key: str) -> None:
 
 
 def explain(ctl: Controller, namespace: str, name: str) -> dict[str, Any]:
+    """/debug/explain's document, as the endpoint reader (what `mcadctl explain` prints)."""
     code, text = ctl.get(f"/debug/explain?namespace={namespace}&name={name}")
     assert code == 200, (code, text)
     return json.loads(text)  # type: ignore[no-any-return]
@@ -314,17 +331,18 @@ def make_trees(trees: QuotaTrees, tree: str) -> None:
 def test_the_page_keeps_to_its_policy_and_its_host(browser: Browser, controller: Controller, endpoint_reader: str,
                                                    small_node: tuple[str, dict[str, str]], aws: AppWrappers) -> None:
     for path in ("/ui/", "/ui/app.js", "/ui/app.css"):
-        with urllib.request.urlopen(f"http://127.0.0.1:{controller.port}{path}", timeout=10) as response:
-            assert response.headers["Content-Security-Policy"] == POLICY, path
-            assert response.headers["X-Content-Type-Options"] == "nosniff", path
-            assert response.headers["Referrer-Policy"] == "no-referrer", path
+        reply = http_get(f"{origin(controller)}{path}")
+        assert reply.status == 200, (path, reply.status)
+        assert reply.headers["content-security-policy"] == POLICY, path
+        assert reply.headers["x-content-type-options"] == "nosniff", path
+        assert reply.headers["referrer-policy"] == "no-referrer", path
 
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args: Any) -> None:
             return None
 
     with pytest.raises(urllib.error.HTTPError) as redirect:
-        urllib.request.build_opener(NoRedirect).open(f"http://127.0.0.1:{controller.port}/ui", timeout=10)
+        urllib.request.build_opener(NoRedirect).open(f"{origin(controller)}/ui", timeout=10)
     # Relative, so that it also works behind the API server's proxy, which prefixes every path.
     assert (redirect.value.code, redirect.value.headers["Location"]) == (302, "ui/")
 
@@ -342,5 +360,78 @@ def test_the_page_keeps_to_its_policy_and_its_host(browser: Browser, controller:
 
     assert browser.csp_violations() == []
     assert browser.console_errors() == []
-    origin = f"http://127.0.0.1:{controller.port}/"
-    assert [url for url in browser.requests() if not url.startswith(origin)] == [], "the page left its host"
+    home = f"{origin(controller)}/"
+    assert [url for url in browser.requests() if not url.startswith(home)] == [], "the page left its host"
+
+
+# -- through the API server ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def site(core: k8s.CoreV1Api, aws: AppWrappers, controller: Controller) -> Iterator[str]:
+    """The test namespace with the controller's Service in it (a stand-in Pod at this machine's address) and an
+    AppWrapper there that waits forever."""
+    controller_service(core, aws.namespace, host_ip(), controller.port)
+    aws.create(appwrapper("waiting", deployment_item("waiting", 1, "100000")))
+    yield aws.namespace
+    # The stand-in Pod is on no node, so nothing would ever finish it: aws waits for every pod to go.
+    core.delete_namespaced_pod(f"{SERVICE}-0", aws.namespace, grace_period_seconds=0)
+
+
+def as_user(browser: Browser, token: str) -> None:
+    """Every request of the browser carries ``token`` to the API server, as `kubectl proxy` would add it; the
+    local API server's certificate is self-signed."""
+    browser.driver.execute_cdp_cmd("Network.enable", {})
+    browser.driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Bearer {token}"}})
+    browser.driver.execute_cdp_cmd("Security.setIgnoreCertificateErrors", {"ignore": True})
+
+
+def proxy_url(api: k8s.ApiClient, namespace: str) -> str:
+    return f"{api.configuration.host}/api/v1/namespaces/{namespace}/services/{SERVICE}:http/proxy/ui/"
+
+
+def test_through_the_service_proxy_the_page_loads_for_a_user_with_services_proxy(
+        browser: Browser, site: str, kubeconfig: str, api: k8s.ApiClient) -> None:
+    token = dashboard_user(kubeconfig, site, "viewer", service_proxy=True)
+    as_user(browser, token)
+    # The API server keeps the Authorization it checked to itself: the controller asks for a token, and the page
+    # sends it in its own header, which the proxy passes on.
+    browser.get(proxy_url(api, site))
+    field = browser.visible("form#login input#token", "the sign-in form, behind the API server's proxy")
+    field.send_keys(token, Keys.ENTER)
+    key = f"{site}/waiting"
+    wait_row(browser, key, "the user's waiting AppWrapper, through the service proxy", state="Queued")
+    assert browser.script("return [...document.querySelectorAll('#filter-namespace option')].map(o => o.value)") == \
+        ["", site], "a tenant sees its own namespace only"
+    assert browser.csp_violations() == []
+    assert browser.console_errors() == []
+
+
+def test_through_the_service_proxy_a_user_without_services_proxy_is_refused(
+        browser: Browser, site: str, kubeconfig: str, api: k8s.ApiClient) -> None:
+    as_user(browser, dashboard_user(kubeconfig, site, "tenant", service_proxy=False))
+    browser.get(proxy_url(api, site))
+    text = browser.wait(lambda _: browser.find("body").text, "the API server's answer")
+    assert 'cannot get resource \\"services/proxy\\"' in text or 'cannot get resource "services/proxy"' in text, text
+    assert browser.find_all("#queue, form#login") == [], "the page itself was served"
+
+
+def test_mcadctl_dashboard_opens_the_page_for_a_user_with_services_proxy_only(
+        browser: Browser, site: str, kubeconfig: str, tmp_path: Path) -> None:
+    viewer = user_kubeconfig(kubeconfig, dashboard_user(kubeconfig, site, "viewer", service_proxy=True), tmp_path,
+                             "viewer")
+    with mcadctl_dashboard(viewer, site) as dashboard:
+        browser.get(dashboard.url)
+        # No sign-in: mcadctl shows the controller the token of its kubeconfig.
+        wait_row(browser, f"{site}/waiting", "the user's waiting AppWrapper, through mcadctl dashboard",
+                 state="Queued")
+        assert not browser.find("form#login").is_displayed()
+        assert browser.csp_violations() == []
+
+    tenant = user_kubeconfig(kubeconfig, dashboard_user(kubeconfig, site, "tenant", service_proxy=False), tmp_path,
+                             "tenant")
+    with mcadctl_dashboard(tenant, site) as dashboard:
+        browser.get(dashboard.url)
+        text = browser.wait(lambda _: browser.find("body").text, "mcadctl's page saying what is missing")
+        assert "services/proxy" in text, text
+        assert browser.find_all("#queue, form#login") == [], "the page itself was served"
