@@ -12,9 +12,10 @@ Contract:
   before the newest one kept is ignored, so the history stays in time order.
 - Bounded: at most ``WINDOW_SAMPLES`` samples (an hour of 10-s intervals has 360 intervals, so 361 samples); the
   oldest goes first. ``summary(now)`` uses only the samples of the hour up to ``now``.
-- Counter resets (a new ``Metrics``, a restarted process handing over its history, anything making a count go
-  down) never give a negative increase: across a reset the increase is the value after it, as Prometheus counts
-  it. A histogram counts as reset when any of its cumulative buckets went down.
+- Counter resets (the history pointed at a new ``Metrics``, as when a replica's dispatcher is rebuilt, or any
+  count going down) never give a negative increase: across a reset the increase is the value after it, as
+  Prometheus counts it. A histogram counts as reset when any of its cumulative buckets went down; one whose
+  bucket bounds changed counts only from the first sample with the new bounds.
 - Thread safety: one caller of ``sample`` at a time (the sampling thread); ``summary`` from any thread. The
   samples are a tuple replaced whole, so a reader sees the history before or after a sample, never half of it.
 - ``summary(now)`` is this JSON-ready document::
@@ -42,6 +43,7 @@ Contract:
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -90,7 +92,8 @@ class MetricsSource(Protocol):
 class Sample:
     at: float  # monotonic seconds
     dispatched: float  # the dispatched-decision counter
-    latency: Buckets  # the time-to-dispatch histogram
+    bounds: tuple[float, ...]  # the time-to-dispatch histogram's bucket upper bounds, +Inf last
+    counts: tuple[float, ...]  # and their cumulative counts
     states: Mapping[str, int]  # the dashboard's groups (GROUPS) -> AppWrappers
 
 
@@ -107,15 +110,6 @@ def grouped(states: Mapping[str, int]) -> dict[str, int]:
 def counter_increase(before: float, after: float) -> float:
     """A counter's increase between two readings; a reading lower than the one before means it restarted at 0."""
     return after - before if after >= before else after
-
-
-def buckets_increase(before: Buckets, after: Buckets) -> Buckets:
-    """Per-bucket increase of a histogram between two readings; a reset (any bucket went down, or the bounds
-    changed) counts everything after it."""
-    if [bound for bound, _ in before] != [bound for bound, _ in after] or any(
-            b[1] < a[1] for a, b in zip(before, after, strict=True)):
-        return after
-    return tuple((bound, b - a) for (bound, b), (_, a) in zip(after, before, strict=True))
 
 
 def histogram_quantile(q: float, buckets: Buckets) -> float | None:
@@ -142,12 +136,6 @@ def histogram_quantile(q: float, buckets: Buckets) -> float | None:
     return None  # cumulative counts below the total: not a well-formed histogram
 
 
-def _sum_buckets(total: Buckets | None, more: Buckets) -> Buckets:
-    if total is None or [bound for bound, _ in total] != [bound for bound, _ in more]:
-        return more  # bounds changed (a different histogram): only the latest layout is comparable
-    return tuple((bound, a + b) for (bound, a), (_, b) in zip(total, more, strict=True))
-
-
 class MetricsHistory:
     """Samples of one controller's metrics, and the dashboard's summary of them (see the module docstring)."""
 
@@ -169,7 +157,9 @@ class MetricsHistory:
             return
         source = self.metrics.sources.appwrapper_states
         states = grouped(source()) if source is not None else dict.fromkeys(GROUPS, 0)
-        taken = Sample(now, self.metrics.dispatched_total(), self.metrics.latency_buckets(), states)
+        buckets = self.metrics.latency_buckets()
+        taken = Sample(now, self.metrics.dispatched_total(), tuple(bound for bound, _ in buckets),
+                       tuple(count for _, count in buckets), states)
         self._samples = (*kept, taken)[-self.window:]
 
     def summary(self, now: float) -> dict[str, Any]:
@@ -193,12 +183,32 @@ def _per_minute(samples: Sequence[Sample]) -> float:
     return round(increase / span * MINUTE_SECONDS, 2)
 
 
-def _time_to_dispatch(samples: Sequence[Sample]) -> dict[str, Any]:
-    total: Buckets | None = None
+def latency_increase(samples: Sequence[Sample]) -> Buckets | None:
+    """The histogram's increase over ``samples`` (in time order), bucket by bucket: the sum of the increases
+    between consecutive samples, where a reset (any bucket went down) counts the sample after it whole, and a
+    change of bucket bounds (another histogram) starts the sum again from the sample after it. Between resets the
+    increases telescope, so only the samples around a reset are compared bucket by bucket. None with fewer than
+    two samples."""
+    if len(samples) < 2:
+        return None
+    total = [0.0] * len(samples[0].counts)
+    start = samples[0]
     for a, b in pairwise(samples):
-        total = _sum_buckets(total, buckets_increase(a.latency, b.latency))
-    p50 = histogram_quantile(0.5, total) if total is not None else None
-    p99 = histogram_quantile(0.99, total) if total is not None else None
+        if a.bounds != b.bounds:
+            total, start = list(b.counts), b
+        elif any(map(operator.lt, b.counts, a.counts)):
+            # Close the segment from ``start`` to ``a``, and count ``b`` whole.
+            total = [t + x - s + y for t, s, x, y in zip(total, start.counts, a.counts, b.counts, strict=True)]
+            start = b
+    last = samples[-1]
+    return tuple(zip(last.bounds, (t + x - s for t, s, x in zip(total, start.counts, last.counts, strict=True)),
+                     strict=True))
+
+
+def _time_to_dispatch(samples: Sequence[Sample]) -> dict[str, Any]:
+    increase = latency_increase(samples)
+    p50 = histogram_quantile(0.5, increase) if increase is not None else None
+    p99 = histogram_quantile(0.99, increase) if increase is not None else None
     return {"p50": None if p50 is None else round(p50, 3), "p99": None if p99 is None else round(p99, 3),
             "windowSeconds": round(samples[-1].at - samples[0].at, 1) if samples else 0.0}
 

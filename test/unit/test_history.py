@@ -14,9 +14,10 @@ from mcad.history import (
     SPARKLINE_MINUTES,
     WINDOW_SAMPLES,
     MetricsHistory,
-    buckets_increase,
+    Sample,
     counter_increase,
     histogram_quantile,
+    latency_increase,
 )
 from mcad.metrics import Metrics
 from test.support import wait_until
@@ -149,8 +150,21 @@ def test_a_counter_reset_never_gives_a_negative_rate() -> None:
 def test_increases_across_a_reset_are_the_values_after_it() -> None:
     assert counter_increase(100.0, 3.0) == 3.0
     assert counter_increase(3.0, 5.0) == 2.0
-    assert buckets_increase(((1.0, 5.0), (INF, 9.0)), ((1.0, 1.0), (INF, 12.0))) == ((1.0, 1.0), (INF, 12.0))
-    assert buckets_increase(((1.0, 5.0), (INF, 9.0)), ((1.0, 6.0), (INF, 12.0))) == ((1.0, 1.0), (INF, 3.0))
+
+
+def reading(at: float, *counts: float, bounds: tuple[float, ...] = (1.0, INF)) -> Sample:
+    return Sample(at, 0.0, bounds, counts, {})
+
+
+def test_histogram_increases_sum_across_resets_and_restart_on_other_bounds() -> None:
+    # +3/+3, then a reset (the le=1 bucket goes down): (1, 12) counts whole, then +1/+2.
+    readings = [reading(0, 5, 9), reading(10, 6, 12), reading(20, 1, 12), reading(30, 2, 14)]
+    assert latency_increase(readings) == ((1.0, 1 + 1 + 1), (INF, 3 + 12 + 2))
+    # Other bounds: only what comes from the first reading with them on counts.
+    readings.append(reading(40, 1, 2, 3, bounds=(1.0, 2.0, INF)))
+    readings.append(reading(50, 1, 4, 6, bounds=(1.0, 2.0, INF)))
+    assert latency_increase(readings) == ((1.0, 1), (2.0, 4), (INF, 6))
+    assert latency_increase(readings[:1]) is None
 
 
 def test_a_sample_from_before_the_newest_is_ignored() -> None:
