@@ -147,7 +147,8 @@ class Reports:
         for node in sorted(ledger.nodes(), key=lambda n: n.name):
             node_room = room.get(node.name, ResourceVector())
             node_planned = planned.get(node.name, ResourceVector())
-            nodes.append({"name": node.name, "schedulable": node.schedulable, "ready": node.ready,
+            nodes.append({"name": node.name, "cluster": node.cluster, "schedulable": node.schedulable,
+                          "ready": node.ready,
                           "allocatable": quantities(node.allocatable),
                           "used": quantities((node.allocatable - node_room).clamp()),
                           "planned": quantities(node_planned),
@@ -231,7 +232,8 @@ class Reports:
                     line += f": {condition['message']}"
                 details.append(line)
         return {"namespace": namespace, "name": name, "found": True, "state": state or State.NEW,
-                "summary": summary, "details": details}
+                "summary": summary, "details": details, "uid": aw.uid, "labels": dict(aw.labels),
+                "annotations": dict(aw.annotations)}
 
     def _explain(self, aw: AppWrapperView, current: StatusView, state: str) -> tuple[str, list[str]]:
         d = self.dispatcher

@@ -50,6 +50,7 @@ from mcad import kube
 from mcad.api.appwrapper import API_VERSION, KIND
 from mcad.clock import Clock, RealClock
 from mcad.errors import ApiError
+from mcad.recentevents import RecentEvents
 
 log = structlog.get_logger("mcad.events")
 
@@ -494,8 +495,11 @@ class EventRecorder:
     """
 
     def __init__(self, conn: kube.Connection, *, component: str = "mcad-controller", instance: str | None = None,
-                 clock: Clock | None = None, limits: EventLimits | None = None) -> None:
+                 clock: Clock | None = None, limits: EventLimits | None = None,
+                 recent: RecentEvents | None = None) -> None:
+        """``recent`` also keeps every event asked for, for the dashboard (``mcad.recentevents``)."""
         self._conn = conn
+        self.recent = recent
         self.component = component
         self.instance = (instance or socket.gethostname())[:128]  # reportingInstance's length limit
         self._clock = clock or RealClock()
@@ -548,6 +552,8 @@ class EventRecorder:
                 outcome = self._planner.plan(ref, type_, reason, message, monotonic=monotonic, wall=wall)
                 if outcome is Outcome.QUEUED:
                     self._cond.notify()
+            if self.recent is not None and outcome != DROP_INVALID:
+                self.recent.add(ref.namespace, ref.name, ref.uid, type_, reason, message, wall)
             if outcome == DROP_INVALID:
                 log.error("invalid event not recorded", reason=reason, type=type_,
                           object=f"{ref.namespace}/{ref.name}")

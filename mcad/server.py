@@ -43,13 +43,15 @@ import structlog
 
 from mcad.admission.request import UserInfo
 from mcad.api.appwrapper import GROUP, PLURAL
+from mcad.dashboard import SECURITY_HEADERS, Answer, Dashboard, Refusal, Source
 from mcad.debug import Reports
 from mcad.dispatcher import Dispatcher
 from mcad.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
 from mcad.events import EventCounters
 from mcad.hub.connections import Hub
 from mcad.metrics import CONTENT_TYPE, Metrics
-from mcad.snapshots import DEFAULT_INTERVAL_SECONDS, Busy, Part, Snapshots, encode
+from mcad.recentevents import RecentEvents
+from mcad.snapshots import DEFAULT_INTERVAL_SECONDS, Busy, Part, Snapshot, Snapshots, encode
 
 log = structlog.get_logger("mcad.server")
 Check = Callable[[], tuple[bool, str]]
@@ -76,12 +78,16 @@ def parse_bind_address(address: str) -> tuple[str, int]:
 
 
 class Refused(Exception):
-    """A request that is not answered: its HTTP status and a short message."""
+    """A request that is not answered: its HTTP status, a short message, and what else the answer says."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.extra = extra
+
+    def document(self) -> dict[str, Any]:
+        return {"error": self.message, **self.extra}
 
 
 class Access:
@@ -169,7 +175,22 @@ class DebugEndpoints:
         try:
             return self._answer(path, query, user, access)
         except Refused as refused:
-            return refused.status, {"error": refused.message}
+            return refused.status, refused.document()
+
+    def snapshot(self, parts: set[Part], *, fresh_within: float | None = None) -> Snapshot:
+        """A snapshot holding ``parts`` (see ``Snapshots.read``); ``Refused`` 503 on a standby (naming the leader),
+        before the informers synced, or when the loop is too busy to build one in time. No parts: only the
+        checks."""
+        if not self.leading():
+            raise Refused(503, "not the leader", leader=self.leader())
+        if not self.running():
+            raise Refused(503, "not ready: the informers are still syncing")
+        if not parts:
+            return Snapshot(time.monotonic())
+        try:
+            return self.snapshots.read(parts, self.timeout, fresh_within=fresh_within)
+        except Busy as err:
+            raise Refused(503, f"busy, retry: {err}") from err
 
     def _answer(self, path: str, query: Mapping[str, str], user: UserInfo | None,
                 access: Access) -> tuple[int, dict[str, Any] | bytes]:
@@ -189,14 +210,7 @@ class DebugEndpoints:
         else:
             return 404, {"error": f"no such endpoint {path}; try /debug/queue, /debug/ledger, /debug/quota, "
                                   "/debug/clusters, /debug/explain"}
-        if not self.leading():
-            return 503, {"error": "not the leader", "leader": self.leader()}
-        if not self.running():
-            return 503, {"error": "not ready: the informers are still syncing"}
-        try:
-            snapshot = self.snapshots.read({part}, self.timeout)
-        except Busy as err:
-            return 503, {"error": f"busy, retry: {err}"}
+        snapshot = self.snapshot({part})
         document = snapshot.documents[part]
         if isinstance(part, tuple) and document is None:
             return self._unknown(part[1], part[2])
@@ -217,6 +231,36 @@ class DebugEndpoints:
     @staticmethod
     def _unknown(namespace: str, name: str) -> tuple[int, dict[str, Any]]:
         return 404, {"error": f"AppWrapper {namespace}/{name} not found"}
+
+
+class DashboardSource(Source):
+    """The dashboard's views read what /debug reads, with the same checks of the caller's rights."""
+
+    def __init__(self, debug: DebugEndpoints, access: Access) -> None:
+        self.debug = debug
+        self.access = access
+
+    def snapshot(self, parts: set[Part], user: UserInfo | None, *, fresh_within: float | None,
+                 require: tuple[str, ...] = ()) -> Snapshot:
+        try:
+            for path in require:
+                self.access.require(user, path)
+            return self.debug.snapshot(parts, fresh_within=fresh_within)
+        except Refused as refused:
+            raise Refusal(refused.status, refused.document()) from refused
+
+    def visible_namespaces(self, user: UserInfo | None, shown: set[str],
+                           known: frozenset[str]) -> frozenset[str] | None:
+        try:
+            return self.access.visible(user, shown, known)
+        except Refused as refused:
+            raise Refusal(refused.status, refused.document()) from refused
+
+    def may_list(self, user: UserInfo | None, namespace: str) -> bool:
+        try:
+            return self.access.may_list(user, namespace)
+        except Refused as refused:
+            raise Refusal(refused.status, refused.document()) from refused
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -262,14 +306,23 @@ class _QuietServer(ThreadingHTTPServer):
 
 class Server:
     def __init__(self, bind_address: str, *, metrics: Metrics, live: Check, ready: Check,
-                 debug: DebugEndpoints | None = None, gate: Gate | None = None, insecure: bool = False) -> None:
-        """``gate`` checks every request but health; ``insecure`` (and no gate) checks none."""
+                 debug: DebugEndpoints | None = None, gate: Gate | None = None, insecure: bool = False,
+                 recent_events: RecentEvents | None = None,
+                 summary: Callable[[], Mapping[str, Any]] | None = None) -> None:
+        """``gate`` checks every request but health and the dashboard's static files; ``insecure`` (and no gate)
+        checks none. With ``debug``, the dashboard is served at /ui (``recent_events`` and ``summary`` feed its
+        detail and headline views)."""
         if gate is None and not insecure:
             raise ValueError("a Server needs a Gate to check access, or insecure=True")
         host, port = parse_bind_address(bind_address)
-        handler = _handler(metrics, live, ready, debug, Access(None if insecure else gate))
+        access = Access(None if insecure else gate)
+        dashboard = None if debug is None else Dashboard(DashboardSource(debug, access), events=recent_events,
+                                                          summary=summary)
+        handler = _handler(metrics, live, ready, debug, access, dashboard)
         self.insecure = insecure
         self._httpd = _QuietServer((host, port), handler)
+        if dashboard is not None:
+            dashboard.port = self.port
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
 
     @property
@@ -279,7 +332,7 @@ class Server:
     def start(self) -> None:
         self._thread.start()
         log.info("http server listening", address=self._httpd.server_address[0], port=self.port,
-                 endpoints="/metrics /healthz /readyz /debug/{queue,ledger,quota,clusters,explain}",
+                 endpoints="/metrics /healthz /readyz /debug/{queue,ledger,quota,clusters,explain} /ui",
                  access="open to anyone" if self.insecure else "bearer token, TokenReview, SubjectAccessReview")
 
     def stop(self) -> None:
@@ -288,7 +341,7 @@ class Server:
 
 
 def _handler(metrics: Metrics, live: Check, ready: Check, debug: DebugEndpoints | None,
-             access: Access) -> type[BaseHTTPRequestHandler]:
+             access: Access, dashboard: Dashboard | None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "mcad"
         # Headers and body go out in separate writes: with Nagle's algorithm the body waits for the client's
@@ -299,6 +352,9 @@ def _handler(metrics: Metrics, live: Check, ready: Check, debug: DebugEndpoints 
 
         def do_GET(self) -> None:  # the name http.server dispatches to
             url = urlsplit(self.path)
+            if dashboard is not None and (url.path == "/ui" or url.path.startswith("/ui/")):
+                self._dashboard(url.path, url.query)
+                return
             path = url.path.rstrip("/") or "/"
             if path in ("/healthz", "/readyz"):
                 ok, reason = (live if path == "/healthz" else ready)()
@@ -324,6 +380,25 @@ def _handler(metrics: Metrics, live: Check, ready: Check, debug: DebugEndpoints 
                 self._send(404, b"not found: try /metrics, /healthz, /readyz, /debug/queue\n",
                            "text/plain; charset=utf-8")
 
+        # HEAD answers as GET would, without the body (a proxy or a link checker asks it of the page).
+        do_HEAD = do_GET
+
+        def _dashboard(self, path: str, raw_query: str) -> None:
+            assert dashboard is not None
+            if path.startswith("/ui/api/"):
+                try:
+                    user = access.user(self.headers)
+                except Refused as refused:
+                    self._refuse(refused, json_body=True)
+                    return
+                query = {k: v[-1] for k, v in parse_qs(raw_query).items()}
+                answer = dashboard.view(path.removeprefix("/ui/api/"), query, user)
+            else:
+                page = dashboard.page(path)
+                answer = page if page is not None else Answer(404, b"not found\n", "text/plain; charset=utf-8",
+                                                              SECURITY_HEADERS)
+            self._send(answer.status, answer.body, answer.content_type, answer.headers)
+
         def _refuse(self, refused: Refused, *, json_body: bool) -> None:
             if json_body:
                 body, content_type = encode({"error": refused.message}), "application/json"
@@ -339,7 +414,8 @@ def _handler(metrics: Metrics, live: Check, ready: Check, debug: DebugEndpoints 
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(body)
+            if self.command != "HEAD":
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:  # the base class names it format
             log.debug("http request", client=self.address_string(), request=format % args)

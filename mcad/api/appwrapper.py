@@ -155,6 +155,8 @@ class AppWrapperView:
     # Its labels (string values only): a label whose key names a quota tree says where it is charged.
     labels: Mapping[str, str] = field(default_factory=dict)
     finalizers: tuple[str, ...] = ()
+    # Its annotations as people are shown them (the dashboard's detail), bounded by ``shown_annotations``.
+    annotations: Mapping[str, str] = field(default_factory=dict)
     # Why it may not be dispatched whatever room there is ("" when nothing holds it): set by mcad.tenantstore,
     # e.g. a spec.priorityClassName naming no PriorityClass. It waits in the queue, saying so, and preempts nobody.
     held: str = ""
@@ -274,6 +276,24 @@ def _judge(raw: Mapping[str, Any], limits: Limits) -> Spec:
 
 
 _NO_LABELS: Mapping[str, str] = MappingProxyType({})
+# What of an AppWrapper's annotations is kept for display: the informer keeps every view in memory, and an
+# annotation can be as large as the object (kubectl's last-applied-configuration is the whole spec, left out).
+SHOWN_ANNOTATIONS = 16
+SHOWN_ANNOTATION_CHARS = 256
+_NOT_SHOWN = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
+
+
+def shown_annotations(annotations: Mapping[str, Any]) -> Mapping[str, str]:
+    """At most ``SHOWN_ANNOTATIONS`` string annotations (by key), values cut to ``SHOWN_ANNOTATION_CHARS``."""
+    kept = {}
+    for key in sorted(str(k) for k in annotations)[: SHOWN_ANNOTATIONS + len(_NOT_SHOWN)]:
+        value = annotations.get(key)
+        if key in _NOT_SHOWN or not isinstance(value, str):
+            continue
+        kept[key] = value if len(value) <= SHOWN_ANNOTATION_CHARS else value[: SHOWN_ANNOTATION_CHARS - 1] + "\u2026"
+        if len(kept) == SHOWN_ANNOTATIONS:
+            break
+    return MappingProxyType(kept) if kept else _NO_LABELS
 
 
 def appwrapper_view(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS, *,
@@ -301,6 +321,7 @@ def appwrapper_view(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS, *,
         api_version=sys.intern(str(raw.get("apiVersion") or API_VERSION)),
         labels=MappingProxyType(labels) if labels else _NO_LABELS,
         finalizers=tuple(f for f in finalizers if isinstance(f, str)) if isinstance(finalizers, list) else (),
+        annotations=shown_annotations(as_mapping(meta.get("annotations"))),
     )
 
 

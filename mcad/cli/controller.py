@@ -47,6 +47,7 @@ from mcad.hub.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.hub.connections import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.informer import Informer
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
+from mcad.recentevents import RecentEvents
 from mcad.reservations import DEFAULT_RESERVATIONS
 from mcad.wiring import build, quota_served
 
@@ -287,7 +288,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
         return
 
     identity = default_identity()
-    recorder = events.EventRecorder(conn, component="mcad-controller", instance=identity)
+    recorder = events.EventRecorder(conn, component="mcad-controller", instance=identity, recent=RecentEvents())
     if quota_trees and not quota_served(client):
         logger.info("QuotaSubtree is not served (install config/crd/quota.codeflare.dev_quotasubtrees.yaml); "
                     "quota trees are off")
@@ -480,7 +481,7 @@ def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[
             "queue included; use it for local debugging only", address=address)
     gate = None if insecure else Gate(ApiReviews(conn))
     return server.Server(address, metrics=dispatcher.metrics, live=live, ready=ready, debug=debug, gate=gate,
-                         insecure=insecure)
+                         insecure=insecure, recent_events=recorder.recent)
 
 
 def start_history_sampling(history: MetricsHistory, interval: float, stop: threading.Event, *,

@@ -76,9 +76,13 @@ class QueueReports(FakeReports):
         return self.queue
 
     def queue(self) -> dict[str, Any]:
-        return {"queued": [{"namespace": "team-a", "name": "a1", "position": 2},
-                           {"namespace": "team-b", "name": "b1", "position": 1}],
-                "dispatched": [{"namespace": "team-b", "name": "b2"}, {"namespace": "team-a", "name": "a2"}],
+        row = {"state": "Queued", "priority": 0, "demand": {"cpu": "1"}}
+        running = {**row, "state": "Running"}
+        return {"queued": [{"namespace": "team-a", "name": "a1", "position": 2, **row},
+                           {"namespace": "team-b", "name": "b1", "position": 1, **row}],
+                "dispatched": [{"namespace": "team-b", "name": "b2", **running},
+                               {"namespace": "team-a", "name": "a2", **running}],
+                "controller": {}, "generatedAt": None,
                 "reservations": [{"appwrapper": "team-b/b1", "nodes": ["n1"], "amount": "cpu=4", "startsBy": None},
                                  {"appwrapper": "team-a/a1", "nodes": ["n2"], "amount": "cpu=2", "startsBy": None}]}
 
@@ -219,3 +223,31 @@ def test_connections_beyond_the_bound_are_closed_and_the_server_serves_again_onc
             return False
     wait_until(healthy, 10, "the server to answer once the idle clients went")
     http.stop()
+
+
+def test_the_dashboard_page_is_open_and_its_views_need_the_rights_of_debug(served: tuple[Server, Reviews]) -> None:
+    http, _ = served
+    request = urllib.request.Request(f"http://127.0.0.1:{http.port}/ui/")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200 and "script-src 'self'" in response.headers["Content-Security-Policy"]
+        assert b"<title>mcad dashboard</title>" in response.read()
+    head = urllib.request.Request(f"http://127.0.0.1:{http.port}/ui/app.js", method="HEAD")
+    with urllib.request.urlopen(head, timeout=10) as response:
+        assert response.status == 200 and response.read() == b"" and int(response.headers["Content-Length"]) > 1000
+    code, body = get(http, "/ui/api/queue")
+    assert code == 401 and "no bearer token" in body
+    assert get(http, "/ui/api/queue", "forged")[0] == 401
+    # A tenant: its namespace only, through the proxy's header as the page sends it.
+    code, body = get(http, "/ui/api/queue", "alice", header="X-Mcad-Authorization")
+    assert code == 200, body
+    doc = json.loads(body)
+    assert [(row["name"], row["position"]) for row in doc["rows"]] == [("a1", 2), ("a2", None)]
+    assert doc["namespaces"] == ["team-a"] and [held["appwrapper"] for held in doc["reservations"]] == ["team-a/a1"]
+    code, body = get(http, "/ui/api/nodes", "alice")
+    assert code == 403 and "may not get /debug/ledger" in json.loads(body)["error"]
+    code, body = get(http, "/ui/api/summary", "alice")
+    assert code == 403 and "may not get /metrics" in json.loads(body)["error"]
+    hidden = get(http, "/ui/api/explain?namespace=team-b&name=b1", "alice")
+    assert hidden == (404, '{"error":"AppWrapper team-b/b1 not found"}\n')
+    admin = json.loads(get(http, "/ui/api/queue?state=Running", "admin")[1])
+    assert [row["name"] for row in admin["rows"]] == ["b2", "a2"] and admin["counts"] == {"Queued": 2, "Running": 2}
