@@ -151,10 +151,10 @@ def render(results: list[Result]) -> str:
         out.append("   " + "; ".join(head))
         extra = []
         for key in ("throughput", "restart", "backlog", "big", "requests_per_call", "admitted_with_creator",
-                    "starvation", "page", "payload_bytes"):
+                    "starvation", "page", "payload_bytes", "polls_over_target"):
             if r.get(key):
                 extra.append((f"{key}: " if key in ("requests_per_call", "admitted_with_creator", "page",
-                                                    "payload_bytes") else "")
+                                                    "payload_bytes", "polls_over_target") else "")
                              + ", ".join(f"{k} {_fmt(v)}" for k, v in r[key].items()))
         for key in ("create_rate_per_s", "utilisation_pct", "controller_ready_s", "webhooks_admitting_s",
                     "ceiling_source", "server_time_source"):

@@ -1478,12 +1478,19 @@ def dashboard(opts: Options, result: Result) -> None:
         result["server_time_source"] = ("the controller's Server-Timing header" if server else
                                         "client round trip on loopback (no Server-Timing header): an upper bound")
 
+        def took(answer: Answer) -> float:
+            return answer.server_s if server and answer.server_s is not None else answer.round_trip_s
+
         def times(answers: list[Answer]) -> dict[str, Any]:
-            return summary(a.server_s if server and a.server_s is not None else a.round_trip_s for a in answers)
+            return summary(took(a) for a in answers)
 
         result["latency"] = {"first_page_polled_1_per_s": times(spaced), "first_page_back_to_back": times(back_to_back),
                              "last_page_back_to_back": times(last_page),
                              "first_page_round_trip_polled_1_per_s": summary(a.round_trip_s for a in spaced)}
+        result["polls_over_target"] = {
+            name: sum(1 for a in answers if took(a) * 1000 >= DASHBOARD_SERVER_MS_TARGET)
+            for name, answers in (("first_page_polled_1_per_s", spaced), ("first_page_back_to_back", back_to_back),
+                                  ("last_page_back_to_back", last_page))}
         sizes = [len(a.body) for a in spaced]
         result["payload_bytes"] = {"first_page_max": max(sizes), "first_page_min": min(sizes),
                                    "last_page_max": max(len(a.body) for a in last_page)}
