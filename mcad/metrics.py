@@ -269,6 +269,25 @@ class Metrics:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
 
+    def dispatched_total(self) -> float:
+        """``mcad_dispatch_decisions_total{decision="dispatched"}``, read from the counter alone (``value`` collects
+        the whole registry, the AppWrapper count by state included: O(AppWrappers))."""
+        for family in self._decisions.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total") and sample.labels.get("decision") == "dispatched":
+                    return sample.value
+        return 0.0
+
+    def latency_buckets(self) -> tuple[tuple[float, float], ...]:
+        """``mcad_dispatch_latency_seconds``: (upper bound, cumulative count) per bucket, ascending, +Inf last;
+        read from the histogram alone (see ``dispatched_total``)."""
+        buckets = []
+        for family in self._latency.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    buckets.append((float(sample.labels["le"]), sample.value))
+        return tuple(sorted(buckets))
+
     def value(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
         """One sample's value (tests and the debug CLI): ``name`` as exposed, e.g. ``mcad_dispatch_decisions_total``."""
         return self.registry.get_sample_value(name, dict(labels or {}))

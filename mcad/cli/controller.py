@@ -37,10 +37,12 @@ from mcad.admission import server as webhook_server
 from mcad.admission.kubefacts import KubeFacts
 from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, VERSION
 from mcad.api.validation import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_ITEMS_CEILING, Limits
+from mcad.clock import Clock, RealClock
 from mcad.debug import Reports
 from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, Dispatcher
 from mcad.endpointauth import ApiReviews, Gate
 from mcad.errors import ApiError, KubeConnectError
+from mcad.history import MetricsHistory
 from mcad.hub.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.hub.connections import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.informer import Informer
@@ -480,6 +482,28 @@ def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[
     gate = None if insecure else Gate(ApiReviews(conn))
     return server.Server(address, metrics=dispatcher.metrics, live=live, ready=ready, debug=debug, gate=gate,
                          insecure=insecure, recent_events=recorder.recent)
+
+
+def start_history_sampling(history: MetricsHistory, interval: float, stop: threading.Event, *,
+                           clock: Clock | None = None) -> threading.Thread:
+    """Sample ``history`` at once and then every ``interval`` seconds until ``stop`` is set, on a daemon thread
+    (the dashboard's headline numbers, ``mcad.history``). A failing sample is logged and the next one tried: the
+    numbers go stale, the controller goes on."""
+    ticks = clock if clock is not None else RealClock()
+    logger = structlog.get_logger("mcad.controller")
+
+    def run() -> None:
+        while True:
+            try:
+                history.sample(ticks.monotonic())
+            except Exception as err:  # the page shows older numbers; nothing else depends on them
+                logger.warning("metrics history sample failed", reason=type(err).__name__, error=str(err))
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=run, name="metrics-history", daemon=True)
+    thread.start()
+    return thread
 
 
 def _stop_leading(stop: threading.Event, dispatcher: Dispatcher, worker: threading.Thread) -> None:

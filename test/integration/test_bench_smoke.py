@@ -7,8 +7,9 @@ re-dispatches nothing, the noisy neighbour's AppWrappers and the other tenant's 
 queues all of its AppWrappers and measures the controller before and after a restart, admission asks one
 review per item of a new user and nothing of a cached one, and with the webhooks registered every AppWrapper of
 the throughput run is reviewed by them (and none without), pollers get /debug/queue answered while probes dispatch,
-churn counts the controller's API writes, and starvation creates each gang behind a full cluster and records
-whether it was dispatched (the figures, and so the starvation target, are left to the real runs).
+churn counts the controller's API writes, starvation creates each gang behind a full cluster and records
+whether it was dispatched (the figures, and so the starvation target, are left to the real runs), and the
+dashboard's queue view answers its first page of queued rows to each poll.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ["ceiling", "throughput", "throughput_webhooks", "deep_queue", "churn", "restart", "noisy_neighbour",
-             "memory", "admission", "pollers", "starvation"]
+             "memory", "admission", "pollers", "starvation", "dashboard"]
 PERCENTILES = {"n", "p50_ms", "p90_ms", "p99_ms", "mean_ms"}
 
 
@@ -128,3 +129,14 @@ def test_throughput_with_webhooks_reviews_every_appwrapper_and_reports_both_shar
     assert entry["admitted_with_creator"] == {"off": 0, "on": n}
     assert {mode: phase["throughput"]["dispatched"] for mode, phase in entry["phases"].items()} == {"off": n, "on": n}
     assert {"share_of_ceiling_off_pct", "share_of_ceiling_on_pct", "on_over_off_pct"} <= set(entry["throughput"])
+
+
+def test_dashboard_queue_view_answers_every_poll_with_its_first_page(results: dict[str, dict]) -> None:
+    entry = results["dashboard"]
+    polls = entry["params"]["polls_each"]
+    assert entry["page"]["total"] == entry["params"]["queued_appwrappers"]
+    assert 0 < entry["page"]["rows"] <= entry["page"]["limit"]
+    assert {name: figures["n"] for name, figures in entry["latency"].items()} == dict.fromkeys(
+        ("first_page_polled_1_per_s", "first_page_back_to_back", "last_page_back_to_back",
+         "first_page_round_trip_polled_1_per_s"), polls)
+    assert entry["payload_bytes"]["first_page_max"] > 0

@@ -12,7 +12,7 @@ A scenario that fails is reported with what it measured so far, and the next one
 failed.
 
 Scenarios: ceiling, throughput, throughput_webhooks, deep_queue, churn, restart, noisy_neighbour, memory,
-admission, pollers, starvation (see test/perf/scenarios.py).
+admission, pollers, starvation, dashboard (see test/perf/scenarios.py).
 """
 
 from __future__ import annotations
@@ -151,12 +151,13 @@ def render(results: list[Result]) -> str:
         out.append("   " + "; ".join(head))
         extra = []
         for key in ("throughput", "restart", "backlog", "big", "requests_per_call", "admitted_with_creator",
-                    "starvation"):
+                    "starvation", "page", "payload_bytes", "polls_over_target"):
             if r.get(key):
-                extra.append((f"{key}: " if key in ("requests_per_call", "admitted_with_creator") else "")
+                extra.append((f"{key}: " if key in ("requests_per_call", "admitted_with_creator", "page",
+                                                    "payload_bytes", "polls_over_target") else "")
                              + ", ".join(f"{k} {_fmt(v)}" for k, v in r[key].items()))
         for key in ("create_rate_per_s", "utilisation_pct", "controller_ready_s", "webhooks_admitting_s",
-                    "ceiling_source"):
+                    "ceiling_source", "server_time_source"):
             if r.get(key) is not None:
                 extra.append(f"{key} {_fmt(r[key])}")
         if r.get("controller_before_restart"):

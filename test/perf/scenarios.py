@@ -1233,13 +1233,13 @@ POLLERS = 16
 POLLERS_DELAY_TARGET_MS = 50.0
 
 
-def reader_token(api: Api, name: str = "bench-reader") -> str:
-    """A TokenRequest token of a ServiceAccount that may read every /debug document (as the chart's debug viewer
-    ClusterRole grants)."""
+def reader_token(api: Api, name: str = "bench-reader", urls: tuple[str, ...] = ("/debug/*", "/metrics")) -> str:
+    """A TokenRequest token of a ServiceAccount that may get ``urls`` (by default every /debug document, as the
+    chart's debug viewer ClusterRole grants) and list AppWrappers everywhere."""
     rbac = "/apis/rbac.authorization.k8s.io/v1"
     api.create(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": name}})
     api.create(f"{rbac}/clusterroles", {"metadata": {"name": name}, "rules": [
-        {"nonResourceURLs": ["/debug/*", "/metrics"], "verbs": ["get"]},
+        {"nonResourceURLs": list(urls), "verbs": ["get"]},
         {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"], "verbs": ["list"]}]})
     api.create(f"{rbac}/clusterrolebindings", {
         "metadata": {"name": name},
@@ -1257,7 +1257,6 @@ def pollers(opts: Options, result: Result) -> None:
     N), then one-pod AppWrappers are created one at a time, creation -> Running, first with no pollers, then with
     16. The delay is the difference of the two medians (and of the p99s); also polls answered per second and how
     long one took."""
-    import socket
     import urllib.error
     import urllib.request
 
@@ -1267,9 +1266,7 @@ def pollers(opts: Options, result: Result) -> None:
     result["params"] = {"backlog_appwrappers": n, "probes_each": n_probes, "pollers": POLLERS, "nodes": 2}
     with Env("pollers", opts, result) as env:
         env.nodes(2, cpu="8", memory="32Gi", pods=110)
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
+        port = free_port()
         # The last --http-bind-address wins: a port known here, since the controller logs at warning level.
         ctl = env.controller("controller", args=(*opts.controller_args, "--http-bind-address", f"127.0.0.1:{port}"))
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
@@ -1355,6 +1352,155 @@ def pollers(opts: Options, result: Result) -> None:
             raise BenchError(f"no poll was answered: {codes}")
         add_target(result, f"dispatch delay (p50) with {POLLERS} /debug/queue pollers", delay_p50, "<=",
                    POLLERS_DELAY_TARGET_MS, "ms")
+
+
+# ---------------------------------------------------------------------------------------------- dashboard
+
+DASHBOARD_QUEUE_PATH = "/ui/api/queue"
+DASHBOARD_SERVER_MS_TARGET = 50.0
+DASHBOARD_PAGE_BYTES_TARGET = 200_000  # 200 KB, counted in thousands (the stricter reading)
+SERVER_TIMING = re.compile(r"dur=([0-9.]+)")
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (the controller logs at warning level, so its port is chosen here)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Answer:
+    code: int
+    round_trip_s: float  # request sent -> whole body read, on loopback
+    server_s: float | None  # the first dur= of a Server-Timing header, when the controller sends one
+    body: bytes
+
+
+def http_get(url: str, token: str) -> Answer:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"X-Mcad-Authorization": f"Bearer {token}",
+                                                   "Accept": "application/json"})
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = response.read()
+            code, timing = response.status, response.headers.get("Server-Timing")
+    except urllib.error.HTTPError as err:
+        body, code, timing = err.read(), err.code, err.headers.get("Server-Timing")
+    elapsed = time.monotonic() - started
+    match = SERVER_TIMING.search(timing or "")
+    return Answer(code, elapsed, float(match.group(1)) / 1000 if match else None, body)
+
+
+def dashboard(opts: Options, result: Result) -> None:
+    """The dashboard's queue view with a deep backlog (issue 18): N AppWrappers that can never fit (1
+    nvidia.com/gpu each, no GPUs; queued as in deep_queue), then GET /ui/api/queue (first page, default limit)
+    as the page polls it, once a second, and then back to back; also the last page, back to back. Reports the
+    time per answer and the payload size. The time is the server's own (Server-Timing) when the controller sends
+    that header, else the client's round trip on loopback (which includes the server's time plus the connection
+    and transfer: an upper bound); ``server_time_source`` says which."""
+    f = opts.factor("dashboard")
+    n = scaled(10000, f)
+    n_nodes = scaled(10, f)
+    n_polls = scaled(50, f, minimum=10)
+    result["params"] = {"queued_appwrappers": n, "nodes": n_nodes, "polls_each": n_polls, "poll_interval_s": 1.0}
+    with Env("dashboard", opts, result) as env:
+        env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
+        port = free_port()
+        # The last --http-bind-address wins.
+        ctl = env.controller("controller", args=(*opts.controller_args, "--http-bind-address", f"127.0.0.1:{port}"))
+        result["controller_ready_s"] = round(warmup(env, ctl), 2)
+        baseline = ctl.stats()
+        token = reader_token(env.api, urls=("/debug/*", "/metrics", "/ui/*"))
+        backlog = Tracker()
+        env.watch(watch_appwrappers(env.api, backlog))
+        say(f"dashboard: queueing {n} AppWrappers that cannot fit")
+        started = time.monotonic()
+        with Progress("dashboard", lambda: f"created {len(backlog.created)}/{n}, seen Pending {len(backlog.pending)}"):
+            create_s = create_all(env, backlog, [
+                appwrapper(f"gpu-{i:05d}", [configmap_item(f"gpu-{i:05d}", {"nvidia.com/gpu": "1"})])
+                for i in range(n)])
+            backlog.wait(lambda: len(backlog.pending) >= n, 120 + n / 10, f"{n} AppWrappers Pending",
+                         ctl.check_alive)
+        result["backlog"] = {"create_s": round(create_s, 1), "queued_s": round(time.monotonic() - started, 1)}
+        first = f"http://127.0.0.1:{port}{DASHBOARD_QUEUE_PATH}"
+
+        def check(answer: Answer, what: str) -> dict[str, Any]:
+            if answer.code != 200:
+                raise BenchError(f"{what} answered {answer.code}: {answer.body[:300]!r}")
+            document: dict[str, Any] = json.loads(answer.body)
+            return document
+
+        # The controller's queue may lag the watch by a publish interval: wait until it lists the whole backlog.
+        def whole_backlog() -> dict[str, Any] | None:
+            document = check(http_get(first, token), DASHBOARD_QUEUE_PATH)
+            return document if int(document.get("total") or 0) >= n else None
+
+        page = wait_for(whole_backlog, 60, f"{DASHBOARD_QUEUE_PATH} listing {n} AppWrappers", interval=1.0,
+                        alive=ctl.check_alive)
+        rows = page.get("rows") or []
+        if not rows or any(row.get("position") is None for row in rows):
+            raise BenchError(f"the first page should hold queued rows only: {rows[:3]}")
+        result["page"] = {"total": page.get("total"), "limit": page.get("limit"), "rows": len(rows)}
+        last = f"{first}?offset={max(0, int(page['total']) - int(page.get('limit') or len(rows)))}"
+
+        def polls(url: str, count: int, every: float) -> list[Answer]:
+            answers = []
+            begun = time.monotonic()
+            for i in range(count):
+                pause = begun + i * every - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                answers.append(http_get(url, token))
+                ctl.check_alive()
+            for answer in answers:
+                check(answer, url)
+            return answers
+
+        say(f"dashboard: {n_polls} polls of the first page, one a second")
+        polled_at = time.monotonic()
+        before = ctl.stats()
+        spaced = polls(first, n_polls, 1.0)
+        spaced_cpu = ctl.stats()["cpu_seconds"] - before["cpu_seconds"]
+        say(f"dashboard: {n_polls} polls of the first page back to back, then of the last page")
+        back_to_back = polls(first, n_polls, 0.0)
+        last_page = polls(last, n_polls, 0.0)
+        result["wall_s"] = round(time.monotonic() - polled_at, 2)
+        result["controller"] = controller_figures(ctl, baseline)
+        result["controller"]["cpu_seconds_per_spaced_poll"] = round(spaced_cpu / n_polls, 4)
+        every = spaced + back_to_back + last_page
+        server = all(a.server_s is not None for a in every)
+        result["server_time_source"] = ("the controller's Server-Timing header" if server else
+                                        "client round trip on loopback (no Server-Timing header): an upper bound")
+
+        def took(answer: Answer) -> float:
+            return answer.server_s if server and answer.server_s is not None else answer.round_trip_s
+
+        def times(answers: list[Answer]) -> dict[str, Any]:
+            return summary(took(a) for a in answers)
+
+        result["latency"] = {"first_page_polled_1_per_s": times(spaced), "first_page_back_to_back": times(back_to_back),
+                             "last_page_back_to_back": times(last_page),
+                             "first_page_round_trip_polled_1_per_s": summary(a.round_trip_s for a in spaced)}
+        result["polls_over_target"] = {
+            name: sum(1 for a in answers if took(a) * 1000 >= DASHBOARD_SERVER_MS_TARGET)
+            for name, answers in (("first_page_polled_1_per_s", spaced), ("first_page_back_to_back", back_to_back),
+                                  ("last_page_back_to_back", last_page))}
+        sizes = [len(a.body) for a in spaced]
+        result["payload_bytes"] = {"first_page_max": max(sizes), "first_page_min": min(sizes),
+                                   "last_page_max": max(len(a.body) for a in last_page)}
+        result["throughput"] = {"first_page_answers_per_s_back_to_back": round(
+            len(back_to_back) / sum(a.round_trip_s for a in back_to_back), 1)}
+        what = "server time" if server else "round trip"
+        add_target(result, f"first page {what} p99, polled once a second", times(spaced).get("p99_ms"), "<",
+                   DASHBOARD_SERVER_MS_TARGET, "ms")
+        add_target(result, "first page payload", float(max(sizes)) / 1000, "<", DASHBOARD_PAGE_BYTES_TARGET / 1000,
+                   "KB")
 
 
 # ---------------------------------------------------------------------------------------------- starvation
@@ -1576,4 +1722,5 @@ SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "admission": admission,
     "pollers": pollers,
     "starvation": starvation,
+    "dashboard": dashboard,
 }

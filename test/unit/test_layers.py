@@ -58,6 +58,7 @@ MODEL_MODULES: tuple[str, ...] = (
     "mcad.hub.placement",
     "mcad.keys",
     "mcad.assess",
+    "mcad.history",
 )
 NOT_WRITTEN_YET: frozenset[str] = frozenset()
 
