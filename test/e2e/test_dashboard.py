@@ -25,6 +25,7 @@ import pytest
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
 
 from mcad.api.resources import to_canonical
 from test.browser import Browser
@@ -58,6 +59,7 @@ POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'sel
 PAYLOAD = '<img src=x onerror=alert(1)><b class="mcad-pwned">bold</b>'
 # The issue's bound for a change to reach the page without a reload, from the moment the delete returned.
 LIVE_WITHIN = 3.0
+DASH = "\N{EN DASH}"  # the page writes its ranges with one: "1 (en dash) 50 of 53"
 
 
 @pytest.fixture(scope="module")
@@ -435,3 +437,50 @@ def test_mcadctl_dashboard_opens_the_page_for_a_user_with_services_proxy_only(
         text = browser.wait(lambda _: browser.find("body").text, "mcadctl's page saying what is missing")
         assert "services/proxy" in text, text
         assert browser.find_all("#queue, form#login") == [], "the page itself was served"
+
+
+def test_the_queue_is_served_a_page_at_a_time_and_filtered(browser: Browser, controller: Controller,
+                                                           endpoint_reader: str, aws: AppWrappers) -> None:
+    waiting = [f"waiting-{i:02}" for i in range(52)]
+    for name in waiting:  # fit on no node, ever: they stay queued in creation order
+        aws.create(appwrapper(name, deployment_item(name, 1, "100000")))
+    aws.create(appwrapper("small", deployment_item("small", 1, "10m")))
+    aws.wait_state("small", "Running")
+    aws.wait_state(waiting[-1], "Pending")
+
+    sign_in(browser, controller, endpoint_reader)
+    select = Select(browser.find("select#filter-namespace"))
+    browser.wait(lambda _: aws.namespace in [o.get_attribute("value") for o in select.options],
+                 "the namespace filter to offer the test's namespace")
+    select.select_by_value(aws.namespace)  # whatever else the cluster holds
+    browser.wait(lambda _: browser.find("#queue-range").text == f"1{DASH}50 of 53", "the first page of 53")
+    assert len(browser.find_all("#queue tbody tr")) == 50, "the page holds one page of rows, not the backlog"
+    assert row(browser, f"{aws.namespace}/{waiting[0]}") is not None
+    assert browser.find("button#page-prev").get_attribute("disabled") is not None
+
+    browser.find("button#page-next").click()
+    browser.wait(lambda _: browser.find("#queue-range").text == f"51{DASH}53 of 53", "the second page")
+    wait_row(browser, f"{aws.namespace}/{waiting[-1]}", "the last queued AppWrapper on the second page")
+    wait_row(browser, f"{aws.namespace}/small", "the running one, after every queued one", state="Running")
+    assert len(browser.find_all("#queue tbody tr")) == 3
+
+    state = Select(browser.find("select#filter-state"))
+    browser.wait(lambda _: any(o.get_attribute("value") == "Running" for o in state.options),
+                 "the state filter to offer Running")
+    state.select_by_value("Running")
+    browser.wait(lambda _: [tr.get_attribute("data-key") for tr in browser.find_all("#queue tbody tr")]
+                 == [f"{aws.namespace}/small"], "the Running filter to leave the running AppWrapper alone")
+    assert browser.find("#queue-range").text == f"1{DASH}1 of 1"
+
+
+def test_a_cordoned_node_is_marked(browser: Browser, controller: Controller, endpoint_reader: str,
+                                   small_node: tuple[str, dict[str, str]], core: k8s.CoreV1Api) -> None:
+    node_name, _ = small_node
+    sign_in(browser, controller, endpoint_reader, view="nodes")
+    marked = f'#nodes tr[data-node="{node_name}"]'
+    browser.visible(marked, "the fake node in the heat map")
+    assert "cordoned" not in (browser.find(marked).get_attribute("class") or "").split()
+    core.patch_node(node_name, {"spec": {"unschedulable": True}})
+    browser.wait(lambda _: "cordoned" in (browser.find(marked).get_attribute("class") or "").split(),
+                 "the cordoned node to be marked")
+    assert "cordoned" in browser.find(marked).text
