@@ -42,7 +42,7 @@ from mcad.debug import Reports
 from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, Dispatcher
 from mcad.endpointauth import ApiReviews, Gate
 from mcad.errors import ApiError, KubeConnectError
-from mcad.history import MetricsHistory
+from mcad.history import SAMPLE_INTERVAL_SECONDS, MetricsHistory
 from mcad.hub.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.hub.connections import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.informer import Informer
@@ -480,8 +480,14 @@ def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[
             "--insecure-debug-endpoints: /metrics and /debug answer anyone who reaches the port, every tenant's "
             "queue included; use it for local debugging only", address=address)
     gate = None if insecure else Gate(ApiReviews(conn))
+    # The dashboard's headline numbers: the metrics sampled every 10 s for an hour (it starts with the server,
+    # so a standby has its own hour ready when it takes over; its counters start at zero, as after a restart).
+    history = MetricsHistory(dispatcher.metrics)
+    ticks = RealClock()
+    start_history_sampling(history, SAMPLE_INTERVAL_SECONDS, stop, clock=ticks)
     return server.Server(address, metrics=dispatcher.metrics, live=live, ready=ready, debug=debug, gate=gate,
-                         insecure=insecure, recent_events=recorder.recent)
+                         insecure=insecure, recent_events=recorder.recent,
+                         summary=lambda: history.summary(ticks.monotonic()))
 
 
 def start_history_sampling(history: MetricsHistory, interval: float, stop: threading.Event, *,

@@ -151,3 +151,26 @@ def test_slow_builds_are_spaced_out_to_a_tenth_of_the_loop() -> None:
     second = snaps.read({"queue"}, 5)
     assert first.build_seconds >= 0.05
     assert second.built_at - first.built_at >= 10 * first.build_seconds - 0.01
+
+
+def test_a_poller_takes_the_latest_snapshot_at_once_while_it_is_as_fresh_as_the_spacing_allows() -> None:
+    loop = Loop()
+    reports = FakeReports()
+    snaps = Snapshots(loop.call, reports, set, interval=0.2)  # type: ignore[arg-type]
+    first = snaps.read({"queue"}, 5.0)
+    reports.state = 1
+    loop.hold.clear()  # the loop is in a long cycle: nothing new can be built
+    try:
+        # Within 0.3 s (+ the 0.2 s spacing) of that build: the same snapshot, at once, though the loop is busy.
+        assert snaps.read({"queue"}, 0.1, fresh_within=0.3) is first
+        # A one-shot reader wants a state no older than its request, and waits for it.
+        with pytest.raises(Busy):
+            snaps.read({"queue"}, 0.1)
+        # Older than that: the poller waits for a new build too.
+        wait_until(lambda: time.monotonic() - first.built_at > 0.6, 5, "the snapshot to age")
+        with pytest.raises(Busy):
+            snaps.read({"queue"}, 0.1, fresh_within=0.3)
+    finally:
+        loop.hold.set()
+    fresh = snaps.read({"queue"}, 5.0, fresh_within=0.3)
+    assert fresh is not first and fresh.documents["queue"]["state"] == 1
