@@ -141,6 +141,12 @@ def wait_node_cpu(browser: Browser, node_name: str, used_millis: int) -> dict[st
         raise AssertionError(f"{err}; its cell: {node_cell(browser, node_name)}") from None
 
 
+def headline(browser: Browser, stat: str) -> int:
+    """A headline number; -1 while the page shows none."""
+    text = browser.find(f'#summary [data-stat="{stat}"]').text.strip()
+    return int(text) if text.isdigit() else -1
+
+
 def show(browser: Browser, view: str) -> None:
     """Go to a view through its nav link, as a person would, and wait until the page has updated it."""
     before = browser.find("#status").text
@@ -187,6 +193,9 @@ def test_the_queue_says_why_and_where_and_follows_a_delete_live(
     assert blocked_on(waiting["why"], "cpu"), waiting
     assert "cpu" in waiting["demand"], waiting
     wait_row(browser, first, "the running AppWrapper, after the queued ones", position="", state="Running")
+    # The headline numbers come from the controller's metrics, sampled every 10 s (mcad.history).
+    browser.wait(lambda _: headline(browser, "queued") >= 1 and headline(browser, "dispatched") >= 1,
+                 "the headline numbers to count the queued and the running AppWrapper", timeout=30)
     browser.readme_shot("queue")
 
     show(browser, "nodes")
