@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -71,10 +71,12 @@ class Browser:
 
     def wait(self, condition: Callable[[webdriver.Chrome], T | None], what: str, timeout: float = WAIT) -> T:
         """Poll ``condition`` until it returns something truthy and return that; fail naming ``what``.
-        Selenium's own "not there (yet)" errors count as not yet."""
+        Selenium's "not there (yet)" and "replaced meanwhile" (the page re-renders a view on every poll) count as
+        not yet."""
         try:
-            return WebDriverWait(self.driver, timeout, poll_frequency=0.05).until(  # type: ignore[no-any-return]
-                condition, message="")
+            return WebDriverWait(self.driver, timeout, poll_frequency=0.05,  # type: ignore[no-any-return]
+                                 ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+                                 ).until(condition, message="")
         except TimeoutException:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}") from None
 

@@ -39,10 +39,11 @@ function setText(node, text) {
 // ---------------------------------------------------------------------------------------------- fetching
 
 class Refused extends Error {
-  constructor(status, body) {
+  constructor(status, body, token = null) {
     super((body && body.error) || `HTTP ${status}`);
     this.status = status;
     this.body = body || {};
+    this.token = token; // the token the refused request carried (null: none)
   }
 }
 
@@ -57,7 +58,7 @@ async function getView(name, params = {}) {
   try { body = await response.json(); } catch { body = null; }
   if (!response.ok) {
     if (response.status === 503 && body && body.error === "not the leader" && follow(body)) return getView(name, params);
-    throw new Refused(response.status, body || { error: proxyRefusal(response.status) });
+    throw new Refused(response.status, body || { error: proxyRefusal(response.status) }, token);
   }
   return body;
 }
@@ -397,9 +398,12 @@ async function poll() {
     status(`${state.following ? `${state.following}; ` : ""}updated ${new Date().toLocaleTimeString()}`);
   } catch (err) {
     if (err.status === 401) {
-      sessionStorage.removeItem(TOKEN_KEY);
-      showLogin(true);
-      status(err.message, true);
+      // Only about the token the refused request carried: one entered while it was out gets the next poll.
+      if ((sessionStorage.getItem(TOKEN_KEY) || null) === err.token) {
+        sessionStorage.removeItem(TOKEN_KEY);
+        showLogin(true);
+        status(err.message, true);
+      }
     } else {
       status(state.standby || err.message, true);
     }

@@ -141,6 +141,20 @@ def wait_node_cpu(browser: Browser, node_name: str, used_millis: int) -> dict[st
         raise AssertionError(f"{err}; its cell: {node_cell(browser, node_name)}") from None
 
 
+def texts(browser: Browser, css: str) -> list[str]:
+    """The rendered text of every element ``css`` matches, read at once (the page re-renders while a test reads)."""
+    return browser.script("return [...document.querySelectorAll(arguments[0])].map(e => e.innerText)", css)
+
+
+def choose(browser: Browser, css: str, value: str) -> None:
+    """Pick ``value`` in the select ``css`` once the page offers it (its options follow the data)."""
+    def chosen(_: Any) -> bool:
+        Select(browser.find(css)).select_by_value(value)
+        return True
+
+    browser.wait(chosen, f"{css} to offer {value!r}")
+
+
 def headline(browser: Browser, stat: str) -> int:
     """A headline number; -1 while the page shows none."""
     text = browser.find(f'#summary [data-stat="{stat}"]').text.strip()
@@ -235,7 +249,7 @@ def test_html_from_a_tenant_is_shown_as_text(browser: Browser, controller: Contr
     shown = browser.wait(lambda _: next((li.text for li in browser.find_all("#detail ul.annotations li")
                                          if li.text.startswith("note:")), None), "the annotation in the explanation")
     assert shown == f"note: {PAYLOAD}", "the annotation is not shown as the text it is"
-    assert [li.text for li in browser.find_all("#detail ul.labels li")] == ["team=img-src-x-onerror"]
+    assert texts(browser, "#detail ul.labels li") == ["team=img-src-x-onerror"]
 
     assert browser.script("return document.querySelectorAll('img, .mcad-pwned').length") == 0
     no_alert(browser)
@@ -458,10 +472,7 @@ def test_the_queue_is_served_a_page_at_a_time_and_filtered(browser: Browser, con
     aws.wait_state(waiting[-1], "Pending")
 
     sign_in(browser, controller, endpoint_reader)
-    select = Select(browser.find("select#filter-namespace"))
-    browser.wait(lambda _: aws.namespace in [o.get_attribute("value") for o in select.options],
-                 "the namespace filter to offer the test's namespace")
-    select.select_by_value(aws.namespace)  # whatever else the cluster holds
+    choose(browser, "select#filter-namespace", aws.namespace)  # whatever else the cluster holds
     browser.wait(lambda _: browser.find("#queue-range").text == f"1{DASH}50 of 53", "the first page of 53")
     assert len(browser.find_all("#queue tbody tr")) == 50, "the page holds one page of rows, not the backlog"
     assert row(browser, f"{aws.namespace}/{waiting[0]}") is not None
@@ -473,10 +484,7 @@ def test_the_queue_is_served_a_page_at_a_time_and_filtered(browser: Browser, con
     wait_row(browser, f"{aws.namespace}/small", "the running one, after every queued one", state="Running")
     assert len(browser.find_all("#queue tbody tr")) == 3
 
-    state = Select(browser.find("select#filter-state"))
-    browser.wait(lambda _: any(o.get_attribute("value") == "Running" for o in state.options),
-                 "the state filter to offer Running")
-    state.select_by_value("Running")
+    choose(browser, "select#filter-state", "Running")
     browser.wait(lambda _: [tr.get_attribute("data-key") for tr in browser.find_all("#queue tbody tr")]
                  == [f"{aws.namespace}/small"], "the Running filter to leave the running AppWrapper alone")
     assert browser.find("#queue-range").text == f"1{DASH}1 of 1"
@@ -486,10 +494,60 @@ def test_a_cordoned_node_is_marked(browser: Browser, controller: Controller, end
                                    small_node: tuple[str, dict[str, str]], core: k8s.CoreV1Api) -> None:
     node_name, _ = small_node
     sign_in(browser, controller, endpoint_reader, view="nodes")
-    marked = f'#nodes tr[data-node="{node_name}"]'
-    browser.visible(marked, "the fake node in the heat map")
-    assert "cordoned" not in (browser.find(marked).get_attribute("class") or "").split()
+
+    def node_row() -> dict[str, Any] | None:
+        # Read at once: the page rebuilds the table on every poll.
+        return browser.script("""
+            const tr = document.querySelector(`#nodes tr[data-node="${CSS.escape(arguments[0])}"]`);
+            return tr && {classes: [...tr.classList], text: tr.querySelector("th").textContent};""", node_name)
+
+    shown = browser.wait(lambda _: node_row(), "the fake node in the heat map")
+    assert "cordoned" not in shown["classes"], shown
     core.patch_node(node_name, {"spec": {"unschedulable": True}})
-    browser.wait(lambda _: "cordoned" in (browser.find(marked).get_attribute("class") or "").split(),
-                 "the cordoned node to be marked")
-    assert "cordoned" in browser.find(marked).text
+    marked = browser.wait(lambda _: (found := node_row()) and "cordoned" in found["classes"] and found,
+                          "the cordoned node to be marked")
+    assert "cordoned" in marked["text"], marked
+
+
+# Installed before the page's script: holds the answers to requests sent without a token while __mcadHold is set,
+# until __mcadRelease(), so a test can put an answer in flight across the moment the user signs in.
+HOLD_UNAUTHENTICATED = """
+(() => {
+  const real = window.fetch.bind(window);
+  window.__mcadHold = false;
+  window.__mcadHeld = [];
+  window.fetch = (url, init = {}) => {
+    if (!window.__mcadHold || (init.headers || {})["X-Mcad-Authorization"]) return real(url, init);
+    return real(url, init).then((answer) => new Promise((resolve) => window.__mcadHeld.push(() => resolve(answer))));
+  };
+  window.__mcadRelease = () => {
+    window.__mcadHold = false;
+    for (const go of window.__mcadHeld.splice(0)) go();
+  };
+})();
+"""
+
+
+def test_a_token_entered_while_a_refused_request_is_out_is_kept(browser: Browser, controller: Controller,
+                                                                 endpoint_reader: str, aws: AppWrappers) -> None:
+    aws.create(appwrapper("small", deployment_item("small", 1, "10m")))
+    browser.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": HOLD_UNAUTHENTICATED})
+    browser.get(page_url(controller))
+    field = browser.visible("form#login input#token", "the sign-in form")
+    browser.script("window.__mcadHold = true")
+    browser.wait(lambda _: browser.script("return window.__mcadHeld.length") > 0,
+                 "the page's next poll, sent without a token, to be out")
+    field.send_keys(endpoint_reader, Keys.ENTER)
+    browser.script("window.__mcadRelease()")  # its 401 arrives after the token was entered
+    browser.wait(lambda _: not browser.find("form#login").is_displayed()
+                 and browser.find("#status").text.startswith("updated"),
+                 "the page to sign in with the token entered (the late 401 was about no token)")
+    wait_row(browser, f"{aws.namespace}/small", "the AppWrapper's row")
+
+
+def test_a_refused_token_brings_the_form_back(browser: Browser, controller: Controller) -> None:
+    browser.get(page_url(controller))
+    browser.visible("form#login input#token", "the sign-in form").send_keys("not-a-token", Keys.ENTER)
+    browser.wait(lambda _: browser.find("#status").text.startswith("the bearer token was not accepted")
+                 and browser.find("form#login").is_displayed() and browser.script("return sessionStorage.length") == 0,
+                 "the controller's refusal of that token said, the token forgotten and the form still there")
