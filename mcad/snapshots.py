@@ -119,7 +119,9 @@ class Snapshots:
             while True:
                 latest = self._latest
                 if latest is not seen:
-                    if latest is not None and latest.built_at >= asked and parts.issubset(latest.documents):
+                    # A poller takes the next one whenever it was built: it is the freshest there is.
+                    if (latest is not None and parts.issubset(latest.documents)
+                            and (latest.built_at >= asked or fresh_within is not None)):
                         return latest
                     # A build that took the wanted set before this reader added to it, or one that failed
                     # (the publisher put its set back): still wanted.

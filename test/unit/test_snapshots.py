@@ -174,3 +174,44 @@ def test_a_poller_takes_the_latest_snapshot_at_once_while_it_is_as_fresh_as_the_
         loop.hold.set()
     fresh = snaps.read({"queue"}, 5.0, fresh_within=0.3)
     assert fresh is not first and fresh.documents["queue"]["state"] == 1
+
+
+class SlowReports(FakeReports):
+    """A queue document whose reading (on the loop) waits for ``go``: a build that began before a reader asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.reading = threading.Event()
+
+    def queue_deferred(self) -> Callable[[], dict[str, Any]]:
+        self.reading.set()
+        self.go.wait(5)
+        return super().queue_deferred()
+
+
+def test_a_poller_takes_the_build_under_way_not_one_that_starts_after_its_request() -> None:
+    reports = SlowReports()
+    reports.go.set()
+    snaps = Snapshots(Loop().call, reports, set, interval=3.0)  # type: ignore[arg-type]
+    snaps.read({"queue"}, 5.0)
+    # The next build may start only 3 s after the first: once it has begun, a poller asks, with a 1 s timeout.
+    reports.go.clear()
+    reports.reading.clear()
+    wait_until(lambda: snaps.spacing == 3.0, 5, "the publisher to space its builds")
+    starter = threading.Thread(target=lambda: snaps.read({"queue"}, 10.0))
+    starter.start()
+    assert reports.reading.wait(10), "the second build did not begin"
+    waiting: Future[Snapshot] = Future()
+
+    def poll() -> None:
+        try:
+            waiting.set_result(snaps.read({"queue"}, 1.0, fresh_within=0.0))
+        except Busy as err:
+            waiting.set_exception(err)
+
+    threading.Thread(target=poll).start()
+    reports.go.set()
+    fresh = waiting.result(5.0)  # the build under way, though it began before the poll: the next is 3 s away
+    assert fresh.documents["queue"]["state"] == 0
+    starter.join(10)
