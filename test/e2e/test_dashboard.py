@@ -551,3 +551,69 @@ def test_a_refused_token_brings_the_form_back(browser: Browser, controller: Cont
     browser.wait(lambda _: browser.find("#status").text.startswith("the bearer token was not accepted")
                  and browser.find("form#login").is_displayed() and browser.script("return sessionStorage.length") == 0,
                  "the controller's refusal of that token said, the token forgotten and the form still there")
+
+
+# WCAG 2 contrast of every visible text against what is behind it (the colours of the element's ancestors blended
+# down to the page's white): 4.5:1, 3:1 for large text. Returns the texts that fall short.
+LOW_CONTRAST = r"""
+const rgba = (css) => {
+  const [r, g, b, a = 1] = css.match(/rgba?\(([^)]+)\)/)[1].split(/[ ,\/]+/).filter(Boolean).map(Number);
+  return {r, g, b, a};
+};
+const over = (top, under) => ({r: top.r * top.a + under.r * (1 - top.a), g: top.g * top.a + under.g * (1 - top.a),
+                               b: top.b * top.a + under.b * (1 - top.a), a: 1});
+const luminance = ({r, g, b}) => {
+  const linear = (v) => ((v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
+  return 0.2126 * linear(r) + 0.7152 * linear(g) + 0.0722 * linear(b);
+};
+const behind = (el) => {
+  const layers = [];
+  for (let n = el; n; n = n.parentElement) {
+    const c = rgba(getComputedStyle(n).backgroundColor);
+    if (c.a > 0) layers.push(c);
+    if (c.a === 1) break;
+  }
+  return layers.reverse().reduce((under, top) => over(top, under), {r: 255, g: 255, b: 255, a: 1});
+};
+const short = [];
+for (const el of document.querySelectorAll("body *")) {
+  const style = getComputedStyle(el);
+  const box = el.getBoundingClientRect();
+  if (![...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim())) continue;
+  if (!box.width || !box.height || style.visibility !== "visible" || Number(style.opacity) === 0) continue;
+  const back = behind(el);
+  const [light, dark] = [luminance(over(rgba(style.color), back)), luminance(back)].sort((x, y) => y - x);
+  const ratio = (light + 0.05) / (dark + 0.05);
+  const size = parseFloat(style.fontSize);
+  const large = size >= 24 || (size >= 18.66 && Number(style.fontWeight) >= 700);
+  if (ratio < (large ? 3 : 4.5)) {
+    short.push(`${el.tagName.toLowerCase()}${el.id ? "#" + el.id : ""}${[...el.classList].map((c) => "." + c).join("")}`
+               + ` "${el.textContent.trim().slice(0, 30)}" ${ratio.toFixed(2)}:1`);
+  }
+}
+return short;
+"""
+
+
+def test_text_is_readable_against_its_background(browser: Browser, controller: Controller, endpoint_reader: str,
+                                                 small_node: tuple[str, dict[str, str]], aws: AppWrappers) -> None:
+    _, selector = small_node
+    aws.create(appwrapper("first", pinned(deployment_item("first", 1, "2"), selector)))
+    aws.wait_state("first", "Running")
+    aws.create(appwrapper("second", pinned(deployment_item("second", 1, "2"), selector)))
+    key = f"{aws.namespace}/second"
+    browser.get(page_url(controller))
+    field = browser.visible("form#login input#token", "the sign-in form")
+    faults = {"sign-in": browser.script(LOW_CONTRAST)}
+    field.send_keys(endpoint_reader, Keys.ENTER)
+    wait_row(browser, key, "the waiting AppWrapper's row", state="Queued")
+    wait_row(browser, f"{aws.namespace}/first", "the running AppWrapper's row", state="Running")
+    faults["queue"] = browser.script(LOW_CONTRAST)
+    browser.find(f'#queue tr[data-key="{key}"] td.name button').click()
+    detail_of(browser, key)
+    browser.wait(lambda _: browser.find("#detail .summary").text, "the explanation")
+    faults["explanation"] = browser.script(LOW_CONTRAST)
+    for view in ("nodes", "quota"):
+        show(browser, view)
+        faults[view] = browser.script(LOW_CONTRAST)
+    assert {view: found for view, found in faults.items() if found} == {}
