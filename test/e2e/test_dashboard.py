@@ -302,6 +302,7 @@ def test_a_phone_sized_screen_can_use_the_queue(phone: Browser, controller: Cont
     assert phone.script("return window.innerWidth") == 390
     widths = phone.script("return [document.documentElement.scrollWidth, document.body.scrollWidth]")
     assert max(widths) <= 390, f"the page is wider than the phone: {widths}"
+    assert phone.script(LOW_CONTRAST) == [], "the cards' text is hard to read"
     phone.script("document.querySelector('#view-queue').scrollIntoView()")
     phone.readme_shot("phone")
 
