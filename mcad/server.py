@@ -31,6 +31,7 @@ Contract:
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 import time
@@ -276,6 +277,9 @@ class _QuietServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        # An IPv6 literal ([fd00::2]:8080) needs an IPv6 socket: the default family binds IPv4 only.
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:

@@ -251,3 +251,14 @@ def test_the_dashboard_page_is_open_and_its_views_need_the_rights_of_debug(serve
     assert hidden == (404, '{"error":"AppWrapper team-b/b1 not found"}\n')
     admin = json.loads(get(http, "/ui/api/queue?state=Running", "admin")[1])
     assert [row["name"] for row in admin["rows"]] == ["b2", "a2"] and admin["counts"] == {"Queued": 2, "Running": 2}
+
+
+def test_an_ipv6_bind_address_is_served_over_ipv6() -> None:
+    # parse_bind_address documents [::1]:8080; the server must then listen on an IPv6 socket.
+    http = Server("[::1]:0", metrics=Metrics(), live=lambda: (True, ""), ready=lambda: (True, ""), insecure=True)
+    http.start()
+    try:
+        with urllib.request.urlopen(f"http://[::1]:{http.port}/healthz", timeout=5) as answer:
+            assert answer.status == 200
+    finally:
+        http.stop()
