@@ -25,7 +25,7 @@ from test import chart
 from test.browser import Browser
 from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, deployment_item, service_account_token
 from test.e2e.dashboard import SERVICE, controller_service, host_ip
-from test.e2e.test_dashboard import as_user, proxy_url, wait_row
+from test.e2e.dashboard_page import as_user, proxy_url, wait_row
 
 FOLLOWER_ROLE = "mcad-e2e-dashboard-follower"
 
