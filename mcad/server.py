@@ -31,12 +31,11 @@ Contract:
 
 from __future__ import annotations
 
-import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -44,6 +43,7 @@ import structlog
 
 from mcad.admission.request import UserInfo
 from mcad.api.appwrapper import GROUP, PLURAL
+from mcad.boundedserver import BoundedServer
 from mcad.dashboard import SECURITY_HEADERS, Answer, Dashboard, Refusal, Source
 from mcad.debug import Reports
 from mcad.dispatcher import Dispatcher
@@ -264,7 +264,7 @@ class DashboardSource(Source):
             raise Refusal(refused.status, refused.document()) from refused
 
 
-class _QuietServer(ThreadingHTTPServer):
+class _QuietServer(BoundedServer):
     """A request that fails is one structured log line, never a traceback printed on stderr, where it would land
     in the middle of another thread's JSON log line. A client that went away before its answer (a /debug read
     given up during a long cycle, a scraper's timeout) is routine and logged at info.
@@ -272,32 +272,14 @@ class _QuietServer(ThreadingHTTPServer):
     At most ``MAX_CONNECTIONS`` connections are served at once (one thread each); a connection beyond that is
     closed at once, so a flood of clients costs threads and memory up to a bound, not without one."""
 
-    daemon_threads = True
     request_queue_size = 64
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        # An IPv6 literal ([fd00::2]:8080) needs an IPv6 socket: the default family binds IPv4 only.
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, handler)
+        super().__init__(address, handler, slots=MAX_CONNECTIONS)
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            log.warning("http connection refused: every slot busy", slots=MAX_CONNECTIONS)
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+    def turn_away(self, request: Any, client_address: Any) -> None:
+        log.warning("http connection refused: every slot busy", slots=MAX_CONNECTIONS)
+        super().turn_away(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         err = sys.exc_info()[1]

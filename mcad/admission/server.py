@@ -32,12 +32,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, cast
 
 import structlog
 
 from mcad.admission.request import AdmissionRequest, Outcome, Reviewer
+from mcad.boundedserver import BoundedServer
 from mcad.server import parse_bind_address
 
 log = structlog.get_logger("mcad.admission.server")
@@ -62,19 +63,6 @@ def max_body_bytes(max_appwrapper_bytes: int) -> int:
 
 
 TlsSource = Callable[[], ssl.SSLContext | None]
-
-
-class _Slots:
-    """Bounded concurrency: a connection is served only with a slot."""
-
-    def __init__(self, count: int) -> None:
-        self._sem = threading.BoundedSemaphore(count)
-
-    def acquire(self, timeout: float) -> bool:
-        return self._sem.acquire(timeout=timeout)
-
-    def release(self) -> None:
-        self._sem.release()
 
 
 class _Deadlines:
@@ -129,17 +117,17 @@ class _Deadlines:
             action()
 
 
-class _TlsServer(ThreadingHTTPServer):
-    daemon_threads = True
+class _TlsServer(BoundedServer):
     request_queue_size = 64
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], tls: TlsSource,
-                 slots: _Slots, read_timeout: float, share_port: bool) -> None:
+                 max_connections: int, read_timeout: float, share_port: bool) -> None:
         self.allow_reuse_port = share_port
         self.tls = tls
-        self.slots = slots
         self.read_timeout = read_timeout
-        super().__init__(address, handler)
+        # A connection waits for a slot up to the read timeout: the API server's review waits, then fails open
+        # or closed by the webhook's failurePolicy.
+        super().__init__(address, handler, slots=max_connections, slot_wait=read_timeout)
 
     def get_request(self) -> tuple[Any, Any]:
         sock, address = self.socket.accept()
@@ -151,22 +139,9 @@ class _TlsServer(ThreadingHTTPServer):
         # The handshake happens in the handler's thread (first read), under the read timeout, never here.
         return context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(self.read_timeout):
-            log.warning("webhook connection refused: every slot busy", client=_client(client_address))
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
+    def turn_away(self, request: Any, client_address: Any) -> None:
+        log.warning("webhook connection refused: every slot busy", client=_client(client_address))
+        super().turn_away(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # One log line, never a traceback on stderr in the middle of another thread's JSON line. Clients that go
@@ -191,7 +166,7 @@ class WebhookServer:
         host, port = parse_bind_address(bind_address)
         handler = _handler({"/mutate": ("mutate", mutate), "/validate": ("validate", validate)}, max_body_bytes,
                            read_timeout, idle_timeout, _Deadlines())
-        self._httpd = _TlsServer((host, port), handler, tls, _Slots(max_connections), read_timeout,
+        self._httpd = _TlsServer((host, port), handler, tls, max_connections, read_timeout,
                                  share_port)
         self._thread = threading.Thread(target=self._serve, name="webhook", daemon=True)
         self.listening = threading.Event()

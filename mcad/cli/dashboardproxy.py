@@ -50,10 +50,11 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from mcad import kube
+from mcad.boundedserver import BoundedServer
 from mcad.cli import reach
 from mcad.errors import ApiError
 
@@ -224,7 +225,7 @@ class Forwarder:
         if len(answer.head) <= ERROR_BODY_LIMIT:
             upstream.close()
             answer.rest = None
-            body = _json_object(answer.head)
+            body = reach.json_object(answer.head)
             if body is not None and body.get("kind") == "Status":  # the API server's own, not the controller's
                 return Refusal(upstream.status, str(body.get("message") or body.get("reason") or "no message"),
                                route)
@@ -290,42 +291,26 @@ class DashboardProxy:
         self._server.server_close()
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(BoundedServer):
     """A thread per connection, at most ``max_connections`` of them."""
-
-    daemon_threads = True
 
     def __init__(self, address: tuple[str, int], family: socket.AddressFamily, max_connections: int,
                  proxy: DashboardProxy) -> None:
         self.address_family = family
         self.proxy = proxy
-        self._slots = threading.BoundedSemaphore(max_connections)
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, slots=max_connections)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind looks the host's name up in DNS, which may hang; the name is never used here.
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            # Answered at once rather than queued: a slow client must not make the others wait without end.
-            with contextlib.suppress(OSError):
-                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-                                b"Retry-After: 1\r\nConnection: close\r\n\r\ntoo many connections at once\n")
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+    def turn_away(self, request: Any, client_address: Any) -> None:
+        # Answered at once rather than queued: a slow client must not make the others wait without end.
+        with contextlib.suppress(OSError):
+            request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                            b"Retry-After: 1\r\nConnection: close\r\n\r\ntoo many connections at once\n")
+        super().turn_away(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -452,7 +437,7 @@ def _standby(answer: Answer | Refusal) -> dict[str, Any] | None:
     """A standby's 503 answer (``{"error": "not the leader", "leader": ...}``), else None."""
     if not isinstance(answer, Answer) or answer.status != 503 or answer.rest is not None:
         return None
-    body = _json_object(answer.head)
+    body = reach.json_object(answer.head)
     return body if body is not None and "leader" in body else None
 
 
@@ -473,9 +458,3 @@ def _read_up_to(upstream: kube.Passthrough, limit: int) -> bytes:
     return data
 
 
-def _json_object(data: bytes) -> dict[str, Any] | None:
-    try:
-        parsed = json.loads(data) if data else None
-    except ValueError:
-        return None
-    return parsed if isinstance(parsed, dict) else None

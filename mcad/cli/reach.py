@@ -174,7 +174,7 @@ def _fetch_direct(where: Where, endpoint: str, query: Query) -> dict[str, Any]:
         raise DebugUnavailable(
             f"cannot reach the controller at {url}: {reason} (is the address right, and the port-forward "
             f"running?); drop --url to go through the API server, {_OFFLINE_HINT}") from err
-    body = _json_object(data)
+    body = json_object(data)
     if 200 <= status < 300:
         if body is None:
             raise DebugUnavailable(f"{url} answered {status} with something that is not a JSON object; "
@@ -197,7 +197,7 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def _json_object(data: bytes) -> dict[str, Any] | None:
+def json_object(data: bytes) -> dict[str, Any] | None:
     try:
         parsed = json.loads(data) if data else None
     except ValueError:
