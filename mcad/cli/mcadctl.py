@@ -24,10 +24,12 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import sys
 import webbrowser
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import IO, Any
 
 import click
@@ -309,6 +311,10 @@ def dashboard(opts: Options, listen_port: int, address: str, open_browser: bool,
                "yourself; press Ctrl-C to stop")
     if open_browser and not webbrowser.open(proxy.url):
         click.echo("warning: no web browser found here: open the URL yourself", err=True)
+    # Ctrl-C and SIGTERM stop it, even where SIGINT came ignored (a shell starts background jobs that way, and
+    # Python then leaves it ignored).
+    for stopping in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stopping, _interrupt)
     try:
         proxy.serve()
     except KeyboardInterrupt:
@@ -316,6 +322,10 @@ def dashboard(opts: Options, listen_port: int, address: str, open_browser: bool,
     finally:
         proxy.stop()
     click.echo("stopped")
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 @main.command()
