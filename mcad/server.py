@@ -78,17 +78,13 @@ def parse_bind_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class Refused(Exception):
-    """A request that is not answered: its HTTP status, a short message, and what else the answer says."""
+class Refused(Refusal):
+    """A request that is not answered: its HTTP status, a short message, and what else the answer says (the
+    ``document``). The dashboard's views raise it through as their own ``Refusal``."""
 
     def __init__(self, status: int, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
+        super().__init__(status, {"error": message, **extra})
         self.message = message
-        self.extra = extra
-
-    def document(self) -> dict[str, Any]:
-        return {"error": self.message, **self.extra}
 
 
 class Access:
@@ -176,7 +172,7 @@ class DebugEndpoints:
         try:
             return self._answer(path, query, user, access)
         except Refused as refused:
-            return refused.status, refused.document()
+            return refused.status, refused.document
 
     def snapshot(self, parts: set[Part], *, fresh_within: float | None = None) -> Snapshot:
         """A snapshot holding ``parts`` (see ``Snapshots.read``); ``Refused`` 503 on a standby (naming the leader),
@@ -235,7 +231,8 @@ class DebugEndpoints:
 
 
 class DashboardSource(Source):
-    """The dashboard's views read what /debug reads, with the same checks of the caller's rights."""
+    """The dashboard's views read what /debug reads, with the same checks of the caller's rights (its ``Refused``
+    is the views' ``Refusal``)."""
 
     def __init__(self, debug: DebugEndpoints, access: Access) -> None:
         self.debug = debug
@@ -243,25 +240,16 @@ class DashboardSource(Source):
 
     def snapshot(self, parts: set[Part], user: UserInfo | None, *, fresh_within: float | None,
                  require: tuple[str, ...] = ()) -> Snapshot:
-        try:
-            for path in require:
-                self.access.require(user, path)
-            return self.debug.snapshot(parts, fresh_within=fresh_within)
-        except Refused as refused:
-            raise Refusal(refused.status, refused.document()) from refused
+        for path in require:
+            self.access.require(user, path)
+        return self.debug.snapshot(parts, fresh_within=fresh_within)
 
     def visible_namespaces(self, user: UserInfo | None, shown: set[str],
                            known: frozenset[str]) -> frozenset[str] | None:
-        try:
-            return self.access.visible(user, shown, known)
-        except Refused as refused:
-            raise Refusal(refused.status, refused.document()) from refused
+        return self.access.visible(user, shown, known)
 
     def may_list(self, user: UserInfo | None, namespace: str) -> bool:
-        try:
-            return self.access.may_list(user, namespace)
-        except Refused as refused:
-            raise Refusal(refused.status, refused.document()) from refused
+        return self.access.may_list(user, namespace)
 
 
 class _QuietServer(BoundedServer):
