@@ -43,7 +43,6 @@ import html
 import json
 import re
 import secrets
-import socket
 import socketserver
 import threading
 import urllib.parse
@@ -266,11 +265,9 @@ class DashboardProxy:
                              f"not {address}")
         self.forwarder = forwarder
         self.capability = capability or secrets.token_hex(16)
-        family = socket.AF_INET6 if address == "::1" else socket.AF_INET
-        self._server = _Server((("127.0.0.1" if address == "localhost" else address), port), family,
-                               max_connections, self)
+        self._server = _Server((("127.0.0.1" if address == "localhost" else address), port), max_connections, self)
         self.port = int(self._server.server_address[1])
-        host = "[::1]" if family == socket.AF_INET6 else "127.0.0.1"
+        host = "[::1]" if address == "::1" else "127.0.0.1"
         self.allowed_hosts = frozenset(f"{name}:{self.port}" for name in ALLOWED_HOST_NAMES)
         self.url = f"http://{host}:{self.port}/{self.capability}/ui/"
         self._thread: threading.Thread | None = None
@@ -294,9 +291,7 @@ class DashboardProxy:
 class _Server(BoundedServer):
     """A thread per connection, at most ``max_connections`` of them."""
 
-    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, max_connections: int,
-                 proxy: DashboardProxy) -> None:
-        self.address_family = family
+    def __init__(self, address: tuple[str, int], max_connections: int, proxy: DashboardProxy) -> None:
         self.proxy = proxy
         super().__init__(address, _Handler, slots=max_connections)
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import kubernetes.client as k8s
 
 from mcad import kube
+from mcad.cli import reach
 from test.e2e.conftest import GROUP, PLURAL, service_account_token
 from test.support import token_kubeconfig, wait_until
 
@@ -124,7 +125,7 @@ def service_proxy_get(kubeconfig: str, namespace: str, path: str, service: str =
     token = kube.bearer_token(conn)
     assert token, f"{kubeconfig} holds no bearer token"
     answer = kube.open_passthrough(
-        conn, "GET", f"/api/v1/namespaces/{namespace}/services/{service}:http/proxy{path}",
+        conn, "GET", reach.service_proxy_base(namespace, service) + path,
         query=urllib.parse.parse_qsl(query), headers={"X-Mcad-Authorization": f"Bearer {token}"}, timeout=10)
     try:
         return Reply(answer.status, {k.lower(): v for k, v in answer.headers}, _read_all(answer))

@@ -1266,7 +1266,7 @@ def pollers(opts: Options, result: Result) -> None:
     result["params"] = {"backlog_appwrappers": n, "probes_each": n_probes, "pollers": POLLERS, "nodes": 2}
     with Env("pollers", opts, result) as env:
         env.nodes(2, cpu="8", memory="32Gi", pods=110)
-        port = free_port()
+        port = webhooks_mod.free_port()
         # The last --http-bind-address wins: a port known here, since the controller logs at warning level.
         ctl = env.controller("controller", args=(*opts.controller_args, "--http-bind-address", f"127.0.0.1:{port}"))
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
@@ -1362,15 +1362,6 @@ DASHBOARD_PAGE_BYTES_TARGET = 200_000  # 200 KB, counted in thousands (the stric
 SERVER_TIMING = re.compile(r"dur=([0-9.]+)")
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on now (the controller logs at warning level, so its port is chosen here)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class Answer:
     code: int
@@ -1411,7 +1402,7 @@ def dashboard(opts: Options, result: Result) -> None:
     result["params"] = {"queued_appwrappers": n, "nodes": n_nodes, "polls_each": n_polls, "poll_interval_s": 1.0}
     with Env("dashboard", opts, result) as env:
         env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
-        port = free_port()
+        port = webhooks_mod.free_port()
         # The last --http-bind-address wins.
         ctl = env.controller("controller", args=(*opts.controller_args, "--http-bind-address", f"127.0.0.1:{port}"))
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
