@@ -553,7 +553,7 @@ class EventRecorder:
                 if outcome is Outcome.QUEUED:
                     self._cond.notify()
             if self.recent is not None and outcome != DROP_INVALID:
-                self.recent.add(ref.namespace, ref.name, ref.uid, type_, reason, message, wall)
+                self.recent.add(ref.namespace, ref.name, ref.uid, type_, reason, truncate_message(message), wall)
             if outcome == DROP_INVALID:
                 log.error("invalid event not recorded", reason=reason, type=type_,
                           object=f"{ref.namespace}/{ref.name}")

@@ -220,6 +220,19 @@ def test_recent_events_are_bounded() -> None:
     assert len(events) == 2 and events.of("ns", "a", "u") == []
 
 
+def test_recent_events_are_bounded_in_all() -> None:
+    events = RecentEvents(per_object=3, max_objects=100, max_entries=5)
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    for name in ("a", "b"):
+        for i in range(3):
+            events.add("ns", name, "u", "Normal", f"R{i}", "m", at)
+    # Six entries over five: the least recently updated AppWrapper goes whole.
+    assert len(events) == 1 and events.of("ns", "a", "u") == []
+    events.add("ns", "b", "other-uid", "Normal", "R", "m", at)  # a re-created namesake starts afresh
+    events.add("ns", "c", "u", "Normal", "R", "m", at)
+    assert len(events.of("ns", "b", "other-uid")) == 1 and len(events.of("ns", "c", "u")) == 1
+
+
 def test_annotations_kept_for_display_are_bounded() -> None:
     from mcad.api.appwrapper import SHOWN_ANNOTATION_CHARS, SHOWN_ANNOTATIONS, shown_annotations
     many: Mapping[str, Any] = {f"k{i:02}": "v" * 1000 for i in range(40)}

@@ -273,6 +273,20 @@ def test_a_recorder_never_raises_to_its_caller_and_counts_what_it_refused() -> N
     assert counters.queued == 0
 
 
+def test_the_dashboard_keeps_what_was_recorded_even_when_rate_limited_with_messages_cut() -> None:
+    from mcad.recentevents import RecentEvents
+    recent = RecentEvents()
+    recorder = events.EventRecorder(None, instance="test", limits=EventLimits(per_object_burst=1),  # type: ignore[arg-type]
+                                    recent=recent)
+    recorder.record(aw(), NORMAL, events.QUEUED, "first")
+    recorder.record(aw(), WARNING, events.QUEUED, "x" * 5000)  # over the object's burst: not sent, still shown
+    recorder.record(aw(), "Bogus", events.QUEUED, "invalid")  # type: ignore[arg-type]
+    shown = recent.of("team-a", "job", "uid-job")
+    assert [e["type"] for e in shown] == [WARNING, NORMAL]
+    assert len(shown[0]["message"].encode()) <= events.MAX_MESSAGE_BYTES
+    assert recorder.counters().dropped == {DROP_PER_OBJECT: 1, DROP_INVALID: 1}
+
+
 def test_limits_reject_nonsense() -> None:
     with pytest.raises(ValueError, match="global_rate"):
         EventLimits(global_rate=0)
