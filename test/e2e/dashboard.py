@@ -35,6 +35,10 @@ from test.e2e.conftest import GROUP, PLURAL, service_account_token
 from test.support import token_kubeconfig, wait_until
 
 SERVICE = "mcad-controller"  # the chart's Service (and Lease) name for release "mcad"
+# What the controller sends with every /ui answer (the contract of issue 18), spelled out rather than imported so
+# that a change to mcad.dashboard's policy fails these tests.
+CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                           "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 SERVICE_PORT = 8080
 VIEWER_ROLE = "mcad-e2e-dashboard-viewer"  # services/proxy of SERVICE, and a tenant's AppWrapper rights
 TENANT_ROLE = "mcad-e2e-dashboard-tenant"  # only a tenant's AppWrapper rights: no services/proxy

@@ -40,6 +40,7 @@ from test.e2e.conftest import (
     running_controller,
 )
 from test.e2e.dashboard import (
+    CONTENT_SECURITY_POLICY,
     SERVICE,
     controller_service,
     dashboard_user,
@@ -67,8 +68,6 @@ from test.e2e.dashboard_page import (
 )
 from test.e2e.quota import QuotaTrees, node, subtree
 
-POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-          "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 # What a tenant may write where the page shows it: markup that would make an element, run a handler, or both.
 PAYLOAD = '<img src=x onerror=alert(1)><b class="mcad-pwned">bold</b>'
 # The bound for a change to reach the page without a reload, from the moment the delete returned.
@@ -265,7 +264,7 @@ def test_the_page_keeps_to_its_policy_and_its_host(browser: Browser, controller:
     for path in ("/ui/", "/ui/app.js", "/ui/app.css"):
         reply = http_get(f"{origin(controller)}{path}")
         assert reply.status == 200, (path, reply.status)
-        assert reply.headers["content-security-policy"] == POLICY, path
+        assert reply.headers["content-security-policy"] == CONTENT_SECURITY_POLICY, path
         assert reply.headers["x-content-type-options"] == "nosniff", path
         assert reply.headers["referrer-policy"] == "no-referrer", path
 

@@ -19,6 +19,7 @@ import pytest
 
 from test.e2e.conftest import GROUP, LOGS, PLURAL, VERSION, Controller, appwrapper, deployment_item, running_controller
 from test.e2e.dashboard import (
+    CONTENT_SECURITY_POLICY,
     NAME_ONLY_ROLE,
     SERVICE,
     controller_service,
@@ -30,10 +31,6 @@ from test.e2e.dashboard import (
     user_kubeconfig,
 )
 from test.support import wait_until
-
-# What the controller sends with every /ui answer (the contract of issue 18).
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +70,7 @@ def test_a_user_with_services_proxy_gets_the_page_and_its_appwrappers(
     page = service_proxy_get(viewer, site, "/ui/")
     assert page.status == 200, page.text
     assert page.headers["content-type"].startswith("text/html")
-    assert page.headers["content-security-policy"] == CSP
+    assert page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
     wait_until(lambda: (site, name) in queue_rows(service_proxy_get(viewer, site, f"/ui/api/queue?namespace={site}")
                                                   .body), 30, "the AppWrapper in the queue, through the service proxy")
 
@@ -84,13 +81,13 @@ def test_a_user_with_services_proxy_gets_the_page_and_its_appwrappers(
         page = dashboard.get()
         assert page.status == 200, page.text
         assert page.headers["content-type"].startswith("text/html")
-        assert page.headers["content-security-policy"] == CSP
+        assert page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
         assert "set-cookie" not in page.headers
         for asset in ("app.js", "app.css"):
             assert dashboard.get(asset).status == 200, asset
         # /ui redirects relatively (ui/), so through the API server and mcadctl it lands on the page.
         bare = http_get(dashboard.url.rstrip("/"))
-        assert bare.status == 200 and bare.headers["content-security-policy"] == CSP
+        assert bare.status == 200 and bare.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
         queue = dashboard.get(f"api/queue?namespace={site}")
         assert queue.status == 200, queue.text
         assert (site, name) in queue_rows(queue.body)
