@@ -11,6 +11,7 @@ from test.e2e.conftest import (
     Controller,
     appwrapper,
     blocked_on,
+    delete_fake_node,
     deployment_item,
     free_cpu_millis,
     job_item,
@@ -49,4 +50,4 @@ def test_a_new_node_lets_a_waiting_appwrapper_in(controller: Controller, aws: Ap
     finally:
         aws.delete("wide")
         wait_until(lambda: not aws.pods("wide"), 60, "the wide pod to go")
-        core.delete_node(name)
+        delete_fake_node(core, name)

@@ -13,7 +13,15 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 
-from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, condition, conditions_of
+from test.e2e.conftest import (
+    LOGS,
+    AppWrappers,
+    Controller,
+    appwrapper,
+    condition,
+    conditions_of,
+    delete_fake_node,
+)
 from test.support import wait_until
 
 GPU_NODES = 8
@@ -39,7 +47,7 @@ def gpu_nodes(core: k8s.CoreV1Api, crd: None) -> Iterator[list[str]]:
         yield names
     finally:
         for name in names:
-            core.delete_node(name)
+            delete_fake_node(core, name)
 
 
 def start(kubeconfig: str, *args: str) -> Controller:

@@ -29,6 +29,7 @@ from test.e2e.conftest import (
     Controller,
     appwrapper,
     blocked_on,
+    delete_fake_node,
     deployment_item,
     fake_node,
     free_cpu_millis,
@@ -371,7 +372,7 @@ def gpu_node(core: k8s.CoreV1Api, controller: Controller) -> Iterator[str]:
         wait_until(ready, 60, f"node {name} Ready and untainted")
         yield name
     finally:
-        core.delete_node(name)
+        delete_fake_node(core, name)
 
 
 def test_case_26_job_large_compute_requirement_stays_pending(controller: Controller, aws: AppWrappers,
