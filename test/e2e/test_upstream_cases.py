@@ -7,8 +7,13 @@ pairs bracket the remainder left by the first AppWrapper exactly as 425m/427m br
 
 "No pods" is never asserted by waiting for time to pass: the test waits for the controller's decision (state
 Pending with upstream's Backoff condition, reason ``AppWrapperNotRunnable.``), and only then checks that nothing
-of the AppWrapper exists. mcad is best-effort FIFO by default: a later AppWrapper that fits dispatches even while
-an earlier one waits.
+of the AppWrapper exists.
+
+The controller runs as upstream queued, best-effort FIFO (``--reservations=0``): a later AppWrapper that fits
+dispatches even while an earlier one waits, which case 02 asserts. mcad's default instead gives the earlier one a
+reservation that the later one may not take (test_reservations.py). Under that default case 02 passed only when
+both AppWrappers were created within one second, so the names put 425m first; a CI run in which they were not
+failed.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kubernetes.client as k8s
@@ -38,6 +44,7 @@ from test.e2e.conftest import (
 )
 from test.support import wait_until
 
+CONTROLLER_ARGS = ("--reservations=0",)
 UPSTREAM_FREE_MILLIS = 1950  # free cpu upstream's numbers were calibrated for (mcad-upstream.md §4.1)
 APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
 LEGACY_APPWRAPPER_LABEL = "appwrapper.mcad.ibm.com"
@@ -55,6 +62,10 @@ def split(free: int, first: int) -> tuple[int, int]:
     """Per-pod cpu of 2 pods that just fit / just do not fit in what 2 pods of ``first`` leave (425m / 427m)."""
     rest = free - 2 * first
     return rest // 2, rest // 2 + 2
+
+
+def timestamp(obj: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(obj["metadata"]["creationTimestamp"])
 
 
 def millis(value: int) -> str:
@@ -163,8 +174,13 @@ def test_case_02_cpu_preemption_later_fitting_appwrapper_runs_while_bigger_one_w
     assert blocked_on(backoff_message(status), "cpu")
     assert_nothing_created(aws, "aw-deployment-2-426cpu", ("apps/v1", "Deployment", "aw-deployment-2-426cpu"))
 
+    # Creation times have whole seconds, and equal ones are ordered by name, which puts 425m first: only one
+    # created in a later second is behind the 426m one in dispatch order, the case upstream means.
+    created = timestamp(aws.get("aw-deployment-2-426cpu"))
+    wait_until(lambda: datetime.now(UTC) >= created + timedelta(seconds=1), 5, "the next second")
     aws.create(appwrapper("aw-deployment-2-425cpu", deployment_item("aw-deployment-2-425cpu", 2, millis(fits)),
                           scheduling={"minAvailable": 2}))
+    assert timestamp(aws.get("aw-deployment-2-425cpu")) > created, "the 425m one is not behind the 426m one"
     aws.wait_state("aw-deployment-2-425cpu", "Running")
     aws.wait_pods("aw-deployment-2-425cpu", 2, timeout=120)
     # The cycle that dispatched the 425m one looked at the 426m one first (FIFO) and left it queued.
