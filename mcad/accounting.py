@@ -10,6 +10,11 @@ Contract (DESIGN.md, "Free capacity"; the equivalent of Kueue's cache):
   ``forget(key)`` when an AppWrapper stops holding capacity; ``snapshot(fit_by_nodes)`` for a pass of decisions.
 - A plan entry goes down by one when one of the AppWrapper's pods binds (or ends without binding), so the room
   planned per node is kept up to date pod by pod and a snapshot costs O(nodes), not O(plans).
+- Pins (``--placement=binding``, ``mcad.pinning``): ``pin`` gives a gated pod a slot of its AppWrapper's plan
+  (an entry with pods planned and not yet pinned, of the pod's requests, on a node ``eligible`` accepts);
+  ``pin_extra`` adds a slot of one for a pod beyond the plan, placed by the caller; ``unpin`` hands a slot back
+  (the pod went away unbound) or, with ``drop_slot``, takes it out of the plan (its node refused the pod). A
+  pinned pod that binds takes its own slot; a pod that binds unpinned takes a slot nobody is pinned to.
 - ``Snapshot`` is a scratch copy of free room for one pass of decisions (a dispatch cycle, an explain):
   ``take`` subtracts what a decision would use, and nothing it does reaches the accountant.
 - Pure: no I/O, no threads; the dispatcher thread owns it.
@@ -38,6 +43,12 @@ class _Planned:
     node: str
     requests: ResourceVector
     count: int
+    pinned: int = 0  # of ``count``: pods pinned to this node and not bound yet
+
+    @property
+    def open(self) -> int:
+        """Slots no pod is pinned to yet."""
+        return self.count - self.pinned
 
 
 def _placement_facts(node: NodeView) -> tuple[object, ...]:
@@ -99,6 +110,9 @@ class Accountant:
         # The pods of each AppWrapper (uid -> phase), and the owner of each such pod.
         self._pod_owner: dict[str, str] = {}
         self._pods_by_appwrapper: dict[str, dict[str, str]] = {}
+        # --placement=binding: pod uid -> (its AppWrapper, the plan entry it is pinned to), until it binds or goes.
+        self._pins: dict[str, tuple[str, _Planned]] = {}
+        self._pins_by_appwrapper: dict[str, set[str]] = {}
 
     # -- nodes ----------------------------------------------------------------------------------------------------
 
@@ -131,7 +145,8 @@ class Accountant:
             self._pod_owner.pop(pod.uid, None)
 
     def forget_pod(self, uid: str) -> str | None:
-        """A pod is gone; returns the AppWrapper it belonged to, if any."""
+        """A pod is gone; returns the AppWrapper it belonged to, if any. A pin it held frees its slot."""
+        self.unpin(uid)
         self.ledger.delete_pod(uid)
         owner = self._pod_owner.pop(uid, None)
         if owner:
@@ -274,6 +289,11 @@ class Accountant:
         """After a restart: its pods not bound yet, planned again on the snapshot's room left (where the scheduler
         will put them is not known; this keeps their room from being promised twice). Taken from the snapshot."""
         bound = self.bound_by_requests(key)
+        # Pods mcad pinned before the restart and not bound yet keep their node: their slots come first.
+        pinned = [pod for pod in self.live_pods(key)
+                  if not pod.node_name and pod.pin is not None and pod.pin.pinned_to and not pod.pin.gated]
+        for pod in pinned:
+            bound[pod.requests] = bound.get(pod.requests, 0) + 1
         groups = []
         for group in gang:
             done = min(bound.get(group.requests, 0), group.count)
@@ -281,13 +301,96 @@ class Accountant:
             if group.count > done:
                 groups.append(replace(group, count=group.count - done))
         packing = placement.pack(groups, nodes, snapshot.room or {})
+        self.plan(key, packing.placement if packing.fits else ())
         if packing.fits:
-            self.plan(key, packing.placement)
             snapshot.take(ZERO, packing.placement)
+        for pod in pinned:
+            assert pod.pin is not None
+            self.pin_extra(key, pod.uid, pod.pin.pinned_to, pod.requests)
+            snapshot.take(ZERO, ((pod.pin.pinned_to, pod.requests, 1),))
 
     def drop_plan(self, key: str) -> None:
         for entry in self._plans.pop(key, []):
             self._unplan(entry.node, entry.requests.scale(entry.count))
+        for uid in self._pins_by_appwrapper.pop(key, ()):
+            self._pins.pop(uid, None)
+
+    # -- pins (--placement=binding) -------------------------------------------------------------------------------
+
+    def pin(self, key: str, uid: str, requests: ResourceVector, eligible: Callable[[str], bool]) -> str | None:
+        """Pin a gated pod of ``key`` to an open slot of its plan of exactly its requests, on a node ``eligible``
+        accepts; returns the node, None when no slot fits (the pod is beyond the plan)."""
+        if uid in self._pins:
+            return self._pins[uid][1].node
+        for entry in self._plans.get(key, ()):
+            if entry.open > 0 and entry.requests == requests and eligible(entry.node):
+                self._hold_pin(key, uid, entry)
+                return entry.node
+        return None
+
+    def pin_extra(self, key: str, uid: str, node: str, requests: ResourceVector) -> None:
+        """A pod of ``key`` beyond its plan, placed on ``node`` by the caller: a slot of its own, so its room is
+        promised until it binds."""
+        entry = _Planned(node, requests, 1)
+        self._plans.setdefault(key, []).append(entry)
+        self._planned[node] = self._planned.get(node, ZERO) + requests
+        self._hold_pin(key, uid, entry)
+
+    def drop_open_slot(self, key: str, requests: ResourceVector, unusable: Callable[[str], bool]) -> str | None:
+        """Take one open slot of these requests on a node ``unusable`` rejects out of ``key``'s plan (the node went
+        away or turned unschedulable since the plan); returns its node, None if there was none."""
+        for entry in list(self._plans.get(key, ())):
+            if entry.open > 0 and entry.requests == requests and unusable(entry.node):
+                self._take_slot(key, entry)
+                return entry.node
+        return None
+
+    def unpin(self, uid: str, *, drop_slot: bool = False) -> str | None:
+        """The pod holds its slot no more: handed back (it went away unbound), or with ``drop_slot`` taken out of
+        the plan (its node refused it; a new pod is placed afresh). Returns the node it was pinned to."""
+        found = self._pins.pop(uid, None)
+        if found is None:
+            return None
+        key, entry = found
+        self._release_pin_index(key, uid)
+        entry.pinned -= 1
+        if drop_slot:
+            self._take_slot(key, entry)
+        return entry.node
+
+    def pinned_node(self, uid: str) -> str | None:
+        found = self._pins.get(uid)
+        return found[1].node if found is not None else None
+
+    def pins(self) -> dict[str, tuple[str, str]]:
+        """uid -> (AppWrapper, node) of every pod pinned and not bound yet."""
+        return {uid: (key, entry.node) for uid, (key, entry) in self._pins.items()}
+
+    def pinned_by_node(self) -> dict[str, int]:
+        """Per node: pods pinned there and not bound yet."""
+        counts: dict[str, int] = {}
+        for _, entry in self._pins.values():
+            counts[entry.node] = counts.get(entry.node, 0) + 1
+        return counts
+
+    def _hold_pin(self, key: str, uid: str, entry: _Planned) -> None:
+        entry.pinned += 1
+        self._pins[uid] = (key, entry)
+        self._pins_by_appwrapper.setdefault(key, set()).add(uid)
+
+    def _release_pin_index(self, key: str, uid: str) -> None:
+        uids = self._pins_by_appwrapper.get(key)
+        if uids is not None:
+            uids.discard(uid)
+            if not uids:
+                del self._pins_by_appwrapper[key]
+
+    def _take_slot(self, key: str, entry: _Planned) -> None:
+        entry.count -= 1
+        self._unplan(entry.node, entry.requests)
+        plan = self._plans.get(key)
+        if plan is not None and all(e.count <= 0 for e in plan):
+            del self._plans[key]
 
     def planned_by_node(self) -> dict[str, ResourceVector]:
         """Room held per node for dispatched pods that are not bound yet."""
@@ -305,18 +408,24 @@ class Accountant:
             self._planned.pop(node, None)
 
     def _plan_pod_bound(self, key: str, pod: PodView) -> None:
-        """One pod of ``key`` is bound (or done): one planned pod fewer, of its shape and on its node if the plan
-        has one there, else of its shape anywhere, else any (custompodresources may differ from the pods)."""
-        live = [e for e in self._plans.get(key, []) if e.count > 0]
+        """One pod of ``key`` is bound (or done): one planned pod fewer. A pinned pod takes its own slot; any other
+        one of its shape on its node if the plan has one open there, else of its shape anywhere, else any
+        (custompodresources may differ from the pods)."""
+        pinned = self._pins.pop(pod.uid, None)
+        if pinned is not None:
+            self._release_pin_index(key, pod.uid)
+            entry_pinned = pinned[1]
+            entry_pinned.pinned -= 1
+            if entry_pinned.count > 0:
+                self._take_slot(key, entry_pinned)
+            return
+        live = [e for e in self._plans.get(key, []) if e.open > 0]
         entry = (next((e for e in live if e.node == pod.node_name and e.requests == pod.requests), None)
                  or next((e for e in live if e.requests == pod.requests), None)
                  or (live[0] if live else None))
         if entry is None:
             return
-        entry.count -= 1
-        self._unplan(entry.node, entry.requests)
-        if all(e.count <= 0 for e in self._plans[key]):
-            del self._plans[key]
+        self._take_slot(key, entry)
 
     def room(self) -> dict[str, ResourceVector]:
         """Per node: allocatable - its pods' requests - pods planned there by dispatches not yet bound."""

@@ -6,8 +6,10 @@ Contract:
   pod template nested in it (Deployment, Job, RayCluster groups, PyTorchJob replicas...), and a controller
   ownerReference to the AppWrapper so that deleting the AppWrapper garbage-collects everything. With
   ``remote=True`` (hub mode: the object goes into a worker cluster, where the AppWrapper does not exist) there is no
-  ownerReference; the label ``APPWRAPPER_UID_LABEL`` carries the AppWrapper's uid instead. The items come from the
-  AppWrapper as read from the API server for the dispatch (``generic_items``): the controller's view of an
+  ownerReference; the label ``APPWRAPPER_UID_LABEL`` carries the AppWrapper's uid instead. With ``gate=True``
+  (``--placement=binding``) every pod template, and a bare Pod, also gets mcad's scheduling gate
+  (``PLACEMENT_GATE``): its pods wait until ``mcad.pinning`` pins each one to the node of its plan. The items come
+  from the AppWrapper as read from the API server for the dispatch (``generic_items``): the controller's view of an
   AppWrapper keeps no templates, only ``ItemRef``s, which is all the deletes need.
 - ``delete_remote(writer, aw)`` deletes, in a worker, every item that carries ``aw``'s uid label; it raises on
   failure, because no garbage collector will finish the job there.
@@ -48,6 +50,7 @@ from mcad.api.appwrapper import (
     field_manager,
 )
 from mcad.api.validation import describe_item
+from mcad.api.views import PLACEMENT_GATE
 from mcad.api.workloads import pod_sets
 from mcad.errors import ApiError
 from mcad.retry import FailureKind, classify
@@ -116,7 +119,8 @@ def complete(steps: Steps[_T]) -> _T:
             return end.value  # type: ignore[no-any-return]
 
 
-def manifest(aw: AppWrapperView, index: int, item: Mapping[str, Any], *, remote: bool = False) -> dict[str, Any]:
+def manifest(aw: AppWrapperView, index: int, item: Mapping[str, Any], *, remote: bool = False,
+             gate: bool = False) -> dict[str, Any]:
     """The object GenericItems[``index``] (``item``, as read from the API server) makes for ``aw``."""
     template = item.get("generictemplate")
     where = describe_item(index, item)
@@ -144,26 +148,31 @@ def manifest(aw: AppWrapperView, index: int, item: Mapping[str, Any], *, remote:
         # The template's own references name hub objects too: in the worker they dangle, and a dangling owner
         # makes the garbage collector delete the object.
         meta.pop("ownerReferences", None)
-        return _label_pod_templates(obj, labels)
+        return _label_pod_templates(obj, labels, gate)
     meta["labels"] = {**(meta.get("labels") or {}), **labels}
     meta["ownerReferences"] = [
         *[ref for ref in meta.get("ownerReferences") or [] if not ref.get("controller")],
         {"apiVersion": aw.api_version, "kind": KIND, "name": aw.name, "uid": aw.uid, "controller": True,
          "blockOwnerDeletion": True},
     ]
-    return _label_pod_templates(obj, labels)
+    return _label_pod_templates(obj, labels, gate)
 
 
-def _label_pod_templates(obj: dict[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
+def _label_pod_templates(obj: dict[str, Any], labels: Mapping[str, str], gate: bool) -> dict[str, Any]:
     # Pods find their AppWrapper by label, so every pod template inside the object carries it too.
     for pod_set in pod_sets(obj):
-        if not pod_set.path:
-            continue
         target: Any = obj
         for step in pod_set.path:
             target = target[step]
-        template_meta = target.setdefault("metadata", {})
-        template_meta["labels"] = {**(template_meta.get("labels") or {}), **labels}
+        if pod_set.path:
+            template_meta = target.setdefault("metadata", {})
+            template_meta["labels"] = {**(template_meta.get("labels") or {}), **labels}
+        if gate:
+            spec = target.get("spec")
+            if isinstance(spec, dict):
+                gates = [g for g in spec.get("schedulingGates") or [] if not (
+                    isinstance(g, Mapping) and g.get("name") == PLACEMENT_GATE)]
+                spec["schedulingGates"] = [*gates, {"name": PLACEMENT_GATE}]
     return obj
 
 
@@ -186,11 +195,11 @@ def dispatch(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Mapping[s
 
 
 def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Mapping[str, Any]], *,
-                   remote: bool = False) -> Steps[tuple[str, ...]]:
+                   remote: bool = False, gate: bool = False) -> Steps[tuple[str, ...]]:
     """Create every one of ``items`` (``aw``'s GenericItems, read from the API server for this dispatch), one
     request per step, and return the uids of the objects, by item; on any failure undo the ones this dispatch
     created or kept (one delete per step, each conditioned on the object's uid) and raise DispatchFailed.
-    ``remote``: into a worker cluster (see ``manifest``)."""
+    ``remote``: into a worker cluster; ``gate``: pods wait for mcad to pin them (see ``manifest``)."""
     # Every item is checked before anything is applied. Each manifest is built again when its turn comes rather
     # than kept: a dispatch waiting for its turns holds the names of what it applied, not a copy of every template.
     for index, item in enumerate(items):
@@ -202,7 +211,7 @@ def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Map
     applied: list[_Applied] = []
     uids: list[str] = []
     for index, item in enumerate(items):
-        obj = manifest(aw, index, item, remote=remote)
+        obj = manifest(aw, index, item, remote=remote, gate=gate)
         where = describe_item(index, item)
         discovered = False
         try:

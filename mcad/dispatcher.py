@@ -57,6 +57,7 @@ from mcad.loopcalls import LoopCalls
 from mcad.metrics import PUBLISH_INTERVAL_SECONDS, LoopState, Metrics
 from mcad.notices import Notices
 from mcad.pending import PendingQueue, demand_group
+from mcad.pinning import PLACEMENT_MODES, Pinning, Ungated
 from mcad.preemption import Preemptors
 from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
 from mcad.reservations import BEHIND, DEFAULT_RESERVATIONS, Pass, Reservations
@@ -115,9 +116,11 @@ class Dispatcher:
                  cluster_policy: ClusterPolicy | None = None,
                  victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
                  protected_namespaces: frozenset[str] = frozenset(),
-                 reservations: int = DEFAULT_RESERVATIONS) -> None:
+                 reservations: int = DEFAULT_RESERVATIONS, placement: str = "binding") -> None:
         if fit not in FIT_MODES:
             raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
+        if placement not in PLACEMENT_MODES:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENT_MODES)}, not {placement!r}")
         if hub is not None and fit != "nodes":
             raise ValueError("hub mode places pods on a worker's nodes: fit must be 'nodes'")
         self.appwrappers = appwrappers
@@ -160,11 +163,15 @@ class Dispatcher:
         self.placement: WorkerPlacement | None = None
         self.targets: Targets
         self.sites: Sites
+        # Pods pinned to the nodes of their plan (mcad.pinning): only where a per-node plan exists; hub mode's pods
+        # are the workers', which this cluster's writer cannot patch.
+        binding = placement == "binding" and fit == "nodes" and hub is None
+        self.placement_mode = "binding" if binding else "advisory"
         if hub is None:
             self.targets = SingleCluster()
             self.sites = LocalCluster(writer, writer, self.writes, wrapped,
                                       retry=lambda key: self.queue.add_rate_limited(AppWrapperEvent(key)),
-                                      again=lambda key: self.queue.add(AppWrapperEvent(key)))
+                                      again=lambda key: self.queue.add(AppWrapperEvent(key)), gate=binding)
         else:
             self.placement = self.targets = WorkerPlacement(hub, cluster_policy)
             self.sites = WorkerSites(hub, self.placement, host=self, accountant=self.accountant,
@@ -185,6 +192,9 @@ class Dispatcher:
                                strict_fifo=strict_fifo)
         # Dispatched AppWrappers: their timers and what their pods and wrapped objects say (mcad.follower).
         self.follower = Follower(self, self.accountant, self.sites, self.queue, self.clock)
+        self.pinning = Pinning(binding=binding, accountant=self.accountant, pods=pods, writer=writer,
+                               writes=self.writes, queue=self.queue, host=self, recorder=self.recorder,
+                               metrics=self.metrics) if hub is None else None
         self._handlers = self._handler_table()
         # For scrapes (mcad.metrics): what the loop published last, and when; a Publish key is due.
         self.published = LoopState()
@@ -228,6 +238,11 @@ class Dispatcher:
         self.rebuild()
         self.running.set()
         self.sites.start()
+        if self.pinning is not None:
+            # Gated pods, and pinned ones not bound yet, are looked at once the ledger is whole.
+            for pod in self.pods.list():
+                if pod.pin is not None:
+                    self.queue.add(keys.PodEvent(pod.uid))
         self.queue.add(DISPATCH)
         log.info("dispatcher started", appwrappers=len(self.appwrappers), nodes=len(self.nodes),
                  pods=len(self.pods), capacity=self.ledger.capacity().format(), free=self.ledger.free().format())
@@ -307,7 +322,8 @@ class Dispatcher:
             capacity=(ledger.capacity(), ledger.in_use(), ledger.reserved(), ledger.free()),
             queue={"queued": len(self.pending), "dispatching": len(self.dispatches.in_flight),
                    "preempting": len(self.preemptors)},
-            decided=self.statuses.decided_states(), placed=placed, reservations=len(self.reservations.held))
+            decided=self.statuses.decided_states(), placed=placed, reservations=len(self.reservations.held),
+            gated=self.pinning.counts() if self.pinning is not None else {})
 
     def call(self, fn: Callable[[], R], timeout: float) -> R:
         """Run ``fn`` on the dispatcher thread, the only one that may read its state (``mcad.loopcalls``)."""
@@ -389,11 +405,15 @@ class Dispatcher:
         pod = self.pods.get(uid)
         if pod is None:
             owner = self.accountant.forget_pod(uid)
+            if self.pinning is not None:
+                self.pinning.forget(uid)
             if owner:
                 self.queue.add(AppWrapperEvent(owner))
             self.capacity_may_have_grown()
             return
         self._track_pod(pod)
+        if self.pinning is not None:
+            self.pinning.observe(pod)
         if pod.appwrapper:
             self.queue.add(AppWrapperEvent(pod.appwrapper))
             if pod.appwrapper in self.pending:
@@ -407,10 +427,14 @@ class Dispatcher:
         node = self.nodes.get(name)
         if node is None:
             self.accountant.forget_node(name)
+            if self.pinning is not None:
+                self.pinning.node_changed(name)
             return
         # Status heartbeats change nothing we count; only new or changed capacity deserves a cycle.
         if self.accountant.observe_node(node):
             self.capacity_may_have_grown()
+            if self.pinning is not None:
+                self.pinning.node_changed(name)
 
     def _status(self, aw: AppWrapperView) -> StatusView:
         """What the loop decided last for ``aw``: its own decision until the informer shows it landed (our writes
@@ -484,6 +508,8 @@ class Dispatcher:
         """It no longer holds capacity: drop its plan, timers and reservation (its pods count while they exist)."""
         self._dispatched.pop(key, None)
         self.follower.forget(key)
+        if self.pinning is not None:
+            self.pinning.undispatched(key)
         if self.release(key):
             self.capacity_may_have_grown()
 
@@ -565,10 +591,11 @@ class Dispatcher:
     def _update_pod_counts(self, aw: AppWrapperView) -> None:
         phases = self.accountant.phases(aw.key)
         current = self._status(aw).raw()
+        unplaced = self.pinning.waiting(aw.key) if self.pinning is not None else []
         new = status.with_pod_counts(current, self.clock.now(), pending=phases.count("Pending"),
                                      running=phases.count("Running"), succeeded=phases.count("Succeeded"),
                                      failed_=phases.count("Failed"),
-                                     unschedulable=self.accountant.unschedulable_pods(aw.key))
+                                     unschedulable=self.accountant.unschedulable_pods(aw.key) + unplaced)
         self.write_status(aw, new, urgent=False)
 
     # ------------------------------------------------------------------------------------------ decisions
@@ -594,6 +621,9 @@ class Dispatcher:
         started = time.perf_counter()
         self.cycles += 1
         snapshot = self._snapshot()  # 1
+        if self.pinning is not None:
+            # Pods of dispatched AppWrappers beyond their plans go first, on room nobody else holds.
+            self.pinning.place_extras(snapshot, {key: r.nodes for key, r in self.reservations.held.items()})
         reserving = self.reservations.start(snapshot, self.clock.now())
         cursor = self.pending.cycle()
         held_by = ""  # why the cycle stopped early, when a preemptor holds the queue
@@ -760,6 +790,8 @@ class Dispatcher:
                 self.sites.cleaned(key, outcome)
             elif isinstance(outcome, StatusWritten):
                 self.statuses.written(key, outcome)
+            elif isinstance(outcome, Ungated) and self.pinning is not None:
+                self.pinning.done(outcome)
             elif isinstance(outcome, Exception):
                 log.error("background write failed", appwrapper=key, error=repr(outcome))
 
@@ -785,6 +817,16 @@ class Dispatcher:
             self.metrics.dispatch_latency((self.clock.now() - created).total_seconds(),
                                           aw.spec.priority_class or str(aw.priority))
         self.follower.follow(current)
+        if self.pinning is not None:
+            self.pinning.dispatched(key)
+
+    # ------------------------------------------------------------------------------------------ for mcad.pinning
+
+    def dispatching(self, key: str) -> bool:
+        return key in self.dispatches
+
+    def pods_changed(self, key: str) -> None:
+        self.queue.add(keys.PodCounts(key))
 
     def _api_recovered(self) -> None:
         """The API server answers again after failing: the dispatches and status writes that wait out a backoff

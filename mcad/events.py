@@ -70,9 +70,14 @@ FAILED = "Failed"  # Warning; the failure's message, the one a person acts on
 # its return. Recorded with the ClusterAvailable condition, once per change.
 CLUSTER_UNAVAILABLE = "ClusterUnavailable"  # Warning
 CLUSTER_AVAILABLE = "ClusterAvailable"  # Normal
+# --placement=binding (mcad.pinning): a pod pinned to a node that then refused it (gone, not Ready, cordoned, the
+# scheduler's Unschedulable) is placed again, recorded on its AppWrapper; a pod carrying mcad's gate that mcad will
+# not place (no dispatched AppWrapper made it) is told so, recorded on the pod.
+PLACEMENT_REPLANNED = "PlacementReplanned"  # Warning
+PLACEMENT_REFUSED = "PlacementRefused"  # Warning
 REASON_TYPES: Mapping[str, EventType] = {
     QUEUED: NORMAL, DISPATCHED: NORMAL, PREEMPTED: WARNING, REQUEUED: WARNING, COMPLETED: NORMAL, FAILED: WARNING,
-    CLUSTER_UNAVAILABLE: WARNING, CLUSTER_AVAILABLE: NORMAL,
+    CLUSTER_UNAVAILABLE: WARNING, CLUSTER_AVAILABLE: NORMAL, PLACEMENT_REPLANNED: WARNING, PLACEMENT_REFUSED: WARNING,
 }
 
 # Why a record() call did not end up in an Event (the ``reason`` label of the dropped counter).

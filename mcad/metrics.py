@@ -37,6 +37,7 @@ DECISIONS = ("dispatched", "queued", "preempted", "requeued", "completed", "fail
 PRIORITY_LABELS = 32
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 # A cycle is sub-millisecond for a short queue and tens of milliseconds for thousands of queued demand groups.
+UNGATE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 5, 10, 30)
 CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
@@ -64,6 +65,8 @@ class LoopState:
     placed: Mapping[str, int] = field(default_factory=dict)
     # Blocked AppWrappers holding a reservation after the last dispatch cycle (mcad.reservations).
     reservations: int = 0
+    # --placement=binding: gated pods by what they wait for (mcad.pinning.Pinning.counts).
+    gated: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -78,6 +81,8 @@ class Sources:
     queue: Callable[[], Mapping[str, int]] | None = None
     # Blocked AppWrappers holding a reservation.
     reservations: Callable[[], int] | None = None
+    # Gated pods by what they wait for (--placement=binding).
+    gated_pods: Callable[[], Mapping[str, int]] | None = None
     # informer name -> (relists, synced)
     informers: Callable[[], Mapping[str, tuple[int, bool]]] | None = None
     # (verb, HTTP code) -> failed requests
@@ -127,6 +132,16 @@ class _StateCollector(Collector):
             yield GaugeMetricFamily("mcad_reservations", "Blocked AppWrappers holding a reservation: room that those "
                                     "behind them may not take (unless sure to end first), after the last dispatch "
                                     "cycle.", value=s.reservations())
+        if s.gated_pods is not None:
+            gated = GaugeMetricFamily(
+                "mcad_gated_pods", "Pods held by mcad's scheduling gate (--placement=binding), by what they wait for: "
+                "ungating (the pin is being written), placing (beyond the plan, to be placed in the next cycle), room "
+                "(beyond the plan, no node has room now), dispatch (their AppWrapper's objects are being created).",
+                labels=["waiting_for"])
+            counts = s.gated_pods()
+            for state in ("dispatch", "placing", "room", "ungating"):
+                gated.add_metric([state], counts.get(state, 0))
+            yield gated
         if s.informers is not None:
             relists = CounterMetricFamily("mcad_informer_relists", "Full lists an informer made after its first "
                                           "one: its watch expired (410) or failed.", labels=["informer"])
@@ -244,6 +259,15 @@ class Metrics:
         self._cycle = Histogram("mcad_dispatch_cycle_duration_seconds", "One dispatch cycle: walking the queue and "
                                 "deciding (writes happen in the background).", buckets=CYCLE_BUCKETS,
                                 registry=self.registry)
+        self._ungate = Histogram("mcad_pod_ungate_seconds", "--placement=binding: from when the controller first "
+                                 "sees a gated pod to its pin written (the gate removed, the node required).",
+                                 buckets=UNGATE_BUCKETS, registry=self.registry)
+        self._pins = Counter("mcad_pod_pins", "--placement=binding: what became of gated pods: pinned (to a slot of "
+                             "the plan or, extra, beyond it), released (ungated without a pin), replanned (the node "
+                             "refused the pin), refused (not made by a dispatched AppWrapper: left gated).",
+                             ["outcome"], registry=self.registry)
+        for outcome in ("pinned", "extra", "released", "replanned", "refused"):
+            self._pins.labels(outcome)
         self.registry.register(_StateCollector(self.sources))
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
 
@@ -264,6 +288,12 @@ class Metrics:
 
     def cycle(self, seconds: float) -> None:
         self._cycle.observe(seconds)
+
+    def pin(self, outcome: str) -> None:
+        self._pins.labels(outcome).inc()
+
+    def ungate_latency(self, seconds: float) -> None:
+        self._ungate.observe(max(seconds, 0.0))
 
     def render(self) -> bytes:
         """The registry in the Prometheus text format."""

@@ -87,6 +87,11 @@ def pack(groups: Iterable[PodGroup], nodes: Iterable[NodeView], free: Mapping[st
     return Packing(True, tuple(placement))
 
 
+def eligible(group: PodGroup, node: NodeView) -> bool:
+    """Whether ``node`` may take pods of ``group``, judged on everything but room (the rules of ``pack``)."""
+    return _Eligibility(group)(node)
+
+
 def _size(group: PodGroup) -> tuple[int, int, int, tuple[tuple[str, int], ...]]:
     requests = group.requests
     others = tuple(sorted((name, amount) for name, amount in requests.items() if name not in (GPU, "cpu", "memory")))

@@ -419,6 +419,7 @@ def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callabl
     sources.capacity = lambda: dispatcher.published.capacity
     sources.queue = lambda: dispatcher.published.queue
     sources.reservations = lambda: dispatcher.published.reservations
+    sources.gated_pods = lambda: dispatcher.published.gated
 
     def states() -> dict[str, int]:
         # The informer's store (thread-safe), corrected by the loop's decisions it does not show yet.

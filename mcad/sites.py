@@ -149,8 +149,10 @@ class LocalCluster:
     """Single-cluster mode: objects go into the controller's own API server, with ownerReferences."""
 
     def __init__(self, writer: apply.ObjectWriter, finalizers: FinalizerWriter, writes: Writes,
-                 wrapped: WrappedObjects | None, retry: Callable[[str], None], again: Callable[[str], None]) -> None:
+                 wrapped: WrappedObjects | None, retry: Callable[[str], None], again: Callable[[str], None],
+                 gate: bool = False) -> None:
         self._writer = writer
+        self._gate = gate  # --placement=binding: pod templates get mcad's scheduling gate
         self._finalizers = finalizers
         self._writes = writes
         self._wrapped = wrapped
@@ -181,7 +183,7 @@ class LocalCluster:
 
     def apply_steps(self, aw: AppWrapperView, items: Sequence[Mapping[str, Any]],
                     cluster: str) -> apply.Steps[tuple[str, ...]]:
-        return apply.dispatch_steps(self._writer, aw, items)
+        return apply.dispatch_steps(self._writer, aw, items, gate=self._gate)
 
     def delete_objects(self, aw: AppWrapperView, uids: tuple[str, ...]) -> None:
         self._writes.submit(aw.key, lambda: apply.delete_wrapped_steps(self._writer, aw, uids), tenant=aw.namespace)

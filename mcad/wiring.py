@@ -58,7 +58,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
           hub: Hub | None = None, limits: Limits = DEFAULT_LIMITS,
           default_max_priority: int = tenancy.DEFAULT_MAX_PRIORITY,
           protected_namespaces: frozenset[str] = frozenset(),
-          reservations: int = DEFAULT_RESERVATIONS) -> tuple[Dispatcher, list[Informer[Any]]]:
+          reservations: int = DEFAULT_RESERVATIONS,
+          placement: str = "binding") -> tuple[Dispatcher, list[Informer[Any]]]:
     """The dispatcher and the informers to start for it (see the module docstring). ``default_max_priority`` is
     the ceiling where a namespace sets none. Informers over wrapped kinds start when an AppWrapper needs them
     (``mcad.wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the hub's own cluster runs
@@ -117,7 +118,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                                 strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
                                 preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees,
                                 victim_timeout=victim_timeout, protected_namespaces=protected_namespaces,
-                                reservations=reservations)
+                                reservations=reservations, placement=placement)
         informers += [nodes, pods]
     if subtrees is not None:
         informers.append(subtrees)

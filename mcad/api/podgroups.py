@@ -136,7 +136,7 @@ def gang(items: Iterable[Mapping[str, Any]]) -> list[PodGroup]:
                 total += requests.scale(replicas)
             if _inferred(sets).fits_in(total):
                 # Entries are not tied to templates; with one template there is no doubt whose constraints apply.
-                constraints = (_constraints(as_mapping(sets[0].template.get("spec"))) if len(sets) == 1
+                constraints = (pod_constraints(as_mapping(sets[0].template.get("spec"))) if len(sets) == 1
                                else _NO_CONSTRAINTS)
                 groups.extend(PodGroup(replicas, requests, *constraints, label=f"{base} custompodresources[{j}]")
                               for j, replicas, requests in declared if replicas > 0)
@@ -145,7 +145,7 @@ def gang(items: Iterable[Mapping[str, Any]]) -> list[PodGroup]:
             if pod_set.replicas == 0:
                 continue
             spec = as_mapping(pod_set.template.get("spec"))
-            groups.append(PodGroup(pod_set.replicas, pod_requests(spec, strict=False), *_constraints(spec),
+            groups.append(PodGroup(pod_set.replicas, pod_requests(spec, strict=False), *pod_constraints(spec),
                                    label=_pod_set_label(base, template, pod_set)))
     return groups
 
@@ -161,7 +161,7 @@ _Constraints = tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...], tuple[
 _NO_CONSTRAINTS: Final[_Constraints] = ((), (), ())
 
 
-def _constraints(spec: Mapping[str, Any]) -> _Constraints:
+def pod_constraints(spec: Mapping[str, Any]) -> _Constraints:
     """nodeSelector, tolerations and required node affinity terms of a pod spec, ill-typed parts read as absent."""
     selector = tuple(sorted((k, v) for k, v in as_mapping(spec.get("nodeSelector")).items()
                             if isinstance(k, str) and isinstance(v, str)))

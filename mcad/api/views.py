@@ -21,7 +21,11 @@ Contract:
   condition is False with reason ``Unschedulable``): the condition's message, cut to ``MAX_SCHEDULER_MESSAGE``
   characters, and its lastTransitionTime; None for every other pod, so scheduled pods carry nothing more.
   Pods a gang-scheduling plugin holds back while their pod group gathers are not unschedulable (upstream MCAD
-  skips the coscheduling plugin's messages too): they wait for their siblings, not for room.
+  skips the coscheduling plugin's messages too): they wait for their siblings, not for room, and neither are
+  pods held by a scheduling gate (the scheduler says ``SchedulingGated``, not ``Unschedulable``).
+  ``pin`` (``PinFacts``) is kept only for a pod of an AppWrapper that is not bound and has not ended: what
+  ``mcad.pinning`` needs to place it (its scheduling gates, its node constraints, its controller, the node mcad
+  pinned it to); None for every other pod, so bound pods cost nothing more.
 
 Both transforms never raise on what the API server sends: missing or ill-typed fields read as absent, and a
 quantity that does not parse is skipped (the API server validated it; this only guards the informer thread).
@@ -37,6 +41,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from mcad.api.appwrapper import APPWRAPPER_LABEL
+from mcad.api.podgroups import PodGroup, pod_constraints
 from mcad.api.raw import as_list, as_mapping, as_str
 from mcad.api.resources import ResourceVector, canonical_entries
 from mcad.api.workloads import pod_requests
@@ -49,6 +54,12 @@ MAX_SCHEDULER_MESSAGE: Final = 1024
 # What the coscheduling plugin (scheduler-plugins) says of a pod it holds until its pod group gathers.
 _GANG_WAIT_PHRASES: Final = ("optimistic rejection in postfilter", "cannot find enough sibling")
 _BLOCKING_TAINT_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
+# The scheduling gate mcad puts on every pod template it dispatches with --placement=binding; the pod waits
+# (Pending, PodScheduled=False reason SchedulingGated) until mcad removes it and pins the pod to its node.
+PLACEMENT_GATE: Final = "mcad.codeflare.dev/placement"
+# How mcad pins a pod to a node: a required node affinity term on the node's name (matchFields, as the DaemonSet
+# controller does: the kubernetes.io/hostname label need not equal the node's name).
+NODE_NAME_FIELD: Final = "metadata.name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +100,40 @@ class Unschedulable:
 
 
 @dataclass(frozen=True, slots=True)
+class Owner:
+    """A pod's controller ownerReference."""
+
+    kind: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class PinFacts:
+    """What placing an unbound pod of an AppWrapper needs (``mcad.pinning``), read from its spec.
+
+    ``constraints`` is the pod as a group of one (its requests, nodeSelector, tolerations, required node affinity),
+    for ``mcad.placement``'s eligibility rules. ``node_terms`` is its required node affinity's nodeSelectorTerms as
+    the API server has them (``None`` when there is no such field; which of ``affinity``, ``nodeAffinity`` and
+    ``requiredDuringSchedulingIgnoredDuringExecution`` exist is ``affinity_depth``: 0 to 3), so the ungate patch
+    can narrow them and test that nobody changed them meanwhile. ``pinned_to`` is the node every term pins the pod
+    to by name (``metadata.name In [node]``), "" when it is not pinned."""
+
+    gates: tuple[str, ...]
+    constraints: PodGroup
+    node_terms: tuple[Any, ...] | None
+    affinity_depth: int
+    owner: Owner | None
+    pinned_to: str
+    created: str
+
+    @property
+    def gated(self) -> bool:
+        """mcad's gate holds it."""
+        return PLACEMENT_GATE in self.gates
+
+
+@dataclass(frozen=True, slots=True)
 class PodView:
     uid: str
     namespace: str
@@ -104,6 +149,12 @@ class PodView:
     unschedulable: Unschedulable | None = None  # only for a Pending pod the scheduler could not place
     # When its grace period ends (its deletionTimestamp, seconds since the epoch); 0 when it is not being deleted.
     grace_ends: float = 0.0
+    pin: PinFacts | None = None  # only for an unbound, unfinished pod of an AppWrapper
+
+    @property
+    def gated(self) -> bool:
+        """mcad's placement gate holds it (it waits for mcad to pin it to a node)."""
+        return self.pin is not None and self.pin.gated
 
 
 def node_view(raw: Mapping[str, Any]) -> NodeView:
@@ -140,20 +191,65 @@ def pod_view(raw: Mapping[str, Any]) -> PodView:
     namespace = as_str(meta.get("namespace"))
     owner = as_mapping(meta.get("labels")).get(APPWRAPPER_LABEL)
     phase = as_str(status.get("phase"))
+    appwrapper = f"{namespace}/{owner}" if isinstance(owner, str) and owner else None
+    node_name = as_str(spec.get("nodeName"))
+    terminal = phase in _TERMINAL_PHASES
+    requests = pod_requests(spec, strict=False)
     return PodView(
         uid=as_str(meta.get("uid")),
         namespace=namespace,
         name=as_str(meta.get("name")),
-        node_name=as_str(spec.get("nodeName")),
+        node_name=node_name,
         phase=phase,
-        requests=pod_requests(spec, strict=False),
-        appwrapper=f"{namespace}/{owner}" if isinstance(owner, str) and owner else None,
-        terminal=phase in _TERMINAL_PHASES,
+        requests=requests,
+        appwrapper=appwrapper,
+        terminal=terminal,
         resource_version=as_str(meta.get("resourceVersion")),
         deleting=meta.get("deletionTimestamp") is not None,
         unschedulable=_unschedulable(status) if phase == "Pending" else None,
         grace_ends=_epoch(meta.get("deletionTimestamp")),
+        pin=_pin_facts(meta, spec, requests) if appwrapper and not node_name and not terminal else None,
     )
+
+
+def _pin_facts(meta: Mapping[str, Any], spec: Mapping[str, Any], requests: ResourceVector) -> PinFacts:
+    gates = tuple(as_str(g.get("name")) for g in as_list(spec.get("schedulingGates")) if isinstance(g, Mapping))
+    affinity = spec.get("affinity")
+    depth, terms = 0, None
+    if isinstance(affinity, Mapping):
+        depth = 1
+        node_affinity = affinity.get("nodeAffinity")
+        if isinstance(node_affinity, Mapping):
+            depth = 2
+            required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+            if isinstance(required, Mapping):
+                depth = 3
+                raw_terms = required.get("nodeSelectorTerms")
+                terms = tuple(raw_terms) if isinstance(raw_terms, list) else None
+    owner = None
+    for ref in as_list(meta.get("ownerReferences")):
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            owner = Owner(as_str(ref.get("kind")), as_str(ref.get("name")), as_str(ref.get("uid")))
+            break
+    return PinFacts(gates=gates, constraints=PodGroup(1, requests, *pod_constraints(spec)), node_terms=terms,
+                    affinity_depth=depth, owner=owner, pinned_to=_pinned_node(terms),
+                    created=as_str(meta.get("creationTimestamp")))
+
+
+def _pinned_node(terms: tuple[Any, ...] | None) -> str:
+    """The node every term requires by name (``metadata.name In [node]``), "" if they do not all pin one node."""
+    if not terms:
+        return ""
+    pinned = ""
+    for term in terms:
+        fields = as_list(term.get("matchFields")) if isinstance(term, Mapping) else []
+        names = {as_list(f.get("values"))[0] for f in fields
+                 if isinstance(f, Mapping) and f.get("key") == NODE_NAME_FIELD and f.get("operator") == "In"
+                 and len(as_list(f.get("values"))) == 1 and isinstance(as_list(f.get("values"))[0], str)}
+        if len(names) != 1 or (pinned and names != {pinned}):
+            return ""
+        pinned = names.pop()
+    return pinned
 
 
 def _epoch(timestamp: Any) -> float:

@@ -47,6 +47,7 @@ from mcad.hub.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.hub.connections import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.informer import Informer
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
+from mcad.pinning import PLACEMENT_MODES
 from mcad.recentevents import RecentEvents
 from mcad.reservations import DEFAULT_RESERVATIONS
 from mcad.wiring import build, quota_served
@@ -112,6 +113,13 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
                    "required node affinity), so a gang never starts half-placed. aggregate: compare the total "
                    "demand with the cluster's total free capacity, as upstream MCAD did (8 GPUs free as 8 x 1 "
                    "admit one 8-GPU pod that then stays Pending).")
+@click.option("--placement", type=click.Choice(PLACEMENT_MODES), default="binding",
+              help="binding: the pods of a dispatched AppWrapper are created behind a scheduling gate, and mcad "
+                   "ungates each one pinned (required node affinity on the node's name) to the node its plan chose, "
+                   "so the kube-scheduler cannot spread a gang into a half-placed one or put it on room reserved for "
+                   "a blocked AppWrapper. Needs --fit=nodes (else advisory), Kubernetes 1.30+ and patch on pods; "
+                   "in hub mode pods are not pinned yet. advisory: the scheduler places pods as it likes; a pod "
+                   "that carries mcad's gate all the same is ungated without a pin.")
 @click.option("--write-workers", type=click.IntRange(1, 128), default=32,
               help="Threads that send dispatch and status writes to the API server in parallel (decisions stay "
                    "on one thread; one AppWrapper's writes are never reordered).")
@@ -225,7 +233,7 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
 @click.version_option(__version__, prog_name="mcad-controller")
 def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reservations: int, preemption: bool,
          victim_timeout: float,
-         fit: str,
+         fit: str, placement: str,
          write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
          http_bind_address: str, insecure_debug_endpoints: bool, legacy_api: bool, quota_trees: bool,
@@ -304,7 +312,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
                                   reservations=reservations,
                                   victim_timeout=victim_timeout,
-                                  fit=fit, legacy_api=legacy_api, quota_trees=quota_trees, recorder=recorder,
+                                  fit=fit, placement=placement, legacy_api=legacy_api, quota_trees=quota_trees,
+                                  recorder=recorder,
                                   hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes),
                                   default_max_priority=default_max_priority,
                                   protected_namespaces=protected)
@@ -358,12 +367,13 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
     if elector is None:
         worker.start()
         logger.info("controller running", strict_fifo=strict_fifo, reservations=reservations, preemption=preemption,
-                    fit=fit, quota=quota_trees,
+                    fit=fit, placement=dispatcher.placement_mode, quota=quota_trees,
                     max_items=max_items, max_appwrapper_bytes=max_appwrapper_bytes)
         stop.wait()
     else:
         logger.info("controller running", strict_fifo=strict_fifo, reservations=reservations, preemption=preemption,
-                    fit=fit, leader_elect=True, identity=elector.identity, lease=elector.lease, max_items=max_items,
+                    fit=fit, placement=dispatcher.placement_mode, leader_elect=True, identity=elector.identity,
+                    lease=elector.lease, max_items=max_items,
                     max_appwrapper_bytes=max_appwrapper_bytes)
         elector.run(stop, on_started_leading=worker.start,
                     on_stopped_leading=lambda: _stop_leading(stop, dispatcher, worker))

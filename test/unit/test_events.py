@@ -354,7 +354,8 @@ def test_the_event_body_points_at_the_appwrapper_and_names_the_reporter() -> Non
 def test_every_dispatcher_reason_has_its_type() -> None:
     assert events.REASON_TYPES == {"Queued": NORMAL, "Dispatched": NORMAL, "Preempted": WARNING,
                                    "Requeued": WARNING, "Completed": NORMAL, "Failed": WARNING,
-                                   "ClusterUnavailable": WARNING, "ClusterAvailable": NORMAL}
+                                   "ClusterUnavailable": WARNING, "ClusterAvailable": NORMAL,
+                                   "PlacementReplanned": WARNING, "PlacementRefused": WARNING}
 
 
 # -- the sender's policy --
