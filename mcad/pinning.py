@@ -189,6 +189,8 @@ class Pinning:
         self._metrics = metrics
         self._monotonic = monotonic
         self._in_flight: dict[str, float] = {}  # uid -> when its ungate was submitted
+        # Ungated by a patch that landed, while the informer may still show it gated: never ungated twice.
+        self._ungated: set[str] = set()
         self._first_seen: dict[str, float] = {}  # uid -> when the loop first saw it gated
         self._failures: dict[str, int] = {}  # uid -> failed ungate patches
         self._early: dict[str, set[str]] = {}  # AppWrapper being dispatched -> its gated pods seen meanwhile
@@ -207,8 +209,11 @@ class Pinning:
             self._settle(uid)
             return
         if pod.pin.gated:
-            self._gated(pod)
-        elif self.binding:
+            if uid not in self._ungated:
+                self._gated(pod)
+            return
+        self._ungated.discard(uid)
+        if self.binding:
             self._check_pin(pod)
 
     def forget(self, uid: str) -> None:
@@ -218,6 +223,7 @@ class Pinning:
 
     def _settle(self, uid: str) -> None:
         """It no longer waits for mcad: bound, ended, being deleted or gone."""
+        self._ungated.discard(uid)
         self._first_seen.pop(uid, None)
         self._failures.pop(uid, None)
         key = self._extras.pop(uid, None)
@@ -234,6 +240,8 @@ class Pinning:
             self._ungate(pod, "")
             return
         aw = self._host.dispatched_now(key)
+        log.debug("gated pod", pod=pod.name, appwrapper=key, dispatched=aw is not None,
+                  dispatching=self._host.dispatching(key))
         if aw is None:
             if self._host.dispatching(key):
                 self._early.setdefault(key, set()).add(uid)
@@ -307,6 +315,7 @@ class Pinning:
             pod = self._pods.get(uid)
             aw = self._host.dispatched_now(key)
             if pod is None or pod.pin is None or not pod.pin.gated or pod.deleting or aw is None:
+                log.debug("extra pod dropped", uid=uid, appwrapper=key, pod=pod, dispatched=aw is not None)
                 del self._extras[uid]
                 self._why_waiting.pop(uid, None)
                 continue
@@ -425,6 +434,7 @@ class Pinning:
         uid = outcome.uid
         self._in_flight.pop(uid, None)
         if outcome.error is None:
+            self._ungated.add(uid)
             seen = self._first_seen.pop(uid, None)
             if seen is not None:
                 self._metrics.ungate_latency(self._monotonic() - seen)

@@ -171,6 +171,11 @@ class FakeListerWatcher:
             if not self._cond.wait_for(lambda: self.lists >= count, timeout):
                 raise AssertionError(f"timed out waiting for list #{count} (lists: {self.lists})")
 
+    def items(self) -> list[dict[str, Any]]:
+        """A copy of every object stored."""
+        with self._cond:
+            return [copy.deepcopy(obj) for obj in self._objects.values()]
+
     def get(self, key: str) -> dict[str, Any] | None:
         """A copy of the object stored under ``namespace/name`` (or ``name``), as a GET would return it."""
         with self._cond:
@@ -230,3 +235,26 @@ class FakeClock:
         with self._lock:
             self._monotonic += seconds
             self._now += timedelta(seconds=seconds)
+
+
+def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """RFC 6902 as the API server applies it (add, remove, replace, test; paths of object keys and list indexes),
+    enough to check the patch does what it means: a failed test raises, like the API server's 422."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        parent: Any = doc
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+        last = parts[-1]
+        if op["op"] == "test":
+            have = parent[int(last)] if isinstance(parent, list) else parent.get(last, KeyError)
+            if have != op["value"]:
+                raise ValueError(f"test failed at {op['path']}: {have!r} != {op['value']!r}")
+        elif op["op"] in ("add", "replace"):
+            if op["op"] == "replace" and last not in parent:
+                raise ValueError(f"replace of a missing {op['path']}")
+            parent[last] = copy.deepcopy(op["value"])
+        elif op["op"] == "remove":
+            del parent[last]
+    return doc

@@ -128,7 +128,7 @@ class Stepped:
 
 class Harness(Stepped):
     def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], aws: list[dict[str, Any]],
-                 **options: Any) -> None:
+                 writer: RecordingWriter | None = None, before_start: Any = None, **options: Any) -> None:
         self.lw = {k: FakeListerWatcher() for k in ("aw", "node", "pod")}
         for obj in nodes:
             self.lw["node"].add(obj)
@@ -137,7 +137,7 @@ class Harness(Stepped):
         for obj in aws:
             self.lw["aw"].add(obj)
         self.clock = FakeClock()
-        self.writer = RecordingWriter()
+        self.writer = writer if writer is not None else RecordingWriter()
         self.writer.objects = self.lw["aw"]
         self.informers: list[Informer[Any]] = [
             Informer("appwrappers", self.lw["aw"], transform=appwrapper_view),
@@ -149,6 +149,8 @@ class Harness(Stepped):
                                      write_workers=0, **options)
         if options.get("quota_subtrees") is not None:
             self.informers.append(options["quota_subtrees"])  # started here, after the dispatcher's handlers
+        if before_start is not None:
+            before_start(self)  # e.g. handlers of a test's own, after the dispatcher's
         self.start_stepping()
 
 

@@ -112,7 +112,7 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
     container = pod["containers"][0]
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
-    assert container["args"] == ["--fit=nodes", "--write-workers=32", "--max-items=1000",
+    assert container["args"] == ["--fit=nodes", "--placement=binding", "--write-workers=32", "--max-items=1000",
                                  "--default-max-priority=1000",
                                  "--max-appwrapper-bytes=1310720", "--log-level=info", "--log-format=json",
                                  f"--reservations={DEFAULT_RESERVATIONS}", "--http-bind-address=:8080",
@@ -136,7 +136,8 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
 
 
 def test_every_flag_has_a_value(tmp_path: Path) -> None:
-    values = {"controller": {"fit": "aggregate", "preemption": True, "strictFifo": True, "writeWorkers": 8,
+    values = {"controller": {"fit": "aggregate", "placement": "advisory", "preemption": True, "strictFifo": True,
+                             "writeWorkers": 8,
                              "reservations": 5,
                              "maxItems": 50, "maxAppwrapperBytes": 2097152,
                              "logLevel": "debug", "logFormat": "console", "extraArgs": ["--context=x"],
@@ -147,7 +148,7 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
               "admission": {"anyKind": True}}
     container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]
-    assert container["args"] == ["--fit=aggregate", "--write-workers=8", "--max-items=50",
+    assert container["args"] == ["--fit=aggregate", "--placement=advisory", "--write-workers=8", "--max-items=50",
                                  "--default-max-priority=1000", "--max-appwrapper-bytes=2097152", "--log-level=debug",
                                  "--log-format=console", "--reservations=5", "--preemption", "--strict-fifo",
                                  "--http-bind-address=:9090", "--no-quota", "--legacy-api",
@@ -219,7 +220,12 @@ def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
     wrapped = named(objects, "ClusterRole", f"{chart.RELEASE}-wrapped")["rules"]
     kinds = {(group, resource) for rule in wrapped for group in rule["apiGroups"] for resource in rule["resources"]}
     assert {("batch", "jobs"), ("apps", "deployments"), ("", "secrets")} <= kinds
-    assert all(rule["verbs"] == ["get", "create", "patch", "delete"] for rule in wrapped)
+    # --placement=binding: the pods' ungate is a patch, a re-planned pin a delete (and nothing else of pods').
+    assert wrapped[-1] == {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch", "delete"]}
+    assert all(rule["verbs"] == ["get", "create", "patch", "delete"] for rule in wrapped[:-1])
+    advisory = named(chart.render(values={"controller": {"placement": "advisory"}}, tmp=tmp_path), "ClusterRole",
+                     f"{chart.RELEASE}-wrapped")["rules"]
+    assert advisory == wrapped[:-1], "advisory placement patches no pod"
     for rule in rules + wrapped:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
         assert not {"update", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"]), rule

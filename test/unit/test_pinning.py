@@ -1,0 +1,215 @@
+"""Placement that binds, its pure parts: what a pod's view keeps for pinning, the ungate patch (checked against
+the JSON-patch rules the API server applies), which pods mcad will place, and how the accountant hands out slots."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from mcad.accounting import Accountant
+from mcad.api.appwrapper import appwrapper_view
+from mcad.api.views import PLACEMENT_GATE, pod_view
+from mcad.pinning import provenance, ungate_patch
+from test.fakes import apply_json_patch
+from test.unit.nodes_and_pods import GI, node, raw_pod, v
+
+ONE = v(cpu=1000, memory=GI)
+TWO = v(cpu=2000, memory=GI)
+KEY = "ns/a"
+
+
+def gated(uid: str = "u1", *, gates: tuple[str, ...] = (PLACEMENT_GATE,), affinity: Any = None,
+          owner: dict[str, Any] | None = None, cpu: str = "1", node_name: str | None = None,
+          selector: dict[str, str] | None = None) -> dict[str, Any]:
+    raw = raw_pod(uid, aw="a", cpu=cpu, node_name=node_name)
+    raw["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    if gates:
+        raw["spec"]["schedulingGates"] = [{"name": g} for g in gates]
+    if affinity is not None:
+        raw["spec"]["affinity"] = affinity
+    if selector:
+        raw["spec"]["nodeSelector"] = selector
+    if owner is not None:
+        raw["metadata"]["ownerReferences"] = [{"controller": True, **owner}]
+    return raw
+
+
+def test_a_pod_view_keeps_pin_facts_only_while_it_is_an_unbound_pod_of_an_appwrapper() -> None:
+    view = pod_view(gated(owner={"kind": "Job", "name": "j", "uid": "ju"}, selector={"zone": "a"}))
+    assert view.gated and view.pin is not None
+    assert view.pin.owner is not None and (view.pin.owner.kind, view.pin.owner.name) == ("Job", "j")
+    assert view.pin.constraints.node_selector == (("zone", "a"),) and view.pin.constraints.requests == ONE
+    assert view.unschedulable is None  # a gated pod waits for mcad, not for room
+    assert pod_view(gated(node_name="n1")).pin is None  # bound: nothing kept
+    other = gated()
+    del other["metadata"]["labels"]
+    assert pod_view(other).pin is None  # no AppWrapper's
+
+
+def test_the_gate_alone_is_removed_and_a_pod_without_affinity_is_pinned_by_node_name() -> None:
+    raw = gated(gates=("other/gate", PLACEMENT_GATE))
+    view = pod_view(raw)
+    assert view.pin is not None
+    patched = apply_json_patch(raw, ungate_patch("u1", view.pin, "n7"))
+    assert patched["spec"]["schedulingGates"] == [{"name": "other/gate"}]
+    assert patched["spec"]["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n7"]}]}]}}}
+    assert pod_view(patched).pin is not None and pod_view(patched).pin.pinned_to == "n7"  # type: ignore[union-attr]
+    assert not pod_view(patched).gated
+
+
+def test_existing_terms_are_narrowed_not_replaced() -> None:
+    terms = [{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100", "h100"]}]},
+             {"matchExpressions": [{"key": "zone", "operator": "Exists"}],
+              "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["bad"]}]}]
+    raw = gated(affinity={"podAntiAffinity": {}, "nodeAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [],
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}})
+    view = pod_view(raw)
+    assert view.pin is not None
+    patched = apply_json_patch(raw, ungate_patch("u1", view.pin, "n2"))
+    assert "schedulingGates" not in patched["spec"]
+    new_terms = patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    pin = {"key": "metadata.name", "operator": "In", "values": ["n2"]}
+    # Every term keeps what it required and gains the node: Kubernetes allows adding requirements to a gated pod.
+    assert new_terms == [{**terms[0], "matchFields": [pin]},
+                         {**terms[1], "matchFields": [*terms[1]["matchFields"], pin]}]
+    assert patched["spec"]["affinity"]["podAntiAffinity"] == {}
+
+
+@pytest.mark.parametrize("affinity", [{}, {"nodeAffinity": {}}, {"nodeAffinity": {
+    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}])
+def test_partial_affinity_gets_the_one_term_it_lacks(affinity: dict[str, Any]) -> None:
+    raw = gated(affinity=affinity)
+    view = pod_view(raw)
+    assert view.pin is not None
+    patched = apply_json_patch(raw, ungate_patch("u1", view.pin, "n1"))
+    assert pod_view(patched).pin.pinned_to == "n1"  # type: ignore[union-attr]
+
+
+def test_the_patch_refuses_a_pod_changed_since_it_was_read() -> None:
+    raw = gated()
+    view = pod_view(raw)
+    assert view.pin is not None
+    ops = ungate_patch("u1", view.pin, "n1")
+    other = copy.deepcopy(raw)
+    other["metadata"]["uid"] = "someone-else"
+    with pytest.raises(ValueError, match="metadata/uid"):
+        apply_json_patch(other, ops)
+    regated = copy.deepcopy(raw)
+    regated["spec"]["schedulingGates"].append({"name": "late/gate"})
+    with pytest.raises(ValueError, match="schedulingGates"):
+        apply_json_patch(regated, ops)
+
+
+def test_without_a_node_only_the_gate_goes() -> None:
+    raw = gated()
+    view = pod_view(raw)
+    assert view.pin is not None
+    patched = apply_json_patch(raw, ungate_patch("u1", view.pin, ""))
+    assert "schedulingGates" not in patched["spec"] and "affinity" not in patched["spec"]
+
+
+def _aw(*items: dict[str, Any]) -> Any:
+    return appwrapper_view({"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+                            "metadata": {"name": "a", "namespace": "ns", "uid": "aw-uid"},
+                            "spec": {"resources": {"GenericItems": [{"generictemplate": i} for i in items]}}})
+
+
+JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"}, "spec": {"template": {"spec": {
+    "containers": [{"name": "c"}]}}}}
+DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {"template": {
+    "spec": {"containers": [{"name": "c"}]}}}}
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pod-u1"}, "spec": {"containers": [{"name": "c"}]}}
+
+
+@pytest.mark.parametrize(("owner", "placed"), [
+    ({"kind": "Job", "name": "train", "uid": "x"}, True),
+    ({"kind": "ReplicaSet", "name": "web-7d9f", "uid": "x"}, True),
+    ({"kind": "AppWrapper", "name": "a", "uid": "aw-uid"}, True),  # the wrapped Pod named pod-u1
+    ({"kind": "AppWrapper", "name": "a", "uid": "forged"}, False),
+    ({"kind": "Job", "name": "not-wrapped", "uid": "x"}, False),
+    ({"kind": "ReplicaSet", "name": "webby", "uid": "x"}, False),
+    (None, False),
+])
+def test_only_pods_an_appwrapper_made_are_placed(owner: dict[str, Any] | None, placed: bool) -> None:
+    pod = pod_view(gated(owner=owner))
+    why = provenance(_aw(JOB, DEPLOYMENT, POD), pod)
+    assert (why == "") is placed, why
+    if not placed:
+        assert "mcad does not place it" in why or "no controller" in why
+
+
+# -- slots ------------------------------------------------------------------------------------------------------------
+
+
+def accountant() -> Accountant:
+    acc = Accountant()
+    for name in ("n1", "n2"):
+        acc.observe_node(node(name))
+    return acc
+
+
+def test_each_gated_pod_takes_its_own_slot_of_its_shape_and_binding_uses_it() -> None:
+    acc = accountant()
+    acc.assume(KEY, ONE.scale(2) + TWO, {}, plan=(("n1", TWO, 1), ("n2", ONE, 2)))
+    anywhere = lambda _node: True  # noqa: E731
+    assert acc.pin(KEY, "p1", ONE, anywhere) == "n2"
+    assert acc.pin(KEY, "p2", ONE, anywhere) == "n2"
+    assert acc.pin(KEY, "p3", ONE, anywhere) is None  # both ONE slots are taken: beyond the plan
+    assert acc.pin(KEY, "p4", TWO, lambda n: n != "n1") is None  # its node is not one it may use
+    assert acc.pin(KEY, "p4", TWO, anywhere) == "n1"
+    assert acc.pinned_by_node() == {"n2": 2, "n1": 1}
+    # A pinned pod that binds takes its own slot; the room stays promised until then.
+    assert acc.room()["n2"] == node("n2").allocatable - ONE.scale(2)
+    acc.observe_pod(pod_view(gated("p1", gates=(), node_name="n2")))
+    assert acc.pinned_node("p1") is None and acc.planned_nodes(KEY) == [("n1", 1), ("n2", 1)]
+
+
+def test_a_pod_that_goes_unbound_hands_its_slot_back_and_a_refused_one_drops_it() -> None:
+    acc = accountant()
+    acc.assume(KEY, ONE.scale(2), {}, plan=(("n2", ONE, 2),))
+    acc.pin(KEY, "p1", ONE, lambda _n: True)
+    acc.pin(KEY, "p2", ONE, lambda _n: True)
+    acc.observe_pod(pod_view(gated("p1", gates=())))
+    acc.forget_pod("p1")  # deleted before it bound: its replacement gets the slot
+    assert acc.pin(KEY, "p3", ONE, lambda _n: True) == "n2"
+    assert acc.unpin("p2", drop_slot=True) == "n2"  # the node refused it: that slot leaves the plan
+    assert acc.planned_nodes(KEY) == [("n2", 1)] and acc.planned_by_node() == {"n2": ONE}
+
+
+def test_an_extra_pod_gets_a_slot_of_its_own_and_dropping_the_plan_drops_every_pin() -> None:
+    acc = accountant()
+    acc.assume(KEY, ONE, {}, plan=(("n1", ONE, 1),))
+    acc.pin(KEY, "p1", ONE, lambda _n: True)
+    acc.pin_extra(KEY, "p2", "n2", TWO)
+    assert acc.planned_by_node() == {"n1": ONE, "n2": TWO}
+    assert acc.pins() == {"p1": (KEY, "n1"), "p2": (KEY, "n2")}
+    acc.forget(KEY)
+    assert acc.pins() == {} and acc.planned_by_node() == {}
+
+
+def test_an_open_slot_on_a_node_gone_unusable_is_dropped_for_the_pod_placed_elsewhere() -> None:
+    acc = accountant()
+    acc.assume(KEY, ONE.scale(2), {}, plan=(("n1", ONE, 1), ("n2", ONE, 1)))
+    assert acc.drop_open_slot(KEY, ONE, lambda n: n == "n2") == "n2"
+    assert acc.drop_open_slot(KEY, ONE, lambda n: n == "n2") is None
+    assert acc.planned_nodes(KEY) == [("n1", 1)]
+
+
+def test_after_a_restart_a_pinned_unbound_pod_keeps_its_node() -> None:
+    acc = accountant()
+    pinned = gated("p1", gates=(), affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]}}})
+    acc.observe_pod(pod_view(pinned))
+    acc.observe_pod(pod_view(gated("p2")))
+    acc.assume(KEY, ONE.scale(2), {})
+    from mcad.api.podgroups import PodGroup
+    snapshot = acc.snapshot(by_nodes=True)
+    acc.replan(KEY, [PodGroup(2, ONE)], acc.ledger.nodes(), snapshot)
+    assert acc.pinned_node("p1") == "n2"
+    # The other pod's slot is planned afresh (first fit: n1), and the gated pod takes it.
+    assert acc.pin(KEY, "p2", ONE, lambda _n: True) == "n1"
