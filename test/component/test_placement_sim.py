@@ -23,7 +23,7 @@ import pytest
 
 from mcad import events
 from mcad.api.resources import ResourceVector
-from mcad.api.views import NODE_NAME_FIELD, PLACEMENT_GATE, pod_view
+from mcad.api.views import NODE_NAME_FIELD, PLACEMENT_GATE
 from mcad.api.workloads import pod_requests
 from mcad.kube import ApiError
 from test.component.harness import Harness, RecordingWriter, node
@@ -168,7 +168,9 @@ class Sim:
         bound any or marked any refused."""
         changed = False
         for pod in sorted(self.pods(), key=lambda p: p["metadata"]["name"]):
-            if not pod["metadata"]["name"].startswith(only) or pod["spec"].get("nodeName") or pod["spec"].get("schedulingGates") or pod["status"]["phase"] != "Pending":
+            spec = pod["spec"]
+            if (not pod["metadata"]["name"].startswith(only) or spec.get("nodeName") or spec.get("schedulingGates")
+                    or pod["status"]["phase"] != "Pending"):
                 continue
             used, nodes = self.used(), self.nodes()
             requests = pod_requests(pod["spec"], strict=False)
