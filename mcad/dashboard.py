@@ -311,4 +311,4 @@ def _node(node: Mapping[str, Any]) -> dict[str, Any]:
                            "usedFraction": _fraction(_amount(used), total),
                            "reservedFraction": _fraction(_amount(reserved), total)}
     return {"name": node["name"], "cluster": node.get("cluster", ""), "schedulable": node["schedulable"],
-            "ready": node["ready"], "cells": cells}
+            "ready": node["ready"], "pinned": node.get("pinned", 0), "cells": cells}

@@ -143,6 +143,7 @@ class Reports:
                       "free": format_amount(name, free.get(name))} for name in names]
         room = ledger.room_by_node()
         planned = d.accountant.planned_by_node()
+        pinned = d.accountant.pinned_by_node()
         nodes = []
         for node in sorted(ledger.nodes(), key=lambda n: n.name):
             node_room = room.get(node.name, ResourceVector())
@@ -152,6 +153,8 @@ class Reports:
                           "allocatable": quantities(node.allocatable),
                           "used": quantities((node.allocatable - node_room).clamp()),
                           "planned": quantities(node_planned),
+                          # --placement=binding: pods pinned there, not bound yet (their room is in "planned").
+                          "pinned": pinned.get(node.name, 0),
                           "free": quantities(node_room - node_planned)})
         reservations = []
         for key in sorted(ledger.reserved_keys()):

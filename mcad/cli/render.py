@@ -232,8 +232,9 @@ def _node_table(node_docs: Sequence[Mapping[str, Any]], counted: Sequence[str]) 
         for name in names:
             rows.append([_text(node.get("name")), node_status(node), name,
                          *(_text((node.get(part) or {}).get(name, "0"))
-                           for part in ("allocatable", "used", "planned", "free"))])
-    return table(["NODE", "STATUS", "RESOURCE", "ALLOCATABLE", "USED", "PLANNED", "FREE"], rows)
+                           for part in ("allocatable", "used", "planned", "free")),
+                         _text(node.get("pinned", 0))])
+    return table(["NODE", "STATUS", "RESOURCE", "ALLOCATABLE", "USED", "PLANNED", "FREE", "PINNED"], rows)
 
 
 # -- explain ---------------------------------------------------------------------------------------------------------

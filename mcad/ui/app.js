@@ -265,6 +265,8 @@ function nodeRow(node, resources) {
   const name = el("th", { scope: "row", text: node.name });
   if (!node.schedulable) name.append(el("span", { class: "flag", text: "cordoned" }));
   if (!node.ready) name.append(el("span", { class: "flag", text: "not ready" }));
+  // --placement=binding: pods mcad pinned here that the scheduler has not bound yet (their room is "reserved").
+  if (node.pinned) name.append(el("span", { class: "flag pinned", text: `${node.pinned} pinned` }));
   const tr = el("tr", { "data-node": node.name, class: classes }, name);
   for (const resource of resources) {
     const cell = node.cells[resource];

@@ -25,6 +25,7 @@ from mcad import events
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NODE_NAME_FIELD, PLACEMENT_GATE
 from mcad.api.workloads import pod_requests
+from mcad.debug import Reports
 from mcad.kube import ApiError
 from test.component.harness import Harness, RecordingWriter, node
 from test.fakes import apply_json_patch
@@ -284,7 +285,7 @@ def sim_factory(harness_factory: Any) -> Any:
 
 
 def test_the_tight_gang_is_placed_as_planned_and_the_spread_one_is_not(sim_factory: Any) -> None:
-    """Two 4-cpu nodes, a Job of 2 x 2 cpu beside a 3-cpu one: only 3 | 2 + 2 packs it."""
+    """Two 4-cpu nodes, an AppWrapper of 2 x 2 cpu, then one of 3 cpu: only 2 + 2 | 3 packs them."""
     for placement, whole in (("binding", True), ("advisory", False)):
         sim = sim_factory(nodes=2, placement=placement)
         big = job_aw("big", 1, 3, 0)
@@ -292,6 +293,12 @@ def test_the_tight_gang_is_placed_as_planned_and_the_spread_one_is_not(sim_facto
         sim.add(big)
         sim.settle(schedule=False)
         assert sorted(sim.writer.applied) == ["big", "pair"]
+        ledger = {n["name"]: n for n in Reports(sim.h.dispatcher, lambda: {}).ledger()["nodes"]}
+        if whole:  # pinned and not bound yet: the ledger (mcadctl ledger, the heat map) says where
+            assert (ledger["n0"]["pinned"], ledger["n1"]["pinned"]) == (2, 1)
+            assert ledger["n0"]["planned"] == {"cpu": "4"} and ledger["n1"]["planned"] == {"cpu": "3"}
+        else:
+            assert (ledger["n0"]["pinned"], ledger["n1"]["pinned"]) == (0, 0)
         # The scheduler meets the pair's pods first, then the big one's.
         sim.schedule(only="pair")
         sim.settle()

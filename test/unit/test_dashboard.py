@@ -156,7 +156,8 @@ def ledger_node(name: str, **extra: Any) -> dict[str, Any]:
 
 
 def test_nodes_give_the_heat_map_its_fractions_and_flags() -> None:
-    source = FakeSource({"ledger": {**HEADER, "nodes": [ledger_node("n1"), ledger_node("n2", schedulable=False)]},
+    source = FakeSource({"ledger": {**HEADER, "nodes": [ledger_node("n1", pinned=3),
+                                                         ledger_node("n2", schedulable=False)]},
                          "clusters": {**HEADER, "mode": "single", "clusters": []}})
     status, doc = view(Dashboard(source), "nodes")
     assert status == 200 and doc["mode"] == "single" and doc["resources"] == ["cpu", "memory", "nvidia.com/gpu"]
@@ -165,6 +166,7 @@ def test_nodes_give_the_heat_map_its_fractions_and_flags() -> None:
                                   "usedFraction": 0.25, "reservedFraction": 0.25}
     assert n1["cells"]["memory"]["usedFraction"] == 0.25 and n1["cells"]["nvidia.com/gpu"]["reservedFraction"] == 0.25
     assert "pods" not in n1["cells"] and n2["schedulable"] is False
+    assert (n1["pinned"], n2["pinned"]) == (3, 0), "pods pinned there and not bound yet"
     source.rights = {"/debug/quota"}
     assert view(Dashboard(source), "nodes") == (403, {"error": "alice may not get /debug/ledger"})
 

@@ -49,7 +49,8 @@ LEDGER: dict[str, Any] = {
                   {"name": "memory", "capacity": "32Gi", "used": "2Gi", "reserved": "1Gi", "free": "29Gi"}],
     "nodes": [{"name": "node-a", "schedulable": True, "ready": True,
                "allocatable": {"cpu": "8", "memory": "16Gi", "ephemeral-storage": "100Gi", "pods": "110"},
-               "used": {"cpu": "4", "memory": "2Gi"}, "planned": {"cpu": "1"}, "free": {"cpu": "3", "memory": "14Gi"}},
+               "used": {"cpu": "4", "memory": "2Gi"}, "planned": {"cpu": "1"}, "free": {"cpu": "3", "memory": "14Gi"},
+               "pinned": 2},
               {"name": "node-b", "schedulable": False, "ready": True,
                "allocatable": {"cpu": "8", "memory": "16Gi"}, "used": {}, "planned": {}, "free": {}}],
     "reservations": [{"namespace": "team-a", "name": "train", "reserved": {"memory": "1Gi", "cpu": "2"}},
@@ -221,10 +222,10 @@ def test_ledger_nodes_table_has_one_row_per_node_and_counted_resource() -> None:
     lines = render.ledger_lines(LEDGER, nodes=True)
     start = lines.index(next(line for line in lines if line.startswith("NODE")))
     rows = [line.split() for line in lines[start:]]
-    assert rows[0] == ["NODE", "STATUS", "RESOURCE", "ALLOCATABLE", "USED", "PLANNED", "FREE"]
-    assert rows[1] == ["node-a", "Ready", "cpu", "8", "4", "1", "3"]
-    assert rows[2] == ["node-a", "Ready", "memory", "16Gi", "2Gi", "0", "14Gi"]
-    assert rows[3] == ["node-a", "Ready", "ephemeral-storage", "100Gi", "0", "0", "0"]
+    assert rows[0] == ["NODE", "STATUS", "RESOURCE", "ALLOCATABLE", "USED", "PLANNED", "FREE", "PINNED"]
+    assert rows[1] == ["node-a", "Ready", "cpu", "8", "4", "1", "3", "2"]
+    assert rows[2] == ["node-a", "Ready", "memory", "16Gi", "2Gi", "0", "14Gi", "2"]
+    assert rows[3] == ["node-a", "Ready", "ephemeral-storage", "100Gi", "0", "0", "0", "2"]
     assert rows[4][:2] == ["node-b", "Ready,SchedulingDisabled"]
     assert len(rows) == 1 + 2 * 3  # "pods" is allocatable but not counted by the ledger: not shown
 
