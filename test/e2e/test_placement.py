@@ -9,14 +9,29 @@ scheduler meets the pods in the same order in both modes: the Job's first.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client as k8s
 import pytest
 
-from test.e2e.conftest import LOGS, AppWrappers, appwrapper, delete_fake_node, running_controller
+from mcad import kube
+from test import escalations
+from test.e2e.conftest import (
+    LOGS,
+    AppWrappers,
+    Controller,
+    appwrapper,
+    delete_fake_node,
+    job_item,
+    running_controller,
+)
+from test.e2e.test_admission import account, kubectl, token_kubeconfig
 from test.support import wait_until
 
 HOLD = "test.mcad/hold"
@@ -137,3 +152,152 @@ def test_with_advisory_placement_the_scheduler_spreads_the_gang_and_a_pod_stays_
         assert "Insufficient" in wait_until(refused, 60, "the big pod to be unschedulable")
         aws.delete("loose")
         wait_until(lambda: not aws.pods("loose"), 60, "the gang's pods to go")
+
+
+# -- reservations bind ----------------------------------------------------------------------------------------------
+
+SLOT = "mcad.test/pinslot"
+
+
+@contextlib.contextmanager
+def slot_nodes(core: k8s.CoreV1Api, count: int) -> Iterator[list[str]]:
+    """``count`` fake nodes with 4 of an extended resource no other node has (what other tests leave on the
+    cluster's own nodes does not matter); yields their names."""
+    tag = uuid.uuid4().hex[:6]
+    names = [f"mcad-test-slots-{tag}-{i}" for i in range(count)]
+    capacity = {"pods": "110", "cpu": "8", "memory": "16Gi", SLOT: "4"}
+    for name in names:
+        core.create_node({"metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                                       "labels": {"mcad.test/owned": "true"}},
+                          "status": {"capacity": capacity, "allocatable": capacity}})
+    try:
+        for name in names:
+            wait_until(lambda name=name: any(c.type == "Ready" and c.status == "True"
+                                             for c in core.read_node(name).status.conditions or []),
+                       60, f"node {name} Ready")
+        yield names
+    finally:
+        for name in names:
+            delete_fake_node(core, name)
+
+
+def slot_job(name: str, pods: int, slots: int, run_seconds: float) -> dict[str, Any]:
+    requests = {"cpu": "10m", "memory": "16Mi", SLOT: str(slots)}
+    return {"replicas": 1, "generictemplate": {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+        "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": {
+            "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": f"{run_seconds:g}s"}},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "busybox", "resources": {"requests": requests, "limits": requests}}]}}}}}
+
+
+def reserved_nodes(ctl: Controller, key: str) -> list[str] | None:
+    status, body = ctl.get("/debug/queue")
+    assert status == 200, body
+    held = next((r for r in json.loads(body)["reservations"] if r["appwrapper"] == key), None)
+    return list(held["nodes"]) if held else None
+
+
+def filler_pods_on(aws: AppWrappers, core: k8s.CoreV1Api, nodes: set[str]) -> list[tuple[str, str]]:
+    """(pod, node) of the namespace's running pods, other than the gang's, bound to one of ``nodes``."""
+    return [(p.metadata.name, p.spec.node_name) for p in core.list_namespaced_pod(aws.namespace).items
+            if p.spec.node_name in nodes and p.status.phase in ("Pending", "Running")
+            and not p.metadata.name.startswith("gang-")]
+
+
+@pytest.mark.parametrize("placement", ["binding", "advisory"])
+def test_a_reservation_binds_against_a_stream_of_small_appwrappers(
+        placement: str, controller_kubeconfig: str, aws: AppWrappers, core: k8s.CoreV1Api) -> None:
+    """Six 4-slot nodes full of short 1-slot AppWrappers; a priority-10 gang of 4 x 4 slots reserves four of them,
+    and a stream of 1-slot AppWrappers keeps coming. mcad means the stream for the two nodes it did not reserve; with
+    placement binding that is where their pods go, so the gang starts as soon as its nodes' last filler ends. Left
+    to the scheduler (advisory), fillers land on the reserved nodes as they empty, since it prefers the emptiest."""
+    run = 3.0
+    with running_controller(controller_kubeconfig, LOGS / f"test_placement-{placement}.log",
+                            f"--placement={placement}") as ctl, slot_nodes(core, 6) as nodes:
+        for i in range(24):
+            aws.create(appwrapper(f"fill-{i:02d}", slot_job(f"fill-{i:02d}", 1, 1, run)))
+        wait_until(lambda: len(filler_pods_on(aws, core, set(nodes))) == 24, 90, "the 24 slots full")
+        aws.create(appwrapper("gang", slot_job("gang", 4, 4, 3600), priority=10))
+        key = f"{aws.namespace}/gang"
+        reserved = set(wait_until(lambda: reserved_nodes(ctl, key), 30, "the gang's reservation"))
+        assert len(reserved) == 4
+        stream_end = time.monotonic() + 20
+        n = 0
+        landed: set[tuple[str, str]] = set()  # stream pods seen on a reserved node while the gang waited
+        cleared_at = None  # when the reserved nodes were first seen free of fillers
+        dispatched_at = None
+        while time.monotonic() < stream_end and dispatched_at is None:
+            aws.create(appwrapper(f"next-{n:03d}", slot_job(f"next-{n:03d}", 1, 1, run)))
+            n += 1
+            on_reserved = filler_pods_on(aws, core, reserved)
+            landed |= {(pod, node) for pod, node in on_reserved if pod.startswith("next-")}
+            if not on_reserved and cleared_at is None:
+                cleared_at = time.monotonic()
+            if aws.status("gang").get("state") == "Running":
+                dispatched_at = time.monotonic()
+            time.sleep(0.25)  # the stream's pace (a load, not a wait for a condition)
+        if placement == "advisory":
+            assert landed, "the scheduler put no stream pod on the reserved nodes: the test shows nothing"
+            return
+        assert not landed, f"stream pods bound to the gang's reserved nodes: {sorted(landed)}"
+        if dispatched_at is None:
+            aws.wait_state("gang", "Running", timeout=run + 15)
+            dispatched_at = time.monotonic()
+        assert cleared_at is not None
+        # Its nodes' last filler ended at cleared_at (seen within one pass of the loop): it went within 2 s.
+        assert dispatched_at - cleared_at <= 2 + 0.25 * 4, (dispatched_at - cleared_at)
+        aws.wait_pods("gang", 4)
+
+
+# -- the gate and the labels give a tenant nothing -------------------------------------------------------------------
+
+TENANT_RIGHTS = [*escalations.APPWRAPPER_RIGHTS,
+                 {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "patch", "delete"]},
+                 {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]}]
+
+
+def gated_pod(name: str, appwrapper_name: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"workload.codeflare.dev/appwrapper": appwrapper_name}}
+    if owner is not None:
+        meta["ownerReferences"] = [{**owner, "controller": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {
+        "schedulingGates": [{"name": "mcad.codeflare.dev/placement"}],
+        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}]}}
+
+
+def test_a_tenants_own_gated_pod_is_not_placed_by_mcad(kubeconfig: str, controller_kubeconfig: str,
+                                                         aws: AppWrappers, core: k8s.CoreV1Api,
+                                                         tmp_path: Path) -> None:
+    """As a user holding AppWrapper, Job and pod rights: pods that carry mcad's gate and the AppWrapper label,
+    made by the user and not by an AppWrapper (of a dispatched one, claiming it as their controller; of one that
+    does not exist), are left gated with a PlacementRefused Event that says why; the AppWrapper's own pod runs."""
+    admin = kube.connect(kubeconfig)
+    account(admin, aws.namespace, "carol", TENANT_RIGHTS)
+    carol = token_kubeconfig(kubeconfig, admin, aws.namespace, "carol", tmp_path / "carol")
+    with running_controller(controller_kubeconfig, LOGS / "test_placement.log"):
+        proc = kubectl(carol, "create", {**appwrapper("mine", job_item("mine", 1, "10m", duration="1h")),
+                                         "metadata": {"name": "mine", "namespace": aws.namespace}})
+        assert proc.returncode == 0, proc.stderr
+        aws.wait_pods("mine", 1)
+        uid = aws.uid("mine")
+        forged = gated_pod("forged", "mine", {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
+                                              "name": "mine", "uid": uid})
+        for body in (gated_pod("loose", "mine"), forged, gated_pod("orphan", "no-such-appwrapper")):
+            proc = kubectl(carol, "create", {**body, "metadata": {**body["metadata"], "namespace": aws.namespace}})
+            assert proc.returncode == 0, proc.stderr
+
+        def refusal(name: str) -> str | None:
+            found = core.list_namespaced_event(aws.namespace, field_selector=f"involvedObject.name={name}").items
+            return next((e.message for e in found if e.reason == "PlacementRefused"), None)
+
+        assert "has no controller, so no AppWrapper made it" in wait_until(lambda: refusal("loose"), 30, "loose")
+        assert "is controlled by AppWrapper mine, which AppWrapper mine does not wrap" in wait_until(
+            lambda: refusal("forged"), 30, "forged")
+        assert f"its AppWrapper {aws.namespace}/no-such-appwrapper is not dispatched" in wait_until(
+            lambda: refusal("orphan"), 30, "orphan")
+        for name in ("loose", "forged", "orphan"):
+            pod = core.read_namespaced_pod(name, aws.namespace)
+            assert [g.name for g in pod.spec.scheduling_gates or []] == ["mcad.codeflare.dev/placement"]
+            assert pod.spec.affinity is None and not pod.spec.node_name
+        assert aws.pods("mine", "Running"), "the AppWrapper's own pod was placed"

@@ -26,6 +26,7 @@ from test.e2e.conftest import (
     deployment_item,
     free_cpu_millis,
 )
+from test.e2e.test_placement import pinned_node
 from test.support import REPO, wait_until
 
 SAMPLES = REPO / "config" / "samples"
@@ -73,6 +74,9 @@ def test_second_raycluster_is_queued_without_pods_until_the_first_goes(
     assert sorted(p.metadata.labels["ray.io/node-type"] for p in head_and_worker) == ["head", "worker"]
     for pod in head_and_worker:  # mcad's label reached the pods through the RayCluster's templates
         assert pod.metadata.labels["workload.codeflare.dev/appwrapper"] == "raycluster-complete"
+        # And its gate: KubeRay made the pods gated, mcad pinned each one to the node of its plan (placement binding).
+        assert pinned_node(pod) == pod.spec.node_name, (pod.metadata.name, pod.spec.affinity)
+        assert not pod.spec.scheduling_gates
 
     custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, second)
     queued = default_aws.wait_state("raycluster-complete-1", "Pending")
