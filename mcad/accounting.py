@@ -318,15 +318,28 @@ class Accountant:
     # -- pins (--placement=binding) -------------------------------------------------------------------------------
 
     def pin(self, key: str, uid: str, requests: ResourceVector, eligible: Callable[[str], bool]) -> str | None:
-        """Pin a gated pod of ``key`` to an open slot of its plan of exactly its requests, on a node ``eligible``
-        accepts; returns the node, None when no slot fits (the pod is beyond the plan)."""
+        """Pin a gated pod of ``key`` to an open slot of its plan on a node ``eligible`` accepts: one of exactly its
+        requests; or, when the plan has no slot of its requests at all (custompodresources declared other amounts
+        than the pods ask), the smallest that holds them. Returns the node, None when no slot fits (the pod is
+        beyond the plan)."""
         if uid in self._pins:
             return self._pins[uid][1].node
-        for entry in self._plans.get(key, ()):
-            if entry.open > 0 and entry.requests == requests and eligible(entry.node):
-                self._hold_pin(key, uid, entry)
-                return entry.node
-        return None
+        plan = self._plans.get(key, ())
+        planned_shape = any(entry.requests == requests for entry in plan)
+        roomy: _Planned | None = None
+        for entry in plan:
+            if entry.open <= 0 or not eligible(entry.node):
+                continue
+            if entry.requests == requests:
+                roomy = entry
+                break
+            if not planned_shape and requests.fits_in(entry.requests) and (
+                    roomy is None or _slot_size(entry.requests) < _slot_size(roomy.requests)):
+                roomy = entry
+        if roomy is None:
+            return None
+        self._hold_pin(key, uid, roomy)
+        return roomy.node
 
     def pin_extra(self, key: str, uid: str, node: str, requests: ResourceVector) -> None:
         """A pod of ``key`` beyond its plan, placed on ``node`` by the caller: a slot of its own, so its room is
@@ -336,14 +349,18 @@ class Accountant:
         self._planned[node] = self._planned.get(node, ZERO) + requests
         self._hold_pin(key, uid, entry)
 
-    def drop_open_slot(self, key: str, requests: ResourceVector, unusable: Callable[[str], bool]) -> str | None:
-        """Take one open slot of these requests on a node ``unusable`` rejects out of ``key``'s plan (the node went
-        away or turned unschedulable since the plan); returns its node, None if there was none."""
-        for entry in list(self._plans.get(key, ())):
-            if entry.open > 0 and entry.requests == requests and unusable(entry.node):
-                self._take_slot(key, entry)
-                return entry.node
-        return None
+    def drop_open_slot(self, key: str, unusable: Callable[[str], bool]) -> str | None:
+        """Take one open slot out of ``key``'s plan, for a pod of it that fits none (it is placed on its own): one
+        on a node ``unusable`` rejects (gone or cordoned since the plan) if there is one, else the last (the plan
+        lists the largest pods first). Each pod so accounts for one slot, so a plan whose pods ask other amounts
+        than it planned (custompodresources) does not hold room for ever. Returns its node, None if none was
+        open."""
+        open_slots = [entry for entry in self._plans.get(key, ()) if entry.open > 0]
+        if not open_slots:
+            return None
+        entry = next((e for e in open_slots if unusable(e.node)), open_slots[-1])
+        self._take_slot(key, entry)
+        return entry.node
 
     def unpin(self, uid: str, *, drop_slot: bool = False) -> str | None:
         """The pod holds its slot no more: handed back (it went away unbound), or with ``drop_slot`` taken out of
@@ -444,6 +461,11 @@ class Accountant:
                         room=self.room() if by_nodes else None, nodes=self.ledger.nodes() if by_nodes else (),
                         quota=charges,
                         consumed=self.ledger.consumed)
+
+
+def _slot_size(requests: ResourceVector) -> tuple[int, int, int, int]:
+    """Which of two slots is smaller, GPUs first (as ``mcad.placement`` orders pods)."""
+    return requests["nvidia.com/gpu"], requests["cpu"], requests["memory"], sum(requests.values())
 
 
 def _unowned(pod: PodView) -> PodView:

@@ -393,7 +393,7 @@ class Dispatcher:
         self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
 
     def capacity_may_have_grown(self) -> None:
-        if self.pending:
+        if self.pending or (self.pinning is not None and self.pinning.placing()):
             self.queue.add(DISPATCH)
 
     # ------------------------------------------------------------------------------------------ events

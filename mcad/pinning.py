@@ -3,8 +3,8 @@
 Contract (DESIGN.md, "Placement binds"):
 - Dispatch puts mcad's scheduling gate (``PLACEMENT_GATE``) on every pod template (``mcad.apply``), so the
   scheduler leaves the pods alone. Each gated pod the pod informer shows is handed to ``observe`` (the loop's
-  thread, like everything here). It takes an open slot of its AppWrapper's plan (``Accountant.pin``: the pod's
-  requests, a node its own constraints accept) and is ungated by one JSON patch (``ungate_patch``) that removes the
+  thread, like everything here). It takes an open slot of its AppWrapper's plan (``Accountant.pin``: one that
+  holds the pod's requests, exactly if it can, on a node its own constraints accept) and is ungated by one JSON patch (``ungate_patch``) that removes the
   gate and narrows its required node affinity to that node by name; the patch tests the pod's uid, gates and node
   selector terms, so it never applies to anything but the pod as mcad saw it. Patches run in the write pool,
   one key per pod, so a gang's pods are ungated in parallel; the outcome (``Ungated``) comes back to ``done``.
@@ -256,9 +256,10 @@ class Pinning:
         if node is not None:
             self._ungate(pod, node)
             return
-        # Beyond the plan, or its slots' nodes went away or were cordoned since the plan: placed by fit in the next
-        # cycle, before the queue. A slot on a node nobody can use now moves to wherever the pod goes.
-        self._accountant.drop_open_slot(key, pod.requests, self._unusable)
+        # Beyond the plan, or no slot of it holds the pod on a node it may use (gone, cordoned, or its constraints):
+        # placed by fit in the next cycle, before the queue. It accounts for one open slot of the plan, whose room
+        # then goes back to the cluster instead of staying promised to a pod that will never come.
+        self._accountant.drop_open_slot(key, self._unusable)
         self._extras[uid] = key
         self._queue.add(DISPATCH)
 
@@ -340,6 +341,10 @@ class Pinning:
             snapshot.take(pod.requests, packing.placement)
             self._metrics.pin("extra")
             self._ungate(pod, node)
+
+    def placing(self) -> bool:
+        """Some pods beyond their plans wait to be placed: a dispatch cycle is due when room frees."""
+        return bool(self._extras)
 
     def waiting(self, key: str) -> list[tuple[str, Unschedulable]]:
         """(pod name, why) of its gated pods beyond the plan that fit nowhere now."""

@@ -472,12 +472,18 @@ def throughput(opts: Options, result: Result) -> None:
         result.setdefault("notes", []).append("no ceiling figure (run the ceiling scenario) for the 50% target")
 
 
-def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, webhooks: bool) -> float:
+def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, webhooks: bool,
+                    controller_args: tuple[str, ...] = (), metrics: bool = False) -> float:
     """One throughput run in a fresh cluster (see ``throughput``), with the controller's admission webhooks
     registered and every AppWrapper reviewed by them when ``webhooks``; fills ``result``, returns the dispatch
     rate. ``result["admitted_with_creator"]`` counts the AppWrappers that carry the creator annotation the
-    mutating webhook sets (all of them with webhooks, none without)."""
+    mutating webhook sets (all of them with webhooks, none without). ``controller_args`` are added to the
+    controller's; with ``metrics`` its /metrics (served without a token) is read at the end into
+    ``result["controller_metrics"]``."""
     n = scaled(2000, f)
+    metrics_port = webhooks_mod.free_port() if metrics else 0
+    extra = (*controller_args, *(("--insecure-debug-endpoints", "--http-bind-address",
+                                  f"127.0.0.1:{metrics_port}") if metrics else ()))
     n_nodes = scaled(100, f)
     result["params"] = {"appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "pod_cpu": "100m", "threads": opts.threads,
                         "webhooks": webhooks}
@@ -492,7 +498,7 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
             webhooks_mod.wait_admitting(env.api, f"http://127.0.0.1:{http_port}/readyz", ctl.check_alive)
             result["webhooks_admitting_s"] = round(time.monotonic() - started, 2)
         else:
-            ctl = env.controller("controller")
+            ctl = env.controller("controller", args=(*opts.controller_args, *extra))
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
         cluster_before = env.cluster.cpu_seconds()
@@ -529,6 +535,8 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
                              "create_to_pod_running": summary(tracker.latencies(names, tracker.pods_running)),
                              "(controller decision to seen)": summary(tracker.decision_to_seen()),
                              "create_call": summary(calls)}
+        if metrics:
+            result["controller_metrics"] = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
         items, _ = env.api.list_all(aw_path())
         result["admitted_with_creator"] = sum(
             1 for aw in items if webhooks_mod.CREATOR_ANNOTATION in (aw["metadata"].get("annotations") or {}))
@@ -588,6 +596,85 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
                          for mode in ("off", "on")}
     add_target(result, "dispatch rate (share of ceiling), webhooks on / off", ratio, ">=",
                WEBHOOKS_RATIO_TARGET_PCT, "%")
+
+
+# ---------------------------------------------------------------------------------------------- placement
+
+PLACEMENT_RATIO_TARGET_PCT = 85.0
+UNGATE_P99_TARGET_MS = 200.0
+
+
+def scrape(url: str) -> dict[str, float]:
+    """A Prometheus text page as {sample with labels: value}."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            try:
+                samples[name] = float(value)
+            except ValueError:
+                continue
+    return samples
+
+
+def histogram_quantile(samples: dict[str, float], name: str, q: float) -> float | None:
+    """The upper bound of the first bucket holding the q-quantile (what a Prometheus histogram can say without
+    interpolating), None without observations; +Inf when it lies past the last bound."""
+    buckets = sorted((float(key.split('le="')[1].split('"')[0]), count) for key, count in samples.items()
+                     if key.startswith(f"{name}_bucket{{"))
+    total = samples.get(f"{name}_count", 0.0)
+    if not total:
+        return None
+    return next(bound for bound, count in buckets if count >= q * total)
+
+
+def placement(opts: Options, result: Result) -> None:
+    """Placement that binds (issue 25) against the scheduler's own, back to back, each in a fresh cluster: the
+    throughput run (one 1-pod Job per AppWrapper) with ``--placement=binding``, then ``--placement=advisory``. The
+    ungate patch is one more write per pod; both dispatch rates (AppWrappers/s) and pod rates (pods Running per
+    second, first create to last pod Running) are reported with binding / advisory, and the time from the
+    controller first seeing a gated pod to its pin written (``mcad_pod_ungate_seconds``, bucket bounds) under
+    that load."""
+    f = opts.factor("placement")
+    phases: dict[str, Result] = {}
+    result["phases"] = phases
+    for mode in ("binding", "advisory"):
+        phase: Result = {"targets": []}
+        phases[mode] = phase
+        say(f"placement: --placement={mode}")
+        _throughput_run(f"placement_{mode}", opts, phase, f, webhooks=False,
+                        controller_args=(f"--placement={mode}",), metrics=True)
+        phase["pods_per_s"] = round(phase["throughput"]["dispatched"] / phase["wall_s"], 1)
+    binding, advisory = phases["binding"], phases["advisory"]
+    result["params"] = {**binding["params"], "placement": "binding, then advisory"}
+    samples = binding.get("controller_metrics") or {}
+    name = "mcad_pod_ungate_seconds"
+    ungate = {f"p{int(q * 100)}_le_ms": (None if (v := histogram_quantile(samples, name, q)) is None
+                                         else round(v * 1000, 1)) for q in (0.5, 0.99)}
+    ungate["pods"] = samples.get(f"{name}_count", 0.0)
+    ungate["mean_ms"] = round(1000 * samples.get(f"{name}_sum", 0.0) / ungate["pods"], 1) if ungate["pods"] else None
+    result["ungate"] = ungate
+    result["pins"] = {key.split('"')[1]: value for key, value in samples.items()
+                      if key.startswith("mcad_pod_pins_total{")}
+    rate = {mode: phases[mode]["throughput"]["dispatched_per_s"] for mode in phases}
+    pods = {mode: phases[mode]["pods_per_s"] for mode in phases}
+    result["throughput"] = {"dispatched_per_s_binding": rate["binding"], "dispatched_per_s_advisory": rate["advisory"],
+                            "pods_per_s_binding": pods["binding"], "pods_per_s_advisory": pods["advisory"]}
+    result["latency"] = {f"{latency} ({mode})": phases[mode]["latency"][latency]
+                         for latency in ("create_to_running", "create_to_pod_running") for mode in phases}
+    result["controller"] = binding["controller"]
+    result["controller_advisory"] = advisory["controller"]
+    add_target(result, "dispatch rate, binding / advisory", 100 * rate["binding"] / rate["advisory"], ">=",
+               PLACEMENT_RATIO_TARGET_PCT, "%")
+    add_target(result, "pod rate, binding / advisory", 100 * pods["binding"] / pods["advisory"], ">=",
+               PLACEMENT_RATIO_TARGET_PCT, "%")
+    p99 = ungate["p99_le_ms"]
+    add_target(result, "first seen gated -> pinned, p99 (bucket bound)", p99 if p99 is not None else float("inf"),
+               "<", UNGATE_P99_TARGET_MS, "ms")
 
 
 # ---------------------------------------------------------------------------------------------- deep queue
@@ -1705,6 +1792,7 @@ SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "ceiling": ceiling,
     "throughput": throughput,
     "throughput_webhooks": throughput_webhooks,
+    "placement": placement,
     "deep_queue": deep_queue,
     "churn": churn,
     "restart": restart,

@@ -192,12 +192,24 @@ def test_an_extra_pod_gets_a_slot_of_its_own_and_dropping_the_plan_drops_every_p
     assert acc.pins() == {} and acc.planned_by_node() == {}
 
 
-def test_an_open_slot_on_a_node_gone_unusable_is_dropped_for_the_pod_placed_elsewhere() -> None:
+def test_a_pod_placed_on_its_own_accounts_for_one_open_slot_an_unusable_one_first() -> None:
     acc = accountant()
-    acc.assume(KEY, ONE.scale(2), {}, plan=(("n1", ONE, 1), ("n2", ONE, 1)))
-    assert acc.drop_open_slot(KEY, ONE, lambda n: n == "n2") == "n2"
-    assert acc.drop_open_slot(KEY, ONE, lambda n: n == "n2") is None
-    assert acc.planned_nodes(KEY) == [("n1", 1)]
+    acc.assume(KEY, ONE.scale(3), {}, plan=(("n1", ONE, 1), ("n2", ONE, 2)))
+    assert acc.drop_open_slot(KEY, lambda n: n == "n1") == "n1"
+    assert acc.drop_open_slot(KEY, lambda n: n == "n1") == "n2"  # none unusable left: the last
+    acc.pin(KEY, "p1", ONE, lambda _n: True)
+    assert acc.drop_open_slot(KEY, lambda _n: False) is None, "the last slot is pinned: none open"
+    assert acc.planned_nodes(KEY) == [("n2", 1)]
+
+
+def test_a_pod_that_asks_less_than_its_slots_takes_the_smallest_that_holds_it() -> None:
+    acc = accountant()
+    big, half = v(cpu=4000), v(cpu=500)
+    acc.assume(KEY, big + TWO, {}, plan=(("n1", big, 1), ("n2", TWO, 1)))
+    assert acc.pin(KEY, "p1", half, lambda _n: True) == "n2"
+    assert acc.pin(KEY, "p2", half, lambda _n: True) == "n1"
+    assert acc.pin(KEY, "p3", half, lambda _n: True) is None
+    assert acc.pin(KEY, "p4", v(cpu=8000), lambda _n: True) is None
 
 
 def test_after_a_restart_a_pinned_unbound_pod_keeps_its_node() -> None:
