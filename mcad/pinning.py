@@ -3,10 +3,11 @@
 Contract (DESIGN.md, "Placement binds"):
 - Dispatch puts mcad's scheduling gate (``PLACEMENT_GATE``) on every pod template (``mcad.apply``), so the
   scheduler leaves the pods alone. Each gated pod the pod informer shows is handed to ``observe`` (the loop's
-  thread, like everything here). It takes an open slot of its AppWrapper's plan (``Accountant.pin``: one that
-  holds the pod's requests, exactly if it can, on a node its own constraints accept) and is ungated by one JSON patch (``ungate_patch``) that removes the
-  gate and narrows its required node affinity to that node by name; the patch tests the pod's uid, gates and node
-  selector terms, so it never applies to anything but the pod as mcad saw it. Patches run in the write pool,
+  thread, like everything here). It takes an open slot of its AppWrapper's plan (``Accountant.pin``: one of its
+  requests, or the smallest that holds them when the plan has none of that shape, on a node its own constraints
+  accept) and is ungated by one JSON patch (``ungate_patch``) that removes the gate and narrows its required node
+  affinity to that node by name; the patch tests the pod's uid, gates and node selector terms, so it never
+  applies to anything but the pod as mcad saw it. Patches run in the write pool,
   one key per pod, so a gang's pods are ungated in parallel; the outcome (``Ungated``) comes back to ``done``.
 - Only a pod that a dispatched AppWrapper made is placed: its ``workload.codeflare.dev/appwrapper`` label names a
   dispatched AppWrapper of its namespace, and its controller is that AppWrapper (a wrapped Pod of that name) or one
