@@ -822,8 +822,8 @@ class Dispatcher:
 
     # ------------------------------------------------------------------------------------------ for mcad.pinning
 
-    def dispatching(self, key: str) -> bool:
-        return key in self.dispatches
+    def exists(self, key: str) -> bool:
+        return self.appwrappers.get(key) is not None
 
     def pods_changed(self, key: str) -> None:
         self.queue.add(keys.PodCounts(key))

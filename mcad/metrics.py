@@ -136,7 +136,8 @@ class _StateCollector(Collector):
             gated = GaugeMetricFamily(
                 "mcad_gated_pods", "Pods held by mcad's scheduling gate (--placement=binding), by what they wait for: "
                 "ungating (the pin is being written), placing (beyond the plan, to be placed in the next cycle), room "
-                "(beyond the plan, no node has room now), dispatch (their AppWrapper's objects are being created).",
+                "(beyond the plan, no node has room now), dispatch (their AppWrapper is not dispatched now: being "
+                "dispatched, queued or draining).",
                 labels=["waiting_for"])
             counts = s.gated_pods()
             for state in ("dispatch", "placing", "room", "ungating"):

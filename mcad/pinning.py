@@ -14,7 +14,9 @@ Contract (DESIGN.md, "Placement binds"):
   of its wrapped objects by kind and name (or a ReplicaSet of a wrapped Deployment). Any other pod carrying the
   gate stays gated, and a ``PlacementRefused`` Event on the pod says why (once per pod). A pod claiming a wrapped
   object as its controller falsely can at most take a slot of that AppWrapper's own plan, in its own namespace.
-  A gated pod whose AppWrapper is being dispatched waits for the dispatch's outcome (``dispatched``).
+  A gated pod whose AppWrapper exists but is not dispatched now (being dispatched, queued, requeued) waits and is
+  looked at again when it is (``dispatched``); a gated pod of an AppWrapper that was deleted goes with it (its
+  owners are the AppWrapper's, which the garbage collector deletes).
 - Pods beyond the plan (a replacement, a scaled Deployment, an operator making more pods than its template says)
   wait for the next dispatch cycle, which runs ``place_extras`` before the queue: each is packed alone
   (``mcad.placement``) on the room free now (promised room is not free) on nodes no other AppWrapper's
@@ -101,8 +103,8 @@ class Host(Protocol):
         """The AppWrapper if it is dispatched and active now."""
         ...
 
-    def dispatching(self, key: str) -> bool:
-        """Its objects are being created (the outcome is not back yet)."""
+    def exists(self, key: str) -> bool:
+        """An AppWrapper of that key exists (dispatched or not)."""
         ...
 
     def event(self, aw: AppWrapperView, reason: str, message: str) -> None: ...
@@ -241,13 +243,14 @@ class Pinning:
             self._ungate(pod, "")
             return
         aw = self._host.dispatched_now(key)
-        log.debug("gated pod", pod=pod.name, appwrapper=key, dispatched=aw is not None,
-                  dispatching=self._host.dispatching(key))
+        log.debug("gated pod", pod=pod.name, appwrapper=key, dispatched=aw is not None)
         if aw is None:
-            if self._host.dispatching(key):
+            if self._host.exists(key):
+                # Being dispatched (its pods came before the outcome), queued, or requeued and draining: looked at
+                # again when it is dispatched (a pod of an earlier dispatch is being deleted by then).
                 self._early.setdefault(key, set()).add(uid)
             else:
-                self._refuse(pod, f"its AppWrapper {key} is not dispatched, so mcad does not place it")
+                self._refuse(pod, f"no AppWrapper {key} exists, so mcad does not place it")
             return
         why = provenance(aw, pod)
         if why:
@@ -479,7 +482,8 @@ class Pinning:
 
     def counts(self) -> dict[str, int]:
         """Gated pods by what they wait for: ungating (patch under way), room (beyond the plan, fit nowhere now),
-        placing (beyond the plan, not tried yet), dispatch (their AppWrapper's objects are being created)."""
+        placing (beyond the plan, not tried yet), dispatch (their AppWrapper is not dispatched now: its objects are
+        being created, or it is queued or draining)."""
         room = sum(1 for uid in self._extras if uid in self._why_waiting)
         return {"ungating": len(self._in_flight), "room": room, "placing": len(self._extras) - room,
                 "dispatch": sum(len(uids) for uids in self._early.values())}

@@ -294,7 +294,7 @@ def test_a_tenants_own_gated_pod_is_not_placed_by_mcad(kubeconfig: str, controll
         assert "has no controller, so no AppWrapper made it" in wait_until(lambda: refusal("loose"), 30, "loose")
         assert "is controlled by AppWrapper mine, which AppWrapper mine does not wrap" in wait_until(
             lambda: refusal("forged"), 30, "forged")
-        assert f"its AppWrapper {aws.namespace}/no-such-appwrapper is not dispatched" in wait_until(
+        assert f"no AppWrapper {aws.namespace}/no-such-appwrapper exists" in wait_until(
             lambda: refusal("orphan"), 30, "orphan")
         for name in ("loose", "forged", "orphan"):
             pod = core.read_namespaced_pod(name, aws.namespace)
