@@ -49,7 +49,7 @@ from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
 from mcad.follower import Follower
 from mcad.hub.clusters import Policy as ClusterPolicy
 from mcad.hub.placement import WorkerPlacement
-from mcad.hub.sites import WorkerClusters, WorkerSites
+from mcad.hub.sites import WorkerClusters, WorkerPods, WorkerSites
 from mcad.informer import Store
 from mcad.keys import DISPATCH, PUBLISH, QUOTA, QUOTA_STATUS, AppWrapperEvent, Key
 from mcad.ledger import Ledger
@@ -57,7 +57,7 @@ from mcad.loopcalls import LoopCalls
 from mcad.metrics import PUBLISH_INTERVAL_SECONDS, LoopState, Metrics
 from mcad.notices import Notices
 from mcad.pending import PendingQueue, demand_group
-from mcad.pinning import PLACEMENT_MODES, Pinning, Ungated
+from mcad.pinning import PLACEMENT_MODES, Here, Pinning, Ungated
 from mcad.preemption import Preemptors
 from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
 from mcad.reservations import BEHIND, DEFAULT_RESERVATIONS, Pass, Reservations
@@ -163,9 +163,8 @@ class Dispatcher:
         self.placement: WorkerPlacement | None = None
         self.targets: Targets
         self.sites: Sites
-        # Pods pinned to the nodes of their plan (mcad.pinning): only where a per-node plan exists; hub mode's pods
-        # are the workers', which this cluster's writer cannot patch.
-        binding = placement == "binding" and fit == "nodes" and hub is None
+        # Pods pinned to the nodes of their plan (mcad.pinning): only where a per-node plan exists.
+        binding = placement == "binding" and fit == "nodes"
         self.placement_mode = "binding" if binding else "advisory"
         if hub is None:
             self.targets = SingleCluster()
@@ -176,7 +175,7 @@ class Dispatcher:
             self.placement = self.targets = WorkerPlacement(hub, cluster_policy)
             self.sites = WorkerSites(hub, self.placement, host=self, accountant=self.accountant,
                                      appwrappers=appwrappers, finalizers=writer, writes=self.writes, queue=self.queue,
-                                     clock=self.clock)
+                                     clock=self.clock, gate=binding)
         # Blocked AppWrappers that hold room until it frees, and backfill around them (mcad.reservations).
         self.reservations = Reservations(reservations, self.targets, self)
         self._pass: Pass | None = None  # the dispatch cycle's, while its waiting AppWrappers are told why
@@ -192,9 +191,10 @@ class Dispatcher:
                                strict_fifo=strict_fifo)
         # Dispatched AppWrappers: their timers and what their pods and wrapped objects say (mcad.follower).
         self.follower = Follower(self, self.accountant, self.sites, self.queue, self.clock)
-        self.pinning = Pinning(binding=binding, accountant=self.accountant, pods=pods, writer=writer,
+        where = Here(writer) if hub is None or self.placement is None else WorkerPods(hub, self.placement)
+        self.pinning = Pinning(binding=binding, accountant=self.accountant, pods=pods, where=where,
                                writes=self.writes, queue=self.queue, host=self, recorder=self.recorder,
-                               metrics=self.metrics) if hub is None else None
+                               metrics=self.metrics)
         self._handlers = self._handler_table()
         # For scrapes (mcad.metrics): what the loop published last, and when; a Publish key is due.
         self.published = LoopState()
@@ -238,11 +238,10 @@ class Dispatcher:
         self.rebuild()
         self.running.set()
         self.sites.start()
-        if self.pinning is not None:
-            # Gated pods, and pinned ones not bound yet, are looked at once the ledger is whole.
-            for pod in self.pods.list():
-                if pod.pin is not None:
-                    self.queue.add(keys.PodEvent(pod.uid))
+        # Gated pods, and pinned ones not bound yet, are looked at once the ledger is whole.
+        for pod in self.pods.list():
+            if pod.pin is not None:
+                self.queue.add(keys.PodEvent(pod.uid))
         self.queue.add(DISPATCH)
         log.info("dispatcher started", appwrappers=len(self.appwrappers), nodes=len(self.nodes),
                  pods=len(self.pods), capacity=self.ledger.capacity().format(), free=self.ledger.free().format())
@@ -323,7 +322,7 @@ class Dispatcher:
             queue={"queued": len(self.pending), "dispatching": len(self.dispatches.in_flight),
                    "preempting": len(self.preemptors)},
             decided=self.statuses.decided_states(), placed=placed, reservations=len(self.reservations.held),
-            gated=self.pinning.counts() if self.pinning is not None else {})
+            gated=self.pinning.counts())
 
     def call(self, fn: Callable[[], R], timeout: float) -> R:
         """Run ``fn`` on the dispatcher thread, the only one that may read its state (``mcad.loopcalls``)."""
@@ -393,27 +392,28 @@ class Dispatcher:
         self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
 
     def capacity_may_have_grown(self) -> None:
-        if self.pending or (self.pinning is not None and self.pinning.placing()):
+        if self.pending or self.pinning.placing():
             self.queue.add(DISPATCH)
 
     # ------------------------------------------------------------------------------------------ events
 
-    def _track_pod(self, pod: PodView) -> None:
-        self.accountant.observe_pod(self.sites.claim(pod))
+    def _track_pod(self, pod: PodView) -> PodView:
+        """Into the accountant as the sites count it (hub mode: a pod in a worker its AppWrapper is not placed in
+        is nobody's); returns that view."""
+        claimed = self.sites.claim(pod)
+        self.accountant.observe_pod(claimed)
+        return claimed
 
     def _sync_pod(self, uid: str) -> None:
         pod = self.pods.get(uid)
         if pod is None:
             owner = self.accountant.forget_pod(uid)
-            if self.pinning is not None:
-                self.pinning.forget(uid)
+            self.pinning.forget(uid)
             if owner:
                 self.queue.add(AppWrapperEvent(owner))
             self.capacity_may_have_grown()
             return
-        self._track_pod(pod)
-        if self.pinning is not None:
-            self.pinning.observe(pod)
+        self.pinning.observe(self._track_pod(pod))
         if pod.appwrapper:
             self.queue.add(AppWrapperEvent(pod.appwrapper))
             if pod.appwrapper in self.pending:
@@ -427,14 +427,12 @@ class Dispatcher:
         node = self.nodes.get(name)
         if node is None:
             self.accountant.forget_node(name)
-            if self.pinning is not None:
-                self.pinning.node_changed(name)
+            self.pinning.node_changed(name)
             return
         # Status heartbeats change nothing we count; only new or changed capacity deserves a cycle.
         if self.accountant.observe_node(node):
             self.capacity_may_have_grown()
-            if self.pinning is not None:
-                self.pinning.node_changed(name)
+            self.pinning.node_changed(name)
 
     def _status(self, aw: AppWrapperView) -> StatusView:
         """What the loop decided last for ``aw``: its own decision until the informer shows it landed (our writes
@@ -508,8 +506,7 @@ class Dispatcher:
         """It no longer holds capacity: drop its plan, timers and reservation (its pods count while they exist)."""
         self._dispatched.pop(key, None)
         self.follower.forget(key)
-        if self.pinning is not None:
-            self.pinning.undispatched(key)
+        self.pinning.undispatched(key)
         if self.release(key):
             self.capacity_may_have_grown()
 
@@ -591,7 +588,7 @@ class Dispatcher:
     def _update_pod_counts(self, aw: AppWrapperView) -> None:
         phases = self.accountant.phases(aw.key)
         current = self._status(aw).raw()
-        unplaced = self.pinning.waiting(aw.key) if self.pinning is not None else []
+        unplaced = self.pinning.waiting(aw.key)
         new = status.with_pod_counts(current, self.clock.now(), pending=phases.count("Pending"),
                                      running=phases.count("Running"), succeeded=phases.count("Succeeded"),
                                      failed_=phases.count("Failed"),
@@ -621,9 +618,8 @@ class Dispatcher:
         started = time.perf_counter()
         self.cycles += 1
         snapshot = self._snapshot()  # 1
-        if self.pinning is not None:
-            # Pods of dispatched AppWrappers beyond their plans go first, on room nobody else holds.
-            self.pinning.place_extras(snapshot, {key: r.nodes for key, r in self.reservations.held.items()})
+        # Pods of dispatched AppWrappers beyond their plans go first, on room nobody else holds.
+        self.pinning.place_extras(snapshot, {key: r.nodes for key, r in self.reservations.held.items()})
         reserving = self.reservations.start(snapshot, self.clock.now())
         cursor = self.pending.cycle()
         held_by = ""  # why the cycle stopped early, when a preemptor holds the queue
@@ -790,7 +786,7 @@ class Dispatcher:
                 self.sites.cleaned(key, outcome)
             elif isinstance(outcome, StatusWritten):
                 self.statuses.written(key, outcome)
-            elif isinstance(outcome, Ungated) and self.pinning is not None:
+            elif isinstance(outcome, Ungated):
                 self.pinning.done(outcome)
             elif isinstance(outcome, Exception):
                 log.error("background write failed", appwrapper=key, error=repr(outcome))
@@ -817,8 +813,7 @@ class Dispatcher:
             self.metrics.dispatch_latency((self.clock.now() - created).total_seconds(),
                                           aw.spec.priority_class or str(aw.priority))
         self.follower.follow(current)
-        if self.pinning is not None:
-            self.pinning.dispatched(key)
+        self.pinning.dispatched(key)
 
     # ------------------------------------------------------------------------------------------ for mcad.pinning
 

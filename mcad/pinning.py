@@ -35,6 +35,8 @@ Contract (DESIGN.md, "Placement binds"):
   422 on a ``test`` op) is tried again from the informer's newer view after a backoff; any other refusal is
   retried with backoff and, after ``UNGATE_ATTEMPTS``, the pod is ungated without a pin (never left gated for
   ever) with a ``PlacementReplanned`` Event saying so.
+- Hub mode: the same in each worker (``Where``: the pod is patched in its worker, pinned by the worker's node name;
+  a wrapped bare Pod there has no owner, its AppWrapper's uid label says whose it is).
 - ``--placement=advisory`` (or ``--fit=aggregate``, which makes no per-node plan): no gates are added, and a pod
   that carries mcad's gate all the same (dispatched before a downgrade, or a template that names it) is ungated
   without a pin, so nothing is ever left gated by a mode that does not pin.
@@ -46,7 +48,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -55,7 +57,7 @@ import structlog
 from mcad import events, placement
 from mcad.accounting import Accountant, Snapshot
 from mcad.api.appwrapper import AppWrapperView
-from mcad.api.views import NODE_NAME_FIELD, PLACEMENT_GATE, PinFacts, PodView, Unschedulable
+from mcad.api.views import NODE_NAME_FIELD, PLACEMENT_GATE, NodeView, PinFacts, PodView, Unschedulable
 from mcad.errors import ApiError
 from mcad.informer import Store
 from mcad.keys import DISPATCH, Key, PodEvent
@@ -161,6 +163,10 @@ def provenance(aw: AppWrapperView, pod: PodView) -> str:
     pin = pod.pin
     owner = pin.owner if pin is not None else None
     if owner is None:
+        # In a worker cluster (hub mode) a wrapped bare Pod has no owner: its AppWrapper's uid is in a label.
+        if pin is not None and pin.appwrapper_uid and pin.appwrapper_uid == aw.uid and any(
+                i.kind == "Pod" and i.name == pod.name for i in aw.items):
+            return ""
         return f"pod {pod.name} has no controller, so no AppWrapper made it"
     if _made_by(aw, pod.name, owner.kind, owner.name, owner.uid):
         return ""
@@ -169,6 +175,7 @@ def provenance(aw: AppWrapperView, pod: PodView) -> str:
 
 
 def _made_by(aw: AppWrapperView, pod: str, kind: str, name: str, uid: str) -> bool:
+    """Whether a pod named ``pod`` whose controller is ``kind name uid`` is one ``aw``'s objects made."""
     items = aw.items
     if kind == "AppWrapper":
         return uid == aw.uid and any(i.kind == "Pod" and i.name == pod for i in items)
@@ -177,14 +184,47 @@ def _made_by(aw: AppWrapperView, pod: str, kind: str, name: str, uid: str) -> bo
     return any(i.kind == kind and i.name == name for i in items)
 
 
+class Where(Protocol):
+    """Which API server a pod is in and what it calls its nodes: this cluster's (``Here``), or in hub mode the
+    worker's (``mcad.hub.sites.WorkerPods``), whose nodes the hub's ledger names ``worker/node``."""
+
+    def writer(self, pod: PodView) -> PodWriter:
+        """The client of the pod's API server (may raise ApiError: a worker not connected)."""
+        ...
+
+    def local_node(self, node: str) -> str:
+        """A node as the pod's API server names it."""
+        ...
+
+    def nodes_for(self, key: str, snapshot: Snapshot) -> Sequence[NodeView]:
+        """The nodes an AppWrapper's pods may be on (its worker's, in hub mode)."""
+        ...
+
+
+class Here:
+    """One cluster: the controller's own API server, nodes by their names."""
+
+    def __init__(self, writer: PodWriter) -> None:
+        self._writer = writer
+
+    def writer(self, pod: PodView) -> PodWriter:
+        return self._writer
+
+    def local_node(self, node: str) -> str:
+        return node
+
+    def nodes_for(self, key: str, snapshot: Snapshot) -> Sequence[NodeView]:
+        return snapshot.nodes
+
+
 class Pinning:
-    def __init__(self, *, binding: bool, accountant: Accountant, pods: Store[PodView], writer: PodWriter,
+    def __init__(self, *, binding: bool, accountant: Accountant, pods: Store[PodView], where: Where,
                  writes: Writes, queue: WorkQueue[Key], host: Host, recorder: events.EventSink,
                  metrics: PinMetrics, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.binding = binding
         self._accountant = accountant
         self._pods = pods
-        self._writer = writer
+        self._where = where
         self._writes = writes
         self._queue = queue
         self._host = host
@@ -208,7 +248,8 @@ class Pinning:
     def observe(self, pod: PodView) -> None:
         """A pod changed (already in the accountant)."""
         uid = pod.uid
-        if pod.pin is None or pod.deleting:
+        if pod.pin is None or pod.deleting or pod.appwrapper is None:
+            # Hub mode: a pod in a worker its AppWrapper is not placed in is no longer its (a leftover, deleted).
             self._settle(uid)
             return
         if pod.pin.gated:
@@ -326,7 +367,8 @@ class Pinning:
                 continue
             held = {node for holder, nodes in reserved.items() if holder != key for node in nodes}
             avoid = self._avoid.get(key, set())
-            nodes = [node for node in snapshot.nodes if node.name not in held and node.name not in avoid]
+            nodes = [node for node in self._where.nodes_for(key, snapshot)
+                     if node.name not in held and node.name not in avoid]
             packing = placement.pack((pod.pin.constraints,), nodes, snapshot.room)
             if not packing.fits:
                 why = f"waits for room: {packing.why}"
@@ -417,7 +459,7 @@ class Pinning:
 
     def _delete(self, pod: PodView) -> None:
         try:
-            self._writer.delete("v1", "Pod", pod.namespace, pod.name, uid=pod.uid)
+            self._where.writer(pod).delete("v1", "Pod", pod.namespace, pod.name, uid=pod.uid)
         except ApiError as err:
             if err.status != 404:
                 raise
@@ -426,12 +468,12 @@ class Pinning:
 
     def _ungate(self, pod: PodView, node: str) -> None:
         assert pod.pin is not None and pod.appwrapper is not None
-        ops = ungate_patch(pod.uid, pod.pin, node)
+        ops = ungate_patch(pod.uid, pod.pin, self._where.local_node(node) if node else "")
         uid, key, namespace, name = pod.uid, pod.appwrapper, pod.namespace, pod.name
 
         def job() -> Ungated:
             try:
-                self._writer.patch_json("v1", "Pod", namespace, name, ops)
+                self._where.writer(pod).patch_json("v1", "Pod", namespace, name, ops)
             except ApiError as err:
                 return Ungated(uid, key, node, err)
             return Ungated(uid, key, node)

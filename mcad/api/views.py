@@ -40,7 +40,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Final
 
-from mcad.api.appwrapper import APPWRAPPER_LABEL
+from mcad.api.appwrapper import APPWRAPPER_LABEL, APPWRAPPER_UID_LABEL
 from mcad.api.podgroups import PodGroup, pod_constraints
 from mcad.api.raw import as_list, as_mapping, as_str
 from mcad.api.resources import ResourceVector, canonical_entries
@@ -126,6 +126,8 @@ class PinFacts:
     owner: Owner | None
     pinned_to: str
     created: str
+    # In a worker cluster (hub mode) wrapped objects carry their AppWrapper's uid in a label, not an ownerReference.
+    appwrapper_uid: str = ""
 
     @property
     def gated(self) -> bool:
@@ -233,7 +235,8 @@ def _pin_facts(meta: Mapping[str, Any], spec: Mapping[str, Any], requests: Resou
             break
     return PinFacts(gates=gates, constraints=PodGroup(1, requests, *pod_constraints(spec)), node_terms=terms,
                     affinity_depth=depth, owner=owner, pinned_to=_pinned_node(terms),
-                    created=as_str(meta.get("creationTimestamp")))
+                    created=as_str(meta.get("creationTimestamp")),
+                    appwrapper_uid=as_str(as_mapping(meta.get("labels")).get(APPWRAPPER_UID_LABEL)))
 
 
 def _pinned_node(terms: tuple[Any, ...] | None) -> str:

@@ -117,8 +117,8 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
               help="binding: the pods of a dispatched AppWrapper are created behind a scheduling gate, and mcad "
                    "ungates each one pinned (required node affinity on the node's name) to the node its plan chose, "
                    "so the kube-scheduler cannot spread a gang into a half-placed one or put it on room reserved for "
-                   "a blocked AppWrapper. Needs --fit=nodes (else advisory), Kubernetes 1.30+ and patch on pods; "
-                   "in hub mode pods are not pinned yet. advisory: the scheduler places pods as it likes; a pod "
+                   "a blocked AppWrapper (in hub mode, in each worker). Needs --fit=nodes (else advisory), "
+                   "Kubernetes 1.30+ and patch on pods. advisory: the scheduler places pods as it likes; a pod "
                    "that carries mcad's gate all the same is ungated without a pin.")
 @click.option("--write-workers", type=click.IntRange(1, 128), default=32,
               help="Threads that send dispatch and status writes to the API server in parallel (decisions stay "

@@ -120,7 +120,10 @@ class Worker:
 
         def qualified_pod(raw: dict[str, Any]) -> PodView:
             view = pod_view(raw)
-            return dataclasses.replace(view, node_name=qualify(name, view.node_name), cluster=name)
+            pin = view.pin
+            if pin is not None and pin.pinned_to:  # the node of its pin, as the hub's ledger names nodes
+                pin = dataclasses.replace(pin, pinned_to=qualify(name, pin.pinned_to))
+            return dataclasses.replace(view, node_name=qualify(name, view.node_name), cluster=name, pin=pin)
 
         def node_key(raw: dict[str, Any]) -> str:
             return qualify(name, str(raw["metadata"]["name"]))

@@ -22,20 +22,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import structlog
 
 from mcad import apply, events, status
-from mcad.accounting import Accountant
+from mcad.accounting import Accountant, Snapshot
 from mcad.api.appwrapper import KIND, WORKER_CLEANUP_FINALIZER, AppWrapperView
-from mcad.api.views import PodView
+from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock
 from mcad.errors import ApiError
 from mcad.hub.clusters import HealthState, WorkerHealth
 from mcad.hub.placement import WorkerDirectory, WorkerPlacement
 from mcad.informer import Store
 from mcad.keys import AppWrapperEvent, ClusterEvent, WorkerCleanup
+from mcad.pinning import PodWriter
 from mcad.retry import FailureKind, classify
 from mcad.sites import Cleaned, FinalizerWriter, Host, remove_finalizer
 from mcad.workqueue import WorkQueue
@@ -71,11 +72,29 @@ class WorkerClusters(WorkerDirectory, Protocol):
         ...
 
 
+class WorkerPods:
+    """For ``mcad.pinning``: a pod is patched in its worker, which names its nodes without the worker's prefix."""
+
+    def __init__(self, hub: WorkerClusters, placement: WorkerPlacement) -> None:
+        self._hub = hub
+        self._placement = placement
+
+    def writer(self, pod: PodView) -> PodWriter:
+        return cast(PodWriter, self._hub.writer(pod.cluster))
+
+    def local_node(self, node: str) -> str:
+        return node.partition("/")[2]
+
+    def nodes_for(self, key: str, snapshot: Snapshot) -> Sequence[NodeView]:
+        return self._placement.nodes_for(key, snapshot)
+
+
 class WorkerSites:
     def __init__(self, hub: WorkerClusters, placement: WorkerPlacement, *, host: Host,
                  accountant: Accountant, appwrappers: Store[AppWrapperView], finalizers: FinalizerWriter,
-                 writes: Writes, queue: WorkQueue[Any], clock: Clock) -> None:
+                 writes: Writes, queue: WorkQueue[Any], clock: Clock, gate: bool = False) -> None:
         self.hub = hub
+        self._gate = gate  # --placement=binding: pod templates get mcad's scheduling gate
         self.placement = placement
         self._host = host
         self._accountant = accountant
@@ -145,7 +164,7 @@ class WorkerSites:
             raise apply.DispatchFailed(f"worker cluster {cluster} is not configured", kind=FailureKind.UNAVAILABLE)
         worker.ensure_namespace(aw.namespace)
         yield
-        return (yield from apply.dispatch_steps(self.hub.writer(cluster), aw, items, remote=True))
+        return (yield from apply.dispatch_steps(self.hub.writer(cluster), aw, items, remote=True, gate=self._gate))
 
     def delete_objects(self, aw: AppWrapperView, uids: tuple[str, ...]) -> None:
         cluster = self.placement.placed.get(aw.key)

@@ -258,6 +258,31 @@ def test_an_appwrapper_that_fits_only_in_the_second_worker_lands_there(
     assert cluster(controller, "c8w2")["appwrappers"] == [f"{aws.namespace}/six-cpus"]
 
 
+def test_the_pods_in_the_worker_are_pinned_to_the_nodes_of_the_plan(
+        controller: Controller, aws: AppWrappers, workers: dict[str, kube.Client]) -> None:
+    """Placement binds in a worker too: two 3-cpu pods of a Deployment and a bare 1-cpu Pod, which only c8w2 (two
+    8-cpu nodes) holds. First fit packs all three onto its first node; the worker's scheduler alone would spread
+    them. Each pod is pinned by the worker's own node name, and a bare Pod (no ownerReference in a worker: the
+    AppWrapper's uid label says whose it is) is pinned like the others."""
+    bare = {"replicas": 1, "generictemplate": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "solo"},
+                                               "spec": {"containers": [{"name": "main", "image": "busybox",
+                                                        "resources": {"requests": {"cpu": "1"}}}]}}}
+    aws.create(appwrapper("packed", deployment_item("packed", 2, "3"), bare))
+    assert aws.wait_state("packed", "Running")["targetClusterName"] == "c8w2"
+    wait_until(lambda: running_pods(workers["c8w2"], aws.namespace, "packed") == 3, 60, "three pods Running")
+    placed = pods(workers["c8w2"], aws.namespace, "packed")
+    nodes = {p["spec"]["nodeName"] for p in placed}
+    assert len(nodes) == 1, f"packed onto one node as planned, not spread: {nodes}"
+    for pod in placed:
+        terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"]
+        assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                           "values": [pod["spec"]["nodeName"]]}]}], terms
+        assert not pod["spec"].get("schedulingGates")
+    aws.delete("packed")
+    wait_until(lambda: not pods(workers["c8w2"], aws.namespace, "packed"), 60, "its pods gone from the worker")
+
+
 def test_best_fit_takes_the_tightest_worker_and_pinning_overrides_it(
         controller: Controller, aws: AppWrappers, workers: dict[str, kube.Client]) -> None:
     aws.create(appwrapper("small", deployment_item("small", 1, "1")))
