@@ -408,7 +408,7 @@ class Dispatcher:
         pod = self.pods.get(uid)
         if pod is None:
             owner = self.accountant.forget_pod(uid)
-            self.pinning.forget(uid)
+            self.pinning.forget(uid, owner)
             if owner:
                 self.queue.add(AppWrapperEvent(owner))
             self.capacity_may_have_grown()

@@ -236,7 +236,8 @@ class Pinning:
         self._ungated: set[str] = set()
         self._first_seen: dict[str, float] = {}  # uid -> when the loop first saw it gated
         self._failures: dict[str, int] = {}  # uid -> failed ungate patches
-        self._early: dict[str, set[str]] = {}  # AppWrapper being dispatched -> its gated pods seen meanwhile
+        # AppWrapper not dispatched now -> its gated pods seen meanwhile (looked at again when it is dispatched).
+        self._early: dict[str, set[str]] = {}
         self._extras: dict[str, str] = {}  # gated pod beyond its plan -> its AppWrapper
         self._why_waiting: dict[str, Unschedulable] = {}  # such a pod that fits nowhere now -> why
         self._replans: dict[str, int] = {}  # AppWrapper -> re-plans of its current dispatch
@@ -260,10 +261,15 @@ class Pinning:
         if self.binding:
             self._check_pin(pod)
 
-    def forget(self, uid: str) -> None:
-        """A pod is gone (the accountant freed its slot)."""
+    def forget(self, uid: str, appwrapper: str | None = None) -> None:
+        """A pod is gone (the accountant freed its slot); ``appwrapper``: the one it was labelled for."""
         self._settle(uid)
         self._refused.pop(uid, None)
+        waiting = self._early.get(appwrapper or "")
+        if waiting is not None:
+            waiting.discard(uid)
+            if not waiting:
+                del self._early[appwrapper or ""]
 
     def _settle(self, uid: str) -> None:
         """It no longer waits for mcad: bound, ended, being deleted or gone."""

@@ -358,3 +358,33 @@ def test_the_random_runs_re_planned_refused_pins() -> None:
     if not REPLANNED:
         pytest.skip("run with the random runs")
     assert sum(REPLANNED.values()) >= 3, REPLANNED
+
+
+def test_gated_pods_no_dispatched_appwrapper_made_are_never_placed(sim_factory: Any) -> None:
+    """A pod carrying the gate and the label of a queued AppWrapper waits for its dispatch (no Event: it may be one
+    of its own, come early) and is forgotten when deleted; one of no AppWrapper is refused with an Event."""
+    sim = sim_factory(nodes=1)
+    sim.add(job_aw("big", 2, 3, 0))  # 6 cpu on one 4-cpu node: stays queued
+    sim.settle()
+    assert sim.writer.applied == []
+
+    def own_pod(name: str, appwrapper: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": {
+                "workload.codeflare.dev/appwrapper": appwrapper}},
+            "spec": {"schedulingGates": [{"name": PLACEMENT_GATE}],
+                     "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Pending"}}
+
+    sim.h.lw["pod"].add(own_pod("early", "big"))
+    sim.h.lw["pod"].add(own_pod("stray", "ghost"))
+    sim.settle()
+    pinning = sim.h.dispatcher.pinning
+    assert pinning.counts()["dispatch"] == 1
+    refused = [(name, message) for name, reason, message in sim.events.recorded if reason == events.PLACEMENT_REFUSED]
+    assert refused == [("stray", "no AppWrapper ns/ghost exists, so mcad does not place it")]
+    sim.h.lw["pod"].delete("ns/early")
+    sim.settle()
+    assert pinning.counts()["dispatch"] == 0, "a deleted pod is not remembered"
+    for pod in sim.pods():
+        assert [g["name"] for g in pod["spec"]["schedulingGates"]] == [PLACEMENT_GATE], "still gated"
