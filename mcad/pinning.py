@@ -26,11 +26,14 @@ Contract (DESIGN.md, "Placement binds"):
 - A pinned pod that is not bound is watched: when its node is gone, not Ready or cordoned (and it does not tolerate
   that), or the scheduler reports it Unschedulable there (inter-pod anti-affinity, host ports: what mcad does not
   model), its slot is taken out of the plan, a ``PlacementReplanned`` Event on the AppWrapper says why, and the pod
-  is deleted so its controller re-creates it, gated, to be placed afresh (the node that refused it is avoided for
-  that AppWrapper's pods). A pod can be widened again only by re-creating it: Kubernetes lets a gated pod's node
-  selection be narrowed, never widened, and an ungated pod's not at all. A wrapped bare Pod has no controller to
-  re-create it, so its AppWrapper is requeued instead (its whole gang planned again). Bounded: after
-  ``MAX_REPLANS`` re-plans of one dispatch, the AppWrapper is requeued.
+  is deleted so its controller re-creates it, gated, to be placed afresh (the node that refused it is that
+  AppWrapper's last resort from then on). The scheduler's refusal re-plans only when another node can take the
+  pod now: else the pin stays, the scheduler tries again as that node changes, the AppWrapper's
+  ``pendingpodconditions`` carry its verdict, and each dispatch cycle looks again. A pod can be widened again
+  only by re-creating it: Kubernetes lets a gated pod's node selection be narrowed, never widened, and an
+  ungated pod's not at all. A wrapped bare Pod has no controller to re-create it, so its AppWrapper is requeued
+  instead (its whole gang planned again). Bounded: after ``MAX_REPLANS`` re-plans of one dispatch, the
+  AppWrapper is requeued.
 - Ungate failures: a pod gone (404) frees its slot; a test that failed (the pod changed since it was read: 409 or
   422 on a ``test`` op) is tried again from the informer's newer view after a backoff; any other refusal is
   retried with backoff and, after ``UNGATE_ATTEMPTS``, the pod is ungated without a pin (never left gated for
@@ -46,6 +49,7 @@ Contract (DESIGN.md, "Placement binds"):
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -57,6 +61,7 @@ import structlog
 from mcad import events, placement
 from mcad.accounting import Accountant, Snapshot
 from mcad.api.appwrapper import AppWrapperView
+from mcad.api.podgroups import NodeRequirement, PodGroup
 from mcad.api.views import NODE_NAME_FIELD, PLACEMENT_GATE, NodeView, PinFacts, PodView, Unschedulable
 from mcad.errors import ApiError
 from mcad.informer import Store
@@ -157,6 +162,14 @@ def ungate_patch(uid: str, pin: PinFacts, node: str) -> list[dict[str, Any]]:
     return ops
 
 
+def without_pin(group: PodGroup, node: str) -> PodGroup:
+    """A pinned pod's constraints less the requirement ``ungate_patch`` added (``metadata.name In [node]``)."""
+    pin = NodeRequirement(NODE_NAME_FIELD, "In", (node,), field=True)
+    terms = tuple(tuple(requirement for requirement in term if requirement != pin) for term in group.required_affinity)
+    # A term that held only the pin was added whole by the patch: the pod had no required node affinity before.
+    return dataclasses.replace(group, required_affinity=tuple(term for term in terms if term))
+
+
 def provenance(aw: AppWrapperView, pod: PodView) -> str:
     """Why mcad must not place ``pod`` for ``aw`` ("" when it may): its controller must be ``aw`` (a wrapped Pod of
     the pod's name) or one of ``aw``'s wrapped objects, or a ReplicaSet of a wrapped Deployment."""
@@ -243,6 +256,7 @@ class Pinning:
         self._replans: dict[str, int] = {}  # AppWrapper -> re-plans of its current dispatch
         self._avoid: dict[str, set[str]] = {}  # AppWrapper -> nodes that refused its pods
         self._refused: OrderedDict[str, None] = OrderedDict()  # pods told they are not placed
+        self._stuck: dict[str, str] = {}  # pinned pods the scheduler refused, no other node free -> AppWrapper
 
     # -- pods -----------------------------------------------------------------------------------------------------
 
@@ -274,6 +288,7 @@ class Pinning:
     def _settle(self, uid: str) -> None:
         """It no longer waits for mcad: bound, ended, being deleted or gone."""
         self._ungated.discard(uid)
+        self._stuck.pop(uid, None)
         self._first_seen.pop(uid, None)
         self._failures.pop(uid, None)
         key = self._extras.pop(uid, None)
@@ -360,7 +375,14 @@ class Pinning:
     def place_extras(self, snapshot: Snapshot, reserved: Mapping[str, Collection[str]]) -> None:
         """At the start of a dispatch cycle: pack each pod beyond its plan alone on the snapshot's room, on nodes
         no other AppWrapper's reservation holds (``reserved``: AppWrapper -> nodes), and pin it there; the room is
-        taken from the snapshot so the queue after it cannot promise it again."""
+        taken from the snapshot so the queue after it cannot promise it again. Pinned pods the scheduler refused
+        are looked at again too: another node may have room by now."""
+        for uid in list(self._stuck):
+            pod = self._pods.get(uid)
+            if pod is None or pod.pin is None or pod.node_name:
+                self._stuck.pop(uid, None)
+            else:
+                self._check_pin(pod)
         if not self._extras or snapshot.room is None:
             return
         for uid, key in list(self._extras.items()):
@@ -373,9 +395,11 @@ class Pinning:
                 continue
             held = {node for holder, nodes in reserved.items() if holder != key for node in nodes}
             avoid = self._avoid.get(key, set())
-            nodes = [node for node in self._where.nodes_for(key, snapshot)
-                     if node.name not in held and node.name not in avoid]
-            packing = placement.pack((pod.pin.constraints,), nodes, snapshot.room)
+            nodes = [node for node in self._where.nodes_for(key, snapshot) if node.name not in held]
+            # Nodes that refused its AppWrapper's pods come last: used only when no other node has room.
+            packing = placement.pack((pod.pin.constraints,), [n for n in nodes if n.name not in avoid], snapshot.room)
+            if not packing.fits and avoid:
+                packing = placement.pack((pod.pin.constraints,), nodes, snapshot.room)
             if not packing.fits:
                 why = f"waits for room: {packing.why}"
                 if held:
@@ -395,8 +419,9 @@ class Pinning:
             self._ungate(pod, node)
 
     def placing(self) -> bool:
-        """Some pods beyond their plans wait to be placed: a dispatch cycle is due when room frees."""
-        return bool(self._extras)
+        """Some pods beyond their plans wait to be placed, or pinned ones refused by the scheduler to be placed
+        elsewhere: a dispatch cycle is due when room frees."""
+        return bool(self._extras or self._stuck)
 
     def waiting(self, key: str) -> list[tuple[str, Unschedulable]]:
         """(pod name, why) of its gated pods beyond the plan that fit nowhere now."""
@@ -431,10 +456,26 @@ class Pinning:
         elif node.unschedulable and not placement.eligible(pod.pin.constraints, node):
             why = f"node {node_name} was cordoned"
         elif pod.unschedulable is not None:
+            # What mcad does not model (a node's pod count, inter-pod anti-affinity, host ports): re-planned only
+            # if another node can take it now; else it keeps its pin (the scheduler tries again as that node
+            # changes) and its AppWrapper's pendingpodconditions carry the scheduler's verdict. Looked at again at
+            # every dispatch cycle meanwhile.
+            if not self._fits_elsewhere(pod, node_name):
+                self._stuck[pod.uid] = pod.appwrapper or ""
+                return
             why = f"the scheduler refused it there: {pod.unschedulable.message}"
         else:
             return
+        self._stuck.pop(pod.uid, None)
         self._replan(pod, node_name, why)
+
+    def _fits_elsewhere(self, pod: PodView, refusing: str) -> bool:
+        """Whether another node has room for the pod now, judged on its constraints less mcad's own pin."""
+        assert pod.pin is not None and pod.appwrapper is not None
+        snapshot = self._accountant.snapshot(by_nodes=True)
+        others = [node for node in self._where.nodes_for(pod.appwrapper, snapshot) if node.name != refusing]
+        unpinned = without_pin(pod.pin.constraints, self._where.local_node(refusing))
+        return placement.pack((unpinned,), others, snapshot.room or {}).fits
 
     def _replan(self, pod: PodView, node: str, why: str) -> None:
         key = pod.appwrapper

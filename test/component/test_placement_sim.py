@@ -27,7 +27,7 @@ from mcad.api.views import NODE_NAME_FIELD, PLACEMENT_GATE
 from mcad.api.workloads import pod_requests
 from mcad.debug import Reports
 from mcad.kube import ApiError
-from test.component.harness import Harness, RecordingWriter, node
+from test.component.harness import Harness, RecordingWriter, last_status, node
 from test.fakes import apply_json_patch
 from test.support import wait_until
 
@@ -152,6 +152,10 @@ class Sim:
 
     def pods(self) -> list[dict[str, Any]]:
         return self.h.lw["pod"].items()
+
+    def pods_of(self, appwrapper: str) -> list[dict[str, Any]]:
+        return [p for p in self.pods()
+                if (p["metadata"].get("labels") or {}).get("workload.codeflare.dev/appwrapper") == appwrapper]
 
     def nodes(self) -> dict[str, dict[str, Any]]:
         return {o["metadata"]["name"]: o for o in self.h.lw["node"]._objects.values()}
@@ -388,3 +392,34 @@ def test_gated_pods_no_dispatched_appwrapper_made_are_never_placed(sim_factory: 
     assert pinning.counts()["dispatch"] == 0, "a deleted pod is not remembered"
     for pod in sim.pods():
         assert [g["name"] for g in pod["spec"]["schedulingGates"]] == [PLACEMENT_GATE], "still gated"
+
+
+def test_a_pin_the_scheduler_refuses_is_kept_until_another_node_can_take_the_pod(sim_factory: Any) -> None:
+    """The scheduler refuses a pinned pod for what mcad does not model (here a node's pod count): with no other
+    node free, the pin stays and the AppWrapper's pendingpodconditions carry the scheduler's verdict; once another
+    node has room, the pod is re-planned there (deleted, re-created by its Job, placed again) with an Event."""
+    sim = sim_factory(nodes=2)
+    sim.h.lw["pod"].add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hog", "namespace": "other",
+                                                                          "uid": "uid-hog"},
+                         "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {
+                             "requests": {"cpu": "4"}}}]}, "status": {"phase": "Running"}})
+    sim.add(job_aw("a", 1, 1, 0))
+    sim.settle(schedule=False)
+    [pod] = sim.pods_of("a")
+    assert pinned_node(pod) == "n0"
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                    "message": "0/2 nodes are available: 1 Too many pods."}]
+    sim.h.lw["pod"].modify(pod)
+    sim.settle(schedule=False)
+    sim.h.clock.advance(6)  # pod counts are written at most every 5 s
+    sim.settle(schedule=False)
+    assert sim.writer.deleted_by_mcad == [], "no other node has room: the pin stays"
+    [entry] = last_status(sim.h, "a")["pendingpodconditions"]
+    assert entry["conditions"][0]["message"] == "0/2 nodes are available: 1 Too many pods."
+    sim.h.lw["pod"].delete("other/hog")
+    sim.settle()
+    assert sim.writer.deleted_by_mcad == [pod["metadata"]["name"]]
+    [moved] = sim.pods_of("a")
+    assert moved["spec"]["nodeName"] == "n1" and pinned_node(moved) == "n1"
+    assert any(reason == events.PLACEMENT_REPLANNED and "1 Too many pods" in message
+               for _, reason, message in sim.events.recorded)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import time
 import uuid
 from collections.abc import Iterator
@@ -213,11 +214,13 @@ def test_a_reservation_binds_against_a_stream_of_small_appwrappers(
     placement binding that is where their pods go, so the gang starts as soon as its nodes' last filler ends. Left
     to the scheduler (advisory), fillers land on the reserved nodes as they empty, since it prefers the emptiest."""
     run = 3.0
+    rng = random.Random(25)
     with running_controller(controller_kubeconfig, LOGS / f"test_placement-{placement}.log",
                             f"--placement={placement}") as ctl, slot_nodes(core, 6) as nodes:
-        for i in range(24):
-            aws.create(appwrapper(f"fill-{i:02d}", slot_job(f"fill-{i:02d}", 1, 1, run)))
-        wait_until(lambda: len(filler_pods_on(aws, core, set(nodes))) == 24, 90, "the 24 slots full")
+        for i in range(24):  # they end at different times, as a steady stream's would
+            aws.create(appwrapper(f"fill-{i:02d}", slot_job(f"fill-{i:02d}", 1, 1, rng.uniform(6, 12))))
+        # At most 3 slots free: no node is empty, so the gang cannot start and reserves.
+        wait_until(lambda: len(filler_pods_on(aws, core, set(nodes))) >= 21, 90, "the slots full")
         aws.create(appwrapper("gang", slot_job("gang", 4, 4, 3600), priority=10))
         key = f"{aws.namespace}/gang"
         reserved = set(wait_until(lambda: reserved_nodes(ctl, key), 30, "the gang's reservation"))

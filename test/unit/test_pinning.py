@@ -225,3 +225,18 @@ def test_after_a_restart_a_pinned_unbound_pod_keeps_its_node() -> None:
     assert acc.pinned_node("p1") == "n2"
     # The other pod's slot is planned afresh (first fit: n1), and the gated pod takes it.
     assert acc.pin(KEY, "p2", ONE, lambda _n: True) == "n1"
+
+
+def test_a_pins_own_requirement_is_told_apart_from_the_pods() -> None:
+    from mcad.pinning import without_pin
+    terms = [{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]}]
+    raw = gated(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": terms}}})
+    view = pod_view(raw)
+    assert view.pin is not None
+    pinned = pod_view(apply_json_patch(raw, ungate_patch("u1", view.pin, "n2"))).pin
+    assert pinned is not None and without_pin(pinned.constraints, "n2") == view.pin.constraints
+    bare = pod_view(gated())
+    assert bare.pin is not None
+    pinned_bare = pod_view(apply_json_patch(gated(), ungate_patch("u1", bare.pin, "n2"))).pin
+    assert pinned_bare is not None and without_pin(pinned_bare.constraints, "n2").required_affinity == ()
