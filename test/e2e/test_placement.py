@@ -157,38 +157,40 @@ def test_with_advisory_placement_the_scheduler_spreads_the_gang_and_a_pod_stays_
 
 # -- reservations bind ----------------------------------------------------------------------------------------------
 
-SLOT = "mcad.test/pinslot"
+ROW_LABEL = "mcad.test/row"
 
 
 @contextlib.contextmanager
-def slot_nodes(core: k8s.CoreV1Api, count: int) -> Iterator[list[str]]:
-    """``count`` fake nodes with 4 of an extended resource no other node has (what other tests leave on the
-    cluster's own nodes does not matter); yields their names."""
+def cpu_nodes(core: k8s.CoreV1Api, count: int) -> Iterator[tuple[list[str], str]]:
+    """``count`` fake 4-cpu nodes labelled as one row; yields their names and the row's label value. Pods select
+    the row, so what other tests leave on the cluster's own nodes does not matter. Capacity is cpu, not an extended
+    resource, because the scheduler's scoring (least allocated) weighs cpu and memory only: with cpu it prefers the
+    emptiest node, as it does for real workloads."""
     tag = uuid.uuid4().hex[:6]
-    names = [f"mcad-test-slots-{tag}-{i}" for i in range(count)]
-    capacity = {"pods": "110", "cpu": "8", "memory": "16Gi", SLOT: "4"}
+    names = [f"mcad-test-row-{tag}-{i}" for i in range(count)]
+    capacity = {"pods": "110", "cpu": "4", "memory": "16Gi"}
     for name in names:
         core.create_node({"metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                                       "labels": {"mcad.test/owned": "true"}},
+                                       "labels": {"mcad.test/owned": "true", ROW_LABEL: tag}},
                           "status": {"capacity": capacity, "allocatable": capacity}})
     try:
         for name in names:
             wait_until(lambda name=name: any(c.type == "Ready" and c.status == "True"
                                              for c in core.read_node(name).status.conditions or []),
                        60, f"node {name} Ready")
-        yield names
+        yield names, tag
     finally:
         for name in names:
             delete_fake_node(core, name)
 
 
-def slot_job(name: str, pods: int, slots: int, run_seconds: float) -> dict[str, Any]:
-    requests = {"cpu": "10m", "memory": "16Mi", SLOT: str(slots)}
+def row_job(name: str, row: str, pods: int, cpu: int, run_seconds: float) -> dict[str, Any]:
+    requests = {"cpu": str(cpu), "memory": "16Mi"}
     return {"replicas": 1, "generictemplate": {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
         "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": {
             "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": f"{run_seconds:g}s"}},
-            "spec": {"restartPolicy": "Never", "containers": [{
+            "spec": {"restartPolicy": "Never", "nodeSelector": {ROW_LABEL: row}, "containers": [{
                 "name": "main", "image": "busybox", "resources": {"requests": requests, "limits": requests}}]}}}}}
 
 
@@ -209,19 +211,19 @@ def filler_pods_on(aws: AppWrappers, core: k8s.CoreV1Api, nodes: set[str]) -> li
 @pytest.mark.parametrize("placement", ["binding", "advisory"])
 def test_a_reservation_binds_against_a_stream_of_small_appwrappers(
         placement: str, controller_kubeconfig: str, aws: AppWrappers, core: k8s.CoreV1Api) -> None:
-    """Six 4-slot nodes full of short 1-slot AppWrappers; a priority-10 gang of 4 x 4 slots reserves four of them,
-    and a stream of 1-slot AppWrappers keeps coming. mcad means the stream for the two nodes it did not reserve; with
+    """Six 4-cpu nodes full of short 1-cpu AppWrappers; a priority-10 gang of 4 x 4 cpu reserves four of them, and
+    a stream of 1-cpu AppWrappers keeps coming. mcad means the stream for the two nodes it did not reserve; with
     placement binding that is where their pods go, so the gang starts as soon as its nodes' last filler ends. Left
     to the scheduler (advisory), fillers land on the reserved nodes as they empty, since it prefers the emptiest."""
     run = 3.0
     rng = random.Random(25)
     with running_controller(controller_kubeconfig, LOGS / f"test_placement-{placement}.log",
-                            f"--placement={placement}") as ctl, slot_nodes(core, 6) as nodes:
+                            f"--placement={placement}") as ctl, cpu_nodes(core, 6) as (nodes, row):
         for i in range(24):  # they end at different times, as a steady stream's would
-            aws.create(appwrapper(f"fill-{i:02d}", slot_job(f"fill-{i:02d}", 1, 1, rng.uniform(6, 12))))
+            aws.create(appwrapper(f"fill-{i:02d}", row_job(f"fill-{i:02d}", row, 1, 1, rng.uniform(6, 12))))
         # At most 3 slots free: no node is empty, so the gang cannot start and reserves.
         wait_until(lambda: len(filler_pods_on(aws, core, set(nodes))) >= 21, 90, "the slots full")
-        aws.create(appwrapper("gang", slot_job("gang", 4, 4, 3600), priority=10))
+        aws.create(appwrapper("gang", row_job("gang", row, 4, 4, 3600), priority=10))
         key = f"{aws.namespace}/gang"
         reserved = set(wait_until(lambda: reserved_nodes(ctl, key), 30, "the gang's reservation"))
         assert len(reserved) == 4
@@ -231,7 +233,7 @@ def test_a_reservation_binds_against_a_stream_of_small_appwrappers(
         cleared_at = None  # when the reserved nodes were first seen free of fillers
         dispatched_at = None
         while time.monotonic() < stream_end and dispatched_at is None:
-            aws.create(appwrapper(f"next-{n:03d}", slot_job(f"next-{n:03d}", 1, 1, run)))
+            aws.create(appwrapper(f"next-{n:03d}", row_job(f"next-{n:03d}", row, 1, 1, run)))
             n += 1
             on_reserved = filler_pods_on(aws, core, reserved)
             landed |= {(pod, node) for pod, node in on_reserved if pod.startswith("next-")}
@@ -304,3 +306,5 @@ def test_a_tenants_own_gated_pod_is_not_placed_by_mcad(kubeconfig: str, controll
             assert [g.name for g in pod.spec.scheduling_gates or []] == ["mcad.codeflare.dev/placement"]
             assert pod.spec.affinity is None and not pod.spec.node_name
         assert aws.pods("mine", "Running"), "the AppWrapper's own pod was placed"
+        for name in ("loose", "orphan"):  # no AppWrapper's: they do not go with the namespace's AppWrappers
+            core.delete_namespaced_pod(name, aws.namespace, grace_period_seconds=0)
