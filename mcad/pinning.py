@@ -397,9 +397,12 @@ class Pinning:
             avoid = self._avoid.get(key, set())
             nodes = [node for node in self._where.nodes_for(key, snapshot) if node.name not in held]
             # Nodes that refused its AppWrapper's pods come last: used only when no other node has room.
-            packing = placement.pack((pod.pin.constraints,), [n for n in nodes if n.name not in avoid], snapshot.room)
+            owner = pod.pin.owner
+            # Named by its controller in the message: "1 pod of Job train (cpu 1) fits on no node: ...".
+            group = dataclasses.replace(pod.pin.constraints, label=f"{owner.kind} {owner.name}" if owner else "")
+            packing = placement.pack((group,), [n for n in nodes if n.name not in avoid], snapshot.room)
             if not packing.fits and avoid:
-                packing = placement.pack((pod.pin.constraints,), nodes, snapshot.room)
+                packing = placement.pack((group,), nodes, snapshot.room)
             if not packing.fits:
                 why = f"waits for room: {packing.why}"
                 if held:

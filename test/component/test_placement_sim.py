@@ -273,7 +273,8 @@ class Sim:
             if PLACEMENT_GATE in gates and aw is not None:
                 waiting = dict(d.pinning.waiting(aw.key)) if d.pinning is not None else {}
                 assert meta["name"] in waiting, f"{meta['name']} is gated with nothing said of why"
-                assert waiting[meta["name"]].message.startswith("waits for room: ")
+                job = meta["ownerReferences"][0]["name"]
+                assert waiting[meta["name"]].message.startswith(f"waits for room: 1 pod of Job {job} ("), waiting
         for name in self.writer.deleted_by_mcad:
             assert name in replanned, f"{name} was deleted by mcad without a PlacementReplanned Event"
 
