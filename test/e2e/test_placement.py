@@ -39,17 +39,17 @@ HOLD = "test.mcad/hold"
 PAIR_LABEL = "mcad.test/pair"
 
 
-@pytest.fixture
-def node_pair(request: pytest.FixtureRequest, core: k8s.CoreV1Api, crd: None) -> Iterator[tuple[list[str], str]]:
-    """Two fake nodes with the resources the test names (``request.param``), labelled as a pair; yields their names
-    (sorted) and the pair's label value."""
-    resources: dict[str, str] = request.param
+@contextlib.contextmanager
+def labelled_nodes(core: k8s.CoreV1Api, count: int, label: str, capacity: dict[str, str]) -> Iterator[
+        tuple[list[str], str]]:
+    """``count`` fake nodes of ``capacity`` (with 110 pods) sharing the label ``label`` with a value of their own;
+    yields their names (sorted) and that value, which pods can select."""
     tag = uuid.uuid4().hex[:6]
-    names = [f"mcad-test-pair-{tag}-{i}" for i in ("a", "b")]
-    capacity = {"pods": "110", "memory": "64Gi", **resources}
+    names = [f"mcad-test-{tag}-{i}" for i in range(count)]
+    capacity = {"pods": "110", **capacity}
     for name in names:
         core.create_node({"metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                                       "labels": {"mcad.test/owned": "true", PAIR_LABEL: tag}},
+                                       "labels": {"mcad.test/owned": "true", label: tag}},
                           "status": {"capacity": capacity, "allocatable": capacity}})
     try:
         for name in names:
@@ -60,6 +60,13 @@ def node_pair(request: pytest.FixtureRequest, core: k8s.CoreV1Api, crd: None) ->
     finally:
         for name in names:
             delete_fake_node(core, name)
+
+
+@pytest.fixture
+def node_pair(request: pytest.FixtureRequest, core: k8s.CoreV1Api, crd: None) -> Iterator[tuple[list[str], str]]:
+    """Two fake nodes with the resources the test names (``request.param``), labelled as a pair."""
+    with labelled_nodes(core, 2, PAIR_LABEL, {"memory": "64Gi", **request.param}) as pair:
+        yield pair
 
 
 def _spec(tag: str, requests: dict[str, str], *, hold: bool = False) -> dict[str, Any]:
@@ -160,28 +167,12 @@ def test_with_advisory_placement_the_scheduler_spreads_the_gang_and_a_pod_stays_
 ROW_LABEL = "mcad.test/row"
 
 
-@contextlib.contextmanager
-def cpu_nodes(core: k8s.CoreV1Api, count: int) -> Iterator[tuple[list[str], str]]:
-    """``count`` fake 4-cpu nodes labelled as one row; yields their names and the row's label value. Pods select
-    the row, so what other tests leave on the cluster's own nodes does not matter. Capacity is cpu, not an extended
-    resource, because the scheduler's scoring (least allocated) weighs cpu and memory only: with cpu it prefers the
-    emptiest node, as it does for real workloads."""
-    tag = uuid.uuid4().hex[:6]
-    names = [f"mcad-test-row-{tag}-{i}" for i in range(count)]
-    capacity = {"pods": "110", "cpu": "4", "memory": "16Gi"}
-    for name in names:
-        core.create_node({"metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                                       "labels": {"mcad.test/owned": "true", ROW_LABEL: tag}},
-                          "status": {"capacity": capacity, "allocatable": capacity}})
-    try:
-        for name in names:
-            wait_until(lambda name=name: any(c.type == "Ready" and c.status == "True"
-                                             for c in core.read_node(name).status.conditions or []),
-                       60, f"node {name} Ready")
-        yield names, tag
-    finally:
-        for name in names:
-            delete_fake_node(core, name)
+def cpu_nodes(core: k8s.CoreV1Api, count: int) -> contextlib.AbstractContextManager[tuple[list[str], str]]:
+    """``count`` fake 4-cpu nodes labelled as one row. Pods select the row, so what other tests leave on the
+    cluster's own nodes does not matter. Capacity is cpu, not an extended resource, because the scheduler's scoring
+    (least allocated) weighs cpu and memory only: with cpu it prefers the emptiest node, as it does for real
+    workloads."""
+    return labelled_nodes(core, count, ROW_LABEL, {"cpu": "4", "memory": "16Gi"})
 
 
 def row_job(name: str, row: str, pods: int, cpu: int, run_seconds: float) -> dict[str, Any]:
