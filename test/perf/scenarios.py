@@ -651,6 +651,9 @@ def placement(opts: Options, result: Result) -> None:
         phase["pods_per_s"] = round(phase["throughput"]["dispatched"] / phase["wall_s"], 1)
     binding, advisory = phases["binding"], phases["advisory"]
     result["params"] = {**binding["params"], "placement": "binding, then advisory"}
+    for key in ("cluster_up_s", "nodes_ready_s", "teardown_s", "wall_s", "controller_ready_s"):
+        if key in binding and key in advisory:
+            result[key] = round(binding[key] + advisory[key], 2)  # both runs
     samples = binding.get("controller_metrics") or {}
     name = "mcad_pod_ungate_seconds"
     ungate = {f"p{int(q * 100)}_le_ms": (None if (v := histogram_quantile(samples, name, q)) is None
