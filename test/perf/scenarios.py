@@ -676,8 +676,9 @@ def placement(opts: Options, result: Result) -> None:
     add_target(result, "pod rate, binding / advisory", 100 * pods["binding"] / pods["advisory"], ">=",
                PLACEMENT_RATIO_TARGET_PCT, "%")
     p99 = ungate["p99_le_ms"]
+    # A bucket bound: the p99 is at most this; the target (< 200 ms) is met when it is at most the 200 ms bucket's.
     add_target(result, "first seen gated -> pinned, p99 (bucket bound)", p99 if p99 is not None else float("inf"),
-               "<", UNGATE_P99_TARGET_MS, "ms")
+               "<=", UNGATE_P99_TARGET_MS, "ms")
 
 
 # ---------------------------------------------------------------------------------------------- deep queue
