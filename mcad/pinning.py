@@ -81,6 +81,9 @@ UNGATE_RETRY_CAP_SECONDS: Final = 8.0
 # Pods already told (by an Event) that mcad does not place them; nodes one AppWrapper's pods avoid.
 MAX_REFUSED_PODS: Final = 10_000
 MAX_AVOIDED_NODES: Final = 64
+# Ungate patches go ahead of the namespace's other writes in the write pool (AppWrapper priorities are int32): a
+# pin completes a gang already dispatched, whose room is held until its pods bind, where a dispatch starts another.
+UNGATE_WRITE_PRIORITY: Final = 2**31
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _TERMS_PATH = f"/spec/affinity/nodeAffinity/{_REQUIRED}/nodeSelectorTerms"
 
@@ -247,7 +250,7 @@ class Pinning:
         self._in_flight: dict[str, float] = {}  # uid -> when its ungate was submitted
         # Ungated by a patch that landed, while the informer may still show it gated: never ungated twice.
         self._ungated: set[str] = set()
-        self._first_seen: dict[str, float] = {}  # uid -> when the loop first saw it gated
+        self._first_seen: dict[str, float] = {}  # uid -> when the informer first received it gated
         self._failures: dict[str, int] = {}  # uid -> failed ungate patches
         # AppWrapper not dispatched now -> its gated pods seen meanwhile (looked at again when it is dispatched).
         self._early: dict[str, set[str]] = {}
@@ -298,7 +301,9 @@ class Pinning:
     def _gated(self, pod: PodView) -> None:
         uid, key = pod.uid, pod.appwrapper
         assert pod.pin is not None and key is not None
-        self._first_seen.setdefault(uid, self._monotonic())
+        # When the informer first received it gated (its creationTimestamp has whole seconds only).
+        self._first_seen[uid] = min(self._first_seen.get(uid, pod.pin.seen or self._monotonic()),
+                                    pod.pin.seen or self._monotonic())
         if uid in self._in_flight or uid in self._extras:
             return
         if not self.binding:
@@ -528,7 +533,7 @@ class Pinning:
                 return Ungated(uid, key, node, err)
             return Ungated(uid, key, node)
         self._in_flight[uid] = self._monotonic()
-        self._writes.submit(f"pod/{uid}", job, tenant=namespace)
+        self._writes.submit(f"pod/{uid}", job, tenant=namespace, priority=UNGATE_WRITE_PRIORITY)
 
     def done(self, outcome: Ungated) -> None:
         """An ungate patch came back."""

@@ -34,6 +34,7 @@ quantity that does not parse is skipped (the API server validated it; this only 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -128,6 +129,9 @@ class PinFacts:
     created: str
     # In a worker cluster (hub mode) wrapped objects carry their AppWrapper's uid in a label, not an ownerReference.
     appwrapper_uid: str = ""
+    # time.monotonic() when the informer made this view: how long a gated pod waited for its pin is measured from
+    # the first one (the API server's creationTimestamp has whole seconds only).
+    seen: float = field(default=0.0, compare=False)
 
     @property
     def gated(self) -> bool:
@@ -236,7 +240,8 @@ def _pin_facts(meta: Mapping[str, Any], spec: Mapping[str, Any], requests: Resou
     return PinFacts(gates=gates, constraints=PodGroup(1, requests, *pod_constraints(spec)), node_terms=terms,
                     affinity_depth=depth, owner=owner, pinned_to=_pinned_node(terms),
                     created=as_str(meta.get("creationTimestamp")),
-                    appwrapper_uid=as_str(as_mapping(meta.get("labels")).get(APPWRAPPER_UID_LABEL)))
+                    appwrapper_uid=as_str(as_mapping(meta.get("labels")).get(APPWRAPPER_UID_LABEL)),
+                    seen=time.monotonic())
 
 
 def _pinned_node(terms: tuple[Any, ...] | None) -> str:
