@@ -313,9 +313,6 @@ def test_the_tight_gang_is_placed_as_planned_and_the_spread_one_is_not(sim_facto
             sim.check()
 
 
-REPLANNED: dict[int, float] = {}
-
-
 @pytest.mark.parametrize("seed", range(int(os.environ.get("MCAD_SIM_SEEDS", "8"))))
 def test_random_runs_keep_every_pod_where_mcad_pinned_it(sim_factory: Any, seed: int) -> None:
     rng = random.Random(seed)
@@ -347,22 +344,17 @@ def test_random_runs_keep_every_pod_where_mcad_pinned_it(sim_factory: Any, seed:
             sim.sync()
             pinned = sorted({node for _, node in sim.h.dispatcher.accountant.pins().values()} - cordoned)
             target = rng.choice(pinned or sorted(set(sim.nodes()) - cordoned) or sorted(sim.nodes()))
+            replanned = d.metrics.value("mcad_pod_pins_total", {"outcome": "replanned"}) or 0
             sim.cordon(target, True)
             cordoned.add(target)
+            sim.settle()
+            if pinned:  # a pod pinned there and not bound yet: its pin was re-planned
+                assert (d.metrics.value("mcad_pod_pins_total", {"outcome": "replanned"}) or 0) > replanned
         sim.settle()
         sim.check()
-        counts = {o: d.metrics.value("mcad_pod_pins_total", {"outcome": o}) or 0 for o in ("pinned", "extra",
-                                                                                              "replanned")}
+    counts = {o: d.metrics.value("mcad_pod_pins_total", {"outcome": o}) or 0 for o in ("pinned", "extra")}
     assert sim.writer.applied, "the run dispatched something"
     assert counts["pinned"] and counts["extra"], f"pods were pinned, some beyond their plan: {counts}"
-    REPLANNED[seed] = counts["replanned"]
-
-
-def test_the_random_runs_re_planned_refused_pins() -> None:
-    """The seeds above exercise the re-plan path, not just the happy one (runs after them, in file order)."""
-    if not REPLANNED:
-        pytest.skip("run with the random runs")
-    assert sum(REPLANNED.values()) >= 3, REPLANNED
 
 
 def test_gated_pods_no_dispatched_appwrapper_made_are_never_placed(sim_factory: Any) -> None:
