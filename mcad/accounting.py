@@ -11,7 +11,9 @@ Contract (DESIGN.md, "Free capacity"; the equivalent of Kueue's cache):
 - A plan entry goes down by one when one of the AppWrapper's pods binds (or ends without binding), so the room
   planned per node is kept up to date pod by pod and a snapshot costs O(nodes), not O(plans).
 - Pins (``--placement=binding``, ``mcad.pinning``): ``pin`` gives a gated pod a slot of its AppWrapper's plan
-  (an entry with pods planned and not yet pinned, of the pod's requests, on a node ``eligible`` accepts);
+  (an entry with pods planned and not yet pinned, of the pod's requests, or the smallest that holds them when the
+  plan has none of that shape, on a node ``eligible`` accepts); ``drop_open_slot`` takes a slot out for a pod
+  that fits none;
   ``pin_extra`` adds a slot of one for a pod beyond the plan, placed by the caller; ``unpin`` hands a slot back
   (the pod went away unbound) or, with ``drop_slot``, takes it out of the plan (its node refused the pod). A
   pinned pod that binds takes its own slot; a pod that binds unpinned takes a slot nobody is pinned to.
