@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = ["ceiling", "throughput", "throughput_webhooks", "placement", "deep_queue", "churn", "restart",
-             "noisy_neighbour", "memory", "admission", "pollers", "starvation", "starvation_spare", "dashboard"]
+SCENARIOS = ["ceiling", "throughput", "throughput_webhooks", "placement", "deep_queue", "churn", "churn_pods",
+             "restart", "noisy_neighbour", "memory", "admission", "pollers", "starvation", "starvation_spare",
+             "dashboard"]
 PERCENTILES = {"n", "p50_ms", "p90_ms", "p99_ms", "mean_ms"}
 
 
@@ -70,11 +71,12 @@ def test_restarted_controller_redispatches_nothing(results: dict[str, dict]) -> 
     assert restart["start_to_first_dispatch_s"] > 0
 
 
-def test_churn_dispatches_every_class(results: dict[str, dict]) -> None:
-    latency = results["churn"]["latency"]
+@pytest.mark.parametrize("scenario", ["churn", "churn_pods"])
+def test_churn_dispatches_every_class(results: dict[str, dict], scenario: str) -> None:
+    latency = results[scenario]["latency"]
     for size in ("small", "medium", "large"):
         assert latency[f"time_to_dispatch_{size}"]["n"] == 30
-        assert results["churn"]["per_class"][size]["n"] == 30
+        assert results[scenario]["per_class"][size]["n"] == 30
 
 
 def test_churn_counts_the_controllers_api_writes(results: dict[str, dict]) -> None:

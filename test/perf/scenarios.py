@@ -809,14 +809,19 @@ AW_RESOURCE = "appwrappers.workload.codeflare.dev"
 CHURN_NODE_CPU = 40
 
 
-def churn(opts: Options, result: Result) -> None:
+def churn(opts: Options, result: Result, *, pods: bool = False, scenario: str = "churn") -> None:
     """Kueue's baseline shape on 600 cpu: 30 arrival streams x 3 classes at Kueue's intervals; each workload is an
     AppWrapper (a ConfigMap + custompodresources cpu) that the load process deletes ``runtime`` after it is first
     seen Running, as Kueue's runner finishes workloads. Time-to-dispatch per class next to Kueue's means, wall time,
     utilisation, and the API writes per workload: the API server's mutating requests during the load (its
     ``apiserver_request_total``) minus the load process's own creates and deletes, heartbeats, and the garbage
-    collector's deletes of the ConfigMaps."""
-    fraction = opts.churn_fraction * opts.factor("churn")
+    collector's deletes of the ConfigMaps.
+
+    ``pods`` (``churn_pods``, issue 25): each workload wraps a bare Pod of its cpu instead, so its pod is created,
+    (with placement binding) gated and pinned, bound by the scheduler and deleted with it; run it with
+    ``--controller-args=--placement=advisory`` for the comparison. The API writes are not counted then: the
+    scheduler's binds and the kubelets' (kwok's) status writes would be among them."""
+    fraction = opts.churn_fraction * opts.factor(scenario)
     n_nodes = opts.churn_nodes
     capacity = n_nodes * CHURN_NODE_CPU
     plan: list[tuple[float, str, str, float, int, int]] = []  # (offset s, name, class, runtime, priority, cpu)
@@ -831,8 +836,9 @@ def churn(opts: Options, result: Result) -> None:
     n = len(plan)
     spec = {name: (cls, runtime, cpu) for _, name, cls, runtime, _, cpu in plan}
     result["params"] = {"workloads": n, "fraction_of_kueue": round(fraction, 4), "queues": KUEUE_QUEUES,
-                        "per_queue": per_queue, "nodes": n_nodes, "capacity_cpu": capacity, "threads": opts.threads}
-    with Env("churn", opts, result) as env:
+                        "per_queue": per_queue, "nodes": n_nodes, "capacity_cpu": capacity, "threads": opts.threads,
+                        "wraps": "a bare Pod" if pods else "a ConfigMap + custompodresources"}
+    with Env(scenario, opts, result) as env:
         env.nodes(n_nodes, cpu=str(CHURN_NODE_CPU), memory="160Gi", pods=110)
         ctl = env.controller("controller")
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
@@ -854,7 +860,8 @@ def churn(opts: Options, result: Result) -> None:
 
         def create(offset: float, name: str, priority: int, cpu: int, t0: float) -> None:
             try:
-                api.create(aw_path(), appwrapper(name, [configmap_item(name, {"cpu": str(cpu)})], priority=priority))
+                item = pod_item(name, str(cpu)) if pods else configmap_item(name, {"cpu": str(cpu)})
+                api.create(aw_path(), appwrapper(name, [item], priority=priority))
             except BaseException as err:
                 errors.append(err)
                 return
@@ -872,7 +879,7 @@ def churn(opts: Options, result: Result) -> None:
         say(f"churn: {n} workloads over {plan[-1][0]:.1f} s of arrivals on {capacity} cpu")
         t0 = time.monotonic()
         try:
-            with Progress("churn", line):
+            with Progress(scenario, line):
                 for offset, name, _cls, _rt, priority, cpu in plan:
                     left = t0 + offset - time.monotonic()
                     if left > 0:
@@ -890,12 +897,13 @@ def churn(opts: Options, result: Result) -> None:
         wall = max(finished.values()) - t0
         result["wall_s"] = round(wall, 2)
         result["controller"] = controller_figures(ctl, baseline)
-        writes = controller_writes(writes_before, settled_api_writes(api),
-                                   Counter({f"POST {AW_RESOURCE}": len(tracker.created),
-                                            f"DELETE {AW_RESOURCE}": len(finished)}),
-                                   garbage_collected=("DELETE configmaps",))
-        writes["per_workload"] = round(writes["controller"] / n, 2)
-        result["api_writes"] = writes
+        if not pods:
+            writes = controller_writes(writes_before, settled_api_writes(api),
+                                       Counter({f"POST {AW_RESOURCE}": len(tracker.created),
+                                                f"DELETE {AW_RESOURCE}": len(finished)}),
+                                       garbage_collected=("DELETE configmaps",))
+            writes["per_workload"] = round(writes["controller"] / n, 2)
+            result["api_writes"] = writes
         work = sum(runtime * cpu for _, _, _, runtime, _, cpu in plan)
         result["utilisation_pct"] = round(100 * work / (capacity * wall), 1)
         result["throughput"] = {"workloads_per_s": round(n / wall, 1)}
@@ -1806,6 +1814,7 @@ SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "placement": placement,
     "deep_queue": deep_queue,
     "churn": churn,
+    "churn_pods": functools.partial(churn, pods=True, scenario="churn_pods"),
     "restart": restart,
     "noisy_neighbour": noisy_neighbour,
     "memory": memory,
