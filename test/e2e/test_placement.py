@@ -138,7 +138,7 @@ def test_a_tight_gang_runs_whole_on_the_nodes_of_its_plan(
         wait_until(lambda: not aws.pods("tight"), 60, "the gang's pods to go")
 
 
-@pytest.mark.parametrize(("node_pair", "small", "big"), [CPU], ids=["cpu"], indirect=["node_pair"])
+@pytest.mark.parametrize(("node_pair", "small", "big"), [CPU, GPU], ids=["cpu", "gpu"], indirect=["node_pair"])
 def test_with_advisory_placement_the_scheduler_spreads_the_gang_and_a_pod_stays_pending(
         node_pair: tuple[list[str], str], small: dict[str, str], big: dict[str, str], controller_kubeconfig: str,
         aws: AppWrappers, core: k8s.CoreV1Api) -> None:
