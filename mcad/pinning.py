@@ -394,17 +394,17 @@ class Pinning:
             pod = self._pods.get(uid)
             aw = self._host.dispatched_now(key)
             if pod is None or pod.pin is None or not pod.pin.gated or pod.deleting or aw is None:
-                log.debug("extra pod dropped", uid=uid, appwrapper=key, pod=pod, dispatched=aw is not None)
+                log.debug("extra pod no longer waits", uid=uid, appwrapper=key, dispatched=aw is not None)
                 del self._extras[uid]
                 self._why_waiting.pop(uid, None)
                 continue
             held = {node for holder, nodes in reserved.items() if holder != key for node in nodes}
             avoid = self._avoid.get(key, set())
             nodes = [node for node in self._where.nodes_for(key, snapshot) if node.name not in held]
-            # Nodes that refused its AppWrapper's pods come last: used only when no other node has room.
             owner = pod.pin.owner
             # Named by its controller in the message: "1 pod of Job train (cpu 1) fits on no node: ...".
             group = dataclasses.replace(pod.pin.constraints, label=f"{owner.kind} {owner.name}" if owner else "")
+            # Nodes that refused its AppWrapper's pods come last: used only when no other node has room.
             packing = placement.pack((group,), [n for n in nodes if n.name not in avoid], snapshot.room)
             if not packing.fits and avoid:
                 packing = placement.pack((group,), nodes, snapshot.room)
