@@ -264,8 +264,9 @@ class Metrics:
                                  "sees a gated pod to its pin written (the gate removed, the node required).",
                                  buckets=UNGATE_BUCKETS, registry=self.registry)
         self._pins = Counter("mcad_pod_pins", "--placement=binding: what became of gated pods: pinned (every pin "
-                             "written), extra (placed beyond their plan, then pinned), released (ungated without a pin), replanned (the node "
-                             "refused the pin), refused (not made by a dispatched AppWrapper: left gated).",
+                             "written), extra (placed beyond their plan, then pinned), released (ungated without a "
+                             "pin), replanned (the node refused the pin), refused (not made by a dispatched "
+                             "AppWrapper: left gated).",
                              ["outcome"], registry=self.registry)
         for outcome in ("pinned", "extra", "released", "replanned", "refused"):
             self._pins.labels(outcome)
