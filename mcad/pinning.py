@@ -27,13 +27,15 @@ Contract (DESIGN.md, "Placement binds"):
   that), or the scheduler reports it Unschedulable there (inter-pod anti-affinity, host ports: what mcad does not
   model), its slot is taken out of the plan, a ``PlacementReplanned`` Event on the AppWrapper says why, and the pod
   is deleted so its controller re-creates it, gated, to be placed afresh (the node that refused it is that
-  AppWrapper's last resort from then on). The scheduler's refusal re-plans only when another node can take the
+  AppWrapper's last resort from then on); that is for controllers that replace a deleted pod without counting a
+  failure (``RECREATING_OWNERS``: ReplicaSets, so Deployments, StatefulSets, RayClusters). Any other pod's
+  AppWrapper (a Job's would count the deleted pod against its backoffLimit) is requeued, its gang planned again.
+  The scheduler's refusal re-plans only when another node can take the
   pod now: else the pin stays, the scheduler tries again as that node changes, the AppWrapper's
   ``pendingpodconditions`` carry its verdict, and each dispatch cycle looks again. A pod can be widened again
   only by re-creating it: Kubernetes lets a gated pod's node selection be narrowed, never widened, and an
   ungated pod's not at all. A wrapped bare Pod has no controller to re-create it, so its AppWrapper is requeued
-  instead (its whole gang planned again). Bounded: after ``MAX_REPLANS`` re-plans of one dispatch, the
-  AppWrapper is requeued.
+  too. Bounded: after ``MAX_REPLANS`` re-plans of one dispatch, the AppWrapper is requeued.
 - Ungate failures: a pod gone (404) frees its slot; a test that failed (the pod changed since it was read: 409 or
   422 on a ``test`` op) is tried again from the informer's newer view after a backoff; any other refusal is
   retried with backoff and, after ``UNGATE_ATTEMPTS``, the pod is ungated without a pin (never left gated for
@@ -74,6 +76,10 @@ log = structlog.get_logger("mcad.pinning")
 PLACEMENT_MODES: Final = ("binding", "advisory")
 # Re-plans of one dispatch (pins its nodes refused) before the whole AppWrapper is requeued instead.
 MAX_REPLANS: Final = 5
+# Controllers that re-create a deleted pod without counting it as a failure: a refused pin of theirs is re-planned by
+# deleting the pod. A Job (and most batch operators) would count the deleted pod against its backoffLimit, so the
+# AppWrapper of any other pod is requeued instead, its whole gang planned again.
+RECREATING_OWNERS: Final = frozenset({"ReplicaSet", "StatefulSet", "RayCluster"})
 # Failed ungate patches of one pod before it is released without a pin.
 UNGATE_ATTEMPTS: Final = 6
 UNGATE_RETRY_BASE_SECONDS: Final = 0.25
@@ -498,12 +504,16 @@ class Pinning:
         replans = self._replans[key] = self._replans.get(key, 0) + 1
         self._metrics.pin("replanned")
         owner = pod.pin.owner
-        bare = owner is None or owner.kind == "AppWrapper"
+        recreated = owner is not None and owner.kind in RECREATING_OWNERS
         message = f"pod {pod.name} was pinned to node {node}, but {why}"
         log.warning("pin refused", appwrapper=key, pod=pod.name, node=node, reason=why, replans=replans)
-        if bare or replans > MAX_REPLANS:
-            cause = "it is a wrapped Pod, which nothing else re-creates" if bare else \
-                f"its pins were refused {replans} times in this dispatch"
+        if not recreated or replans > MAX_REPLANS:
+            if owner is None or owner.kind == "AppWrapper":
+                cause = "it is a wrapped Pod, which nothing else re-creates"
+            elif not recreated:
+                cause = f"{owner.kind} {owner.name} would count a deleted pod as a failed one"
+            else:
+                cause = f"its pins were refused {replans} times in this dispatch"
             self._host.requeue_keeping_count(aw, "PlacementRefused",
                                              f"{message}; the AppWrapper is requeued to be placed afresh ({cause})")
             return

@@ -46,16 +46,16 @@ class SimWriter(RecordingWriter):
     def __init__(self) -> None:
         super().__init__()
         self.pods: Any = None  # the pods' FakeListerWatcher, set by the simulation
-        self.jobs: dict[str, dict[str, Any]] = {}  # namespace/name -> the Job as created
+        self.jobs: dict[str, dict[str, Any]] = {}  # namespace/name -> the Job or Deployment as created
         self.names = itertools.count()
         self.deleted_by_mcad: list[str] = []
 
     def create(self, obj: Mapping[str, Any], *, field_manager: str) -> Mapping[str, Any]:
         out = super().create(obj, field_manager=field_manager)
-        if obj["kind"] == "Job":
+        if obj["kind"] in ("Job", "Deployment"):
             meta = obj["metadata"]
             self.jobs[f"{meta['namespace']}/{meta['name']}"] = copy.deepcopy(dict(obj))
-            for _ in range(obj["spec"]["parallelism"]):
+            for _ in range(obj["spec"].get("parallelism") or obj["spec"].get("replicas") or 1):
                 self.make_pod(f"{meta['namespace']}/{meta['name']}")
         return out
 
@@ -64,11 +64,13 @@ class SimWriter(RecordingWriter):
         template = job["spec"]["template"]
         n = next(self.names)
         name = f"{job['metadata']['name']}-{n}"
+        # A Deployment's pods are its ReplicaSet's, named after it.
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"]} if job["kind"] == "Job" \
+            else {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{job['metadata']['name']}-5d8f"}
         self.pods.add({"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": name, "namespace": job["metadata"]["namespace"], "uid": f"pod-uid-{n}",
-            "creationTimestamp": "2026-01-01T00:00:00Z", "labels": dict(template["metadata"]["labels"]),
-            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"],
-                                 "uid": f"job-uid-{job_key}", "controller": True}]},
+            "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {**template["metadata"]["labels"], "job": job_key},
+            "ownerReferences": [{**owner, "uid": f"owner-uid-{job_key}", "controller": True}]},
             "spec": copy.deepcopy(template["spec"]), "status": {"phase": "Pending"}})
 
     def patch_json(self, api_version: str, kind: str, namespace: str, name: str,
@@ -92,24 +94,29 @@ class SimWriter(RecordingWriter):
                 return
             self.deleted_by_mcad.append(name)
             self.pods.delete(key)
-            job = current["metadata"]["ownerReferences"][0]["name"]
-            if f"{namespace}/{job}" in self.jobs:
-                self.make_pod(f"{namespace}/{job}")  # the Job controller replaces it
-        elif kind == "Job" and self.jobs.pop(key, None) is not None:
+            job = current["metadata"]["labels"]["job"]
+            if job in self.jobs:
+                self.make_pod(job)  # its controller replaces it
+        elif kind in ("Job", "Deployment") and self.jobs.pop(key, None) is not None:
             for pod in self.pods.items():  # the garbage collector
-                if pod["metadata"]["ownerReferences"][0]["name"] == name:
+                if pod["metadata"]["labels"]["job"] == key:
                     self.pods.delete(f"{namespace}/{pod['metadata']['name']}")
 
 
-def job_aw(name: str, pods: int, cpu: int, priority: int) -> dict[str, Any]:
+def job_aw(name: str, pods: int, cpu: int, priority: int, *, kind: str = "Job") -> dict[str, Any]:
+    """An AppWrapper of one Job (or, ``kind="Deployment"``, one Deployment) of ``pods`` pods of ``cpu`` each."""
+    pod_spec = {"containers": [{"name": "c", "resources": {"requests": {"cpu": str(cpu)}}}]}
+    if kind == "Job":
+        workload = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+                    "spec": {"parallelism": pods, "completions": pods,
+                             "template": {"spec": {"restartPolicy": "Never", **pod_spec}}}}
+    else:
+        workload = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+                    "spec": {"replicas": pods, "template": {"spec": pod_spec}}}
     return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
             "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1,
                          "creationTimestamp": "2026-01-01T00:00:00Z"},
-            "spec": {"priority": priority, "resources": {"GenericItems": [{"generictemplate": {
-                "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-                "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "c", "resources": {"requests": {"cpu": str(cpu)}}}]}}}}}]}},
+            "spec": {"priority": priority, "resources": {"GenericItems": [{"generictemplate": workload}]}},
             "status": {}}
 
 
@@ -239,9 +246,9 @@ class Sim:
             pod = rng.choice(running)
             pod["status"] = {"phase": "Failed"}
             self.h.lw["pod"].modify(pod)
-            job = pod["metadata"]["ownerReferences"][0]["name"]
-            if f"ns/{job}" in self.writer.jobs:
-                self.writer.make_pod(f"ns/{job}")
+            job = pod["metadata"]["labels"]["job"]
+            if job in self.writer.jobs:
+                self.writer.make_pod(job)
 
     def cordon(self, name: str, on: bool) -> None:
         raw = copy.deepcopy(self.nodes()[name])
@@ -273,8 +280,9 @@ class Sim:
             if PLACEMENT_GATE in gates and aw is not None:
                 waiting = dict(d.pinning.waiting(aw.key)) if d.pinning is not None else {}
                 assert meta["name"] in waiting, f"{meta['name']} is gated with nothing said of why"
-                job = meta["ownerReferences"][0]["name"]
-                assert waiting[meta["name"]].message.startswith(f"waits for room: 1 pod of Job {job} ("), waiting
+                owner = meta["ownerReferences"][0]
+                assert waiting[meta["name"]].message.startswith(
+                    f"waits for room: 1 pod of {owner['kind']} {owner['name']} ("), waiting
         for name in self.writer.deleted_by_mcad:
             assert name in replanned, f"{name} was deleted by mcad without a PlacementReplanned Event"
 
@@ -326,7 +334,8 @@ def test_random_runs_keep_every_pod_where_mcad_pinned_it(sim_factory: Any, seed:
         action = rng.random()
         if action < 0.45 or not live:
             name = f"aw{next(names)}"
-            sim.add(job_aw(name, rng.randint(1, 3), rng.randint(1, 3), rng.choice((0, 0, 5))))
+            sim.add(job_aw(name, rng.randint(1, 3), rng.randint(1, 3), rng.choice((0, 0, 5)),
+                           kind=rng.choice(("Job", "Deployment"))))
             live.append(name)
         elif action < 0.65:
             sim.delete(live.pop(rng.randrange(len(live))))
@@ -339,7 +348,7 @@ def test_random_runs_keep_every_pod_where_mcad_pinned_it(sim_factory: Any, seed:
             # A cordon between a pin and its bind: a new AppWrapper is dispatched and its pods pinned, and before
             # the scheduler runs, a node one of them is pinned to is cordoned.
             name = f"aw{next(names)}"
-            sim.add(job_aw(name, rng.randint(1, 3), rng.randint(1, 3), 0))
+            sim.add(job_aw(name, rng.randint(1, 3), rng.randint(1, 3), 0, kind=rng.choice(("Job", "Deployment"))))
             live.append(name)
             sim.sync()
             pinned = sorted({node for _, node in sim.h.dispatcher.accountant.pins().values()} - cordoned)
@@ -396,7 +405,7 @@ def test_a_pin_the_scheduler_refuses_is_kept_until_another_node_can_take_the_pod
                                                                           "uid": "uid-hog"},
                          "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {
                              "requests": {"cpu": "4"}}}]}, "status": {"phase": "Running"}})
-    sim.add(job_aw("a", 1, 1, 0))
+    sim.add(job_aw("a", 1, 1, 0, kind="Deployment"))
     sim.settle(schedule=False)
     [pod] = sim.pods_of("a")
     assert pinned_node(pod) == "n0"
@@ -416,3 +425,19 @@ def test_a_pin_the_scheduler_refuses_is_kept_until_another_node_can_take_the_pod
     assert moved["spec"]["nodeName"] == "n1" and pinned_node(moved) == "n1"
     assert any(reason == events.PLACEMENT_REPLANNED and "1 Too many pods" in message
                for _, reason, message in sim.events.recorded)
+
+
+def test_a_refused_pin_of_a_job_requeues_its_appwrapper_instead_of_deleting_the_pod(sim_factory: Any) -> None:
+    """A Job counts a deleted pod as a failed one (backoffLimit), so a Job's pod whose pinned node was cordoned
+    before it bound is not deleted: its AppWrapper is requeued, and dispatched again onto the node left."""
+    sim = sim_factory(nodes=2)
+    sim.add(job_aw("a", 1, 1, 0))
+    sim.settle(schedule=False)
+    [pod] = sim.pods_of("a")
+    sim.cordon(pinned_node(pod) or "", True)
+    sim.settle()
+    assert sim.writer.deleted_by_mcad == [], "the Job's pod was not deleted by a re-plan"
+    requeued = [message for _, reason, message in sim.events.recorded if reason == events.REQUEUED]
+    assert any("Job a would count a deleted pod as a failed one" in m for m in requeued), sim.events.recorded
+    [again] = sim.pods_of("a")
+    assert again["spec"]["nodeName"] != pinned_node(pod) and pinned_node(again) == again["spec"]["nodeName"]
