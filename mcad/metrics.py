@@ -260,8 +260,9 @@ class Metrics:
         self._cycle = Histogram("mcad_dispatch_cycle_duration_seconds", "One dispatch cycle: walking the queue and "
                                 "deciding (writes happen in the background).", buckets=CYCLE_BUCKETS,
                                 registry=self.registry)
-        self._ungate = Histogram("mcad_pod_ungate_seconds", "--placement=binding: from when the controller first "
-                                 "sees a gated pod to its pin written (the gate removed, the node required).",
+        self._ungate = Histogram("mcad_pod_ungate_seconds", "--placement=binding: from when the controller's "
+                                 "informer receives a gated pod to its pin written (the gate removed, the node "
+                                 "required).",
                                  buckets=UNGATE_BUCKETS, registry=self.registry)
         self._pins = Counter("mcad_pod_pins", "--placement=binding: what became of gated pods: pinned (every pin "
                              "written), extra (placed beyond their plan, then pinned), released (ungated without a "

@@ -637,7 +637,7 @@ def placement(opts: Options, result: Result) -> None:
     throughput run (one 1-pod Job per AppWrapper) with ``--placement=binding``, then ``--placement=advisory``. The
     ungate patch is one more write per pod; both dispatch rates (AppWrappers/s) and pod rates (pods Running per
     second, first create to last pod Running) are reported with binding / advisory, and the time from the
-    controller first seeing a gated pod to its pin written (``mcad_pod_ungate_seconds``, bucket bounds) under
+    controller's informer receiving a gated pod to its pin written (``mcad_pod_ungate_seconds``, bucket bounds) under
     that load."""
     f = opts.factor("placement")
     phases: dict[str, Result] = {}
