@@ -1,4 +1,6 @@
-"""Placement that binds (--placement=binding, the default) against the kube-scheduler's own choices (advisory).
+"""Placement that binds (--placement=binding, the default) against the kube-scheduler's own choices (advisory):
+a tight gang runs whole on the nodes of its plan, a reservation holds against a stream of small AppWrappers, and
+pods a tenant makes with mcad's gate and label are not placed.
 
 A gang whose only packing is tight: two nodes, a Job of two pods and a bare Pod that together fill both nodes only
 when the Job's pods share one node. mcad's plan (first-fit decreasing) finds that packing; the scheduler, left to
