@@ -308,8 +308,8 @@ class Pinning:
         uid, key = pod.uid, pod.appwrapper
         assert pod.pin is not None and key is not None
         # When the informer first received it gated (its creationTimestamp has whole seconds only).
-        self._first_seen[uid] = min(self._first_seen.get(uid, pod.pin.seen or self._monotonic()),
-                                    pod.pin.seen or self._monotonic())
+        seen = pod.pin.seen or self._monotonic()
+        self._first_seen[uid] = min(self._first_seen.get(uid, seen), seen)
         if uid in self._in_flight or uid in self._extras:
             return
         if not self.binding:

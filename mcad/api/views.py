@@ -126,7 +126,6 @@ class PinFacts:
     affinity_depth: int
     owner: Owner | None
     pinned_to: str
-    created: str
     # In a worker cluster (hub mode) wrapped objects carry their AppWrapper's uid in a label, not an ownerReference.
     appwrapper_uid: str = ""
     # time.monotonic() when the informer made this view: how long a gated pod waited for its pin is measured from
@@ -239,7 +238,6 @@ def _pin_facts(meta: Mapping[str, Any], spec: Mapping[str, Any], requests: Resou
             break
     return PinFacts(gates=gates, constraints=PodGroup(1, requests, *pod_constraints(spec)), node_terms=terms,
                     affinity_depth=depth, owner=owner, pinned_to=_pinned_node(terms),
-                    created=as_str(meta.get("creationTimestamp")),
                     appwrapper_uid=as_str(as_mapping(meta.get("labels")).get(APPWRAPPER_UID_LABEL)),
                     seen=time.monotonic())
 
