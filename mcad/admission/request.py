@@ -3,7 +3,8 @@
 Contract:
 - ``AdmissionRequest.parse(review)`` reads an ``admission.k8s.io/v1`` AdmissionReview (a parsed JSON object) and
   returns the request, or raises ``ValueError`` with a message saying what is missing. ``obj`` is the AppWrapper
-  as sent (after earlier mutating webhooks), ``old`` the stored one on UPDATE (None on CREATE).
+  as sent (after earlier mutating webhooks), ``old`` the stored one on UPDATE (None on CREATE); ``sub_resource``
+  is "status" for a write of the status subresource, "" for the AppWrapper itself.
 - ``Outcome`` is a reviewer's answer: allowed or not, a message (shown to the user by kubectl on refusal), a JSON
   patch (mutation only) and warnings. ``Outcome.response(uid)`` renders the AdmissionReview to send back.
 - ``Reviewer`` is the type of a reviewer: a pure function of the request (it may ask ``facts``, see
@@ -61,6 +62,7 @@ class AdmissionRequest:
     obj: Mapping[str, Any]
     old: Mapping[str, Any] | None
     dry_run: bool = False
+    sub_resource: str = ""  # "status" for appwrappers/status, "" for the AppWrapper itself
 
     @classmethod
     def parse(cls, review: Any) -> AdmissionRequest:
@@ -77,7 +79,8 @@ class AdmissionRequest:
                    namespace=str(request.get("namespace") or ""),
                    name=str(request.get("name") or as_mapping(obj.get("metadata")).get("name") or ""),
                    user=UserInfo.parse(request.get("userInfo")), obj=obj,
-                   old=old if isinstance(old, Mapping) else None, dry_run=bool(request.get("dryRun")))
+                   old=old if isinstance(old, Mapping) else None, dry_run=bool(request.get("dryRun")),
+                   sub_resource=str(request.get("subResource") or ""))
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,16 @@ discovery and a review).
 
 validate, UPDATE: ``spec.resources`` (items and ``custompodresources``) and ``IMMUTABLE_SCHEDULING`` are frozen;
 the creator annotations may not change; any other problem above is refused only if the stored object did not have
-it already (an update that removes a finalizer or edits a label is never refused for what it did not change), and
-an AppWrapper being deleted is never refused. Labels, annotations, priority and requeuing may change.
+it already (an update that removes a finalizer or edits a label is never refused for what it did not change).
+Labels, annotations, priority and requeuing may change. On an AppWrapper being deleted (``deletionTimestamp`` set on
+the stored object) ``spec`` (priority included) and ``metadata.labels`` (quota nodes are labels) may not change any
+more; what deletion needs (finalizers coming off, other annotations) is never refused, and needs no facts.
+
+validate, UPDATE of the ``status`` subresource: refused unless the user is one of ``config.status_writers`` (the
+controller's own identity, found at startup, and any the admin adds): status is the controller's record of what it
+decided (dispatched, completed, how often requeued), and a tenant that could write it could, say, mark running
+work Completed. The controller does not trust status alone either (``mcad.dispatcher``: a final state it did not
+decide releases nothing while the AppWrapper's pods run). Any other subresource is not judged.
 
 mutate: CREATE sets ``CREATOR_ANNOTATION`` (username) and ``CREATOR_UID_ANNOTATION`` (uid, removed when the request
 has none) whatever the user sent; UPDATE restores the stored values (or removes them when the stored object has
@@ -98,6 +106,9 @@ class AdmissionConfig:
     limits: Limits = DEFAULT_LIMITS
     # The priority ceiling of namespaces that set none (tenancy).
     default_priority_ceiling: int = DEFAULT_PRIORITY_CEILING
+    # Usernames that may write AppWrapper status: the controller's own (SelfSubjectReview at startup) and those of
+    # --status-writer. Empty: nobody may (through the webhook).
+    status_writers: frozenset[str] = frozenset()
 
     def protected(self, namespace: str) -> bool:
         return (namespace in self.protected_namespaces or namespace == self.controller_namespace) \
@@ -178,6 +189,8 @@ def shape_problems(obj: Mapping[str, Any], namespace: str, limits: Limits) -> li
             manifest(view, index, item)
         except ItemError as err:
             found.append(str(err))
+        except WorkloadError:
+            pass  # a bad replica count: item_demand below names the item and the field
         try:
             item_demand(item)
         except WorkloadError as err:
@@ -300,6 +313,27 @@ def immutable_problems(obj: Mapping[str, Any], old: Mapping[str, Any]) -> list[s
     return found
 
 
+def status_problems(request: AdmissionRequest, config: AdmissionConfig) -> list[str]:
+    """A write of the status subresource by anyone but the controller."""
+    if request.user.username in config.status_writers:
+        return []
+    return [f'user "{request.user.username}" may not write the status of AppWrappers: only the mcad controller '
+            f"does (status records what it decided: the state, when it dispatched, how often it requeued)"]
+
+
+def terminating_problems(obj: Mapping[str, Any], old: Mapping[str, Any]) -> list[str]:
+    """Changes to an AppWrapper being deleted beyond what its deletion needs (finalizers, status)."""
+    changed = []
+    if obj.get("spec") != old.get("spec"):
+        changed.append("spec (priority included)")
+    # An absent labels map and an empty one are the same labels.
+    if as_mapping(as_mapping(obj.get("metadata")).get("labels")) != \
+            as_mapping(as_mapping(old.get("metadata")).get("labels")):
+        changed.append("metadata.labels (quota nodes included)")
+    return [f"the AppWrapper is being deleted (metadata.deletionTimestamp is set): {what} may not change any more; "
+            f"only its finalizers may come off" for what in changed]
+
+
 def _judged_parts(obj: Mapping[str, Any]) -> tuple[Any, Any]:
     """What the rules judge: an update that changes neither (finalizers, other annotations, status) needs no facts,
     so it goes through even while the API server cannot answer admission's questions."""
@@ -335,13 +369,18 @@ def build(facts: Facts, config: AdmissionConfig, *,
 
     def _validate(request: AdmissionRequest) -> list[str]:
         lookups = _Lookups(facts, clock=clock)
+        if request.sub_resource:
+            if request.sub_resource == "status" and request.operation == "UPDATE":
+                return status_problems(request, config)
+            return []  # no other subresource is registered
         if request.operation == "CREATE":
             found = creator_problems(request) + judged(request, request.obj, lookups)
         elif request.operation == "UPDATE":
             if request.old is None:
                 return ["the update carries no stored AppWrapper (oldObject) to compare with"]
             if as_mapping(request.old.get("metadata")).get("deletionTimestamp"):
-                return []  # finalizers must come off; nothing it asks for can be dispatched any more
+                # Finalizers must come off, whatever the API server can answer: judged without facts.
+                return creator_problems(request) + terminating_problems(request.obj, request.old)
             found = creator_problems(request) + immutable_problems(request.obj, request.old)
             if not found and _judged_parts(request.obj) != _judged_parts(request.old):
                 # Only what this update makes worse: the stored object was judged when it came in (or before the
@@ -355,6 +394,8 @@ def build(facts: Facts, config: AdmissionConfig, *,
         return found
 
     def mutate(request: AdmissionRequest) -> Outcome:
+        if request.sub_resource:
+            return Outcome.allow()  # a subresource write cannot change metadata: nothing to set
         try:
             operations = creator_patch(request)
             # On update only when what the rules judge changed: a finalizer or status write must not depend on

@@ -13,7 +13,10 @@ Contract:
 - ``problems(raw, limits)`` lists every bound ``raw`` (a parsed AppWrapper) breaks, in a fixed order: the size
   of ``spec``, ``metadata.name`` longer than ``MAX_NAME_LENGTH``, ``generictemplate``/``custompodresources``
   misplaced directly under ``spec.resources``, more items than ``limits.max_items``, ``spec.priority`` outside
-  int32, the ``schedulingSpec`` values outside their ranges (below), then each item that names the same object
+  int32, the ``schedulingSpec`` values outside their ranges (below), then each item whose ``metadata.name`` (or
+  ``generateName``, as a prefix) is not a DNS-1123 subdomain of at most ``MAX_OBJECT_NAME_LENGTH`` characters (the
+  rule of most kinds, and of every custom resource; kinds with looser rules lose little, kinds with stricter ones
+  are left to the API server, which names the item at dispatch), then each item that names the same object
   (API group, kind and name) as an earlier item, then each quantity (in ``custompodresources`` and in the
   containers, init containers, overhead and pod-level resources of the pod templates of known kinds) larger than
   ``MAX_QUANTITY`` in the unit Kubernetes counts them in. Each message names the field, or the item as
@@ -32,6 +35,7 @@ Contract:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -60,6 +64,10 @@ DEFAULT_MAX_ITEMS: Final = 1000
 # Admits AppWrappers of 1 MiB with room to spare; etcd refuses objects of about 1.5 MiB anyway, and a wrapped
 # object that large plus its managedFields no longer fits in one etcd request when it is applied.
 DEFAULT_MAX_BYTES: Final = 1_310_720  # 1.25 MiB
+# A DNS-1123 subdomain: what Kubernetes requires of the names of most kinds (ConfigMaps, Deployments, Jobs, Pods,
+# every custom resource).
+MAX_OBJECT_NAME_LENGTH: Final = 253
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # Problems named in one status message; the rest are counted.
 MAX_REPORTED: Final = 5
 # Kept where users of upstream MCAD put them by mistake (the seed RayCluster tutorial): directly in resources.
@@ -116,6 +124,8 @@ def problems(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> list[st
                    f"(--max-items)")
     out += _out_of_range(spec, "priority", "spec.priority", INT32_MIN, INT32_MAX)
     out += _scheduling_problems(as_mapping(spec.get("schedulingSpec")))
+    for index, item in enumerate(items):
+        out += (f"{describe_item(index, item)}: {problem}" for problem in _item_name_problems(item))
     out += _duplicates(items)
     for index, item in enumerate(items):
         out += (f"{describe_item(index, item)}: {problem}" for problem in _item_quantity_problems(item))
@@ -155,6 +165,25 @@ def _scheduling_problems(scheduling: Mapping[str, Any]) -> list[str]:
         *_out_of_range(requeuing, "maxNumRequeuings", f"{where}.requeuing.maxNumRequeuings", 0, INT32_MAX),
         *_out_of_range(deadline, "limit", f"{where}.dispatchDuration.limit", 0, MAX_DISPATCH_LIMIT_SECONDS),
     ]
+
+
+def _item_name_problems(item: Any) -> Iterator[str]:
+    """The item's name as the API server will judge it when the item is created: refused now, not at dispatch."""
+    meta = as_mapping(as_mapping(as_mapping(item).get("generictemplate")).get("metadata"))
+    name = meta.get("name")
+    if name is not None and name != "":
+        if not isinstance(name, str):
+            yield f"metadata.name must be a string, got {_short(name)}"
+        elif len(name) > MAX_OBJECT_NAME_LENGTH or not _DNS_SUBDOMAIN.match(name):
+            yield (f"metadata.name {_short(name)} is not a valid Kubernetes name (a DNS-1123 subdomain: at most "
+                   f"{MAX_OBJECT_NAME_LENGTH} lowercase letters, digits, '-' and '.', starting and ending with a "
+                   f"letter or digit)")
+    prefix = meta.get("generateName")
+    # A prefix is judged as the API server judges it: without the trailing dashes it usually ends with.
+    if prefix is not None and prefix != "" and (
+            not isinstance(prefix, str) or len(prefix) > MAX_OBJECT_NAME_LENGTH
+            or not _DNS_SUBDOMAIN.match(prefix.rstrip("-"))):
+        yield f"metadata.generateName {_short(prefix)} is not a valid Kubernetes name prefix (a DNS-1123 subdomain)"
 
 
 def _duplicates(items: list[Any]) -> Iterator[str]:

@@ -91,6 +91,33 @@ def deployment(name: str = "web", cpu: str = "100m") -> dict[str, Any]:
             "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}]}}}}
 
 
+def with_spec(template: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    template["spec"].update(fields)
+    return template
+
+
+def pod_spec(cpu: str = "100m", **fields: Any) -> dict[str, Any]:
+    return {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}], **fields}
+
+
+def job(name: str = "train", **pod: Any) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"parallelism": 1, "template": {"spec": pod_spec(**pod)}}}
+
+
+def ray_cluster(head: dict[str, Any] | None = None, worker: dict[str, Any] | None = None,
+                **group: Any) -> dict[str, Any]:
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "ray"}, "spec": {
+        "headGroupSpec": {"template": {"spec": pod_spec(**(head or {}))}},
+        "workerGroupSpecs": [{"groupName": "w", "replicas": 1, **group,
+                              "template": {"spec": pod_spec(**(worker or {}))}}]}}
+
+
+def pytorch_job(replicas: int = 1, **pod: Any) -> dict[str, Any]:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "torch"}, "spec": {
+        "pytorchReplicaSpecs": {"Worker": {"replicas": replicas, "template": {"spec": pod_spec(**pod)}}}}}
+
+
 def aw(*templates: Mapping[str, Any], name: str = "job", **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
             "metadata": {"name": name, "namespace": "team-a"},
@@ -264,6 +291,36 @@ def test_the_allowlist_refuses_other_kinds_even_when_the_user_may_create_them() 
     pytest.param({**aw(cm()), "spec": {"resources": {"GenericItems": [{"custompodresources": [
         {"replicas": 1, "requests": {"cpu": "-1"}}], "generictemplate": cm()}]}}},
         "GenericItems[0] (ConfigMap cfg): custompodresources[0].requests.cpu", id="negative-custom"),
+    # Counts below zero were a traceback ("internal error") before: the message names the item and the field.
+    pytest.param(aw(with_spec(deployment(), replicas=-3)), "GenericItems[0] (Deployment web): generictemplate.spec."
+                 "replicas: must be a non-negative integer, got -3", id="negative-replicas"),
+    pytest.param(aw(with_spec(job(), parallelism=-1)), "GenericItems[0] (Job train): generictemplate.spec."
+                 "parallelism: must be a non-negative integer, got -1", id="negative-parallelism"),
+    pytest.param(aw(with_spec(job(), completions=-2)), "GenericItems[0] (Job train): generictemplate.spec."
+                 "completions: must be a non-negative integer, got -2", id="negative-completions"),
+    pytest.param(aw(with_spec(job(), parallelism=1.5)), "GenericItems[0] (Job train): generictemplate.spec."
+                 "parallelism: must be a non-negative integer, got 1.5", id="fractional-parallelism"),
+    pytest.param(aw(ray_cluster(replicas=-1)), "GenericItems[0] (RayCluster ray): generictemplate.spec."
+                 "workerGroupSpecs[0].replicas: must be a non-negative integer, got -1", id="negative-ray-replicas"),
+    pytest.param(aw(ray_cluster(minReplicas=-1)), "GenericItems[0] (RayCluster ray): generictemplate.spec."
+                 "workerGroupSpecs[0].minReplicas: must be a non-negative integer, got -1", id="negative-ray-min"),
+    pytest.param(aw(ray_cluster(maxReplicas="9")), "GenericItems[0] (RayCluster ray): generictemplate.spec."
+                 "workerGroupSpecs[0].maxReplicas: must be a non-negative integer, got '9'", id="string-ray-max"),
+    pytest.param(aw(pytorch_job(-4)), "GenericItems[0] (PyTorchJob torch): generictemplate.spec."
+                 "pytorchReplicaSpecs.Worker.replicas: must be a non-negative integer, got -4",
+                 id="negative-pytorch-replicas"),
+    # Kubernetes names: an item the API server would refuse at dispatch is refused at create, naming it.
+    pytest.param(aw(cm("café")), "GenericItems[0] (ConfigMap café): metadata.name 'café' is not a valid Kubernetes "
+                 "name (a DNS-1123 subdomain: at most 253 lowercase letters, digits, '-' and '.', starting and ending "
+                 "with a letter or digit)", id="name-not-dns"),
+    pytest.param(aw(cm("Web")), "GenericItems[0] (ConfigMap Web): metadata.name 'Web' is not a valid", id="upper"),
+    pytest.param(aw(cm("a" * 254)), f"metadata.name '{'a' * 36}... is not a valid Kubernetes name",
+                 id="name-too-long-for-kubernetes"),
+    pytest.param(aw({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 7}}),
+                 "GenericItems[0] (ConfigMap (no name)): metadata.name must be a string, got 7", id="name-not-str"),
+    pytest.param(aw({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "generateName": "Ça-"}}),
+                 "GenericItems[0] (ConfigMap x): metadata.generateName 'Ça-' is not a valid Kubernetes name prefix",
+                 id="generate-name-not-dns"),
 ])
 def test_shape_problems_are_refused_with_the_field_or_item_named(obj: dict[str, Any], expected: str) -> None:
     message = refused(validate(obj))
@@ -383,12 +440,76 @@ def test_status_finalizer_and_annotation_updates_ask_nothing_and_pass_even_when_
     assert facts.asked == []
 
 
-def test_an_appwrapper_being_deleted_is_never_refused() -> None:
-    old = stored(aw(deployment()))
-    old["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+def deleting(obj: dict[str, Any]) -> dict[str, Any]:
+    obj = stored(obj)
+    obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    obj["metadata"]["finalizers"] = ["workload.codeflare.dev/finalizer"]
+    return obj
+
+
+def test_an_appwrapper_being_deleted_lets_its_finalizers_and_annotations_go_without_asking() -> None:
+    old = deleting(aw(deployment()))
     new = copy.deepcopy(old)
-    new["spec"]["resources"] = {}
-    assert validate(new, FakeFacts(broken="down"), old=old).allowed
+    new["metadata"]["finalizers"] = []
+    new["metadata"]["annotations"]["note"] = "x"
+    facts = FakeFacts(broken="down")
+    assert validate(new, facts, old=old).allowed
+    assert facts.asked == []
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    (lambda o: o["spec"].update(priority=999), "spec (priority included)"),
+    (lambda o: o["spec"]["resources"].clear(), "spec (priority included)"),
+    (lambda o: o["spec"].update(schedulingSpec={"requeuing": {"timeInSeconds": 5}}), "spec (priority included)"),
+    (lambda o: o["metadata"].update(labels={"tenants": "team-b"}), "metadata.labels (quota nodes included)"),
+], ids=["priority", "items", "requeuing", "quota-label"])
+def test_an_appwrapper_being_deleted_refuses_spec_and_label_changes(change: Any, named: str) -> None:
+    old = deleting(aw(deployment()))
+    new = copy.deepcopy(old)
+    change(new)
+    new["metadata"]["finalizers"] = []  # even together with what deletion needs
+    message = refused(validate(new, FakeFacts(broken="down"), old=old))
+    assert message == (f"the AppWrapper is being deleted (metadata.deletionTimestamp is set): {named} may not change "
+                       f"any more; only its finalizers may come off")
+
+
+# -- the status subresource ----------------------------------------------------------------------------------------
+
+CONTROLLER = UserInfo("system:serviceaccount:mcad-system:mcad", uid="uid-mcad")
+
+
+def status_write(user: UserInfo, state: str = "Completed") -> AdmissionRequest:
+    old = stored(aw(deployment()))
+    old["status"] = {"state": "Running"}
+    new = copy.deepcopy(old)
+    new["status"] = {"state": state}
+    return AdmissionRequest(uid="r-2", operation="UPDATE", group="workload.codeflare.dev", namespace="team-a",
+                            name="job", user=user, obj=new, old=old, sub_resource="status")
+
+
+def test_only_the_controller_writes_status() -> None:
+    mutate_, check = build(FakeFacts(broken="down"),
+                           AdmissionConfig(status_writers=frozenset({CONTROLLER.username})))
+    assert check(status_write(CONTROLLER)).allowed
+    for user in (ALICE, ADMIN):
+        assert refused(check(status_write(user))) == (
+            f'user "{user.username}" may not write the status of AppWrappers: only the mcad controller does '
+            f"(status records what it decided: the state, when it dispatched, how often it requeued)")
+        outcome = mutate_(status_write(user))
+        assert outcome.allowed and not outcome.patch  # nothing to set on a status write
+
+
+def test_without_known_status_writers_nobody_writes_status() -> None:
+    _, check = build(FakeFacts(), AdmissionConfig())
+    assert not check(status_write(CONTROLLER)).allowed
+
+
+def test_the_subresource_travels_in_the_review() -> None:
+    review = {"request": {"uid": "u", "operation": "UPDATE", "subResource": "status", "object": {"metadata": {}},
+                          "userInfo": {"username": "x"}}}
+    assert AdmissionRequest.parse(review).sub_resource == "status"
+    del review["request"]["subResource"]
+    assert AdmissionRequest.parse(review).sub_resource == ""
 
 
 # -- mutate --------------------------------------------------------------------------------------------------------
