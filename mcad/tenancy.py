@@ -19,7 +19,11 @@ Contract:
   a person can change):
   ``admission_problems(aw, facts, default_ceiling)`` refuses a quota label naming another node than the one its
   namespace is bound to, an unknown ``priorityClassName``, a ``spec.priority`` that differs from the value of the
-  ``priorityClassName`` given with it, a priority (or class value) above the ceiling, and an item whose
+  ``priorityClassName`` given with it, a priority (or class value) above the ceiling, the same for every pod
+  template inside the items (``mcad.api.workloads.pod_sets``: a Pod, the templates of Deployments, Jobs,
+  RayCluster head and worker groups, PyTorchJob replicas...): a ``priorityClassName`` that does not exist or whose
+  value is above the ceiling, a ``priority`` above it (the pods would run, and preempt, at that priority whatever
+  the AppWrapper's own is), and an item whose
   ``custompodresources`` declare less than its templates ask in a resource they name (naming the item and both
   figures; a resource they leave out is charged at the templates' figure, see ``mcad.api.workloads``);
   ``admission_patch(aw, facts)`` is the JSON patch that adds the bound quota labels an AppWrapper lacks (it never
@@ -40,7 +44,7 @@ from mcad.admission.facts import Facts
 from mcad.api.raw import as_list, as_mapping
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.validation import INT32_MAX, INT32_MIN, describe_item
-from mcad.api.workloads import WorkloadError, understated
+from mcad.api.workloads import WorkloadError, format_path, pod_sets, understated
 from mcad.quota import BINDING_PREFIX
 
 MAX_PRIORITY_ANNOTATION: Final = "mcad.codeflare.dev/max-priority"
@@ -146,6 +150,7 @@ def admission_problems(aw: Mapping[str, Any], facts: Facts, default_ceiling: int
     for i, item in enumerate(as_list(as_mapping(spec.get("resources")).get("GenericItems"))):
         if not isinstance(item, Mapping):
             continue
+        problems += _pod_priority_problems(i, item, facts, ceiling, namespace, where)
         try:
             short = understated(item)
         except WorkloadError:
@@ -155,6 +160,36 @@ def admission_problems(aw: Mapping[str, Any], facts: Facts, default_ceiling: int
             problems.append(f"{describe_item(i, item)}: custompodresources declare {_figure(declared, inferred)}, "
                             f"less than its templates ask, {_figure(inferred, inferred)}; declare at least what "
                             f"the templates ask, or leave custompodresources out")
+    return problems
+
+
+def _pod_priority_problems(index: int, item: Mapping[str, Any], facts: Facts, ceiling: int, namespace: str,
+                           where: str) -> list[str]:
+    """The priority the pods of an item would get, held to the namespace's ceiling like the AppWrapper's own."""
+    template = item.get("generictemplate")
+    if not isinstance(template, Mapping):
+        return []
+    try:
+        sets = pod_sets(template)
+    except WorkloadError:
+        return []  # a bad replica count: the shape checks name it
+    problems: list[str] = []
+    for pod_set in sets:
+        spec = as_mapping(pod_set.template.get("spec"))
+        at = f"{describe_item(index, item)}: generictemplate.{format_path((*pod_set.path, 'spec'))}"
+        class_name = spec.get("priorityClassName")
+        if isinstance(class_name, str) and class_name:
+            value = facts.priority_class(class_name)
+            if value is None:
+                problems.append(f"{at}.priorityClassName: there is no PriorityClass {class_name!r}")
+            elif value > ceiling:
+                problems.append(f"{at}.priorityClassName: PriorityClass {class_name!r} has value {value}, above the "
+                                f"ceiling {ceiling} of namespace {namespace} (set by {where}): its pods would run, "
+                                f"and preempt, at that priority")
+        priority = _int(spec.get("priority"))
+        if priority is not None and priority > ceiling:
+            problems.append(f"{at}.priority {priority} is above the ceiling {ceiling} of namespace {namespace} (set "
+                            f"by {where})")
     return problems
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -170,3 +171,53 @@ def test_admission_refuses_custompodresources_below_the_templates_naming_both_fi
 def test_admission_leaves_uncountable_items_to_the_shape_checks() -> None:
     bad = deployment("web", 1, "lots", custompodresources=[{"replicas": 1, "requests": {"cpu": "1m"}}])
     assert admission_problems(appwrapper(items=[bad, "junk"]), Facts([namespace("team-a")]), 1000) == []
+
+
+def with_pod_priority(template: dict[str, Any], path: Sequence[Any], **fields: Any) -> dict[str, Any]:
+    target = template
+    for step in path:
+        target = target[step]
+    target.update(fields)
+    return template
+
+
+def ray_cluster() -> dict[str, Any]:
+    pod = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+    return {"generictemplate": {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "ray"}, "spec": {
+        "headGroupSpec": {"template": {"spec": dict(pod)}},
+        "workerGroupSpecs": [{"groupName": "w", "replicas": 2, "template": {"spec": dict(pod)}}]}}}
+
+
+def bare_pod() -> dict[str, Any]:
+    return {"generictemplate": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                                "spec": {"containers": [{"name": "c"}]}}}
+
+
+@pytest.mark.parametrize(("item", "path", "where"), [
+    (bare_pod(), ("generictemplate", "spec"), "GenericItems[0] (Pod p): generictemplate.spec"),
+    (deployment("web", 1, "1"), ("generictemplate", "spec", "template", "spec"),
+     "GenericItems[0] (Deployment web): generictemplate.spec.template.spec"),
+    (ray_cluster(), ("generictemplate", "spec", "headGroupSpec", "template", "spec"),
+     "GenericItems[0] (RayCluster ray): generictemplate.spec.headGroupSpec.template.spec"),
+    (ray_cluster(), ("generictemplate", "spec", "workerGroupSpecs", 0, "template", "spec"),
+     "GenericItems[0] (RayCluster ray): generictemplate.spec.workerGroupSpecs[0].template.spec"),
+], ids=["pod", "deployment", "ray-head", "ray-worker"])
+def test_admission_holds_every_pod_templates_priority_to_the_ceiling(item: dict[str, Any], path: Sequence[Any],
+                                                                     where: str) -> None:
+    """Issue 26: a pod-level priorityClassName inside a template gave pods priority 1,000,000."""
+    facts = Facts([namespace("team-a")], classes={"low": 10, "high": 1_000_000})
+    ok = with_pod_priority(copy.deepcopy(item), path, priorityClassName="low")
+    assert admission_problems(appwrapper(items=[ok]), facts, 1000) == []
+    high = with_pod_priority(copy.deepcopy(item), path, priorityClassName="high")
+    assert admission_problems(appwrapper(items=[high]), facts, 1000) == [
+        f"{where}.priorityClassName: PriorityClass 'high' has value 1000000, above the ceiling 1000 of namespace "
+        f"team-a (set by the controller's --default-max-priority): its pods would run, and preempt, at that priority"]
+    unknown = with_pod_priority(copy.deepcopy(item), path, priorityClassName="nope")
+    assert admission_problems(appwrapper(items=[unknown]), facts, 1000) == [
+        f"{where}.priorityClassName: there is no PriorityClass 'nope'"]
+    number = with_pod_priority(copy.deepcopy(item), path, priority=1_000_000)
+    assert admission_problems(appwrapper(items=[number]), facts, 1000) == [
+        f"{where}.priority 1000000 is above the ceiling 1000 of namespace team-a (set by the controller's "
+        f"--default-max-priority)"]
+    vip = [namespace("team-a", annotations={"mcad.codeflare.dev/max-priority": "1000000"})]
+    assert admission_problems(appwrapper(items=[high]), Facts(vip, classes={"high": 1_000_000}), 1000) == []
