@@ -20,6 +20,12 @@ Contract:
   dispatched ones are followed by ``mcad.follower``. Where objects go (this cluster, or in hub mode a worker)
   is the ``Sites``' and ``Targets``' business (``mcad.sites``, ``mcad.hub.sites``, ``mcad.hub.placement``): the loop
   never asks which mode it is in.
+- Status is not proof of a final state: capacity and quota are released on a final state (Completed, Failed) only
+  when this loop decided it (for this incarnation, uid) or none of the AppWrapper's pods is still running. A final
+  state it did not decide (written by someone granted ``appwrappers/status``, or decided before a restart) while
+  its pods run keeps its reservation and quota charges, after a restart too (``rebuild`` reads the pods first),
+  until its pods end or it is deleted; it is logged and told in one Warning Event (``StatusNotDecided``) naming
+  the state. Admission refuses such writes (``mcad.admission.review``); this holds when admission was bypassed.
 """
 
 from __future__ import annotations
@@ -153,6 +159,11 @@ class Dispatcher:
         self.pending = PendingQueue()
         # The last view of each dispatched AppWrapper: once it is deleted, its items say what to clean up.
         self._dispatched: dict[str, AppWrapperView] = {}
+        # AppWrapper key -> uid of the incarnation this loop decided a final state for: only such a final state
+        # releases capacity while pods of it still run. And the (uid, state) a StatusNotDecided Event named, so
+        # it is told once. Both are dropped with the AppWrapper (``_forget``).
+        self._decided_final: dict[str, str] = {}
+        self._undecided_told: dict[str, tuple[str, str]] = {}
         # Priority preemption and quota reclaim: who waits for which victims (mcad.preemption).
         self.preemptors = Preemptors(victim_timeout)
         # Namespaces where nothing is created (kube-system, the controller's own): an AppWrapper there fails at
@@ -342,6 +353,10 @@ class Dispatcher:
         for aw in self.appwrappers.list():
             if self._status(aw).canrun and self._state(aw) in ACTIVE_STATES:
                 self._reserve(aw)
+            elif self._state(aw) in FINAL_STATES and self.accountant.live_pods(aw.key):
+                # Not known to be decided here (this process decided nothing yet): its running pods keep it
+                # charged, as its sync will say (``_holds_undecided_final``).
+                self._reserve(aw)
             elif self._is_queued(aw) and aw.namespace not in self.protected_namespaces:
                 self.enqueue(aw)  # a protected one is failed by its sync, never queued
         if self.fit == "nodes":
@@ -484,6 +499,8 @@ class Dispatcher:
         self.pending.remove(key)
         state = self._state(aw)
         if state in FINAL_STATES:
+            if self._holds_undecided_final(aw, state):
+                return
             if self.release(key):
                 self.capacity_may_have_grown()
             return
@@ -492,6 +509,27 @@ class Dispatcher:
         self._dispatched[key] = aw
         self.queue.add_after(keys.PodCounts(key), POD_COUNT_WINDOW_SECONDS)
         self.follower.follow(aw)
+
+    def _holds_undecided_final(self, aw: AppWrapperView, state: str) -> bool:
+        """A final state this loop did not decide while pods of ``aw`` still run: its reservation and charges stay
+        (taken again if it held none: a restart, or a release before this) and an Event names the state once. True
+        when that is so; False when the final state may release what it holds."""
+        if self._decided_final.get(aw.key) == aw.uid:
+            return False
+        running = self.accountant.live_pods(aw.key)
+        if not running:
+            return False
+        if not self.accountant.holds(aw.key):
+            self._reserve(aw)
+        if self._undecided_told.get(aw.key) != (aw.uid, state):
+            self._undecided_told[aw.key] = (aw.uid, state)
+            message = (f"status.state {state} was not decided by mcad while {len(running)} of its pods still run: its "
+                       f"capacity and quota stay charged until they end or the AppWrapper is deleted (only the "
+                       f"controller writes AppWrapper status)")
+            log.warning("final state not decided by the controller", appwrapper=aw.key,
+                        reason=events.STATUS_NOT_DECIDED, state=state, pods=len(running))
+            self.event(aw, events.STATUS_NOT_DECIDED, message)
+        return True
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -578,6 +616,8 @@ class Dispatcher:
 
     def _forget(self, key: str) -> None:
         self._undispatch(key)
+        self._decided_final.pop(key, None)
+        self._undecided_told.pop(key, None)
         self.reservations.forget(key)
         self.preemptors.forget(key)
         self.statuses.forget(key)
@@ -852,6 +892,8 @@ class Dispatcher:
         """Decide ``new`` as ``aw``'s status, unless it equals what the loop decided or saw last: later decisions
         build on it at once, and ``self.statuses`` writes it until it lands, whatever fails meanwhile."""
         view = StatusView.of(new)
+        if view.state in FINAL_STATES:
+            self._decided_final[aw.key] = aw.uid
         if view == self._status(aw):
             return
         self.statuses.want(aw, view, urgent=urgent)

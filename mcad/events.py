@@ -75,9 +75,13 @@ CLUSTER_AVAILABLE = "ClusterAvailable"  # Normal
 # not place (no dispatched AppWrapper made it) is told so, recorded on the pod.
 PLACEMENT_REPLANNED = "PlacementReplanned"  # Warning
 PLACEMENT_REFUSED = "PlacementRefused"  # Warning
+# A final state (Completed, Failed) mcad did not decide, while the AppWrapper's pods still run: its capacity and
+# quota stay charged (mcad.dispatcher). Names the state.
+STATUS_NOT_DECIDED = "StatusNotDecided"  # Warning
 REASON_TYPES: Mapping[str, EventType] = {
     QUEUED: NORMAL, DISPATCHED: NORMAL, PREEMPTED: WARNING, REQUEUED: WARNING, COMPLETED: NORMAL, FAILED: WARNING,
     CLUSTER_UNAVAILABLE: WARNING, CLUSTER_AVAILABLE: NORMAL, PLACEMENT_REPLANNED: WARNING, PLACEMENT_REFUSED: WARNING,
+    STATUS_NOT_DECIDED: WARNING,
 }
 
 # Why a record() call did not end up in an Event (the ``reason`` label of the dropped counter).

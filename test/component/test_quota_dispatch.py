@@ -5,14 +5,14 @@ quota while the victims leave."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 
 from mcad.informer import Informer
 from mcad.quota import subtree_view
-from test.component.harness import Harness, aw, node
+from test.component.harness import Harness, RecordingWriter, aw, node, pod
 from test.fakes import FakeListerWatcher
 from test.support import wait_until
 
@@ -39,12 +39,14 @@ def labelled(name: str, cpu: str, **labels: str) -> dict[str, Any]:
 def quota_harness() -> Iterator[Any]:
     made: list[tuple[Harness, Informer[Any]]] = []
 
-    def make(subtrees: list[dict[str, Any]], aws: list[dict[str, Any]], cpu: str = "8") -> Harness:
+    def make(subtrees: list[dict[str, Any]], aws: list[dict[str, Any]], cpu: str = "8",
+             pods: list[dict[str, Any]] | None = None, **options: Any) -> Harness:
         lw = FakeListerWatcher()
         for obj in subtrees:
             lw.add(obj)
         informer: Informer[Any] = Informer("quotasubtrees", lw, transform=subtree_view)
-        h = Harness(nodes=[node("n0", cpu)], pods=[], aws=aws, fit="aggregate", quota_subtrees=informer)
+        h = Harness(nodes=[node("n0", cpu)], pods=pods or [], aws=aws, fit="aggregate", quota_subtrees=informer,
+                    **options)
         h.quota_lw = lw  # type: ignore[attr-defined]
         made.append((h, informer))
         return h
@@ -106,6 +108,77 @@ def test_charges_are_rebuilt_from_dispatched_appwrappers_after_a_restart(quota_h
     assert q is not None and sorted(q.charged_keys()) == ["ns/a", "ns/b"]
     assert q.usage("t", "root").get("cpu") == 3000 and q.usage("t", "silver").get("cpu") == 1000
     assert states(h) == {"c": "Pending"}, "a (2) and b (1) leave 1 of the root's 4: c (2) waits on quota"
+
+
+class Events:
+    def __init__(self) -> None:
+        self.recorded: list[tuple[str, str, str, str]] = []
+
+    def record(self, ref: Any, type_: str, reason: str, message: str) -> None:
+        self.recorded.append((ref.name, type_, reason, message))
+
+
+class LandingWriter(RecordingWriter):
+    """Status writes land on the fake API server, as they do on a real one: the informer sees them come back, and
+    the loop reads status from the informer again (mcad.statussync)."""
+
+    def replace_status(self, api_version: str, kind: str, namespace: str, name: str, uid: str,
+                       new_status: Mapping[str, Any], *, field_manager: str) -> Mapping[str, Any]:
+        super().replace_status(api_version, kind, namespace, name, uid, new_status, field_manager=field_manager)
+        assert self.objects is not None
+        return self.objects.modify({**self.objects.get(f"{namespace}/{name}"), "status": dict(new_status)})
+
+
+HARD = [subtree("root", "t", {"root": "4"}), subtree("kids", "t", {"gold": "1", "silver": "3"}, parent="root",
+                                                     hard=("gold",))]
+FORGED = ("status.state Completed was not decided by mcad while 1 of its pods still run: its capacity and quota stay "
+          "charged until they end or the AppWrapper is deleted (only the controller writes AppWrapper status)")
+
+
+def test_a_final_state_the_controller_did_not_decide_releases_nothing_while_pods_run(quota_harness: Any) -> None:
+    """Issue 26, item 6: a tenant wrote Completed on its Running AppWrapper through the status subresource; its
+    charge was released and the next one ran past gold's hard 1 cpu. The charge stays while its pod runs, and goes
+    when the pod ends."""
+    recorder = Events()
+    h = quota_harness(HARD, [labelled("a", "1", t="gold")], recorder=recorder, writer=LandingWriter())
+    h.drain()
+    assert states(h) == {"a": "Running"}
+    h.lw["pod"].add(pod("a-0", "1", appwrapper="a"))
+    wait_until(lambda: h.dispatcher.pods.get("uid-a-0"), 5, "the pod informer to see a-0")
+    forged = h.lw["aw"].get("ns/a")
+    h.lw["aw"].modify({**forged, "status": {**forged["status"], "state": "Completed"}})
+    h.lw["aw"].add(labelled("b", "1", t="gold"))
+    wait_until(lambda: h.dispatcher.appwrappers.get("ns/b"), 5, "the AppWrapper informer to see b")
+    h.drain()
+    assert h.dispatcher.status_of(h.dispatcher.appwrappers.get("ns/a")).state == "Completed", "the forged state read"
+    q = h.dispatcher.quota
+    assert q is not None and q.usage("t", "gold").get("cpu") == 1000, "a's charge stays"
+    assert states(h)["b"] == "Pending"
+    assert [(n, r, m) for n, _, r, m in recorder.recorded if r == "StatusNotDecided"] == [
+        ("a", "StatusNotDecided", FORGED)]
+
+    done = pod("a-0", "1", appwrapper="a")
+    done["status"]["phase"] = "Succeeded"
+    h.lw["pod"].modify(done)
+    wait_until(lambda: h.dispatcher.pods.get("uid-a-0").terminal, 5, "the pod informer to see a-0 end")
+    h.drain()
+    assert states(h)["b"] == "Running", "a's pod ended: its charge went, b runs"
+    assert [r for _, _, r, _ in recorder.recorded].count("StatusNotDecided") == 1, "told once"
+
+
+def test_after_a_restart_a_final_state_with_running_pods_keeps_its_charge(quota_harness: Any) -> None:
+    """The controller forgets who wrote what across a restart; the pods say what runs."""
+    completed = {"state": "Completed", "canrun": True}
+    finished = pod("done-0", "1", appwrapper="done")
+    finished["status"]["phase"] = "Succeeded"
+    h = quota_harness(HARD, [{**labelled("a", "1", t="gold"), "status": completed},
+                             {**labelled("done", "1", t="silver"), "status": completed},
+                             labelled("b", "1", t="gold")],
+                      pods=[pod("a-0", "1", appwrapper="a"), finished])
+    h.drain()
+    q = h.dispatcher.quota
+    assert q is not None and sorted(q.charged_keys()) == ["ns/a"], "done's pods ended: it holds nothing"
+    assert states(h).get("b") == "Pending"
 
 
 def expected_usage(h: Harness) -> dict[tuple[str, str], int]:

@@ -355,7 +355,8 @@ def test_every_dispatcher_reason_has_its_type() -> None:
     assert events.REASON_TYPES == {"Queued": NORMAL, "Dispatched": NORMAL, "Preempted": WARNING,
                                    "Requeued": WARNING, "Completed": NORMAL, "Failed": WARNING,
                                    "ClusterUnavailable": WARNING, "ClusterAvailable": NORMAL,
-                                   "PlacementReplanned": WARNING, "PlacementRefused": WARNING}
+                                   "PlacementReplanned": WARNING, "PlacementRefused": WARNING,
+                                   "StatusNotDecided": WARNING}
 
 
 # -- the sender's policy --
