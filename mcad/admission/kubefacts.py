@@ -202,3 +202,20 @@ def _cause(err: ApiError) -> str:
     if err.status == 0:
         return f"the API server did not answer ({err.message})"
     return f"the API server answered {err.status} {err.reason}: {err.message[:300]}"
+
+
+def own_username(conn: kube.Connection, timeout: float = 10.0) -> str:
+    """The username the API server knows this connection's credentials by (a SelfSubjectReview, which every
+    authenticated user may create): the identity whose AppWrapper status writes admission lets through.
+    ``FactUnavailable`` when it cannot be had."""
+    try:
+        review = kube.request_json(conn, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                                   body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+                                   timeout=timeout)
+    except ApiError as err:
+        raise FactUnavailable(f"could not learn the controller's own identity (SelfSubjectReview): {_cause(err)}") \
+            from None
+    username = ((review.get("status") or {}).get("userInfo") or {}).get("username")
+    if not isinstance(username, str) or not username:
+        raise FactUnavailable("could not learn the controller's own identity: the SelfSubjectReview names no user")
+    return username

@@ -7,7 +7,8 @@ check or a smoke test wants.
 
 Every replica, leader or standby, serves the AppWrapper admission webhooks over HTTPS (``--webhook*``; see
 ``mcad.admission.server`` and ``mcad.admission.certs``), from before leader election until it exits; /readyz waits
-for their certificate.
+for their certificate. Before serving, it learns its own username (SelfSubjectReview; exit code 2 when it cannot):
+with ``--status-writer``'s, the only users whose writes of AppWrapper status admission lets through.
 
 With ``--leader-elect`` several replicas may run: every replica starts its informers at once (a standby keeps
 warm caches, so it takes over fast), but only the holder of the Lease runs the dispatcher (``mcad.leader``).
@@ -34,7 +35,8 @@ from mcad import log as mcad_log
 from mcad.admission import certs as webhook_certs
 from mcad.admission import review as admission_review
 from mcad.admission import server as webhook_server
-from mcad.admission.kubefacts import KubeFacts
+from mcad.admission.facts import FactUnavailable
+from mcad.admission.kubefacts import KubeFacts, own_username
 from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, VERSION
 from mcad.api.validation import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_ITEMS_CEILING, Limits
 from mcad.clock import Clock, RealClock
@@ -226,6 +228,10 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
               help="Kinds AppWrappers may wrap, as comma-separated resource.group (core kinds without a group), "
                    "e.g. pods,services,deployments.apps,jobs.batch. Empty: any kind the requesting user may create "
                    "(the built-in denylist applies either way).")
+@click.option("--status-writer", "status_writers", multiple=True,
+              help="A username, besides the controller's own (learned at startup by a SelfSubjectReview), whose "
+                   "writes of AppWrapper status the webhook lets through; repeatable. Everyone else's are refused: "
+                   "status is the controller's record of what it decided.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json",
               help="json for log collectors, console for people.")
@@ -243,7 +249,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
          webhook_enabled: bool, webhook_bind_address: str, webhook_share_port: bool, webhook_cert_dir: str | None,
          webhook_cert_secret: str, webhook_cert_namespace: str | None,
          webhook_service_name: str, webhook_cert_hosts: str, webhook_configuration_name: str,
-         webhook_cert_poll_seconds: float, admission_allowed_kinds: str,
+         webhook_cert_poll_seconds: float, admission_allowed_kinds: str, status_writers: tuple[str, ...],
          log_level: str, log_format: str, connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     if leader_elect:
@@ -328,13 +334,20 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
         # Before leader election: every replica answers admission, or a standby behind the Service would refuse.
         namespace = webhook_cert_namespace or leader_elect_namespace or default_namespace()
         try:
+            own = own_username(conn)
+        except FactUnavailable as err:
+            logger.error("cannot serve the admission webhooks", reason=str(err))
+            sys.exit(2)
+        logger.info("AppWrapper status writers", users=sorted({own, *status_writers}))
+        try:
             webhook = _webhook(conn, webhook_bind_address, namespace=namespace,
                                cert_dir=webhook_cert_dir, secret=webhook_cert_secret, service=webhook_service_name,
                                hosts=[h for h in webhook_cert_hosts.split(",") if h.strip()],
                                configuration=webhook_configuration_name, poll_seconds=webhook_cert_poll_seconds,
                                max_items=max_items, max_appwrapper_bytes=max_appwrapper_bytes,
                                share_port=webhook_share_port,
-                               admission=admission_config(admission_allowed_kinds, protected, allowed_protected))
+                               admission=admission_config(admission_allowed_kinds, protected, allowed_protected,
+                                                          status_writers=frozenset({own, *status_writers})))
         except OSError as err:
             logger.error("cannot serve the admission webhooks", address=webhook_bind_address, reason=str(err))
             sys.exit(2)
@@ -425,13 +438,16 @@ def _names(value: str) -> frozenset[str]:
 
 
 def admission_config(allowed_kinds: str, protected: frozenset[str],
-                     allowed_protected: tuple[str, ...] = ()) -> admission_review.AdmissionConfig:
+                     allowed_protected: tuple[str, ...] = (), *,
+                     status_writers: frozenset[str] = frozenset()) -> admission_review.AdmissionConfig:
     """The admin's admission choices from the flags: ``resource.group`` names become (group, resource); the
     protected namespaces are the dispatcher's (``protected_namespaces``), so admission and dispatch refuse the
-    same ones and ``--allow-protected-namespace`` lifts both."""
+    same ones and ``--allow-protected-namespace`` lifts both; ``status_writers``: the controller's own identity and
+    ``--status-writer``'s."""
     kinds = frozenset((group, resource) for resource, _, group in (k.partition(".") for k in _names(allowed_kinds)))
     return admission_review.AdmissionConfig(allowed_kinds=kinds, protected_namespaces=protected,
-                                            allowed_namespaces=frozenset(allowed_protected))
+                                            allowed_namespaces=frozenset(allowed_protected),
+                                            status_writers=status_writers)
 
 
 def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: str | None, secret: str,

@@ -449,14 +449,35 @@ def test_helm_lint_passes_in_hub_mode(tmp_path: Path) -> None:
 # -- admission webhooks ------------------------------------------------------------------------------------------------
 
 def webhooks(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The one webhook of each configuration, by kind."""
+    """The AppWrapper webhook of each configuration, by kind (the validating one also has the status webhook)."""
     found = {}
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         config = by_kind(objects, kind)
         assert config["metadata"]["name"] == "mcad"
-        assert len(config["webhooks"]) == 1
+        assert [hook["name"] for hook in config["webhooks"]][1:] == (
+            ["status.appwrappers.workload.codeflare.dev"] if kind.startswith("Validating") else [])
         found[kind] = config["webhooks"][0]
     return found
+
+
+def status_webhook(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return dict(by_kind(objects, "ValidatingWebhookConfiguration")["webhooks"][1])
+
+
+def test_status_writes_are_validated_except_the_controllers_own() -> None:
+    hook = status_webhook(chart.render("legacyApi.enabled=true", "webhook.statusWriters={ops-admin}"))
+    assert hook["clientConfig"]["service"]["path"] == "/validate"
+    assert hook["rules"] == [
+        {"apiGroups": ["workload.codeflare.dev"], "apiVersions": ["v1beta1"], "operations": ["UPDATE"],
+         "resources": ["appwrappers/status"], "scope": "Namespaced"},
+        {"apiGroups": ["mcad.ibm.com"], "apiVersions": ["v1beta1"], "operations": ["UPDATE"],
+         "resources": ["mcadappwrappers/status"], "scope": "Namespaced"}]
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["matchConditions"] == [{"name": "not-a-status-writer", "expression": (
+        '!(request.userInfo.username in ["system:serviceaccount:mcad-system:mcad","ops-admin"])')}]
+    args = by_kind(chart.render("webhook.statusWriters={ops-admin}"), "Deployment")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert "--status-writer=ops-admin" in args
 
 
 def test_webhooks_review_appwrappers_through_the_service_and_fail_closed() -> None:
