@@ -189,12 +189,70 @@ def pod(name: str | None, cpu: str = "10m") -> dict[str, Any]:
     pytest.param([{"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
                    "metadata": {"name": "inner"}, "spec": {"resources": {"GenericItems": []}}}],
                  "GenericItems[0] (AppWrapper inner): an AppWrapper cannot wrap another AppWrapper", id="nested"),
+    # Issue 26: a traceback ("internal error") before; now the item and the field.
+    pytest.param([{**deployment(), "spec": {**deployment()["spec"], "replicas": -3}}],
+                 "GenericItems[0] (Deployment web): generictemplate.spec.replicas: must be a non-negative integer, "
+                 "got -3", id="negative-replicas"),
+    # Issue 26: admitted, then failed at dispatch.
+    pytest.param([configmap("café")], "GenericItems[0] (ConfigMap café): metadata.name 'café' is not a valid "
+                 "Kubernetes name (a DNS-1123 subdomain", id="name-not-dns"),
 ])
 def test_what_dispatch_would_fail_is_refused_at_create_with_the_same_message(
         tenants: Tenants, aws: AppWrappers, templates: list[dict[str, Any]], message: str) -> None:
     proc = kubectl(tenants.bob, "create", wrapper(tenants.namespace, "bad", *templates))
     assert proc.returncode != 0
     assert f"denied the request: {message}" in proc.stderr, proc.stderr
+
+
+def test_a_pod_template_cannot_raise_its_pods_priority_above_the_namespace_ceiling(
+        kubeconfig: str, tenants: Tenants, aws: AppWrappers) -> None:
+    """Issue 26: a pod-level priorityClassName inside a template was not capped (pods got priority 1,000,000)."""
+    admin = kube.connect(kubeconfig)
+    name = f"mcad-e2e-high-{aws.namespace}"
+    kube.request_json(admin, "POST", "/apis/scheduling.k8s.io/v1/priorityclasses",
+                      body={"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                            "metadata": {"name": name}, "value": 1_000_000})
+    try:
+        loud = deployment()
+        loud["spec"]["template"]["spec"]["priorityClassName"] = name
+        proc = kubectl(tenants.bob, "create", wrapper(tenants.namespace, "loud", loud))
+        assert proc.returncode != 0
+        assert (f"GenericItems[0] (Deployment web): generictemplate.spec.template.spec.priorityClassName: "
+                f"PriorityClass '{name}' has value 1000000, above the ceiling 1000 of namespace {tenants.namespace} "
+                f"(set by the controller's --default-max-priority)") in proc.stderr, proc.stderr
+        direct = pod("p")
+        direct["spec"]["priority"] = 1_000_000
+        proc = kubectl(tenants.bob, "create", wrapper(tenants.namespace, "direct", direct))
+        assert proc.returncode != 0
+        assert (f"GenericItems[0] (Pod p): generictemplate.spec.priority 1000000 is above the ceiling 1000 of "
+                f"namespace {tenants.namespace}") in proc.stderr, proc.stderr
+        assert not aws.exists("apps/v1", "Deployment", "web")
+    finally:
+        kube.request_json(admin, "DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+
+
+def test_a_terminating_appwrapper_keeps_its_spec_and_labels_and_lets_its_finalizer_go(
+        tenants: Tenants, aws: AppWrappers) -> None:
+    """Issue 26: an AppWrapper held by a finalizer after delete accepted any spec, priority and quota label
+    change."""
+    body = wrapper(tenants.namespace, "held", configmap("held-cm"))
+    body["metadata"]["finalizers"] = ["example.com/hold"]
+    proc = kubectl(tenants.bob, "create", body)
+    assert proc.returncode == 0, proc.stderr
+    proc = kubectl(tenants.bob, "delete", None, "appwrapper", "held", "--wait=false")
+    assert proc.returncode == 0, proc.stderr
+    wait_until(lambda: aws.get("held")["metadata"].get("deletionTimestamp"), 30, "held to be terminating")
+    for patch, what in ((({"spec": {"priority": 999}}), "spec (priority included)"),
+                        ({"metadata": {"labels": {"tenants": "team-b"}}}, "metadata.labels (quota nodes included)")):
+        proc = kubectl(tenants.bob, "patch", None, "appwrapper", "held", "--type", "merge", "-p", json.dumps(patch))
+        assert proc.returncode != 0
+        assert (f"denied the request: the AppWrapper is being deleted (metadata.deletionTimestamp is set): {what} "
+                f"may not change any more; only its finalizers may come off") in proc.stderr, proc.stderr
+    proc = kubectl(tenants.bob, "patch", None, "appwrapper", "held", "--type", "json",
+                   "-p", json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]))
+    assert proc.returncode == 0, proc.stderr
+    wait_until(lambda: not any(a["metadata"]["name"] == "held" for a in aws.custom.list_namespaced_custom_object(
+        "workload.codeflare.dev", "v1beta1", tenants.namespace, "appwrappers")["items"]), 30, "held to go")
 
 
 def test_a_tenant_cannot_forge_its_quota_node_its_priority_or_its_demand(
