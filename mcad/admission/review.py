@@ -10,10 +10,11 @@ how many more, each cut to ``MAX_PROBLEM_CHARS``; items named ``GenericItems[i] 
 - an AppWrapper in a protected namespace (``config.protected_namespaces`` and the controller's own, unless listed
   in ``config.allowed_namespaces``);
 - what the controller would refuse at dispatch, moved forward: ``mcad.api.validation.problems`` (size, name
-  length, ranges of priority and durations, items naming one object, quantities too large to count), no items,
-  the demand computation's errors per item (quantities that do not parse, bad replica counts, malformed
-  ``custompodresources``), and ``mcad.apply.manifest``'s refusals (no template, no apiVersion/kind/name, another
-  namespace);
+  length, ranges of priority and durations, item names that are not Kubernetes names, items naming one object,
+  quantities too large to count), no items,
+  the demand computation's errors per item (quantities that do not parse, replica counts that are negative or not
+  integers, in any kind whose pods it counts, named by item and field, malformed ``custompodresources``), and
+  ``mcad.apply.manifest``'s refusals (no template, no apiVersion/kind/name, another namespace);
 - an AppWrapper name that is not a valid label value (it labels every wrapped object);
 - an item that is an AppWrapper (nested: the inner one would be queued with nobody's rights checked, and its demand
   counted twice);
@@ -24,7 +25,8 @@ how many more, each cut to ``MAX_PROBLEM_CHARS``; items named ``GenericItems[i] 
 - an item the requesting user may not ``create`` themselves in the AppWrapper's namespace (a SubjectAccessReview
   for the user, groups, uid and extra of the request), naming the item and the missing right;
 - a creator annotation that is not the requesting user's (the mutating reviewer sets them);
-- ``tenancy.admission_problems`` (quota binding, priority ceiling and classes, understated demand).
+- ``tenancy.admission_problems`` (quota binding, priority ceiling and classes, of the AppWrapper and of every pod
+  template inside its items, understated demand).
 More than ``MAX_KINDS`` distinct kinds in one AppWrapper are refused before anything is asked (each kind costs
 discovery and a review).
 
