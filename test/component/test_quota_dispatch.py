@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from mcad import status as statuses
 from mcad.informer import Informer
 from mcad.quota import subtree_view
 from test.component.harness import Harness, RecordingWriter, aw, node, pod
@@ -164,6 +165,25 @@ def test_a_final_state_the_controller_did_not_decide_releases_nothing_while_pods
     h.drain()
     assert states(h)["b"] == "Running", "a's pod ended: its charge went, b runs"
     assert [r for _, _, r, _ in recorder.recorded].count("StatusNotDecided") == 1, "told once"
+
+
+def test_a_final_state_the_controller_decided_releases_at_once_while_its_pods_end(quota_harness: Any) -> None:
+    """Its own decision is not second-guessed: a failed AppWrapper's room goes at once, its pods still ending."""
+    recorder = Events()
+    h = quota_harness(HARD, [labelled("a", "1", t="gold")], recorder=recorder, writer=LandingWriter())
+    h.drain()
+    h.lw["pod"].add(pod("a-0", "1", appwrapper="a"))
+    wait_until(lambda: h.dispatcher.pods.get("uid-a-0"), 5, "the pod informer to see a-0")
+    h.drain()
+    view = h.dispatcher.appwrappers.get("ns/a")
+    assert view is not None
+    h.dispatcher.finish(view, statuses.failed(h.dispatcher.status_of(view).raw(), h.clock.now(), priority=0,
+                                              reason="Test", message="failed by the controller"), stop=True)
+    h.lw["aw"].add(labelled("b", "1", t="gold"))
+    wait_until(lambda: h.dispatcher.appwrappers.get("ns/b"), 5, "the AppWrapper informer to see b")
+    h.drain()
+    assert states(h)["a"] == "Failed" and states(h)["b"] == "Running"
+    assert not [r for _, _, r, _ in recorder.recorded if r == "StatusNotDecided"]
 
 
 def test_after_a_restart_a_final_state_with_running_pods_keeps_its_charge(quota_harness: Any) -> None:
