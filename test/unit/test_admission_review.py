@@ -597,6 +597,7 @@ def test_the_controller_flags_become_the_admission_config() -> None:
     assert config.protected("kube-system") and config.protected("mcad-system")
     assert not config.protected("infra") and not config.protected("team-a")
     assert admission_config("", frozenset({"kube-system"})).allowed_kinds == frozenset()
+    assert admission_config("", frozenset(), status_writers=frozenset({"me"})).status_writers == frozenset({"me"})
 
 
 def test_a_review_that_runs_out_of_time_refuses_saying_so() -> None:

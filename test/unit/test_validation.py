@@ -214,6 +214,13 @@ def _schema(path: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("path", CRDS, ids=lambda p: p.name)
+def test_status_is_a_subresource_so_writes_of_the_appwrapper_cannot_change_it(path: Any) -> None:
+    """Only writes of appwrappers/status change status (and admission lets only the controller make them)."""
+    [version] = yaml.safe_load(path.read_text())["spec"]["versions"]
+    assert version["subresources"]["status"] == {}
+
+
+@pytest.mark.parametrize("path", CRDS, ids=lambda p: p.name)
 def test_the_crds_declare_the_bounds_the_controller_enforces(path: Any) -> None:
     root = _schema(path)
     assert root["properties"]["metadata"]["properties"]["name"]["maxLength"] == MAX_NAME_LENGTH
