@@ -7,7 +7,9 @@ check or a smoke test wants.
 
 Every replica, leader or standby, serves the AppWrapper admission webhooks over HTTPS (``--webhook*``; see
 ``mcad.admission.server`` and ``mcad.admission.certs``), from before leader election until it exits; /readyz waits
-for their certificate.
+for their certificate. Who may call them (``--webhook-client-ca``, ``--webhook-token-file``: off by default) and what
+any caller may cost (``--webhook-access-reviews-*``, ``--unknown-tokens-*``: always bounded) are
+``mcad.admission.callers``'s; refusals are counted in ``mcad_caller_refusals_total``.
 
 With ``--leader-elect`` several replicas may run: every replica starts its informers at once (a standby keeps
 warm caches, so it takes over fast), but only the holder of the Lease runs the dispatcher (``mcad.leader``).
