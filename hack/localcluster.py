@@ -24,6 +24,14 @@ pods owned by a Job succeed after 1 s or the pod annotation ``pod-complete.stage
 deleted pods go away (hack/kwok-stages.yaml). The controller-manager runs every default controller, the
 garbage collector included, so ownerReference cascades work.
 
+Webhook client credentials (``up --webhook-client-auth``, the default; ``--no-webhook-client-auth`` turns it off):
+kube-apiserver starts with ``--admission-control-config-file`` naming a WebhookAdmissionConfiguration kubeconfig
+with one user entry, for the host ``127.0.0.1:<port>`` (a port reserved at ``up``, below the ephemeral range): a
+client certificate (CN ``kube-apiserver-webhook-client``, signed by the cluster CA) and a bearer token. The API
+server sends them to a webhook registered at ``https://127.0.0.1:<port>`` and to no other: the kubeconfig has no
+``*`` entry and no current context, so every other webhook is called without credentials, as before.
+``state.json``'s ``webhook_client`` says where: host, port, ca (file), name (the CN), cert, key, token_file.
+
 Several clusters can run side by side (``--name``); each has its own ports, state directory
 (.dev/clusters/<name>) and kubeconfig (.dev/kubeconfig-<name>; the default cluster uses .dev/kubeconfig).
 """
@@ -34,6 +42,8 @@ import argparse
 import contextlib
 import json
 import os
+import random
+import secrets
 import shutil
 import signal
 import socket
@@ -241,6 +251,57 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def reserved_port(low: int = 20000, high: int = 29999) -> int:
+    """A free loopback port below Linux's ephemeral range (32768-60999), so no outgoing connection takes it while
+    the cluster runs: the API server's admission kubeconfig names it for good."""
+    for _ in range(200):
+        port = random.randint(low, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ClusterError(f"no free port between {low} and {high} for the webhook client credentials")
+
+
+WEBHOOK_CLIENT_NAME = "kube-apiserver-webhook-client"
+
+
+def webhook_client_config(layout: Layout, port: int) -> dict[str, Any]:
+    """Credentials the API server presents to the webhook at https://127.0.0.1:<port> (see the module docstring);
+    returns what state.json records of them. Writes the AdmissionConfiguration the API server is started with."""
+    pki = layout.pki
+    ext = pki / "webhook-client.ext"
+    ext.write_text("extendedKeyUsage=clientAuth\n")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={WEBHOOK_CLIENT_NAME}",
+            "-keyout", str(pki / "webhook-client.key"), "-out", str(pki / "webhook-client.csr"))
+    openssl("x509", "-req", "-days", "3650", "-in", str(pki / "webhook-client.csr"), "-CA", str(pki / "ca.crt"),
+            "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-extfile", str(ext),
+            "-out", str(pki / "webhook-client.crt"))
+    token_file = pki / "webhook-client.token"
+    token = secrets.token_urlsafe(32)
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    host = f"127.0.0.1:{port}"
+    # The user entry is found by the webhook URL's host with its port; no "*" entry and no current context, or
+    # every other webhook would get these credentials too.
+    kubeconfig = layout.state / "admission-kubeconfig.json"
+    kubeconfig.write_text(json.dumps({"apiVersion": "v1", "kind": "Config", "users": [{"name": host, "user": {
+        "client-certificate": str(pki / "webhook-client.crt"), "client-key": str(pki / "webhook-client.key"),
+        "token": token}}]}, indent=2))
+    kubeconfig.chmod(0o600)
+    plugin = {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration",
+              "kubeConfigFile": str(kubeconfig)}
+    (layout.state / "admission-config.json").write_text(json.dumps({
+        "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
+        "plugins": [{"name": name, "configuration": plugin}
+                    for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")]}, indent=2))
+    return {"host": "127.0.0.1", "port": port, "ca": str(pki / "ca.crt"), "name": WEBHOOK_CLIENT_NAME,
+            "cert": str(pki / "webhook-client.crt"), "key": str(pki / "webhook-client.key"),
+            "token_file": str(token_file)}
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -370,6 +431,7 @@ class Options:
     max_requests_inflight: int
     max_mutating_requests_inflight: int
     timeout: float
+    webhook_client_auth: bool = True
 
 
 def cluster_healthy(layout: Layout) -> bool:
@@ -408,6 +470,11 @@ def up(opts: Options) -> None:
         "etcd": etcd_port, "kube-apiserver": api_port, "kube-controller-manager": kcm_port,
         "kube-scheduler": sched_port, "kwok": kwok_port}}
 
+    admission_flags: list[str] = []
+    if opts.webhook_client_auth:
+        state["webhook_client"] = webhook_client_config(layout, reserved_port())
+        admission_flags = [f"--admission-control-config-file={layout.state / 'admission-config.json'}"]
+
     def save_state() -> None:
         layout.state_file.write_text(json.dumps(state, indent=2))
 
@@ -442,6 +509,7 @@ def up(opts: Options) -> None:
             # The apiserver listens on loopback, which the "kubernetes" Endpoints may not name; with the
             # reconciler on it logs a validation error every 10 s. No fake pod dials the apiserver anyway.
             "--endpoint-reconciler-type=none",
+            *admission_flags,
         ], layout)
         save_state()
         api = Api(server, pki)
@@ -635,6 +703,9 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--max-mutating-requests-inflight", type=int,
                       default=env_int("MAX_MUTATING_REQUESTS_INFLIGHT", 200))
     p_up.add_argument("--timeout", type=float, default=180, help="seconds to wait for nodes (default %(default)s)")
+    p_up.add_argument("--webhook-client-auth", action=argparse.BooleanOptionalAction, default=True,
+                      help="give kube-apiserver a client certificate and a token for the webhook at "
+                           "https://127.0.0.1:<port> (state.json webhook_client; default: on)")
     sub.add_parser("down", help="stop the cluster and delete its state")
     sub.add_parser("status", help="show whether the cluster runs; exit 1 if not")
     p_stop = sub.add_parser("stop", help="stop one component of a running cluster (the others keep running)")
@@ -649,7 +720,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.nodes < 0 or args.node_gpu < 0:
                 parser.error("--nodes and --node-gpu must be >= 0")
             up(Options(args.name, args.nodes, args.node_cpu, args.node_memory, args.node_gpu, args.node_pods,
-                       args.max_requests_inflight, args.max_mutating_requests_inflight, args.timeout))
+                       args.max_requests_inflight, args.max_mutating_requests_inflight, args.timeout,
+                       args.webhook_client_auth))
         elif args.command == "down":
             down(args.name)
         elif args.command == "stop":

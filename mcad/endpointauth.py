@@ -17,6 +17,11 @@ proxy):
   and denied for ``deny_ttl``. Failed reviews are not cached. At most ``max_reviews`` reviews are under way at
   once; a request that cannot start one within ``timeout`` is ``ReviewUnavailable`` (a flood of random tokens
   costs the API server a bounded rate, and the handler threads a bounded wait).
+- TokenReviews of unknown tokens (in neither cache, and not accepted within ``known_ttl``) are bounded by a global
+  token bucket (``unknown_tokens``: ``UNKNOWN_TOKENS_PER_SECOND``, burst ``UNKNOWN_TOKENS_BURST``): over it,
+  ``ReviewUnavailable`` "too many unknown tokens; retry" (503) without a TokenReview, counted in ``refusals``. A
+  token the API server accepted before (a Prometheus scraper's, a user's) is re-reviewed outside that bound when
+  its cache entry expires: a flood of random tokens delays only tokens never seen.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import cachetools
 import structlog
 
 from mcad import kube
+from mcad.admission.callers import CallerRefusals, TokenBucket
 from mcad.admission.request import UserInfo
 from mcad.errors import ApiError
 
@@ -49,6 +55,12 @@ DENY_TTL_SECONDS = 10.0
 CACHE_SIZE = 4096
 REVIEW_TIMEOUT_SECONDS = 5.0
 MAX_REVIEWS = 8
+# New tokens are rare (a scraper's token is reviewed about once a minute, a user's on their first request): a flood of
+# random ones observed at 246 TokenReviews/s is held to this.
+UNKNOWN_TOKENS_PER_SECOND = 5.0
+UNKNOWN_TOKENS_BURST = 20
+# How long a token once accepted skips the bound on unknown tokens (only its SHA-256 is kept).
+KNOWN_TTL_SECONDS = 3600.0
 
 
 class Unauthenticated(Exception):
@@ -129,8 +141,13 @@ class Gate:
                  refused_ttl: float = REFUSED_TTL_SECONDS, allow_ttl: float = ALLOW_TTL_SECONDS,
                  deny_ttl: float = DENY_TTL_SECONDS, maxsize: int = CACHE_SIZE,
                  timeout: float = REVIEW_TIMEOUT_SECONDS, max_reviews: int = MAX_REVIEWS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 unknown_tokens: TokenBucket | None = None, known_ttl: float = KNOWN_TTL_SECONDS,
+                 refusals: CallerRefusals | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.reviews = reviews
+        self._unknown = unknown_tokens if unknown_tokens is not None else TokenBucket(
+            UNKNOWN_TOKENS_PER_SECOND, UNKNOWN_TOKENS_BURST, clock)
+        self._known: cachetools.TTLCache[str, bool] = cachetools.TTLCache(maxsize, known_ttl, timer=clock)
+        self.refusals = refusals
         self.timeout = timeout
         self._refused_ttl = refused_ttl
         self._deny_ttl = deny_ttl
@@ -155,6 +172,13 @@ class Gate:
         key = hashlib.sha256(token.encode()).hexdigest()
         cached = self._cached(self._tokens, key)
         if cached is None:
+            with self._lock:
+                bounded = key not in self._known
+                over = bounded and not self._unknown.take()
+            if over:
+                if self.refusals is not None:
+                    self.refusals.count("http", "unknown_tokens")
+                raise ReviewUnavailable("too many unknown tokens; retry")
             answer = self._review(lambda timeout: self.reviews.token_review(token, timeout), "TokenReview")
             status = _status(answer)
             if status.get("authenticated") is True and isinstance(status.get("user"), Mapping):
@@ -163,6 +187,9 @@ class Gate:
             else:
                 cached = (False, str(status.get("error") or "the API server does not accept this token"))
             self._store(self._tokens, key, cached, self._token_ttl if cached[0] else self._refused_ttl)
+            if cached[0]:
+                with self._lock:
+                    self._known[key] = True
         accepted, value = cached
         if not accepted:
             raise Unauthenticated(str(value))

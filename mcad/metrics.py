@@ -46,6 +46,10 @@ def base_units(resource: str, amount: int) -> float:
     return amount / 1000 if resource == "cpu" else float(amount)
 
 
+# Every series of mcad_caller_refusals exists from the start (rate() needs a zero).
+CALLER_REFUSALS = (("webhook", "unauthenticated"), ("webhook", "access_reviews_source"),
+                   ("webhook", "access_reviews_total"), ("http", "unknown_tokens"))
+
 # The loop publishes its state for scrapes at most this often (and within this long of a change).
 PUBLISH_INTERVAL_SECONDS = 1.0
 
@@ -95,6 +99,8 @@ class Sources:
     quota: Callable[[], Iterable[tuple[str, str, str, float, float, float]]] | None = None
     # Hub mode: (worker, health state, usable, AppWrappers placed there) rows
     clusters: Callable[[], Iterable[tuple[str, str, bool, int]]] | None = None
+    # (endpoint, reason) -> requests refused before any work for them (mcad.admission.callers.CallerRefusals)
+    caller_refusals: Callable[[], Mapping[tuple[str, str], int]] | None = None
 
 
 class _StateCollector(Collector):
@@ -165,6 +171,18 @@ class _StateCollector(Collector):
             yield from _quota(s.quota())
         if s.clusters is not None:
             yield from _clusters(s.clusters())
+        if s.caller_refusals is not None:
+            refusals = CounterMetricFamily(
+                "mcad_caller_refusals", "Requests refused to bound what an unauthenticated caller can cost, by "
+                "endpoint and reason: webhook/unauthenticated (no accepted client certificate or token, 401), "
+                "webhook/access_reviews_source and webhook/access_reviews_total (a SubjectAccessReview over the "
+                "bound per source or in all: the review is refused), http/unknown_tokens (a TokenReview of an "
+                "unknown bearer token over the bound, 503).", labels=["endpoint", "reason"])
+            refused: dict[tuple[str, str], int] = dict.fromkeys(CALLER_REFUSALS, 0)
+            refused.update(s.caller_refusals())
+            for (endpoint, reason), count in sorted(refused.items()):
+                refusals.add_metric([endpoint, reason], count)
+            yield refusals
 
 
 _CLUSTER_STATES = ("Unknown", "Healthy", "Unreachable", "Unauthorized")

@@ -17,7 +17,10 @@ Contract:
   Secret is created, which needs create: the chart creates it empty instead).
 - ``DirectoryCertificates`` reads ``tls.crt``/``tls.key`` from a directory (cert-manager's Secret mounted) on start
   and every poll, reloading when they change; it neither issues nor patches anything.
-- Both give ``context()``: the current server ``ssl.SSLContext``, or None until a certificate is loaded.
+- Both give ``context()``: the current server ``ssl.SSLContext``, or None until a certificate is loaded. Given
+  ``client_ca`` (a callable returning the PEM bundle), the context requests client certificates verified against
+  it (``mcad.admission.callers``); a changed bundle is loaded at the next poll, and none is never served without
+  it.
   No failure is raised out of ``run``: each is logged with its reason and retried at the next poll.
 
 Lifetimes. The serving certificate lives 90 days and is renewed when 30 days are left: short enough that a leaked
@@ -50,6 +53,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from mcad import kube
+from mcad.admission.callers import client_tls_context
 from mcad.errors import ApiError
 
 log = structlog.get_logger("mcad.admission.certs")
@@ -253,22 +257,36 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-class _Loaded:
-    """The current TLS context and what it was made from; read by the server's accepting thread."""
+ClientCa = Callable[[], bytes | None]
 
-    def __init__(self) -> None:
+
+class _Loaded:
+    """The current TLS context and what it was made from; read by the server's accepting thread. With
+    ``client_ca`` (webhook client authentication), the context requests a client certificate verified against
+    the bundle it returns; a changed bundle makes a new context at the next poll, as a changed certificate does."""
+
+    def __init__(self, client_ca: ClientCa | None = None) -> None:
         self._context: ssl.SSLContext | None = None
         self._source = ""
+        self._client_ca = client_ca
         self.loaded = threading.Event()
 
     def context(self) -> ssl.SSLContext | None:
         return self._context
 
     def load(self, cert: bytes, key: bytes) -> bool:
-        fingerprint = hashlib.sha256(cert + key).hexdigest()[:16]
+        client_ca = self._client_ca() if self._client_ca is not None else None
+        if self._client_ca is not None and client_ca is None:
+            # Never serve without asking for client certificates when they are required: the previous context
+            # (if any) stays, and the failure is logged by the caller's poll.
+            raise ValueError("the webhook client CA bundle is missing or empty")
+        fingerprint = hashlib.sha256(cert + key + (client_ca or b"")).hexdigest()[:16]
         if fingerprint == self._source:
             return False
-        self._context = server_context(cert, key)
+        context = server_context(cert, key)
+        if client_ca is not None:
+            client_tls_context(context, client_ca)
+        self._context = context
         self._source = fingerprint
         self.loaded.set()
         return True
@@ -279,8 +297,8 @@ class SecretCertificates(_Loaded):
 
     def __init__(self, conn: kube.Connection, *, namespace: str, secret: str, hosts: Sequence[str],
                  configuration: str, poll_seconds: float = DEFAULT_POLL_SECONDS,
-                 clock: Callable[[], datetime.datetime] = _now) -> None:
-        super().__init__()
+                 clock: Callable[[], datetime.datetime] = _now, client_ca: ClientCa | None = None) -> None:
+        super().__init__(client_ca)
         self.conn = conn
         self.namespace = namespace
         self.secret = secret
@@ -389,8 +407,9 @@ class SecretCertificates(_Loaded):
 class DirectoryCertificates(_Loaded):
     """``tls.crt`` and ``tls.key`` of a directory (cert-manager), reloaded when they change."""
 
-    def __init__(self, directory: str, *, poll_seconds: float = DEFAULT_POLL_SECONDS) -> None:
-        super().__init__()
+    def __init__(self, directory: str, *, poll_seconds: float = DEFAULT_POLL_SECONDS,
+                 client_ca: ClientCa | None = None) -> None:
+        super().__init__(client_ca)
         self.directory = Path(directory)
         self.poll_seconds = poll_seconds
 

@@ -9,15 +9,36 @@ Contract (every method bounded in time by the implementation; an answer that can
 - ``namespace(name)``: the Namespace object (its labels and annotations are the admin's: tenants with AppWrapper
   rights cannot change them), or None if it does not exist.
 - ``priority_class(name)``: the value of the PriorityClass, or None if there is none of that name.
+
+``asked_for(source)`` marks the questions asked within it (in this thread or task) as asked for the request of
+``source`` (the webhook's peer): ``current_source()`` tells an implementation whom to charge a costly question to.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mcad.admission.request import UserInfo
+
+_SOURCE: ContextVar[str] = ContextVar("mcad_admission_source", default="")
+
+
+@contextlib.contextmanager
+def asked_for(source: str) -> Iterator[None]:
+    token = _SOURCE.set(source)
+    try:
+        yield
+    finally:
+        _SOURCE.reset(token)
+
+
+def current_source() -> str:
+    """The source of the request whose questions are being asked ("" outside ``asked_for``)."""
+    return _SOURCE.get()
 
 
 class FactUnavailable(Exception):

@@ -19,6 +19,10 @@ Contract (``KubeFacts(conn)``; see ``mcad.admission.facts`` for what each method
     installed a moment ago is found at once, and AppWrappers naming kinds that do not exist cannot make every
     request a discovery call.
   * Namespaces and PriorityClasses, ``OBJECT_TTL`` (10 s): the admin's labels and values.
+- SubjectAccessReviews actually sent (cache misses) are bounded by ``access_reviews`` (a
+  ``callers.SourceBuckets``: per source, the webhook's peer as ``facts.current_source()`` names it, and in all):
+  one over the bound is not sent; ``FactUnavailable`` "too many access reviews from <source>; retry" refuses the
+  request instead (never admits it), and ``refusals`` counts it. Without ``access_reviews``, no bound (tests).
 - Names taken from the request (API versions, namespaces, PriorityClass names) are checked against the Kubernetes
   name syntax before they go into a URL path: a name that does not match is answered "does not exist" without a
   request.
@@ -35,7 +39,8 @@ from typing import Any, Final, TypeVar
 import cachetools
 
 from mcad import kube
-from mcad.admission.facts import Decision, FactUnavailable, Resource
+from mcad.admission.callers import CallerRefusals, SourceBuckets
+from mcad.admission.facts import Decision, FactUnavailable, Resource, current_source
 from mcad.admission.request import UserInfo
 from mcad.errors import ApiError
 
@@ -72,8 +77,11 @@ class KubeFacts:
 
     def __init__(self, conn: kube.Connection, *, timeout: float = REQUEST_TIMEOUT, sar_ttl: float = SAR_TTL,
                  object_ttl: float = OBJECT_TTL, discovery_ttl: float = DISCOVERY_TTL,
-                 discovery_retry: float = DISCOVERY_RETRY, clock: Callable[[], float] = time.monotonic) -> None:
+                 discovery_retry: float = DISCOVERY_RETRY, clock: Callable[[], float] = time.monotonic,
+                 access_reviews: SourceBuckets | None = None, refusals: CallerRefusals | None = None) -> None:
         self._conn = conn
+        self._access_reviews = access_reviews
+        self._refusals = refusals
         self._timeout = timeout
         self._clock = clock
         self._lock = threading.Lock()
@@ -157,6 +165,16 @@ class KubeFacts:
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                 "spec": {**user.as_json(), "resourceAttributes": attributes}}
         what = f"whether {user.username!r} may {verb} {_plural(resource)}"
+        if self._access_reviews is not None:
+            source = current_source() or "an unknown source"
+            refused = self._access_reviews.take(source)
+            if refused is not None:
+                if self._refusals is not None:
+                    self._refusals.count("webhook", f"access_reviews_{refused}")
+                if refused == "source":
+                    raise FactUnavailable(f"could not check {what}: too many access reviews from {source}; retry")
+                raise FactUnavailable(f"could not check {what}: too many access reviews from all sources at once "
+                                      f"(this one from {source}); retry")
         answer = self._request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", what, body)
         status = (answer or {}).get("status")
         if not isinstance(status, Mapping) or not isinstance(status.get("allowed"), bool):

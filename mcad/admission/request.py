@@ -2,7 +2,8 @@
 
 Contract:
 - ``AdmissionRequest.parse(review)`` reads an ``admission.k8s.io/v1`` AdmissionReview (a parsed JSON object) and
-  returns the request, or raises ``ValueError`` with a message saying what is missing. ``obj`` is the AppWrapper
+  returns the request, or raises ``ValueError`` with a message saying what is missing. ``source`` is who sent
+  it (the peer's address, given by the server, never read from the review). ``obj`` is the AppWrapper
   as sent (after earlier mutating webhooks), ``old`` the stored one on UPDATE (None on CREATE); ``sub_resource``
   is "status" for a write of the status subresource, "" for the AppWrapper itself.
 - ``Outcome`` is a reviewer's answer: allowed or not, a message (shown to the user by kubectl on refusal), a JSON
@@ -63,9 +64,10 @@ class AdmissionRequest:
     old: Mapping[str, Any] | None
     dry_run: bool = False
     sub_resource: str = ""  # "status" for appwrappers/status, "" for the AppWrapper itself
+    source: str = ""  # the peer's address, as the webhook server saw it ("" when unknown)
 
     @classmethod
-    def parse(cls, review: Any) -> AdmissionRequest:
+    def parse(cls, review: Any, source: str = "") -> AdmissionRequest:
         request = as_mapping(as_mapping(review).get("request"))
         uid = request.get("uid")
         if not isinstance(uid, str) or not uid:
@@ -80,7 +82,7 @@ class AdmissionRequest:
                    name=str(request.get("name") or as_mapping(obj.get("metadata")).get("name") or ""),
                    user=UserInfo.parse(request.get("userInfo")), obj=obj,
                    old=old if isinstance(old, Mapping) else None, dry_run=bool(request.get("dryRun")),
-                   sub_resource=str(request.get("subResource") or ""))
+                   sub_resource=str(request.get("subResource") or ""), source=source)
 
 
 @dataclass(frozen=True)

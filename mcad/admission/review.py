@@ -59,7 +59,7 @@ from typing import Any, Final
 import structlog
 
 from mcad import tenancy
-from mcad.admission.facts import Facts, FactUnavailable, Resource
+from mcad.admission.facts import Facts, FactUnavailable, Resource, asked_for
 from mcad.admission.request import AdmissionRequest, Outcome, Reviewer, UserInfo
 from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, appwrapper_view
 from mcad.api.raw import as_list, as_mapping
@@ -358,7 +358,8 @@ def build(facts: Facts, config: AdmissionConfig, *,
 
     def validate(request: AdmissionRequest) -> Outcome:
         try:
-            found = _validate(request)
+            with asked_for(request.source):  # the facts charge their costly questions to the request's sender
+                found = _validate(request)
         except Exception as err:  # a reviewer never raises: a bug refuses, visibly, rather than fail the server
             _log.exception("admission check failed", appwrapper=f"{request.namespace}/{request.name}",
                            reason="Bug")
@@ -406,7 +407,8 @@ def build(facts: Facts, config: AdmissionConfig, *,
                     request.operation == "UPDATE" and request.old is not None
                     and not as_mapping(request.old.get("metadata")).get("deletionTimestamp")
                     and _judged_parts(request.obj) != _judged_parts(request.old)):
-                operations += tenancy.admission_patch(request.obj, facts)
+                with asked_for(request.source):
+                    operations += tenancy.admission_patch(request.obj, facts)
         except FactUnavailable as err:
             return Outcome.deny(str(err))
         except Exception as err:  # a reviewer never raises

@@ -5,6 +5,9 @@ Contract:
   ``AdmissionRequest`` to the mutating or validating reviewer, and answer ``Outcome.response(uid)`` (200).
 - A body that is not an AdmissionReview: 400 with the reason. A body longer than ``max_body_bytes``: 413, unread.
   No Content-Length: 411. Any other path: 404; any other method: 405.
+- With ``caller_check`` (``mcad.admission.callers.CallerCheck``), each request's headers, the peer's verified TLS
+  client certificate (DER, or None) and address are checked before anything else: a reason answers 401, unread.
+  The request's ``source`` is the peer's address (admission bounds SubjectAccessReviews per source).
 - A reviewer that raises refuses the request (allowed=false, "internal error ..."): nothing is admitted unchecked.
   Each refusal is one log line (appwrapper=ns/name, user, reason).
 - TLS with the context ``tls()`` returns at the time of each connection, so a reloaded certificate serves the next
@@ -31,7 +34,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler
 from typing import Any, cast
 
@@ -55,6 +58,9 @@ DEFAULT_MAX_CONNECTIONS = 64
 # Beyond the AppWrapper's own bound: an UPDATE carries the object twice (object and oldObject), each with its
 # metadata, managedFields and possibly kubectl's last-applied copy of the spec, hence four times plus headroom.
 BODY_OVERHEAD_BYTES = 256 * 1024
+
+
+CallerCheck = Callable[[Mapping[str, str], bytes | None, str], str | None]
 
 
 def max_body_bytes(max_appwrapper_bytes: int) -> int:
@@ -162,10 +168,11 @@ class WebhookServer:
     def __init__(self, bind_address: str, *, tls: TlsSource, mutate: Reviewer, validate: Reviewer,
                  max_body_bytes: int, read_timeout: float = DEFAULT_READ_TIMEOUT,
                  idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS, share_port: bool = False) -> None:
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, share_port: bool = False,
+                 caller_check: CallerCheck | None = None) -> None:
         host, port = parse_bind_address(bind_address)
         handler = _handler({"/mutate": ("mutate", mutate), "/validate": ("validate", validate)}, max_body_bytes,
-                           read_timeout, idle_timeout, _Deadlines())
+                           read_timeout, idle_timeout, _Deadlines(), caller_check)
         self._httpd = _TlsServer((host, port), handler, tls, max_connections, read_timeout,
                                  share_port)
         self._thread = threading.Thread(target=self._serve, name="webhook", daemon=True)
@@ -190,10 +197,11 @@ class WebhookServer:
         self._httpd.server_close()
 
 
-def review(name: str, reviewer: Reviewer, body: bytes) -> tuple[int, dict[str, Any]]:
-    """The HTTP status and JSON answer to one request body (pure, apart from the reviewer and the log)."""
+def review(name: str, reviewer: Reviewer, body: bytes, source: str = "") -> tuple[int, dict[str, Any]]:
+    """The HTTP status and JSON answer to one request body from ``source`` (the peer's address) (pure, apart from
+    the reviewer and the log)."""
     try:
-        request = AdmissionRequest.parse(json.loads(body))
+        request = AdmissionRequest.parse(json.loads(body), source=source)
     except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
         return 400, {"error": f"not an admission.k8s.io/v1 AdmissionReview: {err}"}
     try:
@@ -210,7 +218,7 @@ def review(name: str, reviewer: Reviewer, body: bytes) -> tuple[int, dict[str, A
 
 
 def _handler(routes: dict[str, tuple[str, Reviewer]], max_body: int, read_timeout: float, idle_timeout: float,
-             deadlines: _Deadlines) -> type[BaseHTTPRequestHandler]:
+             deadlines: _Deadlines, caller_check: CallerCheck | None = None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "mcad-webhook"
         protocol_version = "HTTP/1.1"  # the API server reuses connections
@@ -257,6 +265,14 @@ def _handler(routes: dict[str, tuple[str, Reviewer]], max_body: int, read_timeou
                 socket.socket.shutdown(self.connection, socket.SHUT_RDWR)
 
         def do_POST(self) -> None:  # the name http.server dispatches to
+            peer = _client(self.client_address)
+            if caller_check is not None:
+                # Before the body is read: an unauthenticated caller costs neither a parse nor a review.
+                peer_certificate = cast(ssl.SSLSocket, self.connection).getpeercert(binary_form=True)
+                refused = caller_check(cast(Mapping[str, str], self.headers), peer_certificate, peer)
+                if refused is not None:
+                    self._reply(401, {"error": f"the webhook's caller is not authenticated: {refused}"}, close=True)
+                    return
             path = self.path.split("?", 1)[0]
             route = routes.get(path)
             if route is None:
@@ -275,7 +291,7 @@ def _handler(routes: dict[str, tuple[str, Reviewer]], max_body: int, read_timeou
             if body is None:
                 return
             self._disarm()  # the request is in; the review has its own bounds
-            code, answer = review(route[0], route[1], body)
+            code, answer = review(route[0], route[1], body, peer)
             self._reply(code, answer, close=code != 200)
 
         def do_GET(self) -> None:

@@ -9,6 +9,9 @@ Every replica, leader or standby, serves the AppWrapper admission webhooks over 
 ``mcad.admission.server`` and ``mcad.admission.certs``), from before leader election until it exits; /readyz waits
 for their certificate. Before serving, it learns its own username (SelfSubjectReview; exit code 2 when it cannot):
 with ``--status-writer``'s, the only users whose writes of AppWrapper status admission lets through.
+Who may call them (``--webhook-client-ca``, ``--webhook-token-file``: off by default) and what
+any caller may cost (``--webhook-access-reviews-*``, ``--unknown-tokens-*``: always bounded) are
+``mcad.admission.callers``'s; refusals are counted in ``mcad_caller_refusals_total``.
 
 With ``--leader-elect`` several replicas may run: every replica starts its informers at once (a standby keeps
 warm caches, so it takes over fast), but only the holder of the Lease runs the dispatcher (``mcad.leader``).
@@ -25,13 +28,15 @@ import os
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 
 import click
 import structlog
 
-from mcad import __version__, events, kube, server, tenancy
+from mcad import __version__, endpointauth, events, kube, server, tenancy
 from mcad import log as mcad_log
+from mcad.admission import callers
 from mcad.admission import certs as webhook_certs
 from mcad.admission import review as admission_review
 from mcad.admission import server as webhook_server
@@ -224,6 +229,40 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
               default=webhook_certs.DEFAULT_POLL_SECONDS,
               help="Seconds between reads of the certificate (Secret or directory): the bound on how long a "
                    "replica serves a replaced certificate, and on how long a reset caBundle stays wrong.")
+@click.option("--webhook-client-ca", type=click.Path(dir_okay=False), default=None,
+              help="Authenticate the API server as the webhooks' client by its TLS client certificate: request one "
+                   "and verify it against this PEM bundle (re-read when it changes); a request without a verified "
+                   "certificate is refused 401 unread. The API server sends one when its --admission-control-config-"
+                   "file names a kubeconfig whose user entry for the webhook's host (e.g. "
+                   "mcad-controller.mcad-system.svc:443) has client-certificate and client-key. Off by default: the "
+                   "chart cannot configure the API server.")
+@click.option("--webhook-client-name", "webhook_client_names", multiple=True, metavar="NAME",
+              help="With --webhook-client-ca: the client certificate's subject CN or a DNS/URI SAN must be one of "
+                   "these (repeatable). Needed when that CA signs other clients too (a cluster CA does).")
+@click.option("--webhook-token-file", type=click.Path(dir_okay=False), default=None,
+              help="Authenticate the API server as the webhooks' client by a shared bearer token: the first line of "
+                   "this file (a mounted Secret; re-read when it changes), compared in constant time; a request "
+                   "without it is refused 401 unread. The API server sends it when the kubeconfig of its admission "
+                   "configuration has token (or tokenFile) in the webhook host's user entry. With "
+                   "--webhook-client-ca too, either one suffices. Off by default.")
+@click.option("--webhook-access-reviews-per-second", type=click.FloatRange(min=0.1),
+              default=callers.ACCESS_REVIEWS_PER_SOURCE,
+              help="SubjectAccessReviews admission may send per second for the reviews of one caller (peer "
+                   "address; the API server is one), cache misses only: admission caches each answer 10 s. A review "
+                   "needing one over the bound is refused \"too many access reviews from <address>; retry\", never "
+                   "admitted. Bounds what a forged review can cost the API server while webhook client "
+                   "authentication is off.")
+@click.option("--webhook-access-reviews-burst", type=click.IntRange(min=1), default=callers.ACCESS_REVIEWS_BURST,
+              help="How many SubjectAccessReviews one caller may cause at once beyond the rate (a cold cache).")
+@click.option("--webhook-access-reviews-total", type=click.FloatRange(min=0.1), default=callers.ACCESS_REVIEWS_TOTAL,
+              help="SubjectAccessReviews per second for all callers together (burst: twice the per-caller burst).")
+@click.option("--unknown-tokens-per-second", type=click.FloatRange(min=0.1),
+              default=endpointauth.UNKNOWN_TOKENS_PER_SECOND,
+              help="TokenReviews per second for bearer tokens /metrics and /debug have not seen accepted before "
+                   "(the answers are cached, refusals too); over it, 503 \"too many unknown tokens; retry\" "
+                   "without a review. Tokens accepted within the last hour are reviewed outside this bound.")
+@click.option("--unknown-tokens-burst", type=click.IntRange(min=1), default=endpointauth.UNKNOWN_TOKENS_BURST,
+              help="How many unknown tokens may be reviewed at once beyond that rate.")
 @click.option("--admission-allowed-kinds", default="",
               help="Kinds AppWrappers may wrap, as comma-separated resource.group (core kinds without a group), "
                    "e.g. pods,services,deployments.apps,jobs.batch. Empty: any kind the requesting user may create "
@@ -249,7 +288,10 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
          webhook_enabled: bool, webhook_bind_address: str, webhook_share_port: bool, webhook_cert_dir: str | None,
          webhook_cert_secret: str, webhook_cert_namespace: str | None,
          webhook_service_name: str, webhook_cert_hosts: str, webhook_configuration_name: str,
-         webhook_cert_poll_seconds: float, admission_allowed_kinds: str, status_writers: tuple[str, ...],
+         webhook_cert_poll_seconds: float, webhook_client_ca: str | None, webhook_client_names: tuple[str, ...],
+         webhook_token_file: str | None, webhook_access_reviews_per_second: float, webhook_access_reviews_burst: int,
+         webhook_access_reviews_total: float, unknown_tokens_per_second: float, unknown_tokens_burst: int,
+         admission_allowed_kinds: str, status_writers: tuple[str, ...],
          log_level: str, log_format: str, connect_only: bool) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     if leader_elect:
@@ -262,6 +304,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
             server.parse_bind_address(http_bind_address)
         except ValueError as err:
             raise click.UsageError(str(err)) from err
+    if webhook_client_names and not webhook_client_ca:
+        raise click.UsageError("--webhook-client-name needs --webhook-client-ca")
     if webhook_enabled:
         try:
             server.parse_bind_address(webhook_bind_address)
@@ -330,6 +374,9 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
     stop = threading.Event()
     worker = threading.Thread(target=dispatcher.run, args=(stop,), name="dispatcher", daemon=True)
     webhook = None
+    # Counted by the webhooks and by /metrics' gate, shown on /metrics.
+    refusals = callers.CallerRefusals()
+    dispatcher.metrics.sources.caller_refusals = refusals.snapshot
     if webhook_enabled:
         # Before leader election: every replica answers admission, or a standby behind the Service would refuse.
         namespace = webhook_cert_namespace or leader_elect_namespace or default_namespace()
@@ -347,7 +394,10 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                                max_items=max_items, max_appwrapper_bytes=max_appwrapper_bytes,
                                share_port=webhook_share_port,
                                admission=admission_config(admission_allowed_kinds, protected, allowed_protected,
-                                                          status_writers=frozenset({own, *status_writers})))
+                                                          status_writers=frozenset({own, *status_writers})),
+                               clients=WebhookClients(webhook_client_ca, webhook_client_names, webhook_token_file,
+                                                      webhook_access_reviews_per_second, webhook_access_reviews_burst,
+                                                      webhook_access_reviews_total, refusals))
         except OSError as err:
             logger.error("cannot serve the admission webhooks", address=webhook_bind_address, reason=str(err))
             sys.exit(2)
@@ -359,7 +409,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
     if http_bind_address != "0":
         try:
             http = _http_server(http_bind_address, dispatcher, informers, conn, recorder, elector, worker, stop,
-                                identity, webhook, insecure=insecure_debug_endpoints, hub=hub)
+                                identity, webhook, insecure=insecure_debug_endpoints, hub=hub,
+                                unknown_tokens=(unknown_tokens_per_second, unknown_tokens_burst), refusals=refusals)
         except OSError as err:
             logger.error("cannot serve metrics and health", address=http_bind_address, reason=str(err))
             sys.exit(2)
@@ -450,31 +501,61 @@ def admission_config(allowed_kinds: str, protected: frozenset[str],
                                             status_writers=status_writers)
 
 
+@dataclasses.dataclass(frozen=True)
+class WebhookClients:
+    """Who may call the webhooks (``mcad.admission.callers``) and what any caller may cost."""
+
+    client_ca: str | None = None
+    client_names: tuple[str, ...] = ()
+    token_file: str | None = None
+    access_reviews_per_second: float = callers.ACCESS_REVIEWS_PER_SOURCE
+    access_reviews_burst: int = callers.ACCESS_REVIEWS_BURST
+    access_reviews_total: float = callers.ACCESS_REVIEWS_TOTAL
+    refusals: callers.CallerRefusals = dataclasses.field(default_factory=callers.CallerRefusals)
+
+    def check(self) -> callers.CallerCheck | None:
+        if self.client_ca is None and self.token_file is None:
+            return None
+        token = callers.WatchedFile(self.token_file) if self.token_file is not None else None
+        return callers.CallerCheck(client_certificate=self.client_ca is not None, names=self.client_names,
+                                   token=token, refusals=self.refusals)
+
+
 def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: str | None, secret: str,
              service: str, hosts: list[str], configuration: str, poll_seconds: float,
              max_items: int, max_appwrapper_bytes: int, share_port: bool,
-             admission: admission_review.AdmissionConfig | None = None) -> Webhook:
+             admission: admission_review.AdmissionConfig | None = None,
+             clients: WebhookClients | None = None) -> Webhook:
+    clients = clients or WebhookClients()
+    client_ca = callers.WatchedFile(clients.client_ca, what="webhook client CA").current \
+        if clients.client_ca is not None else None
     certificates: webhook_certs.SecretCertificates | webhook_certs.DirectoryCertificates
     if cert_dir is not None:
-        certificates = webhook_certs.DirectoryCertificates(cert_dir, poll_seconds=poll_seconds)
+        certificates = webhook_certs.DirectoryCertificates(cert_dir, poll_seconds=poll_seconds, client_ca=client_ca)
     else:
         certificates = webhook_certs.SecretCertificates(
             conn, namespace=namespace, secret=secret, hosts=webhook_certs.service_hosts(service, namespace, hosts),
-            configuration=configuration, poll_seconds=poll_seconds)
+            configuration=configuration, poll_seconds=poll_seconds, client_ca=client_ca)
     # The controller's own namespace is protected; admission judges with the bounds dispatch uses.
     config = dataclasses.replace(admission or admission_review.AdmissionConfig(), controller_namespace=namespace,
                                  limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes))
-    mutate, validate = admission_review.build(KubeFacts(conn), config)
+    access_reviews = callers.SourceBuckets(per_source=clients.access_reviews_per_second,
+                                           burst=clients.access_reviews_burst, total=clients.access_reviews_total)
+    mutate, validate = admission_review.build(KubeFacts(conn, access_reviews=access_reviews,
+                                                        refusals=clients.refusals), config)
     httpd = webhook_server.WebhookServer(address, tls=certificates.context, mutate=mutate, validate=validate,
                                          max_body_bytes=webhook_server.max_body_bytes(max_appwrapper_bytes),
-                                         share_port=share_port)
+                                         share_port=share_port, caller_check=clients.check())
     return Webhook(httpd, certificates)
 
 
 def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[object]], conn: kube.Connection,
                  recorder: events.EventRecorder, elector: LeaderElector | None, worker: threading.Thread,
                  stop: threading.Event, identity: str, webhook: Webhook | None = None, *,
-                 insecure: bool = False, hub: Hub | None = None) -> server.Server:
+                 insecure: bool = False, hub: Hub | None = None,
+                 unknown_tokens: tuple[float, int] = (endpointauth.UNKNOWN_TOKENS_PER_SECOND,
+                                                      endpointauth.UNKNOWN_TOKENS_BURST),
+                 refusals: callers.CallerRefusals | None = None) -> server.Server:
     """/metrics, /healthz, /readyz and /debug over this process's dispatcher, informers and elector."""
     def leading() -> bool:
         return elector is None or elector.is_leader
@@ -505,7 +586,8 @@ def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[
         structlog.get_logger("mcad.controller").warning(
             "--insecure-debug-endpoints: /metrics and /debug answer anyone who reaches the port, every tenant's "
             "queue included; use it for local debugging only", address=address)
-    gate = None if insecure else Gate(ApiReviews(conn))
+    gate = None if insecure else Gate(
+        ApiReviews(conn), unknown_tokens=callers.TokenBucket(*unknown_tokens, time.monotonic), refusals=refusals)
     # The dashboard's headline numbers: the metrics sampled every 10 s for an hour (it starts with the server,
     # so a standby has its own hour ready when it takes over; its counters start at zero, as after a restart).
     history = MetricsHistory(dispatcher.metrics)

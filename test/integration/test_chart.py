@@ -96,8 +96,8 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
     assert sorted(o["kind"] for o in objects if not endpoint_access(o)) == [
                                                   "ClusterRole", "ClusterRole", "ClusterRoleBinding",
                                                   "ClusterRoleBinding", "Deployment",
-                                                  "MutatingWebhookConfiguration", "Role", "Role", "RoleBinding",
-                                                  "RoleBinding", "Secret", "Service", "ServiceAccount",
+                                                  "MutatingWebhookConfiguration", "NetworkPolicy", "Role", "Role",
+                                                  "RoleBinding", "RoleBinding", "Secret", "Service", "ServiceAccount",
                                                   "ValidatingWebhookConfiguration"]
     deployment = by_kind(objects, "Deployment")
     assert deployment["metadata"]["name"] == "mcad-controller"
@@ -617,3 +617,104 @@ def test_the_service_monitor_sends_prometheus_token_and_may_bind_its_account(tmp
     monitor = by_kind(chart.render(values=values, tmp=tmp_path), "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["authorization"] == secret
     assert "bearerTokenFile" not in monitor["spec"]["endpoints"][0]
+
+
+# ---------------------------------------------------------------------------------------------- who may call
+
+
+def controller_flags() -> set[str]:
+    from mcad.cli.controller import main
+
+    return {opt for param in main.params for opt in getattr(param, "opts", ())}
+
+
+def flag_names(args: list[str]) -> set[str]:
+    return {a.split("=", 1)[0] for a in args}
+
+
+def network_policy(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return by_kind(objects, "NetworkPolicy")
+
+
+def test_the_network_policy_selects_the_controller_and_admits_every_peer_until_told_whom() -> None:
+    objects = chart.render()
+    policy = network_policy(objects)
+    deployment = by_kind(objects, "Deployment")
+    assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    # Unset, it admits what reaches the two ports from anywhere (and nothing else): installing it changes nothing.
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": "webhook", "protocol": "TCP"}]},
+                                         {"ports": [{"port": "http", "protocol": "TCP"}]}]
+    # The ports it names are the container's.
+    named_ports = {p["name"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == named_ports
+
+
+def test_given_the_api_servers_range_only_it_reaches_the_webhooks_and_the_http_port_only_it_and_listed_peers(
+        tmp_path: Path) -> None:
+    prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                  "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+    values = {"networkPolicy": {"apiServerCIDRs": ["10.0.0.10/32", "10.0.0.11/32"], "httpFrom": [prometheus]}}
+    webhook_rule, http_rule = network_policy(chart.render(values=values, tmp=tmp_path))["spec"]["ingress"]
+    api_servers = [{"ipBlock": {"cidr": "10.0.0.10/32"}}, {"ipBlock": {"cidr": "10.0.0.11/32"}}]
+    assert webhook_rule == {"ports": [{"port": "webhook", "protocol": "TCP"}], "from": api_servers}
+    assert http_rule == {"ports": [{"port": "http", "protocol": "TCP"}], "from": [*api_servers, prometheus]}
+
+
+def test_listed_http_peers_alone_restrict_the_http_port_not_the_webhooks(tmp_path: Path) -> None:
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    webhook_rule, http_rule = network_policy(chart.render(
+        values={"networkPolicy": {"httpFrom": [peer]}}, tmp=tmp_path))["spec"]["ingress"]
+    assert "from" not in webhook_rule
+    assert http_rule["from"] == [peer]
+
+
+def test_the_network_policy_follows_the_webhook_and_can_be_left_out() -> None:
+    assert network_policy(chart.render("webhook.enabled=false"))["spec"]["ingress"] == [
+        {"ports": [{"port": "http", "protocol": "TCP"}]}]
+    assert "NetworkPolicy" not in {o["kind"] for o in chart.render("networkPolicy.enabled=false")}
+
+
+def test_webhook_client_auth_is_off_by_default() -> None:
+    pod = controller_pod(chart.render())
+    args = pod["containers"][0]["args"]
+    assert not [a for a in args if a.startswith(("--webhook-client", "--webhook-token", "--webhook-access",
+                                                 "--unknown-tokens"))]
+    assert "volumeMounts" not in pod["containers"][0]
+
+
+def test_webhook_client_auth_mounts_the_secret_and_passes_the_flags(tmp_path: Path) -> None:
+    values = {"webhook": {"clientAuth": {"secretName": "apiserver-webhook-client", "certificate": True,
+                                         "names": ["kube-apiserver-webhook-client"], "token": True},
+                          "accessReviews": {"perSecond": 10, "burst": 100, "total": 30}},
+              "controller": {"unknownTokensPerSecond": 2, "unknownTokensBurst": 8}}
+    pod = controller_pod(chart.render(values=values, tmp=tmp_path))
+    container = pod["containers"][0]
+    args = container["args"]
+    wanted = ["--webhook-client-ca=/etc/mcad/webhook-client/ca.crt",
+              "--webhook-client-name=kube-apiserver-webhook-client",
+              "--webhook-token-file=/etc/mcad/webhook-client/token",
+              "--webhook-access-reviews-per-second=10", "--webhook-access-reviews-burst=100",
+              "--webhook-access-reviews-total=30", "--unknown-tokens-per-second=2", "--unknown-tokens-burst=8"]
+    assert [a for a in args if a in wanted] == wanted
+    assert flag_names(wanted) <= controller_flags()  # the controller has every flag the chart passes
+    assert container["volumeMounts"] == [
+        {"name": "webhook-client", "mountPath": "/etc/mcad/webhook-client", "readOnly": True}]
+    assert pod["volumes"] == [{"name": "webhook-client", "secret": {"secretName": "apiserver-webhook-client"}}]
+
+
+def test_token_only_client_auth_passes_no_certificate_flags(tmp_path: Path) -> None:
+    values = {"webhook": {"clientAuth": {"secretName": "s", "token": True}}}
+    args = controller_pod(chart.render(values=values, tmp=tmp_path))["containers"][0]["args"]
+    assert "--webhook-token-file=/etc/mcad/webhook-client/token" in args
+    assert not [a for a in args if a.startswith("--webhook-client")]
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"webhook": {"clientAuth": {"certificate": True}}}, r"needs webhook\.clientAuth\.secretName"),
+    ({"webhook": {"clientAuth": {"token": True}}}, r"needs webhook\.clientAuth\.secretName"),
+    ({"webhook": {"clientAuth": {"secretName": "s", "names": ["x"]}}}, r"names needs webhook\.clientAuth\.certificate"),
+])
+def test_client_auth_the_chart_cannot_serve_is_refused(tmp_path: Path, values: dict[str, Any], message: str) -> None:
+    with pytest.raises(RuntimeError, match=message):
+        chart.render(values=values, tmp=tmp_path)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 
 from test.support import load_hack_module
@@ -56,3 +60,27 @@ def test_default_cluster_uses_dev_kubeconfig_and_others_a_suffixed_one(monkeypat
     assert lc.Layout("mcad").kubeconfig == lc.REPO / ".dev" / "kubeconfig"
     assert lc.Layout("worker1").kubeconfig == lc.REPO / ".dev" / "kubeconfig-worker1"
     assert lc.Layout("worker1").state == lc.REPO / ".dev" / "clusters" / "worker1"
+
+
+def test_webhook_client_credentials_go_to_one_webhook_host_only(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API server's admission kubeconfig names 127.0.0.1:<port> alone: no "*" entry and no current context,
+    which the API server would otherwise use for every other webhook too."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl makes the cluster's certificates")
+    monkeypatch.setenv("MCAD_DEV_DIR", str(tmp_path))
+    layout = lc.Layout("unit")
+    lc.make_pki(layout.pki)
+    found = lc.webhook_client_config(layout, 23456)
+    assert found["port"] == 23456 and found["name"] == lc.WEBHOOK_CLIENT_NAME
+    kubeconfig = json.loads((layout.state / "admission-kubeconfig.json").read_text())
+    assert [u["name"] for u in kubeconfig["users"]] == ["127.0.0.1:23456"]
+    assert "current-context" not in kubeconfig and "contexts" not in kubeconfig
+    user = kubeconfig["users"][0]["user"]
+    assert user["token"] == Path(found["token_file"]).read_text().strip()
+    assert user["client-certificate"] == found["cert"] and user["client-key"] == found["key"]
+    config = json.loads((layout.state / "admission-config.json").read_text())
+    assert config["kind"] == "AdmissionConfiguration"
+    assert {p["name"]: p["configuration"]["kubeConfigFile"] for p in config["plugins"]} == {
+        "ValidatingAdmissionWebhook": str(layout.state / "admission-kubeconfig.json"),
+        "MutatingAdmissionWebhook": str(layout.state / "admission-kubeconfig.json")}
