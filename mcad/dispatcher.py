@@ -44,7 +44,12 @@ from mcad.assess import Assessment, assess
 from mcad.clock import Clock, RealClock
 from mcad.dispatches import Dispatches
 from mcad.dispatchjob import Dispatched, Writer
-from mcad.evictions import Evictions
+from mcad.evictions import (
+    BACKOFF_CAP_FACTOR,
+    DEFAULT_MAX_EVICTIONS_PER_MINUTE,
+    DEFAULT_PREEMPTION_BACKOFF_SECONDS,
+    Evictions,
+)
 from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
 from mcad.follower import Follower
 from mcad.hub.clusters import Policy as ClusterPolicy
@@ -58,7 +63,7 @@ from mcad.metrics import PUBLISH_INTERVAL_SECONDS, LoopState, Metrics
 from mcad.notices import Notices
 from mcad.pending import PendingQueue, demand_group
 from mcad.pinning import PLACEMENT_MODES, Here, Pinning, Ungated
-from mcad.preemption import Preemptors
+from mcad.preemption import EvictionBudget, Preemptors
 from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
 from mcad.reservations import BEHIND, DEFAULT_RESERVATIONS, Pass, Reservations
 from mcad.retry import Backoff, Policy
@@ -115,6 +120,8 @@ class Dispatcher:
                  quota_subtrees: Store[quota_trees.SubtreeView] | None = None, hub: WorkerClusters | None = None,
                  cluster_policy: ClusterPolicy | None = None,
                  victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
+                 preemption_backoff: float = DEFAULT_PREEMPTION_BACKOFF_SECONDS,
+                 max_evictions_per_minute: int = DEFAULT_MAX_EVICTIONS_PER_MINUTE,
                  protected_namespaces: frozenset[str] = frozenset(),
                  reservations: int = DEFAULT_RESERVATIONS, placement: str = "binding") -> None:
         if fit not in FIT_MODES:
@@ -154,7 +161,7 @@ class Dispatcher:
         # The last view of each dispatched AppWrapper: once it is deleted, its items say what to clean up.
         self._dispatched: dict[str, AppWrapperView] = {}
         # Priority preemption and quota reclaim: who waits for which victims (mcad.preemption).
-        self.preemptors = Preemptors(victim_timeout)
+        self.preemptors = Preemptors(victim_timeout, preemption_backoff, preemption_backoff * BACKOFF_CAP_FACTOR)
         # Namespaces where nothing is created (kube-system, the controller's own): an AppWrapper there fails at
         # once, whatever admission let through.
         self.protected_namespaces = protected_namespaces
@@ -185,7 +192,8 @@ class Dispatcher:
         self.evictions = Evictions(self.preemptors, self.accountant, self.targets, self, dispatched=self._dispatched,
                                    in_flight=self.dispatches.in_flight, appwrappers=appwrappers,
                                    queue=self.queue, clock=self.clock, writes=self.writes, pods=writer,
-                                   priority_preemption=preemption)
+                                   priority_preemption=preemption,
+                                   budget=EvictionBudget(max_evictions_per_minute))
         # What waiting AppWrappers are told (their Backoff status), written only when it changes.
         self.notices = Notices(self.pending, appwrappers, self, metrics=self.metrics, clock=self.clock,
                                strict_fifo=strict_fifo)
@@ -653,7 +661,8 @@ class Dispatcher:
                 dispatched += 1
                 snapshot.take(need, fit.plan)
                 continue
-            if self.evictions.makes_room(aw, need, snapshot, reclaim=not held):  # 5
+            room = self.evictions.makes_room(aw, need, snapshot, reclaim=not held)  # 5
+            if room.holds:
                 held_by = f"held behind {key}, which is preempting lower-priority AppWrappers to make room"
                 cursor.stop()
                 continue
@@ -665,6 +674,8 @@ class Dispatcher:
             else:
                 told = reserving.wait(aw, need, fit)
             about, why = self._why_waiting(aw, *told)
+            if room.about:  # it outranks running work, yet evicts nobody: say why
+                about, why = about | {room.about}, partial(lambda w, r: f"{w()}; {r}", why, room.why)
             if self.strict_fifo and not could_ever_fit(aw, need, snapshot, self.targets, fit):
                 # It would hold everyone behind it for ever: let them pass, and say so.
                 about = about | {"never fits"}
@@ -685,12 +696,15 @@ class Dispatcher:
             self.pending.remove(key)
         self._pass = reserving  # what members and newcomers are told of reservations
         try:
-            for aw, about, why in waiting:
-                self.notices.tell(aw, about, why)
-                if not self.strict_fifo:
+            if not self.strict_fifo:
+                for aw, about, _ in waiting:
                     # Members are told again when what they lack changes, not when reservations ahead come and go:
                     # that would rewrite every member of a group (10,000 small ones) each time.
                     self.notices.refresh_group(aw, about - {BEHIND}, snapshot)
+            # Then the ones the pass judged: a group's refresh knows only what they lack, not all the pass found
+            # (a member of another's group may be a head of its own with more to say, e.g. why it evicts nobody).
+            for aw, about, why in waiting:
+                self.notices.tell(aw, about, why)
             self.notices.announce(snapshot, held_by)
         finally:
             self._pass = None
@@ -767,7 +781,7 @@ class Dispatcher:
         self._reserve(aw, plan)
         self.sites.placing(aw.key, cluster)
         reclaimed = aw.key in self.preemptors.reclaiming
-        self.preemptors.done(aw.key)
+        self.preemptors.dispatched(aw.key)
         if reclaimed:
             # Ones it held earlier in this cycle (they would have borrowed what it reclaimed) may go now.
             self.queue.add(DISPATCH)
