@@ -13,7 +13,8 @@ Contract:
   (``_dispatch_cycle``, its steps numbered): the queued AppWrappers in order (priority, creation time, name), one
   fit check (``fit.fits``) per demand group, over a snapshot of free room; every one that fits is dispatched:
   reserved now, its objects written in the background (``mcad.dispatchjob``), released if they fail. With strict
-  FIFO the cycle stops at the first that does not fit; one that makes room by eviction (``mcad.evictions``)
+  FIFO one that does not fit holds back the later ones of its quota node, or everything when it waits for the
+  cluster's room (``mcad.fifo`` has the rule); one that makes room by eviction (``mcad.evictions``)
   holds everything behind it. Capacity that frees up triggers a cycle at once; there are no timed sleeps.
 - Statuses are the loop's decisions, written until they land (``mcad.statussync``) and only when they differ
   from the last one decided or seen; waiting AppWrappers are told what blocks them by ``mcad.notices``;
@@ -50,6 +51,7 @@ from mcad.evictions import (
     DEFAULT_PREEMPTION_BACKOFF_SECONDS,
     Evictions,
 )
+from mcad.fifo import BEHIND_IN_DOMAIN, StrictFifo
 from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
 from mcad.follower import Follower
 from mcad.hub.clusters import Policy as ClusterPolicy
@@ -373,7 +375,8 @@ class Dispatcher:
         reserving = self.reservations.start(self._snapshot(scratch_quota=True), self.clock.now(), dry_run=True)
         return assess(self.pending, self.appwrappers, reserving,
                       preemptors=self.preemptors, draining=self._draining,
-                      blocked_by_reclaim=self.evictions.blocked_by_reclaim, strict_fifo=self.strict_fifo)
+                      blocked_by_reclaim=self.evictions.blocked_by_reclaim, strict_fifo=self.strict_fifo,
+                      targets=self.targets)
 
     def status_of(self, aw: AppWrapperView) -> StatusView:
         """Its status as this controller knows it: the last one written, else the last one seen."""
@@ -618,9 +621,10 @@ class Dispatcher:
         4. It fits: dispatch it (reserved now, written in the background) and take its room from the snapshot.
         5. It does not: if victims are going away for it, or it can make room by evicting others (quota reclaim,
            then priority preemption), it holds the queue: the pass stops, nothing behind it may take that room.
-        6. Else it waits: it takes a reservation if one is left (not with strict FIFO, where the pass stops there,
-           unless it could never fit the empty cluster); why it waits is written after the pass (once the
-           dispatched ones left, so positions are right).
+        6. Else it waits: it takes a reservation if one is left (not with strict FIFO, where it holds what it
+           waits for, ``mcad.fifo``: its quota node and those charged there or below when quota blocks it, the
+           whole cluster (the pass stops) when room does; nothing if it could never run); why it waits is written
+           after the pass (once the dispatched ones left, so positions are right).
         7. After the pass: drop the dispatched from the queue, write the Backoff of those that wait and refresh
            their groups' members when what blocks the head changed, and announce the newcomers."""
         started = time.perf_counter()
@@ -631,6 +635,7 @@ class Dispatcher:
         reserving = self.reservations.start(snapshot, self.clock.now())
         cursor = self.pending.cycle()
         held_by = ""  # why the cycle stopped early, when a preemptor holds the queue
+        fifo = StrictFifo(snapshot.quota.forest if snapshot.quota is not None else None) if self.strict_fifo else None
         done: list[str] = []
         waiting: list[tuple[AppWrapperView, frozenset[str], Callable[[], str]]] = []
         dispatched = 0
@@ -646,6 +651,14 @@ class Dispatcher:
                 continue
             if self.dispatches.waiting(key):
                 cursor.passed()  # its last dispatch failed: not before its backoff passes (its timer says when)
+                continue
+            if fifo is not None and key not in self.preemptors and fifo.held(aw):
+                # Strict FIFO: an earlier one of its quota node (or namespace) cannot dispatch (mcad.fifo).
+                waiting.append((aw, frozenset({BEHIND_IN_DOMAIN}), partial(str, BEHIND_IN_DOMAIN)))
+                if fifo.by_quota(aw):
+                    cursor.blocked()  # its group shares its quota nodes: all held alike
+                else:
+                    cursor.passed()
                 continue
             # Its own pods can exist already (the controller stopped between creating its objects and
             # recording that): they are in use, so only the rest of the demand must fit.
@@ -685,8 +698,11 @@ class Dispatcher:
                 cursor.blocked()
                 continue
             waiting.append((aw, about, why))
-            if self.strict_fifo:
-                cursor.stop()
+            if fifo is not None:
+                if fifo.hold(aw, fit):
+                    cursor.stop()  # it waits for the cluster's room: everything behind it waits
+                else:
+                    cursor.blocked()  # it waits on its quota: what it holds is in fifo, its group is held alike
             elif not reserving.full and reserving.holds(key):
                 cursor.passed()  # the next of its group takes the next reservation (other nodes), if it may
             else:

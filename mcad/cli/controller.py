@@ -89,8 +89,10 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
               help="Kubeconfig file. Default: $KUBECONFIG, else the in-cluster service account, else ~/.kube/config.")
 @click.option("--context", default=None, help="Kubeconfig context to use (default: its current-context).")
 @click.option("--strict-fifo", is_flag=True,
-              help="Dispatch strictly in order: an AppWrapper that does not fit blocks every one behind it. "
-                   "Default: best-effort FIFO, where later AppWrappers that fit go ahead of a blocked one.")
+              help="Dispatch strictly in order per quota node: an AppWrapper its quota node cannot take holds "
+                   "back the later ones charged at that node (or below it); one waiting for the cluster's room "
+                   "holds back every one behind it; one that could never run holds nobody. Default: best-effort "
+                   "FIFO, where later AppWrappers that fit go ahead of a blocked one.")
 @click.option("--reservations", type=click.IntRange(min=0, max=1000), default=DEFAULT_RESERVATIONS,
               help="How many blocked AppWrappers (the first in dispatch order that wait for room) hold a "
                    "reservation at once: the nodes their pods would pack onto once running work ends (with "
