@@ -65,7 +65,7 @@ from mcad.metrics import PUBLISH_INTERVAL_SECONDS, LoopState, Metrics
 from mcad.notices import Notices
 from mcad.pending import PendingQueue, demand_group
 from mcad.pinning import PLACEMENT_MODES, Here, Pinning, Ungated
-from mcad.preemption import EvictionBudget, Preemptors
+from mcad.preemption import EvictionBudget, Preemptors, preemption_refusal
 from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
 from mcad.reservations import BEHIND, DEFAULT_RESERVATIONS, Pass, Reservations
 from mcad.retry import Backoff, Policy
@@ -692,8 +692,10 @@ class Dispatcher:
             if self.strict_fifo and not could_ever_fit(aw, need, snapshot, self.targets, fit):
                 # It would hold everyone behind it for ever: let them pass, and say so.
                 about = about | {"never fits"}
-                why = partial(lambda w: f"{w()}; it cannot fit even the empty cluster, so it does not hold the "
-                                        f"queue (strict FIFO)", why)
+                never = preemption_refusal(aw, need, snapshot, self.targets)
+                if not never or never == "it would not fit even the empty cluster":
+                    never = "it cannot fit even the empty cluster"
+                why = partial(lambda w, n: f"{w()}; {n}, so it does not hold the queue (strict FIFO)", why, never)
                 waiting.append((aw, about, why))
                 cursor.blocked()
                 continue

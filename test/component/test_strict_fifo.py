@@ -71,3 +71,6 @@ def test_one_that_could_never_run_holds_nobody(harness_factory: Any) -> None:
     applied = set(h.writer.applied)
     assert "a2-cm" in applied, "a1 asks more than a's hard limit of 2: it could never run, so it holds nobody"
     assert "a1-cm" not in applied and "a3-cm" not in applied
+    assert last_status(h, "a1")["message"].split("; position")[0].endswith(
+        "it asks more than quota node a of tree t allows at all: cpu needs 3, 2 of 2 left (charged at a), so it "
+        "does not hold the queue (strict FIFO)")
