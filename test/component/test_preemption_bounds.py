@@ -130,3 +130,23 @@ def test_no_more_victims_than_the_bound_in_a_minute_and_the_preemptor_says_so(ha
     h.clock.advance(60)
     h.drain()
     assert h.dispatcher.preemptions == 2 and states(h)["low-a"] == "Pending"
+
+
+def test_quota_reclaim_counts_against_the_same_eviction_bound(harness_factory: Any) -> None:
+    # silver borrows gold's unused 2 cpu (s1, s2); gold wants its own 2 back, but the bound allows no eviction yet.
+    tree = [subtree("root", "t", {"root": "4"}), subtree("kids", "t", {"gold": "2", "silver": "2"}, parent="root")]
+    later = labelled("s2", "2", t="silver")
+    later["metadata"]["creationTimestamp"] = "2026-01-01T00:00:01Z"
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[labelled("s1", "2", t="silver"), later],
+                        fit="aggregate", quota_subtrees=quota_informer(tree), max_evictions_per_minute=1)
+    h.drain()
+    assert states(h) == {"s1": "Running", "s2": "Running"}
+    h.dispatcher.evictions.budget.spend(1, h.clock.monotonic())  # as if a preemption had just evicted one
+    h.clock.advance(1)
+    add_aw(h, labelled("g", "2", t="gold"))
+    assert states(h) == {"s1": "Running", "s2": "Running", "g": "Pending"}
+    assert "reclaiming its quota: it would evict 1 AppWrapper(s), but the controller evicts at most 1 a minute" in \
+        last_status(h, "g")["message"]
+    h.clock.advance(59)
+    h.drain()
+    assert states(h)["s2"] == "Pending" and h.dispatcher.preemptions == 1, "reclaimed once the minute is over"
