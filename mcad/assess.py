@@ -4,8 +4,8 @@ Contract:
 - ``assess(...)`` walks the queue in dispatch order with the cycle's own rules (``fit.fits`` over a snapshot with
   the reservations of blocked ones taken as the walk makes them, backfill included (``mcad.reservations``, a dry
   run of its pass); one fit check per demand group: a group blocked once stays blocked; a reclaim under way holds
-  back those that would borrow; strict FIFO and a preemptor waiting for its victims hold back everything behind
-  them) and says,
+  back those that would borrow; a preemptor waiting for its victims holds back everything behind it, and strict
+  FIFO what ``mcad.fifo`` says) and says,
   for each AppWrapper, its state (Queued, Draining: requeued and its old pods are still there, Preempting:
   waiting for victims), whether it fits now and why not.
 - What would be dispatched is taken from the snapshot, and its quota charged there: the caller passes a snapshot
@@ -18,6 +18,8 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 from mcad.api.appwrapper import AppWrapperView
+from mcad.fifo import BEHIND_IN_DOMAIN, StrictFifo
+from mcad.fit import Targets, could_ever_fit, refused
 from mcad.informer import Store
 from mcad.notices import BEHIND_STRICT_FIFO
 from mcad.pending import PendingQueue
@@ -39,8 +41,11 @@ class Assessment:
 
 def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], reserving: Pass, *,
            preemptors: Preemptors, draining: Callable[[AppWrapperView], bool],
-           blocked_by_reclaim: Callable[[AppWrapperView], str], strict_fifo: bool) -> list[Assessment]:
+           blocked_by_reclaim: Callable[[AppWrapperView], str], strict_fifo: bool,
+           targets: Targets) -> list[Assessment]:
     blocked: dict[Hashable, str] = {}
+    quota = reserving.snapshot.quota
+    fifo = StrictFifo(quota.forest if quota is not None else None) if strict_fifo else None
     reserved_heads: set[Hashable] = set()  # groups whose head took a reservation
     held = ""  # why everything behind a blocked head waits (strict FIFO, or a waiting preemptor)
     out = []
@@ -60,6 +65,8 @@ def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], reserving:
                                   "requeued; waiting for the pods of its previous dispatch to go"))
         elif held:
             out.append(Assessment(key, "Queued", False, held))
+        elif fifo is not None and fifo.held(aw):
+            out.append(Assessment(key, "Queued", False, BEHIND_IN_DOMAIN))
         elif group in blocked:
             if group in reserved_heads:  # the head's message tells of its own reservation, not of theirs
                 need = reserving.snapshot.need(key, aw.demand)
@@ -73,6 +80,8 @@ def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], reserving:
             reclaimed = blocked_by_reclaim(aw) if fit.fits else ""
             if reclaimed:
                 out.append(Assessment(key, "Queued", False, reclaimed))
+                if fifo is not None:
+                    fifo.hold(aw, refused("reclaim", reclaimed))  # its domain waits behind it
             elif fit.fits:
                 snapshot.take(need, fit.plan)
                 if snapshot.quota is not None:
@@ -88,6 +97,6 @@ def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], reserving:
                         reserved_heads.add(group)
                 out.append(Assessment(key, "Queued", False, why,
                                       reserving.describe(made) if made is not None else None))
-                if strict_fifo:
+                if fifo is not None and could_ever_fit(aw, need, snapshot, targets, fit) and fifo.hold(aw, fit):
                     held = BEHIND_STRICT_FIFO
     return out

@@ -13,7 +13,8 @@ Contract:
   (``_dispatch_cycle``, its steps numbered): the queued AppWrappers in order (priority, creation time, name), one
   fit check (``fit.fits``) per demand group, over a snapshot of free room; every one that fits is dispatched:
   reserved now, its objects written in the background (``mcad.dispatchjob``), released if they fail. With strict
-  FIFO the cycle stops at the first that does not fit; one that makes room by eviction (``mcad.evictions``)
+  FIFO one that does not fit holds back the later ones of its quota node, or everything when it waits for the
+  cluster's room (``mcad.fifo`` has the rule); one that makes room by eviction (``mcad.evictions``)
   holds everything behind it. Capacity that frees up triggers a cycle at once; there are no timed sleeps.
 - Statuses are the loop's decisions, written until they land (``mcad.statussync``) and only when they differ
   from the last one decided or seen; waiting AppWrappers are told what blocks them by ``mcad.notices``;
@@ -50,7 +51,13 @@ from mcad.assess import Assessment, assess
 from mcad.clock import Clock, RealClock
 from mcad.dispatches import Dispatches
 from mcad.dispatchjob import Dispatched, Writer
-from mcad.evictions import Evictions
+from mcad.evictions import (
+    BACKOFF_CAP_FACTOR,
+    DEFAULT_MAX_EVICTIONS_PER_MINUTE,
+    DEFAULT_PREEMPTION_BACKOFF_SECONDS,
+    Evictions,
+)
+from mcad.fifo import BEHIND_IN_DOMAIN, StrictFifo
 from mcad.fit import Fit, SingleCluster, Targets, could_ever_fit, fits, refused
 from mcad.follower import Follower
 from mcad.hub.clusters import Policy as ClusterPolicy
@@ -64,7 +71,7 @@ from mcad.metrics import PUBLISH_INTERVAL_SECONDS, LoopState, Metrics
 from mcad.notices import Notices
 from mcad.pending import PendingQueue, demand_group
 from mcad.pinning import PLACEMENT_MODES, Here, Pinning, Ungated
-from mcad.preemption import Preemptors
+from mcad.preemption import EvictionBudget, Preemptors, preemption_refusal
 from mcad.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
 from mcad.reservations import BEHIND, DEFAULT_RESERVATIONS, Pass, Reservations
 from mcad.retry import Backoff, Policy
@@ -121,6 +128,8 @@ class Dispatcher:
                  quota_subtrees: Store[quota_trees.SubtreeView] | None = None, hub: WorkerClusters | None = None,
                  cluster_policy: ClusterPolicy | None = None,
                  victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
+                 preemption_backoff: float = DEFAULT_PREEMPTION_BACKOFF_SECONDS,
+                 max_evictions_per_minute: int = DEFAULT_MAX_EVICTIONS_PER_MINUTE,
                  protected_namespaces: frozenset[str] = frozenset(),
                  reservations: int = DEFAULT_RESERVATIONS, placement: str = "binding") -> None:
         if fit not in FIT_MODES:
@@ -165,7 +174,7 @@ class Dispatcher:
         self._decided_final: dict[str, str] = {}
         self._undecided_told: dict[str, tuple[str, str]] = {}
         # Priority preemption and quota reclaim: who waits for which victims (mcad.preemption).
-        self.preemptors = Preemptors(victim_timeout)
+        self.preemptors = Preemptors(victim_timeout, preemption_backoff, preemption_backoff * BACKOFF_CAP_FACTOR)
         # Namespaces where nothing is created (kube-system, the controller's own): an AppWrapper there fails at
         # once, whatever admission let through.
         self.protected_namespaces = protected_namespaces
@@ -196,7 +205,8 @@ class Dispatcher:
         self.evictions = Evictions(self.preemptors, self.accountant, self.targets, self, dispatched=self._dispatched,
                                    in_flight=self.dispatches.in_flight, appwrappers=appwrappers,
                                    queue=self.queue, clock=self.clock, writes=self.writes, pods=writer,
-                                   priority_preemption=preemption)
+                                   priority_preemption=preemption,
+                                   budget=EvictionBudget(max_evictions_per_minute))
         # What waiting AppWrappers are told (their Backoff status), written only when it changes.
         self.notices = Notices(self.pending, appwrappers, self, metrics=self.metrics, clock=self.clock,
                                strict_fifo=strict_fifo)
@@ -380,7 +390,8 @@ class Dispatcher:
         reserving = self.reservations.start(self._snapshot(scratch_quota=True), self.clock.now(), dry_run=True)
         return assess(self.pending, self.appwrappers, reserving,
                       preemptors=self.preemptors, draining=self._draining,
-                      blocked_by_reclaim=self.evictions.blocked_by_reclaim, strict_fifo=self.strict_fifo)
+                      blocked_by_reclaim=self.evictions.blocked_by_reclaim, strict_fifo=self.strict_fifo,
+                      targets=self.targets)
 
     def status_of(self, aw: AppWrapperView) -> StatusView:
         """Its status as this controller knows it: the last one written, else the last one seen."""
@@ -650,9 +661,10 @@ class Dispatcher:
         4. It fits: dispatch it (reserved now, written in the background) and take its room from the snapshot.
         5. It does not: if victims are going away for it, or it can make room by evicting others (quota reclaim,
            then priority preemption), it holds the queue: the pass stops, nothing behind it may take that room.
-        6. Else it waits: it takes a reservation if one is left (not with strict FIFO, where the pass stops there,
-           unless it could never fit the empty cluster); why it waits is written after the pass (once the
-           dispatched ones left, so positions are right).
+        6. Else it waits: it takes a reservation if one is left (not with strict FIFO, where it holds what it
+           waits for, ``mcad.fifo``: its quota node and those charged there or below when quota blocks it, the
+           whole cluster (the pass stops) when room does; nothing if it could never run); why it waits is written
+           after the pass (once the dispatched ones left, so positions are right).
         7. After the pass: drop the dispatched from the queue, write the Backoff of those that wait and refresh
            their groups' members when what blocks the head changed, and announce the newcomers."""
         started = time.perf_counter()
@@ -663,6 +675,7 @@ class Dispatcher:
         reserving = self.reservations.start(snapshot, self.clock.now())
         cursor = self.pending.cycle()
         held_by = ""  # why the cycle stopped early, when a preemptor holds the queue
+        fifo = StrictFifo(snapshot.quota.forest if snapshot.quota is not None else None) if self.strict_fifo else None
         done: list[str] = []
         waiting: list[tuple[AppWrapperView, frozenset[str], Callable[[], str]]] = []
         dispatched = 0
@@ -679,6 +692,14 @@ class Dispatcher:
             if self.dispatches.waiting(key):
                 cursor.passed()  # its last dispatch failed: not before its backoff passes (its timer says when)
                 continue
+            if fifo is not None and key not in self.preemptors and fifo.held(aw):
+                # Strict FIFO: an earlier one of its quota node (or namespace) cannot dispatch (mcad.fifo).
+                waiting.append((aw, frozenset({BEHIND_IN_DOMAIN}), partial(str, BEHIND_IN_DOMAIN)))
+                if fifo.by_quota(aw):
+                    cursor.blocked()  # its group shares its quota nodes: all held alike
+                else:
+                    cursor.passed()
+                continue
             # Its own pods can exist already (the controller stopped between creating its objects and
             # recording that): they are in use, so only the rest of the demand must fit.
             need = snapshot.need(key, aw.demand)
@@ -693,7 +714,8 @@ class Dispatcher:
                 dispatched += 1
                 snapshot.take(need, fit.plan)
                 continue
-            if self.evictions.makes_room(aw, need, snapshot, reclaim=not held):  # 5
+            room = self.evictions.makes_room(aw, need, snapshot, reclaim=not held)  # 5
+            if room.holds:
                 held_by = f"held behind {key}, which is preempting lower-priority AppWrappers to make room"
                 cursor.stop()
                 continue
@@ -705,17 +727,24 @@ class Dispatcher:
             else:
                 told = reserving.wait(aw, need, fit)
             about, why = self._why_waiting(aw, *told)
+            if room.about:  # it outranks running work, yet evicts nobody: say why
+                about, why = about | {room.about}, partial(lambda w, r: f"{w()}; {r}", why, room.why)
             if self.strict_fifo and not could_ever_fit(aw, need, snapshot, self.targets, fit):
                 # It would hold everyone behind it for ever: let them pass, and say so.
                 about = about | {"never fits"}
-                why = partial(lambda w: f"{w()}; it cannot fit even the empty cluster, so it does not hold the "
-                                        f"queue (strict FIFO)", why)
+                never = preemption_refusal(aw, need, snapshot, self.targets)
+                if not never or never == "it would not fit even the empty cluster":
+                    never = "it cannot fit even the empty cluster"
+                why = partial(lambda w, n: f"{w()}; {n}, so it does not hold the queue (strict FIFO)", why, never)
                 waiting.append((aw, about, why))
                 cursor.blocked()
                 continue
             waiting.append((aw, about, why))
-            if self.strict_fifo:
-                cursor.stop()
+            if fifo is not None:
+                if fifo.hold(aw, fit):
+                    cursor.stop()  # it waits for the cluster's room: everything behind it waits
+                else:
+                    cursor.blocked()  # it waits on its quota: what it holds is in fifo, its group is held alike
             elif not reserving.full and reserving.holds(key):
                 cursor.passed()  # the next of its group takes the next reservation (other nodes), if it may
             else:
@@ -725,12 +754,15 @@ class Dispatcher:
             self.pending.remove(key)
         self._pass = reserving  # what members and newcomers are told of reservations
         try:
-            for aw, about, why in waiting:
-                self.notices.tell(aw, about, why)
-                if not self.strict_fifo:
+            if not self.strict_fifo:
+                for aw, about, _ in waiting:
                     # Members are told again when what they lack changes, not when reservations ahead come and go:
                     # that would rewrite every member of a group (10,000 small ones) each time.
                     self.notices.refresh_group(aw, about - {BEHIND}, snapshot)
+            # Then the ones the pass judged: a group's refresh knows only what they lack, not all the pass found
+            # (a member of another's group may be a head of its own with more to say, e.g. why it evicts nobody).
+            for aw, about, why in waiting:
+                self.notices.tell(aw, about, why)
             self.notices.announce(snapshot, held_by)
         finally:
             self._pass = None
@@ -807,7 +839,7 @@ class Dispatcher:
         self._reserve(aw, plan)
         self.sites.placing(aw.key, cluster)
         reclaimed = aw.key in self.preemptors.reclaiming
-        self.preemptors.done(aw.key)
+        self.preemptors.dispatched(aw.key)
         if reclaimed:
             # Ones it held earlier in this cycle (they would have borrowed what it reclaimed) may go now.
             self.queue.add(DISPATCH)

@@ -1,11 +1,19 @@
 """Carrying out preemption and quota reclaim: victims requeued, their preemptor waiting for them, and giving up.
 
 Contract (the dispatcher thread runs this; ``mcad.preemption`` chooses, this module acts):
-- ``makes_room(aw, need, snapshot)`` is asked by a dispatch cycle for a queued AppWrapper that does not fit. It is
-  True while ``aw`` holds the queue because victims go away for it: it waits for those it chose earlier, or it
-  chooses some now, quota reclaim first (borrowers above it), then, with ``--preemption``, priority preemption
-  (strictly lower priorities). Victims are requeued at once keeping their requeuing count, each with its reason
-  (PreemptedByPriority, PreemptedByQuotaReclaim), and the preemptor's Backoff names them.
+- ``makes_room(aw, need, snapshot)`` is asked by a dispatch cycle for a queued AppWrapper that does not fit. Its
+  ``holds`` is True while ``aw`` holds the queue because victims go away for it: it waits for those it chose
+  earlier, or it chooses some now, quota reclaim first (borrowers above it), then, with ``--preemption``, priority
+  preemption (strictly lower priorities), only when it provably runs once they are gone (``mcad.preemption``).
+  When it outranks running work but evicts nobody, ``about``/``why`` say why for its status: an error in its own
+  quota or binding, more than its quota or the cluster could ever give it, no choice of victims that makes it fit,
+  its backoff after a round that did not make it run, or the eviction rate bound.
+- Bounds: at most ``--preemption-max-evictions-per-minute`` victims in any minute, over all preemptors and
+  reclaims (``EvictionBudget``; a cycle is due when the bound allows the round); a preemptor whose victims went
+  and that still did not run evicts nobody for ``--preemption-backoff`` seconds, doubling per round up to 16x,
+  reset when it runs (``Preemptors.backing_off``).
+- Victims are requeued at once keeping their requeuing count, each with its reason (PreemptedByPriority,
+  PreemptedByQuotaReclaim), and the preemptor's Backoff names them.
 - A preemptor waits at most ``victim_timeout`` seconds (a DISPATCH is due then, events or not). Past it, victims'
   pods whose grace period is over are force-deleted (as the kubelet would have by now), the preemptor stops
   holding the queue and an Event says so; it chooses nobody else until those very pods are gone.
@@ -15,6 +23,7 @@ Contract (the dispatcher thread runs this; ``mcad.preemption`` chooses, this mod
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -33,8 +42,10 @@ from mcad.informer import Store
 from mcad.keys import DISPATCH, Key
 from mcad.preemption import (
     Candidate,
+    EvictionBudget,
     Preemptors,
     blocked_by_reclaim,
+    preemption_refusal,
     priority_victims,
     reclaim_victims,
     victim_rank,
@@ -44,6 +55,29 @@ from mcad.workqueue import WorkQueue
 from mcad.writes import Writes
 
 log = structlog.get_logger("mcad.dispatcher")
+
+# Victims evicted in any minute, over every preemptor and reclaim (--preemption-max-evictions-per-minute): well
+# above what a healthy cluster's priority changes evict, low enough that a preemptor gone wrong cannot clear a
+# large cluster in one go.
+DEFAULT_MAX_EVICTIONS_PER_MINUTE = 100
+# A preemptor whose victims went and that still did not run preempts again no sooner than this, doubling per round
+# up to 16 times as long (--preemption-backoff).
+DEFAULT_PREEMPTION_BACKOFF_SECONDS = 60.0
+BACKOFF_CAP_FACTOR = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """What ``makes_room`` decided: ``holds``, victims go away for it and it holds the queue; else, when it outranks
+    running work yet evicts nobody, ``about`` (compared between cycles) and ``why`` (for its Backoff message)."""
+
+    holds: bool
+    about: str = ""
+    why: str = ""
+
+
+HOLDS = Room(True)
+NO_ROOM = Room(False)
 
 
 class PodDeleter(Protocol):
@@ -73,8 +107,9 @@ class Evictions:
     def __init__(self, preemptors: Preemptors, accountant: Accountant, targets: Targets, host: Host, *,
                  dispatched: Mapping[str, AppWrapperView], in_flight: Mapping[str, AppWrapperView],
                  appwrappers: Store[AppWrapperView], queue: WorkQueue[Key], clock: Clock, writes: Writes,
-                 pods: PodDeleter, priority_preemption: bool) -> None:
+                 pods: PodDeleter, priority_preemption: bool, budget: EvictionBudget | None = None) -> None:
         self.preemptors = preemptors
+        self.budget = budget if budget is not None else EvictionBudget(DEFAULT_MAX_EVICTIONS_PER_MINUTE)
         self._accountant = accountant
         self._targets = targets
         self._host = host
@@ -91,31 +126,66 @@ class Evictions:
     def victim_timeout(self) -> float:
         return self.preemptors.victim_timeout
 
-    def makes_room(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, *, reclaim: bool) -> bool:
+    def makes_room(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, *, reclaim: bool) -> Room:
         """Whether ``aw``, which does not fit, holds the queue because victims go away for it (see the module
-        docstring); ``reclaim`` False: a reclaim elsewhere already holds it back from borrowing."""
+        docstring), and, when it evicts nobody though it outranks running work, why; ``reclaim`` False: a reclaim
+        elsewhere already holds it back from borrowing."""
         # Judged before the wait is checked, as that check may be the one that gives up (in this very pass).
         stuck = self.preemptors.stuck(aw.key, lambda uid: self._accountant.ledger.pod(uid) is not None)
         if self._waiting_for_victims(aw.key):
-            return True
+            return HOLDS
         if stuck:
-            return False
-        return (reclaim and self._reclaim_for(aw, need, snapshot)) or \
-            (self._priority_preemption and self._preempt_for(aw, need, snapshot))
+            return NO_ROOM
+        now = self._clock.monotonic()
+        wait = self.preemptors.backing_off(aw.key, now)
+        if wait > 0:
+            if not (self._priority_preemption and self._candidates(aw)) and not self._may_reclaim(aw, snapshot):
+                return NO_ROOM
+            self._queue.add_after(DISPATCH, wait)  # events or not, it is looked at again when it may preempt
+            rounds = self.preemptors.rounds(aw.key)
+            return Room(False, "preemption backoff",
+                        f"it evicted {rounds} round(s) of victims and still did not run, so it evicts nobody "
+                        f"for {wait:.0f} s more (backoff)")
+        if reclaim:
+            room = self._reclaim_for(aw, need, snapshot)
+            if room.holds or room.about:
+                return room
+        if self._priority_preemption:
+            return self._preempt_for(aw, need, snapshot)
+        return NO_ROOM
 
     def blocked_by_reclaim(self, aw: AppWrapperView) -> str:
         return blocked_by_reclaim(aw, self._accountant.quota, self.preemptors.reclaiming)
 
-    def _preempt_for(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> bool:
-        key = aw.key
+    def _candidates(self, aw: AppWrapperView) -> list[Candidate]:
+        """Running AppWrappers of lower priority that nobody has chosen yet."""
         taken = self.preemptors.victims_taken()
-        candidates = [Candidate(victim.key, victim.priority, self._rank(victim))
-                      for victim in self._dispatched.values()
-                      if victim.priority < aw.priority and victim.key not in taken
-                      and victim.key not in self._in_flight and self._host.status_of(victim).state in ACTIVE_STATES]
+        return [Candidate(victim.key, victim.priority, self._rank(victim))
+                for victim in self._dispatched.values()
+                if victim.priority < aw.priority and victim.key not in taken
+                and victim.key not in self._in_flight and self._host.status_of(victim).state in ACTIVE_STATES]
+
+    def _may_reclaim(self, aw: AppWrapperView, snapshot: Snapshot) -> bool:
+        if snapshot.quota is None or aw.held:
+            return False
+        charges = snapshot.quota.forest.charges(aw.labels)[0]
+        return bool(charges) and bool(snapshot.quota.borrowers(charges))
+
+    def _preempt_for(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> Room:
+        key = aw.key
+        candidates = self._candidates(aw)
+        if not candidates:
+            return NO_ROOM  # it outranks nobody running: nothing to say
+        refusal = preemption_refusal(aw, need, snapshot, self._targets)
+        if refusal:
+            return Room(False, "evicts nobody", f"it evicts nobody: {refusal}")
         chosen = priority_victims(aw, need, snapshot, self._targets, candidates, self._accountant.footprint)
         if not chosen:
-            return False
+            return Room(False, "evicts nobody",
+                        "it evicts nobody: it would not fit even with every lower-priority AppWrapper gone")
+        over = self._over_budget(len(chosen))
+        if over:
+            return Room(False, "eviction rate bound", over)
         self._evict(chosen, status.PREEMPTED_BY_PRIORITY, f"Preempted by AppWrapper {key} (priority {aw.priority}).")
         names = sorted(chosen)
         self._start(key, names)
@@ -123,16 +193,29 @@ class Evictions:
         self._host.tell_waiting(aw, frozenset({"preempting"}),
                                 f"preempting {len(names)} lower-priority AppWrapper(s) to make room: "
                                 f"{', '.join(names)}")
-        return True
+        return HOLDS
 
-    def _reclaim_for(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> bool:
+    def _over_budget(self, victims: int) -> str:
+        """Why ``victims`` evictions may not happen now ("" if they may); a cycle is due when they may."""
+        now = self._clock.monotonic()
+        if self.budget.allows(victims, now):
+            return ""
+        wait = self.budget.free_at(victims, now) - now
+        self._queue.add_after(DISPATCH, wait)
+        return (f"it would evict {victims} AppWrapper(s), but the controller evicts at most "
+                f"{self.budget.per_minute} a minute (--preemption-max-evictions-per-minute); it may in {wait:.0f} s")
+
+    def _reclaim_for(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> Room:
         if snapshot.quota is None or aw.held:
-            return False
+            return NO_ROOM
         ranks = {k: self._rank(v) for k, v in self._dispatched.items()}
         exclude = self.preemptors.victims_taken() | set(self._in_flight)
         victims = reclaim_victims(aw, need, snapshot, self._targets, ranks, self._accountant.footprint, exclude)
         if not victims:
-            return False
+            return NO_ROOM
+        over = self._over_budget(len(victims))
+        if over:
+            return Room(False, "eviction rate bound", f"reclaiming its quota: {over}")
         key = aw.key
         self._evict(victims, status.PREEMPTED_BY_QUOTA_RECLAIM,
                     f"Preempted to give borrowed quota back to AppWrapper {key}.")
@@ -141,7 +224,7 @@ class Evictions:
         self._host.tell_waiting(aw, frozenset({"reclaiming"}),
                                 f"reclaiming quota borrowed by {len(victims)} AppWrapper(s): "
                                 f"{', '.join(sorted(victims))}")
-        return True
+        return HOLDS
 
     def _evict(self, victims: Iterable[str], reason: str, message: str) -> None:
         for victim_key in victims:
@@ -149,6 +232,8 @@ class Evictions:
 
     def _start(self, key: str, victims: Iterable[str], reclaim: Charges | None = None) -> None:
         """``key`` waits for ``victims`` to go, holding the queue, for at most ``victim_timeout`` seconds."""
+        victims = list(victims)
+        self.budget.spend(len(victims), self._clock.monotonic())
         self.preemptors.start(key, victims, self._clock.monotonic(), reclaim)
         self._queue.add_after(DISPATCH, self.victim_timeout)  # looks again at the latest then, events or not
 

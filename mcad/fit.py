@@ -13,7 +13,8 @@ Contract:
 - ``Targets`` is where a gang may go: ``SingleCluster`` (every node), or the hub's workers
   (``mcad.hub.placement.WorkerPlacement``, one worker per gang). ``node_sets`` lists the node sets one gang may
   use whole.
-- ``could_ever_fit`` and ``fits_without`` answer the questions preemption asks (on the empty cluster; once these
+- ``could_ever_fit`` (quota included: an unknown node or a demand over a hard limit never fits) and
+  ``fits_without`` answer the questions preemption asks (on the empty cluster; once these
   AppWrappers are gone) with the same rules.
 - Pure: reads the snapshot and the views, decides nothing, writes nothing.
 """
@@ -40,6 +41,7 @@ class Fit:
     plan: tuple[PlanEntry, ...] = ()  # --fit=nodes: (node, pod requests, pods)
     cluster: str = ""  # hub mode: the worker it goes to
     short_of_room: bool = False  # it does not fit for want of room (not quota, not a hold): room may be reserved
+    quota_at: tuple[str, str] | None = None  # (tree, node): the quota node it does not fit under
 
 
 def refused(about: str | frozenset[str], why: str) -> Fit:
@@ -93,7 +95,7 @@ def fits(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: 
             return refused("quota: unknown node", unknown)
         verdict = snapshot.quota.check(charges, aw.demand)
         if not verdict.fits:
-            return Fit(False, verdict.about, partial(str, verdict.why))
+            return Fit(False, verdict.about, partial(str, verdict.why), quota_at=verdict.at)
     fit = Fit(True) if snapshot.room is None else targets.fit(aw, need, snapshot)
     if fit.fits and not need.fits_in(snapshot.free):
         return Fit(False, short_resources(need, snapshot.free),
@@ -104,10 +106,15 @@ def fits(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: 
 def could_ever_fit(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: Targets,
                    fit: Fit | None = None) -> bool:
     """Whether ``aw`` would fit with nothing else running: not if it is held (``AppWrapperView.held``), names a
-    quota node that does not exist (``fit`` says so), is larger than the cluster's capacity, or (--fit=nodes) its
-    pods pack onto no set of empty nodes it may use."""
+    quota node that does not exist, asks more than its quota allows even with nothing else charged
+    (``QuotaLedger.never_fits``), is larger than the cluster's capacity, or (--fit=nodes) its pods pack onto no set
+    of empty nodes it may use."""
     if aw.held or (fit is not None and "quota: unknown node" in fit.about):
         return False
+    if snapshot.quota is not None:
+        charges, unknown = snapshot.quota.forest.charges(aw.labels)
+        if unknown or snapshot.quota.never_fits(charges, aw.demand):
+            return False
     if snapshot.room is None or snapshot.consumed(aw.key) or not need.fits_in(snapshot.capacity):
         return need.fits_in(snapshot.capacity)
     return any(placement.pack(aw.gang, nodes, {}).fits  # {}: every node empty

@@ -4,8 +4,11 @@ Contract:
 - ``priority_victims``: for a queued AppWrapper that does not fit, the dispatched AppWrappers of strictly lower
   priority to evict, lowest priority and then most recently dispatched first (``victim_rank``); only as many as
   needed, dropping afterwards any the rest make unnecessary (the most valuable tried first), and none at all unless
-  evicting them makes it fit, capacity (``fit.fits_without``) and quota both. One that would not fit the empty
-  cluster never preempts. Strictly lower priority means a victim can never preempt its preemptor back: no loops.
+  evicting them makes it fit, capacity (``fit.fits_without``) and quota both (over a copy of the quota ledger
+  without them). ``preemption_refusal``: one that could never run as it is never preempts: held, a quota label
+  naming an unknown node (the error is never read as "charged nowhere"), more than its quota allows even with
+  nothing else charged, or more than the empty cluster. Strictly lower priority means a victim can never preempt
+  its preemptor back: no loops.
 - ``reclaim_victims``: for one that does not borrow at its own quota node yet does not fit because others borrowed
   above it, the borrowers to evict (``quota.QuotaLedger.reclaim_victims`` ranks and trims them), so that it fits
   the capacity once they are gone. ``blocked_by_reclaim``: while a reclaim waits for its victims, nobody may borrow
@@ -13,12 +16,15 @@ Contract:
 - ``Preemptors`` remembers who waits for whose pods to go, since when, and who gave up waiting: a preemptor holds
   the queue while its victims are still there, for at most ``victim_timeout`` seconds; then it stops holding the
   queue and preempts nobody else until the very pods it gave up on are gone (else each timeout would evict
-  another round of victims).
+  another round of victims). A preemptor whose wait ended without it dispatching (victims gone, or given up on)
+  may not preempt again for a backoff (``backing_off``), doubling per round up to a cap, reset when it dispatches.
+- ``EvictionBudget``: at most N victims evicted in any minute, over all preemptors and reclaims.
 - Pure: decisions over a ``Snapshot``; times are passed in; the caller requeues the victims and writes statuses.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -49,10 +55,29 @@ def victim_rank(priority: int, dispatched_at: datetime | None, created: datetime
             -(created.timestamp() if created else 0.0), key)
 
 
+def preemption_refusal(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: Targets) -> str:
+    """Why no eviction can ever make ``aw`` run as it is ("" when some might): it is held, its quota labels name a
+    node that does not exist, it asks more than its quota allows at all, or it does not fit the empty cluster.
+    Phrased to follow its Backoff message ("...; it evicts nobody: <this>")."""
+    if aw.held:
+        return "it is held (see above)"
+    if snapshot.quota is not None:
+        charges, unknown = snapshot.quota.forest.charges(aw.labels)
+        if unknown:
+            return "its quota labels name a quota node that does not exist"
+        never = snapshot.quota.never_fits(charges, aw.demand)
+        if never:
+            return never
+    if not could_ever_fit(aw, need, snapshot, targets):
+        return "it would not fit even the empty cluster"
+    return ""
+
+
 def priority_victims(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: Targets,
                      candidates: Iterable[Candidate], footprint: Footprints) -> list[str]:
-    """The fewest lower-priority AppWrappers whose eviction makes ``aw`` fit; [] when no choice does."""
-    if not could_ever_fit(aw, need, snapshot, targets):
+    """The fewest lower-priority AppWrappers whose eviction makes ``aw`` fit; [] when no choice does, and always
+    when ``preemption_refusal`` has a reason (an error in its own quota is never read as "no quota to check")."""
+    if preemption_refusal(aw, need, snapshot, targets):
         return []
     charges = snapshot.quota.forest.charges(aw.labels)[0] if snapshot.quota is not None else ()
 
@@ -119,11 +144,57 @@ def blocked_by_reclaim(aw: AppWrapperView, quota_ledger: quota.QuotaLedger | Non
     return ""
 
 
-class Preemptors:
-    """Who waits for which victims to go (and since when), who reclaims quota, and who gave up waiting."""
+class EvictionBudget:
+    """At most ``per_minute`` victims evicted in any 60 s (0: no bound), over every preemptor and reclaim: however
+    the choice of victims goes wrong, the cluster loses at most that much work a minute. One round larger than the
+    whole bound may go when nothing was evicted in the last minute (else it could never preempt at all)."""
 
-    def __init__(self, victim_timeout: float) -> None:
+    WINDOW = 60.0
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._times: deque[float] = deque()  # when each victim of the last minute was evicted; at most per_minute
+
+    def _prune(self, now: float) -> None:
+        while self._times and self._times[0] <= now - self.WINDOW:
+            self._times.popleft()
+
+    def allows(self, victims: int, now: float) -> bool:
+        if self.per_minute <= 0:
+            return True
+        self._prune(now)
+        return not self._times or len(self._times) + victims <= self.per_minute
+
+    def free_at(self, victims: int, now: float) -> float:
+        """When ``allows(victims)`` turns true (``now`` if it is)."""
+        if self.allows(victims, now):
+            return now
+        if victims > self.per_minute:
+            return self._times[-1] + self.WINDOW  # an oversized round waits for an empty window
+        must_age_out = len(self._times) + victims - self.per_minute  # >= 1, as it is not allowed now
+        return self._times[must_age_out - 1] + self.WINDOW
+
+    def spend(self, victims: int, now: float) -> None:
+        if self.per_minute <= 0:
+            return
+        self._prune(now)
+        self._times.extend([now] * victims)
+        while len(self._times) > max(self.per_minute, victims):  # bounded even after one oversized round
+            self._times.popleft()
+
+
+class Preemptors:
+    """Who waits for which victims to go (and since when), who reclaims quota, who gave up waiting, and who must
+    wait out a backoff before preempting again."""
+
+    def __init__(self, victim_timeout: float, backoff: float = 0.0, backoff_cap: float = 0.0) -> None:
         self.victim_timeout = victim_timeout
+        # A preemptor whose victims went (or that gave up on them) and that still did not dispatch preempts again
+        # no sooner than backoff seconds later, doubling each round up to backoff_cap; dispatching resets it.
+        self.backoff = backoff
+        self.backoff_cap = max(backoff_cap, backoff)
+        self._rounds: dict[str, int] = {}
+        self._not_before: dict[str, float] = {}
         self._waiting: dict[str, frozenset[str]] = {}
         self._since: dict[str, float] = {}
         # Reclaimer -> its charges (while its victims go, nobody else may borrow in those trees).
@@ -145,6 +216,7 @@ class Preemptors:
         chosen = frozenset(victims)
         self._waiting[key] = chosen
         self._since[key] = now
+        self._rounds[key] = self._rounds.get(key, 0) + 1
         self.evicted += len(chosen)
         if reclaim is not None:
             self.reclaiming[key] = reclaim
@@ -168,7 +240,30 @@ class Preemptors:
         if left and now - self._since.get(key, 0.0) < self.victim_timeout:
             return True, frozenset()
         self.done(key)
+        # Its victims went (or it stops waiting for them) and it did not dispatch, or it would not be asked.
+        if self.backoff > 0:
+            rounds = self._rounds.get(key, 1)
+            self._not_before[key] = now + min(self.backoff * 2 ** (rounds - 1), self.backoff_cap)
         return False, left
+
+    def backing_off(self, key: str, now: float) -> float:
+        """Seconds before ``key`` may preempt again (0: it may)."""
+        until = self._not_before.get(key)
+        if until is None:
+            return 0.0
+        if until <= now:
+            del self._not_before[key]
+            return 0.0
+        return until - now
+
+    def rounds(self, key: str) -> int:
+        return self._rounds.get(key, 0)
+
+    def dispatched(self, key: str) -> None:
+        """It runs: it holds nothing and its next preemption (after a requeue) starts a fresh backoff."""
+        self.done(key)
+        self._rounds.pop(key, None)
+        self._not_before.pop(key, None)
 
     def done(self, key: str) -> None:
         """It dispatched, or its victims are gone: it holds nothing any more."""
@@ -196,7 +291,7 @@ class Preemptors:
         return False
 
     def forget(self, key: str) -> None:
-        self.done(key)
+        self.dispatched(key)
         self._abandoned.pop(key, None)
 
     def waiters(self) -> dict[str, frozenset[str]]:

@@ -19,6 +19,8 @@ Contract:
   of every node, updated incrementally on ``charge``/``release``; ``set_forest`` re-derives every charge from the
   stored labels under new trees, so a tree added, changed or removed takes effect at once and nothing is charged
   twice or lost. Lowering a limit evicts nothing by itself: only reclaim does (``reclaim_victims``).
+- ``never_fits``: a demand over the limit of a hard node or the root on its path could not be charged even with
+  nothing else charged: it waits for ever, and nothing may be evicted for it.
 - Reclaim: an AppWrapper that does not borrow at its own node, blocked by borrowers (in quota, or for cluster
   capacity), may take back what they borrowed: ``reclaim_victims`` picks borrowers off its path, lowest priority
   first, then most recently dispatched, only as many as needed.
@@ -221,6 +223,7 @@ class Verdict:
     fits: bool
     about: frozenset[str] = frozenset()
     why: str = ""
+    at: tuple[str, str] | None = None  # (tree, node) whose limit it does not fit under
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,8 +336,23 @@ class QuotaLedger:
                 if short:
                     why = (f"quota: node {name} of tree {tree_name} is full: {short} "
                            f"(charged at {node})")
-                    return Verdict(False, frozenset({f"quota {tree_name}/{name}"}), why)
+                    return Verdict(False, frozenset({f"quota {tree_name}/{name}"}), why, (tree_name, name))
         return Verdict(True)
+
+    def never_fits(self, charges: Charges, demand: ResourceVector) -> str:
+        """Why ``demand`` at ``charges`` would not fit even with nothing else charged anywhere ("" if it would):
+        more than the limit of a hard node or the root on its path. No eviction can ever make room for it."""
+        empty = QuotaLedger(self.forest)
+        for tree_name, node in charges:
+            tree = self.forest.trees.get(tree_name)
+            if tree is None or node not in tree.nodes:
+                continue
+            for name in tree.path(node):
+                quota = tree.nodes[name]
+                if (quota.hard or quota.parent is None) and (short := empty._short(tree, name, demand)):
+                    return (f"it asks more than quota node {name} of tree {tree_name} allows at all: {short} "
+                            f"(charged at {node})")
+        return ""
 
     def _short(self, tree: Tree, node: str, demand: ResourceVector) -> str:
         used = self.usage(tree.name, node)

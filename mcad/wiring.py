@@ -20,6 +20,7 @@ points and ``mcad.debug`` imports it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from mcad import events, kube, quota, tenancy
@@ -53,6 +54,7 @@ def _pod_uid(raw: dict[str, object]) -> str:
 
 def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, preemption: bool = False,
           victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
+          preemption_bounds: Mapping[str, Any] | None = None,
           fit: str = "nodes", legacy_api: bool = False, quota_trees: bool = False,
           recorder: events.EventSink | None = None,
           hub: Hub | None = None, limits: Limits = DEFAULT_LIMITS,
@@ -105,7 +107,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
         dispatcher = Dispatcher(appwrappers=appwrappers, nodes=hub.nodes, pods=hub.pods, writer=client, queue=queue,
                                 strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption, fit=fit,
                                 recorder=recorder, quota_subtrees=subtrees, hub=hub, victim_timeout=victim_timeout,
-                                protected_namespaces=protected_namespaces, reservations=reservations)
+                                protected_namespaces=protected_namespaces, reservations=reservations,
+                                **(preemption_bounds or {}))
     else:
         nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
                          transform=node_view, peers=peers)
@@ -118,7 +121,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                                 strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
                                 preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees,
                                 victim_timeout=victim_timeout, protected_namespaces=protected_namespaces,
-                                reservations=reservations, placement=placement)
+                                reservations=reservations, placement=placement, **(preemption_bounds or {}))
         informers += [nodes, pods]
     if subtrees is not None:
         informers.append(subtrees)

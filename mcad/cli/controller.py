@@ -49,6 +49,7 @@ from mcad.debug import Reports
 from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, Dispatcher
 from mcad.endpointauth import ApiReviews, Gate
 from mcad.errors import ApiError, KubeConnectError
+from mcad.evictions import DEFAULT_MAX_EVICTIONS_PER_MINUTE, DEFAULT_PREEMPTION_BACKOFF_SECONDS
 from mcad.history import SAMPLE_INTERVAL_SECONDS, MetricsHistory
 from mcad.hub.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.hub.connections import DEFAULT_PROBE_PERIOD_SECONDS, Hub
@@ -95,8 +96,10 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
               help="Kubeconfig file. Default: $KUBECONFIG, else the in-cluster service account, else ~/.kube/config.")
 @click.option("--context", default=None, help="Kubeconfig context to use (default: its current-context).")
 @click.option("--strict-fifo", is_flag=True,
-              help="Dispatch strictly in order: an AppWrapper that does not fit blocks every one behind it. "
-                   "Default: best-effort FIFO, where later AppWrappers that fit go ahead of a blocked one.")
+              help="Dispatch strictly in order per quota node: an AppWrapper its quota node cannot take holds "
+                   "back the later ones charged at that node (or below it); one waiting for the cluster's room "
+                   "holds back every one behind it; one that could never run holds nobody. Default: best-effort "
+                   "FIFO, where later AppWrappers that fit go ahead of a blocked one.")
 @click.option("--reservations", type=click.IntRange(min=0, max=1000), default=DEFAULT_RESERVATIONS,
               help="How many blocked AppWrappers (the first in dispatch order that wait for room) hold a "
                    "reservation at once: the nodes their pods would pack onto once running work ends (with "
@@ -114,6 +117,16 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
                    "their pods to go while holding the queue. Then it force-deletes those whose grace period is "
                    "over, stops holding the queue and says so: a pod finalizer or a process ignoring SIGTERM must "
                    "not hold everything behind it for ever.")
+@click.option("--preemption-backoff", "preemption_backoff", type=click.FloatRange(min=0),
+              default=DEFAULT_PREEMPTION_BACKOFF_SECONDS,
+              help="Seconds an AppWrapper whose preemption victims went (or were given up on) and that still did "
+                   "not run must wait before it evicts anyone again (priority preemption or quota reclaim); "
+                   "doubles each round up to 16 times this, and resets once it runs. Its status says so. 0: none.")
+@click.option("--preemption-max-evictions-per-minute", "max_evictions_per_minute", type=click.IntRange(min=0),
+              default=DEFAULT_MAX_EVICTIONS_PER_MINUTE,
+              help="At most this many AppWrappers are evicted in any minute, by all preemptors and quota "
+                   "reclaims together; a preemptor held back by it says so in its status. One round larger than "
+                   "this goes only after a minute with no eviction. 0: no bound.")
 @click.option("--fit", type=click.Choice(FIT_MODES), default="nodes",
               help="nodes: dispatch only if every pod of the AppWrapper can be placed on some node's free room "
                    "(first-fit decreasing, honouring cordons, NoSchedule/NoExecute taints, nodeSelector and "
@@ -277,7 +290,7 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
 @click.option("--connect-only", is_flag=True, help="Connect, check that the AppWrapper CRD is served, and exit.")
 @click.version_option(__version__, prog_name="mcad-controller")
 def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reservations: int, preemption: bool,
-         victim_timeout: float,
+         victim_timeout: float, preemption_backoff: float, max_evictions_per_minute: int,
          fit: str, placement: str,
          write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
@@ -362,6 +375,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
                                   reservations=reservations,
                                   victim_timeout=victim_timeout,
+                                  preemption_bounds={"preemption_backoff": preemption_backoff,
+                                                     "max_evictions_per_minute": max_evictions_per_minute},
                                   fit=fit, placement=placement, legacy_api=legacy_api, quota_trees=quota_trees,
                                   recorder=recorder,
                                   hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes),

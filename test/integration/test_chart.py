@@ -137,7 +137,7 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
 
 def test_every_flag_has_a_value(tmp_path: Path) -> None:
     values = {"controller": {"fit": "aggregate", "placement": "advisory", "preemption": True, "strictFifo": True,
-                             "writeWorkers": 8,
+                             "preemptionBackoffSeconds": 30, "maxEvictionsPerMinute": 20, "writeWorkers": 8,
                              "reservations": 5,
                              "maxItems": 50, "maxAppwrapperBytes": 2097152,
                              "logLevel": "debug", "logFormat": "console", "extraArgs": ["--context=x"],
@@ -150,7 +150,8 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
         "containers"][0]
     assert container["args"] == ["--fit=aggregate", "--placement=advisory", "--write-workers=8", "--max-items=50",
                                  "--default-max-priority=1000", "--max-appwrapper-bytes=2097152", "--log-level=debug",
-                                 "--log-format=console", "--reservations=5", "--preemption", "--strict-fifo",
+                                 "--log-format=console", "--reservations=5", "--preemption", "--preemption-backoff=30",
+                                 "--preemption-max-evictions-per-minute=20", "--strict-fifo",
                                  "--http-bind-address=:9090", "--no-quota", "--legacy-api",
                                  "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
                                  "--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3",

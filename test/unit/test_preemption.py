@@ -8,7 +8,17 @@ from datetime import UTC, datetime
 
 from mcad.accounting import Accountant
 from mcad.api.appwrapper import AppWrapperView
-from mcad.preemption import Candidate, Preemptors, blocked_by_reclaim, priority_victims, reclaim_victims, victim_rank
+from mcad.preemption import (
+    Candidate,
+    EvictionBudget,
+    Preemptors,
+    blocked_by_reclaim,
+    preemption_refusal,
+    priority_victims,
+    reclaim_victims,
+    victim_rank,
+)
+from mcad.quota import Forest, subtree_view
 from test.unit.nodes_and_pods import v
 from test.unit.test_fit import CLUSTER, appwrapper, cluster, tree
 
@@ -165,3 +175,98 @@ def test_victims_taken_are_those_some_preemptor_waits_for() -> None:
     waits.gave_up("ns/p2", frozenset({"ns/c"}), frozenset({"uid"}))
     waits.forget("ns/p2")
     assert waits.victims_taken() == set() and not waits.stuck("ns/p2", lambda uid: True)
+
+
+# -- refusal: an error in the preemptor's own quota is never read as "charged nowhere" ---------------------------------
+
+
+def test_a_preemptor_naming_an_unknown_quota_node_evicts_nobody() -> None:
+    acc = cluster("4", quota=tree("8", gold="8"))
+    acc.assume("ns/low", v(cpu=4000), {})
+    lost = appwrapper("p", 1, "2", priority=10, labels={"t": "platinum"})  # no such node in tree t
+    snap = acc.snapshot(by_nodes=False)
+    assert preemption_refusal(lost, lost.demand, snap, CLUSTER) == \
+        "its quota labels name a quota node that does not exist"
+    assert victims(lost, acc, [candidate("ns/low", 0)]) == []
+    found = appwrapper("p", 1, "2", priority=10, labels={"t": "gold"})
+    assert victims(found, acc, [candidate("ns/low", 0)]) == ["ns/low"], "the same with a real node preempts"
+
+
+def test_a_preemptor_over_a_hard_limit_or_the_empty_cluster_evicts_nobody() -> None:
+    forest = Forest.build([subtree_view({
+        "apiVersion": "quota.codeflare.dev/v1alpha1", "kind": "QuotaSubtree",
+        "metadata": {"name": "root", "namespace": "q", "labels": {"tree": "t"}},
+        "spec": {"children": [{"name": "root", "quotas": {"requests": {"cpu": "8"}}}]}}), subtree_view({
+            "apiVersion": "quota.codeflare.dev/v1alpha1", "kind": "QuotaSubtree",
+            "metadata": {"name": "kids", "namespace": "q", "labels": {"tree": "t"}},
+            "spec": {"parent": "root", "children": [{"name": "gold", "quotas": {"hardLimit": True,
+                                                                               "requests": {"cpu": "2"}}}]}})])
+    acc = cluster("4", quota=forest)
+    acc.assume("ns/low", v(cpu=4000), {})
+    too_much_quota = appwrapper("p", 1, "3", priority=10, labels={"t": "gold"})
+    snap = acc.snapshot(by_nodes=False)
+    assert preemption_refusal(too_much_quota, too_much_quota.demand, snap, CLUSTER).startswith(
+        "it asks more than quota node gold of tree t allows at all: cpu needs 3, 2 of 2 left")
+    assert victims(too_much_quota, acc, [candidate("ns/low", 0)]) == []
+    too_big = appwrapper("p", 1, "5", priority=10, labels={"t": "root"})
+    assert preemption_refusal(too_big, too_big.demand, snap, CLUSTER) == "it would not fit even the empty cluster"
+    assert victims(too_big, acc, [candidate("ns/low", 0)]) == []
+    held = appwrapper("p", 1, "1", priority=10, labels={"t": "root"}, held="no such PriorityClass")
+    assert preemption_refusal(held, held.demand, snap, CLUSTER) == "it is held (see above)"
+
+
+# -- bounds: a preemptor's backoff, and evictions per minute ----------------------------------------------------------
+
+
+def test_a_preemptor_whose_victims_went_and_that_did_not_run_backs_off_doubling() -> None:
+    waits = Preemptors(victim_timeout=30, backoff=60, backoff_cap=150)
+    assert waits.backing_off("ns/p", now=0) == 0
+    waits.start("ns/p", ["ns/v"], now=0)
+    assert waits.backing_off("ns/p", now=1) == 0, "no backoff while it waits for its victims"
+    assert waits.check("ns/p", lambda _: False, now=5) == (False, frozenset())  # gone; it did not dispatch
+    assert waits.backing_off("ns/p", now=5) == 60 and waits.backing_off("ns/p", now=64) == 1
+    assert waits.backing_off("ns/p", now=65) == 0
+    waits.start("ns/p", ["ns/v"], now=70)
+    waits.check("ns/p", lambda _: True, now=100)  # gave up at the victim timeout: a round too
+    assert waits.backing_off("ns/p", now=100) == 120 and waits.rounds("ns/p") == 2
+    waits.start("ns/p", ["ns/v"], now=300)
+    waits.check("ns/p", lambda _: False, now=301)
+    assert waits.backing_off("ns/p", now=301) == 150, "capped"
+    waits.dispatched("ns/p")
+    assert waits.backing_off("ns/p", now=302) == 0 and waits.rounds("ns/p") == 0, "running resets it"
+
+
+def test_no_backoff_when_it_is_off_or_for_one_that_dispatched() -> None:
+    waits = Preemptors(victim_timeout=30)
+    waits.start("ns/p", ["ns/v"], now=0)
+    waits.check("ns/p", lambda _: False, now=1)
+    assert waits.backing_off("ns/p", now=1) == 0
+    bounded = Preemptors(victim_timeout=30, backoff=60)
+    bounded.start("ns/p", ["ns/v"], now=0)
+    bounded.dispatched("ns/p")  # its victims went and it ran
+    assert bounded.backing_off("ns/p", now=1) == 0 and "ns/p" not in bounded
+
+
+def test_the_eviction_budget_bounds_victims_in_any_minute() -> None:
+    budget = EvictionBudget(per_minute=3)
+    assert budget.allows(2, now=0)
+    budget.spend(2, now=0)
+    assert budget.allows(1, now=10) and not budget.allows(2, now=10)
+    assert budget.free_at(2, now=10) == 60, "one of the two at 0 must age out"
+    budget.spend(1, now=10)
+    assert not budget.allows(1, now=59.9) and budget.free_at(1, now=59.9) == 60
+    assert budget.allows(2, now=60) and not budget.allows(3, now=60) and budget.free_at(3, now=60) == 70
+    assert budget.allows(3, now=70)
+
+
+def test_a_round_larger_than_the_bound_waits_for_an_empty_minute() -> None:
+    budget = EvictionBudget(per_minute=2)
+    assert budget.allows(5, now=0), "nothing evicted in the last minute: it may, or it never could"
+    budget.spend(5, now=0)
+    assert not budget.allows(1, now=59) and budget.free_at(1, now=59) == 60
+    assert not budget.allows(5, now=30) and budget.free_at(5, now=30) == 60
+    budget.spend(1, now=60)
+    assert not budget.allows(5, now=61) and budget.free_at(5, now=61) == 120
+    unbounded = EvictionBudget(per_minute=0)
+    unbounded.spend(1000, now=0)
+    assert unbounded.allows(1000, now=0)
