@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# The reason of an ApiError (status 0) whose request went out and got no answer within its timeout, as opposed to
+# one that could not be sent (refused, reset, unreachable): mcad.retry gives up on a request that keeps timing out.
+TIMED_OUT = "Timeout"
+
 
 class KubeConnectError(Exception):
     """The API server could not be configured or reached."""

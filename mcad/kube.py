@@ -26,6 +26,8 @@ import structlog
 import urllib3.exceptions
 from kubernetes.config.config_exception import ConfigException
 
+from mcad.errors import TIMED_OUT
+
 # The error types live in mcad.errors so that code deciding on a failure need not import the client; re-exported
 # here (``as`` marks them public for mypy) because this module is where they are raised.
 from mcad.errors import ApiError as ApiError
@@ -427,7 +429,7 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
         raise ApiError(err.status or 0, str(err.reason or "RequestFailed"), f"{method} {path}: {err}") from err
     except (urllib3.exceptions.HTTPError, OSError) as err:
         conn.errors.add(_verb(method, query), 0)
-        raise ApiError(0, type(err).__name__, f"{method} {path}: {err}") from err
+        raise _no_answer(method, path, err, timeout) from err
     response = rest_response.response
     if 200 <= rest_response.status < 300:
         return response
@@ -439,6 +441,18 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
     finally:
         response.close()
     raise _response_error(rest_response.status, str(rest_response.reason or ""), data)
+
+
+def _no_answer(method: str, path: str, err: Exception, timeout: float | tuple[float, float] | None) -> ApiError:
+    """The ApiError (status 0) of a request that got no HTTP answer. One that was sent and then waited past its
+    read timeout is ``TIMED_OUT`` (mcad.retry counts those in the end: the request may be the cause); one that
+    could not be sent at all (refused, reset, unreachable) keeps the exception's name (the server is away)."""
+    cause = getattr(err, "reason", None) if isinstance(err, urllib3.exceptions.MaxRetryError) else err
+    if isinstance(cause, (urllib3.exceptions.ReadTimeoutError, TimeoutError)):
+        read_timeout = timeout[-1] if isinstance(timeout, tuple) else timeout
+        within = f" within {read_timeout:g} s" if read_timeout else ""
+        return ApiError(0, TIMED_OUT, f"{method} {path}: no answer{within} ({cause})")
+    return ApiError(0, type(err).__name__, f"{method} {path}: {err}")
 
 
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
@@ -557,7 +571,7 @@ def request_json_sized(conn: Connection, method: str, path: str, *, query: Query
         data = response.read()
     except (urllib3.exceptions.HTTPError, OSError) as err:
         response.close()
-        raise ApiError(0, type(err).__name__, f"{method} {path}: {err}") from err
+        raise _no_answer(method, path, err, timeout) from err
     response.release_conn()
     return _json_object(method, path, data), len(data)
 
