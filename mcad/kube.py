@@ -443,6 +443,14 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
     raise _response_error(rest_response.status, str(rest_response.reason or ""), data)
 
 
+def _timed_out(err: Exception) -> bool:
+    """A connect or read that waited out its timeout. urllib3 makes a refused connection (NewConnectionError) a
+    subclass of its TimeoutError: that one had an answer, a refusal, and is not a timeout."""
+    cause = getattr(err, "reason", None) if isinstance(err, urllib3.exceptions.MaxRetryError) else err
+    return isinstance(cause, urllib3.exceptions.TimeoutError | TimeoutError) and \
+        not isinstance(cause, urllib3.exceptions.NewConnectionError)
+
+
 def _no_answer(method: str, path: str, err: Exception, timeout: float | tuple[float, float] | None) -> ApiError:
     """The ApiError (status 0) of a request that got no HTTP answer. One that was sent and then waited past its
     read timeout is ``TIMED_OUT`` (mcad.retry counts those in the end: the request may be the cause); one that
@@ -479,8 +487,8 @@ def request_once(conn: Connection, path: str, *, query: Query | None = None, tim
                                                         timeout=urllib3.Timeout(total=timeout), preload_content=True)
     except (urllib3.exceptions.HTTPError, OSError) as err:
         conn.errors.add("list" if query else "get", 0)
-        if isinstance(err, urllib3.exceptions.TimeoutError):
-            raise ApiError(0, "Timeout", f"GET {path}: no answer within {timeout:g} s") from err
+        if _timed_out(err):
+            raise ApiError(0, TIMED_OUT, f"GET {path}: no answer within {timeout:g} s") from err
         cause = getattr(err, "reason", None) or err  # urllib3 wraps the socket error, and repeats the URL
         raise ApiError(0, type(err).__name__, f"GET {path}: {cause}") from err
     if 200 <= response.status < 300:
@@ -749,8 +757,8 @@ def request_json_once(conn: Connection, method: str, path: str, *, query: Query 
             retries=False, timeout=urllib3.Timeout(total=timeout), preload_content=True)
     except (urllib3.exceptions.HTTPError, OSError) as err:
         conn.errors.add(verb, 0)
-        if isinstance(err, urllib3.exceptions.TimeoutError):
-            raise ApiError(0, "Timeout", f"{method} {path}: no answer within {timeout:g} s") from err
+        if _timed_out(err):
+            raise ApiError(0, TIMED_OUT, f"{method} {path}: no answer within {timeout:g} s") from err
         cause = getattr(err, "reason", None) or err
         raise ApiError(0, type(err).__name__, f"{method} {path}: {cause}") from err
     data = response.data or b""

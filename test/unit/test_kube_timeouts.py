@@ -74,3 +74,21 @@ def test_a_request_that_cannot_be_sent_is_unavailable(tmp_path: Path) -> None:
         kube.request_json(conn, "POST", "/api/v1/namespaces/default/configmaps", body={}, timeout=2.0)
     assert caught.value.status == 0 and caught.value.reason != TIMED_OUT, caught.value
     assert classify(caught.value) is FailureKind.UNAVAILABLE
+
+
+def test_the_one_shot_requests_do_not_call_a_refused_connection_a_timeout(tmp_path: Path) -> None:
+    """request_once (worker probes) and request_json_once (admission facts) say "no answer within" only when the
+    time ran out; urllib3 makes a refused connection a kind of its TimeoutError."""
+    with socket.create_server(("127.0.0.1", 0)) as placeholder:
+        port = placeholder.getsockname()[1]
+    conn = kube.connect(_kubeconfig(tmp_path, port))
+    for call in (lambda: kube.request_once(conn, "/api/v1/nodes", timeout=2.0),
+                 lambda: kube.request_json_once(conn, "GET", "/apis/apps/v1", timeout=2.0)):
+        with pytest.raises(ApiError) as caught:
+            call()
+        assert caught.value.reason != TIMED_OUT and "no answer within" not in caught.value.message, caught.value
+    with _silent_server() as silent:
+        conn = kube.connect(_kubeconfig(tmp_path, silent))
+        with pytest.raises(ApiError) as caught:
+            kube.request_once(conn, "/api/v1/nodes", timeout=0.2)
+    assert caught.value.reason == TIMED_OUT and "no answer within 0.2 s" in caught.value.message
