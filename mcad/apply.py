@@ -22,8 +22,8 @@ Contract:
   be deleted), or being deleted, fails it TRANSIENT. If an item fails, what this dispatch created or kept is
   deleted, each delete conditioned on that object's uid, and ``DispatchFailed`` is raised with a message naming
   the item and the API's reason, and the ``kind`` of the failure (``mcad.retry.classify``): PERMANENT for a
-  refusal that would repeat (invalid object, unknown kind, forbidden, too large), else UNAVAILABLE or TRANSIENT,
-  which the caller retries with backoff.
+  refusal that would repeat (invalid object, unknown kind, forbidden, too large), else UNAVAILABLE, TIMEOUT or
+  TRANSIENT, which the caller retries with backoff.
   Every item is checked before the first is created: an invalid one means nothing is created.
 - Every delete (undo, ``delete_wrapped``, ``delete_remote``) names the uid of the object it means, or first reads
   the object and checks it is ``aw``'s: an object someone else created since under the same name is never deleted.

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
+from mcad import disclosure
 from mcad.api.appwrapper import AppWrapperView
 from mcad.fifo import BEHIND_IN_DOMAIN, StrictFifo
 from mcad.fit import Targets, could_ever_fit, refused
@@ -47,7 +49,8 @@ def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], reserving:
     quota = reserving.snapshot.quota
     fifo = StrictFifo(quota.forest if quota is not None else None) if strict_fifo else None
     reserved_heads: set[Hashable] = set()  # groups whose head took a reservation
-    held = ""  # why everything behind a blocked head waits (strict FIFO, or a waiting preemptor)
+    # Why everything behind a blocked head waits (strict FIFO, or a waiting preemptor), worded for a reader's namespace.
+    held: Callable[[str], str] | None = None
     out = []
     for key in pending.ordered():
         aw = appwrappers.get(key)
@@ -56,15 +59,15 @@ def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], reserving:
             continue
         group = entry[1]
         if key in preemptors:
-            victims = ", ".join(sorted(preemptors.victims_of(key)))
+            victims = disclosure.listed(preemptors.victims_of(key), aw.namespace)
             out.append(Assessment(key, "Preempting", False,
                                   f"waiting for lower-priority AppWrappers it preempted to leave: {victims}"))
-            held = held or f"held behind {key}, which is preempting to make room"
+            held = held or partial(disclosure.held_behind_preemptor, key)
         elif draining(aw):
             out.append(Assessment(key, "Draining", False,
                                   "requeued; waiting for the pods of its previous dispatch to go"))
         elif held:
-            out.append(Assessment(key, "Queued", False, held))
+            out.append(Assessment(key, "Queued", False, held(aw.namespace)))
         elif fifo is not None and fifo.held(aw):
             out.append(Assessment(key, "Queued", False, BEHIND_IN_DOMAIN))
         elif group in blocked:
@@ -98,5 +101,9 @@ def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], reserving:
                 out.append(Assessment(key, "Queued", False, why,
                                       reserving.describe(made) if made is not None else None))
                 if fifo is not None and could_ever_fit(aw, need, snapshot, targets, fit) and fifo.hold(aw, fit):
-                    held = BEHIND_STRICT_FIFO
+                    held = _behind_strict_fifo
     return out
+
+
+def _behind_strict_fifo(_reader: str) -> str:
+    return BEHIND_STRICT_FIFO  # names nobody: the same for every reader

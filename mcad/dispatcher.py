@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from mcad import events, keys, lifecycle, status
+from mcad import disclosure, events, keys, lifecycle, status
 from mcad import quota as quota_trees
 from mcad.accounting import Accountant, Plan, Snapshot
 from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, KIND, AppWrapperView, State
@@ -674,7 +674,7 @@ class Dispatcher:
         self.pinning.place_extras(snapshot, {key: r.nodes for key, r in self.reservations.held.items()})
         reserving = self.reservations.start(snapshot, self.clock.now())
         cursor = self.pending.cycle()
-        held_by = ""  # why the cycle stopped early, when a preemptor holds the queue
+        held_by = ""  # the preemptor that stopped the cycle early by holding the queue (notices word it per reader)
         fifo = StrictFifo(snapshot.quota.forest if snapshot.quota is not None else None) if self.strict_fifo else None
         done: list[str] = []
         waiting: list[tuple[AppWrapperView, frozenset[str], Callable[[], str]]] = []
@@ -716,7 +716,7 @@ class Dispatcher:
                 continue
             room = self.evictions.makes_room(aw, need, snapshot, reclaim=not held)  # 5
             if room.holds:
-                held_by = f"held behind {key}, which is preempting lower-priority AppWrappers to make room"
+                held_by = key
                 cursor.stop()
                 continue
             if self.strict_fifo:  # 6
@@ -780,7 +780,7 @@ class Dispatcher:
         gave_up_on = self.preemptors.abandoned(aw.key)
         if gave_up_on:
             gave_up = (f"its preemption victims did not finish terminating within {self.preemptors.victim_timeout:g} s "
-                       f"({', '.join(sorted(gave_up_on))}), so it no longer holds the queue")
+                       f"({disclosure.listed(gave_up_on, aw.namespace)}), so it no longer holds the queue")
             about, why = about | {"victims stuck"}, partial(lambda w, g: f"{w()}; {g}", why, gave_up)
         return about, why
 

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+# The reason of an ApiError (status 0) whose request went out and got no answer within its timeout, as opposed to
+# one that could not be sent (refused, reset, unreachable): mcad.retry gives up on a request that keeps timing out.
+# The one-shot probes (kube.request_once, request_json_once) also give it to a connect that timed out; nothing
+# retries those through mcad.retry.
+TIMED_OUT = "Timeout"
+
 
 class KubeConnectError(Exception):
     """The API server could not be configured or reached."""

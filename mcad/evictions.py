@@ -14,6 +14,9 @@ Contract (the dispatcher thread runs this; ``mcad.preemption`` chooses, this mod
   reset when it runs (``Preemptors.backing_off``).
 - Victims are requeued at once keeping their requeuing count, each with its reason (PreemptedByPriority,
   PreemptedByQuotaReclaim), and the preemptor's Backoff names them.
+- Each side is named to the other only within one namespace (``mcad.disclosure``): a victim in another
+  namespace than its preemptor reads "Preempted by an AppWrapper in another namespace", and the preemptor
+  counts such victims.
 - A preemptor waits at most ``victim_timeout`` seconds (a DISPATCH is due then, events or not). Past it, victims'
   pods whose grace period is over are force-deleted (as the kubelet would have by now), the preemptor stops
   holding the queue and an Event says so; it chooses nobody else until those very pods are gone.
@@ -22,14 +25,14 @@ Contract (the dispatcher thread runs this; ``mcad.preemption`` chooses, this mod
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
 import structlog
 
-from mcad import events, lifecycle, status
+from mcad import disclosure, events, lifecycle, status
 from mcad.accounting import Accountant, Snapshot
 from mcad.api.appwrapper import ACTIVE_STATES, AppWrapperView
 from mcad.api.resources import ResourceVector
@@ -186,13 +189,14 @@ class Evictions:
         over = self._over_budget(len(chosen))
         if over:
             return Room(False, "eviction rate bound", over)
-        self._evict(chosen, status.PREEMPTED_BY_PRIORITY, f"Preempted by AppWrapper {key} (priority {aw.priority}).")
+        self._evict(chosen, status.PREEMPTED_BY_PRIORITY,
+                    lambda victim: f"Preempted by {_appwrapper(key, victim)} (priority {aw.priority}).")
         names = sorted(chosen)
         self._start(key, names)
         log.info("preempting", appwrapper=key, priority=aw.priority, victims=names)
         self._host.tell_waiting(aw, frozenset({"preempting"}),
                                 f"preempting {len(names)} lower-priority AppWrapper(s) to make room: "
-                                f"{', '.join(names)}")
+                                f"{disclosure.listed(names, aw.namespace)}")
         return HOLDS
 
     def _over_budget(self, victims: int) -> str:
@@ -218,17 +222,18 @@ class Evictions:
             return Room(False, "eviction rate bound", f"reclaiming its quota: {over}")
         key = aw.key
         self._evict(victims, status.PREEMPTED_BY_QUOTA_RECLAIM,
-                    f"Preempted to give borrowed quota back to AppWrapper {key}.")
+                    lambda victim: f"Preempted to give borrowed quota back to {_appwrapper(key, victim)}.")
         self._start(key, victims, reclaim=snapshot.quota.forest.charges(aw.labels)[0])
         log.info("reclaiming quota", appwrapper=key, victims=victims)
         self._host.tell_waiting(aw, frozenset({"reclaiming"}),
                                 f"reclaiming quota borrowed by {len(victims)} AppWrapper(s): "
-                                f"{', '.join(sorted(victims))}")
+                                f"{disclosure.listed(victims, aw.namespace)}")
         return HOLDS
 
-    def _evict(self, victims: Iterable[str], reason: str, message: str) -> None:
+    def _evict(self, victims: Iterable[str], reason: str, message: Callable[[str], str]) -> None:
+        """Each victim requeued with ``message(its key)``: worded for its namespace (``mcad.disclosure``)."""
         for victim_key in victims:
-            self._host.requeue_keeping_count(self._dispatched[victim_key], reason, message)
+            self._host.requeue_keeping_count(self._dispatched[victim_key], reason, message(victim_key))
 
     def _start(self, key: str, victims: Iterable[str], reclaim: Charges | None = None) -> None:
         """``key`` waits for ``victims`` to go, holding the queue, for at most ``victim_timeout`` seconds."""
@@ -279,3 +284,9 @@ class Evictions:
             if err.status not in (404, 409):
                 log.warning("force deletion refused", pod=f"{pod.namespace}/{pod.name}", status_code=err.status,
                             reason=err.message)
+
+
+def _appwrapper(key: str, reader_key: str) -> str:
+    """'AppWrapper ns/name' for a reader of its namespace, else 'an AppWrapper in another namespace'."""
+    reader = disclosure.namespace_of(reader_key)
+    return f"AppWrapper {key}" if disclosure.same_namespace(key, reader) else disclosure.ANOTHER

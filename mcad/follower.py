@@ -8,7 +8,8 @@ Contract (the dispatcher thread runs this; decisions are ``mcad.lifecycle``'s, c
   released at once) or RunningHoldCompletion. A kind not known yet is waited for: ``WrappedObjects`` wakes the
   AppWrapper when it is, nothing polls.
 - ``check_min_available(key)``: too few Running or Succeeded pods at its time requeues it (MinPodsNotRunning,
-  counted, with a longer wait each time), or fails it once ``maxNumRequeuings`` is reached (its objects deleted);
+  counted, with the wait ``lifecycle.requeue_wait`` gives, its message saying when mcad's floor made it longer than
+  the spec asks), or fails it once ``maxNumRequeuings`` is reached (its objects deleted);
   enough pods: nothing more is checked. ``check_deadline(key)``: past its limit it fails, objects deleted.
   A timer of an earlier dispatch that fires early is set again for what is left.
 - ``forget(key)`` once it is no longer dispatched.
@@ -151,8 +152,8 @@ class Follower:
                                                 reason=status.MAX_REQUEUINGS_REACHED,
                                                 message=message, preempted=True), stop=True)
             return
-        self._host.requeue(aw, status.MIN_PODS_NOT_RUNNING, why, requeuings=done + 1,
-                           requeue_wait=lifecycle.requeue_wait(aw.scheduling, done + 1))
+        self._host.requeue(aw, status.MIN_PODS_NOT_RUNNING, why + lifecycle.requeue_floor_note(aw.scheduling, done + 1),
+                           requeuings=done + 1, requeue_wait=lifecycle.requeue_wait(aw.scheduling, done + 1))
 
     def check_deadline(self, key: str) -> None:
         aw = self._host.dispatched_now(key)

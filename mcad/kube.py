@@ -26,6 +26,8 @@ import structlog
 import urllib3.exceptions
 from kubernetes.config.config_exception import ConfigException
 
+from mcad.errors import TIMED_OUT
+
 # The error types live in mcad.errors so that code deciding on a failure need not import the client; re-exported
 # here (``as`` marks them public for mypy) because this module is where they are raised.
 from mcad.errors import ApiError as ApiError
@@ -427,7 +429,7 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
         raise ApiError(err.status or 0, str(err.reason or "RequestFailed"), f"{method} {path}: {err}") from err
     except (urllib3.exceptions.HTTPError, OSError) as err:
         conn.errors.add(_verb(method, query), 0)
-        raise ApiError(0, type(err).__name__, f"{method} {path}: {err}") from err
+        raise _no_answer(method, path, err, timeout) from err
     response = rest_response.response
     if 200 <= rest_response.status < 300:
         return response
@@ -439,6 +441,26 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
     finally:
         response.close()
     raise _response_error(rest_response.status, str(rest_response.reason or ""), data)
+
+
+def _timed_out(err: Exception) -> bool:
+    """A connect or read that waited out its timeout. urllib3 makes a refused connection (NewConnectionError) a
+    subclass of its TimeoutError: that one had an answer, a refusal, and is not a timeout."""
+    cause = getattr(err, "reason", None) if isinstance(err, urllib3.exceptions.MaxRetryError) else err
+    return isinstance(cause, urllib3.exceptions.TimeoutError | TimeoutError) and \
+        not isinstance(cause, urllib3.exceptions.NewConnectionError)
+
+
+def _no_answer(method: str, path: str, err: Exception, timeout: float | tuple[float, float] | None) -> ApiError:
+    """The ApiError (status 0) of a request that got no HTTP answer. One that was sent and then waited past its
+    read timeout is ``TIMED_OUT`` (mcad.retry counts those in the end: the request may be the cause); one that
+    could not be sent at all (refused, reset, unreachable) keeps the exception's name (the server is away)."""
+    cause = getattr(err, "reason", None) if isinstance(err, urllib3.exceptions.MaxRetryError) else err
+    if isinstance(cause, (urllib3.exceptions.ReadTimeoutError, TimeoutError)):
+        read_timeout = timeout[-1] if isinstance(timeout, tuple) else timeout
+        within = f" within {read_timeout:g} s" if read_timeout else ""
+        return ApiError(0, TIMED_OUT, f"{method} {path}: no answer{within} ({cause})")
+    return ApiError(0, type(err).__name__, f"{method} {path}: {err}")
 
 
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
@@ -465,8 +487,8 @@ def request_once(conn: Connection, path: str, *, query: Query | None = None, tim
                                                         timeout=urllib3.Timeout(total=timeout), preload_content=True)
     except (urllib3.exceptions.HTTPError, OSError) as err:
         conn.errors.add("list" if query else "get", 0)
-        if isinstance(err, urllib3.exceptions.TimeoutError):
-            raise ApiError(0, "Timeout", f"GET {path}: no answer within {timeout:g} s") from err
+        if _timed_out(err):
+            raise ApiError(0, TIMED_OUT, f"GET {path}: no answer within {timeout:g} s") from err
         cause = getattr(err, "reason", None) or err  # urllib3 wraps the socket error, and repeats the URL
         raise ApiError(0, type(err).__name__, f"GET {path}: {cause}") from err
     if 200 <= response.status < 300:
@@ -557,7 +579,7 @@ def request_json_sized(conn: Connection, method: str, path: str, *, query: Query
         data = response.read()
     except (urllib3.exceptions.HTTPError, OSError) as err:
         response.close()
-        raise ApiError(0, type(err).__name__, f"{method} {path}: {err}") from err
+        raise _no_answer(method, path, err, timeout) from err
     response.release_conn()
     return _json_object(method, path, data), len(data)
 
@@ -735,8 +757,8 @@ def request_json_once(conn: Connection, method: str, path: str, *, query: Query 
             retries=False, timeout=urllib3.Timeout(total=timeout), preload_content=True)
     except (urllib3.exceptions.HTTPError, OSError) as err:
         conn.errors.add(verb, 0)
-        if isinstance(err, urllib3.exceptions.TimeoutError):
-            raise ApiError(0, "Timeout", f"{method} {path}: no answer within {timeout:g} s") from err
+        if _timed_out(err):
+            raise ApiError(0, TIMED_OUT, f"{method} {path}: no answer within {timeout:g} s") from err
         cause = getattr(err, "reason", None) or err
         raise ApiError(0, type(err).__name__, f"{method} {path}: {cause}") from err
     data = response.data or b""

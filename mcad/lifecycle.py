@@ -18,8 +18,16 @@ Contract:
   * ``RUNNING`` otherwise (an AppWrapper without ``completionstatus`` runs until deleted, as upstream).
 - ``requeue_wait(spec, requeuings)`` is the wait before the minAvailable check after the ``requeuings``-th
   requeue: ``timeInSeconds`` then grown per ``growthType`` (exponential: doubles, linear: + timeInSeconds,
-  anything else: constant), capped by ``maxTimeInSeconds`` when that is > 0, and always within
-  1..``MAX_REQUEUE_SECONDS``.
+  anything else: constant), capped by ``maxTimeInSeconds`` when that is > 0 (upstream MCAD's rules), and always
+  within 1..``MAX_REQUEUE_SECONDS``. Then a floor (``requeue_floor``), mcad's own: from the
+  ``REQUEUES_AS_SPECIFIED``+1-th requeue on, the wait is at least ``timeInSeconds`` doubled once per requeue past
+  that many, up to ``REQUEUE_FLOOR_CAP_SECONDS`` (upstream's default ``timeInSeconds``), whatever
+  ``growthType`` and ``maxTimeInSeconds`` say. Without it, ``growthType: none`` (or a small
+  ``maxTimeInSeconds``) with ``maxNumRequeuings: 0`` (unlimited) would dispatch, delete and requeue a gang that
+  never starts every second for ever; with it such a gang costs one cycle per 5 minutes once it has failed a
+  few times, and every wait that the spec gives longer than the floor is kept as it is. A requeue whose wait the
+  floor raised says so in its message (``requeue_floor_note``). There is no cap on the number of requeuings
+  beyond ``maxNumRequeuings``: unlimited stays unlimited, at that pace.
 - ``requeue_due``/``deadline_due`` are when the minAvailable check and the dispatch deadline fall, from the times
   and the current wait mcad records in status (None when status lacks the dispatch time), so timers survive
   restarts. ``current_requeue_wait`` reads the recorded wait, ignoring one that is not an integer in
@@ -124,7 +132,23 @@ def evaluate(aw: AppWrapperView, lookup: Lookup, active_pods: int, *, pods_pendi
     return Verdict(Outcome.COMPLETED)
 
 
-def requeue_wait(spec: SchedulingSpec, requeuings: int) -> int:
+# Requeues that wait exactly what the spec says (upstream's behaviour) before the floor of requeue_floor applies;
+# maxNumRequeuings up to this many never meets the floor.
+REQUEUES_AS_SPECIFIED = 5
+# The floor grows to this: upstream's default requeuing.timeInSeconds, the pace upstream users expect by default.
+REQUEUE_FLOOR_CAP_SECONDS = 300
+
+
+def requeue_floor(spec: SchedulingSpec, requeuings: int) -> int:
+    """The least wait after the ``requeuings``-th requeue, whatever the spec says (see the module docstring)."""
+    past = requeuings - REQUEUES_AS_SPECIFIED
+    if past <= 0:
+        return 0
+    return min(spec.requeue_seconds << min(past, 32), REQUEUE_FLOOR_CAP_SECONDS)
+
+
+def specified_requeue_wait(spec: SchedulingSpec, requeuings: int) -> int:
+    """What the requeuing stanza alone makes of the wait after the ``requeuings``-th requeue (upstream's rules)."""
     if spec.growth == "exponential":
         wait = spec.requeue_seconds << min(requeuings, 32)  # the bound keeps the integer small
     elif spec.growth == "linear":
@@ -134,6 +158,20 @@ def requeue_wait(spec: SchedulingSpec, requeuings: int) -> int:
     if spec.requeue_max_seconds:
         wait = min(wait, spec.requeue_max_seconds)
     return min(max(wait, 1), MAX_REQUEUE_SECONDS)
+
+
+def requeue_wait(spec: SchedulingSpec, requeuings: int) -> int:
+    return min(max(specified_requeue_wait(spec, requeuings), requeue_floor(spec, requeuings)), MAX_REQUEUE_SECONDS)
+
+
+def requeue_floor_note(spec: SchedulingSpec, requeuings: int) -> str:
+    """For the requeue message: why its wait is longer than its requeuing stanza asks ("" when it is not)."""
+    asked, wait = specified_requeue_wait(spec, requeuings), requeue_wait(spec, requeuings)
+    if wait <= asked:
+        return ""
+    return (f" The next check waits {wait} s instead of the {asked} s its requeuing asks: after "
+            f"{REQUEUES_AS_SPECIFIED} requeuings mcad doubles the wait per requeue, up to "
+            f"{REQUEUE_FLOOR_CAP_SECONDS} s, so that pods that never start do not cycle for ever.")
 
 
 def parse_time(stamp: Any) -> datetime | None:
@@ -155,7 +193,9 @@ def current_requeue_wait(spec: SchedulingSpec, status: StatusView) -> int:
     """The minAvailable wait of the current dispatch: as recorded in status, else ``timeInSeconds``."""
     recorded = status.requeue_wait
     if 1 <= recorded <= MAX_REQUEUE_SECONDS:
-        return recorded
+        # Never below the floor of the recorded count: a status written by an older mcad keeps its wait only
+        # where the floor agrees.
+        return max(recorded, min(requeue_floor(spec, status.requeuings), MAX_REQUEUE_SECONDS))
     return spec.requeue_seconds
 
 

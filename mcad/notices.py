@@ -12,6 +12,7 @@ Contract (the dispatcher thread owns this; it asks the dispatcher what it needs 
   kept for a later announce.
 - ``refresh_group(head, about)``: a cycle judges one member per group; when what blocks the head changes, the
   other members are told once (O(group) per change, not per cycle), so none keeps an outdated reason.
+- What they are told names another AppWrapper only within its own namespace (``mcad.disclosure``).
 - Memory: one small entry per waiting AppWrapper (shared copies: ``(about, place)`` takes few values), one per
   pending group; ``forget`` and ``reset`` drop them.
 """
@@ -25,7 +26,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from mcad import events, status
+from mcad import disclosure, events, status
 from mcad.accounting import Snapshot
 from mcad.api.appwrapper import AppWrapperView, State
 from mcad.api.statusview import StatusView
@@ -158,8 +159,8 @@ class Notices:
             self._group_about = {g: a for g, a in self._group_about.items() if self._pending.has_group(g)}
 
     def announce(self, snapshot: Snapshot, held_by: str = "") -> None:
-        """After a cycle: the first Backoff of those that arrived and still wait (``held_by``: why the cycle
-        stopped early, when a preemptor holds the queue)."""
+        """After a cycle: the first Backoff of those that arrived and still wait (``held_by``: the key of the
+        preemptor that stopped the cycle early by holding the queue; named only to its own namespace)."""
         held = set()
         for key in self._unannounced:
             aw = self._appwrappers.get(key)
@@ -175,8 +176,9 @@ class Notices:
             if fit.fits:
                 # It would fit, yet the cycle did not dispatch it: a preemptor holds the queue, or its last
                 # dispatch failed and it waits out its backoff. Never an empty reason.
-                why = held_by or ("waiting for the next dispatch cycle" if not self._host.retrying(key)
-                                  else "its last dispatch failed; retrying after its backoff")
+                why = disclosure.held_behind_preemptor(held_by, aw.namespace) if held_by else (
+                    "waiting for the next dispatch cycle" if not self._host.retrying(key)
+                    else "its last dispatch failed; retrying after its backoff")
                 self.tell(aw, frozenset({why}), partial(str, why))
             else:
                 self.tell(aw, fit.about, fit.why)

@@ -39,7 +39,7 @@ Contract (DESIGN.md, "Placement binds"):
 - Ungate failures: a pod gone (404) frees its slot; a test that failed (the pod changed since it was read: 409 or
   422 on a ``test`` op) is tried again from the informer's newer view after a backoff; any other refusal is
   retried with backoff and, after ``UNGATE_ATTEMPTS``, the pod is ungated without a pin (never left gated for
-  ever) with a ``PlacementReplanned`` Event saying so.
+  ever) with a ``PlacementReplanned`` Event saying so. Backoff delays are jittered (``mcad.retry.equal_jitter``).
 - Hub mode: the same in each worker (``Where``: the pod is patched in its worker, pinned by the worker's node name;
   a wrapped bare Pod there has no owner, its AppWrapper's uid label says whose it is).
 - ``--placement=advisory`` (or ``--fit=aggregate``, which makes no per-node plan): no gates are added, and a pod
@@ -52,6 +52,7 @@ Contract (DESIGN.md, "Placement binds"):
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -68,6 +69,7 @@ from mcad.api.views import NODE_NAME_FIELD, PLACEMENT_GATE, NodeView, PinFacts, 
 from mcad.errors import ApiError
 from mcad.informer import Store
 from mcad.keys import DISPATCH, Key, PodEvent
+from mcad.retry import equal_jitter
 from mcad.workqueue import WorkQueue
 from mcad.writes import Writes
 
@@ -242,7 +244,8 @@ class Here:
 class Pinning:
     def __init__(self, *, binding: bool, accountant: Accountant, pods: Store[PodView], where: Where,
                  writes: Writes, queue: WorkQueue[Key], host: Host, recorder: events.EventSink,
-                 metrics: PinMetrics, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 metrics: PinMetrics, monotonic: Callable[[], float] = time.monotonic,
+                 draw: Callable[[], float] = random.random) -> None:
         self.binding = binding
         self._accountant = accountant
         self._pods = pods
@@ -253,6 +256,7 @@ class Pinning:
         self._recorder = recorder
         self._metrics = metrics
         self._monotonic = monotonic
+        self._draw = draw  # jitter of the ungate retries
         self._in_flight: dict[str, float] = {}  # uid -> when its ungate was submitted
         # Ungated by a patch that landed, while the informer may still show it gated: never ungated twice.
         self._ungated: set[str] = set()
@@ -580,7 +584,11 @@ class Pinning:
             self._failures.pop(uid, None)
             self._ungate(pod, "") if outcome.node else None
             return
-        delay = min(UNGATE_RETRY_BASE_SECONDS * 2 ** (attempts - 1), UNGATE_RETRY_CAP_SECONDS)
+        # Its own count rather than mcad.retry.Backoff: every kind of failure counts here (a pod must not stay
+        # gated through an outage either), where Backoff never gives up on UNAVAILABLE. Jittered all the same: a
+        # gang's pods fail together and must not retry together.
+        delay = equal_jitter(min(UNGATE_RETRY_BASE_SECONDS * 2 ** (attempts - 1), UNGATE_RETRY_CAP_SECONDS),
+                             self._draw)
         log.info("ungate patch failed; trying again", pod=f"{pod.namespace}/{pod.name}", status=err.status,
                  error=err.message, delay_s=delay)
         self._queue.add_after(PodEvent(uid), delay)

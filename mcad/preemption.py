@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from mcad import quota
+from mcad import disclosure, quota
 from mcad.accounting import PlanEntry, Snapshot
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector
@@ -140,7 +140,7 @@ def blocked_by_reclaim(aw: AppWrapperView, quota_ledger: quota.QuotaLedger | Non
     for reclaimer, theirs in reclaiming.items():
         if reclaimer != aw.key and trees & {tree for tree, _ in theirs} and \
                 quota_ledger.borrows_at_own_node(charges, aw.demand):
-            return f"it would borrow quota that {reclaimer} is reclaiming"
+            return f"it would borrow quota that {disclosure.named(reclaimer, aw.namespace)} is reclaiming"
     return ""
 
 

@@ -21,6 +21,9 @@ Contract:
 - A reservation follows its AppWrapper's position: each pass makes them anew in dispatch order, so one whose
   AppWrapper dispatched, was deleted or was overtaken by a higher-priority one is not made again.
 - ``limit`` 0: no reservations (best-effort FIFO, as before issue 17).
+- One kept out by reservations is told whose and where (``behind_reservations``): those of its own namespace by
+  holder and nodes (or amount), another namespace's only as such (``mcad.disclosure``); /debug/queue lists them
+  all, to those who may list their namespaces.
 - Pure: reads the snapshot and what its host says; decides nothing for the dispatcher and writes nothing.
 """
 
@@ -32,7 +35,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Protocol
 
-from mcad import placement
+from mcad import disclosure, placement
 from mcad.accounting import Plan, Snapshot
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ZERO, ResourceVector
@@ -65,6 +68,19 @@ class Reservation:
         if not self.plan:
             return f"of {self.need.format()}"
         return f"on nodes {names(self.nodes)}"
+
+
+def behind_reservations(blocking: Collection[Reservation], reader: str) -> str:
+    """What one kept out by ``blocking`` is told: the reservations of its own namespace by holder and place;
+    another namespace's neither by holder nor by the nodes or amount it holds (``mcad.disclosure``)."""
+    own = [f"waiting behind the reservation of {r.key} {r.where()}" for r in blocking
+           if disclosure.same_namespace(r.key, reader)]
+    others = sum(1 for r in blocking if not disclosure.same_namespace(r.key, reader))
+    if others == 1:
+        own.append(f"waiting behind the reservation of {disclosure.ANOTHER}")
+    elif others > 1:
+        own.append(f"waiting behind the reservations of {others} AppWrappers in other namespaces")
+    return "; ".join(own)
 
 
 def names(nodes: Collection[str]) -> str:
@@ -162,8 +178,7 @@ class Pass:
             blocking = [r for r in self.made if not r.plan or used & set(r.nodes)] or list(self.made)
         else:
             blocking = list(self.made)
-        message = "; ".join(f"waiting behind the reservation of {r.key} {r.where()}" for r in blocking)
-        return fit.about | {BEHIND}, partial(str, message)
+        return fit.about | {BEHIND}, partial(behind_reservations, blocking, aw.namespace)
 
     def holds(self, key: str) -> bool:
         """Whether it took a reservation in this pass."""

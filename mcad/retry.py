@@ -1,10 +1,15 @@
 """After an API write fails: what the failure means, and when (or whether) to try again. Pure, no I/O.
 
 Contract:
-- ``classify(err)`` sorts an ``ApiError`` into one of three kinds:
+- ``classify(err)`` sorts an ``ApiError`` into one of four kinds:
   * ``UNAVAILABLE``: the API server did not serve the request for reasons of its own that pass: no answer at all
-    (status 0: refused, reset, timed out), 429 (throttled), 503 (unavailable), 401 (the controller's credentials
+    (status 0: refused, reset, unreachable), 429 (throttled), 503 (unavailable), 401 (the controller's credentials
     are being rotated). Retried with backoff; never a reason to fail the AppWrapper, since it says nothing about it.
+  * ``TIMEOUT``: the request went out and no answer came within the client's timeout (status 0, reason
+    ``Timeout``, ``mcad.errors.TIMED_OUT``). The server may be overloaded, or the request itself too heavy (a huge
+    object, a slow admission webhook of a wrapped kind), which retrying would never cure. Retried with backoff;
+    the first ``timeouts_tolerated`` of a key in a row are not counted (like UNAVAILABLE), every later one is
+    counted like TRANSIENT, so a request that always times out gives up in the end.
   * ``TRANSIENT``: server-side trouble that usually passes: 500 without a deterministic message, 502, 504, and
     unusual codes. Retried with backoff and counted: ``Backoff`` gives up once a key has failed this way for long
     enough.
@@ -18,8 +23,13 @@ Contract:
   or slow down another's, and another key's success resets nothing), and across all keys a token bucket bounds
   the rate of retries (``rate`` per second, ``burst``), so a thousand failing keys cannot add up to a thousand
   requests a second. A key gives up once it has failed ``give_up_attempts`` times counting TRANSIENT failures
-  and its first counted failure is ``give_up_seconds`` old; UNAVAILABLE failures grow its delay but are not
-  counted. Memory: one entry per key that failed and has not succeeded or been forgotten since.
+  (and TIMEOUTs past the tolerated ones) and its first counted failure is ``give_up_seconds`` old; UNAVAILABLE
+  failures grow its delay but are not counted. Memory: one entry per key that failed and has not succeeded or
+  been forgotten since.
+- Jitter: each key's own delay is drawn from [d/2, d] ("equal jitter", d the exponential delay), from a random
+  source the caller may hand in (tests pass a fixed one), so keys that failed in the same instant (a cycle's
+  dispatches, refused together) do not come back in the same instant, and a key still waits at least half its
+  delay. The shared bucket's wait is not jittered: it already spaces retries out.
 - ``RetryTimes`` adds when each key may be tried again to its ``Backoff``: ``waiting(key)`` is True until then;
   ``remaining(key)`` says how long a timer that fired early still has to wait (None: it waits for nothing);
   ``release_all()`` lets every key go at once (the API server answers again: the failures most likely came from
@@ -28,20 +38,26 @@ Contract:
 
 from __future__ import annotations
 
+import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+from mcad.errors import TIMED_OUT
+
 
 class FailureKind(Enum):
     UNAVAILABLE = "unavailable"
+    TIMEOUT = "timeout"
     TRANSIENT = "transient"
     PERMANENT = "permanent"
 
 
 class _Error(Protocol):
     status: int
+    reason: str
     message: str
 
 
@@ -56,6 +72,8 @@ _UNAVAILABLE = frozenset({0, 401, 429, 503})
 def classify(err: _Error) -> FailureKind:
     """What a failed request's answer says about trying it again (see the module docstring)."""
     status = err.status
+    if status == 0 and err.reason == TIMED_OUT:
+        return FailureKind.TIMEOUT
     if status in _UNAVAILABLE:
         return FailureKind.UNAVAILABLE
     if status == 500:
@@ -84,6 +102,7 @@ class _Failures:
     attempts: int = 0
     counted: int = 0
     first_counted: float | None = None
+    timeouts_in_a_row: int = 0
 
 
 class TokenBucket:
@@ -111,7 +130,7 @@ class TokenBucket:
 class Policy:
     """How one kind of write is retried: per key from ``base`` doubling to ``cap`` seconds; across keys at most
     ``rate`` retries a second (``burst`` at once); a key gives up after ``give_up_attempts`` counted failures
-    spanning ``give_up_seconds``."""
+    spanning ``give_up_seconds``; the first ``timeouts_tolerated`` TIMEOUTs of a key in a row are not counted."""
 
     base: float
     cap: float
@@ -119,16 +138,28 @@ class Policy:
     burst: int
     give_up_attempts: int
     give_up_seconds: float
+    timeouts_tolerated: int = 3
+
+
+Random = Callable[[], float]
+"""A source of floats in [0, 1): ``random.random`` or, in tests, a fixed sequence."""
+
+
+def equal_jitter(delay: float, draw: Random) -> float:
+    """A wait in [delay/2, delay]: spread, and never much shorter than asked."""
+    return delay / 2 + draw() * delay / 2
 
 
 class Backoff:
     """Per-key exponential backoff with a shared rate bound and a give-up rule (see the module docstring).
     Not thread-safe: the dispatcher thread owns it."""
 
-    def __init__(self, clock: Clock, policy: Policy) -> None:
+    def __init__(self, clock: Clock, policy: Policy, draw: Random | None = None) -> None:
         if not 0 < policy.base <= policy.cap:
             raise ValueError(f"backoff needs 0 < base <= cap (base={policy.base}, cap={policy.cap})")
         self._clock = clock
+        self._draw = draw if draw is not None else random.random
+        self._timeouts_tolerated = policy.timeouts_tolerated
         self._base = policy.base
         self._cap = policy.cap
         self._bucket = TokenBucket(policy.rate, policy.burst, clock)
@@ -140,7 +171,8 @@ class Backoff:
         now = self._clock.monotonic()
         failures = self._failures.setdefault(key, _Failures())
         failures.attempts += 1
-        if kind is FailureKind.TRANSIENT:
+        failures.timeouts_in_a_row = failures.timeouts_in_a_row + 1 if kind is FailureKind.TIMEOUT else 0
+        if kind is FailureKind.TRANSIENT or failures.timeouts_in_a_row > self._timeouts_tolerated:
             failures.counted += 1
             if failures.first_counted is None:
                 failures.first_counted = now
@@ -149,7 +181,7 @@ class Backoff:
                                              and seconds >= self._give_up_seconds):
             del self._failures[key]
             return Retry(0.0, give_up=True, attempts=failures.attempts, seconds=seconds)
-        own = min(self._cap, self._base * 2.0 ** min(failures.attempts - 1, 64))
+        own = equal_jitter(min(self._cap, self._base * 2.0 ** min(failures.attempts - 1, 64)), self._draw)
         return Retry(max(own, self._bucket.reserve()), attempts=failures.attempts, seconds=seconds)
 
     def succeeded(self, key: str) -> None:
@@ -169,9 +201,9 @@ class Backoff:
 class RetryTimes:
     """Per key, the time a failed attempt may be tried again (see the module docstring). Not thread-safe."""
 
-    def __init__(self, clock: Clock, policy: Policy) -> None:
+    def __init__(self, clock: Clock, policy: Policy, draw: Random | None = None) -> None:
         self._clock = clock
-        self.backoff = Backoff(clock, policy)
+        self.backoff = Backoff(clock, policy, draw)
         self._at: dict[str, float] = {}
 
     def failed(self, key: str, kind: FailureKind) -> Retry:

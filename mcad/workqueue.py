@@ -15,7 +15,8 @@ Contract:
   already waiting keeps the earlier of its two due times: a later request never postpones an earlier one. A delayed
   add is a separate request from a plain ``add``: when it comes due it is deduplicated like any other add.
 * Retries: ``add_rate_limited`` delays a key by its per-key exponential backoff; ``forget`` resets the backoff once
-  the key was processed successfully (or given up on).
+  the key was processed successfully (or given up on). The default limiter draws each delay from [d/2, d]
+  (``mcad.retry.equal_jitter``), so keys that failed together (one cycle's) do not come back together.
 * Shutdown: later adds are ignored, delayed keys are dropped, keys already queued are still handed out, and
   ``get()`` returns ``(None, True)`` once the queue is empty. ``shutdown_with_drain`` also waits until every key
   handed out has been marked ``done``.
@@ -29,13 +30,15 @@ long the calling thread blocks. With a fake clock, ``get(timeout=0)`` after step
 from __future__ import annotations
 
 import heapq
+import random
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
 from mcad.clock import Clock, RealClock
+from mcad.retry import equal_jitter
 
 K = TypeVar("K", bound=Hashable)
 
@@ -55,13 +58,16 @@ class RateLimiter(Protocol):
 
 
 class ExponentialRateLimiter:
-    """``delay = min(max_delay, base_delay * 2 ** failures)``, counting failures per key until ``forget``."""
+    """``delay = min(max_delay, base_delay * 2 ** failures)`` with equal jitter (a wait in [delay/2, delay] drawn
+    from ``draw``; ``lambda: 1.0`` for none), counting failures per key until ``forget``."""
 
-    def __init__(self, base_delay: float = 0.005, max_delay: float = 300.0) -> None:
+    def __init__(self, base_delay: float = 0.005, max_delay: float = 300.0, *,
+                 draw: Callable[[], float] = random.random) -> None:
         if base_delay < 0 or max_delay < 0:
             raise ValueError(f"delays must not be negative (base_delay={base_delay}, max_delay={max_delay})")
         self.base_delay = base_delay
         self.max_delay = max_delay
+        self._draw = draw
         self._failures: dict[Hashable, int] = {}
         # Several workers may retry keys at once; the limiter is shared and cheap, so a plain lock suffices.
         self._lock = threading.Lock()
@@ -70,7 +76,7 @@ class ExponentialRateLimiter:
         with self._lock:
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
-        return min(self.max_delay, self.base_delay * 2.0 ** min(failures, _MAX_EXPONENT))
+        return equal_jitter(min(self.max_delay, self.base_delay * 2.0 ** min(failures, _MAX_EXPONENT)), self._draw)
 
     def forget(self, key: Hashable) -> None:
         with self._lock:

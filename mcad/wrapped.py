@@ -15,10 +15,11 @@ Contract:
   owning AppWrapper's key through ``on_change``: completion is detected from events, not by polling.
 - A discovery that fails for a reason that passes (``mcad.retry.classify``: no answer, 5xx, 429) is not an answer:
   the kind is asked about again after its own backoff, 0.5 s doubling to 30 s and on every 30 s for as long as it
-  fails. A kind the API server does not serve (absent from discovery, or 404) is remembered as not served and
-  asked about again every 5 minutes (a CRD may be installed later); ``ensure`` stays False for it, and its
-  waiters are woken by each such answer (and wait again), so a deleted AppWrapper is not remembered past the next
-  one. A discovery refused for a lasting reason (403 and other 4xx) is asked again every 5 minutes too.
+  fails, each delay drawn from its upper half (``mcad.retry.equal_jitter``). A kind the API server does not serve
+  (absent from discovery, or 404) is remembered as not served and asked about again every 5 minutes (a CRD may
+  be installed later); ``ensure`` stays False for it, and its waiters are woken by each such answer (and wait
+  again), so a deleted AppWrapper is not remembered past the next one. A discovery refused for a lasting reason
+  (403 and other 4xx) is asked again every 5 minutes too.
 - Bounds: at most 256 kinds are known (an ``ensure`` for one more is refused with an error logged, and that kind
   is treated as one it may not watch, below), and at most 65,536 waiters over all kinds (one more is logged and
   not remembered: it is visited again on its next event only). Answers are kept for the life of the process.
@@ -38,6 +39,7 @@ Contract:
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -171,8 +173,9 @@ class WrappedObjects:
     def __init__(self, factory: InformerFactory, on_change: Callable[[str], None], *, clock: Clock | None = None,
                  background: bool = True, max_kinds: int = MAX_KINDS, max_waiters: int = MAX_WAITERS,
                  retry_seconds: tuple[float, float] = (RETRY_BASE_SECONDS, RETRY_CAP_SECONDS),
-                 recheck_seconds: float = RECHECK_SECONDS) -> None:
+                 recheck_seconds: float = RECHECK_SECONDS, draw: Callable[[], float] = random.random) -> None:
         self._factory = factory
+        self._draw = draw  # jitter of the retries: kinds that failed together (discovery down) spread out
         self._on_change = on_change
         self._max_kinds = max_kinds
         self._max_waiters = max_waiters
@@ -292,7 +295,8 @@ class WrappedObjects:
         if failure is FailureKind.PERMANENT:  # 403 and the like: asking again soon would get the same answer
             delay = self._recheck
         else:
-            delay = min(self._retry_cap, self._retry_base * 2.0 ** min(failures - 1, 64))
+            delay = retry.equal_jitter(min(self._retry_cap, self._retry_base * 2.0 ** min(failures - 1, 64)),
+                                       self._draw)
         log.warning("cannot tell whether a wrapped kind is served and may be watched; asking again later",
                     api_version=key[0], kind=key[1], reason=str(err), failure=failure.value, attempts=failures,
                     retry_seconds=delay)

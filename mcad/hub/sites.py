@@ -265,7 +265,7 @@ class WorkerSites:
             # 404: deleted meanwhile; 422: a test failed (another uid, or the finalizers changed): try again.
             raise apply.DispatchFailed(f"cannot add finalizer {WORKER_CLEANUP_FINALIZER}: {err.message}",
                                        kind=FailureKind.PERMANENT if err.status == 404 else
-                                       FailureKind.UNAVAILABLE if classify(err) is FailureKind.UNAVAILABLE
+                                       classify(err) if classify(err) in (FailureKind.UNAVAILABLE, FailureKind.TIMEOUT)
                                        else FailureKind.TRANSIENT) from err
 
     # -- worker health --------------------------------------------------------------------------------------------

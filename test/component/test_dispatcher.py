@@ -4,6 +4,7 @@ exact control over failures and time are checked here; everything else is checke
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -26,21 +27,28 @@ def test_a_failing_api_is_retried_with_the_appwrappers_own_growing_backoff(harne
     assert "ServiceUnavailable (503): etcd is sad" in first["message"]
 
     # Other AppWrappers are dispatched meanwhile, each arrival a cycle: none may retry "a" early or reset its count.
-    for i, wait in enumerate((0.49, 0.01, 0.99, 0.01)):
-        h.lw["aw"].add(aw(f"other{i}", "100m"))
-        wait_until(lambda i=i: h.dispatcher.appwrappers.get(f"ns/other{i}"), 5, "the other AppWrapper")
-        h.clock.advance(wait)
+    # Its own delays double (0.5, 1, 2 s), each drawn from its upper half (jitter): in [d/2, d] after the last.
+    step, now, retried_at = 0.01, 0.0, [0.0]
+    while len(retried_at) < 4:
+        if len(h.writer.applied) < 4 and int(now / step) % 25 == 0:
+            name = f"other{len(h.writer.applied)}"
+            h.lw["aw"].add(aw(name, "100m"))
+            wait_until(lambda name=name: h.dispatcher.appwrappers.get(f"ns/{name}"), 5, "the other AppWrapper")
+        before = h.writer.attempts - len(h.writer.applied)
+        h.clock.advance(step)
+        now += step
         h.drain()
+        if h.writer.attempts - len(h.writer.applied) > before:
+            retried_at.append(now)
+        assert now < 4.0, f"retried at {retried_at} only"
     assert h.writer.applied == [f"other{i}-cm" for i in range(4)]
-    # Tried again at 0.5 s and at 1.5 s (then 2 s later): per AppWrapper, doubling.
-    assert h.writer.attempts == 1 + 4 + 2
+    gaps = [b - a for a, b in itertools.pairwise(retried_at)]
+    for gap, delay in zip(gaps, (0.5, 1.0, 2.0), strict=True):
+        assert delay / 2 - step <= gap <= delay + step, f"gaps {gaps}: per AppWrapper, doubling, jittered"
     assert [n for n, _ in h.writer.statuses].count("a") == 1, "its retries cost no status write each"
 
     del h.writer.fail_for["a-cm"]
-    h.clock.advance(1.99)
-    h.drain()
-    assert h.writer.applied[-1] == "other3-cm", "not due yet"
-    h.clock.advance(0.01)
+    h.clock.advance(4.0)  # past its next delay (at most 4 s)
     h.drain()
     assert h.writer.applied[-1] == "a-cm"
     assert last_status(h, "a")["state"] == "Running"

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from mcad.errors import TIMED_OUT
 from mcad.kube import ApiError
 from test.component.harness import aw, last_status, node, pod
 from test.support import wait_until
@@ -57,6 +58,21 @@ def test_trouble_that_usually_passes_is_retried_with_backoff_then_given_up(harne
     attempts = seen[-1]
     assert 60 <= attempts <= 62, f"one attempt per 5 s at most once the delay is capped, not {attempts}"
     assert seen[-1] == seen[-10], "nothing more is sent once it failed"
+
+
+def test_a_request_that_keeps_timing_out_is_given_up_in_the_end(harness_factory: Any) -> None:
+    """Issue 26: a request sent and never answered in time (a huge object, a hung webhook of a wrapped kind) was
+    UNAVAILABLE, retried for ever. A few timeouts in a row are tolerated; then they count like TRANSIENT ones."""
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "1")])
+    h.writer.fail_apply = ApiError(0, TIMED_OUT, "POST /api/v1/namespaces/ns/configmaps: no answer within 30 s")
+    h.drain()
+    for _ in range(80):  # 400 s of timeouts, one step of 5 s (the longest delay) at a time
+        h.clock.advance(5)
+        h.drain()
+    status = last_status(h, "a")
+    assert status["state"] == "Failed", status
+    assert "gave up after" in status["message"] and "no answer within 30 s" in status["message"], status["message"]
+    assert h.dispatcher.ledger.free().get("cpu") == 8000
 
 
 @pytest.mark.parametrize(("code", "message"), UNAVAILABLE)

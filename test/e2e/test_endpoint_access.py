@@ -7,12 +7,26 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
 
 import kubernetes.client as k8s
 import pytest
 
 from mcad import kube
-from test.e2e.conftest import GROUP, PLURAL, VERSION, Controller, appwrapper, deployment_item, service_account_token
+from test import support
+from test.e2e.conftest import (
+    GROUP,
+    NODE_LABEL,
+    PLURAL,
+    VERSION,
+    Controller,
+    appwrapper,
+    deployment_item,
+    fake_node,
+    service_account_token,
+)
 from test.support import wait_until
 
 # A tenant's rights: its AppWrappers, in its namespace only (bound with a RoleBinding there).
@@ -96,3 +110,66 @@ def test_a_tenant_sees_only_its_namespace_and_explain_elsewhere_is_404(
     assert controller.get(f"/debug/explain?namespace={team_b}&name=theirs")[0] == 200  # the reader may
     assert controller.get("/debug/ledger", token=alice)[0] == 403
     assert controller.get("/metrics", token=alice)[0] == 403
+
+
+DISCLOSE = "mcad.test/disclose"  # an extended resource only this test's fake node has
+
+
+def disclose_job(name: str, slots: int, selector: dict[str, str]) -> dict[str, Any]:
+    """A Job of one pod taking ``slots`` of the test node's slots for an hour, pinned to that node."""
+    requests = {"cpu": "10m", "memory": "16Mi", DISCLOSE: str(slots)}
+    return {"replicas": 1, "generictemplate": {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+        "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": {
+            "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "3600s"}},
+            "spec": {"restartPolicy": "Never", "nodeSelector": selector, "containers": [{
+                "name": "main", "image": "busybox", "resources": {"requests": requests, "limits": requests}}]}}}}}
+
+
+def test_a_tenant_waiting_behind_another_namespaces_reservation_is_not_told_whose_or_where(
+        controller: Controller, kubeconfig: str, namespace: str, team_b: str, tenant_role: str,
+        custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, tmp_path: Path) -> None:
+    """Issue 26: "waiting behind the reservation of secret-project/acquisition-x on nodes ..." told a tenant
+    another namespace's AppWrapper and the nodes it holds, while the reservations list hid them. Alice holds only
+    AppWrapper rights in team A: her AppWrapper's status and her explain say it waits behind a reservation of
+    another namespace, without naming it or its node; the reader with cluster-wide rights still sees the holder."""
+    team_a = namespace
+    with fake_node(core, cpu="8", memory="16Gi", **{DISCLOSE: "4"}) as selector:
+        node_name = f"mcad-test-node-{selector[NODE_LABEL]}"
+        create = partial(custom.create_namespaced_custom_object, GROUP, VERSION, plural=PLURAL)
+        create(team_a, body=appwrapper("filler", disclose_job("filler", 3, selector)))
+        wait_until(lambda: any(p.status.phase == "Running" for p in core.list_namespaced_pod(
+            team_a, label_selector="workload.codeflare.dev/appwrapper=filler").items), 60, "filler Running")
+        # The secret project's gang needs the whole node: it reserves it, holding the one slot left free.
+        create(team_b, body=appwrapper("acquisition-x", disclose_job("acquisition-x", 4, selector), priority=10))
+        create(team_a, body=appwrapper("mine", disclose_job("mine", 1, selector)))
+
+        alice = service_account_token(kubeconfig, team_a, "alice", roles=((tenant_role, team_a),))
+        as_alice = kube.connect(support.token_kubeconfig(kubeconfig, alice, tmp_path / "alice", user="alice",
+                                                         namespace=team_a))
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{team_a}/{PLURAL}/mine"
+        said = "waiting behind the reservation of an AppWrapper in another namespace"
+        status = wait_until(lambda: (s := kube.request_json(as_alice, "GET", path).get("status") or {})
+                            and said in (s.get("message") or "") and s, 60, "mine waiting behind the reservation")
+        secrets = (team_b, "acquisition-x", node_name)
+        told = json.dumps(status)
+        assert not [s for s in secrets if s in told], told
+        assert kube.request_json(as_alice, "GET", path)["metadata"]["name"] == "mine"
+
+        code, body = controller.get(f"/debug/explain?namespace={team_a}&name=mine", token=alice)
+        assert code == 200, body
+        assert said in json.loads(body)["summary"], body
+        assert not [s for s in secrets if s in body], body
+        code, body = controller.get("/debug/queue", token=alice)
+        assert code == 200 and not [s for s in secrets if s in body], body
+
+        # A tenant's rights stop at its namespace: the other side stays unreadable to alice ...
+        with pytest.raises(kube.ApiError) as refused:
+            kube.request_json(as_alice, "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{team_b}/{PLURAL}/acquisition-x")
+        assert refused.value.status == 403
+        # ... while the reader with cluster-wide rights sees whose reservation it is, and where.
+        code, body = controller.get("/debug/queue")
+        held = {r["appwrapper"]: r for r in json.loads(body)["reservations"]}
+        assert held[f"{team_b}/acquisition-x"]["nodes"] == [node_name], body
+        for name, where in (("mine", team_a), ("filler", team_a), ("acquisition-x", team_b)):
+            custom.delete_namespaced_custom_object(GROUP, VERSION, where, PLURAL, name)

@@ -182,6 +182,27 @@ def test_case_04_max_requeuings_reached_fails_and_deletes(controller: Controller
     assert free_cpu_millis(core) == before
 
 
+def test_unlimited_requeuing_at_one_second_slows_down_after_a_few_requeues(controller: Controller,
+                                                                             aws: AppWrappers) -> None:
+    """Issue 26: timeInSeconds 1, growthType none, maxNumRequeuings 0 (unlimited) and pods that never start cycled
+    once a second for ever. The first requeues wait what the spec asks; from the sixth on the wait doubles (up to
+    300 s), and the requeue's message says why it waits longer than asked."""
+    aws.create(appwrapper("loop", slow_job("loop", 1, "100m", start="600s"),
+                          scheduling={"minAvailable": 1, "requeuing": {"timeInSeconds": 1, "growthType": "none"}}))
+    fifth = wait_until(lambda: (s := aws.status("loop")).get("numberOfRequeueings", 0) == 5 and s, 90,
+                       "the fifth requeue")
+    assert fifth["requeueingTimeInSeconds"] == 1, "the first five requeues wait what the spec asks"
+    sixth = wait_until(lambda: (s := aws.status("loop")).get("numberOfRequeueings", 0) >= 6 and s, 60,
+                       "the sixth requeue")
+    assert sixth["numberOfRequeueings"] == 6
+    assert sixth["requeueingTimeInSeconds"] == 2
+    message = condition(sixth, "PreemptCandidate")["message"]
+    assert "waits 2 s instead of the 1 s its requeuing asks" in message and "up to 300 s" in message, message
+    seventh = wait_until(lambda: (s := aws.status("loop")).get("numberOfRequeueings", 0) >= 7 and s, 60,
+                         "the seventh requeue")
+    assert seventh["requeueingTimeInSeconds"] == 4, "the floor doubles per requeue"
+
+
 def wait_seconds_on_the_cluster(batch: k8s.BatchV1Api, namespace: str, duration: str) -> None:
     """Let ``duration`` pass, observed as an event: a plain Job whose pod kwok completes after that long."""
     name = f"clock-{uuid.uuid4().hex[:6]}"

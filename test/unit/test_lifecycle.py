@@ -13,13 +13,17 @@ from mcad.api.validation import MAX_DISPATCH_LIMIT_SECONDS, MAX_REQUEUE_SECONDS
 from mcad.lifecycle import (
     FAR_FUTURE,
     MAX_TIMER_SECONDS,
+    REQUEUE_FLOOR_CAP_SECONDS,
+    REQUEUES_AS_SPECIFIED,
     Outcome,
     current_requeue_wait,
     deadline_due,
     evaluate,
     requeue_due,
+    requeue_floor_note,
     requeue_wait,
     seconds_until,
+    specified_requeue_wait,
     tracked_items,
     watched_kinds,
 )
@@ -194,3 +198,47 @@ def test_jobs_are_watched_for_failure_only_when_asked() -> None:
     failed = lookup_of(obj("train", ("Failed", "True"), reason="BackoffLimitExceeded"))
     assert evaluate(aw, failed, 0, jobs=False).outcome is Outcome.RUNNING
     assert evaluate(aw, failed, 0, jobs=True).outcome is Outcome.FAILED
+
+
+@pytest.mark.parametrize("spec", [
+    SchedulingSpec(min_available=1, requeue_seconds=1, growth="none"),
+    SchedulingSpec(min_available=1, requeue_seconds=1, requeue_max_seconds=1, growth="exponential"),
+    SchedulingSpec(min_available=1, requeue_seconds=1, requeue_max_seconds=1, growth="linear"),
+])
+def test_unlimited_requeuing_at_one_second_slows_down_to_the_floor(spec: SchedulingSpec) -> None:
+    """timeInSeconds 1, never growing, maxNumRequeuings 0: without the floor a gang that never starts cycles once a
+    second for ever. The first REQUEUES_AS_SPECIFIED requeues wait what the spec says, then the wait doubles up to
+    REQUEUE_FLOOR_CAP_SECONDS and stays there."""
+    waits = [requeue_wait(spec, n) for n in range(1, 40)]
+    assert waits[:REQUEUES_AS_SPECIFIED] == [1] * REQUEUES_AS_SPECIFIED
+    assert waits[REQUEUES_AS_SPECIFIED:REQUEUES_AS_SPECIFIED + 4] == [2, 4, 8, 16]
+    assert waits[-1] == REQUEUE_FLOOR_CAP_SECONDS and max(waits) == REQUEUE_FLOOR_CAP_SECONDS
+    assert waits == sorted(waits)
+    # A day of such a gang: requeues once every 5 minutes at most, after the first few.
+    day, total, requeues = 24 * 3600, 0, 0
+    while total < day:
+        requeues += 1
+        total += requeue_wait(spec, requeues)
+    assert requeues < day / REQUEUE_FLOOR_CAP_SECONDS + 20, f"{requeues} requeues in a day"
+    assert requeue_floor_note(spec, REQUEUES_AS_SPECIFIED) == ""
+    note = requeue_floor_note(spec, REQUEUES_AS_SPECIFIED + 1)
+    assert "waits 2 s instead of the 1 s its requeuing asks" in note and f"up to {REQUEUE_FLOOR_CAP_SECONDS} s" in note
+
+
+def test_the_floor_keeps_every_longer_wait_the_spec_gives() -> None:
+    for spec in (SchedulingSpec(min_available=1, requeue_seconds=600, growth="none"),
+                 SchedulingSpec(min_available=1, requeue_seconds=10, growth="exponential"),
+                 SchedulingSpec(min_available=1, requeue_seconds=10, requeue_max_seconds=3000, growth="linear")):
+        for n in range(60):
+            assert requeue_wait(spec, n) >= specified_requeue_wait(spec, n)
+            if requeue_wait(spec, n) > specified_requeue_wait(spec, n):
+                assert requeue_wait(spec, n) <= REQUEUE_FLOOR_CAP_SECONDS
+                assert requeue_floor_note(spec, n)
+    assert [requeue_wait(SchedulingSpec(requeue_seconds=600, growth="none"), n) for n in range(10)] == [600] * 10
+
+
+def test_a_recorded_wait_below_the_floor_of_its_count_is_raised() -> None:
+    spec = SchedulingSpec(min_available=1, requeue_seconds=1, growth="none")
+    assert current_requeue_wait(spec, dispatched_status(requeueingTimeInSeconds=1, numberOfRequeueings=3)) == 1
+    assert current_requeue_wait(spec, dispatched_status(requeueingTimeInSeconds=1, numberOfRequeueings=30)) == \
+        REQUEUE_FLOOR_CAP_SECONDS

@@ -11,8 +11,11 @@ import pytest
 from mcad.accounting import Accountant
 from mcad.api.appwrapper import appwrapper_view
 from mcad.api.views import PLACEMENT_GATE, pod_view
-from mcad.pinning import provenance, ungate_patch
-from test.fakes import apply_json_patch
+from mcad.errors import ApiError
+from mcad.keys import PodEvent
+from mcad.pinning import UNGATE_RETRY_BASE_SECONDS, Pinning, Ungated, provenance, ungate_patch
+from mcad.workqueue import WorkQueue
+from test.fakes import FakeClock, apply_json_patch
 from test.unit.nodes_and_pods import GI, node, raw_pod, v
 
 ONE = v(cpu=1000, memory=GI)
@@ -240,3 +243,43 @@ def test_a_pins_own_requirement_is_told_apart_from_the_pods() -> None:
     assert bare.pin is not None
     pinned_bare = pod_view(apply_json_patch(gated(), ungate_patch("u1", bare.pin, "n2"))).pin
     assert pinned_bare is not None and without_pin(pinned_bare.constraints, "n2").required_affinity == ()
+
+
+# -- ungate retries ---------------------------------------------------------------------------------------------------
+
+
+class _Pods:
+    def __init__(self, *raws: dict[str, Any]) -> None:
+        self._views = {raw["metadata"]["uid"]: pod_view(raw) for raw in raws}
+
+    def get(self, uid: str) -> Any:
+        return self._views.get(uid)
+
+
+def test_ungate_retries_are_jittered_so_a_gangs_pods_do_not_retry_in_step() -> None:
+    """A gang's ungate patches fail together (a webhook, a throttle); each pod's retry is drawn from [d/2, d]."""
+    clock = FakeClock()
+    queue: WorkQueue[Any] = WorkQueue(clock=clock)
+    draws = iter([0.0, 0.999])
+    pinning = Pinning(binding=True, accountant=accountant(), pods=_Pods(gated("u1"), gated("u2")),
+                      where=None, writes=None, queue=queue, host=None, recorder=None, metrics=None,  # type: ignore[arg-type]
+                      monotonic=clock.monotonic, draw=lambda: next(draws))
+    for uid in ("u1", "u2"):
+        pinning.done(Ungated(uid, KEY, "n1", ApiError(500, "InternalError", "webhook timed out")))
+    base = UNGATE_RETRY_BASE_SECONDS
+    clock.advance(base / 2)
+    assert _ready(queue) == [PodEvent("u1")], "the first at half its delay"
+    clock.advance(base / 2 - base / 1000)
+    assert _ready(queue) == [], "the second near its full delay"
+    clock.advance(base / 1000)
+    assert _ready(queue) == [PodEvent("u2")]
+
+
+def _ready(queue: WorkQueue[Any]) -> list[Any]:
+    out = []
+    while True:
+        key, shutdown = queue.get(timeout=0)
+        if key is None or shutdown:
+            return out
+        queue.done(key)
+        out.append(key)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from mcad.errors import TIMED_OUT
 from mcad.retry import Backoff, FailureKind, Policy, TokenBucket, classify
 from test.fakes import FakeClock
 
@@ -14,10 +15,16 @@ from test.fakes import FakeClock
 class Answer:
     status: int
     message: str = ""
+    reason: str = ""
+
+
+def NO_JITTER() -> float:  # every delay its full length
+    return 1.0
 
 
 @pytest.mark.parametrize(("status", "message", "kind"), [
     (0, "connection refused", FailureKind.UNAVAILABLE),
+    (0, "ReadTimeoutError", FailureKind.UNAVAILABLE),  # only kube's TIMED_OUT reason says the request went out
     (401, "Unauthorized", FailureKind.UNAVAILABLE),
     (429, "storage is (re)initializing", FailureKind.UNAVAILABLE),
     (503, "service unavailable", FailureKind.UNAVAILABLE),
@@ -45,7 +52,7 @@ POLICY = Policy(base=0.5, cap=5.0, rate=1000.0, burst=1000, give_up_attempts=10,
 
 def test_delays_double_per_key_up_to_the_cap_and_a_success_resets_only_that_key() -> None:
     clock = FakeClock()
-    backoff = Backoff(clock, POLICY)
+    backoff = Backoff(clock, POLICY, NO_JITTER)
     assert [backoff.failed("a", FailureKind.TRANSIENT).delay for _ in range(6)] == [0.5, 1, 2, 4, 5, 5]
     assert backoff.failed("b", FailureKind.TRANSIENT).delay == 0.5, "another key's failures do not count"
     backoff.succeeded("b")
@@ -57,7 +64,7 @@ def test_delays_double_per_key_up_to_the_cap_and_a_success_resets_only_that_key(
 
 def test_transient_failures_give_up_after_enough_attempts_and_time_unavailable_ones_never() -> None:
     clock = FakeClock()
-    backoff = Backoff(clock, POLICY)
+    backoff = Backoff(clock, POLICY, NO_JITTER)
     retries = []
     for _ in range(200):
         retries.append(backoff.failed("a", FailureKind.TRANSIENT))
@@ -76,7 +83,7 @@ def test_transient_failures_give_up_after_enough_attempts_and_time_unavailable_o
 
 
 def test_a_permanent_failure_gives_up_at_once() -> None:
-    backoff = Backoff(FakeClock(), POLICY)
+    backoff = Backoff(FakeClock(), POLICY, NO_JITTER)
     assert backoff.failed("a", FailureKind.PERMANENT) == backoff.failed("a", FailureKind.PERMANENT)
     assert backoff.failed("b", FailureKind.PERMANENT).give_up
 
@@ -84,7 +91,7 @@ def test_a_permanent_failure_gives_up_at_once() -> None:
 def test_the_bucket_bounds_the_rate_of_retries_across_keys() -> None:
     clock = FakeClock()
     backoff = Backoff(clock, Policy(base=0.5, cap=5.0, rate=10.0, burst=20, give_up_attempts=10,
-                                    give_up_seconds=300.0))
+                                    give_up_seconds=300.0), NO_JITTER)
     delays = [backoff.failed(f"k{i}", FailureKind.TRANSIENT).delay for i in range(40)]
     assert delays[:20] == [0.5] * 20, "a burst of 20 at each key's own delay"
     assert delays[20:] == pytest.approx([(i + 1) / 10 if (i + 1) / 10 > 0.5 else 0.5 for i in range(20)])
@@ -98,3 +105,53 @@ def test_a_token_bucket_refills_at_its_rate() -> None:
     assert bucket.reserve() == 0.5, "one second refilled two tokens, both already promised; this one waits"
     with pytest.raises(ValueError):
         TokenBucket(0, 1, clock)
+
+
+def test_a_request_that_timed_out_is_its_own_kind() -> None:
+    assert classify(Answer(0, "POST /api/v1/x: no answer within 30 s", TIMED_OUT)) is FailureKind.TIMEOUT
+    assert classify(Answer(0, "connection refused", "MaxRetryError")) is FailureKind.UNAVAILABLE
+
+
+def test_timeouts_are_tolerated_a_few_times_in_a_row_then_counted_until_the_key_gives_up() -> None:
+    """A request that always times out (a huge object, a hung webhook of a wrapped kind) must not be retried for
+    ever, while one timeout between answers costs nothing."""
+    clock = FakeClock()
+    backoff = Backoff(clock, POLICY, NO_JITTER)
+    retries = []
+    for _ in range(200):
+        retries.append(backoff.failed("slow", FailureKind.TIMEOUT))
+        if retries[-1].give_up:
+            break
+        clock.advance(retries[-1].delay + 30.0)  # each attempt also waits out its 30 s request timeout
+    last = retries[-1]
+    assert last.give_up, "a key that only ever times out gives up"
+    tolerated = POLICY.timeouts_tolerated
+    assert last.attempts >= tolerated + POLICY.give_up_attempts and last.seconds >= POLICY.give_up_seconds
+    assert last.attempts < 30, f"bounded: gave up after {last.attempts} attempts"
+
+    # Another kind of failure in between starts the count of timeouts in a row again: a few timeouts while the
+    # API server restarts (refused in between) are not counted.
+    for _ in range(100):
+        for kind in [FailureKind.TIMEOUT] * tolerated + [FailureKind.UNAVAILABLE]:
+            retry = backoff.failed("flaky", kind)
+            assert not retry.give_up
+            clock.advance(retry.delay)
+
+
+def test_delays_are_jittered_into_their_upper_half_so_keys_failed_together_spread_out() -> None:
+    draws = iter([0.0, 0.25, 0.5, 0.75, 0.999] * 4)
+    clock = FakeClock()
+    backoff = Backoff(clock, POLICY, lambda: next(draws))
+    first = [backoff.failed(f"k{i}", FailureKind.TRANSIENT).delay for i in range(5)]
+    assert first == pytest.approx([0.25, 0.3125, 0.375, 0.4375, 0.49975]), "from [d/2, d] with d = 0.5"
+    assert len(set(first)) == 5
+    second = [backoff.failed(f"k{i}", FailureKind.TRANSIENT).delay for i in range(5)]
+    assert all(0.5 <= d <= 1.0 for d in second)
+
+
+def test_the_default_draw_spreads_a_cycle_of_failures() -> None:
+    """Without a draw handed in: 100 keys that failed in the same instant do not come back in the same instant."""
+    backoff = Backoff(FakeClock(), POLICY)
+    delays = [backoff.failed(f"k{i}", FailureKind.TRANSIENT).delay for i in range(100)]
+    assert all(0.25 <= d <= 0.5 for d in delays)
+    assert len(set(delays)) > 90

@@ -401,11 +401,15 @@ def test_a_key_due_centuries_ahead_does_not_kill_a_sleeping_get() -> None:
     thread.join(DEADLINE)
 
 
+def NO_JITTER() -> float:  # every delay its full length
+    return 1.0
+
+
 # -- rate limiting ------------------------------------------------------------------------------------------------
 
 
 def test_exponential_limiter_doubles_from_the_base_delay_and_forget_resets_it() -> None:
-    limiter = ExponentialRateLimiter(base_delay=0.005, max_delay=0.03)
+    limiter = ExponentialRateLimiter(base_delay=0.005, max_delay=0.03, draw=NO_JITTER)
     assert [limiter.when("a") for _ in range(5)] == [0.005, 0.01, 0.02, 0.03, 0.03]
     assert limiter.when("b") == 0.005, "each key backs off on its own"
     limiter.forget("a")
@@ -413,15 +417,22 @@ def test_exponential_limiter_doubles_from_the_base_delay_and_forget_resets_it() 
 
 
 def test_exponential_limiter_exact_delays_with_the_defaults() -> None:
-    limiter = ExponentialRateLimiter()
+    limiter = ExponentialRateLimiter(draw=NO_JITTER)
     assert [limiter.when("a") for _ in range(4)] == [0.005, 0.01, 0.02, 0.04]
 
 
 def test_exponential_limiter_stays_at_the_cap_after_many_failures() -> None:
-    limiter = ExponentialRateLimiter(base_delay=0.005, max_delay=300.0)
+    limiter = ExponentialRateLimiter(base_delay=0.005, max_delay=300.0, draw=NO_JITTER)
     delays = [limiter.when("a") for _ in range(2000)]
     assert delays[-1] == 300.0
     assert limiter.num_requeues("a") == 2000
+
+
+def test_exponential_limiter_jitters_each_delay_into_its_upper_half() -> None:
+    """Keys that failed in the same cycle must not come back in step: each delay is drawn from [d/2, d]."""
+    draws = iter([0.0, 0.5, 0.999])
+    limiter = ExponentialRateLimiter(base_delay=1.0, max_delay=300.0, draw=lambda: next(draws))
+    assert [limiter.when(key) for key in ("a", "b", "c")] == pytest.approx([0.5, 0.75, 0.9995])
 
 
 def test_exponential_limiter_rejects_negative_delays() -> None:
@@ -430,7 +441,7 @@ def test_exponential_limiter_rejects_negative_delays() -> None:
 
 
 def test_add_rate_limited_delays_a_key_by_its_backoff(clock: FakeClock) -> None:
-    queue: WorkQueue[str] = WorkQueue(clock=clock, rate_limiter=ExponentialRateLimiter(base_delay=1.0))
+    queue: WorkQueue[str] = WorkQueue(clock=clock, rate_limiter=ExponentialRateLimiter(base_delay=1.0, draw=NO_JITTER))
     queue.add_rate_limited("a")  # due in 1 s
     clock.step(0.5)
     assert drain(queue) == []

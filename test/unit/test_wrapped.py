@@ -62,7 +62,8 @@ class Answers:
 
 
 def stepped(factory: Any, woken: Woken, clock: FakeClock, **options: Any) -> WrappedObjects:
-    return WrappedObjects(factory, woken, clock=clock, background=False, **options)
+    """Retry delays without jitter unless ``draw`` is given: each its full length."""
+    return WrappedObjects(factory, woken, clock=clock, background=False, **{"draw": lambda: 1.0, **options})
 
 
 def test_discovery_never_runs_on_the_callers_thread_and_the_waiting_appwrapper_is_woken() -> None:
@@ -123,6 +124,22 @@ def test_a_transient_failure_is_retried_with_the_kinds_own_growing_backoff_and_n
         assert wrapped.ensure("v1", "ConfigMap") is True
         clock.advance(3600)
         assert wrapped.discover_next() is False, "an informer is a final answer"
+    finally:
+        wrapped.stop()
+
+
+def test_retry_delays_are_jittered_into_their_upper_half() -> None:
+    """Kinds whose discovery failed together (an aggregated API down) do not ask again together."""
+    clock = FakeClock()
+    answers = Answers(ApiError(503, "ServiceUnavailable", "later"), UNWATCHABLE)
+    wrapped = stepped(answers, Woken(), clock, draw=lambda: 0.0)
+    try:
+        wrapped.ensure("v1", "ConfigMap", waiter="team/a")
+        assert wrapped.discover_next() is True
+        clock.advance(0.25 - 0.01)
+        assert wrapped.discover_next() is False
+        clock.advance(0.01)
+        assert wrapped.discover_next() is True, "due after half of the 0.5 s first delay"
     finally:
         wrapped.stop()
 
