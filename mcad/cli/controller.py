@@ -77,9 +77,10 @@ WORKER_NAMESPACE = "mcad-system"
 
 
 def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool = False) -> frozenset[str]:
-    """Where the controller creates nothing: kube-system, its own namespace (its credentials, its Lease) and, in
-    hub mode, the workers' (their credentials), except those the admin ``allowed``."""
-    protected = {"kube-system", own} | ({WORKER_NAMESPACE} if hub else set())
+    """Where the controller creates nothing: the cluster's own namespaces (``SYSTEM_NAMESPACES``), its own
+    namespace (its credentials, its Lease) and, in hub mode, the workers' (their credentials), except those the
+    admin ``allowed``."""
+    protected = {*admission_review.SYSTEM_NAMESPACES, own} | ({WORKER_NAMESPACE} if hub else set())
     return frozenset(protected - set(allowed))
 
 
@@ -181,9 +182,9 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
                    "admits 1 MiB; etcd refuses objects of about 1.5 MiB anyway.")
 @click.option("--allow-protected-namespace", "allowed_protected", multiple=True, metavar="NAMESPACE",
               help="Dispatch AppWrappers in this protected namespace after all (repeatable). Protected: kube-system, "
-                   "the controller's own namespace and, in hub mode, mcad-system (where config/rbac/worker.yaml "
-                   "keeps a worker's credentials). An AppWrapper there fails (ProtectedNamespace) and nothing of "
-                   "it is created.")
+                   "kube-public, kube-node-lease, the controller's own namespace and, in hub mode, mcad-system "
+                   "(where config/rbac/worker.yaml keeps a worker's credentials). An AppWrapper there fails "
+                   "(ProtectedNamespace) and nothing of it is created.")
 @click.option("--webhook/--no-webhook", "webhook_enabled", default=True,
               help="Serve the AppWrapper admission webhooks (/mutate, /validate) over HTTPS on every replica, "
                    "leader or standby. The API server calls them on every create and update of an AppWrapper "

@@ -47,10 +47,10 @@ def test_the_controller_can_neither_list_nor_watch_secrets(controller_kubeconfig
     assert client.allowed("create", "v1", "Secret", aws.namespace)
 
 
-@pytest.mark.parametrize("namespace", ["kube-system", chart.NAMESPACE])
+@pytest.mark.parametrize("namespace", ["kube-system", "kube-public", "kube-node-lease", chart.NAMESPACE])
 def test_an_appwrapper_in_a_protected_namespace_fails_and_creates_nothing(
         controller: Controller, aws: AppWrappers, namespace: str) -> None:
-    """The controller refuses kube-system and its own namespace (where its credentials and Lease live) whatever
+    """The controller refuses the kube-* namespaces and its own (where its credentials and Lease live) whatever
     admission let through; its RBAC alone would let it write there (see the rbac.namespaces option below)."""
     protected = AppWrappers(aws.custom, aws.core, namespace, aws.connection)
     name = f"protected-{uuid.uuid4().hex[:8]}"
