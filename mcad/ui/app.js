@@ -5,7 +5,10 @@
 
 const POLL_MS = 1000; // the issue's bound is 2 s; a page that waits longer shows stale state
 const PAGE = 50;
-const TOKEN_KEY = "mcad-token";
+// The pasted bearer token lives in this variable only: never in sessionStorage, localStorage or a cookie. Behind
+// the API server's service or pod proxy this page shares its origin with every other service proxied through that
+// API server, and storage is per origin: any of their pages could read it. A reload asks for the token again.
+let pastedToken = null;
 
 const state = {
   view: "queue",
@@ -51,7 +54,7 @@ async function getView(name, params = {}) {
   const url = new URL(name, state.api);
   for (const [key, value] of Object.entries(params)) if (value !== "" && value != null) url.searchParams.set(key, value);
   const headers = { Accept: "application/json" };
-  const token = sessionStorage.getItem(TOKEN_KEY);
+  const token = pastedToken;
   if (token) headers["X-Mcad-Authorization"] = `Bearer ${token}`;
   const response = await fetch(url, { headers, credentials: "same-origin", cache: "no-store" });
   let body = null;
@@ -401,8 +404,8 @@ async function poll() {
   } catch (err) {
     if (err.status === 401) {
       // Only about the token the refused request carried: one entered while it was out gets the next poll.
-      if ((sessionStorage.getItem(TOKEN_KEY) || null) === err.token) {
-        sessionStorage.removeItem(TOKEN_KEY);
+      if (pastedToken === err.token) {
+        pastedToken = null;
         showLogin(true);
         status(err.message, true);
       }
@@ -438,7 +441,7 @@ function start() {
   $("#login").addEventListener("submit", (e) => {
     e.preventDefault();
     const token = $("#token").value.trim();
-    if (token) sessionStorage.setItem(TOKEN_KEY, token);
+    if (token) pastedToken = token;
     $("#token").value = "";
     now();
   });
