@@ -13,7 +13,8 @@ Contract:
   4. the rest of its path is ``/ui`` or ``/ui/...`` made of plain segments (no ``..``, no escapes), else 404.
   Only then is it forwarded; ``/<capability>`` and ``/<capability>/`` redirect to ``/<capability>/ui/``.
 - Forwarding: a GET (a HEAD is sent as a GET and its body dropped) through the API server with the kubeconfig's
-  credentials, which the API server authenticates and authorizes (get on ``pods/proxy`` or ``services/proxy``).
+  credentials, which the API server authenticates and authorizes (get on ``services/proxy``, or ``pods/proxy``
+  for the leader's pod: operators only, the chart's debug-client Role grants none).
   The controller checks the user's bearer token on its data routes; the API server drops ``Authorization`` when
   proxying, so the token goes in ``X-Mcad-Authorization`` (as ``mcad.cli.reach`` does for ``/debug``): the one the
   browser sends itself (the page's token form), else ``token()`` (``--token``, else the kubeconfig's). Of the
@@ -61,7 +62,7 @@ LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
 ALLOWED_HOST_NAMES = ("localhost", "127.0.0.1", "[::1]")
 DEFAULT_MAX_CONNECTIONS = 32
 # How often one request may go to the Service while standbys answer it (each replica is behind it).
-SERVICE_TRIES = 3
+SERVICE_TRIES = reach.SERVICE_TRIES
 CLIENT_TIMEOUT = 30.0
 ERROR_BODY_LIMIT = 64 * 1024
 CHUNK = 64 * 1024
@@ -247,9 +248,7 @@ class Forwarder:
             return (f"the API server {server} refused to forward this request to {refusal.route.what}: "
                     f"{refusal.message}. The dashboard is reached through the API server's proxy: your user needs "
                     f"get on services/proxy with the resource name {where.name}:http (RBAC sees the name as the URL "
-                    f"spells it) in namespace {where.namespace}, and get "
-                    f"on pods/proxy there to be sent straight to the leader (the chart's debug-client Role "
-                    f"grants both)")
+                    f"spells it) in namespace {where.namespace} (the chart's debug-client Role grants it)")
         return (f"the API server {server} could not reach the controller through {refusal.route.what} "
                 f"({refusal.status}: {refusal.message}); is the controller running, and are "
                 f"--controller-namespace and --controller-name right?")

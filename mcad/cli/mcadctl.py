@@ -265,9 +265,9 @@ def dashboard(opts: Options, listen_port: int, address: str, open_browser: bool,
     `kubectl proxy`: prints the URL and runs until Ctrl-C.
 
     Who sees what: the API server lets the pages through only for a user with get on services/proxy for the
-    controller's Service (CONTROLLER-NAMESPACE/CONTROLLER-NAME) or, to be sent straight to the leader, on
-    pods/proxy in that namespace; the chart's debug-client Role grants both, and a user without them gets the
-    API server's refusal as a page that names the missing right. Then the controller shows what the user of your
+    controller's Service (CONTROLLER-NAMESPACE/CONTROLLER-NAME, port http), which the chart's debug-client Role
+    grants (an operator with pods/proxy there is also sent straight to the leader's pod); a user without it gets
+    the API server's refusal as a page that names the missing right. Then the controller shows what the user of your
     bearer token (--token, else the kubeconfig's) may see, as `mcadctl queue` does: the AppWrappers of the
     namespaces where it may list them; the nodes, quota trees and headline numbers to those who may get
     /debug/ledger, /debug/quota and /metrics (the chart's debug-viewer and metrics-reader ClusterRoles).

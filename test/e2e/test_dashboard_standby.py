@@ -88,8 +88,8 @@ def replicas(controller_kubeconfig: str, core: k8s.CoreV1Api, aws: AppWrappers,
 
 
 def follower_token(kubeconfig: str, namespace: str) -> str:
-    """A tenant of ``namespace`` with get on services/proxy and pods/proxy there (the chart's debug-client
-    Role grants both: the page follows a standby's answer through the pod proxy)."""
+    """A user of ``namespace`` with get on services/proxy and pods/proxy there (an operator's rights: the chart's
+    debug-client Role grants no pods/proxy; with it, the page follows a standby's answer through the pod proxy)."""
     kube.Client(kube.connect(kubeconfig)).apply({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": FOLLOWER_ROLE},
         "rules": [{"apiGroups": [""], "resources": ["services/proxy", "pods/proxy"], "verbs": ["get"]},

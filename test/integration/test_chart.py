@@ -577,6 +577,15 @@ def test_endpoint_access_lets_the_controller_review_and_readers_read() -> None:
     assert named[("ClusterRole", "mcad-debug-viewer")]["rules"][0] == {"nonResourceURLs": ["/debug/*"],
                                                                        "verbs": ["get"]}
     assert named[("Role", "mcad-debug-client")]["metadata"]["namespace"] == chart.NAMESPACE
+    # Issue 26: the route to the Service's http port and nothing else; no pods/proxy (it would reach every port of
+    # every pod of the namespace), no bare Service name (the proxy's default port).
+    assert named[("Role", "mcad-debug-client")]["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["mcad-controller"],
+         "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["services"], "resourceNames": ["mcad-controller"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["services/proxy"], "resourceNames": ["mcad-controller:http"],
+         "verbs": ["get"]}]
+    assert "pods/proxy" not in json.dumps([o for o in chart.render() if o["kind"] in ("Role", "ClusterRole")])
     args = by_kind(chart.render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--insecure-debug-endpoints" not in args
 
