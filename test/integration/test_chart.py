@@ -72,7 +72,7 @@ WEBHOOK_ARGS = ["--webhook-bind-address=:9443", "--webhook-configuration-name=mc
                 "--webhook-service-name=mcad-controller", "--webhook-cert-poll-seconds=30",
                 "--webhook-cert-secret=mcad-webhook-cert",
                 # Admission allows the kinds the controller is granted, nothing else.
-                "--admission-allowed-kinds=pods,services,configmaps,secrets,persistentvolumeclaims,deployments.apps,"
+                "--admission-allowed-kinds=pods,services,configmaps,persistentvolumeclaims,secrets,deployments.apps,"
                 "statefulsets.apps,replicasets.apps,jobs.batch"]
 # Admission asks the API server whether the requesting user may create each item; the controller's own CA goes
 # into its two webhook configurations (by name) and nowhere else.
@@ -222,7 +222,10 @@ def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
     assert {("batch", "jobs"), ("apps", "deployments"), ("", "secrets")} <= kinds
     # --placement=binding: the pods' ungate is a patch, a re-planned pin a delete (and nothing else of pods').
     assert wrapped[-1] == {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch", "delete"]}
-    assert all(rule["verbs"] == ["get", "create", "patch", "delete"] for rule in wrapped[:-1])
+    # Secrets are created and deleted, never read (issue 26: get, or patch, which answers with the object).
+    secrets = [rule for rule in wrapped if "secrets" in rule["resources"]]
+    assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]}]
+    assert all(rule["verbs"] == ["get", "create", "patch", "delete"] for rule in wrapped[:-1] if rule not in secrets)
     advisory = named(chart.render(values={"controller": {"placement": "advisory"}}, tmp=tmp_path), "ClusterRole",
                      f"{chart.RELEASE}-wrapped")["rules"]
     assert advisory == wrapped[:-1], "advisory placement patches no pod"
@@ -241,6 +244,29 @@ def test_no_secret_is_listed_or_watched_anywhere() -> None:
             if "" in rule.get("apiGroups", ()) and "secrets" in rule.get("resources", ()):  # nonResourceURLs too
                 assert not {"list", "watch"} & set(rule["verbs"]), (obj["kind"], obj["metadata"]["name"], rule)
                 assert obj["kind"] == "Role" or "resourceNames" not in rule
+
+
+def test_no_secret_is_readable_outside_the_release_namespace() -> None:
+    """Issue 26: the wrapped kinds' rule let the controller get any Secret in the cluster. Every rule that could
+    read a Secret (get, or patch/update, which answer with the object) is a Role's, on Secrets named in it."""
+    for obj in chart.render():
+        for rule in obj.get("rules") or []:
+            secret = "" in rule.get("apiGroups", ()) and "secrets" in rule.get("resources", ())
+            if secret and {"get", "patch", "update"} & set(rule["verbs"]):
+                assert obj["kind"] == "Role" and rule.get("resourceNames"), (obj["metadata"]["name"], rule)
+                assert obj["metadata"]["namespace"] == chart.NAMESPACE
+
+
+def test_wrapped_kind_verbs_may_be_narrowed_but_not_widened(tmp_path: Path) -> None:
+    values = {"rbac": {"extraWrappedKinds": [{"apiGroups": ["example.com"], "resources": ["widgets"],
+                                              "verbs": ["create", "delete"]}]}}
+    wrapped = named(chart.render(values=values, tmp=tmp_path), "ClusterRole", f"{chart.RELEASE}-wrapped")["rules"]
+    assert {"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["create", "delete"]} in wrapped
+    for verbs, words in ((["create"], "must include create and delete"),
+                         (["create", "delete", "update"], 'verb "update" of a wrapped kind is none')):
+        values["rbac"]["extraWrappedKinds"][0]["verbs"] = verbs
+        with pytest.raises(RuntimeError, match=words):
+            chart.render(values=values, tmp=tmp_path)
 
 
 def test_watching_secrets_is_refused(tmp_path: Path) -> None:

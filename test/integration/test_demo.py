@@ -20,7 +20,7 @@ from test.support import REPO, wait_until
 PIDFILE = REPO / ".dev" / "demo-controller.pid"
 KUBECONFIG = REPO / ".dev" / "kubeconfig"
 CONTROLLER_KUBECONFIG = REPO / ".dev" / "demo-controller.kubeconfig"
-ALLOWED = "--admission-allowed-kinds=pods,services,configmaps,secrets,persistentvolumeclaims,deployments.apps," \
+ALLOWED = "--admission-allowed-kinds=pods,services,configmaps,persistentvolumeclaims,secrets,deployments.apps," \
           "statefulsets.apps,replicasets.apps,jobs.batch"
 
 
