@@ -68,10 +68,11 @@ def test_demo_walks_through_with_the_charts_identity_and_allowlist() -> None:
         users = yaml.safe_load(CONTROLLER_KUBECONFIG.read_text())["users"]
         assert [set(u["user"]) for u in users] == [{"token"}], users
         # What the chart's RBAC does not grant, it cannot do; cluster-admin could.
-        as_controller = subprocess.run(
-            [str(REPO / ".dev" / "bin" / "kubectl"), "--kubeconfig", str(CONTROLLER_KUBECONFIG), "auth", "can-i",
-             "create", "clusterrolebindings"], text=True, capture_output=True, timeout=60, check=False)
-        assert as_controller.stdout.strip() == "no", as_controller.stdout + as_controller.stderr
+        for question in (("create", "clusterrolebindings"), ("get", "secrets", "-n", "kube-system")):
+            as_controller = subprocess.run(
+                [str(REPO / ".dev" / "bin" / "kubectl"), "--kubeconfig", str(CONTROLLER_KUBECONFIG), "auth",
+                 "can-i", *question], text=True, capture_output=True, timeout=60, check=False)
+            assert as_controller.stdout.strip() == "no", (question, as_controller.stdout + as_controller.stderr)
 
         # The allowlist: a NetworkPolicy is no kind the chart wraps, so admission refuses it even to the admin.
         policy = {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
