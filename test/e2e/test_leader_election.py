@@ -153,3 +153,63 @@ def test_a_leader_whose_lease_is_taken_exits_at_once_with_an_error(pair: tuple[C
     # The standby respects the new holder's claim until it lapses, then leads.
     assert not events(b.log, "became leader")
     became_leader_at(b, LEASE_DURATION + RETRY_PERIOD + 10)
+
+
+LEADER_LABEL = "mcad.codeflare.dev/leader"  # mcad.leaderpod.LEADER_LABEL, spelled out: the chart's Service uses it
+
+
+def leader_label(admin: kube.Connection, pod: str) -> str | None:
+    found = kube.request_json(admin, "GET", f"/api/v1/namespaces/{chart.NAMESPACE}/pods/{pod}")
+    return ((found.get("metadata") or {}).get("labels") or {}).get(LEADER_LABEL)
+
+
+def test_the_leader_labels_its_own_pod_for_the_leader_service_and_hands_the_label_over(
+        controller_kubeconfig: str, crd: None, admin: kube.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: the chart's Service <name>-leader selects the pod labelled by the leader, so users reach it with
+    services/proxy and no pods/proxy. As the chart's ServiceAccount (its Role may patch pods of its namespace): the
+    leader labels its pod, a standby removes a label its pod kept from an earlier container, and on SIGTERM the
+    label moves to the new leader's pod."""
+    try:
+        kube.request_json(admin, "DELETE", LEASE_PATH)
+    except kube.ApiError as err:
+        if err.status != 404:
+            raise
+    pods = ("mcad-leader-label-a", "mcad-leader-label-b")
+    for pod in pods:  # stand-ins of the controller's pods, never scheduled
+        kube.request_json(admin, "POST", f"/api/v1/namespaces/{chart.NAMESPACE}/pods", body={
+            "metadata": {"name": pod, "labels": {LEADER_LABEL: "true"} if pod.endswith("-b") else {}},
+            "spec": {"schedulerName": "none", "containers": [{"name": "controller", "image": "mcad"}]}})
+    args = (*ARGS, "--leader-elect-label-pod")
+    a = Controller(controller_kubeconfig, LOGS / "test_leader_election-label-a.log", *args)
+    b = Controller(controller_kubeconfig, LOGS / "test_leader_election-label-b.log", *args)
+    monkeypatch.setenv("POD_NAMESPACE", chart.NAMESPACE)
+    try:
+        monkeypatch.setenv("POD_NAME", pods[0])
+        a.start()
+        monkeypatch.setenv("POD_NAME", pods[1])
+        b.start(ready=b"waiting for leadership")
+        wait_until(lambda: (leader_label(admin, pods[0]), leader_label(admin, pods[1])) == ("true", None), 15,
+                   "the leader's pod labelled and the standby's stale label removed")
+        a.stop(signal.SIGTERM)
+        wait_until(lambda: (leader_label(admin, pods[0]), leader_label(admin, pods[1])) == (None, "true"), 15,
+                   "the label moved to the new leader's pod")
+        assert b"cannot write the leader label" not in a.log.read_bytes() + b.log.read_bytes()
+    finally:
+        b.stop()
+        a.stop()
+        for pod in pods:
+            try:
+                kube.request_json(admin, "DELETE", f"/api/v1/namespaces/{chart.NAMESPACE}/pods/{pod}",
+                                  body={"gracePeriodSeconds": 0})
+            except kube.ApiError as err:
+                if err.status != 404:
+                    raise
+
+
+def test_leader_elect_label_pod_needs_a_pod_name(controller_kubeconfig: str, monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    monkeypatch.delenv("POD_NAME", raising=False)
+    ctl = Controller(controller_kubeconfig, tmp_path / "no-pod.log", *ARGS, "--leader-elect-label-pod")
+    ctl.launch()
+    assert ctl.proc is not None and ctl.proc.wait(timeout=60) == 2
+    assert b"--leader-elect-label-pod needs --leader-elect and $POD_NAME" in ctl.log.read_bytes()

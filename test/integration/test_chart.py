@@ -88,7 +88,7 @@ BASE_RULES = 8
 
 
 ELECTION_ARGS = ["--leader-elect", f"--leader-elect-lease-name={chart.LEASE}", "--leader-elect-lease-duration=15",
-                 "--leader-elect-renew-deadline=10", "--leader-elect-retry-period=2"]
+                 "--leader-elect-renew-deadline=10", "--leader-elect-retry-period=2", "--leader-elect-label-pod"]
 
 
 def test_defaults_render_two_hardened_controllers_with_leader_election() -> None:
@@ -154,7 +154,8 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                                  "--http-bind-address=:9090", "--no-quota", "--legacy-api",
                                  "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
                                  "--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3",
-                                 "--leader-elect-retry-period=0.5", "--webhook-bind-address=:8443",
+                                 "--leader-elect-retry-period=0.5", "--leader-elect-label-pod",
+                                 "--webhook-bind-address=:8443",
                                  "--webhook-configuration-name=mcad", "--webhook-service-name=mcad-controller",
                                  "--webhook-cert-poll-seconds=5", "--webhook-cert-secret=mcad-webhook-cert",
                                  "--webhook-cert-hosts=127.0.0.1,mcad.example.com",
@@ -170,6 +171,8 @@ def test_the_lease_role_grants_exactly_what_the_elector_uses() -> None:
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [chart.LEASE],
          "verbs": ["get", "update"]},
+        # The leader's label on its own pod (--leader-elect-label-pod), for the Service <name>-leader.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
     ]
     binding = named(objects, "RoleBinding", "mcad-controller-leader-election")
     assert binding["metadata"]["namespace"] == chart.NAMESPACE
@@ -592,7 +595,7 @@ def test_endpoint_access_lets_the_controller_review_and_readers_read() -> None:
     named = {(o["kind"], o["metadata"]["name"]): o for o in objects}
     assert sorted(named) == [("ClusterRole", "mcad-access-reviews"), ("ClusterRole", "mcad-debug-viewer"),
                              ("ClusterRole", "mcad-metrics-reader"), ("ClusterRoleBinding", "mcad-access-reviews"),
-                             ("Role", "mcad-debug-client")]
+                             ("Role", "mcad-debug-client"), ("Service", "mcad-controller-leader")]
     assert named[("ClusterRole", "mcad-access-reviews")]["rules"] == [
         {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
         {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}]
@@ -609,9 +612,26 @@ def test_endpoint_access_lets_the_controller_review_and_readers_read() -> None:
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["mcad-controller"],
          "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["services"], "resourceNames": ["mcad-controller"], "verbs": ["get"]},
-        {"apiGroups": [""], "resources": ["services/proxy"], "resourceNames": ["mcad-controller:http"],
-         "verbs": ["get"]}]
+        {"apiGroups": [""], "resources": ["services/proxy"],
+         "resourceNames": ["mcad-controller:http", "mcad-controller-leader:http"], "verbs": ["get"]}]
     assert "pods/proxy" not in json.dumps([o for o in chart.render() if o["kind"] in ("Role", "ClusterRole")])
+    # The leader's Service: the controller's pods that carry the leader label, on the http port only; the leader
+    # writes that label (--leader-elect-label-pod, with patch on pods in the release namespace).
+    deployment = by_kind(chart.render(), "Deployment")
+    leader = named[("Service", "mcad-controller-leader")]
+    assert leader["spec"]["selector"] == {**deployment["spec"]["selector"]["matchLabels"],
+                                          "mcad.codeflare.dev/leader": "true"}
+    assert leader["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
+    assert leader["metadata"]["labels"]["app.kubernetes.io/component"] != "controller", "scraped twice"
+    assert "--leader-elect-label-pod" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    election, = [o for o in chart.render() if o["metadata"]["name"] == "mcad-controller-leader-election"
+                 and o["kind"] == "Role"]
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]} in election["rules"]
+    # Without leader election every replica is the leader: no leader Service, no label, no pods patch.
+    single = chart.render("leaderElection.enabled=false", "replicaCount=1")
+    assert not [o for o in single if o["metadata"]["name"] == "mcad-controller-leader"]
+    client = next(o for o in single if o["kind"] == "Role" and o["metadata"]["name"] == "mcad-debug-client")
+    assert client["rules"][-1]["resourceNames"] == ["mcad-controller:http"]
     args = by_kind(chart.render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--insecure-debug-endpoints" not in args
 
