@@ -72,8 +72,9 @@ async function getView(name, params = {}, tries = 1) {
         return getView(name, params, tries + 1);
       }
     }
-    if (response.status === 403 && state.api.pathname.includes("/pods/")) {
-      // No pods/proxy (the chart's debug-client Role grants none, as it would reach every pod there): back to the
+    if (response.status === 403 && body && body.kind === "Status" && state.api.pathname.includes("/pods/")) {
+      // The API server's refusal (a Status; the controller's own 403 is {"error": ...}, and passes): no
+      // pods/proxy (the chart's debug-client Role grants none, as it would reach every pod there). Back to the
       // Service, for good.
       state.podsRefused = true;
       state.api = HOME_API;
