@@ -19,12 +19,13 @@ Contract:
   proxying, so the token goes in ``X-Mcad-Authorization`` (as ``mcad.cli.reach`` does for ``/debug``): the one the
   browser sends itself (the page's token form), else ``token()`` (``--token``, else the kubeconfig's). Of the
   browser's request only the query and a few harmless headers (``FORWARDED_HEADERS``) pass on: no cookies.
-- Route: the leader's pod named by the Lease, else the Service's ``http`` port (``mcad.cli.reach``). A pod route
-  the API server cannot or will not proxy to falls back to the Service; a standby's 503 naming the leader is
-  followed once to the leader's pod; when that cannot be done (no ``pods/proxy``), the Service is asked again, up
-  to ``SERVICE_TRIES`` times in all, since the API server picks a replica behind it per request. The route that
-  worked is kept for the next request; once the API server has refused ``pods/proxy``, pod routes are not tried
-  again.
+- Route: the leader's Service ``<name>-leader`` (it selects the leader's pod alone), else the Service's ``http``
+  port (``mcad.cli.reach``). A route the API server cannot or will not proxy through falls back to the Service,
+  and so does a standby answering through the leader's Service (its pod still labelled during a handover); a
+  standby's 503 naming the leader is followed once to the leader's pod; when that cannot be done (no
+  ``pods/proxy``), the Service is asked again, up to ``SERVICE_TRIES`` times in all, since the API server picks a
+  replica behind it per request. The route that worked is kept for the next request; once the API server has
+  refused ``pods/proxy``, pod routes are not tried again.
 - Answers pass through with their status and headers (the controller's Content-Security-Policy included) but
   without ``Set-Cookie`` and hop-by-hop headers, bodies streamed as they come; a ``Location`` into the proxied path
   is mapped back under the capability. What the API server itself answers with an error (a ``Status`` object:
@@ -132,8 +133,11 @@ class Forwarder:
         self._notify = notify
         self.service = Route(reach.service_proxy_base(where.namespace, where.name),
                              f"the Service {where.namespace}/{where.name}")
+        leader = reach.leader_service_name(where.name)
+        self.leader = Route(reach.service_proxy_base(where.namespace, leader),
+                            f"the leader's Service {where.namespace}/{leader}")
         self._lock = threading.Lock()
-        self._route = self.service
+        self._route = self.leader
         self._pods_refused = False
         self._last_note = ""
 
@@ -143,10 +147,10 @@ class Forwarder:
             return self._route
 
     def locate(self) -> Route:
-        """Start at the leader's pod if the Lease names one (the user may not read it: then the Service).
-        ``reach.DebugUnavailable`` when the API server cannot be reached or refuses the credentials."""
+        """Start at the leader's Service. ``reach.DebugUnavailable`` when the API server cannot be reached or
+        refuses the credentials (checked by reading the Lease, which the user may not be allowed: no matter)."""
         try:
-            holder = reach.lease_holder(self.conn, self.where)
+            reach.lease_holder(self.conn, self.where)
         except ApiError as err:
             if err.status == 0:
                 raise reach.DebugUnavailable(f"cannot reach the API server {self.conn.server} (from "
@@ -154,11 +158,9 @@ class Forwarder:
             if err.status == 401:
                 raise reach.DebugUnavailable(f"the API server {self.conn.server} does not accept the credentials "
                                              f"in {self.conn.source} (401 Unauthorized)") from err
-            holder = ""
-        route = self._pod_route(holder, "from the Lease") if holder else self.service
         with self._lock:
-            self._route = route
-        return route
+            self._route = self.leader
+        return self.leader
 
     def forward(self, path: str, query: list[tuple[str, str]], headers: dict[str, str]) -> Answer | Refusal:
         """The controller's answer to GET ``path`` (a /ui path), or why the API server did not deliver it."""
@@ -168,6 +170,15 @@ class Forwarder:
             if answer.status == 403:
                 self._pods_refused = True
             self._note(f"{route.what} is not reachable ({answer.message}); trying {self.service.what}")
+            route = self.service
+            answer = self._try(route, path, query, headers)
+        elif route == self.leader and (isinstance(answer, Refusal) or _standby(answer)):
+            # No such Service (an older chart, no leader election), no endpoint (a handover), not allowed, or the
+            # old leader's pod still labelled: the Service of every replica, for good.
+            why = answer.message if isinstance(answer, Refusal) else "a standby answered"
+            if isinstance(answer, Answer):
+                answer.close()
+            self._note(f"{route.what} is not reachable ({why}); trying {self.service.what}")
             route = self.service
             answer = self._try(route, path, query, headers)
         leader = _standby_names(answer)

@@ -3,13 +3,17 @@
 Contract:
 - ``fetch(where, endpoint, query)`` GETs ``/debug/<endpoint>`` from the controller and returns the parsed JSON object.
 - With ``where.url`` it talks plain HTTP to that address (say, a ``kubectl port-forward``). Otherwise only a
-  kubeconfig is needed: the Lease ``<namespace>/<name>`` names the leader (holderIdentity ``<pod>_<suffix>``), which
-  is reached through the API server's pod proxy when the user may (``pods/proxy``: operators; the chart's
-  debug-client Role does not grant it, since it would reach every pod of the namespace); with no Lease, no holder,
-  or a pod the API server cannot or will not proxy to, the Service ``<namespace>/<name>`` (port ``http``) is
-  reached through the service proxy. A standby replica answers 503 naming the leader; that answer is followed once
-  to the leader's pod when pods/proxy was not refused, else the Service is asked again (the API server picks a
-  replica per request), up to ``SERVICE_TRIES`` times in all.
+  kubeconfig is needed. First the Service ``<namespace>/<name>-leader`` (port ``http``, through the service
+  proxy), which selects the leader's pod alone (the leader labels it: ``mcad.leaderpod``); the chart's debug-client
+  Role grants exactly that and the Service below. When it answers nothing useful (no such Service, no endpoint
+  during a handover, refused, or a standby that still carries the label): the Lease ``<namespace>/<name>`` names
+  the leader (holderIdentity ``<pod>_<suffix>``), which is reached through the API server's pod proxy when the user
+  may (``pods/proxy``: operators; the chart's debug-client Role does not grant it, since it would reach every pod
+  of the namespace); with no Lease, no holder, or a pod the API server cannot or will not proxy to, the Service
+  ``<namespace>/<name>`` (port ``http``) of every replica is reached through the service proxy. A standby replica
+  answers 503 naming the leader; that answer is followed once to the leader's pod when pods/proxy was not refused,
+  else the Service is asked again (the API server picks a replica per request), up to ``SERVICE_TRIES`` times in
+  all.
 - The controller wants the user's bearer token (it TokenReviews it and checks the user's rights). Through the API
   server it goes in ``X-Mcad-Authorization``, since the proxy drops ``Authorization`` after authenticating the
   user; with ``where.url`` in ``Authorization``. The token is ``where.token`` (``--token``), else the kubeconfig's
@@ -93,6 +97,11 @@ def pod_proxy_base(namespace: str, pod: str, port: int) -> str:
 def service_proxy_base(namespace: str, service: str) -> str:
     """The API server's path to a Service's ``http`` port: what follows it is the path asked of a pod behind it."""
     return f"/api/v1/namespaces/{namespace}/services/{service}:{SERVICE_PORT_NAME}/proxy"
+
+
+def leader_service_name(service: str) -> str:
+    """The chart's Service that selects the leader's pod alone (the leader labels its pod)."""
+    return f"{service}-leader"
 
 
 def pod_proxy_path(namespace: str, pod: str, port: int, endpoint: str) -> str:
@@ -244,6 +253,11 @@ class _ThroughApiServer:
 
     def fetch(self) -> dict[str, Any]:
         where = self.where
+        leader = leader_service_name(where.name)
+        answer = self._get(service_proxy_path(where.namespace, leader, self.endpoint),
+                           f"the Service {where.namespace}/{leader} (the leader's)", optional=True)
+        if isinstance(answer, dict):
+            return answer
         holder, lease_missing = self._lease_holder()
         if holder:
             answer = self._get(pod_proxy_path(where.namespace, holder, where.port, self.endpoint),
@@ -303,10 +317,13 @@ class _ThroughApiServer:
             return err.status == 404
         return False
 
-    def _get(self, path: str, what: str, *, followed: bool = False) -> dict[str, Any] | _Standby | None:
+    def _get(self, path: str, what: str, *, followed: bool = False,
+             optional: bool = False) -> dict[str, Any] | _Standby | None:
         """The answer through one proxy path; None when the API server could not deliver it, or would not through
         a pod (noted in ``tried``); ``_Standby`` when a standby answered. Raises when the controller itself
-        refused, when the API server refused the Service route, or for a standby reached by following one."""
+        refused, when the API server refused the Service route, or for a standby reached by following one.
+        ``optional``: a route worth a try (the leader's Service, which an older chart or a single replica without
+        leader election lacks), where the API server's refusal is noted, not raised."""
         through_pod = "/pods/" in path
         try:
             return kube.request_json(self.conn, "GET", path, query=self.query, timeout=self.where.timeout,
@@ -315,10 +332,10 @@ class _ThroughApiServer:
             self._fail_if_cluster_unreachable(err)
             body = err.body if isinstance(err.body, dict) else None
             if body is None or body.get("kind") == "Status":
-                if err.status == 403 and through_pod:
+                if err.status == 403 and (through_pod or optional):
                     # The chart's debug-client Role grants no pods/proxy (it would reach every pod of the
                     # namespace): the Service is the route for most users.
-                    self.pods_refused = True
+                    self.pods_refused = self.pods_refused or through_pod
                     self.tried.append(f"the API server refused to proxy to {what} ({_short(err)})")
                     return None
                 if err.status in (401, 403):

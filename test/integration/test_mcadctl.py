@@ -108,14 +108,16 @@ def controller_pod(core: k8s.CoreV1Api, namespace: str, name: str) -> None:
     core.patch_namespaced_pod_status(name, namespace, {"status": {"podIP": HOST_IP, "podIPs": [{"ip": HOST_IP}]}})
 
 
-def controller_service(core: k8s.CoreV1Api, namespace: str, pod: str, port: int) -> None:
-    """The Service ``mcad-controller`` (port name http) with Endpoints to ``pod`` at ``port``. Selector-less, so
-    the Endpoints are ours to write; the service proxy accepts only addresses that name a Pod with that IP."""
+def controller_service(core: k8s.CoreV1Api, namespace: str, pod: str, port: int,
+                       name: str = "mcad-controller") -> None:
+    """The Service ``name`` (port name http) with Endpoints to ``pod`` at ``port``. Selector-less, so the
+    Endpoints are ours to write; the service proxy accepts only addresses that name a Pod with that IP. (The
+    chart's ``mcad-controller-leader`` selects the pod the leader labels: test/e2e/test_leader_election.py.)"""
     core.create_namespaced_service(namespace, {
-        "metadata": {"name": "mcad-controller"},
+        "metadata": {"name": name},
         "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": port}]}})
     core.create_namespaced_endpoints(namespace, {
-        "metadata": {"name": "mcad-controller"},
+        "metadata": {"name": name},
         "subsets": [{"addresses": [{"ip": HOST_IP, "targetRef": {"kind": "Pod", "name": pod,
                                                                   "namespace": namespace}}],
                      "ports": [{"name": "http", "port": port}]}]})
@@ -508,6 +510,24 @@ def test_the_chart_debug_client_reaches_the_leader_through_the_service_and_no_po
     health = kube.request_json(conn, "GET", f"/api/v1/namespaces/{ns}/services/mcad-controller:http/proxy/debug/"
                                "queue", headers={reach.PROXY_HEADER: f"Bearer {kube.bearer_token(conn)}"})
     assert health["controller"]["identity"].startswith("leader-0_")
+
+
+def test_the_chart_debug_client_reaches_the_leader_through_the_leaders_service(cluster: Cluster) -> None:
+    """The chart's Service mcad-controller-leader selects the leader's pod alone: the first route, and all a
+    user bound to the debug-client Role needs (here with no Lease and no Service of every replica)."""
+    ns = cluster.new_namespace()
+    controller_pod(cluster.core, ns, "mcad-controller-6")
+    controller_service(cluster.core, ns, "mcad-controller-6", cluster.port, name="mcad-controller-leader")
+    user = debug_client(cluster, ns)
+    result = mcadctl_("--kubeconfig", user, "--controller-namespace", ns, "ledger", "-o", "json", token=None)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["controller"]["identity"].startswith("leader-0_")
+    conn = kube.connect(user)
+    for path in (f"/api/v1/namespaces/{ns}/pods/mcad-controller-6:{cluster.port}/proxy/healthz",
+                 f"/api/v1/namespaces/{ns}/services/mcad-controller-leader/proxy/healthz"):
+        with pytest.raises(kube.ApiError) as refused:
+            kube.request_json(conn, "GET", path)
+        assert refused.value.status == 403, (path, refused.value)
 
 
 def test_without_pods_proxy_a_standby_behind_the_service_is_asked_again_then_named(cluster: Cluster) -> None:

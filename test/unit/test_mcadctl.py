@@ -724,27 +724,54 @@ def _forbidden() -> ApiError:
     return ApiError(403, "Forbidden", 'cannot get resource "pods/proxy"', body={"kind": "Status", "code": 403})
 
 
+LEADER_SERVICE = reach.service_proxy_path("mcad-system", "mcad-controller-leader", "queue")
+
+
+def _no_leader_service() -> ApiError:
+    return ApiError(404, "NotFound", 'services "mcad-controller-leader" not found', body={"kind": "Status"})
+
+
+def test_the_leaders_service_is_asked_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    through, asked = _through(monkeypatch, [{"queued": []}])
+    assert through.fetch() == {"queued": []}
+    assert asked == [LEADER_SERVICE]
+
+
+def test_a_standby_behind_the_leaders_service_or_its_refusal_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """During a handover the old leader's pod may still carry the label; an older Role may not name the Service."""
+    lease = {"spec": {"holderIdentity": "mcad-controller-1_x"}}
+    refused = ApiError(403, "Forbidden", 'cannot get resource "services/proxy"', body={"kind": "Status"})
+    for first in (_standby(), refused):
+        through, asked = _through(monkeypatch, [first, lease, {"queued": []}])
+        assert through.fetch() == {"queued": []}
+        assert asked[0] == LEADER_SERVICE and asked[2] == reach.pod_proxy_path("mcad-system", "mcad-controller-1",
+                                                                               8080, "queue")
+
+
 def test_without_pods_proxy_the_service_is_asked_again_until_the_leader_answers(
         monkeypatch: pytest.MonkeyPatch) -> None:
     lease = {"spec": {"holderIdentity": "mcad-controller-1_x"}}
-    through, asked = _through(monkeypatch, [lease, _forbidden(), _standby(), _standby(), {"queued": []}])
+    through, asked = _through(monkeypatch, [_no_leader_service(), lease, _forbidden(), _standby(), _standby(),
+                                            {"queued": []}])
     assert through.fetch() == {"queued": []}
     pod = reach.pod_proxy_path("mcad-system", "mcad-controller-1", 8080, "queue")
     service = reach.service_proxy_path("mcad-system", "mcad-controller", "queue")
-    assert asked == [reach.lease_path("mcad-system", "mcad-controller"), pod, service, service, service]
+    assert asked == [LEADER_SERVICE, reach.lease_path("mcad-system", "mcad-controller"), pod, service, service,
+                     service]
 
 
 def test_with_pods_proxy_a_standby_is_followed_to_the_leaders_pod(monkeypatch: pytest.MonkeyPatch) -> None:
     no_lease = ApiError(404, "Not Found", "leases not found", body={"kind": "Status", "code": 404})
-    through, asked = _through(monkeypatch, [no_lease, _standby(), {"queued": []}])
+    through, asked = _through(monkeypatch, [_no_leader_service(), no_lease, _standby(), {"queued": []}])
     assert through.fetch() == {"queued": []}
-    assert asked[1:] == [reach.service_proxy_path("mcad-system", "mcad-controller", "queue"),
+    assert asked[2:] == [reach.service_proxy_path("mcad-system", "mcad-controller", "queue"),
                          reach.pod_proxy_path("mcad-system", "mcad-controller-1", 8080, "queue")]
 
 
 def test_the_service_is_asked_at_most_service_tries_times(monkeypatch: pytest.MonkeyPatch) -> None:
     lease = {"spec": {"holderIdentity": "mcad-controller-1_x"}}
-    through, asked = _through(monkeypatch, [lease, _forbidden(), *[_standby()] * reach.SERVICE_TRIES])
+    through, asked = _through(monkeypatch, [_no_leader_service(), lease, _forbidden(),
+                                            *[_standby()] * reach.SERVICE_TRIES])
     with pytest.raises(reach.DebugUnavailable, match=f"answered from a standby replica {reach.SERVICE_TRIES} times"):
         through.fetch()
-    assert len(asked) == 2 + reach.SERVICE_TRIES
+    assert len(asked) == 3 + reach.SERVICE_TRIES
