@@ -6,7 +6,8 @@
 const POLL_MS = 1000; // the bound is 2 s; a page that waits longer shows stale state
 const PAGE = 50;
 // How often one view may be asked of the Service while standbys answer (mcad.cli.reach.SERVICE_TRIES): the API
-// server sends each request to one replica behind it, and without pods/proxy there is no other way to the leader.
+// server sends each request to one replica behind it, and without pods/proxy there is no other way to the leader
+// from here (opened at the leader's Service, <name>-leader, the page talks to the leader alone).
 const SERVICE_TRIES = 8;
 const SERVICE_PROXY = /^(.*\/api\/v1\/namespaces\/[^/]+\/)services\/[^/]+\/proxy\/ui\//;
 const HOME_API = new URL("api/", window.location.href);
