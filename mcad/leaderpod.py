@@ -12,7 +12,8 @@ Contract:
   after each failure, and interrupted by ``stop``. Each returns whether it succeeded. Giving up logs a warning
   naming the pod and the last error. The leader still leads: users then reach it through the Service of every
   replica, asking again while standbys answer.
-- A pod that is gone (404) is not retried.
+- A refusal that would repeat is not retried: 403 (the ServiceAccount may not patch pods there), 404 (the pod is
+  gone), 422. While ``stop`` is set (a graceful stop), a write is tried once.
 - ``unmark()`` cancels a ``mark()`` under way; a ``mark()`` after ``unmark()`` writes again (a new term).
 - The controller calls ``unmark()`` once at start, before competing (a restarted container keeps its pod's
   labels), ``mark()`` in a thread of its own when it starts leading (dispatching does not wait for it), and
@@ -76,7 +77,7 @@ class LeaderPodLabel:
                                   timeout=self._timeout)
             except ApiError as err:
                 error = err
-                if err.status == 404:
+                if err.status in (403, 404, 422):  # not allowed, no such pod, refused: trying again won't help
                     break
                 continue
             log.info("leader label written" if value else "leader label removed", pod=f"{self.namespace}/{self.pod}")

@@ -62,9 +62,10 @@ def test_failures_are_retried_with_doubling_delays_then_given_up(monkeypatch: py
     assert len(sent) == 4 and stop.delays == [0.5, 1.0, 2.0]
 
 
-def test_a_gone_pod_is_not_retried_and_stop_ends_the_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    sent = patched(monkeypatch, [ApiError(404, "NotFound", "pods mcad-0 not found")])
-    assert not label(Stop()).mark() and len(sent) == 1
+def test_a_refusal_that_would_repeat_is_not_retried_and_stop_ends_the_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    for refusal in (ApiError(404, "NotFound", "pods mcad-0 not found"), ApiError(403, "Forbidden", "cannot patch")):
+        sent = patched(monkeypatch, [refusal])
+        assert not label(Stop()).mark() and len(sent) == 1
     sent = patched(monkeypatch, [ApiError(500, "InternalError", "boom")] * 5)
     stop = Stop()
     stop.set()
