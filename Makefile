@@ -50,7 +50,7 @@ demo: install tools ## the seed tutorial on a local 8-cpu cluster: queueing, the
 
 .PHONY: demo-down
 demo-down: ## stop the demo's controller and the local cluster
-	-@[ -f .dev/demo-controller.pid ] && kill $$(cat .dev/demo-controller.pid) 2>/dev/null; rm -f .dev/demo-controller.pid
+	-@[ -f .dev/demo-controller.pid ] && kill $$(cat .dev/demo-controller.pid) 2>/dev/null; rm -f .dev/demo-controller.pid .dev/demo-controller.kubeconfig
 	hack/local-cluster.sh down
 
 .PHONY: demo-hub

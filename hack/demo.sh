@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the seed tutorial on a local cluster like the seed's (one 8-cpu node), narrated step by step.
-# Brings the cluster up if needed, installs the CRD, starts mcad-controller in the background and walks through:
+# Brings the cluster up if needed, installs the CRD and the chart (its webhooks, ServiceAccount and RBAC), starts
+# mcad-controller in the background as the chart's ServiceAccount with the chart's flags, and walks through:
 # the first AppWrapper runs, the second waits with no pods, deleting the first starts the second.
 # Leaves cluster and controller running for exploration; `make demo-down` stops both.
 set -euo pipefail
@@ -11,6 +12,8 @@ pidfile=.dev/demo-controller.pid
 ctl_log=.dev/demo-controller.log
 
 source hack/demo-webhooks.sh
+source hack/demo-identity.sh
+ctl_kubeconfig=.dev/demo-controller.kubeconfig
 
 say() { printf '\n\033[1m### %s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
@@ -26,9 +29,13 @@ register_webhooks "$KUBECONFIG" "$ctl_log"
 if [[ -f $pidfile ]] && kill -0 "$(cat $pidfile)" 2>/dev/null; then
   echo "mcad-controller already running (pid $(cat $pidfile))"
 else
+  chart_controller_kubeconfig "$KUBECONFIG" "$ctl_kubeconfig"
+  chart_controller_args
+  echo "mcad-controller runs as $($kubectl --kubeconfig "$ctl_kubeconfig" auth whoami -o jsonpath='{.status.userInfo.username}')" \
+    "(the chart's RBAC), with the chart's flags: ${chart_args[*]}"
   # A free port for /metrics and /debug (logged), so a busy 8080 does not stop the demo.
-  .venv/bin/mcad-controller --kubeconfig "$KUBECONFIG" --log-format console --http-bind-address 127.0.0.1:0 \
-    "${webhook_args[@]}" >"$ctl_log" 2>&1 &
+  .venv/bin/mcad-controller --kubeconfig "$ctl_kubeconfig" "${chart_args[@]}" --log-format console \
+    --http-bind-address 127.0.0.1:0 "${webhook_args[@]}" >"$ctl_log" 2>&1 &
   echo $! >"$pidfile"
   for _ in $(seq 100); do grep -q "dispatcher started" "$ctl_log" && break; sleep 0.2; done
   grep -q "dispatcher started" "$ctl_log" || { echo "mcad-controller did not start; see $ctl_log" >&2; exit 1; }

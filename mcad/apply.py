@@ -18,7 +18,8 @@ Contract:
   by server-side apply conditioned on its uid, only if ``aw`` controls it (a controller ownerReference with its
   uid; in a worker cluster the uid label): an earlier attempt of the same dispatch, say before a restart. Anyone
   else's object fails the dispatch, PERMANENT, with "GenericItems[i] (Kind name) exists and is not controlled by
-  this AppWrapper", and is neither written nor deleted; one left by a deleted AppWrapper of the same name (about to
+  this AppWrapper", and is neither written nor deleted; so does one the controller may not read (the chart grants
+  Secrets create and delete only), saying so; one left by a deleted AppWrapper of the same name (about to
   be deleted), or being deleted, fails it TRANSIENT. If an item fails, what this dispatch created or kept is
   deleted, each delete conditioned on that object's uid, and ``DispatchFailed`` is raised with a message naming
   the item and the API's reason, and the ``kind`` of the failure (``mcad.retry.classify``): PERMANENT for a
@@ -251,6 +252,12 @@ def _create_or_keep_steps(writer: ObjectWriter, aw: AppWrapperView, obj: dict[st
     try:
         existing = writer.read(obj["apiVersion"], obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
     except ApiError as err:
+        if err.status == 403:
+            # The chart grants Secrets create and delete only, so that the controller reads none: whose this one
+            # is cannot be told, and it is never taken over blindly.
+            raise DispatchFailed(f"{where} exists, and the controller may not read it to tell whether it is this "
+                                 f"AppWrapper's (no get on {obj['kind']} objects: {err.message}); it is left as it "
+                                 f"is: delete it, or rename the item", kind=FailureKind.PERMANENT) from err
         if err.status != 404:
             raise
         # Deleted between the create and the read: the next attempt creates it.

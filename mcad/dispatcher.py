@@ -175,7 +175,7 @@ class Dispatcher:
         self._undecided_told: dict[str, tuple[str, str]] = {}
         # Priority preemption and quota reclaim: who waits for which victims (mcad.preemption).
         self.preemptors = Preemptors(victim_timeout, preemption_backoff, preemption_backoff * BACKOFF_CAP_FACTOR)
-        # Namespaces where nothing is created (kube-system, the controller's own): an AppWrapper there fails at
+        # Namespaces where nothing is created (the kube-* ones, the controller's own): an AppWrapper there fails at
         # once, whatever admission let through.
         self.protected_namespaces = protected_namespaces
         # Where objects go and which informers tell how they do: this cluster, or (hub mode) the workers.

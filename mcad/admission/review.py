@@ -93,6 +93,12 @@ _SA_TOKEN_TYPE: Final = "kubernetes.io/service-account-token"
 _SA_NAME_ANNOTATION: Final = "kubernetes.io/service-account.name"
 
 
+# The cluster's own namespaces, protected by default: kube-system (its controllers' credentials), kube-public (read
+# by everyone, unauthenticated clients included: what is created there is published) and kube-node-lease (the
+# nodes' heartbeats: a planted Lease could pass for a node's).
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+
 @dataclass(frozen=True)
 class AdmissionConfig:
     """What the admin decides (flags and chart values)."""
@@ -100,7 +106,7 @@ class AdmissionConfig:
     # Kinds users may wrap, as (group, resource); empty means any kind the user may create themselves.
     allowed_kinds: frozenset[tuple[str, str]] = frozenset()
     # Namespaces where AppWrappers are refused unless listed in allowed_namespaces (controller_namespace too).
-    protected_namespaces: frozenset[str] = frozenset({"kube-system"})
+    protected_namespaces: frozenset[str] = frozenset(SYSTEM_NAMESPACES)
     allowed_namespaces: frozenset[str] = frozenset()
     # The controller's own namespace: protected like protected_namespaces.
     controller_namespace: str = ""

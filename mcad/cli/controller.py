@@ -55,6 +55,7 @@ from mcad.hub.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.hub.connections import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.informer import Informer
 from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
+from mcad.leaderpod import LeaderPodLabel
 from mcad.pinning import PLACEMENT_MODES
 from mcad.recentevents import RecentEvents
 from mcad.reservations import DEFAULT_RESERVATIONS
@@ -85,9 +86,10 @@ WORKER_NAMESPACE = "mcad-system"
 
 
 def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool = False) -> frozenset[str]:
-    """Where the controller creates nothing: kube-system, its own namespace (its credentials, its Lease) and, in
-    hub mode, the workers' (their credentials), except those the admin ``allowed``."""
-    protected = {"kube-system", own} | ({WORKER_NAMESPACE} if hub else set())
+    """Where the controller creates nothing: the cluster's own namespaces (``SYSTEM_NAMESPACES``), its own
+    namespace (its credentials, its Lease) and, in hub mode, the workers' (their credentials), except those the
+    admin ``allowed``."""
+    protected = {*admission_review.SYSTEM_NAMESPACES, own} | ({WORKER_NAMESPACE} if hub else set())
     return frozenset(protected - set(allowed))
 
 
@@ -160,6 +162,11 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
 @click.option("--leader-elect-retry-period", type=click.FloatRange(min=0, min_open=True), default=2.0,
               help="Seconds between the leader's renewals and between a standby's checks of the Lease; a "
                    "released Lease is taken over within this.")
+@click.option("--leader-elect-label-pod", is_flag=True,
+              help="With --leader-elect, in a pod ($POD_NAME, $POD_NAMESPACE): the leader labels its own pod "
+                   "mcad.codeflare.dev/leader=true (and removes it when it stops leading), so a Service selecting "
+                   "that label reaches the leader alone: the chart's <name>-leader, for mcadctl and the dashboard "
+                   "through the API server's service proxy. Needs patch on pods in the pod's namespace.")
 @click.option("--http-bind-address", default=":8080",
               help="Where to serve /metrics (Prometheus), /healthz, /readyz and /debug/{queue,ledger,explain} "
                    "(what mcadctl reads): host:port; ':8080' is every interface, port 0 picks a free one (logged); "
@@ -201,9 +208,9 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
                    "admits 1 MiB; etcd refuses objects of about 1.5 MiB anyway.")
 @click.option("--allow-protected-namespace", "allowed_protected", multiple=True, metavar="NAMESPACE",
               help="Dispatch AppWrappers in this protected namespace after all (repeatable). Protected: kube-system, "
-                   "the controller's own namespace and, in hub mode, mcad-system (where config/rbac/worker.yaml "
-                   "keeps a worker's credentials). An AppWrapper there fails (ProtectedNamespace) and nothing of "
-                   "it is created.")
+                   "kube-public, kube-node-lease, the controller's own namespace and, in hub mode, mcad-system "
+                   "(where config/rbac/worker.yaml keeps a worker's credentials). An AppWrapper there fails "
+                   "(ProtectedNamespace) and nothing of it is created.")
 @click.option("--webhook/--no-webhook", "webhook_enabled", default=True,
               help="Serve the AppWrapper admission webhooks (/mutate, /validate) over HTTPS on every replica, "
                    "leader or standby. The API server calls them on every create and update of an AppWrapper "
@@ -294,8 +301,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
          fit: str, placement: str,
          write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
-         http_bind_address: str, insecure_debug_endpoints: bool, legacy_api: bool, quota_trees: bool,
-         clusters_config: str | None,
+         leader_elect_label_pod: bool, http_bind_address: str, insecure_debug_endpoints: bool, legacy_api: bool,
+         quota_trees: bool, clusters_config: str | None,
          cluster_policy: str | None, cluster_probe_period: float, default_max_priority: int, max_items: int,
          max_appwrapper_bytes: int, allowed_protected: tuple[str, ...],
          webhook_enabled: bool, webhook_bind_address: str, webhook_share_port: bool, webhook_cert_dir: str | None,
@@ -312,6 +319,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
             validate_timings(leader_elect_lease_duration, leader_elect_renew_deadline, leader_elect_retry_period)
         except ValueError as err:
             raise click.UsageError(str(err)) from err
+    if leader_elect_label_pod and not (leader_elect and os.environ.get("POD_NAME")):
+        raise click.UsageError("--leader-elect-label-pod needs --leader-elect and $POD_NAME (the pod to label)")
     if http_bind_address != "0":
         try:
             server.parse_bind_address(http_bind_address)
@@ -388,6 +397,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                             retry_period=leader_elect_retry_period) if leader_elect else None
     stop = threading.Event()
     worker = threading.Thread(target=dispatcher.run, args=(stop,), name="dispatcher", daemon=True)
+    leader_pod = LeaderPodLabel(conn, namespace=default_namespace(), pod=os.environ.get("POD_NAME", ""),
+                                stop=stop) if leader_elect_label_pod else None
     webhook = None
     # Counted by the webhooks and by /metrics' gate, shown on /metrics.
     refusals = callers.CallerRefusals()
@@ -454,8 +465,20 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                     fit=fit, placement=dispatcher.placement_mode, leader_elect=True, identity=elector.identity,
                     lease=elector.lease, max_items=max_items,
                     max_appwrapper_bytes=max_appwrapper_bytes)
-        elector.run(stop, on_started_leading=worker.start,
-                    on_stopped_leading=lambda: _stop_leading(stop, dispatcher, worker))
+        if leader_pod is not None:
+            leader_pod.unmark()  # a restarted container keeps its pod's labels: not the leader until elected
+
+        def started_leading() -> None:
+            if leader_pod is not None:  # in its own thread: dispatching does not wait for the label
+                threading.Thread(target=leader_pod.mark, name="leader-pod-label", daemon=True).start()
+            worker.start()
+
+        def stopped_leading() -> None:
+            if leader_pod is not None and stop.is_set():  # a lost Lease exits at once (see _stop_leading)
+                leader_pod.unmark()
+            _stop_leading(stop, dispatcher, worker)
+
+        elector.run(stop, on_started_leading=started_leading, on_stopped_leading=stopped_leading)
         if not stop.is_set():
             _exit_now(1)  # unreachable by contract (run returns early only on lost leadership); never linger
     for informer in informers:

@@ -13,17 +13,19 @@ Contract:
   4. the rest of its path is ``/ui`` or ``/ui/...`` made of plain segments (no ``..``, no escapes), else 404.
   Only then is it forwarded; ``/<capability>`` and ``/<capability>/`` redirect to ``/<capability>/ui/``.
 - Forwarding: a GET (a HEAD is sent as a GET and its body dropped) through the API server with the kubeconfig's
-  credentials, which the API server authenticates and authorizes (get on ``pods/proxy`` or ``services/proxy``).
+  credentials, which the API server authenticates and authorizes (get on ``services/proxy``, or ``pods/proxy``
+  for the leader's pod: operators only, the chart's debug-client Role grants none).
   The controller checks the user's bearer token on its data routes; the API server drops ``Authorization`` when
   proxying, so the token goes in ``X-Mcad-Authorization`` (as ``mcad.cli.reach`` does for ``/debug``): the one the
   browser sends itself (the page's token form), else ``token()`` (``--token``, else the kubeconfig's). Of the
   browser's request only the query and a few harmless headers (``FORWARDED_HEADERS``) pass on: no cookies.
-- Route: the leader's pod named by the Lease, else the Service's ``http`` port (``mcad.cli.reach``). A pod route
-  the API server cannot or will not proxy to falls back to the Service; a standby's 503 naming the leader is
-  followed once to the leader's pod; when that cannot be done (no ``pods/proxy``), the Service is asked again, up
-  to ``SERVICE_TRIES`` times in all, since the API server picks a replica behind it per request. The route that
-  worked is kept for the next request; once the API server has refused ``pods/proxy``, pod routes are not tried
-  again.
+- Route: the leader's Service ``<name>-leader`` (it selects the leader's pod alone), else the Service's ``http``
+  port (``mcad.cli.reach``). A route the API server cannot or will not proxy through falls back to the Service,
+  and so does a standby answering through the leader's Service (its pod still labelled during a handover); a
+  standby's 503 naming the leader is followed once to the leader's pod; when that cannot be done (no
+  ``pods/proxy``), the Service is asked again, up to ``SERVICE_TRIES`` times in all, since the API server picks a
+  replica behind it per request. The route that worked is kept for the next request; once the API server has
+  refused ``pods/proxy``, pod routes are not tried again.
 - Answers pass through with their status and headers (the controller's Content-Security-Policy included) but
   without ``Set-Cookie`` and hop-by-hop headers, bodies streamed as they come; a ``Location`` into the proxied path
   is mapped back under the capability. What the API server itself answers with an error (a ``Status`` object:
@@ -61,7 +63,7 @@ LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
 ALLOWED_HOST_NAMES = ("localhost", "127.0.0.1", "[::1]")
 DEFAULT_MAX_CONNECTIONS = 32
 # How often one request may go to the Service while standbys answer it (each replica is behind it).
-SERVICE_TRIES = 3
+SERVICE_TRIES = reach.SERVICE_TRIES
 CLIENT_TIMEOUT = 30.0
 ERROR_BODY_LIMIT = 64 * 1024
 CHUNK = 64 * 1024
@@ -131,8 +133,11 @@ class Forwarder:
         self._notify = notify
         self.service = Route(reach.service_proxy_base(where.namespace, where.name),
                              f"the Service {where.namespace}/{where.name}")
+        leader = reach.leader_service_name(where.name)
+        self.leader = Route(reach.service_proxy_base(where.namespace, leader),
+                            f"the leader's Service {where.namespace}/{leader}")
         self._lock = threading.Lock()
-        self._route = self.service
+        self._route = self.leader
         self._pods_refused = False
         self._last_note = ""
 
@@ -142,10 +147,10 @@ class Forwarder:
             return self._route
 
     def locate(self) -> Route:
-        """Start at the leader's pod if the Lease names one (the user may not read it: then the Service).
-        ``reach.DebugUnavailable`` when the API server cannot be reached or refuses the credentials."""
+        """Start at the leader's Service. ``reach.DebugUnavailable`` when the API server cannot be reached or
+        refuses the credentials (checked by reading the Lease, which the user may not be allowed: no matter)."""
         try:
-            holder = reach.lease_holder(self.conn, self.where)
+            reach.lease_holder(self.conn, self.where)
         except ApiError as err:
             if err.status == 0:
                 raise reach.DebugUnavailable(f"cannot reach the API server {self.conn.server} (from "
@@ -153,11 +158,9 @@ class Forwarder:
             if err.status == 401:
                 raise reach.DebugUnavailable(f"the API server {self.conn.server} does not accept the credentials "
                                              f"in {self.conn.source} (401 Unauthorized)") from err
-            holder = ""
-        route = self._pod_route(holder, "from the Lease") if holder else self.service
         with self._lock:
-            self._route = route
-        return route
+            self._route = self.leader
+        return self.leader
 
     def forward(self, path: str, query: list[tuple[str, str]], headers: dict[str, str]) -> Answer | Refusal:
         """The controller's answer to GET ``path`` (a /ui path), or why the API server did not deliver it."""
@@ -167,6 +170,15 @@ class Forwarder:
             if answer.status == 403:
                 self._pods_refused = True
             self._note(f"{route.what} is not reachable ({answer.message}); trying {self.service.what}")
+            route = self.service
+            answer = self._try(route, path, query, headers)
+        elif route == self.leader and (isinstance(answer, Refusal) or _standby(answer)):
+            # No such Service (an older chart, no leader election), no endpoint (a handover), not allowed, or the
+            # old leader's pod still labelled: the Service of every replica, for good.
+            why = answer.message if isinstance(answer, Refusal) else "a standby answered"
+            if isinstance(answer, Answer):
+                answer.close()
+            self._note(f"{route.what} is not reachable ({why}); trying {self.service.what}")
             route = self.service
             answer = self._try(route, path, query, headers)
         leader = _standby_names(answer)
@@ -247,9 +259,7 @@ class Forwarder:
             return (f"the API server {server} refused to forward this request to {refusal.route.what}: "
                     f"{refusal.message}. The dashboard is reached through the API server's proxy: your user needs "
                     f"get on services/proxy with the resource name {where.name}:http (RBAC sees the name as the URL "
-                    f"spells it) in namespace {where.namespace}, and get "
-                    f"on pods/proxy there to be sent straight to the leader (the chart's debug-client Role "
-                    f"grants both)")
+                    f"spells it) in namespace {where.namespace} (the chart's debug-client Role grants it)")
         return (f"the API server {server} could not reach the controller through {refusal.route.what} "
                 f"({refusal.status}: {refusal.message}); is the controller running, and are "
                 f"--controller-namespace and --controller-name right?")

@@ -6,13 +6,14 @@ stderr and exits 1; a bad argument or option is a usage error (exit 2). Cluster 
 the bearer token mcadctl shows it: ``--token``, else $MCAD_TOKEN, else the kubeconfig's (``mcad.cli.reach``).
 
 ``queue``, ``ledger``, ``explain``, ``quota`` and ``clusters`` show the controller's own view, from its ``/debug/*``
-endpoints (see ``mcad.cli.reach`` for how it is found: ``--url``, else the leader's pod named by the Lease, else the
-Service, both through the API server's proxy). With ``--offline`` they compute the same documents here, from one list
-of AppWrappers, Nodes and Pods, with the controller's accounting code (``mcad.debug.offline``); that view lacks what
-only the running controller knows (requeuing timers, plans not yet bound), and the controller may run another
-policy than the ``--fit``/``--strict-fifo``/``--preemption`` given here. Tables by default; ``-o json``/``-o yaml``
-print the document as the endpoint returns it. ``clusters`` (a hub's worker clusters) has no ``--offline`` view:
-only the running controller holds the connections to the workers, so asking for one is a usage error (exit 2).
+endpoints (see ``mcad.cli.reach`` for how it is found: ``--url``, else the leader's Service, the leader's pod named by
+the Lease, the Service of every replica, all through the API server's proxy). With ``--offline`` they compute the same
+documents here, from one list of AppWrappers, Nodes and Pods, with the controller's accounting code
+(``mcad.debug.offline``); that view lacks what only the running controller knows (requeuing timers, plans not yet
+bound), and the controller may run another policy than the ``--fit``/``--strict-fifo``/``--preemption`` given here.
+Tables by default; ``-o json``/``-o yaml`` print the document as the endpoint returns it. ``clusters`` (a hub's worker
+clusters) has no ``--offline`` view: only the running controller holds the connections to the workers, so asking for one
+is a usage error (exit 2).
 
 ``dashboard`` serves the controller's /ui pages on a local port through the API server until Ctrl-C
 (``mcad.cli.dashboardproxy`` says how that port is guarded); it too needs the running controller.
@@ -265,9 +266,10 @@ def dashboard(opts: Options, listen_port: int, address: str, open_browser: bool,
     `kubectl proxy`: prints the URL and runs until Ctrl-C.
 
     Who sees what: the API server lets the pages through only for a user with get on services/proxy for the
-    controller's Service (CONTROLLER-NAMESPACE/CONTROLLER-NAME) or, to be sent straight to the leader, on
-    pods/proxy in that namespace; the chart's debug-client Role grants both, and a user without them gets the
-    API server's refusal as a page that names the missing right. Then the controller shows what the user of your
+    controller's Services (CONTROLLER-NAME-leader, the leader alone, and CONTROLLER-NAME, in
+    CONTROLLER-NAMESPACE, port http), which the chart's debug-client Role grants (an operator with pods/proxy
+    there may also be sent to the leader's pod); a user without it gets the API server's refusal as a page that
+    names the missing right. Then the controller shows what the user of your
     bearer token (--token, else the kubeconfig's) may see, as `mcadctl queue` does: the AppWrappers of the
     namespaces where it may list them; the nodes, quota trees and headline numbers to those who may get
     /debug/ledger, /debug/quota and /metrics (the chart's debug-viewer and metrics-reader ClusterRoles).

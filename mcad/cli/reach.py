@@ -3,10 +3,17 @@
 Contract:
 - ``fetch(where, endpoint, query)`` GETs ``/debug/<endpoint>`` from the controller and returns the parsed JSON object.
 - With ``where.url`` it talks plain HTTP to that address (say, a ``kubectl port-forward``). Otherwise only a
-  kubeconfig is needed: the Lease ``<namespace>/<name>`` names the leader (holderIdentity ``<pod>_<suffix>``), which
-  is reached through the API server's pod proxy; with no Lease, no holder, or a holder the API server cannot proxy
-  to, the Service ``<namespace>/<name>`` (port ``http``) is reached through the service proxy. A standby replica
-  answers 503 naming the leader; that answer is followed once, to the leader's pod.
+  kubeconfig is needed. First the Service ``<namespace>/<name>-leader`` (port ``http``, through the service
+  proxy), which selects the leader's pod alone (the leader labels it: ``mcad.leaderpod``); the chart's debug-client
+  Role grants exactly that and the Service below. When it answers nothing useful (no such Service, no endpoint
+  during a handover, refused, or a standby that still carries the label): the Lease ``<namespace>/<name>`` names
+  the leader (holderIdentity ``<pod>_<suffix>``), which is reached through the API server's pod proxy when the user
+  may (``pods/proxy``: operators; the chart's debug-client Role does not grant it, since it would reach every pod
+  of the namespace); with no Lease, no holder, or a pod the API server cannot or will not proxy to, the Service
+  ``<namespace>/<name>`` (port ``http``) of every replica is reached through the service proxy. A standby replica
+  answers 503 naming the leader; that answer is followed once to the leader's pod when pods/proxy was not refused,
+  else the Service is asked again (the API server picks a replica per request), up to ``SERVICE_TRIES`` times in
+  all.
 - The controller wants the user's bearer token (it TokenReviews it and checks the user's rights). Through the API
   server it goes in ``X-Mcad-Authorization``, since the proxy drops ``Authorization`` after authenticating the
   user; with ``where.url`` in ``Authorization``. The token is ``where.token`` (``--token``), else the kubeconfig's
@@ -38,6 +45,10 @@ from mcad import kube
 from mcad.errors import ApiError, KubeConnectError
 
 SERVICE_PORT_NAME = "http"
+# How often one request may go to the Service while standbys answer it: the API server picks a replica behind it
+# per request, so with the chart's two replicas all of them miss the leader once in 2**SERVICE_TRIES. Users
+# without pods/proxy (the chart's debug-client Role grants none) have no other way to the leader.
+SERVICE_TRIES = 8
 # How long one request may take when --timeout is not given: long enough for a ledger of thousands of nodes.
 DEFAULT_TIMEOUT = 10.0
 _OFFLINE_HINT = "or use --offline to compute the same from cluster state"
@@ -86,6 +97,11 @@ def pod_proxy_base(namespace: str, pod: str, port: int) -> str:
 def service_proxy_base(namespace: str, service: str) -> str:
     """The API server's path to a Service's ``http`` port: what follows it is the path asked of a pod behind it."""
     return f"/api/v1/namespaces/{namespace}/services/{service}:{SERVICE_PORT_NAME}/proxy"
+
+
+def leader_service_name(service: str) -> str:
+    """The chart's Service that selects the leader's pod alone (the leader labels its pod)."""
+    return f"{service}-leader"
 
 
 def pod_proxy_path(namespace: str, pod: str, port: int, endpoint: str) -> str:
@@ -215,6 +231,14 @@ def _refused(status: int, body: dict[str, Any] | None, data: bytes, who: str) ->
 # -- through the API server ------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Standby:
+    """A standby replica's answer through the Service: the leader it names (identity, and its pod)."""
+
+    leader: str
+    leader_pod: str
+
+
 @dataclass
 class _ThroughApiServer:
     """One fetch through the API server's proxy: the leader's pod by its Lease, else the Service."""
@@ -225,17 +249,40 @@ class _ThroughApiServer:
     query: list[tuple[str, str]]
     token: str  # the user's, for the controller (the proxy drops Authorization)
     tried: list[str] = field(default_factory=list)  # what failed on the way, for the final message
+    pods_refused: bool = False  # the API server refused pods/proxy: only the Service is left
 
     def fetch(self) -> dict[str, Any]:
         where = self.where
+        leader = leader_service_name(where.name)
+        answer = self._get(service_proxy_path(where.namespace, leader, self.endpoint),
+                           f"the Service {where.namespace}/{leader} (the leader's)", optional=True)
+        if isinstance(answer, dict):
+            return answer
         holder, lease_missing = self._lease_holder()
         if holder:
             answer = self._get(pod_proxy_path(where.namespace, holder, where.port, self.endpoint),
                                f"the leader's pod {where.namespace}/{holder} (from the Lease)")
-            if answer is not None:
+            if isinstance(answer, dict):
                 return answer
-        answer = self._get(service_proxy_path(where.namespace, where.name, self.endpoint),
-                           f"the Service {where.namespace}/{where.name}")
+        service = f"the Service {where.namespace}/{where.name}"
+        answer = None
+        for _ in range(SERVICE_TRIES):
+            # The API server sends each request to one replica behind the Service; a standby names the leader.
+            answer = self._get(service_proxy_path(where.namespace, where.name, self.endpoint), service)
+            if not isinstance(answer, _Standby):
+                break
+            if answer.leader_pod and not self.pods_refused:
+                followed = self._get(pod_proxy_path(where.namespace, answer.leader_pod, where.port, self.endpoint),
+                                     f"the leader's pod {where.namespace}/{answer.leader_pod} (named by a standby)",
+                                     followed=True)
+                if isinstance(followed, dict):
+                    return followed
+        if isinstance(answer, _Standby):
+            raise DebugUnavailable(
+                f"{service} answered from a standby replica {SERVICE_TRIES} times (it names "
+                f"{answer.leader or 'no one'} as the leader), and the leader's pod could not be asked directly "
+                f"({'; '.join(self.tried) or 'no pods/proxy right'}); try again (the API server picks a replica "
+                f"per request), {_OFFLINE_HINT}")
         if answer is None and lease_missing and self._service_missing():
             raise DebugUnavailable(self._not_installed())
         if answer is not None:
@@ -270,9 +317,14 @@ class _ThroughApiServer:
             return err.status == 404
         return False
 
-    def _get(self, path: str, what: str, *, followed: bool = False) -> dict[str, Any] | None:
-        """The answer through one proxy path; None when the API server could not deliver it (noted in ``tried``).
-        Raises when the controller itself refused, or for a standby's answer that cannot be followed."""
+    def _get(self, path: str, what: str, *, followed: bool = False,
+             optional: bool = False) -> dict[str, Any] | _Standby | None:
+        """The answer through one proxy path; None when the API server could not deliver it, or would not through
+        a pod (noted in ``tried``); ``_Standby`` when a standby answered. Raises when the controller itself
+        refused, when the API server refused the Service route, or for a standby reached by following one.
+        ``optional``: a route worth a try (the leader's Service, which an older chart or a single replica without
+        leader election lacks), where the API server's refusal is noted, not raised."""
+        through_pod = "/pods/" in path
         try:
             return kube.request_json(self.conn, "GET", path, query=self.query, timeout=self.where.timeout,
                                      headers={PROXY_HEADER: f"Bearer {self.token}"})
@@ -280,24 +332,28 @@ class _ThroughApiServer:
             self._fail_if_cluster_unreachable(err)
             body = err.body if isinstance(err.body, dict) else None
             if body is None or body.get("kind") == "Status":
+                if err.status == 403 and (through_pod or optional):
+                    # The chart's debug-client Role grants no pods/proxy (it would reach every pod of the
+                    # namespace): the Service is the route for most users.
+                    self.pods_refused = self.pods_refused or through_pod
+                    self.tried.append(f"the API server refused to proxy to {what} ({_short(err)})")
+                    return None
                 if err.status in (401, 403):
                     raise DebugUnavailable(
                         f"the API server {self.conn.server} refused to proxy to {what} ({_short(err)}): your "
-                        f"credentials need get on pods/proxy and services/proxy in {self.where.namespace}; "
-                        f"or run `kubectl port-forward` and pass --url, {_OFFLINE_HINT}") from err
+                        f"credentials need get on services/proxy named {self.where.name}:{SERVICE_PORT_NAME} in "
+                        f"{self.where.namespace} (the chart's debug-client Role); or run `kubectl port-forward` "
+                        f"and pass --url, {_OFFLINE_HINT}") from err
                 self.tried.append(f"the API server could not reach {what} ({_short(err)})")
                 return None
             if err.status == 503 and "leader" in body:  # a standby; "leader" is null while it knows none
-                leader = body.get("leader")
-                leader_pod = pod_of_holder(str(leader or ""))
-                if followed or not leader_pod:
+                leader = str(body.get("leader") or "")
+                if followed:
                     raise DebugUnavailable(
                         f"{what} is a standby replica and names {leader or 'no one'} as the leader, which could "
                         f"not be asked; try again in a few seconds (an election may be under way), "
                         f"{_OFFLINE_HINT}") from err
-                return self._get(pod_proxy_path(self.where.namespace, leader_pod, self.where.port, self.endpoint),
-                                 f"the leader's pod {self.where.namespace}/{leader_pod} (named by a standby)",
-                                 followed=True)
+                return _Standby(leader, pod_of_holder(leader))
             raise ControllerRefused(err.status, body, f"the controller ({what}) answered {err.status}: "
                                     f"{body.get('error')}") from err
 

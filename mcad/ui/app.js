@@ -5,7 +5,16 @@
 
 const POLL_MS = 1000; // the issue's bound is 2 s; a page that waits longer shows stale state
 const PAGE = 50;
-const TOKEN_KEY = "mcad-token";
+// How often one view may be asked of the Service while standbys answer (mcad.cli.reach.SERVICE_TRIES): the API
+// server sends each request to one replica behind it, and without pods/proxy there is no other way to the leader
+// from here (opened at the leader's Service, <name>-leader, the page talks to the leader alone).
+const SERVICE_TRIES = 8;
+const SERVICE_PROXY = /^(.*\/api\/v1\/namespaces\/[^/]+\/)services\/[^/]+\/proxy\/ui\//;
+const HOME_API = new URL("api/", window.location.href);
+// The pasted bearer token lives in this variable only: never in sessionStorage, localStorage or a cookie. Behind
+// the API server's service or pod proxy this page shares its origin with every other service proxied through that
+// API server, and storage is per origin: any of their pages could read it. A reload asks for the token again.
+let pastedToken = null;
 
 const state = {
   view: "queue",
@@ -13,7 +22,8 @@ const state = {
   stateFilter: "",
   offset: 0,
   selected: null, // "ns/name" of the AppWrapper whose explanation is open
-  api: new URL("api/", window.location.href), // where the views are; moves to the leader's pod when followed
+  api: HOME_API, // where the views are; moves to the leader's pod when followed
+  podsRefused: false, // the API server refused pods/proxy: the Service is the only route
   timer: null,
   busy: false,
 };
@@ -47,24 +57,38 @@ class Refused extends Error {
   }
 }
 
-async function getView(name, params = {}) {
+async function getView(name, params = {}, tries = 1) {
   const url = new URL(name, state.api);
   for (const [key, value] of Object.entries(params)) if (value !== "" && value != null) url.searchParams.set(key, value);
   const headers = { Accept: "application/json" };
-  const token = sessionStorage.getItem(TOKEN_KEY);
+  const token = pastedToken;
   if (token) headers["X-Mcad-Authorization"] = `Bearer ${token}`;
   const response = await fetch(url, { headers, credentials: "same-origin", cache: "no-store" });
   let body = null;
   try { body = await response.json(); } catch { body = null; }
   if (!response.ok) {
-    if (response.status === 503 && body && body.error === "not the leader" && follow(body)) return getView(name, params);
+    if (response.status === 503 && body && body.error === "not the leader") {
+      if (follow(body)) return getView(name, params, tries);
+      if (tries < SERVICE_TRIES && state.api === HOME_API && SERVICE_PROXY.test(window.location.pathname)) {
+        return getView(name, params, tries + 1);
+      }
+    }
+    if (response.status === 403 && body && body.kind === "Status" && state.api.pathname.includes("/pods/")) {
+      // The API server's refusal (a Status; the controller's own 403 is {"error": ...}, and passes): no
+      // pods/proxy (the chart's debug-client Role grants none, as it would reach every pod there). Back to the
+      // Service, for good.
+      state.podsRefused = true;
+      state.api = HOME_API;
+      state.following = null;
+      return getView(name, params, tries);
+    }
     throw new Refused(response.status, body || { error: proxyRefusal(response.status) }, token);
   }
   return body;
 }
 
 function proxyRefusal(status) {
-  if (status === 403) return "refused by the API server: you need get on services/proxy (or pods/proxy) for the controller";
+  if (status === 403) return "refused by the API server: you need get on services/proxy for the controller's Service (port http)";
   if (status === 401) return "not authenticated";
   return `HTTP ${status}`;
 }
@@ -72,9 +96,9 @@ function proxyRefusal(status) {
 // A standby answers "not the leader". Behind the API server's service proxy the page can go to the leader's pod
 // through the pod proxy, as mcadctl does; anywhere else it can only say who leads.
 function follow(body) {
-  const match = window.location.pathname.match(/^(.*\/api\/v1\/namespaces\/[^/]+\/)services\/[^/]+\/proxy\/ui\//);
+  const match = window.location.pathname.match(SERVICE_PROXY);
   const pod = String(body.leader || "").split("_")[0];
-  if (!match || !pod || !body.port || state.api.pathname.includes("/pods/")) {
+  if (!match || !pod || !body.port || state.podsRefused || state.api.pathname.includes("/pods/")) {
     state.standby = pod ? `this replica is a standby; the leader is pod ${pod}` : "this replica is a standby";
     return false;
   }
@@ -401,8 +425,8 @@ async function poll() {
   } catch (err) {
     if (err.status === 401) {
       // Only about the token the refused request carried: one entered while it was out gets the next poll.
-      if ((sessionStorage.getItem(TOKEN_KEY) || null) === err.token) {
-        sessionStorage.removeItem(TOKEN_KEY);
+      if (pastedToken === err.token) {
+        pastedToken = null;
         showLogin(true);
         status(err.message, true);
       }
@@ -438,7 +462,7 @@ function start() {
   $("#login").addEventListener("submit", (e) => {
     e.preventDefault();
     const token = $("#token").value.trim();
-    if (token) sessionStorage.setItem(TOKEN_KEY, token);
+    if (token) pastedToken = token;
     $("#token").value = "";
     now();
   });

@@ -37,7 +37,9 @@ def test_other_namespaces_dispatch_as_usual(harness_factory: Any) -> None:
     assert h.writer.applied == ["a-cm"]
 
 
-def test_kube_system_and_the_controllers_namespace_are_protected_unless_allowed() -> None:
-    assert protected_namespaces("mcad-system") == {"kube-system", "mcad-system"}
-    assert protected_namespaces("ops", ("kube-system",)) == {"ops"}
-    assert protected_namespaces("ops", hub=True) == {"kube-system", "ops", "mcad-system"}
+def test_the_kube_namespaces_and_the_controllers_are_protected_unless_allowed() -> None:
+    kube_namespaces = {"kube-system", "kube-public", "kube-node-lease"}
+    assert protected_namespaces("mcad-system") == {*kube_namespaces, "mcad-system"}
+    assert protected_namespaces("ops", ("kube-system", "kube-public", "kube-node-lease")) == {"ops"}
+    assert protected_namespaces("ops", ("kube-public",)) == {"kube-system", "kube-node-lease", "ops"}
+    assert protected_namespaces("ops", hub=True) == {*kube_namespaces, "ops", "mcad-system"}

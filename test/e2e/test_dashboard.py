@@ -2,7 +2,8 @@
 test cluster: the acceptance of issue 18 as a person at the page would check it.
 
 The controller runs as in production: the data views want a bearer token, so every test signs in through the
-page's own form with the session's endpoint reader token (``endpoint_reader``) and the page keeps it for the tab.
+page's own form with the session's endpoint reader token (``endpoint_reader``) and the page keeps it in memory
+(never in the origin's storage, which the API server's proxy shares with every service behind it).
 AppWrappers whose state a test depends on are pinned to a fake node of known size (``fake_node``), so they fit,
 wait and move where the test wants on any cluster. Waits are bounded polls of the DOM; the page is never
 reloaded, so what a test sees arrived by the page's own polling. A failed test leaves the browser's screenshot,
@@ -324,6 +325,25 @@ def test_through_the_service_proxy_the_page_loads_for_a_user_with_services_proxy
         ["", site], "a tenant sees its own namespace only"
     assert browser.csp_violations() == []
     assert browser.console_errors() == []
+    # Issue 26: this origin is the API server's, shared by every service proxied through it; none of its storage
+    # may hold the token, so no other proxied page can read it. The page keeps it in memory: a reload asks again.
+    assert_token_nowhere_in_the_origin(browser, token)
+    browser.driver.refresh()
+    browser.visible("form#login input#token", "the sign-in form again after a reload (the token was not stored)")
+
+
+def assert_token_nowhere_in_the_origin(browser: Browser, token: str) -> None:
+    """Neither Web Storage nor any cookie of the page's origin (HttpOnly ones included) holds ``token``."""
+    stored = browser.script("""
+        const all = [];
+        for (const storage of [sessionStorage, localStorage])
+          for (let i = 0; i < storage.length; i++) all.push(storage.key(i), storage.getItem(storage.key(i)));
+        return all;""")
+    assert not [item for item in stored if token in item], "the token is in the origin's Web Storage"
+    assert browser.script("return sessionStorage.length + localStorage.length") == 0, stored
+    cookies = browser.driver.get_cookies()
+    assert not [c for c in cookies if token in str(c.get("value", ""))], "the token is in a cookie"
+    assert token not in browser.script("return document.cookie")
 
 
 def test_through_the_service_proxy_a_user_without_services_proxy_is_refused(

@@ -24,7 +24,7 @@ from mcad import kube
 from test import chart
 from test.browser import Browser
 from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, deployment_item, service_account_token
-from test.e2e.dashboard import SERVICE, controller_service, host_ip
+from test.e2e.dashboard import SERVICE, controller_service, dashboard_user, host_ip
 from test.e2e.dashboard_page import as_user, proxy_url, wait_row
 
 FOLLOWER_ROLE = "mcad-e2e-dashboard-follower"
@@ -88,8 +88,8 @@ def replicas(controller_kubeconfig: str, core: k8s.CoreV1Api, aws: AppWrappers,
 
 
 def follower_token(kubeconfig: str, namespace: str) -> str:
-    """A tenant of ``namespace`` with get on services/proxy and pods/proxy there (the chart's debug-client
-    Role grants both: the page follows a standby's answer through the pod proxy)."""
+    """A user of ``namespace`` with get on services/proxy and pods/proxy there (an operator's rights: the chart's
+    debug-client Role grants no pods/proxy; with it, the page follows a standby's answer through the pod proxy)."""
     kube.Client(kube.connect(kubeconfig)).apply({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": FOLLOWER_ROLE},
         "rules": [{"apiGroups": [""], "resources": ["services/proxy", "pods/proxy"], "verbs": ["get"]},
@@ -108,4 +108,27 @@ def test_the_page_follows_a_standby_to_the_leader(browser: Browser, replicas: tu
     wait_row(browser, f"{aws.namespace}/waiting", "the leader's queue, reached through its pod", state="Queued")
     browser.wait(lambda _: "following the leader, pod leader-0" in browser.find("#status").text,
                  "the status line to say whose data it shows")
+    assert browser.csp_violations() == []
+
+
+def test_without_pods_proxy_the_page_asks_the_service_again_and_names_the_leader(
+        browser: Browser, replicas: tuple[Controller, Controller], aws: AppWrappers, kubeconfig: str,
+        api: k8s.ApiClient) -> None:
+    """Issue 26: the chart's debug-client Role grants no pods/proxy. A page refused the leader's pod goes back to
+    the Service for good, asks it again (each request may land on another replica), and, with only the standby
+    behind it here, says which pod leads instead of showing the API server's refusal."""
+    token = dashboard_user(kubeconfig, aws.namespace, "no-pods", service_proxy=True)
+    as_user(browser, token)
+    browser.get(proxy_url(api, aws.namespace))
+    browser.visible("form#login input#token", "the sign-in form, from the standby").send_keys(token, Keys.ENTER)
+    browser.wait(lambda _: browser.find("#status").text == "this replica is a standby; the leader is pod leader-0",
+                 "the status line to name the leader")
+    pods = [url for url in browser.requests() if "/pods/" in url]
+    service = f"/services/{SERVICE}:http/proxy/ui/api/"
+    asked = len([url for url in browser.requests() if service in url])
+    browser.wait(lambda _: len([url for url in browser.requests() if service in url]) >= asked + 16,
+                 "the page's next polls, through the Service")
+    assert [url for url in browser.requests() if "/pods/" in url] == pods, "the pod route is not tried again"
+    assert len(pods) <= 2, pods  # the first poll's views, sent before the refusal came back
+    assert "refused" not in browser.find("#status").text
     assert browser.csp_violations() == []

@@ -8,8 +8,14 @@ against the wall time the leader was signalled (same machine, same clock).
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+import socket
+import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -19,8 +25,18 @@ import pytest
 
 from mcad import kube
 from test import chart
-from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, deployment_item
-from test.support import wait_until
+from test.e2e.conftest import (
+    DEBUG_VIEWER,
+    LOGS,
+    METRICS_READER,
+    AppWrappers,
+    Controller,
+    appwrapper,
+    deployment_item,
+    service_account_token,
+)
+from test.e2e.dashboard import host_ip
+from test.support import token_kubeconfig, wait_until
 
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 4.0, 3.0, 0.5
 ARGS = ("--leader-elect", "--leader-elect-namespace", chart.NAMESPACE,
@@ -153,3 +169,138 @@ def test_a_leader_whose_lease_is_taken_exits_at_once_with_an_error(pair: tuple[C
     # The standby respects the new holder's claim until it lapses, then leads.
     assert not events(b.log, "became leader")
     became_leader_at(b, LEASE_DURATION + RETRY_PERIOD + 10)
+
+
+LEADER_LABEL = "mcad.codeflare.dev/leader"  # mcad.leaderpod.LEADER_LABEL, spelled out: the chart's Service uses it
+
+
+def leader_label(admin: kube.Connection, pod: str) -> str | None:
+    found = kube.request_json(admin, "GET", f"/api/v1/namespaces/{chart.NAMESPACE}/pods/{pod}")
+    return ((found.get("metadata") or {}).get("labels") or {}).get(LEADER_LABEL)
+
+
+def test_the_leader_labels_its_own_pod_for_the_leader_service_and_hands_the_label_over(
+        controller_kubeconfig: str, crd: None, admin: kube.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: the chart's Service <name>-leader selects the pod labelled by the leader, so users reach it with
+    services/proxy and no pods/proxy. As the chart's ServiceAccount (its Role may patch pods of its namespace): the
+    leader labels its pod, a standby removes a label its pod kept from an earlier container, and on SIGTERM the
+    label moves to the new leader's pod."""
+    try:
+        kube.request_json(admin, "DELETE", LEASE_PATH)
+    except kube.ApiError as err:
+        if err.status != 404:
+            raise
+    pods = ("mcad-leader-label-a", "mcad-leader-label-b")
+    for pod in pods:  # stand-ins of the controller's pods, never scheduled
+        kube.request_json(admin, "POST", f"/api/v1/namespaces/{chart.NAMESPACE}/pods", body={
+            "metadata": {"name": pod, "labels": {LEADER_LABEL: "true"} if pod.endswith("-b") else {}},
+            "spec": {"schedulerName": "none", "containers": [{"name": "controller", "image": "mcad"}]}})
+    args = (*ARGS, "--leader-elect-label-pod")
+    a = Controller(controller_kubeconfig, LOGS / "test_leader_election-label-a.log", *args)
+    b = Controller(controller_kubeconfig, LOGS / "test_leader_election-label-b.log", *args)
+    monkeypatch.setenv("POD_NAMESPACE", chart.NAMESPACE)
+    try:
+        monkeypatch.setenv("POD_NAME", pods[0])
+        a.start()
+        monkeypatch.setenv("POD_NAME", pods[1])
+        b.start(ready=b"waiting for leadership")
+        wait_until(lambda: (leader_label(admin, pods[0]), leader_label(admin, pods[1])) == ("true", None), 15,
+                   "the leader's pod labelled and the standby's stale label removed")
+        a.stop(signal.SIGTERM)
+        wait_until(lambda: (leader_label(admin, pods[0]), leader_label(admin, pods[1])) == (None, "true"), 15,
+                   "the label moved to the new leader's pod")
+        assert b"cannot write the leader label" not in a.log.read_bytes() + b.log.read_bytes()
+    finally:
+        b.stop()
+        a.stop()
+        for pod in pods:
+            try:
+                kube.request_json(admin, "DELETE", f"/api/v1/namespaces/{chart.NAMESPACE}/pods/{pod}",
+                                  body={"gracePeriodSeconds": 0})
+            except kube.ApiError as err:
+                if err.status != 404:
+                    raise
+
+
+def test_leader_elect_label_pod_needs_a_pod_name(controller_kubeconfig: str, monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    monkeypatch.delenv("POD_NAME", raising=False)
+    ctl = Controller(controller_kubeconfig, tmp_path / "no-pod.log", *ARGS, "--leader-elect-label-pod")
+    ctl.launch()
+    assert ctl.proc is not None and ctl.proc.wait(timeout=60) == 2
+    assert b"--leader-elect-label-pod needs --leader-elect and $POD_NAME" in ctl.log.read_bytes()
+
+
+def test_a_debug_client_reaches_the_leader_through_the_charts_leader_service(
+        controller_kubeconfig: str, kubeconfig: str, crd: None, admin: kube.Connection,
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The whole route of issue 26, with the chart's own objects: the controller (as the chart's ServiceAccount)
+    leads and labels its pod; the chart's Service mcad-controller-leader selects that pod (the endpoints controller
+    fills it in); a user bound only to the chart's Role mcad-debug-client (and the reader ClusterRoles) runs
+    mcadctl through the API server and reaches that controller, and may not proxy to the pod itself. The pod is a
+    stand-in at this machine's address, bound to a Node object of its own (the endpoints controller skips pods of
+    unknown nodes), with the port the chart's Service targets (named http)."""
+    try:
+        kube.request_json(admin, "DELETE", LEASE_PATH)
+    except kube.ApiError as err:
+        if err.status != 404:
+            raise
+    ip, pod, node = host_ip(), "mcad-controller-standin", f"mcad-leader-svc-{uuid.uuid4().hex[:6]}"
+    with socket.socket() as sock:
+        sock.bind((ip, 0))
+        port = int(sock.getsockname()[1])
+    pods = f"/api/v1/namespaces/{chart.NAMESPACE}/pods"
+    selector = {"app.kubernetes.io/name": "mcad", "app.kubernetes.io/instance": chart.RELEASE,
+                "app.kubernetes.io/component": "controller"}
+    kube.request_json(admin, "POST", "/api/v1/nodes", body={"metadata": {"name": node}})
+    kube.request_json(admin, "POST", pods, body={
+        "metadata": {"name": pod, "labels": selector},
+        "spec": {"nodeName": node, "containers": [{"name": "controller", "image": "mcad",
+                                                   "ports": [{"name": "http", "containerPort": port}]}]}})
+    kube.request_json(admin, "PATCH", f"{pods}/{pod}/status", content_type="application/merge-patch+json", body={
+        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+                   "conditions": [{"type": "Ready", "status": "True"}]}})
+    monkeypatch.setenv("POD_NAME", pod)
+    monkeypatch.setenv("POD_NAMESPACE", chart.NAMESPACE)
+    ctl = Controller(controller_kubeconfig, LOGS / "test_leader_election-leader-service.log", *ARGS,
+                     "--leader-elect-label-pod", "--http-bind-address", f"{ip}:{port}")
+    ctl.log.unlink(missing_ok=True)
+    try:
+        ctl.start()
+        endpoints = f"/api/v1/namespaces/{chart.NAMESPACE}/endpoints/{chart.LEASE}-leader"
+
+        def leader_endpoint() -> bool:
+            try:
+                subsets = kube.request_json(admin, "GET", endpoints).get("subsets") or []
+            except kube.ApiError:
+                return False
+            return any(a.get("ip") == ip for s in subsets for a in s.get("addresses") or [])
+
+        wait_until(leader_endpoint, 30, "the chart's leader Service to select the labelled pod")
+        token = service_account_token(kubeconfig, chart.NAMESPACE, "debug-client-e2e",
+                                      cluster_roles=(DEBUG_VIEWER, METRICS_READER))
+        kube.Client(admin).apply({  # the chart's Role itself, bound as the README says
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "debug-client-e2e", "namespace": chart.NAMESPACE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": f"{chart.RELEASE}-debug-client"},
+            "subjects": [{"kind": "ServiceAccount", "name": "debug-client-e2e", "namespace": chart.NAMESPACE}]},
+            field_manager="mcad-e2e", force=True)
+        user = token_kubeconfig(kubeconfig, token, tmp_path / "debug-client.kubeconfig", user="debug-client")
+        result = subprocess.run([str(Path(sys.executable).parent / "mcadctl"), "--kubeconfig", user,
+                                 "--controller-namespace", chart.NAMESPACE, "ledger", "-o", "json"],
+                                capture_output=True, text=True, timeout=60, check=False,
+                                env={k: v for k, v in os.environ.items() if k != "MCAD_TOKEN"})
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["controller"]["identity"].startswith(f"{pod}_")
+        with pytest.raises(kube.ApiError) as refused:
+            kube.request_json(kube.connect(user), "GET", f"{pods}/{pod}:{port}/proxy/healthz")
+        assert refused.value.status == 403, refused.value
+    finally:
+        ctl.stop()
+        for path in (f"{pods}/{pod}", f"/api/v1/nodes/{node}"):
+            try:
+                kube.request_json(admin, "DELETE", path, body={"gracePeriodSeconds": 0})
+            except kube.ApiError as err:
+                if err.status != 404:
+                    raise

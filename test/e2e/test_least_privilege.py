@@ -7,11 +7,13 @@ import os
 import uuid
 from pathlib import Path
 
+import kubernetes.client as k8s
 import pytest
 
 from mcad import kube
 from test import chart
 from test.e2e.conftest import AppWrappers, Controller, appwrapper
+from test.support import wait_until
 
 
 @pytest.mark.skipif(os.environ.get("MCAD_E2E_ADMIN") == "1", reason="the controller runs as admin on request")
@@ -47,10 +49,42 @@ def test_the_controller_can_neither_list_nor_watch_secrets(controller_kubeconfig
     assert client.allowed("create", "v1", "Secret", aws.namespace)
 
 
-@pytest.mark.parametrize("namespace", ["kube-system", chart.NAMESPACE])
+@pytest.mark.skipif(os.environ.get("MCAD_E2E_ADMIN") == "1", reason="the controller runs as admin on request")
+def test_the_controller_reads_no_secret_outside_its_own(controller_kubeconfig: str, aws: AppWrappers,
+                                                        core: k8s.CoreV1Api) -> None:
+    """Issue 26: it could get any Secret in the cluster (the wrapped kinds' rule, bound cluster-wide). Neither get
+    nor patch (whose answer is the object) is allowed on a Secret of a tenant or of kube-system; tried too."""
+    core.create_namespaced_secret(aws.namespace, {"metadata": {"name": "tenant-db"},
+                                                  "stringData": {"password": "tenant-secret"}})
+    client = as_controller(controller_kubeconfig)
+    for namespace in (aws.namespace, "kube-system"):
+        for verb in ("get", "patch", "update", "list"):
+            assert not client.allowed(verb, "v1", "Secret", namespace), f"{verb} Secrets in {namespace}"
+    path = f"/api/v1/namespaces/{aws.namespace}/secrets/tenant-db"
+    for method, body in (("GET", None), ("PATCH", [{"op": "test", "path": "/metadata/name", "value": "tenant-db"}])):
+        with pytest.raises(kube.ApiError) as refused:
+            kube.request_json(client.conn, method, path, body=body, content_type="application/json-patch+json")
+        assert refused.value.status == 403, refused.value
+    # Its own: the webhook certificate, by name, and no other Secret of its namespace.
+    assert not client.allowed("get", "v1", "Secret", chart.NAMESPACE)
+    kube.request_json(client.conn, "GET", f"/api/v1/namespaces/{chart.NAMESPACE}/secrets/{chart.RELEASE}-webhook-cert")
+
+
+def test_an_appwrapper_still_wraps_a_secret_and_takes_it_away(controller: Controller, aws: AppWrappers) -> None:
+    """Create and delete are all a wrapped Secret needs."""
+    item = {"replicas": 1, "generictemplate": {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token"},
+                                               "stringData": {"token": "for-the-job"}}}
+    aws.create(appwrapper("with-secret", item))
+    aws.wait_state("with-secret", "Running", timeout=30)
+    assert aws.exists("v1", "Secret", "token")
+    aws.delete("with-secret")
+    wait_until(lambda: not aws.exists("v1", "Secret", "token"), 30, "the wrapped Secret deleted with its AppWrapper")
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "kube-public", "kube-node-lease", chart.NAMESPACE])
 def test_an_appwrapper_in_a_protected_namespace_fails_and_creates_nothing(
         controller: Controller, aws: AppWrappers, namespace: str) -> None:
-    """The controller refuses kube-system and its own namespace (where its credentials and Lease live) whatever
+    """The controller refuses the kube-* namespaces and its own (where its credentials and Lease live) whatever
     admission let through; its RBAC alone would let it write there (see the rbac.namespaces option below)."""
     protected = AppWrappers(aws.custom, aws.core, namespace, aws.connection)
     name = f"protected-{uuid.uuid4().hex[:8]}"

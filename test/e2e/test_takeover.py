@@ -8,6 +8,7 @@ AppWrapper is Failed with a message naming the item, and that deleting the AppWr
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import kubernetes.client as k8s
@@ -67,8 +68,10 @@ def test_an_admins_secret_and_configmap_are_neither_overwritten_nor_deleted(
     aws.create(appwrapper("steal-config", configmap_item("app-config", mode="debug")))
     secret_status = aws.wait_state("steal-secret", "Failed", timeout=30)
     config_status = aws.wait_state("steal-config", "Failed", timeout=30)
-    assert ("GenericItems[1] (Secret db-credentials) exists and is not controlled by this AppWrapper"
-            in secret_status["message"]), secret_status
+    # The chart's controller may not read Secrets at all (issue 26), so it cannot tell whose this one is either.
+    refusal = ("exists and is not controlled by this AppWrapper" if os.environ.get("MCAD_E2E_ADMIN") == "1" else
+               "exists, and the controller may not read it to tell whether it is this AppWrapper's")
+    assert f"GenericItems[1] (Secret db-credentials) {refusal}" in secret_status["message"], secret_status
     assert ("GenericItems[0] (ConfigMap app-config) exists and is not controlled by this AppWrapper"
             in config_status["message"]), config_status
     wait_until(lambda: not aws.exists("v1", "ConfigMap", "fresh"), 15, "the dispatch's own ConfigMap undone")

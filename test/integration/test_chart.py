@@ -72,7 +72,7 @@ WEBHOOK_ARGS = ["--webhook-bind-address=:9443", "--webhook-configuration-name=mc
                 "--webhook-service-name=mcad-controller", "--webhook-cert-poll-seconds=30",
                 "--webhook-cert-secret=mcad-webhook-cert",
                 # Admission allows the kinds the controller is granted, nothing else.
-                "--admission-allowed-kinds=pods,services,configmaps,secrets,persistentvolumeclaims,deployments.apps,"
+                "--admission-allowed-kinds=pods,services,configmaps,persistentvolumeclaims,secrets,deployments.apps,"
                 "statefulsets.apps,replicasets.apps,jobs.batch"]
 # Admission asks the API server whether the requesting user may create each item; the controller's own CA goes
 # into its two webhook configurations (by name) and nowhere else.
@@ -88,7 +88,7 @@ BASE_RULES = 8
 
 
 ELECTION_ARGS = ["--leader-elect", f"--leader-elect-lease-name={chart.LEASE}", "--leader-elect-lease-duration=15",
-                 "--leader-elect-renew-deadline=10", "--leader-elect-retry-period=2"]
+                 "--leader-elect-renew-deadline=10", "--leader-elect-retry-period=2", "--leader-elect-label-pod"]
 
 
 def test_defaults_render_two_hardened_controllers_with_leader_election() -> None:
@@ -155,7 +155,8 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                                  "--http-bind-address=:9090", "--no-quota", "--legacy-api",
                                  "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
                                  "--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3",
-                                 "--leader-elect-retry-period=0.5", "--webhook-bind-address=:8443",
+                                 "--leader-elect-retry-period=0.5", "--leader-elect-label-pod",
+                                 "--webhook-bind-address=:8443",
                                  "--webhook-configuration-name=mcad", "--webhook-service-name=mcad-controller",
                                  "--webhook-cert-poll-seconds=5", "--webhook-cert-secret=mcad-webhook-cert",
                                  "--webhook-cert-hosts=127.0.0.1,mcad.example.com",
@@ -171,6 +172,8 @@ def test_the_lease_role_grants_exactly_what_the_elector_uses() -> None:
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [chart.LEASE],
          "verbs": ["get", "update"]},
+        # The leader's label on its own pod (--leader-elect-label-pod), for the Service <name>-leader.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
     ]
     binding = named(objects, "RoleBinding", "mcad-controller-leader-election")
     assert binding["metadata"]["namespace"] == chart.NAMESPACE
@@ -223,7 +226,10 @@ def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
     assert {("batch", "jobs"), ("apps", "deployments"), ("", "secrets")} <= kinds
     # --placement=binding: the pods' ungate is a patch, a re-planned pin a delete (and nothing else of pods').
     assert wrapped[-1] == {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch", "delete"]}
-    assert all(rule["verbs"] == ["get", "create", "patch", "delete"] for rule in wrapped[:-1])
+    # Secrets are created and deleted, never read (issue 26: get, or patch, which answers with the object).
+    secrets = [rule for rule in wrapped if "secrets" in rule["resources"]]
+    assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]}]
+    assert all(rule["verbs"] == ["get", "create", "patch", "delete"] for rule in wrapped[:-1] if rule not in secrets)
     advisory = named(chart.render(values={"controller": {"placement": "advisory"}}, tmp=tmp_path), "ClusterRole",
                      f"{chart.RELEASE}-wrapped")["rules"]
     assert advisory == wrapped[:-1], "advisory placement patches no pod"
@@ -242,6 +248,29 @@ def test_no_secret_is_listed_or_watched_anywhere() -> None:
             if "" in rule.get("apiGroups", ()) and "secrets" in rule.get("resources", ()):  # nonResourceURLs too
                 assert not {"list", "watch"} & set(rule["verbs"]), (obj["kind"], obj["metadata"]["name"], rule)
                 assert obj["kind"] == "Role" or "resourceNames" not in rule
+
+
+def test_no_secret_is_readable_outside_the_release_namespace() -> None:
+    """Issue 26: the wrapped kinds' rule let the controller get any Secret in the cluster. Every rule that could
+    read a Secret (get, or patch/update, which answer with the object) is a Role's, on Secrets named in it."""
+    for obj in chart.render():
+        for rule in obj.get("rules") or []:
+            secret = "" in rule.get("apiGroups", ()) and "secrets" in rule.get("resources", ())
+            if secret and {"get", "patch", "update"} & set(rule["verbs"]):
+                assert obj["kind"] == "Role" and rule.get("resourceNames"), (obj["metadata"]["name"], rule)
+                assert obj["metadata"]["namespace"] == chart.NAMESPACE
+
+
+def test_wrapped_kind_verbs_may_be_narrowed_but_not_widened(tmp_path: Path) -> None:
+    values = {"rbac": {"extraWrappedKinds": [{"apiGroups": ["example.com"], "resources": ["widgets"],
+                                              "verbs": ["create", "delete"]}]}}
+    wrapped = named(chart.render(values=values, tmp=tmp_path), "ClusterRole", f"{chart.RELEASE}-wrapped")["rules"]
+    assert {"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["create", "delete"]} in wrapped
+    for verbs, words in ((["create"], "must include create and delete"),
+                         (["create", "delete", "update"], 'verb "update" of a wrapped kind is none')):
+        values["rbac"]["extraWrappedKinds"][0]["verbs"] = verbs
+        with pytest.raises(RuntimeError, match=words):
+            chart.render(values=values, tmp=tmp_path)
 
 
 def test_watching_secrets_is_refused(tmp_path: Path) -> None:
@@ -588,7 +617,7 @@ def test_endpoint_access_lets_the_controller_review_and_readers_read() -> None:
     named = {(o["kind"], o["metadata"]["name"]): o for o in objects}
     assert sorted(named) == [("ClusterRole", "mcad-access-reviews"), ("ClusterRole", "mcad-debug-viewer"),
                              ("ClusterRole", "mcad-metrics-reader"), ("ClusterRoleBinding", "mcad-access-reviews"),
-                             ("Role", "mcad-debug-client")]
+                             ("Role", "mcad-debug-client"), ("Service", "mcad-controller-leader")]
     assert named[("ClusterRole", "mcad-access-reviews")]["rules"] == [
         {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
         {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}]
@@ -599,6 +628,32 @@ def test_endpoint_access_lets_the_controller_review_and_readers_read() -> None:
     assert named[("ClusterRole", "mcad-debug-viewer")]["rules"][0] == {"nonResourceURLs": ["/debug/*"],
                                                                        "verbs": ["get"]}
     assert named[("Role", "mcad-debug-client")]["metadata"]["namespace"] == chart.NAMESPACE
+    # Issue 26: the route to the Service's http port and nothing else; no pods/proxy (it would reach every port of
+    # every pod of the namespace), no bare Service name (the proxy's default port).
+    assert named[("Role", "mcad-debug-client")]["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["mcad-controller"],
+         "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["services"], "resourceNames": ["mcad-controller"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["services/proxy"],
+         "resourceNames": ["mcad-controller:http", "mcad-controller-leader:http"], "verbs": ["get"]}]
+    assert "pods/proxy" not in json.dumps([o for o in chart.render() if o["kind"] in ("Role", "ClusterRole")])
+    # The leader's Service: the controller's pods that carry the leader label, on the http port only; the leader
+    # writes that label (--leader-elect-label-pod, with patch on pods in the release namespace).
+    deployment = by_kind(chart.render(), "Deployment")
+    leader = named[("Service", "mcad-controller-leader")]
+    assert leader["spec"]["selector"] == {**deployment["spec"]["selector"]["matchLabels"],
+                                          "mcad.codeflare.dev/leader": "true"}
+    assert leader["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
+    assert leader["metadata"]["labels"]["app.kubernetes.io/component"] != "controller", "scraped twice"
+    assert "--leader-elect-label-pod" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    election, = [o for o in chart.render() if o["metadata"]["name"] == "mcad-controller-leader-election"
+                 and o["kind"] == "Role"]
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]} in election["rules"]
+    # Without leader election every replica is the leader: no leader Service, no label, no pods patch.
+    single = chart.render("leaderElection.enabled=false", "replicaCount=1")
+    assert not [o for o in single if o["metadata"]["name"] == "mcad-controller-leader"]
+    client = next(o for o in single if o["kind"] == "Role" and o["metadata"]["name"] == "mcad-debug-client")
+    assert client["rules"][-1]["resourceNames"] == ["mcad-controller:http"]
     args = by_kind(chart.render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--insecure-debug-endpoints" not in args
 

@@ -33,7 +33,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from mcad import debug, kube
-from mcad.cli import mcadctl
+from mcad.cli import mcadctl, reach
 from test import chart
 from test.e2e.conftest import (
     DEBUG_VIEWER,
@@ -48,7 +48,7 @@ from test.e2e.conftest import (
     service_account_token,
 )
 from test.e2e.dashboard import mcadctl_dashboard
-from test.support import wait_until
+from test.support import token_kubeconfig, wait_until
 
 BIN = Path(sys.executable).parent
 HOST_IP = "192.0.2.2"  # an address of this machine that the API server is willing to proxy to
@@ -108,14 +108,16 @@ def controller_pod(core: k8s.CoreV1Api, namespace: str, name: str) -> None:
     core.patch_namespaced_pod_status(name, namespace, {"status": {"podIP": HOST_IP, "podIPs": [{"ip": HOST_IP}]}})
 
 
-def controller_service(core: k8s.CoreV1Api, namespace: str, pod: str, port: int) -> None:
-    """The Service ``mcad-controller`` (port name http) with Endpoints to ``pod`` at ``port``. Selector-less, so
-    the Endpoints are ours to write; the service proxy accepts only addresses that name a Pod with that IP."""
+def controller_service(core: k8s.CoreV1Api, namespace: str, pod: str, port: int,
+                       name: str = "mcad-controller") -> None:
+    """The Service ``name`` (port name http) with Endpoints to ``pod`` at ``port``. Selector-less, so the
+    Endpoints are ours to write; the service proxy accepts only addresses that name a Pod with that IP. (The
+    chart's ``mcad-controller-leader`` selects the pod the leader labels: test/e2e/test_leader_election.py.)"""
     core.create_namespaced_service(namespace, {
-        "metadata": {"name": "mcad-controller"},
+        "metadata": {"name": name},
         "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": port}]}})
     core.create_namespaced_endpoints(namespace, {
-        "metadata": {"name": "mcad-controller"},
+        "metadata": {"name": name},
         "subsets": [{"addresses": [{"ip": HOST_IP, "targetRef": {"kind": "Pod", "name": pod,
                                                                   "namespace": namespace}}],
                      "ports": [{"name": "http", "port": port}]}]})
@@ -460,6 +462,90 @@ def test_a_standby_behind_the_service_is_followed_to_the_leader(cluster: Cluster
                 assert page["controller"]["identity"].startswith("leader-0_")
                 assert [row["name"] for row in page["rows"] if row["position"] is not None] == QUEUED
             assert f"now forwarding to the leader's pod {ns}/leader-0 (named by a standby)" in dashboard.output()
+
+
+def debug_client(cluster: Cluster, namespace: str) -> str:
+    """A kubeconfig of a user bound, in ``namespace``, to the rules of the chart's Role ``mcad-debug-client`` (a
+    ClusterRole of this module's with the same rules, bound there) and to the endpoint reader ClusterRoles: what
+    the README tells admins to grant. Its token is what mcadctl shows the controller."""
+    role, = [o for o in chart.render() if o["kind"] == "Role" and o["metadata"]["name"] == "mcad-debug-client"]
+    name = "mcadctl-test-debug-client"
+    kube.Client(kube.connect(cluster.kubeconfig)).apply(
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+         "rules": role["rules"]}, field_manager="mcad-test", force=True)
+    token = service_account_token(cluster.kubeconfig, namespace, "debug-client",
+                                  cluster_roles=reader_roles(cluster.kubeconfig), roles=((name, namespace),))
+    return token_kubeconfig(cluster.kubeconfig, token, LOGS / f"{namespace}-debug-client.kubeconfig",
+                            user="debug-client")
+
+
+def test_the_chart_debug_client_reaches_the_leader_through_the_service_and_no_pod(cluster: Cluster) -> None:
+    """Issue 26: the debug-client Role granted pods/proxy on every pod of the namespace. Without it, mcadctl goes
+    from the Lease's pod (refused) to the Service; the user reaches no pod, and no other port of the Service."""
+    ns = cluster.new_namespace()
+    controller_pod(cluster.core, ns, "mcad-controller-5")
+    controller_service(cluster.core, ns, "mcad-controller-5", cluster.port)
+    lease(k8s.CoordinationV1Api(cluster.core.api_client), ns, "mcad-controller-5_9f2a")
+    controller_pod(cluster.core, ns, "bystander")  # any other pod of the release namespace
+    user = debug_client(cluster, ns)
+
+    result = mcadctl_("--kubeconfig", user, "--controller-namespace", ns, "--port", str(cluster.port), "queue",
+                      "-n", cluster.namespace, "-o", "json", token=None)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["controller"]["identity"].startswith("leader-0_")
+    assert queued_names(doc, cluster.namespace) == QUEUED
+
+    conn = kube.connect(user)
+    for path in (f"/api/v1/namespaces/{ns}/pods/mcad-controller-5:{cluster.port}/proxy/healthz",
+                 f"/api/v1/namespaces/{ns}/pods/bystander:{cluster.port}/proxy/healthz",
+                 f"/api/v1/namespaces/{ns}/pods/bystander/proxy/",
+                 f"/api/v1/namespaces/{ns}/services/mcad-controller:webhook/proxy/",
+                 f"/api/v1/namespaces/{ns}/services/mcad-controller/proxy/healthz",
+                 f"/api/v1/namespaces/{ns}/services/https:mcad-controller:8080/proxy/healthz"):
+        with pytest.raises(kube.ApiError) as refused:
+            kube.request_json(conn, "GET", path)
+        assert refused.value.status == 403, (path, refused.value)
+    # What the Role is for still answers: the Service's http port.
+    health = kube.request_json(conn, "GET", f"/api/v1/namespaces/{ns}/services/mcad-controller:http/proxy/debug/"
+                               "queue", headers={reach.PROXY_HEADER: f"Bearer {kube.bearer_token(conn)}"})
+    assert health["controller"]["identity"].startswith("leader-0_")
+
+
+def test_the_chart_debug_client_reaches_the_leader_through_the_leaders_service(cluster: Cluster) -> None:
+    """The chart's Service mcad-controller-leader selects the leader's pod alone: the first route, and all a
+    user bound to the debug-client Role needs (here with no Lease and no Service of every replica)."""
+    ns = cluster.new_namespace()
+    controller_pod(cluster.core, ns, "mcad-controller-6")
+    controller_service(cluster.core, ns, "mcad-controller-6", cluster.port, name="mcad-controller-leader")
+    user = debug_client(cluster, ns)
+    result = mcadctl_("--kubeconfig", user, "--controller-namespace", ns, "ledger", "-o", "json", token=None)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["controller"]["identity"].startswith("leader-0_")
+    conn = kube.connect(user)
+    for path in (f"/api/v1/namespaces/{ns}/pods/mcad-controller-6:{cluster.port}/proxy/healthz",
+                 f"/api/v1/namespaces/{ns}/services/mcad-controller-leader/proxy/healthz"):
+        with pytest.raises(kube.ApiError) as refused:
+            kube.request_json(conn, "GET", path)
+        assert refused.value.status == 403, (path, refused.value)
+
+
+def test_without_pods_proxy_a_standby_behind_the_service_is_asked_again_then_named(cluster: Cluster) -> None:
+    """Only a standby behind the Service and no pods/proxy: mcadctl asks the Service SERVICE_TRIES times (each
+    request may land on another replica), then says who leads and what to do."""
+    ns = cluster.new_namespace()
+    controller_pod(cluster.core, ns, "standby-1")
+    standby_port = free_port()
+    controller_service(cluster.core, ns, "standby-1", standby_port)
+    lease(k8s.CoordinationV1Api(cluster.core.api_client), ns, "leader-0_1")  # a pod that is not there
+    user = debug_client(cluster, ns)
+    with controller_process(cluster.kubeconfig, "standby-1", standby_port, cluster.election_namespace,
+                            LOGS / "mcadctl-standby-1.log"):
+        result = mcadctl_("--kubeconfig", user, "--controller-namespace", ns, "queue", token=None)
+    assert result.exit_code == 1, result.output
+    assert (f"the Service {ns}/mcad-controller answered from a standby replica {reach.SERVICE_TRIES} times (it names "
+            "leader-0_") in result.stderr, result.stderr
+    assert "the API server refused to proxy to the leader's pod" in result.stderr, result.stderr
 
 
 # -- when there is nothing to reach ----------------------------------------------------------------------------------

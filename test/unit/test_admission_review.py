@@ -329,7 +329,7 @@ def test_shape_problems_are_refused_with_the_field_or_item_named(obj: dict[str, 
 
 def test_protected_namespaces_are_refused_unless_the_admin_allows_them() -> None:
     config = AdmissionConfig(controller_namespace="mcad-system")
-    for namespace in ("kube-system", "mcad-system"):
+    for namespace in ("kube-system", "kube-public", "kube-node-lease", "mcad-system"):
         obj = aw(cm())
         obj["metadata"]["namespace"] = namespace
         message = refused(validate(obj, config=config, namespace=namespace, user=ADMIN))
@@ -594,7 +594,7 @@ def test_the_controller_flags_become_the_admission_config() -> None:
     config = admission_config("pods, deployments.apps,jobs.batch,", protected_namespaces("mcad-system", ("infra",)),
                               ("infra",))
     assert config.allowed_kinds == frozenset({("", "pods"), ("apps", "deployments"), ("batch", "jobs")})
-    assert config.protected("kube-system") and config.protected("mcad-system")
+    assert config.protected("kube-system") and config.protected("kube-public") and config.protected("mcad-system")
     assert not config.protected("infra") and not config.protected("team-a")
     assert admission_config("", frozenset({"kube-system"})).allowed_kinds == frozenset()
     assert admission_config("", frozenset(), status_writers=frozenset({"me"})).status_writers == frozenset({"me"})

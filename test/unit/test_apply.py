@@ -280,6 +280,24 @@ def test_an_object_replaced_between_the_check_and_the_apply_is_not_written() -> 
     assert "cm0" not in writer.objects
 
 
+def test_a_taken_name_the_controller_may_not_read_fails_saying_so_and_is_left_alone() -> None:
+    """Issue 26: the chart grants Secrets create and delete only; whose a taken name is cannot be told then."""
+    class Unreadable(Writer):
+        def read(self, api_version: str, kind: str, namespace: str, name: str) -> Mapping[str, Any]:
+            self.requests.append(("read", name))
+            raise ApiError(403, "Forbidden", f'configmaps "{name}" is forbidden: cannot get resource "configmaps"')
+
+    existing = owned_by("u-1", uid="maybe-mine")
+    writer = Unreadable(existing={"cm1": existing})
+    with pytest.raises(DispatchFailed) as err:
+        apply.dispatch(writer, *configmaps(2))
+    assert not err.value.transient
+    assert err.value.message.startswith("GenericItems[1] (ConfigMap cm1) exists, and the controller may not read it "
+                                        "to tell whether it is this AppWrapper's (no get on ConfigMap objects"), \
+        err.value.message
+    assert writer.objects["cm1"] == existing and "cm0" not in writer.objects
+
+
 def test_a_leftover_of_a_deleted_namesake_or_an_object_being_deleted_is_waited_for() -> None:
     for existing in (owned_by("u-old"), owned_by("u-1", deletionTimestamp="2026-01-01T00:00:00Z")):
         writer = Writer(existing={"cm1": existing})

@@ -30,6 +30,7 @@ from test.support import unreachable_kubeconfig, wait_until
 
 NS, NAME = "mcad-system", "mcad-controller"
 SERVICE = f"/api/v1/namespaces/{NS}/services/{NAME}:http/proxy"
+LEADER = f"/api/v1/namespaces/{NS}/services/{NAME}-leader:http/proxy"  # the chart's Service of the leader alone
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{NAME}"
 CSP = "default-src 'none'; script-src 'self'"
 USER_TOKEN = "user-token"
@@ -85,6 +86,8 @@ class FakeApiServer:
     ``service`` and ``pods`` (a pod not in ``pods``: the API server's 503)."""
 
     lease_holder: str | None = None
+    # The leader's Service; None: there is none (an older chart), which most tests here assume.
+    leader: Callable[[str, dict[str, str]], Reply] | None = None
     service: Callable[[str, dict[str, str]], Reply] = field(default_factory=controller)
     pods: dict[str, Callable[[str, dict[str, str]], Reply]] = field(default_factory=dict)
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
@@ -99,6 +102,10 @@ class FakeApiServer:
                 return status(404, f'leases.coordination.k8s.io "{NAME}" not found', "NotFound")
             return 200, [("Content-Type", "application/json")], json.dumps(
                 {"kind": "Lease", "spec": {"holderIdentity": self.lease_holder}}).encode()
+        if target.startswith(LEADER + "/"):
+            if self.leader is None:
+                return status(404, f'services "{NAME}-leader" not found', "NotFound")
+            return self.leader(target[len(LEADER):], headers)
         if target.startswith(SERVICE + "/"):
             return self.service(target[len(SERVICE):], headers)
         match = re.fullmatch(rf"/api/v1/namespaces/{NS}/pods/([^/:]+):8080/proxy(/.*)", target)
@@ -110,8 +117,10 @@ class FakeApiServer:
         return status(404, "the server could not find the requested resource", "NotFound")
 
     def proxied(self) -> list[str]:
-        """The targets of the proxy requests made so far (the Lease reads left out)."""
-        return [target for _, target, _ in self.requests if "/proxy/" in target]
+        """The targets of the proxy requests made so far (the Lease reads left out, and while there is no leader's
+        Service the one request that finds it missing: the tests of that route look at ``requests``)."""
+        return [target for _, target, _ in self.requests
+                if "/proxy/" in target and (self.leader is not None or not target.startswith(LEADER + "/"))]
 
 
 class _FakeHandler(BaseHTTPRequestHandler):
@@ -270,7 +279,8 @@ def test_head_is_asked_as_get_and_answered_without_a_body(running: Running, fake
     code, headers, body = running.get(f"{running.prefix}/ui/", method="HEAD")
     assert (code, body) == (200, b"")
     assert headers["content-length"] == str(len(b"<html>page of leader</html>"))
-    assert [(m, t) for m, t, _ in fake.requests if "/proxy/" in t] == [("GET", f"{SERVICE}/ui/")]
+    assert [(m, t) for m, t, _ in fake.requests if "/proxy/" in t] == [("GET", f"{LEADER}/ui/"),
+                                                                        ("GET", f"{SERVICE}/ui/")]
 
 
 @pytest.mark.parametrize("path", ["/debug/queue", "/metrics", "/healthz", "/api/v1/namespaces", "/uix",
@@ -397,21 +407,32 @@ def test_an_api_server_that_does_not_answer_in_time_is_a_502(fake: FakeApiServer
 # -- finding the leader ----------------------------------------------------------------------------------------------
 
 
-def test_the_lease_holders_pod_is_asked_first(fake: FakeApiServer, tmp_path: Path) -> None:
-    fake.lease_holder = "mcad-0_abc"
-    fake.pods["mcad-0"] = controller("pod mcad-0")
+def test_the_leaders_service_is_asked_first_and_kept(fake: FakeApiServer, tmp_path: Path) -> None:
+    fake.lease_holder = "mcad-0_abc"  # not needed: the leader's Service selects its pod
+    fake.leader = controller("the leader's Service")
     with run_proxy(fake, tmp_path) as running:
-        assert running.get(f"{running.prefix}/ui/")[2] == b"<html>page of pod mcad-0</html>"
-        assert fake.proxied() == [f"{pod_base('mcad-0')}/ui/"]
+        assert running.get(f"{running.prefix}/ui/")[2] == b"<html>page of the leader's Service</html>"
+        assert running.get(f"{running.prefix}/ui/api/queue")[0] == 200
+        assert fake.proxied() == [f"{LEADER}/ui/", f"{LEADER}/ui/api/queue"]
+        assert running.notes == []
 
 
-def test_a_pod_route_the_api_server_cannot_deliver_falls_back_to_the_service(fake: FakeApiServer,
-                                                                             tmp_path: Path) -> None:
-    fake.lease_holder = "gone-0_abc"  # no such pod: the API server answers 503
+@pytest.mark.parametrize("leader", [
+    None,  # no such Service: an older chart, or no leader election
+    lambda rest, headers: status(503, 'no endpoints available for service "mcad-controller-leader"',
+                                 "ServiceUnavailable"),  # a handover under way
+    lambda rest, headers: status(403, 'cannot get resource "services/proxy"'),  # an older debug-client Role
+    standby("mcad-1_xyz"),  # the old leader's pod, still labelled
+], ids=["missing", "no-endpoints", "forbidden", "standby"])
+def test_a_leaders_service_that_does_not_deliver_falls_back_to_the_service_for_good(
+        fake: FakeApiServer, tmp_path: Path, leader: Callable[[str, dict[str, str]], Reply] | None) -> None:
+    fake.leader = leader
     with run_proxy(fake, tmp_path) as running:
+        code, _, body = running.get(f"{running.prefix}/ui/api/queue")
+        assert code == 200 and json.loads(body)["controller"] == "leader"
         assert running.get(f"{running.prefix}/ui/")[2] == b"<html>page of leader</html>"
-        assert running.get(f"{running.prefix}/ui/")[0] == 200
-        assert fake.proxied() == [f"{pod_base('gone-0')}/ui/", f"{SERVICE}/ui/", f"{SERVICE}/ui/"]
+        assert [t for _, t, _ in fake.requests if "/proxy/" in t] == [f"{LEADER}/ui/api/queue",
+                                                                      f"{SERVICE}/ui/api/queue", f"{SERVICE}/ui/"]
         assert any("now forwarding to the Service mcad-system/mcad-controller" in n for n in running.notes)
 
 
@@ -434,9 +455,11 @@ def test_a_standby_whose_leader_cannot_be_reached_is_passed_through_and_pods_not
         code, _, body = running.get(f"{running.prefix}/ui/api/queue")
         assert (code, json.loads(body)) == (503, {"error": "not the leader", "leader": "mcad-1_xyz"})
     service, pod = f"{SERVICE}/ui/api/queue", f"{pod_base('mcad-1')}/ui/api/queue"
-    # The first: the Service, the leader's pod (refused), the Service twice more; the second: the Service 3 times.
-    assert dashboardproxy.SERVICE_TRIES == 3
-    assert fake.proxied() == [service, pod, service, service, service, service, service]
+    # The first: the Service, the leader's pod (refused), the Service SERVICE_TRIES - 1 times more; the second: the
+    # Service SERVICE_TRIES times.
+    tries = dashboardproxy.SERVICE_TRIES
+    assert tries == 8
+    assert fake.proxied() == [service, pod, *[service] * (tries - 1), *[service] * tries]
 
 
 def test_without_pods_proxy_the_service_is_asked_again_until_the_leader_answers(
@@ -482,7 +505,10 @@ def test_the_command_prints_the_url_and_the_route_and_stops_on_ctrl_c(
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0] == f"Dashboard: {served[0]}"
-    assert lines[1].startswith("Forwarding /ui to the Service mcad-system/mcad-controller through the API server "
+    # This fake has no leader's Service (an older chart): the probe finds out, and the Service is the route.
+    assert lines[1].startswith("the leader's Service mcad-system/mcad-controller-leader is not reachable"), lines
+    assert lines[2] == "now forwarding to the Service mcad-system/mcad-controller"
+    assert lines[3].startswith("Forwarding /ui to the Service mcad-system/mcad-controller through the API server "
                                f"http://127.0.0.1:{fake.port}")
     assert lines[-1] == "stopped"
     assert fake.proxied() == [f"{SERVICE}/ui/"]  # the probe
@@ -497,7 +523,7 @@ def test_the_command_warns_when_the_page_is_refused_and_about_client_certificate
     assert result.exit_code == 0, result.output
     assert "authenticates with a client certificate" in result.stderr and "--token" in result.stderr
     assert "your user needs get on services/proxy" in result.stderr
-    (_, _, sent), = [r for r in fake.requests if "/proxy/" in r[1]]
+    (_, _, sent), = [r for r in fake.requests if "/proxy/" in r[1] and not r[1].startswith(LEADER)]
     assert "x-mcad-authorization" not in sent
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from mcad.cli import mcadctl, reach, render
+from mcad.errors import ApiError
 from test.support import unreachable_kubeconfig
 
 CONTROLLER = {"version": "0.4.0", "identity": "mcad-controller-5f7c9-x2x7q_1b2c", "leader": True, "fit": "nodes",
@@ -690,3 +692,86 @@ def test_a_client_certificate_kubeconfig_through_the_api_server_says_how_to_get_
     assert result.exit_code == 1
     assert f"kubeconfig {cert} authenticates with a client certificate" in result.stderr
     assert "--token" in result.stderr and "kubectl create token" in result.stderr
+
+
+# -- the route through the API server, without pods/proxy (issue 26) ---------------------------------------------
+
+
+def _through(monkeypatch: pytest.MonkeyPatch, answers: list[Any]) -> tuple[reach._ThroughApiServer, list[str]]:
+    """A fetch whose API server answers each request with the next of ``answers`` (a dict, or an ApiError to
+    raise); the paths asked are recorded."""
+    asked: list[str] = []
+    pending = iter(answers)
+
+    def request_json(conn: Any, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        asked.append(path)
+        answer = next(pending)
+        if isinstance(answer, ApiError):
+            raise answer
+        return dict(answer)
+
+    monkeypatch.setattr(reach.kube, "request_json", request_json)
+    conn = SimpleNamespace(server="https://api", source="kubeconfig")
+    return reach._ThroughApiServer(conn, reach.Where(), "queue", [], "t"), asked  # type: ignore[arg-type]
+
+
+def _standby() -> ApiError:
+    return ApiError(503, "Service Unavailable", "not the leader",
+                    body={"error": "not the leader", "leader": "mcad-controller-1_x", "port": 8080})
+
+
+def _forbidden() -> ApiError:
+    return ApiError(403, "Forbidden", 'cannot get resource "pods/proxy"', body={"kind": "Status", "code": 403})
+
+
+LEADER_SERVICE = reach.service_proxy_path("mcad-system", "mcad-controller-leader", "queue")
+
+
+def _no_leader_service() -> ApiError:
+    return ApiError(404, "NotFound", 'services "mcad-controller-leader" not found', body={"kind": "Status"})
+
+
+def test_the_leaders_service_is_asked_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    through, asked = _through(monkeypatch, [{"queued": []}])
+    assert through.fetch() == {"queued": []}
+    assert asked == [LEADER_SERVICE]
+
+
+def test_a_standby_behind_the_leaders_service_or_its_refusal_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """During a handover the old leader's pod may still carry the label; an older Role may not name the Service."""
+    lease = {"spec": {"holderIdentity": "mcad-controller-1_x"}}
+    refused = ApiError(403, "Forbidden", 'cannot get resource "services/proxy"', body={"kind": "Status"})
+    for first in (_standby(), refused):
+        through, asked = _through(monkeypatch, [first, lease, {"queued": []}])
+        assert through.fetch() == {"queued": []}
+        assert asked[0] == LEADER_SERVICE and asked[2] == reach.pod_proxy_path("mcad-system", "mcad-controller-1",
+                                                                               8080, "queue")
+
+
+def test_without_pods_proxy_the_service_is_asked_again_until_the_leader_answers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    lease = {"spec": {"holderIdentity": "mcad-controller-1_x"}}
+    through, asked = _through(monkeypatch, [_no_leader_service(), lease, _forbidden(), _standby(), _standby(),
+                                            {"queued": []}])
+    assert through.fetch() == {"queued": []}
+    pod = reach.pod_proxy_path("mcad-system", "mcad-controller-1", 8080, "queue")
+    service = reach.service_proxy_path("mcad-system", "mcad-controller", "queue")
+    assert asked == [LEADER_SERVICE, reach.lease_path("mcad-system", "mcad-controller"), pod, service, service,
+                     service]
+
+
+def test_with_pods_proxy_a_standby_is_followed_to_the_leaders_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    no_lease = ApiError(404, "Not Found", "leases not found", body={"kind": "Status", "code": 404})
+    through, asked = _through(monkeypatch, [_no_leader_service(), no_lease, _standby(), {"queued": []}])
+    assert through.fetch() == {"queued": []}
+    assert asked[2:] == [reach.service_proxy_path("mcad-system", "mcad-controller", "queue"),
+                         reach.pod_proxy_path("mcad-system", "mcad-controller-1", 8080, "queue")]
+
+
+def test_the_service_is_asked_at_most_service_tries_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    lease = {"spec": {"holderIdentity": "mcad-controller-1_x"}}
+    through, asked = _through(monkeypatch, [_no_leader_service(), lease, _forbidden(),
+                                            *[_standby()] * reach.SERVICE_TRIES])
+    with pytest.raises(reach.DebugUnavailable, match=f"answered from a standby replica {reach.SERVICE_TRIES} times"):
+        through.fetch()
+    assert len(asked) == 3 + reach.SERVICE_TRIES
