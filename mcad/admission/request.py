@@ -3,7 +3,8 @@
 Contract:
 - ``AdmissionRequest.parse(review)`` reads an ``admission.k8s.io/v1`` AdmissionReview (a parsed JSON object) and
   returns the request, or raises ``ValueError`` with a message saying what is missing. ``obj`` is the AppWrapper
-  as sent (after earlier mutating webhooks), ``old`` the stored one on UPDATE (None on CREATE).
+  as sent (after earlier mutating webhooks), ``old`` the stored one on UPDATE (None on CREATE); ``source`` the
+  caller's IP address as the webhook server saw it ("" when not served over the network).
 - ``Outcome`` is a reviewer's answer: allowed or not, a message (shown to the user by kubectl on refusal), a JSON
   patch (mutation only) and warnings. ``Outcome.response(uid)`` renders the AdmissionReview to send back.
 - ``Reviewer`` is the type of a reviewer: a pure function of the request (it may ask ``facts``, see
@@ -61,9 +62,11 @@ class AdmissionRequest:
     obj: Mapping[str, Any]
     old: Mapping[str, Any] | None
     dry_run: bool = False
+    # The address the review came from (the webhook server fills it; "" when unknown): per-source bounds.
+    source: str = ""
 
     @classmethod
-    def parse(cls, review: Any) -> AdmissionRequest:
+    def parse(cls, review: Any, *, source: str = "") -> AdmissionRequest:
         request = as_mapping(as_mapping(review).get("request"))
         uid = request.get("uid")
         if not isinstance(uid, str) or not uid:
@@ -77,7 +80,8 @@ class AdmissionRequest:
                    namespace=str(request.get("namespace") or ""),
                    name=str(request.get("name") or as_mapping(obj.get("metadata")).get("name") or ""),
                    user=UserInfo.parse(request.get("userInfo")), obj=obj,
-                   old=old if isinstance(old, Mapping) else None, dry_run=bool(request.get("dryRun")))
+                   old=old if isinstance(old, Mapping) else None, dry_run=bool(request.get("dryRun")),
+                   source=source)
 
 
 @dataclass(frozen=True)
