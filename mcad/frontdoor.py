@@ -15,13 +15,16 @@ Contract:
   when every connection has a request in the workers' hands the new one is closed at once.
 - Requests run in at most ``workers`` threads (the services' code blocks on the API server); a request that waits
   for a worker longer than ``worker_wait`` gets the service's ``busy`` answer (503). Whatever the connection count,
-  no more than ``workers`` requests are in progress.
+  no more than ``workers`` requests (and ``big_lane`` big ones, in threads of their own) are in progress.
 - Bodies: longer than ``max_body_bytes``: 413 and closed, unread. Bodies over ``big_body_bytes`` are read and
   handled in the big lane (``big_lane`` at once), the others in the small lane (``small_lane`` at once): a body is
   read only once its lane admits it (it waits in the socket meanwhile, under its deadline), and it holds its lane
   until its answer is computed, so bodies in memory stay within ``small_lane x big_body_bytes + big_lane x
-  max_body_bytes`` (and what parsing them makes), and small requests never wait behind big ones. When the big lane
-  empties, memory is handed back to the system (``gc`` and glibc's ``malloc_trim``), at most once a second.
+  max_body_bytes`` (and what parsing them makes), and small requests never wait behind big ones. After big bodies,
+  memory is handed back to the system (glibc's ``malloc_trim``; ``gc`` too once the lane is empty), at most once a
+  second. Allocations over 128 KiB are always mapped (``mallopt``), so a body's bytes go back when freed; run the
+  process with ``PYTHONMALLOC=malloc`` (the image and the chart do) so that parsed JSON goes back too: Python's own
+  allocator keeps every 1 MiB arena that a single live object still uses.
 - The service sees the request in phases: ``early(head)`` on the event loop, must not block (health, 404, 411...);
   ``precheck(head)`` (optional) in a worker before the body is read: an answer there is sent and the connection
   closed, unread; ``handle(head, body)`` in a worker. ``Head`` carries the peer's address and, over TLS, its
@@ -61,10 +64,9 @@ log = structlog.get_logger("mcad.frontdoor")
 
 TlsSource = Callable[[], ssl.SSLContext | None]
 # asyncio's TLS layer gives every connection a read buffer of SSLProtocol.max_size (256 KiB, zero-filled, so
-# resident at once): 500 idle TLS connections would hold 125 MiB. A TLS record carries at most 16 KiB; two of them
-# per read keep throughput and cost 32 KiB a connection. (A class attribute of the stdlib: nothing else in the
-# controller uses asyncio's TLS.)
-TLS_READ_BUFFER = 32 * 1024
+# resident at once): 500 idle TLS connections would hold 125 MiB. A TLS record carries at most 16 KiB, what one
+# read takes. (A class attribute of the stdlib: nothing else in the controller uses asyncio's TLS.)
+TLS_READ_BUFFER = 16 * 1024
 asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER  # type: ignore[attr-defined]
 
 # File descriptors kept for everything but served connections (API server connections, informers, log files).
@@ -437,7 +439,9 @@ class FrontDoor:
         self.small_lane = Slots(limits.small_lane, clock)
         self.big_lane = Slots(limits.big_lane, clock)
         self.listening = threading.Event()
-        self._pool = ThreadPoolExecutor(max_workers=limits.workers + 1, thread_name_prefix=f"{service.name}-worker")
+        self._pool = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix=f"{service.name}-worker")
+        # Big bodies' requests, and handing memory back (one more thread: a trim never waits for a big review).
+        self._big_pool = ThreadPoolExecutor(max_workers=limits.big_lane + 1, thread_name_prefix=f"{service.name}-big")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -508,6 +512,7 @@ class FrontDoor:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._big_pool.shutdown(wait=False, cancel_futures=True)
         self.sock.close()
 
     async def _close(self) -> None:
@@ -667,7 +672,8 @@ class FrontDoor:
             body = await self._read_body(reader, head.content_length)
             self.registry.enter(conn, Phase.WORK, None)
             handed = True  # from here the lane is given back when the worker is done with the body
-            return await self._in_worker(lambda: self.service.handle(head, body), head, body, on_done=release)
+            return await self._in_worker(lambda: self.service.handle(head, body), head, body, on_done=release,
+                                         big=big)
         finally:
             if not handed:
                 release()
@@ -684,30 +690,34 @@ class FrontDoor:
         return b"".join(chunks)
 
     async def _in_worker(self, call: Callable[[], Response | None], head: Head, body: bytes | None, *,
-                         on_done: Callable[[], None] | None = None) -> Response | None:
+                         on_done: Callable[[], None] | None = None, big: bool = False) -> Response | None:
         """``call()`` in a worker once one is free within ``worker_wait``, else the service's busy answer. The
-        worker slot (and ``on_done``) are given back when the call ends, even if this waiter is cancelled."""
-        try:
-            await self.workers.acquire(self.clock() + self.limits.worker_wait)
-        except Busy:
-            if on_done is not None:
-                on_done()
-            log.warning(f"{self.service.name} request refused: every worker busy", client=head.peer,
-                        workers=self.workers.size, waited=self.limits.worker_wait)
-            return self.service.busy(head, body, f"every one of the {self.workers.size} workers was busy for "
-                                                 f"{self.limits.worker_wait:g} s")
-        except asyncio.CancelledError:
-            if on_done is not None:
-                on_done()
-            raise
+        worker slot (and ``on_done``) are given back when the call ends, even if this waiter is cancelled. ``big``:
+        in the big lane's own threads instead (the lane bounds them), so that the memory a big body's parsing takes
+        is reused by the next big body in the same threads' malloc arenas, and never waits for or takes a worker."""
+        if not big:
+            try:
+                await self.workers.acquire(self.clock() + self.limits.worker_wait)
+            except Busy:
+                if on_done is not None:
+                    on_done()
+                log.warning(f"{self.service.name} request refused: every worker busy", client=head.peer,
+                            workers=self.workers.size, waited=self.limits.worker_wait)
+                return self.service.busy(head, body, f"every one of the {self.workers.size} workers was busy for "
+                                                     f"{self.limits.worker_wait:g} s")
+            except asyncio.CancelledError:
+                if on_done is not None:
+                    on_done()
+                raise
         loop = asyncio.get_running_loop()
         self.stats.in_flight += 1
-        future: Future[Response | None] = self._pool.submit(call)
+        future: Future[Response | None] = (self._big_pool if big else self._pool).submit(call)
 
         def finished(_: Future[Response | None]) -> None:
             def back() -> None:
                 self.stats.in_flight -= 1
-                self.workers.release()
+                if not big:
+                    self.workers.release()
                 if on_done is not None:
                     on_done()
             with contextlib.suppress(RuntimeError):  # the loop is closed: the server has stopped
@@ -716,8 +726,9 @@ class FrontDoor:
         return await asyncio.wrap_future(future)
 
     def _after_big_body(self) -> None:
-        """Once no big body is in memory, hand memory back, at most once per TRIM_INTERVAL_SECONDS."""
-        if self.big_lane.used or self._trim_pending:
+        """Hand memory back after a big body, at most once per TRIM_INTERVAL_SECONDS: what glibc holds free while
+        big bodies keep coming, and once the lane is empty the garbage collector's too."""
+        if self._trim_pending:
             return
         wait = self._last_trim + TRIM_INTERVAL_SECONDS - self.clock()
         self._trim_pending = True
@@ -725,10 +736,8 @@ class FrontDoor:
 
         def trim() -> None:
             self._trim_pending = False
-            if self.big_lane.used:
-                return  # the next big body to end trims
             self._last_trim = self.clock()
-            self._pool.submit(_give_memory_back)
+            self._big_pool.submit(_give_memory_back, not self.big_lane.used)
         if wait > 0:
             loop.call_later(wait, trim)
         else:
@@ -753,6 +762,7 @@ class FrontDoor:
             await writer.drain()
 
 
-def _give_memory_back() -> None:
-    gc.collect()
+def _give_memory_back(collect: bool) -> None:
+    if collect:
+        gc.collect()
     _malloc_trim()
