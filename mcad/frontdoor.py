@@ -20,11 +20,13 @@ Contract:
   handled in the big lane (``big_lane`` at once), the others in the small lane (``small_lane`` at once): a body is
   read only once its lane admits it (it waits in the socket meanwhile, under its deadline), and it holds its lane
   until its answer is computed, so bodies in memory stay within ``small_lane x big_body_bytes + big_lane x
-  max_body_bytes`` (and what parsing them makes), and small requests never wait behind big ones. After big bodies,
-  memory is handed back to the system (glibc's ``malloc_trim``; ``gc`` too once the lane is empty), at most once a
-  second. Allocations over 128 KiB are always mapped (``mallopt``), so a body's bytes go back when freed; run the
-  process with ``PYTHONMALLOC=malloc`` (the image and the chart do) so that parsed JSON goes back too: Python's own
-  allocator keeps every 1 MiB arena that a single live object still uses.
+  max_body_bytes`` (and what parsing them makes), and small requests never wait behind big ones. Lanes and
+  workers are handed out in turns by source address: one client's many requests wait behind each other, not in
+  front of every other client's. After big bodies, memory is handed back to the system (glibc's ``malloc_trim``;
+  ``gc`` too once the lane is empty), at most once a second. Allocations over 128 KiB are always mapped
+  (``mallopt``), so a body's bytes go back when freed; run the process with ``PYTHONMALLOC=malloc`` (the image and
+  the chart do) so that parsed JSON goes back too: Python's own allocator keeps every 1 MiB arena that a single
+  live object still uses.
 - The service sees the request in phases: ``early(head)`` on the event loop, must not block (health, 404, 411...);
   ``precheck(head)`` (optional) in a worker before the body is read: an answer there is sent and the connection
   closed, unread; ``handle(head, body)`` in a worker. ``Head`` carries the peer's address and, over TLS, its
@@ -316,25 +318,27 @@ class Busy(Exception):
 
 
 class Slots:
-    """``size`` slots handed out first come, first served on one event loop. ``acquire(deadline)`` waits for one;
-    ``expire()`` fails the waiters past their deadline with ``Busy``; a cancelled waiter leaves the line."""
+    """``size`` slots handed out on one event loop, in turns by source: ``acquire(deadline, source)`` waits for
+    one, and each source waiting gets one slot per round, first come first served within a source (a client with
+    many connections waits behind its own, not in front of everyone). ``expire()`` fails the waiters past their
+    deadline with ``Busy``; a cancelled waiter leaves the line."""
 
     def __init__(self, size: int, clock: Callable[[], float]) -> None:
         self.size = size
         self.clock = clock
         self.used = 0
-        self._waiters: deque[tuple[asyncio.Future[None], float | None]] = deque()
+        self._lines: OrderedDict[str, deque[tuple[asyncio.Future[None], float | None]]] = OrderedDict()
 
     @property
     def waiting(self) -> int:
-        return sum(1 for f, _ in self._waiters if not f.done())
+        return sum(1 for line in self._lines.values() for future, _ in line if not future.done())
 
-    async def acquire(self, deadline: float | None = None) -> None:
+    async def acquire(self, deadline: float | None = None, source: str = "") -> None:
         if self.used < self.size and not self.waiting:
             self.used += 1
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((future, deadline))
+        self._lines.setdefault(source, deque()).append((future, deadline))
         try:
             await future
         except asyncio.CancelledError:
@@ -343,21 +347,36 @@ class Slots:
             raise
 
     def release(self) -> None:
-        while self._waiters:
-            future, _ = self._waiters.popleft()
-            if not future.done():
-                future.set_result(None)  # the slot passes on, used stays
-                return
+        while self._lines:
+            source, line = next(iter(self._lines.items()))
+            while line and line[0][0].done():
+                line.popleft()
+            if not line:
+                del self._lines[source]
+                continue
+            future, _ = line.popleft()
+            if line:
+                self._lines.move_to_end(source)  # its next waiter comes after every other source's
+            else:
+                del self._lines[source]
+            future.set_result(None)  # the slot passes on, used stays
+            return
         self.used -= 1
 
     def expire(self) -> int:
         now = self.clock()
         expired = 0
-        for future, deadline in self._waiters:
-            if deadline is not None and deadline <= now and not future.done():
-                future.set_exception(Busy())
-                expired += 1
-        self._waiters = deque(w for w in self._waiters if not w[0].done())
+        for source in list(self._lines):
+            line = self._lines[source]
+            for future, deadline in line:
+                if deadline is not None and deadline <= now and not future.done():
+                    future.set_exception(Busy())
+                    expired += 1
+            kept = deque(w for w in line if not w[0].done())
+            if kept:
+                self._lines[source] = kept
+            else:
+                del self._lines[source]
         return expired
 
 
@@ -661,7 +680,7 @@ class FrontDoor:
         big = head.content_length > limits.big_body_bytes
         lane = self.big_lane if big else self.small_lane
         self.registry.enter(conn, Phase.BODY, limits.body_timeout)
-        await lane.acquire()
+        await lane.acquire(source=head.peer)
 
         def release() -> None:
             lane.release()
@@ -697,7 +716,7 @@ class FrontDoor:
         is reused by the next big body in the same threads' malloc arenas, and never waits for or takes a worker."""
         if not big:
             try:
-                await self.workers.acquire(self.clock() + self.limits.worker_wait)
+                await self.workers.acquire(self.clock() + self.limits.worker_wait, head.peer)
             except Busy:
                 if on_done is not None:
                     on_done()
@@ -749,8 +768,9 @@ class FrontDoor:
         self.registry.enter(conn, Phase.WRITE, self.limits.write_timeout)
         writer.write(render(response, head.method == "HEAD", close=not keep, server=self.server_header))
         await writer.drain()
-        log.debug(f"{self.service.name} request", client=conn.peer, method=head.method, path=head.path,
-                  status=response.status)
+        # The request line as http.server logged it: "POST /validate?timeout=10s HTTP/1.1" 200
+        log.debug(f"{self.service.name} request", client=conn.peer,
+                  request=f'"{head.method} {head.target} {head.version}" {response.status}')
         return keep
 
     async def _refuse(self, conn: Conn, writer: asyncio.StreamWriter, status: int, message: str, reason: str) -> None:

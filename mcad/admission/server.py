@@ -52,6 +52,11 @@ DEFAULT_IDLE_TIMEOUT = 120.0
 DEFAULT_WORKERS = 16
 # How long a complete request may wait for a worker: well within the API server's 10 s for the whole call.
 DEFAULT_WORKER_WAIT = 5.0
+# Bodies over BIG_BODY_BYTES are read, parsed and reviewed one at a time, in turns by source: parsing one holds the
+# interpreter lock throughout, so a second at once would add its memory (the body and its parsed JSON, ~10 times
+# the body for many small objects) and no throughput.
+BIG_BODY_BYTES = 256 * 1024
+BIG_LANE = 1
 # Beyond the AppWrapper's own bound: an UPDATE carries the object twice (object and oldObject), each with its
 # metadata, managedFields and possibly kubectl's last-applied copy of the spec, hence four times plus headroom.
 BODY_OVERHEAD_BYTES = 256 * 1024
@@ -126,7 +131,7 @@ class WebhookServer:
                  idle_timeout: float = DEFAULT_IDLE_TIMEOUT, max_connections: int | None = None,
                  share_port: bool = False, caller_check: CallerCheck | None = None,
                  workers: int = DEFAULT_WORKERS, worker_wait: float = DEFAULT_WORKER_WAIT,
-                 big_body_bytes: int = 256 * 1024, big_lane: int = 2) -> None:
+                 big_body_bytes: int = BIG_BODY_BYTES, big_lane: int = BIG_LANE) -> None:
         """``max_connections`` None: sized from the open files limit (``mcad.frontdoor.connection_cap``)."""
         host, port = parse_bind_address(bind_address)
         cap = max_connections if max_connections is not None else frontdoor.connection_cap(

@@ -24,7 +24,7 @@ def forged_review(size: int) -> bytes:
     """An AdmissionReview of about ``size`` bytes, valid JSON made of many small objects (what costs most memory
     to parse), claiming to come from a cluster admin."""
     filler_item = {"name": "x" * 8, "value": 12345}
-    per_item = len(json.dumps(filler_item)) + 2
+    per_item = len(json.dumps(filler_item, separators=(",", ":"))) + 1
     review: dict[str, Any] = {
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {"uid": "forged-0000", "kind": {"group": "workload.codeflare.dev", "version": "v1beta1",

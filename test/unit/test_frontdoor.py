@@ -305,3 +305,27 @@ def test_a_head_over_its_size_bound_is_431(service: Service, clock: FakeClock) -
         assert answer(sock)[0] == 431
     finally:
         door.stop()
+
+
+def test_slots_go_in_turns_by_source_so_one_client_waits_behind_its_own_requests() -> None:
+    clock = FakeClock()
+
+    async def scenario() -> list[str]:
+        slots = Slots(1, clock)
+        served: list[str] = []
+        await slots.acquire(None, "attacker")
+
+        async def wait(name: str, source: str) -> None:
+            await slots.acquire(None, source)
+            served.append(name)
+        waiters = [asyncio.ensure_future(wait(f"attacker-{i}", "10.0.0.9")) for i in range(3)]
+        await asyncio.sleep(0)
+        waiters.append(asyncio.ensure_future(wait("api-server", "10.0.0.1")))
+        await asyncio.sleep(0)
+        for _ in range(4):
+            slots.release()
+            await asyncio.sleep(0)
+        await asyncio.gather(*waiters)
+        return served
+
+    assert asyncio.run(scenario()) == ["attacker-0", "api-server", "attacker-1", "attacker-2"]
