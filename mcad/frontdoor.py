@@ -32,8 +32,9 @@ Contract:
   closed, unread; ``handle(head, body)`` in a worker. ``Head`` carries the peer's address and, over TLS, its
   certificate (DER) if it sent one.
 - ``stats`` counts open connections, requests in progress and every connection closed or request refused by the
-  door, by reason (``mcad.metrics`` exports them as ``mcad_http_*``); one log line per refusal at debug, per
-  client gone away at info.
+  door, by reason (``mcad.metrics`` exports them as ``mcad_http_*``); a warning when a connection or a request is
+  refused for want of room (at most one per event every ``WARN_INTERVAL_SECONDS``, counting those left out), one
+  line per other refusal at debug and per client gone away at info.
 - ``open_files_limit()`` raises the process's soft RLIMIT_NOFILE to its hard limit; ``connection_cap`` sizes the
   default ``max_connections`` from it.
 """
@@ -77,6 +78,7 @@ DEFAULT_MAX_CONNECTIONS = 2048
 # How often deadlines are checked: a deadline is met within this much.
 SWEEP_SECONDS = 0.2
 TRIM_INTERVAL_SECONDS = 1.0
+WARN_INTERVAL_SECONDS = 10.0
 # How long a closed connection may take to flush its last answer.
 CLOSE_GRACE_SECONDS = 2.0
 
@@ -466,6 +468,7 @@ class FrontDoor:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_trim = float("-inf")
+        self._warned: dict[str, tuple[float, int]] = {}
         self._trim_pending = False
         self.sock = self._bind(address, share_port)
 
@@ -562,6 +565,17 @@ class FrontDoor:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    def _warn(self, event: str, **fields: Any) -> None:
+        """A warning at most once per WARN_INTERVAL_SECONDS per event (a flood must not flood the log too), with
+        how many were left out since; the metrics count every one."""
+        now = self.clock()
+        last, left_out = self._warned.get(event, (float("-inf"), 0))
+        if now - last < WARN_INTERVAL_SECONDS:
+            self._warned[event] = (last, left_out + 1)
+            return
+        self._warned[event] = (now, 0)
+        log.warning(event, **fields, left_out=left_out)
+
     async def _sweeper(self, every: float) -> None:
         while True:
             await asyncio.sleep(every)
@@ -596,8 +610,8 @@ class FrontDoor:
             victim.abort()
         if not admitted:
             self.stats.close("refused")
-            log.warning(f"{self.service.name} connection refused: every connection has a request in progress",
-                        client=peer, cap=self.registry.cap)
+            self._warn(f"{self.service.name} connection refused: every connection has a request in progress",
+                       client=peer, cap=self.registry.cap)
             transport.abort()
             return
         self.stats.open += 1
@@ -720,8 +734,8 @@ class FrontDoor:
             except Busy:
                 if on_done is not None:
                     on_done()
-                log.warning(f"{self.service.name} request refused: every worker busy", client=head.peer,
-                            workers=self.workers.size, waited=self.limits.worker_wait)
+                self._warn(f"{self.service.name} request refused: every worker busy", client=head.peer,
+                           workers=self.workers.size, waited=self.limits.worker_wait)
                 return self.service.busy(head, body, f"every one of the {self.workers.size} workers was busy for "
                                                      f"{self.limits.worker_wait:g} s")
             except asyncio.CancelledError:
