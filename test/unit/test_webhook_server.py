@@ -259,3 +259,58 @@ def test_a_review_that_finds_no_worker_is_refused_with_an_admission_review_namin
     finally:
         release.set()
         srv.stop()
+
+
+def client_certificate(tmp_path: Path) -> tuple[bytes, Path, Path]:
+    """A client CA (PEM) and a client certificate and key it signed (files), for clientAuth."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "client-ca")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now - datetime.timedelta(minutes=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+            .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    cert_file, key_file = tmp_path / "client.crt", tmp_path / "client.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return ca.public_bytes(serialization.Encoding.PEM), cert_file, key_file
+
+
+def test_a_context_that_asks_for_client_certificates_hands_the_certificate_to_the_caller_check(
+        material: certs.Material, tmp_path: Path) -> None:
+    client_ca, cert_file, key_file = client_certificate(tmp_path)
+    context = certs.server_context(material.cert, material.key)
+    context.verify_mode = ssl.CERT_OPTIONAL
+    context.load_verify_locations(cadata=client_ca.decode())
+    seen: list[bytes | None] = []
+
+    def check(headers: Mapping[str, str], cert: bytes | None, peer: str) -> str | None:
+        seen.append(cert)
+        return None if cert else "no client certificate"
+    srv = WebhookServer("127.0.0.1:0", tls=lambda: context, mutate=mutate, validate=validate,
+                        max_body_bytes=max_body_bytes(1024), caller_check=check)
+    srv.start()
+    try:
+        status, answer = post(client(srv, material.ca_bundle, tmp_path), "/validate",
+                              json.dumps(review_body()).encode())
+        assert (status, answer) == (401, {"error": "no client certificate"})
+        conn = client(srv, material.ca_bundle, tmp_path)
+        conn._context.load_cert_chain(str(cert_file), str(key_file))  # type: ignore[attr-defined]
+        assert post(conn, "/validate", json.dumps(review_body()).encode())[0] == 200
+        expected = ssl.PEM_cert_to_DER_cert(cert_file.read_text())
+        assert seen == [None, expected]
+    finally:
+        srv.stop()
