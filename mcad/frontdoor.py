@@ -667,6 +667,8 @@ class FrontDoor:
             if response is not None:
                 if response.status == 413:
                     self.stats.reject("too_large")
+                if head.content_length:
+                    response.close = True  # its body is unread: the rest of the stream is not a request
                 if not await self._answer(conn, writer, head, response):
                     return
                 continue
@@ -756,7 +758,12 @@ class FrontDoor:
             with contextlib.suppress(RuntimeError):  # the loop is closed: the server has stopped
                 loop.call_soon_threadsafe(back)
         future.add_done_callback(finished)
-        return await asyncio.wrap_future(future)
+        try:
+            return await asyncio.wrap_future(future)
+        except Exception as err:  # a handler's bug: one log line and a 500, never a dropped connection
+            log.error(f"{self.service.name} handler failed", client=head.peer, path=head.path,
+                      reason=type(err).__name__, error=str(err)[:500])
+            return Response(500, f"internal error ({type(err).__name__})\n".encode(), close=True)
 
     def _after_big_body(self) -> None:
         """Hand memory back after a big body, at most once per TRIM_INTERVAL_SECONDS: what glibc holds free while

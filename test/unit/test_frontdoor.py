@@ -329,3 +329,22 @@ def test_slots_go_in_turns_by_source_so_one_client_waits_behind_its_own_requests
         return served
 
     assert asyncio.run(scenario()) == ["attacker-0", "api-server", "attacker-1", "attacker-2"]
+
+
+def test_a_handler_that_raises_is_a_500_and_an_early_answer_to_a_request_with_a_body_closes(
+        service: Service, clock: FakeClock) -> None:
+    class Failing(Service):
+        def handle(self, head: Head, body: bytes) -> Response:
+            raise RuntimeError("a bug")
+    door = serve(Failing(), clock)
+    try:
+        sock = connect(door)
+        sock.sendall(request("/x"))
+        status, body = answer(sock)
+        assert status == 500 and b"RuntimeError" in body
+        sock = connect(door)
+        sock.sendall(request("/healthz", b"GET / HTTP/1.1\r\n\r\n", method="GET"))  # a body that looks like a request
+        assert answer(sock) == (200, b"ok\n")
+        assert closed(sock), "the unread body is not taken for another request"
+    finally:
+        door.stop()
