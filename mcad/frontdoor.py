@@ -63,8 +63,6 @@ from typing import Any, Protocol
 
 import structlog
 
-log = structlog.get_logger("mcad.frontdoor")
-
 TlsSource = Callable[[], ssl.SSLContext | None]
 # asyncio's TLS layer gives every connection a read buffer of SSLProtocol.max_size (256 KiB, zero-filled, so
 # resident at once): 500 idle TLS connections would hold 125 MiB. A TLS record carries at most 16 KiB, what one
@@ -449,6 +447,8 @@ class FrontDoor:
                  sweep_seconds: float | None = SWEEP_SECONDS, server_header: str = "mcad") -> None:
         """``sweep_seconds`` None: deadlines are checked only when ``sweep()`` is called (tests with a clock)."""
         self.service = service
+        # A logger of its own, bound at first use: the configuration then in force is the one it writes with.
+        self.log = structlog.get_logger("mcad.frontdoor")
         self.limits = limits
         self.tls = tls
         self.clock = clock
@@ -574,7 +574,7 @@ class FrontDoor:
             self._warned[event] = (last, left_out + 1)
             return
         self._warned[event] = (now, 0)
-        log.warning(event, **fields, left_out=left_out)
+        self.log.warning(event, **fields, left_out=left_out)
 
     async def _sweeper(self, every: float) -> None:
         while True:
@@ -584,7 +584,8 @@ class FrontDoor:
     def _sweep(self) -> None:
         for conn in self.registry.expired():
             self.stats.close(f"{conn.phase.value}_timeout")
-            log.debug(f"{self.service.name} connection closed", client=conn.peer, reason=f"{conn.phase.value} timeout")
+            self.log.debug(f"{self.service.name} connection closed", client=conn.peer,
+                           reason=f"{conn.phase.value} timeout")
             conn.abort()
         expired = self.workers.expire()
         for _ in range(expired):
@@ -621,10 +622,11 @@ class FrontDoor:
             pass  # its deadline passed, it was evicted, or the server stops: closed below
         except (ConnectionError, TimeoutError, ssl.SSLError, asyncio.IncompleteReadError, OSError) as err:
             self.stats.close("client_gone")
-            log.info(f"{self.service.name} client went away", client=peer, reason=type(err).__name__)
+            self.log.info(f"{self.service.name} client went away", client=peer, reason=type(err).__name__)
         except Exception as err:  # never a traceback in the middle of another thread's log line
             self.stats.close("error")
-            log.error(f"{self.service.name} request failed", client=peer, reason=type(err).__name__, error=str(err))
+            self.log.error(f"{self.service.name} request failed", client=peer, reason=type(err).__name__,
+                           error=str(err))
         finally:
             self.stats.open -= 1
             self.registry.remove(conn)
@@ -761,7 +763,7 @@ class FrontDoor:
         try:
             return await asyncio.wrap_future(future)
         except Exception as err:  # a handler's bug: one log line and a 500, never a dropped connection
-            log.error(f"{self.service.name} handler failed", client=head.peer, path=head.path,
+            self.log.error(f"{self.service.name} handler failed", client=head.peer, path=head.path,
                       reason=type(err).__name__, error=str(err)[:500])
             return Response(500, f"internal error ({type(err).__name__})\n".encode(), close=True)
 
@@ -790,13 +792,13 @@ class FrontDoor:
         writer.write(render(response, head.method == "HEAD", close=not keep, server=self.server_header))
         await writer.drain()
         # The request line as http.server logged it: "POST /validate?timeout=10s HTTP/1.1" 200
-        log.debug(f"{self.service.name} request", client=conn.peer,
+        self.log.debug(f"{self.service.name} request", client=conn.peer,
                   request=f'"{head.method} {head.target} {head.version}" {response.status}')
         return keep
 
     async def _refuse(self, conn: Conn, writer: asyncio.StreamWriter, status: int, message: str, reason: str) -> None:
         self.stats.reject(reason)
-        log.debug(f"{self.service.name} request refused", client=conn.peer, status=status, reason=message)
+        self.log.debug(f"{self.service.name} request refused", client=conn.peer, status=status, reason=message)
         self.registry.enter(conn, Phase.WRITE, self.limits.write_timeout)
         writer.write(render(Response(status, message.encode() + b"\n"), False, close=True, server=self.server_header))
         with contextlib.suppress(ConnectionError, OSError):
