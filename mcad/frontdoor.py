@@ -29,7 +29,8 @@ Contract:
   live object still uses.
 - The service sees the request in phases: ``early(head)`` on the event loop, must not block (health, 404, 411...);
   ``precheck(head)`` (optional) in a worker before the body is read: an answer there is sent and the connection
-  closed, unread; ``handle(head, body)`` in a worker. ``Head`` carries the peer's address and, over TLS, its
+  closed, unread; ``handle(head, body)`` in a worker (one that raises: 500, one log line). An answer to a request
+  whose body was not read closes the connection. ``Head`` carries the peer's address and, over TLS, its
   certificate (DER) if it sent one.
 - ``stats`` counts open connections, requests in progress and every connection closed or request refused by the
   door, by reason (``mcad.metrics`` exports them as ``mcad_http_*``); a warning when a connection or a request is
