@@ -13,6 +13,9 @@ Contract:
   per ``PUBLISH_INTERVAL_SECONDS`` after a change, at a cost that does not grow with the number of AppWrappers.
   Every source is a thread-safe read, so a scrape never waits for the dispatcher loop and never reads its state
   while the loop changes it.
+- ``serve(stats)`` adds a port's front door counters (``mcad.frontdoor.Stats``) as the ``mcad_http_*`` families,
+  labelled ``server`` (http, webhook): connections open and their bound, requests in progress and served,
+  connections closed by the door and requests it refused, by reason.
 - Units are Prometheus base units: cpu in cores, memory in bytes, other resources in their own counts.
 """
 
@@ -28,6 +31,7 @@ from prometheus_client.registry import Collector
 from mcad import __version__
 from mcad.api.resources import ZERO, ResourceVector
 from mcad.events import EventCounters
+from mcad.frontdoor import Stats as ServingStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DECISIONS = ("dispatched", "queued", "preempted", "requeued", "completed", "failed")
@@ -256,6 +260,38 @@ def _capacity(capacity: ResourceVector, used: ResourceVector, reserved: Resource
         yield family
 
 
+class _ServingCollector(Collector):
+    def __init__(self, ports: list[ServingStats]) -> None:
+        self.ports = ports
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["server"]
+        opened = GaugeMetricFamily("mcad_http_connections", "Connections open on a port.", labels=labels)
+        cap = GaugeMetricFamily("mcad_http_connection_limit", "Connections a port holds at most (one more closes "
+                                "the longest-idle).", labels=labels)
+        flight = GaugeMetricFamily("mcad_http_requests_in_flight", "Requests in the hands of a port's workers.",
+                                   labels=labels)
+        served = CounterMetricFamily("mcad_http_requests", "Request heads received on a port.", labels=labels)
+        closed = CounterMetricFamily("mcad_http_connections_closed", "Connections the server closed or lost, by "
+                                     "reason: <phase>_timeout (handshake, idle, header, body, write), evicted (for a "
+                                     "new one, the bound reached), refused (bound reached, none evictable), "
+                                     "client_gone, no_certificate, error.", labels=["server", "reason"])
+        rejected = CounterMetricFamily("mcad_http_requests_rejected", "Requests refused by the server before their "
+                                       "handler, by reason: busy (no worker in time), too_large, header_too_large, "
+                                       "bad_request, unauthorized (the webhook's caller check).",
+                                       labels=["server", "reason"])
+        for stats in list(self.ports):
+            opened.add_metric([stats.name], stats.open)
+            cap.add_metric([stats.name], stats.cap)
+            flight.add_metric([stats.name], stats.in_flight)
+            served.add_metric([stats.name], stats.requests)
+            for reason, count in sorted(dict(stats.closed).items()):
+                closed.add_metric([stats.name, reason], count)
+            for reason, count in sorted(dict(stats.rejected).items()):
+                rejected.add_metric([stats.name, reason], count)
+        yield from (opened, cap, flight, served, closed, rejected)
+
+
 class Metrics:
     """The process's metrics: counters the dispatcher bumps, plus state read at scrape time from ``sources``."""
 
@@ -290,7 +326,13 @@ class Metrics:
         for outcome in ("pinned", "extra", "released", "replanned", "refused"):
             self._pins.labels(outcome)
         self.registry.register(_StateCollector(self.sources))
+        self._ports: list[ServingStats] = []
+        self.registry.register(_ServingCollector(self._ports))
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
+
+    def serve(self, stats: ServingStats) -> None:
+        """Export a port's front door counters (``mcad_http_*``)."""
+        self._ports.append(stats)
 
     def decision(self, decision: str, count: int = 1) -> None:
         self._decisions.labels(decision).inc(count)

@@ -24,31 +24,32 @@ Contract:
   (``mcad.snapshots``): readers never touch dispatcher state, and however many poll, the loop spends at most one
   build per interval on them. 503 "busy, retry" when no snapshot came in time. A replica that does not lead
   answers 503 ``{"error": "not the leader", "leader": <identity>}`` so a client can go to the leader.
-- Requests are served by daemon threads; nothing here writes to the API server (the reviews are creates of
+- Served by ``mcad.frontdoor``: one event loop holds every connection, each request phase has its deadline, and
+  ``/healthz`` and ``/readyz`` are answered on the event loop itself, never queued behind other requests; the rest
+  runs in ``WORKERS`` threads (503 "busy, retry" after ``WORKER_WAIT_SECONDS`` without one). GET and HEAD only
+  (else 405), no request body (413). Nothing here writes to the API server (the reviews are creates of
   TokenReviews and SubjectAccessReviews, which store nothing). Bind address ``host:port`` (``:8080`` is every
   interface; port 0 picks a free one, see ``port``).
 """
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
 
+from mcad import frontdoor
 from mcad.admission.request import UserInfo
 from mcad.api.appwrapper import GROUP, PLURAL
-from mcad.boundedserver import BoundedServer
 from mcad.dashboard import SECURITY_HEADERS, Answer, Dashboard, Refusal, Source
 from mcad.debug import Reports
 from mcad.dispatcher import Dispatcher
 from mcad.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
 from mcad.events import EventCounters
+from mcad.frontdoor import FrontDoor, Head, Limits, Response
 from mcad.hub.connections import Hub
 from mcad.metrics import CONTENT_TYPE, Metrics
 from mcad.recentevents import RecentEvents
@@ -60,10 +61,16 @@ Check = Callable[[], tuple[bool, str]]
 # the access reviews of one request.
 DEBUG_TIMEOUT_SECONDS = 10.0
 ACCESS_TIMEOUT_SECONDS = 10.0
-# Connections served at once (scrapers, mcadctl, probes: a handful in practice), and how long one may take to send
-# its request.
-MAX_CONNECTIONS = 64
+# How long a client may take to send its request (head, from its first byte), to read its answer, and to send its
+# next request on a kept-alive connection. Connections held at once are bounded by the front door
+# (``mcad.frontdoor``, sized from the open files limit).
 READ_TIMEOUT_SECONDS = 10.0
+WRITE_TIMEOUT_SECONDS = 30.0
+IDLE_TIMEOUT_SECONDS = 120.0
+# Requests answered at once (/metrics, /debug, /ui: each may wait on a TokenReview or a snapshot), and how long a
+# request may wait for one of them before it is answered 503.
+WORKERS = 8
+WORKER_WAIT_SECONDS = 5.0
 # The non-resource URLs the cluster-wide documents are authorized by (the chart's debug viewer ClusterRole).
 CLUSTER_WIDE = ("/debug/ledger", "/debug/quota", "/debug/clusters")
 _NO_TOKEN = ("no bearer token: send 'Authorization: Bearer <token>' (or, through the API server's proxy, "
@@ -252,149 +259,121 @@ class DashboardSource(Source):
         return self.access.may_list(user, namespace)
 
 
-class _QuietServer(BoundedServer):
-    """A request that fails is one structured log line, never a traceback printed on stderr, where it would land
-    in the middle of another thread's JSON log line. A client that went away before its answer (a /debug read
-    given up during a long cycle, a scraper's timeout) is routine and logged at info.
+class _Endpoints:
+    """The HTTP routes as a front door service: health answered on the event loop, the rest in its workers."""
 
-    At most ``MAX_CONNECTIONS`` connections are served at once (one thread each); a connection beyond that is
-    closed at once, so a flood of clients costs threads and memory up to a bound, not without one."""
+    name = "http"
+    precheck = None
 
-    request_queue_size = 64
+    def __init__(self, metrics: Metrics, live: Check, ready: Check, debug: DebugEndpoints | None, access: Access,
+                 dashboard: Dashboard | None) -> None:
+        self.metrics = metrics
+        self.live = live
+        self.ready = ready
+        self.debug = debug
+        self.access = access
+        self.dashboard = dashboard
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(address, handler, slots=MAX_CONNECTIONS)
+    def early(self, head: Head) -> Response | None:
+        if head.method not in ("GET", "HEAD"):
+            return Response(405, b"method not allowed: GET or HEAD\n", headers={"Allow": "GET, HEAD"}, close=True)
+        path = head.path.rstrip("/") or "/"
+        if path in ("/healthz", "/readyz"):
+            # On the event loop, never queued behind other requests: both checks read flags, nothing blocks.
+            ok, reason = (self.live if path == "/healthz" else self.ready)()
+            return Response(200 if ok else (500 if path == "/healthz" else 503), (reason or "ok").encode() + b"\n")
+        return None
 
-    def turn_away(self, request: Any, client_address: Any) -> None:
-        log.warning("http connection refused: every slot busy", slots=MAX_CONNECTIONS)
-        super().turn_away(request, client_address)
+    def busy(self, head: Head, body: bytes | None, reason: str) -> Response:
+        return Response(503, f"busy, retry: {reason}\n".encode(), headers={"Retry-After": "1"})
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        err = sys.exc_info()[1]
-        client = client_address[0] if isinstance(client_address, tuple) and client_address else str(client_address)
-        if isinstance(err, ConnectionError | TimeoutError):
-            log.info("http client went away", client=client, reason=type(err).__name__)
+    def handle(self, head: Head, body: bytes) -> Response:
+        url = urlsplit(head.target)
+        if self.dashboard is not None and (url.path == "/ui" or url.path.startswith("/ui/")):
+            return self._dashboard(head.headers, url.path, url.query)
+        path = url.path.rstrip("/") or "/"
+        access = self.access
+        if path == "/metrics":
+            try:
+                access.require(access.user(head.headers), "/metrics")
+            except Refused as refused:
+                return _refusal(refused, json_body=False)
+            return Response(200, self.metrics.render(), CONTENT_TYPE)
+        if path.startswith("/debug/") and self.debug is not None:
+            try:
+                user = access.user(head.headers)
+            except Refused as refused:
+                return _refusal(refused, json_body=True)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            code, document = self.debug.answer(path, query, user=user, access=access)
+            return Response(code, document if isinstance(document, bytes) else encode(document), "application/json")
+        return Response(404, b"not found: try /metrics, /healthz, /readyz, /debug/queue\n")
+
+    def _dashboard(self, headers: Mapping[str, str], path: str, raw_query: str) -> Response:
+        assert self.dashboard is not None
+        if path.startswith("/ui/api/"):
+            try:
+                user = self.access.user(headers)
+            except Refused as refused:
+                return _refusal(refused, json_body=True)
+            query = {k: v[-1] for k, v in parse_qs(raw_query).items()}
+            answer = self.dashboard.view(path.removeprefix("/ui/api/"), query, user)
         else:
-            log.error("http request failed", client=client, reason=type(err).__name__, error=str(err))
+            page = self.dashboard.page(path)
+            answer = page if page is not None else Answer(404, b"not found\n", "text/plain; charset=utf-8",
+                                                          SECURITY_HEADERS)
+        return Response(answer.status, answer.body, answer.content_type, dict(answer.headers or {}))
+
+
+def _refusal(refused: Refused, *, json_body: bool) -> Response:
+    if json_body:
+        body, content_type = encode({"error": refused.message}), "application/json"
+    else:
+        body, content_type = refused.message.encode() + b"\n", "text/plain; charset=utf-8"
+    headers = {"WWW-Authenticate": 'Bearer realm="mcad"'} if refused.status == 401 else {}
+    return Response(refused.status, body, content_type, headers)
 
 
 class Server:
     def __init__(self, bind_address: str, *, metrics: Metrics, live: Check, ready: Check,
                  debug: DebugEndpoints | None = None, gate: Gate | None = None, insecure: bool = False,
                  recent_events: RecentEvents | None = None,
-                 summary: Callable[[], Mapping[str, Any]] | None = None) -> None:
+                 summary: Callable[[], Mapping[str, Any]] | None = None, max_connections: int | None = None,
+                 workers: int = WORKERS) -> None:
         """``gate`` checks every request but health and the dashboard's static files; ``insecure`` (and no gate)
         checks none. With ``debug``, the dashboard is served at /ui (``recent_events`` and ``summary`` feed its
-        detail and headline views)."""
+        detail and headline views). ``max_connections`` None: sized from the open files limit."""
         if gate is None and not insecure:
             raise ValueError("a Server needs a Gate to check access, or insecure=True")
         host, port = parse_bind_address(bind_address)
         access = Access(None if insecure else gate)
         dashboard = None if debug is None else Dashboard(DashboardSource(debug, access), events=recent_events,
                                                           summary=summary)
-        handler = _handler(metrics, live, ready, debug, access, dashboard)
+        cap = max_connections if max_connections is not None else frontdoor.connection_cap(
+            frontdoor.open_files_limit())
+        limits = Limits(max_connections=cap, handshake_timeout=READ_TIMEOUT_SECONDS,
+                        header_timeout=READ_TIMEOUT_SECONDS, body_timeout=READ_TIMEOUT_SECONDS,
+                        idle_timeout=IDLE_TIMEOUT_SECONDS, write_timeout=WRITE_TIMEOUT_SECONDS, max_body_bytes=0,
+                        workers=workers, worker_wait=WORKER_WAIT_SECONDS)
         self.insecure = insecure
-        self._httpd = _QuietServer((host, port), handler)
+        self.door = FrontDoor(_Endpoints(metrics, live, ready, debug, access, dashboard), (host, port), limits)
+        metrics.serve(self.door.stats)
         if dashboard is not None:
             dashboard.port = self.port
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return self.door.port
 
     def start(self) -> None:
-        self._thread.start()
-        log.info("http server listening", address=self._httpd.server_address[0], port=self.port,
+        self.door.start()
+        log.info("http server listening", address=self.door.address[0], port=self.port,
                  endpoints="/metrics /healthz /readyz /debug/{queue,ledger,quota,clusters,explain} /ui",
-                 access="open to anyone" if self.insecure else "bearer token, TokenReview, SubjectAccessReview")
+                 access="open to anyone" if self.insecure else "bearer token, TokenReview, SubjectAccessReview",
+                 max_connections=self.door.limits.max_connections)
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-
-def _handler(metrics: Metrics, live: Check, ready: Check, debug: DebugEndpoints | None,
-             access: Access, dashboard: Dashboard | None) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "mcad"
-        # Headers and body go out in separate writes: with Nagle's algorithm the body waits for the client's
-        # delayed ACK (~40 ms per answer).
-        disable_nagle_algorithm = True
-        # A client that sends its request slower than this loses its connection (and its slot).
-        timeout = READ_TIMEOUT_SECONDS
-
-        def do_GET(self) -> None:  # the name http.server dispatches to
-            url = urlsplit(self.path)
-            if dashboard is not None and (url.path == "/ui" or url.path.startswith("/ui/")):
-                self._dashboard(url.path, url.query)
-                return
-            path = url.path.rstrip("/") or "/"
-            if path in ("/healthz", "/readyz"):
-                ok, reason = (live if path == "/healthz" else ready)()
-                self._send(200 if ok else (500 if path == "/healthz" else 503),
-                           (reason or "ok").encode() + b"\n", "text/plain; charset=utf-8")
-            elif path == "/metrics":
-                try:
-                    access.require(access.user(self.headers), "/metrics")
-                except Refused as refused:
-                    self._refuse(refused, json_body=False)
-                    return
-                self._send(200, metrics.render(), CONTENT_TYPE)
-            elif path.startswith("/debug/") and debug is not None:
-                try:
-                    user = access.user(self.headers)
-                except Refused as refused:
-                    self._refuse(refused, json_body=True)
-                    return
-                query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-                code, document = debug.answer(path, query, user=user, access=access)
-                self._send(code, document if isinstance(document, bytes) else encode(document), "application/json")
-            else:
-                self._send(404, b"not found: try /metrics, /healthz, /readyz, /debug/queue\n",
-                           "text/plain; charset=utf-8")
-
-        # HEAD answers as GET would, without the body (a proxy or a link checker asks it of the page).
-        do_HEAD = do_GET
-
-        def _dashboard(self, path: str, raw_query: str) -> None:
-            assert dashboard is not None
-            if path.startswith("/ui/api/"):
-                try:
-                    user = access.user(self.headers)
-                except Refused as refused:
-                    self._refuse(refused, json_body=True)
-                    return
-                query = {k: v[-1] for k, v in parse_qs(raw_query).items()}
-                answer = dashboard.view(path.removeprefix("/ui/api/"), query, user)
-            else:
-                page = dashboard.page(path)
-                answer = page if page is not None else Answer(404, b"not found\n", "text/plain; charset=utf-8",
-                                                              SECURITY_HEADERS)
-            self._send(answer.status, answer.body, answer.content_type, answer.headers)
-
-        def _refuse(self, refused: Refused, *, json_body: bool) -> None:
-            if json_body:
-                body, content_type = encode({"error": refused.message}), "application/json"
-            else:
-                body, content_type = refused.message.encode() + b"\n", "text/plain; charset=utf-8"
-            headers = {"WWW-Authenticate": 'Bearer realm="mcad"'} if refused.status == 401 else {}
-            self._send(refused.status, body, content_type, headers)
-
-        def _send(self, code: int, body: bytes, content_type: str, headers: Mapping[str, str] | None = None) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:  # the base class names it format
-            log.debug("http request", client=self.address_string(), request=format % args)
-
-    return Handler
+        self.door.stop()
 
 
 def debug_endpoints(dispatcher: Dispatcher, reports: Reports, *, leading: Callable[[], bool] = lambda: True,

@@ -67,7 +67,7 @@ class AdmissionRequest:
     source: str = ""  # the peer's address, as the webhook server saw it ("" when unknown)
 
     @classmethod
-    def parse(cls, review: Any, source: str = "") -> AdmissionRequest:
+    def parse(cls, review: Any, *, source: str = "") -> AdmissionRequest:
         request = as_mapping(as_mapping(review).get("request"))
         uid = request.get("uid")
         if not isinstance(uid, str) or not uid:

@@ -600,6 +600,8 @@ def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[
 
     server.observe(dispatcher, informers, api_errors=conn.errors.snapshot, leading=leading, events=recorder.counters,
                    hub=hub)
+    if webhook is not None:
+        dispatcher.metrics.serve(webhook.server.stats)
 
     def live() -> tuple[bool, str]:
         # Only a dead dispatcher thread is worth a restart; an unreachable API server is not.

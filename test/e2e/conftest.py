@@ -49,6 +49,10 @@ LOGS = REPO / ".dev" / "e2e-logs"
 WEBHOOK_ARGS: dict[str, tuple[str, ...]] = {}
 
 
+# What the chart's Deployment sets in the controller's environment besides its flags.
+CONTROLLER_ENV = {"PYTHONMALLOC": "malloc"}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((chart.webhook_host(), 0))
@@ -86,7 +90,8 @@ class Controller:
             WEBHOOK_ARGS.get(self.kubeconfig) or ("--no-webhook",))
         self.proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "mcad-controller"), "--kubeconfig", self.kubeconfig,
-             "--log-format", "console", *http, *webhook, *self.args], stdout=out, stderr=subprocess.STDOUT)
+             "--log-format", "console", *http, *webhook, *self.args], stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, **CONTROLLER_ENV})
         out.close()
         # Ready to admit once its certificate is loaded (a first one may be issued now); a test that provides a
         # certificate directory fills it itself.

@@ -130,6 +130,8 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
     assert container["env"] == [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        # What the e2e controllers run with too (test/e2e/conftest.py CONTROLLER_ENV).
+        {"name": "PYTHONMALLOC", "value": "malloc"},
     ]
     assert container["resources"]["requests"] == {"cpu": "200m", "memory": "256Mi"}
     assert "PodDisruptionBudget" not in {o["kind"] for o in objects}

@@ -194,35 +194,25 @@ def test_a_review_that_fails_is_503_never_an_open_door(served: tuple[Server, Rev
     assert get(http, "/debug/queue", "alice")[0] == 503
 
 
-def test_connections_beyond_the_bound_are_closed_and_the_server_serves_again_once_they_go(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("mcad.server.MAX_CONNECTIONS", 2)
+def test_at_the_connection_bound_a_new_client_is_served_and_the_longest_idle_one_closed() -> None:
     http = Server("127.0.0.1:0", metrics=Metrics(), live=lambda: (True, ""), ready=lambda: (True, ""),
-                  insecure=True)
+                  insecure=True, max_connections=2)
     http.start()
-    idle = [socket.create_connection(("127.0.0.1", http.port)) for _ in range(2)]
+    idle = [socket.create_connection(("127.0.0.1", http.port), timeout=10) for _ in range(2)]
     try:
-        # Both slots are held by clients that send nothing; wait until the server has taken both.
-        def third_is_closed() -> bool:
-            with socket.create_connection(("127.0.0.1", http.port)) as extra:
-                extra.settimeout(5)
-                try:
-                    return extra.recv(1) == b""
-                except TimeoutError:
-                    return False
-        wait_until(third_is_closed, 10, "a connection beyond the bound to be closed")
+        wait_until(lambda: http.door.stats.open == 2, 10, "both idle clients to be held")
+        # A third client is answered: the oldest idle connection makes room, the other one stays.
+        with urllib.request.urlopen(f"http://127.0.0.1:{http.port}/healthz", timeout=5) as answer:
+            assert answer.status == 200
+        assert idle[0].recv(1) == b"", "the longest-idle connection was closed"
+        idle[1].setblocking(False)
+        with pytest.raises(BlockingIOError):
+            idle[1].recv(1)  # still open, nothing to read
+        assert http.door.stats.closed.get("evicted") == 1
     finally:
         for sock in idle:
             sock.close()
-
-    def healthy() -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{http.port}/healthz", timeout=5) as answer:
-                return bool(answer.status == 200)
-        except (urllib.error.URLError, ConnectionError):
-            return False
-    wait_until(healthy, 10, "the server to answer once the idle clients went")
-    http.stop()
+        http.stop()
 
 
 def test_the_dashboard_page_is_open_and_its_views_need_the_rights_of_debug(served: tuple[Server, Reviews]) -> None:

@@ -6,8 +6,9 @@ import datetime
 import http.client
 import json
 import ssl
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import structlog
 from mcad.admission import certs
 from mcad.admission.request import AdmissionRequest, Outcome
 from mcad.admission.server import WebhookServer, max_body_bytes
+from test.support import wait_until
 
 HOSTS = ("127.0.0.1",)
 
@@ -194,5 +196,121 @@ def test_a_kept_alive_connection_outlives_the_read_timeout_while_idle_and_is_clo
         started = time.monotonic()
         assert sock.recv(1) == b""  # closed by the server once idle for its idle timeout
         assert 1.5 < time.monotonic() - started < 8
+    finally:
+        srv.stop()
+
+
+def test_a_caller_check_refuses_with_401_before_the_body_and_sees_headers_certificate_and_address(
+        tls: Loaded, material: certs.Material, tmp_path: Path) -> None:
+    seen: list[tuple[str | None, bytes | None, str]] = []
+    reviewed: list[AdmissionRequest] = []
+
+    def check(headers: Mapping[str, str], cert: bytes | None, peer: str) -> str | None:
+        seen.append((headers.get("authorization"), cert, peer))
+        return None if headers.get("Authorization") == "Bearer api-server" else "not the API server"
+
+    def record(request: AdmissionRequest) -> Outcome:
+        reviewed.append(request)
+        return Outcome.allow()
+    srv = WebhookServer("127.0.0.1:0", tls=lambda: tls.context, mutate=record, validate=record,
+                        max_body_bytes=max_body_bytes(1024), caller_check=check)
+    srv.start()
+    try:
+        conn = client(srv, material.ca_bundle, tmp_path)
+        conn.putrequest("POST", "/validate")
+        conn.putheader("Content-Length", "100")
+        conn.putheader("Authorization", "Bearer forged")
+        conn.endheaders()  # and never the body: the refusal comes first
+        response = conn.getresponse()
+        assert response.status == 401 and json.loads(response.read()) == {"error": "not the API server"}
+        assert seen == [("Bearer forged", None, "127.0.0.1")]
+        assert reviewed == []
+        conn = client(srv, material.ca_bundle, tmp_path)
+        conn.request("POST", "/validate", body=json.dumps(review_body("u-9")).encode(),
+                     headers={"Authorization": "Bearer api-server"})
+        response = conn.getresponse()
+        assert response.status == 200 and json.loads(response.read())["response"]["allowed"] is True
+        assert [(r.uid, r.source) for r in reviewed] == [("u-9", "127.0.0.1")], "the reviewer knows the source"
+    finally:
+        srv.stop()
+
+
+def test_a_review_that_finds_no_worker_is_refused_with_an_admission_review_naming_the_reason(
+        tls: Loaded, material: certs.Material, tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def slow(request: AdmissionRequest) -> Outcome:
+        assert release.wait(30)
+        return Outcome.allow()
+    srv = WebhookServer("127.0.0.1:0", tls=lambda: tls.context, mutate=slow, validate=slow,
+                        max_body_bytes=max_body_bytes(1024), workers=1, worker_wait=0.5)
+    srv.start()
+    try:
+        first = client(srv, material.ca_bundle, tmp_path)
+        first.request("POST", "/validate", body=json.dumps(review_body("u-1")).encode())
+        wait_until(lambda: srv.stats.in_flight == 1, 10, "the only worker to be taken")
+        status, answer = post(client(srv, material.ca_bundle, tmp_path), "/validate",
+                              json.dumps(review_body("u-2")).encode())
+        assert status == 200 and answer["response"]["uid"] == "u-2" and not answer["response"]["allowed"]
+        assert answer["response"]["status"]["code"] == 503
+        assert "the webhook is busy" in answer["response"]["status"]["message"]
+        release.set()
+        assert first.getresponse().status == 200
+    finally:
+        release.set()
+        srv.stop()
+
+
+def client_certificate(tmp_path: Path) -> tuple[bytes, Path, Path]:
+    """A client CA (PEM) and a client certificate and key it signed (files), for clientAuth."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "client-ca")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now - datetime.timedelta(minutes=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+            .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    cert_file, key_file = tmp_path / "client.crt", tmp_path / "client.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return ca.public_bytes(serialization.Encoding.PEM), cert_file, key_file
+
+
+def test_a_context_that_asks_for_client_certificates_hands_the_certificate_to_the_caller_check(
+        material: certs.Material, tmp_path: Path) -> None:
+    client_ca, cert_file, key_file = client_certificate(tmp_path)
+    context = certs.server_context(material.cert, material.key)
+    context.verify_mode = ssl.CERT_OPTIONAL
+    context.load_verify_locations(cadata=client_ca.decode())
+    seen: list[bytes | None] = []
+
+    def check(headers: Mapping[str, str], cert: bytes | None, peer: str) -> str | None:
+        seen.append(cert)
+        return None if cert else "no client certificate"
+    srv = WebhookServer("127.0.0.1:0", tls=lambda: context, mutate=mutate, validate=validate,
+                        max_body_bytes=max_body_bytes(1024), caller_check=check)
+    srv.start()
+    try:
+        status, answer = post(client(srv, material.ca_bundle, tmp_path), "/validate",
+                              json.dumps(review_body()).encode())
+        assert (status, answer) == (401, {"error": "no client certificate"})
+        conn = client(srv, material.ca_bundle, tmp_path)
+        conn._context.load_cert_chain(str(cert_file), str(key_file))  # type: ignore[attr-defined]
+        assert post(conn, "/validate", json.dumps(review_body()).encode())[0] == 200
+        expected = ssl.PEM_cert_to_DER_cert(cert_file.read_text())
+        assert seen == [None, expected]
     finally:
         srv.stop()
