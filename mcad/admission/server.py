@@ -109,8 +109,9 @@ class _Webhooks:
         reason = self.caller_check(head.headers, head.peer_cert, head.peer)
         if reason is None:
             return None
-        log.info("webhook caller refused", client=head.peer, reason=reason)
-        return _json(401, {"error": reason}, close=True)
+        # No log line here: the caller check logs refusals at a bounded rate (an anonymous flood must not flood
+        # the log either).
+        return _json(401, {"error": f"the webhook's caller is not authenticated: {reason}"}, close=True)
 
     def handle(self, head: Head, body: bytes) -> Response:
         name, reviewer = self.routes[head.path]

@@ -222,7 +222,8 @@ def test_a_caller_check_refuses_with_401_before_the_body_and_sees_headers_certif
         conn.putheader("Authorization", "Bearer forged")
         conn.endheaders()  # and never the body: the refusal comes first
         response = conn.getresponse()
-        assert response.status == 401 and json.loads(response.read()) == {"error": "not the API server"}
+        assert response.status == 401 and json.loads(response.read()) == {
+            "error": "the webhook's caller is not authenticated: not the API server"}
         assert seen == [("Bearer forged", None, "127.0.0.1")]
         assert reviewed == []
         conn = client(srv, material.ca_bundle, tmp_path)
@@ -306,7 +307,7 @@ def test_a_context_that_asks_for_client_certificates_hands_the_certificate_to_th
     try:
         status, answer = post(client(srv, material.ca_bundle, tmp_path), "/validate",
                               json.dumps(review_body()).encode())
-        assert (status, answer) == (401, {"error": "no client certificate"})
+        assert (status, answer) == (401, {"error": "the webhook's caller is not authenticated: no client certificate"})
         conn = client(srv, material.ca_bundle, tmp_path)
         conn._context.load_cert_chain(str(cert_file), str(key_file))  # type: ignore[attr-defined]
         assert post(conn, "/validate", json.dumps(review_body()).encode())[0] == 200
