@@ -35,7 +35,8 @@ Contract:
 - ``stats`` counts open connections, requests in progress and every connection closed or request refused by the
   door, by reason (``mcad.metrics`` exports them as ``mcad_http_*``); a warning when a connection or a request is
   refused for want of room (at most one per event every ``WARN_INTERVAL_SECONDS``, counting those left out), one
-  line per other refusal at debug and per client gone away at info.
+  line per other refusal and per client gone away at debug (a scanner or a flood must not fill the log: the
+  counters tell).
 - ``open_files_limit()`` raises the process's soft RLIMIT_NOFILE to its hard limit; ``connection_cap`` sizes the
   default ``max_connections`` from it.
 """
@@ -623,7 +624,7 @@ class FrontDoor:
             pass  # its deadline passed, it was evicted, or the server stops: closed below
         except (ConnectionError, TimeoutError, ssl.SSLError, asyncio.IncompleteReadError, OSError) as err:
             self.stats.close("client_gone")
-            self.log.info(f"{self.service.name} client went away", client=peer, reason=type(err).__name__)
+            self.log.debug(f"{self.service.name} client went away", client=peer, reason=type(err).__name__)
         except Exception as err:  # never a traceback in the middle of another thread's log line
             self.stats.close("error")
             self.log.error(f"{self.service.name} request failed", client=peer, reason=type(err).__name__,
