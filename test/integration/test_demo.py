@@ -6,6 +6,7 @@ the demo's controller is stopped); one the demo started is taken down with `make
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from test import chart
 from test.support import REPO, wait_until
 
 PIDFILE = REPO / ".dev" / "demo-controller.pid"
@@ -53,8 +55,30 @@ def stop_controller() -> None:
     CONTROLLER_KUBECONFIG.unlink(missing_ok=True)
 
 
+def release_revision() -> int | None:
+    """The revision of the chart's release in the shared cluster (None: not installed)."""
+    try:
+        history = json.loads(chart.helm("history", chart.RELEASE, "--namespace", chart.NAMESPACE, "--max", "1",
+                                        "--output", "json", kubeconfig=str(KUBECONFIG)))
+    except RuntimeError:  # "release: not found"
+        return None
+    return int(history[-1]["revision"]) if history else None
+
+
+def restore_release(revision: int | None) -> None:
+    """Put the chart's release back as it was before the demo re-registered its webhooks for its own controller: left
+    registered for a controller that is gone, they would refuse every AppWrapper create in the cluster (failurePolicy
+    Fail), the later tests' too."""
+    if revision is None:
+        chart.helm("uninstall", chart.RELEASE, "--namespace", chart.NAMESPACE, "--wait", kubeconfig=str(KUBECONFIG))
+    else:
+        chart.helm("rollback", chart.RELEASE, str(revision), "--namespace", chart.NAMESPACE, "--wait",
+                   kubeconfig=str(KUBECONFIG))
+
+
 def test_demo_walks_through_with_the_charts_identity_and_allowlist() -> None:
     was_up = cluster_is_up()
+    revision = release_revision() if was_up else None
     try:
         demo = make("demo", timeout=900)
         out = demo.stdout
@@ -88,6 +112,7 @@ def test_demo_walks_through_with_the_charts_identity_and_allowlist() -> None:
         kubectl("delete", "appwrappers", "--all", "-n", "default", "--wait=false")
         if was_up:
             stop_controller()
+            restore_release(revision)
         else:
             down = make("demo-down", timeout=300)
             assert down.returncode == 0, down.stdout[-2000:]
