@@ -59,6 +59,8 @@ MODEL_MODULES: tuple[str, ...] = (
     "mcad.keys",
     "mcad.assess",
     "mcad.history",
+    "mcad.fifo",
+    "mcad.disclosure",
 )
 NOT_WRITTEN_YET: frozenset[str] = frozenset()
 
