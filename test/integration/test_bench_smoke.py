@@ -1,15 +1,16 @@
 """``make bench`` keeps working: every scenario runs end to end at a tiny scale and reports what issue 4 asks for.
 
 This is not a performance test (figures at this scale mean nothing, and timings are never asserted); it stops the
-benchmark suite from rotting between the occasional full runs, and checks the correctness properties the
-scenarios observe: the deep-queue backlog is not rewritten while probes dispatch, a restarted controller
-re-dispatches nothing, the noisy neighbour's AppWrappers and the other tenant's all run, and the memory scenario
-queues all of its AppWrappers and measures the controller before and after a restart, admission asks one
-review per item of a new user and nothing of a cached one, and with the webhooks registered every AppWrapper of
-the throughput run is reviewed by them (and none without), pollers get /debug/queue answered while probes dispatch,
-churn counts the controller's API writes, starvation creates each gang behind a full cluster and records
-whether it was dispatched (the figures, and so the starvation target, are left to the real runs), and the
-dashboard's queue view answers its first page of queued rows to each poll.
+benchmark suite from rotting between the occasional full runs, and checks the correctness properties the scenarios
+observe: the deep-queue backlog is not rewritten while probes dispatch, a restarted controller re-dispatches
+nothing, the noisy neighbour's AppWrappers and the other tenant's all run, and the memory scenario queues all of
+its AppWrappers and measures the controller before and after a restart, admission asks one review per item of a new
+user and nothing of a cached one, a tenant's creates go through the webhooks quiet and while the attack of issue 26
+runs (which gets its forged reviews answered), and with the webhooks registered every AppWrapper of the throughput
+run is reviewed by them (and none without), pollers get /debug/queue answered while probes dispatch, churn counts
+the controller's API writes, starvation creates each gang behind a full cluster and records whether it was
+dispatched (the figures, and so the starvation target, are left to the real runs), and the dashboard's queue view
+answers its first page of queued rows to each poll.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ["ceiling", "throughput", "throughput_webhooks", "placement", "deep_queue", "churn", "churn_pods",
-             "restart", "noisy_neighbour", "memory", "admission", "pollers", "starvation", "starvation_spare",
-             "dashboard"]
+             "restart", "noisy_neighbour", "memory", "admission", "admission_attack", "pollers", "starvation",
+             "starvation_spare", "dashboard"]
 PERCENTILES = {"n", "p50_ms", "p90_ms", "p99_ms", "mean_ms"}
 
 
@@ -130,6 +131,15 @@ def test_admission_reviews_once_per_item_then_answers_from_its_cache(results: di
     calls = entry["params"]["calls_per_case"]
     assert all(figures["n"] == calls for figures in entry["latency"].values())
     assert entry["requests_per_call"] == {"cold_sar": 3, "cached": 0}
+
+
+def test_admission_attack_creates_through_the_webhooks_quiet_and_under_attack(results: dict[str, dict]) -> None:
+    entry = results["admission_attack"]
+    attack = entry["attack"]
+    assert entry["latency"]["create_call, quiet"]["n"] == entry["params"]["quiet_creates"], entry["create_failures"]
+    assert attack["creates_ok"] + attack["creates_failed"] > 0 and attack["health_probes"] > 0, attack
+    counts = entry["attack_counts"]
+    assert counts.get("big_200", 0) + counts.get("big_503", 0) > 0, counts
 
 
 def test_pollers_are_answered_while_probes_dispatch(results: dict[str, dict]) -> None:

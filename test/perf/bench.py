@@ -11,8 +11,9 @@ Results go to bench-results.json (one object per scenario, written after each sc
 A scenario that fails is reported with what it measured so far, and the next one runs; the exit code is 1 if any
 failed.
 
-Scenarios: ceiling, throughput, throughput_webhooks, deep_queue, churn, restart, noisy_neighbour, memory,
-admission, pollers, starvation, dashboard (see test/perf/scenarios.py).
+Scenarios: ceiling, throughput, throughput_webhooks, placement, deep_queue, churn, churn_pods, restart,
+noisy_neighbour, memory, admission, admission_attack, pollers, starvation, starvation_spare, dashboard (see
+test/perf/scenarios.py).
 """
 
 from __future__ import annotations
@@ -151,10 +152,11 @@ def render(results: list[Result]) -> str:
         out.append("   " + "; ".join(head))
         extra = []
         for key in ("throughput", "restart", "backlog", "big", "requests_per_call", "admitted_with_creator",
-                    "starvation", "page", "payload_bytes", "polls_over_target"):
+                    "starvation", "page", "payload_bytes", "polls_over_target", "attack", "attack_counts"):
             if r.get(key):
                 extra.append((f"{key}: " if key in ("requests_per_call", "admitted_with_creator", "page",
-                                                    "payload_bytes", "polls_over_target") else "")
+                                                    "payload_bytes", "polls_over_target", "attack",
+                                                    "attack_counts") else "")
                              + ", ".join(f"{k} {_fmt(v)}" for k, v in r[key].items()))
         for key in ("create_rate_per_s", "utilisation_pct", "controller_ready_s", "webhooks_admitting_s",
                     "ceiling_source", "server_time_source"):

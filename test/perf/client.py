@@ -38,7 +38,10 @@ class ApiError(Exception):
 class Api:
     """JSON requests against one API server with the kubeconfig's client certificate."""
 
-    def __init__(self, kubeconfig: str, pool_size: int = 32, timeout: float = 60.0) -> None:
+    def __init__(self, kubeconfig: str, pool_size: int = 32, timeout: float = 60.0,
+                 impersonate: tuple[str, str] | None = None) -> None:
+        """``impersonate=(user, group)``: ``request`` (and what uses it) as that user in that group (and
+        system:authenticated), which the kubeconfig's admin may ask for: a webhook sees the tenant, not the admin."""
         cfg = kubernetes.client.Configuration()
         kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
         self.server = cfg.host.rstrip("/")
@@ -46,6 +49,7 @@ class Api:
         self.pool = urllib3.PoolManager(
             num_pools=2, maxsize=pool_size, block=True, cert_reqs="CERT_REQUIRED", ca_certs=cfg.ssl_ca_cert,
             cert_file=cfg.cert_file, key_file=cfg.key_file, retries=False)
+        self.headers = {"Impersonate-User": impersonate[0], "Impersonate-Group": impersonate[1]} if impersonate else {}
 
     def url(self, path: str, query: Query = None) -> str:
         return self.server + path + (("?" + urllib.parse.urlencode(query)) if query else "")
@@ -55,7 +59,8 @@ class Api:
                 timeout: float | None = None) -> Obj:
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         resp = self.pool.request(method, self.url(path, query), body=data,
-                                 headers={"Content-Type": content_type, "Accept": "application/json"},
+                                 headers={"Content-Type": content_type, "Accept": "application/json",
+                                          **self.headers},
                                  timeout=timeout or self.timeout)
         try:
             parsed = json.loads(resp.data) if resp.data else {}

@@ -259,11 +259,13 @@ def proc_stats(pid: int) -> dict[str, float]:
 class Controller:
     """mcad-controller as a separate process; its output goes to .dev/bench-logs/<name>.log."""
 
-    def __init__(self, kubeconfig: str, name: str, *, log_level: str = "warning", args: tuple[str, ...] = ()) -> None:
+    def __init__(self, kubeconfig: str, name: str, *, log_level: str = "warning", args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.log = LOGS / f"{name}.log"
         self.log_level = log_level
         self.args = args
+        self.env = env or {}  # set in the controller's environment on top of this process's
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_mono = 0.0
         self.started_wall = 0.0
@@ -287,7 +289,7 @@ class Controller:
             self.started_wall = time.time()
             self.started_mono = time.monotonic()
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+                                         start_new_session=True, env={**os.environ, **self.env})
 
     @property
     def pid(self) -> int:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,10 +26,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import urllib3
+
 from test.perf import webhooks as webhooks_mod
 from test.perf.client import Api, ApiError, Obj, Watch
 from test.perf.harness import (
     AW_LABEL,
+    LOGS,
     NAMESPACE,
     PROBE_LABEL,
     BenchError,
@@ -52,6 +56,7 @@ from test.perf.harness import (
     watch_appwrappers,
     watch_pods,
 )
+from test.support import REPO
 
 Result = dict[str, Any]
 
@@ -1241,6 +1246,37 @@ def memory(opts: Options, result: Result) -> None:
 ADMISSION_GROUP = "bench-tenants"
 
 
+def tenant_role(api: Api, appwrappers: bool = False) -> None:
+    """A Role in ``bench`` bound to ``ADMISSION_GROUP``: create Deployments, Services and ConfigMaps (the items of
+    ``tenant_appwrapper``), and AppWrappers too if ``appwrappers``."""
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}"
+    rules: list[Obj] = [{"apiGroups": [""], "resources": ["services", "configmaps"], "verbs": ["create"]},
+                        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]}]
+    if appwrappers:
+        rules.append({"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"], "verbs": ["create"]})
+    api.create(f"{rbac}/roles", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                                 "metadata": {"name": "bench-tenant"}, "rules": rules})
+    api.create(f"{rbac}/rolebindings", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                                        "metadata": {"name": "bench-tenant"},
+                                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                                    "name": "bench-tenant"},
+                                        "subjects": [{"kind": "Group", "name": ADMISSION_GROUP,
+                                                      "apiGroup": "rbac.authorization.k8s.io"}]})
+
+
+def tenant_appwrapper(name: str) -> Obj:
+    """A 3-item AppWrapper (Deployment of 2 x 100m, Service, ConfigMap): one SubjectAccessReview per item."""
+    return appwrapper(name, [
+        {"generictemplate": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {
+            "replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": {
+                "metadata": {"labels": {"app": "web"}}, "spec": {"containers": [
+                    {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}}}}},
+        {"generictemplate": {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                             "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}},
+        {"generictemplate": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web"},
+                             "data": {"k": "v"}}}])
+
+
 def admission(opts: Options, result: Result) -> None:
     """No controller: the validating reviewer (``mcad.admission.review``) with the kube-backed Facts, called from
     this process, one request at a time, against the scenario's API server, for a 3-item AppWrapper (Deployment,
@@ -1262,28 +1298,10 @@ def admission(opts: Options, result: Result) -> None:
     result["params"] = {"calls_per_case": n, "items": 3}
     with Env("admission", opts, result) as env:
         api = env.api
-        rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}"
-        api.create(f"{rbac}/roles", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                                     "metadata": {"name": "bench-tenant"}, "rules": [
-            {"apiGroups": [""], "resources": ["services", "configmaps"], "verbs": ["create"]},
-            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]}]})
-        api.create(f"{rbac}/rolebindings", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                                            "metadata": {"name": "bench-tenant"},
-                                            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                                        "name": "bench-tenant"},
-                                            "subjects": [{"kind": "Group", "name": ADMISSION_GROUP,
-                                                          "apiGroup": "rbac.authorization.k8s.io"}]})
+        tenant_role(api)
         conn = kube.connect(env.cluster.kubeconfig)
         config = AdmissionConfig()
-        obj = appwrapper("bench-admission", [
-            {"generictemplate": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {
-                "replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": {
-                    "metadata": {"labels": {"app": "web"}}, "spec": {"containers": [
-                        {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}}}}},
-            {"generictemplate": {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-                                 "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}},
-            {"generictemplate": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web"},
-                                 "data": {"k": "v"}}}])
+        obj = tenant_appwrapper("bench-admission")
 
         def user(i: int) -> UserInfo:
             return UserInfo(f"bench-user-{i}", uid=f"uid-{i}", groups=(ADMISSION_GROUP, "system:authenticated"))
@@ -1324,6 +1342,173 @@ def _must(value: Any) -> Any:
     if value is None:
         raise BenchError("discovery does not know apps/v1 Deployment")
     return value
+
+
+# ---------------------------------------------------------------------------------------------- admission, attack
+
+ATTACK_SECONDS = 60.0  # at --scale 1; never less than ATTACK_MIN_SECONDS
+ATTACK_MIN_SECONDS = 15.0
+# Issue 26's mix (test.e2e.attack's flags): idle TLS connections to the webhook port, slow-byte connections to each
+# port, concurrent oversized forged AdmissionReviews and their size.
+ATTACK_MIX = {"idle": 500, "slow": 64, "big": 16, "big-bytes": 5_000_000}
+ATTACK_PACE_S = 0.5  # one tenant create, and one /healthz probe, every this (as test_serving_attack)
+ATTACK_HEALTH_TARGET_MS = 1000.0
+ATTACK_RSS_TARGET_MIB = 300.0
+ATTACK_RSS_SLACK_MIB = 60.0  # "back near its baseline" after the attack (as test_serving_attack)
+CHART_ENV = {"PYTHONMALLOC": "malloc"}  # what the chart's Deployment sets besides the flags
+ATTACK_TENANT = "bench-tenant"
+
+
+def probe_health(url: str) -> tuple[float, bool]:
+    """Seconds for one GET ``url``, and whether it answered 200 (a probe gives up after 5 s)."""
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            response.read()
+            ok = response.status == 200
+    except OSError:
+        ok = False
+    return time.monotonic() - started, ok
+
+
+def admission_attack(opts: Options, result: Result) -> None:
+    """Admission under an unauthenticated client's load (issue 26). The controller runs with its webhooks
+    registered as in ``throughput_webhooks`` and the chart's environment (PYTHONMALLOC=malloc); a tenant (the
+    admin impersonating a user of ``ADMISSION_GROUP``, whose Role is ``admission``'s plus AppWrappers) creates
+    ``admission``'s 3-item AppWrapper one at a time, one every 0.5 s: every create is a mutating and a validating
+    review with a SubjectAccessReview per item (cached per user for a while). No nodes: they stay queued.
+
+    First quiet, then while ``test.e2e.attack`` holds 500 idle TLS connections to the webhook port, 64 slow-byte
+    connections to each port and 16 concurrent ~5 MB forged reviews, for 60 s times the scale (at least 15 s).
+    Reports the create call's p50/p99 in both phases, creates ok/failed under attack, /healthz (probed every 0.5 s
+    on the HTTP port) and the controller's RSS: settled before the attack, sampled peak and VmHWM, and after (once
+    back within 60 MiB of the baseline, or 60 s)."""
+    f = opts.factor("admission_attack")
+    seconds = max(ATTACK_MIN_SECONDS, round(ATTACK_SECONDS * f, 1))
+    n_quiet = scaled(60, f, minimum=20)
+    result["params"] = {"quiet_creates": n_quiet, "attack_seconds": seconds, "create_every_s": ATTACK_PACE_S,
+                        "items": 3, "nodes": 0, **{k.replace("-", "_"): v for k, v in ATTACK_MIX.items()},
+                        "controller_env": CHART_ENV}
+    host = webhooks_mod.HOST
+    with Env("admission_attack", opts, result) as env:
+        tenant_role(env.api, appwrappers=True)
+        webhook_port, http_port = webhooks_mod.free_port(), webhooks_mod.free_port()
+        args = (*opts.controller_args, *webhooks_mod.register(env.api, webhook_port),
+                "--http-bind-address", f"{host}:{http_port}")
+        ctl = env.controller("controller", args=args, env=CHART_ENV)
+        started = time.monotonic()
+        webhooks_mod.wait_admitting(env.api, f"http://{host}:{http_port}/readyz", ctl.check_alive)
+        result["webhooks_admitting_s"] = round(time.monotonic() - started, 2)
+        tenant = Api(env.cluster.kubeconfig, pool_size=2, impersonate=(ATTACK_TENANT, ADMISSION_GROUP))
+        last = [""]
+
+        def warm() -> bool:  # the Role counts once RBAC's informer has it
+            try:
+                tenant.create(aw_path(), tenant_appwrapper("warm-up"))
+            except ApiError as err:
+                last[0] = str(err)
+                return err.status == 409
+            return True
+
+        try:
+            wait_for(warm, 60, "the tenant's first create", interval=0.5, alive=ctl.check_alive)
+        except BenchError as err:
+            raise BenchError(f"{err}; last: {last[0]}") from None
+
+        def paced(prefix: str, done: Callable[[int], bool], ok: list[float], failed: list[str]) -> None:
+            i = 0
+            while not done(i):
+                sent = time.monotonic()
+                try:
+                    tenant.create(aw_path(), tenant_appwrapper(f"{prefix}-{i:04d}"))
+                    ok.append(time.monotonic() - sent)
+                except (ApiError, urllib3.exceptions.HTTPError) as err:
+                    failed.append(f"{prefix}-{i:04d}: {err}")
+                i += 1
+                time.sleep(max(0.0, sent + ATTACK_PACE_S - time.monotonic()))
+
+        say(f"admission_attack: {n_quiet} creates, quiet")
+        measured = time.monotonic()
+        quiet: list[float] = []
+        quiet_failed: list[str] = []
+        paced("quiet", lambda i: i >= n_quiet, quiet, quiet_failed)
+        baseline = settled_rss(ctl)
+
+        say(f"admission_attack: opening the attack's connections, then {seconds:g} s of creates under it")
+        argv = [sys.executable, "-m", "test.e2e.attack", "--webhook", f"{host}:{webhook_port}",
+                "--http", f"{host}:{http_port}", "--seconds", f"{seconds:g}",
+                *(a for k, v in ATTACK_MIX.items() for a in (f"--{k}", str(v)))]
+        attack_log = LOGS / "admission_attack-attack.log"
+        with open(attack_log, "wb") as log:
+            attack = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True)
+        latencies: list[float] = []
+        failures: list[str] = []
+        health: list[tuple[float, bool]] = []
+        rss: list[float] = []
+        try:
+            assert attack.stdout is not None
+            if attack.stdout.readline().strip() != "ready":
+                raise BenchError(f"the attack did not open its connections; see {attack_log}")
+            end = time.monotonic() + seconds
+            stop = threading.Event()
+
+            def probe() -> None:
+                while not stop.is_set():
+                    health.append(probe_health(f"http://{host}:{http_port}/healthz"))
+                    rss.append(ctl.stats().get("rss_mib", 0.0))
+                    stop.wait(ATTACK_PACE_S)
+
+            prober = threading.Thread(target=probe, daemon=True, name="healthz-probe")
+            prober.start()
+            try:
+                with Progress("admission_attack", lambda: f"creates {len(latencies)} ok, {len(failures)} failed; "
+                                                          f"/healthz max {max((h for h, _ in health), default=0):.2f} s"
+                                                          f"; RSS {rss[-1] if rss else 0:.0f} MiB"):
+                    paced("attack", lambda _: time.monotonic() >= end, latencies, failures)
+            finally:
+                stop.set()
+                prober.join(10)
+            counts = json.loads(attack.communicate(timeout=120)[0].strip().splitlines()[-1])
+        finally:
+            if attack.poll() is None:
+                attack.kill()
+                attack.wait()
+        result["wall_s"] = round(time.monotonic() - measured, 2)
+        peak = controller_figures(ctl)["peak_rss_mib"]
+
+        def near_baseline() -> float | None:
+            now = float(ctl.stats().get("rss_mib", 0.0))
+            return now if now < baseline + ATTACK_RSS_SLACK_MIB else None
+
+        try:
+            after = wait_for(near_baseline, 60, "the controller's RSS back near its baseline", interval=0.5)
+        except BenchError:
+            after = ctl.stats().get("rss_mib")
+            result.setdefault("notes", []).append(
+                f"RSS still {after} MiB 60 s after the attack (baseline {baseline} MiB)")
+        result["controller"] = controller_figures(ctl)
+        quiet_s, attack_s = summary(quiet), summary(latencies)
+        health_max = max((h for h, _ in health), default=None)
+        health_failed = sum(1 for _, ok in health if not ok)
+        result["attack"] = {
+            "quiet_p50_ms": quiet_s.get("p50_ms"), "quiet_p99_ms": quiet_s.get("p99_ms"),
+            "attack_p50_ms": attack_s.get("p50_ms"), "attack_p99_ms": attack_s.get("p99_ms"),
+            "creates_ok": len(latencies), "creates_failed": len(failures), "quiet_failed": len(quiet_failed),
+            "health_probes": len(health), "health_failed": health_failed,
+            "health_max_ms": None if health_max is None else round(1000 * health_max, 1),
+            "rss_baseline_mib": baseline, "rss_peak_sampled_mib": max(rss, default=None), "rss_peak_mib": peak,
+            "rss_after_mib": after}
+        result["create_failures"] = (quiet_failed + failures)[:5]
+        result["attack_counts"] = counts
+        result["latency"] = {"create_call, quiet": quiet_s, "create_call, under attack": attack_s,
+                             "/healthz, under attack": summary(h for h, _ in health)}
+        add_target(result, "tenant creates failed under attack", len(failures), "<=", 0, "")
+        add_target(result, "/healthz max under attack", result["attack"]["health_max_ms"], "<",
+                   ATTACK_HEALTH_TARGET_MS, "ms")
+        if health_failed:
+            result["targets"][-1]["met"] = False
+        add_target(result, "controller peak RSS (VmHWM) through the attack", peak, "<", ATTACK_RSS_TARGET_MIB,
+                   "MiB")
 
 
 # ---------------------------------------------------------------------------------------------- pollers
@@ -1819,6 +2004,7 @@ SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "noisy_neighbour": noisy_neighbour,
     "memory": memory,
     "admission": admission,
+    "admission_attack": admission_attack,
     "pollers": pollers,
     "starvation": starvation,
     "starvation_spare": functools.partial(starvation, spare=2, scenario="starvation_spare"),
