@@ -43,11 +43,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def rendered(port: int) -> list[Obj]:
-    """The chart's webhook objects for a controller at https://127.0.0.1:<port>: Secret and both configurations."""
+def username(api: Api) -> str:
+    """Who ``api`` is (a SelfSubjectReview): the bench's controller runs with the same kubeconfig."""
+    review = api.create("/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    return str(review["status"]["userInfo"]["username"])
+
+
+def rendered(port: int, controller_user: str = "") -> list[Obj]:
+    """The chart's webhook objects for a controller at https://127.0.0.1:<port>: Secret and both configurations.
+    ``controller_user``: the controller's identity when it is not the chart's ServiceAccount, left out of the status
+    webhook as the chart leaves its own ServiceAccount out (else every status write of the controller would be
+    reviewed, which no installation does)."""
     from test import chart  # runs helm: only where webhooks are wanted
 
-    docs = chart.render("replicaCount=0", f"webhook.url=https://{HOST}:{port}")
+    writers = [f"webhook.statusWriters[0]={controller_user}"] if controller_user else []
+    docs = chart.render("replicaCount=0", f"webhook.url=https://{HOST}:{port}", *writers)
     wanted = [d for d in docs if d.get("kind") in CONFIGURATIONS
               or (d.get("kind") == "Secret" and d["metadata"]["name"].endswith("-webhook-cert"))]
     kinds = sorted(d["kind"] for d in wanted)
@@ -60,7 +71,7 @@ def register(api: Api, port: int) -> tuple[str, ...]:
     """Apply the chart's webhook objects; return the controller flags that serve them on ``port``."""
     create_namespace(api, NAMESPACE)
     secret = configuration = ""
-    for obj in rendered(port):
+    for obj in rendered(port, username(api)):
         name = obj["metadata"]["name"]
         if obj["kind"] == "Secret":
             secret = name
