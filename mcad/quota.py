@@ -29,7 +29,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -324,35 +324,35 @@ class QuotaLedger:
 
     def check(self, charges: Charges, demand: ResourceVector) -> Verdict:
         """Whether ``demand`` may be charged at ``charges`` now (see the module docstring)."""
-        for tree_name, node in charges:
-            tree = self.forest.trees.get(tree_name)
-            if tree is None or node not in tree.nodes:
-                continue
-            for name in tree.path(node):
-                quota = tree.nodes[name]
-                if not (quota.hard or quota.parent is None):
-                    continue
-                short = self._short(tree, name, demand)
-                if short:
-                    why = (f"quota: node {name} of tree {tree_name} is full: {short} "
-                           f"(charged at {node})")
-                    return Verdict(False, frozenset({f"quota {tree_name}/{name}"}), why, (tree_name, name))
+        for tree, node, name in self._limits(charges):
+            short = self._short(tree, name, demand)
+            if short:
+                why = f"quota: node {name} of tree {tree.name} is full: {short} (charged at {node})"
+                return Verdict(False, frozenset({f"quota {tree.name}/{name}"}), why, (tree.name, name))
         return Verdict(True)
 
     def never_fits(self, charges: Charges, demand: ResourceVector) -> str:
         """Why ``demand`` at ``charges`` would not fit even with nothing else charged anywhere ("" if it would):
         more than the limit of a hard node or the root on its path. No eviction can ever make room for it."""
         empty = QuotaLedger(self.forest)
+        for tree, node, name in self._limits(charges):
+            short = empty._short(tree, name, demand)
+            if short:
+                return (f"it asks more than quota node {name} of tree {tree.name} allows at all: {short} "
+                        f"(charged at {node})")
+        return ""
+
+    def _limits(self, charges: Charges) -> Iterator[tuple[Tree, str, str]]:
+        """(tree, charged node, node that limits it) for each hard node and root on the path of each charge, leaf
+        first: the nodes whose limits a charge must stay within (charges at unknown nodes have none)."""
         for tree_name, node in charges:
             tree = self.forest.trees.get(tree_name)
             if tree is None or node not in tree.nodes:
                 continue
             for name in tree.path(node):
                 quota = tree.nodes[name]
-                if (quota.hard or quota.parent is None) and (short := empty._short(tree, name, demand)):
-                    return (f"it asks more than quota node {name} of tree {tree_name} allows at all: {short} "
-                            f"(charged at {node})")
-        return ""
+                if quota.hard or quota.parent is None:
+                    yield tree, node, name
 
     def _short(self, tree: Tree, node: str, demand: ResourceVector) -> str:
         used = self.usage(tree.name, node)

@@ -19,9 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes.client as k8s
+import pytest
 
 from mcad import kube
-from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, deployment_item, pinned
+from test.e2e.conftest import (
+    LOGS,
+    AppWrappers,
+    Controller,
+    appwrapper,
+    deployment_item,
+    fake_node,
+    pinned,
+    running_controller,
+)
 from test.support import wait_until
 
 GROUP, VERSION, PLURAL = "quota.codeflare.dev", "v1alpha1", "quotasubtrees"
@@ -189,3 +199,53 @@ def aw(name: str, labels: Mapping[str, str], where: Mapping[str, str], cpu: str,
        memory: str = "64Mi", priority: int | None = None) -> dict[str, Any]:
     """An AppWrapper of ``replicas`` pods pinned to the ``where`` node, charged where ``labels`` say."""
     return labelled(appwrapper(name, pods(name, where, cpu, replicas, memory), priority=priority), labels)
+
+
+# Fixtures the quota modules share. A module takes one by naming it at module level
+# (``controller = quota.controller_fixture("test_x", "--preemption")``, ``trees = quota.trees``): pytest finds
+# fixtures by the module's attribute names.
+
+def controller_fixture(module: str, *args: str) -> Any:
+    """A module-scoped ``controller`` started once the QuotaSubtree CRD exists (it watches QuotaSubtrees), with the
+    chart's ServiceAccount and ``args``, its log named after ``module``."""
+
+    @pytest.fixture(scope="module")
+    def controller(kubeconfig: str, controller_kubeconfig: str, crd: None, quota_crd: None) -> Iterator[Controller]:
+        with running_controller(controller_kubeconfig, controller_log(module, kubeconfig), *args) as ctl:
+            yield ctl
+
+    return controller
+
+
+def node_fixture(cpu: str, memory: str = "16Gi") -> Any:
+    """A module-scoped ``on_node``: the selector of a fake node of that size, which the tests pin their pods to."""
+
+    @pytest.fixture(scope="module")
+    def on_node(core: k8s.CoreV1Api) -> Iterator[dict[str, str]]:
+        with fake_node(core, cpu=cpu, memory=memory) as selector:
+            yield selector
+
+    return on_node
+
+
+@pytest.fixture
+def trees(custom: k8s.CustomObjectsApi, aws: AppWrappers, quota_crd: None) -> Iterator[QuotaTrees]:
+    """The test's QuotaTrees (``trees_in``)."""
+    with trees_in(custom, aws) as found:
+        yield found
+
+
+@contextlib.contextmanager
+def other_namespace(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, kubeconfig: str,
+                    prefix: str = "mcad-victims") -> Iterator[AppWrappers]:
+    """Another tenant's namespace next to the test's own; its AppWrappers and pods are gone before it is deleted."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
+    wait_until(lambda: any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(name).items),
+               30, f"ServiceAccount default in {name}")
+    try:
+        yield AppWrappers(custom, core, name, kube.connect(kubeconfig))
+    finally:
+        custom.delete_collection_namespaced_custom_object("workload.codeflare.dev", "v1beta1", name, "appwrappers")
+        wait_until(lambda: not core.list_namespaced_pod(name).items, 60, f"pods in {name} to go away")
+        core.delete_namespace(name, propagation_policy="Background")

@@ -7,8 +7,6 @@ evicted within 130 ms and again at every victim timeout, would have shown within
 
 from __future__ import annotations
 
-import contextlib
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +17,7 @@ import pytest
 
 from mcad import events, kube
 from test.e2e import quota
-from test.e2e.conftest import AppWrappers, Controller, condition, fake_node, running_controller
+from test.e2e.conftest import AppWrappers, Controller, condition
 from test.e2e.quota import QuotaTrees, node, subtree
 from test.e2e.test_admission import APPWRAPPER_RIGHTS, account, kubectl, token_kubeconfig
 from test.support import wait_until
@@ -29,44 +27,17 @@ CONTROLLER_ARGS = ("--preemption", "--preemption-victim-timeout", str(VICTIM_TIM
 CEILING = 1000  # the controller's --default-max-priority: the highest priority a tenant may give
 
 
-@pytest.fixture(scope="module")
-def controller(kubeconfig: str, controller_kubeconfig: str, crd: None, quota_crd: None) -> Iterator[Controller]:
-    with running_controller(controller_kubeconfig, quota.controller_log("test_preemption_guard", kubeconfig),
-                            *CONTROLLER_ARGS) as ctl:
-        yield ctl
-
-
-@pytest.fixture(scope="module")
-def on_node(core: k8s.CoreV1Api) -> Iterator[dict[str, str]]:
-    with fake_node(core, cpu="2", memory="16Gi") as selector:
-        yield selector
-
-
-@pytest.fixture
-def trees(custom: k8s.CustomObjectsApi, aws: AppWrappers, quota_crd: None) -> Iterator[QuotaTrees]:
-    with quota.trees_in(custom, aws) as found:
-        yield found
-
-
-@contextlib.contextmanager
-def other_namespace(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, kubeconfig: str) -> Iterator[AppWrappers]:
-    name = f"mcad-victims-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
-    wait_until(lambda: any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(name).items),
-               30, f"ServiceAccount default in {name}")
-    try:
-        yield AppWrappers(custom, core, name, kube.connect(kubeconfig))
-    finally:
-        custom.delete_collection_namespaced_custom_object("workload.codeflare.dev", "v1beta1", name, "appwrappers")
-        wait_until(lambda: not core.list_namespaced_pod(name).items, 60, f"pods in {name} to go away")
-        core.delete_namespace(name, propagation_policy="Background")
+controller = quota.controller_fixture("test_preemption_guard", *CONTROLLER_ARGS)
+on_node = quota.node_fixture("2")
+trees = quota.trees
 
 
 @pytest.fixture
 def victims(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, kubeconfig: str,
             aws: AppWrappers) -> Iterator[list[AppWrappers]]:
     """The test's namespace and two more: lower-priority work runs in each."""
-    with other_namespace(core, custom, kubeconfig) as second, other_namespace(core, custom, kubeconfig) as third:
+    with quota.other_namespace(core, custom, kubeconfig) as second, \
+            quota.other_namespace(core, custom, kubeconfig) as third:
         yield [aws, second, third]
 
 

@@ -48,10 +48,7 @@ def on_node(core: k8s.CoreV1Api) -> Iterator[dict[str, str]]:
         yield selector
 
 
-@pytest.fixture
-def trees(custom: k8s.CustomObjectsApi, aws: AppWrappers, quota_crd: None) -> Iterator[QuotaTrees]:
-    with quota.trees_in(custom, aws) as found:
-        yield found
+trees = quota.trees
 
 
 def job(name: str, labels: dict[str, str], where: dict[str, str], cpu: str, duration: str) -> dict[str, Any]:

@@ -6,37 +6,19 @@ Like test_quota.py: trees per test under unique names in the test's namespace, p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import kubernetes.client as k8s
-import pytest
-
 from test.e2e import quota
-from test.e2e.conftest import AppWrappers, Controller, condition, fake_node, running_controller
+from test.e2e.conftest import AppWrappers, Controller, condition
 from test.e2e.quota import QuotaTrees, node, subtree
 from test.support import wait_until
 
 CONTROLLER_ARGS = ("--preemption",)
 
 
-@pytest.fixture(scope="module")
-def controller(kubeconfig: str, controller_kubeconfig: str, crd: None, quota_crd: None) -> Iterator[Controller]:
-    log = quota.controller_log("test_quota_preemption", kubeconfig)
-    with running_controller(controller_kubeconfig, log, *CONTROLLER_ARGS) as ctl:
-        yield ctl
-
-
-@pytest.fixture(scope="module")
-def on_node(core: k8s.CoreV1Api) -> Iterator[dict[str, str]]:
-    with fake_node(core, cpu="4", memory="16Gi") as selector:
-        yield selector
-
-
-@pytest.fixture
-def trees(custom: k8s.CustomObjectsApi, aws: AppWrappers, quota_crd: None) -> Iterator[QuotaTrees]:
-    with quota.trees_in(custom, aws) as found:
-        yield found
+controller = quota.controller_fixture("test_quota_preemption", *CONTROLLER_ARGS)
+on_node = quota.node_fixture("4")
+trees = quota.trees
 
 
 def aw(name: str, labels: dict[str, str], where: dict[str, str], cpu: str, *,

@@ -12,7 +12,6 @@ runs once the first is deleted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import pytest
 
 from mcad import kube
 from test.e2e import quota
-from test.e2e.conftest import AppWrappers, Controller, fake_node, running_controller
+from test.e2e.conftest import AppWrappers, Controller
 from test.e2e.quota import QuotaTrees, node, subtree
 from test.e2e.test_admission import APPWRAPPER_RIGHTS, account, kubectl, token_kubeconfig
 from test.support import wait_until
@@ -32,23 +31,9 @@ REFUSED = ('may not write the status of AppWrappers: only the mcad controller do
            'decided: the state, when it dispatched, how often it requeued)')
 
 
-@pytest.fixture(scope="module")
-def controller(kubeconfig: str, controller_kubeconfig: str, crd: None, quota_crd: None) -> Iterator[Controller]:
-    """Started once the QuotaSubtree CRD exists (it watches QuotaSubtrees)."""
-    with running_controller(controller_kubeconfig, quota.controller_log("test_status_ownership", kubeconfig)) as ctl:
-        yield ctl
-
-
-@pytest.fixture(scope="module")
-def on_node(core: k8s.CoreV1Api) -> Iterator[dict[str, str]]:
-    with fake_node(core, cpu="4", memory="16Gi") as selector:
-        yield selector
-
-
-@pytest.fixture
-def trees(custom: k8s.CustomObjectsApi, aws: AppWrappers, quota_crd: None) -> Iterator[QuotaTrees]:
-    with quota.trees_in(custom, aws) as found:
-        yield found
+controller = quota.controller_fixture("test_status_ownership")
+on_node = quota.node_fixture("4")
+trees = quota.trees
 
 
 @pytest.fixture

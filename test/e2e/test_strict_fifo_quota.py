@@ -17,38 +17,23 @@ import pytest
 from mcad import kube
 from mcad.fifo import BEHIND_IN_DOMAIN
 from test.e2e import quota
-from test.e2e.conftest import AppWrappers, Controller, fake_node, running_controller
+from test.e2e.conftest import AppWrappers, Controller
 from test.e2e.quota import QuotaTrees, node, subtree
 from test.e2e.test_admission import APPWRAPPER_RIGHTS, account, kubectl, token_kubeconfig
-from test.e2e.test_preemption_guard import other_namespace
 from test.support import wait_until
 
 CONTROLLER_ARGS = ("--strict-fifo",)
 BINDING = "quota.codeflare.dev/"
 
 
-@pytest.fixture(scope="module")
-def controller(kubeconfig: str, controller_kubeconfig: str, crd: None, quota_crd: None) -> Iterator[Controller]:
-    with running_controller(controller_kubeconfig, quota.controller_log("test_strict_fifo_quota", kubeconfig),
-                            *CONTROLLER_ARGS) as ctl:
-        yield ctl
-
-
-@pytest.fixture(scope="module")
-def on_node(core: k8s.CoreV1Api) -> Iterator[dict[str, str]]:
-    with fake_node(core, cpu="4", memory="16Gi") as selector:
-        yield selector
-
-
-@pytest.fixture
-def trees(custom: k8s.CustomObjectsApi, aws: AppWrappers, quota_crd: None) -> Iterator[QuotaTrees]:
-    with quota.trees_in(custom, aws) as found:
-        yield found
+controller = quota.controller_fixture("test_strict_fifo_quota", *CONTROLLER_ARGS)
+on_node = quota.node_fixture("4")
+trees = quota.trees
 
 
 @pytest.fixture
 def team_b(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, kubeconfig: str) -> Iterator[AppWrappers]:
-    with other_namespace(core, custom, kubeconfig) as found:
+    with quota.other_namespace(core, custom, kubeconfig) as found:
         yield found
 
 

@@ -66,10 +66,7 @@ def team_b(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, kubeconfig: str) -
         wait_until(lambda: not core.list_namespaced_pod(name).items, 60, f"pods in {name} to go away")
 
 
-@pytest.fixture
-def trees(custom: k8s.CustomObjectsApi, aws: AppWrappers, quota_crd: None) -> Iterator[QuotaTrees]:
-    with quota.trees_in(custom, aws) as found:
-        yield found
+trees = quota.trees
 
 
 def admin_sets(core: k8s.CoreV1Api, namespace: str, *, labels: dict[str, str] | None = None,
