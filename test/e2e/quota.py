@@ -249,3 +249,13 @@ def other_namespace(core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, kubeconfi
         custom.delete_collection_namespaced_custom_object("workload.codeflare.dev", "v1beta1", name, "appwrappers")
         wait_until(lambda: not core.list_namespaced_pod(name).items, 60, f"pods in {name} to go away")
         core.delete_namespace(name, propagation_policy="Background")
+
+
+def waits_saying(aws: AppWrappers, name: str, *parts: str, timeout: float = 30) -> dict[str, Any]:
+    """``name``'s status once it is Pending with a message holding every one of ``parts``."""
+    try:
+        return wait_until(lambda: (s := aws.status(name)).get("state") == "Pending"
+                          and all(p in (s.get("message") or "") for p in parts) and s, timeout,
+                          f"{name} Pending, its message naming {parts}")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; its status: {aws.status(name)!r}") from None

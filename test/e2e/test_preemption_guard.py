@@ -18,7 +18,7 @@ import pytest
 from mcad import events, kube
 from test.e2e import quota
 from test.e2e.conftest import AppWrappers, Controller, condition
-from test.e2e.quota import QuotaTrees, node, subtree
+from test.e2e.quota import QuotaTrees, node, subtree, waits_saying
 from test.e2e.test_admission import APPWRAPPER_RIGHTS, account, kubectl, token_kubeconfig
 from test.support import wait_until
 
@@ -62,13 +62,6 @@ def submit(tenant: str, aws: AppWrappers, body: dict[str, Any]) -> None:
 def preemptions_logged(controller: Controller) -> int:
     return sum(1 for line in controller.log.read_text(errors="replace").splitlines() if " preempting " in line)
 
-
-def waits_saying(aws: AppWrappers, name: str, part: str, timeout: float = 30) -> dict[str, Any]:
-    try:
-        return wait_until(lambda: (s := aws.status(name)).get("state") == "Pending"
-                          and part in (s.get("message") or "") and s, timeout, f"{name} Pending, saying {part!r}")
-    except AssertionError as err:
-        raise AssertionError(f"{err}; its status: {aws.status(name)!r}") from None
 
 
 def assert_untouched(core: k8s.CoreV1Api, running: list[tuple[AppWrappers, str]]) -> None:

@@ -18,7 +18,7 @@ from mcad import kube
 from mcad.fifo import BEHIND_IN_DOMAIN
 from test.e2e import quota
 from test.e2e.conftest import AppWrappers, Controller
-from test.e2e.quota import QuotaTrees, node, subtree
+from test.e2e.quota import QuotaTrees, node, subtree, waits_saying
 from test.e2e.test_admission import APPWRAPPER_RIGHTS, account, kubectl, token_kubeconfig
 from test.support import wait_until
 
@@ -53,13 +53,6 @@ def submit(kubeconfig: str, aws: AppWrappers, body: dict[str, Any]) -> None:
     proc = kubectl(kubeconfig, "create", body)
     assert proc.returncode == 0, proc.stderr
 
-
-def waits_saying(aws: AppWrappers, name: str, part: str, timeout: float = 30) -> dict[str, Any]:
-    try:
-        return wait_until(lambda: (s := aws.status(name)).get("state") == "Pending"
-                          and part in (s.get("message") or "") and s, timeout, f"{name} Pending, saying {part!r}")
-    except AssertionError as err:
-        raise AssertionError(f"{err}; its status: {aws.status(name)!r}") from None
 
 
 def test_a_tenant_over_its_own_quota_holds_only_its_own_node(

@@ -21,7 +21,7 @@ import pytest
 from mcad import kube
 from test.e2e import quota
 from test.e2e.conftest import AppWrappers, Controller, condition, fake_node, running_controller
-from test.e2e.quota import QuotaTrees, node, subtree
+from test.e2e.quota import QuotaTrees, node, subtree, waits_saying
 from test.support import wait_until
 
 CONTROLLER_ARGS = ("--preemption",)
@@ -81,14 +81,6 @@ def runs(aws: AppWrappers, name: str) -> dict[str, Any]:
     except AssertionError as err:
         raise AssertionError(f"{err}; its message: {aws.status(name).get('message')!r}") from None
 
-
-def waits_saying(aws: AppWrappers, name: str, *parts: str, timeout: float = 30) -> dict[str, Any]:
-    try:
-        return wait_until(lambda: (s := aws.status(name)).get("state") == "Pending"
-                          and all(p in (s.get("message") or "") for p in parts) and s, timeout,
-                          f"{name} Pending, its message naming {parts}")
-    except AssertionError as err:
-        raise AssertionError(f"{err}; its status: {aws.status(name)!r}") from None
 
 
 def test_a_tenant_cannot_charge_another_namespaces_node(
