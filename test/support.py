@@ -61,11 +61,16 @@ UNREACHABLE_SERVER = "https://127.0.0.1:9"
 
 def unreachable_kubeconfig(directory: Path) -> Path:
     """A kubeconfig whose API server refuses every connection at once."""
+    return placeholder_kubeconfig(directory, UNREACHABLE_SERVER)
+
+
+def placeholder_kubeconfig(directory: Path, server: str) -> Path:
+    """A kubeconfig for ``server`` with a placeholder bearer token (``directory``/kubeconfig)."""
     path = directory / "kubeconfig"
     path.write_text(f"""
 apiVersion: v1
 kind: Config
-clusters: [{{name: c, cluster: {{server: "{UNREACHABLE_SERVER}"}}}}]
+clusters: [{{name: c, cluster: {{server: "{server}"}}}}]
 users: [{{name: u, user: {{token: t}}}}]
 contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
 current-context: x

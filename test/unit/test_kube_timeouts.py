@@ -14,19 +14,11 @@ import pytest
 from mcad import kube
 from mcad.errors import TIMED_OUT, ApiError
 from mcad.retry import FailureKind, classify
+from test.support import placeholder_kubeconfig
 
 
 def _kubeconfig(directory: Path, port: int) -> str:
-    path = directory / "kubeconfig"
-    path.write_text(f"""
-apiVersion: v1
-kind: Config
-clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{port}"}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
-current-context: x
-""")
-    return str(path)
+    return str(placeholder_kubeconfig(directory, f"http://127.0.0.1:{port}"))
 
 
 @contextlib.contextmanager
