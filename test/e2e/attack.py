@@ -4,7 +4,8 @@ to the webhook and the HTTP ports, and concurrent oversized forged AdmissionRevi
 reconnects when the server closes it, so the pressure holds for the whole run.
 
 ``python -m test.e2e.attack --webhook HOST:PORT --http HOST:PORT --seconds 60`` prints "ready" once every idle
-connection is open, then at the end one JSON line of counts.
+connection is open, then at the end one JSON line of counts. ``launched`` runs it so as a child process (the e2e test
+and the bench's admission_attack), ``ready`` and ``counts`` read what it prints.
 """
 
 from __future__ import annotations
@@ -14,11 +15,37 @@ import asyncio
 import contextlib
 import json
 import ssl
+import subprocess
 import sys
 import time
 from collections import Counter
-from typing import Any
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
 
+
+@contextlib.contextmanager
+def launched(args: list[str], *, cwd: Path, stderr: IO[bytes] | None = None) -> Iterator[subprocess.Popen[str]]:
+    """This module run as a child process with ``args``; killed on the way out if it still runs."""
+    proc = subprocess.Popen([sys.executable, "-m", "test.e2e.attack", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=stderr, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def ready(proc: subprocess.Popen[str]) -> bool:
+    """Whether the child opened every idle connection (its first line)."""
+    assert proc.stdout is not None
+    return proc.stdout.readline().strip() == "ready"
+
+
+def counts(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    """The child's counts, once its run ends (its last line)."""
+    return dict(json.loads(proc.communicate(timeout=120)[0].strip().splitlines()[-1]))
 
 def forged_review(size: int) -> bytes:
     """An AdmissionReview of about ``size`` bytes, valid JSON made of many small objects (what costs most memory

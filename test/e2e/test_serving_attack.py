@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 
 from mcad import kube
 from test import chart
+from test.e2e import attack as load
 from test.e2e.conftest import AppWrappers, Controller
 from test.e2e.test_admission import Tenants, kubectl, wrapper
 from test.escalations import deployment
@@ -87,13 +86,10 @@ def test_an_anonymous_flood_does_not_stall_admission_health_or_memory(
         quiet.append(time.monotonic() - started)
         time.sleep(max(0.0, started + 0.5 - time.monotonic()))
 
-    attack = subprocess.Popen(
-        [sys.executable, "-m", "test.e2e.attack", "--webhook", f"{chart.webhook_host()}:{webhook_port}",
-         "--http", f"{controller.host.strip('[]')}:{controller.port}", "--seconds", str(ATTACK_SECONDS)],
-        cwd=REPO, stdout=subprocess.PIPE, text=True)
-    assert attack.stdout is not None
-    try:
-        assert attack.stdout.readline().strip() == "ready", "the attack could not open its idle connections"
+    with load.launched(["--webhook", f"{chart.webhook_host()}:{webhook_port}",
+                        "--http", f"{controller.host.strip('[]')}:{controller.port}", "--seconds", str(ATTACK_SECONDS)],
+                       cwd=REPO) as attack:
+        assert load.ready(attack), "the attack could not open its idle connections"
         attack_started = time.monotonic()
         end = attack_started + ATTACK_SECONDS
         health: list[float] = []
@@ -126,11 +122,7 @@ def test_an_anonymous_flood_does_not_stall_admission_health_or_memory(
             time.sleep(max(0.0, started + 0.5 - time.monotonic()))
         stop.set()
         prober.join(10)
-        counts = json.loads(attack.communicate(timeout=120)[0].strip().splitlines()[-1])
-    finally:
-        if attack.poll() is None:
-            attack.kill()
-            attack.wait()
+        counts = load.counts(attack)
 
     # After: the connections close, memory goes back near the baseline.
     def settled() -> int | None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import urllib3
 
+from test.e2e import attack as load
 from test.perf import webhooks as webhooks_mod
 from test.perf.client import Api, ApiError, Obj, Watch
 from test.perf.harness import (
@@ -1435,19 +1436,15 @@ def admission_attack(opts: Options, result: Result) -> None:
         baseline = settled_rss(ctl)
 
         say(f"admission_attack: opening the attack's connections, then {seconds:g} s of creates under it")
-        argv = [sys.executable, "-m", "test.e2e.attack", "--webhook", f"{host}:{webhook_port}",
-                "--http", f"{host}:{http_port}", "--seconds", f"{seconds:g}",
+        args = ["--webhook", f"{host}:{webhook_port}", "--http", f"{host}:{http_port}", "--seconds", f"{seconds:g}",
                 *(a for k, v in ATTACK_MIX.items() for a in (f"--{k}", str(v)))]
         attack_log = LOGS / "admission_attack-attack.log"
-        with open(attack_log, "wb") as log:
-            attack = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True)
         latencies: list[float] = []
         failures: list[str] = []
         health: list[tuple[float, bool]] = []
         rss: list[float] = []
-        try:
-            assert attack.stdout is not None
-            if attack.stdout.readline().strip() != "ready":
+        with open(attack_log, "wb") as log, load.launched(args, cwd=REPO, stderr=log) as attack:
+            if not load.ready(attack):
                 raise BenchError(f"the attack did not open its connections; see {attack_log}")
             end = time.monotonic() + seconds
             stop = threading.Event()
@@ -1468,11 +1465,7 @@ def admission_attack(opts: Options, result: Result) -> None:
             finally:
                 stop.set()
                 prober.join(10)
-            counts = json.loads(attack.communicate(timeout=120)[0].strip().splitlines()[-1])
-        finally:
-            if attack.poll() is None:
-                attack.kill()
-                attack.wait()
+            counts = load.counts(attack)
         result["wall_s"] = round(time.monotonic() - measured, 2)
         peak = controller_figures(ctl)["peak_rss_mib"]
 
