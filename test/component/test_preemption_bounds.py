@@ -46,6 +46,19 @@ def states(h: Harness) -> dict[str, str]:
     return {name: st["state"] for name, st in h.writer.statuses if "state" in st}  # not the QuotaSubtrees' own
 
 
+def two_running_and_a_preemptor(harness_factory: Any, preemptor: str, **options: Any) -> Harness:
+    """low-a and low-b (2 cpu each) run on a 4-cpu node, dispatched a second apart; then ``preemptor`` (2 cpu,
+    priority 10) arrives: it preempts the most recent one, low-b."""
+    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[gang_aw("low-a", 1, {"cpu": "2"})],
+                        preemption=True, fit="aggregate", **options)
+    h.drain()
+    h.clock.advance(1)
+    add_aw(h, gang_aw("low-b", 1, {"cpu": "2"}))
+    run_pods(h, ("low-a", "2"), ("low-b", "2"))
+    add_aw(h, gang_aw(preemptor, 1, {"cpu": "2"}, priority=10))
+    return h
+
+
 def test_a_preemptor_labelled_with_an_unknown_quota_node_evicts_nobody_and_says_why(harness_factory: Any) -> None:
     subtrees = quota_informer([subtree("root", "t", {"root": "8"}), subtree("kids", "t", {"gold": "8"}, "root")])
     h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[labelled("low", "4", t="gold")], preemption=True,
@@ -82,13 +95,7 @@ def test_a_preemptor_over_its_hard_quota_or_the_cluster_evicts_nobody(harness_fa
 
 
 def test_a_preemptor_that_did_not_run_once_its_victims_went_backs_off(harness_factory: Any) -> None:
-    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[gang_aw("low-a", 1, {"cpu": "2"})],
-                        preemption=True, fit="aggregate", preemption_backoff=60)
-    h.drain()
-    h.clock.advance(1)
-    add_aw(h, gang_aw("low-b", 1, {"cpu": "2"}))
-    run_pods(h, ("low-a", "2"), ("low-b", "2"))
-    add_aw(h, gang_aw("high", 1, {"cpu": "2"}, priority=10))
+    h = two_running_and_a_preemptor(harness_factory, "high", preemption_backoff=60)
     assert states(h)["low-b"] == "Pending" and h.dispatcher.preemptions == 1, "the most recent one goes"
 
     # Its victim's pod goes, but a pod of no AppWrapper takes the room first: it still does not fit.
@@ -110,13 +117,7 @@ def test_a_preemptor_that_did_not_run_once_its_victims_went_backs_off(harness_fa
 
 
 def test_no_more_victims_than_the_bound_in_a_minute_and_the_preemptor_says_so(harness_factory: Any) -> None:
-    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[gang_aw("low-a", 1, {"cpu": "2"})],
-                        preemption=True, fit="aggregate", max_evictions_per_minute=1)
-    h.drain()
-    h.clock.advance(1)
-    add_aw(h, gang_aw("low-b", 1, {"cpu": "2"}))
-    run_pods(h, ("low-a", "2"), ("low-b", "2"))
-    add_aw(h, gang_aw("high-1", 1, {"cpu": "2"}, priority=10))
+    h = two_running_and_a_preemptor(harness_factory, "high-1", max_evictions_per_minute=1)
     assert h.dispatcher.preemptions == 1
     h.lw["pod"].delete("ns/low-b-0")
     wait_until(lambda: h.dispatcher.pods.get("uid-low-b-0") is None, 5, "the victim's pod to go")
