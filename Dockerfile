@@ -10,6 +10,6 @@ FROM python:3.11-slim
 COPY --from=build /install /usr/local
 # 65532 is the conventional "nonroot" uid; the chart runs the pod with it and a read-only root filesystem.
 USER 65532:65532
-# PYTHONMALLOC=malloc: memory freed after a burst goes back to the system (see mcad.frontdoor).
+# PYTHONMALLOC=malloc: memory freed after a burst goes back to the system (see mcad.serve.frontdoor).
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PYTHONMALLOC=malloc
 ENTRYPOINT ["mcad-controller"]

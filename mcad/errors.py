@@ -1,6 +1,6 @@
 """The error types that deciding code catches when talking to an API server, apart from the client that raises them.
 
-Contract: ``mcad.kube`` (the only module that imports the Kubernetes client) raises these; everything else catches
+Contract: ``mcad.k8s.kube`` (the only module that imports the Kubernetes client) raises these; everything else catches
 them from here, so model and deciding code can name a failure without importing the client, its threads or its
 connection pool. The module imports nothing beyond the standard library, and the ``kube`` names
 (``kube.ApiError`` and the rest) stay valid as re-exports.
@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 # The reason of an ApiError (status 0) whose request went out and got no answer within its timeout, as opposed to
-# one that could not be sent (refused, reset, unreachable): mcad.retry gives up on a request that keeps timing out.
+# one that could not be sent (refused, reset, unreachable): mcad.model.retry gives up on a request that keeps timing
+# out.
 # The one-shot probes (kube.request_once, request_json_once) also give it to a connect that timed out; nothing
-# retries those through mcad.retry.
+# retries those through mcad.model.retry.
 TIMED_OUT = "Timeout"
 
 

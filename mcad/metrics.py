@@ -1,4 +1,4 @@
-"""Prometheus metrics of one controller process (text format on ``/metrics``, see ``mcad.server``).
+"""Prometheus metrics of one controller process (text format on ``/metrics``, see ``mcad.serve.server``).
 
 Contract:
 - ``Metrics`` owns its own registry: no process-wide state, so tests (and a process running two dispatchers) can
@@ -13,7 +13,7 @@ Contract:
   per ``PUBLISH_INTERVAL_SECONDS`` after a change, at a cost that does not grow with the number of AppWrappers.
   Every source is a thread-safe read, so a scrape never waits for the dispatcher loop and never reads its state
   while the loop changes it.
-- ``serve(stats)`` adds a port's front door counters (``mcad.frontdoor.Stats``) as the ``mcad_http_*`` families,
+- ``serve(stats)`` adds a port's front door counters (``mcad.serve.frontdoor.Stats``) as the ``mcad_http_*`` families,
   labelled ``server`` (http, webhook): connections open and their bound, requests in progress and served,
   connections closed by the door and requests it refused, by reason.
 - Units are Prometheus base units: cpu in cores, memory in bytes, other resources in their own counts.
@@ -30,8 +30,8 @@ from prometheus_client.registry import Collector
 
 from mcad import __version__
 from mcad.api.resources import ZERO, ResourceVector
-from mcad.events import EventCounters
-from mcad.frontdoor import Stats as ServingStats
+from mcad.k8s.events import EventCounters
+from mcad.serve.frontdoor import Stats as ServingStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DECISIONS = ("dispatched", "queued", "preempted", "requeued", "completed", "failed")
@@ -71,9 +71,9 @@ class LoopState:
     decided: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # Hub mode: AppWrappers whose objects are in each worker.
     placed: Mapping[str, int] = field(default_factory=dict)
-    # Blocked AppWrappers holding a reservation after the last dispatch cycle (mcad.reservations).
+    # Blocked AppWrappers holding a reservation after the last dispatch cycle (mcad.model.reservations).
     reservations: int = 0
-    # --placement=binding: gated pods by what they wait for (mcad.pinning.Pinning.counts).
+    # --placement=binding: gated pods by what they wait for (mcad.loop.pinning.Pinning.counts).
     gated: Mapping[str, int] = field(default_factory=dict)
 
 

@@ -2,10 +2,10 @@
 
 Contract:
 - ``build(conn, ...)`` returns ``(dispatcher, informers)``: informers over AppWrappers (both groups with
-  ``legacy_api``), Namespaces and PriorityClasses (the admins' rules, ``mcad.tenantstore``), Nodes and Pods (all
+  ``legacy_api``), Namespaces and PriorityClasses (the admins' rules, ``mcad.k8s.tenantstore``), Nodes and Pods (all
   namespaces), QuotaSubtrees with ``quota_trees``; and a ``Dispatcher`` reading them through the namespace rules,
   writing through one ``kube.Client``, with its handlers registered. Its users are the controller process
-  (``mcad.cli.controller``) and the offline reports (``mcad.debug.offline``), so both see the same stores through
+  (``mcad.cli.controller``) and the offline reports (``mcad.serve.debug.offline``), so both see the same stores through
   the same transforms.
 - It starts nothing: no informer, no hub prober, no write pool, no event recorder, not one thread, and it makes no
   request. The caller decides what runs: the controller starts the informers, the hub, and ``Dispatcher.run``
@@ -15,7 +15,7 @@ Contract:
   caller turns ``quota_trees`` off when they are not.
 
 Layer: this module may import any module of ``mcad`` except the entry points (``mcad.cli``); nothing but the entry
-points and ``mcad.debug`` imports it.
+points and ``mcad.serve.debug`` imports it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mcad import events, kube, quota, tenancy
 from mcad.api.appwrapper import (
     GROUP,
     LEGACY_GROUP,
@@ -36,16 +35,18 @@ from mcad.api.appwrapper import (
 )
 from mcad.api.validation import DEFAULT_LIMITS, Limits
 from mcad.api.views import node_view, pod_view
-from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, Dispatcher
 from mcad.errors import ApiError
 from mcad.hub.connections import Hub
-from mcad.informer import Informer, Reconnects, Store
-from mcad.keys import RECOVERED, AppWrapperEvent, Key
-from mcad.legacy import MergedAppWrappers
-from mcad.reservations import DEFAULT_RESERVATIONS
-from mcad.tenantstore import TenantAppWrappers, priority_class_value
-from mcad.workqueue import WorkQueue
-from mcad.wrapped import WrappedObjects, informer_factory
+from mcad.k8s import events, kube
+from mcad.k8s.informer import Informer, Reconnects, Store
+from mcad.k8s.legacy import MergedAppWrappers
+from mcad.k8s.tenantstore import TenantAppWrappers, priority_class_value
+from mcad.k8s.wrapped import WrappedObjects, informer_factory
+from mcad.loop.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, Dispatcher
+from mcad.loop.workqueue import WorkQueue
+from mcad.model import quota, tenancy
+from mcad.model.keys import RECOVERED, AppWrapperEvent, Key
+from mcad.model.reservations import DEFAULT_RESERVATIONS
 
 
 def _pod_uid(raw: dict[str, object]) -> str:
@@ -64,7 +65,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
           placement: str = "binding") -> tuple[Dispatcher, list[Informer[Any]]]:
     """The dispatcher and the informers to start for it (see the module docstring). ``default_max_priority`` is
     the ceiling where a namespace sets none. Informers over wrapped kinds start when an AppWrapper needs them
-    (``mcad.wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the hub's own cluster runs
+    (``mcad.k8s.wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the hub's own cluster runs
     nothing of ours) and the hub's threads start their informers, so they are not in the list returned.
     AppWrappers beyond ``limits`` are refused (failed) by the dispatcher, and so are those in
     ``protected_namespaces``."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from mcad import kube
+from mcad.k8s import kube
 from test.support import REPO, token_kubeconfig
 
 CHART = REPO / "charts" / "mcad"

@@ -19,7 +19,7 @@ import kubernetes.client as k8s
 import pytest
 import yaml
 
-from mcad import kube
+from mcad.k8s import kube
 from test.support import REPO, wait_until
 
 CLUSTER_FIXTURES = {"kubeconfig", "api", "namespace", "core", "apps", "batch", "kuberay_operator", "crd", "quota_crd"}

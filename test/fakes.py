@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mcad.kube import ApiError, GoneError
+from mcad.k8s.kube import ApiError, GoneError
 
 _END = object()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from mcad import kube
+from mcad.k8s import kube
 from test import support
 from test.support import wait_until
 

@@ -22,7 +22,7 @@ Contract:
   by the clock it is handed. ``SourceBuckets`` keeps one bucket per source (the peer's IP), at most
   ``max_sources`` (least recently used forgotten), and a global bucket over all sources: a request takes from
   both or from neither. Admission's SubjectAccessReviews (``mcad.admission.kubefacts``) and the metrics endpoint's
-  TokenReviews of unknown tokens (``mcad.endpointauth``) are bounded with them.
+  TokenReviews of unknown tokens (``mcad.serve.endpointauth``) are bounded with them.
 - ``CallerRefusals`` counts refusals by (endpoint, reason) for ``/metrics`` (``mcad_caller_refusals_total``).
 """
 

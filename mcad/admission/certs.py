@@ -52,9 +52,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from mcad import kube
 from mcad.admission.callers import client_tls_context
 from mcad.errors import ApiError
+from mcad.k8s import kube
 
 log = structlog.get_logger("mcad.admission.certs")
 

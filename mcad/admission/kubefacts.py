@@ -38,11 +38,11 @@ from typing import Any, Final, TypeVar
 
 import cachetools
 
-from mcad import kube
 from mcad.admission.callers import CallerRefusals, SourceBuckets
 from mcad.admission.facts import Decision, FactUnavailable, Resource, current_source
 from mcad.admission.request import UserInfo
 from mcad.errors import ApiError
+from mcad.k8s import kube
 
 SAR_TTL: Final = 10.0
 SAR_CACHE_SIZE: Final = 4096

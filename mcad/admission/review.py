@@ -14,7 +14,7 @@ how many more, each cut to ``MAX_PROBLEM_CHARS``; items named ``GenericItems[i] 
   quantities too large to count), no items,
   the demand computation's errors per item (quantities that do not parse, replica counts that are negative or not
   integers, in any kind whose pods it counts, named by item and field, malformed ``custompodresources``), and
-  ``mcad.apply.manifest``'s refusals (no template, no apiVersion/kind/name, another namespace);
+  ``mcad.k8s.apply.manifest``'s refusals (no template, no apiVersion/kind/name, another namespace);
 - an AppWrapper name that is not a valid label value (it labels every wrapped object);
 - an item that is an AppWrapper (nested: the inner one would be queued with nobody's rights checked, and its demand
   counted twice);
@@ -40,7 +40,7 @@ more; what deletion needs (finalizers coming off, other annotations) is never re
 validate, UPDATE of the ``status`` subresource: refused unless the user is one of ``config.status_writers`` (the
 controller's own identity, found at startup, and any the admin adds): status is the controller's record of what it
 decided (dispatched, completed, how often requeued), and a tenant that could write it could, say, mark running
-work Completed. The controller does not trust status alone either (``mcad.dispatcher``: a final state it did not
+work Completed. The controller does not trust status alone either (``mcad.loop.dispatcher``: a final state it did not
 decide releases nothing while the AppWrapper's pods run). Any other subresource is not judged.
 
 mutate: CREATE sets ``CREATOR_ANNOTATION`` (username) and ``CREATOR_UID_ANNOTATION`` (uid, removed when the request
@@ -58,14 +58,14 @@ from typing import Any, Final
 
 import structlog
 
-from mcad import tenancy
 from mcad.admission.facts import Facts, FactUnavailable, Resource, asked_for
 from mcad.admission.request import AdmissionRequest, Outcome, Reviewer, UserInfo
 from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, appwrapper_view
 from mcad.api.raw import as_list, as_mapping
 from mcad.api.validation import DEFAULT_LIMITS, MAX_REPORTED, Limits, describe_item, problems
 from mcad.api.workloads import WorkloadError, item_demand
-from mcad.apply import ItemError, manifest
+from mcad.k8s.apply import ItemError, manifest
+from mcad.model import tenancy
 
 _log = structlog.get_logger("mcad.admission")
 

@@ -10,7 +10,7 @@ Contract:
   Each refusal is one log line (appwrapper=ns/name, user, reason).
 - ``caller_check(headers, peer certificate DER or None, peer IP)``, when given, runs before the body is read: a
   reason returned is answered 401 ``{"error": reason}`` and the connection closed, the body unread.
-- Served by ``mcad.frontdoor`` (its contract holds: one event loop for every connection, a bounded worker pool, a
+- Served by ``mcad.serve.frontdoor`` (its contract holds: one event loop for every connection, a bounded worker pool, a
   big-body lane): TLS with the context ``tls()`` returns at the time of each connection, so a reloaded certificate
   serves the next connection; until there is one, connections are closed at once. The handshake, a request's head
   (from its first byte) and its body (from the end of the head) each have ``read_timeout``; a kept-alive
@@ -18,7 +18,7 @@ Contract:
   client closes idle connections, never the server under a request in flight); beyond ``max_connections`` the
   longest-idle connection is closed for a new one. A request that finds no worker within ``worker_wait`` is
   refused with an AdmissionReview the API server shows ("busy, retry"), or a 503 when its uid cannot be read.
-- ``listening`` is set once the socket is bound and served. Bind address as ``mcad.server.parse_bind_address``.
+- ``listening`` is set once the socket is bound and served. Bind address as ``mcad.serve.server.parse_bind_address``.
   ``share_port`` (SO_REUSEPORT) lets several processes of one user on one host serve the same port, the kernel
   spreading connections over them as a Service spreads them over pods: replicas run outside a cluster (tests).
 """
@@ -34,10 +34,10 @@ from typing import Any
 
 import structlog
 
-from mcad import frontdoor
 from mcad.admission.request import AdmissionRequest, Outcome, Reviewer
-from mcad.frontdoor import FrontDoor, Head, Limits, Response
-from mcad.server import parse_bind_address
+from mcad.serve import frontdoor
+from mcad.serve.frontdoor import FrontDoor, Head, Limits, Response
+from mcad.serve.server import parse_bind_address
 
 log = structlog.get_logger("mcad.admission.server")
 
@@ -133,7 +133,7 @@ class WebhookServer:
                  share_port: bool = False, caller_check: CallerCheck | None = None,
                  workers: int = DEFAULT_WORKERS, worker_wait: float = DEFAULT_WORKER_WAIT,
                  big_body_bytes: int = BIG_BODY_BYTES, big_lane: int = BIG_LANE) -> None:
-        """``max_connections`` None: sized from the open files limit (``mcad.frontdoor.connection_cap``)."""
+        """``max_connections`` None: sized from the open files limit (``mcad.serve.frontdoor.connection_cap``)."""
         host, port = parse_bind_address(bind_address)
         cap = max_connections if max_connections is not None else frontdoor.connection_cap(
             frontdoor.open_files_limit())

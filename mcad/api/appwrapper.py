@@ -128,7 +128,7 @@ class Spec:
     items: tuple[ItemRef, ...]
     gang: tuple[PodGroup, ...]
     priority: int = 0
-    # spec.priorityClassName ("" when none): resolved, with the namespace's ceiling, by mcad.tenantstore.
+    # spec.priorityClassName ("" when none): resolved, with the namespace's ceiling, by mcad.k8s.tenantstore.
     priority_class: str = ""
     scheduling: SchedulingSpec = SchedulingSpec()
     # Hub mode: the worker clusters it may go to.
@@ -157,7 +157,7 @@ class AppWrapperView:
     finalizers: tuple[str, ...] = ()
     # Its annotations as people are shown them (the dashboard's detail), bounded by ``shown_annotations``.
     annotations: Mapping[str, str] = field(default_factory=dict)
-    # Why it may not be dispatched whatever room there is ("" when nothing holds it): set by mcad.tenantstore,
+    # Why it may not be dispatched whatever room there is ("" when nothing holds it): set by mcad.k8s.tenantstore,
     # e.g. a spec.priorityClassName naming no PriorityClass. It waits in the queue, saying so, and preempts nobody.
     held: str = ""
 

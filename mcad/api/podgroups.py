@@ -14,7 +14,7 @@ Contract:
   pods without requests are kept (they still need an eligible node). Never raises: what makes the demand
   uncountable is ``AppWrapperView.demand_error``'s business, so such an item or entry is skipped here, and an
   ill-typed constraint field reads as absent.
-- ``Toleration.tolerates`` and ``NodeRequirement.matches`` are Kubernetes' own matching rules; ``mcad.placement``
+- ``Toleration.tolerates`` and ``NodeRequirement.matches`` are Kubernetes' own matching rules; ``mcad.model.placement``
   packs the groups onto nodes with them.
 
 Computed once per AppWrapper event (``appwrapper_view``), so the controller keeps these groups, not the templates.

@@ -1,5 +1,5 @@
 """Kubernetes label requirements: the one rule by which ``In``, ``NotIn``, ``Exists`` and ``DoesNotExist`` match a
-label, shared by node affinity (``mcad.placement``) and clusterSelector (``mcad.api.clusterscheduling``).
+label, shared by node affinity (``mcad.model.placement``) and clusterSelector (``mcad.api.clusterscheduling``).
 
 Contract: ``label_matches(operator, values, value)`` takes the label's value, ``None`` when the label is absent.
 An absent label is in no set, so ``NotIn`` and ``DoesNotExist`` match it. Any other operator matches nothing

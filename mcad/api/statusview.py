@@ -7,7 +7,7 @@ Contract:
   (controllerfirstdispatchtimestamp), ``dispatched_since`` (the last Dispatched condition's
   lastTransitionMicroTime), ``target_cluster`` (targetClusterName) and ``backoff`` (the reason of the last Backoff
   condition, "" when there is none; a Backoff condition is only ever written with a reason).
-- ``raw()`` returns the whole status as a new dict, what the status builders (``mcad.status``) start from. It is
+- ``raw()`` returns the whole status as a new dict, what the status builders (``mcad.model.status``) start from. It is
   kept as canonical JSON, deflated with a preset dictionary of the status vocabulary (keys, condition types,
   reasons, upstream's messages): a queued AppWrapper's status, about 1.3 KB of JSON and 4.4 KB as Python dicts,
   costs about 100 bytes, for some 30 µs each time ``raw()`` is called, which is once per decision about that
@@ -28,7 +28,7 @@ from typing import Any
 _DISPATCHED, _BACKOFF = "Dispatched", "Backoff"
 _STAMP = "2026-01-01T00:00:00.000000Z"
 # What most statuses are made of, as a preset dictionary for deflate: only the compression ratio depends on it
-# (packed bytes never leave this process), so it holds the vocabulary of mcad.status, not real values.
+# (packed bytes never leave this process), so it holds the vocabulary of mcad.model.status, not real values.
 _ZDICT = json.dumps({
     "Succeeded": 0, "canrun": False, "controllerfirstdispatchtimestamp": _STAMP, "controllerfirsttimestamp": _STAMP,
     "conditions": [{"lastTransitionMicroTime": _STAMP, "lastUpdateMicroTime": _STAMP, "message": message,

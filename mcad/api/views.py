@@ -5,7 +5,7 @@ Contract:
   accounting verdict, ``schedulable``: the Ready condition is True, ``spec.unschedulable`` is not set, and no
   taint has effect NoSchedule or NoExecute (the aggregate ledger does not model tolerations: a tainted node's
   capacity is not counted, which errs on the side of not dispatching what may not be placeable).
-  For per-node placement (``mcad.placement``) it also keeps the parts of that verdict and what a pod's
+  For per-node placement (``mcad.model.placement``) it also keeps the parts of that verdict and what a pod's
   constraints are matched against: ``ready`` (the Ready condition is True), ``unschedulable``
   (``spec.unschedulable`` is true), ``taints`` (only those with effect NoSchedule or NoExecute, in the node's
   order; PreferNoSchedule never keeps a pod off a node) and ``labels`` (a read-only mapping; labels whose key
@@ -24,7 +24,7 @@ Contract:
   skips the coscheduling plugin's messages too): they wait for their siblings, not for room, and neither are
   pods held by a scheduling gate (the scheduler says ``SchedulingGated``, not ``Unschedulable``).
   ``pin`` (``PinFacts``) is kept only for a pod of an AppWrapper that is not bound and has not ended: what
-  ``mcad.pinning`` needs to place it (its scheduling gates, its node constraints, its controller, the node mcad
+  ``mcad.loop.pinning`` needs to place it (its scheduling gates, its node constraints, its controller, the node mcad
   pinned it to); None for every other pod, so bound pods cost nothing more.
 
 Both transforms never raise on what the API server sends: missing or ill-typed fields read as absent, and a
@@ -111,10 +111,11 @@ class Owner:
 
 @dataclass(frozen=True, slots=True)
 class PinFacts:
-    """What placing an unbound pod of an AppWrapper needs (``mcad.pinning``), read from its spec.
+    """What placing an unbound pod of an AppWrapper needs (``mcad.loop.pinning``), read from its spec.
 
     ``constraints`` is the pod as a group of one (its requests, nodeSelector, tolerations, required node affinity),
-    for ``mcad.placement``'s eligibility rules. ``node_terms`` is its required node affinity's nodeSelectorTerms as
+    for ``mcad.model.placement``'s eligibility rules. ``node_terms`` is its required node affinity's nodeSelectorTerms
+    as
     the API server has them (``None`` when there is no such field; which of ``affinity``, ``nodeAffinity`` and
     ``requiredDuringSchedulingIgnoredDuringExecution`` exist is ``affinity_depth``: 0 to 3), so the ungate patch
     can narrow them and test that nobody changed them meanwhile. ``pinned_to`` is the node every term pins the pod

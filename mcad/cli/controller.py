@@ -14,7 +14,7 @@ any caller may cost (``--webhook-access-reviews-*``, ``--unknown-tokens-*``: alw
 ``mcad.admission.callers``'s; refusals are counted in ``mcad_caller_refusals_total``.
 
 With ``--leader-elect`` several replicas may run: every replica starts its informers at once (a standby keeps
-warm caches, so it takes over fast), but only the holder of the Lease runs the dispatcher (``mcad.leader``).
+warm caches, so it takes over fast), but only the holder of the Lease runs the dispatcher (``mcad.k8s.leader``).
 A replica that loses leadership exits with code 1 at once, before it could write anything more (it may already
 have been replaced). SIGTERM while leading stops the dispatcher, releases the Lease so a standby takes over at
 its next poll, and exits 0.
@@ -34,7 +34,7 @@ from types import FrameType
 import click
 import structlog
 
-from mcad import __version__, endpointauth, events, kube, server, tenancy
+from mcad import __version__
 from mcad import log as mcad_log
 from mcad.admission import callers
 from mcad.admission import certs as webhook_certs
@@ -45,20 +45,23 @@ from mcad.admission.kubefacts import KubeFacts, own_username
 from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, VERSION
 from mcad.api.validation import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_ITEMS_CEILING, Limits
 from mcad.clock import Clock, RealClock
-from mcad.debug import Reports
-from mcad.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, Dispatcher
-from mcad.endpointauth import ApiReviews, Gate
 from mcad.errors import ApiError, KubeConnectError
-from mcad.evictions import DEFAULT_MAX_EVICTIONS_PER_MINUTE, DEFAULT_PREEMPTION_BACKOFF_SECONDS
-from mcad.history import SAMPLE_INTERVAL_SECONDS, MetricsHistory
 from mcad.hub.clusters import ConfigError, Policy, WorkerConnector, load_config
 from mcad.hub.connections import DEFAULT_PROBE_PERIOD_SECONDS, Hub
-from mcad.informer import Informer
-from mcad.leader import LeaderElector, default_identity, default_namespace, validate_timings
-from mcad.leaderpod import LeaderPodLabel
-from mcad.pinning import PLACEMENT_MODES
-from mcad.recentevents import RecentEvents
-from mcad.reservations import DEFAULT_RESERVATIONS
+from mcad.k8s import events, kube
+from mcad.k8s.informer import Informer
+from mcad.k8s.leader import LeaderElector, default_identity, default_namespace, validate_timings
+from mcad.k8s.leaderpod import LeaderPodLabel
+from mcad.k8s.recentevents import RecentEvents
+from mcad.loop.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, Dispatcher
+from mcad.loop.evictions import DEFAULT_MAX_EVICTIONS_PER_MINUTE, DEFAULT_PREEMPTION_BACKOFF_SECONDS
+from mcad.loop.pinning import PLACEMENT_MODES
+from mcad.model import tenancy
+from mcad.model.reservations import DEFAULT_RESERVATIONS
+from mcad.serve import endpointauth, server
+from mcad.serve.debug import Reports
+from mcad.serve.endpointauth import ApiReviews, Gate
+from mcad.serve.history import SAMPLE_INTERVAL_SECONDS, MetricsHistory
 from mcad.wiring import build, quota_served
 
 # glibc gives each thread that allocates its own malloc arena (up to 8 per core), and memory freed in one arena
@@ -641,7 +644,7 @@ def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[
 def start_history_sampling(history: MetricsHistory, interval: float, stop: threading.Event, *,
                            clock: Clock | None = None) -> threading.Thread:
     """Sample ``history`` at once and then every ``interval`` seconds until ``stop`` is set, on a daemon thread
-    (the dashboard's headline numbers, ``mcad.history``). A failing sample is logged and the next one tried: the
+    (the dashboard's headline numbers, ``mcad.serve.history``). A failing sample is logged and the next one tried: the
     numbers go stale, the controller goes on."""
     ticks = clock if clock is not None else RealClock()
     logger = structlog.get_logger("mcad.controller")

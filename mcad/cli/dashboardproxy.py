@@ -54,10 +54,10 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from mcad import kube
-from mcad.boundedserver import BoundedServer
 from mcad.cli import reach
 from mcad.errors import ApiError
+from mcad.k8s import kube
+from mcad.serve.boundedserver import BoundedServer
 
 LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
 ALLOWED_HOST_NAMES = ("localhost", "127.0.0.1", "[::1]")

@@ -9,7 +9,7 @@ the bearer token mcadctl shows it: ``--token``, else $MCAD_TOKEN, else the kubec
 endpoints (see ``mcad.cli.reach`` for how it is found: ``--url``, else the leader's Service, the leader's pod named by
 the Lease, the Service of every replica, all through the API server's proxy). With ``--offline`` they compute the same
 documents here, from one list of AppWrappers, Nodes and Pods, with the controller's accounting code
-(``mcad.debug.offline``); that view lacks what only the running controller knows (requeuing timers, plans not yet
+(``mcad.serve.debug.offline``); that view lacks what only the running controller knows (requeuing timers, plans not yet
 bound), and the controller may run another policy than the ``--fit``/``--strict-fifo``/``--preemption`` given here.
 Tables by default; ``-o json``/``-o yaml`` print the document as the endpoint returns it. ``clusters`` (a hub's worker
 clusters) has no ``--offline`` view: only the running controller holds the connections to the workers, so asking for one
@@ -36,10 +36,11 @@ from typing import IO, Any
 import click
 import structlog
 
-from mcad import __version__, kube
+from mcad import __version__
 from mcad.cli import dashboardproxy, reach, render
 from mcad.errors import ApiError, KubeConnectError
-from mcad.reservations import DEFAULT_RESERVATIONS
+from mcad.k8s import kube
+from mcad.model.reservations import DEFAULT_RESERVATIONS
 
 
 class Failure(click.ClickException):
@@ -348,7 +349,7 @@ def version(opts: Options, client_only: bool) -> None:
 def _document(opts: Options, endpoint: str, offline: Callable[[Any], dict[str, Any]], query: reach.Query = (),
               *, not_found: dict[str, Any] | None = None) -> dict[str, Any]:
     """The /debug document: from the controller (``not_found`` stands for its 404 answer when given), or with
-    --offline computed from cluster state by ``offline`` applied to ``mcad.debug.offline``'s reports."""
+    --offline computed from cluster state by ``offline`` applied to ``mcad.serve.debug.offline``'s reports."""
     if opts.offline:
         return _compute_offline(opts, offline)
     try:
@@ -363,7 +364,7 @@ def _document(opts: Options, endpoint: str, offline: Callable[[Any], dict[str, A
 
 def _compute_offline(opts: Options, produce: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
     # Imported here: the controller's accounting is only needed offline, and it is the heavier import.
-    from mcad import debug
+    from mcad.serve import debug
 
     where = opts.where
     try:

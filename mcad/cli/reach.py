@@ -4,7 +4,7 @@ Contract:
 - ``fetch(where, endpoint, query)`` GETs ``/debug/<endpoint>`` from the controller and returns the parsed JSON object.
 - With ``where.url`` it talks plain HTTP to that address (say, a ``kubectl port-forward``). Otherwise only a
   kubeconfig is needed. First the Service ``<namespace>/<name>-leader`` (port ``http``, through the service
-  proxy), which selects the leader's pod alone (the leader labels it: ``mcad.leaderpod``); the chart's debug-client
+  proxy), which selects the leader's pod alone (the leader labels it: ``mcad.k8s.leaderpod``); the chart's debug-client
   Role grants exactly that and the Service below. When it answers nothing useful (no such Service, no endpoint
   during a handover, refused, or a standby that still carries the label): the Lease ``<namespace>/<name>`` names
   the leader (holderIdentity ``<pod>_<suffix>``), which is reached through the API server's pod proxy when the user
@@ -41,8 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcad import kube
 from mcad.errors import ApiError, KubeConnectError
+from mcad.k8s import kube
 
 SERVICE_PORT_NAME = "http"
 # How often one request may go to the Service while standbys answer it: the API server picks a replica behind it
@@ -116,7 +116,7 @@ def lease_path(namespace: str, name: str) -> str:
     return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
 
 
-PROXY_HEADER = "X-Mcad-Authorization"  # mcad.endpointauth.PROXY_HEADER; not imported: mcadctl stays light
+PROXY_HEADER = "X-Mcad-Authorization"  # mcad.serve.endpointauth.PROXY_HEADER; not imported: mcadctl stays light
 
 
 _TOKEN_HINT = ("pass --token (or set MCAD_TOKEN), e.g. `--token \"$(kubectl create token SERVICEACCOUNT -n "

@@ -46,8 +46,8 @@ from typing import Any
 
 import yaml
 
-from mcad import kube
 from mcad.errors import ApiError, KubeConnectError
+from mcad.k8s import kube
 
 DEFAULT_UNREACHABLE_TIMEOUT_SECONDS = 300.0
 DEFAULT_SECRET_KEY = "kubeconfig"

@@ -40,7 +40,6 @@ from typing import Any
 
 import structlog
 
-from mcad import kube
 from mcad.api.views import NodeView, PodView, node_view, pod_view
 from mcad.errors import ApiError
 from mcad.hub.clusters import (
@@ -53,8 +52,9 @@ from mcad.hub.clusters import (
     WorkerSpec,
     check,
 )
-from mcad.informer import Handler, Informer, Reconnects
-from mcad.wrapped import WrappedObjects, informer_factory
+from mcad.k8s import kube
+from mcad.k8s.informer import Handler, Informer, Reconnects
+from mcad.k8s.wrapped import WrappedObjects, informer_factory
 
 log = structlog.get_logger("mcad.hub")
 

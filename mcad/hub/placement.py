@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Protocol
 
-from mcad import placement
-from mcad.accounting import Snapshot
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView
-from mcad.fit import Fit
 from mcad.hub.clusters import HealthStatus, HubConfig, Policy
+from mcad.model import placement
+from mcad.model.accounting import Snapshot
+from mcad.model.fit import Fit
 
 
 class WorkerDirectory(Protocol):

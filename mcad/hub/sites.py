@@ -1,6 +1,6 @@
 """Hub mode's ``Sites``: objects created in worker clusters, leftovers deleted there, worker health adopted.
 
-Contract (``mcad.sites`` for the protocol; the dispatcher thread runs all of this, writes go to its write pool):
+Contract (``mcad.loop.sites`` for the protocol; the dispatcher thread runs all of this, writes go to its write pool):
 - A dispatch goes into the worker ``WorkerPlacement`` chose, without ownerReferences, and only once the cleanup
   finalizer (``WORKER_CLEANUP_FINALIZER``) is on the AppWrapper: nothing of it may exist in a worker without it.
   The worker's namespace is created when missing. ``status.targetClusterName`` names the worker.
@@ -26,24 +26,25 @@ from typing import Any, Protocol, cast
 
 import structlog
 
-from mcad import apply, events, status
-from mcad.accounting import Accountant, Snapshot
 from mcad.api.appwrapper import KIND, WORKER_CLEANUP_FINALIZER, AppWrapperView
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock
 from mcad.errors import ApiError
 from mcad.hub.clusters import HealthState, WorkerHealth
 from mcad.hub.placement import WorkerDirectory, WorkerPlacement
-from mcad.informer import Store
-from mcad.keys import AppWrapperEvent, ClusterEvent, WorkerCleanup
-from mcad.pinning import PodWriter
-from mcad.retry import FailureKind, classify
-from mcad.sites import Cleaned, FinalizerWriter, Host, remove_finalizer
-from mcad.workqueue import WorkQueue
-from mcad.wrapped import WrappedObjects
-from mcad.writes import Writes
+from mcad.k8s import apply, events
+from mcad.k8s.informer import Store
+from mcad.k8s.wrapped import WrappedObjects
+from mcad.k8s.writes import Writes
+from mcad.loop.pinning import PodWriter
+from mcad.loop.sites import Cleaned, FinalizerWriter, Host, remove_finalizer
+from mcad.loop.workqueue import WorkQueue
+from mcad.model import status
+from mcad.model.accounting import Accountant, Snapshot
+from mcad.model.keys import AppWrapperEvent, ClusterEvent, WorkerCleanup
+from mcad.model.retry import FailureKind, classify
 
-log = structlog.get_logger("mcad.dispatcher")
+log = structlog.get_logger("mcad.loop.dispatcher")
 
 
 class WorkerConnection(Protocol):
@@ -73,7 +74,7 @@ class WorkerClusters(WorkerDirectory, Protocol):
 
 
 class WorkerPods:
-    """For ``mcad.pinning``: a pod is patched in its worker, which names its nodes without the worker's prefix."""
+    """For ``mcad.loop.pinning``: a pod is patched in its worker, which names its nodes without the worker's prefix."""
 
     def __init__(self, hub: WorkerClusters, placement: WorkerPlacement) -> None:
         self._hub = hub

@@ -16,10 +16,10 @@ import pytest
 
 from mcad.api.appwrapper import appwrapper_view
 from mcad.api.views import node_view, pod_view
-from mcad.dispatcher import Dispatcher
-from mcad.informer import Informer
-from mcad.kube import ApiError
-from mcad.workqueue import WorkQueue
+from mcad.k8s.informer import Informer
+from mcad.k8s.kube import ApiError
+from mcad.loop.dispatcher import Dispatcher
+from mcad.loop.workqueue import WorkQueue
 from test.fakes import FakeClock, FakeListerWatcher
 
 

@@ -1,4 +1,4 @@
-"""What an AppWrapper's status, Events and explain say about other AppWrappers (mcad.disclosure), stepped key by
+"""What an AppWrapper's status, Events and explain say about other AppWrappers (mcad.model.disclosure), stepped key by
 key: another namespace's AppWrapper is never named, nor the nodes or pods it holds, while one of the reader's own
 namespace is. The secret project's AppWrapper is ``secret-project/acquisition-x`` on nodes ``n-secret-*``: none
 of those words may reach a tenant of ``team-a``."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcad.debug import Reports
+from mcad.serve.debug import Reports
 from test.component.harness import Harness, gang_aw, node, pod
 from test.component.test_observability import RecordingSink
 from test.component.test_tenancy import in_namespace
@@ -67,7 +67,7 @@ def test_a_reservation_of_another_namespace_is_not_named_nor_its_nodes(harness_f
     why = explained(h, "team-a", "late")
     assert "waiting behind the reservation of an AppWrapper in another namespace" in why, why
     assert not leaks([why]), why
-    # The cluster-wide list still names the holder (for those who may list its namespace: mcad.server filters).
+    # The cluster-wide list still names the holder (for those who may list its namespace: mcad.serve.server filters).
     queue = Reports(h.dispatcher, lambda: {}).queue()
     assert "secret-project/acquisition-x" in [r["appwrapper"] for r in queue["reservations"]]
 

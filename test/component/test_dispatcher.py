@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mcad.dispatcher import UnknownKey
-from mcad.kube import ApiError
+from mcad.k8s.kube import ApiError
+from mcad.loop.dispatcher import UnknownKey
 from test.component.harness import aw, gang_aw, gpu_node, last_status, node, pod
 from test.support import wait_until
 
@@ -250,7 +250,7 @@ def test_a_key_of_no_known_kind_raises_and_is_dropped_not_retried(harness_factor
     h.drain()
     cycles = h.dispatcher.cycles
     with pytest.raises(UnknownKey, match="no handler for work-queue key"):
-        h.dispatcher.process(("dispatch", ""))  # type: ignore[arg-type]  # what a key was before mcad.keys
+        h.dispatcher.process(("dispatch", ""))  # type: ignore[arg-type]  # what a key was before mcad.model.keys
     h.dispatcher.queue.add(("dispatch", ""))  # type: ignore[arg-type]
     assert h.dispatcher.process_next(timeout=0) == ("dispatch", "")
     assert h.dispatcher.cycles == cycles, "it never falls through to a dispatch cycle"

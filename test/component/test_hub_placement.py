@@ -25,13 +25,13 @@ import pytest
 from mcad.api.appwrapper import APPWRAPPER_UID_LABEL, WORKER_CLEANUP_FINALIZER, appwrapper_view
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView, PodView, node_view, pod_view
-from mcad.dispatcher import Dispatcher
 from mcad.hub.clusters import HealthStatus, HubConfig, Policy, WorkerHealth, WorkerSpec
 from mcad.hub.connections import Hub, cluster_of
-from mcad.informer import Informer
-from mcad.keys import WorkerCleanup
-from mcad.kube import ApiError
-from mcad.workqueue import WorkQueue
+from mcad.k8s.informer import Informer
+from mcad.k8s.kube import ApiError
+from mcad.loop.dispatcher import Dispatcher
+from mcad.loop.workqueue import WorkQueue
+from mcad.model.keys import WorkerCleanup
 from test.component.harness import RecordingWriter, node
 from test.fakes import FakeClock, FakeListerWatcher
 from test.support import wait_until

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcad import server
-from mcad.debug import Reports
-from mcad.keys import DISPATCH
 from mcad.metrics import PUBLISH_INTERVAL_SECONDS, Metrics
+from mcad.model.keys import DISPATCH
+from mcad.serve import server
+from mcad.serve.debug import Reports
 from test.component.harness import aw, node
 
 

@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from mcad import events
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NODE_NAME_FIELD, PLACEMENT_GATE
 from mcad.api.workloads import pod_requests
-from mcad.debug import Reports
-from mcad.kube import ApiError
+from mcad.k8s import events
+from mcad.k8s.kube import ApiError
+from mcad.serve.debug import Reports
 from test.component.harness import Harness, RecordingWriter, last_status, node
 from test.fakes import apply_json_patch
 from test.support import wait_until

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcad.informer import Informer
-from mcad.quota import subtree_view
+from mcad.k8s.informer import Informer
+from mcad.model.quota import subtree_view
 from test.component.harness import Harness, gang_aw, last_status, node, pod
 from test.component.test_quota_dispatch import subtree
 from test.fakes import FakeListerWatcher

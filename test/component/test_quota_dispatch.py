@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from mcad import status as statuses
-from mcad.informer import Informer
-from mcad.quota import subtree_view
+from mcad.k8s.informer import Informer
+from mcad.model import status as statuses
+from mcad.model.quota import subtree_view
 from test.component.harness import Harness, RecordingWriter, aw, node, pod
 from test.fakes import FakeListerWatcher
 from test.support import wait_until
@@ -121,7 +121,7 @@ class Events:
 
 class LandingWriter(RecordingWriter):
     """Status writes land on the fake API server, as they do on a real one: the informer sees them come back, and
-    the loop reads status from the informer again (mcad.statussync)."""
+    the loop reads status from the informer again (mcad.loop.statussync)."""
 
     def replace_status(self, api_version: str, kind: str, namespace: str, name: str, uid: str,
                        new_status: Mapping[str, Any], *, field_manager: str) -> Mapping[str, Any]:

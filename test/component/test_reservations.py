@@ -1,4 +1,5 @@
-"""Reservations and backfill (mcad.reservations), stepped with a fake clock: a blocked gang keeps the room it waits
+"""Reservations and backfill (mcad.model.reservations), stepped with a fake clock: a blocked gang keeps the room it
+waits
 for from the small AppWrappers behind it, a bounded one may use it only if it ends first, a reservation follows
 its AppWrapper's place in the queue, and (seeded random runs) no gang is starved and no node is over-committed.
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from mcad.informer import Informer
-from mcad.quota import subtree_view
+from mcad.k8s.informer import Informer
+from mcad.model.quota import subtree_view
 from test.component.harness import Harness, aw, gang_aw, last_status, node, pod
 from test.component.test_quota_dispatch import labelled, subtree
 from test.fakes import FakeListerWatcher

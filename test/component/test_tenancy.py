@@ -1,4 +1,4 @@
-"""The namespace admins' rules in the dispatcher (mcad.tenantstore), stepped key by key: a quota label naming
+"""The namespace admins' rules in the dispatcher (mcad.k8s.tenantstore), stepped key by key: a quota label naming
 another node charges the node the namespace is bound to, an unlabelled AppWrapper in a bound namespace is charged,
 custompodresources below the templates are charged and placed as the templates, and a forged priority is capped
 so it cannot preempt work at the ceiling. Admission is not involved: this is the defence when it is bypassed."""
@@ -12,12 +12,12 @@ import pytest
 
 from mcad.api.appwrapper import appwrapper_view
 from mcad.api.views import node_view, pod_view
-from mcad.dispatcher import Dispatcher
-from mcad.informer import Informer
-from mcad.quota import subtree_view
-from mcad.tenancy import namespace_policy
-from mcad.tenantstore import TenantAppWrappers, priority_class_value
-from mcad.workqueue import WorkQueue
+from mcad.k8s.informer import Informer
+from mcad.k8s.tenantstore import TenantAppWrappers, priority_class_value
+from mcad.loop.dispatcher import Dispatcher
+from mcad.loop.workqueue import WorkQueue
+from mcad.model.quota import subtree_view
+from mcad.model.tenancy import namespace_policy
 from test.component.harness import RecordingWriter, Stepped, aw, made_by, node
 from test.component.test_quota_dispatch import subtree
 from test.fakes import FakeClock, FakeListerWatcher

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from mcad.errors import ApiError
-from mcad.informer import Informer
-from mcad.keys import AppWrapperEvent, Publish
-from mcad.wrapped import WrappedObjects, WrappedView, wrapped_view
+from mcad.k8s.informer import Informer
+from mcad.k8s.wrapped import WrappedObjects, WrappedView, wrapped_view
+from mcad.model.keys import AppWrapperEvent, Publish
 from test.component.harness import aw, last_status, node
 from test.fakes import FakeClock, FakeListerWatcher
 from test.support import wait_until

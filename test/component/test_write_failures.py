@@ -1,4 +1,5 @@
-"""Failed API writes, stepped with a fake clock: each answer class is retried or not as mcad.retry says, a dispatch
+"""Failed API writes, stepped with a fake clock: each answer class is retried or not as mcad.model.retry says, a
+dispatch
 whose status write fails is never dispatched again, and its status lands once writes work again."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 
 from mcad.errors import TIMED_OUT
-from mcad.kube import ApiError
+from mcad.k8s.kube import ApiError
 from test.component.harness import aw, last_status, node, pod
 from test.support import wait_until
 

@@ -34,7 +34,7 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 
-from mcad import kube
+from mcad.k8s import kube
 from test import browser as chromium
 from test import chart
 from test.support import REPO, wait_until

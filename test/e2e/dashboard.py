@@ -29,14 +29,14 @@ from pathlib import Path
 
 import kubernetes.client as k8s
 
-from mcad import kube
 from mcad.cli import reach
+from mcad.k8s import kube
 from test.e2e.conftest import GROUP, PLURAL, service_account_token
 from test.support import token_kubeconfig, wait_until
 
 SERVICE = "mcad-controller"  # the chart's Service (and Lease) name for release "mcad"
 # What the controller sends with every /ui answer (the contract of issue 18), spelled out rather than imported so
-# that a change to mcad.dashboard's policy fails these tests.
+# that a change to mcad.serve.dashboard's policy fails these tests.
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                            "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 SERVICE_PORT = 8080

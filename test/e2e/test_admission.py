@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from mcad import kube
 from mcad.admission.review import CREATOR_ANNOTATION, CREATOR_UID_ANNOTATION
+from mcad.k8s import kube
 from test import escalations, support
 from test.e2e.conftest import AppWrappers, Controller
 from test.escalations import BOB_KINDS, DENYLISTED, deployment

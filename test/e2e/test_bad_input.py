@@ -20,7 +20,7 @@ import kubernetes.client as k8s
 import pytest
 import yaml
 
-from mcad import kube
+from mcad.k8s import kube
 from test.apiserver import request_totals
 from test.conftest import apply_crd
 from test.e2e.conftest import GROUP, PLURAL, VERSION, AppWrappers, Controller, appwrapper, deployment_item

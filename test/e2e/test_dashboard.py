@@ -113,7 +113,7 @@ def test_the_queue_says_why_and_where_and_follows_a_delete_live(
     assert blocked_on(waiting["why"], "cpu"), waiting
     assert "cpu" in waiting["demand"], waiting
     wait_row(browser, first, "the running AppWrapper, after the queued ones", position="", state="Running")
-    # The headline numbers come from the controller's metrics, sampled every 10 s (mcad.history).
+    # The headline numbers come from the controller's metrics, sampled every 10 s (mcad.serve.history).
     browser.wait(lambda _: headline(browser, "queued") >= 1 and headline(browser, "dispatched") >= 1,
                  "the headline numbers to count the queued and the running AppWrapper", timeout=30)
     browser.readme_shot("queue")

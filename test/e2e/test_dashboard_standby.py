@@ -20,7 +20,7 @@ import kubernetes.client as k8s
 import pytest
 from selenium.webdriver.common.keys import Keys
 
-from mcad import kube
+from mcad.k8s import kube
 from test import chart
 from test.browser import Browser
 from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, deployment_item, service_account_token

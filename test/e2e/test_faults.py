@@ -29,8 +29,8 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 
-from mcad import kube
 from mcad.api.appwrapper import field_manager
+from mcad.k8s import kube
 from test.apiserver import api_server_outage, local_cluster, request_totals
 from test.conftest import CRD, apply_crd
 from test.e2e.conftest import AppWrappers, Controller, appwrapper, deployment_item, job_item

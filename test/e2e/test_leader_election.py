@@ -23,7 +23,7 @@ from pathlib import Path
 import kubernetes.client as k8s
 import pytest
 
-from mcad import kube
+from mcad.k8s import kube
 from test import chart
 from test.e2e.conftest import (
     DEBUG_VIEWER,
@@ -171,7 +171,7 @@ def test_a_leader_whose_lease_is_taken_exits_at_once_with_an_error(pair: tuple[C
     became_leader_at(b, LEASE_DURATION + RETRY_PERIOD + 10)
 
 
-LEADER_LABEL = "mcad.codeflare.dev/leader"  # mcad.leaderpod.LEADER_LABEL, spelled out: the chart's Service uses it
+LEADER_LABEL = "mcad.codeflare.dev/leader"  # mcad.k8s.leaderpod.LEADER_LABEL, spelled out: the chart's Service uses it
 
 
 def leader_label(admin: kube.Connection, pod: str) -> str | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import kubernetes.client as k8s
 import pytest
 
-from mcad import kube
+from mcad.k8s import kube
 from test import chart
 from test.e2e.conftest import AppWrappers, Controller, appwrapper
 from test.support import wait_until

@@ -23,7 +23,7 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 
-from mcad import kube
+from mcad.k8s import kube
 from test import escalations
 from test.e2e.conftest import (
     LOGS,

@@ -15,7 +15,7 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 
-from mcad import events, kube
+from mcad.k8s import events, kube
 from test.e2e import quota
 from test.e2e.conftest import AppWrappers, Controller, condition
 from test.e2e.quota import QuotaTrees, node, subtree, waits_saying

@@ -34,7 +34,7 @@ SAMPLES = REPO / "config" / "samples"
 
 @pytest.fixture
 def default_aws(custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, kubeconfig: str) -> Iterator[AppWrappers]:
-    from mcad import kube
+    from mcad.k8s import kube
     aws = AppWrappers(custom, core, "default", kube.connect(kubeconfig))
     yield aws
     for name in ("raycluster-complete", "raycluster-complete-1"):

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcad import kube
+from mcad.k8s import kube
 from test import chart
 from test.e2e import attack as load
 from test.e2e.conftest import AppWrappers, Controller

@@ -18,7 +18,7 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 
-from mcad import kube
+from mcad.k8s import kube
 from test.e2e import quota
 from test.e2e.conftest import AppWrappers, Controller
 from test.e2e.quota import QuotaTrees, node, subtree

@@ -14,8 +14,8 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 
-from mcad import kube
-from mcad.fifo import BEHIND_IN_DOMAIN
+from mcad.k8s import kube
+from mcad.model.fifo import BEHIND_IN_DOMAIN
 from test.e2e import quota
 from test.e2e.conftest import AppWrappers, Controller
 from test.e2e.quota import QuotaTrees, node, subtree, waits_saying

@@ -18,7 +18,7 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 
-from mcad import kube
+from mcad.k8s import kube
 from test.e2e import quota
 from test.e2e.conftest import AppWrappers, Controller, condition, fake_node, running_controller
 from test.e2e.quota import QuotaTrees, node, subtree, waits_saying
@@ -128,7 +128,7 @@ def test_a_forged_priority_cannot_evict_another_tenants_work_until_the_admin_gra
     runs(aws, "forged")
     evicted = team_b.wait_state("steady", "Pending")
     preempted = condition(evicted, "PreemptCandidate")
-    # Team B is told the priority it lost to, not whose AppWrapper it was (another namespace: mcad.disclosure).
+    # Team B is told the priority it lost to, not whose AppWrapper it was (another namespace: mcad.model.disclosure).
     assert preempted is not None, evicted
     assert "Preempted by an AppWrapper in another namespace (priority 5000)" in preempted["message"], preempted
     assert aws.namespace not in preempted["message"] and "forged" not in preempted["message"], preempted

@@ -17,8 +17,8 @@ import kubernetes.client as k8s
 import pytest
 from cryptography import x509
 
-from mcad import kube
 from mcad.admission import certs
+from mcad.k8s import kube
 from test import chart
 from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, deployment_item
 from test.support import REPO, wait_until

@@ -31,8 +31,8 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 
-from mcad import kube
 from mcad.admission import certs
+from mcad.k8s import kube
 from test import chart
 from test.apiserver import request_totals
 from test.e2e.conftest import LOGS, AppWrappers, Controller, free_port, running_controller

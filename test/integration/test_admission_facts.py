@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from mcad import kube
 from mcad.admission.kubefacts import KubeFacts
 from mcad.admission.request import AdmissionRequest, Outcome, UserInfo
 from mcad.admission.review import AdmissionConfig, build
+from mcad.k8s import kube
 from test import escalations
 from test.escalations import APPWRAPPER_RIGHTS, BOB_KINDS, DENYLISTED, deployment, privileged_pod
 from test.support import wait_until

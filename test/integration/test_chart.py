@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from mcad.hub import clusters
-from mcad.reservations import DEFAULT_RESERVATIONS
+from mcad.model.reservations import DEFAULT_RESERVATIONS
 from test import chart
 from test.support import REPO
 

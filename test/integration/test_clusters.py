@@ -24,7 +24,6 @@ import kubernetes.client as k8s
 import pytest
 import yaml
 
-from mcad import kube
 from mcad.hub.clusters import (
     HealthState,
     HubConfig,
@@ -36,6 +35,7 @@ from mcad.hub.clusters import (
     probe,
 )
 from mcad.hub.connections import Hub
+from mcad.k8s import kube
 from test.support import REPO, frozen_process, wait_until
 
 WORKER_KUBECONFIG = Path(os.environ.get("MCAD_TEST_WORKER_KUBECONFIG", REPO / ".dev" / "kubeconfig-c8b"))

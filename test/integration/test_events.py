@@ -18,9 +18,9 @@ import kubernetes.client as k8s
 import pytest
 import yaml
 
-from mcad import events, kube
 from mcad.api.appwrapper import GROUP, PLURAL, VERSION
-from mcad.events import DROP_GLOBAL, DROP_SEND_FAILED, NORMAL, WARNING, EventLimits, EventRecorder, ObjectRef
+from mcad.k8s import events, kube
+from mcad.k8s.events import DROP_GLOBAL, DROP_SEND_FAILED, NORMAL, WARNING, EventLimits, EventRecorder, ObjectRef
 from test.support import REPO
 
 IDLE_TIMEOUT = 60.0  # seconds to wait for the recorder's queue to be sent

@@ -21,8 +21,8 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 
-from mcad import kube
-from mcad.informer import EventType, Informer
+from mcad.k8s import kube
+from mcad.k8s.informer import EventType, Informer
 from test.support import compact_local_etcd, wait_until
 
 TIMEOUT = 30.0

@@ -1,11 +1,11 @@
-"""mcad.kube.Client against the real API server: discovery, server-side apply, guarded deletes."""
+"""mcad.k8s.kube.Client against the real API server: discovery, server-side apply, guarded deletes."""
 
 from __future__ import annotations
 
 import kubernetes.client as k8s
 import pytest
 
-from mcad import kube
+from mcad.k8s import kube
 
 
 @pytest.fixture
@@ -108,7 +108,7 @@ def test_failed_requests_are_counted_by_verb_and_code(kubeconfig: str, namespace
 
 def test_create_refuses_a_taken_name_and_apply_with_a_uid_lands_only_on_that_object(
         client: kube.Client, namespace: str, core: k8s.CoreV1Api) -> None:
-    """What mcad.apply relies on to never take an object over: a create answers 409 AlreadyExists instead of
+    """What mcad.k8s.apply relies on to never take an object over: a create answers 409 AlreadyExists instead of
     writing, and a uid in an apply body is a precondition (422 on another object of that name, 409 on none)."""
     obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "taken", "namespace": namespace},
            "data": {"a": "1"}}

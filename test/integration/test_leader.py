@@ -17,8 +17,8 @@ from typing import Protocol
 
 import pytest
 
-from mcad import kube
-from mcad.leader import LEASE_API, LeaderElector
+from mcad.k8s import kube
+from mcad.k8s.leader import LEASE_API, LeaderElector
 from test.support import token_kubeconfig, wait_until
 
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 2.0, 1.5, 0.25

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import kubernetes.client as k8s
 import pytest
 
-from mcad import kube
+from mcad.k8s import kube
 from test.support import REPO, load_hack_module
 
 lc = load_hack_module("localcluster")

@@ -32,8 +32,9 @@ import kubernetes.client as k8s
 import pytest
 from click.testing import CliRunner, Result
 
-from mcad import debug, kube
 from mcad.cli import mcadctl, reach
+from mcad.k8s import kube
+from mcad.serve import debug
 from test import chart
 from test.e2e.conftest import (
     DEBUG_VIEWER,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import structlog
 
-from mcad import kube
 from mcad.admission import certs
+from mcad.k8s import kube
 
 HOSTS = ("mcad-controller.mcad-system.svc", "127.0.0.1")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from mcad import kube
+from mcad.k8s import kube
 from test.support import REPO, wait_until
 from test.worker_identity import token_kubeconfig
 

@@ -13,8 +13,8 @@ import kubernetes.client as k8s
 import pytest
 import structlog
 
-from mcad import kube
-from mcad.wrapped import WrappedObjects, informer_factory
+from mcad.k8s import kube
+from mcad.k8s.wrapped import WrappedObjects, informer_factory
 from test.support import wait_until
 
 GROUP = "flaky.mcad.test"

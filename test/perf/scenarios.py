@@ -389,8 +389,8 @@ def ceiling(opts: Options, result: Result) -> None:
     pairs/s are the API server's write rate for this work: the reference for the throughput target.
     """
     from mcad.api.appwrapper import appwrapper_view
-    from mcad.apply import generic_items, manifest
-    from mcad.status import dispatched
+    from mcad.k8s.apply import generic_items, manifest
+    from mcad.model.status import dispatched
 
     f = opts.factor("ceiling")
     n = scaled(2000, f)
@@ -1289,10 +1289,10 @@ def admission(opts: Options, result: Result) -> None:
       user it has not seen within the review cache's life;
     - cached: the same user again within that life (no request at all).
     """
-    from mcad import kube
     from mcad.admission.kubefacts import KubeFacts
     from mcad.admission.request import AdmissionRequest, UserInfo
     from mcad.admission.review import AdmissionConfig, build
+    from mcad.k8s import kube
 
     f = opts.factor("admission")
     n = scaled(200, f, minimum=20)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcad.accounting import Accountant
 from mcad.api.appwrapper import APPWRAPPER_LABEL
 from mcad.api.resources import ZERO
 from mcad.api.views import node_view, pod_view
-from mcad.quota import Forest, subtree_view
+from mcad.model.accounting import Accountant
+from mcad.model.quota import Forest, subtree_view
 from test.unit.nodes_and_pods import GI, node, pod, raw_node, raw_pod, running, v
 
 ONE = v(cpu=1000, memory=GI)  # the requests of test_ledger's default pod

@@ -617,7 +617,7 @@ def test_a_review_that_runs_out_of_time_refuses_saying_so() -> None:
 
 
 def test_mutate_asks_tenancy_on_create_and_on_updates_of_what_it_judges_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mcad import tenancy
+    from mcad.model import tenancy
 
     asked: list[str] = []
 
@@ -641,7 +641,7 @@ def test_mutate_asks_tenancy_on_create_and_on_updates_of_what_it_judges_only(mon
 
 def test_tenancy_refusals_are_reported_on_create_and_on_updates_that_bring_them(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from mcad import tenancy
+    from mcad.model import tenancy
 
     seen: list[int] = []
 

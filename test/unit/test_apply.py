@@ -9,7 +9,6 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from mcad import apply
 from mcad.api.appwrapper import (
     APPWRAPPER_LABEL,
     APPWRAPPER_UID_LABEL,
@@ -17,8 +16,9 @@ from mcad.api.appwrapper import (
     appwrapper_view,
     field_manager,
 )
-from mcad.apply import DispatchFailed, ItemError, manifest
-from mcad.kube import ApiError
+from mcad.k8s import apply
+from mcad.k8s.apply import DispatchFailed, ItemError, manifest
+from mcad.k8s.kube import ApiError
 
 
 class Made(NamedTuple):

@@ -6,7 +6,7 @@ from typing import Any
 
 from mcad.api.appwrapper import appwrapper_view
 from mcad.api.resources import ResourceVector
-from mcad.fit import describe_shortfall
+from mcad.model.fit import describe_shortfall
 
 
 def raw(name: str, *, priority: Any = None, created: str = "2026-01-01T00:00:00Z", status: Any = None,

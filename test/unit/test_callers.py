@@ -26,8 +26,8 @@ from mcad.admission.facts import Decision, FactUnavailable, Resource, asked_for
 from mcad.admission.kubefacts import KubeFacts
 from mcad.admission.request import AdmissionRequest, Outcome, UserInfo
 from mcad.admission.server import WebhookServer, max_body_bytes
-from mcad.endpointauth import Gate, ReviewUnavailable, Unauthenticated
 from mcad.metrics import Metrics, Sources
+from mcad.serve.endpointauth import Gate, ReviewUnavailable, Unauthenticated
 from test.unit.test_webhook_server import review_body
 
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", True)

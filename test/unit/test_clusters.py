@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mcad import kube
 from mcad.hub.clusters import (
     ConfigError,
     HealthState,
@@ -19,6 +18,7 @@ from mcad.hub.clusters import (
     WorkerSpec,
     load_config,
 )
+from mcad.k8s import kube
 
 GOOD = """
 workers:

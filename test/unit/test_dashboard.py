@@ -1,4 +1,4 @@
-"""The dashboard's views and page (mcad.dashboard) over a Source whose documents and rights the tests set."""
+"""The dashboard's views and page (mcad.serve.dashboard) over a Source whose documents and rights the tests set."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from mcad.admission.request import UserInfo
-from mcad.dashboard import CONTENT_SECURITY_POLICY, MAX_PAGE, Dashboard, Refusal, Source
-from mcad.recentevents import RecentEvents
-from mcad.snapshots import Part, Snapshot
+from mcad.k8s.recentevents import RecentEvents
+from mcad.serve.dashboard import CONTENT_SECURITY_POLICY, MAX_PAGE, Dashboard, Refusal, Source
+from mcad.serve.snapshots import Part, Snapshot
 
 HEADER = {"controller": {"version": "test"}, "generatedAt": "2026-11-25T00:00:00Z"}
 ALICE = UserInfo(username="alice", uid="", groups=(), extra={})

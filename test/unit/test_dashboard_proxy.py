@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from mcad import kube
 from mcad.cli import dashboardproxy, mcadctl, reach
 from mcad.cli.dashboardproxy import DashboardProxy, Forwarder
+from mcad.k8s import kube
 from test.support import unreachable_kubeconfig, wait_until
 
 NS, NAME = "mcad-system", "mcad-controller"

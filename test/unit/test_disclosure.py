@@ -1,10 +1,10 @@
-"""mcad.disclosure: another namespace's AppWrappers are counted, never named; the reader's own are named."""
+"""mcad.model.disclosure: another namespace's AppWrappers are counted, never named; the reader's own are named."""
 
 from __future__ import annotations
 
 import pytest
 
-from mcad.disclosure import ANOTHER, held_behind_preemptor, listed, named
+from mcad.model.disclosure import ANOTHER, held_behind_preemptor, listed, named
 
 
 def test_named_keeps_the_readers_own_and_hides_the_rest() -> None:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from mcad import kube
 from mcad.admission.request import UserInfo
-from mcad.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
+from mcad.k8s import kube
+from mcad.serve.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
 from test.support import wait_until
 
 ALICE = UserInfo("system:serviceaccount:team-a:alice", uid="u-1", groups=("system:serviceaccounts",))

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mcad import events
-from mcad.events import (
+from mcad.k8s import events
+from mcad.k8s.events import (
     DROP_GLOBAL,
     DROP_INVALID,
     DROP_PER_OBJECT,
@@ -274,7 +274,7 @@ def test_a_recorder_never_raises_to_its_caller_and_counts_what_it_refused() -> N
 
 
 def test_the_dashboard_keeps_what_was_recorded_even_when_rate_limited_with_messages_cut() -> None:
-    from mcad.recentevents import RecentEvents
+    from mcad.k8s.recentevents import RecentEvents
     recent = RecentEvents()
     recorder = events.EventRecorder(None, instance="test", limits=EventLimits(per_object_burst=1),  # type: ignore[arg-type]
                                     recent=recent)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from mcad.accounting import Accountant, Snapshot
 from mcad.api.appwrapper import AppWrapperView, appwrapper_view
-from mcad.fit import SingleCluster, could_ever_fit, fits, fits_without
-from mcad.quota import Forest, subtree_view
+from mcad.model.accounting import Accountant, Snapshot
+from mcad.model.fit import SingleCluster, could_ever_fit, fits, fits_without
+from mcad.model.quota import Forest, subtree_view
 from test.unit.nodes_and_pods import GI, node, running, v
 
 CLUSTER = SingleCluster()

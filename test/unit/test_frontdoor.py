@@ -1,4 +1,4 @@
-"""The front door (mcad.frontdoor): who goes when the connection bound is reached, deadlines per phase, the worker
+"""The front door (mcad.serve.frontdoor): who goes when the connection bound is reached, deadlines per phase, the worker
 bound and its busy answer, health never queued, big bodies in their own lane and left in the socket until it
 admits them. Time is a fake clock stepped by the test; deadlines are checked when the test calls ``sweep()``."""
 
@@ -12,7 +12,19 @@ from typing import Any
 
 import pytest
 
-from mcad.frontdoor import BadRequest, Busy, Conn, FrontDoor, Head, Limits, Phase, Registry, Response, Slots, parse_head
+from mcad.serve.frontdoor import (
+    BadRequest,
+    Busy,
+    Conn,
+    FrontDoor,
+    Head,
+    Limits,
+    Phase,
+    Registry,
+    Response,
+    Slots,
+    parse_head,
+)
 from test.support import wait_until
 
 

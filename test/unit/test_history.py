@@ -1,4 +1,4 @@
-"""mcad.history: the dashboard's headline numbers from a real ``Metrics``, sampled on a stepped clock (monotonic
+"""mcad.serve.history: the dashboard's headline numbers from a real ``Metrics``, sampled on a stepped clock (monotonic
 seconds handed to ``sample`` and ``summary``); quantiles checked against values worked out by hand."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from datetime import datetime
 import pytest
 
 from mcad.cli.controller import start_history_sampling
-from mcad.history import (
+from mcad.metrics import Metrics
+from mcad.serve.history import (
     SPARKLINE_MINUTES,
     WINDOW_SAMPLES,
     MetricsHistory,
@@ -19,7 +20,6 @@ from mcad.history import (
     histogram_quantile,
     latency_increase,
 )
-from mcad.metrics import Metrics
 from test.support import wait_until
 
 INF = float("inf")

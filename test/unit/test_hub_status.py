@@ -13,9 +13,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mcad import status
 from mcad.api.appwrapper import APPWRAPPER_LABEL, APPWRAPPER_UID_LABEL, LEGACY_APPWRAPPER_LABEL, appwrapper_view
-from mcad.apply import manifest
+from mcad.k8s.apply import manifest
+from mcad.model import status
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 T1 = T0 + timedelta(seconds=5)

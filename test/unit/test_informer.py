@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from mcad.informer import EventType, Informer, Reconnects, object_key
-from mcad.kube import ApiError
+from mcad.k8s.informer import EventType, Informer, Reconnects, object_key
+from mcad.k8s.kube import ApiError
 from test.fakes import FakeClock, FakeListerWatcher, configmap
 from test.support import wait_until
 

@@ -1,4 +1,4 @@
-"""The apply body encoding: UTF-8 JSON that a YAML decoder reads back exactly (mcad.kube.yaml_safe_json)."""
+"""The apply body encoding: UTF-8 JSON that a YAML decoder reads back exactly (mcad.k8s.kube.yaml_safe_json)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from mcad.kube import yaml_safe_json
+from mcad.k8s.kube import yaml_safe_json
 
 
 @pytest.mark.parametrize("text", [

@@ -1,4 +1,5 @@
-"""mcad.kube tells a request that went out and got no answer in time (``TIMED_OUT``, which mcad.retry gives up on
+"""mcad.k8s.kube tells a request that went out and got no answer in time (``TIMED_OUT``, which mcad.model.retry gives
+up on
 in the end) from one that could not be sent at all (the API server is away: retried without a bound)."""
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mcad import kube
 from mcad.errors import TIMED_OUT, ApiError
-from mcad.retry import FailureKind, classify
+from mcad.k8s import kube
+from mcad.model.retry import FailureKind, classify
 from test.support import placeholder_kubeconfig
 
 

@@ -2,10 +2,10 @@
 
 | Rule            | Modules bound                        | May not import                                  |
 |-----------------|--------------------------------------|-------------------------------------------------|
-| client          | every mcad module except mcad.kube   | kubernetes, urllib3                             |
-| model           | MODEL_MODULES below                  | mcad.kube, threading, concurrent.futures        |
+| client          | every mcad module except mcad.k8s.kube   | kubernetes, urllib3                             |
+| model           | MODEL_MODULES below                  | mcad.k8s.kube, threading, concurrent.futures        |
 | circles         | every mcad module                    | anything that imports it back, directly or not  |
-| error types     | every mcad module except mcad.kube   | ApiError & co. via mcad.kube (use mcad.errors)  |
+| error types     | every mcad module except mcad.k8s.kube   | ApiError & co. via mcad.k8s.kube (use mcad.errors)  |
 | error types     | mcad.errors                          | anything outside the standard library           |
 
 A name in "May not import" forbids that module and everything under it, however it is spelt (``import x.y``,
@@ -45,35 +45,35 @@ class Rule:
 MODEL_MODULES: tuple[str, ...] = (
     "mcad.api",
     "mcad.api.*",
-    "mcad.ledger",
-    "mcad.reservations",
-    "mcad.pending",
-    "mcad.placement",
-    "mcad.quota",
-    "mcad.lifecycle",
-    "mcad.status",
-    "mcad.fit",
-    "mcad.accounting",
-    "mcad.preemption",
+    "mcad.model.ledger",
+    "mcad.model.reservations",
+    "mcad.model.pending",
+    "mcad.model.placement",
+    "mcad.model.quota",
+    "mcad.model.lifecycle",
+    "mcad.model.status",
+    "mcad.model.fit",
+    "mcad.model.accounting",
+    "mcad.model.preemption",
     "mcad.hub.placement",
-    "mcad.keys",
-    "mcad.assess",
-    "mcad.history",
-    "mcad.fifo",
-    "mcad.disclosure",
+    "mcad.model.keys",
+    "mcad.model.assess",
+    "mcad.serve.history",
+    "mcad.model.fifo",
+    "mcad.model.disclosure",
 )
 NOT_WRITTEN_YET: frozenset[str] = frozenset()
 
 CLIENT_RULE = Rule(
-    "only mcad.kube imports the Kubernetes client library",
+    "only mcad.k8s.kube imports the Kubernetes client library",
     modules=("*",),
-    exempt=("mcad.kube",),
+    exempt=("mcad.k8s.kube",),
     forbidden=("kubernetes", "urllib3"),
 )
 MODEL_RULE = Rule(
     "model code imports neither the API client nor threads",
     modules=MODEL_MODULES,
-    forbidden=("mcad.kube", "threading", "concurrent.futures"),
+    forbidden=("mcad.k8s.kube", "threading", "concurrent.futures"),
 )
 RULES: tuple[Rule, ...] = (CLIENT_RULE, MODEL_RULE)  # each is checked over mcad by test_mcad_keeps_the_import_rule
 
@@ -271,17 +271,17 @@ ERROR_TYPES = ("ApiError", "GoneError", "KubeConnectError", "error_from_status")
 
 
 def error_type_violations(root: Path, package: str) -> list[str]:
-    """mcad.errors imports only the standard library, and no module but mcad.kube names an error type via kube."""
+    """mcad.errors imports only the standard library, and no module but mcad.k8s.kube names an error type via kube."""
     modules = module_files(root, package)
     messages = [f"{imp.where()} imports {imp.names[0]}: mcad.errors imports only the standard library"
                 for imp in imports_of(root, "mcad.errors", modules["mcad.errors"])
                 if imp.names[0].split(".")[0] not in sys.stdlib_module_names]
     for module, path in modules.items():
-        if module == "mcad.kube":
+        if module == "mcad.k8s.kube":
             continue
-        messages += [f"{imp.where()} takes an error type from mcad.kube: import it from mcad.errors"
+        messages += [f"{imp.where()} takes an error type from mcad.k8s.kube: import it from mcad.errors"
                      for imp in imports_of(root, module, path)
-                     if any(n == f"mcad.kube.{e}" for e in ERROR_TYPES for n in imp.names)]
+                     if any(n == f"mcad.k8s.kube.{e}" for e in ERROR_TYPES for n in imp.names)]
         messages += [f"{path.relative_to(root)}:{node.lineno} `{ast.unparse(node)}`: name it from mcad.errors"
                      for node in ast.walk(ast.parse(path.read_text()))
                      if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
@@ -310,7 +310,7 @@ def test_every_module_in_the_tables_exists_unless_not_written_yet() -> None:
     unmatched = {p for p in MODEL_MODULES if not any(fnmatch.fnmatchcase(m, p) for m in modules)}
     assert unmatched <= NOT_WRITTEN_YET, f"no such module: {sorted(unmatched - NOT_WRITTEN_YET)}"
     assert not NOT_WRITTEN_YET & set(modules), "written now: take it out of NOT_WRITTEN_YET"
-    assert "mcad.kube" in modules and "mcad.errors" in modules
+    assert "mcad.k8s.kube" in modules and "mcad.errors" in modules
 
 
 # --- the checker can fail: each rule broken on purpose in a package of a few files ---------------------------
@@ -327,14 +327,14 @@ def _package(root: Path, files: dict[str, str]) -> Path:
 
 
 @pytest.mark.parametrize(("name", "text", "statement"), [
-    ("mcad/ledger.py", "import kubernetes.client\n", "import kubernetes.client"),
+    ("mcad/model/ledger.py", "import kubernetes.client\n", "import kubernetes.client"),
     ("mcad/api/views.py", "def f():\n    from urllib3 import util\n", "from urllib3 import util"),
     ("mcad/cli/controller.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import urllib3\n",
      "import urllib3"),
 ])
 def test_the_client_rule_reports_a_client_import_outside_kube(tmp_path: Path, name: str, text: str,
                                                               statement: str) -> None:
-    root = _package(tmp_path, {"mcad/kube.py": "import kubernetes\nimport urllib3\n", name: text})
+    root = _package(tmp_path, {"mcad/k8s/kube.py": "import kubernetes\nimport urllib3\n", name: text})
     found = rule_violations(root, PACKAGE, CLIENT_RULE)
     assert len(found) == 1, found
     assert found[0].startswith(f"{name}:")
@@ -342,22 +342,24 @@ def test_the_client_rule_reports_a_client_import_outside_kube(tmp_path: Path, na
 
 
 @pytest.mark.parametrize(("name", "text", "statement", "forbidden"), [
-    ("mcad/ledger.py", "import threading\n", "import threading", "threading"),
-    ("mcad/quota.py", "from threading import Lock\n", "from threading import Lock", "threading"),
-    ("mcad/pending.py", "def f():\n    from mcad import kube\n", "from mcad import kube", "mcad.kube"),
-    ("mcad/api/views.py", "from .. import kube\n", "from .. import kube", "mcad.kube"),
-    ("mcad/api/views.py", "from mcad.kube import ApiError\n", "from mcad.kube import ApiError", "mcad.kube"),
-    ("mcad/status.py", "import concurrent.futures\n", "import concurrent.futures", "concurrent.futures"),
-    ("mcad/fit.py", "from concurrent import futures\n", "from concurrent import futures", "concurrent.futures"),
-    ("mcad/preemption.py", "from concurrent.futures import ThreadPoolExecutor\n",
+    ("mcad/model/ledger.py", "import threading\n", "import threading", "threading"),
+    ("mcad/model/quota.py", "from threading import Lock\n", "from threading import Lock", "threading"),
+    ("mcad/model/pending.py", "def f():\n    from mcad.k8s import kube\n", "from mcad.k8s import kube",
+     "mcad.k8s.kube"),
+    ("mcad/api/views.py", "from ..k8s import kube\n", "from ..k8s import kube", "mcad.k8s.kube"),
+    ("mcad/api/views.py", "from mcad.k8s.kube import ApiError\n", "from mcad.k8s.kube import ApiError",
+     "mcad.k8s.kube"),
+    ("mcad/model/status.py", "import concurrent.futures\n", "import concurrent.futures", "concurrent.futures"),
+    ("mcad/model/fit.py", "from concurrent import futures\n", "from concurrent import futures", "concurrent.futures"),
+    ("mcad/model/preemption.py", "from concurrent.futures import ThreadPoolExecutor\n",
      "from concurrent.futures import ThreadPoolExecutor", "concurrent.futures"),
 ])
 def test_the_model_rule_reports_a_client_or_thread_import(tmp_path: Path, name: str, text: str, statement: str,
                                                           forbidden: str) -> None:
     root = _package(tmp_path, {
-        "mcad/kube.py": "import threading\n",  # not a model module: may use threads
-        "mcad/dispatcher.py": "import threading\nfrom mcad import kube\n",
-        "mcad/lifecycle.py": "from mcad.errors import ApiError\nimport structlog\n",  # allowed neighbours
+        "mcad/k8s/kube.py": "import threading\n",  # not a model module: may use threads
+        "mcad/loop/dispatcher.py": "import threading\nfrom mcad import kube\n",
+        "mcad/model/lifecycle.py": "from mcad.errors import ApiError\nimport structlog\n",  # allowed neighbours
         "mcad/errors.py": "",
         name: text,
     })
@@ -381,51 +383,51 @@ def test_the_circle_rule_reports_a_circle_through_a_function_level_import(tmp_pa
 
 def test_the_circle_rule_follows_relative_imports_and_reports_each_circle(tmp_path: Path) -> None:
     root = _package(tmp_path, {
-        "mcad/cli/controller.py": "from mcad import debug\n",
-        "mcad/debug.py": "from .cli.controller import build\n",
+        "mcad/cli/controller.py": "from mcad.serve import debug\n",
+        "mcad/serve/debug.py": "from ..cli.controller import build\n",
         "mcad/api/x.py": "from . import y\n",
         "mcad/api/y.py": "from .x import z\n",
     })
     assert circles(root, PACKAGE) == [
         "import circle mcad.api.x -> mcad.api.y -> mcad.api.x (among mcad.api.x, mcad.api.y): "
         "mcad/api/x.py:1 `from . import y`; mcad/api/y.py:1 `from .x import z`",
-        "import circle mcad.cli.controller -> mcad.debug -> mcad.cli.controller (among mcad.cli.controller, "
-        "mcad.debug): mcad/cli/controller.py:1 `from mcad import debug`; mcad/debug.py:1 "
-        "`from .cli.controller import build`",
+        "import circle mcad.cli.controller -> mcad.serve.debug -> mcad.cli.controller (among mcad.cli.controller, "
+        "mcad.serve.debug): mcad/cli/controller.py:1 `from mcad.serve import debug`; mcad/serve/debug.py:1 "
+        "`from ..cli.controller import build`",
     ]
 
 
 def test_the_circle_rule_leaves_out_imports_under_type_checking_only(tmp_path: Path) -> None:
     root = _package(tmp_path, {
-        "mcad/dispatcher.py": "from mcad.hubdispatch import HubMode\n",
+        "mcad/loop/dispatcher.py": "from mcad.hubdispatch import HubMode\n",
         "mcad/hubdispatch.py": (
             "from typing import TYPE_CHECKING\n"
-            "if TYPE_CHECKING:\n    from mcad.dispatcher import Dispatcher\n"
-            "class HubMode:\n    if TYPE_CHECKING:\n        from mcad import dispatcher\n"
+            "if TYPE_CHECKING:\n    from mcad.loop.dispatcher import Dispatcher\n"
+            "class HubMode:\n    if TYPE_CHECKING:\n        from mcad.loop import dispatcher\n"
         ),
     })
     assert circles(root, PACKAGE) == []
     # The else branch of the same ``if`` runs, so it counts.
     (root / "mcad/hubdispatch.py").write_text(
-        "import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    import mcad.dispatcher\n")
+        "import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    import mcad.loop.dispatcher\n")
     assert circles(root, PACKAGE) == [
-        "import circle mcad.dispatcher -> mcad.hubdispatch -> mcad.dispatcher (among mcad.dispatcher, "
-        "mcad.hubdispatch): mcad/dispatcher.py:1 `from mcad.hubdispatch import HubMode`; mcad/hubdispatch.py:5 "
-        "`import mcad.dispatcher`"
+        "import circle mcad.hubdispatch -> mcad.loop.dispatcher -> mcad.hubdispatch (among mcad.hubdispatch, "
+        "mcad.loop.dispatcher): mcad/hubdispatch.py:5 `import mcad.loop.dispatcher`; mcad/loop/dispatcher.py:1 "
+        "`from mcad.hubdispatch import HubMode`"
     ]
 
 
 def test_the_error_type_rule_reports_kube_spellings_and_a_heavy_errors_module(tmp_path: Path) -> None:
     root = _package(tmp_path, {
-        "mcad/kube.py": "from mcad.errors import ApiError as ApiError\n",
+        "mcad/k8s/kube.py": "from mcad.errors import ApiError as ApiError\n",
         "mcad/errors.py": "from typing import Any\nimport urllib3\n",
-        "mcad/hub.py": "from mcad import kube\ntry:\n    pass\nexcept kube.ApiError:\n    pass\n",
-        "mcad/apply.py": "from mcad.kube import Client, GoneError\n",
-        "mcad/leader.py": "from mcad import kube\nfrom mcad.errors import ApiError\nkube.Client\n",  # fine
+        "mcad/hub.py": "from mcad.k8s import kube\ntry:\n    pass\nexcept kube.ApiError:\n    pass\n",
+        "mcad/k8s/apply.py": "from mcad.k8s.kube import Client, GoneError\n",
+        "mcad/k8s/leader.py": "from mcad.k8s import kube\nfrom mcad.errors import ApiError\nkube.Client\n",  # fine
     })
     assert error_type_violations(root, PACKAGE) == [
         "mcad/errors.py:2 `import urllib3` imports urllib3: mcad.errors imports only the standard library",
-        "mcad/apply.py:1 `from mcad.kube import Client, GoneError` takes an error type from mcad.kube: import it "
-        "from mcad.errors",
         "mcad/hub.py:4 `kube.ApiError`: name it from mcad.errors",
+        "mcad/k8s/apply.py:1 `from mcad.k8s.kube import Client, GoneError` takes an error type from mcad.k8s.kube: "
+        "import it from mcad.errors",
     ]

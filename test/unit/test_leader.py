@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from mcad.cli import controller
-from mcad.leader import (
+from mcad.k8s.leader import (
     DEFAULT_NAMESPACE,
     Decision,
     LeaseRecord,

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from mcad import leaderpod
 from mcad.errors import ApiError
-from mcad.leaderpod import LEADER_LABEL, LeaderPodLabel
+from mcad.k8s import leaderpod
+from mcad.k8s.leaderpod import LEADER_LABEL, LeaderPodLabel
 
 
 class Stop(threading.Event):

@@ -10,7 +10,7 @@ import pytest
 
 from mcad.api.resources import ZERO, ResourceVector
 from mcad.api.views import NodeView, PodView
-from mcad.ledger import Ledger
+from mcad.model.ledger import Ledger
 from test.unit.nodes_and_pods import GI, node, pod, running, v
 
 # -- ledger scenarios -----------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Completion, failure and requeue-wait rules (mcad.lifecycle), on views only."""
+"""Completion, failure and requeue-wait rules (mcad.model.lifecycle), on views only."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from mcad.api.appwrapper import SchedulingSpec, appwrapper_view
 from mcad.api.statusview import StatusView, status_view
 from mcad.api.validation import MAX_DISPATCH_LIMIT_SECONDS, MAX_REQUEUE_SECONDS
-from mcad.lifecycle import (
+from mcad.k8s.wrapped import NOT_SYNCED, WrappedView, wrapped_view
+from mcad.model.lifecycle import (
     FAR_FUTURE,
     MAX_TIMER_SECONDS,
     REQUEUE_FLOOR_CAP_SECONDS,
@@ -27,7 +28,6 @@ from mcad.lifecycle import (
     tracked_items,
     watched_kinds,
 )
-from mcad.wrapped import NOT_SYNCED, WrappedView, wrapped_view
 
 UID = "aw-uid"
 

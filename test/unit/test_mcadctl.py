@@ -667,7 +667,7 @@ def _kubeconfig(tmp_path: Path, user: dict[str, Any]) -> str:
 
 
 def test_the_kubeconfig_token_is_resolved_as_the_client_does(tmp_path: Path) -> None:
-    from mcad import kube
+    from mcad.k8s import kube
 
     assert kube.bearer_token(kube.connect(_kubeconfig(tmp_path, {"token": "abc"}))) == "abc"
     token_file = tmp_path / "token"

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from mcad.api.resources import ResourceVector
-from mcad.pending import PendingQueue
+from mcad.model.pending import PendingQueue
 
 CPU1 = ResourceVector({"cpu": 1000})
 CPU2 = ResourceVector({"cpu": 2000})

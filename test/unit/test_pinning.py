@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from mcad.accounting import Accountant
 from mcad.api.appwrapper import appwrapper_view
 from mcad.api.views import PLACEMENT_GATE, pod_view
 from mcad.errors import ApiError
-from mcad.keys import PodEvent
-from mcad.pinning import UNGATE_RETRY_BASE_SECONDS, Pinning, Ungated, provenance, ungate_patch
-from mcad.workqueue import WorkQueue
+from mcad.loop.pinning import UNGATE_RETRY_BASE_SECONDS, Pinning, Ungated, provenance, ungate_patch
+from mcad.loop.workqueue import WorkQueue
+from mcad.model.accounting import Accountant
+from mcad.model.keys import PodEvent
 from test.fakes import FakeClock, apply_json_patch
 from test.unit.nodes_and_pods import GI, node, raw_pod, v
 
@@ -231,7 +231,7 @@ def test_after_a_restart_a_pinned_unbound_pod_keeps_its_node() -> None:
 
 
 def test_a_pins_own_requirement_is_told_apart_from_the_pods() -> None:
-    from mcad.pinning import without_pin
+    from mcad.loop.pinning import without_pin
     terms = [{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]}]
     raw = gated(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": terms}}})

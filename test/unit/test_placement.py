@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from mcad import placement
 from mcad.api.podgroups import NodeRequirement, PodGroup, Toleration, gang
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView, Taint
-from mcad.placement import Packing, pack
+from mcad.model import placement
+from mcad.model.placement import Packing, pack
 
 GI = 2**30
 GPU = "nvidia.com/gpu"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from mcad.accounting import Accountant
 from mcad.api.appwrapper import AppWrapperView
-from mcad.preemption import (
+from mcad.model.accounting import Accountant
+from mcad.model.preemption import (
     Candidate,
     EvictionBudget,
     Preemptors,
@@ -18,7 +18,7 @@ from mcad.preemption import (
     reclaim_victims,
     victim_rank,
 )
-from mcad.quota import Forest, subtree_view
+from mcad.model.quota import Forest, subtree_view
 from test.unit.nodes_and_pods import v
 from test.unit.test_fit import CLUSTER, appwrapper, cluster, tree
 

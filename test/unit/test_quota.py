@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from mcad.api.resources import ResourceVector
-from mcad.quota import Forest, QuotaLedger, subtree_view
+from mcad.model.quota import Forest, QuotaLedger, subtree_view
 
 # Upstream's kuttl trees (test/e2e-kuttl/install-quota-subtree.yaml), in the current group.
 UPSTREAM = """

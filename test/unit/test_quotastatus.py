@@ -9,9 +9,9 @@ from typing import Any
 
 from mcad.api.resources import ResourceVector
 from mcad.errors import ApiError
-from mcad.quota import QuotaLedger, SubtreeView, subtree_view
-from mcad.quotastatus import QuotaStatusWriter
-from mcad.writes import Writes
+from mcad.k8s.writes import Writes
+from mcad.loop.quotastatus import QuotaStatusWriter
+from mcad.model.quota import QuotaLedger, SubtreeView, subtree_view
 
 
 def subtree(name: str, tree: str, children: dict[str, str], parent: str | None = None,

@@ -1,4 +1,4 @@
-"""mcad.retry: what each API answer means for a retry, per-key backoff, the shared rate bound, giving up."""
+"""mcad.model.retry: what each API answer means for a retry, per-key backoff, the shared rate bound, giving up."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from mcad.errors import TIMED_OUT
-from mcad.retry import Backoff, FailureKind, Policy, TokenBucket, classify
+from mcad.model.retry import Backoff, FailureKind, Policy, TokenBucket, classify
 from test.fakes import FakeClock
 
 

@@ -1,4 +1,4 @@
-"""The HTTP endpoint: who gets an answer (401, 403, 404, 503 by the access rules of mcad.server, over a gate whose
+"""The HTTP endpoint: who gets an answer (401, 403, 404, 503 by the access rules of mcad.serve.server, over a gate whose
 API calls are stand-ins; the real reviews run in test/e2e/test_endpoint_access.py), what a tenant's queue holds,
 and error handling: a client that leaves before its answer costs one log line, no traceback."""
 
@@ -17,10 +17,10 @@ import pytest
 import structlog
 
 from mcad.admission.request import UserInfo
-from mcad.endpointauth import Attributes, Gate
 from mcad.metrics import Metrics
-from mcad.server import DebugEndpoints, Server
-from mcad.snapshots import Snapshots
+from mcad.serve.endpointauth import Attributes, Gate
+from mcad.serve.server import DebugEndpoints, Server
+from mcad.serve.snapshots import Snapshots
 from test.support import wait_until
 from test.unit.test_endpointauth import Reviews
 from test.unit.test_snapshots import FakeReports, Loop
@@ -185,7 +185,7 @@ def test_someone_who_may_list_appwrappers_nowhere_gets_403(served: tuple[Server,
 
 
 def test_a_review_that_fails_is_503_never_an_open_door(served: tuple[Server, Reviews]) -> None:
-    from mcad import kube
+    from mcad.k8s import kube
 
     http, reviews = served
     reviews.fail = kube.ApiError(503, "ServiceUnavailable", "etcd is down")

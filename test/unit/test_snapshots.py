@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from mcad.snapshots import Busy, Snapshot, Snapshots
+from mcad.serve.snapshots import Busy, Snapshot, Snapshots
 from test.support import wait_until
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from mcad import lifecycle, status
 from mcad.api.statusview import status_view
 from mcad.api.views import Unschedulable
+from mcad.model import lifecycle, status
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, 123456, tzinfo=UTC)
 T1 = T0 + timedelta(seconds=5)

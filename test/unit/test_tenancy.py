@@ -1,4 +1,5 @@
-"""The namespace admin's rules (mcad.tenancy): quota bindings, the priority ceiling, and what admission refuses."""
+"""The namespace admin's rules (mcad.model.tenancy): quota bindings, the priority ceiling, and what admission
+refuses."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from mcad.admission.facts import Decision, Resource
 from mcad.admission.request import UserInfo
-from mcad.tenancy import (
+from mcad.model.tenancy import (
     DEFAULT_MAX_PRIORITY,
     admission_patch,
     admission_problems,

@@ -6,9 +6,10 @@ import ast
 import threading
 from pathlib import Path
 
-from mcad import kube, wiring
+from mcad import wiring
 from mcad.api.validation import Limits
-from mcad.tenantstore import TenantAppWrappers
+from mcad.k8s import kube
+from mcad.k8s.tenantstore import TenantAppWrappers
 from test.support import unreachable_kubeconfig
 
 PACKAGE = Path(wiring.__file__).parent
@@ -67,4 +68,4 @@ def test_only_the_entry_points_import_the_entry_points() -> None:
                                                                if n == "mcad.cli" or n.startswith("mcad.cli."))
                  for path in PACKAGE.rglob("*.py") if PACKAGE / "cli" not in path.parents}
     assert {path: names for path, names in offenders.items() if names} == {}
-    assert "mcad.wiring.build" in _imported(PACKAGE / "debug.py"), "debug.offline wires through mcad.wiring"
+    assert "mcad.wiring.build" in _imported(PACKAGE / "serve" / "debug.py"), "debug.offline wires through mcad.wiring"

@@ -14,9 +14,9 @@ import pytest
 import structlog
 
 from mcad.errors import ApiError
-from mcad.informer import Informer
-from mcad.kube import ApiResource
-from mcad.wrapped import UNWATCHABLE, WrappedObjects, WrappedView, informer_factory, wrapped_view
+from mcad.k8s.informer import Informer
+from mcad.k8s.kube import ApiResource
+from mcad.k8s.wrapped import UNWATCHABLE, WrappedObjects, WrappedView, informer_factory, wrapped_view
 from test.fakes import FakeClock, FakeListerWatcher
 from test.support import wait_until
 

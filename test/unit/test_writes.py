@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mcad.keys import Written
-from mcad.writes import Writes
+from mcad.k8s.writes import Writes
+from mcad.model.keys import Written
 
 
 class Keys:

@@ -1,0 +1,186 @@
+"""What waiting AppWrappers are told: their Backoff status and Queued Events, written only when they change.
+
+Contract (the dispatcher thread owns this; it asks the dispatcher what it needs through ``Host``):
+- ``tell(aw, about, why)`` writes the Backoff status saying what blocks ``aw`` and its queue position, unless the
+  last one was about the same thing (``about``) and about the same place: exact for the first ten, then by powers
+  of two, so an AppWrapper moving up a long queue is rewritten O(log n) times in all, not once per dispatch ahead
+  of it. The message is built (``why()``) only when written. A Queued Event goes with a change of what blocks it,
+  never with a change of place; the first notice of an AppWrapper counts one "queued" decision.
+- ``to_announce(key)`` marks an AppWrapper that arrived (or changed group) for ``announce`` after the next cycle,
+  which tells each one what it waits for, the cycle may not have visited it (it skips the rest of a blocked
+  group; a preemptor stops it). An AppWrapper whose requeue message still stands (its old pods are there) is
+  kept for a later announce.
+- ``refresh_group(head, about)``: a cycle judges one member per group; when what blocks the head changes, the
+  other members are told once (O(group) per change, not per cycle), so none keeps an outdated reason.
+- What they are told names another AppWrapper only within its own namespace (``mcad.model.disclosure``).
+- Memory: one small entry per waiting AppWrapper (shared copies: ``(about, place)`` takes few values), one per
+  pending group; ``forget`` and ``reset`` drop them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable, Mapping
+from functools import partial
+from typing import Any, Protocol
+
+import structlog
+
+from mcad.api.appwrapper import AppWrapperView, State
+from mcad.api.statusview import StatusView
+from mcad.clock import Clock
+from mcad.k8s import events
+from mcad.k8s.informer import Store
+from mcad.metrics import Metrics
+from mcad.model import disclosure, status
+from mcad.model.accounting import Snapshot
+from mcad.model.fit import Fit
+from mcad.model.pending import PendingQueue
+
+# Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
+# mean rewriting the status of every AppWrapper behind it.
+BEHIND_STRICT_FIFO = "waiting behind earlier AppWrappers (strict FIFO)"
+
+log = structlog.get_logger("mcad.loop.notices")
+
+
+class Host(Protocol):
+    """What notices ask of the dispatcher."""
+
+    def status_of(self, aw: AppWrapperView) -> StatusView:
+        ...
+
+    def write_status(self, aw: AppWrapperView, new: Mapping[str, Any]) -> None:
+        ...
+
+    def event(self, aw: AppWrapperView, reason: str, message: str) -> None:
+        ...
+
+    def waits_in_queue(self, aw: AppWrapperView) -> bool:
+        """Queued, and judged by the cycle (not draining its old pods, not waiting for victims)."""
+        ...
+
+    def draining(self, aw: AppWrapperView) -> bool:
+        ...
+
+    def fit_of(self, aw: AppWrapperView, snapshot: Snapshot) -> Fit:
+        ...
+
+    def retrying(self, key: str) -> bool:
+        """Its last dispatch failed and it waits out its backoff."""
+        ...
+
+    def preempting(self, key: str) -> bool:
+        ...
+
+
+@functools.lru_cache(maxsize=1024)
+def same_shortage(about: frozenset[str]) -> frozenset[str]:
+    """One name per short resource, whether the fit found it short on every node ("nodes:cpu") or in the free
+    total ("cpu"): with reservations withholding room from the total, one AppWrapper's shortfall turns from one to
+    the other as room comes and goes, and each turn would rewrite its status (and its whole group's)."""
+    if not any(item.startswith("nodes:") for item in about):
+        return about
+    return frozenset(item.removeprefix("nodes:") for item in about)
+
+
+class Notices:
+    def __init__(self, pending: PendingQueue, appwrappers: Store[AppWrapperView], host: Host, *, metrics: Metrics,
+                 clock: Clock, strict_fifo: bool) -> None:
+        self._pending = pending
+        self._appwrappers = appwrappers
+        self._host = host
+        self._metrics = metrics
+        self._clock = clock
+        self._strict_fifo = strict_fifo
+        # Per waiting AppWrapper: what its last Backoff message was about. Per pending group:
+        # what blocked its head when the group's members were last told. AppWrappers still to be announced.
+        self._written: dict[str, frozenset[str]] = {}
+        self._group_about: dict[Hashable, frozenset[str]] = {}
+        self._unannounced: set[str] = set()
+
+    def tell(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> None:
+        about = same_shortage(about)
+        position = self._pending.position(aw.key)
+        # Written again when what it is about changes, not when its place does: the message says its position
+        # when written. Under churn the queue moves many times a second, and with reservations many AppWrappers
+        # near the head are looked at every cycle: rewriting each as its place improved cost more status writes
+        # than the dispatches themselves (the API server is what bounds mcad). /debug/queue and mcadctl are live.
+        current = self._host.status_of(aw)
+        before = self._written.get(aw.key)
+        if before == about and current.state == State.PENDING:
+            return
+        reason = why()
+        log.debug("backoff told", appwrapper=aw.key, about=sorted(about),
+                  changed="new" if before is None else ("about" if before != about else "state"))
+        message = f"{reason}; position {position} in the queue" if position else reason
+        if before is None:
+            self._metrics.decision("queued")
+        if before != about:
+            # An Event when what blocks it changes, not when its place does (that changes every cycle).
+            self._host.event(aw, events.QUEUED, f"Waiting: {reason}.")
+        self._host.write_status(aw, status.queued(current.raw(), self._clock.now(), priority=aw.priority,
+                                                  why=message))
+        self._written[aw.key] = about
+
+    def to_announce(self, key: str) -> None:
+        self._unannounced.add(key)
+
+    def reset(self, key: str) -> None:
+        """It left the queue (dispatched, or requeued with a message of its own): its next wait is told afresh."""
+        self._written.pop(key, None)
+
+    def forget(self, key: str) -> None:
+        self._written.pop(key, None)
+        self._unannounced.discard(key)
+
+    def groups_changed(self) -> None:
+        """Every group was rebuilt (quota trees changed): what blocked their heads is unknown again."""
+        self._group_about.clear()
+
+    def refresh_group(self, head: AppWrapperView, about: frozenset[str], snapshot: Snapshot) -> None:
+        about = same_shortage(about)
+        entry = self._pending.entry(head.key)
+        if entry is None:
+            return
+        group = entry[1]
+        previous = self._group_about.get(group)
+        self._group_about[group] = about
+        # First sight of the group (a new one, or after a restart): its members were announced one by one.
+        if previous is None or previous == about:
+            return
+        for key in self._pending.members(group):
+            member = self._appwrappers.get(key) if key != head.key else None
+            if member is None or not self._host.waits_in_queue(member):
+                continue
+            fit = self._host.fit_of(member, snapshot)
+            if not fit.fits:
+                self.tell(member, fit.about, fit.why)
+        if len(self._group_about) > 2 * self._pending.group_count() + 16:
+            self._group_about = {g: a for g, a in self._group_about.items() if self._pending.has_group(g)}
+
+    def announce(self, snapshot: Snapshot, held_by: str = "") -> None:
+        """After a cycle: the first Backoff of those that arrived and still wait (``held_by``: the key of the
+        preemptor that stopped the cycle early by holding the queue; named only to its own namespace)."""
+        held = set()
+        for key in self._unannounced:
+            aw = self._appwrappers.get(key)
+            if aw is None or key not in self._pending or key in self._written or self._host.preempting(key):
+                continue
+            if self._host.draining(aw):
+                held.add(key)  # its requeue message stands until its old pods are gone
+                continue
+            if self._strict_fifo:
+                self.tell(aw, frozenset({BEHIND_STRICT_FIFO}), partial(str, BEHIND_STRICT_FIFO))
+                continue
+            fit = self._host.fit_of(aw, snapshot)
+            if fit.fits:
+                # It would fit, yet the cycle did not dispatch it: a preemptor holds the queue, or its last
+                # dispatch failed and it waits out its backoff. Never an empty reason.
+                why = disclosure.held_behind_preemptor(held_by, aw.namespace) if held_by else (
+                    "waiting for the next dispatch cycle" if not self._host.retrying(key)
+                    else "its last dispatch failed; retrying after its backoff")
+                self.tell(aw, frozenset({why}), partial(str, why))
+            else:
+                self.tell(aw, fit.about, fit.why)
+        self._unannounced = held

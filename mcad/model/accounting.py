@@ -1,0 +1,474 @@
+"""The resource accountant: what the nodes have, what runs on them and what is promised, held by one object.
+
+Contract (DESIGN.md, "Free capacity"; the equivalent of Kueue's cache):
+- ``Accountant`` owns every piece of state about capacity that is remembered across events: the ``Ledger`` (nodes,
+  pods, reservations), the plans of ``--fit=nodes`` dispatches (room on a node promised to pods that are not bound
+  yet), the quota charges (``quota.QuotaLedger``, None when quota trees are not served) and the one index of which
+  pods belong to which AppWrapper. Nothing else keeps any of these.
+- Its vocabulary: ``observe_node``/``forget_node`` and ``observe_pod``/``forget_pod`` for informer events;
+  ``assume(key, demand, labels, plan)`` when a dispatch is decided (reserve, charge, plan);
+  ``forget(key)`` when an AppWrapper stops holding capacity; ``snapshot(fit_by_nodes)`` for a pass of decisions.
+- A plan entry goes down by one when one of the AppWrapper's pods binds (or ends without binding), so the room
+  planned per node is kept up to date pod by pod and a snapshot costs O(nodes), not O(plans).
+- Pins (``--placement=binding``, ``mcad.loop.pinning``): ``pin`` gives a gated pod a slot of its AppWrapper's plan
+  (an entry with pods planned and not yet pinned, of the pod's requests, or the smallest that holds them when the
+  plan has none of that shape, on a node ``eligible`` accepts); ``drop_open_slot`` takes a slot out for a pod
+  that fits none;
+  ``pin_extra`` adds a slot of one for a pod beyond the plan, placed by the caller; ``unpin`` hands a slot back
+  (the pod went away unbound) or, with ``drop_slot``, takes it out of the plan (its node refused the pod). A
+  pinned pod that binds takes its own slot; a pod that binds unpinned takes a slot nobody is pinned to.
+- ``Snapshot`` is a scratch copy of free room for one pass of decisions (a dispatch cycle, an explain):
+  ``take`` subtracts what a decision would use, and nothing it does reaches the accountant.
+- Pure: no I/O, no threads; the dispatcher thread owns it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from mcad.api.podgroups import PodGroup
+from mcad.api.resources import ZERO, ResourceVector
+from mcad.api.views import NodeView, PodView, Unschedulable
+from mcad.model import placement, quota
+from mcad.model.ledger import Ledger
+
+# What a plan says: so many pods of these requests go on that node.
+PlanEntry = tuple[str, ResourceVector, int]
+Plan = tuple[PlanEntry, ...]
+
+
+@dataclass(slots=True)
+class _Planned:
+    """Pods of one shape planned on one node and not bound yet (``count`` goes down as they bind)."""
+
+    node: str
+    requests: ResourceVector
+    count: int
+    pinned: int = 0  # of ``count``: pods pinned to this node and not bound yet
+
+    @property
+    def open(self) -> int:
+        """Slots no pod is pinned to yet."""
+        return self.count - self.pinned
+
+
+def _placement_facts(node: NodeView) -> tuple[object, ...]:
+    """What fit decisions read of a node (heartbeats change none of it)."""
+    return (node.allocatable, node.schedulable, node.ready, node.unschedulable, node.taints, dict(node.labels))
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Free room as one pass of decisions sees it; ``take`` is that pass's own bookkeeping.
+
+    ``room`` (per node: allocatable - its pods - pods planned there) is None with ``--fit=aggregate``. ``quota`` is
+    the ledger fit checks read: the accountant's own in a dispatch cycle (a dispatch charges it through ``assume``),
+    a scratch copy in a dry run (which charges it itself)."""
+
+    free: ResourceVector
+    capacity: ResourceVector
+    room: dict[str, ResourceVector] | None
+    nodes: Sequence[NodeView]
+    quota: quota.QuotaLedger | None
+    consumed: Callable[[str], ResourceVector]
+
+    def need(self, key: str, demand: ResourceVector) -> ResourceVector:
+        """What is left to fit of an AppWrapper's demand: its own pods that exist already are in use."""
+        return (demand - self.consumed(key)).clamp()
+
+    def take(self, need: ResourceVector, plan: Iterable[PlanEntry]) -> None:
+        self.free = self.free - need
+        if self.room is not None:
+            take_room(self.room, plan)
+
+    def give(self, need: ResourceVector, plan: Iterable[PlanEntry]) -> None:
+        """Undo a ``take``."""
+        self.free = self.free + need
+        if self.room is not None:
+            for node, requests, count in plan:
+                if node in self.room:
+                    self.room[node] = self.room[node] + requests.scale(count)
+
+    def copy(self) -> Snapshot:
+        """A copy to try decisions on (the quota ledger is shared: fit checks only read it)."""
+        return replace(self, room=dict(self.room) if self.room is not None else None)
+
+
+def take_room(room: dict[str, ResourceVector], plan: Iterable[PlanEntry]) -> None:
+    for node, requests, count in plan:
+        if node in room:
+            room[node] = room[node] - requests.scale(count)
+
+
+class Accountant:
+    def __init__(self, *, quota_trees: bool = False) -> None:
+        self.ledger = Ledger()
+        # Quota trees: None when not served (no QuotaSubtree CRD, or --no-quota); then nothing is charged.
+        self.quota: quota.QuotaLedger | None = quota.QuotaLedger() if quota_trees else None
+        # --fit=nodes: where each dispatched AppWrapper's pods were planned to go, and their sum per node.
+        self._plans: dict[str, list[_Planned]] = {}
+        self._planned: dict[str, ResourceVector] = {}
+        # The pods of each AppWrapper (uid -> phase), and the owner of each such pod.
+        self._pod_owner: dict[str, str] = {}
+        self._pods_by_appwrapper: dict[str, dict[str, str]] = {}
+        # --placement=binding: pod uid -> (its AppWrapper, the plan entry it is pinned to), until it binds or goes.
+        self._pins: dict[str, tuple[str, _Planned]] = {}
+        self._pins_by_appwrapper: dict[str, set[str]] = {}
+
+    # -- nodes ----------------------------------------------------------------------------------------------------
+
+    def observe_node(self, node: NodeView) -> bool:
+        """A node was added or changed; True when fit decisions may now differ (new, or placement facts changed)."""
+        before = self.ledger.node(node.name)
+        self.ledger.upsert_node(node)
+        return before is None or _placement_facts(before) != _placement_facts(node)
+
+    def forget_node(self, name: str) -> None:
+        self.ledger.delete_node(name)
+
+    # -- pods -----------------------------------------------------------------------------------------------------
+
+    def observe_pod(self, pod: PodView) -> None:
+        """A pod was added or changed. A pod of an AppWrapper that binds (or ends unbound) takes one planned pod
+        off its plan."""
+        if pod.appwrapper and pod.appwrapper in self._plans and (pod.node_name or pod.terminal):
+            before = self.ledger.pod(pod.uid)
+            if before is None or not (before.node_name or before.terminal):
+                self._plan_pod_bound(pod.appwrapper, pod)
+        self.ledger.upsert_pod(pod)
+        owner = self._pod_owner.get(pod.uid)
+        if owner and owner != pod.appwrapper:
+            self._untrack(owner, pod.uid)
+        if pod.appwrapper:
+            self._pod_owner[pod.uid] = pod.appwrapper
+            self._pods_by_appwrapper.setdefault(pod.appwrapper, {})[pod.uid] = pod.phase
+        else:
+            self._pod_owner.pop(pod.uid, None)
+
+    def forget_pod(self, uid: str) -> str | None:
+        """A pod is gone; returns the AppWrapper it belonged to, if any. A pin it held frees its slot."""
+        self.unpin(uid)
+        self.ledger.delete_pod(uid)
+        owner = self._pod_owner.pop(uid, None)
+        if owner:
+            self._untrack(owner, uid)
+        return owner
+
+    def detach_pods(self, key: str) -> None:
+        """Its pods stop counting as its own (it left the worker they run in); they still count as usage there."""
+        self.drop_plan(key)
+        for uid in list(self._pods_by_appwrapper.get(key, {})):
+            pod = self.ledger.pod(uid)
+            if pod is not None:
+                self.ledger.upsert_pod(_unowned(pod))
+            self._pod_owner.pop(uid, None)
+        self._pods_by_appwrapper.pop(key, None)
+
+    def _untrack(self, owner: str, uid: str) -> None:
+        pods = self._pods_by_appwrapper.get(owner)
+        if pods is not None:
+            pods.pop(uid, None)
+            if not pods:
+                del self._pods_by_appwrapper[owner]  # deleted AppWrappers must not leave an entry each behind
+
+    def pods_of(self, key: str) -> Mapping[str, str]:
+        """uid -> phase of each pod of the AppWrapper that exists."""
+        return self._pods_by_appwrapper.get(key, {})
+
+    def phases(self, key: str) -> list[str]:
+        return list(self._pods_by_appwrapper.get(key, {}).values())
+
+    def has_pods(self, key: str) -> bool:
+        return key in self._pods_by_appwrapper
+
+    def unschedulable_pods(self, key: str) -> list[tuple[str, Unschedulable]]:
+        """(name, the scheduler's verdict) of its Pending pods that no node could take."""
+        out = []
+        for uid, phase in self._pods_by_appwrapper.get(key, {}).items():
+            pod = self.ledger.pod(uid) if phase == "Pending" else None
+            if pod is not None and pod.unschedulable is not None:
+                out.append((pod.name, pod.unschedulable))
+        return out
+
+    def bound_by_requests(self, key: str) -> dict[ResourceVector, int]:
+        """How many of its pods are bound (or done), by their requests: what a restart need not plan again."""
+        bound: dict[ResourceVector, int] = {}
+        for uid in self._pods_by_appwrapper.get(key, {}):
+            pod = self.ledger.pod(uid)
+            if pod is not None and (pod.node_name or pod.terminal):
+                bound[pod.requests] = bound.get(pod.requests, 0) + 1
+        return bound
+
+    def live_pods(self, key: str) -> list[PodView]:
+        """Its pods that have not ended."""
+        pods = (self.ledger.pod(uid) for uid in self._pods_by_appwrapper.get(key, {}))
+        return [pod for pod in pods if pod is not None and not pod.terminal]
+
+    # -- what dispatched AppWrappers hold ---------------------------------------------------------------------------
+
+    def assume(self, key: str, demand: ResourceVector, labels: Mapping[str, str], plan: Plan = ()) -> None:
+        """A dispatch: its demand reserved, charged to its quota nodes, and (--fit=nodes) its pods planned."""
+        self.ledger.reserve(key, demand)
+        if self.quota is not None:
+            self.quota.charge(key, labels, demand)
+        if plan:
+            self.plan(key, plan)
+
+    def forget(self, key: str) -> bool:
+        """It holds no capacity any more (its pods still count while they exist); True if it held some."""
+        self.drop_plan(key)
+        held = self.ledger.is_reserved(key)
+        if held:
+            self.ledger.release(key)
+        if self.quota is not None and self.quota.is_charged(key):
+            self.quota.release(key)
+            held = True
+        return held
+
+    def holds(self, key: str) -> bool:
+        return self.ledger.is_reserved(key)
+
+    def reserved_keys(self) -> list[str]:
+        return self.ledger.reserved_keys()
+
+    def holders(self, nodes: Collection[str] | None) -> set[str]:
+        """The AppWrappers that hold room on these nodes (None: anywhere): pods of theirs that are bound there and
+        running, pods planned there, or (anywhere only) demand reserved and not yet covered by pods."""
+        found = {key for key, plan in self._plans.items()
+                 if any(e.count > 0 and (nodes is None or e.node in nodes) for e in plan)}
+        for key, pods in self._pods_by_appwrapper.items():
+            if key in found:
+                continue
+            for uid in pods:
+                pod = self.ledger.pod(uid)
+                if pod is not None and pod.node_name and not pod.terminal and (nodes is None or pod.node_name in nodes):
+                    found.add(key)
+                    break
+        if nodes is None:
+            found.update(key for key in self.ledger.reserved_keys() if self.ledger.reservation(key))
+        return found
+
+    def lasting_room(self) -> dict[str, ResourceVector]:
+        """Per node: what would be free once every AppWrapper's pods there ended (pods of no AppWrapper stay)."""
+        return self.ledger.lasting_room_by_node()
+
+    def lasting_free(self) -> ResourceVector:
+        """The cluster's capacity less what pods of no AppWrapper use."""
+        return self.ledger.lasting_free()
+
+    def consumed(self, key: str) -> ResourceVector:
+        return self.ledger.consumed(key)
+
+    def footprint(self, key: str) -> list[PlanEntry]:
+        """What evicting a dispatched AppWrapper frees, by node: its active bound pods and (--fit=nodes) the
+        unbound rest of its plan; ("", outstanding reservation, 1) stands for what is reserved but not placed."""
+        freed: list[PlanEntry] = []
+        for uid in self._pods_by_appwrapper.get(key, {}):
+            pod = self.ledger.pod(uid)
+            if pod is not None and pod.node_name and not pod.terminal:
+                freed.append((pod.node_name, pod.requests, 1))
+        plan = self._plans.get(key)
+        if plan is not None:
+            freed.extend((e.node, e.requests, e.count) for e in plan if e.count > 0)
+        elif self.ledger.reservation(key):
+            freed.append(("", self.ledger.reservation(key), 1))
+        return freed
+
+    # -- plans ----------------------------------------------------------------------------------------------------
+
+    def plan(self, key: str, plan: Iterable[PlanEntry]) -> None:
+        """Its pods not bound yet go on these nodes (replacing any plan it had)."""
+        self.drop_plan(key)
+        entries = [_Planned(node, requests, count) for node, requests, count in plan if count > 0]
+        if not entries:
+            return
+        self._plans[key] = entries
+        for entry in entries:
+            self._planned[entry.node] = self._planned.get(entry.node, ZERO) + entry.requests.scale(entry.count)
+
+    def replan(self, key: str, gang: Sequence[PodGroup], nodes: Sequence[NodeView], snapshot: Snapshot) -> None:
+        """After a restart: its pods not bound yet, planned again on the snapshot's room left (where the scheduler
+        will put them is not known; this keeps their room from being promised twice). Taken from the snapshot."""
+        bound = self.bound_by_requests(key)
+        # Pods mcad pinned before the restart and not bound yet keep their node: their slots come first.
+        pinned = [pod for pod in self.live_pods(key)
+                  if not pod.node_name and pod.pin is not None and pod.pin.pinned_to and not pod.pin.gated]
+        for pod in pinned:
+            bound[pod.requests] = bound.get(pod.requests, 0) + 1
+        groups = []
+        for group in gang:
+            done = min(bound.get(group.requests, 0), group.count)
+            bound[group.requests] = bound.get(group.requests, 0) - done
+            if group.count > done:
+                groups.append(replace(group, count=group.count - done))
+        packing = placement.pack(groups, nodes, snapshot.room or {})
+        self.plan(key, packing.placement if packing.fits else ())
+        if packing.fits:
+            snapshot.take(ZERO, packing.placement)
+        for pod in pinned:
+            assert pod.pin is not None
+            self.pin_extra(key, pod.uid, pod.pin.pinned_to, pod.requests)
+            snapshot.take(ZERO, ((pod.pin.pinned_to, pod.requests, 1),))
+
+    def drop_plan(self, key: str) -> None:
+        for entry in self._plans.pop(key, []):
+            self._unplan(entry.node, entry.requests.scale(entry.count))
+        for uid in self._pins_by_appwrapper.pop(key, ()):
+            self._pins.pop(uid, None)
+
+    # -- pins (--placement=binding) -------------------------------------------------------------------------------
+
+    def pin(self, key: str, uid: str, requests: ResourceVector, eligible: Callable[[str], bool]) -> str | None:
+        """Pin a gated pod of ``key`` to an open slot of its plan on a node ``eligible`` accepts: one of exactly its
+        requests; or, when the plan has no slot of its requests at all (custompodresources declared other amounts
+        than the pods ask), the smallest that holds them. Returns the node, None when no slot fits (the pod is
+        beyond the plan)."""
+        if uid in self._pins:
+            return self._pins[uid][1].node
+        plan = self._plans.get(key, ())
+        planned_shape = any(entry.requests == requests for entry in plan)
+        roomy: _Planned | None = None
+        for entry in plan:
+            if entry.open <= 0 or not eligible(entry.node):
+                continue
+            if entry.requests == requests:
+                roomy = entry
+                break
+            if not planned_shape and requests.fits_in(entry.requests) and (
+                    roomy is None or _slot_size(entry.requests) < _slot_size(roomy.requests)):
+                roomy = entry
+        if roomy is None:
+            return None
+        self._hold_pin(key, uid, roomy)
+        return roomy.node
+
+    def pin_extra(self, key: str, uid: str, node: str, requests: ResourceVector) -> None:
+        """A pod of ``key`` beyond its plan, placed on ``node`` by the caller: a slot of its own, so its room is
+        promised until it binds."""
+        entry = _Planned(node, requests, 1)
+        self._plans.setdefault(key, []).append(entry)
+        self._planned[node] = self._planned.get(node, ZERO) + requests
+        self._hold_pin(key, uid, entry)
+
+    def drop_open_slot(self, key: str, unusable: Callable[[str], bool]) -> str | None:
+        """Take one open slot out of ``key``'s plan, for a pod of it that fits none (it is placed on its own): one
+        on a node ``unusable`` rejects (gone or cordoned since the plan) if there is one, else the last (the plan
+        lists the largest pods first). Each pod so accounts for one slot, so a plan whose pods ask other amounts
+        than it planned (custompodresources) does not hold room for ever. Returns its node, None if none was
+        open."""
+        open_slots = [entry for entry in self._plans.get(key, ()) if entry.open > 0]
+        if not open_slots:
+            return None
+        entry = next((e for e in open_slots if unusable(e.node)), open_slots[-1])
+        self._take_slot(key, entry)
+        return entry.node
+
+    def unpin(self, uid: str, *, drop_slot: bool = False) -> str | None:
+        """The pod holds its slot no more: handed back (it went away unbound), or with ``drop_slot`` taken out of
+        the plan (its node refused it; a new pod is placed afresh). Returns the node it was pinned to."""
+        found = self._pins.pop(uid, None)
+        if found is None:
+            return None
+        key, entry = found
+        self._release_pin_index(key, uid)
+        entry.pinned -= 1
+        if drop_slot:
+            self._take_slot(key, entry)
+        return entry.node
+
+    def pinned_node(self, uid: str) -> str | None:
+        found = self._pins.get(uid)
+        return found[1].node if found is not None else None
+
+    def pins(self) -> dict[str, tuple[str, str]]:
+        """uid -> (AppWrapper, node) of every pod pinned and not bound yet."""
+        return {uid: (key, entry.node) for uid, (key, entry) in self._pins.items()}
+
+    def pinned_by_node(self) -> dict[str, int]:
+        """Per node: pods pinned there and not bound yet."""
+        counts: dict[str, int] = {}
+        for _, entry in self._pins.values():
+            counts[entry.node] = counts.get(entry.node, 0) + 1
+        return counts
+
+    def _hold_pin(self, key: str, uid: str, entry: _Planned) -> None:
+        entry.pinned += 1
+        self._pins[uid] = (key, entry)
+        self._pins_by_appwrapper.setdefault(key, set()).add(uid)
+
+    def _release_pin_index(self, key: str, uid: str) -> None:
+        uids = self._pins_by_appwrapper.get(key)
+        if uids is not None:
+            uids.discard(uid)
+            if not uids:
+                del self._pins_by_appwrapper[key]
+
+    def _take_slot(self, key: str, entry: _Planned) -> None:
+        entry.count -= 1
+        self._unplan(entry.node, entry.requests)
+        plan = self._plans.get(key)
+        if plan is not None and all(e.count <= 0 for e in plan):
+            del self._plans[key]
+
+    def planned_by_node(self) -> dict[str, ResourceVector]:
+        """Room held per node for dispatched pods that are not bound yet."""
+        return dict(self._planned)
+
+    def planned_nodes(self, key: str) -> list[tuple[str, int]]:
+        """(node, pods not bound yet) of its plan."""
+        return [(e.node, e.count) for e in self._plans.get(key, []) if e.count > 0]
+
+    def _unplan(self, node: str, amount: ResourceVector) -> None:
+        left = self._planned.get(node, ZERO) - amount
+        if left:
+            self._planned[node] = left
+        else:
+            self._planned.pop(node, None)
+
+    def _plan_pod_bound(self, key: str, pod: PodView) -> None:
+        """One pod of ``key`` is bound (or done): one planned pod fewer. A pinned pod takes its own slot; any other
+        one of its shape on its node if the plan has one open there, else of its shape anywhere, else any
+        (custompodresources may differ from the pods)."""
+        pinned = self._pins.pop(pod.uid, None)
+        if pinned is not None:
+            self._release_pin_index(key, pod.uid)
+            entry_pinned = pinned[1]
+            entry_pinned.pinned -= 1
+            if entry_pinned.count > 0:
+                self._take_slot(key, entry_pinned)
+            return
+        live = [e for e in self._plans.get(key, []) if e.open > 0]
+        entry = (next((e for e in live if e.node == pod.node_name and e.requests == pod.requests), None)
+                 or next((e for e in live if e.requests == pod.requests), None)
+                 or (live[0] if live else None))
+        if entry is None:
+            return
+        self._take_slot(key, entry)
+
+    def room(self) -> dict[str, ResourceVector]:
+        """Per node: allocatable - its pods' requests - pods planned there by dispatches not yet bound."""
+        room = self.ledger.room_by_node()
+        for node, planned in self._planned.items():
+            if node in room:
+                room[node] = room[node] - planned
+        return room
+
+    # -- decisions ------------------------------------------------------------------------------------------------
+
+    def snapshot(self, *, by_nodes: bool, scratch_quota: bool = False) -> Snapshot:
+        """Free room for one pass of decisions; ``scratch_quota``: over a copy of the quota ledger (a dry run)."""
+        charges = self.quota.copy() if scratch_quota and self.quota is not None else self.quota
+        return Snapshot(free=self.ledger.free(), capacity=self.ledger.capacity(),
+                        room=self.room() if by_nodes else None, nodes=self.ledger.nodes() if by_nodes else (),
+                        quota=charges,
+                        consumed=self.ledger.consumed)
+
+
+def _slot_size(requests: ResourceVector) -> tuple[int, int, int, int]:
+    """Which of two slots is smaller, GPUs first (as ``mcad.model.placement`` orders pods)."""
+    return requests["nvidia.com/gpu"], requests["cpu"], requests["memory"], sum(requests.values())
+
+
+def _unowned(pod: PodView) -> PodView:
+    return replace(pod, appwrapper=None)

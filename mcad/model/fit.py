@@ -1,0 +1,157 @@
+"""Whether a queued AppWrapper fits now, over an explicit snapshot of free room, and if not, what blocks it.
+
+Contract:
+- ``fits(aw, need, snapshot, targets)`` is the one fit check: used by the dispatch cycle, by explain
+  (``Dispatcher.assess_queue``), by the Backoff announcements and by group refreshes. In order: a held AppWrapper
+  never fits; with quota trees, its quota nodes must have room (quota before capacity: one over its quota waits on
+  quota whatever the cluster has free); with ``--fit=nodes`` (``snapshot.room`` set) ``targets`` must place its
+  pods; and its outstanding demand ``need`` must fit the free total (pods that pack usually add up to the demand,
+  but not when custompodresources declare more than the templates in one resource and less in another).
+- ``Fit``: ``about`` is what blocks it, compared between cycles to decide whether its Backoff message must be
+  rewritten; ``why`` builds that message only when it is written; ``plan`` (--fit=nodes) says how many pods of
+  which requests go on which node; ``cluster`` (hub mode) names the worker the whole gang goes to.
+- ``Targets`` is where a gang may go: ``SingleCluster`` (every node), or the hub's workers
+  (``mcad.hub.placement.WorkerPlacement``, one worker per gang). ``node_sets`` lists the node sets one gang may
+  use whole.
+- ``could_ever_fit`` (quota included: an unknown node or a demand over a hard limit never fits) and
+  ``fits_without`` answer the questions preemption asks (on the empty cluster; once these
+  AppWrappers are gone) with the same rules.
+- Pure: reads the snapshot and the views, decides nothing, writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
+
+from mcad.api.appwrapper import AppWrapperView
+from mcad.api.resources import ResourceVector, format_amount
+from mcad.api.views import NodeView
+from mcad.model import placement
+from mcad.model.accounting import PlanEntry, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    fits: bool
+    about: frozenset[str] = frozenset()  # what blocks it (compared to decide whether to rewrite its status)
+    why: Callable[[], str] = str  # the Backoff message, built only when it is written
+    plan: tuple[PlanEntry, ...] = ()  # --fit=nodes: (node, pod requests, pods)
+    cluster: str = ""  # hub mode: the worker it goes to
+    short_of_room: bool = False  # it does not fit for want of room (not quota, not a hold): room may be reserved
+    quota_at: tuple[str, str] | None = None  # (tree, node): the quota node it does not fit under
+
+
+def refused(about: str | frozenset[str], why: str) -> Fit:
+    """A Fit that does not fit, with a fixed message."""
+    return Fit(False, frozenset({about}) if isinstance(about, str) else about, partial(str, why))
+
+
+class Targets(Protocol):
+    """Where a gang may be placed (with --fit=nodes)."""
+
+    def node_sets(self, aw: AppWrapperView, snapshot: Snapshot) -> list[tuple[str, Sequence[NodeView]]]:
+        """The sets of nodes, one of which must take the whole gang, with their worker's name ("" for one
+        cluster)."""
+        ...
+
+    def fit(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> Fit:
+        """Whether its pods can be placed on the snapshot's room, and where."""
+        ...
+
+    def nodes_for(self, key: str, snapshot: Snapshot) -> Sequence[NodeView]:
+        """The nodes a dispatched AppWrapper's pods may be on (where it was placed)."""
+        ...
+
+
+class SingleCluster:
+    """One cluster: a gang's pods pack onto any of its nodes."""
+
+    def node_sets(self, aw: AppWrapperView, snapshot: Snapshot) -> list[tuple[str, Sequence[NodeView]]]:
+        return [("", snapshot.nodes)]
+
+    def nodes_for(self, key: str, snapshot: Snapshot) -> Sequence[NodeView]:
+        return snapshot.nodes
+
+    def fit(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> Fit:
+        if snapshot.room is None or snapshot.consumed(aw.key):
+            # Own pods that exist already (a restart between creating objects and recording it): only the aggregate
+            # remainder can be judged, the nodes they run on are known to the ledger already.
+            return Fit(True)
+        packing = placement.pack(aw.gang, snapshot.nodes, snapshot.room)
+        if not packing.fits:
+            return Fit(False, packing.about, partial(str, packing.why), short_of_room=True)
+        return Fit(True, plan=packing.placement)
+
+
+def fits(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: Targets) -> Fit:
+    if aw.held:  # e.g. its priorityClassName names no PriorityClass (mcad.k8s.tenantstore): no room is enough
+        return refused("held", aw.held)
+    if snapshot.quota is not None:
+        charges, unknown = snapshot.quota.forest.charges(aw.labels)
+        if unknown:
+            return refused("quota: unknown node", unknown)
+        verdict = snapshot.quota.check(charges, aw.demand)
+        if not verdict.fits:
+            return Fit(False, verdict.about, partial(str, verdict.why), quota_at=verdict.at)
+    fit = Fit(True) if snapshot.room is None else targets.fit(aw, need, snapshot)
+    if fit.fits and not need.fits_in(snapshot.free):
+        return Fit(False, short_resources(need, snapshot.free),
+                   partial(describe_shortfall, need, snapshot.free, snapshot.capacity), short_of_room=True)
+    return fit
+
+
+def could_ever_fit(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: Targets,
+                   fit: Fit | None = None) -> bool:
+    """Whether ``aw`` would fit with nothing else running: not if it is held (``AppWrapperView.held``), names a
+    quota node that does not exist, asks more than its quota allows even with nothing else charged
+    (``QuotaLedger.never_fits``), is larger than the cluster's capacity, or (--fit=nodes) its pods pack onto no set
+    of empty nodes it may use."""
+    if aw.held or (fit is not None and "quota: unknown node" in fit.about):
+        return False
+    if snapshot.quota is not None:
+        charges, unknown = snapshot.quota.forest.charges(aw.labels)
+        if unknown or snapshot.quota.never_fits(charges, aw.demand):
+            return False
+    if snapshot.room is None or snapshot.consumed(aw.key) or not need.fits_in(snapshot.capacity):
+        return need.fits_in(snapshot.capacity)
+    return any(placement.pack(aw.gang, nodes, {}).fits  # {}: every node empty
+               for _, nodes in targets.node_sets(aw, snapshot))
+
+
+def fits_without(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: Targets,
+                 footprints: Iterable[Sequence[PlanEntry]]) -> bool:
+    """Whether ``aw`` would fit the cluster once the AppWrappers of these footprints (what each frees, by node:
+    ``Accountant.footprint``) are gone. Capacity only: quota is the caller's."""
+    footprints = list(footprints)
+    freed = ResourceVector()
+    for footprint in footprints:
+        for _, requests, count in footprint:
+            freed = freed + requests.scale(count)
+    if snapshot.room is None or snapshot.consumed(aw.key) or not need.fits_in(snapshot.free + freed):
+        return need.fits_in(snapshot.free + freed)
+    after = dict(snapshot.room)
+    for footprint in footprints:
+        for node, requests, count in footprint:
+            if node in after:
+                after[node] = after[node] + requests.scale(count)
+    return any(placement.pack(aw.gang, nodes, after).fits for _, nodes in targets.node_sets(aw, snapshot))
+
+
+def short_resources(demand: ResourceVector, free: ResourceVector) -> frozenset[str]:
+    return frozenset(demand.shortfall(free).keys())
+
+
+def describe_shortfall(demand: ResourceVector, free: ResourceVector, capacity: ResourceVector) -> str:
+    """'short of cpu 2 (needs 4, 2 free)', per short resource; notes a demand larger than the whole cluster."""
+    short = demand.shortfall(free)
+    parts = []
+    for name, amount in sorted(short.items()):
+        need, have = format_amount(name, demand.get(name)), format_amount(name, max(free.get(name), 0))
+        parts.append(f"{name} {format_amount(name, amount)} (needs {need}, {have} free)")
+    why = "short of " + ", ".join(parts)
+    if not demand.fits_in(capacity):
+        why += "; more than the whole cluster has"
+    return why

@@ -1,0 +1,192 @@
+"""The queued AppWrappers, in dispatch order, arranged so that a dispatch cycle never walks the whole queue.
+
+Contract:
+- ``upsert(key, order, demand)`` adds an AppWrapper or moves it (new priority, new demand); ``remove(key)`` drops
+  it. Both cost O(log n) to find the place plus a memmove of one group's list.
+- AppWrappers with the same demand form a group, kept in dispatch order. Within one cycle free capacity only
+  shrinks, so once a group's first remaining member does not fit, no later member of that group can fit either.
+- ``cycle()`` returns a ``Cursor`` that yields candidates in global dispatch order across groups (a heap over
+  group heads). The caller answers each candidate with ``passed()`` (dispatched, failed, or otherwise done with
+  it for this cycle; the caller removes it from the queue after the cycle) or ``blocked()`` (it did not fit: the
+  rest of its group is skipped for this cycle). A cycle therefore costs O((candidates passed + groups) · log
+  groups), not O(queue length): 10,000 identical GPU AppWrappers that cannot fit cost one check.
+- ``position(key)`` is the 1-based place of a queued AppWrapper in dispatch order, in O(log n): every order is
+  also kept in one sorted list (sortedcontainers), so a Backoff message can say where an AppWrapper stands.
+- The queue must not be modified while a cursor is in use.
+- ``demand_group(aw, ...)`` is the group an AppWrapper belongs in: members must be judged alike by a fit check
+  (same demand; with --fit=nodes the same pods; the same quota nodes; the same reason to be held; the same
+  run-time bound, which decides backfill).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass
+
+from sortedcontainers import SortedList
+
+from mcad.api.appwrapper import AppWrapperView
+from mcad.api.resources import ResourceVector
+
+Order = tuple[int, str, str]  # (-priority, creation time, namespace/name): see AppWrapperView.order
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    order: Order
+    group: Hashable
+
+
+class PendingQueue:
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+        # group -> its members' orders, sorted; the key is the order's last element (orders are unique per key)
+        self._groups: dict[Hashable, list[Order]] = {}
+        self._demands: dict[Hashable, ResourceVector] = {}
+        self._group_keys: dict[Hashable, Hashable] = {}  # each group's key object, shared by its members
+        self._all: SortedList = SortedList()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def upsert(self, key: str, order: Order, demand: ResourceVector, *, group: Hashable | None = None) -> None:
+        """Add or move ``key``. ``group`` defaults to the demand; pass another to keep members apart."""
+        if order[2] != key:
+            raise ValueError(f"the order's last element must be the key: {order!r} for {key!r}")
+        group_key: Hashable = demand if group is None else group
+        # Members of a group share its key object (thousands of equal tuples would each cost their own memory).
+        group_key = self._group_keys.setdefault(group_key, group_key)
+        current = self._entries.get(key)
+        if current is not None:
+            if current.order == order and current.group == group_key:
+                return
+            self.remove(key)
+        self._entries[key] = _Entry(order, group_key)
+        self._all.add(order)
+        members = self._groups.setdefault(group_key, [])
+        bisect.insort(members, order)
+        self._demands[group_key] = demand
+
+    def entry(self, key: str) -> tuple[Order, Hashable] | None:
+        """(order, group) of ``key``, or None when it is not queued."""
+        found = self._entries.get(key)
+        return None if found is None else (found.order, found.group)
+
+    def remove(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return
+        self._all.remove(entry.order)
+        members = self._groups[entry.group]
+        del members[bisect.bisect_left(members, entry.order)]
+        if not members:
+            del self._groups[entry.group]
+            del self._demands[entry.group]
+            self._group_keys.pop(entry.group, None)
+
+    def position(self, key: str) -> int:
+        """1-based place of ``key`` in dispatch order; 0 when it is not queued."""
+        entry = self._entries.get(key)
+        return 0 if entry is None else int(self._all.bisect_left(entry.order)) + 1
+
+    def ordered(self) -> Iterator[str]:
+        """Every key in dispatch order (for display; O(n log groups))."""
+        return (order[2] for order in heapq.merge(*self._groups.values()))
+
+    def members(self, group: Hashable) -> list[str]:
+        """Keys of one group, in dispatch order."""
+        return [order[2] for order in self._groups.get(group, ())]
+
+    def has_group(self, group: Hashable) -> bool:
+        return group in self._groups
+
+    def group_count(self) -> int:
+        return len(self._groups)
+
+    def cycle(self) -> Cursor:
+        return Cursor(self)
+
+
+class Cursor:
+    """One pass over the queue in dispatch order; see the module docstring for the protocol."""
+
+    def __init__(self, queue: PendingQueue) -> None:
+        self._groups = queue._groups
+        self._demands = queue._demands
+        self._heap: list[tuple[Order, int, Hashable]] = []
+        self._position: dict[Hashable, int] = {}
+        self._current: tuple[Order, int, Hashable] | None = None
+        self.visited = 0
+        for tiebreak, (group, members) in enumerate(self._groups.items()):
+            self._heap.append((members[0], tiebreak, group))
+            self._position[group] = 0
+        heapq.heapify(self._heap)
+
+    def next(self) -> tuple[str, ResourceVector] | None:
+        """The next candidate (key, group demand), or None when every group is exhausted or blocked."""
+        if self._current is not None:
+            raise RuntimeError("answer the current candidate with passed() or blocked() first")
+        if not self._heap:
+            return None
+        self._current = self._heap[0]
+        self.visited += 1
+        order, _, group = self._current
+        return order[2], self._demands[group]
+
+    def passed(self) -> None:
+        """Done with the current candidate; its group's next member becomes a candidate."""
+        _, tiebreak, group = self._take()
+        position = self._position[group] + 1
+        members = self._groups[group]
+        if position < len(members):
+            self._position[group] = position
+            heapq.heapreplace(self._heap, (members[position], tiebreak, group))
+        else:
+            heapq.heappop(self._heap)
+
+    def blocked(self) -> None:
+        """The current candidate did not fit: skip the rest of its group for this cycle."""
+        self._take()
+        heapq.heappop(self._heap)
+
+    def stop(self) -> None:
+        """End the cycle early (strict FIFO stops at the first candidate that does not fit)."""
+        self._current = None
+        self._heap.clear()
+
+    def _take(self) -> tuple[Order, int, Hashable]:
+        if self._current is None:
+            raise RuntimeError("no current candidate: call next() first")
+        current, self._current = self._current, None
+        return current
+
+
+def demand_group(aw: AppWrapperView, *, apart: bool, by_nodes: bool, quota_charges: Hashable | None) -> Hashable:
+    """The pending group of ``aw``: ``apart`` puts it in one of its own (its own pods exist already, so it needs
+    less than its demand; or it waits for its previous pods to go)."""
+    group: Hashable
+    if apart:
+        group = (aw.demand, aw.key)
+    elif by_nodes:
+        # Same total, different pods (one 8-GPU pod, eight 1-GPU pods) fit differently: not one group.
+        group = (aw.demand, tuple((g.count, g.requests, g.node_selector, g.tolerations, g.required_affinity)
+                                  for g in aw.gang))
+    else:
+        group = aw.demand
+    if quota_charges is not None:
+        # Charged elsewhere, judged elsewhere: a group's members must share their quota nodes too.
+        group = (group, quota_charges)
+    if aw.scheduling.dispatch_limit_seconds > 0:
+        # A bounded run time may let it use reserved room (backfill, mcad.model.reservations) where an unbounded twin
+        # may not: judged apart.
+        group = (group, "limit", aw.scheduling.dispatch_limit_seconds)
+    if aw.held:
+        # A held head would hold back its whole group; and once it is let go, the change of group is what brings
+        # it a cycle.
+        group = (group, aw.held)
+    return group

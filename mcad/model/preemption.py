@@ -1,0 +1,298 @@
+"""Preemption and quota reclaim: which dispatched AppWrappers to evict for a queued one, and who waits for whom.
+
+Contract:
+- ``priority_victims``: for a queued AppWrapper that does not fit, the dispatched AppWrappers of strictly lower
+  priority to evict, lowest priority and then most recently dispatched first (``victim_rank``); only as many as
+  needed, dropping afterwards any the rest make unnecessary (the most valuable tried first), and none at all unless
+  evicting them makes it fit, capacity (``fit.fits_without``) and quota both (over a copy of the quota ledger
+  without them). ``preemption_refusal``: one that could never run as it is never preempts: held, a quota label
+  naming an unknown node (the error is never read as "charged nowhere"), more than its quota allows even with
+  nothing else charged, or more than the empty cluster. Strictly lower priority means a victim can never preempt
+  its preemptor back: no loops.
+- ``reclaim_victims``: for one that does not borrow at its own quota node yet does not fit because others borrowed
+  above it, the borrowers to evict (``quota.QuotaLedger.reclaim_victims`` ranks and trims them), so that it fits
+  the capacity once they are gone. ``blocked_by_reclaim``: while a reclaim waits for its victims, nobody may borrow
+  in its trees again (the victims, requeued at their old places, would otherwise take the quota straight back).
+- ``Preemptors`` remembers who waits for whose pods to go, since when, and who gave up waiting: a preemptor holds
+  the queue while its victims are still there, for at most ``victim_timeout`` seconds; then it stops holding the
+  queue and preempts nobody else until the very pods it gave up on are gone (else each timeout would evict
+  another round of victims). A preemptor whose wait ended without it dispatching (victims gone, or given up on)
+  may not preempt again for a backoff (``backing_off``), doubling per round up to a cap, reset when it dispatches.
+- ``EvictionBudget``: at most N victims evicted in any minute, over all preemptors and reclaims.
+- Pure: decisions over a ``Snapshot``; times are passed in; the caller requeues the victims and writes statuses.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from mcad.api.appwrapper import AppWrapperView
+from mcad.api.resources import ResourceVector
+from mcad.model import disclosure, quota
+from mcad.model.accounting import PlanEntry, Snapshot
+from mcad.model.fit import Targets, could_ever_fit, fits_without
+
+Footprints = Callable[[str], Sequence[PlanEntry]]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A dispatched AppWrapper that may be evicted: its key, priority and ``victim_rank``."""
+
+    key: str
+    priority: int
+    rank: tuple[Any, ...]
+
+
+def victim_rank(priority: int, dispatched_at: datetime | None, created: datetime | None,
+                key: str) -> tuple[Any, ...]:
+    """Preemption order, smallest first: lowest priority, then most recently dispatched (then created)."""
+    return (priority, -(dispatched_at.timestamp() if dispatched_at else 0.0),
+            -(created.timestamp() if created else 0.0), key)
+
+
+def preemption_refusal(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: Targets) -> str:
+    """Why no eviction can ever make ``aw`` run as it is ("" when some might): it is held, its quota labels name a
+    node that does not exist, it asks more than its quota allows at all, or it does not fit the empty cluster.
+    Phrased to follow its Backoff message ("...; it evicts nobody: <this>")."""
+    if aw.held:
+        return "it is held (see above)"
+    if snapshot.quota is not None:
+        charges, unknown = snapshot.quota.forest.charges(aw.labels)
+        if unknown:
+            return "its quota labels name a quota node that does not exist"
+        never = snapshot.quota.never_fits(charges, aw.demand)
+        if never:
+            return never
+    if not could_ever_fit(aw, need, snapshot, targets):
+        return "it would not fit even the empty cluster"
+    return ""
+
+
+def priority_victims(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: Targets,
+                     candidates: Iterable[Candidate], footprint: Footprints) -> list[str]:
+    """The fewest lower-priority AppWrappers whose eviction makes ``aw`` fit; [] when no choice does, and always
+    when ``preemption_refusal`` has a reason (an error in its own quota is never read as "no quota to check")."""
+    if preemption_refusal(aw, need, snapshot, targets):
+        return []
+    charges = snapshot.quota.forest.charges(aw.labels)[0] if snapshot.quota is not None else ()
+
+    def fits_once_gone(victims: list[tuple[Candidate, Sequence[PlanEntry]]]) -> bool:
+        if not fits_without(aw, need, snapshot, targets, [freed for _, freed in victims]):
+            return False
+        if snapshot.quota is None:
+            return True
+        trial = snapshot.quota.copy()  # what they are charged goes back to the quota trees too
+        for victim, _ in victims:
+            trial.release(victim.key)
+        return trial.check(charges, aw.demand).fits
+
+    ordered = sorted((c for c in candidates if c.priority < aw.priority), key=lambda c: c.rank)
+    chosen: list[tuple[Candidate, Sequence[PlanEntry]]] = []
+    for candidate in ordered:
+        freed = footprint(candidate.key)
+        if not freed:
+            continue
+        chosen.append((candidate, freed))
+        if fits_once_gone(chosen):
+            break
+    else:
+        return []
+    # Fewest victims: drop any that are not needed, trying the most valuable (highest priority, oldest) first.
+    for entry in reversed(chosen[:-1]):
+        rest = [other for other in chosen if other is not entry]
+        if fits_once_gone(rest):
+            chosen.remove(entry)
+    return [victim.key for victim, _ in chosen]
+
+
+def reclaim_victims(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: Targets,
+                    ranks: Mapping[str, tuple[Any, ...]], footprint: Footprints,
+                    exclude: Iterable[str]) -> list[str]:
+    """Borrowers to evict so that ``aw`` gets its own quota back and fits; [] when there is nobody to reclaim
+    from or reclaiming would not make it fit. ``ranks``: the dispatched AppWrappers that may be evicted."""
+    if snapshot.quota is None or aw.held:
+        return []
+    charges = snapshot.quota.forest.charges(aw.labels)[0]
+    # Cheap first: most blocked AppWrappers have nobody to reclaim from (no copy of the ledger per cycle).
+    if not charges or not snapshot.quota.borrowers(charges):
+        return []
+    excluded = set(exclude) | {k for k in snapshot.quota.charged_keys() if k not in ranks}
+
+    def capacity_after(_trial: quota.QuotaLedger, victims: list[str]) -> bool:
+        return fits_without(aw, need, snapshot, targets, [footprint(v) for v in victims])
+
+    return snapshot.quota.reclaim_victims(charges, aw.demand, rank=lambda k: ranks[k], fits_after=capacity_after,
+                                          exclude=excluded) or []
+
+
+def blocked_by_reclaim(aw: AppWrapperView, quota_ledger: quota.QuotaLedger | None,
+                       reclaiming: Mapping[str, quota.Charges]) -> str:
+    """Why ``aw`` may not borrow now ("" if it may): a reclaim in one of its trees waits for its victims."""
+    if not reclaiming or quota_ledger is None:
+        return ""
+    charges = quota_ledger.forest.charges(aw.labels)[0]
+    trees = {tree for tree, _ in charges}
+    for reclaimer, theirs in reclaiming.items():
+        if reclaimer != aw.key and trees & {tree for tree, _ in theirs} and \
+                quota_ledger.borrows_at_own_node(charges, aw.demand):
+            return f"it would borrow quota that {disclosure.named(reclaimer, aw.namespace)} is reclaiming"
+    return ""
+
+
+class EvictionBudget:
+    """At most ``per_minute`` victims evicted in any 60 s (0: no bound), over every preemptor and reclaim: however
+    the choice of victims goes wrong, the cluster loses at most that much work a minute. One round larger than the
+    whole bound may go when nothing was evicted in the last minute (else it could never preempt at all)."""
+
+    WINDOW = 60.0
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._times: deque[float] = deque()  # when each victim of the last minute was evicted; at most per_minute
+
+    def _prune(self, now: float) -> None:
+        while self._times and self._times[0] <= now - self.WINDOW:
+            self._times.popleft()
+
+    def allows(self, victims: int, now: float) -> bool:
+        if self.per_minute <= 0:
+            return True
+        self._prune(now)
+        return not self._times or len(self._times) + victims <= self.per_minute
+
+    def free_at(self, victims: int, now: float) -> float:
+        """When ``allows(victims)`` turns true (``now`` if it is)."""
+        if self.allows(victims, now):
+            return now
+        if victims > self.per_minute:
+            return self._times[-1] + self.WINDOW  # an oversized round waits for an empty window
+        must_age_out = len(self._times) + victims - self.per_minute  # >= 1, as it is not allowed now
+        return self._times[must_age_out - 1] + self.WINDOW
+
+    def spend(self, victims: int, now: float) -> None:
+        if self.per_minute <= 0:
+            return
+        self._prune(now)
+        self._times.extend([now] * victims)
+        while len(self._times) > max(self.per_minute, victims):  # bounded even after one oversized round
+            self._times.popleft()
+
+
+class Preemptors:
+    """Who waits for which victims to go (and since when), who reclaims quota, who gave up waiting, and who must
+    wait out a backoff before preempting again."""
+
+    def __init__(self, victim_timeout: float, backoff: float = 0.0, backoff_cap: float = 0.0) -> None:
+        self.victim_timeout = victim_timeout
+        # A preemptor whose victims went (or that gave up on them) and that still did not dispatch preempts again
+        # no sooner than backoff seconds later, doubling each round up to backoff_cap; dispatching resets it.
+        self.backoff = backoff
+        self.backoff_cap = max(backoff_cap, backoff)
+        self._rounds: dict[str, int] = {}
+        self._not_before: dict[str, float] = {}
+        self._waiting: dict[str, frozenset[str]] = {}
+        self._since: dict[str, float] = {}
+        # Reclaimer -> its charges (while its victims go, nobody else may borrow in those trees).
+        self.reclaiming: dict[str, quota.Charges] = {}
+        # Preemptors that stopped waiting: the victims, and the uids of their pods still there then.
+        self._abandoned: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+        self.evicted = 0  # victims chosen so far, for /debug
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._waiting
+
+    def start(self, key: str, victims: Iterable[str], now: float,
+              reclaim: quota.Charges | None = None) -> frozenset[str]:
+        """``key`` waits for ``victims`` to go, holding the queue; ``reclaim``: its quota charges, when it
+        reclaims quota."""
+        chosen = frozenset(victims)
+        self._waiting[key] = chosen
+        self._since[key] = now
+        self._rounds[key] = self._rounds.get(key, 0) + 1
+        self.evicted += len(chosen)
+        if reclaim is not None:
+            self.reclaiming[key] = reclaim
+        return chosen
+
+    def victims_of(self, key: str) -> frozenset[str]:
+        return self._waiting.get(key, frozenset())
+
+    def victims_taken(self) -> set[str]:
+        """Victims some preemptor waits for: nobody else picks them again."""
+        return {v for victims in self._waiting.values() for v in victims}
+
+    def check(self, key: str, still_there: Callable[[str], bool], now: float) -> tuple[bool, frozenset[str]]:
+        """(whether ``key`` still holds the queue for its victims, the victims it gives up on now). It holds while
+        any victim is still there, for less than ``victim_timeout``; once all are gone or the time is up it holds
+        nothing (and, when time is up, returns those still there)."""
+        victims = self._waiting.get(key)
+        if victims is None:
+            return False, frozenset()
+        left = frozenset(v for v in victims if still_there(v))
+        if left and now - self._since.get(key, 0.0) < self.victim_timeout:
+            return True, frozenset()
+        self.done(key)
+        # Its victims went (or it stops waiting for them) and it did not dispatch, or it would not be asked.
+        if self.backoff > 0:
+            rounds = self._rounds.get(key, 1)
+            self._not_before[key] = now + min(self.backoff * 2 ** (rounds - 1), self.backoff_cap)
+        return False, left
+
+    def backing_off(self, key: str, now: float) -> float:
+        """Seconds before ``key`` may preempt again (0: it may)."""
+        until = self._not_before.get(key)
+        if until is None:
+            return 0.0
+        if until <= now:
+            del self._not_before[key]
+            return 0.0
+        return until - now
+
+    def rounds(self, key: str) -> int:
+        return self._rounds.get(key, 0)
+
+    def dispatched(self, key: str) -> None:
+        """It runs: it holds nothing and its next preemption (after a requeue) starts a fresh backoff."""
+        self.done(key)
+        self._rounds.pop(key, None)
+        self._not_before.pop(key, None)
+
+    def done(self, key: str) -> None:
+        """It dispatched, or its victims are gone: it holds nothing any more."""
+        self._waiting.pop(key, None)
+        self._since.pop(key, None)
+        self.reclaiming.pop(key, None)
+
+    def gave_up(self, key: str, victims: frozenset[str], pods_left: frozenset[str]) -> None:
+        self._abandoned[key] = (victims, pods_left)
+
+    def abandoned(self, key: str) -> frozenset[str]:
+        """The victims it gave up waiting for (empty if none)."""
+        entry = self._abandoned.get(key)
+        return entry[0] if entry is not None else frozenset()
+
+    def stuck(self, key: str, pod_exists: Callable[[str], bool]) -> bool:
+        """It gave up on victims whose very pods are still there: preempting again would only add victims (a
+        victim dispatched again later has new pods, which do not count)."""
+        entry = self._abandoned.get(key)
+        if entry is None:
+            return False
+        if any(pod_exists(uid) for uid in entry[1]):
+            return True
+        del self._abandoned[key]
+        return False
+
+    def forget(self, key: str) -> None:
+        self.dispatched(key)
+        self._abandoned.pop(key, None)
+
+    def waiters(self) -> dict[str, frozenset[str]]:
+        return dict(self._waiting)

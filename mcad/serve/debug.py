@@ -1,0 +1,327 @@
+"""What the controller knows, as documents for people: the queue, the ledger, and why one AppWrapper is where it is.
+
+Contract:
+- ``Reports`` turns a ``Dispatcher``'s state into JSON-ready dicts: ``queue()`` (``/debug/queue``), ``ledger()``
+  (``/debug/ledger``) and ``explain(namespace, name)`` (``/debug/explain``; None when the AppWrapper is unknown).
+  The methods read dispatcher state, so they run on the dispatcher thread (``mcad.serve.snapshots`` builds them there)
+  or on a dispatcher nobody else runs (``offline``). Inside ``shared_assessments()`` the queue is assessed once
+  for every document built.
+- The queue's "why" is computed now, with the dispatcher's own fit checks (``Dispatcher.assess_queue``), not read
+  back from the Backoff condition (which is rewritten only when what blocks an AppWrapper changes).
+- ``offline(conn)`` lists AppWrappers, Nodes and Pods once, rebuilds the same ledger the controller would, and
+  returns ``Reports`` over it: the same answers when the controller cannot be reached. It writes nothing.
+- Quantities are Kubernetes quantity strings; times are RFC 3339 UTC.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, AppWrapperView, State
+from mcad.api.resources import ResourceVector, format_amount
+from mcad.api.statusview import StatusView
+from mcad.hub.connections import Hub
+from mcad.hub.placement import nodes_in
+from mcad.k8s import kube
+from mcad.loop.dispatcher import Dispatcher
+from mcad.model import lifecycle, status
+from mcad.model.assess import Assessment
+from mcad.model.reservations import DEFAULT_RESERVATIONS
+from mcad.wiring import build, quota_served
+
+Document = dict[str, Any]
+
+
+def quantities(vector: ResourceVector) -> dict[str, str]:
+    return {name: format_amount(name, amount) for name, amount in sorted(vector.items())}
+
+
+def rfc3339(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Reports:
+    def __init__(self, dispatcher: Dispatcher, info: Callable[[], Mapping[str, Any]], hub: Hub | None = None) -> None:
+        self.dispatcher = dispatcher
+        self.hub = hub
+        self.info = info
+        self._assessments: list[Assessment] | None = None
+        self._sharing = False
+
+    @contextlib.contextmanager
+    def shared_assessments(self) -> Iterator[None]:
+        """Inside: the queue is assessed once and every document built meanwhile uses that assessment (one
+        snapshot of the queue, explains of many AppWrappers, at the cost of one assessment)."""
+        self._assessments = None
+        self._sharing = True
+        try:
+            yield
+        finally:
+            self._sharing = False
+            self._assessments = None
+
+    def _assess_queue(self) -> list[Assessment]:
+        if not self._sharing:
+            return self.dispatcher.assess_queue()
+        if self._assessments is None:
+            self._assessments = self.dispatcher.assess_queue()
+        return self._assessments
+
+    def _header(self) -> Document:
+        d = self.dispatcher
+        return {"controller": {**self.info(), "fit": d.fit, "strictFifo": d.strict_fifo, "preemption": d.preemption,
+                               "reservations": d.reservations.limit},
+                "generatedAt": rfc3339(d.clock.now())}
+
+    # ------------------------------------------------------------------------------------------ queue
+
+    def queue(self) -> Document:
+        return self.queue_deferred()()
+
+    def queue_deferred(self) -> Callable[[], Document]:
+        """What /debug/queue needs from dispatcher state, read now (on its thread); the returned function turns
+        it into the document anywhere (formatting thousands of entries need not hold the dispatcher)."""
+        d = self.dispatcher
+        now = d.clock.now()
+        header = self._header()
+        queued_facts = []
+        reservations = []
+        for position, assessment in enumerate(self._assess_queue(), start=1):
+            if assessment.reservation is not None:
+                reservations.append(dict(assessment.reservation))
+            aw = d.appwrappers.get(assessment.key)
+            if aw is not None:
+                queued_facts.append((position, assessment, aw, d.status_of(aw).requeuings))
+        dispatched_facts = []
+        for aw in sorted(d.appwrappers.list(), key=lambda a: a.order()):
+            if aw.key in d.pending or aw.deleting:
+                continue
+            current = d.status_of(aw)
+            state = "Dispatching" if aw.key in d.dispatches else current.state
+            if state != "Dispatching" and (state not in ACTIVE_STATES or not current.canrun):
+                continue
+            dispatched_facts.append((aw, state, current, list(d.accountant.phases(aw.key))))
+
+        def document() -> Document:
+            queued = []
+            for position, assessment, aw, requeuings in queued_facts:
+                created = lifecycle.parse_time(aw.created)
+                queued.append({
+                    "position": position, "namespace": aw.namespace, "name": aw.name, "priority": aw.priority,
+                    "created": aw.created or None,
+                    "ageSeconds": round((now - created).total_seconds(), 3) if created else None,
+                    "state": assessment.state, "demand": quantities(aw.demand),
+                    "pods": sum(group.count for group in aw.gang),
+                    "fitsNow": assessment.fits_now, "why": assessment.why,
+                    "requeuings": requeuings,
+                })
+            dispatched = []
+            for aw, state, current, phases in dispatched_facts:
+                dispatched.append({
+                    "namespace": aw.namespace, "name": aw.name, "priority": aw.priority, "state": state,
+                    "demand": quantities(aw.demand), "dispatchedAt": rfc3339(lifecycle.dispatched_at(current)),
+                    "pods": {"pending": phases.count("Pending"), "running": phases.count("Running"),
+                             "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")},
+                })
+            return {**header, "queued": queued, "dispatched": dispatched, "reservations": reservations}
+
+        return document
+
+    # ------------------------------------------------------------------------------------------ ledger
+
+    def ledger(self) -> Document:
+        d = self.dispatcher
+        ledger = d.ledger
+        capacity, used, reserved, free = ledger.capacity(), ledger.in_use(), ledger.reserved(), ledger.free()
+        names = sorted(set(capacity) | set(used) | set(reserved))
+        resources = [{"name": name, "capacity": format_amount(name, capacity.get(name)),
+                      "used": format_amount(name, used.get(name)),
+                      "reserved": format_amount(name, reserved.get(name)),
+                      "free": format_amount(name, free.get(name))} for name in names]
+        room = ledger.room_by_node()
+        planned = d.accountant.planned_by_node()
+        pinned = d.accountant.pinned_by_node()
+        nodes = []
+        for node in sorted(ledger.nodes(), key=lambda n: n.name):
+            node_room = room.get(node.name, ResourceVector())
+            node_planned = planned.get(node.name, ResourceVector())
+            nodes.append({"name": node.name, "cluster": node.cluster, "schedulable": node.schedulable,
+                          "ready": node.ready,
+                          "allocatable": quantities(node.allocatable),
+                          "used": quantities((node.allocatable - node_room).clamp()),
+                          "planned": quantities(node_planned),
+                          # --placement=binding: pods pinned there, not bound yet (their room is in "planned").
+                          "pinned": pinned.get(node.name, 0),
+                          "free": quantities(node_room - node_planned)})
+        reservations = []
+        for key in sorted(ledger.reserved_keys()):
+            outstanding = ledger.reservation(key)
+            namespace, _, name = key.partition("/")
+            reservations.append({"namespace": namespace, "name": name, "reserved": quantities(outstanding)})
+        return {**self._header(), "resources": resources, "nodes": nodes, "reservations": reservations}
+
+    # ------------------------------------------------------------------------------------------ clusters
+
+    def clusters(self) -> Document:
+        """Hub mode: every worker with its health, capacity and free room (as placement sees them: room held for
+        dispatched pods not bound yet is not free), and the AppWrappers placed there. Single mode: no workers."""
+        d = self.dispatcher
+        hub, placement = self.hub, d.placement
+        if hub is None or placement is None:
+            return {**self._header(), "mode": "single", "clusters": []}
+        room = d.ledger.room_by_node()
+        planned = d.accountant.planned_by_node()
+        placed: dict[str, list[str]] = {}
+        for key, cluster in sorted(d.placed().items()):
+            placed.setdefault(cluster, []).append(key)
+        workers = []
+        for worker in hub.workers:
+            health = worker.health.status
+            capacity = free = ResourceVector()
+            nodes = nodes_in(worker.name, d.ledger.nodes())
+            for node in nodes:
+                if node.schedulable:
+                    capacity = capacity + node.allocatable
+                    free = free + room.get(node.name, ResourceVector()) - planned.get(node.name, ResourceVector())
+            since = d.clock.now() - timedelta(seconds=max(0.0, time.monotonic() - health.since))
+            usable = worker.name in placement.usable  # what placement uses, not the prober's latest word
+            workers.append({"name": worker.name, "labels": dict(worker.spec.labels), "state": health.state.value,
+                            "message": "" if usable else hub.describe(worker.name),
+                            "since": rfc3339(since), "synced": worker.synced, "usable": usable,
+                            "nodes": len(nodes), "capacity": quantities(capacity), "free": quantities(free.clamp()),
+                            "appwrappers": placed.get(worker.name, [])})
+        return {**self._header(), "mode": "hub", "policy": placement.policy.value,
+                "unreachableTimeoutSeconds": hub.config.unreachable_timeout_seconds, "clusters": workers}
+
+    # ------------------------------------------------------------------------------------------ quota
+
+    def quota(self) -> Document:
+        d = self.dispatcher
+        if d.quota is None:
+            return {**self._header(), "enabled": False, "trees": []}
+
+        def describe(key: str) -> dict[str, Any]:
+            consumer = d.quota.consumer(key) if d.quota is not None else None
+            namespace, _, name = key.partition("/")
+            return {"namespace": namespace, "name": name,
+                    "demand": quantities(consumer.demand) if consumer is not None else {}}
+
+        return {**self._header(), "enabled": True, "trees": d.quota.report(describe)}
+
+    # ------------------------------------------------------------------------------------------ explain
+
+    def explain(self, namespace: str, name: str) -> Document | None:
+        d = self.dispatcher
+        key = f"{namespace}/{name}"
+        aw = d.appwrappers.get(key)
+        if aw is None:
+            return None
+        current = d.status_of(aw)
+        state = current.state
+        summary, details = self._explain(aw, current, state)
+        details += [f"demand: {aw.demand.format() or 'nothing'}", f"priority: {aw.priority}",
+                    f"created: {aw.created}"]
+        if current.requeuings:
+            details.append(f"requeued {current.requeuings} time(s) so far")
+        for condition in (current.raw().get("conditions") or [])[-5:]:
+            if isinstance(condition, Mapping):
+                line = f"condition {condition.get('type')}={condition.get('status')}"
+                if condition.get("reason"):
+                    line += f" ({condition['reason']})"
+                if condition.get("message"):
+                    line += f": {condition['message']}"
+                details.append(line)
+        return {"namespace": namespace, "name": name, "found": True, "state": state or State.NEW,
+                "summary": summary, "details": details, "uid": aw.uid, "labels": dict(aw.labels),
+                "annotations": dict(aw.annotations)}
+
+    def _explain(self, aw: AppWrapperView, current: StatusView, state: str) -> tuple[str, list[str]]:
+        d = self.dispatcher
+        if aw.deleting:
+            return "It is being deleted; its wrapped objects are being removed.", []
+        if aw.demand_error:
+            return f"It failed before dispatch: its spec is invalid ({aw.demand_error}).", []
+        if aw.key in d.dispatches:
+            return "It is being dispatched: its wrapped objects are being created now.", []
+        if aw.key in d.pending:
+            assessments = self._assess_queue()
+            place = next((i for i, a in enumerate(assessments, start=1) if a.key == aw.key), 0)
+            mine = assessments[place - 1] if place else None
+            ahead = [a for a in assessments[: max(place - 1, 0)]]
+            details = [f"position {place} of {len(assessments)} in the queue"]
+            fitting_ahead = sum(1 for a in ahead if a.fits_now)
+            if fitting_ahead:
+                details.append(f"{fitting_ahead} AppWrapper(s) ahead of it fit now and go first")
+            if mine is None:
+                return "It is queued.", details
+            if mine.fits_now:
+                return "It is queued and fits now: the next dispatch cycle dispatches it.", details
+            if mine.reservation is not None:
+                details.append(_reservation_line(mine.reservation))
+            if mine.state == "Draining":
+                left = len(d.accountant.phases(aw.key))
+                return (f"It was requeued and waits for the {left} pod(s) of its previous dispatch to go before it "
+                        "can be dispatched again.", details)
+            return f"It is queued and cannot be dispatched yet: {mine.why}.", details
+        if state in FINAL_STATES:
+            if state == State.FAILED:
+                failed = status.latest(current.raw().get("conditions"), status.FAILED) or {}
+                reason, message = failed.get("reason") or "", failed.get("message") or ""
+                return f"It failed ({reason}): {message}".rstrip(": "), []
+            return "It completed: its reservation is released; its objects are kept.", []
+        if state in ACTIVE_STATES and current.canrun:
+            phases = d.accountant.phases(aw.key)
+            counts = ", ".join(f"{phases.count(p)} {p.lower()}" for p in ("Pending", "Running", "Succeeded", "Failed")
+                               if phases.count(p))
+            since = lifecycle.dispatched_at(current)
+            summary = (f"It is dispatched ({state}) since {rfc3339(since) or 'an unknown time'}; "
+                       f"its pods: {counts or 'none yet'}.")
+            details = []
+            outstanding = d.ledger.reservation(aw.key)
+            if outstanding:
+                details.append(f"still reserved for pods not placed yet: {outstanding.format()}")
+            spec = aw.scheduling
+            if spec.min_available > 0:
+                due = lifecycle.requeue_due(spec, current)
+                details.append(f"minAvailable {spec.min_available}: checked at {rfc3339(due) or 'dispatch + wait'}; "
+                               "fewer Running+Succeeded pods then requeue it")
+            if spec.dispatch_limit_seconds > 0:
+                details.append(f"dispatch deadline: {rfc3339(lifecycle.deadline_due(spec, current))}")
+            return summary, details
+        return "The controller has not decided about it yet (it arrived a moment ago).", []
+
+
+def _reservation_line(reservation: Mapping[str, Any]) -> str:
+    nodes = reservation.get("nodes") or []
+    where = f"on nodes {', '.join(map(str, nodes))}" if nodes else f"of {reservation.get('amount')}"
+    starts = reservation.get("startsBy")
+    when = (f"what holds that room now is sure to be gone by {starts}" if starts else
+            "when that room frees is unknown (what holds it has no dispatchDuration.limit)")
+    return (f"it holds a reservation {where}: AppWrappers behind it may use that room only if they are sure to "
+            f"end first; {when}")
+
+
+def offline(conn: kube.Connection, *, fit: str = "nodes", strict_fifo: bool = False,
+            preemption: bool = False, reservations: int = DEFAULT_RESERVATIONS) -> Reports:
+    """Reports computed from a one-time list of AppWrappers, Nodes and Pods, as the controller would see them."""
+    # The controller's own wiring (same informers, same transforms); the write pool is never started, so a write
+    # would raise instead of reaching the API server.
+    dispatcher, informers = build(conn, strict_fifo=strict_fifo, preemption=preemption, fit=fit, write_workers=1,
+                                  reservations=reservations,
+                                  quota_trees=quota_served(kube.Client(conn)))
+    dispatcher.writer = _ReadOnly()
+    for informer in informers:
+        informer.list_once()
+    dispatcher.rebuild()
+    return Reports(dispatcher, lambda: {"identity": "offline", "leader": False, "offline": True})
+
+
+class _ReadOnly:
+    """The writer of an offline dispatcher: it never decides, so any write is a bug."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"offline reports never write ({name})")

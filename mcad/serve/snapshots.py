@@ -1,0 +1,200 @@
+"""The /debug documents, built on the dispatcher thread at a bounded rate and shared by every reader.
+
+Contract:
+- ``Snapshots.read(parts, timeout)`` returns a ``Snapshot`` holding at least ``parts`` (the documents "queue",
+  "ledger", "quota", "clusters", and ``("explain", namespace, name)`` for single AppWrappers), built on the
+  dispatcher thread after the call began: a reader never sees a state older than its request, and never touches
+  dispatcher state itself.
+- Builds are made by one publisher thread, which asks the dispatcher loop (``Dispatcher.call``, run between two
+  keys, never inside a cycle) for one snapshot holding the union of the parts wanted so far; readers that ask while
+  it is built wait for the next one. Two builds start at least ``interval`` seconds apart, and at least ten
+  times the last build's cost (its time on the loop, then formatting and encoding), so however many clients poll,
+  they cost the loop at most one build per interval and the process a tenth of its time. The loop only reads
+  state; the queue document (the large one) is formatted from what it read by the publisher, off the loop.
+- ``read(parts, timeout, fresh_within=s)`` (the dashboard's pollers) takes the latest snapshot holding ``parts`` at
+  once if it was built at most ``s`` seconds plus the current spacing between builds before the call (no newer one
+  could be had sooner), and asks for the next one meanwhile: a page that polls never waits on the loop, and sees
+  a state at most that old (1 s with a small queue; with 10,000 queued, builds are seconds apart).
+- A reader waits at most ``timeout``; then ``Busy`` (the HTTP layer answers 503 "busy, retry"). So does a reader
+  whose explain would push the wanted set over ``max_explains`` names (a client asking for thousands of names
+  makes no build larger than that).
+- Every snapshot also carries ``namespaces``: the namespaces that hold any AppWrapper the controller knows
+  (what the access checks of /debug/queue consider).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from mcad.serve.debug import Reports
+
+log = structlog.get_logger("mcad.serve.snapshots")
+
+Part = str | tuple[str, str, str]
+DOCUMENTS = ("queue", "ledger", "quota", "clusters")
+# A poller sees a state at most this old (plus one build); a one-shot reader usually none older than its request.
+DEFAULT_INTERVAL_SECONDS = 0.5
+MAX_EXPLAINS = 256
+# Builds are spaced by at least this many times the last one's cost (on the loop, then formatting and encoding):
+# readers take at most a tenth of the process's time.
+LOOP_SHARE_FACTOR = 10.0
+# How long the publisher waits for the dispatcher to run a build (a long cycle, or a loop that does not run yet).
+BUILD_TIMEOUT_SECONDS = 60.0
+
+
+class Busy(Exception):
+    """No snapshot could be had in time; the reader should retry."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    built_at: float  # time.monotonic() when the dispatcher began building it
+    documents: dict[Part, Any] = field(default_factory=dict)  # explain parts map to None for an unknown AppWrapper
+    namespaces: frozenset[str] = frozenset()
+    build_seconds: float = 0.0  # how long the dispatcher thread spent building it
+    _encoded: dict[Part, bytes] = field(default_factory=dict, compare=False, repr=False)
+    _encoding: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def __contains__(self, part: Part) -> bool:
+        return part in self.documents
+
+    def encoded(self, part: Part) -> bytes:
+        """The document as JSON, encoded once for every reader of this snapshot: 16 pollers of a queue of
+        thousands would otherwise each encode the same half megabyte, holding the interpreter lock the dispatcher
+        thread needs."""
+        with self._encoding:
+            data = self._encoded.get(part)
+            if data is None:
+                data = self._encoded[part] = encode(self.documents[part])
+            return data
+
+
+def encode(document: Any) -> bytes:
+    """Compact JSON (the C encoder: one with indent is pure Python, several times slower), newline-terminated."""
+    return json.dumps(document, separators=(",", ":")).encode() + b"\n"
+
+
+class Snapshots:
+    def __init__(self, call: Callable[[Callable[[], Snapshot], float], Snapshot], reports: Reports,
+                 all_namespaces: Callable[[], Iterable[str]], *, interval: float = DEFAULT_INTERVAL_SECONDS,
+                 max_explains: int = MAX_EXPLAINS) -> None:
+        """``call`` runs a function on the dispatcher thread (``Dispatcher.call``); ``reports`` and
+        ``all_namespaces`` read dispatcher state, so they run only inside it."""
+        self._call = call
+        self._reports = reports
+        self._all_namespaces = all_namespaces
+        self.interval = interval
+        self.max_explains = max_explains
+        self._cond = threading.Condition()
+        self._wanted: set[Part] = set()
+        self._latest: Snapshot | None = None
+        self._thread: threading.Thread | None = None
+        self.builds = 0  # for tests and metrics of the benchmark
+        # How long after the last build's start the next may start (the publisher's, read by pollers).
+        self.spacing = interval
+
+    def read(self, parts: Iterable[Part], timeout: float, *, fresh_within: float | None = None) -> Snapshot:
+        parts = set(parts)
+        asked = time.monotonic()
+        deadline = asked + timeout
+        with self._cond:
+            explains = {p for p in self._wanted | parts if isinstance(p, tuple)}
+            if len(explains) > self.max_explains:
+                raise Busy(f"more than {self.max_explains} AppWrappers are being explained at once")
+            self._wanted |= parts
+            self._ensure_thread()
+            self._cond.notify_all()
+            seen = self._latest
+            if (fresh_within is not None and seen is not None and parts.issubset(seen.documents)
+                    and asked - seen.built_at <= fresh_within + self.spacing):
+                return seen
+            while True:
+                latest = self._latest
+                if latest is not seen:
+                    # A poller takes the next one whenever it was built: it is the freshest there is.
+                    if (latest is not None and parts.issubset(latest.documents)
+                            and (latest.built_at >= asked or fresh_within is not None)):
+                        return latest
+                    # A build that took the wanted set before this reader added to it, or one that failed
+                    # (the publisher put its set back): still wanted.
+                    self._wanted |= parts
+                    seen = latest
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Busy("the controller is busy; retry")
+                self._cond.wait(left)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._publish, name="debug-snapshots", daemon=True)
+            self._thread.start()
+
+    def _publish(self) -> None:
+        last_start = float("-inf")
+        spacing = self.interval
+        while True:
+            with self._cond:
+                while not self._wanted:
+                    self._cond.wait()
+            # At most one build per interval, however many readers wait: they all share the next one. A build that
+            # took long (a queue of many thousands) spaces the next ones out, so that readers never take more than
+            # a tenth of the loop's time.
+            pause = last_start + spacing - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            with self._cond:
+                wanted, self._wanted = set(self._wanted), set()
+            last_start = time.monotonic()
+            try:
+                snapshot = self._call(functools.partial(self._build, wanted), BUILD_TIMEOUT_SECONDS)
+            except Exception as err:  # a timeout or a bug in a report: the readers time out; try again later
+                log.warning("debug snapshot failed", reason=type(err).__name__, error=str(err))
+                with self._cond:
+                    self._wanted |= wanted
+                continue
+            # Formatting and encoding here, once for every reader: still this process's time (and its interpreter
+            # lock, which the loop needs), so it counts in the spacing below.
+            finishing = time.monotonic()
+            for part, document in snapshot.documents.items():
+                if callable(document):
+                    snapshot.documents[part] = document()
+                if snapshot.documents[part] is not None:
+                    snapshot.encoded(part)
+            finished_in = time.monotonic() - finishing
+            with self._cond:
+                self._latest = snapshot
+                self.builds += 1
+                self._cond.notify_all()
+            spacing = max(self.interval, LOOP_SHARE_FACTOR * (snapshot.build_seconds + finished_in))
+            self.spacing = spacing
+            log.debug("debug snapshot built", parts=len(wanted), waited=round(snapshot.built_at - last_start, 4),
+                      seconds=round(snapshot.build_seconds, 4), formatted=round(finished_in, 4),
+                      next_in=round(spacing, 3))
+
+    def _build(self, wanted: set[Part]) -> Snapshot:
+        """On the dispatcher thread: every wanted document, the queue assessed once for all of them."""
+        started = time.monotonic()
+        documents: dict[Part, Any] = {}
+        with self._reports.shared_assessments():
+            for part in sorted(wanted, key=repr):
+                if isinstance(part, tuple):
+                    _, namespace, name = part
+                    documents[part] = self._reports.explain(namespace, name)
+                elif part == "queue":
+                    documents[part] = self._reports.queue_deferred()  # formatted by the publisher, off the loop
+                elif part == "ledger":
+                    documents[part] = self._reports.ledger()
+                elif part == "quota":
+                    documents[part] = self._reports.quota()
+                elif part == "clusters":
+                    documents[part] = self._reports.clusters()
+        namespaces = frozenset(self._all_namespaces())
+        return Snapshot(started, documents, namespaces, time.monotonic() - started)
