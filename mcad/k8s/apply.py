@@ -1,7 +1,7 @@
 """Creating what an AppWrapper wraps: all of it, or none of it.
 
 Contract:
-- ``manifest(aw, index, item)`` (pure) turns a GenericItem's generictemplate into the object to apply: namespace
+- ``manifest(aw, index, item)`` (pure) turns a GenericItem's generictemplate into the object to create: namespace
   defaulted to the AppWrapper's (a different one is an error), both AppWrapper labels on the object and on every
   pod template nested in it (Deployment, Job, RayCluster groups, PyTorchJob replicas...), and a controller
   ownerReference to the AppWrapper so that deleting the AppWrapper garbage-collects everything. With
@@ -62,8 +62,8 @@ class ItemError(ValueError):
 
 
 class DispatchFailed(Exception):
-    """The items could not all be applied (what was applied is undone); ``kind`` says whether trying again can
-    help (``mcad.model.retry.classify`` of the API server's answer)."""
+    """The items could not all be created (what was created or kept is deleted again); ``kind`` says whether trying
+    again can help (``mcad.model.retry.classify`` of the API server's answer)."""
 
     def __init__(self, message: str, *, kind: FailureKind) -> None:
         super().__init__(message)

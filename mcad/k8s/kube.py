@@ -591,7 +591,9 @@ class ApiResource:
 
 
 class Client:
-    """Discovery and writes on raw dicts: server-side apply, delete, and status apply of AppWrappers.
+    """Discovery and writes on raw dicts: create (POST), server-side apply, JSON patches, delete, and status writes
+    (a uid-conditioned JSON patch for AppWrappers, ``replace_status``; a server-side apply, ``apply_status``, for
+    QuotaSubtrees).
 
     Discovery answers are cached per group/version for ``discovery_ttl`` seconds; a kind missing from a cached
     answer is looked up once more right away, because a CRD installed a moment ago (say RayCluster) must not
