@@ -19,10 +19,10 @@ say() { printf '\n\033[1m### %s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
 
 NODES=1 NODE_CPU=8 NODE_MEMORY=8Gi hack/local-cluster.sh up >/dev/null
-say "A local cluster like the seed's: one node with 8 cpus"
+say "1. A local cluster like the seed's: one node with 8 cpus"
 run $kubectl get nodes -o custom-columns=NAME:.metadata.name,CPU:.status.allocatable.cpu,MEMORY:.status.allocatable.memory
 
-say "Install the AppWrapper CRD, register the admission webhooks (the chart) and start mcad-controller"
+say "2. Install the AppWrapper CRD, register the admission webhooks (the chart) and start mcad-controller"
 run $kubectl apply --server-side -f config/crd/ >/dev/null
 $kubectl wait --for condition=established crd/appwrappers.workload.codeflare.dev --timeout=60s >/dev/null
 register_webhooks "$KUBECONFIG" "$ctl_log"
@@ -65,7 +65,7 @@ run $kubectl get deployments,pods
 printf '$ %s\n' ".venv/bin/mcadctl --url http://127.0.0.1:$http_port --token \"\$(hack/demo-token.sh \$KUBECONFIG)\" explain default/0002-aw-generic-deployment-2"
 .venv/bin/mcadctl --url "http://127.0.0.1:$http_port" --token "$token" explain default/0002-aw-generic-deployment-2
 
-say "4.e. Delete the first AppWrapper: its capacity frees and the second is dispatched at once"
+say "5. Delete the first AppWrapper: its capacity frees and the second is dispatched at once"
 run $kubectl delete -f config/samples/aw-01.yaml
 $kubectl wait --for=jsonpath='{.status.state}'=Running appwrapper/0002-aw-generic-deployment-2 --timeout=60s >/dev/null
 $kubectl wait --for=condition=Ready pod -l app=0002-aw-generic-deployment-2 --timeout=60s >/dev/null
