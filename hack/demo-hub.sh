@@ -28,7 +28,7 @@ for worker in east west; do
 done
 
 say "The clusters file: which workers, their credentials (here kubeconfig files) and labels"
-# Paths are relative to the file. A production hub names Secrets instead (README "Multi-cluster (hub mode)").
+# Paths are relative to the file. A production hub names Secrets instead (docs/multi-cluster.md).
 cat >"$config" <<'YAML'
 workers:
   - name: east

@@ -12,7 +12,7 @@ request the page made. ``wait`` is the one way to wait: a WebDriverWait with a d
 
 On failure a test's browser leaves a screenshot, the page source and the console in ``ARTIFACTS`` (the e2e
 conftest's report hook calls ``save_artifacts``). With MCAD_SCREENSHOTS=<dir> set, ``readme_shot`` writes the
-README's pictures of each view there (``make screenshots``); otherwise it does nothing.
+docs' pictures of each view there (``make screenshots``); otherwise it does nothing.
 """
 
 from __future__ import annotations

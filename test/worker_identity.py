@@ -1,4 +1,4 @@
-"""A worker cluster's kubeconfig for a ServiceAccount token, minted as README "Multi-cluster (hub mode)" says:
+"""A worker cluster's kubeconfig for a ServiceAccount token, minted as docs/multi-cluster.md says:
 the token of a service-account-token Secret, beside the worker's server and CA from an admin kubeconfig."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`make demo-hub`, run as a user would: three local control planes come up, the walk-through ends 0 and shows
-what the README promises (pinning, a gang that fits only in west, a gang no single worker holds), and
+what docs/development.md promises (pinning, a gang that fits only in west, a gang no single worker holds), and
 `make demo-hub-down` leaves none of the three clusters behind."""
 
 from __future__ import annotations

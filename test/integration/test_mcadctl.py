@@ -468,7 +468,7 @@ def test_a_standby_behind_the_service_is_followed_to_the_leader(cluster: Cluster
 def debug_client(cluster: Cluster, namespace: str) -> str:
     """A kubeconfig of a user bound, in ``namespace``, to the rules of the chart's Role ``mcad-debug-client`` (a
     ClusterRole of this module's with the same rules, bound there) and to the endpoint reader ClusterRoles: what
-    the README tells admins to grant. Its token is what mcadctl shows the controller."""
+    docs/mcadctl.md tells admins to grant. Its token is what mcadctl shows the controller."""
     role, = [o for o in chart.render() if o["kind"] == "Role" and o["metadata"]["name"] == "mcad-debug-client"]
     name = "mcadctl-test-debug-client"
     kube.Client(kube.connect(cluster.kubeconfig)).apply(

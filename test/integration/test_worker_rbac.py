@@ -2,7 +2,7 @@
 nothing more: read nodes and pods, create (never delete) namespaces, manage the wrapped kinds, watch only those that
 report completion; no Secrets, and no write at all in kube-system or mcad-system (an admission policy).
 
-The test acts as the worker identity the way README "Multi-cluster (hub mode)" says an operator mints it: the
+The test acts as the worker identity the way docs/multi-cluster.md says an operator mints it: the
 token of the Secret mcad-system/mcad-worker-token, in a kubeconfig beside the worker's server and CA.
 """
 
