@@ -2,7 +2,7 @@
 # Build: docker build -t ghcr.io/mcad-dev/mcad:0.1.0 .   (the Helm chart's default image)
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml LICENSE README.md ./
+COPY setup.cfg pyproject.toml LICENSE README.md ./
 COPY mcad ./mcad
 RUN pip install --no-cache-dir --prefix=/install .
 

@@ -17,7 +17,7 @@ help: ## list the targets
 prereqs-%:
 	@PYTHON=$(PYTHON) hack/prereqs.sh $*
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,lint]'

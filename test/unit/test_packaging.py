@@ -1,4 +1,4 @@
-"""The packaging metadata (pyproject.toml) builds an sdist and a wheel without a single warning from the build backend:
+"""The packaging metadata (setup.cfg, with the build system in pyproject.toml) builds an sdist and a wheel without a single warning from the build backend:
 `make install` printed some 40 setuptools deprecation warnings about a ``License ::`` classifier (issue 27). The
 build runs offline, in a copy of what the Dockerfile copies, with the venv's setuptools (the test extra pins it to the
 same floor as [build-system]) and every warning turned into an error."""
@@ -38,7 +38,7 @@ def build(hook: str, source: Path, dist: Path) -> str:
 def test_sdist_and_wheel_build_without_warnings_and_carry_an_spdx_license(tmp_path: Path) -> None:
     source = tmp_path / "src"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("setup.cfg", "pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / name, source / name)
     shutil.copytree(REPO / "mcad", source / "mcad", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     dist = tmp_path / "dist"
