@@ -11,6 +11,12 @@ PYTEST_ARGS ?=
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
+# prereqs-TARGET: what TARGET needs is on this machine, else one line saying what to install (hack/prereqs.sh). Listed
+# first among a target's prerequisites, so it runs before anything is built or started.
+.PHONY: prereqs-%
+prereqs-%:
+	@PYTHON=$(PYTHON) hack/prereqs.sh $*
+
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -18,26 +24,26 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 .PHONY: install
-install: $(BIN)/.installed ## create .venv and install mcad (editable) with test and lint extras
+install: prereqs-install $(BIN)/.installed ## create .venv and install mcad (editable) with test and lint extras
 
 .PHONY: tools
-tools: ## build the pinned Kubernetes binaries into ~/.cache/mcad-dev (once; minutes when cold)
+tools: prereqs-tools ## build the pinned Kubernetes binaries into ~/.cache/mcad-dev (once; minutes when cold)
 	hack/build-tools.sh >/dev/null
 
 .PHONY: unit
-unit: install ## fast tests: no cluster, no network
+unit: prereqs-unit install ## fast tests: no cluster, no network
 	$(BIN)/pytest test/unit $(PYTEST_ARGS)
 
 .PHONY: test
-test: install tools ## unit tests + everything that needs a cluster (brings the local one up and down if needed)
+test: prereqs-test install tools ## unit tests + everything that needs a cluster (brings the local one up and down if needed)
 	$(BIN)/pytest test $(PYTEST_ARGS)
 
 .PHONY: screenshots
-screenshots: install tools ## the README's dashboard pictures (docs/images/dashboard-*.png), taken by its browser tests
+screenshots: prereqs-screenshots install tools ## the README's dashboard pictures (docs/images/dashboard-*.png), taken by its browser tests
 	MCAD_SCREENSHOTS=docs/images $(BIN)/pytest test/e2e/test_dashboard.py $(PYTEST_ARGS)
 
 .PHONY: cluster
-cluster: ## start the local control plane (NODES, NODE_CPU, NODE_MEMORY, NODE_GPU) and write .dev/kubeconfig
+cluster: prereqs-cluster ## start the local control plane (NODES, NODE_CPU, NODE_MEMORY, NODE_GPU) and write .dev/kubeconfig
 	hack/local-cluster.sh up
 
 .PHONY: cluster-down
@@ -45,7 +51,7 @@ cluster-down: ## stop the local control plane and delete its state
 	hack/local-cluster.sh down
 
 .PHONY: demo
-demo: install tools ## the seed tutorial on a local 8-cpu cluster: queueing, then dispatch when capacity frees
+demo: prereqs-demo install tools ## the seed tutorial on a local 8-cpu cluster: queueing, then dispatch when capacity frees
 	hack/demo.sh
 
 .PHONY: demo-down
@@ -54,7 +60,7 @@ demo-down: ## stop the demo's controller and the local cluster
 	hack/local-cluster.sh down
 
 .PHONY: demo-hub
-demo-hub: install tools ## multi-cluster: a hub and two worker clusters (3 local control planes), mcad in hub mode
+demo-hub: prereqs-demo-hub install tools ## multi-cluster: a hub and two worker clusters (3 local control planes), mcad in hub mode
 	hack/demo-hub.sh
 
 .PHONY: demo-hub-down
@@ -68,7 +74,7 @@ lint: install ## ruff and mypy
 	$(BIN)/mypy
 
 .PHONY: bench
-bench: install tools ## benchmarks on throwaway local clusters -> bench-results.json (BENCH_ARGS="--scale 0.1 --scenarios churn")
+bench: prereqs-bench install tools ## benchmarks on throwaway local clusters -> bench-results.json (BENCH_ARGS="--scale 0.1 --scenarios churn")
 	$(BIN)/python -m test.perf.bench $(BENCH_ARGS)
 
 .PHONY: e2e

@@ -3,7 +3,9 @@
 # Brings the cluster up if needed, installs the CRD and the chart (its webhooks, ServiceAccount and RBAC), starts
 # mcad-controller in the background as the chart's ServiceAccount with the chart's flags, and walks through:
 # the first AppWrapper runs, the second waits with no pods, deleting the first starts the second.
-# Leaves cluster and controller running for exploration; `make demo-down` stops both.
+# The controller is put behind the chart's Services (hack/demo-endpoint.sh), so mcadctl finds it through the API
+# server as it finds an installation's. Leaves cluster and controller running for exploration; `make demo-down`
+# stops both.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export KUBECONFIG=.dev/kubeconfig
@@ -13,6 +15,7 @@ ctl_log=.dev/demo-controller.log
 
 source hack/demo-webhooks.sh
 source hack/demo-identity.sh
+source hack/demo-endpoint.sh
 ctl_kubeconfig=.dev/demo-controller.kubeconfig
 
 say() { printf '\n\033[1m### %s\033[0m\n' "$*"; }
@@ -33,9 +36,11 @@ else
   chart_controller_args
   echo "mcad-controller runs as $($kubectl --kubeconfig "$ctl_kubeconfig" auth whoami -o jsonpath='{.status.userInfo.username}')" \
     "(the chart's RBAC), with the chart's flags: ${chart_args[*]}"
-  # A free port for /metrics and /debug (logged), so a busy 8080 does not stop the demo.
+  # A free port for /metrics, /debug and /ui (logged), so a busy 8080 does not stop the demo; on an address the API
+  # server will proxy to (not loopback), so that mcadctl reaches it through the chart's Services.
+  http_ip=$(controller_host_ip)
   .venv/bin/mcad-controller --kubeconfig "$ctl_kubeconfig" "${chart_args[@]}" --log-format console \
-    --http-bind-address 127.0.0.1:0 "${webhook_args[@]}" >"$ctl_log" 2>&1 &
+    --http-bind-address "${http_ip:-127.0.0.1}:0" "${webhook_args[@]}" >"$ctl_log" 2>&1 &
   echo $! >"$pidfile"
   for _ in $(seq 100); do grep -q "dispatcher started" "$ctl_log" && break; sleep 0.2; done
   grep -q "dispatcher started" "$ctl_log" || { echo "mcad-controller did not start; see $ctl_log" >&2; exit 1; }
@@ -43,9 +48,22 @@ else
 fi
 announce_webhooks $kubectl "$KUBECONFIG" "$ctl_log"
 http_port=$(grep -m1 -o 'http server listening.*port=[0-9]*' "$ctl_log" | grep -o '[0-9]*$')
+http_ip=$(grep -m1 -o 'http server listening.*address=[0-9.]*' "$ctl_log" | grep -o '[0-9.]*$')
+http_url=http://$http_ip:$http_port
+if [[ $http_ip == 127.* ]]; then
+  # No address but loopback here: the API server will not proxy to the controller, so mcadctl needs --url.
+  mcadctl=(.venv/bin/mcadctl --url "$http_url")
+  echo "this machine has no address but loopback: mcadctl reaches the controller with --url $http_url"
+else
+  register_controller_endpoint $kubectl "$http_ip" "$http_port"
+  mcadctl=(.venv/bin/mcadctl)
+  echo "mcad-controller listens on $http_url, behind the chart's Services mcad-system/mcad-controller and" \
+    "mcad-controller-leader (a stand-in Pod at that address): mcadctl finds it through the API server"
+fi
 # /metrics and /debug answer only a bearer token whose user may read them (the admin kubeconfig is a client
 # certificate, which has no token to show): a ServiceAccount's, with the chart's reader rights.
 token=$(hack/demo-token.sh "$KUBECONFIG")
+export MCAD_TOKEN=$token
 $kubectl delete appwrappers --all --wait=true >/dev/null 2>&1 || true
 
 say "3. Create an AppWrapper: a Deployment of 2 pods taking 7 of the 8 cpus"
@@ -62,8 +80,9 @@ run $kubectl get appwrappers
 printf '$ kubectl describe appwrapper 0002-aw-generic-deployment-2\n'
 $kubectl describe appwrapper 0002-aw-generic-deployment-2 | sed -n '/^Status:/,$p'
 run $kubectl get deployments,pods
-printf '$ %s\n' ".venv/bin/mcadctl --url http://127.0.0.1:$http_port --token \"\$(hack/demo-token.sh \$KUBECONFIG)\" explain default/0002-aw-generic-deployment-2"
-.venv/bin/mcadctl --url "http://127.0.0.1:$http_port" --token "$token" explain default/0002-aw-generic-deployment-2
+# shellcheck disable=SC2016  # shown as typed, not expanded
+printf '$ export MCAD_TOKEN=$(hack/demo-token.sh $KUBECONFIG)    # who mcadctl is to the controller\n'
+run "${mcadctl[@]}" explain default/0002-aw-generic-deployment-2
 
 say "5. Delete the first AppWrapper: its capacity frees and the second is dispatched at once"
 run $kubectl delete -f config/samples/aw-01.yaml
@@ -73,11 +92,13 @@ run $kubectl get appwrappers
 run $kubectl get pods -l app=0002-aw-generic-deployment-2
 
 say "Done. The cluster and mcad-controller keep running:"
-echo "  export KUBECONFIG=$KUBECONFIG PATH=.dev/bin:\$PATH    # then kubectl get appwrappers"
-echo "  controller log: $ctl_log       stop everything: make demo-down"
+echo "  export KUBECONFIG=$KUBECONFIG PATH=.venv/bin:.dev/bin:\$PATH    # then kubectl get appwrappers"
 echo "  export MCAD_TOKEN=\$(hack/demo-token.sh $KUBECONFIG)    # who mcadctl and curl are to the controller"
-echo "  .venv/bin/mcadctl --url http://127.0.0.1:$http_port queue"
-echo "  curl -H \"Authorization: Bearer \$MCAD_TOKEN\" 127.0.0.1:$http_port/metrics    # no token: 401"
-echo
-echo "Dashboard (live queue, nodes, quota): http://127.0.0.1:$http_port/ui/"
-echo "  it asks for a bearer token: paste the output of  hack/demo-token.sh $KUBECONFIG"
+echo "  ${mcadctl[*]#.venv/bin/} queue             # also: mcadctl explain NAMESPACE/NAME, mcadctl ledger"
+if [[ $http_ip == 127.* ]]; then
+  echo "  dashboard: open $http_url/ui/ and paste \$MCAD_TOKEN when it asks for a token"
+else
+  echo "  mcadctl dashboard --open   # the live dashboard, through the API server (Ctrl-C stops it)"
+fi
+echo "  curl -H \"Authorization: Bearer \$MCAD_TOKEN\" $http_url/metrics    # no token: 401"
+echo "  controller log: $ctl_log       stop everything: make demo-down"

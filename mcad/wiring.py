@@ -11,6 +11,11 @@ Contract:
   request. The caller decides what runs: the controller starts the informers, the hub, and ``Dispatcher.run``
   (which starts the write pool once the informers have synced); ``debug.offline`` lists each informer once and
   rebuilds the ledger without ever starting the pool, so any write it attempted would raise.
+- ``loop(...)`` builds every owner of the dispatcher loop (``mcad.loop``) and hands each the owners it needs, then
+  the ``Dispatcher`` that routes keys to them; no owner calls back into the dispatcher. The one cycle among owners
+  (``Active`` takes objects back through the sites and tells its watchers, which take AppWrappers back through it)
+  is closed here, by ``Active.connect``. Hub mode's sites and placement are chosen here too, so the loop never
+  imports ``mcad.hub``. Tests build their loops through it as well.
 - ``quota_served(client)`` asks the API server (one discovery request) whether QuotaSubtrees are served; the
   caller turns ``quota_trees`` off when they are not.
 
@@ -34,19 +39,141 @@ from mcad.api.appwrapper import (
     reuse_spec,
 )
 from mcad.api.validation import DEFAULT_LIMITS, Limits
-from mcad.api.views import node_view, pod_view
+from mcad.api.views import NodeView, PodView, node_view, pod_view
+from mcad.clock import Clock, RealClock
 from mcad.errors import ApiError
+from mcad.hub.clusters import Policy as ClusterPolicy
 from mcad.hub.connections import Hub
+from mcad.hub.placement import WorkerPlacement
+from mcad.hub.sites import WorkerClusters, WorkerPods, WorkerSites
 from mcad.k8s import events, kube
+from mcad.k8s.dispatchjob import Writer
 from mcad.k8s.informer import Informer, Reconnects, Store
 from mcad.k8s.legacy import MergedAppWrappers
 from mcad.k8s.tenantstore import TenantAppWrappers, priority_class_value
 from mcad.k8s.wrapped import WrappedObjects, informer_factory
-from mcad.loop.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, Dispatcher
+from mcad.k8s.writes import Writes
+from mcad.loop.active import Active
+from mcad.loop.cycle import DispatchCycle
+from mcad.loop.decisions import Decisions
+from mcad.loop.dispatcher import Dispatcher
+from mcad.loop.dispatches import DISPATCH_RETRY, Dispatches
+from mcad.loop.evictions import (
+    BACKOFF_CAP_FACTOR,
+    DEFAULT_MAX_EVICTIONS_PER_MINUTE,
+    DEFAULT_PREEMPTION_BACKOFF_SECONDS,
+    Evictions,
+)
+from mcad.loop.follower import Follower
+from mcad.loop.notices import Notices
+from mcad.loop.owners import Owners, Settings
+from mcad.loop.pinning import PLACEMENT_MODES, Here, Pinning
+from mcad.loop.queued import Queued
+from mcad.loop.quotastatus import QuotaStatusWriter
+from mcad.loop.sites import LocalCluster, Sites
+from mcad.loop.statussync import StatusSync
 from mcad.loop.workqueue import WorkQueue
+from mcad.metrics import Metrics
 from mcad.model import quota, tenancy
+from mcad.model.accounting import Accountant
+from mcad.model.fit import SingleCluster, Targets
 from mcad.model.keys import RECOVERED, AppWrapperEvent, Key
-from mcad.model.reservations import DEFAULT_RESERVATIONS
+from mcad.model.preemption import EvictionBudget, Preemptors
+from mcad.model.reservations import DEFAULT_RESERVATIONS, Reservations
+from mcad.model.retry import Backoff, Policy, RetryTimes
+
+# How a queued AppWrapper is judged to fit: "nodes" packs its pods onto the nodes' free room (first-fit
+# decreasing; taints, nodeSelector, affinity), "aggregate" compares its total demand with the cluster's free total.
+FIT_MODES = ("nodes", "aggregate")
+# Retrying failed status writes (mcad.model.retry): 0.25 s doubling to 4 s, so a status is right within 4 s of a
+# fault's end, at most 50 a second in all; giving up only stops the timer (the next event of the AppWrapper writes
+# again). Failed object writes: mcad.loop.dispatches.
+STATUS_RETRY = Policy(base=0.25, cap=4.0, rate=50.0, burst=500, give_up_attempts=20, give_up_seconds=300.0)
+# A preemptor waits this long for its victims' pods to go before it force-deletes those whose grace period is
+# over and stops holding the queue (a pod finalizer or a process ignoring SIGTERM would hold it for ever).
+DEFAULT_VICTIM_TIMEOUT_SECONDS = 300.0
+
+
+def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: Store[PodView], writer: Writer,
+         queue: WorkQueue[Key] | None = None, clock: Clock | None = None, strict_fifo: bool = False,
+         write_workers: int = 32, wrapped: WrappedObjects | None = None, preemption: bool = False,
+         fit: str = "nodes", metrics: Metrics | None = None, recorder: events.EventSink | None = None,
+         quota_subtrees: Store[quota.SubtreeView] | None = None, hub: WorkerClusters | None = None,
+         cluster_policy: ClusterPolicy | None = None, victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
+         preemption_backoff: float = DEFAULT_PREEMPTION_BACKOFF_SECONDS,
+         max_evictions_per_minute: int = DEFAULT_MAX_EVICTIONS_PER_MINUTE,
+         protected_namespaces: frozenset[str] = frozenset(), reservations: int = DEFAULT_RESERVATIONS,
+         placement: str = "binding") -> Dispatcher:
+    """The dispatcher loop over these stores, with every owner built and connected (see the module docstring).
+    ``hub``: objects go into worker clusters (``mcad.hub``); ``wrapped``: completion of wrapped objects is
+    watched (None in tests of other parts); ``write_workers=0`` runs writes inline (tests)."""
+    if fit not in FIT_MODES:
+        raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
+    if placement not in PLACEMENT_MODES:
+        raise ValueError(f"placement must be one of {', '.join(PLACEMENT_MODES)}, not {placement!r}")
+    if hub is not None and fit != "nodes":
+        raise ValueError("hub mode places pods on a worker's nodes: fit must be 'nodes'")
+    queue = queue if queue is not None else WorkQueue(name="dispatcher")
+    clock = clock if clock is not None else RealClock()
+    metrics = metrics if metrics is not None else Metrics()
+    recorder = recorder if recorder is not None else events.DiscardEvents()
+    binding = placement == "binding" and fit == "nodes"  # pods pinned to their plan's nodes (mcad.loop.pinning)
+    by_nodes = fit == "nodes"
+    # Quota trees: None when not served (no QuotaSubtree CRD, or --no-quota); then nothing is charged.
+    accountant = Accountant(quota_trees=quota_subtrees is not None)
+    writes = Writes(queue, workers=write_workers)
+    decisions = Decisions(StatusSync(writer, writes, queue, Backoff(clock, STATUS_RETRY), clock), recorder, metrics,
+                          clock)
+    preemptors = Preemptors(victim_timeout, preemption_backoff, preemption_backoff * BACKOFF_CAP_FACTOR)
+    in_flight: dict[str, AppWrapperView] = {}  # dispatches whose writes are under way (mcad.loop.dispatches)
+    dispatch_retries = RetryTimes(clock, DISPATCH_RETRY)
+    queued = Queued(appwrappers, decisions, accountant, in_flight=in_flight, preemptors=preemptors, by_nodes=by_nodes)
+    notices = Notices(queued, appwrappers, decisions, preemptors=preemptors, dispatch_retries=dispatch_retries,
+                      metrics=metrics, clock=clock, strict_fifo=strict_fifo)
+    active = Active(appwrappers, accountant, decisions, queued, notices, queue=queue, clock=clock, metrics=metrics)
+    targets: Targets
+    sites: Sites
+    if hub is None:
+        targets = SingleCluster()
+        sites = LocalCluster(writer, writer, writes, wrapped,
+                             retry=lambda key: queue.add_rate_limited(AppWrapperEvent(key)),
+                             again=lambda key: queue.add(AppWrapperEvent(key)), gate=binding)
+        where: Any = Here(writer)
+    else:
+        targets = worker_placement = WorkerPlacement(hub, cluster_policy)
+        sites = WorkerSites(hub, worker_placement, active=active, queued=queued, decisions=decisions,
+                            accountant=accountant, appwrappers=appwrappers, finalizers=writer, writes=writes,
+                            queue=queue, clock=clock, gate=binding)
+        where = WorkerPods(hub, worker_placement)
+    dispatches = Dispatches(active, queued, decisions, notices, appwrappers=appwrappers, accountant=accountant,
+                            sites=sites, writer=writer, writes=writes, queue=queue, retries=dispatch_retries,
+                            in_flight=in_flight)
+    evictions = Evictions(preemptors, accountant, targets, active=active, decisions=decisions, notices=notices,
+                          in_flight=in_flight, appwrappers=appwrappers, queue=queue, clock=clock, writes=writes,
+                          pods=writer, priority_preemption=preemption,
+                          budget=EvictionBudget(max_evictions_per_minute))
+    pinning = Pinning(binding=binding, accountant=accountant, pods=pods, where=where, writes=writes, queue=queue,
+                      queued=queued, active=active, decisions=decisions, appwrappers=appwrappers, recorder=recorder,
+                      metrics=metrics)
+    follower = Follower(active, queued, decisions, appwrappers=appwrappers, accountant=accountant, sites=sites,
+                        unplaced=pinning, queue=queue, clock=clock)
+    active.connect(sites, watchers=(follower, pinning), placing=pinning.placing)
+    held = Reservations(reservations, targets, active)
+    cycle = DispatchCycle(appwrappers, accountant, queued=queued, active=active, decisions=decisions,
+                          dispatches=dispatches, evictions=evictions, reservations=held, notices=notices,
+                          pinning=pinning, sites=sites, preemptors=preemptors, targets=targets, queue=queue,
+                          clock=clock, metrics=metrics, strict_fifo=strict_fifo, by_nodes=by_nodes)
+    quota_status = QuotaStatusWriter(accountant.quota, quota_subtrees, writer, writes) \
+        if accountant.quota is not None and quota_subtrees is not None else None
+    owners = Owners(accountant=accountant, decisions=decisions, queued=queued, active=active, dispatches=dispatches,
+                    evictions=evictions, notices=notices, follower=follower, pinning=pinning, sites=sites,
+                    reservations=held, preemptors=preemptors, cycle=cycle, targets=targets, writes=writes,
+                    quota_status=quota_status)
+    settings = Settings(fit=fit, strict_fifo=strict_fifo, preemption=preemption,
+                        placement_mode="binding" if binding else "advisory",
+                        protected_namespaces=protected_namespaces)
+    return Dispatcher(owners, settings, appwrappers=appwrappers, nodes=nodes, pods=pods, queue=queue, clock=clock,
+                      metrics=metrics, quota_subtrees=quota_subtrees, wrapped=wrapped)
 
 
 def _pod_uid(raw: dict[str, object]) -> str:
@@ -105,7 +232,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
     queue: WorkQueue[Key] = WorkQueue(name="dispatcher")
     peers.on_recovered(lambda: queue.add(RECOVERED))
     if hub is not None:
-        dispatcher = Dispatcher(appwrappers=appwrappers, nodes=hub.nodes, pods=hub.pods, writer=client, queue=queue,
+        dispatcher = loop(appwrappers=appwrappers, nodes=hub.nodes, pods=hub.pods, writer=client, queue=queue,
                                 strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption, fit=fit,
                                 recorder=recorder, quota_subtrees=subtrees, hub=hub, victim_timeout=victim_timeout,
                                 protected_namespaces=protected_namespaces, reservations=reservations,
@@ -118,7 +245,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                         transform=pod_view, key=_pod_uid, peers=peers)
         wrapped = WrappedObjects(informer_factory(conn, client, peers=peers),
                                  lambda key: queue.add(AppWrapperEvent(key)))
-        dispatcher = Dispatcher(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
+        dispatcher = loop(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
                                 strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
                                 preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees,
                                 victim_timeout=victim_timeout, protected_namespaces=protected_namespaces,

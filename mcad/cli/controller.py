@@ -53,7 +53,7 @@ from mcad.k8s.informer import Informer
 from mcad.k8s.leader import LeaderElector, default_identity, default_namespace, validate_timings
 from mcad.k8s.leaderpod import LeaderPodLabel
 from mcad.k8s.recentevents import RecentEvents
-from mcad.loop.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, Dispatcher
+from mcad.loop.dispatcher import Dispatcher
 from mcad.loop.evictions import DEFAULT_MAX_EVICTIONS_PER_MINUTE, DEFAULT_PREEMPTION_BACKOFF_SECONDS
 from mcad.loop.pinning import PLACEMENT_MODES
 from mcad.model import tenancy
@@ -62,7 +62,7 @@ from mcad.serve import endpointauth, server
 from mcad.serve.debug import Reports
 from mcad.serve.endpointauth import ApiReviews, Gate
 from mcad.serve.history import SAMPLE_INTERVAL_SECONDS, MetricsHistory
-from mcad.wiring import build, quota_served
+from mcad.wiring import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, build, quota_served
 
 # glibc gives each thread that allocates its own malloc arena (up to 8 per core), and memory freed in one arena
 # serves only that arena: with 32 writers and the informers' threads parsing events, the controller's RSS grew

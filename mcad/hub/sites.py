@@ -36,8 +36,11 @@ from mcad.k8s import apply, events
 from mcad.k8s.informer import Store
 from mcad.k8s.wrapped import WrappedObjects
 from mcad.k8s.writes import Writes
+from mcad.loop.active import Active
+from mcad.loop.decisions import Decisions
 from mcad.loop.pinning import PodWriter
-from mcad.loop.sites import Cleaned, FinalizerWriter, Host, remove_finalizer
+from mcad.loop.queued import Queued
+from mcad.loop.sites import Cleaned, FinalizerWriter, remove_finalizer
 from mcad.loop.workqueue import WorkQueue
 from mcad.model import status
 from mcad.model.accounting import Accountant, Snapshot
@@ -91,13 +94,16 @@ class WorkerPods:
 
 
 class WorkerSites:
-    def __init__(self, hub: WorkerClusters, placement: WorkerPlacement, *, host: Host,
+    def __init__(self, hub: WorkerClusters, placement: WorkerPlacement, *, active: Active, queued: Queued,
+                 decisions: Decisions,
                  accountant: Accountant, appwrappers: Store[AppWrapperView], finalizers: FinalizerWriter,
                  writes: Writes, queue: WorkQueue[Any], clock: Clock, gate: bool = False) -> None:
         self.hub = hub
         self._gate = gate  # --placement=binding: pod templates get mcad's scheduling gate
         self.placement = placement
-        self._host = host
+        self._active = active
+        self._queued = queued
+        self._decisions = decisions
         self._accountant = accountant
         self._appwrappers = appwrappers
         self._finalizers = finalizers
@@ -155,6 +161,9 @@ class WorkerSites:
 
     def where(self, key: str) -> str:
         return self.placement.placed.get(key, "")
+
+    def placed(self) -> Mapping[str, str]:
+        return self.placement.placed
 
     def apply_steps(self, aw: AppWrapperView, items: Sequence[Mapping[str, Any]],
                     cluster: str) -> apply.Steps[tuple[str, ...]]:
@@ -292,13 +301,13 @@ class WorkerSites:
         if seen != before:
             log.info("worker cluster", cluster=name, usable=usable, state=health.state.value,
                      message=health.message, appwrappers=len(placed_here))
-            self._host.capacity_may_have_grown()  # what waits may now fit, or wait for another reason
+            self._active.capacity_may_have_grown()  # what waits may now fit, or wait for another reason
             self._tell_placed(name, placed_here, usable, health.state, health.message)
         if usable:
             self._clean_leftovers(name)
             for key in placed_here:
                 self._queue.add(AppWrapperEvent(key))  # lifecycle decisions waited for its wrapped objects
-            self._host.capacity_may_have_grown()
+            self._active.capacity_may_have_grown()
             return
         timeout = self.hub.config.unreachable_timeout_seconds
         if health.state not in (HealthState.UNREACHABLE, HealthState.UNAUTHORIZED):
@@ -317,32 +326,32 @@ class WorkerSites:
         being listed at start), True again when it ends."""
         down = state in (HealthState.UNREACHABLE, HealthState.UNAUTHORIZED)
         for key in placed_here:
-            aw = self._host.dispatched_now(key)
+            aw = self._queued.dispatched_now(key)
             if aw is None:
                 continue
-            current = self._host.status_of(aw).raw()
+            current = self._decisions.status(aw).raw()
             health_told = status.latest(current.get("conditions"), status.CLUSTER_AVAILABLE) or {}
             told = health_told.get("status") == "False"
             if down:
                 why = f"worker cluster {name} is {state.value.lower()}: {message}"
-                self._host.write_status(aw, status.cluster_available(current, self._clock.now(), available=False,
-                                                                     reason=state.value, message=why))
-                self._host.event(aw, events.CLUSTER_UNAVAILABLE, why)
+                self._decisions.decide(aw, status.cluster_available(current, self._clock.now(), available=False,
+                                                                    reason=state.value, message=why))
+                self._decisions.event(aw, events.CLUSTER_UNAVAILABLE, why)
             elif usable and told:
-                self._host.write_status(aw, status.cluster_available(current, self._clock.now(), available=True,
-                                                                     reason=HealthState.HEALTHY.value))
-                self._host.event(aw, events.CLUSTER_AVAILABLE, f"worker cluster {name} is healthy again")
+                self._decisions.decide(aw, status.cluster_available(current, self._clock.now(), available=True,
+                                                                    reason=HealthState.HEALTHY.value))
+                self._decisions.event(aw, events.CLUSTER_AVAILABLE, f"worker cluster {name} is healthy again")
 
     def _requeue_from(self, name: str, message: str) -> None:
         """Every AppWrapper running in worker ``name`` back to the queue, to go elsewhere."""
         for key in [k for k, c in self.placement.placed.items() if c == name]:
-            aw = self._host.dispatched_now(key)
+            aw = self._queued.dispatched_now(key)
             if aw is None:
                 continue
-            self._host.requeue_keeping_count(aw, status.CLUSTER_UNREACHABLE_TIMEOUT, message)
+            self._active.requeue_keeping_count(aw, status.CLUSTER_UNREACHABLE_TIMEOUT, message)
             # It waits for nothing there: its old pods count as that worker's usage, not as its own.
             self._accountant.detach_pods(key)
             self.placement.placed.pop(key, None)
-            self._host.enqueue(aw)
+            self._queued.enqueue(aw)
         if self.hub.worker(name) is None:
             self._leftovers.pop(name, None)  # no connection will ever delete them

@@ -1,12 +1,14 @@
 """Dispatches under way, and what becomes of them: dispatched, taken back, retried after a backoff, or failed.
 
-Contract (the dispatcher thread owns this; the writes run on the write pool, ``mcad.k8s.dispatchjob``):
+Contract (the dispatcher thread owns this; the writes run on the write pool, ``mcad.k8s.dispatchjob``; built by
+``mcad.wiring`` with the owners it hands outcomes to: ``mcad.loop.active``, ``mcad.loop.queued``,
+``mcad.loop.decisions``, ``mcad.loop.notices``):
 - ``start(aw, status, cluster)``: the loop has reserved ``aw``'s room and placed it; its objects are created in
   the background and, meanwhile, it is in flight (``in_flight``): neither queued nor dispatched.
 - ``done(outcome)``, once the writes finished:
-  * created, and the AppWrapper is still the one decided about: ``Host.dispatched`` (the loop records it and
-    writes the Dispatched status); its failures are forgotten and the uids of its objects kept (``object_uids``:
-    one request each to delete them later).
+  * created, and the AppWrapper is still the one decided about: ``Active.dispatched`` (it records it, with the
+    uids of its objects, one request each to delete them later, and decides the Dispatched status); its failures
+    are forgotten.
   * created, but the AppWrapper was deleted meanwhile: its objects are deleted at once.
   * refused (what was applied is undone: plan, placement and reservation released): a refusal that would repeat,
     or failing TRANSIENT-ly for too long (``DISPATCH_RETRY``), fails it; anything else puts it back in the queue
@@ -22,16 +24,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
 from mcad.api.appwrapper import AppWrapperView
-from mcad.clock import Clock
 from mcad.k8s import apply
 from mcad.k8s.dispatchjob import Dispatched, Writer, create_objects
 from mcad.k8s.informer import Store
 from mcad.k8s.writes import Writes
+from mcad.loop.active import Active
+from mcad.loop.decisions import Decisions
+from mcad.loop.notices import Notices
+from mcad.loop.queued import Queued
 from mcad.loop.sites import Sites
 from mcad.loop.workqueue import WorkQueue
 from mcad.model import status
@@ -47,44 +52,23 @@ log = structlog.get_logger("mcad.loop.dispatcher")
 DISPATCH_RETRY = Policy(base=0.5, cap=5.0, rate=10.0, burst=100, give_up_attempts=10, give_up_seconds=300.0)
 
 
-class Host(Protocol):
-    """What dispatches ask of the dispatcher."""
-
-    def dispatched(self, aw: AppWrapperView, current: AppWrapperView, new: Mapping[str, Any]) -> None:
-        """Its objects exist: record it as dispatched (``current``: its view now) with status ``new``."""
-        ...
-
-    def release(self, key: str) -> bool:
-        """Its reservation, plan and charges go; True if it held any."""
-        ...
-
-    def capacity_may_have_grown(self) -> None:
-        ...
-
-    def enqueue(self, aw: AppWrapperView) -> bool:
-        ...
-
-    def fail(self, aw: AppWrapperView, reason: str, message: str) -> None:
-        ...
-
-    def tell_waiting(self, aw: AppWrapperView, about: frozenset[str], why: str) -> None:
-        ...
-
-
 class Dispatches:
-    def __init__(self, host: Host, *, appwrappers: Store[AppWrapperView], accountant: Accountant, sites: Sites,
-                 writer: Writer, writes: Writes, queue: WorkQueue[Key], clock: Clock) -> None:
-        self._host = host
+    def __init__(self, active: Active, queued: Queued, decisions: Decisions, notices: Notices, *,
+                 appwrappers: Store[AppWrapperView], accountant: Accountant, sites: Sites, writer: Writer,
+                 writes: Writes, queue: WorkQueue[Key], retries: RetryTimes,
+                 in_flight: dict[str, AppWrapperView]) -> None:
+        self._active = active
+        self._queued = queued
+        self._decisions = decisions
+        self._notices = notices
         self._appwrappers = appwrappers
         self._accountant = accountant
         self._sites = sites
         self._writer = writer
         self._writes = writes
         self._queue = queue
-        self._retries = RetryTimes(clock, DISPATCH_RETRY)
-        self.in_flight: dict[str, AppWrapperView] = {}
-        # uids of the objects created for each dispatched AppWrapper (unknown after a restart).
-        self._uids: dict[str, tuple[str, ...]] = {}
+        self._retries = retries  # DISPATCH_RETRY's times, shared with mcad.loop.notices (which reads them)
+        self.in_flight = in_flight  # read live by the queue (mcad.loop.queued) and evictions
 
     def __contains__(self, key: object) -> bool:
         return key in self.in_flight
@@ -94,9 +78,6 @@ class Dispatches:
         self._writes.submit(aw.key, partial(create_objects, self._writer, self._sites, aw, new, cluster),
                             tenant=aw.namespace, priority=aw.priority)
 
-    def object_uids(self, key: str) -> tuple[str, ...]:
-        return self._uids.get(key, ())
-
     def attempts(self, key: str) -> int:
         """Failed dispatches since its last success."""
         return self._retries.attempts(key)
@@ -105,14 +86,9 @@ class Dispatches:
         """Its last dispatch failed and its backoff has not passed yet."""
         return self._retries.waiting(key)
 
-    def take_object_uids(self, key: str) -> tuple[str, ...]:
-        """Its objects' uids, forgotten here (they are being deleted)."""
-        return self._uids.pop(key, ())
-
     def forget(self, key: str) -> None:
-        """It is gone: its failures and its objects' uids."""
+        """It is gone: its failures."""
         self._retries.forget(key)
-        self._uids.pop(key, None)
 
     def done(self, key: str, outcome: Dispatched) -> None:
         aw = outcome.aw
@@ -123,8 +99,8 @@ class Dispatches:
         if outcome.error is not None or outcome.stale:
             self._accountant.drop_plan(key)
             self._sites.unplace(key)  # what was applied is undone
-            if self._accountant.holds(key) and (same is not None or current is None) and self._host.release(key):
-                self._host.capacity_may_have_grown()
+            if self._accountant.holds(key) and (same is not None or current is None) and self._active.release(key):
+                self._active.capacity_may_have_grown()
             if same is not None and outcome.error is not None:
                 self._failed(same, outcome.error)
             elif same is not None:
@@ -132,7 +108,7 @@ class Dispatches:
                 retry = self._retries.failed(key, FailureKind.UNAVAILABLE)
                 log.info("dispatch read another spec than decided about; deciding again", appwrapper=key,
                          delay_s=round(retry.delay, 3))
-                self._host.enqueue(same)
+                self._queued.enqueue(same)
                 self._queue.add_after(DispatchRetry(key), retry.delay)
             return
         if same is None:
@@ -140,8 +116,7 @@ class Dispatches:
             self._sites.delete_objects(aw, outcome.uids)
             return
         self._retries.succeeded(key)
-        self._uids[key] = outcome.uids
-        self._host.dispatched(aw, same, outcome.status)
+        self._active.dispatched(aw, same, outcome.status, outcome.uids)
 
     def _failed(self, aw: AppWrapperView, error: apply.DispatchFailed) -> None:
         key = aw.key
@@ -149,14 +124,14 @@ class Dispatches:
         if retry.give_up:
             message = error.message if error.kind is FailureKind.PERMANENT else \
                 f"{error.message} (gave up after {retry.attempts} attempts in {retry.seconds:.0f} s)"
-            self._host.fail(aw, status.ITEM_CREATION_FAILURE, message)
+            self._decisions.fail(aw, status.ITEM_CREATION_FAILURE, message)
             return
         log.warning("dispatch failed; will retry", appwrapper=key, attempts=retry.attempts,
                     delay_s=round(retry.delay, 3), reason=error.message)
-        self._host.enqueue(aw)
+        self._queued.enqueue(aw)
         self._queue.add_after(DispatchRetry(key), retry.delay)
-        self._host.tell_waiting(aw, frozenset({"dispatch failed"}),
-                                f"creating its objects failed, retrying with backoff: {error.message}")
+        why = f"creating its objects failed, retrying with backoff: {error.message}"
+        self._notices.tell(aw, frozenset({"dispatch failed"}), partial(str, why))
 
     def retry_due(self, key: str) -> None:
         """Its DispatchRetry timer fired: a cycle tries it again, unless a later failure moved its time."""

@@ -1,6 +1,7 @@
 """Carrying out preemption and quota reclaim: victims requeued, their preemptor waiting for them, and giving up.
 
-Contract (the dispatcher thread runs this; ``mcad.model.preemption`` chooses, this module acts):
+Contract (the dispatcher thread runs this; ``mcad.model.preemption`` chooses, this module acts: victims are taken
+back through ``mcad.loop.active``, the preemptor is told through ``mcad.loop.notices``; built by ``mcad.wiring``):
 - ``makes_room(aw, need, snapshot)`` is asked by a dispatch cycle for a queued AppWrapper that does not fit. Its
   ``holds`` is True while ``aw`` holds the queue because victims go away for it: it waits for those it chose
   earlier, or it chooses some now, quota reclaim first (borrowers above it), then, with ``--preemption``, priority
@@ -34,13 +35,15 @@ import structlog
 
 from mcad.api.appwrapper import ACTIVE_STATES, AppWrapperView
 from mcad.api.resources import ResourceVector
-from mcad.api.statusview import StatusView
 from mcad.api.views import PodView
 from mcad.clock import Clock
 from mcad.errors import ApiError
 from mcad.k8s import events
 from mcad.k8s.informer import Store
 from mcad.k8s.writes import Writes
+from mcad.loop.active import Active
+from mcad.loop.decisions import Decisions
+from mcad.loop.notices import Notices
 from mcad.loop.workqueue import WorkQueue
 from mcad.model import disclosure, lifecycle, status
 from mcad.model.accounting import Accountant, Snapshot
@@ -90,34 +93,19 @@ class PodDeleter(Protocol):
         ...
 
 
-class Host(Protocol):
-    """What evictions ask of the dispatcher."""
-
-    def status_of(self, aw: AppWrapperView) -> StatusView:
-        ...
-
-    def requeue_keeping_count(self, aw: AppWrapperView, reason: str, message: str) -> None:
-        ...
-
-    def event(self, aw: AppWrapperView, reason: str, message: str) -> None:
-        ...
-
-    def tell_waiting(self, aw: AppWrapperView, about: frozenset[str], why: str) -> None:
-        """Its Backoff status: what it waits for."""
-        ...
-
-
 class Evictions:
-    def __init__(self, preemptors: Preemptors, accountant: Accountant, targets: Targets, host: Host, *,
-                 dispatched: Mapping[str, AppWrapperView], in_flight: Mapping[str, AppWrapperView],
+    def __init__(self, preemptors: Preemptors, accountant: Accountant, targets: Targets, *, active: Active,
+                 decisions: Decisions, notices: Notices, in_flight: Mapping[str, AppWrapperView],
                  appwrappers: Store[AppWrapperView], queue: WorkQueue[Key], clock: Clock, writes: Writes,
                  pods: PodDeleter, priority_preemption: bool, budget: EvictionBudget | None = None) -> None:
         self.preemptors = preemptors
         self.budget = budget if budget is not None else EvictionBudget(DEFAULT_MAX_EVICTIONS_PER_MINUTE)
         self._accountant = accountant
         self._targets = targets
-        self._host = host
-        self._dispatched = dispatched  # the dispatcher's own maps, read live
+        self._active = active
+        self._decisions = decisions
+        self._notices = notices
+        self._dispatched = active.views  # read live
         self._in_flight = in_flight
         self._appwrappers = appwrappers
         self._queue = queue
@@ -167,7 +155,7 @@ class Evictions:
         return [Candidate(victim.key, victim.priority, self._rank(victim))
                 for victim in self._dispatched.values()
                 if victim.priority < aw.priority and victim.key not in taken
-                and victim.key not in self._in_flight and self._host.status_of(victim).state in ACTIVE_STATES]
+                and victim.key not in self._in_flight and self._decisions.status(victim).state in ACTIVE_STATES]
 
     def _may_reclaim(self, aw: AppWrapperView, snapshot: Snapshot) -> bool:
         if snapshot.quota is None or aw.held:
@@ -195,9 +183,9 @@ class Evictions:
         names = sorted(chosen)
         self._start(key, names)
         log.info("preempting", appwrapper=key, priority=aw.priority, victims=names)
-        self._host.tell_waiting(aw, frozenset({"preempting"}),
-                                f"preempting {len(names)} lower-priority AppWrapper(s) to make room: "
-                                f"{disclosure.listed(names, aw.namespace)}")
+        self._notices.tell(aw, frozenset({"preempting"}),
+                           partial(str, f"preempting {len(names)} lower-priority AppWrapper(s) to make room: "
+                                        f"{disclosure.listed(names, aw.namespace)}"))
         return HOLDS
 
     def _over_budget(self, victims: int) -> str:
@@ -226,15 +214,15 @@ class Evictions:
                     lambda victim: f"Preempted to give borrowed quota back to {_appwrapper(key, victim)}.")
         self._start(key, victims, reclaim=snapshot.quota.forest.charges(aw.labels)[0])
         log.info("reclaiming quota", appwrapper=key, victims=victims)
-        self._host.tell_waiting(aw, frozenset({"reclaiming"}),
-                                f"reclaiming quota borrowed by {len(victims)} AppWrapper(s): "
-                                f"{disclosure.listed(victims, aw.namespace)}")
+        self._notices.tell(aw, frozenset({"reclaiming"}),
+                           partial(str, f"reclaiming quota borrowed by {len(victims)} AppWrapper(s): "
+                                        f"{disclosure.listed(victims, aw.namespace)}"))
         return HOLDS
 
     def _evict(self, victims: Iterable[str], reason: str, message: Callable[[str], str]) -> None:
         """Each victim requeued with ``message(its key)``: worded for its namespace (``mcad.model.disclosure``)."""
         for victim_key in victims:
-            self._host.requeue_keeping_count(self._dispatched[victim_key], reason, message(victim_key))
+            self._active.requeue_keeping_count(self._dispatched[victim_key], reason, message(victim_key))
 
     def _start(self, key: str, victims: Iterable[str], reclaim: Charges | None = None) -> None:
         """``key`` waits for ``victims`` to go, holding the queue, for at most ``victim_timeout`` seconds."""
@@ -244,7 +232,7 @@ class Evictions:
         self._queue.add_after(DISPATCH, self.victim_timeout)  # looks again at the latest then, events or not
 
     def _rank(self, victim: AppWrapperView) -> tuple[Any, ...]:
-        return victim_rank(victim.priority, lifecycle.dispatched_at(self._host.status_of(victim)),
+        return victim_rank(victim.priority, lifecycle.dispatched_at(self._decisions.status(victim)),
                            lifecycle.parse_time(victim.created), victim.key)
 
     def _waiting_for_victims(self, key: str) -> bool:
@@ -274,7 +262,7 @@ class Evictions:
         if aw is not None:
             detail = f"force-deleted {len(forced)} pod(s) past their grace period" if forced else \
                 "none of their pods is past its grace period"
-            self._host.event(aw, events.QUEUED, f"Its preemption victims did not finish terminating within "
+            self._decisions.event(aw, events.QUEUED, f"Its preemption victims did not finish terminating within "
                                                 f"{self.victim_timeout:g} s ({detail}); it no longer holds the queue.")
 
     def _force_delete(self, pod: PodView) -> None:

@@ -1,6 +1,7 @@
 """Following a dispatched AppWrapper: its timers, and what its pods and wrapped objects say about its end.
 
-Contract (the dispatcher thread runs this; decisions are ``mcad.model.lifecycle``'s, carried out through ``Host``):
+Contract (the dispatcher thread runs this; decisions are ``mcad.model.lifecycle``'s, carried out through
+``mcad.loop.active`` and told through ``mcad.loop.decisions``; built by ``mcad.wiring``, a watcher of ``Active``):
 - ``follow(aw)`` is called on every event of a dispatched AppWrapper. The first time, it sets its timers from the
   times in its status (so they survive restarts): a ``MinAvailableCheck`` when ``minAvailable`` > 0, a
   ``DeadlineCheck`` when ``dispatchDuration.limit`` > 0. Then it asks the wrapped-object informers of the place
@@ -12,19 +13,23 @@ Contract (the dispatcher thread runs this; decisions are ``mcad.model.lifecycle`
   the spec asks), or fails it once ``maxNumRequeuings`` is reached (its objects deleted);
   enough pods: nothing more is checked. ``check_deadline(key)``: past its limit it fails, objects deleted.
   A timer of an earlier dispatch that fires early is set again for what is left.
-- ``forget(key)`` once it is no longer dispatched.
+- ``undispatched(key)`` once it is no longer dispatched (``dispatched(aw)``: just dispatched, followed at once).
+- ``pod_counts_due(key)``: its pod counts (and pods that cannot be placed) in its status, in the low lane.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
-from mcad.api.appwrapper import AppWrapperView, State
-from mcad.api.statusview import StatusView
+from mcad.api.appwrapper import FINAL_STATES, AppWrapperView, State
+from mcad.api.views import Unschedulable
 from mcad.clock import Clock
+from mcad.k8s.informer import Store
+from mcad.loop.active import Active
+from mcad.loop.decisions import Decisions
+from mcad.loop.queued import Queued
 from mcad.loop.sites import Sites
 from mcad.loop.workqueue import WorkQueue
 from mcad.model import lifecycle, status
@@ -34,34 +39,21 @@ from mcad.model.keys import DeadlineCheck, Key, MinAvailableCheck
 log = structlog.get_logger("mcad.loop.dispatcher")
 
 
-class Host(Protocol):
-    """What the follower asks of the dispatcher."""
-
-    def status_of(self, aw: AppWrapperView) -> StatusView:
-        ...
-
-    def dispatched_now(self, key: str) -> AppWrapperView | None:
-        ...
-
-    def write_status(self, aw: AppWrapperView, new: Mapping[str, Any]) -> None:
-        ...
-
-    def finish(self, aw: AppWrapperView, new: Mapping[str, Any], *, stop: bool = False) -> None:
-        """A final state: written, its capacity released; ``stop``: its objects deleted too."""
-        ...
-
-    def note(self, aw: AppWrapperView, decision: str, message: str) -> None:
-        """A decision, counted and told as an Event."""
-        ...
-
-    def requeue(self, aw: AppWrapperView, reason: str, message: str, *, requeuings: int, requeue_wait: int) -> None:
+class Unplaced(Protocol):
+    def waiting(self, key: str) -> list[tuple[str, Unschedulable]]:
+        """Its pods that wait to be placed (``mcad.loop.pinning``), with why each is not placed yet."""
         ...
 
 
 class Follower:
-    def __init__(self, host: Host, accountant: Accountant, sites: Sites, queue: WorkQueue[Key],
+    def __init__(self, active: Active, queued: Queued, decisions: Decisions, *, appwrappers: Store[AppWrapperView],
+                 accountant: Accountant, sites: Sites, unplaced: Unplaced, queue: WorkQueue[Key],
                  clock: Clock) -> None:
-        self._host = host
+        self._active = active
+        self._queued = queued
+        self._decisions = decisions
+        self._appwrappers = appwrappers
+        self._unplaced = unplaced
         self._accountant = accountant
         self._sites = sites
         self._queue = queue
@@ -70,9 +62,25 @@ class Follower:
         self._timed: set[str] = set()
         self._min_available_met: set[str] = set()
 
-    def forget(self, key: str) -> None:
+    def dispatched(self, aw: AppWrapperView) -> None:
+        self.follow(aw)
+
+    def undispatched(self, key: str) -> None:
         self._timed.discard(key)
         self._min_available_met.discard(key)
+
+    def pod_counts_due(self, key: str) -> None:
+        """Its pod counts in its status, at most once per window (``mcad.loop.active``), in the low lane."""
+        aw = self._appwrappers.get(key)
+        if aw is None or self._queued.is_queued(aw) or self._decisions.state(aw) in FINAL_STATES:
+            return
+        phases = self._accountant.phases(key)
+        new = status.with_pod_counts(self._decisions.status(aw).raw(), self._clock.now(),
+                                     pending=phases.count("Pending"), running=phases.count("Running"),
+                                     succeeded=phases.count("Succeeded"), failed_=phases.count("Failed"),
+                                     unschedulable=self._accountant.unschedulable_pods(key)
+                                     + self._unplaced.waiting(key))
+        self._decisions.decide(aw, new, urgent=False)
 
     def follow(self, aw: AppWrapperView) -> None:
         key = aw.key
@@ -93,25 +101,25 @@ class Follower:
         expects_pods = any(group.count > 0 for group in aw.gang)
         verdict = lifecycle.evaluate(aw, wrapped.lookup, active,
                                      pods_pending_creation=expects_pods and not phases, jobs=jobs)
-        current = self._host.status_of(aw)
+        current = self._decisions.status(aw)
         now = self._clock.now()
         if verdict.outcome is lifecycle.Outcome.FAILED:
-            self._host.finish(aw, status.failed(current.raw(), now, priority=aw.priority, reason=verdict.reason,
-                                                message=verdict.message))
+            self._active.finish(aw, status.failed(current.raw(), now, priority=aw.priority, reason=verdict.reason,
+                                                  message=verdict.message))
             log.warning("appwrapper failed", appwrapper=key, reason=verdict.reason, message=verdict.message)
-            self._host.note(aw, "failed", f"{verdict.reason}: {verdict.message}")
+            self._decisions.note(aw, "failed", f"{verdict.reason}: {verdict.message}")
         elif verdict.outcome is lifecycle.Outcome.COMPLETED:
-            self._host.finish(aw, status.completed(current.raw(), now))
+            self._active.finish(aw, status.completed(current.raw(), now))
             log.info("appwrapper completed", appwrapper=key)
-            self._host.note(aw, "completed", "Every wrapped item reports completion and no pod is active; its "
-                                             "resources are released.")
+            self._decisions.note(aw, "completed", "Every wrapped item reports completion and no pod is active; "
+                                                  "its resources are released.")
         elif verdict.outcome is lifecycle.Outcome.HOLD_COMPLETION and current.state != State.RUNNING_HOLD_COMPLETION:
-            self._host.write_status(aw, status.hold_completion(current.raw(), now))
+            self._decisions.decide(aw, status.hold_completion(current.raw(), now))
 
     def _set_timers(self, aw: AppWrapperView) -> None:
         key = aw.key
         self._timed.add(key)
-        current = self._host.status_of(aw)
+        current = self._decisions.status(aw)
         now = self._clock.now()
         spec = aw.scheduling
         if spec.min_available > 0 and key not in self._min_available_met:
@@ -124,10 +132,10 @@ class Follower:
                                   else spec.dispatch_limit_seconds)
 
     def check_min_available(self, key: str) -> None:
-        aw = self._host.dispatched_now(key)
+        aw = self._queued.dispatched_now(key)
         if aw is None or aw.scheduling.min_available <= 0:
             return
-        current = self._host.status_of(aw)
+        current = self._decisions.status(aw)
         now = self._clock.now()
         wait = lifecycle.current_requeue_wait(aw.scheduling, current)
         due = lifecycle.requeue_due(aw.scheduling, current)
@@ -147,20 +155,21 @@ class Follower:
         if limit > 0 and done >= limit:
             message = f"{why} Requeued {done} times already; maxNumRequeuings is {limit}."
             log.warning("appwrapper failed", appwrapper=key, reason=status.MAX_REQUEUINGS_REACHED, message=message)
-            self._host.note(aw, "failed", f"{status.MAX_REQUEUINGS_REACHED}: {message}")
-            self._host.finish(aw, status.failed(current.raw(), now, priority=aw.priority,
-                                                reason=status.MAX_REQUEUINGS_REACHED,
-                                                message=message, preempted=True), stop=True)
+            self._decisions.note(aw, "failed", f"{status.MAX_REQUEUINGS_REACHED}: {message}")
+            self._active.finish(aw, status.failed(current.raw(), now, priority=aw.priority,
+                                                  reason=status.MAX_REQUEUINGS_REACHED,
+                                                  message=message, preempted=True), stop=True)
             return
-        self._host.requeue(aw, status.MIN_PODS_NOT_RUNNING, why + lifecycle.requeue_floor_note(aw.scheduling, done + 1),
-                           requeuings=done + 1, requeue_wait=lifecycle.requeue_wait(aw.scheduling, done + 1))
+        self._active.requeue(aw, status.MIN_PODS_NOT_RUNNING,
+                             why + lifecycle.requeue_floor_note(aw.scheduling, done + 1),
+                             requeuings=done + 1, requeue_wait=lifecycle.requeue_wait(aw.scheduling, done + 1))
 
     def check_deadline(self, key: str) -> None:
-        aw = self._host.dispatched_now(key)
+        aw = self._queued.dispatched_now(key)
         limit = aw.scheduling.dispatch_limit_seconds if aw is not None else 0
         if aw is None or limit <= 0:
             return
-        current = self._host.status_of(aw)
+        current = self._decisions.status(aw)
         now = self._clock.now()
         due = lifecycle.deadline_due(aw.scheduling, current)
         if due is not None and (remaining := lifecycle.seconds_until(due, now)) > 0:
@@ -168,7 +177,7 @@ class Follower:
             return
         message = f"Dispatch deadline exceeded: allowed to run for {limit} s (dispatchDuration.limit)."
         log.warning("appwrapper failed", appwrapper=key, reason=status.DISPATCH_DEADLINE_EXCEEDED)
-        self._host.note(aw, "failed", f"{status.DISPATCH_DEADLINE_EXCEEDED}: {message}")
-        self._host.finish(aw, status.failed(current.raw(), now, priority=aw.priority,
-                                            reason=status.DISPATCH_DEADLINE_EXCEEDED,
-                                            message=message, preempted=True), stop=True)
+        self._decisions.note(aw, "failed", f"{status.DISPATCH_DEADLINE_EXCEEDED}: {message}")
+        self._active.finish(aw, status.failed(current.raw(), now, priority=aw.priority,
+                                              reason=status.DISPATCH_DEADLINE_EXCEEDED,
+                                              message=message, preempted=True), stop=True)

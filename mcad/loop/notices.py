@@ -1,16 +1,18 @@
 """What waiting AppWrappers are told: their Backoff status and Queued Events, written only when they change.
 
-Contract (the dispatcher thread owns this; it asks the dispatcher what it needs through ``Host``):
+Contract (dispatcher thread only; built by ``mcad.wiring`` with the owners it reads: what the loop decided
+(``mcad.loop.decisions``, through which it writes), the queue (``mcad.loop.queued``), the preemptors and the
+dispatch retries; nothing here calls back into the dispatcher):
 - ``tell(aw, about, why)`` writes the Backoff status saying what blocks ``aw`` and its queue position, unless the
   last one was about the same thing (``about``) and about the same place: exact for the first ten, then by powers
   of two, so an AppWrapper moving up a long queue is rewritten O(log n) times in all, not once per dispatch ahead
   of it. The message is built (``why()``) only when written. A Queued Event goes with a change of what blocks it,
   never with a change of place; the first notice of an AppWrapper counts one "queued" decision.
-- ``to_announce(key)`` marks an AppWrapper that arrived (or changed group) for ``announce`` after the next cycle,
-  which tells each one what it waits for, the cycle may not have visited it (it skips the rest of a blocked
+- ``announce(reserving)`` after a cycle tells each newcomer of the queue (``Queued.take_newcomers``: arrived, or
+  changed group) what it waits for, the cycle may not have visited it (it skips the rest of a blocked
   group; a preemptor stops it). An AppWrapper whose requeue message still stands (its old pods are there) is
   kept for a later announce.
-- ``refresh_group(head, about)``: a cycle judges one member per group; when what blocks the head changes, the
+- ``refresh_group(head, about, reserving)``: a cycle judges one member per group; when what blocks the head changes, the
   other members are told once (O(group) per change, not per cycle), so none keeps an outdated reason.
 - What they are told names another AppWrapper only within its own namespace (``mcad.model.disclosure``).
 - Memory: one small entry per waiting AppWrapper (shared copies: ``(about, place)`` takes few values), one per
@@ -20,58 +22,29 @@ Contract (the dispatcher thread owns this; it asks the dispatcher what it needs 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from functools import partial
-from typing import Any, Protocol
 
 import structlog
 
 from mcad.api.appwrapper import AppWrapperView, State
-from mcad.api.statusview import StatusView
 from mcad.clock import Clock
 from mcad.k8s import events
 from mcad.k8s.informer import Store
+from mcad.loop.decisions import Decisions
+from mcad.loop.queued import Queued
 from mcad.metrics import Metrics
 from mcad.model import disclosure, status
-from mcad.model.accounting import Snapshot
 from mcad.model.fit import Fit
-from mcad.model.pending import PendingQueue
+from mcad.model.preemption import Preemptors
+from mcad.model.reservations import Pass
+from mcad.model.retry import RetryTimes
 
 # Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
 # mean rewriting the status of every AppWrapper behind it.
 BEHIND_STRICT_FIFO = "waiting behind earlier AppWrappers (strict FIFO)"
 
 log = structlog.get_logger("mcad.loop.notices")
-
-
-class Host(Protocol):
-    """What notices ask of the dispatcher."""
-
-    def status_of(self, aw: AppWrapperView) -> StatusView:
-        ...
-
-    def write_status(self, aw: AppWrapperView, new: Mapping[str, Any]) -> None:
-        ...
-
-    def event(self, aw: AppWrapperView, reason: str, message: str) -> None:
-        ...
-
-    def waits_in_queue(self, aw: AppWrapperView) -> bool:
-        """Queued, and judged by the cycle (not draining its old pods, not waiting for victims)."""
-        ...
-
-    def draining(self, aw: AppWrapperView) -> bool:
-        ...
-
-    def fit_of(self, aw: AppWrapperView, snapshot: Snapshot) -> Fit:
-        ...
-
-    def retrying(self, key: str) -> bool:
-        """Its last dispatch failed and it waits out its backoff."""
-        ...
-
-    def preempting(self, key: str) -> bool:
-        ...
 
 
 @functools.lru_cache(maxsize=1024)
@@ -85,11 +58,15 @@ def same_shortage(about: frozenset[str]) -> frozenset[str]:
 
 
 class Notices:
-    def __init__(self, pending: PendingQueue, appwrappers: Store[AppWrapperView], host: Host, *, metrics: Metrics,
+    def __init__(self, queued: Queued, appwrappers: Store[AppWrapperView], decisions: Decisions, *,
+                 preemptors: Preemptors, dispatch_retries: RetryTimes, metrics: Metrics,
                  clock: Clock, strict_fifo: bool) -> None:
-        self._pending = pending
+        self._queued = queued
+        self._pending = queued.pending
         self._appwrappers = appwrappers
-        self._host = host
+        self._decisions = decisions
+        self._preemptors = preemptors
+        self._dispatch_retries = dispatch_retries
         self._metrics = metrics
         self._clock = clock
         self._strict_fifo = strict_fifo
@@ -97,7 +74,6 @@ class Notices:
         # what blocked its head when the group's members were last told. AppWrappers still to be announced.
         self._written: dict[str, frozenset[str]] = {}
         self._group_about: dict[Hashable, frozenset[str]] = {}
-        self._unannounced: set[str] = set()
 
     def tell(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> None:
         about = same_shortage(about)
@@ -106,7 +82,7 @@ class Notices:
         # when written. Under churn the queue moves many times a second, and with reservations many AppWrappers
         # near the head are looked at every cycle: rewriting each as its place improved cost more status writes
         # than the dispatches themselves (the API server is what bounds mcad). /debug/queue and mcadctl are live.
-        current = self._host.status_of(aw)
+        current = self._decisions.status(aw)
         before = self._written.get(aw.key)
         if before == about and current.state == State.PENDING:
             return
@@ -118,13 +94,10 @@ class Notices:
             self._metrics.decision("queued")
         if before != about:
             # An Event when what blocks it changes, not when its place does (that changes every cycle).
-            self._host.event(aw, events.QUEUED, f"Waiting: {reason}.")
-        self._host.write_status(aw, status.queued(current.raw(), self._clock.now(), priority=aw.priority,
-                                                  why=message))
+            self._decisions.event(aw, events.QUEUED, f"Waiting: {reason}.")
+        self._decisions.decide(aw, status.queued(current.raw(), self._clock.now(), priority=aw.priority,
+                                                 why=message))
         self._written[aw.key] = about
-
-    def to_announce(self, key: str) -> None:
-        self._unannounced.add(key)
 
     def reset(self, key: str) -> None:
         """It left the queue (dispatched, or requeued with a message of its own): its next wait is told afresh."""
@@ -132,13 +105,12 @@ class Notices:
 
     def forget(self, key: str) -> None:
         self._written.pop(key, None)
-        self._unannounced.discard(key)
 
     def groups_changed(self) -> None:
         """Every group was rebuilt (quota trees changed): what blocked their heads is unknown again."""
         self._group_about.clear()
 
-    def refresh_group(self, head: AppWrapperView, about: frozenset[str], snapshot: Snapshot) -> None:
+    def refresh_group(self, head: AppWrapperView, about: frozenset[str], reserving: Pass) -> None:
         about = same_shortage(about)
         entry = self._pending.entry(head.key)
         if entry is None:
@@ -151,36 +123,47 @@ class Notices:
             return
         for key in self._pending.members(group):
             member = self._appwrappers.get(key) if key != head.key else None
-            if member is None or not self._host.waits_in_queue(member):
+            if member is None or not self._queued.waits_in_queue(member):
                 continue
-            fit = self._host.fit_of(member, snapshot)
+            fit = self._fit(member, reserving)
             if not fit.fits:
                 self.tell(member, fit.about, fit.why)
         if len(self._group_about) > 2 * self._pending.group_count() + 16:
             self._group_about = {g: a for g, a in self._group_about.items() if self._pending.has_group(g)}
 
-    def announce(self, snapshot: Snapshot, held_by: str = "") -> None:
+    def announce(self, reserving: Pass, held_by: str = "") -> None:
         """After a cycle: the first Backoff of those that arrived and still wait (``held_by``: the key of the
         preemptor that stopped the cycle early by holding the queue; named only to its own namespace)."""
         held = set()
-        for key in self._unannounced:
+        for key in self._queued.take_newcomers():
             aw = self._appwrappers.get(key)
-            if aw is None or key not in self._pending or key in self._written or self._host.preempting(key):
+            if aw is None or key not in self._pending or key in self._written or key in self._preemptors:
                 continue
-            if self._host.draining(aw):
+            if self._queued.draining(aw):
                 held.add(key)  # its requeue message stands until its old pods are gone
                 continue
             if self._strict_fifo:
                 self.tell(aw, frozenset({BEHIND_STRICT_FIFO}), partial(str, BEHIND_STRICT_FIFO))
                 continue
-            fit = self._host.fit_of(aw, snapshot)
+            fit = self._fit(aw, reserving)
             if fit.fits:
                 # It would fit, yet the cycle did not dispatch it: a preemptor holds the queue, or its last
                 # dispatch failed and it waits out its backoff. Never an empty reason.
                 why = disclosure.held_behind_preemptor(held_by, aw.namespace) if held_by else (
-                    "waiting for the next dispatch cycle" if not self._host.retrying(key)
+                    "waiting for the next dispatch cycle" if not self._dispatch_retries.waiting(key)
                     else "its last dispatch failed; retrying after its backoff")
                 self.tell(aw, frozenset({why}), partial(str, why))
             else:
                 self.tell(aw, fit.about, fit.why)
-        self._unannounced = held
+        for key in held:
+            self._queued.announce_later(key)
+
+    @staticmethod
+    def _fit(aw: AppWrapperView, reserving: Pass) -> Fit:
+        """How ``aw`` fits on the room the cycle's pass left, as the pass would judge it (reservations ahead)."""
+        need = reserving.snapshot.need(aw.key, aw.demand)
+        fit = reserving.fit(aw, need)
+        if fit.fits:
+            return fit
+        about, why = reserving.explain(aw, need, fit)
+        return Fit(False, about, why)

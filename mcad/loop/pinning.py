@@ -68,10 +68,13 @@ from mcad.errors import ApiError
 from mcad.k8s import events
 from mcad.k8s.informer import Store
 from mcad.k8s.writes import Writes
+from mcad.loop.active import Active
+from mcad.loop.decisions import Decisions
+from mcad.loop.queued import Queued
 from mcad.loop.workqueue import WorkQueue
 from mcad.model import placement
 from mcad.model.accounting import Accountant, Snapshot
-from mcad.model.keys import DISPATCH, Key, PodEvent
+from mcad.model.keys import DISPATCH, Key, PodCounts, PodEvent
 from mcad.model.retry import equal_jitter
 
 log = structlog.get_logger("mcad.loop.pinning")
@@ -113,26 +116,6 @@ class PodWriter(Protocol):
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
                uid: str = "", label: tuple[str, str] | None = None) -> None: ...
-
-
-class Host(Protocol):
-    """What pinning asks of the dispatcher (its thread only)."""
-
-    def dispatched_now(self, key: str) -> AppWrapperView | None:
-        """The AppWrapper if it is dispatched and active now."""
-        ...
-
-    def exists(self, key: str) -> bool:
-        """An AppWrapper of that key exists (dispatched or not)."""
-        ...
-
-    def event(self, aw: AppWrapperView, reason: str, message: str) -> None: ...
-
-    def requeue_keeping_count(self, aw: AppWrapperView, reason: str, message: str) -> None: ...
-
-    def pods_changed(self, key: str) -> None:
-        """What its pods wait for changed: its pod counts and pendingpodconditions are due."""
-        ...
 
 
 class PinMetrics(Protocol):
@@ -244,7 +227,8 @@ class Here:
 
 class Pinning:
     def __init__(self, *, binding: bool, accountant: Accountant, pods: Store[PodView], where: Where,
-                 writes: Writes, queue: WorkQueue[Key], host: Host, recorder: events.EventSink,
+                 writes: Writes, queue: WorkQueue[Key], queued: Queued, active: Active, decisions: Decisions,
+                 appwrappers: Store[AppWrapperView], recorder: events.EventSink,
                  metrics: PinMetrics, monotonic: Callable[[], float] = time.monotonic,
                  draw: Callable[[], float] = random.random) -> None:
         self.binding = binding
@@ -253,7 +237,10 @@ class Pinning:
         self._where = where
         self._writes = writes
         self._queue = queue
-        self._host = host
+        self._queued = queued
+        self._active = active
+        self._decisions = decisions
+        self._appwrappers = appwrappers
         self._recorder = recorder
         self._metrics = metrics
         self._monotonic = monotonic
@@ -307,7 +294,7 @@ class Pinning:
         self._failures.pop(uid, None)
         key = self._extras.pop(uid, None)
         if key is not None and self._why_waiting.pop(uid, None) is not None:
-            self._host.pods_changed(key)
+            self._queue.add(PodCounts(key))
 
     def _gated(self, pod: PodView) -> None:
         uid, key = pod.uid, pod.appwrapper
@@ -320,10 +307,10 @@ class Pinning:
         if not self.binding:
             self._ungate(pod, "")
             return
-        aw = self._host.dispatched_now(key)
+        aw = self._queued.dispatched_now(key)
         log.debug("gated pod", pod=pod.name, appwrapper=key, dispatched=aw is not None)
         if aw is None:
-            if self._host.exists(key):
+            if self._appwrappers.get(key) is not None:
                 # Being dispatched (its pods came before the outcome), queued, or requeued and draining: looked at
                 # again when it is dispatched (a pod of an earlier dispatch is being deleted by then).
                 self._early.setdefault(key, set()).add(uid)
@@ -370,8 +357,9 @@ class Pinning:
         self._recorder.record(events.ObjectRef("v1", "Pod", pod.namespace, pod.name, pod.uid),
                               events.REASON_TYPES[events.PLACEMENT_REFUSED], events.PLACEMENT_REFUSED, why)
 
-    def dispatched(self, key: str) -> None:
+    def dispatched(self, aw: AppWrapperView) -> None:
         """Its objects exist: the gated pods that came while they were being created are placed now."""
+        key = aw.key
         self._replans.pop(key, None)
         self._avoid.pop(key, None)
         for uid in self._early.pop(key, ()):
@@ -403,7 +391,7 @@ class Pinning:
             return
         for uid, key in list(self._extras.items()):
             pod = self._pods.get(uid)
-            aw = self._host.dispatched_now(key)
+            aw = self._queued.dispatched_now(key)
             if pod is None or pod.pin is None or not pod.pin.gated or pod.deleting or aw is None:
                 log.debug("extra pod no longer waits", uid=uid, appwrapper=key, dispatched=aw is not None)
                 del self._extras[uid]
@@ -426,12 +414,12 @@ class Pinning:
                 before = self._why_waiting.get(uid)
                 if before is None or before.message != why:
                     self._why_waiting[uid] = Unschedulable(why, "")
-                    self._host.pods_changed(key)
+                    self._queue.add(PodCounts(key))
                 continue
             node = packing.placement[0][0]
             del self._extras[uid]
             if self._why_waiting.pop(uid, None) is not None:
-                self._host.pods_changed(key)
+                self._queue.add(PodCounts(key))
             self._accountant.pin_extra(key, uid, node, pod.requests)
             snapshot.take(pod.requests, packing.placement)
             self._metrics.pin("extra")
@@ -499,7 +487,7 @@ class Pinning:
     def _replan(self, pod: PodView, node: str, why: str) -> None:
         key = pod.appwrapper
         assert key is not None and pod.pin is not None
-        aw = self._host.dispatched_now(key)
+        aw = self._queued.dispatched_now(key)
         self._accountant.unpin(pod.uid, drop_slot=True)
         if aw is None:
             return
@@ -519,10 +507,10 @@ class Pinning:
                 cause = f"{owner.kind} {owner.name} would count a deleted pod as a failed one"
             else:
                 cause = f"its pins were refused {replans} times in this dispatch"
-            self._host.requeue_keeping_count(aw, "PlacementRefused",
+            self._active.requeue_keeping_count(aw, "PlacementRefused",
                                              f"{message}; the AppWrapper is requeued to be placed afresh ({cause})")
             return
-        self._host.event(aw, events.PLACEMENT_REPLANNED,
+        self._decisions.event(aw, events.PLACEMENT_REPLANNED,
                          f"{message}; the pod is deleted so {owner.kind} {owner.name} re-creates it, and mcad "
                          f"places the new pod elsewhere" if owner is not None else message)
         self._writes.submit(f"pod/{pod.uid}", lambda: self._delete(pod), tenant=pod.namespace)
@@ -577,9 +565,9 @@ class Pinning:
             # is told its pod is not where its plan said.
             log.error("ungate patch keeps failing; releasing the pod without a pin", pod=f"{pod.namespace}/{pod.name}",
                       error=err.message, attempts=attempts)
-            aw = self._host.dispatched_now(outcome.appwrapper)
+            aw = self._queued.dispatched_now(outcome.appwrapper)
             if aw is not None:
-                self._host.event(aw, events.PLACEMENT_REPLANNED,
+                self._decisions.event(aw, events.PLACEMENT_REPLANNED,
                                  f"pod {pod.name} could not be pinned ({err.reason or err.status}: {err.message}); "
                                  f"it is released for the scheduler to place")
             self._failures.pop(uid, None)

@@ -4,9 +4,9 @@ Contract:
 - ``Sites`` is everything the dispatcher does differently in hub mode, behind one protocol with two
   implementations: ``LocalCluster`` (below: the objects go into the API server the controller runs against) and
   ``mcad.hub.sites.WorkerSites`` (into one worker cluster each, chosen by ``mcad.hub.placement.WorkerPlacement``).
-  The dispatcher holds one and never asks which it is.
-- ``Host`` is what an implementation may ask of the dispatcher: a small protocol, so the dependency points one
-  way (the dispatcher imports the implementations, never the reverse).
+  ``mcad.wiring`` builds one and hands it to the loop's owners, which never ask which it is. An implementation
+  that takes AppWrappers back (a worker gone) is handed the owners it needs (``mcad.loop.active``,
+  ``mcad.loop.queued``, ``mcad.loop.decisions``); none calls back into the dispatcher.
 - Writes go through the dispatcher's write pool (``mcad.k8s.writes``) as jobs of the AppWrapper's key; their outcomes
   (``Cleaned``) come back to the dispatcher thread and are handed to ``Sites.cleaned``.
 - An AppWrapper that carries ``WORKER_CLEANUP_FINALIZER`` (dispatched by a hub earlier) and is being deleted while
@@ -23,7 +23,6 @@ from typing import Any, Protocol
 import structlog
 
 from mcad.api.appwrapper import KIND, WORKER_CLEANUP_FINALIZER, AppWrapperView
-from mcad.api.statusview import StatusView
 from mcad.api.views import PodView
 from mcad.errors import ApiError
 from mcad.k8s import apply
@@ -45,33 +44,6 @@ class Cleaned:
 class FinalizerWriter(Protocol):
     def patch_json(self, api_version: str, kind: str, namespace: str, name: str,
                    operations: list[dict[str, Any]]) -> Mapping[str, Any]:
-        ...
-
-
-class Host(Protocol):
-    """What a ``Sites`` implementation may ask of the dispatcher (its thread only)."""
-
-    def dispatched_now(self, key: str) -> AppWrapperView | None:
-        """The AppWrapper if it is dispatched and active now."""
-        ...
-
-    def status_of(self, aw: AppWrapperView) -> StatusView:
-        ...
-
-    def write_status(self, aw: AppWrapperView, new: Mapping[str, Any]) -> None:
-        ...
-
-    def event(self, aw: AppWrapperView, reason: str, message: str) -> None:
-        ...
-
-    def capacity_may_have_grown(self) -> None:
-        ...
-
-    def requeue_keeping_count(self, aw: AppWrapperView, reason: str, message: str) -> None:
-        """Back to the queue for a reason that is not its own (not counted as a requeuing)."""
-        ...
-
-    def enqueue(self, aw: AppWrapperView) -> bool:
         ...
 
 
@@ -104,6 +76,10 @@ class Sites(Protocol):
 
     def where(self, key: str) -> str:
         """The worker its objects are in ("" for this cluster)."""
+        ...
+
+    def placed(self) -> Mapping[str, str]:
+        """Hub mode: AppWrapper key -> the worker its objects are in (empty for this cluster)."""
         ...
 
     def apply_steps(self, aw: AppWrapperView, items: Sequence[Mapping[str, Any]],
@@ -180,6 +156,9 @@ class LocalCluster:
 
     def where(self, key: str) -> str:
         return ""
+
+    def placed(self) -> Mapping[str, str]:
+        return {}
 
     def apply_steps(self, aw: AppWrapperView, items: Sequence[Mapping[str, Any]],
                     cluster: str) -> apply.Steps[tuple[str, ...]]:

@@ -229,9 +229,6 @@ class Accountant:
     def holds(self, key: str) -> bool:
         return self.ledger.is_reserved(key)
 
-    def reserved_keys(self) -> list[str]:
-        return self.ledger.reserved_keys()
-
     def holders(self, nodes: Collection[str] | None) -> set[str]:
         """The AppWrappers that hold room on these nodes (None: anywhere): pods of theirs that are bound there and
         running, pods planned there, or (anywhere only) demand reserved and not yet covered by pods."""
@@ -248,17 +245,6 @@ class Accountant:
         if nodes is None:
             found.update(key for key in self.ledger.reserved_keys() if self.ledger.reservation(key))
         return found
-
-    def lasting_room(self) -> dict[str, ResourceVector]:
-        """Per node: what would be free once every AppWrapper's pods there ended (pods of no AppWrapper stay)."""
-        return self.ledger.lasting_room_by_node()
-
-    def lasting_free(self) -> ResourceVector:
-        """The cluster's capacity less what pods of no AppWrapper use."""
-        return self.ledger.lasting_free()
-
-    def consumed(self, key: str) -> ResourceVector:
-        return self.ledger.consumed(key)
 
     def footprint(self, key: str) -> list[PlanEntry]:
         """What evicting a dispatched AppWrapper frees, by node: its active bound pods and (--fit=nodes) the

@@ -24,7 +24,8 @@ Contract:
 - One kept out by reservations is told whose and where (``behind_reservations``): those of its own namespace by
   holder and nodes (or amount), another namespace's only as such (``mcad.model.disclosure``); /debug/queue lists them
   all, to those who may list their namespaces.
-- Pure: reads the snapshot and what its host says; decides nothing for the dispatcher and writes nothing.
+- Pure: reads the snapshot and what its ``Horizon`` says (handed in by ``mcad.wiring``); decides nothing else and
+  writes nothing.
 """
 
 from __future__ import annotations
@@ -89,7 +90,9 @@ def names(nodes: Collection[str]) -> str:
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
-class Host(Protocol):
+class Horizon(Protocol):
+    """What the running work will leave behind, and when (``mcad.loop.active`` answers on the loop thread)."""
+
     def lasting_room(self) -> Mapping[str, ResourceVector]:
         """Per node: what would be free once every AppWrapper's pods there ended."""
         ...
@@ -107,12 +110,12 @@ class Host(Protocol):
 class Reservations:
     """The reservations of the last dispatch cycle, kept so the next one can keep their nodes."""
 
-    def __init__(self, limit: int, targets: Targets, host: Host) -> None:
+    def __init__(self, limit: int, targets: Targets, horizon: Horizon) -> None:
         if limit < 0:
             raise ValueError(f"reservations must be 0 or more, not {limit}")
         self.limit = limit
-        self._targets = targets
-        self._host = host
+        self.targets = targets
+        self.horizon = horizon
         self.held: dict[str, Reservation] = {}  # key -> its reservation, as the last cycle made them
 
     def start(self, snapshot: Snapshot, now: datetime, *, dry_run: bool = False) -> Pass:
@@ -138,7 +141,7 @@ class Pass:
     def fit(self, aw: AppWrapperView, need: ResourceVector) -> Fit:
         """``fit.fits`` on the pass's snapshot, reservations taken; a candidate with a bounded run time that does
         not fit is tried again with the reservations it ends before given back (backfill)."""
-        fit = fits(aw, need, self.snapshot, self.owner._targets)
+        fit = fits(aw, need, self.snapshot, self.owner.targets)
         limit = aw.scheduling.dispatch_limit_seconds
         if fit.fits or limit <= 0 or not self.made:
             return fit
@@ -147,7 +150,7 @@ class Pass:
         if not before:
             return fit
         trial = self._without(before)
-        backfill = fits(aw, need, trial, self.owner._targets)
+        backfill = fits(aw, need, trial, self.owner.targets)
         return backfill if backfill.fits else fit
 
     def wait(self, aw: AppWrapperView, need: ResourceVector, fit: Fit) -> tuple[frozenset[str], Callable[[], str]]:
@@ -170,7 +173,7 @@ class Pass:
         cost a status write."""
         if not self.made:
             return fit.about, fit.why
-        unreserved = fits(aw, need, self._without(self.made), self.owner._targets)
+        unreserved = fits(aw, need, self._without(self.made), self.owner.targets)
         if not unreserved.fits:
             return fit.about, unreserved.why
         if unreserved.plan:
@@ -205,7 +208,7 @@ class Pass:
 
     def _reserve(self, aw: AppWrapperView, need: ResourceVector, fit: Fit) -> Reservation | None:
         snapshot = self.snapshot
-        if not could_ever_fit(aw, need, snapshot, self.owner._targets, fit):
+        if not could_ever_fit(aw, need, snapshot, self.owner.targets, fit):
             return None  # it would hold the room for ever
         plan: Plan = ()
         if snapshot.room is None or snapshot.consumed(aw.key):
@@ -238,13 +241,13 @@ class Pass:
         previous = self.owner.held.get(aw.key)
         if previous is not None and previous.plan:
             mine = set(previous.nodes)
-            for _, nodes in self.owner._targets.node_sets(aw, snapshot):
+            for _, nodes in self.owner.targets.node_sets(aw, snapshot):
                 kept = [node for node in nodes if node.name in mine]
                 packing = placement.pack(aw.gang, kept, lasting)
                 if kept and packing.fits:
                     return packing.placement
         scarcest = _scarcest(aw)
-        for _, nodes in self.owner._targets.node_sets(aw, snapshot):
+        for _, nodes in self.owner.targets.node_sets(aw, snapshot):
             ordered = sorted(nodes, key=lambda node: (-room.get(node.name, node.allocatable).get(scarcest),
                                                       node.name))
             packing = placement.pack(aw.gang, ordered, lasting, in_given_order=True)
@@ -255,7 +258,7 @@ class Pass:
     def _lasting_room(self) -> dict[str, ResourceVector]:
         """Per node: free once AppWrappers' pods end, less what this pass's reservations hold there."""
         if self._lasting is None:
-            self._lasting = dict(self.owner._host.lasting_room())
+            self._lasting = dict(self.owner.horizon.lasting_room())
         lasting = dict(self._lasting)
         for reservation in self.made:
             for node, requests, count in reservation.plan:
@@ -264,7 +267,7 @@ class Pass:
         return lasting
 
     def _lasting_free(self) -> ResourceVector:
-        total = self.owner._host.lasting_free()
+        total = self.owner.horizon.lasting_free()
         for reservation in self.made:
             total = total - reservation.need  # what it will hold once it runs
         return total
@@ -274,7 +277,7 @@ class Pass:
     def _start_bound(self, reservation: Reservation) -> datetime | None:
         if reservation.key not in self._bounds:
             nodes = reservation.nodes if reservation.plan else None
-            self._bounds[reservation.key] = self.owner._host.start_bound(nodes)
+            self._bounds[reservation.key] = self.owner.horizon.start_bound(nodes)
         return self._bounds[reservation.key]
 
     def _without(self, reservations: list[Reservation]) -> Snapshot:

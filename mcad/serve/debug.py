@@ -25,7 +25,7 @@ from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, AppWrapperView, Sta
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.statusview import StatusView
 from mcad.hub.connections import Hub
-from mcad.hub.placement import nodes_in
+from mcad.hub.placement import WorkerPlacement, nodes_in
 from mcad.k8s import kube
 from mcad.loop.dispatcher import Dispatcher
 from mcad.model import lifecycle, status
@@ -95,12 +95,12 @@ class Reports:
                 reservations.append(dict(assessment.reservation))
             aw = d.appwrappers.get(assessment.key)
             if aw is not None:
-                queued_facts.append((position, assessment, aw, d.status_of(aw).requeuings))
+                queued_facts.append((position, assessment, aw, d.decisions.status(aw).requeuings))
         dispatched_facts = []
         for aw in sorted(d.appwrappers.list(), key=lambda a: a.order()):
             if aw.key in d.pending or aw.deleting:
                 continue
-            current = d.status_of(aw)
+            current = d.decisions.status(aw)
             state = "Dispatching" if aw.key in d.dispatches else current.state
             if state != "Dispatching" and (state not in ACTIVE_STATES or not current.canrun):
                 continue
@@ -170,8 +170,8 @@ class Reports:
         """Hub mode: every worker with its health, capacity and free room (as placement sees them: room held for
         dispatched pods not bound yet is not free), and the AppWrappers placed there. Single mode: no workers."""
         d = self.dispatcher
-        hub, placement = self.hub, d.placement
-        if hub is None or placement is None:
+        hub, placement = self.hub, d.targets
+        if hub is None or not isinstance(placement, WorkerPlacement):
             return {**self._header(), "mode": "single", "clusters": []}
         room = d.ledger.room_by_node()
         planned = d.accountant.planned_by_node()
@@ -220,7 +220,7 @@ class Reports:
         aw = d.appwrappers.get(key)
         if aw is None:
             return None
-        current = d.status_of(aw)
+        current = d.decisions.status(aw)
         state = current.state
         summary, details = self._explain(aw, current, state)
         details += [f"demand: {aw.demand.format() or 'nothing'}", f"priority: {aw.priority}",
@@ -313,15 +313,7 @@ def offline(conn: kube.Connection, *, fit: str = "nodes", strict_fifo: bool = Fa
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, preemption=preemption, fit=fit, write_workers=1,
                                   reservations=reservations,
                                   quota_trees=quota_served(kube.Client(conn)))
-    dispatcher.writer = _ReadOnly()
     for informer in informers:
         informer.list_once()
     dispatcher.rebuild()
     return Reports(dispatcher, lambda: {"identity": "offline", "leader": False, "offline": True})
-
-
-class _ReadOnly:
-    """The writer of an offline dispatcher: it never decides, so any write is a bug."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise RuntimeError(f"offline reports never write ({name})")

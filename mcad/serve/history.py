@@ -30,8 +30,11 @@ Contract:
     ``Pending``); ``dispatched`` the active ones (``ACTIVE_STATES``: ``Running``, ``RunningHoldCompletion``);
     ``completed`` ``Completed`` and ``failed`` ``Failed`` (``FINAL_STATES``). A state string mcad does not know
     (written by someone else) is counted nowhere.
-  * ``dispatchesPerMinute``: the counter's increase over the samples of the last 60 s, divided by the time they
-    span and scaled to a minute (0 with fewer than two such samples).
+  * ``dispatchesPerMinute``: the dispatches of the minute up to the newest sample (which must be at most 60 s old,
+    else 0): the counter's increase since the newest sample at least 60 s older than it, scaled down to a minute
+    when the samples' spacing makes that span longer. Never scaled up: while the history is younger than a minute
+    it is the increase since the first sample, so 2 dispatches in a controller's first 20 s show as 2, not as the
+    6 a minute they would extrapolate to (issue 27).
   * ``timeToDispatch``: quantiles of the histogram's bucket increases over the hour, interpolated linearly within
     the bucket the rank falls in, as Prometheus' ``histogram_quantile`` does (the first bucket starts at 0; a rank
     in the +Inf bucket gives the highest finite bound); ``null`` when nothing was dispatched in the window.
@@ -167,20 +170,28 @@ class MetricsHistory:
         hour = [s for s in self._samples if now - HOUR_SECONDS <= s.at <= now]
         return {
             "states": dict(hour[-1].states) if hour else dict.fromkeys(GROUPS, 0),
-            "dispatchesPerMinute": _per_minute([s for s in hour if s.at >= now - MINUTE_SECONDS]),
+            "dispatchesPerMinute": _per_minute(hour, now),
             "timeToDispatch": _time_to_dispatch(hour),
             "sparkline": _sparkline(hour, now),
         }
 
 
-def _per_minute(samples: Sequence[Sample]) -> float:
-    if len(samples) < 2:
+def _per_minute(hour: Sequence[Sample], now: float) -> float:
+    """See ``dispatchesPerMinute`` in the module docstring; ``hour`` is in time order and ends at or before ``now``."""
+    if len(hour) < 2 or hour[-1].at < now - MINUTE_SECONDS:
         return 0.0
-    span = samples[-1].at - samples[0].at
+    end = hour[-1]
+    start = 0  # the newest sample a minute or more before ``end``, else the oldest
+    for index in range(len(hour) - 2, -1, -1):
+        if hour[index].at <= end.at - MINUTE_SECONDS:
+            start = index
+            break
+    window = hour[start:]
+    span = end.at - window[0].at
     if span <= 0:
         return 0.0
-    increase = sum(counter_increase(a.dispatched, b.dispatched) for a, b in pairwise(samples))
-    return round(increase / span * MINUTE_SECONDS, 2)
+    increase = sum(counter_increase(a.dispatched, b.dispatched) for a, b in pairwise(window))
+    return round(increase * min(1.0, MINUTE_SECONDS / span), 2)
 
 
 def latency_increase(samples: Sequence[Sample]) -> Buckets | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from mcad import wiring
 from mcad.api.appwrapper import appwrapper_view
 from mcad.api.views import node_view, pod_view
 from mcad.k8s.informer import Informer
@@ -144,7 +145,7 @@ class Harness(Stepped):
             Informer("nodes", self.lw["node"], transform=node_view),
             Informer("pods", self.lw["pod"], transform=pod_view, key=lambda raw: raw["metadata"]["uid"]),
         ]
-        self.dispatcher = Dispatcher(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
+        self.dispatcher = wiring.loop(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
                                      writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
                                      write_workers=0, **options)
         if options.get("quota_subtrees") is not None:

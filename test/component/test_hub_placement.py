@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import pytest
 
+from mcad import wiring
 from mcad.api.appwrapper import APPWRAPPER_UID_LABEL, WORKER_CLEANUP_FINALIZER, appwrapper_view
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView, PodView, node_view, pod_view
@@ -29,7 +30,6 @@ from mcad.hub.clusters import HealthStatus, HubConfig, Policy, WorkerHealth, Wor
 from mcad.hub.connections import Hub, cluster_of
 from mcad.k8s.informer import Informer
 from mcad.k8s.kube import ApiError
-from mcad.loop.dispatcher import Dispatcher
 from mcad.loop.workqueue import WorkQueue
 from mcad.model.keys import WorkerCleanup
 from test.component.harness import RecordingWriter, node
@@ -198,7 +198,7 @@ class HubHarness:
             Informer("nodes", self.lw["node"], transform=qualified_node),
             Informer("pods", self.lw["pod"], transform=qualified_pod, key=lambda raw: raw["metadata"]["uid"]),
         ]
-        self.dispatcher = Dispatcher(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
+        self.dispatcher = wiring.loop(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
                                      writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
                                      write_workers=0, hub=self.hub, preemption=preemption)
         for informer in self.informers:
@@ -363,7 +363,7 @@ def test_a_worker_is_used_only_once_its_cluster_key_is_processed(hub_harness: An
                     policy=Policy.FIRST, healthy=("big",))
     # small was never adopted (its prober has not reported): first-in-order skips it.
     assert h.dispatcher.placed() == {"ns/a": "big"}
-    assert h.dispatcher.placement.usable == frozenset({"big"})
+    assert h.dispatcher.targets.usable == frozenset({"big"})
 
 
 @pytest.mark.parametrize(("failure", "state", "words"), [
@@ -376,7 +376,7 @@ def test_an_unusable_worker_is_skipped_and_named_with_why(hub_harness: Any, fail
     h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG, aws=[], policy=Policy.FIRST)
     h.hub.fails("small", failure)
     h.drain()
-    assert h.dispatcher.placement.usable == frozenset({"big"})
+    assert h.dispatcher.targets.usable == frozenset({"big"})
 
     h.lw["aw"].add(gang("anywhere", 1, "1"))
     h.lw["aw"].add(gang("pinned", 1, "1", {"clusters": [{"name": "small"}]}))

@@ -276,7 +276,7 @@ class Sim:
                 continue
             refused = any(c.get("reason") == "Unschedulable" for c in pod["status"].get("conditions") or [])
             assert not (refused and not gates), f"{meta['name']} left pinned where the scheduler refuses it"
-            aw = d.dispatched_now(f"ns/{meta['labels']['workload.codeflare.dev/appwrapper']}")
+            aw = d.queued.dispatched_now(f"ns/{meta['labels']['workload.codeflare.dev/appwrapper']}")
             if PLACEMENT_GATE in gates and aw is not None:
                 waiting = dict(d.pinning.waiting(aw.key)) if d.pinning is not None else {}
                 assert meta["name"] in waiting, f"{meta['name']} is gated with nothing said of why"

@@ -151,7 +151,8 @@ def test_a_final_state_the_controller_did_not_decide_releases_nothing_while_pods
     h.lw["aw"].add(labelled("b", "1", t="gold"))
     wait_until(lambda: h.dispatcher.appwrappers.get("ns/b"), 5, "the AppWrapper informer to see b")
     h.drain()
-    assert h.dispatcher.status_of(h.dispatcher.appwrappers.get("ns/a")).state == "Completed", "the forged state read"
+    decided = h.dispatcher.decisions.status(h.dispatcher.appwrappers.get("ns/a"))
+    assert decided.state == "Completed", "the forged state read"
     q = h.dispatcher.quota
     assert q is not None and q.usage("t", "gold").get("cpu") == 1000, "a's charge stays"
     assert states(h)["b"] == "Pending"
@@ -177,8 +178,9 @@ def test_a_final_state_the_controller_decided_releases_at_once_while_its_pods_en
     h.drain()
     view = h.dispatcher.appwrappers.get("ns/a")
     assert view is not None
-    h.dispatcher.finish(view, statuses.failed(h.dispatcher.status_of(view).raw(), h.clock.now(), priority=0,
-                                              reason="Test", message="failed by the controller"), stop=True)
+    current = h.dispatcher.decisions.status(view).raw()
+    h.dispatcher.active.finish(view, statuses.failed(current, h.clock.now(), priority=0, reason="Test",
+                                                     message="failed by the controller"), stop=True)
     h.lw["aw"].add(labelled("b", "1", t="gold"))
     wait_until(lambda: h.dispatcher.appwrappers.get("ns/b"), 5, "the AppWrapper informer to see b")
     h.drain()
@@ -289,6 +291,6 @@ def test_charged_quota_always_equals_the_dispatched_demand(quota_harness: Any, s
         assert not stuck, (f"seed {seed} step {step}: {stuck} fit but were not dispatched",
                            [(a.key, a.state, a.fits_now, a.why) for a in h.dispatcher.assess_queue()],
                            h.dispatcher.preemptors.waiters(), h.dispatcher.preemptors.reclaiming,
-                           {k: (v.labels, v.demand.format(), h.dispatcher.status_of(v).state)
+                           {k: (v.labels, v.demand.format(), h.dispatcher.decisions.status(v).state)
                             for k, v in ((a.key, h.dispatcher.appwrappers.get(a.key))
                                          for a in h.dispatcher.assess_queue()) if v})

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from mcad import wiring
 from mcad.api.appwrapper import appwrapper_view
 from mcad.api.views import node_view, pod_view
 from mcad.k8s.informer import Informer
 from mcad.k8s.tenantstore import TenantAppWrappers, priority_class_value
-from mcad.loop.dispatcher import Dispatcher
 from mcad.loop.workqueue import WorkQueue
 from mcad.model.quota import subtree_view
 from mcad.model.tenancy import namespace_policy
@@ -78,7 +78,7 @@ class TenantHarness(Stepped):
             Informer("pods", self.lw["pod"], transform=pod_view, key=lambda raw: raw["metadata"]["uid"])]
         quota_subtrees = Informer("quotasubtrees", self.lw["quota"], transform=subtree_view) \
             if subtrees is not None else None
-        self.dispatcher = Dispatcher(appwrappers=self.store, nodes=self.informers[3], pods=self.informers[4],
+        self.dispatcher = wiring.loop(appwrappers=self.store, nodes=self.informers[3], pods=self.informers[4],
                                      writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
                                      write_workers=0, quota_subtrees=quota_subtrees, **options)
         if quota_subtrees is not None:
@@ -245,4 +245,4 @@ def test_views_the_rules_leave_alone_are_not_copied_and_unrelated_namespace_chan
     h.lw["ns"].modify(namespace("ns", annotations={"mcad.codeflare.dev/max-priority": "10"}))
     h.settle("the ceiling change")
     assert h.store.get("ns/plain").priority == 5 and h.store.get("ns/capped").priority == 10
-    assert h.dispatcher._dispatched["ns/capped"].priority == 10, "the dispatcher re-read it"
+    assert h.dispatcher.active.views["ns/capped"].priority == 10, "the dispatcher re-read it"

@@ -94,7 +94,7 @@ def test_forget_drops_reservation_plan_and_quota_charge_and_says_whether_it_held
     assert acc.holds(KEY) and acc.quota.usage("t", "root") == ONE.scale(2) and acc.planned_by_node()
 
     assert acc.forget(KEY) is True
-    assert not acc.holds(KEY) and acc.reserved_keys() == []
+    assert not acc.holds(KEY) and acc.ledger.reserved_keys() == []
     assert not acc.quota.is_charged(KEY) and acc.quota.usage("t", "root") == ZERO
     assert acc.planned_by_node() == {} and acc.planned_nodes(KEY) == []
     assert acc.ledger.free() == acc.ledger.capacity() - ONE  # its pod still counts while it exists
@@ -139,7 +139,7 @@ def test_the_pod_index_follows_a_pods_appwrapper_label() -> None:
     acc.observe_pod(pod_view(raw))
     assert not acc.has_pods(KEY) and dict(acc.pods_of(KEY)) == {}
     assert dict(acc.pods_of("ns/b")) == {"u1": "Running"}
-    assert acc.consumed(KEY) == ZERO and acc.consumed("ns/b") == ONE
+    assert acc.ledger.consumed(KEY) == ZERO and acc.ledger.consumed("ns/b") == ONE
 
     del raw["metadata"]["labels"][APPWRAPPER_LABEL]
     acc.observe_pod(pod_view(raw))
@@ -160,7 +160,7 @@ def test_detach_pods_makes_them_nobodys_but_still_in_use() -> None:
 
     acc.detach_pods(KEY)
     assert not acc.has_pods(KEY) and acc.live_pods(KEY) == []
-    assert acc.consumed(KEY) == ZERO
+    assert acc.ledger.consumed(KEY) == ZERO
     assert acc.planned_by_node() == {}
     assert acc.ledger.in_use() == in_use == ONE
     assert acc.ledger.pod("u1") is not None and acc.ledger.pod("u1").appwrapper is None  # type: ignore[union-attr]

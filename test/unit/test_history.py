@@ -102,6 +102,59 @@ def test_rate_and_sparkline_count_each_interval_in_the_minute_it_ends() -> None:
     assert later["sparkline"][-4:] == [0, 3, 9, 6]
 
 
+def test_two_dispatches_in_a_controllers_first_20_seconds_are_2_a_minute_not_6() -> None:
+    """The dashboard showed 6 dispatches a minute when 2 had happened: the increase over the samples of a young
+    history (20 s) was scaled up to a minute. A minute's count is now never extrapolated."""
+    metrics = Metrics()
+    history = MetricsHistory(metrics)
+    history.sample(0.0)
+    dispatch(metrics, 1.0)
+    history.sample(10.0)
+    dispatch(metrics, 1.0)
+    history.sample(20.0)
+    assert history.summary(20.0)["dispatchesPerMinute"] == 2.0
+    every_10s(history, 30.0, 60.0)
+    assert history.summary(60.0)["dispatchesPerMinute"] == 2.0  # (0, 60]: both
+    history.sample(70.0)
+    assert history.summary(70.0)["dispatchesPerMinute"] == 1.0  # (10, 70]: the second only
+    history.sample(80.0)
+    assert history.summary(80.0)["dispatchesPerMinute"] == 0.0
+
+
+@pytest.mark.parametrize("per_interval", [0, 1, 3, 7])
+def test_a_known_number_of_dispatches_in_the_last_minute_is_the_rate(per_interval: int) -> None:
+    """Three minutes of ``per_interval`` dispatches every 10 s, then the rate at several moments: always the number
+    dispatched in the minute up to the newest sample (6 intervals), however long the history."""
+    metrics = Metrics()
+    history = MetricsHistory(metrics)
+    history.sample(0.0)
+    for t in range(10, 190, 10):
+        dispatch(metrics, *[1.0] * per_interval)
+        history.sample(float(t))
+    assert history.summary(180.0)["dispatchesPerMinute"] == 6 * per_interval
+    assert history.summary(185.0)["dispatchesPerMinute"] == 6 * per_interval  # the newest sample is 5 s old
+    # A minute with no sample at all: nothing is known about it.
+    assert history.summary(180.0 + 61.0)["dispatchesPerMinute"] == 0.0
+
+
+def test_samples_spaced_wider_than_10s_scale_the_rate_down_to_a_minute() -> None:
+    """The sampling thread waits 10 s after each sample, so the spacing drifts above 10 s: 6 intervals of 12 s
+    span 72 s, and the 12 dispatches in them are 10 a minute."""
+    metrics = Metrics()
+    history = MetricsHistory(metrics)
+    history.sample(0.0)
+    for t in range(12, 84, 12):
+        dispatch(metrics, 1.0, 1.0)
+        history.sample(float(t))
+    # The newest sample at least 60 s before 72 is the one at 12: 5 intervals, 10 dispatches over 60 s.
+    assert history.summary(72.0)["dispatchesPerMinute"] == 10.0
+    history = MetricsHistory(metrics)
+    history.sample(0.0)
+    dispatch(metrics, *[1.0] * 11)
+    history.sample(66.0)  # one interval of 66 s: 11 dispatches over 66 s are 10 a minute
+    assert history.summary(66.0)["dispatchesPerMinute"] == 10.0
+
+
 def test_states_map_mcad_states_to_the_four_counts() -> None:
     metrics = Metrics()
     metrics.sources.appwrapper_states = lambda: {"": 2, "Pending": 3, "Running": 4, "RunningHoldCompletion": 1,
@@ -141,7 +194,7 @@ def test_a_counter_reset_never_gives_a_negative_rate() -> None:
     history.metrics = after
     history.sample(20.0)
     summary = history.summary(20.0)
-    assert summary["dispatchesPerMinute"] == 39.0  # (10 + 3) over 20 s
+    assert summary["dispatchesPerMinute"] == 13.0  # (10 + 3) in the 20 s the history has, not scaled up to 39
     assert summary["sparkline"][-1] == 13
     # 10 in (10, 30] before the reset, 3 in (0.25, 0.5] after it: p50 (rank 6.5) is in (10, 30].
     assert summary["timeToDispatch"]["p50"] == pytest.approx(10 + 20 * 3.5 / 10)

@@ -262,7 +262,8 @@ def test_ungate_retries_are_jittered_so_a_gangs_pods_do_not_retry_in_step() -> N
     queue: WorkQueue[Any] = WorkQueue(clock=clock)
     draws = iter([0.0, 0.999])
     pinning = Pinning(binding=True, accountant=accountant(), pods=_Pods(gated("u1"), gated("u2")),
-                      where=None, writes=None, queue=queue, host=None, recorder=None, metrics=None,  # type: ignore[arg-type]
+                      where=None, writes=None, queue=queue, queued=None, active=None, decisions=None,  # type: ignore[arg-type]
+                      appwrappers=None, recorder=None, metrics=None,  # type: ignore[arg-type]
                       monotonic=clock.monotonic, draw=lambda: next(draws))
     for uid in ("u1", "u2"):
         pinning.done(Ungated(uid, KEY, "n1", ApiError(500, "InternalError", "webhook timed out")))

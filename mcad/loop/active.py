@@ -1,0 +1,229 @@
+"""The dispatched AppWrappers: what each holds in the accountant, and how it stops holding it.
+
+Contract (dispatcher thread only; built by ``mcad.wiring``, which then ``connect``s the sites and the watchers,
+since those are built with this owner in hand):
+- ``reserve(aw, plan)`` takes its capacity, plan and quota charges; ``release(key)`` gives them back. With quota
+  trees, either one schedules the QuotaSubtree usage write.
+- ``dispatched(aw, current, new, uids)``: its objects exist (``mcad.loop.dispatches``): from here on it is
+  dispatched for the loop, whether or not its status write lands at once; a Dispatched Event, the dispatch
+  latency of its first dispatch, and its watchers (``mcad.loop.follower``, ``mcad.loop.pinning``) are told.
+- ``adopt(aw)``: an AppWrapper found dispatched at a sync (a restart, a status that landed) holds its reservation.
+- ``finish`` (a final state, released at once), ``requeue`` (objects deleted, back in the queue at its place,
+  draining until its old pods are gone) and ``requeue_keeping_count`` (requeued for another's sake: a preemptor,
+  a reclaim, a worker gone) take it back; ``forget`` drops it when it is gone. Each tells the watchers it no
+  longer holds anything (``undispatched``).
+- ``holds_undecided_final(aw, state)``: a final state this loop did not decide (``mcad.loop.decisions``) while its
+  pods still run keeps its reservation and charges, and says so once in a StatusNotDecided Event.
+- ``lasting_room``, ``lasting_free`` and ``start_bound`` tell reservations (``mcad.model.reservations.Horizon``)
+  what running work leaves behind, and by when.
+- Capacity that may have grown asks for a dispatch cycle (coalesced) when one has something to do.
+
+Who calls it: the dispatcher's key handlers, dispatches, the follower, evictions, pinning and the hub's sites.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+import structlog
+
+from mcad.api.appwrapper import AppWrapperView
+from mcad.api.resources import ResourceVector
+from mcad.clock import Clock
+from mcad.k8s.informer import Store
+from mcad.loop.decisions import Decisions
+from mcad.loop.notices import Notices
+from mcad.loop.queued import Queued
+from mcad.loop.quotastatus import QUOTA_STATUS_WINDOW_SECONDS
+from mcad.loop.sites import Sites
+from mcad.loop.workqueue import WorkQueue
+from mcad.metrics import Metrics
+from mcad.model import keys, lifecycle, status
+from mcad.model.accounting import Accountant, Plan
+from mcad.model.keys import DISPATCH, QUOTA_STATUS, Key
+
+log = structlog.get_logger("mcad.loop.dispatcher")
+
+# Pod counts in a dispatched AppWrapper's status are written at most once per this window, in the writers' low
+# priority lane: a gang's pods move through Pending and Running within moments, one write for all of it is enough,
+# and API server capacity is better spent creating the next gang.
+POD_COUNT_WINDOW_SECONDS = 5.0
+
+
+class Watcher(Protocol):
+    """An owner that keeps state per dispatched AppWrapper."""
+
+    def dispatched(self, aw: AppWrapperView) -> None:
+        """Its objects exist now (``aw``: its current view)."""
+        ...
+
+    def undispatched(self, key: str) -> None:
+        """It holds no plan any more: finished, requeued or gone."""
+        ...
+
+
+class Active:
+    def __init__(self, appwrappers: Store[AppWrapperView], accountant: Accountant, decisions: Decisions,
+                 queued: Queued, notices: Notices, *, queue: WorkQueue[Key], clock: Clock, metrics: Metrics) -> None:
+        self._appwrappers = appwrappers
+        self._accountant = accountant
+        self._decisions = decisions
+        self._queued = queued
+        self._notices = notices
+        self._queue = queue
+        self._clock = clock
+        self._metrics = metrics
+        self._sites: Sites | None = None
+        self._watchers: tuple[Watcher, ...] = ()
+        self._placing: Callable[[], bool] = lambda: False
+        # The last view of each dispatched AppWrapper: once it is deleted, its items say what to clean up.
+        self.views: dict[str, AppWrapperView] = {}
+        # uids of the objects created for each dispatched AppWrapper (unknown after a restart).
+        self._uids: dict[str, tuple[str, ...]] = {}
+
+    def connect(self, sites: Sites, watchers: Sequence[Watcher], placing: Callable[[], bool]) -> None:
+        """``placing``: pods beyond their plans wait to be placed (``Pinning.placing``), which a cycle does."""
+        self._sites = sites
+        self._watchers = tuple(watchers)
+        self._placing = placing
+
+    @property
+    def sites(self) -> Sites:
+        assert self._sites is not None, "mcad.wiring connects the sites before the loop runs"
+        return self._sites
+
+    # -- what it holds ---------------------------------------------------------------------------------------------
+
+    def reserve(self, aw: AppWrapperView, plan: Plan = ()) -> None:
+        self._accountant.assume(aw.key, aw.demand, aw.labels, plan)
+        if self._accountant.quota is not None:
+            self._queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
+
+    def release(self, key: str) -> bool:
+        """Its reservation, plan and charges go; True if it held any."""
+        held = self._accountant.forget(key)
+        if held and self._accountant.quota is not None:
+            self._queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
+        return held
+
+    def capacity_may_have_grown(self) -> None:
+        """A cycle, if one has anything to do: something waits in the queue, or pods wait to be placed."""
+        if self._queued.pending or self._placing():
+            self._queue.add(DISPATCH)
+
+    def object_uids(self, key: str) -> tuple[str, ...]:
+        return self._uids.get(key, ())
+
+    # -- the horizon of reservations (mcad.model.reservations.Horizon) ---------------------------------------------
+
+    def lasting_room(self) -> Mapping[str, ResourceVector]:
+        return self._accountant.ledger.lasting_room_by_node()
+
+    def lasting_free(self) -> ResourceVector:
+        return self._accountant.ledger.lasting_free()
+
+    def start_bound(self, nodes: Collection[str] | None) -> datetime | None:
+        """When every AppWrapper holding room on ``nodes`` (None: anywhere) is sure to be gone: the latest of their
+        dispatch deadlines, at least now; None when one of them has none."""
+        latest = self._clock.now()
+        for key in self._accountant.holders(nodes):
+            aw = self.views.get(key) or self._appwrappers.get(key)
+            if aw is None or aw.scheduling.dispatch_limit_seconds <= 0:
+                return None
+            deadline = lifecycle.deadline_due(aw.scheduling, self._decisions.status(aw))
+            if deadline is None:
+                return None
+            latest = max(latest, deadline)
+        return latest
+
+    # -- becoming dispatched ---------------------------------------------------------------------------------------
+
+    def dispatched(self, aw: AppWrapperView, current: AppWrapperView, new: Mapping[str, Any],
+                   uids: tuple[str, ...]) -> None:
+        key = aw.key
+        self._uids[key] = uids
+        self._notices.reset(key)
+        self.views[key] = aw
+        # Its pods may have come and started while the writes were under way (their events found it in flight).
+        self._queue.add_after(keys.PodCounts(key), POD_COUNT_WINDOW_SECONDS)
+        first = lifecycle.dispatched_at(self._decisions.status(aw)) is None
+        self._decisions.decide(aw, new)
+        cluster = self.sites.where(key)
+        log.info("dispatched", appwrapper=key, demand=aw.demand.format(), **({"cluster": cluster} if cluster else {}))
+        where = f" in worker cluster {cluster}" if cluster else ""
+        self._decisions.note(aw, "dispatched",
+                             f"Its wrapped objects were created{where}; it reserves {aw.demand.format() or 'nothing'}.")
+        created = lifecycle.parse_time(aw.created)
+        if first and created is not None:
+            # Creation to first dispatch; a requeued AppWrapper's later dispatches would say more about its
+            # requeue wait than about the queue.
+            self._metrics.dispatch_latency((self._clock.now() - created).total_seconds(),
+                                           aw.spec.priority_class or str(aw.priority))
+        for watcher in self._watchers:
+            watcher.dispatched(current)
+
+    def adopt(self, aw: AppWrapperView) -> None:
+        """Found active at a sync: it holds its reservation (taken again after a restart) and is followed."""
+        if not self._accountant.holds(aw.key):
+            self.reserve(aw)
+        self.views[aw.key] = aw
+        self._queue.add_after(keys.PodCounts(aw.key), POD_COUNT_WINDOW_SECONDS)
+
+    def holds_undecided_final(self, aw: AppWrapperView, state: str) -> bool:
+        """True when ``aw``'s final ``state`` may not release what it holds (see the module docstring)."""
+        if self._decisions.decided_final(aw):
+            return False
+        running = self._accountant.live_pods(aw.key)
+        if not running:
+            return False
+        if not self._accountant.holds(aw.key):
+            self.reserve(aw)
+        self._decisions.tell_undecided(aw, state, len(running))
+        return True
+
+    # -- taken back --------------------------------------------------------------------------------------------------
+
+    def finish(self, aw: AppWrapperView, new: Mapping[str, Any], *, stop: bool = False) -> None:
+        """A final state: written, its reservation released at once; ``stop`` also deletes its objects."""
+        self._decisions.decide(aw, new)
+        if stop:
+            self.sites.delete_objects(aw, self.object_uids(aw.key))
+        self.undispatch(aw.key)
+
+    def requeue_keeping_count(self, aw: AppWrapperView, reason: str, message: str) -> None:
+        current = self._decisions.status(aw)
+        self.requeue(aw, reason, message, requeuings=current.requeuings, requeue_wait=current.requeue_wait)
+
+    def requeue(self, aw: AppWrapperView, reason: str, message: str, *, requeuings: int, requeue_wait: int) -> None:
+        key = aw.key
+        log.info("appwrapper requeued", appwrapper=key, reason=reason, message=message, requeuings=requeuings)
+        preempted = reason in (status.PREEMPTED_BY_PRIORITY, status.PREEMPTED_BY_QUOTA_RECLAIM)
+        self._decisions.note(aw, "preempted" if preempted else "requeued", message)
+        self._decisions.decide(aw, status.requeued(self._decisions.status(aw).raw(), self._clock.now(),
+                                                   priority=aw.priority, reason=reason, message=message,
+                                                   requeuings=requeuings, requeue_wait=requeue_wait))
+        self.sites.delete_objects(aw, self._uids.pop(key, ()))
+        self.undispatch(key)
+        self._notices.reset(key)
+        if aw.demand_error:
+            # Dispatched before its spec was refused (a bound added since): it is not dispatched again.
+            self._decisions.fail(aw, status.INVALID_SPEC, aw.demand_error)
+            return
+        self._queued.enqueue(aw)
+        # Its Backoff tells of the requeue; once it waits like the rest, say what it waits for (mcad.loop.notices).
+        self._queued.announce_later(key)
+        self._queue.add(DISPATCH)
+
+    def undispatch(self, key: str) -> None:
+        """It no longer holds capacity: its plan, timers and reservation go (its pods count while they exist)."""
+        self.views.pop(key, None)
+        for watcher in self._watchers:
+            watcher.undispatched(key)
+        if self.release(key):
+            self.capacity_may_have_grown()
+
+    def forget(self, key: str) -> None:
+        self.undispatch(key)
+        self._uids.pop(key, None)
