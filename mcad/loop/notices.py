@@ -34,12 +34,9 @@ from mcad.k8s.informer import Store
 from mcad.metrics import Metrics
 from mcad.model import disclosure, status
 from mcad.model.accounting import Snapshot
+from mcad.model.fifo import BEHIND_STRICT_FIFO
 from mcad.model.fit import Fit
 from mcad.model.pending import PendingQueue
-
-# Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
-# mean rewriting the status of every AppWrapper behind it.
-BEHIND_STRICT_FIFO = "waiting behind earlier AppWrappers (strict FIFO)"
 
 log = structlog.get_logger("mcad.loop.notices")
 
