@@ -30,7 +30,7 @@ from mcad.api.appwrapper import KIND, WORKER_CLEANUP_FINALIZER, AppWrapperView
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock
 from mcad.errors import ApiError
-from mcad.hub.clusters import HealthState, WorkerHealth
+from mcad.hub.clusters import HealthState, HealthStatus, HubConfig, WorkerHealth
 from mcad.hub.placement import WorkerDirectory, WorkerPlacement
 from mcad.k8s import apply, events
 from mcad.k8s.informer import Store
@@ -56,6 +56,13 @@ class WorkerConnection(Protocol):
 
 class WorkerClusters(WorkerDirectory, Protocol):
     """The workers as hub mode's dispatch and cleanup use them (``mcad.hub.connections.Hub``)."""
+
+    @property
+    def config(self) -> HubConfig:  # the whole configuration, where placement reads only a part of it
+        ...
+
+    def health(self, name: str) -> HealthStatus:  # the whole status, where placement reads only its state
+        ...
 
     def worker(self, name: str) -> WorkerConnection | None:
         ...

@@ -46,7 +46,7 @@ from mcad.api.resources import ResourceVector
 from mcad.api.statusview import StatusView
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock, RealClock
-from mcad.hub.clusters import Policy as ClusterPolicy
+from mcad.hub.placement import Policy as ClusterPolicy
 from mcad.hub.placement import WorkerPlacement
 from mcad.hub.sites import WorkerClusters, WorkerPods, WorkerSites
 from mcad.k8s import events
