@@ -41,9 +41,9 @@ from mcad.k8s import events, kube
 from mcad.k8s.informer import Informer, Reconnects, Store
 from mcad.k8s.legacy import MergedAppWrappers
 from mcad.k8s.tenantstore import TenantAppWrappers, priority_class_value
+from mcad.k8s.workqueue import WorkQueue
 from mcad.k8s.wrapped import WrappedObjects, informer_factory
 from mcad.loop.dispatcher import DEFAULT_VICTIM_TIMEOUT_SECONDS, Dispatcher
-from mcad.loop.workqueue import WorkQueue
 from mcad.model import quota, tenancy
 from mcad.model.keys import RECOVERED, AppWrapperEvent, Key
 from mcad.model.reservations import DEFAULT_RESERVATIONS

@@ -34,11 +34,11 @@ from mcad.hub.clusters import HealthState, HealthStatus, HubConfig, WorkerHealth
 from mcad.hub.placement import WorkerDirectory, WorkerPlacement
 from mcad.k8s import apply, events
 from mcad.k8s.informer import Store
+from mcad.k8s.workqueue import WorkQueue
 from mcad.k8s.wrapped import WrappedObjects
 from mcad.k8s.writes import Writes
 from mcad.loop.pinning import PodWriter
 from mcad.loop.sites import Cleaned, FinalizerWriter, Host, remove_finalizer
-from mcad.loop.workqueue import WorkQueue
 from mcad.model import status
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.keys import AppWrapperEvent, ClusterEvent, WorkerCleanup

@@ -51,7 +51,7 @@ from mcad.clock import Clock
 from mcad.errors import ApiError
 from mcad.k8s import kube
 from mcad.k8s.informer import Informer, Reconnects
-from mcad.loop.workqueue import WorkQueue
+from mcad.k8s.workqueue import WorkQueue
 from mcad.model import retry
 from mcad.model.retry import FailureKind
 

@@ -52,6 +52,7 @@ from mcad.hub.sites import WorkerClusters, WorkerPods, WorkerSites
 from mcad.k8s import events
 from mcad.k8s.dispatchjob import Dispatched, Writer
 from mcad.k8s.informer import Store
+from mcad.k8s.workqueue import WorkQueue
 from mcad.k8s.wrapped import WrappedObjects
 from mcad.k8s.writes import Writes
 from mcad.loop.dispatches import Dispatches
@@ -68,7 +69,6 @@ from mcad.loop.pinning import PLACEMENT_MODES, Here, Pinning, Ungated
 from mcad.loop.quotastatus import QUOTA_STATUS_WINDOW_SECONDS, QuotaStatusWriter
 from mcad.loop.sites import Cleaned, LocalCluster, Sites
 from mcad.loop.statussync import StatusSync, StatusWritten
-from mcad.loop.workqueue import WorkQueue
 from mcad.metrics import PUBLISH_INTERVAL_SECONDS, LoopState, Metrics
 from mcad.model import disclosure, keys, lifecycle, status
 from mcad.model import quota as quota_trees

@@ -25,8 +25,8 @@ import structlog
 from mcad.api.appwrapper import AppWrapperView, State
 from mcad.api.statusview import StatusView
 from mcad.clock import Clock
+from mcad.k8s.workqueue import WorkQueue
 from mcad.loop.sites import Sites
-from mcad.loop.workqueue import WorkQueue
 from mcad.model import lifecycle, status
 from mcad.model.accounting import Accountant
 from mcad.model.keys import DeadlineCheck, Key, MinAvailableCheck

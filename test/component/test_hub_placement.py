@@ -30,8 +30,8 @@ from mcad.hub.connections import Hub, cluster_of
 from mcad.hub.placement import Policy
 from mcad.k8s.informer import Informer
 from mcad.k8s.kube import ApiError
+from mcad.k8s.workqueue import WorkQueue
 from mcad.loop.dispatcher import Dispatcher
-from mcad.loop.workqueue import WorkQueue
 from mcad.model.keys import WorkerCleanup
 from test.component.harness import RecordingWriter, node
 from test.fakes import FakeClock, FakeListerWatcher
