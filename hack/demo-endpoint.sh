@@ -19,19 +19,9 @@
 
 demo_endpoint_pod=mcad-demo-controller
 
-# An IPv4 address of this machine that is not loopback or link-local (the route to a documentation address; connect()
-# on a UDP socket sends nothing); nothing printed when there is none.
+# An IPv4 address of this machine that is not loopback or link-local (hack/hostip.py); nothing when there is none.
 controller_host_ip() {
-  .venv/bin/python - <<'PY'
-import contextlib, socket
-candidates = []
-with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-    probe.connect(("198.51.100.1", 9))
-    candidates.append(probe.getsockname()[0])
-with contextlib.suppress(OSError):
-    candidates.append(socket.gethostbyname(socket.gethostname()))
-print(next((a for a in candidates if not a.startswith(("127.", "169.254.", "0."))), ""))
-PY
+  .venv/bin/python hack/hostip.py
 }
 
 unregister_controller_endpoint() {

@@ -13,7 +13,8 @@ Contract:
   per ``PUBLISH_INTERVAL_SECONDS`` after a change, at a cost that does not grow with the number of AppWrappers.
   Every source is a thread-safe read, so a scrape never waits for the dispatcher loop and never reads its state
   while the loop changes it.
-- ``serve(stats)`` adds a port's front door counters (``mcad.serve.frontdoor.Stats``) as the ``mcad_http_*`` families,
+- ``serve(stats)`` adds a port's front door counters (``PortCounters``: ``mcad.serve.frontdoor.Stats``, read through a
+  protocol so that the loop's owners, which count here, do not reach the HTTP server) as the ``mcad_http_*`` families,
   labelled ``server`` (http, webhook): connections open and their bound, requests in progress and served,
   connections closed by the door and requests it refused, by reason.
 - Units are Prometheus base units: cpu in cores, memory in bytes, other resources in their own counts.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -31,7 +33,6 @@ from prometheus_client.registry import Collector
 from mcad import __version__
 from mcad.api.resources import ZERO, ResourceVector
 from mcad.k8s.events import EventCounters
-from mcad.serve.frontdoor import Stats as ServingStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DECISIONS = ("dispatched", "queued", "preempted", "requeued", "completed", "failed")
@@ -75,6 +76,25 @@ class LoopState:
     reservations: int = 0
     # --placement=binding: gated pods by what they wait for (mcad.loop.pinning.Pinning.counts).
     gated: Mapping[str, int] = field(default_factory=dict)
+
+
+class PortCounters(Protocol):
+    """One port's front door counters (``mcad.serve.frontdoor.Stats``), read at scrape time from any thread."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def cap(self) -> int: ...
+    @property
+    def open(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def requests(self) -> int: ...
+    @property
+    def closed(self) -> Mapping[str, int]: ...
+    @property
+    def rejected(self) -> Mapping[str, int]: ...
 
 
 @dataclass
@@ -261,7 +281,7 @@ def _capacity(capacity: ResourceVector, used: ResourceVector, reserved: Resource
 
 
 class _ServingCollector(Collector):
-    def __init__(self, ports: list[ServingStats]) -> None:
+    def __init__(self, ports: list[PortCounters]) -> None:
         self.ports = ports
 
     def collect(self) -> Iterator[Metric]:
@@ -326,11 +346,11 @@ class Metrics:
         for outcome in ("pinned", "extra", "released", "replanned", "refused"):
             self._pins.labels(outcome)
         self.registry.register(_StateCollector(self.sources))
-        self._ports: list[ServingStats] = []
+        self._ports: list[PortCounters] = []
         self.registry.register(_ServingCollector(self._ports))
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
 
-    def serve(self, stats: ServingStats) -> None:
+    def serve(self, stats: PortCounters) -> None:
         """Export a port's front door counters (``mcad_http_*``)."""
         self._ports.append(stats)
 

@@ -42,8 +42,8 @@ from mcad.api.validation import DEFAULT_LIMITS, Limits
 from mcad.api.views import NodeView, PodView, node_view, pod_view
 from mcad.clock import Clock, RealClock
 from mcad.errors import ApiError
-from mcad.hub.clusters import Policy as ClusterPolicy
 from mcad.hub.connections import Hub
+from mcad.hub.placement import Policy as ClusterPolicy
 from mcad.hub.placement import WorkerPlacement
 from mcad.hub.sites import WorkerClusters, WorkerPods, WorkerSites
 from mcad.k8s import events, kube
@@ -51,6 +51,7 @@ from mcad.k8s.dispatchjob import Writer
 from mcad.k8s.informer import Informer, Reconnects, Store
 from mcad.k8s.legacy import MergedAppWrappers
 from mcad.k8s.tenantstore import TenantAppWrappers, priority_class_value
+from mcad.k8s.workqueue import WorkQueue
 from mcad.k8s.wrapped import WrappedObjects, informer_factory
 from mcad.k8s.writes import Writes
 from mcad.loop.active import Active
@@ -72,7 +73,6 @@ from mcad.loop.queued import Queued
 from mcad.loop.quotastatus import QuotaStatusWriter
 from mcad.loop.sites import LocalCluster, Sites
 from mcad.loop.statussync import StatusSync
-from mcad.loop.workqueue import WorkQueue
 from mcad.metrics import Metrics
 from mcad.model import quota, tenancy
 from mcad.model.accounting import Accountant

@@ -15,7 +15,8 @@ Contract:
   uncountable is ``AppWrapperView.demand_error``'s business, so such an item or entry is skipped here, and an
   ill-typed constraint field reads as absent.
 - ``Toleration.tolerates`` and ``NodeRequirement.matches`` are Kubernetes' own matching rules; ``mcad.model.placement``
-  packs the groups onto nodes with them.
+  packs the groups onto nodes with them. They read a taint and a node through ``MatchedTaint`` and ``MatchedNode``
+  (what ``mcad.api.views.Taint`` and ``NodeView`` have), not those types: ``mcad.api.views`` imports this module.
 
 Computed once per AppWrapper event (``appwrapper_view``), so the controller keeps these groups, not the templates.
 """
@@ -24,17 +25,34 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from mcad.api.raw import as_list, as_mapping, as_str
 from mcad.api.resources import ResourceVector
 from mcad.api.selectors import label_matches
 from mcad.api.workloads import PodSet, WorkloadError, custom_pod_resources, pod_requests, pod_sets
 
-if TYPE_CHECKING:  # only annotations: mcad.api.views imports mcad.api.appwrapper, which imports this module
-    from mcad.api.views import NodeView, Taint
-
 # -- constraints ----------------------------------------------------------------------------------------------------
+
+
+class MatchedTaint(Protocol):
+    """What a toleration is matched against: a node's taint (``mcad.api.views.Taint``)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def effect(self) -> str: ...
+
+
+class MatchedNode(Protocol):
+    """What a node requirement is matched against: a node's name and labels (``mcad.api.views.NodeView``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +64,7 @@ class Toleration:
     value: str = ""
     effect: str = ""  # empty: every effect
 
-    def tolerates(self, taint: Taint) -> bool:
+    def tolerates(self, taint: MatchedTaint) -> bool:
         if self.effect and self.effect != taint.effect:
             return False
         if self.key and self.key != taint.key:
@@ -65,7 +83,7 @@ class NodeRequirement:
     values: tuple[str, ...] = ()
     field: bool = False  # the key names a node field (only metadata.name exists), not a label
 
-    def matches(self, node: NodeView) -> bool:
+    def matches(self, node: MatchedNode) -> bool:
         if self.field:
             # Kubernetes allows only metadata.name with In/NotIn here.
             if self.key != "metadata.name":

@@ -46,8 +46,9 @@ from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, VERSION
 from mcad.api.validation import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_ITEMS_CEILING, Limits
 from mcad.clock import Clock, RealClock
 from mcad.errors import ApiError, KubeConnectError
-from mcad.hub.clusters import ConfigError, Policy, WorkerConnector, load_config
+from mcad.hub.clusters import ConfigError, WorkerConnector, load_config
 from mcad.hub.connections import DEFAULT_PROBE_PERIOD_SECONDS, Hub
+from mcad.hub.placement import Policy
 from mcad.k8s import events, kube
 from mcad.k8s.informer import Informer
 from mcad.k8s.leader import LeaderElector, default_identity, default_namespace, validate_timings

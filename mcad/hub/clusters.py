@@ -47,6 +47,7 @@ from typing import Any
 import yaml
 
 from mcad.errors import ApiError, KubeConnectError
+from mcad.hub.placement import Policy
 from mcad.k8s import kube
 
 DEFAULT_UNREACHABLE_TIMEOUT_SECONDS = 300.0
@@ -62,14 +63,6 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 
 class ConfigError(Exception):
     """The hub configuration file is missing, not YAML, or wrong; the message says where and what."""
-
-
-class Policy(enum.StrEnum):
-    """How a gang that fits in several workers picks one (the placement itself is not in this module)."""
-
-    FIRST = "first"  # the first worker in config order
-    BEST = "best"  # the tightest fit, leaving the largest holes elsewhere
-    SPREAD = "spread"  # the most free capacity, spreading load
 
 
 @dataclass(frozen=True)

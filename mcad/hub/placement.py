@@ -9,35 +9,70 @@ Contract:
   a worker whose capacity is not known yet is neither full nor empty: it is not used.
 - ``placed`` maps each AppWrapper to the worker its objects are in; a pod counts as an AppWrapper's only there.
 - ``WorkerDirectory`` is what placement reads of the hub (``mcad.hub.connections.Hub`` in production): a
-  protocol, so tests give a fake without casts.
+  protocol, so tests give a fake without casts. Its config and health are read through protocols too
+  (``HubLayout``, ``WorkerState``), which ``mcad.hub.clusters``' ``HubConfig`` and ``HealthStatus`` satisfy: that
+  module holds the connections and their threads, which placement does not reach.
 - Pure: reads the snapshot, the hub's configuration and health; writes nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import enum
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Protocol
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView
-from mcad.hub.clusters import HealthStatus, HubConfig, Policy
 from mcad.model import placement
 from mcad.model.accounting import Snapshot
 from mcad.model.fit import Fit
 
 
+class Policy(enum.StrEnum):
+    """How a gang that fits in several workers picks one (``--cluster-policy``, the hub config's ``policy``)."""
+
+    FIRST = "first"  # the first worker in config order
+    BEST = "best"  # the tightest fit, leaving the largest holes elsewhere
+    SPREAD = "spread"  # the most free capacity, spreading load
+
+
+class WorkerLabels(Protocol):
+    """What placement reads of one configured worker (``mcad.hub.clusters.WorkerSpec``)."""
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+
+class HubLayout(Protocol):
+    """What placement reads of the hub's configuration (``mcad.hub.clusters.HubConfig``)."""
+
+    @property
+    def policy(self) -> Policy: ...
+
+    def worker(self, name: str) -> WorkerLabels: ...
+
+
+class WorkerState(Protocol):
+    """What placement reads of a worker's health (``mcad.hub.clusters.HealthStatus``): its state, for messages."""
+
+    @property
+    def state(self) -> enum.StrEnum: ...
+
+
 class WorkerDirectory(Protocol):
     """What placement reads of the hub (``mcad.hub.connections.Hub``): the configured workers and their health."""
 
-    config: HubConfig
+    @property
+    def config(self) -> HubLayout:
+        ...
 
     @property
     def names(self) -> list[str]:
         ...
 
-    def health(self, name: str) -> HealthStatus:
+    def health(self, name: str) -> WorkerState:
         ...
 
     def describe(self, name: str) -> str:

@@ -30,10 +30,11 @@ from mcad.api.appwrapper import KIND, WORKER_CLEANUP_FINALIZER, AppWrapperView
 from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock
 from mcad.errors import ApiError
-from mcad.hub.clusters import HealthState, WorkerHealth
+from mcad.hub.clusters import HealthState, HealthStatus, HubConfig, WorkerHealth
 from mcad.hub.placement import WorkerDirectory, WorkerPlacement
 from mcad.k8s import apply, events
 from mcad.k8s.informer import Store
+from mcad.k8s.workqueue import WorkQueue
 from mcad.k8s.wrapped import WrappedObjects
 from mcad.k8s.writes import Writes
 from mcad.loop.active import Active
@@ -41,7 +42,6 @@ from mcad.loop.decisions import Decisions
 from mcad.loop.pinning import PodWriter
 from mcad.loop.queued import Queued
 from mcad.loop.sites import Cleaned, FinalizerWriter, remove_finalizer
-from mcad.loop.workqueue import WorkQueue
 from mcad.model import status
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.keys import AppWrapperEvent, ClusterEvent, WorkerCleanup
@@ -59,6 +59,13 @@ class WorkerConnection(Protocol):
 
 class WorkerClusters(WorkerDirectory, Protocol):
     """The workers as hub mode's dispatch and cleanup use them (``mcad.hub.connections.Hub``)."""
+
+    @property
+    def config(self) -> HubConfig:  # the whole configuration, where placement reads only a part of it
+        ...
+
+    def health(self, name: str) -> HealthStatus:  # the whole status, where placement reads only its state
+        ...
 
     def worker(self, name: str) -> WorkerConnection | None:
         ...

@@ -20,15 +20,23 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mcad.api.appwrapper import KIND, AppWrapperView
 from mcad.errors import ApiError
 from mcad.k8s import apply
-from mcad.loop.sites import Sites
 from mcad.model.retry import classify
+
+
+class Sites(Protocol):
+    """Where a dispatch creates its objects (``mcad.loop.sites.Sites``: this cluster, or the hub's chosen worker)."""
+
+    def apply_steps(self, aw: AppWrapperView, items: Sequence[Mapping[str, Any]],
+                    cluster: str) -> apply.Steps[tuple[str, ...]]:
+        """Background thread: create its objects, one request per step; returns their uids."""
+        ...
 
 
 class Writer(apply.ObjectWriter, Protocol):

@@ -33,12 +33,12 @@ from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector
 from mcad.clock import Clock
 from mcad.k8s.informer import Store
+from mcad.k8s.workqueue import WorkQueue
 from mcad.loop.decisions import Decisions
 from mcad.loop.notices import Notices
 from mcad.loop.queued import Queued
 from mcad.loop.quotastatus import QUOTA_STATUS_WINDOW_SECONDS
 from mcad.loop.sites import Sites
-from mcad.loop.workqueue import WorkQueue
 from mcad.metrics import Metrics
 from mcad.model import keys, lifecycle, status
 from mcad.model.accounting import Accountant, Plan

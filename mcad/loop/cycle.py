@@ -37,6 +37,7 @@ import structlog
 from mcad.api.appwrapper import AppWrapperView
 from mcad.clock import Clock
 from mcad.k8s.informer import Store
+from mcad.k8s.workqueue import WorkQueue
 from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
 from mcad.loop.dispatches import Dispatches
@@ -45,7 +46,6 @@ from mcad.loop.notices import Notices
 from mcad.loop.pinning import Pinning
 from mcad.loop.queued import Queued
 from mcad.loop.sites import Sites
-from mcad.loop.workqueue import WorkQueue
 from mcad.metrics import Metrics
 from mcad.model import disclosure, lifecycle, status
 from mcad.model.accounting import Accountant, Plan, Snapshot

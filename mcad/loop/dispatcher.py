@@ -38,6 +38,7 @@ from mcad.api.views import NodeView, PodView
 from mcad.clock import Clock
 from mcad.k8s.dispatchjob import Dispatched
 from mcad.k8s.informer import Store
+from mcad.k8s.workqueue import WorkQueue
 from mcad.k8s.wrapped import WrappedObjects
 from mcad.loop.loopcalls import LoopCalls
 from mcad.loop.owners import Owners, Settings
@@ -45,7 +46,6 @@ from mcad.loop.pinning import Ungated
 from mcad.loop.quotastatus import QUOTA_STATUS_WINDOW_SECONDS
 from mcad.loop.sites import Cleaned
 from mcad.loop.statussync import StatusWritten
-from mcad.loop.workqueue import WorkQueue
 from mcad.metrics import PUBLISH_INTERVAL_SECONDS, LoopState, Metrics
 from mcad.model import keys, status
 from mcad.model import quota as quota_trees

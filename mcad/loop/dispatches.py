@@ -32,13 +32,13 @@ from mcad.api.appwrapper import AppWrapperView
 from mcad.k8s import apply
 from mcad.k8s.dispatchjob import Dispatched, Writer, create_objects
 from mcad.k8s.informer import Store
+from mcad.k8s.workqueue import WorkQueue
 from mcad.k8s.writes import Writes
 from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
 from mcad.loop.notices import Notices
 from mcad.loop.queued import Queued
 from mcad.loop.sites import Sites
-from mcad.loop.workqueue import WorkQueue
 from mcad.model import status
 from mcad.model.accounting import Accountant
 from mcad.model.keys import DISPATCH, DispatchRetry, Key

@@ -40,11 +40,11 @@ from mcad.clock import Clock
 from mcad.errors import ApiError
 from mcad.k8s import events
 from mcad.k8s.informer import Store
+from mcad.k8s.workqueue import WorkQueue
 from mcad.k8s.writes import Writes
 from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
 from mcad.loop.notices import Notices
-from mcad.loop.workqueue import WorkQueue
 from mcad.model import disclosure, lifecycle, status
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.fit import Targets

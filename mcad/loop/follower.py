@@ -27,11 +27,11 @@ from mcad.api.appwrapper import FINAL_STATES, AppWrapperView, State
 from mcad.api.views import Unschedulable
 from mcad.clock import Clock
 from mcad.k8s.informer import Store
+from mcad.k8s.workqueue import WorkQueue
 from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
 from mcad.loop.queued import Queued
 from mcad.loop.sites import Sites
-from mcad.loop.workqueue import WorkQueue
 from mcad.model import lifecycle, status
 from mcad.model.accounting import Accountant
 from mcad.model.keys import DeadlineCheck, Key, MinAvailableCheck

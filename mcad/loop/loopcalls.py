@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from mcad.loop.workqueue import WorkQueue
+from mcad.k8s.workqueue import WorkQueue
 from mcad.model.keys import CALL, Key
 
 R = TypeVar("R")

@@ -35,14 +35,11 @@ from mcad.loop.decisions import Decisions
 from mcad.loop.queued import Queued
 from mcad.metrics import Metrics
 from mcad.model import disclosure, status
+from mcad.model.fifo import BEHIND_STRICT_FIFO
 from mcad.model.fit import Fit
 from mcad.model.preemption import Preemptors
 from mcad.model.reservations import Pass
 from mcad.model.retry import RetryTimes
-
-# Strict FIFO: what the AppWrappers behind a blocked head say. It does not name the head, so a new head does not
-# mean rewriting the status of every AppWrapper behind it.
-BEHIND_STRICT_FIFO = "waiting behind earlier AppWrappers (strict FIFO)"
 
 log = structlog.get_logger("mcad.loop.notices")
 

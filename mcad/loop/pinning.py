@@ -67,11 +67,11 @@ from mcad.api.views import NODE_NAME_FIELD, PLACEMENT_GATE, NodeView, PinFacts, 
 from mcad.errors import ApiError
 from mcad.k8s import events
 from mcad.k8s.informer import Store
+from mcad.k8s.workqueue import WorkQueue
 from mcad.k8s.writes import Writes
 from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
 from mcad.loop.queued import Queued
-from mcad.loop.workqueue import WorkQueue
 from mcad.model import placement
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.keys import DISPATCH, Key, PodCounts, PodEvent

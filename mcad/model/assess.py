@@ -17,16 +17,21 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Protocol
 
 from mcad.api.appwrapper import AppWrapperView
-from mcad.k8s.informer import Store
-from mcad.loop.notices import BEHIND_STRICT_FIFO
 from mcad.model import disclosure
-from mcad.model.fifo import BEHIND_IN_DOMAIN, StrictFifo
+from mcad.model.fifo import BEHIND_IN_DOMAIN, BEHIND_STRICT_FIFO, StrictFifo
 from mcad.model.fit import Targets, could_ever_fit, refused
 from mcad.model.pending import PendingQueue
 from mcad.model.preemption import Preemptors
 from mcad.model.reservations import Pass
+
+
+class AppWrappers(Protocol):
+    """What assessing reads of the AppWrappers: one by key (the informer's store, ``mcad.k8s.informer.Store``)."""
+
+    def get(self, key: str) -> AppWrapperView | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +47,7 @@ class Assessment:
     reservation: Mapping[str, object] | None = None
 
 
-def assess(pending: PendingQueue, appwrappers: Store[AppWrapperView], reserving: Pass, *,
+def assess(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, *,
            preemptors: Preemptors, draining: Callable[[AppWrapperView], bool],
            blocked_by_reclaim: Callable[[AppWrapperView], str], strict_fifo: bool,
            targets: Targets) -> list[Assessment]:

@@ -31,9 +31,10 @@ from mcad.api.appwrapper import AppWrapperView
 from mcad.model.fit import Fit
 from mcad.model.quota import Forest
 
-# What the AppWrappers held back by their quota node (or namespace) say; those held by the whole cluster say
-# ``notices.BEHIND_STRICT_FIFO``. Neither names the head, so a new head does not mean rewriting the status of every
-# AppWrapper behind it.
+# What the AppWrappers behind a blocked head say: those held by the whole cluster, and those held back by their quota
+# node (or namespace). Neither names the head, so a new head does not mean rewriting the status of every AppWrapper
+# behind it.
+BEHIND_STRICT_FIFO = "waiting behind earlier AppWrappers (strict FIFO)"
 BEHIND_IN_DOMAIN = "waiting behind earlier AppWrappers of its quota node or namespace (strict FIFO)"
 
 

@@ -48,7 +48,7 @@ from typing import Any
 from mcad.api.appwrapper import AppWrapperView, SchedulingSpec
 from mcad.api.statusview import StatusView
 from mcad.api.validation import MAX_DISPATCH_LIMIT_SECONDS, MAX_REQUEUE_SECONDS
-from mcad.k8s.wrapped import NotSynced, WrappedView
+from mcad.api.wrappedview import NotSynced, WrappedView
 
 JOB = ("batch/v1", "Job")
 # Where a start time plus a wait would overflow datetime (status stamps near year 9999): never, in effect.

@@ -19,8 +19,8 @@ from mcad.api.appwrapper import appwrapper_view
 from mcad.api.views import node_view, pod_view
 from mcad.k8s.informer import Informer
 from mcad.k8s.kube import ApiError
+from mcad.k8s.workqueue import WorkQueue
 from mcad.loop.dispatcher import Dispatcher
-from mcad.loop.workqueue import WorkQueue
 from test.fakes import FakeClock, FakeListerWatcher
 
 

@@ -26,11 +26,12 @@ from mcad import wiring
 from mcad.api.appwrapper import APPWRAPPER_UID_LABEL, WORKER_CLEANUP_FINALIZER, appwrapper_view
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView, PodView, node_view, pod_view
-from mcad.hub.clusters import HealthStatus, HubConfig, Policy, WorkerHealth, WorkerSpec
+from mcad.hub.clusters import HealthStatus, HubConfig, WorkerHealth, WorkerSpec
 from mcad.hub.connections import Hub, cluster_of
+from mcad.hub.placement import Policy
 from mcad.k8s.informer import Informer
 from mcad.k8s.kube import ApiError
-from mcad.loop.workqueue import WorkQueue
+from mcad.k8s.workqueue import WorkQueue
 from mcad.model.keys import WorkerCleanup
 from test.component.harness import RecordingWriter, node
 from test.fakes import FakeClock, FakeListerWatcher

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcad.loop.notices import BEHIND_STRICT_FIFO
-from mcad.model.fifo import BEHIND_IN_DOMAIN
+from mcad.model.fifo import BEHIND_IN_DOMAIN, BEHIND_STRICT_FIFO
 from test.component.harness import last_status, node
 from test.component.test_preemption_bounds import labelled, quota_informer
 from test.component.test_quota_dispatch import subtree

@@ -15,7 +15,7 @@ from mcad.api.appwrapper import appwrapper_view
 from mcad.api.views import node_view, pod_view
 from mcad.k8s.informer import Informer
 from mcad.k8s.tenantstore import TenantAppWrappers, priority_class_value
-from mcad.loop.workqueue import WorkQueue
+from mcad.k8s.workqueue import WorkQueue
 from mcad.model.quota import subtree_view
 from mcad.model.tenancy import namespace_policy
 from test.component.harness import RecordingWriter, Stepped, aw, made_by, node

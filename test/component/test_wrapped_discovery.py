@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcad.api.wrappedview import WrappedView, wrapped_view
 from mcad.errors import ApiError
 from mcad.k8s.informer import Informer
-from mcad.k8s.wrapped import WrappedObjects, WrappedView, wrapped_view
+from mcad.k8s.wrapped import WrappedObjects
 from mcad.model.keys import AppWrapperEvent, Publish
 from test.component.harness import aw, last_status, node
 from test.fakes import FakeClock, FakeListerWatcher

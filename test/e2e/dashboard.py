@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,7 +31,7 @@ import kubernetes.client as k8s
 from mcad.cli import reach
 from mcad.k8s import kube
 from test.e2e.conftest import GROUP, PLURAL, service_account_token
-from test.support import token_kubeconfig, wait_until
+from test.support import load_hack_module, token_kubeconfig, wait_until
 
 SERVICE = "mcad-controller"  # the chart's Service (and Lease) name for release "mcad"
 # What the controller sends with every /ui answer (the contract of issue 18), spelled out rather than imported so
@@ -47,20 +46,12 @@ MCADCTL = Path(sys.executable).parent / "mcadctl"
 
 
 def host_ip() -> str:
-    """An IPv4 address of this machine that is not loopback, which the API server will proxy to (it refuses
-    loopback and link-local addresses). Found by the route to a documentation address: connect() on a UDP socket
-    sends nothing."""
-    candidates = []
-    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect(("198.51.100.1", 9))
-        candidates.append(probe.getsockname()[0])
-    with contextlib.suppress(OSError):
-        candidates.append(socket.gethostbyname(socket.gethostname()))
-    for address in candidates:
-        if not address.startswith(("127.", "169.254.", "0.")):
-            return str(address)
-    raise AssertionError(f"this machine has no IPv4 address but loopback ones ({candidates or 'none found'}): the API "
-                         "server's proxy (which the dashboard tests go through) refuses to reach loopback addresses")
+    """An IPv4 address of this machine that is not loopback (``hack/hostip.py``), which the API server will proxy to."""
+    address = str(load_hack_module("hostip").host_ip())
+    if not address:
+        raise AssertionError("this machine has no IPv4 address but loopback ones: the API server's proxy (which the "
+                             "dashboard tests go through) refuses to reach loopback addresses")
+    return address
 
 
 def controller_service(core: k8s.CoreV1Api, namespace: str, ip: str, port: int, name: str = SERVICE) -> None:

@@ -10,7 +10,6 @@ import yaml
 from mcad.hub.clusters import (
     ConfigError,
     HealthState,
-    Policy,
     SecretRef,
     WorkerConnectError,
     WorkerConnector,
@@ -18,6 +17,7 @@ from mcad.hub.clusters import (
     WorkerSpec,
     load_config,
 )
+from mcad.hub.placement import Policy
 from mcad.k8s import kube
 
 GOOD = """

@@ -1,26 +1,76 @@
 """The layer rules of mcad, checked by reading the source with ``ast`` (nothing is imported or run).
 
-| Rule            | Modules bound                        | May not import                                  |
-|-----------------|--------------------------------------|-------------------------------------------------|
-| client          | every mcad module except mcad.k8s.kube   | kubernetes, urllib3                             |
-| model           | MODEL_MODULES below                  | mcad.k8s.kube, threading, concurrent.futures        |
-| circles         | every mcad module                    | anything that imports it back, directly or not  |
-| error types     | every mcad module except mcad.k8s.kube   | ApiError & co. via mcad.k8s.kube (use mcad.errors)  |
-| error types     | mcad.errors                          | anything outside the standard library           |
+mcad is built in layers, one package each; a layer uses those below it, never those above:
 
-A name in "May not import" forbids that module and everything under it, however it is spelt (``import x.y``,
-``from x import y``, ``from . import y``), at module level or inside a function, class or ``if``. The client and
-model rules count imports under ``if TYPE_CHECKING:`` too (a model module does not even name the client); the
-circle rule does not, since such an import never runs. An edge of the circle rule is an explicit import of a mcad
-module; the package ``__init__`` modules, which hold only docstrings, are not counted as imported along the way.
+    mcad.cli                      entry points: build everything through mcad.wiring and run it
+    mcad.serve, mcad.admission    what is served over HTTP: API, dashboard, debug; the admission webhook
+    mcad.hub                      hub mode: the worker clusters, their connections and health
+    mcad.loop                     the dispatcher loop and the owners that run on its thread
+    mcad.k8s                      Kubernetes I/O: the client, informers, the work queue, the write pool, Events
+    mcad.model, mcad.api          pure decisions and the views they decide over (and PURE's other members, below)
+    mcad.errors, clock, log, metrics   shared by every layer
 
-To bind a new module, add it to MODEL_MODULES (fnmatch patterns over dotted names); a module the issue plans but
-nobody has written yet goes in NOT_WRITTEN_YET as well, so that a typo in the table still fails.
+| Rule         | Modules bound                                        | May not ...                                  |
+|--------------|------------------------------------------------------|----------------------------------------------|
+| pure         | PURE: mcad.model, mcad.api, mcad.hub.placement,      | reach threading, concurrent.futures, asyncio,|
+|              | mcad.serve.history, mcad.admission.facts and .request| socket, kubernetes, urllib3, mcad.k8s,       |
+|              |                                                      | mcad.loop, mcad.hub, mcad.serve,             |
+|              |                                                      | mcad.admission, mcad.cli, mcad.wiring,       |
+|              |                                                      | mcad.metrics                                 |
+| k8s          | mcad.k8s                                             | reach mcad.loop, mcad.hub, mcad.serve,       |
+|              |                                                      | mcad.admission, mcad.cli, mcad.wiring        |
+| loop         | mcad.loop                                            | reach mcad.hub,                              |
+|              |                                                      | mcad.serve, mcad.admission, mcad.cli,        |
+|              |                                                      | mcad.wiring                                  |
+| hub          | mcad.hub                                             | reach mcad.serve, mcad.admission, mcad.cli,  |
+|              |                                                      | mcad.wiring                                  |
+| serve        | mcad.serve                                           | reach mcad.cli                               |
+| admission    | mcad.admission                                       | reach mcad.cli                               |
+| shared       | mcad, mcad.errors, mcad.clock, mcad.log, mcad.metrics| reach mcad.loop, mcad.hub, mcad.serve,       |
+|              |                                                      | mcad.admission, mcad.cli, mcad.wiring        |
+| client       | every mcad module except mcad.k8s.kube               | import kubernetes, urllib3                   |
+| entry points | every mcad module except mcad.cli.*                  | import mcad.cli                              |
+| wiring       | every mcad module except mcad.cli.*, mcad.serve.debug| import mcad.wiring                           |
+| circles      | every mcad module                                    | import anything that imports it back         |
+| error types  | every mcad module except mcad.k8s.kube               | import ApiError & co. via mcad.k8s.kube      |
+|              |                                                      | (use mcad.errors)                            |
+| error types  | mcad.errors                                          | import anything outside the standard library |
+
+How to read it:
+
+- A name under "May not" forbids that module and everything under it, except the PURE modules, which every layer may
+  reach wherever they sit (mcad.serve.history computes figures, it serves nothing; mcad.admission.facts is the
+  Protocol mcad.model.tenancy asks). The loop may not reach mcad.hub.placement either: mcad.wiring hands the loop hub
+  mode's owners, the loop does not name them. EXEMPT would list a breach a rule tolerates for now (it is empty since
+  issue 27's refactor); test_every_exemption_is_still_needed fails once one of them is no longer reached, so the
+  list only shrinks.
+- "Reach" is any chain of imports of mcad modules: ``a`` imports ``b``, which imports ``c``, which has ``import
+  threading``. The message names the chain, with the file:line and statement of each step. A chain ends at the first
+  forbidden module on it (one message per breach, not one per module behind it) and does not pass through another
+  module the same rule binds (that one is checked on its own, so a breach is reported once, from the last bound module
+  on the way). Packages outside mcad are not followed: the rules are about mcad's own structure (prometheus_client
+  runs threads of its own; that makes no pure module less pure).
+- "Import" is a direct import: the client, entry point and wiring rules cannot be reach rules, since everything reaches
+  mcad.k8s.kube, and the entry points reach everything.
+- An import counts however it is spelt (``import x.y``, ``from x import y``, ``from . import y``), at module level or
+  inside a function, class or ``if``; ``from x import y`` imports the module x.y when there is one, else x. Package
+  ``__init__`` modules, which hold only docstrings, are not counted as imported along the way.
+- Imports under ``if TYPE_CHECKING:`` count for every rule, the reach and circle rules included (messages mark them).
+  The rules state what a module depends on to be read and type-checked, and mypy follows those imports; a pure module
+  that names a type of mcad.k8s only for annotations still cannot be understood without it, and a circle closed only
+  for annotations is still a circle to its reader. Counting them also leaves no way round a rule: a lower layer that
+  must name what a higher one passes it states what it reads as a Protocol (``mcad.api.podgroups.MatchedNode``,
+  ``mcad.metrics.PortCounters``, ``mcad.hub.placement.WorkerDirectory``).
+
+The table is checked against the rules below (test_the_docstring_table_states_each_rule). A new module is bound by
+its package's patterns (fnmatch over dotted names); a module the issue plans but nobody has written yet goes in
+NOT_WRITTEN_YET, so that a typo in a pattern still fails.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import fnmatch
 import itertools
 import sys
@@ -37,45 +87,98 @@ PACKAGE = "mcad"
 @dataclass(frozen=True)
 class Rule:
     name: str
-    modules: tuple[str, ...]  # fnmatch patterns over dotted module names
+    modules: tuple[str, ...]  # fnmatch patterns over dotted module names: the modules it binds
     forbidden: tuple[str, ...]  # a module name forbids itself and everything under it
-    exempt: tuple[str, ...] = ()
+    reach: bool = True  # any chain of imports counts; False: only the bound module's own imports
+    unbound: tuple[str, ...] = ()  # patterns of modules it does not bind, though ``modules`` matches them
+    allowed: tuple[str, ...] = ()  # patterns of modules under a forbidden name that may still be reached
+    exempt: tuple[tuple[str, str], ...] = ()  # (bound module, forbidden module it still reaches, by any chain)
 
 
-MODEL_MODULES: tuple[str, ...] = (
+PURE: tuple[str, ...] = (
+    "mcad.model",
+    "mcad.model.*",
     "mcad.api",
     "mcad.api.*",
-    "mcad.model.ledger",
-    "mcad.model.reservations",
-    "mcad.model.pending",
-    "mcad.model.placement",
-    "mcad.model.quota",
-    "mcad.model.lifecycle",
-    "mcad.model.status",
-    "mcad.model.fit",
-    "mcad.model.accounting",
-    "mcad.model.preemption",
-    "mcad.hub.placement",
-    "mcad.model.keys",
-    "mcad.model.assess",
-    "mcad.serve.history",
-    "mcad.model.fifo",
-    "mcad.model.disclosure",
+    "mcad.hub.placement",  # which worker a gang goes to: a fit over a snapshot
+    "mcad.serve.history",  # the dashboard's figures, computed from what the server recorded
+    "mcad.admission.facts",  # what admission may ask the cluster, as a Protocol (mcad.model.tenancy asks it)
+    "mcad.admission.request",  # an AdmissionReview request, parsed
 )
 NOT_WRITTEN_YET: frozenset[str] = frozenset()
 
+ABOVE_THE_LOOP = ("mcad.serve", "mcad.admission", "mcad.cli", "mcad.wiring")
+PURE_RULE = Rule(
+    "pure: the model decides without I/O, threads or the layers that do them",
+    modules=PURE,
+    forbidden=("threading", "concurrent.futures", "asyncio", "socket", "kubernetes", "urllib3",
+               "mcad.k8s", "mcad.loop", "mcad.hub", "mcad.metrics", *ABOVE_THE_LOOP),
+    allowed=PURE,
+)
+K8S_RULE = Rule(
+    "k8s: Kubernetes I/O knows nothing of the loop, the hub or what is served",
+    modules=("mcad.k8s", "mcad.k8s.*"),
+    forbidden=("mcad.loop", "mcad.hub", *ABOVE_THE_LOOP),
+    allowed=PURE,
+)
+# What mcad.loop.dispatcher reaches of mcad.hub today, for the refactor of issue 27 to take out (mcad.wiring builds
+# hub mode's owners and hands them to the loop): (module, what it may still reach, by any chain). What it reaches
+# through these is checked as usual. test_every_exemption_is_still_needed says when a line can go. Add none.
+EXEMPT: tuple[tuple[str, str], ...] = ()
+LOOP_RULE = Rule(
+    "loop: the loop's owners are handed what they use, never what serves or builds them",
+    modules=("mcad.loop", "mcad.loop.*"),
+    forbidden=("mcad.hub", *ABOVE_THE_LOOP),
+    allowed=tuple(p for p in PURE if not p.startswith("mcad.hub")),
+    exempt=EXEMPT,
+)
+HUB_RULE = Rule(
+    "hub: hub mode's workers know nothing of what is served",
+    modules=("mcad.hub", "mcad.hub.*"),
+    forbidden=ABOVE_THE_LOOP,
+    allowed=PURE,
+)
+SERVE_RULE = Rule(
+    "serve: what is served does not reach the entry points",
+    modules=("mcad.serve", "mcad.serve.*"),
+    forbidden=("mcad.cli",),
+    allowed=PURE,
+)
+ADMISSION_RULE = Rule(
+    "admission: the webhook does not reach the entry points",
+    modules=("mcad.admission", "mcad.admission.*"),
+    forbidden=("mcad.cli",),
+    allowed=PURE,
+)
+SHARED_RULE = Rule(
+    "shared: what every layer uses reaches no layer above the Kubernetes I/O",
+    modules=("mcad", "mcad.errors", "mcad.clock", "mcad.log", "mcad.metrics"),
+    forbidden=("mcad.loop", "mcad.hub", *ABOVE_THE_LOOP),
+    allowed=PURE,
+)
 CLIENT_RULE = Rule(
-    "only mcad.k8s.kube imports the Kubernetes client library",
+    "client: only mcad.k8s.kube imports the Kubernetes client library",
     modules=("*",),
-    exempt=("mcad.k8s.kube",),
+    unbound=("mcad.k8s.kube",),
     forbidden=("kubernetes", "urllib3"),
+    reach=False,
 )
-MODEL_RULE = Rule(
-    "model code imports neither the API client nor threads",
-    modules=MODEL_MODULES,
-    forbidden=("mcad.k8s.kube", "threading", "concurrent.futures"),
+ENTRY_POINTS_RULE = Rule(
+    "entry points: only the entry points import the entry points",
+    modules=("*",),
+    unbound=("mcad.cli", "mcad.cli.*"),
+    forbidden=("mcad.cli",),
+    reach=False,
 )
-RULES: tuple[Rule, ...] = (CLIENT_RULE, MODEL_RULE)  # each is checked over mcad by test_mcad_keeps_the_import_rule
+WIRING_RULE = Rule(
+    "wiring: only the entry points, and the debug view's offline mode, build the controller",
+    modules=("*",),
+    unbound=("mcad.cli", "mcad.cli.*", "mcad.serve.debug"),
+    forbidden=("mcad.wiring",),
+    reach=False,
+)
+RULES: tuple[Rule, ...] = (PURE_RULE, K8S_RULE, LOOP_RULE, HUB_RULE, SERVE_RULE, ADMISSION_RULE, SHARED_RULE,
+                           CLIENT_RULE, ENTRY_POINTS_RULE, WIRING_RULE)  # each checked by test_mcad_keeps_the_rule
 
 
 # --- the checker ---------------------------------------------------------------------------------------------
@@ -94,7 +197,8 @@ class Import:
     type_checking_only: bool
 
     def where(self) -> str:
-        return f"{self.file}:{self.line} `{self.statement}`"
+        under = " (under TYPE_CHECKING)" if self.type_checking_only else ""
+        return f"{self.file}:{self.line} `{self.statement}`{under}"
 
 
 def module_files(root: Path, package: str) -> dict[str, Path]:
@@ -149,44 +253,128 @@ def imports_of(root: Path, module: str, path: Path) -> list[Import]:
     return found
 
 
+def _read(root: Path, package: str) -> tuple[dict[str, Path], dict[str, list[Import]]]:
+    """The modules under ``root`` and the imports of each."""
+    modules = module_files(root, package)
+    return modules, {module: imports_of(root, module, path) for module, path in modules.items()}
+
+
 def all_imports(root: Path, package: str) -> list[Import]:
-    return [imp for module, path in module_files(root, package).items() for imp in imports_of(root, module, path)]
+    return [imp for imports in _read(root, package)[1].values() for imp in imports]
+
+
+def targets(imp: Import, modules: dict[str, Path] | set[str]) -> list[str]:
+    """What one import statement brings in: the modules of the tree it loads (``from x import y`` loads x.y when that
+    is a module, else x), then the names it spells outside the tree (``threading``, ``concurrent.futures.Future``)."""
+    if imp.from_import:
+        inside = [n for n in imp.names[1:] if n in modules] or [n for n in imp.names[:1] if n in modules]
+    else:
+        inside = [n for n in imp.names if n in modules]
+    outside = [n for n in imp.names if n not in modules and not any(_under(n, m) for m in inside)]
+    return [*inside, *outside]
 
 
 def _under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
+def _matches(module: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(module, p) for p in patterns)
+
+
 def _bound(rule: Rule, module: str) -> bool:
-    return any(fnmatch.fnmatchcase(module, p) for p in rule.modules) and module not in rule.exempt
+    return _matches(module, rule.modules) and not _matches(module, rule.unbound)
+
+
+def _forbidden_by(rule: Rule, target: str) -> str | None:
+    """The forbidden name ``target`` falls under, if the rule forbids it."""
+    if _matches(target, rule.allowed):
+        return None
+    return next((f for f in rule.forbidden if _under(target, f)), None)
+
+
+@dataclass(frozen=True)
+class Breach:
+    start: str  # the bound module
+    reached: str  # the forbidden module it reaches, or the forbidden name outside the tree (``threading``)
+    steps: tuple[Import, ...]  # the imports from ``start`` to ``reached``, in order
+
+    def message(self, rule: Rule) -> str:
+        chain = " -> ".join([*(step.module for step in self.steps), self.reached])
+        return f"{chain}: {'; '.join(step.where() for step in self.steps)}: {rule.name}"
+
+
+def breaches(root: Path, package: str, rule: Rule) -> list[Breach]:
+    """Every forbidden module each bound module reaches (imports, for a rule that is not about reach), by a shortest
+    chain (breadth first), ending at the first forbidden module and passing through no other bound module."""
+    modules, imports = _read(root, package)
+    found = []
+    for start in sorted(m for m in modules if _bound(rule, m)):
+        came_by: dict[str, Import | None] = {start: None}  # module -> the import that first reached it
+        frontier = [start]
+        while frontier:
+            following = []
+            for module in frontier:
+                path: list[Import] = []
+                step = came_by[module]
+                while step is not None:
+                    path.insert(0, step)
+                    step = came_by[step.module]
+                for imp in imports[module]:
+                    reported: set[str] = set()
+                    for target in targets(imp, modules):
+                        if target == module:
+                            continue
+                        hit = _forbidden_by(rule, target)
+                        if hit is not None and (start, target) not in rule.exempt:
+                            reached = target if target in modules else hit
+                            if reached not in reported:
+                                reported.add(reached)
+                                found.append(Breach(start, reached, (*path, imp)))
+                        elif rule.reach and target in modules and target not in came_by and not _bound(rule, target):
+                            came_by[target] = imp
+                            following.append(target)
+            frontier = following
+    return found
 
 
 def rule_violations(root: Path, package: str, rule: Rule) -> list[str]:
-    """One message per import that breaks ``rule``, naming the file, the line, the statement and what it brings."""
-    messages = []
-    for imp in all_imports(root, package):
-        if not _bound(rule, imp.module):
-            continue
-        hits = sorted({f for f in rule.forbidden for name in imp.names if _under(name, f)})
-        if hits:
-            messages.append(f"{imp.where()} imports {', '.join(hits)}: {rule.name}")
-    return messages
+    """One message per breach of ``rule``: the chain of modules, and the file, line and statement of each step."""
+    return [breach.message(rule) for breach in breaches(root, package, rule)]
+
+
+def reached(root: Path, package: str, rule: Rule, start: str) -> set[str]:
+    """Every module ``start`` reaches the way ``rule`` follows chains (through no other module it binds), forbidden
+    ones included."""
+    modules, imports = _read(root, package)
+    seen = {start}
+    frontier = [start]
+    while frontier:
+        following = []
+        for module in frontier:
+            for imp in imports[module]:
+                for target in targets(imp, modules):
+                    if target in modules and target not in seen and not _bound(rule, target):
+                        seen.add(target)
+                        following.append(target)
+        frontier = following
+    return seen - {start}
+
+
+def stale_exemptions(root: Path, package: str, rule: Rule) -> list[tuple[str, str]]:
+    """The exemptions of ``rule`` that nothing needs any more: the module no longer reaches the one it may reach."""
+    return [(start, target) for start, target in rule.exempt if target not in reached(root, package, rule, start)]
 
 
 def import_graph(root: Path, package: str) -> dict[str, dict[str, Import]]:
-    """module -> {imported mcad module: the import that brings it}; ``if TYPE_CHECKING:`` imports left out."""
-    modules = module_files(root, package)
+    """module -> {imported mcad module: the import that brings it}, ``if TYPE_CHECKING:`` imports included."""
+    modules, imports = _read(root, package)
     graph: dict[str, dict[str, Import]] = {m: {} for m in modules}
-    for imp in all_imports(root, package):
-        if imp.type_checking_only:
-            continue
-        if imp.from_import:  # ``from x import y`` imports x.y when that is a module, else only x
-            targets = [n for n in imp.names[1:] if n in modules] or [n for n in imp.names[:1] if n in modules]
-        else:
-            targets = [n for n in imp.names if n in modules]
-        for target in targets:
-            if target != imp.module:
-                graph[imp.module].setdefault(target, imp)
+    for module, found in imports.items():
+        for imp in found:
+            for target in targets(imp, modules):
+                if target in modules and target != module:
+                    graph[module].setdefault(target, imp)
     return graph
 
 
@@ -292,9 +480,18 @@ def error_type_violations(root: Path, package: str) -> list[str]:
 # --- the rules over mcad itself ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.name)
-def test_mcad_keeps_the_import_rule(rule: Rule) -> None:
+def _short(rule: Rule) -> str:
+    return rule.name.partition(":")[0]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=_short)
+def test_mcad_keeps_the_rule(rule: Rule) -> None:
     assert rule_violations(REPO, PACKAGE, rule) == []
+
+
+@pytest.mark.parametrize("rule", RULES, ids=_short)
+def test_every_exemption_is_still_needed(rule: Rule) -> None:
+    assert stale_exemptions(REPO, PACKAGE, rule) == [], "nothing reaches these any more: take them out of EXEMPT"
 
 
 def test_no_import_circle_among_mcad_modules() -> None:
@@ -307,10 +504,36 @@ def test_the_error_types_deciding_code_catches_live_outside_the_client_module() 
 
 def test_every_module_in_the_tables_exists_unless_not_written_yet() -> None:
     modules = module_files(REPO, PACKAGE)
-    unmatched = {p for p in MODEL_MODULES if not any(fnmatch.fnmatchcase(m, p) for m in modules)}
+    patterns = {p for rule in RULES for p in (*rule.modules, *rule.unbound, *rule.allowed)}
+    patterns |= {module for rule in RULES for pair in rule.exempt for module in pair}
+    patterns |= {name for rule in RULES for name in rule.forbidden if _under(name, PACKAGE)}
+    unmatched = {p for p in patterns if not any(fnmatch.fnmatchcase(m, p) for m in modules)}
     assert unmatched <= NOT_WRITTEN_YET, f"no such module: {sorted(unmatched - NOT_WRITTEN_YET)}"
     assert not NOT_WRITTEN_YET & set(modules), "written now: take it out of NOT_WRITTEN_YET"
     assert "mcad.k8s.kube" in modules and "mcad.errors" in modules
+
+
+def _table() -> dict[str, str]:
+    """The docstring's table: rule -> its "May not" cell, continuation rows joined."""
+    rows: dict[str, str] = {}
+    last = ""
+    for line in (__doc__ or "").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) != 3 or cells[0] == "Rule" or set(cells[0]) == {"-"}:
+            continue
+        last = cells[0] or last  # a row without a rule continues the one above
+        rows[last] = f"{rows.get(last, '')} {cells[2]}".strip()
+    return rows
+
+
+def test_the_docstring_table_states_each_rule() -> None:
+    table = _table()
+    for rule in RULES:
+        cell = table.get(_short(rule))
+        assert cell is not None, f"no row for {_short(rule)}"
+        words = set(cell.replace(",", " ").split())
+        assert cell.split()[0] == ("reach" if rule.reach else "import"), (rule.name, cell)
+        assert set(rule.forbidden) <= words, (rule.name, sorted(set(rule.forbidden) - words))
 
 
 # --- the checker can fail: each rule broken on purpose in a package of a few files ---------------------------
@@ -326,22 +549,46 @@ def _package(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-@pytest.mark.parametrize(("name", "text", "statement"), [
-    ("mcad/model/ledger.py", "import kubernetes.client\n", "import kubernetes.client"),
-    ("mcad/api/views.py", "def f():\n    from urllib3 import util\n", "from urllib3 import util"),
-    ("mcad/cli/controller.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import urllib3\n",
-     "import urllib3"),
+def _module(name: str) -> str:
+    return name.removesuffix(".py").replace("/", ".")
+
+
+TC = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    "
+
+
+@pytest.mark.parametrize(("name", "text", "statement", "reached"), [
+    ("mcad/model/ledger.py", "import kubernetes.client\n", "import kubernetes.client", "kubernetes"),
+    ("mcad/api/views.py", "def f():\n    from urllib3 import util\n", "from urllib3 import util", "urllib3"),
+    ("mcad/cli/controller.py", f"{TC}import urllib3\n", "import urllib3", "urllib3"),
 ])
 def test_the_client_rule_reports_a_client_import_outside_kube(tmp_path: Path, name: str, text: str,
-                                                              statement: str) -> None:
+                                                              statement: str, reached: str) -> None:
     root = _package(tmp_path, {"mcad/k8s/kube.py": "import kubernetes\nimport urllib3\n", name: text})
     found = rule_violations(root, PACKAGE, CLIENT_RULE)
     assert len(found) == 1, found
-    assert found[0].startswith(f"{name}:")
+    assert found[0].startswith(f"{_module(name)} -> {reached}: {name}:")
     assert f"`{statement}`" in found[0]
 
 
-@pytest.mark.parametrize(("name", "text", "statement", "forbidden"), [
+_PURE_NEIGHBOURS = {
+    "mcad/k8s/kube.py": "import threading\n",  # not a pure module: may use threads
+    "mcad/loop/dispatcher.py": "import threading\nfrom mcad import kube\n",
+    "mcad/hub/clusters.py": "import threading\n",
+    "mcad/admission/review.py": "",
+    "mcad/metrics.py": "",
+    "mcad/wiring.py": "",
+    "mcad/errors.py": "",
+    # Allowed: the standard library and other packages but the forbidden ones, mcad.errors, the pure modules of
+    # mcad.admission and mcad.serve.
+    "mcad/model/lifecycle.py": ("from mcad.errors import ApiError\nimport structlog\nimport time\n"
+                                "from mcad.admission.facts import Facts\nfrom mcad.serve import history\n"),
+    "mcad/admission/facts.py": "from mcad.admission.request import UserInfo\n",
+    "mcad/admission/request.py": "",
+    "mcad/serve/history.py": "",
+}
+
+
+@pytest.mark.parametrize(("name", "text", "statement", "reached"), [
     ("mcad/model/ledger.py", "import threading\n", "import threading", "threading"),
     ("mcad/model/quota.py", "from threading import Lock\n", "from threading import Lock", "threading"),
     ("mcad/model/pending.py", "def f():\n    from mcad.k8s import kube\n", "from mcad.k8s import kube",
@@ -353,19 +600,200 @@ def test_the_client_rule_reports_a_client_import_outside_kube(tmp_path: Path, na
     ("mcad/model/fit.py", "from concurrent import futures\n", "from concurrent import futures", "concurrent.futures"),
     ("mcad/model/preemption.py", "from concurrent.futures import ThreadPoolExecutor\n",
      "from concurrent.futures import ThreadPoolExecutor", "concurrent.futures"),
+    ("mcad/model/fit.py", "import asyncio\n", "import asyncio", "asyncio"),
+    ("mcad/api/raw.py", "from socket import create_connection\n", "from socket import create_connection", "socket"),
+    ("mcad/model/assess.py", "from mcad.loop.dispatcher import BEHIND\n", "from mcad.loop.dispatcher import BEHIND",
+     "mcad.loop.dispatcher"),
+    ("mcad/hub/placement.py", "from mcad.hub import clusters\n", "from mcad.hub import clusters", "mcad.hub.clusters"),
+    ("mcad/model/tenancy.py", "from mcad.admission import review\n", "from mcad.admission import review",
+     "mcad.admission.review"),
+    ("mcad/model/keys.py", f"{TC}from mcad.metrics import Metrics\n", "from mcad.metrics import Metrics",
+     "mcad.metrics"),
+    ("mcad/serve/history.py", "from mcad import wiring\n", "from mcad import wiring", "mcad.wiring"),
+    ("mcad/admission/facts.py", "import threading\n", "import threading", "threading"),
 ])
-def test_the_model_rule_reports_a_client_or_thread_import(tmp_path: Path, name: str, text: str, statement: str,
-                                                          forbidden: str) -> None:
+def test_the_pure_rule_reports_an_import_of_io_threads_or_a_higher_layer(tmp_path: Path, name: str, text: str,
+                                                                         statement: str, reached: str) -> None:
+    root = _package(tmp_path, {**_PURE_NEIGHBOURS, name: text})
+    line = text.count("\n", 0, text.index(statement)) + 1
+    under = " (under TYPE_CHECKING)" if text.startswith(TC) else ""
+    assert rule_violations(root, PACKAGE, PURE_RULE) == [
+        f"{_module(name)} -> {reached}: {name}:{line} `{statement}`{under}: {PURE_RULE.name}"]
+
+
+def test_the_pure_rule_follows_every_chain_and_names_each_step(tmp_path: Path) -> None:
     root = _package(tmp_path, {
-        "mcad/k8s/kube.py": "import threading\n",  # not a model module: may use threads
-        "mcad/loop/dispatcher.py": "import threading\nfrom mcad import kube\n",
-        "mcad/model/lifecycle.py": "from mcad.errors import ApiError\nimport structlog\n",  # allowed neighbours
-        "mcad/errors.py": "",
-        name: text,
+        # Through a shared module: the breach is two steps away.
+        "mcad/model/ledger.py": "from mcad import clock\n",
+        "mcad/clock.py": "import time\nimport threading\n",
+        # Stops at the first forbidden module (not also at the threads and client mcad.k8s.wrapped imports), and
+        # does not go through mcad.model.status, which the rule checks on its own.
+        "mcad/model/lifecycle.py": "from mcad.model.status import view\nfrom mcad.k8s.wrapped import NotSynced\n",
+        "mcad/k8s/wrapped.py": "import threading\nfrom mcad.k8s import kube\n",
+        "mcad/k8s/kube.py": "import kubernetes\n",
+        # Three steps, the last one only for annotations.
+        "mcad/model/status.py": "from mcad.errors import ApiError\n",
+        "mcad/errors.py": "from mcad.log import log\n",
+        "mcad/log.py": f"{TC}from mcad.loop.notices import Notices\n",
+        "mcad/loop/notices.py": "",
+        # The pure facts of admission may be reached; they are checked as pure modules themselves.
+        "mcad/model/tenancy.py": "from mcad.admission.facts import Facts\n",
+        "mcad/admission/facts.py": ("from mcad.admission.request import UserInfo\n"
+                                    "from mcad.admission import kubefacts\n"),
+        "mcad/admission/request.py": "",
+        "mcad/admission/kubefacts.py": "from mcad.k8s import kube\n",
     })
-    found = rule_violations(root, PACKAGE, MODEL_RULE)
-    assert found == [f"{name}:{text.count(chr(10), 0, text.index(statement)) + 1} `{statement}` imports {forbidden}: "
-                     f"{MODEL_RULE.name}"]
+    assert rule_violations(root, PACKAGE, PURE_RULE) == [
+        "mcad.admission.facts -> mcad.admission.kubefacts: mcad/admission/facts.py:2 "
+        f"`from mcad.admission import kubefacts`: {PURE_RULE.name}",
+        "mcad.model.ledger -> mcad.clock -> threading: mcad/model/ledger.py:1 `from mcad import clock`; "
+        f"mcad/clock.py:2 `import threading`: {PURE_RULE.name}",
+        "mcad.model.lifecycle -> mcad.k8s.wrapped: mcad/model/lifecycle.py:2 `from mcad.k8s.wrapped import NotSynced`: "
+        f"{PURE_RULE.name}",
+        "mcad.model.status -> mcad.errors -> mcad.log -> mcad.loop.notices: mcad/model/status.py:1 "
+        "`from mcad.errors import ApiError`; mcad/errors.py:1 `from mcad.log import log`; mcad/log.py:3 "
+        f"`from mcad.loop.notices import Notices` (under TYPE_CHECKING): {PURE_RULE.name}",
+    ]
+
+
+# One case per layer rule: a package of a few files, and what the rule says of it (everything else in it is allowed).
+_LAYER_CASES = [
+    pytest.param(K8S_RULE, {
+        "mcad/k8s/wrapped.py": "from mcad.loop.sites import Sites\n",
+        "mcad/loop/sites.py": "",
+        "mcad/k8s/events.py": "from mcad import metrics\n",
+        "mcad/metrics.py": "from mcad.serve.frontdoor import Stats\n",
+        "mcad/serve/frontdoor.py": "",
+        # Allowed: the model, and what it reaches of the pure modules of other layers.
+        "mcad/k8s/tenantstore.py": "from mcad.model import tenancy\nfrom mcad.hub.placement import Policy\n",
+        "mcad/model/tenancy.py": "from mcad.admission.facts import Facts\n",
+        "mcad/admission/facts.py": "",
+        "mcad/hub/placement.py": "",
+    }, [
+        "mcad.k8s.events -> mcad.metrics -> mcad.serve.frontdoor: mcad/k8s/events.py:1 `from mcad import metrics`; "
+        "mcad/metrics.py:1 `from mcad.serve.frontdoor import Stats`",
+        "mcad.k8s.wrapped -> mcad.loop.sites: mcad/k8s/wrapped.py:1 `from mcad.loop.sites import Sites`",
+    ], id="k8s"),
+    pytest.param(dataclasses.replace(LOOP_RULE, exempt=(("mcad.loop.dispatcher", "mcad.hub.sites"),)), {
+        # Exempt, and followed further: what the exempt module reaches is still checked.
+        "mcad/loop/dispatcher.py": "from mcad.hub.sites import WorkerSites\nfrom mcad.hub.placement import Policy\n",
+        "mcad/hub/sites.py": "from mcad.loop import sites\nfrom mcad.serve import server\n",
+        "mcad/hub/placement.py": "",
+        "mcad/loop/sites.py": "from mcad.k8s import apply\n",
+        "mcad/k8s/apply.py": "from mcad.model import retry\n",
+        "mcad/model/retry.py": "",
+        "mcad/serve/server.py": "",
+        "mcad/loop/notices.py": "from mcad.metrics import Metrics\n",
+        "mcad/metrics.py": "from mcad.serve.frontdoor import Stats\n",
+        "mcad/serve/frontdoor.py": "",
+        "mcad/loop/evictions.py": "from mcad.admission.facts import Facts\nfrom mcad.admission import server\n",
+        "mcad/admission/facts.py": "",
+        "mcad/admission/server.py": "",
+    }, [
+        "mcad.loop.dispatcher -> mcad.hub.placement: mcad/loop/dispatcher.py:2 `from mcad.hub.placement import Policy`",
+        "mcad.loop.dispatcher -> mcad.hub.sites -> mcad.serve.server: mcad/loop/dispatcher.py:1 "
+        "`from mcad.hub.sites import WorkerSites`; mcad/hub/sites.py:2 `from mcad.serve import server`",
+        "mcad.loop.evictions -> mcad.admission.server: mcad/loop/evictions.py:2 `from mcad.admission import server`",
+        "mcad.loop.notices -> mcad.metrics -> mcad.serve.frontdoor: mcad/loop/notices.py:1 "
+        "`from mcad.metrics import Metrics`; mcad/metrics.py:1 `from mcad.serve.frontdoor import Stats`",
+    ], id="loop"),
+    pytest.param(HUB_RULE, {
+        "mcad/hub/connections.py": "from mcad.serve import server\n",
+        "mcad/serve/server.py": "",
+        "mcad/hub/sites.py": "from mcad.loop.sites import Host\nfrom mcad.k8s import kube\n",  # below the hub
+        "mcad/loop/sites.py": "",
+        "mcad/k8s/kube.py": "",
+        "mcad/hub/clusters.py": "def f():\n    from mcad import wiring\n",
+        "mcad/wiring.py": "",
+    }, [
+        "mcad.hub.clusters -> mcad.wiring: mcad/hub/clusters.py:2 `from mcad import wiring`",
+        "mcad.hub.connections -> mcad.serve.server: mcad/hub/connections.py:1 `from mcad.serve import server`",
+    ], id="hub"),
+    pytest.param(SERVE_RULE, {
+        "mcad/serve/debug.py": "from mcad import wiring\n",
+        "mcad/wiring.py": "from mcad.cli.render import table\n",
+        "mcad/cli/render.py": "",
+        "mcad/serve/server.py": "from mcad.serve import debug\nfrom mcad.admission import callers\n",
+        "mcad/admission/callers.py": "",
+    }, [
+        "mcad.serve.debug -> mcad.wiring -> mcad.cli.render: mcad/serve/debug.py:1 `from mcad import wiring`; "
+        "mcad/wiring.py:1 `from mcad.cli.render import table`",
+    ], id="serve"),
+    pytest.param(ADMISSION_RULE, {
+        "mcad/admission/server.py": "from mcad.serve import server\n",
+        "mcad/serve/server.py": "from mcad.serve import debug\n",
+        "mcad/serve/debug.py": "from mcad import wiring\n",
+        "mcad/wiring.py": "from mcad.cli.render import table\n",
+        "mcad/cli/render.py": "",
+    }, [
+        "mcad.admission.server -> mcad.serve.server -> mcad.serve.debug -> mcad.wiring -> mcad.cli.render: "
+        "mcad/admission/server.py:1 `from mcad.serve import server`; mcad/serve/server.py:1 "
+        "`from mcad.serve import debug`; mcad/serve/debug.py:1 `from mcad import wiring`; mcad/wiring.py:1 "
+        "`from mcad.cli.render import table`",
+    ], id="admission"),
+    pytest.param(SHARED_RULE, {
+        "mcad/metrics.py": "from mcad.serve.frontdoor import Stats\nfrom mcad.k8s.events import EventCounters\n",
+        "mcad/serve/frontdoor.py": "",
+        "mcad/k8s/events.py": "",
+        "mcad/clock.py": "def f():\n    import mcad.loop.dispatcher\n",
+        "mcad/loop/dispatcher.py": "",
+        "mcad/errors.py": "",
+        "mcad/log.py": "import structlog\n",
+    }, [
+        "mcad.clock -> mcad.loop.dispatcher: mcad/clock.py:2 `import mcad.loop.dispatcher`",
+        "mcad.metrics -> mcad.serve.frontdoor: mcad/metrics.py:1 `from mcad.serve.frontdoor import Stats`",
+    ], id="shared"),
+    pytest.param(ENTRY_POINTS_RULE, {
+        "mcad/serve/debug.py": "from mcad.cli import controller\n",
+        "mcad/cli/controller.py": "",
+        "mcad/cli/mcadctl.py": "from mcad.cli import render\n",  # the entry points import each other
+        "mcad/cli/render.py": "",
+        "mcad/loop/dispatcher.py": "from mcad.serve import debug\n",  # a direct rule: reaching is not importing
+    }, [
+        "mcad.serve.debug -> mcad.cli.controller: mcad/serve/debug.py:1 `from mcad.cli import controller`",
+    ], id="entry points"),
+    pytest.param(WIRING_RULE, {
+        "mcad/wiring.py": "",
+        "mcad/cli/controller.py": "from mcad import wiring\n",
+        "mcad/serve/debug.py": "from mcad.wiring import build\n",
+        "mcad/serve/server.py": "import mcad.wiring\nfrom mcad.serve import debug\n",
+    }, [
+        "mcad.serve.server -> mcad.wiring: mcad/serve/server.py:1 `import mcad.wiring`",
+    ], id="wiring"),
+]
+
+
+@pytest.mark.parametrize(("rule", "files", "expected"), _LAYER_CASES)
+def test_each_layer_rule_reports_what_its_modules_reach(tmp_path: Path, rule: Rule, files: dict[str, str],
+                                                        expected: list[str]) -> None:
+    root = _package(tmp_path, files)
+    assert rule_violations(root, PACKAGE, rule) == [f"{message}: {rule.name}" for message in expected]
+
+
+def test_the_loop_exemptions_let_through_what_they_name_and_say_when_they_are_not_needed(tmp_path: Path) -> None:
+    # The list the dispatcher needed before issue 27's refactor took hub mode's owners out of it.
+    rule = dataclasses.replace(LOOP_RULE, exempt=(("mcad.loop.dispatcher", "mcad.hub.clusters"),
+                                                  ("mcad.loop.dispatcher", "mcad.hub.placement"),
+                                                  ("mcad.loop.dispatcher", "mcad.hub.sites")))
+    root = _package(tmp_path, {
+        "mcad/loop/dispatcher.py": ("from mcad.hub.placement import WorkerPlacement\n"
+                                    "from mcad.hub.sites import WorkerSites\n"),
+        "mcad/hub/clusters.py": "",
+        "mcad/hub/placement.py": "",
+        "mcad/hub/sites.py": "from mcad.hub import clusters, placement\n",
+        "mcad/loop/evictions.py": "from mcad.hub import clusters\n",  # not exempt: only the dispatcher is
+    })
+    assert rule_violations(root, PACKAGE, rule) == [
+        f"mcad.loop.evictions -> mcad.hub.clusters: mcad/loop/evictions.py:1 `from mcad.hub import clusters`: "
+        f"{rule.name}"]
+    assert stale_exemptions(root, PACKAGE, rule) == []
+    # The refactor takes WorkerSites out of the dispatcher: it reaches mcad.hub.clusters only through the import left.
+    (root / "mcad/loop/dispatcher.py").write_text("from mcad.hub.placement import WorkerPlacement\n")
+    assert stale_exemptions(root, PACKAGE, rule) == [("mcad.loop.dispatcher", "mcad.hub.clusters"),
+                                                          ("mcad.loop.dispatcher", "mcad.hub.sites")]
+    assert rule_violations(root, PACKAGE, rule) == [
+        f"mcad.loop.evictions -> mcad.hub.clusters: mcad/loop/evictions.py:1 `from mcad.hub import clusters`: "
+        f"{rule.name}"]
 
 
 def test_the_circle_rule_reports_a_circle_through_a_function_level_import(tmp_path: Path) -> None:
@@ -397,24 +825,25 @@ def test_the_circle_rule_follows_relative_imports_and_reports_each_circle(tmp_pa
     ]
 
 
-def test_the_circle_rule_leaves_out_imports_under_type_checking_only(tmp_path: Path) -> None:
+def test_the_circle_rule_counts_imports_under_type_checking(tmp_path: Path) -> None:
+    # The circle issue 27 found: mcad.api.podgroups named mcad.api.views' types for annotations only.
     root = _package(tmp_path, {
-        "mcad/loop/dispatcher.py": "from mcad.hubdispatch import HubMode\n",
-        "mcad/hubdispatch.py": (
-            "from typing import TYPE_CHECKING\n"
-            "if TYPE_CHECKING:\n    from mcad.loop.dispatcher import Dispatcher\n"
-            "class HubMode:\n    if TYPE_CHECKING:\n        from mcad.loop import dispatcher\n"
-        ),
+        "mcad/api/appwrapper.py": "from mcad.api.podgroups import PodGroup, gang\n",
+        "mcad/api/podgroups.py": f"{TC}from mcad.api.views import NodeView, Taint\n",
+        "mcad/api/views.py": "from mcad.api.appwrapper import APPWRAPPER_LABEL\n",
     })
-    assert circles(root, PACKAGE) == []
-    # The else branch of the same ``if`` runs, so it counts.
-    (root / "mcad/hubdispatch.py").write_text(
-        "import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    import mcad.loop.dispatcher\n")
     assert circles(root, PACKAGE) == [
-        "import circle mcad.hubdispatch -> mcad.loop.dispatcher -> mcad.hubdispatch (among mcad.hubdispatch, "
-        "mcad.loop.dispatcher): mcad/hubdispatch.py:5 `import mcad.loop.dispatcher`; mcad/loop/dispatcher.py:1 "
-        "`from mcad.hubdispatch import HubMode`"
+        "import circle mcad.api.appwrapper -> mcad.api.podgroups -> mcad.api.views -> mcad.api.appwrapper "
+        "(among mcad.api.appwrapper, mcad.api.podgroups, mcad.api.views): mcad/api/appwrapper.py:1 "
+        "`from mcad.api.podgroups import PodGroup, gang`; mcad/api/podgroups.py:3 "
+        "`from mcad.api.views import NodeView, Taint` (under TYPE_CHECKING); mcad/api/views.py:1 "
+        "`from mcad.api.appwrapper import APPWRAPPER_LABEL`"
     ]
+    # Nested in a class, or spelt typing.TYPE_CHECKING, it counts the same; its else branch runs, so it counts too.
+    for text in ("import typing\nclass A:\n    if typing.TYPE_CHECKING:\n        from mcad.api import views\n",
+                 "import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    import mcad.api.views\n"):
+        (root / "mcad/api/podgroups.py").write_text(text)
+        assert len(circles(root, PACKAGE)) == 1, text
 
 
 def test_the_error_type_rule_reports_kube_spellings_and_a_heavy_errors_module(tmp_path: Path) -> None:

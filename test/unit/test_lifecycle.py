@@ -10,7 +10,7 @@ import pytest
 from mcad.api.appwrapper import SchedulingSpec, appwrapper_view
 from mcad.api.statusview import StatusView, status_view
 from mcad.api.validation import MAX_DISPATCH_LIMIT_SECONDS, MAX_REQUEUE_SECONDS
-from mcad.k8s.wrapped import NOT_SYNCED, WrappedView, wrapped_view
+from mcad.api.wrappedview import NOT_SYNCED, WrappedView, wrapped_view
 from mcad.model.lifecycle import (
     FAR_FUTURE,
     MAX_TIMER_SECONDS,

@@ -11,8 +11,8 @@ import pytest
 from mcad.api.appwrapper import appwrapper_view
 from mcad.api.views import PLACEMENT_GATE, pod_view
 from mcad.errors import ApiError
+from mcad.k8s.workqueue import WorkQueue
 from mcad.loop.pinning import UNGATE_RETRY_BASE_SECONDS, Pinning, Ungated, provenance, ungate_patch
-from mcad.loop.workqueue import WorkQueue
 from mcad.model.accounting import Accountant
 from mcad.model.keys import PodEvent
 from test.fakes import FakeClock, apply_json_patch

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from mcad.loop.workqueue import ExponentialRateLimiter, WorkQueue
+from mcad.k8s.workqueue import ExponentialRateLimiter, WorkQueue
 
 DEADLINE = 5.0  # seconds a thread-based test waits for something that should happen at once
 

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import structlog
 
+from mcad.api.wrappedview import WrappedView, wrapped_view
 from mcad.errors import ApiError
 from mcad.k8s.informer import Informer
 from mcad.k8s.kube import ApiResource
-from mcad.k8s.wrapped import UNWATCHABLE, WrappedObjects, WrappedView, informer_factory, wrapped_view
+from mcad.k8s.wrapped import UNWATCHABLE, WrappedObjects, informer_factory
 from test.fakes import FakeClock, FakeListerWatcher
 from test.support import wait_until
 
