@@ -33,8 +33,7 @@ from mcad.loop.dispatcher import Dispatcher
 from mcad.loop.workqueue import WorkQueue
 from mcad.model.keys import WorkerCleanup
 from test.component.harness import RecordingWriter, node
-from test.fakes import FakeClock, FakeListerWatcher
-from test.support import wait_until
+from test.fakes import FakeClock, FakeListerWatcher, wait_informed
 
 # Two workers of different sizes: "small" has one 4-cpu node, "big" two 8-cpu nodes.
 SMALL = [node("small/n0", "4")]
@@ -224,13 +223,13 @@ class HubHarness:
     def add_appwrapper(self, raw: dict[str, Any]) -> None:
         self.lw["aw"].add(raw)
         key = f"{raw['metadata']['namespace']}/{raw['metadata']['name']}"
-        wait_until(lambda: self.dispatcher.appwrappers.get(key), 5, f"the AppWrapper informer to see {key}")
+        wait_informed(lambda: self.dispatcher.appwrappers.get(key), 5, f"the AppWrapper informer to see {key}")
         self.drain()
 
     def add_pod(self, raw: dict[str, Any]) -> None:
         self.lw["pod"].add(raw)
         uid = raw["metadata"]["uid"]
-        wait_until(lambda: self.dispatcher.pods.get(uid), 5, f"the pod informer to see {uid}")
+        wait_informed(lambda: self.dispatcher.pods.get(uid), 5, f"the pod informer to see {uid}")
         self.drain()
 
     def stop(self) -> None:
@@ -380,7 +379,7 @@ def test_an_unusable_worker_is_skipped_and_named_with_why(hub_harness: Any, fail
 
     h.lw["aw"].add(gang("anywhere", 1, "1"))
     h.lw["aw"].add(gang("pinned", 1, "1", {"clusters": [{"name": "small"}]}))
-    wait_until(lambda: h.dispatcher.appwrappers.get("ns/pinned"), 5, "the AppWrapper informer to see them")
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/pinned"), 5, "the AppWrapper informer to see them")
     h.drain()
     assert h.dispatcher.placed() == {"ns/anywhere": "big"}, "first in order, but small is out of placement"
     assert h.hub.health("small").state.value == state
