@@ -33,7 +33,7 @@ from mcad.loop.dispatcher import Dispatcher
 from mcad.loop.workqueue import WorkQueue
 from mcad.model.keys import WorkerCleanup
 from test.component.harness import RecordingWriter, node
-from test.fakes import FakeClock, FakeListerWatcher, wait_informed
+from test.fakes import FakeClock, FakeListerWatcher, settle, wait_informed
 
 # Two workers of different sizes: "small" has one 4-cpu node, "big" two 8-cpu nodes.
 SMALL = [node("small/n0", "4")]
@@ -210,6 +210,7 @@ class HubHarness:
         self.drain()
 
     def drain(self) -> None:
+        settle(self.lw.values())  # every change made so far handled by the informers, as Stepped.drain
         while self.dispatcher.process_next(timeout=0) is not None:
             pass
 
