@@ -32,6 +32,7 @@ from mcad.k8s.kube import ApiError
 from mcad.loop.dispatcher import Dispatcher
 from mcad.loop.workqueue import WorkQueue
 from mcad.model.keys import WorkerCleanup
+from mcad.serve.debug import Reports
 from test.component.harness import RecordingWriter, node
 from test.fakes import FakeClock, FakeListerWatcher, settle, wait_informed
 
@@ -474,3 +475,16 @@ def test_priority_preemption_frees_room_in_the_worker_the_preemptor_needs(hub_ha
     assert h.dispatcher.placed()["ns/high"] == "big"
     assert h.last_status("low")["state"] == "Pending"
     assert "PreemptedByHigherPriority" in str(h.last_status("low")["conditions"])
+
+
+def test_debug_clusters_dates_each_workers_health_on_the_dispatchers_clock(hub_harness: Any) -> None:
+    """/debug/clusters says since when a worker is in its state: its health's time read on the same clock as the
+    dispatcher's, not against the process's own monotonic time (a stepped clock here)."""
+    h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG, aws=[])
+    h.clock.advance(60)
+    h.hub.fails("big", ApiError(0, "ConnectionRefused", "the worker is down"))
+    h.clock.advance(30)
+    clusters = Reports(h.dispatcher, lambda: {}, hub=cast(Hub, h.hub)).clusters()["clusters"]
+    # The clock's wall time starts at 2024-01-01T00:00:00Z: healthy since the start, failing since 60 s later.
+    assert {c["name"]: (c["state"], c["since"]) for c in clusters} == {
+        "small": ("Healthy", "2024-01-01T00:00:00Z"), "big": ("Unreachable", "2024-01-01T00:01:00Z")}
