@@ -31,8 +31,10 @@ tools: prereqs-tools ## build the pinned Kubernetes binaries into ~/.cache/mcad-
 	hack/build-tools.sh >/dev/null
 
 .PHONY: unit
-unit: prereqs-unit install ## fast tests: no cluster, no network
-	$(BIN)/pytest test/unit $(PYTEST_ARGS)
+# Every test that needs no cluster: test/conftest.py refuses a test under these two directories that asks for a
+# cluster fixture, and -m "not cluster" keeps any such test from bringing the local control plane up regardless.
+unit: prereqs-unit install ## fast tests: unit and component, no cluster, no network
+	$(BIN)/pytest test/unit test/component -m "not cluster" $(PYTEST_ARGS)
 
 .PHONY: test
 test: prereqs-test install tools ## unit tests + everything that needs a cluster (brings the local one up and down if needed)

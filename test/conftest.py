@@ -3,7 +3,8 @@
 Which cluster: $MCAD_TEST_KUBECONFIG, else $KUBECONFIG, else the local control plane of hack/localcluster.py
 (reused when it already runs; otherwise brought up for the session and taken down afterwards, unless
 MCAD_KEEP_CLUSTER=1). Every test that asks for ``namespace`` gets a fresh namespace, deleted afterwards.
-Tests that use these fixtures carry the ``cluster`` marker automatically.
+Tests that use these fixtures carry the ``cluster`` marker automatically; under test/unit and test/component
+(what ``make unit`` runs, without a cluster) such a test is a collection error.
 """
 
 from __future__ import annotations
@@ -27,10 +28,17 @@ CRD = REPO / "config" / "crd" / "workload.codeflare.dev_appwrappers.yaml"
 QUOTA_CRD = REPO / "config" / "crd" / "quota.codeflare.dev_quotasubtrees.yaml"
 
 
+# `make unit` runs these without a cluster: a test in them that asks for one is refused at collection.
+NO_CLUSTER_DIRECTORIES = (REPO / "test" / "unit", REPO / "test" / "component")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if CLUSTER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.cluster)
+            if any(item.path.is_relative_to(directory) for directory in NO_CLUSTER_DIRECTORIES):
+                raise pytest.UsageError(f"{item.nodeid} needs a cluster: it belongs in test/integration or test/e2e, "
+                                        "not among the tests `make unit` runs without one")
 
 
 def _local_cluster(*args: str) -> subprocess.CompletedProcess[str]:

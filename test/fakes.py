@@ -4,20 +4,68 @@
 resourceVersion N first replays what happened after N, as a real API server does. Tests can push events into
 the open watch, drop it, make the next list/watch raise, send an in-stream ERROR (410 or another code), and
 change objects silently ("*_silently": no event, only a relist reveals it; client-go's AddDropWatch).
+
+``wait_informed(check)`` waits for what informers over these fakes did: it checks again each time a consumer of
+a fake watch asks for its next event (an informer has handled the last one, handlers included), not on a timer.
+``settle(fakes)`` waits until the informers reading ``fakes`` have handled every event sent so far: a test that
+changed several resources need not guess which informer is last.
 """
 
 from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from mcad.k8s.kube import ApiError, GoneError
 
 _END = object()
+T = TypeVar("T")
+
+# Counts the times a consumer of any fake watch asked for its next event: an informer does so only once it has
+# handled the last one (store written, handlers run). wait_informed re-checks on each.
+_handled = threading.Condition()
+_handled_count = 0
+# What wait_informed re-checks at least this often for: a check that also depends on something no fake watch
+# delivers (it is not how the wait ends when it depends on a fake watch).
+_RECHECK_SECONDS = 0.1
+
+
+def _count_handled() -> None:
+    global _handled_count
+    with _handled:
+        _handled_count += 1
+        _handled.notify_all()
+
+
+def settle(fakes: Iterable[Any], timeout: float = 5.0) -> None:
+    """Wait until every ``FakeListerWatcher`` among ``fakes`` (other objects are skipped) has had every event it
+    sent handled by the informer reading it; the deadline only bounds a hang."""
+    watched = [fake for fake in fakes if isinstance(fake, FakeListerWatcher)]
+    wait_informed(lambda: all(fake.handled_all() for fake in watched), timeout,
+                  "the informers to handle every event sent to them")
+
+
+def wait_informed(check: Callable[[], T | None], timeout: float = 5.0, what: str = "condition") -> T:
+    """Return ``check()`` once it is truthy; it is called again each time an informer over a fake lister-watcher
+    has handled an event (see the module docstring), so a test waits for an informer as long as it takes to handle
+    the event, not a polling interval. The deadline only bounds a hang: a failure names ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with _handled:
+            seen = _handled_count
+        value = check()
+        if value:
+            return value
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last value: {value!r})")
+        with _handled:
+            _handled.wait_for(lambda seen=seen: _handled_count != seen, min(left, _RECHECK_SECONDS))
 
 
 def configmap(name: str, namespace: str | None = "default", **data: str) -> dict[str, Any]:
@@ -38,14 +86,24 @@ class FakeWatchStream:
         self._items: deque[Any] = deque()
         self.closed = False
         self.ended = False
+        self._waiting = False  # its consumer waits for the next event: it has handled every one before
+
+    def handled_all(self) -> bool:
+        """Open, nothing queued, and its consumer waits for more: every event sent has been handled."""
+        with self._cond:
+            return not self.closed and not self.ended and not self._items and self._waiting
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self
 
     def __next__(self) -> dict[str, Any]:
+        _count_handled()  # the consumer is done with the last event
         with self._cond:
             while not self._items and not self.closed:
+                self._waiting = True
+                _count_handled()  # and now with every one: settle() may be waiting for that
                 self._cond.wait()
+            self._waiting = False
             if self.closed or self._items[0] is _END:
                 self.ended = True
                 raise StopIteration
@@ -186,6 +244,15 @@ class FakeListerWatcher:
     def resource_version(self) -> str:
         with self._cond:
             return str(self._rv)
+
+    def handled_all(self) -> bool:
+        """What an informer reading this fake was sent, it has handled: it watches, and waits on the latest watch
+        for more (events sent before that watch opened were replayed into it). True if nothing ever listed it."""
+        with self._cond:
+            if not self.watches:
+                return self.lists == 0
+            latest = self.watches[-1]
+        return latest.handled_all()
 
     # -- internals ------------------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ import json
 import re
 import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -132,8 +133,12 @@ class WebhookServer:
                  idle_timeout: float = DEFAULT_IDLE_TIMEOUT, max_connections: int | None = None,
                  share_port: bool = False, caller_check: CallerCheck | None = None,
                  workers: int = DEFAULT_WORKERS, worker_wait: float = DEFAULT_WORKER_WAIT,
-                 big_body_bytes: int = BIG_BODY_BYTES, big_lane: int = BIG_LANE) -> None:
-        """``max_connections`` None: sized from the open files limit (``mcad.serve.frontdoor.connection_cap``)."""
+                 big_body_bytes: int = BIG_BODY_BYTES, big_lane: int = BIG_LANE,
+                 clock: Callable[[], float] = time.monotonic,
+                 sweep_seconds: float | None = frontdoor.SWEEP_SECONDS) -> None:
+        """``max_connections`` None: sized from the open files limit (``mcad.serve.frontdoor.connection_cap``).
+        ``clock`` and ``sweep_seconds`` go to the front door: a test that steps its own clock passes None and calls
+        ``door.sweep()`` to have the deadlines checked."""
         host, port = parse_bind_address(bind_address)
         cap = max_connections if max_connections is not None else frontdoor.connection_cap(
             frontdoor.open_files_limit())
@@ -145,7 +150,7 @@ class WebhookServer:
                             caller_check)
         self.service = service
         self.door = FrontDoor(service, (host, port), limits, tls=tls, share_port=share_port,
-                              server_header="mcad-webhook")
+                              server_header="mcad-webhook", clock=clock, sweep_seconds=sweep_seconds)
 
     @property
     def listening(self) -> threading.Event:

@@ -16,7 +16,6 @@ Contract:
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -187,7 +186,9 @@ class Reports:
                 if node.schedulable:
                     capacity = capacity + node.allocatable
                     free = free + room.get(node.name, ResourceVector()) - planned.get(node.name, ResourceVector())
-            since = d.clock.now() - timedelta(seconds=max(0.0, time.monotonic() - health.since))
+            # A worker's health keeps monotonic time from the same source as the dispatcher's clock
+            # (time.monotonic in the controller, one stepped clock in tests): read both from that clock.
+            since = d.clock.now() - timedelta(seconds=max(0.0, d.clock.monotonic() - health.since))
             usable = worker.name in placement.usable  # what placement uses, not the prober's latest word
             workers.append({"name": worker.name, "labels": dict(worker.spec.labels), "state": health.state.value,
                             "message": "" if usable else hub.describe(worker.name),

@@ -7,10 +7,12 @@ Contract:
   dispatcher state itself.
 - Builds are made by one publisher thread, which asks the dispatcher loop (``Dispatcher.call``, run between two
   keys, never inside a cycle) for one snapshot holding the union of the parts wanted so far; readers that ask while
-  it is built wait for the next one. Two builds start at least ``interval`` seconds apart, and at least ten
-  times the last build's cost (its time on the loop, then formatting and encoding), so however many clients poll,
-  they cost the loop at most one build per interval and the process a tenth of its time. The loop only reads
-  state; the queue document (the large one) is formatted from what it read by the publisher, off the loop.
+  it is built wait for the next one. Two builds start on the loop at least ``interval`` seconds apart, and at
+  least ten times the last build's cost (its time on the loop, then formatting and encoding), so however many
+  clients poll, they cost the loop at most one build per interval and the process a tenth of its time. The
+  spacing counts from when the loop began the last build, not from when it was asked for: a build the loop ran
+  late does not let the next one follow it closely. The loop only reads state; the queue document (the large
+  one) is formatted from what it read by the publisher, off the loop.
 - ``read(parts, timeout, fresh_within=s)`` (the dashboard's pollers) takes the latest snapshot holding ``parts`` at
   once if it was built at most ``s`` seconds plus the current spacing between builds before the call (no newer one
   could be had sooner), and asks for the next one meanwhile: a page that polls never waits on the loop, and sees
@@ -20,6 +22,10 @@ Contract:
   makes no build larger than that).
 - Every snapshot also carries ``namespaces``: the namespaces that hold any AppWrapper the controller knows
   (what the access checks of /debug/queue consider).
+- Time (spacing, freshness, a reader's timeout, a build's cost) is read from ``clock`` (``mcad.clock``;
+  ``RealClock`` unless one is handed in), and every wait ends by that clock: the publisher's pause and a reader's
+  wait sleep on a condition, and ``wake()`` has them look at the clock again. A test that steps its own clock
+  calls ``wake()`` after each step; with the real clock nothing needs to.
 """
 
 from __future__ import annotations
@@ -27,13 +33,13 @@ from __future__ import annotations
 import functools
 import json
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
+from mcad.clock import Clock, RealClock
 from mcad.serve.debug import Reports
 
 log = structlog.get_logger("mcad.serve.snapshots")
@@ -56,7 +62,7 @@ class Busy(Exception):
 
 @dataclass(frozen=True)
 class Snapshot:
-    built_at: float  # time.monotonic() when the dispatcher began building it
+    built_at: float  # the clock's monotonic() when the dispatcher began building it
     documents: dict[Part, Any] = field(default_factory=dict)  # explain parts map to None for an unknown AppWrapper
     namespaces: frozenset[str] = frozenset()
     build_seconds: float = 0.0  # how long the dispatcher thread spent building it
@@ -85,10 +91,11 @@ def encode(document: Any) -> bytes:
 class Snapshots:
     def __init__(self, call: Callable[[Callable[[], Snapshot], float], Snapshot], reports: Reports,
                  all_namespaces: Callable[[], Iterable[str]], *, interval: float = DEFAULT_INTERVAL_SECONDS,
-                 max_explains: int = MAX_EXPLAINS) -> None:
+                 max_explains: int = MAX_EXPLAINS, clock: Clock | None = None) -> None:
         """``call`` runs a function on the dispatcher thread (``Dispatcher.call``); ``reports`` and
         ``all_namespaces`` read dispatcher state, so they run only inside it."""
         self._call = call
+        self._clock: Clock = clock if clock is not None else RealClock()
         self._reports = reports
         self._all_namespaces = all_namespaces
         self.interval = interval
@@ -103,7 +110,7 @@ class Snapshots:
 
     def read(self, parts: Iterable[Part], timeout: float, *, fresh_within: float | None = None) -> Snapshot:
         parts = set(parts)
-        asked = time.monotonic()
+        asked = self._clock.monotonic()
         deadline = asked + timeout
         with self._cond:
             explains = {p for p in self._wanted | parts if isinstance(p, tuple)}
@@ -127,10 +134,15 @@ class Snapshots:
                     # (the publisher put its set back): still wanted.
                     self._wanted |= parts
                     seen = latest
-                left = deadline - time.monotonic()
+                left = deadline - self._clock.monotonic()
                 if left <= 0:
                     raise Busy("the controller is busy; retry")
                 self._cond.wait(left)
+
+    def wake(self) -> None:
+        """Have the publisher and every reader look at the clock again (after a test stepped its clock)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
@@ -144,15 +156,14 @@ class Snapshots:
             with self._cond:
                 while not self._wanted:
                     self._cond.wait()
-            # At most one build per interval, however many readers wait: they all share the next one. A build that
-            # took long (a queue of many thousands) spaces the next ones out, so that readers never take more than
-            # a tenth of the loop's time.
-            pause = last_start + spacing - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            with self._cond:
+                # At most one build per interval, however many readers wait: they all share the next one. A build
+                # that took long (a queue of many thousands) spaces the next ones out, so that readers never take
+                # more than a tenth of the loop's time. A wait on the condition, not a sleep: wake() ends it when a
+                # test steps the clock (readers' notifications only make it look at the clock again).
+                while (pause := last_start + spacing - self._clock.monotonic()) > 0:
+                    self._cond.wait(pause)
                 wanted, self._wanted = set(self._wanted), set()
-            last_start = time.monotonic()
+            asked = last_start = self._clock.monotonic()
             try:
                 snapshot = self._call(functools.partial(self._build, wanted), BUILD_TIMEOUT_SECONDS)
             except Exception as err:  # a timeout or a bug in a report: the readers time out; try again later
@@ -162,26 +173,28 @@ class Snapshots:
                 continue
             # Formatting and encoding here, once for every reader: still this process's time (and its interpreter
             # lock, which the loop needs), so it counts in the spacing below.
-            finishing = time.monotonic()
+            finishing = self._clock.monotonic()
             for part, document in snapshot.documents.items():
                 if callable(document):
                     snapshot.documents[part] = document()
                 if snapshot.documents[part] is not None:
                     snapshot.encoded(part)
-            finished_in = time.monotonic() - finishing
+            finished_in = self._clock.monotonic() - finishing
             with self._cond:
                 self._latest = snapshot
                 self.builds += 1
                 self._cond.notify_all()
             spacing = max(self.interval, LOOP_SHARE_FACTOR * (snapshot.build_seconds + finished_in))
             self.spacing = spacing
-            log.debug("debug snapshot built", parts=len(wanted), waited=round(snapshot.built_at - last_start, 4),
+            # The next build is spaced from when the loop began this one (at or after it was asked for).
+            last_start = max(asked, snapshot.built_at)
+            log.debug("debug snapshot built", parts=len(wanted), waited=round(snapshot.built_at - asked, 4),
                       seconds=round(snapshot.build_seconds, 4), formatted=round(finished_in, 4),
                       next_in=round(spacing, 3))
 
     def _build(self, wanted: set[Part]) -> Snapshot:
         """On the dispatcher thread: every wanted document, the queue assessed once for all of them."""
-        started = time.monotonic()
+        started = self._clock.monotonic()
         documents: dict[Part, Any] = {}
         with self._reports.shared_assessments():
             for part in sorted(wanted, key=repr):
@@ -197,4 +210,4 @@ class Snapshots:
                 elif part == "clusters":
                     documents[part] = self._reports.clusters()
         namespaces = frozenset(self._all_namespaces())
-        return Snapshot(started, documents, namespaces, time.monotonic() - started)
+        return Snapshot(started, documents, namespaces, self._clock.monotonic() - started)

@@ -1,5 +1,7 @@
 """The component harness: the dispatcher stepped key by key over a real work queue and real informers fed by fake
-lister-watchers, a writer that records (and can fail) every write, and a fake clock. No API server and no sleeps.
+lister-watchers, a writer that records (and can fail) every write, and a fake clock. No API server and no sleeps:
+``drain`` first waits (by event, see ``test.fakes.settle``) until the informers have handled every change a test
+made, whichever resources it touched.
 
 ``harness_factory`` (a fixture, registered for every component test module by conftest.py) builds ``Harness``es
 and stops their informers afterwards; ``node``, ``pod``, ``aw`` and ``gang_aw`` write the raw objects they are fed;
@@ -21,7 +23,7 @@ from mcad.k8s.informer import Informer
 from mcad.k8s.kube import ApiError
 from mcad.k8s.workqueue import WorkQueue
 from mcad.loop.dispatcher import Dispatcher
-from test.fakes import FakeClock, FakeListerWatcher
+from test.fakes import FakeClock, FakeListerWatcher, settle
 
 
 class RecordingWriter:
@@ -119,6 +121,8 @@ class Stepped:
         self.dispatcher.start()
 
     def drain(self) -> None:
+        """Every event sent so far handled by the informers (settle), then every key due processed."""
+        settle(informer._lw for informer in self.informers)
         while self.dispatcher.process_next(timeout=0) is not None:
             pass
 

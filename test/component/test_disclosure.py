@@ -11,7 +11,7 @@ from mcad.serve.debug import Reports
 from test.component.harness import Harness, gang_aw, node, pod
 from test.component.test_observability import RecordingSink
 from test.component.test_tenancy import in_namespace
-from test.support import wait_until
+from test.fakes import wait_informed
 
 SECRETS = ("secret-project", "acquisition-x", "n-secret")
 
@@ -19,13 +19,13 @@ SECRETS = ("secret-project", "acquisition-x", "n-secret")
 def add(h: Harness, raw: dict[str, Any]) -> None:
     h.lw["aw"].add(raw)
     key = f"{raw['metadata']['namespace']}/{raw['metadata']['name']}"
-    wait_until(lambda: h.dispatcher.appwrappers.get(key), 5, f"the informer to see {key}")
+    wait_informed(lambda: h.dispatcher.appwrappers.get(key), 5, f"the informer to see {key}")
     h.drain()
 
 
 def delete(h: Harness, key: str) -> None:
     h.lw["aw"].delete(key)
-    wait_until(lambda: h.dispatcher.appwrappers.get(key) is None, 5, f"the informer to drop {key}")
+    wait_informed(lambda: h.dispatcher.appwrappers.get(key) is None, 5, f"the informer to drop {key}")
     h.drain()
 
 
@@ -84,7 +84,7 @@ def _running(h: Harness, namespace: str, name: str, cpu: str) -> None:
     raw["metadata"]["namespace"] = namespace
     raw["metadata"]["uid"] = f"uid-{namespace}-{name}-0"
     h.lw["pod"].add(raw)
-    wait_until(lambda: h.dispatcher.pods.get(f"uid-{namespace}-{name}-0"), 5, "the pod")
+    wait_informed(lambda: h.dispatcher.pods.get(f"uid-{namespace}-{name}-0"), 5, "the pod")
     h.drain()
 
 

@@ -12,7 +12,7 @@ import pytest
 from mcad.k8s.kube import ApiError
 from mcad.loop.dispatcher import UnknownKey
 from test.component.harness import aw, gang_aw, gpu_node, last_status, node, pod
-from test.support import wait_until
+from test.fakes import wait_informed
 
 
 def test_a_failing_api_is_retried_with_the_appwrappers_own_growing_backoff(harness_factory: Any) -> None:
@@ -33,7 +33,7 @@ def test_a_failing_api_is_retried_with_the_appwrappers_own_growing_backoff(harne
         if len(h.writer.applied) < 4 and int(now / step) % 25 == 0:
             name = f"other{len(h.writer.applied)}"
             h.lw["aw"].add(aw(name, "100m"))
-            wait_until(lambda name=name: h.dispatcher.appwrappers.get(f"ns/{name}"), 5, "the other AppWrapper")
+            wait_informed(lambda name=name: h.dispatcher.appwrappers.get(f"ns/{name}"), 5, "the other AppWrapper")
         before = h.writer.attempts - len(h.writer.applied)
         h.clock.advance(step)
         now += step
@@ -71,9 +71,9 @@ def test_backoff_is_rewritten_for_a_new_shortage_not_for_new_amounts(harness_fac
     assert [s["message"] for _, s in h.writer.statuses] == ["short of cpu 1 (needs 2, 1 free); position 1 in the queue"]
 
     h.lw["pod"].add(pod("other", "500m"))  # free capacity moves; the shortage is still cpu
-    wait_until(lambda: h.dispatcher.pods.get("uid-other"), 5, "the pod informer to see the pod")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-other"), 5, "the pod informer to see the pod")
     h.lw["aw"].add(aw("next", "100m"))  # a new AppWrapper makes a cycle happen
-    wait_until(lambda: h.dispatcher.appwrappers.get("ns/next"), 5, "the AppWrapper informer to see it")
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/next"), 5, "the AppWrapper informer to see it")
     h.drain()
     assert [n for n, _ in h.writer.statuses] == ["big", "next"], "big's new amounts alone cost no write"
 
@@ -82,7 +82,7 @@ def test_backoff_is_rewritten_for_a_new_shortage_not_for_new_amounts(harness_fac
     h.lw["aw"].modify({**aw("big", "2"), "spec": {"resources": {"GenericItems": [{"custompodresources": [
         {"replicas": 1, "requests": {"cpu": "2", "memory": "2Mi"}}]}]}}, "metadata": {
         **aw("big", "2")["metadata"], "generation": 2}})
-    wait_until(lambda: h.dispatcher.appwrappers.get("ns/big").generation == 2, 5, "big's new spec")
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/big").generation == 2, 5, "big's new spec")
     h.drain()
     name, last = h.writer.statuses[-1]
     assert name == "big"
@@ -100,7 +100,7 @@ def test_a_deep_queue_costs_one_visit_per_group_and_no_status_writes_per_cycle(h
 
     for i in range(5):
         h.lw["aw"].add(aw(f"cpu{i}", "100m"))
-        wait_until(lambda i=i: h.dispatcher.appwrappers.get(f"ns/cpu{i}"), 5, "the new AppWrapper")
+        wait_informed(lambda i=i: h.dispatcher.appwrappers.get(f"ns/cpu{i}"), 5, "the new AppWrapper")
         h.drain()
     assert h.writer.applied == [f"cpu{i}-cm" for i in range(5)]
     assert len(h.writer.statuses) == 305, "only the new AppWrappers' statuses were written"
@@ -117,7 +117,7 @@ def test_pods_the_scheduler_cannot_place_are_named_in_status_until_they_run(harn
     del stuck["spec"]["nodeName"]
     h.lw["pod"].add(pod("a-0", "1", appwrapper="a"))
     h.lw["pod"].add(stuck)
-    wait_until(lambda: h.dispatcher.pods.get("uid-a-1"), 5, "the pods")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-a-1"), 5, "the pods")
     h.drain()
     h.clock.advance(5)  # pod counts are written at most every 5 s
     h.drain()
@@ -129,14 +129,14 @@ def test_pods_the_scheduler_cannot_place_are_named_in_status_until_they_run(harn
 
     writes = len(h.writer.statuses)
     churned = h.lw["pod"].modify(stuck)["metadata"]["resourceVersion"]  # the same pod, seen again
-    wait_until(lambda: h.dispatcher.pods.get("uid-a-1").resource_version == churned, 5, "the pod's update")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-a-1").resource_version == churned, 5, "the pod's update")
     h.drain()
     h.clock.advance(5)
     h.drain()
     assert len(h.writer.statuses) == writes, "the same verdict costs no write"
 
     h.lw["pod"].modify(pod("a-1", "1", appwrapper="a"))  # placed after all, and running
-    wait_until(lambda: h.dispatcher.pods.get("uid-a-1").phase == "Running", 5, "the pod to run")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-a-1").phase == "Running", 5, "the pod to run")
     h.drain()
     h.clock.advance(5)
     h.drain()
@@ -156,7 +156,7 @@ def test_eight_single_gpus_do_not_admit_one_eight_gpu_pod_with_fit_nodes(harness
     message = last_status(h, "big")["message"]
     assert "on no node" in message and "nvidia.com/gpu" in message, message
     h.lw["aw"].add(gang_aw("spread", 8, {"cpu": "1", "nvidia.com/gpu": "1"}))
-    wait_until(lambda: h.dispatcher.appwrappers.get("ns/spread"), 5, "the second AppWrapper")
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/spread"), 5, "the second AppWrapper")
     h.drain()
     assert h.writer.applied == ["spread-cm"], "the same GPUs as eight 1-GPU pods fit"
 
@@ -168,7 +168,7 @@ def test_fit_nodes_remembers_where_unbound_pods_were_planned(harness_factory: An
     h.drain()
     assert sorted(h.writer.applied) == ["a-cm", "b-cm"]
     h.lw["aw"].add(gang_aw("c", 1, {"cpu": "3"}))
-    wait_until(lambda: h.dispatcher.appwrappers.get("ns/c"), 5, "c")
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/c"), 5, "c")
     h.drain()
     assert "c-cm" not in h.writer.applied, "no pod of a or b is bound yet, but their room is promised"
     assert "on no node" in last_status(h, "c")["message"]
@@ -179,7 +179,7 @@ def test_fit_nodes_remembers_where_unbound_pods_were_planned(harness_factory: An
     assert planned["ns/a"] != planned["ns/b"]
     h.lw["pod"].add(pod("a-0", "2", appwrapper="a", node_name=planned["ns/b"]))
     h.lw["pod"].add(pod("b-0", "3", appwrapper="b", node_name=planned["ns/a"]))
-    wait_until(lambda: h.dispatcher.pods.get("uid-b-0"), 5, "the pods")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-b-0"), 5, "the pods")
     h.drain()
     assert h.dispatcher.accountant.planned_nodes("ns/a") == [] == h.dispatcher.accountant.planned_nodes("ns/b")
     assert h.dispatcher.accountant.planned_by_node() == {}
@@ -191,16 +191,16 @@ def test_priority_preemption_evicts_the_most_recent_lower_priority_only(harness_
     h.drain()
     h.clock.advance(10)
     h.lw["aw"].add(gang_aw("low-b", 1, {"cpu": "2"}))
-    wait_until(lambda: h.dispatcher.appwrappers.get("ns/low-b"), 5, "low-b")
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/low-b"), 5, "low-b")
     h.drain()
     for name in ("low-a", "low-b"):
         h.lw["pod"].add(pod(f"{name}-0", "2", appwrapper=name))
-    wait_until(lambda: h.dispatcher.pods.get("uid-low-b-0"), 5, "the pods")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-low-b-0"), 5, "the pods")
     h.drain()
     assert h.writer.applied == ["low-a-cm", "low-b-cm"]
 
     h.lw["aw"].add(gang_aw("high", 1, {"cpu": "2"}, priority=5))
-    wait_until(lambda: h.dispatcher.appwrappers.get("ns/high"), 5, "high")
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/high"), 5, "high")
     h.drain()
     victim = last_status(h, "low-b")
     assert victim["state"] == "Pending"
@@ -212,7 +212,7 @@ def test_priority_preemption_evicts_the_most_recent_lower_priority_only(harness_
     assert h.dispatcher.preemptions == 1
 
     h.lw["pod"].delete("ns/low-b-0")
-    wait_until(lambda: h.dispatcher.pods.get("uid-low-b-0") is None, 5, "the victim's pod to go")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-low-b-0") is None, 5, "the victim's pod to go")
     h.drain()
     assert h.writer.applied[-1] == "high-cm"
     waits = last_status(h, "low-b")
@@ -233,7 +233,7 @@ def test_when_what_blocks_a_group_changes_its_skipped_members_are_told_too(harne
     assert all("not-ready" in messages[n] for n in "abc"), h.writer.statuses
 
     h.lw["node"].modify(node("n0", "4"))  # the taint goes: a fits, b and c are now short of cpu
-    wait_until(lambda: not h.dispatcher.nodes.get("n0").taints, 5, "the node informer to see the change")
+    wait_informed(lambda: not h.dispatcher.nodes.get("n0").taints, 5, "the node informer to see the change")
     h.drain()
     latest = {name: st.get("message", "") for name, st in h.writer.statuses}
     assert [st["state"] for name, st in h.writer.statuses if name == "a"][-1] == "Running"

@@ -33,9 +33,9 @@ from mcad.k8s.informer import Informer
 from mcad.k8s.kube import ApiError
 from mcad.k8s.workqueue import WorkQueue
 from mcad.model.keys import WorkerCleanup
+from mcad.serve.debug import Reports
 from test.component.harness import RecordingWriter, node
-from test.fakes import FakeClock, FakeListerWatcher
-from test.support import wait_until
+from test.fakes import FakeClock, FakeListerWatcher, settle, wait_informed
 
 # Two workers of different sizes: "small" has one 4-cpu node, "big" two 8-cpu nodes.
 SMALL = [node("small/n0", "4")]
@@ -212,6 +212,7 @@ class HubHarness:
         self.drain()
 
     def drain(self) -> None:
+        settle(self.lw.values())  # every change made so far handled by the informers, as Stepped.drain
         while self.dispatcher.process_next(timeout=0) is not None:
             pass
 
@@ -225,13 +226,13 @@ class HubHarness:
     def add_appwrapper(self, raw: dict[str, Any]) -> None:
         self.lw["aw"].add(raw)
         key = f"{raw['metadata']['namespace']}/{raw['metadata']['name']}"
-        wait_until(lambda: self.dispatcher.appwrappers.get(key), 5, f"the AppWrapper informer to see {key}")
+        wait_informed(lambda: self.dispatcher.appwrappers.get(key), 5, f"the AppWrapper informer to see {key}")
         self.drain()
 
     def add_pod(self, raw: dict[str, Any]) -> None:
         self.lw["pod"].add(raw)
         uid = raw["metadata"]["uid"]
-        wait_until(lambda: self.dispatcher.pods.get(uid), 5, f"the pod informer to see {uid}")
+        wait_informed(lambda: self.dispatcher.pods.get(uid), 5, f"the pod informer to see {uid}")
         self.drain()
 
     def stop(self) -> None:
@@ -381,7 +382,7 @@ def test_an_unusable_worker_is_skipped_and_named_with_why(hub_harness: Any, fail
 
     h.lw["aw"].add(gang("anywhere", 1, "1"))
     h.lw["aw"].add(gang("pinned", 1, "1", {"clusters": [{"name": "small"}]}))
-    wait_until(lambda: h.dispatcher.appwrappers.get("ns/pinned"), 5, "the AppWrapper informer to see them")
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/pinned"), 5, "the AppWrapper informer to see them")
     h.drain()
     assert h.dispatcher.placed() == {"ns/anywhere": "big"}, "first in order, but small is out of placement"
     assert h.hub.health("small").state.value == state
@@ -475,3 +476,16 @@ def test_priority_preemption_frees_room_in_the_worker_the_preemptor_needs(hub_ha
     assert h.dispatcher.placed()["ns/high"] == "big"
     assert h.last_status("low")["state"] == "Pending"
     assert "PreemptedByHigherPriority" in str(h.last_status("low")["conditions"])
+
+
+def test_debug_clusters_dates_each_workers_health_on_the_dispatchers_clock(hub_harness: Any) -> None:
+    """/debug/clusters says since when a worker is in its state: its health's time read on the same clock as the
+    dispatcher's, not against the process's own monotonic time (a stepped clock here)."""
+    h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG, aws=[])
+    h.clock.advance(60)
+    h.hub.fails("big", ApiError(0, "ConnectionRefused", "the worker is down"))
+    h.clock.advance(30)
+    clusters = Reports(h.dispatcher, lambda: {}, hub=cast(Hub, h.hub)).clusters()["clusters"]
+    # The clock's wall time starts at 2024-01-01T00:00:00Z: healthy since the start, failing since 60 s later.
+    assert {c["name"]: (c["state"], c["since"]) for c in clusters} == {
+        "small": ("Healthy", "2024-01-01T00:00:00Z"), "big": ("Unreachable", "2024-01-01T00:01:00Z")}

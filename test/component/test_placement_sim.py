@@ -28,8 +28,7 @@ from mcad.k8s import events
 from mcad.k8s.kube import ApiError
 from mcad.serve.debug import Reports
 from test.component.harness import Harness, RecordingWriter, last_status, node
-from test.fakes import apply_json_patch
-from test.support import wait_until
+from test.fakes import apply_json_patch, wait_informed
 
 
 class RecordedEvents:
@@ -211,11 +210,11 @@ class Sim:
         h = self.h
         for kind in ("pod", "node"):
             key = "uid" if kind == "pod" else "name"
-            wait_until(lambda kind=kind, key=key: self.handled[kind] == {
+            wait_informed(lambda kind=kind, key=key: self.handled[kind] == {
                 o["metadata"][key]: o["metadata"]["resourceVersion"] for o in h.lw[kind].items()}, 5,
                 f"the {kind} informer's handlers to catch up")
         aws = h.lw["aw"]
-        wait_until(lambda: len(h.dispatcher.appwrappers) == len(aws._objects), 5, "the AppWrapper informer")
+        wait_informed(lambda: len(h.dispatcher.appwrappers) == len(aws._objects), 5, "the AppWrapper informer")
         h.drain()
 
     def settle(self, *, schedule: bool = True) -> None:

@@ -11,8 +11,7 @@ from mcad.k8s.informer import Informer
 from mcad.model.quota import subtree_view
 from test.component.harness import Harness, gang_aw, last_status, node, pod
 from test.component.test_quota_dispatch import subtree
-from test.fakes import FakeListerWatcher
-from test.support import wait_until
+from test.fakes import FakeListerWatcher, wait_informed
 
 
 def quota_informer(subtrees: list[dict[str, Any]]) -> Informer[Any]:
@@ -30,7 +29,7 @@ def labelled(name: str, cpu: str, priority: int = 0, **labels: str) -> dict[str,
 
 def add_aw(h: Harness, raw: dict[str, Any]) -> None:
     h.lw["aw"].add(raw)
-    wait_until(lambda: h.dispatcher.appwrappers.get(f"ns/{raw['metadata']['name']}"), 5, raw["metadata"]["name"])
+    wait_informed(lambda: h.dispatcher.appwrappers.get(f"ns/{raw['metadata']['name']}"), 5, raw["metadata"]["name"])
     h.drain()
 
 
@@ -38,7 +37,7 @@ def run_pods(h: Harness, *names_cpu: tuple[str, str]) -> None:
     """The pods of dispatched AppWrappers start (one each, named <appwrapper>-0)."""
     for name, cpu in names_cpu:
         h.lw["pod"].add(pod(f"{name}-0", cpu, appwrapper=name))
-    wait_until(lambda: all(h.dispatcher.pods.get(f"uid-{n}-0") for n, _ in names_cpu), 5, "the pods")
+    wait_informed(lambda: all(h.dispatcher.pods.get(f"uid-{n}-0") for n, _ in names_cpu), 5, "the pods")
     h.drain()
 
 
@@ -101,7 +100,7 @@ def test_a_preemptor_that_did_not_run_once_its_victims_went_backs_off(harness_fa
     # Its victim's pod goes, but a pod of no AppWrapper takes the room first: it still does not fit.
     h.lw["pod"].add(pod("intruder", "2"))
     h.lw["pod"].delete("ns/low-b-0")
-    wait_until(lambda: h.dispatcher.pods.get("uid-low-b-0") is None and h.dispatcher.pods.get("uid-intruder"),
+    wait_informed(lambda: h.dispatcher.pods.get("uid-low-b-0") is None and h.dispatcher.pods.get("uid-intruder"),
                5, "the pods to change")
     h.drain()
     assert states(h)["low-a"] == "Running" and h.dispatcher.preemptions == 1, "no second round at once"
@@ -120,7 +119,7 @@ def test_no_more_victims_than_the_bound_in_a_minute_and_the_preemptor_says_so(ha
     h = two_running_and_a_preemptor(harness_factory, "high-1", max_evictions_per_minute=1)
     assert h.dispatcher.preemptions == 1
     h.lw["pod"].delete("ns/low-b-0")
-    wait_until(lambda: h.dispatcher.pods.get("uid-low-b-0") is None, 5, "the victim's pod to go")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-low-b-0") is None, 5, "the victim's pod to go")
     h.drain()
     assert "high-1-cm" in h.writer.applied
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from mcad.cli.controller import protected_namespaces
 from test.component.harness import aw, last_status, node
-from test.support import wait_until
+from test.fakes import wait_informed
 
 
 def test_an_appwrapper_in_a_protected_namespace_fails_and_creates_nothing(harness_factory: Any) -> None:
@@ -16,7 +16,7 @@ def test_an_appwrapper_in_a_protected_namespace_fails_and_creates_nothing(harnes
                         protected_namespaces=frozenset({"ns"}))
     h.drain()
     h.lw["aw"].add(aw("late", "1"))
-    wait_until(lambda: h.dispatcher.appwrappers.get("ns/late"), 5, "the new AppWrapper")
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/late"), 5, "the new AppWrapper")
     h.drain()
     for name in ("early", "late"):
         status = last_status(h, name)

@@ -14,8 +14,7 @@ from mcad.k8s.informer import Informer
 from mcad.model import status as statuses
 from mcad.model.quota import subtree_view
 from test.component.harness import Harness, RecordingWriter, aw, node, pod
-from test.fakes import FakeListerWatcher
-from test.support import wait_until
+from test.fakes import FakeListerWatcher, wait_informed
 
 
 def subtree(name: str, tree: str, children: dict[str, str], parent: str | None = None,
@@ -89,7 +88,7 @@ def test_borrowers_are_preempted_to_give_quota_back(quota_harness: Any) -> None:
     assert states(h) == {"s1": "Running", "s2": "Running"}
     h.clock.advance(1)
     h.lw["aw"].add(labelled("g", "2", t="gold"))
-    wait_until(lambda: h.dispatcher.appwrappers.get("ns/g"), 5, "the AppWrapper informer to see g")
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/g"), 5, "the AppWrapper informer to see g")
     h.drain()
     s2 = [st for name, st in h.writer.statuses if name == "s2"][-1]
     assert s2["state"] == "Pending"
@@ -145,11 +144,11 @@ def test_a_final_state_the_controller_did_not_decide_releases_nothing_while_pods
     h.drain()
     assert states(h) == {"a": "Running"}
     h.lw["pod"].add(pod("a-0", "1", appwrapper="a"))
-    wait_until(lambda: h.dispatcher.pods.get("uid-a-0"), 5, "the pod informer to see a-0")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-a-0"), 5, "the pod informer to see a-0")
     forged = h.lw["aw"].get("ns/a")
     h.lw["aw"].modify({**forged, "status": {**forged["status"], "state": "Completed"}})
     h.lw["aw"].add(labelled("b", "1", t="gold"))
-    wait_until(lambda: h.dispatcher.appwrappers.get("ns/b"), 5, "the AppWrapper informer to see b")
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/b"), 5, "the AppWrapper informer to see b")
     h.drain()
     decided = h.dispatcher.decisions.status(h.dispatcher.appwrappers.get("ns/a"))
     assert decided.state == "Completed", "the forged state read"
@@ -162,7 +161,7 @@ def test_a_final_state_the_controller_did_not_decide_releases_nothing_while_pods
     done = pod("a-0", "1", appwrapper="a")
     done["status"]["phase"] = "Succeeded"
     h.lw["pod"].modify(done)
-    wait_until(lambda: h.dispatcher.pods.get("uid-a-0").terminal, 5, "the pod informer to see a-0 end")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-a-0").terminal, 5, "the pod informer to see a-0 end")
     h.drain()
     assert states(h)["b"] == "Running", "a's pod ended: its charge went, b runs"
     assert [r for _, _, r, _ in recorder.recorded].count("StatusNotDecided") == 1, "told once"
@@ -174,7 +173,7 @@ def test_a_final_state_the_controller_decided_releases_at_once_while_its_pods_en
     h = quota_harness(HARD, [labelled("a", "1", t="gold")], recorder=recorder, writer=LandingWriter())
     h.drain()
     h.lw["pod"].add(pod("a-0", "1", appwrapper="a"))
-    wait_until(lambda: h.dispatcher.pods.get("uid-a-0"), 5, "the pod informer to see a-0")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-a-0"), 5, "the pod informer to see a-0")
     h.drain()
     view = h.dispatcher.appwrappers.get("ns/a")
     assert view is not None
@@ -182,7 +181,7 @@ def test_a_final_state_the_controller_decided_releases_at_once_while_its_pods_en
     h.dispatcher.active.finish(view, statuses.failed(current, h.clock.now(), priority=0, reason="Test",
                                                      message="failed by the controller"), stop=True)
     h.lw["aw"].add(labelled("b", "1", t="gold"))
-    wait_until(lambda: h.dispatcher.appwrappers.get("ns/b"), 5, "the AppWrapper informer to see b")
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/b"), 5, "the AppWrapper informer to see b")
     h.drain()
     assert states(h)["a"] == "Failed" and states(h)["b"] == "Running"
     assert not [r for _, _, r, _ in recorder.recorded if r == "StatusNotDecided"]
@@ -257,13 +256,13 @@ def test_charged_quota_always_equals_the_dispatched_demand(quota_harness: Any, s
                 raw["spec"]["schedulingSpec"] = {"dispatchDuration": {"limit": 1}}
             h.lw["aw"].add(raw)
             names.append(name)
-            wait_until(lambda name=name: h.dispatcher.appwrappers.get(f"ns/{name}"), 5, "the informer")
+            wait_informed(lambda name=name: h.dispatcher.appwrappers.get(f"ns/{name}"), 5, "the informer")
         elif action < 0.65:
             h.clock.advance(1.5)  # time passes: those with a 1 s dispatch deadline end and give their quota back
         elif action < 0.85:
             name = names.pop(rng.randrange(len(names)))
             h.lw["aw"].delete(f"ns/{name}")
-            wait_until(lambda name=name: h.dispatcher.appwrappers.get(f"ns/{name}") is None, 5, "the informer")
+            wait_informed(lambda name=name: h.dispatcher.appwrappers.get(f"ns/{name}") is None, 5, "the informer")
         elif action < 0.93:
             subtrees = h.dispatcher.quota_subtrees
             assert subtrees is not None
@@ -272,7 +271,7 @@ def test_charged_quota_always_equals_the_dispatched_demand(quota_harness: Any, s
                 h.quota_lw.delete("q/dflt")  # the default node goes: unlabelled ones are charged nowhere
             else:
                 h.quota_lw.add(default_node)
-            wait_until(lambda s=subtrees, p=present: (s.get("q/dflt") is None) == p, 5, "the quota informer")
+            wait_informed(lambda s=subtrees, p=present: (s.get("q/dflt") is None) == p, 5, "the quota informer")
         else:  # restart: a new dispatcher over what the API server holds
             fresh = quota_harness([o for o in h.quota_lw.list()[0]], h.lw["aw"].list()[0], cpu="6")
             assert actual_usage(fresh) == actual_usage(h), (

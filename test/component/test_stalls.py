@@ -12,20 +12,19 @@ from mcad.k8s.informer import Informer
 from mcad.model.quota import subtree_view
 from test.component.harness import Harness, aw, gang_aw, last_status, node, pod
 from test.component.test_quota_dispatch import labelled, subtree
-from test.fakes import FakeListerWatcher
-from test.support import wait_until
+from test.fakes import FakeListerWatcher, wait_informed
 
 
 def add(h: Harness, raw: dict[str, Any]) -> None:
     h.lw["aw"].add(raw)
     name = raw["metadata"]["name"]
-    wait_until(lambda: h.dispatcher.appwrappers.get(f"ns/{name}"), 5, f"the informer to see {name}")
+    wait_informed(lambda: h.dispatcher.appwrappers.get(f"ns/{name}"), 5, f"the informer to see {name}")
     h.drain()
 
 
 def delete(h: Harness, name: str) -> None:
     h.lw["aw"].delete(f"ns/{name}")
-    wait_until(lambda: h.dispatcher.appwrappers.get(f"ns/{name}") is None, 5, f"the informer to drop {name}")
+    wait_informed(lambda: h.dispatcher.appwrappers.get(f"ns/{name}") is None, 5, f"the informer to drop {name}")
     h.drain()
 
 
@@ -47,7 +46,7 @@ def test_deleting_a_waiting_preemptor_lets_what_it_held_go(harness_factory: Any)
     h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[gang_aw("low", 1, {"cpu": "3"})], preemption=True)
     h.drain()
     h.lw["pod"].add(pod("low-0", "3", appwrapper="low"))
-    wait_until(lambda: h.dispatcher.pods.get("uid-low-0"), 5, "the pod")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-low-0"), 5, "the pod")
     add(h, gang_aw("high", 1, {"cpu": "4"}, priority=5))
     assert last_status(h, "low")["state"] == "Pending", "preempted"
     add(h, gang_aw("small", 1, {"cpu": "1"}))
@@ -67,7 +66,7 @@ def test_a_preemptor_stops_holding_the_queue_when_its_victims_do_not_go(harness_
     h.drain()
     for name, cpu in (("low", "2"), ("low2", "1")):
         h.lw["pod"].add(pod(f"{name}-0", cpu, appwrapper=name))
-    wait_until(lambda: h.dispatcher.pods.get("uid-low2-0"), 5, "the pods")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-low2-0"), 5, "the pods")
     h.drain()
     add(h, gang_aw("high", 1, {"cpu": "4"}, priority=5))
     assert last_status(h, "low")["state"] == "Pending" and last_status(h, "low2")["state"] == "Pending"
@@ -76,7 +75,7 @@ def test_a_preemptor_stops_holding_the_queue_when_its_victims_do_not_go(harness_
         dying = pod(f"{name}-0", cpu, appwrapper=name)
         dying["metadata"]["deletionTimestamp"] = grace
         h.lw["pod"].modify(dying)
-    wait_until(lambda: h.dispatcher.pods.get("uid-low2-0").deleting, 5, "the pods to be deleting")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-low2-0").deleting, 5, "the pods to be deleting")
     h.drain()
     add(h, gang_aw("small", 1, {"cpu": "2"}))
     assert "small-cm" not in h.writer.applied
@@ -93,7 +92,7 @@ def test_a_preemptor_stops_holding_the_queue_when_its_victims_do_not_go(harness_
     assert "no longer holds the queue" in message
 
     h.lw["pod"].delete("ns/low-0")  # the force deletion took effect
-    wait_until(lambda: h.dispatcher.pods.get("uid-low-0") is None, 5, "low-0 to go")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-low-0") is None, 5, "low-0 to go")
     h.drain()
     assert h.dispatcher.preemptions == 2, "it evicts nobody else while its stuck victims' pods remain"
     # No longer held: what fits goes, in queue order (the requeued victim "low" first: same age, and its name).

@@ -20,8 +20,7 @@ from mcad.model.quota import subtree_view
 from mcad.model.tenancy import namespace_policy
 from test.component.harness import RecordingWriter, Stepped, aw, made_by, node
 from test.component.test_quota_dispatch import subtree
-from test.fakes import FakeClock, FakeListerWatcher
-from test.support import wait_until
+from test.fakes import FakeClock, FakeListerWatcher, wait_informed
 
 
 def namespace(name: str, labels: Mapping[str, str] | None = None,
@@ -87,7 +86,7 @@ class TenantHarness(Stepped):
 
     def settle(self, what: str) -> None:
         """After a change to a fake API: wait until an informer handler queued a key for it, then process all."""
-        wait_until(lambda: len(self.dispatcher.queue) > 0, 5, what)
+        wait_informed(lambda: len(self.dispatcher.queue) > 0, 5, what)
         self.drain()
 
     def last(self, name: str) -> dict[str, Any]:
@@ -239,7 +238,7 @@ def test_views_the_rules_leave_alone_are_not_copied_and_unrelated_namespace_chan
     generation = h.store._generation
     changed = h.lw["ns"].modify(namespace("ns", labels={"team": "x"}))
     namespaces = h.informers[1]
-    wait_until(lambda: namespaces._store["ns"][0] == changed["metadata"]["resourceVersion"], 5, "the event")
+    wait_informed(lambda: namespaces._store["ns"][0] == changed["metadata"]["resourceVersion"], 5, "the event")
     assert h.store._generation == generation and len(h.dispatcher.queue) == 0
 
     h.lw["ns"].modify(namespace("ns", annotations={"mcad.codeflare.dev/max-priority": "10"}))

@@ -11,7 +11,7 @@ from mcad.k8s.informer import Informer
 from mcad.k8s.wrapped import WrappedObjects
 from mcad.model.keys import AppWrapperEvent, Publish
 from test.component.harness import aw, last_status, node
-from test.fakes import FakeClock, FakeListerWatcher
+from test.fakes import FakeClock, FakeListerWatcher, wait_informed
 from test.support import wait_until
 
 
@@ -53,7 +53,7 @@ def test_an_appwrapper_waiting_on_discovery_is_not_polled_and_is_woken_by_the_an
     try:
         h.drain()
         assert last_status(h, "a")["state"] == "Running"
-        wait_until(lambda: h.informers[0].resource_version == h.lw["aw"].resource_version or None, 5,
+        wait_informed(lambda: h.informers[0].resource_version == h.lw["aw"].resource_version or None, 5,
                    "the Running status' own event")
         h.drain()  # that event: the AppWrapper's lifecycle is followed, and its kind is asked about
         assert asked == [], "the dispatcher thread asked the API server nothing"

@@ -11,7 +11,7 @@ import pytest
 from mcad.errors import TIMED_OUT
 from mcad.k8s.kube import ApiError
 from test.component.harness import aw, last_status, node, pod
-from test.support import wait_until
+from test.fakes import wait_informed
 
 # Every class of answer, by what it must do to a dispatch: (status, message).
 UNAVAILABLE = [(0, "connection refused"), (401, "Unauthorized"), (429, "too many requests"),
@@ -103,7 +103,7 @@ def test_a_status_write_that_fails_never_dispatches_again_and_lands_when_writes_
     h.lw["pod"].add(pod("a-0", "1", appwrapper="a"))
     for i in range(20):
         h.lw["aw"].add(aw(f"n{i}", "10m"))
-        wait_until(lambda i=i: h.dispatcher.appwrappers.get(f"ns/n{i}"), 5, "the new AppWrapper")
+        wait_informed(lambda i=i: h.dispatcher.appwrappers.get(f"ns/n{i}"), 5, "the new AppWrapper")
         h.clock.advance(1)
         h.drain()
     assert h.writer.applied.count("a-cm") == 1, "dispatched once, whatever the status writes do"
@@ -135,7 +135,7 @@ def test_a_failed_status_write_is_driven_again_by_the_next_event_after_giving_up
     assert 72 <= attempts <= 78, "about one attempt per 4 s for the 5 minutes until it gave up"
     h.writer.fail_status = None
     h.lw["pod"].add(pod("a-0", "1", appwrapper="a"))  # its pod changes: the status is written again at once
-    wait_until(lambda: h.dispatcher.pods.get("uid-a-0"), 5, "the pod")
+    wait_informed(lambda: h.dispatcher.pods.get("uid-a-0"), 5, "the pod")
     h.drain()
     assert last_status(h, "a")["state"] == "Running"
     assert h.writer.applied.count("a-cm") == 1
@@ -161,7 +161,7 @@ def test_each_failing_appwrapper_is_retried_at_its_own_time(harness_factory: Any
     h.drain()  # a fails at 0 s: again at 0.5 s
     h.clock.advance(0.3)
     h.lw["aw"].add(aw("b", "1"))
-    wait_until(lambda: h.dispatcher.appwrappers.get("ns/b"), 5, "b")
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/b"), 5, "b")
     h.drain()  # b fails at 0.3 s: again at 0.8 s
     h.clock.advance(0.2)
     h.drain()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import queue
 import random
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -383,12 +382,11 @@ def test_stop_closes_the_watch_and_the_thread_exits_promptly(
     assert informer.wait_synced(TIMEOUT)
     stream = fake.wait_for_watches(1)
 
-    started = time.monotonic()
     informer.stop()
+    # The fake stream blocks for ever unless closed: a thread that ends at all ended because stop() closed it.
     thread.join(TIMEOUT)
 
     assert not thread.is_alive()
-    assert time.monotonic() - started < 1.0
     assert stream.closed
 
 
@@ -398,12 +396,10 @@ def test_stop_during_backoff_is_prompt(fake: FakeListerWatcher, make_informer: C
     thread = informer.start()
     fake.wait_for_lists(1)
 
-    started = time.monotonic()
     informer.stop()
-    thread.join(TIMEOUT)
+    thread.join(TIMEOUT)  # far less than the 60 s backoff: the thread ends only if stop() cut the wait short
 
     assert not thread.is_alive()
-    assert time.monotonic() - started < 1.0
     assert not informer.has_synced()
 
 
@@ -492,7 +488,10 @@ def test_informers_of_one_server_reconnect_together() -> None:
     try:
         for fake in fakes:
             fake.wait_for_lists(1)
-        assert not first.has_synced() and not second.has_synced()  # both wait out a backoff of 30-60 s
+        # Both wait out a backoff of 30-60 s. (Waited for: a failed list returns before its informer is in the
+        # wait, and the first's recovery wakes only peers that are; on a loaded machine the second may not be yet.)
+        wait_until(lambda: first.backing_off and second.backing_off, TIMEOUT, "both informers to back off")
+        assert not first.has_synced() and not second.has_synced()
         assert not told.is_set()
 
         first.retry_now()  # its own backoff ends first: the server answers it

@@ -1,6 +1,9 @@
 """The /debug snapshots: many readers share one build, builds are spaced by the interval, a reader never gets a
 state older than its request, and a reader that waits too long is told to retry. The "dispatcher" here is a thread
-that runs what it is given, as Dispatcher.call does."""
+that runs what it is given, as Dispatcher.call does.
+
+Tests about time (spacing, freshness, a build's cost) hand the snapshots a ``FakeClock`` and step it: what they
+assert holds however slowly the threads run. Real time bounds only a hang (generous deadlines)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ import contextlib
 import itertools
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -16,7 +18,26 @@ from typing import Any
 import pytest
 
 from mcad.serve.snapshots import Busy, Snapshot, Snapshots
+from test.fakes import FakeClock
 from test.support import wait_until
+
+DEADLINE = 10.0  # real seconds: only bounds a hang
+
+
+def stepped(clock: FakeClock, snaps: Snapshots, done: Callable[[], bool], step: float = 0.05,
+            limit: float = 3600.0) -> float:
+    """Step ``clock`` by ``step`` and wake the snapshots until ``done()``; return the time stepped. The threads
+    react at their own pace, so more steps than needed may pass: only lower bounds of time can be asserted.
+    (The tests' threads are daemons: one a wrong answer leaves waiting on a clock that stands still must not keep
+    pytest from exiting.)"""
+    stepped_by = 0.0
+    while not done():
+        assert stepped_by < limit, "never done"
+        clock.advance(step)
+        stepped_by += step
+        snaps.wake()
+        threading.Event().wait(0.001)  # let the threads run: how long does not matter
+    return stepped_by
 
 
 class Loop:
@@ -26,12 +47,14 @@ class Loop:
         self.calls: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self.hold = threading.Event()
         self.hold.set()
+        self.taken = 0  # calls it has begun to run (it may be held before running them)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         while True:
             fn, future = self.calls.get()
+            self.taken += 1
             self.hold.wait()
             future.set_result(fn())
 
@@ -86,25 +109,51 @@ def test_a_reader_sees_no_state_older_than_its_request() -> None:
 
 
 def test_many_pollers_share_builds_spaced_by_the_interval() -> None:
-    snaps, reports, _ = snapshots(interval=0.2)
-    stop = time.monotonic() + 1.5
-    served = []
+    clock = FakeClock()
+    loop, reports = Loop(), FakeReports()
+    snaps = Snapshots(loop.call, reports, lambda: {"team-a"}, interval=0.2, clock=clock)  # type: ignore[arg-type]
+    start = clock.monotonic()
+    served: list[Snapshot] = []
+    errors: list[BaseException] = []
 
     def poll() -> None:
-        while time.monotonic() < stop:
-            served.append(snaps.read({"queue"}, 5))
+        try:
+            for _ in range(4):  # each read wants a state no older than its request: a new build
+                served.append(snaps.read({"queue"}, 1e6))
+        except BaseException as err:  # reported by the assertions below
+            errors.append(err)
 
-    pollers = [threading.Thread(target=poll) for _ in range(16)]
+    pollers = [threading.Thread(target=poll, daemon=True) for _ in range(16)]
     for thread in pollers:
         thread.start()
-    for thread in pollers:
-        thread.join(10)
-    # 1.5 s at one build per 0.2 s: at most 8 (the first one starts at once), however many answers were served.
-    assert 2 <= snaps.builds <= 9, snaps.builds
-    assert len(served) >= 16 * 2
+    wait_until(lambda: snaps.builds >= 1, DEADLINE, "the first build, at once")  # before the clock moves
+    elapsed = stepped(clock, snaps, lambda: not any(thread.is_alive() for thread in pollers))
+    assert errors == [] and len(served) == 16 * 4
+    # One build per 0.2 s of the clock at most (the first one starts at once), however many answers were served.
+    assert 4 <= snaps.builds <= 1 + elapsed / 0.2 + 1e-9, (snaps.builds, elapsed)
     starts = sorted({s.built_at for s in served})
-    assert all(b - a >= 0.2 - 0.01 for a, b in itertools.pairwise(starts)), starts
+    assert starts[0] == start
+    assert all(b - a >= 0.2 for a, b in itertools.pairwise(starts)), starts
     assert reports.assessments == snaps.builds  # the queue is assessed once per build
+
+
+def test_builds_are_spaced_from_when_the_loop_began_the_last_one() -> None:
+    # A build the loop runs late (a long cycle) must not let the next one follow it closely.
+    clock = FakeClock()
+    loop = Loop()
+    snaps = Snapshots(loop.call, FakeReports(), set, interval=1.0, clock=clock)  # type: ignore[arg-type]
+    loop.hold.clear()
+    first: Future[Snapshot] = Future()
+    threading.Thread(target=lambda: first.set_result(snaps.read({"queue"}, 1e6)), daemon=True).start()
+    wait_until(lambda: loop.taken == 1, DEADLINE, "the first build to be asked for")
+    clock.advance(0.9)  # the loop runs it 0.9 s after it was asked for
+    loop.hold.set()
+    built = first.result(DEADLINE)
+    assert built.built_at == pytest.approx(1000.9)
+    second: Future[Snapshot] = Future()
+    threading.Thread(target=lambda: second.set_result(snaps.read({"queue"}, 1e6)), daemon=True).start()
+    stepped(clock, snaps, second.done, step=0.1)
+    assert second.result().built_at - built.built_at >= 1.0
 
 
 def test_a_busy_loop_makes_readers_retry_and_the_build_comes_later() -> None:
@@ -140,39 +189,46 @@ def _busy_ok(snaps: Snapshots, parts: set[Any]) -> None:
 
 
 def test_slow_builds_are_spaced_out_to_a_tenth_of_the_loop() -> None:
+    clock = FakeClock()
+
     class Slow(FakeReports):
         def queue(self) -> dict[str, Any]:
-            time.sleep(0.05)  # a queue of many thousands: the build's own cost on the loop
+            clock.advance(0.05)  # a queue of many thousands: the build's own cost on the loop
             return super().queue()
 
     loop = Loop()
-    snaps = Snapshots(loop.call, Slow(), lambda: set(), interval=0.01)  # type: ignore[arg-type]
-    first = snaps.read({"queue"}, 5)
-    second = snaps.read({"queue"}, 5)
-    assert first.build_seconds >= 0.05
-    assert second.built_at - first.built_at >= 10 * first.build_seconds - 0.01
+    snaps = Snapshots(loop.call, Slow(), lambda: set(), interval=0.01, clock=clock)  # type: ignore[arg-type]
+    first = snaps.read({"queue"}, 1e6)
+    assert first.build_seconds == pytest.approx(0.05)
+    second: Future[Snapshot] = Future()
+    threading.Thread(target=lambda: second.set_result(snaps.read({"queue"}, 1e6)), daemon=True).start()
+    stepped(clock, snaps, second.done, step=0.01)
+    assert second.result().built_at - first.built_at >= 10 * 0.05 - 1e-9
 
 
 def test_a_poller_takes_the_latest_snapshot_at_once_while_it_is_as_fresh_as_the_spacing_allows() -> None:
+    clock = FakeClock()
     loop = Loop()
     reports = FakeReports()
-    snaps = Snapshots(loop.call, reports, set, interval=0.2)  # type: ignore[arg-type]
-    first = snaps.read({"queue"}, 5.0)
+    snaps = Snapshots(loop.call, reports, set, interval=0.2, clock=clock)  # type: ignore[arg-type]
+    first = snaps.read({"queue"}, 1e6)
     reports.state = 1
     loop.hold.clear()  # the loop is in a long cycle: nothing new can be built
     try:
-        # Within 0.3 s (+ the 0.2 s spacing) of that build: the same snapshot, at once, though the loop is busy.
-        assert snaps.read({"queue"}, 0.1, fresh_within=0.3) is first
-        # A one-shot reader wants a state no older than its request, and waits for it.
+        # Within 0.3 s (+ the 0.2 s spacing) of that build: the same snapshot, at once, though the loop is busy
+        # (a timeout of 0: anything but an answer at hand is Busy).
+        clock.advance(0.5)
+        assert snaps.read({"queue"}, 0, fresh_within=0.3) is first
+        # A one-shot reader wants a state no older than its request: none is at hand.
         with pytest.raises(Busy):
-            snaps.read({"queue"}, 0.1)
+            snaps.read({"queue"}, 0)
         # Older than that: the poller waits for a new build too.
-        wait_until(lambda: time.monotonic() - first.built_at > 0.6, 5, "the snapshot to age")
+        clock.advance(0.01)
         with pytest.raises(Busy):
-            snaps.read({"queue"}, 0.1, fresh_within=0.3)
+            snaps.read({"queue"}, 0, fresh_within=0.3)
     finally:
         loop.hold.set()
-    fresh = snaps.read({"queue"}, 5.0, fresh_within=0.3)
+    fresh = snaps.read({"queue"}, 1e6, fresh_within=0.3)
     assert fresh is not first and fresh.documents["queue"]["state"] == 1
 
 
@@ -191,17 +247,22 @@ class SlowReports(FakeReports):
 
 
 def test_a_poller_takes_the_build_under_way_not_one_that_starts_after_its_request() -> None:
+    clock = FakeClock()
     reports = SlowReports()
     reports.go.set()
-    snaps = Snapshots(Loop().call, reports, set, interval=3.0)  # type: ignore[arg-type]
-    snaps.read({"queue"}, 5.0)
+    snaps = Snapshots(Loop().call, reports, set, interval=3.0, clock=clock)  # type: ignore[arg-type]
+    snaps.read({"queue"}, 1e6)
     # The next build may start only 3 s after the first: once it has begun, a poller asks, with a 1 s timeout.
     reports.go.clear()
     reports.reading.clear()
-    wait_until(lambda: snaps.spacing == 3.0, 5, "the publisher to space its builds")
-    starter = threading.Thread(target=lambda: snaps.read({"queue"}, 10.0))
+    wait_until(lambda: snaps.spacing == 3.0, DEADLINE, "the publisher to space its builds")
+    starter = threading.Thread(target=lambda: snaps.read({"queue"}, 1e6), daemon=True)
     starter.start()
-    assert reports.reading.wait(10), "the second build did not begin"
+    wait_until(lambda: snaps._wanted, DEADLINE, "the starter to ask")
+    clock.advance(3.5)  # the first snapshot is now older than a poller takes at once (fresh_within 0 + 3 s)
+    snaps.wake()
+    assert reports.reading.wait(DEADLINE), "the second build did not begin"
+    clock.advance(0.1)  # the poll below comes after the build began
     waiting: Future[Snapshot] = Future()
 
     def poll() -> None:
@@ -210,8 +271,11 @@ def test_a_poller_takes_the_build_under_way_not_one_that_starts_after_its_reques
         except Busy as err:
             waiting.set_exception(err)
 
-    threading.Thread(target=poll).start()
+    threading.Thread(target=poll, daemon=True).start()
+    wait_until(lambda: snaps._wanted, DEADLINE, "the poller to ask")
     reports.go.set()
-    fresh = waiting.result(5.0)  # the build under way, though it began before the poll: the next is 3 s away
+    # The build under way, though it began before the poll: the next is 3 s away (the clock stands still, so a
+    # poller that waited for that one would wait here until the deadline).
+    fresh = waiting.result(DEADLINE)
     assert fresh.documents["queue"]["state"] == 0
-    starter.join(10)
+    starter.join(DEADLINE)

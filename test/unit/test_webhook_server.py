@@ -7,7 +7,6 @@ import http.client
 import json
 import ssl
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -153,51 +152,103 @@ def test_no_certificate_yet_closes_connections_and_a_new_one_serves_the_next(
     assert status == 200
 
 
-def test_a_silent_client_is_cut_off_by_the_read_timeout(server: WebhookServer, material: certs.Material,
+class SteppedClock:
+    """The front door's clock for the deadline tests: it moves only when told, and the test then sweeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def stepped() -> Iterator[tuple[WebhookServer, SteppedClock]]:
+    """A webhook server with a 2 s read timeout and a 10 s idle timeout whose deadlines are checked only when the
+    test calls ``door.sweep()``, on a clock the test steps: what these tests show holds on a slow machine."""
+    clock = SteppedClock()
+    material = certs.issue(HOSTS, datetime.datetime.now(datetime.UTC))
+    context = certs.server_context(material.cert, material.key)
+    srv = WebhookServer("127.0.0.1:0", tls=lambda: context, mutate=mutate, validate=validate,
+                        max_body_bytes=max_body_bytes(1024), read_timeout=2.0, idle_timeout=10.0, clock=clock,
+                        sweep_seconds=None)
+    srv.start()
+    assert srv.listening.wait(10)
+    srv.material = material  # type: ignore[attr-defined]
+    yield srv, clock
+    srv.stop()
+
+
+def step(srv: WebhookServer, clock: SteppedClock, seconds: float) -> None:
+    clock.now += seconds
+    srv.door.sweep()
+
+
+def closed(sock: Any) -> bool:
+    """The server closed the connection (an end of stream, or TLS torn down under it); a read that times out
+    (10 s, a bound on a hang only) means it is still open."""
+    sock.settimeout(10)
+    try:
+        return bool(sock.recv(1) == b"")
+    except (ConnectionError, ssl.SSLError):
+        return True
+
+
+def phases_are(srv: WebhookServer, phases: dict[str, int], what: str) -> None:
+    wait_until(lambda: srv.door.registry.phases() == phases, 10, what)
+
+
+def test_a_silent_client_is_cut_off_by_the_read_timeout(stepped: tuple[WebhookServer, SteppedClock],
                                                         tmp_path: Path) -> None:
-    conn = client(server, material.ca_bundle, tmp_path)
+    srv, clock = stepped
+    conn = client(srv, srv.material.ca_bundle, tmp_path)  # type: ignore[attr-defined]
     conn.connect()
     conn.putrequest("POST", "/validate")
     conn.putheader("Content-Length", "100")
     conn.endheaders()  # and never the body
-    conn.sock.settimeout(10)
-    assert conn.sock.recv(1) == b""  # closed by the server within its 2 s read timeout
+    phases_are(srv, {"body": 1}, "the server to wait for the body")
+    step(srv, clock, 1.9)
+    assert srv.door.stats.closed == {}, "within the read timeout"
+    step(srv, clock, 0.2)
+    assert closed(conn.sock)  # by the server: 2.1 s without the body
+    assert srv.door.stats.closed == {"body_timeout": 1}
 
 
 def test_a_client_trickling_its_headers_is_cut_off_by_the_request_deadline(
-        server: WebhookServer, material: certs.Material, tmp_path: Path) -> None:
-    conn = client(server, material.ca_bundle, tmp_path)
+        stepped: tuple[WebhookServer, SteppedClock], tmp_path: Path) -> None:
+    srv, clock = stepped
+    conn = client(srv, srv.material.ca_bundle, tmp_path)  # type: ignore[attr-defined]
     conn.connect()
-    started = time.monotonic()
     # One byte every half second: every single read is well inside the 2 s read timeout, the request is not.
-    with pytest.raises(OSError):
-        for byte in b"POST /validate HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"x" * 100:
-            conn.sock.sendall(bytes([byte]))
-            time.sleep(0.5)
-            assert time.monotonic() - started < 10, "never cut off"
-    assert time.monotonic() - started < 8
+    conn.sock.sendall(b"P")
+    phases_are(srv, {"header": 1}, "the head to be under way")
+    for byte in b"OST":
+        step(srv, clock, 0.5)
+        conn.sock.sendall(bytes([byte]))
+    assert srv.door.stats.closed == {}, "1.5 s after its first byte"
+    step(srv, clock, 0.6)  # 2.1 s after its first byte, though its last byte came 0.6 s ago
+    assert closed(conn.sock)
+    assert srv.door.stats.closed == {"header_timeout": 1}
 
 
 def test_a_kept_alive_connection_outlives_the_read_timeout_while_idle_and_is_closed_after_the_idle_timeout(
-        tls: Loaded, material: certs.Material, tmp_path: Path) -> None:
+        stepped: tuple[WebhookServer, SteppedClock], tmp_path: Path) -> None:
     """The API server keeps idle connections 90 s and does not retry a POST on one the server closed meanwhile:
-    an idle connection must stay open past the per-request read bound (here 0.5 s), until the idle timeout."""
-    srv = WebhookServer("127.0.0.1:0", tls=lambda: tls.context, mutate=mutate, validate=validate,
-                        max_body_bytes=max_body_bytes(1024), read_timeout=0.5, idle_timeout=3.0)
-    srv.start()
-    try:
-        conn = client(srv, material.ca_bundle, tmp_path)
-        assert post(conn, "/validate", json.dumps(review_body("u-1")).encode())[0] == 200
-        sock = conn.sock
-        time.sleep(1.5)  # idle, three read timeouts long: what must not close the connection
-        assert post(conn, "/validate", json.dumps(review_body("u-2")).encode())[0] == 200
-        assert conn.sock is sock, "the connection was closed while idle and opened again"
-        sock.settimeout(10)
-        started = time.monotonic()
-        assert sock.recv(1) == b""  # closed by the server once idle for its idle timeout
-        assert 1.5 < time.monotonic() - started < 8
-    finally:
-        srv.stop()
+    an idle connection must stay open past the per-request read bound (here 2 s), until the idle timeout (10 s)."""
+    srv, clock = stepped
+    conn = client(srv, srv.material.ca_bundle, tmp_path)  # type: ignore[attr-defined]
+    assert post(conn, "/validate", json.dumps(review_body("u-1")).encode())[0] == 200
+    sock = conn.sock
+    phases_are(srv, {"idle": 1}, "the connection to be idle")
+    step(srv, clock, 9.9)  # idle, five read timeouts long: what must not close the connection
+    assert post(conn, "/validate", json.dumps(review_body("u-2")).encode())[0] == 200
+    assert conn.sock is sock, "the connection was closed while idle and opened again"
+    phases_are(srv, {"idle": 1}, "the connection to be idle again")
+    step(srv, clock, 9.9)
+    assert srv.door.stats.closed == {}, "its idle time counts from its last request"
+    step(srv, clock, 0.2)
+    assert closed(sock)  # by the server, once idle for its idle timeout
+    assert srv.door.stats.closed == {"idle_timeout": 1}
 
 
 def test_a_caller_check_refuses_with_401_before_the_body_and_sees_headers_certificate_and_address(

@@ -354,10 +354,20 @@ def test_len_counts_ready_keys_and_waiting_count_counts_delayed_keys(
 def test_a_blocked_get_wakes_for_a_delayed_key_on_the_real_clock() -> None:
     queue: WorkQueue[str] = WorkQueue()
     start = time.monotonic()
+    got: list[tuple[str | None, bool]] = []
+    returned = threading.Event()
+
+    def getter() -> None:
+        got.append(queue.get())  # no timeout: only the key's due time can end this wait
+        returned.set()
+
     queue.add_after("a", 0.05)
-    assert queue.get(timeout=2) == ("a", False)
-    elapsed = time.monotonic() - start
-    assert 0.04 <= elapsed < 0.5, f"get() took {elapsed:.3f} s: it should wait on the condition, not poll"
+    thread = in_thread(getter)
+    # The deadline bounds a hang only (a loaded machine may run the getter late): no upper bound on the time taken.
+    assert returned.wait(DEADLINE), "get() slept past the key's due time"
+    assert got == [("a", False)]
+    assert time.monotonic() - start >= 0.05, "not before it was due"
+    thread.join(DEADLINE)
 
 
 def test_a_sleeping_get_is_woken_when_an_earlier_delay_is_added() -> None:
@@ -373,7 +383,7 @@ def test_a_sleeping_get_is_woken_when_an_earlier_delay_is_added() -> None:
     thread = in_thread(getter)
     assert not returned.wait(0.05)
     queue.add_after("fast", 0.05)
-    assert returned.wait(1.0), "the getter kept sleeping towards the 30 s due time"
+    assert returned.wait(DEADLINE), "the getter kept sleeping towards the 30 s due time"
     assert got == [("fast", False)]
     thread.join(DEADLINE)
 
