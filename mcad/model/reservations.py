@@ -42,8 +42,8 @@ from mcad.model import disclosure, placement
 from mcad.model.accounting import Plan, Snapshot
 from mcad.model.fit import Fit, Targets, could_ever_fit, fits
 
-# How many blocked AppWrappers hold reservations at once by default (chosen by the churn benchmark: README,
-# Performance).
+# How many blocked AppWrappers hold reservations at once by default (chosen by the churn benchmark:
+# docs/performance.md).
 DEFAULT_RESERVATIONS = 8
 # What the status of one kept out by reservations is about, besides what it lacks with them taken.
 BEHIND = "behind a reservation"
