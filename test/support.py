@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
@@ -76,6 +76,16 @@ contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
 current-context: x
 """)
     return path
+
+
+def write_tree(root: Path, files: Mapping[str, str]) -> Path:
+    """Each path (relative to ``root``) written with its text, folders made as needed: a synthetic tree for the
+    tests that read a source or docs tree. Returns ``root``."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
 
 
 def load_hack_module(name: str) -> ModuleType:

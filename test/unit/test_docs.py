@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from mcad.cli import controller, mcadctl
+from test.support import write_tree
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGURATION = REPO / "docs" / "configuration.md"
@@ -242,11 +243,7 @@ def test_every_mcadctl_command_and_option_is_documented() -> None:
 # --- The checks, shown failing on synthetic input --------------------------------------------------------------
 
 def _site(tmp_path: Path, pages: Mapping[str, str]) -> Path:
-    for name, text in pages.items():
-        path = tmp_path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return tmp_path
+    return write_tree(tmp_path, pages)
 
 
 def test_slugs_follow_githubs_rules() -> None:

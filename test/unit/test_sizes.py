@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from test.support import write_tree
+
 REPO = Path(__file__).resolve().parents[2]
 MAX_METHODS = 40
 DISPATCHER_MAX_METHODS = 30
@@ -64,14 +66,6 @@ def test_no_owner_reaches_back_into_the_dispatcher() -> None:
     assert back_references(REPO) == []
 
 
-def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = tmp_path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return tmp_path
-
-
 @pytest.mark.parametrize(("files", "expected"), [
     ({"mcad/big.py": "class Big:\n" + "".join(f"    def m{i}(self): ...\n" for i in range(41))},
      ["mcad/big.py:Big has 41 methods (at most 40)"]),
@@ -81,11 +75,11 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
      ["Dispatcher has 0 methods and 401 lines (under 30 and 400)"]),
 ])
 def test_the_budgets_report_a_class_past_them(tmp_path: Path, files: dict[str, str], expected: list[str]) -> None:
-    assert over_budget(_tree(tmp_path, files)) == expected
+    assert over_budget(write_tree(tmp_path, files)) == expected
 
 
 def test_a_host_protocol_or_a_dispatcher_import_in_an_owner_is_reported(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {
+    root = write_tree(tmp_path, {
         "mcad/loop/notices.py": "from typing import Protocol\nclass Host(Protocol):\n    pass\n",
         "mcad/loop/follower.py": "from mcad.loop.dispatcher import Dispatcher\n",
         "mcad/loop/dispatcher.py": "class Host:\n    pass\n",  # the dispatcher itself is not an owner
