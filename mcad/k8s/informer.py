@@ -16,8 +16,8 @@ Contract (client-go ``tools/cache`` semantics; see model-codebases.md rules I1-I
   controller has a handful of informers, and after an outage each one otherwise comes back on its own schedule
   (up to 30 s late), and nothing is dispatched until they are back.
 - Informers of one API server share a ``Reconnects`` group: the first of them to get an answer again after
-  failing (a list, or a watch that connects) wakes the others that wait in a backoff, so they reconnect
-  together, and tells the group's listeners (the dispatcher retries what failed because the server was away).
+  failing (a list, or a watch that connects) wakes the others whose last request failed, whether they wait in
+  their backoff already or are on their way to it, so they reconnect together, and tells the group's listeners (the dispatcher retries what failed because the server was away).
 - The store is written before any handler runs; handlers run in the informer thread, in event order, as
   ``handler(type, old, new)`` (ADDED: old None; DELETED: new None). A handler that raises is logged and the
   informer goes on. ``has_synced()`` turns true once the first list has been applied and its handlers ran;
@@ -135,10 +135,13 @@ class Reconnects:
     def recovered(self, origin: Informer[Any]) -> None:
         with self._lock:
             members, listeners = list(self._members), list(self._listeners)
-        woken = [m.name for m in members if m is not origin and m.backing_off]
-        for member in members:
-            if member is not origin and member.backing_off:
-                member.retry_now()
+        # Every peer whose last request failed, not only those already in their backoff wait: one whose list has
+        # just failed and that is on its way to the wait would miss the wake and sit out its whole backoff;
+        # retry_now makes that next wait return at once. A healthy peer is left alone.
+        failing = [m for m in members if m is not origin and m.failing]
+        for member in failing:
+            member.retry_now()
+        woken = [m.name for m in failing]
         _log.info("api server answers again", informer=origin.name, woken=woken)
         for listener in listeners:
             try:
@@ -237,6 +240,11 @@ class Informer(Generic[T]):
             stream = self._stream
         if stream is not None:
             _close(stream)
+
+    @property
+    def failing(self) -> bool:
+        """Its last list or watch request failed, and none has been answered since."""
+        return self._failing
 
     def retry_now(self) -> None:
         """End the current backoff wait, if any, so the next list or watch goes out now. A call while nothing

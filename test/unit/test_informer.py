@@ -505,6 +505,28 @@ def test_informers_of_one_server_reconnect_together() -> None:
         second.stop()
 
 
+class _Peer:
+    """What Reconnects reads of a member: its name, whether its last request failed, and its wake-up."""
+
+    def __init__(self, name: str, failing: bool) -> None:
+        self.name, self.failing, self.woken = name, failing, 0
+
+    def retry_now(self) -> None:
+        self.woken += 1
+
+
+def test_recovery_wakes_every_failing_peer_even_one_not_yet_in_its_backoff_wait() -> None:
+    """A peer whose list has just failed but that has not reached its wait yet is woken too (retry_now makes that
+    wait return at once); before, only peers already waiting were, and such a peer sat out its whole backoff.
+    Healthy peers and the one that recovered are left alone."""
+    peers = Reconnects()
+    origin, failing, healthy = _Peer("origin", True), _Peer("failing", True), _Peer("healthy", False)
+    for member in (origin, failing, healthy):
+        peers.join(member)  # type: ignore[arg-type]
+    peers.recovered(origin)  # type: ignore[arg-type]
+    assert (origin.woken, failing.woken, healthy.woken) == (0, 1, 0)
+
+
 def test_reuse_builds_from_the_stored_value_or_falls_back_to_the_transform(
     fake: FakeListerWatcher, make_informer: Callable[..., Informer[Any]]
 ) -> None:
