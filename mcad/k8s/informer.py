@@ -17,7 +17,8 @@ Contract (client-go ``tools/cache`` semantics; see model-codebases.md rules I1-I
   (up to 30 s late), and nothing is dispatched until they are back.
 - Informers of one API server share a ``Reconnects`` group: the first of them to get an answer again after
   failing (a list, or a watch that connects) wakes the others whose last request failed, whether they wait in
-  their backoff already or are on their way to it, so they reconnect together, and tells the group's listeners (the dispatcher retries what failed because the server was away).
+  their backoff already or are on their way to it, so they reconnect together, and tells the group's listeners
+  (the dispatcher retries what failed because the server was away).
 - The store is written before any handler runs; handlers run in the informer thread, in event order, as
   ``handler(type, old, new)`` (ADDED: old None; DELETED: new None). A handler that raises is logged and the
   informer goes on. ``has_synced()`` turns true once the first list has been applied and its handlers ran;
