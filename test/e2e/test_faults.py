@@ -339,7 +339,10 @@ def test_failing_object_writes_back_off_per_appwrapper(controller: Controller, a
     assert all(object_rates.values()), f"every AppWrapper must have had object writes refused: {figures}"
     assert max(object_rates.values()) <= MAX_REQUESTS_PER_APPWRAPPER_PER_SECOND, \
         f"object writes must back off per AppWrapper: {figures}"
-    assert second_half * 2 <= first_half, f"object writes must back off (fewer later in the fault): {figures}"
+    # Doubling delays drawn from [d/2, d] (equal jitter) leave about a third as many attempts in the second half as
+    # in the first, but as many as 18 against 34 over six AppWrappers when the draws run short (seen in CI); a fixed
+    # retry interval would leave as many in each half.
+    assert second_half * 3 <= first_half * 2, f"object writes must back off (fewer later in the fault): {figures}"
     assert all(v is not None and v <= RECOVERY_SECONDS for v in told_after.values()), \
         f"each AppWrapper's status must say it is retrying and why within {RECOVERY_SECONDS:.0f} s: {figures}; " \
         f"statuses at the fault's end {last_status}"
