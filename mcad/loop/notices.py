@@ -67,8 +67,8 @@ class Notices:
         self._metrics = metrics
         self._clock = clock
         self._strict_fifo = strict_fifo
-        # Per waiting AppWrapper: what its last Backoff message was about. Per pending group:
-        # what blocked its head when the group's members were last told. AppWrappers still to be announced.
+        # Per waiting AppWrapper: what its last Backoff message was about. Per pending group: what blocked its head
+        # when the group's members were last told (the newcomers still to be announced are the queue's).
         self._written: dict[str, frozenset[str]] = {}
         self._group_about: dict[Hashable, frozenset[str]] = {}
 
