@@ -68,7 +68,7 @@ from mcad.loop.evictions import (
 from mcad.loop.follower import Follower
 from mcad.loop.notices import Notices
 from mcad.loop.owners import Owners, Settings
-from mcad.loop.pinning import PLACEMENT_MODES, Here, Pinning
+from mcad.loop.pinning import PLACEMENT_MODES, Here, Pinning, Where
 from mcad.loop.queued import Queued
 from mcad.loop.quotastatus import QuotaStatusWriter
 from mcad.loop.sites import LocalCluster, Sites
@@ -138,7 +138,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
         sites = LocalCluster(writer, writer, writes, wrapped,
                              retry=lambda key: queue.add_rate_limited(AppWrapperEvent(key)),
                              again=lambda key: queue.add(AppWrapperEvent(key)), gate=binding)
-        where: Any = Here(writer)
+        where: Where = Here(writer)
     else:
         targets = worker_placement = WorkerPlacement(hub, cluster_policy)
         sites = WorkerSites(hub, worker_placement, active=active, queued=queued, decisions=decisions,

@@ -83,9 +83,6 @@ class Queued:
         taken, self._newcomers = self._newcomers, set()
         return taken
 
-    def remove(self, key: str) -> None:
-        self.pending.remove(key)
-
     def forget(self, key: str) -> None:
         self._newcomers.discard(key)
         self.pending.remove(key)
