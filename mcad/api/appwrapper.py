@@ -27,6 +27,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from mcad.api import faulttolerance
 from mcad.api.clusterscheduling import ANYWHERE, ClusterScheduling, cluster_scheduling
 from mcad.api.podgroups import PodGroup, gang
 from mcad.api.raw import as_mapping
@@ -157,6 +158,8 @@ class AppWrapperView:
     finalizers: tuple[str, ...] = ()
     # Its annotations as people are shown them (the dashboard's detail), bounded by ``shown_annotations``.
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # Its fault tolerance annotations (``mcad.api.faulttolerance.kept``): what its policy is made of.
+    fault_annotations: Mapping[str, str] = field(default_factory=dict)
     # Why it may not be dispatched whatever room there is ("" when nothing holds it): set by mcad.k8s.tenantstore,
     # e.g. a spec.priorityClassName naming no PriorityClass. It waits in the queue, saying so, and preempts nobody.
     held: str = ""
@@ -322,6 +325,7 @@ def appwrapper_view(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS, *,
         labels=MappingProxyType(labels) if labels else _NO_LABELS,
         finalizers=tuple(f for f in finalizers if isinstance(f, str)) if isinstance(finalizers, list) else (),
         annotations=shown_annotations(as_mapping(meta.get("annotations"))),
+        fault_annotations=faulttolerance.kept(as_mapping(meta.get("annotations"))),
     )
 
 
