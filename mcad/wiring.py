@@ -38,6 +38,7 @@ from mcad.api.appwrapper import (
     appwrapper_view,
     reuse_spec,
 )
+from mcad.api.faulttolerance import DEFAULTS, FaultDefaults
 from mcad.api.validation import DEFAULT_LIMITS, Limits
 from mcad.api.views import NodeView, PodView, node_view, pod_view
 from mcad.clock import Clock, RealClock
@@ -103,7 +104,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
          preemption_backoff: float = DEFAULT_PREEMPTION_BACKOFF_SECONDS,
          max_evictions_per_minute: int = DEFAULT_MAX_EVICTIONS_PER_MINUTE,
          protected_namespaces: frozenset[str] = frozenset(), reservations: int = DEFAULT_RESERVATIONS,
-         placement: str = "binding") -> Dispatcher:
+         placement: str = "binding", fault_defaults: FaultDefaults = DEFAULTS) -> Dispatcher:
     """The dispatcher loop over these stores, with every owner built and connected (see the module docstring).
     ``hub``: objects go into worker clusters (``mcad.hub``); ``wrapped``: completion of wrapped objects is
     watched (None in tests of other parts); ``write_workers=0`` runs writes inline (tests)."""
@@ -171,7 +172,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
                     quota_status=quota_status)
     settings = Settings(fit=fit, strict_fifo=strict_fifo, preemption=preemption,
                         placement_mode="binding" if binding else "advisory",
-                        protected_namespaces=protected_namespaces)
+                        protected_namespaces=protected_namespaces, fault_defaults=fault_defaults)
     return Dispatcher(owners, settings, appwrappers=appwrappers, nodes=nodes, pods=pods, queue=queue, clock=clock,
                       metrics=metrics, quota_subtrees=quota_subtrees, wrapped=wrapped)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mcad.api.faulttolerance import DEFAULTS, FaultDefaults
 from mcad.k8s.writes import Writes
 from mcad.loop.active import Active
 from mcad.loop.cycle import DispatchCycle
@@ -36,6 +37,7 @@ class Settings:
     preemption: bool = False
     placement_mode: str = "binding"
     protected_namespaces: frozenset[str] = frozenset()
+    fault_defaults: FaultDefaults = DEFAULTS  # the cluster's fault tolerance defaults and ceilings
 
 
 @dataclass(frozen=True)
