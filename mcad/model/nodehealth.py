@@ -1,0 +1,111 @@
+"""Sick nodes: node labels that keep pods of a resource off a node, or away from it. Pure.
+
+Contract:
+- A ``Rule`` says: a node whose label ``label`` has the value ``value`` is, for pods that request ``resource``
+  (``nvidia.com/gpu`` by default), ``PreferNoSchedule`` (used only when nothing else fits), ``NoSchedule`` (never
+  planned, placed or pinned there) or ``NoExecute`` (as NoSchedule, and a running AppWrapper with such pods there is
+  reset onto other nodes without counting a retry). The effects are named as taint effects, whose meaning they have.
+- ``DEFAULT_RULES`` are Autopilot's health checks (IBM's GPU node health checker, label
+  ``autopilot.ibm.com/gpuhealth``): WARN prefer-not, TESTING no-schedule, EVICT no-execute, for GPU pods.
+- ``parse_rule("nvidia.com/gpu:autopilot.ibm.com/gpuhealth=EVICT:NoExecute")`` reads one rule as the controller's
+  ``--node-health-rule`` flag writes it (ValueError saying what is wrong).
+- ``NodeHealth(rules).verdict(labels, requests)``: the strongest rule that applies to a pod of ``requests`` on a
+  node with ``labels`` (NoExecute over NoSchedule over PreferNoSchedule), or None. A pod that requests none of the
+  rules' resources is never affected.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from mcad.api.resources import ResourceVector
+
+GPU = "nvidia.com/gpu"
+AUTOPILOT_LABEL = "autopilot.ibm.com/gpuhealth"
+
+
+class Effect(StrEnum):
+    PREFER_NOT = "PreferNoSchedule"
+    NO_SCHEDULE = "NoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+    @property
+    def strength(self) -> int:
+        return _STRENGTH[self]
+
+    @property
+    def keeps_off(self) -> bool:
+        """No pod of the rule's resource is planned, placed or pinned on such a node."""
+        return self is not Effect.PREFER_NOT
+
+
+_STRENGTH = {Effect.PREFER_NOT: 1, Effect.NO_SCHEDULE: 2, Effect.NO_EXECUTE: 3}
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    resource: str
+    label: str
+    value: str
+    effect: Effect
+
+    def __str__(self) -> str:
+        return f"{self.resource}:{self.label}={self.value}:{self.effect}"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Why a node is sick for a pod: the label and value that say so, and the effect."""
+
+    effect: Effect
+    label: str
+    value: str
+
+    def describe(self) -> str:
+        return f"{self.label}={self.value}"
+
+
+DEFAULT_RULES = (
+    Rule(GPU, AUTOPILOT_LABEL, "WARN", Effect.PREFER_NOT),
+    Rule(GPU, AUTOPILOT_LABEL, "TESTING", Effect.NO_SCHEDULE),
+    Rule(GPU, AUTOPILOT_LABEL, "EVICT", Effect.NO_EXECUTE),
+)
+
+# A resource name, a label key (optionally prefixed) and a label value, as Kubernetes allows them.
+_NAME = r"(?:[A-Za-z0-9.\-]+/)?[A-Za-z0-9]([A-Za-z0-9_.\-]*[A-Za-z0-9])?"
+_VALUE = r"([A-Za-z0-9]([A-Za-z0-9_.\-]*[A-Za-z0-9])?)?"
+_RULE = re.compile(rf"(?P<resource>{_NAME}):(?P<label>{_NAME})=(?P<value>{_VALUE}):(?P<effect>[A-Za-z]+)")
+
+
+def parse_rule(text: str) -> Rule:
+    match = _RULE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not RESOURCE:LABEL=VALUE:EFFECT "
+                         f"(e.g. {GPU}:{AUTOPILOT_LABEL}=EVICT:NoExecute)")
+    try:
+        effect = Effect(match.group("effect"))
+    except ValueError:
+        raise ValueError(f"{text!r}: the effect must be one of {', '.join(e.value for e in Effect)}") from None
+    return Rule(match.group("resource"), match.group("label"), match.group("value"), effect)
+
+
+class NodeHealth:
+    def __init__(self, rules: Iterable[Rule] = DEFAULT_RULES) -> None:
+        self.rules = tuple(rules)
+        self.labels = frozenset(rule.label for rule in self.rules)
+        self.resources = frozenset(rule.resource for rule in self.rules)
+
+    def verdict(self, labels: Mapping[str, str], requests: ResourceVector) -> Verdict | None:
+        found: Verdict | None = None
+        for rule in self.rules:
+            if labels.get(rule.label) != rule.value or requests.get(rule.resource) <= 0:
+                continue
+            if found is None or rule.effect.strength > found.effect.strength:
+                found = Verdict(rule.effect, rule.label, rule.value)
+        return found
+
+
+NO_RULES = NodeHealth(())
