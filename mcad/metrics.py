@@ -312,6 +312,11 @@ class _ServingCollector(Collector):
         yield from (opened, cap, flight, served, closed, rejected)
 
 
+# The causes a reset is counted under (mcad.loop.health); anything else is "other" (a bounded label set).
+RESET_CAUSES = ("FailedPods", "InsufficientPods", "PodsNotReady", "FailedComponent", "MissingComponent",
+                "NodeUnhealthy", "other")
+
+
 class Metrics:
     """The process's metrics: counters the dispatcher bumps, plus state read at scrape time from ``sources``."""
 
@@ -345,6 +350,22 @@ class Metrics:
                              ["outcome"], registry=self.registry)
         for outcome in ("pinned", "extra", "released", "replanned", "refused"):
             self._pins.labels(outcome)
+        self._resets = Counter("mcad_appwrapper_resets", "Fault tolerance: resets of running AppWrappers (objects "
+                               "deleted and dispatched again), by cause (the Unhealthy reason: FailedPods, "
+                               "InsufficientPods, PodsNotReady, FailedComponent, MissingComponent, NodeUnhealthy).",
+                               ["cause"], registry=self.registry)
+        self._lost = Counter("mcad_appwrapper_reset_lost_seconds", "Fault tolerance: time lost to resets, by cause: "
+                             "from the dispatch a reset ended to the reset (pod-seconds are not counted: this is "
+                             "wall time of the AppWrappers' runs that were thrown away).",
+                             ["cause"], registry=self.registry)
+        self._ft_failures = Counter("mcad_appwrapper_fault_failures", "Fault tolerance: running AppWrappers failed, "
+                                    "by reason (RetryLimitReached, TerminalExitCode).", ["reason"],
+                                    registry=self.registry)
+        for cause in RESET_CAUSES:
+            self._resets.labels(cause)
+            self._lost.labels(cause)
+        for reason in ("RetryLimitReached", "TerminalExitCode"):
+            self._ft_failures.labels(reason)
         self.registry.register(_StateCollector(self.sources))
         self._ports: list[PortCounters] = []
         self.registry.register(_ServingCollector(self._ports))
@@ -368,6 +389,14 @@ class Metrics:
             else:
                 self._priority_labels.add(label)
         self._waited.labels(label).observe(seconds)
+
+    def reset(self, cause: str, lost_seconds: float) -> None:
+        cause = cause if cause in RESET_CAUSES else "other"
+        self._resets.labels(cause).inc()
+        self._lost.labels(cause).inc(max(lost_seconds, 0.0))
+
+    def fault_failure(self, reason: str) -> None:
+        self._ft_failures.labels(reason).inc()
 
     def cycle(self, seconds: float) -> None:
         self._cycle.observe(seconds)

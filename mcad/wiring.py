@@ -67,6 +67,7 @@ from mcad.loop.evictions import (
     Evictions,
 )
 from mcad.loop.follower import Follower
+from mcad.loop.health import Health
 from mcad.loop.notices import Notices
 from mcad.loop.owners import Owners, Settings
 from mcad.loop.pinning import PLACEMENT_MODES, Here, Pinning, Where
@@ -79,6 +80,7 @@ from mcad.model import quota, tenancy
 from mcad.model.accounting import Accountant
 from mcad.model.fit import SingleCluster, Targets
 from mcad.model.keys import RECOVERED, AppWrapperEvent, Key
+from mcad.model.nodehealth import NodeHealth
 from mcad.model.preemption import EvictionBudget, Preemptors
 from mcad.model.reservations import DEFAULT_RESERVATIONS, Reservations
 from mcad.model.retry import Backoff, Policy, RetryTimes
@@ -104,10 +106,12 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
          preemption_backoff: float = DEFAULT_PREEMPTION_BACKOFF_SECONDS,
          max_evictions_per_minute: int = DEFAULT_MAX_EVICTIONS_PER_MINUTE,
          protected_namespaces: frozenset[str] = frozenset(), reservations: int = DEFAULT_RESERVATIONS,
-         placement: str = "binding", fault_defaults: FaultDefaults = DEFAULTS) -> Dispatcher:
+         placement: str = "binding", fault_defaults: FaultDefaults = DEFAULTS,
+         node_health: NodeHealth | None = None) -> Dispatcher:
     """The dispatcher loop over these stores, with every owner built and connected (see the module docstring).
     ``hub``: objects go into worker clusters (``mcad.hub``); ``wrapped``: completion of wrapped objects is
     watched (None in tests of other parts); ``write_workers=0`` runs writes inline (tests)."""
+    node_health = node_health if node_health is not None else NodeHealth()
     if fit not in FIT_MODES:
         raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
     if placement not in PLACEMENT_MODES:
@@ -156,9 +160,12 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     pinning = Pinning(binding=binding, accountant=accountant, pods=pods, where=where, writes=writes, queue=queue,
                       queued=queued, active=active, decisions=decisions, appwrappers=appwrappers, recorder=recorder,
                       metrics=metrics)
+    health = Health(active, queued, decisions, appwrappers=appwrappers, nodes=nodes, accountant=accountant,
+                    sites=sites, rules=node_health, defaults=fault_defaults, writer=writer, writes=writes, queue=queue,
+                    clock=clock, metrics=metrics, by_nodes=by_nodes)
     follower = Follower(active, queued, decisions, appwrappers=appwrappers, accountant=accountant, sites=sites,
-                        unplaced=pinning, queue=queue, clock=clock)
-    active.connect(sites, watchers=(follower, pinning), placing=pinning.placing)
+                        unplaced=pinning, health=health, queue=queue, clock=clock)
+    active.connect(sites, watchers=(follower, pinning, health), placing=pinning.placing)
     held = Reservations(reservations, targets, active)
     cycle = DispatchCycle(appwrappers, accountant, queued=queued, active=active, decisions=decisions,
                           dispatches=dispatches, evictions=evictions, reservations=held, notices=notices,
@@ -169,7 +176,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     owners = Owners(accountant=accountant, decisions=decisions, queued=queued, active=active, dispatches=dispatches,
                     evictions=evictions, notices=notices, follower=follower, pinning=pinning, sites=sites,
                     reservations=held, preemptors=preemptors, cycle=cycle, targets=targets, writes=writes,
-                    quota_status=quota_status)
+                    quota_status=quota_status, health=health)
     settings = Settings(fit=fit, strict_fifo=strict_fifo, preemption=preemption,
                         placement_mode="binding" if binding else "advisory",
                         protected_namespaces=protected_namespaces, fault_defaults=fault_defaults)

@@ -5,8 +5,10 @@ Contract:
 - Typed, for the decisions taken on every event and cycle: ``state``, ``canrun``, ``requeuings``
   (numberOfRequeueings), ``requeue_wait`` (requeueingTimeInSeconds), ``first_dispatch``
   (controllerfirstdispatchtimestamp), ``dispatched_since`` (the last Dispatched condition's
-  lastTransitionMicroTime), ``target_cluster`` (targetClusterName) and ``backoff`` (the reason of the last Backoff
-  condition, "" when there is none; a Backoff condition is only ever written with a reason).
+  lastTransitionMicroTime), ``target_cluster`` (targetClusterName), ``backoff`` (the reason of the last Backoff
+  condition, "" when there is none; a Backoff condition is only ever written with a reason), ``resetting_since``
+  (the Resetting condition's lastTransitionMicroTime while it is True: a retry pause; "unknown" without a stamp)
+  and ``resetting_count`` (resettingCount).
 - ``raw()`` returns the whole status as a new dict, what the status builders (``mcad.model.status``) start from. It is
   kept as canonical JSON, deflated with a preset dictionary of the status vocabulary (keys, condition types,
   reasons, upstream's messages): a queued AppWrapper's status, about 1.3 KB of JSON and 4.4 KB as Python dicts,
@@ -25,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-_DISPATCHED, _BACKOFF = "Dispatched", "Backoff"
+_DISPATCHED, _BACKOFF, _RESETTING = "Dispatched", "Backoff", "Resetting"
 _STAMP = "2026-01-01T00:00:00.000000Z"
 # What most statuses are made of, as a preset dictionary for deflate: only the compression ratio depends on it
 # (packed bytes never leave this process), so it holds the vocabulary of mcad.model.status, not real values.
@@ -75,6 +77,9 @@ class StatusView:
     dispatched_since: str = ""
     target_cluster: str = ""
     backoff: str = ""
+    # When its current retry pause began (the Resetting condition's transition, while True), "" when not resetting.
+    resetting_since: str = ""
+    resetting_count: int = 0  # resettingCount: resets counted against its retryLimit
     packed: bytes = b""
 
     @staticmethod
@@ -106,6 +111,14 @@ def _latest(conditions: Any, type_: str) -> Mapping[str, Any]:
     return {}
 
 
+def _resetting_since(conditions: Any) -> str:
+    current = _latest(conditions, _RESETTING)
+    if current.get("status") != "True":
+        return ""
+    # A Resetting condition without a time stamp (written by someone else) still says it is resetting.
+    return _str(current.get("lastTransitionMicroTime")) or "unknown"
+
+
 def status_view(raw: Mapping[str, Any] | None) -> StatusView:
     if not isinstance(raw, Mapping) or not raw:
         return EMPTY
@@ -124,5 +137,7 @@ def status_view(raw: Mapping[str, Any] | None) -> StatusView:
         dispatched_since=_str(_latest(conditions, _DISPATCHED).get("lastTransitionMicroTime")),
         target_cluster=sys.intern(_str(raw.get("targetClusterName"))),
         backoff=sys.intern(_str(_latest(conditions, _BACKOFF).get("reason"))),
+        resetting_since=_resetting_since(conditions),
+        resetting_count=max(_int(raw.get("resettingCount")), 0),
         packed=_pack(text.encode("ascii")),  # json.dumps escapes non-ASCII text
     )

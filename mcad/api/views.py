@@ -156,11 +156,34 @@ class PodView:
     # When its grace period ends (its deletionTimestamp, seconds since the epoch); 0 when it is not being deleted.
     grace_ends: float = 0.0
     pin: PinFacts | None = None  # only for an unbound, unfinished pod of an AppWrapper
+    failure: PodFailure | None = None  # only for a Failed pod: what ended it
 
     @property
     def gated(self) -> bool:
         """mcad's placement gate holds it (it waits for mcad to pin it to a node)."""
         return self.pin is not None and self.pin.gated
+
+
+@dataclass(frozen=True, slots=True)
+class PodFailure:
+    """Why a pod is Failed: the first container (init containers first) that ended with a non-zero exit code, or
+    (``exit_code`` None) the pod's own reason (Evicted, NodeLost, DeadlineExceeded); and the kind of its
+    controller (a Job's failed pods are its controller's business until the Job itself fails)."""
+
+    container: str
+    exit_code: int | None
+    reason: str
+    controller_kind: str
+
+    def describe(self) -> str:
+        if self.exit_code is not None:
+            why = f" ({self.reason})" if self.reason and self.reason != "Error" else ""
+            return f"exited {self.exit_code}{why}" + (f" in container {self.container}" if self.container else "")
+        return f"failed ({self.reason or 'no reason given'})"
+
+
+# Container names and reasons are short in practice; a status written by someone else is cut to this.
+_MAX_NAME = 128
 
 
 def node_view(raw: Mapping[str, Any]) -> NodeView:
@@ -215,7 +238,26 @@ def pod_view(raw: Mapping[str, Any]) -> PodView:
         unschedulable=_unschedulable(status) if phase == "Pending" else None,
         grace_ends=_epoch(meta.get("deletionTimestamp")),
         pin=_pin_facts(meta, spec, requests) if appwrapper and not node_name and not terminal else None,
+        failure=_failure(meta, status) if appwrapper and phase == "Failed" else None,
     )
+
+
+def _failure(meta: Mapping[str, Any], status: Mapping[str, Any]) -> PodFailure:
+    controller = ""
+    for ref in as_list(meta.get("ownerReferences")):
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            controller = as_str(ref.get("kind"))
+            break
+    for field_ in ("initContainerStatuses", "containerStatuses"):
+        for container in as_list(status.get(field_)):
+            if not isinstance(container, Mapping):
+                continue
+            terminated = as_mapping(as_mapping(container.get("state")).get("terminated"))
+            code = terminated.get("exitCode")
+            if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+                return PodFailure(as_str(container.get("name"))[:_MAX_NAME], code,
+                                  as_str(terminated.get("reason"))[:_MAX_NAME], controller)
+    return PodFailure("", None, as_str(status.get("reason"))[:_MAX_NAME], controller)
 
 
 def _pin_facts(meta: Mapping[str, Any], spec: Mapping[str, Any], requests: ResourceVector) -> PinFacts:

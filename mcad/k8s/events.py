@@ -78,10 +78,17 @@ PLACEMENT_REFUSED = "PlacementRefused"  # Warning
 # A final state (Completed, Failed) mcad did not decide, while the AppWrapper's pods still run: its capacity and
 # quota stay charged (mcad.loop.dispatcher). Names the state.
 STATUS_NOT_DECIDED = "StatusNotDecided"  # Warning
+# Fault tolerance (mcad.loop.health): a failure seen and its grace period started (names the pod, exit code and
+# node, or the missing object), a reset (what failed, which reset of how many, the pause), cordoned or NotReady
+# nodes under its running pods, its objects (or itself) deleted on time.
+UNHEALTHY = "Unhealthy"  # Warning
+RESET = "Reset"  # Warning
+AT_RISK = "NodesAtRisk"  # Warning
+CLEANED_UP = "CleanedUp"  # Normal
 REASON_TYPES: Mapping[str, EventType] = {
     QUEUED: NORMAL, DISPATCHED: NORMAL, PREEMPTED: WARNING, REQUEUED: WARNING, COMPLETED: NORMAL, FAILED: WARNING,
     CLUSTER_UNAVAILABLE: WARNING, CLUSTER_AVAILABLE: NORMAL, PLACEMENT_REPLANNED: WARNING, PLACEMENT_REFUSED: WARNING,
-    STATUS_NOT_DECIDED: WARNING,
+    STATUS_NOT_DECIDED: WARNING, UNHEALTHY: WARNING, RESET: WARNING, AT_RISK: WARNING, CLEANED_UP: NORMAL,
 }
 
 # Why a record() call did not end up in an Event (the ``reason`` label of the dropped counter).

@@ -21,6 +21,8 @@ Contract:
 - Bounds: at most 256 kinds are known (an ``ensure`` for one more is refused with an error logged, and that kind
   is treated as one it may not watch, below), and at most 65,536 waiters over all kinds (one more is logged and
   not remembered: it is visited again on its next event only). Answers are kept for the life of the process.
+- ``watches(api_version, kind)``: whether ``lookup`` can tell that an object of that kind does not exist (its
+  informer runs and has synced), for the detection of wrapped objects deleted by hand (``mcad.loop.health``).
 - ``lookup`` answers from the informer's store: the object, ``None`` when it does not exist, or ``NOT_SYNCED``
   when the kind's informer has not finished its first list (no decision may be taken on that).
 - ``informer_factory(conn, client, prefix)`` is the factory for one cluster (the hub's own, or each worker's in hub
@@ -263,6 +265,16 @@ class WrappedObjects:
             self._waiting -= len(waiters)
         for waiter in sorted(waiters):
             self._on_change(waiter)
+
+    def watches(self, api_version: str, kind: str, waiter: str | None = None) -> bool:
+        """True when objects of ``kind`` are watched and its informer has synced: only then does ``lookup``'s None
+        mean that the object does not exist (a kind it may not watch also answers None). Starts finding out as
+        ``ensure`` does, waking ``waiter`` with the answer."""
+        self.ensure(api_version, kind, waiter)
+        with self._lock:
+            entry = self._kinds.get((api_version, kind))
+        answer = entry.answer if entry is not None else None
+        return isinstance(answer, Informer) and answer.has_synced()
 
     def lookup(self, api_version: str, kind: str, namespace: str, name: str) -> WrappedView | NotSynced | None:
         with self._lock:

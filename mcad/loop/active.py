@@ -8,8 +8,9 @@ since those are built with this owner in hand):
   dispatched for the loop, whether or not its status write lands at once; a Dispatched Event, the dispatch
   latency of its first dispatch, and its watchers (``mcad.loop.follower``, ``mcad.loop.pinning``) are told.
 - ``adopt(aw)``: an AppWrapper found dispatched at a sync (a restart, a status that landed) holds its reservation.
-- ``finish`` (a final state, released at once), ``requeue`` (objects deleted, back in the queue at its place,
-  draining until its old pods are gone) and ``requeue_keeping_count`` (requeued for another's sake: a preemptor,
+- ``reset`` (objects deleted, its room held while it pauses), ``finish`` (a final state, released at once),
+  ``requeue`` (objects deleted, back in the queue at its place, draining until its old pods are gone) and
+  ``requeue_keeping_count`` (requeued for another's sake: a preemptor,
   a reclaim, a worker gone) take it back; ``forget`` drops it when it is gone. Each tells the watchers it no
   longer holds anything (``undispatched``).
 - ``holds_undecided_final(aw, state)``: a final state this loop did not decide (``mcad.loop.decisions``) while its
@@ -215,6 +216,17 @@ class Active:
         # Its Backoff tells of the requeue; once it waits like the rest, say what it waits for (mcad.loop.notices).
         self._queued.announce_later(key)
         self._queue.add(DISPATCH)
+
+    def reset(self, aw: AppWrapperView, new: Mapping[str, Any], hold: Plan) -> None:
+        """A reset (``mcad.loop.health``): ``new`` written, its objects deleted, and while it pauses its room held
+        (``hold``: where its pods ran, less sick nodes; aggregate when empty). It is not queued: once its pause
+        ends the health owner releases the hold and queues it, at its place."""
+        key = aw.key
+        self._decisions.decide(aw, new)
+        self.sites.delete_objects(aw, self._uids.pop(key, ()))
+        self.undispatch(key)
+        self._notices.reset(key)
+        self.reserve(aw, hold)
 
     def undispatch(self, key: str) -> None:
         """It no longer holds capacity: its plan, timers and reservation go (its pods count while they exist)."""

@@ -16,10 +16,12 @@ Contract:
 - A ``DISPATCH`` key (coalesced, so a burst of events costs one cycle) runs one dispatch cycle
   (``mcad.loop.cycle``). Capacity that frees up triggers a cycle at once; there are no timed sleeps.
 - An AppWrapper's sync (``_sync_appwrapper``): gone, it is forgotten by every owner and its objects are cleaned
-  up (``Sites.deleted``); queued, it is failed when its spec or namespace forbids it, else queued
-  (``mcad.loop.queued``); in a final state, it releases what it holds unless that state was not decided here
-  while its pods run (``Active.holds_undecided_final``); dispatched, it is adopted and followed
-  (``mcad.loop.active``, ``mcad.loop.follower``).
+  up (``Sites.deleted``); in its retry pause after a reset, it is left there (``mcad.loop.health``); queued, it
+  is failed when its spec or namespace forbids it, else queued (``mcad.loop.queued``); in a final state, it
+  releases what it holds unless that state was not decided here while its pods run
+  (``Active.holds_undecided_final``), and its objects are cleaned up on time (``mcad.loop.health``); dispatched,
+  it is adopted, followed and its health checked (``mcad.loop.active``, ``mcad.loop.follower``,
+  ``mcad.loop.health``). A node whose facts change makes the AppWrappers on it look again.
 - Status is not proof of a final state: capacity and quota are released on a final state (Completed, Failed) only
   when this loop decided it (for this incarnation, uid) or none of the AppWrapper's pods is still running
   (``mcad.loop.decisions``, ``mcad.loop.active``); ``rebuild`` reads the pods first so this holds after a restart.
@@ -185,6 +187,7 @@ class Dispatcher:
             keys.MinAvailableCheck: lambda k: o.follower.check_min_available(k.appwrapper),
             keys.DeadlineCheck: lambda k: o.follower.check_deadline(k.appwrapper),
             keys.PodCounts: lambda k: o.follower.pod_counts_due(k.appwrapper),
+            keys.HealthDue: lambda k: o.health.due(k.appwrapper),
             keys.Recovered: lambda _k: self._recovered(),
             keys.Call: lambda _k: self.calls.run(),
             keys.QuotaChanged: lambda _k: self._sync_quota(),
@@ -240,6 +243,8 @@ class Dispatcher:
             current = self.decisions.status(aw)
             if current.canrun and current.state in ACTIVE_STATES:
                 self.active.reserve(aw)
+            elif current.resetting_since:
+                self.active.reserve(aw)  # in its retry pause: its room stays held (``mcad.loop.health``)
             elif current.state in FINAL_STATES and self.accountant.live_pods(aw.key):
                 # Not known to be decided here (this process decided nothing yet): its running pods keep it
                 # charged, as its sync will say (``Active.holds_undecided_final``).
@@ -321,6 +326,7 @@ class Dispatcher:
     def _sync_node(self, name: str) -> None:
         node = self.nodes.get(name)
         if node is None:
+            self._tell_holders(name)
             self.accountant.forget_node(name)
             self.pinning.node_changed(name)
             return
@@ -328,6 +334,12 @@ class Dispatcher:
         if self.accountant.observe_node(node):
             self.active.capacity_may_have_grown()
             self.pinning.node_changed(name)
+            self._tell_holders(name)
+
+    def _tell_holders(self, node: str) -> None:
+        """The AppWrappers with pods on a node whose health, readiness or cordon may have changed look again."""
+        for key in self.accountant.holders({node}):
+            self.queue.add(AppWrapperEvent(key))
 
     def _sync_appwrapper(self, key: str) -> None:
         aw = self.appwrappers.get(key)
@@ -349,6 +361,9 @@ class Dispatcher:
         # Drops a decision the informer now shows, and re-drives a status write that failed (this event may be
         # its pods or objects changing, long after the write gave up).
         self.decisions.sync.observed(aw)
+        if self.owners.health.paused(aw):
+            self.pending.remove(key)  # it pauses after a reset, holding its room; queued when the pause ends
+            return
         if self.queued.is_queued(aw):
             self._sync_queued(aw)
             return
@@ -357,9 +372,11 @@ class Dispatcher:
         if state in FINAL_STATES:
             if not self.active.holds_undecided_final(aw, state) and self.active.release(key):
                 self.active.capacity_may_have_grown()
+            self.owners.health.finished(aw)
             return
         self.active.adopt(aw)
         self.owners.follower.follow(aw)
+        self.owners.health.check(aw)
 
     def _sync_queued(self, aw: AppWrapperView) -> None:
         """A queued AppWrapper: failed when its spec or namespace forbids it, else in the queue at its place."""
@@ -376,6 +393,7 @@ class Dispatcher:
     def _forget(self, key: str) -> None:
         """It is gone: every owner drops what it kept for it."""
         self.active.forget(key)
+        self.owners.health.forget(key)
         self.decisions.forget(key)
         self.reservations.forget(key)
         self.preemptors.forget(key)

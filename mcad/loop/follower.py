@@ -5,8 +5,9 @@ Contract (the dispatcher thread runs this; decisions are ``mcad.model.lifecycle`
 - ``follow(aw)`` is called on every event of a dispatched AppWrapper. The first time, it sets its timers from the
   times in its status (so they survive restarts): a ``MinAvailableCheck`` when ``minAvailable`` > 0, a
   ``DeadlineCheck`` when ``dispatchDuration.limit`` > 0. Then it asks the wrapped-object informers of the place
-  its objects are in (none while a worker cannot be reached) and its pods: Failed, Completed (its resources are
-  released at once) or RunningHoldCompletion. A kind not known yet is waited for: ``WrappedObjects`` wakes the
+  its objects are in (none while a worker cannot be reached) and its pods: a wrapped Job that failed goes to
+  ``mcad.loop.health`` (a reset, or Failed), Completed (its resources are released at once) or
+  RunningHoldCompletion. A kind not known yet is waited for: ``WrappedObjects`` wakes the
   AppWrapper when it is, nothing polls.
 - ``check_min_available(key)``: too few Running or Succeeded pods at its time requeues it (MinPodsNotRunning,
   counted, with the wait ``lifecycle.requeue_wait`` gives, its message saying when mcad's floor made it longer than
@@ -30,6 +31,7 @@ from mcad.k8s.informer import Store
 from mcad.k8s.workqueue import WorkQueue
 from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
+from mcad.loop.health import Health
 from mcad.loop.queued import Queued
 from mcad.loop.sites import Sites
 from mcad.model import lifecycle, status
@@ -47,13 +49,14 @@ class Unplaced(Protocol):
 
 class Follower:
     def __init__(self, active: Active, queued: Queued, decisions: Decisions, *, appwrappers: Store[AppWrapperView],
-                 accountant: Accountant, sites: Sites, unplaced: Unplaced, queue: WorkQueue[Key],
+                 accountant: Accountant, sites: Sites, unplaced: Unplaced, health: Health, queue: WorkQueue[Key],
                  clock: Clock) -> None:
         self._active = active
         self._queued = queued
         self._decisions = decisions
         self._appwrappers = appwrappers
         self._unplaced = unplaced
+        self._health = health
         self._accountant = accountant
         self._sites = sites
         self._queue = queue
@@ -104,10 +107,7 @@ class Follower:
         current = self._decisions.status(aw)
         now = self._clock.now()
         if verdict.outcome is lifecycle.Outcome.FAILED:
-            self._active.finish(aw, status.failed(current.raw(), now, priority=aw.priority, reason=verdict.reason,
-                                                  message=verdict.message))
-            log.warning("appwrapper failed", appwrapper=key, reason=verdict.reason, message=verdict.message)
-            self._decisions.note(aw, "failed", f"{verdict.reason}: {verdict.message}")
+            self._health.failed_component(aw, verdict.reason, verdict.message)
         elif verdict.outcome is lifecycle.Outcome.COMPLETED:
             self._active.finish(aw, status.completed(current.raw(), now))
             log.info("appwrapper completed", appwrapper=key)

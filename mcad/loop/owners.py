@@ -17,6 +17,7 @@ from mcad.loop.decisions import Decisions
 from mcad.loop.dispatches import Dispatches
 from mcad.loop.evictions import Evictions
 from mcad.loop.follower import Follower
+from mcad.loop.health import Health
 from mcad.loop.notices import Notices
 from mcad.loop.pinning import Pinning
 from mcad.loop.queued import Queued
@@ -60,3 +61,4 @@ class Owners:
     targets: Targets
     writes: Writes
     quota_status: QuotaStatusWriter | None
+    health: Health

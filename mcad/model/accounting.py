@@ -200,6 +200,11 @@ class Accountant:
                 bound[pod.requests] = bound.get(pod.requests, 0) + 1
         return bound
 
+    def pods(self, key: str) -> list[PodView]:
+        """Every pod of the AppWrapper that exists, ended or not."""
+        found = (self.ledger.pod(uid) for uid in self._pods_by_appwrapper.get(key, {}))
+        return [pod for pod in found if pod is not None]
+
     def live_pods(self, key: str) -> list[PodView]:
         """Its pods that have not ended."""
         pods = (self.ledger.pod(uid) for uid in self._pods_by_appwrapper.get(key, {}))

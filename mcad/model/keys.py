@@ -7,8 +7,8 @@ Contract:
   worker's their names. Kinds about nothing in particular are the constants below (``DISPATCH`` and the rest).
 - Who adds which: informer handlers (``AppWrapperEvent``, ``NodeEvent``, ``PodEvent``, ``QUOTA``), the write pool
   when a job of an AppWrapper finished (``Written``), status sync (``StatusRetry``), timers of the dispatcher
-  (``MinAvailableCheck``, ``DeadlineCheck``, ``DispatchRetry``, ``PodCounts``, ``QUOTA_STATUS``), hub mode
-  (``ClusterEvent``, ``WorkerCleanup``), the API server coming back (``RECOVERED``), other threads (``CALL``),
+  (``MinAvailableCheck``, ``DeadlineCheck``, ``DispatchRetry``, ``PodCounts``, ``HealthDue``, ``QUOTA_STATUS``),
+  hub mode (``ClusterEvent``, ``WorkerCleanup``), the API server coming back (``RECOVERED``), other threads (``CALL``),
   the loop itself after a change (``PUBLISH``).
 - The dispatcher handles each kind in a table; a kind it has no handler for is a bug and raises.
 """
@@ -117,13 +117,21 @@ class Publish:
 
 
 @dataclass(frozen=True, slots=True)
+class HealthDue:
+    """Something about this AppWrapper's health may be due (``mcad.loop.health``): a grace period over, its retry
+    pause ended, pods stuck terminating to force, its objects to delete on time."""
+
+    appwrapper: str
+
+
+@dataclass(frozen=True, slots=True)
 class Recovered:
     """The API server answers again after failing: retry the writes that wait out a backoff."""
 
 
 Key = (AppWrapperEvent | NodeEvent | PodEvent | Written | StatusRetry | DispatchRetry | MinAvailableCheck
        | DeadlineCheck | PodCounts | ClusterEvent | WorkerCleanup | Dispatch | Call | QuotaChanged | QuotaStatus
-       | Publish | Recovered)
+       | Publish | Recovered | HealthDue)
 
 DISPATCH = Dispatch()
 CALL = Call()

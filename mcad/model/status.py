@@ -58,6 +58,15 @@ PREEMPTION_TRIGGERED = "PreemptionTriggered"  # upstream's Backoff reason for an
 MAX_REQUEUINGS_REACHED = "MaxRequeuingsReached"
 RUNNING_HOLD_COMPLETION, SOME_ITEMS_COMPLETED = "RunningHoldCompletion", "SomeItemsCompleted"
 COMPLETED, PODS_COMPLETED = "Completed", "PodsCompleted"
+# Fault tolerance (issue 28), with upstream AppWrapper v1beta2's condition types: Unhealthy (True while a failure
+# is in its grace period, or was acted on; reason = its cause), Resetting (True during the retry pause), and
+# DeletingResources (its objects deleted on time: success TTL, deletion-on-failure grace). AtRisk: cordoned or
+# NotReady nodes under its running pods (reported, nothing done).
+UNHEALTHY, RESETTING, DELETING_RESOURCES, AT_RISK = "Unhealthy", "Resetting", "DeletingResources", "AtRisk"
+RETRY_LIMIT_REACHED, TERMINAL_EXIT_CODE = "RetryLimitReached", "TerminalExitCode"
+PAUSE_ENDED = "PauseEnded"
+# How many resets ``status.resets`` remembers (the oldest go first).
+MAX_RESETS_KEPT = 10
 # Hub mode, beyond upstream: whether the worker it was dispatched to can be reached, and why not.
 CLUSTER_AVAILABLE = "ClusterAvailable"
 CLUSTER_UNREACHABLE_TIMEOUT = "ClusterUnreachableTimeout"
@@ -160,7 +169,13 @@ def dispatched(status: Mapping[str, Any], now: datetime, *, priority: int, reque
     """
     new = _enqueued(status, now, priority)
     conditions = [c for c in new["conditions"] if c.get("type") not in (DISPATCHED, RUNNING, CLUSTER_AVAILABLE)]
-    new["conditions"] = with_condition(conditions, DISPATCHED, now, reason=RUNNABLE)
+    conditions = with_condition(conditions, DISPATCHED, now, reason=RUNNABLE)
+    unhealthy_now = latest(conditions, UNHEALTHY)
+    if unhealthy_now is not None and unhealthy_now.get("status") == "True":
+        # Dispatched again after a reset: what was unhealthy is gone with the objects it was about.
+        conditions = with_condition(conditions, UNHEALTHY, now, reason=str(unhealthy_now.get("reason", "")),
+                                    message="Reset; dispatched again.", status="False")
+    new["conditions"] = conditions
     new.update(state=State.RUNNING.value, canrun=True, queuejobstate=DISPATCHED, pending=0, running=0,
                Succeeded=0, failed=0)
     new.setdefault("controllerfirstdispatchtimestamp", micro_time(now))
@@ -239,6 +254,100 @@ def failed(status: Mapping[str, Any], now: datetime, *, priority: int, reason: s
     new.update(state=State.FAILED.value, canrun=False, queuejobstate=FAILED, message=message)
     new.pop("pendingpodconditions", None)  # its pods are no longer followed
     return new
+
+
+def unhealthy(status: Mapping[str, Any], now: datetime, *, reason: str, message: str) -> dict[str, Any]:
+    """A failure seen and not acted on yet (its grace period runs from the condition's transition)."""
+    new = dict(status)
+    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], UNHEALTHY, now,
+                                       reason=reason, message=message)
+    return new
+
+
+def healthy(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """What was unhealthy recovered within its grace period (its own controller fixed it)."""
+    current = latest(status.get("conditions"), UNHEALTHY)
+    if current is None or current.get("status") != "True":
+        return dict(status)
+    new = dict(status)
+    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], UNHEALTHY, now,
+                                       reason=str(current.get("reason", "")), message="Recovered within its grace "
+                                       "period.", status="False")
+    return new
+
+
+def unhealthy_since(status: Mapping[str, Any], reason: str) -> str | None:
+    """When the current Unhealthy condition with ``reason`` became True (its time stamp), else None."""
+    current = latest(status.get("conditions"), UNHEALTHY)
+    if current is None or current.get("status") != "True" or current.get("reason") != reason:
+        return None
+    stamp = current.get("lastTransitionMicroTime")
+    return stamp if isinstance(stamp, str) else None
+
+
+def resetting(status: Mapping[str, Any], now: datetime, *, priority: int, reason: str, message: str,
+              counted: bool) -> dict[str, Any]:
+    """Its objects are being deleted for a retry: Unhealthy and Resetting say why, ``resettingCount`` counts the
+    resets that count against its retryLimit, ``resets`` keeps the last ``MAX_RESETS_KEPT``. It is requeued
+    (state Pending, draining until its old pods are gone) with its requeue counters unchanged, and dispatched
+    again once its pause ends (``resume``)."""
+    new = requeued(status, now, priority=priority, reason=reason, message=message,
+                   requeuings=_count(status.get("numberOfRequeueings")),
+                   requeue_wait=_count(status.get("requeueingTimeInSeconds")))
+    conditions = with_condition(new["conditions"], UNHEALTHY, now, reason=reason, message=message)
+    new["conditions"] = with_condition(conditions, RESETTING, now, reason=reason, message=message, refresh=True)
+    count = _count(status.get("resettingCount")) + (1 if counted else 0)
+    history = [dict(r) for r in status.get("resets") or [] if isinstance(r, Mapping)]
+    history.append({"time": micro_time(now), "reason": reason, "message": message, "counted": counted})
+    new.update(resettingCount=count, resets=history[-MAX_RESETS_KEPT:])
+    return new
+
+
+def resetting_since(status: Mapping[str, Any]) -> str | None:
+    """When its current retry pause began (Resetting True), else None."""
+    current = latest(status.get("conditions"), RESETTING)
+    if current is None or current.get("status") != "True":
+        return None
+    stamp = current.get("lastTransitionMicroTime")
+    return stamp if isinstance(stamp, str) else ""
+
+
+def resume(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """The retry pause is over: it waits to be dispatched again like any queued AppWrapper, at its place."""
+    new = dict(status)
+    current = latest(status.get("conditions"), RESETTING) or {}
+    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], RESETTING, now,
+                                       reason=PAUSE_ENDED, message=str(current.get("message", "")), status="False")
+    return new
+
+
+def resources_deleted(status: Mapping[str, Any], now: datetime, *, reason: str, message: str) -> dict[str, Any]:
+    """Its objects were deleted on time (success TTL, deletion-on-failure grace): DeletingResources says so."""
+    new = dict(status)
+    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], DELETING_RESOURCES, now,
+                                       reason=reason, message=message)
+    return new
+
+
+def resources_deleted_already(status: Mapping[str, Any]) -> bool:
+    current = latest(status.get("conditions"), DELETING_RESOURCES)
+    return current is not None and current.get("status") == "True"
+
+
+def at_risk(status: Mapping[str, Any], now: datetime, *, reason: str, message: str) -> dict[str, Any]:
+    """Cordoned or NotReady nodes under its running pods (``reason`` "" : none any more)."""
+    current = latest(status.get("conditions"), AT_RISK)
+    if not reason and (current is None or current.get("status") != "True"):
+        return dict(status)
+    new = dict(status)
+    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], AT_RISK, now,
+                                       reason=reason or str((current or {}).get("reason", "")),
+                                       message=message, status="True" if reason else "False")
+    return new
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def with_pod_counts(status: Mapping[str, Any], now: datetime, *, pending: int, running: int, succeeded: int,

@@ -18,6 +18,7 @@ import pytest
 
 from mcad import wiring
 from mcad.api.appwrapper import appwrapper_view
+from mcad.api.faulttolerance import FaultDefaults
 from mcad.api.views import node_view, pod_view
 from mcad.k8s.informer import Informer
 from mcad.k8s.kube import ApiError
@@ -38,6 +39,7 @@ class RecordingWriter:
         self.status_attempts = 0
         self.status_attempts_of: Counter[str] = Counter()
         self.force_deleted: list[str] = []
+        self.deleted: list[str] = []  # "Kind name" of each delete
 
     def is_namespaced(self, api_version: str, kind: str) -> bool:
         return True
@@ -55,8 +57,8 @@ class RecordingWriter:
         return self.apply(obj, field_manager=field_manager, force=False)
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, *, owner_uid: str = "",
-               uid: str = "") -> None:
-        pass
+               uid: str = "", label: tuple[str, str] | None = None) -> None:
+        self.deleted.append(f"{kind} {name}")
 
     def apply_status(self, api_version: str, kind: str, namespace: str, name: str, new_status: Mapping[str, Any],
                      *, field_manager: str) -> Mapping[str, Any]:
@@ -131,6 +133,9 @@ class Stepped:
             informer.stop()
 
 
+NO_START_UP_CHECKS = FaultDefaults(admission_grace=86400.0, warmup_grace=86400.0)
+
+
 class Harness(Stepped):
     def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], aws: list[dict[str, Any]],
                  writer: RecordingWriter | None = None, before_start: Any = None, **options: Any) -> None:
@@ -149,6 +154,9 @@ class Harness(Stepped):
             Informer("nodes", self.lw["node"], transform=node_view),
             Informer("pods", self.lw["pod"], transform=pod_view, key=lambda raw: raw["metadata"]["uid"]),
         ]
+        # No kubelet here makes the pods of what is dispatched: the start-up checks of fault tolerance (pods that
+        # never come) are off unless a test asks for them, as tests of mcad.loop.health do.
+        options.setdefault("fault_defaults", NO_START_UP_CHECKS)
         self.dispatcher = wiring.loop(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
                                      writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
                                      write_workers=0, **options)

@@ -356,7 +356,8 @@ def test_every_dispatcher_reason_has_its_type() -> None:
                                    "Requeued": WARNING, "Completed": NORMAL, "Failed": WARNING,
                                    "ClusterUnavailable": WARNING, "ClusterAvailable": NORMAL,
                                    "PlacementReplanned": WARNING, "PlacementRefused": WARNING,
-                                   "StatusNotDecided": WARNING}
+                                   "StatusNotDecided": WARNING, "Unhealthy": WARNING, "Reset": WARNING,
+                                   "NodesAtRisk": WARNING, "CleanedUp": NORMAL}
 
 
 # -- the sender's policy --
