@@ -3,7 +3,8 @@
 Contract: parses flags, configures logging, connects to the API server and checks that the AppWrapper CRD is
 served (exit code 2 with a one-line reason when either fails), then runs the informers and the dispatcher until
 SIGTERM or SIGINT and exits 0. ``--connect-only`` exits right after the checks, which is what a pre-flight
-check or a smoke test wants.
+check or a smoke test wants. Fault tolerance flags that do not hold together (``mcad.cli.faultflags``) are a usage
+error (exit code 2) before anything else; they reach the dispatcher and admission alike.
 
 Every replica, leader or standby, serves the AppWrapper admission webhooks over HTTPS (``--webhook*``; see
 ``mcad.admission.server`` and ``mcad.admission.certs``), from before leader election until it exits; /readyz waits
@@ -391,6 +392,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                     unreachable_timeout_seconds=hub_config.unreachable_timeout_seconds)
     protected = protected_namespaces(default_namespace(), allowed_protected, hub=hub is not None)
     logger.info("protected namespaces", namespaces=sorted(protected))
+    logger.info("fault tolerance defaults", **faultflags.described(fault_defaults))
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
                                   reservations=reservations,
                                   victim_timeout=victim_timeout,

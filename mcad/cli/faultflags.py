@@ -127,6 +127,13 @@ def fault_defaults(values: Mapping[str, Any]) -> ft.FaultDefaults:
     return defaults
 
 
+def described(defaults: ft.FaultDefaults) -> dict[str, object]:
+    """Each flag (without its dashes) and its value as the flag is written (Go durations), for the start-up log."""
+    counts = ("retry_limit", "delete_when_finished")
+    return {flag.lstrip("-"): getattr(defaults, name) if name in counts else ft.format_duration(getattr(defaults, name))
+            for name, flag in FLAGS.items()}
+
+
 def _name_flags(problem: str) -> str:
     """A problem of ``FaultDefaults.problems()`` with the flag of each annotation it names, and of its ceiling."""
     for annotation, name in ft.DURATIONS.items():

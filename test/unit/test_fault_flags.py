@@ -111,3 +111,10 @@ def test_the_flags_reach_the_admission_config() -> None:
     config = controller.admission_config("", frozenset(), fault_defaults=defaults)
     assert config.fault_defaults is defaults
     assert controller.admission_config("", frozenset()).fault_defaults == ft.DEFAULTS
+
+
+def test_the_start_up_log_shows_the_flags_as_written() -> None:
+    shown = faultflags.described(ft.FaultDefaults(retry_pause=90, delete_when_finished=True))
+    assert shown["retry-pause-period"] == "1m30s" and shown["success-ttl-ceiling"] == "168h"
+    assert shown["retry-limit"] == 3 and shown["delete-finished-appwrappers"] is True
+    assert len(shown) == 11
