@@ -197,13 +197,14 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
           default_max_priority: int = tenancy.DEFAULT_MAX_PRIORITY,
           protected_namespaces: frozenset[str] = frozenset(),
           reservations: int = DEFAULT_RESERVATIONS,
-          placement: str = "binding") -> tuple[Dispatcher, list[Informer[Any]]]:
+          placement: str = "binding",
+          fault_defaults: FaultDefaults = DEFAULTS) -> tuple[Dispatcher, list[Informer[Any]]]:
     """The dispatcher and the informers to start for it (see the module docstring). ``default_max_priority`` is
     the ceiling where a namespace sets none. Informers over wrapped kinds start when an AppWrapper needs them
     (``mcad.k8s.wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the hub's own cluster runs
     nothing of ours) and the hub's threads start their informers, so they are not in the list returned.
     AppWrappers beyond ``limits`` are refused (failed) by the dispatcher, and so are those in
-    ``protected_namespaces``."""
+    ``protected_namespaces``. ``fault_defaults``: the cluster's fault tolerance defaults and ceilings (flags)."""
     # Every informer of this API server reconnects together after an outage, and the dispatcher then retries at
     # once the writes that failed meanwhile.
     peers = Reconnects()
@@ -244,7 +245,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                                 strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption, fit=fit,
                                 recorder=recorder, quota_subtrees=subtrees, hub=hub, victim_timeout=victim_timeout,
                                 protected_namespaces=protected_namespaces, reservations=reservations,
-                                **(preemption_bounds or {}))
+                                fault_defaults=fault_defaults, **(preemption_bounds or {}))
     else:
         nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
                          transform=node_view, peers=peers)
@@ -257,7 +258,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                                 strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
                                 preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees,
                                 victim_timeout=victim_timeout, protected_namespaces=protected_namespaces,
-                                reservations=reservations, placement=placement, **(preemption_bounds or {}))
+                                reservations=reservations, placement=placement, fault_defaults=fault_defaults,
+                                **(preemption_bounds or {}))
         informers += [nodes, pods]
     if subtrees is not None:
         informers.append(subtrees)

@@ -25,17 +25,25 @@ how many more, each cut to ``MAX_PROBLEM_CHARS``; items named ``GenericItems[i] 
 - an item the requesting user may not ``create`` themselves in the AppWrapper's namespace (a SubjectAccessReview
   for the user, groups, uid and extra of the request), naming the item and the missing right;
 - a creator annotation that is not the requesting user's (the mutating reviewer sets them);
+- a fault tolerance annotation (``mcad.api.faulttolerance``: upstream's ``workload.codeflare.dev.appwrapper/...``
+  and ``delete-when-finished``) whose value ``faulttolerance.problems`` refuses under ``config.fault_defaults`` (the
+  cluster's ceilings): malformed or negative durations, a period above its ceiling, a bad ``retryLimit`` or exit
+  code list; each message names the annotation. Pure: needs no facts;
 - ``tenancy.admission_problems`` (quota binding, priority ceiling and classes, of the AppWrapper and of every pod
   template inside its items, understated demand).
 More than ``MAX_KINDS`` distinct kinds in one AppWrapper are refused before anything is asked (each kind costs
 discovery and a review).
 
 validate, UPDATE: ``spec.resources`` (items and ``custompodresources``) and ``IMMUTABLE_SCHEDULING`` are frozen;
-the creator annotations may not change; any other problem above is refused only if the stored object did not have
+the creator annotations may not change; a fault tolerance annotation is refused when the update sets or changes it
+to a refused value (or makes the two exit-code lists overlap), whatever else the update does, the AppWrapper being
+deleted included; one left unchanged is never refused (the ceiling may have been lowered since it was stored, and
+the controller cuts it to the ceiling); any other problem above is refused only if the stored object did not have
 it already (an update that removes a finalizer or edits a label is never refused for what it did not change).
 Labels, annotations, priority and requeuing may change. On an AppWrapper being deleted (``deletionTimestamp`` set on
 the stored object) ``spec`` (priority included) and ``metadata.labels`` (quota nodes are labels) may not change any
-more; what deletion needs (finalizers coming off, other annotations) is never refused, and needs no facts.
+more; what deletion needs (finalizers coming off, other annotations) is never refused, and needs no facts (a fault
+tolerance annotation changed to a refused value excepted, as above).
 
 validate, UPDATE of the ``status`` subresource: refused unless the user is one of ``config.status_writers`` (the
 controller's own identity, found at startup, and any the admin adds): status is the controller's record of what it
@@ -60,6 +68,7 @@ import structlog
 
 from mcad.admission.facts import Facts, FactUnavailable, Resource, asked_for
 from mcad.admission.request import AdmissionRequest, Outcome, Reviewer, UserInfo
+from mcad.api import faulttolerance
 from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, appwrapper_view
 from mcad.api.raw import as_list, as_mapping
 from mcad.api.validation import DEFAULT_LIMITS, MAX_REPORTED, Limits, describe_item, problems
@@ -117,6 +126,9 @@ class AdmissionConfig:
     # Usernames that may write AppWrapper status: the controller's own (SelfSubjectReview at startup) and those of
     # --status-writer. Empty: nobody may (through the webhook).
     status_writers: frozenset[str] = frozenset()
+    # The cluster's fault tolerance defaults and ceilings (the controller's --*-grace-period, --*-ceiling flags):
+    # what the annotations are judged against.
+    fault_defaults: faulttolerance.FaultDefaults = faulttolerance.DEFAULTS
 
     def protected(self, namespace: str) -> bool:
         return (namespace in self.protected_namespaces or namespace == self.controller_namespace) \
@@ -307,6 +319,22 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else f"{text[:57]}..."
 
 
+def fault_problems(obj: Mapping[str, Any], old: Mapping[str, Any] | None,
+                   defaults: faulttolerance.FaultDefaults) -> list[str]:
+    """The fault tolerance annotations refused (``faulttolerance.problems``): all of them on create; on update those
+    the update sets or changes, and any problem the stored object did not have (an exit-code list changed so that
+    the other, unchanged one, overlaps it)."""
+    annotations = _annotations(obj)
+    found = faulttolerance.problems(annotations, defaults)
+    if old is None or not found:
+        return found
+    stored = _annotations(old)
+    before = set(faulttolerance.problems(stored, defaults))
+    changed = tuple(f"annotation {key}: " for key in faulttolerance.ANNOTATIONS
+                    if annotations.get(key) != stored.get(key))
+    return [problem for problem in found if problem not in before or problem.startswith(changed)]
+
+
 def immutable_problems(obj: Mapping[str, Any], old: Mapping[str, Any]) -> list[str]:
     spec, before = as_mapping(obj.get("spec")), as_mapping(old.get("spec"))
     found: list[str] = []
@@ -383,14 +411,17 @@ def build(facts: Facts, config: AdmissionConfig, *,
                 return status_problems(request, config)
             return []  # no other subresource is registered
         if request.operation == "CREATE":
-            found = creator_problems(request) + judged(request, request.obj, lookups)
+            found = creator_problems(request) + fault_problems(request.obj, None, config.fault_defaults) + \
+                judged(request, request.obj, lookups)
         elif request.operation == "UPDATE":
             if request.old is None:
                 return ["the update carries no stored AppWrapper (oldObject) to compare with"]
             if as_mapping(request.old.get("metadata")).get("deletionTimestamp"):
                 # Finalizers must come off, whatever the API server can answer: judged without facts.
-                return creator_problems(request) + terminating_problems(request.obj, request.old)
-            found = creator_problems(request) + immutable_problems(request.obj, request.old)
+                return creator_problems(request) + terminating_problems(request.obj, request.old) + \
+                    fault_problems(request.obj, request.old, config.fault_defaults)
+            found = creator_problems(request) + immutable_problems(request.obj, request.old) + \
+                fault_problems(request.obj, request.old, config.fault_defaults)
             if not found and _judged_parts(request.obj) != _judged_parts(request.old):
                 # Only what this update makes worse: the stored object was judged when it came in (or before the
                 # rules existed); refusing an update for what it did not change would wedge finalizers and labels.

@@ -3,7 +3,8 @@
 Contract: parses flags, configures logging, connects to the API server and checks that the AppWrapper CRD is
 served (exit code 2 with a one-line reason when either fails), then runs the informers and the dispatcher until
 SIGTERM or SIGINT and exits 0. ``--connect-only`` exits right after the checks, which is what a pre-flight
-check or a smoke test wants.
+check or a smoke test wants. Fault tolerance flags that do not hold together (``mcad.cli.faultflags``) are a usage
+error (exit code 2) before anything else; they reach the dispatcher and admission alike.
 
 Every replica, leader or standby, serves the AppWrapper admission webhooks over HTTPS (``--webhook*``; see
 ``mcad.admission.server`` and ``mcad.admission.certs``), from before leader election until it exits; /readyz waits
@@ -30,6 +31,7 @@ import sys
 import threading
 import time
 from types import FrameType
+from typing import Any
 
 import click
 import structlog
@@ -43,7 +45,10 @@ from mcad.admission import server as webhook_server
 from mcad.admission.facts import FactUnavailable
 from mcad.admission.kubefacts import KubeFacts, own_username
 from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, VERSION
+from mcad.api.faulttolerance import DEFAULTS as FAULT_DEFAULTS
+from mcad.api.faulttolerance import FaultDefaults
 from mcad.api.validation import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_ITEMS_CEILING, Limits
+from mcad.cli import faultflags
 from mcad.clock import Clock, RealClock
 from mcad.errors import ApiError, KubeConnectError
 from mcad.hub.clusters import ConfigError, WorkerConnector, load_config
@@ -295,6 +300,7 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
               help="A username, besides the controller's own (learned at startup by a SelfSubjectReview), whose "
                    "writes of AppWrapper status the webhook lets through; repeatable. Everyone else's are refused: "
                    "status is the controller's record of what it decided.")
+@faultflags.options
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json",
               help="json for log collectors, console for people.")
@@ -316,8 +322,9 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
          webhook_token_file: str | None, webhook_access_reviews_per_second: float, webhook_access_reviews_burst: int,
          webhook_access_reviews_total: float, unknown_tokens_per_second: float, unknown_tokens_burst: int,
          admission_allowed_kinds: str, status_writers: tuple[str, ...],
-         log_level: str, log_format: str, connect_only: bool) -> None:
+         log_level: str, log_format: str, connect_only: bool, **fault_options: Any) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
+    fault_defaults = faultflags.fault_defaults(fault_options)  # a usage error when they do not hold together
     if leader_elect:
         try:
             validate_timings(leader_elect_lease_duration, leader_elect_renew_deadline, leader_elect_retry_period)
@@ -385,6 +392,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                     unreachable_timeout_seconds=hub_config.unreachable_timeout_seconds)
     protected = protected_namespaces(default_namespace(), allowed_protected, hub=hub is not None)
     logger.info("protected namespaces", namespaces=sorted(protected))
+    logger.info("fault tolerance defaults", **faultflags.described(fault_defaults))
     dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
                                   reservations=reservations,
                                   victim_timeout=victim_timeout,
@@ -394,7 +402,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                                   recorder=recorder,
                                   hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes),
                                   default_max_priority=default_max_priority,
-                                  protected_namespaces=protected)
+                                  protected_namespaces=protected, fault_defaults=fault_defaults)
     elector = LeaderElector(conn, namespace=leader_elect_namespace or default_namespace(),
                             name=leader_elect_lease_name, identity=identity,
                             lease_duration=leader_elect_lease_duration, renew_deadline=leader_elect_renew_deadline,
@@ -424,7 +432,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                                max_items=max_items, max_appwrapper_bytes=max_appwrapper_bytes,
                                share_port=webhook_share_port,
                                admission=admission_config(admission_allowed_kinds, protected, allowed_protected,
-                                                          status_writers=frozenset({own, *status_writers})),
+                                                          status_writers=frozenset({own, *status_writers}),
+                                                          fault_defaults=fault_defaults),
                                clients=WebhookClients(webhook_client_ca, webhook_client_names, webhook_token_file,
                                                       webhook_access_reviews_per_second, webhook_access_reviews_burst,
                                                       webhook_access_reviews_total, refusals))
@@ -532,15 +541,17 @@ def _names(value: str) -> frozenset[str]:
 
 def admission_config(allowed_kinds: str, protected: frozenset[str],
                      allowed_protected: tuple[str, ...] = (), *,
-                     status_writers: frozenset[str] = frozenset()) -> admission_review.AdmissionConfig:
+                     status_writers: frozenset[str] = frozenset(),
+                     fault_defaults: FaultDefaults = FAULT_DEFAULTS) -> admission_review.AdmissionConfig:
     """The admin's admission choices from the flags: ``resource.group`` names become (group, resource); the
     protected namespaces are the dispatcher's (``protected_namespaces``), so admission and dispatch refuse the
     same ones and ``--allow-protected-namespace`` lifts both; ``status_writers``: the controller's own identity and
-    ``--status-writer``'s."""
+    ``--status-writer``'s; ``fault_defaults``: the fault tolerance flags, whose ceilings admission judges the
+    annotations by (as the controller does)."""
     kinds = frozenset((group, resource) for resource, _, group in (k.partition(".") for k in _names(allowed_kinds)))
     return admission_review.AdmissionConfig(allowed_kinds=kinds, protected_namespaces=protected,
                                             allowed_namespaces=frozenset(allowed_protected),
-                                            status_writers=status_writers)
+                                            status_writers=status_writers, fault_defaults=fault_defaults)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,9 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
+from click.testing import CliRunner
 
+from mcad.api.faulttolerance import DEFAULTS, FaultDefaults
+from mcad.cli import faultflags
 from mcad.hub import clusters
 from mcad.model.reservations import DEFAULT_RESERVATIONS
 from test import chart
@@ -74,6 +78,11 @@ WEBHOOK_ARGS = ["--webhook-bind-address=:9443", "--webhook-configuration-name=mc
                 # Admission allows the kinds the controller is granted, nothing else.
                 "--admission-allowed-kinds=pods,services,configmaps,persistentvolumeclaims,secrets,deployments.apps,"
                 "statefulsets.apps,replicasets.apps,jobs.batch"]
+# The cluster's fault tolerance defaults and ceilings (faultTolerance), upstream AppWrapper's.
+FAULT_ARGS = ["--admission-grace-period=60s", "--warmup-grace-period=5m", "--failure-grace-period=1m",
+              "--retry-pause-period=90s", "--retry-limit=3", "--forceful-deletion-grace-period=10m",
+              "--deletion-on-failure-grace-period=0s", "--success-ttl=168h", "--grace-period-ceiling=24h",
+              "--success-ttl-ceiling=168h", "--keep-finished-appwrappers"]
 # Admission asks the API server whether the requesting user may create each item; the controller's own CA goes
 # into its two webhook configurations (by name) and nowhere else.
 WEBHOOK_RULES = [
@@ -115,7 +124,7 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
     assert container["args"] == ["--fit=nodes", "--placement=binding", "--write-workers=32", "--max-items=1000",
                                  "--default-max-priority=1000",
                                  "--max-appwrapper-bytes=1310720", "--log-level=info", "--log-format=json",
-                                 f"--reservations={DEFAULT_RESERVATIONS}", "--http-bind-address=:8080",
+                                 f"--reservations={DEFAULT_RESERVATIONS}", *FAULT_ARGS, "--http-bind-address=:8080",
                                  *ELECTION_ARGS, *WEBHOOK_ARGS]
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
                                   {"name": "webhook", "containerPort": 9443, "protocol": "TCP"}]
@@ -147,12 +156,22 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
               "leaderElection": {"leaseDuration": 4, "renewDeadline": 3, "retryPeriod": 0.5},
               "legacyApi": {"enabled": True},
               "webhook": {"port": 8443, "certHosts": ["127.0.0.1", "mcad.example.com"], "certPollSeconds": 5},
-              "admission": {"anyKind": True}}
+              "admission": {"anyKind": True},
+              "faultTolerance": {"admissionGracePeriod": "30s", "warmupGracePeriod": "1h", "failureGracePeriod": "2m",
+                                 "retryPausePeriod": 0, "retryLimit": 7, "forcefulDeletionGracePeriod": "1h30m",
+                                 "deletionOnFailureGracePeriod": "500ms", "successTTL": "48h",
+                                 "gracePeriodCeiling": "2h", "successTTLCeiling": "72h",
+                                 "deleteFinishedAppWrappers": True}}
     container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]
     assert container["args"] == ["--fit=aggregate", "--placement=advisory", "--write-workers=8", "--max-items=50",
                                  "--default-max-priority=1000", "--max-appwrapper-bytes=2097152", "--log-level=debug",
-                                 "--log-format=console", "--reservations=5", "--preemption", "--preemption-backoff=30",
+                                 "--log-format=console", "--reservations=5",
+                                 "--admission-grace-period=30s", "--warmup-grace-period=1h",
+                                 "--failure-grace-period=2m", "--retry-pause-period=0", "--retry-limit=7",
+                                 "--forceful-deletion-grace-period=1h30m", "--deletion-on-failure-grace-period=500ms",
+                                 "--success-ttl=48h", "--grace-period-ceiling=2h", "--success-ttl-ceiling=72h",
+                                 "--delete-finished-appwrappers", "--preemption", "--preemption-backoff=30",
                                  "--preemption-max-evictions-per-minute=20", "--strict-fifo",
                                  "--http-bind-address=:9090", "--no-quota", "--legacy-api",
                                  "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
@@ -163,6 +182,46 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                                  "--webhook-cert-poll-seconds=5", "--webhook-cert-secret=mcad-webhook-cert",
                                  "--webhook-cert-hosts=127.0.0.1,mcad.example.com",
                                  "--context=x"]
+
+
+def fault_defaults_of(args: list[str]) -> FaultDefaults:
+    """What the controller makes of the fault tolerance flags among ``args`` (its own flag parser)."""
+    seen: list[FaultDefaults] = []
+
+    @click.command(context_settings={"ignore_unknown_options": True})
+    @click.argument("others", nargs=-1, type=click.UNPROCESSED)
+    @faultflags.options
+    def command(others: tuple[str, ...], **values: Any) -> None:
+        seen.append(faultflags.fault_defaults(values))
+
+    result = CliRunner().invoke(command, args)
+    assert result.exit_code == 0, result.output
+    return seen[0]
+
+
+def test_the_charts_fault_tolerance_values_are_the_controllers_defaults_and_reach_it(tmp_path: Path) -> None:
+    args = by_kind(chart.render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert fault_defaults_of(args) == DEFAULTS
+    values = {"faultTolerance": {"failureGracePeriod": "36h", "gracePeriodCeiling": "48h", "retryLimit": 0,
+                                 "successTTL": "1h", "deleteFinishedAppWrappers": True}}
+    args = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert fault_defaults_of(args) == FaultDefaults(failure_grace=36 * 3600, grace_ceiling=48 * 3600, retry_limit=0,
+                                                    success_ttl=3600, delete_when_finished=True)
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"failureGracePeriod": "5min"}, r'faultTolerance\.failureGracePeriod: "5min" is not a duration'),
+    ({"successTTL": "7d"}, r'faultTolerance\.successTTL: "7d" is not a duration'),
+    ({"gracePeriodCeiling": "-1h"}, r'faultTolerance\.gracePeriodCeiling: "-1h" is not a duration'),
+    ({"retryLimit": "three"}, r'faultTolerance\.retryLimit: "three" is not an integer in 0\.\.1000'),
+    ({"retryLimit": -1}, r'faultTolerance\.retryLimit: "-1" is not an integer'),
+    ({"deleteFinishedAppWrappers": "yes"}, r"faultTolerance\.deleteFinishedAppWrappers must be true or false"),
+])
+def test_fault_tolerance_values_that_are_no_flag_value_are_refused(tmp_path: Path, values: dict[str, Any],
+                                                                   message: str) -> None:
+    with pytest.raises(RuntimeError, match=message):
+        chart.render(values={"faultTolerance": values}, tmp=tmp_path)
 
 
 def test_the_lease_role_grants_exactly_what_the_elector_uses() -> None:

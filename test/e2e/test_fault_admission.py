@@ -1,0 +1,146 @@
+"""Issue 28, item 5, through the real webhooks: fault tolerance annotations a tenant sets on its AppWrappers
+(`kubectl` with a TokenRequest token) are refused at create, and on an update that sets or changes them, with the
+annotation named; good ones are admitted. The controller runs with ``--grace-period-ceiling=2h``: the ceiling
+admission judges by is the flag's. The legacy group (``--legacy-api``) is judged the same.
+
+alice holds only AppWrapper rights (create, get, list, watch, delete, update, patch): what she cannot wrap is refused
+anyway, and the annotation is named all the same. bob may also create ConfigMaps, so the annotation is the only
+reason his AppWrapper is refused, and his good one is admitted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client as k8s
+import pytest
+import yaml
+
+from mcad.api import faulttolerance as ft
+from mcad.k8s import kube
+from test import escalations
+from test.e2e.conftest import LOGS, AppWrappers, Controller, running_controller
+from test.e2e.test_admission import account, kubectl, token_kubeconfig
+from test.support import REPO, wait_until
+
+CEILING = "2h"
+RIGHTS = [{"apiGroups": ["workload.codeflare.dev", "mcad.ibm.com"], "resources": ["appwrappers", "mcadappwrappers"],
+           "verbs": [*escalations.APPWRAPPER_RIGHTS[0]["verbs"], "update", "patch"]}]
+LEGACY_CRD = REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_mcadappwrappers.yaml"
+
+
+@pytest.fixture(scope="module")
+def legacy_crd(api: k8s.ApiClient) -> None:
+    ext = k8s.ApiextensionsV1Api(api)
+    body = yaml.safe_load(LEGACY_CRD.read_text())
+    ext.patch_custom_resource_definition(body["metadata"]["name"], body, field_manager="mcad-e2e", force=True,
+                                         _content_type="application/apply-patch+yaml")
+    wait_until(lambda: any(c.type == "Established" and c.status == "True" for c in
+                           ext.read_custom_resource_definition(body["metadata"]["name"]).status.conditions or []),
+               30, "the legacy CRD to be established")
+
+
+@pytest.fixture(scope="module")
+def controller(legacy_crd: None, controller_kubeconfig: str, crd: None) -> Iterator[Controller]:
+    with running_controller(controller_kubeconfig, LOGS / "test_fault_admission.log", "--legacy-api",
+                            "--grace-period-ceiling", CEILING) as ctl:
+        yield ctl
+
+
+class Tenants:
+    def __init__(self, kubeconfig: str, namespace: str, tmp: Path) -> None:
+        admin = kube.connect(kubeconfig)
+        self.namespace = namespace
+        account(admin, namespace, "alice", RIGHTS)
+        account(admin, namespace, "bob", [*RIGHTS, {"apiGroups": [""], "resources": ["configmaps"],
+                                                    "verbs": ["create"]}])
+        self.alice = token_kubeconfig(kubeconfig, admin, namespace, "alice", tmp / "alice")
+        self.bob = token_kubeconfig(kubeconfig, admin, namespace, "bob", tmp / "bob")
+
+
+@pytest.fixture
+def tenants(kubeconfig: str, aws: AppWrappers, controller: Controller, tmp_path: Path) -> Tenants:
+    made = Tenants(kubeconfig, aws.namespace, tmp_path)
+    wait_until(lambda: kubectl(made.bob, "auth", None, "can-i", "create", "configmaps").stdout.strip() == "yes", 30,
+               "bob's Role to count")
+    return made
+
+
+def wrapper(namespace: str, name: str, annotations: dict[str, str], group: str = "workload.codeflare.dev"
+            ) -> dict[str, Any]:
+    body = escalations.appwrapper(namespace, name, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                    "metadata": {"name": f"{name}-cm"}, "data": {"k": "v"}})
+    body["apiVersion"] = f"{group}/v1beta1"
+    body["metadata"]["annotations"] = annotations
+    return body
+
+
+REFUSED = [
+    pytest.param({ft.RETRY_LIMIT: "-1"}, f"annotation {ft.RETRY_LIMIT}: '-1' must be an integer in 0..1000",
+                 id="bad-retry-limit"),
+    pytest.param({ft.FAILURE_GRACE: "5 minutes"},
+                 f"annotation {ft.FAILURE_GRACE}: '5 minutes' not a duration (write it as Go does: 90s, 5m, 1h30m)",
+                 id="malformed-duration"),
+    pytest.param({ft.RETRY_PAUSE: "3h"},
+                 f"annotation {ft.RETRY_PAUSE}: '3h' exceeds the cluster's ceiling of {CEILING}", id="above-ceiling"),
+    pytest.param({ft.TERMINAL_EXIT_CODES: "1,300"},
+                 f"annotation {ft.TERMINAL_EXIT_CODES}: '1,300' holds '300', not an exit code: write a "
+                 f"comma-separated list of integers in 1..255", id="exit-code-out-of-range"),
+]
+
+
+@pytest.mark.parametrize(("annotations", "message"), REFUSED)
+def test_a_refused_annotation_is_refused_at_create_naming_it(
+        tenants: Tenants, aws: AppWrappers, annotations: dict[str, str], message: str) -> None:
+    for user, kubeconfig in (("bob", tenants.bob), ("alice", tenants.alice)):
+        proc = kubectl(kubeconfig, "create", wrapper(tenants.namespace, f"bad-{user}", annotations))
+        assert proc.returncode != 0, proc.stdout
+        assert "denied the request: " in proc.stderr and message in proc.stderr, proc.stderr
+        if user == "bob":  # he may create the ConfigMap: the annotation is the only reason
+            assert proc.stderr.rstrip().endswith(f"denied the request: {message}"), proc.stderr
+        with pytest.raises(k8s.ApiException, match="Not Found"):
+            aws.get(f"bad-{user}")
+
+
+def test_good_annotations_are_admitted_and_an_update_to_a_bad_value_is_refused(
+        tenants: Tenants, aws: AppWrappers) -> None:
+    good = {ft.ADMISSION_GRACE: "1m", ft.WARMUP_GRACE: "10m", ft.FAILURE_GRACE: "90s", ft.RETRY_PAUSE: CEILING,
+            ft.RETRY_LIMIT: "5", ft.FORCEFUL_DELETION_GRACE: "1h30m", ft.DELETION_ON_FAILURE_GRACE: "0",
+            ft.SUCCESS_TTL: "168h", ft.TERMINAL_EXIT_CODES: "1,2", ft.RETRYABLE_EXIT_CODES: "137, 143",
+            ft.DELETE_WHEN_FINISHED: "true"}
+    proc = kubectl(tenants.bob, "create", wrapper(tenants.namespace, "good", good))
+    assert proc.returncode == 0, proc.stderr
+    stored = aws.get("good")["metadata"]["annotations"]
+    assert {key: stored[key] for key in good} == good
+
+    def patch(values: dict[str, str]) -> Any:
+        return kubectl(tenants.bob, "patch", None, "appwrapper", "good", "--type", "merge",
+                       "-p", json.dumps({"metadata": {"annotations": values}}))
+
+    for values, message in (
+            ({ft.RETRY_LIMIT: "lots"}, f"annotation {ft.RETRY_LIMIT}: 'lots' must be an integer in 0..1000"),
+            ({ft.FAILURE_GRACE: "121m"}, f"annotation {ft.FAILURE_GRACE}: '121m' exceeds the cluster's ceiling of "
+                                         f"{CEILING}"),
+            ({ft.TERMINAL_EXIT_CODES: "1,137"}, f"annotation {ft.RETRYABLE_EXIT_CODES}: lists 137, also in "
+                                                f"terminalExitCodes")):
+        proc = patch(values)
+        assert proc.returncode != 0, proc.stdout
+        assert f"denied the request: {message}" in proc.stderr, proc.stderr
+    assert aws.get("good")["metadata"]["annotations"][ft.RETRY_LIMIT] == "5"
+    # An edit that leaves them alone, and one that sets a good value, go through.
+    proc = patch({"note": "edited", ft.RETRY_LIMIT: "0"})
+    assert proc.returncode == 0, proc.stderr
+    assert aws.get("good")["metadata"]["annotations"][ft.RETRY_LIMIT] == "0"
+
+
+def test_the_legacy_group_is_judged_the_same(tenants: Tenants, aws: AppWrappers) -> None:
+    proc = kubectl(tenants.bob, "create", wrapper(tenants.namespace, "old-bad", {ft.SUCCESS_TTL: "8d"},
+                                                  group="mcad.ibm.com"))
+    assert proc.returncode != 0, proc.stdout
+    assert f"denied the request: annotation {ft.SUCCESS_TTL}: '8d' not a duration" in proc.stderr, proc.stderr
+    proc = kubectl(tenants.bob, "create", wrapper(tenants.namespace, "old-good", {ft.SUCCESS_TTL: "8h"},
+                                                  group="mcad.ibm.com"))
+    assert proc.returncode == 0, proc.stderr
