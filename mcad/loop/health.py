@@ -338,6 +338,11 @@ class Health:
         key = aw.key
         current = self._decisions.status(aw)
         done = current.resetting_count
+        if counted and policy.retry_limit == 0:
+            # No retries asked for: it fails as it would without fault tolerance, with its cause's own reason (a
+            # wrapped Job's BackoffLimitExceeded, as upstream MCAD reports it).
+            self._fail(aw, policy, cause_reason or reason, f"{what}. retryLimit is 0: it is not reset.")
+            return
         if counted and done >= policy.retry_limit:
             self._fail(aw, policy, status.RETRY_LIMIT_REACHED,
                        f"{what}. Reset {done} time(s) already; retryLimit is {policy.retry_limit}.")

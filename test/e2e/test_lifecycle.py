@@ -103,7 +103,10 @@ def test_case_29_service_without_conditions_stays_running(controller: Controller
 def test_a_failed_job_fails_its_appwrapper_with_the_jobs_reason(controller: Controller, aws: AppWrappers,
                                                                 core: k8s.CoreV1Api) -> None:
     before = free_cpu_millis(core)
-    aws.create(appwrapper("broken", slow_job("broken", 1, "500m", start="0s", fail=True)))
+    # retryLimit 0: no reset (by default a failed Job resets its AppWrapper, up to 3 times: test_fault_tolerance).
+    broken = appwrapper("broken", slow_job("broken", 1, "500m", start="0s", fail=True))
+    broken["metadata"]["annotations"] = {"workload.codeflare.dev.appwrapper/retryLimit": "0"}
+    aws.create(broken)
     status = aws.wait_state("broken", "Failed", timeout=60)
     assert condition(status, "Failed")["reason"] == "BackoffLimitExceeded"
     assert status["message"].startswith("Job broken failed (BackoffLimitExceeded)")
