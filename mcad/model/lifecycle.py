@@ -2,12 +2,14 @@
 
 Contract:
 - ``watched_kinds(aw, jobs=...)``: the (apiVersion, kind) pairs whose objects decide ``aw``'s fate: the kinds of
-  items with a ``completionstatus``, and, with ``jobs``, batch/v1 Job (a wrapped Job that fails fails its
-  AppWrapper). The caller asks for Jobs once a pod of the AppWrapper has failed: a Job fails only after a pod of
-  it did, and watching every wrapped Job for a failure that rarely comes would cost the API server (and this
-  controller) an event stream as busy as the pods' for nothing.
+  items with a ``completionstatus``, and, with ``jobs``, the ``FAILING_KINDS`` (batch/v1 Job, Kubeflow's
+  PyTorchJob: one that fails is a failed component, ``mcad.loop.health``). The caller asks for them once a pod
+  of the AppWrapper has failed: a Job fails only after a pod of it did, and watching every wrapped Job for a
+  failure that rarely comes would cost the API server (and this controller) an event stream as busy as the pods'
+  for nothing.
 - ``evaluate(aw, lookup, active_pods)`` gives a ``Verdict``:
-  * ``FAILED`` when a wrapped Job (owned by this AppWrapper) has condition Failed=True; the reason is the Job's.
+  * ``FAILED`` when a wrapped Job or PyTorchJob (owned by this AppWrapper) has condition Failed=True; the reason
+    is its own.
   * ``COMPLETED`` when there is at least one item with ``completionstatus``, each such item's object exists
     (owned by this AppWrapper) and has a condition whose type is one of the item's comma-separated types (exact,
     case-insensitive) with status True, and no pod of the AppWrapper is still active (not Succeeded/Failed);
@@ -51,6 +53,9 @@ from mcad.api.validation import MAX_DISPATCH_LIMIT_SECONDS, MAX_REQUEUE_SECONDS
 from mcad.api.wrappedview import NotSynced, WrappedView
 
 JOB = ("batch/v1", "Job")
+# Kinds whose condition Failed=True fails the item (a reset or a failure: mcad.loop.health), watched once a pod of
+# the AppWrapper failed: a Job, and Kubeflow's PyTorchJob (the usual wrapper of a long training run).
+FAILING_KINDS = frozenset({JOB, ("kubeflow.org/v1", "PyTorchJob")})
 # Where a start time plus a wait would overflow datetime (status stamps near year 9999): never, in effect.
 FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
 # The longest delay a timer is set for; longer ones are re-armed when it fires.
@@ -88,7 +93,7 @@ def tracked_items(aw: AppWrapperView, *, jobs: bool = True) -> list[TrackedItem]
     for item in aw.items:
         if not (item.name and item.api_version and item.kind):
             continue
-        if item.completion or (jobs and (item.api_version, item.kind) == JOB):
+        if item.completion or (jobs and (item.api_version, item.kind) in FAILING_KINDS):
             out.append(TrackedItem(item.api_version, item.kind, item.name, item.completion))
     return out
 
@@ -115,10 +120,10 @@ def evaluate(aw: AppWrapperView, lookup: Lookup, active_pods: int, *, pods_pendi
         # An object left by an earlier AppWrapper of the same name is not ours.
         objects.append((item, found if found is not None and found.owner_uid == aw.uid else None))
     for item, view in objects:
-        if view is not None and (item.api_version, item.kind) == JOB and (failed := _true(view, "Failed")):
-            reason = failed[2] or "JobFailed"
+        if view is not None and (item.api_version, item.kind) in FAILING_KINDS and (failed := _true(view, "Failed")):
+            reason = failed[2] or f"{item.kind}Failed"
             detail = f": {failed[3]}" if failed[3] else ""
-            return Verdict(Outcome.FAILED, reason, f"Job {item.name} failed ({reason}){detail}")
+            return Verdict(Outcome.FAILED, reason, f"{item.kind} {item.name} failed ({reason}){detail}")
     if unknown:
         return Verdict(Outcome.UNKNOWN)
     completion = [(item, view) for item, view in objects if item.completion_types]
