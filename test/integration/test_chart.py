@@ -264,7 +264,9 @@ def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
     objects = chart.render()
     rules = named(objects, "ClusterRole", chart.RELEASE)["rules"]
     assert rules[:BASE_RULES] == [
-        {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"], "verbs": ["get", "list", "watch"]},
+        # delete: delete-when-finished (fault tolerance) deletes the AppWrapper once its objects are deleted on time.
+        {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"],
+         "verbs": ["get", "list", "watch", "delete"]},
         {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers/status"], "verbs": ["get", "patch"]},
         # Quota trees are read, never written, except the status that shows what each node uses.
         {"apiGroups": ["quota.codeflare.dev"], "resources": ["quotasubtrees"], "verbs": ["get", "list", "watch"]},
@@ -276,8 +278,11 @@ def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
     assert rules[BASE_RULES:BASE_RULES + 2] == WEBHOOK_RULES
-    # Watched for completion: the kinds that report it, and nothing of the core group (pods are watched above).
+    # Watched (label-selected) for completion, failure and missing objects: the kinds that report completion, and
+    # the core kinds an AppWrapper usually wraps, never Secrets.
     assert rules[BASE_RULES + 2:] == [
+        {"apiGroups": [""], "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
+         "verbs": ["list", "watch"]},
         {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "replicasets"],
          "verbs": ["list", "watch"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch"]},
@@ -416,7 +421,8 @@ def test_the_legacy_api_is_off_by_default_and_complete_when_on() -> None:
     assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
     assert crd == expected
     rules = named(objects, "ClusterRole", chart.RELEASE)["rules"]
-    assert {"apiGroups": ["mcad.ibm.com"], "resources": ["mcadappwrappers"], "verbs": ["get", "list", "watch"]} in rules
+    assert {"apiGroups": ["mcad.ibm.com"], "resources": ["mcadappwrappers"],
+            "verbs": ["get", "list", "watch", "delete"]} in rules
     assert {"apiGroups": ["mcad.ibm.com"], "resources": ["mcadappwrappers/status"], "verbs": ["get", "patch"]} in rules
     args = by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--legacy-api" in args
