@@ -8,7 +8,8 @@ Contract:
   lastTransitionMicroTime), ``target_cluster`` (targetClusterName), ``backoff`` (the reason of the last Backoff
   condition, "" when there is none; a Backoff condition is only ever written with a reason), ``resetting_since``
   (the Resetting condition's lastTransitionMicroTime while it is True: a retry pause; "unknown" without a stamp)
-  and ``resetting_count`` (resettingCount).
+  ``resetting_count`` (resettingCount), ``unhealthy`` (the Unhealthy condition's reason while True) and
+  ``at_risk`` (AtRisk is True): what the health watch reads on every event without unpacking the status.
 - ``raw()`` returns the whole status as a new dict, what the status builders (``mcad.model.status``) start from. It is
   kept as canonical JSON, deflated with a preset dictionary of the status vocabulary (keys, condition types,
   reasons, upstream's messages): a queued AppWrapper's status, about 1.3 KB of JSON and 4.4 KB as Python dicts,
@@ -27,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-_DISPATCHED, _BACKOFF, _RESETTING = "Dispatched", "Backoff", "Resetting"
+_DISPATCHED, _BACKOFF, _RESETTING, _UNHEALTHY, _AT_RISK = "Dispatched", "Backoff", "Resetting", "Unhealthy", "AtRisk"
 _STAMP = "2026-01-01T00:00:00.000000Z"
 # What most statuses are made of, as a preset dictionary for deflate: only the compression ratio depends on it
 # (packed bytes never leave this process), so it holds the vocabulary of mcad.model.status, not real values.
@@ -80,6 +81,8 @@ class StatusView:
     # When its current retry pause began (the Resetting condition's transition, while True), "" when not resetting.
     resetting_since: str = ""
     resetting_count: int = 0  # resettingCount: resets counted against its retryLimit
+    unhealthy: str = ""  # the reason of its Unhealthy condition while True, else ""
+    at_risk: bool = False  # its AtRisk condition is True
     packed: bytes = b""
 
     @staticmethod
@@ -111,6 +114,11 @@ def _latest(conditions: Any, type_: str) -> Mapping[str, Any]:
     return {}
 
 
+def _true_reason(conditions: Any, type_: str) -> str:
+    current = _latest(conditions, type_)
+    return sys.intern(_str(current.get("reason")) or "Unknown") if current.get("status") == "True" else ""
+
+
 def _resetting_since(conditions: Any) -> str:
     current = _latest(conditions, _RESETTING)
     if current.get("status") != "True":
@@ -139,5 +147,7 @@ def status_view(raw: Mapping[str, Any] | None) -> StatusView:
         backoff=sys.intern(_str(_latest(conditions, _BACKOFF).get("reason"))),
         resetting_since=_resetting_since(conditions),
         resetting_count=max(_int(raw.get("resettingCount")), 0),
+        unhealthy=_true_reason(conditions, _UNHEALTHY),
+        at_risk=_latest(conditions, _AT_RISK).get("status") == "True",
         packed=_pack(text.encode("ascii")),  # json.dumps escapes non-ASCII text
     )

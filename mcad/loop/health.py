@@ -180,11 +180,11 @@ class Health:
                         f"which no pod of theirs may run on", counted=False)
             return
         now = self._clock.now()
-        raw = current.raw()
         cause = self._graced_cause(aw, pods, policy, now)
         if cause is not None:
             reason, what = cause
-            since = status.unhealthy_since(raw, reason)
+            raw = current.raw()
+            since = status.unhealthy_since(raw, reason) if current.unhealthy == reason else None
             if since is None:
                 message = f"{what}; reset in {format_duration(policy.failure_grace)} unless it recovers."
                 self._decisions.decide(aw, status.unhealthy(raw, now, reason=reason, message=message))
@@ -197,12 +197,11 @@ class Health:
                 return
             self._reset(aw, policy, reason, what, counted=True)
             return
-        latest = status.latest(raw.get("conditions"), status.UNHEALTHY)
-        if latest is not None and latest.get("status") == "True" and latest.get("reason") in GRACED:
-            self._decisions.decide(aw, status.healthy(raw, now))
+        if current.unhealthy in GRACED:
+            self._decisions.decide(aw, status.healthy(current.raw(), now))
         if self._start_up(aw, pods, policy, now):
             return
-        self._report_nodes(aw, raw, pods, now)
+        self._report_nodes(aw, pods, now)
 
     def failed_component(self, aw: AppWrapperView, reason: str, message: str) -> None:
         """A wrapped Job reports Failed: reset, or Failed when retries (or an exit code) say so."""
@@ -286,8 +285,7 @@ class Health:
         self._after(key, next_check - age)
         return False
 
-    def _report_nodes(self, aw: AppWrapperView, raw: dict[str, object], pods: Sequence[PodView],
-                      now: datetime) -> None:
+    def _report_nodes(self, aw: AppWrapperView, pods: Sequence[PodView], now: datetime) -> None:
         cordoned, not_ready = set(), set()
         for pod in pods:
             if pod.terminal or not pod.node_name:
@@ -306,7 +304,11 @@ class Health:
         if cordoned:
             reason = reason or "NodeCordoned"
             parts.append(f"node(s) {_names(sorted(cordoned))} cordoned")
+        current = self._decisions.status(aw)
+        if not reason and not current.at_risk:
+            return  # the usual case: nothing to say, and the status is not unpacked
         message = ("Its running pods are on " + " and ".join(parts) + ".") if parts else "Its nodes are fine again."
+        raw = current.raw()
         new = status.at_risk(raw, now, reason=reason, message=message)
         if new != raw:
             self._decisions.decide(aw, new)
