@@ -248,9 +248,11 @@ def test_restarting_the_controller_mid_run_is_no_failure(controller: Controller,
 # ---------------------------------------------------------------------------------------------- (e) cleanup
 
 
-def last_seen_then_gone(aws: AppWrappers, api_version: str, kind: str, name: str, timeout: float) -> float:
-    """Poll until the object is gone; return the (wall clock) time it was last seen."""
-    seen = time.time()
+def last_seen_then_gone(aws: AppWrappers, api_version: str, kind: str, name: str, since: float,
+                        timeout: float) -> float:
+    """Poll until the object is gone; return the (wall clock) time it was last seen, ``since`` if never (deleted
+    before the first look)."""
+    seen = since
 
     def gone() -> bool:
         nonlocal seen
@@ -282,7 +284,7 @@ def test_success_ttl_deletes_a_completed_appwrappers_objects_on_time(controller:
     aws.create(annotated(appwrapper("ttl", job_item("ttl", 1, "10m", completionstatus="Complete")), annotations))
     completed = aws.wait_state("ttl", "Completed", timeout=60)
     at = stamp(condition(completed, "Completed")["lastTransitionMicroTime"]).timestamp()  # type: ignore[index]
-    seen = last_seen_then_gone(aws, "batch/v1", "Job", "ttl", 40)
+    seen = last_seen_then_gone(aws, "batch/v1", "Job", "ttl", at, 40)
     assert seen - at >= 2.0, f"the Job went {seen - at:.1f} s after completion, before its 4 s TTL"
     wait_until(lambda: not aws.pods("ttl"), 30, "its pods to go")
     if delete_itself:
@@ -299,7 +301,7 @@ def test_deletion_on_failure_grace_keeps_a_failed_ones_objects_for_the_period(co
                          {DELETION_ON_FAILURE_GRACE: "5s"}))
     failed = aws.wait_state("broken", "Failed", timeout=60)
     at = stamp(condition(failed, "Failed")["lastTransitionMicroTime"]).timestamp()  # type: ignore[index]
-    seen = last_seen_then_gone(aws, "batch/v1", "Job", "broken", 40)
+    seen = last_seen_then_gone(aws, "batch/v1", "Job", "broken", at, 40)
     assert seen - at >= 3.0, f"the Job went {seen - at:.1f} s after the failure, before its 5 s grace"
     assert aws.status("broken")["state"] == "Failed"
 
