@@ -20,7 +20,8 @@ Contract (``python3 hack/localcluster.py --help``; standard library only, so it 
 
 Nodes: kwok manages every Node annotated ``kwok.x-k8s.io/node: fake``, so a test adds capacity by creating
 such a Node (status.capacity/allocatable set at creation are kept). Pods bound to those nodes become Running;
-pods owned by a Job succeed after 1 s or the pod annotation ``pod-complete.stage.kwok.x-k8s.io/delay``;
+pods owned by a Job succeed after 1 s or the pod annotation ``pod-complete.stage.kwok.x-k8s.io/delay``; a
+pod annotated ``mcad.test/exit-code`` fails with that exit code after ``mcad.test/fail-after`` (default 1 s);
 deleted pods go away (hack/kwok-stages.yaml). The controller-manager runs every default controller, the
 garbage collector included, so ownerReference cascades work.
 

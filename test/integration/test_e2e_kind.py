@@ -8,7 +8,7 @@ relies on:
 - the kwok Stage objects (hack/kwok-stages.yaml), applied with strict field validation to the CRDs of the pinned
   kwok (from the Go module cache), drive a kwok started with the configuration kwok's release manifest ships
   (``kustomize/kwok/kwok.yaml`` of that module, which the release's ConfigMap is built from): nodes become Ready,
-  Job pods run and succeed or fail, deleted pods go;
+  Job pods run and succeed or fail, a pod annotated with an exit code fails with it, deleted pods go;
 - the fake nodes (hack/kind/fake_nodes.py) are the local control plane's and keep their capacity when applied;
 - the DaemonSet patch keeps system pods off fake nodes; the kwok-controller patch and the chart values put their
   pods on the real node even once it is cordoned, and the cordoned node is not counted as capacity.
@@ -304,6 +304,7 @@ def test_stage_objects_drive_a_kwok_configured_like_the_release(
 
         batch.create_namespaced_job(namespace, job("ok", {"pod-complete.stage.kwok.x-k8s.io/delay": "5s"}))
         batch.create_namespaced_job(namespace, job("bad", {"pod-fail.stage.kwok.x-k8s.io": "true"}))
+        batch.create_namespaced_job(namespace, job("oom", {"mcad.test/exit-code": "137", "mcad.test/fail-after": "2s"}))
 
         def phase(job_name: str) -> str | None:
             pods = core.list_namespaced_pod(namespace, label_selector=f"job-name={job_name}").items
@@ -319,6 +320,9 @@ def test_stage_objects_drive_a_kwok_configured_like_the_release(
         assert pod.status.pod_ip and pod.spec.node_name == name
         wait_until(lambda: phase("ok") == "Succeeded", 60, "the Job pod Succeeded (job-pod-succeed Stage)")
         wait_until(lambda: phase("bad") == "Failed", 60, "the annotated Job pod Failed (job-pod-fail Stage)")
+        wait_until(lambda: phase("oom") == "Failed", 60, "the Job pod with an exit code Failed (pod-exit Stage)")
+        oom = core.list_namespaced_pod(namespace, label_selector="job-name=oom").items[0]
+        assert oom.status.container_statuses[0].state.terminated.exit_code == 137
 
         core.delete_namespaced_pod(pod.metadata.name, namespace)
         wait_until(lambda: not core.list_namespaced_pod(namespace, label_selector="job-name=ok").items, 60,

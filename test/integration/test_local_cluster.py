@@ -149,3 +149,80 @@ def test_deleting_an_owner_deletes_its_dependents(namespace: str, core: k8s.Core
         return "dependent" not in names
 
     wait_until(dependent_gone, 60, "the garbage collector to delete the dependent")
+
+
+# hack/kwok-stages.yaml's pod-exit stage: the test knob that fails a Running pod with a chosen exit code.
+EXIT_CODE, FAIL_AFTER = "mcad.test/exit-code", "mcad.test/fail-after"
+
+
+def terminated(pod: Any) -> Any:
+    """The terminated state of the pod's only container, or None."""
+    statuses = pod.status.container_statuses or []
+    return statuses[0].state.terminated if statuses and statuses[0].state else None
+
+
+def condition_status(pod: Any, type_: str) -> str | None:
+    return next((c.status for c in pod.status.conditions or [] if c.type == type_), None)
+
+
+def test_a_pod_with_an_exit_code_fails_with_it_after_its_delay(namespace: str, core: k8s.CoreV1Api) -> None:
+    pod = pod_template({"app": "oom"}, {EXIT_CODE: "137", FAIL_AFTER: "4s"}, restart="Never")
+    pod["metadata"]["name"] = "oom"
+    core.create_namespaced_pod(namespace, pod)
+    running = wait_until(lambda: (p := core.read_namespaced_pod("oom", namespace)).status.phase == "Running" and p,
+                         60, "the pod Running")
+    assert terminated(running) is None
+    failed = wait_until(lambda: (p := core.read_namespaced_pod("oom", namespace)).status.phase == "Failed" and p,
+                        60, "the pod Failed")
+    state = terminated(failed)
+    assert state is not None and state.exit_code == 137 and state.reason == "OOMKilled"
+    assert condition_status(failed, "Ready") == condition_status(failed, "ContainersReady") == "False"
+    # 1 s resolution; the default is 1 s, so >= 3 s proves the annotation was honoured.
+    assert (state.finished_at - failed.status.start_time).total_seconds() >= 3
+    assert failed.status.pod_ip == running.status.pod_ip, "the pod keeps what the running stage gave it"
+
+
+def test_a_deployment_pod_with_an_exit_code_fails_and_is_replaced(namespace: str, apps: k8s.AppsV1Api,
+                                                                  core: k8s.CoreV1Api) -> None:
+    labels = {"app": "crashy"}
+    apps.create_namespaced_deployment(namespace, {
+        "metadata": {"name": "crashy"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": pod_template(labels, {EXIT_CODE: "2", FAIL_AFTER: "1s"})}})
+
+    def failed_pods() -> list[Any]:
+        pods = core.list_namespaced_pod(namespace, label_selector="app=crashy").items
+        return [p for p in pods if p.status.phase == "Failed"]
+
+    # Every replacement carries the annotation too: the ReplicaSet keeps replacing failed pods.
+    pods = wait_until(lambda: len(found := failed_pods()) >= 2 and found, 60, "two failed pods of the Deployment")
+    for pod in pods:
+        state = terminated(pod)
+        assert state is not None and state.exit_code == 2 and state.reason == "Error"
+
+
+def test_job_pods_succeed_fail_or_exit_as_their_annotations_say(namespace: str, batch: k8s.BatchV1Api,
+                                                                core: k8s.CoreV1Api) -> None:
+    jobs: dict[str, dict[str, str]] = {
+        "plain": {}, "pod-fail": {"pod-fail.stage.kwok.x-k8s.io": "true"},
+        # Longer than job-pod-succeed's 1 s: a job stage that took such a pod would end it first.
+        "exit-code": {EXIT_CODE: "3", FAIL_AFTER: "3s"}}
+    # kwok picks at random among the stages that match a pod: with 4 pods a Job stage that still took pods with an
+    # exit code would show in all but 1 run in 16 (their pods succeed or exit 1).
+    pods = 4
+    for name, marks in jobs.items():
+        batch.create_namespaced_job(namespace, {"metadata": {"name": name}, "spec": {
+            "parallelism": pods, "completions": pods, "backoffLimit": 2 * pods,
+            "template": pod_template({"job": name}, marks, restart="Never")}})
+
+    def finished(name: str) -> list[Any] | None:
+        found = [p for p in core.list_namespaced_pod(namespace, label_selector=f"job={name}").items
+                 if p.status.phase in ("Succeeded", "Failed")]
+        return found if len(found) >= pods else None
+
+    expected = {"plain": ("Succeeded", 0, "Completed"), "pod-fail": ("Failed", 1, "Error"),
+                "exit-code": ("Failed", 3, "Error")}
+    for name in jobs:
+        for pod in wait_until(lambda name=name: finished(name), 60, f"{pods} pods of Job {name} to finish"):
+            state = terminated(pod)
+            assert (pod.status.phase, state.exit_code, state.reason) == expected[name], pod.metadata.name
