@@ -79,6 +79,7 @@ from mcad.model import quota, tenancy
 from mcad.model.accounting import Accountant
 from mcad.model.fit import SingleCluster, Targets
 from mcad.model.keys import RECOVERED, AppWrapperEvent, Key
+from mcad.model.nodehealth import NodeHealth
 from mcad.model.preemption import EvictionBudget, Preemptors
 from mcad.model.reservations import DEFAULT_RESERVATIONS, Reservations
 from mcad.model.retry import Backoff, Policy, RetryTimes
@@ -104,10 +105,12 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
          preemption_backoff: float = DEFAULT_PREEMPTION_BACKOFF_SECONDS,
          max_evictions_per_minute: int = DEFAULT_MAX_EVICTIONS_PER_MINUTE,
          protected_namespaces: frozenset[str] = frozenset(), reservations: int = DEFAULT_RESERVATIONS,
-         placement: str = "binding", fault_defaults: FaultDefaults = DEFAULTS) -> Dispatcher:
+         placement: str = "binding", fault_defaults: FaultDefaults = DEFAULTS,
+         node_health: NodeHealth | None = None) -> Dispatcher:
     """The dispatcher loop over these stores, with every owner built and connected (see the module docstring).
     ``hub``: objects go into worker clusters (``mcad.hub``); ``wrapped``: completion of wrapped objects is
-    watched (None in tests of other parts); ``write_workers=0`` runs writes inline (tests)."""
+    watched (None in tests of other parts); ``write_workers=0`` runs writes inline (tests). ``node_health``: the
+    rules that keep pods off sick nodes (None: Autopilot's, ``mcad.model.nodehealth.DEFAULT_RULES``)."""
     if fit not in FIT_MODES:
         raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
     if placement not in PLACEMENT_MODES:
@@ -121,7 +124,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     binding = placement == "binding" and fit == "nodes"  # pods pinned to their plan's nodes (mcad.loop.pinning)
     by_nodes = fit == "nodes"
     # Quota trees: None when not served (no QuotaSubtree CRD, or --no-quota); then nothing is charged.
-    accountant = Accountant(quota_trees=quota_subtrees is not None)
+    accountant = Accountant(quota_trees=quota_subtrees is not None, node_health=node_health)
     writes = Writes(queue, workers=write_workers)
     decisions = Decisions(StatusSync(writer, writes, queue, Backoff(clock, STATUS_RETRY), clock), recorder, metrics,
                           clock)
@@ -190,7 +193,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
           default_max_priority: int = tenancy.DEFAULT_MAX_PRIORITY,
           protected_namespaces: frozenset[str] = frozenset(),
           reservations: int = DEFAULT_RESERVATIONS,
-          placement: str = "binding") -> tuple[Dispatcher, list[Informer[Any]]]:
+          placement: str = "binding",
+          node_health: NodeHealth | None = None) -> tuple[Dispatcher, list[Informer[Any]]]:
     """The dispatcher and the informers to start for it (see the module docstring). ``default_max_priority`` is
     the ceiling where a namespace sets none. Informers over wrapped kinds start when an AppWrapper needs them
     (``mcad.k8s.wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the hub's own cluster runs
@@ -237,7 +241,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                                 strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption, fit=fit,
                                 recorder=recorder, quota_subtrees=subtrees, hub=hub, victim_timeout=victim_timeout,
                                 protected_namespaces=protected_namespaces, reservations=reservations,
-                                **(preemption_bounds or {}))
+                                node_health=node_health, **(preemption_bounds or {}))
     else:
         nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
                          transform=node_view, peers=peers)
@@ -250,7 +254,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                                 strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
                                 preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees,
                                 victim_timeout=victim_timeout, protected_namespaces=protected_namespaces,
-                                reservations=reservations, placement=placement, **(preemption_bounds or {}))
+                                reservations=reservations, placement=placement, node_health=node_health,
+                                **(preemption_bounds or {}))
         informers += [nodes, pods]
     if subtrees is not None:
         informers.append(subtrees)
