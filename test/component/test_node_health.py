@@ -13,6 +13,7 @@ import pytest
 from mcad.hub.placement import Policy
 from mcad.k8s import events
 from mcad.model.nodehealth import AUTOPILOT_LABEL, GPU, NO_RULES
+from mcad.serve.debug import Reports
 from test.component.harness import last_status, node
 from test.component.test_hub_placement import gang, hub_harness  # noqa: F401
 from test.component.test_placement_sim import Sim, job_aw, pinned_node, sim_factory  # noqa: F401
@@ -60,6 +61,11 @@ def test_gpu_pods_are_never_pinned_to_a_sick_node_cpu_pods_are(sim_factory: Any,
     assert where(sim, "train") == ["n2", "n2"]
     assert "n0" in where(sim, "web")
     sim.check()
+    # /debug/ledger (mcadctl ledger --nodes, the dashboard) says what the rules say of each node.
+    ledger = {n["name"]: n for n in Reports(sim.h.dispatcher, lambda: {}).ledger()["nodes"]}
+    effect = "NoSchedule" if health == "TESTING" else "NoExecute"
+    assert ledger["n0"]["health"] == [{"resource": GPU, "label": AUTOPILOT_LABEL, "value": health, "effect": effect}]
+    assert ledger["n2"]["health"] == []
     # One more GPU pod fits nowhere: the AppWrapper waits, and says which node's label keeps it off.
     sim.add(gpu_job("more", 1))
     sim.settle()

@@ -220,3 +220,19 @@ def test_without_rules_no_node_is_marked() -> None:
     assert acc.evicts("gpu-1", ONE_GPU) is None
     snapshot = acc.snapshot(by_nodes=True)
     assert pack([gpu_pods(4)], snapshot.nodes, snapshot.room or {}).fits
+
+
+# -- what operators see ------------------------------------------------------------------------------------------
+
+
+def test_the_ledger_report_and_mcadctl_show_each_nodes_health() -> None:
+    from mcad.cli.render import node_status
+    acc = Accountant()
+    acc.observe_node(labelled("gpu-1", "TESTING"))
+    marked = acc.ledger.node("gpu-1")
+    assert marked is not None
+    doc = {"ready": True, "schedulable": True,
+           "health": [{"resource": m.resource, "label": m.label, "value": m.value, "effect": m.effect.value}
+                      for m in marked.health]}
+    assert node_status(doc) == f"Ready,{AUTOPILOT_LABEL}=TESTING"
+    assert node_status({"ready": True, "schedulable": False}) == "Ready,SchedulingDisabled"
