@@ -26,8 +26,7 @@ Contract:
 
 Cost: identical pods are placed in bulk (as many on a node as its tightest resource allows, which is exactly
 where placing them one by one would put them), so ``pack`` does O(groups x nodes) eligibility and room checks,
-plus sorting the nodes, however many pods the groups hold; when some node carries health marks, each group's node
-order is partitioned once more (O(nodes)), and a cluster with no marked node pays one pass over the nodes. It runs
+plus sorting the nodes, however many pods the groups hold; a node without health marks costs one test more. It runs
 in the dispatcher's loop over 1,000 nodes.
 """
 
@@ -69,25 +68,33 @@ def pack(groups: Iterable[PodGroup], nodes: Iterable[NodeView], free: Mapping[st
     # Room left on the nodes pods have been placed on so far; the others still have what the caller gave.
     left: dict[str, ResourceVector] = {}
     placement: list[tuple[str, ResourceVector, int]] = []
-    marked = any(node.health for node in ordered_nodes)
     for group in sorted(groups, key=_size, reverse=True):  # sort is stable with reverse: ties keep their order
         remaining = group.count
         if remaining <= 0:
             continue
         needs = _needs(group.requests)
         eligible = _Eligibility(group)
-        for node in _prefer_healthy(ordered_nodes, group.requests) if marked else ordered_nodes:
-            if not eligible(node):
-                continue
-            room = left.get(node.name)
-            if room is None:
-                room = free.get(node.name, node.allocatable)
-            placed = _how_many_fit(needs, room, remaining)
-            if placed == 0:
-                continue
-            left[node.name] = room - group.requests.scale(placed)
-            placement.append((node.name, group.requests, placed))
-            remaining -= placed
+        # Nodes a PreferNoSchedule verdict asks the group's pods to avoid are set aside as they are met and tried
+        # after all the others: no pass over the nodes up front, and nothing more for a node without marks.
+        avoided: list[NodeView] = []
+        for candidates in (ordered_nodes, avoided):
+            for node in candidates:
+                if node.health and candidates is not avoided and eligible.prefers_not(node):
+                    avoided.append(node)
+                    continue
+                if not eligible(node):
+                    continue
+                room = left.get(node.name)
+                if room is None:
+                    room = free.get(node.name, node.allocatable)
+                placed = _how_many_fit(needs, room, remaining)
+                if placed == 0:
+                    continue
+                left[node.name] = room - group.requests.scale(placed)
+                placement.append((node.name, group.requests, placed))
+                remaining -= placed
+                if remaining == 0:
+                    break
             if remaining == 0:
                 break
         if remaining:
@@ -104,16 +111,6 @@ def eligible(group: PodGroup, node: NodeView) -> bool:
 def health_verdict(node: NodeView, requests: ResourceVector) -> Verdict | None:
     """What the node's health marks say of a pod of ``requests`` (None: it is healthy for it)."""
     return verdict_for(node.health, requests) if node.health else None
-
-
-def _prefer_healthy(nodes: Sequence[NodeView], requests: ResourceVector) -> list[NodeView]:
-    """``nodes`` in their order, those a PreferNoSchedule verdict asks the pods to avoid moved last."""
-    preferred: list[NodeView] = []
-    avoided: list[NodeView] = []
-    for node in nodes:
-        verdict = health_verdict(node, requests)
-        (avoided if verdict is not None and verdict.effect is Effect.PREFER_NOT else preferred).append(node)
-    return preferred + avoided if avoided else preferred
 
 
 def _size(group: PodGroup) -> tuple[int, int, int, tuple[tuple[str, int], ...]]:
@@ -180,6 +177,11 @@ class _Eligibility:
         if node.health and self.sickness(node) is not None:
             return "nodes:health"
         return None
+
+    def prefers_not(self, node: NodeView) -> bool:
+        """Whether a PreferNoSchedule verdict asks the group's pods to avoid ``node`` (used when nothing else fits)."""
+        verdict = health_verdict(node, self._requests)
+        return verdict is not None and verdict.effect is Effect.PREFER_NOT
 
     def sickness(self, node: NodeView) -> Verdict | None:
         """The health verdict that keeps the group's pods off ``node`` (NoSchedule, NoExecute), None if none does."""
