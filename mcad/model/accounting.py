@@ -24,7 +24,8 @@ Contract (DESIGN.md, "Free capacity"; the equivalent of Kueue's cache):
   its nodes (``mcad.model.placement``, pinning, reservations, preemption, explain) reads the marks and no decision
   needs the rules. A label change is a placement fact like any other (``observe_node`` says fit may differ).
   ``node_verdict(node, requests)`` says what they say of a pod of ``requests`` there; ``evicts(node, requests)``
-  only when it is NoExecute (what the loop's health watch resets an AppWrapper for).
+  only when it is NoExecute (what the loop's health watch resets an AppWrapper for); ``evicted_pods(key)`` lists
+  an AppWrapper's bound, unfinished pods on such nodes, with the verdict.
 - Pure: no I/O, no threads; the dispatcher thread owns it.
 """
 
@@ -150,6 +151,19 @@ class Accountant:
         pod must not run there (its AppWrapper is reset onto other nodes, retry not counted)."""
         verdict = self.node_verdict(name, requests)
         return verdict if verdict is not None and verdict.effect is Effect.NO_EXECUTE else None
+
+    def evicted_pods(self, key: str) -> list[tuple[PodView, Verdict]]:
+        """Its pods bound to a node whose NoExecute verdict applies to them and not ended, with that verdict (in
+        no particular order): what the loop's health watch resets the AppWrapper for. O(its pods)."""
+        out = []
+        for uid in self._pods_by_appwrapper.get(key, {}):
+            pod = self.ledger.pod(uid)
+            if pod is None or not pod.node_name or pod.terminal:
+                continue
+            verdict = self.evicts(pod.node_name, pod.requests)
+            if verdict is not None:
+                out.append((pod, verdict))
+        return out
 
     # -- pods -----------------------------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import pytest
 
 from mcad.api.podgroups import PodGroup
 from mcad.api.resources import ResourceVector
-from mcad.api.views import NodeView
+from mcad.api.views import NodeView, PodView, pod_view
 from mcad.cli.controller import node_health_from_flags
 from mcad.model import placement
 from mcad.model.accounting import Accountant
@@ -25,7 +25,7 @@ from mcad.model.nodehealth import (
     verdict_for,
 )
 from mcad.model.placement import pack
-from test.unit.nodes_and_pods import GI, node_view, raw_node
+from test.unit.nodes_and_pods import GI, node_view, raw_node, raw_pod
 
 ONE_GPU = ResourceVector({"cpu": 1000, "memory": GI, GPU: 1})
 CPU_ONLY = ResourceVector({"cpu": 1000, "memory": GI})
@@ -212,6 +212,26 @@ def test_the_accountant_marks_its_nodes_and_a_label_change_matters() -> None:
     snapshot = acc.snapshot(by_nodes=True)
     assert pack([gpu_pods(1)], snapshot.nodes, snapshot.room or {}).fits
     assert acc.node_verdict("unknown", ONE_GPU) is None
+
+
+def test_the_pods_of_an_appwrapper_on_no_execute_nodes_are_listed_with_why() -> None:
+    acc = Accountant()
+    for name, value in (("gpu-1", "EVICT"), ("gpu-2", "TESTING"), ("gpu-3", None)):
+        acc.observe_node(labelled(name, value))
+
+    def gpu_pod(uid: str, node: str, phase: str = "Running", gpus: str = "1") -> PodView:
+        raw = raw_pod(uid, node_name=node, phase=phase, aw="a")
+        raw["spec"]["containers"][0]["resources"]["requests"][GPU] = gpus
+        return pod_view(raw)
+
+    for view in (gpu_pod("on-evict", "gpu-1"), gpu_pod("on-testing", "gpu-2"), gpu_pod("healthy", "gpu-3"),
+                 gpu_pod("done", "gpu-1", phase="Failed"), gpu_pod("cpu-only", "gpu-1", gpus="0")):
+        acc.observe_pod(view)
+    acc.observe_pod(pod_view(raw_pod("unbound", aw="a")))
+    evicted = acc.evicted_pods("ns/a")
+    assert [(p.name, v.describe()) for p, v in evicted] == [
+        ("pod-on-evict", f"labelled {AUTOPILOT_LABEL}=EVICT (no {GPU} pods)")]
+    assert acc.evicted_pods("ns/other") == []
 
 
 def test_without_rules_no_node_is_marked() -> None:
