@@ -148,10 +148,10 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
                    "this goes only after a minute with no eviction. 0: no bound.")
 @click.option("--fit", type=click.Choice(FIT_MODES), default="nodes",
               help="nodes: dispatch only if every pod of the AppWrapper can be placed on some node's free room "
-                   "(first-fit decreasing, honouring cordons, NoSchedule/NoExecute taints, nodeSelector and "
-                   "required node affinity), so a gang never starts half-placed. aggregate: compare the total "
-                   "demand with the cluster's total free capacity, as upstream MCAD did (8 GPUs free as 8 x 1 "
-                   "admit one 8-GPU pod that then stays Pending).")
+                   "(first-fit decreasing, honouring cordons, NoSchedule/NoExecute taints, node-health labels, "
+                   "nodeSelector and required node affinity), so a gang never starts half-placed. aggregate: "
+                   "compare the total demand with the cluster's total free capacity, as upstream MCAD did (8 GPUs "
+                   "free as 8 x 1 admit one 8-GPU pod that then stays Pending).")
 @click.option("--placement", type=click.Choice(PLACEMENT_MODES), default="binding",
               help="binding: the pods of a dispatched AppWrapper are created behind a scheduling gate, and mcad "
                    "ungates each one pinned (required node affinity on the node's name) to the node its plan chose, "
