@@ -256,3 +256,17 @@ def test_the_ledger_report_and_mcadctl_show_each_nodes_health() -> None:
                       for m in marked.health]}
     assert node_status(doc) == f"Ready,{AUTOPILOT_LABEL}=TESTING"
     assert node_status({"ready": True, "schedulable": False}) == "Ready,SchedulingDisabled"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--node-health-rule", "nvidia.com/gpu:autopilot.ibm.com/gpuhealth=EVICT"], "RESOURCE:LABEL=VALUE:EFFECT"),
+    (["--node-health-rule", "nvidia.com/gpu:a=b:Drain"], "the effect must be one of"),
+    (["--no-node-health-rules", "--node-health-rule", "nvidia.com/gpu:a=b:NoSchedule"], "contradict"),
+])
+def test_the_controller_refuses_bad_rules_before_connecting(args: list[str], message: str) -> None:
+    from click.testing import CliRunner
+
+    from mcad.cli import controller
+    result = CliRunner().invoke(controller.main, ["--kubeconfig", "/nonexistent/kubeconfig", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
