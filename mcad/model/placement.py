@@ -22,7 +22,8 @@ Contract:
   ``"nodes:health"``, ``"nodes:none"``) without amounts or counts, so a caller can keep a status message whose
   ``about`` is unchanged instead of rewriting it on every change of amounts. Sick nodes are named with the label
   that keeps the pods off ("node gpu-3 is labelled autopilot.ibm.com/gpuhealth=TESTING (no nvidia.com/gpu pods)").
-- ``health_verdict(node, requests)``: what the node's health marks say of a pod of ``requests`` (None: healthy).
+- ``health_verdict(node, requests)``: what the node's health marks say of a pod of ``requests`` (None: healthy);
+  ``prefers_not(node, requests)``: whether that is PreferNoSchedule.
 
 Cost: identical pods are placed in bulk (as many on a node as its tightest resource allows, which is exactly
 where placing them one by one would put them), so ``pack`` does O(groups x nodes) eligibility and room checks,
@@ -113,6 +114,12 @@ def health_verdict(node: NodeView, requests: ResourceVector) -> Verdict | None:
     return verdict_for(node.health, requests) if node.health else None
 
 
+def prefers_not(node: NodeView, requests: ResourceVector) -> bool:
+    """Whether a PreferNoSchedule health verdict asks pods of ``requests`` to avoid ``node``."""
+    verdict = health_verdict(node, requests)
+    return verdict is not None and verdict.effect is Effect.PREFER_NOT
+
+
 def _size(group: PodGroup) -> tuple[int, int, int, tuple[tuple[str, int], ...]]:
     requests = group.requests
     others = tuple(sorted((name, amount) for name, amount in requests.items() if name not in (GPU, "cpu", "memory")))
@@ -180,8 +187,7 @@ class _Eligibility:
 
     def prefers_not(self, node: NodeView) -> bool:
         """Whether a PreferNoSchedule verdict asks the group's pods to avoid ``node`` (used when nothing else fits)."""
-        verdict = health_verdict(node, self._requests)
-        return verdict is not None and verdict.effect is Effect.PREFER_NOT
+        return prefers_not(node, self._requests)
 
     def sickness(self, node: NodeView) -> Verdict | None:
         """The health verdict that keeps the group's pods off ``node`` (NoSchedule, NoExecute), None if none does."""

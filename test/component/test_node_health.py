@@ -172,3 +172,16 @@ def test_hub_mode_places_gpu_gangs_only_on_healthy_worker_nodes(hub_harness: Any
     message = " ".join(c.get("message", "") for c in h.last_status("b").get("conditions") or [])
     assert f"node small/n0 is labelled {AUTOPILOT_LABEL}=TESTING (no {GPU} pods)" in message, message
     assert f"node big/n1 is labelled {AUTOPILOT_LABEL}=EVICT (no {GPU} pods)" in message, message
+
+
+def test_a_reservation_leaves_a_node_that_turns_warn_when_others_will_do(sim_factory: Any) -> None:  # noqa: F811
+    sim = gpu_sim(sim_factory, {})
+    sim.add(gpu_job("a", 6))  # every GPU, two per node
+    sim.settle()
+    sim.add(gpu_job("big", 2, gpus=2))
+    sim.settle()
+    held = sim.h.dispatcher.reservations.held
+    assert held["ns/big"].nodes == ("n0", "n1")
+    set_node(sim, "n0", health="WARN")
+    sim.settle()
+    assert sim.h.dispatcher.reservations.held["ns/big"].nodes == ("n1", "n2")
