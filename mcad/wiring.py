@@ -141,7 +141,8 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
         targets = SingleCluster()
         sites = LocalCluster(writer, writer, writes, wrapped,
                              retry=lambda key: queue.add_rate_limited(AppWrapperEvent(key)),
-                             again=lambda key: queue.add(AppWrapperEvent(key)), gate=binding)
+                             again=lambda key: queue.add(AppWrapperEvent(key)), gate=binding,
+                             health=accountant.node_health)
         where: Where = Here(writer)
     else:
         targets = worker_placement = WorkerPlacement(hub, cluster_policy)

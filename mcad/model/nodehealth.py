@@ -17,6 +17,8 @@ Contract:
   computes it once per node event and keeps it on the node's view (``NodeView.health``), so decisions over many
   pods read the node's marks, never the rules: ``verdict_for(marks, requests)`` is the strongest of them that
   applies to a pod of ``requests`` (the same answer as ``verdict``), and costs nothing for a healthy node.
+- ``NodeHealth.keep_off(requests)``: the (label, values) pairs a pod of ``requests`` must avoid (its NoSchedule and
+  NoExecute rules), for the node affinity ``mcad.k8s.apply`` gives such pods so the kube-scheduler avoids them too.
 - ``Verdict.describe()`` says why in words a status message can carry: "labelled
   autopilot.ibm.com/gpuhealth=TESTING (no nvidia.com/gpu pods)".
 """
@@ -111,6 +113,17 @@ class NodeHealth:
 
     def verdict(self, labels: Mapping[str, str], requests: ResourceVector) -> Verdict | None:
         return verdict_for(self.marks(labels), requests)
+
+    def keep_off(self, requests: ResourceVector) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """(label, values) of the NoSchedule and NoExecute rules that apply to a pod of ``requests``: it must not
+        run on a node whose ``label`` has one of ``values``. Labels in their first rule's order."""
+        found: dict[str, list[str]] = {}
+        for rule in self.rules:
+            if rule.effect.keeps_off and requests.get(rule.resource) > 0:
+                values = found.setdefault(rule.label, [])
+                if rule.value not in values:
+                    values.append(rule.value)
+        return tuple((label, tuple(values)) for label, values in found.items())
 
     def marks(self, labels: Mapping[str, str]) -> tuple[Verdict, ...]:
         """One verdict per rule whose label the node carries with the rule's value, in the rules' order."""

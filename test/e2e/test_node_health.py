@@ -146,3 +146,27 @@ def test_a_pin_to_a_node_that_turns_testing_before_its_pod_binds_moves(
         events = core.list_namespaced_event(aws.namespace, field_selector="involvedObject.name=serve").items
         assert any(e.reason == "PlacementReplanned" and f"node {first} is labelled {AUTOPILOT_LABEL}=TESTING"
                    in (e.message or "") for e in events), [(e.reason, e.message) for e in events]
+
+
+def test_with_advisory_placement_the_scheduler_keeps_gpu_pods_off_a_testing_node_too(
+        gpu_row: tuple[list[str], str], controller_kubeconfig: str, aws: AppWrappers, core: k8s.CoreV1Api) -> None:
+    """The kube-scheduler places the pods (it spreads them: least allocated first), and only the required node
+    affinity mcad gives GPU pods keeps them off the TESTING nodes."""
+    (testing, other_testing, healthy), row = gpu_row
+    set_health(core, testing, "TESTING")
+    set_health(core, other_testing, "EVICT")
+    with running_controller(controller_kubeconfig, LOG, "--placement=advisory"):
+        aws.create(appwrapper("spread", job("spread", row, 3, GPU_POD)))
+        aws.wait_state("spread", "Running")
+        pods = aws.wait_pods("spread", 3)
+        assert sorted(p.spec.node_name for p in pods) == [healthy] * 3
+        terms = pods[0].spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+        assert [(e.key, e.operator, e.values) for t in terms.node_selector_terms for e in t.match_expressions or []] \
+            == [(AUTOPILOT_LABEL, "NotIn", ["TESTING", "EVICT"])]
+        aws.create(appwrapper("web", job("web", row, 3, CPU_POD)))  # cpu only: spread over all three
+        aws.wait_state("web", "Running")
+        assert {testing, other_testing} & set(nodes_of_unpinned(aws, "web", 3))
+
+
+def nodes_of_unpinned(aws: AppWrappers, name: str, count: int) -> list[str]:
+    return sorted(pod.spec.node_name for pod in aws.wait_pods(name, count))

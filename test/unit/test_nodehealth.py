@@ -4,6 +4,8 @@ label), how the accountant marks its nodes with them, and the controller's flags
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from mcad.api.podgroups import PodGroup
@@ -270,3 +272,65 @@ def test_the_controller_refuses_bad_rules_before_connecting(args: list[str], mes
     result = CliRunner().invoke(controller.main, ["--kubeconfig", "/nonexistent/kubeconfig", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+# -- what the kube-scheduler is told: pod templates keep off sick nodes ------------------------------------------
+
+
+def test_keep_off_lists_the_no_schedule_and_no_execute_values_per_label() -> None:
+    assert HEALTH.keep_off(ONE_GPU) == ((AUTOPILOT_LABEL, ("TESTING", "EVICT")),)
+    assert HEALTH.keep_off(CPU_ONLY) == ()
+    assert NO_RULES.keep_off(ONE_GPU) == ()
+
+
+def _job(spec_extra: dict[str, Any], requests: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"}, "spec": {"template": {"spec": {
+        "containers": [{"name": "c", "resources": {"requests": requests}}], **spec_extra}}}}
+
+
+def _placed_spec(template: dict[str, Any], health: NodeHealth | None = HEALTH) -> dict[str, Any]:
+    from mcad.api.appwrapper import appwrapper_view
+    from mcad.k8s.apply import manifest
+    item = {"generictemplate": template}
+    aw = appwrapper_view({"metadata": {"name": "aw", "namespace": "team", "uid": "u-1"},
+                          "spec": {"resources": {"GenericItems": [item]}}})
+    spec: dict[str, Any] = manifest(aw, 0, item, gate=True, health=health)["spec"]["template"]["spec"]
+    return spec
+
+
+NOT_SICK = {"key": AUTOPILOT_LABEL, "operator": "NotIn", "values": ["TESTING", "EVICT"]}
+GPU_REQUESTS = {"cpu": "1", GPU: "1"}
+
+
+def _terms(spec: dict[str, Any]) -> Any:
+    return spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+
+def test_gpu_pod_templates_require_nodes_not_labelled_sick() -> None:
+    assert _terms(_placed_spec(_job({}, GPU_REQUESTS))) == [{"matchExpressions": [NOT_SICK]}]
+    assert "affinity" not in _placed_spec(_job({}, {"cpu": "1"})), "cpu-only pods are not affected"
+    assert "affinity" not in _placed_spec(_job({}, GPU_REQUESTS), health=NO_RULES)
+    assert "affinity" not in _placed_spec(_job({}, GPU_REQUESTS), health=None)
+
+
+def test_the_requirement_is_anded_into_every_term_and_an_empty_term_stays_empty() -> None:
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    named = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [zone]}, {"matchFields": [named]}, {}]}}}
+    assert _terms(_placed_spec(_job({"affinity": affinity}, GPU_REQUESTS))) == [
+        {"matchExpressions": [zone, NOT_SICK]}, {"matchFields": [named], "matchExpressions": [NOT_SICK]}, {}]
+    assert affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0] == \
+        {"matchExpressions": [zone]}, "the AppWrapper's own template is not changed"
+    # A field of the wrong type is left for the API server to refuse, as it would without mcad.
+    assert _placed_spec(_job({"affinity": "bad"}, GPU_REQUESTS))["affinity"] == "bad"
+
+
+def test_the_pods_constraints_then_keep_them_off_sick_nodes_even_unmarked() -> None:
+    from mcad.api.podgroups import pod_constraints
+    from mcad.api.workloads import pod_requests
+    spec = _placed_spec(_job({}, GPU_REQUESTS))
+    group = PodGroup(1, pod_requests(spec), *pod_constraints(spec))
+    unmarked = NodeView("t", ResourceVector({GPU: 8}), True, "1", labels={AUTOPILOT_LABEL: "TESTING"})
+    assert not unmarked.health and not placement.eligible(group, unmarked)  # what the kube-scheduler would say
+    assert placement.eligible(group, NodeView("ok", ResourceVector({GPU: 8}), True, "1"))
