@@ -177,12 +177,14 @@ class _Eligibility:
             labels = node.labels
             if not all(labels.get(key) == value for key, value in self._selector):
                 return "nodes:nodeSelector"
+        # Before the affinity: a pod mcad created carries a NotIn on the health labels (mcad.k8s.apply), and the
+        # label is the better reason to give.
+        if node.health and self.sickness(node) is not None:
+            return "nodes:health"
         if self._affinity and not any(
             term and all(requirement.matches(node) for requirement in term) for term in self._affinity
         ):
             return "nodes:affinity"
-        if node.health and self.sickness(node) is not None:
-            return "nodes:health"
         return None
 
     def prefers_not(self, node: NodeView) -> bool:
@@ -200,7 +202,7 @@ class _Eligibility:
 
 # The order reasons appear in ``why``: room first, since it is what usually frees up.
 _REASON_ORDER: Final = ("nodes:not-ready", "nodes:unschedulable", "nodes:taint", "nodes:nodeSelector",
-                        "nodes:affinity", "nodes:health")
+                        "nodes:affinity", "nodes:health")  # a node is counted under its first reason only
 
 
 def _explain(group: PodGroup, remaining: int, needs: Sequence[tuple[str, int]], eligible: _Eligibility,

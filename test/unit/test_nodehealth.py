@@ -334,3 +334,13 @@ def test_the_pods_constraints_then_keep_them_off_sick_nodes_even_unmarked() -> N
     unmarked = NodeView("t", ResourceVector({GPU: 8}), True, "1", labels={AUTOPILOT_LABEL: "TESTING"})
     assert not unmarked.health and not placement.eligible(group, unmarked)  # what the kube-scheduler would say
     assert placement.eligible(group, NodeView("ok", ResourceVector({GPU: 8}), True, "1"))
+
+
+def test_a_pod_mcad_created_is_told_the_label_not_its_affinity() -> None:
+    from mcad.api.podgroups import pod_constraints
+    from mcad.api.workloads import pod_requests
+    spec = _placed_spec(_job({}, GPU_REQUESTS))
+    group = PodGroup(1, pod_requests(spec), *pod_constraints(spec), label="Job train")
+    packing = pack([group], [gpu_node("gpu-3", "TESTING")], {})
+    assert packing.about == {"nodes:health"}
+    assert packing.why.endswith(f"node gpu-3 is labelled {AUTOPILOT_LABEL}=TESTING (no {GPU} pods)")
