@@ -110,8 +110,8 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
          node_health: NodeHealth | None = None) -> Dispatcher:
     """The dispatcher loop over these stores, with every owner built and connected (see the module docstring).
     ``hub``: objects go into worker clusters (``mcad.hub``); ``wrapped``: completion of wrapped objects is
-    watched (None in tests of other parts); ``write_workers=0`` runs writes inline (tests)."""
-    node_health = node_health if node_health is not None else NodeHealth()
+    watched (None in tests of other parts); ``write_workers=0`` runs writes inline (tests). ``node_health``: the
+    rules that keep pods off sick nodes (None: Autopilot's, ``mcad.model.nodehealth.DEFAULT_RULES``)."""
     if fit not in FIT_MODES:
         raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
     if placement not in PLACEMENT_MODES:
@@ -125,7 +125,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     binding = placement == "binding" and fit == "nodes"  # pods pinned to their plan's nodes (mcad.loop.pinning)
     by_nodes = fit == "nodes"
     # Quota trees: None when not served (no QuotaSubtree CRD, or --no-quota); then nothing is charged.
-    accountant = Accountant(quota_trees=quota_subtrees is not None)
+    accountant = Accountant(quota_trees=quota_subtrees is not None, node_health=node_health)
     writes = Writes(queue, workers=write_workers)
     decisions = Decisions(StatusSync(writer, writes, queue, Backoff(clock, STATUS_RETRY), clock), recorder, metrics,
                           clock)
@@ -142,7 +142,8 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
         targets = SingleCluster()
         sites = LocalCluster(writer, writer, writes, wrapped,
                              retry=lambda key: queue.add_rate_limited(AppWrapperEvent(key)),
-                             again=lambda key: queue.add(AppWrapperEvent(key)), gate=binding)
+                             again=lambda key: queue.add(AppWrapperEvent(key)), gate=binding,
+                             health=accountant.node_health)
         where: Where = Here(writer)
     else:
         targets = worker_placement = WorkerPlacement(hub, cluster_policy)
@@ -161,8 +162,8 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
                       queued=queued, active=active, decisions=decisions, appwrappers=appwrappers, recorder=recorder,
                       metrics=metrics)
     health = Health(active, queued, decisions, appwrappers=appwrappers, nodes=nodes, accountant=accountant,
-                    sites=sites, rules=node_health, defaults=fault_defaults, writer=writer, writes=writes, queue=queue,
-                    clock=clock, metrics=metrics, by_nodes=by_nodes)
+                    sites=sites, defaults=fault_defaults, writer=writer, writes=writes,
+                    queue=queue, clock=clock, metrics=metrics, by_nodes=by_nodes)
     follower = Follower(active, queued, decisions, appwrappers=appwrappers, accountant=accountant, sites=sites,
                         unplaced=pinning, health=health, queue=queue, clock=clock)
     active.connect(sites, watchers=(follower, pinning, health), placing=pinning.placing)
@@ -198,7 +199,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
           protected_namespaces: frozenset[str] = frozenset(),
           reservations: int = DEFAULT_RESERVATIONS,
           placement: str = "binding",
-          fault_defaults: FaultDefaults = DEFAULTS) -> tuple[Dispatcher, list[Informer[Any]]]:
+          fault_defaults: FaultDefaults = DEFAULTS,
+          node_health: NodeHealth | None = None) -> tuple[Dispatcher, list[Informer[Any]]]:
     """The dispatcher and the informers to start for it (see the module docstring). ``default_max_priority`` is
     the ceiling where a namespace sets none. Informers over wrapped kinds start when an AppWrapper needs them
     (``mcad.k8s.wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the hub's own cluster runs
@@ -245,7 +247,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                                 strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption, fit=fit,
                                 recorder=recorder, quota_subtrees=subtrees, hub=hub, victim_timeout=victim_timeout,
                                 protected_namespaces=protected_namespaces, reservations=reservations,
-                                fault_defaults=fault_defaults, **(preemption_bounds or {}))
+                                fault_defaults=fault_defaults, node_health=node_health,
+                                **(preemption_bounds or {}))
     else:
         nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
                          transform=node_view, peers=peers)
@@ -259,6 +262,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                                 preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees,
                                 victim_timeout=victim_timeout, protected_namespaces=protected_namespaces,
                                 reservations=reservations, placement=placement, fault_defaults=fault_defaults,
+                                node_health=node_health,
                                 **(preemption_bounds or {}))
         informers += [nodes, pods]
     if subtrees is not None:

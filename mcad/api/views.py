@@ -12,6 +12,8 @@ Contract:
   or value is not a string are dropped). Always ``schedulable == ready and not unschedulable and not taints``
   for a view ``node_view`` made. The defaults of these fields describe a Ready, uncordoned, untainted node
   without labels, so views constructed by hand with only the first four fields keep meaning what they did.
+  ``health`` (what the node-health rules say of it, ``mcad.model.nodehealth.NodeHealth.marks``) is empty here: the
+  rules are the controller's, so the accountant marks the views it keeps (``Accountant.observe_node``).
 - ``pod_view(raw)`` keeps what the ledger and status need: identity, node, phase, effective requests
   (``pod_requests`` of the spec), the owning AppWrapper as ``"namespace/name"`` (from the
   ``workload.codeflare.dev/appwrapper`` label; pods belong to an AppWrapper in their own namespace), ``terminal``
@@ -46,6 +48,7 @@ from mcad.api.podgroups import PodGroup, pod_constraints
 from mcad.api.raw import as_list, as_mapping, as_str
 from mcad.api.resources import ResourceVector, canonical_entries
 from mcad.api.workloads import pod_requests
+from mcad.model.nodehealth import Verdict
 
 _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 UNSCHEDULABLE: Final = "Unschedulable"  # the PodScheduled reason the scheduler gives when no node fits
@@ -91,6 +94,8 @@ class NodeView:
     unschedulable: bool = False
     ready: bool = True
     cluster: str = ""  # hub mode: the worker it belongs to ("" in single-cluster mode)
+    # What the node-health rules say of it (empty: healthy for every pod); set by the accountant, which has them.
+    health: tuple[Verdict, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,7 @@ from mcad.loop.dispatcher import Dispatcher
 from mcad.loop.evictions import DEFAULT_MAX_EVICTIONS_PER_MINUTE, DEFAULT_PREEMPTION_BACKOFF_SECONDS
 from mcad.loop.pinning import PLACEMENT_MODES
 from mcad.model import tenancy
+from mcad.model.nodehealth import NO_RULES, NodeHealth, parse_rule
 from mcad.model.reservations import DEFAULT_RESERVATIONS
 from mcad.serve import endpointauth, server
 from mcad.serve.debug import Reports
@@ -92,6 +93,18 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
 
 # The namespace config/rbac/worker.yaml gives a worker's ServiceAccount and its token.
 WORKER_NAMESPACE = "mcad-system"
+
+
+def node_health_from_flags(rules: tuple[str, ...], none: bool) -> NodeHealth:
+    """The node-health rules of ``--node-health-rule`` (all of them, in place of the defaults) or
+    ``--no-node-health-rules``; Autopilot's without either. ValueError names a rule that does not parse."""
+    if none and rules:
+        raise ValueError("--no-node-health-rules and --node-health-rule contradict each other: give one")
+    if none:
+        return NO_RULES
+    if not rules:
+        return NodeHealth()
+    return NodeHealth(parse_rule(rule) for rule in rules)
 
 
 def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool = False) -> frozenset[str]:
@@ -140,10 +153,10 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
                    "this goes only after a minute with no eviction. 0: no bound.")
 @click.option("--fit", type=click.Choice(FIT_MODES), default="nodes",
               help="nodes: dispatch only if every pod of the AppWrapper can be placed on some node's free room "
-                   "(first-fit decreasing, honouring cordons, NoSchedule/NoExecute taints, nodeSelector and "
-                   "required node affinity), so a gang never starts half-placed. aggregate: compare the total "
-                   "demand with the cluster's total free capacity, as upstream MCAD did (8 GPUs free as 8 x 1 "
-                   "admit one 8-GPU pod that then stays Pending).")
+                   "(first-fit decreasing, honouring cordons, NoSchedule/NoExecute taints, node-health labels, "
+                   "nodeSelector and required node affinity), so a gang never starts half-placed. aggregate: "
+                   "compare the total demand with the cluster's total free capacity, as upstream MCAD did (8 GPUs "
+                   "free as 8 x 1 admit one 8-GPU pod that then stays Pending).")
 @click.option("--placement", type=click.Choice(PLACEMENT_MODES), default="binding",
               help="binding: the pods of a dispatched AppWrapper are created behind a scheduling gate, and mcad "
                    "ungates each one pinned (required node affinity on the node's name) to the node its plan chose, "
@@ -151,6 +164,15 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
                    "a blocked AppWrapper (in hub mode, in each worker). Needs --fit=nodes (else advisory), "
                    "Kubernetes 1.30+ and patch on pods. advisory: the scheduler places pods as it likes; a pod "
                    "that carries mcad's gate all the same is ungated without a pin.")
+@click.option("--node-health-rule", "node_health_rules", multiple=True, metavar="RESOURCE:LABEL=VALUE:EFFECT",
+              help="A node labelled LABEL=VALUE is sick for pods that request RESOURCE; EFFECT is PreferNoSchedule "
+                   "(used only when nothing else fits), NoSchedule (never planned or pinned there) or NoExecute (as "
+                   "NoSchedule, and an AppWrapper with such pods running there is reset onto other nodes). "
+                   "Repeatable; when given, replaces the defaults, Autopilot's: "
+                   "nvidia.com/gpu:autopilot.ibm.com/gpuhealth=WARN:PreferNoSchedule, =TESTING:NoSchedule, "
+                   "=EVICT:NoExecute.")
+@click.option("--no-node-health-rules", is_flag=True,
+              help="No node-health rules at all: node labels keep no pod off a node (taints and cordons still do).")
 @click.option("--write-workers", type=click.IntRange(1, 128), default=32,
               help="Threads that send dispatch and status writes to the API server in parallel (decisions stay "
                    "on one thread; one AppWrapper's writes are never reordered).")
@@ -308,7 +330,7 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
 @click.version_option(__version__, prog_name="mcad-controller")
 def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reservations: int, preemption: bool,
          victim_timeout: float, preemption_backoff: float, max_evictions_per_minute: int,
-         fit: str, placement: str,
+         fit: str, placement: str, node_health_rules: tuple[str, ...], no_node_health_rules: bool,
          write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
          leader_elect_label_pod: bool, http_bind_address: str, insecure_debug_endpoints: bool, legacy_api: bool,
@@ -344,6 +366,10 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
             server.parse_bind_address(webhook_bind_address)
         except ValueError as err:
             raise click.UsageError(f"--webhook-bind-address: {err}") from err
+    try:
+        node_health = node_health_from_flags(node_health_rules, no_node_health_rules)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
     hub_config = None
     if clusters_config is not None:
         try:
@@ -402,7 +428,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                                   recorder=recorder,
                                   hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes),
                                   default_max_priority=default_max_priority,
-                                  protected_namespaces=protected, fault_defaults=fault_defaults)
+                                  protected_namespaces=protected, fault_defaults=fault_defaults,
+                                  node_health=node_health)
     elector = LeaderElector(conn, namespace=leader_elect_namespace or default_namespace(),
                             name=leader_elect_lease_name, identity=identity,
                             lease_duration=leader_elect_lease_duration, renew_deadline=leader_elect_renew_deadline,

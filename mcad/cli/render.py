@@ -216,9 +216,14 @@ def ledger_lines(doc: Mapping[str, Any], *, nodes: bool = False) -> list[str]:
 
 
 def node_status(node: Mapping[str, Any]) -> str:
-    """Ready / NotReady, plus SchedulingDisabled, as ``kubectl get nodes`` says it."""
+    """Ready / NotReady, plus SchedulingDisabled, as ``kubectl get nodes`` says it; plus each node-health label
+    that makes it sick for some pods (``autopilot.ibm.com/gpuhealth=TESTING``)."""
     status = "Ready" if node.get("ready") else "NotReady"
-    return status if node.get("schedulable", True) else f"{status},SchedulingDisabled"
+    if not node.get("schedulable", True):
+        status += ",SchedulingDisabled"
+    sick = dict.fromkeys(f"{h.get('label')}={h.get('value')}" for h in node.get("health") or []
+                         if isinstance(h, Mapping))
+    return ",".join([status, *sick])
 
 
 def _node_table(node_docs: Sequence[Mapping[str, Any]], counted: Sequence[str]) -> list[str]:

@@ -181,7 +181,8 @@ class WorkerSites:
             raise apply.DispatchFailed(f"worker cluster {cluster} is not configured", kind=FailureKind.UNAVAILABLE)
         worker.ensure_namespace(aw.namespace)
         yield
-        return (yield from apply.dispatch_steps(self.hub.writer(cluster), aw, items, remote=True, gate=self._gate))
+        return (yield from apply.dispatch_steps(self.hub.writer(cluster), aw, items, remote=True, gate=self._gate,
+                                                health=self._accountant.node_health))
 
     def delete_objects(self, aw: AppWrapperView, uids: tuple[str, ...]) -> None:
         cluster = self.placement.placed.get(aw.key)

@@ -8,7 +8,12 @@ Contract:
   ``remote=True`` (hub mode: the object goes into a worker cluster, where the AppWrapper does not exist) there is no
   ownerReference; the label ``APPWRAPPER_UID_LABEL`` carries the AppWrapper's uid instead. With ``gate=True``
   (``--placement=binding``) every pod template, and a bare Pod, also gets mcad's scheduling gate
-  (``PLACEMENT_GATE``): its pods wait until ``mcad.loop.pinning`` pins each one to the node of its plan. The items come
+  (``PLACEMENT_GATE``): its pods wait until ``mcad.loop.pinning`` pins each one to the node of its plan. With
+  ``health`` (the controller's node-health rules, ``mcad.model.nodehealth``) every pod template, and a bare Pod,
+  whose pods request a rule's resource gets a required node affinity keeping them off the nodes its NoSchedule and
+  NoExecute rules name (``LABEL NotIn [VALUE, ...]``, added to each of its terms, or a term of its own), so the
+  kube-scheduler keeps them off too: with ``--placement=advisory``, or a pod released without a pin. An empty term
+  (which matches no node) is left empty. The items come
   from the AppWrapper as read from the API server for the dispatch (``generic_items``): the controller's view of an
   AppWrapper keeps no templates, only ``ItemRef``s, which is all the deletes need.
 - ``delete_remote(writer, aw)`` deletes, in a worker, every item that carries ``aw``'s uid label; it raises on
@@ -52,8 +57,9 @@ from mcad.api.appwrapper import (
 )
 from mcad.api.validation import describe_item
 from mcad.api.views import PLACEMENT_GATE
-from mcad.api.workloads import pod_sets
+from mcad.api.workloads import pod_requests, pod_sets
 from mcad.errors import ApiError
+from mcad.model.nodehealth import NodeHealth
 from mcad.model.retry import FailureKind, classify
 
 
@@ -121,7 +127,7 @@ def complete(steps: Steps[_T]) -> _T:
 
 
 def manifest(aw: AppWrapperView, index: int, item: Mapping[str, Any], *, remote: bool = False,
-             gate: bool = False) -> dict[str, Any]:
+             gate: bool = False, health: NodeHealth | None = None) -> dict[str, Any]:
     """The object GenericItems[``index``] (``item``, as read from the API server) makes for ``aw``."""
     template = item.get("generictemplate")
     where = describe_item(index, item)
@@ -149,17 +155,18 @@ def manifest(aw: AppWrapperView, index: int, item: Mapping[str, Any], *, remote:
         # The template's own references name hub objects too: in the worker they dangle, and a dangling owner
         # makes the garbage collector delete the object.
         meta.pop("ownerReferences", None)
-        return _label_pod_templates(obj, labels, gate)
+        return _label_pod_templates(obj, labels, gate, health)
     meta["labels"] = {**(meta.get("labels") or {}), **labels}
     meta["ownerReferences"] = [
         *[ref for ref in meta.get("ownerReferences") or [] if not ref.get("controller")],
         {"apiVersion": aw.api_version, "kind": KIND, "name": aw.name, "uid": aw.uid, "controller": True,
          "blockOwnerDeletion": True},
     ]
-    return _label_pod_templates(obj, labels, gate)
+    return _label_pod_templates(obj, labels, gate, health)
 
 
-def _label_pod_templates(obj: dict[str, Any], labels: Mapping[str, str], gate: bool) -> dict[str, Any]:
+def _label_pod_templates(obj: dict[str, Any], labels: Mapping[str, str], gate: bool,
+                         health: NodeHealth | None = None) -> dict[str, Any]:
     # Pods find their AppWrapper by label, so every pod template inside the object carries it too.
     for pod_set in pod_sets(obj):
         target: Any = obj
@@ -174,7 +181,48 @@ def _label_pod_templates(obj: dict[str, Any], labels: Mapping[str, str], gate: b
                 gates = [g for g in spec.get("schedulingGates") or [] if not (
                     isinstance(g, Mapping) and g.get("name") == PLACEMENT_GATE)]
                 spec["schedulingGates"] = [*gates, {"name": PLACEMENT_GATE}]
+        if health is not None and health.rules:
+            spec = target.get("spec")
+            if isinstance(spec, dict):
+                _keep_off_sick_nodes(spec, health)
     return obj
+
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _keep_off_sick_nodes(spec: dict[str, Any], health: NodeHealth) -> None:
+    """Require of pods of ``spec`` that request a rule's resource every node-health label NotIn the values its
+    NoSchedule and NoExecute rules name (a node without the label matches NotIn)."""
+    keep_off = health.keep_off(pod_requests(spec, strict=False))
+    if not keep_off:
+        return
+    expressions = [{"key": label, "operator": "NotIn", "values": list(values)} for label, values in keep_off]
+    affinity = _child(spec, "affinity")
+    node_affinity = _child(affinity, "nodeAffinity") if affinity is not None else None
+    required = _child(node_affinity, _REQUIRED) if node_affinity is not None else None
+    if required is None:
+        return  # a field of another type: the API server refuses the object, as it would have anyway
+    terms = required.get("nodeSelectorTerms")
+    if not terms:
+        required["nodeSelectorTerms"] = [{"matchExpressions": expressions}]
+        return
+    if not isinstance(terms, list):
+        return
+    for term in terms:
+        # An empty term matches no node: adding requirements to it would widen it.
+        if isinstance(term, dict) and term:
+            existing = term.get("matchExpressions") or []
+            if isinstance(existing, list):
+                term["matchExpressions"] = [*existing, *expressions]
+
+
+def _child(parent: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """``parent[key]``, made an empty object when absent or null; None when it is something else."""
+    value = parent.get(key)
+    if value is None:
+        value = parent[key] = {}
+    return value if isinstance(value, dict) else None
 
 
 def _refusal(where: str, err: ApiError) -> str:
@@ -196,11 +244,13 @@ def dispatch(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Mapping[s
 
 
 def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Mapping[str, Any]], *,
-                   remote: bool = False, gate: bool = False) -> Steps[tuple[str, ...]]:
+                   remote: bool = False, gate: bool = False,
+                   health: NodeHealth | None = None) -> Steps[tuple[str, ...]]:
     """Create every one of ``items`` (``aw``'s GenericItems, read from the API server for this dispatch), one
     request per step, and return the uids of the objects, by item; on any failure undo the ones this dispatch
     created or kept (one delete per step, each conditioned on the object's uid) and raise DispatchFailed.
-    ``remote``: into a worker cluster; ``gate``: pods wait for mcad to pin them (see ``manifest``)."""
+    ``remote``: into a worker cluster; ``gate``: pods wait for mcad to pin them; ``health``: pods kept off sick
+    nodes (see ``manifest``)."""
     # Every item is checked before anything is applied. Each manifest is built again when its turn comes rather
     # than kept: a dispatch waiting for its turns holds the names of what it applied, not a copy of every template.
     for index, item in enumerate(items):
@@ -212,7 +262,7 @@ def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Map
     applied: list[_Applied] = []
     uids: list[str] = []
     for index, item in enumerate(items):
-        obj = manifest(aw, index, item, remote=remote, gate=gate)
+        obj = manifest(aw, index, item, remote=remote, gate=gate, health=health)
         where = describe_item(index, item)
         discovered = False
         try:

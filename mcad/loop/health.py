@@ -68,7 +68,6 @@ from mcad.metrics import Metrics
 from mcad.model import lifecycle, status
 from mcad.model.accounting import Accountant, Plan
 from mcad.model.keys import DISPATCH, HealthDue, Key
-from mcad.model.nodehealth import Effect, NodeHealth
 
 log = structlog.get_logger("mcad.loop.health")
 
@@ -99,7 +98,7 @@ def _pod_failure(pod: PodView) -> str:
 
 class Health:
     def __init__(self, active: Active, queued: Queued, decisions: Decisions, *, appwrappers: Store[AppWrapperView],
-                 nodes: Store[NodeView], accountant: Accountant, sites: Sites, rules: NodeHealth,
+                 nodes: Store[NodeView], accountant: Accountant, sites: Sites,
                  defaults: FaultDefaults, writer: HealthWriter, writes: Writes, queue: WorkQueue[Key], clock: Clock,
                  metrics: Metrics, by_nodes: bool) -> None:
         self._active = active
@@ -109,7 +108,6 @@ class Health:
         self._nodes = nodes
         self._accountant = accountant
         self._sites = sites
-        self._rules = rules
         self._defaults = defaults
         self._writer = writer
         self._writes = writes
@@ -172,12 +170,12 @@ class Health:
                            f"{_pod_failure(pod)}: exit code {failure.exit_code} is terminal "
                            f"({self._why_terminal(policy, failure.exit_code)}).")
                 return
-        evicting = [pod for pod in pods if self._effect(pod) is Effect.NO_EXECUTE]
+        evicting = self._accountant.evicted_pods(aw.key)
         if evicting:
-            labels = sorted({self._verdict_text(pod) for pod in evicting})
+            labels = sorted({f"{pod.node_name} ({verdict.describe()})" for pod, verdict in evicting})
             self._reset(aw, policy, NODE_UNHEALTHY,
-                        f"pod(s) {_names([p.name for p in evicting])} run on node(s) labelled {_names(labels)}, "
-                        f"which no pod of theirs may run on", counted=False)
+                        f"pod(s) {_names(sorted(pod.name for pod, _ in evicting))} run on node(s) labelled "
+                        f"{_names(labels)}, which no pod of theirs may run on", counted=False)
             return
         now = self._clock.now()
         cause = self._graced_cause(aw, pods, policy, now)
@@ -315,18 +313,6 @@ class Health:
             if reason:
                 self._decisions.event(aw, events.AT_RISK, message)
 
-    def _effect(self, pod: PodView) -> Effect | None:
-        if pod.terminal or not pod.node_name:
-            return None
-        node = self._nodes.get(pod.node_name)
-        verdict = self._rules.verdict(node.labels, pod.requests) if node is not None else None
-        return verdict.effect if verdict is not None else None
-
-    def _verdict_text(self, pod: PodView) -> str:
-        node = self._nodes.get(pod.node_name)
-        verdict = self._rules.verdict(node.labels, pod.requests) if node is not None else None
-        return f"{pod.node_name} ({verdict.describe()})" if verdict is not None else pod.node_name
-
     @staticmethod
     def _why_terminal(policy: FaultPolicy, code: int) -> str:
         if code in policy.terminal_exit_codes:
@@ -386,9 +372,8 @@ class Health:
         for pod in self._accountant.pods(aw.key):
             if not pod.node_name:
                 continue
-            node = self._nodes.get(pod.node_name)
-            verdict = self._rules.verdict(node.labels, pod.requests) if node is not None else None
-            if node is None or (verdict is not None and verdict.effect.keeps_off):
+            verdict = self._accountant.node_verdict(pod.node_name, pod.requests)
+            if self._nodes.get(pod.node_name) is None or (verdict is not None and verdict.effect.keeps_off):
                 continue
             by_node[(pod.node_name, pod.requests)] = by_node.get((pod.node_name, pod.requests), 0) + 1
         return tuple((node, requests, count) for (node, requests), count in sorted(

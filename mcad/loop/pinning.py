@@ -23,11 +23,13 @@ Contract (DESIGN.md, "Placement binds"):
   reservation holds and that have not refused its AppWrapper's pods, and pinned there (``Accountant.pin_extra``).
   One that fits nowhere stays gated; ``waiting(key)`` says why, and the AppWrapper's status lists it in
   ``pendingpodconditions`` ("waits for room: ...").
-- A pinned pod that is not bound is watched: when its node is gone, not Ready or cordoned (and it does not tolerate
-  that), or the scheduler reports it Unschedulable there (inter-pod anti-affinity, host ports: what mcad does not
-  model), its slot is taken out of the plan, a ``PlacementReplanned`` Event on the AppWrapper says why, and the pod
-  is deleted so its controller re-creates it, gated, to be placed afresh (the node that refused it is that
-  AppWrapper's last resort from then on); that is for controllers that replace a deleted pod without counting a
+- A pinned pod that is not bound is watched: when its node is gone, not Ready, cordoned (and it does not tolerate
+  that), labelled sick for it (a NoSchedule or NoExecute node-health verdict, ``mcad.model.nodehealth``: the
+  node turned sick after the plan was made; plans and pins never choose such a node), or the scheduler reports it
+  Unschedulable there (inter-pod anti-affinity, host ports: what mcad does not model), its slot is taken
+  out of the plan, a ``PlacementReplanned`` Event on the AppWrapper says why, and the pod is deleted so its
+  controller re-creates it, gated, to be placed afresh (the node that refused it is that AppWrapper's last resort
+  from then on); that is for controllers that replace a deleted pod without counting a
   failure (``RECREATING_OWNERS``: ReplicaSets, so Deployments, StatefulSets, RayClusters). Any other pod's
   AppWrapper (a Job's would count the deleted pod against its backoffLimit) is requeued, its gang planned again.
   The scheduler's refusal re-plans only when another node can take the
@@ -63,6 +65,7 @@ import structlog
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.podgroups import NodeRequirement, PodGroup
+from mcad.api.resources import ResourceVector
 from mcad.api.views import NODE_NAME_FIELD, PLACEMENT_GATE, NodeView, PinFacts, PodView, Unschedulable
 from mcad.errors import ApiError
 from mcad.k8s import events
@@ -75,6 +78,7 @@ from mcad.loop.queued import Queued
 from mcad.model import placement
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.keys import DISPATCH, Key, PodCounts, PodEvent
+from mcad.model.nodehealth import Verdict
 from mcad.model.retry import equal_jitter
 
 log = structlog.get_logger("mcad.loop.pinning")
@@ -155,6 +159,12 @@ def ungate_patch(uid: str, pin: PinFacts, node: str) -> list[dict[str, Any]]:
         ops += [{"op": "test", "path": _TERMS_PATH, "value": list(pin.node_terms)},
                 {"op": "replace", "path": _TERMS_PATH, "value": narrowed}]
     return ops
+
+
+def _sick_for(node: NodeView, requests: ResourceVector) -> Verdict | None:
+    """The node-health verdict that keeps a pod of ``requests`` off ``node`` (NoSchedule, NoExecute), or None."""
+    verdict = placement.health_verdict(node, requests)
+    return verdict if verdict is not None and verdict.effect.keeps_off else None
 
 
 def without_pin(group: PodGroup, node: str) -> PodGroup:
@@ -328,13 +338,16 @@ class Pinning:
         # Beyond the plan, or no slot of it holds the pod on a node it may use (gone, cordoned, or its constraints):
         # placed by fit in the next cycle, before the queue. It accounts for one open slot of the plan, whose room
         # then goes back to the cluster instead of staying promised to a pod that will never come.
-        self._accountant.drop_open_slot(key, self._unusable)
+        self._accountant.drop_open_slot(key, self._unusable(pod.requests))
         self._extras[uid] = key
         self._queue.add(DISPATCH)
 
-    def _unusable(self, name: str) -> bool:
-        node = self._accountant.ledger.node(name)
-        return node is None or not node.ready or node.unschedulable
+    def _unusable(self, requests: ResourceVector) -> Callable[[str], bool]:
+        """Whether a node can take no pod of ``requests`` now: gone, not Ready, cordoned, or sick for it."""
+        def unusable(name: str) -> bool:
+            node = self._accountant.ledger.node(name)
+            return node is None or not node.ready or node.unschedulable or _sick_for(node, requests) is not None
+        return unusable
 
     def _eligible(self, pod: PodView) -> Callable[[str], bool]:
         assert pod.pin is not None
@@ -460,6 +473,9 @@ class Pinning:
             why = f"node {node_name} is gone"
         elif not node.ready:
             why = f"node {node_name} is not Ready"
+        elif (verdict := _sick_for(node, pod.requests)) is not None:
+            # It turned sick after the plan was made (a health checker labelled it): its pods go elsewhere.
+            why = f"node {node_name} is {verdict.describe()}"
         elif node.unschedulable and not placement.eligible(pod.pin.constraints, node):
             why = f"node {node_name} was cordoned"
         elif pod.unschedulable is not None:

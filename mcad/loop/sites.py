@@ -28,6 +28,7 @@ from mcad.errors import ApiError
 from mcad.k8s import apply
 from mcad.k8s.wrapped import WrappedObjects
 from mcad.k8s.writes import Writes
+from mcad.model.nodehealth import NodeHealth
 
 log = structlog.get_logger("mcad.loop.dispatcher")
 
@@ -126,9 +127,10 @@ class LocalCluster:
 
     def __init__(self, writer: apply.ObjectWriter, finalizers: FinalizerWriter, writes: Writes,
                  wrapped: WrappedObjects | None, retry: Callable[[str], None], again: Callable[[str], None],
-                 gate: bool = False) -> None:
+                 gate: bool = False, health: NodeHealth | None = None) -> None:
         self._writer = writer
         self._gate = gate  # --placement=binding: pod templates get mcad's scheduling gate
+        self._health = health  # pods of a rule's resource kept off the nodes its rules make sick
         self._finalizers = finalizers
         self._writes = writes
         self._wrapped = wrapped
@@ -162,7 +164,7 @@ class LocalCluster:
 
     def apply_steps(self, aw: AppWrapperView, items: Sequence[Mapping[str, Any]],
                     cluster: str) -> apply.Steps[tuple[str, ...]]:
-        return apply.dispatch_steps(self._writer, aw, items, gate=self._gate)
+        return apply.dispatch_steps(self._writer, aw, items, gate=self._gate, health=self._health)
 
     def delete_objects(self, aw: AppWrapperView, uids: tuple[str, ...]) -> None:
         self._writes.submit(aw.key, lambda: apply.delete_wrapped_steps(self._writer, aw, uids), tenant=aw.namespace)

@@ -19,6 +19,13 @@ Contract (DESIGN.md, "Free capacity"; the equivalent of Kueue's cache):
   pinned pod that binds takes its own slot; a pod that binds unpinned takes a slot nobody is pinned to.
 - ``Snapshot`` is a scratch copy of free room for one pass of decisions (a dispatch cycle, an explain):
   ``take`` subtracts what a decision would use, and nothing it does reaches the accountant.
+- Sick nodes (``mcad.model.nodehealth``): the accountant holds the controller's node-health rules and marks each
+  node it is told of with what they say (``NodeView.health``, once per node event: O(rules)), so every decision over
+  its nodes (``mcad.model.placement``, pinning, reservations, preemption, explain) reads the marks and no decision
+  needs the rules. A label change is a placement fact like any other (``observe_node`` says fit may differ).
+  ``node_verdict(node, requests)`` says what they say of a pod of ``requests`` there; ``evicted_pods(key)`` lists
+  an AppWrapper's bound, unfinished pods on NoExecute nodes for them, with the verdict (what the loop's health
+  watch resets it for).
 - Pure: no I/O, no threads; the dispatcher thread owns it.
 """
 
@@ -32,6 +39,7 @@ from mcad.api.resources import ZERO, ResourceVector
 from mcad.api.views import NodeView, PodView, Unschedulable
 from mcad.model import placement, quota
 from mcad.model.ledger import Ledger
+from mcad.model.nodehealth import Effect, NodeHealth, Verdict
 
 # What a plan says: so many pods of these requests go on that node.
 PlanEntry = tuple[str, ResourceVector, int]
@@ -102,8 +110,10 @@ def take_room(room: dict[str, ResourceVector], plan: Iterable[PlanEntry]) -> Non
 
 
 class Accountant:
-    def __init__(self, *, quota_trees: bool = False) -> None:
+    def __init__(self, *, quota_trees: bool = False, node_health: NodeHealth | None = None) -> None:
         self.ledger = Ledger()
+        # The controller's node-health rules (Autopilot's by default); NO_RULES marks no node.
+        self.node_health = node_health if node_health is not None else NodeHealth()
         # Quota trees: None when not served (no QuotaSubtree CRD, or --no-quota); then nothing is charged.
         self.quota: quota.QuotaLedger | None = quota.QuotaLedger() if quota_trees else None
         # --fit=nodes: where each dispatched AppWrapper's pods were planned to go, and their sum per node.
@@ -121,11 +131,33 @@ class Accountant:
     def observe_node(self, node: NodeView) -> bool:
         """A node was added or changed; True when fit decisions may now differ (new, or placement facts changed)."""
         before = self.ledger.node(node.name)
+        marks = self.node_health.marks(node.labels)
+        if marks != node.health:
+            node = replace(node, health=marks)
         self.ledger.upsert_node(node)
         return before is None or _placement_facts(before) != _placement_facts(node)
 
     def forget_node(self, name: str) -> None:
         self.ledger.delete_node(name)
+
+    def node_verdict(self, name: str, requests: ResourceVector) -> Verdict | None:
+        """What the node-health rules say of a pod of ``requests`` on node ``name`` (None: healthy for it, or a
+        node not known)."""
+        node = self.ledger.node(name)
+        return placement.health_verdict(node, requests) if node is not None else None
+
+    def evicted_pods(self, key: str) -> list[tuple[PodView, Verdict]]:
+        """Its pods bound to a node whose NoExecute verdict applies to them and not ended, with that verdict (in
+        no particular order): what the loop's health watch resets the AppWrapper for. O(its pods)."""
+        out = []
+        for uid in self._pods_by_appwrapper.get(key, {}):
+            pod = self.ledger.pod(uid)
+            if pod is None or not pod.node_name or pod.terminal:
+                continue
+            verdict = self.node_verdict(pod.node_name, pod.requests)
+            if verdict is not None and verdict.effect is Effect.NO_EXECUTE:
+                out.append((pod, verdict))
+        return out
 
     # -- pods -----------------------------------------------------------------------------------------------------
 

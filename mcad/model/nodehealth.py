@@ -12,6 +12,15 @@ Contract:
 - ``NodeHealth(rules).verdict(labels, requests)``: the strongest rule that applies to a pod of ``requests`` on a
   node with ``labels`` (NoExecute over NoSchedule over PreferNoSchedule), or None. A pod that requests none of the
   rules' resources is never affected.
+- ``NodeHealth.marks(labels)``: what the rules say of a node, for pods of any resource: one ``Verdict`` per rule
+  whose label the node carries with the rule's value (empty for a healthy node, the common case). The accountant
+  computes it once per node event and keeps it on the node's view (``NodeView.health``), so decisions over many
+  pods read the node's marks, never the rules: ``verdict_for(marks, requests)`` is the strongest of them that
+  applies to a pod of ``requests`` (the same answer as ``verdict``), and costs nothing for a healthy node.
+- ``NodeHealth.keep_off(requests)``: the (label, values) pairs a pod of ``requests`` must avoid (its NoSchedule and
+  NoExecute rules), for the node affinity ``mcad.k8s.apply`` gives such pods so the kube-scheduler avoids them too.
+- ``Verdict.describe()`` says why in words a status message can carry: "labelled
+  autopilot.ibm.com/gpuhealth=TESTING (no nvidia.com/gpu pods)".
 """
 
 from __future__ import annotations
@@ -63,9 +72,13 @@ class Verdict:
     effect: Effect
     label: str
     value: str
+    resource: str = ""  # the pods it concerns: those that request this resource
 
     def describe(self) -> str:
-        return f"{self.label}={self.value}"
+        """Why a node is avoided, after "node n-1 is ...": the label that says so, and for which pods."""
+        if self.effect is Effect.PREFER_NOT:
+            return f"labelled {self.label}={self.value} ({self.resource} pods only when nothing else fits)"
+        return f"labelled {self.label}={self.value} (no {self.resource} pods)"
 
 
 DEFAULT_RULES = (
@@ -99,13 +112,37 @@ class NodeHealth:
         self.resources = frozenset(rule.resource for rule in self.rules)
 
     def verdict(self, labels: Mapping[str, str], requests: ResourceVector) -> Verdict | None:
-        found: Verdict | None = None
+        return verdict_for(self.marks(labels), requests)
+
+    def keep_off(self, requests: ResourceVector) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """(label, values) of the NoSchedule and NoExecute rules that apply to a pod of ``requests``: it must not
+        run on a node whose ``label`` has one of ``values``. Labels in their first rule's order."""
+        found: dict[str, list[str]] = {}
         for rule in self.rules:
-            if labels.get(rule.label) != rule.value or requests.get(rule.resource) <= 0:
-                continue
-            if found is None or rule.effect.strength > found.effect.strength:
-                found = Verdict(rule.effect, rule.label, rule.value)
-        return found
+            if rule.effect.keeps_off and requests.get(rule.resource) > 0:
+                values = found.setdefault(rule.label, [])
+                if rule.value not in values:
+                    values.append(rule.value)
+        return tuple((label, tuple(values)) for label, values in found.items())
+
+    def marks(self, labels: Mapping[str, str]) -> tuple[Verdict, ...]:
+        """One verdict per rule whose label the node carries with the rule's value, in the rules' order."""
+        if not self.rules:
+            return ()
+        return tuple(Verdict(rule.effect, rule.label, rule.value, rule.resource) for rule in self.rules
+                     if labels.get(rule.label) == rule.value)
+
+
+def verdict_for(marks: Iterable[Verdict], requests: ResourceVector) -> Verdict | None:
+    """The strongest of a node's ``marks`` that applies to a pod of ``requests`` (None: the node is healthy for
+    it); on a tie the first (the rules' order)."""
+    found: Verdict | None = None
+    for mark in marks:
+        if requests.get(mark.resource) <= 0:
+            continue
+        if found is None or mark.effect.strength > found.effect.strength:
+            found = mark
+    return found
 
 
 NO_RULES = NodeHealth(())

@@ -7,21 +7,28 @@ Contract:
   each pod on the first eligible node, by name, with room for it. A node is eligible for a group when it is
   Ready, not cordoned (unless the pods tolerate ``node.kubernetes.io/unschedulable:NoSchedule``, as the
   scheduler allows), every NoSchedule/NoExecute taint of it is tolerated, and it matches the nodeSelector and
-  the required node affinity. Room is ``free[node.name]``, or the node's allocatable when ``free`` has no entry
-  for it (a node nothing is known to run on); it is compared per resource, extended resources like any other,
-  and a resource a pod does not request never blocks it. Pod counts (the ``pods`` resource), host ports,
-  volumes, inter-pod affinity and topology spread are not modelled.
+  the required node affinity, and no node-health rule keeps the group's pods off it (``NodeView.health``: a
+  NoSchedule or NoExecute verdict for a resource the group requests, ``mcad.model.nodehealth``). Nodes with a
+  PreferNoSchedule verdict for the group come after all the others, so they take its pods only when the others
+  have no room left (a gang that fits only with them still fits). Room is ``free[node.name]``, or the node's
+  allocatable when ``free`` has no entry for it (a node nothing is known to run on); it is compared per
+  resource, extended resources like any other, and a resource a pod does not request never blocks it. Pod
+  counts (the ``pods`` resource), host ports, volumes, inter-pod affinity and topology spread are not modelled.
 - ``Packing.fits`` says whether every pod was placed. When it is, ``placement`` lists ``(node, requests of one
   pod, how many pods)``; when not, ``placement`` is empty, ``why`` explains in one line why the first group
   that ran out of nodes could not be placed (how many of its pods are left over and, per reason, how many nodes
   turned them away), and ``about`` names those reasons (``"nodes:<resource>"``, ``"nodes:not-ready"``,
   ``"nodes:unschedulable"``, ``"nodes:taint"``, ``"nodes:nodeSelector"``, ``"nodes:affinity"``,
-  ``"nodes:none"``) without amounts or counts, so a caller can keep a status message whose ``about`` is
-  unchanged instead of rewriting it on every change of amounts.
+  ``"nodes:health"``, ``"nodes:none"``) without amounts or counts, so a caller can keep a status message whose
+  ``about`` is unchanged instead of rewriting it on every change of amounts. Sick nodes are named with the label
+  that keeps the pods off ("node gpu-3 is labelled autopilot.ibm.com/gpuhealth=TESTING (no nvidia.com/gpu pods)").
+- ``health_verdict(node, requests)``: what the node's health marks say of a pod of ``requests`` (None: healthy);
+  ``prefers_not(node, requests)``: whether that is PreferNoSchedule.
 
 Cost: identical pods are placed in bulk (as many on a node as its tightest resource allows, which is exactly
 where placing them one by one would put them), so ``pack`` does O(groups x nodes) eligibility and room checks,
-plus sorting the nodes, however many pods the groups hold. It runs in the dispatcher's loop over 1,000 nodes.
+plus sorting the nodes, however many pods the groups hold; a node without health marks costs one test more. It runs
+in the dispatcher's loop over 1,000 nodes.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from typing import Final
 from mcad.api.podgroups import PodGroup
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView, Taint
+from mcad.model.nodehealth import Effect, Verdict, verdict_for
 
 GPU: Final = "nvidia.com/gpu"
 # The scheduler's NodeUnschedulable filter lets a pod onto a cordoned node when it tolerates this taint.
@@ -67,18 +75,27 @@ def pack(groups: Iterable[PodGroup], nodes: Iterable[NodeView], free: Mapping[st
             continue
         needs = _needs(group.requests)
         eligible = _Eligibility(group)
-        for node in ordered_nodes:
-            if not eligible(node):
-                continue
-            room = left.get(node.name)
-            if room is None:
-                room = free.get(node.name, node.allocatable)
-            placed = _how_many_fit(needs, room, remaining)
-            if placed == 0:
-                continue
-            left[node.name] = room - group.requests.scale(placed)
-            placement.append((node.name, group.requests, placed))
-            remaining -= placed
+        # Nodes a PreferNoSchedule verdict asks the group's pods to avoid are set aside as they are met and tried
+        # after all the others: no pass over the nodes up front, and nothing more for a node without marks.
+        avoided: list[NodeView] = []
+        for candidates in (ordered_nodes, avoided):
+            for node in candidates:
+                if node.health and candidates is not avoided and eligible.prefers_not(node):
+                    avoided.append(node)
+                    continue
+                if not eligible(node):
+                    continue
+                room = left.get(node.name)
+                if room is None:
+                    room = free.get(node.name, node.allocatable)
+                placed = _how_many_fit(needs, room, remaining)
+                if placed == 0:
+                    continue
+                left[node.name] = room - group.requests.scale(placed)
+                placement.append((node.name, group.requests, placed))
+                remaining -= placed
+                if remaining == 0:
+                    break
             if remaining == 0:
                 break
         if remaining:
@@ -90,6 +107,17 @@ def pack(groups: Iterable[PodGroup], nodes: Iterable[NodeView], free: Mapping[st
 def eligible(group: PodGroup, node: NodeView) -> bool:
     """Whether ``node`` may take pods of ``group``, judged on everything but room (the rules of ``pack``)."""
     return _Eligibility(group)(node)
+
+
+def health_verdict(node: NodeView, requests: ResourceVector) -> Verdict | None:
+    """What the node's health marks say of a pod of ``requests`` (None: it is healthy for it)."""
+    return verdict_for(node.health, requests) if node.health else None
+
+
+def prefers_not(node: NodeView, requests: ResourceVector) -> bool:
+    """Whether a PreferNoSchedule health verdict asks pods of ``requests`` to avoid ``node``."""
+    verdict = health_verdict(node, requests)
+    return verdict is not None and verdict.effect is Effect.PREFER_NOT
 
 
 def _size(group: PodGroup) -> tuple[int, int, int, tuple[tuple[str, int], ...]]:
@@ -125,9 +153,10 @@ def _how_many_fit(needs: Sequence[tuple[str, int]], room: ResourceVector, limit:
 class _Eligibility:
     """Whether a node may take the pods of one group, judged on everything but room; also says why not."""
 
-    __slots__ = ("_affinity", "_selector", "_tolerations", "tolerates_cordon")
+    __slots__ = ("_affinity", "_requests", "_selector", "_tolerations", "tolerates_cordon")
 
     def __init__(self, group: PodGroup) -> None:
+        self._requests = group.requests
         self._selector = group.node_selector
         self._tolerations = group.tolerations
         self._affinity = group.required_affinity
@@ -148,11 +177,24 @@ class _Eligibility:
             labels = node.labels
             if not all(labels.get(key) == value for key, value in self._selector):
                 return "nodes:nodeSelector"
+        # Before the affinity: a pod mcad created carries a NotIn on the health labels (mcad.k8s.apply), and the
+        # label is the better reason to give.
+        if node.health and self.sickness(node) is not None:
+            return "nodes:health"
         if self._affinity and not any(
             term and all(requirement.matches(node) for requirement in term) for term in self._affinity
         ):
             return "nodes:affinity"
         return None
+
+    def prefers_not(self, node: NodeView) -> bool:
+        """Whether a PreferNoSchedule verdict asks the group's pods to avoid ``node`` (used when nothing else fits)."""
+        return prefers_not(node, self._requests)
+
+    def sickness(self, node: NodeView) -> Verdict | None:
+        """The health verdict that keeps the group's pods off ``node`` (NoSchedule, NoExecute), None if none does."""
+        verdict = health_verdict(node, self._requests)
+        return verdict if verdict is not None and verdict.effect.keeps_off else None
 
     def tolerated(self, taint: Taint) -> bool:
         return any(toleration.tolerates(taint) for toleration in self._tolerations)
@@ -160,7 +202,7 @@ class _Eligibility:
 
 # The order reasons appear in ``why``: room first, since it is what usually frees up.
 _REASON_ORDER: Final = ("nodes:not-ready", "nodes:unschedulable", "nodes:taint", "nodes:nodeSelector",
-                        "nodes:affinity")
+                        "nodes:affinity", "nodes:health")  # a node is counted under its first reason only
 
 
 def _explain(group: PodGroup, remaining: int, needs: Sequence[tuple[str, int]], eligible: _Eligibility,
@@ -177,6 +219,7 @@ def _explain(group: PodGroup, remaining: int, needs: Sequence[tuple[str, int]], 
         return head + "there are no nodes", frozenset({"nodes:none"})
     constraint_counts: Counter[str] = Counter()
     untolerated: set[str] = set()
+    sick: dict[str, list[str]] = {}  # what keeps the pods off (the verdict's words) -> the nodes it keeps them off
     short_counts: Counter[str] = Counter()  # nodes without room, by the first resource they lack
     most_free: dict[str, int] = {}  # the most of that resource any of those nodes has
     for node in nodes:
@@ -185,6 +228,10 @@ def _explain(group: PodGroup, remaining: int, needs: Sequence[tuple[str, int]], 
             constraint_counts[reason] += 1
             if reason == "nodes:taint":
                 untolerated.update(str(t) for t in node.taints if not eligible.tolerated(t))
+            elif reason == "nodes:health":
+                verdict = eligible.sickness(node)
+                assert verdict is not None
+                sick.setdefault(verdict.describe(), []).append(node.name)
             continue
         room = left.get(node.name)
         if room is None:
@@ -219,10 +266,22 @@ def _explain(group: PodGroup, remaining: int, needs: Sequence[tuple[str, int]], 
             parts.append(f"{nodes_text} with taints it does not tolerate ({listed})")
         elif reason == "nodes:nodeSelector":
             parts.append(f"{nodes_text} not matching its nodeSelector")
+        elif reason == "nodes:health":
+            parts.extend(_sick_nodes(names, why) for why, names in sorted(sick.items()))
         else:
             parts.append(f"{nodes_text} not matching its required node affinity")
     about = frozenset({*constraint_counts, *(f"nodes:{name}" for name in short_counts)})
     return head + ", ".join(parts), about
+
+
+def _sick_nodes(names: Sequence[str], why: str) -> str:
+    """'node gpu-3 is labelled ...', 'nodes gpu-3, gpu-4 and 2 more are labelled ...'."""
+    if len(names) == 1:
+        return f"node {names[0]} is {why}"
+    listed = ", ".join(names[:_TAINTS_SHOWN])
+    if len(names) > _TAINTS_SHOWN:
+        listed += f" and {len(names) - _TAINTS_SHOWN} more"
+    return f"nodes {listed} are {why}"
 
 
 def _describe(needs: Sequence[tuple[str, int]]) -> str:

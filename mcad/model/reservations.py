@@ -11,7 +11,9 @@ Contract:
   gang is packed first-fit on what would then be free (less what earlier reservations of the pass hold), trying
   the nodes with the most free room now first (of the gang's scarcest resource: GPUs, else cpu, else memory), so
   it waits for the nodes that free soonest by what is known. A reservation keeps its nodes from one pass to the
-  next while its gang still packs there, so it does not wander as room frees elsewhere.
+  next while its gang still packs there, so it does not wander as room frees elsewhere. Node-health rules apply
+  as in every fit (``mcad.model.placement``): no node sick for the gang's pods is reserved for them, one they
+  should avoid (PreferNoSchedule) only when nothing else will do, and such a node is not kept from a pass before.
 - Backfill: a candidate that does not fit with the reservations taken, and whose run time is bounded
   (``dispatchDuration.limit`` L: the follower deletes its objects when it runs out), fits if it fits once the
   reservations it is sure to end before are given back: those whose start bound is known and no earlier than
@@ -242,7 +244,9 @@ class Pass:
         if previous is not None and previous.plan:
             mine = set(previous.nodes)
             for _, nodes in self.owner.targets.node_sets(aw, snapshot):
-                kept = [node for node in nodes if node.name in mine]
+                # A node a PreferNoSchedule health verdict now asks its pods to avoid is not kept: the fresh
+                # choice below takes it again only if nothing else will do.
+                kept = [node for node in nodes if node.name in mine and not placement.prefers_not(node, aw.demand)]
                 packing = placement.pack(aw.gang, kept, lasting)
                 if kept and packing.fits:
                     return packing.placement

@@ -155,7 +155,10 @@ class Reports:
                           "planned": quantities(node_planned),
                           # --placement=binding: pods pinned there, not bound yet (their room is in "planned").
                           "pinned": pinned.get(node.name, 0),
-                          "free": quantities(node_room - node_planned)})
+                          "free": quantities(node_room - node_planned),
+                          # What the node-health rules say of it (mcad.model.nodehealth): empty when healthy.
+                          "health": [{"resource": m.resource, "label": m.label, "value": m.value,
+                                      "effect": m.effect.value} for m in node.health]})
         reservations = []
         for key in sorted(ledger.reserved_keys()):
             outstanding = ledger.reservation(key)

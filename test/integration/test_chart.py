@@ -13,12 +13,18 @@ from click.testing import CliRunner
 
 from mcad.api.faulttolerance import DEFAULTS, FaultDefaults
 from mcad.cli import faultflags
+from mcad.cli.controller import node_health_from_flags
 from mcad.hub import clusters
+from mcad.model.nodehealth import DEFAULT_RULES
 from mcad.model.reservations import DEFAULT_RESERVATIONS
 from test import chart
 from test.support import REPO
 
 ENDPOINT_ACCESS = "endpoint-access"
+# What the chart passes by default: Autopilot's rules, spelled out.
+AUTOPILOT_RULE_ARGS = ("--node-health-rule=nvidia.com/gpu:autopilot.ibm.com/gpuhealth=WARN:PreferNoSchedule",
+                       "--node-health-rule=nvidia.com/gpu:autopilot.ibm.com/gpuhealth=TESTING:NoSchedule",
+                       "--node-health-rule=nvidia.com/gpu:autopilot.ibm.com/gpuhealth=EVICT:NoExecute")
 
 
 def endpoint_access(o: dict[str, Any]) -> bool:
@@ -121,7 +127,8 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
     container = pod["containers"][0]
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
-    assert container["args"] == ["--fit=nodes", "--placement=binding", "--write-workers=32", "--max-items=1000",
+    assert container["args"] == ["--fit=nodes", "--placement=binding", *AUTOPILOT_RULE_ARGS,
+                                 "--write-workers=32", "--max-items=1000",
                                  "--default-max-priority=1000",
                                  "--max-appwrapper-bytes=1310720", "--log-level=info", "--log-format=json",
                                  f"--reservations={DEFAULT_RESERVATIONS}", *FAULT_ARGS, "--http-bind-address=:8080",
@@ -161,10 +168,13 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                                  "retryPausePeriod": 0, "retryLimit": 7, "forcefulDeletionGracePeriod": "1h30m",
                                  "deletionOnFailureGracePeriod": "500ms", "successTTL": "48h",
                                  "gracePeriodCeiling": "2h", "successTTLCeiling": "72h",
-                                 "deleteFinishedAppWrappers": True}}
+                                 "deleteFinishedAppWrappers": True},
+              "nodeHealth": {"rules": ["example.com/fpga:fpga.example.com/health=bad:NoSchedule"]}}
     container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]
-    assert container["args"] == ["--fit=aggregate", "--placement=advisory", "--write-workers=8", "--max-items=50",
+    assert container["args"] == ["--fit=aggregate", "--placement=advisory",
+                                 "--node-health-rule=example.com/fpga:fpga.example.com/health=bad:NoSchedule",
+                                 "--write-workers=8", "--max-items=50",
                                  "--default-max-priority=1000", "--max-appwrapper-bytes=2097152", "--log-level=debug",
                                  "--log-format=console", "--reservations=5",
                                  "--admission-grace-period=30s", "--warmup-grace-period=1h",
@@ -222,6 +232,17 @@ def test_fault_tolerance_values_that_are_no_flag_value_are_refused(tmp_path: Pat
                                                                    message: str) -> None:
     with pytest.raises(RuntimeError, match=message):
         chart.render(values={"faultTolerance": values}, tmp=tmp_path)
+
+
+def test_node_health_rules_default_to_autopilots_and_an_empty_list_turns_them_off(tmp_path: Path) -> None:
+    # The controller parses what the chart renders, into its own defaults.
+    assert node_health_from_flags(tuple(arg.split("=", 1)[1] for arg in AUTOPILOT_RULE_ARGS), False).rules == \
+        DEFAULT_RULES
+    values = {"nodeHealth": {"rules": []}}
+    args = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert "--no-node-health-rules" in args
+    assert not [arg for arg in args if arg.startswith("--node-health-rule=")]
 
 
 def test_the_lease_role_grants_exactly_what_the_elector_uses() -> None:
