@@ -43,6 +43,7 @@ from typing import Any
 from mcad.admission.request import UserInfo
 from mcad.api.resources import parse_quantity
 from mcad.k8s.recentevents import RecentEvents
+from mcad.serve.debug import QUEUE_LISTS
 from mcad.serve.snapshots import Part, Snapshot, encode
 
 # The views' answers: status, JSON-ready document (or bytes), extra headers.
@@ -164,7 +165,7 @@ class Dashboard:
         only_namespace, only_state = query.get("namespace", ""), query.get("state", "")
         snapshot = self.source.snapshot({"queue"}, user, fresh_within=FRESH_WITHIN_SECONDS)
         queue = snapshot.documents["queue"]
-        everyone = queue["queued"] + queue["dispatched"]
+        everyone = [aw for key in QUEUE_LISTS for aw in queue.get(key, [])]
         visible = self.source.visible_namespaces(user, {aw["namespace"] for aw in everyone}, snapshot.namespaces)
         namespaces: set[str] = set()
         counts: dict[str, int] = {}

@@ -35,6 +35,8 @@ from mcad.serve import healthreport
 from mcad.wiring import build, quota_served
 
 Document = dict[str, Any]
+# The lists of AppWrappers in the queue document, each entry with its namespace: what a reader's rights filter.
+QUEUE_LISTS = ("queued", "resetting", "dispatched")
 
 
 def quantities(vector: ResourceVector) -> dict[str, str]:
