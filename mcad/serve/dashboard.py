@@ -11,10 +11,13 @@ Contract:
 - The views (``/ui/api/<view>``) are read with the caller's rights, exactly as /debug (``mcad.serve.server``): bearer
   token, TokenReview, SubjectAccessReview; a standby answers 503 ``{"error": "not the leader", "leader": ...}``.
   - ``queue?namespace=&state=&offset=&limit=``: the AppWrappers of namespaces where the caller may list
-    appwrappers, queued ones in dispatch order (``position`` is the place in the whole queue) then dispatched
-    ones, one page of them (``limit`` at most ``MAX_PAGE``), with the counts by state and the namespaces
-    (at most ``MAX_NAMESPACES``) the filters offer. The page never holds the whole backlog.
-  - ``explain?namespace=&name=``: ``/debug/explain``'s document (``mcadctl explain``'s text) with the labels,
+    appwrappers, queued ones in dispatch order (``position`` is the place in the whole queue), then those in
+    their retry pause after a reset (state Resetting, with their resets, retryLimit and when the pause ends), then
+    dispatched ones (with their health: Healthy, Unhealthy or AtRisk and its reason), one page of them (``limit``
+    at most ``MAX_PAGE``), with the counts by state and the namespaces (at most ``MAX_NAMESPACES``) the filters
+    offer. The page never holds the whole backlog.
+  - ``explain?namespace=&name=``: ``/debug/explain``'s document (``mcadctl explain``'s text, and its fault
+    tolerance: health, what is due and when, retry pause, resets, policy) with the labels,
     the annotations kept for display (``mcad.api.appwrapper.shown_annotations``) and the recent Events this
     controller recorded (``mcad.k8s.recentevents``); 404 for one the caller may not list, as for one that does not
     exist.
@@ -281,7 +284,11 @@ def _row(aw: Mapping[str, Any]) -> dict[str, Any]:
             "priority": aw["priority"], "demand": aw["demand"],
             "pods": sum(phases.values()) if phases is not None else pods, "podPhases": phases,
             "ageSeconds": aw.get("ageSeconds"), "why": aw.get("why", ""), "fitsNow": aw.get("fitsNow"),
-            "requeuings": aw.get("requeuings", 0), "dispatchedAt": aw.get("dispatchedAt")}
+            "requeuings": aw.get("requeuings", 0), "dispatchedAt": aw.get("dispatchedAt"),
+            # Fault tolerance: a dispatched one's health, one in its retry pause's resets and when the pause ends.
+            "health": aw.get("health"), "healthReason": aw.get("healthReason", ""),
+            "resetReason": aw.get("reason", ""), "resettingCount": aw.get("resettingCount"),
+            "retryLimit": aw.get("retryLimit"), "pauseEndsAt": aw.get("pauseEndsAt")}
 
 
 def _amount(quantity: str | None) -> Fraction:

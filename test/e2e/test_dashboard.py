@@ -25,6 +25,7 @@ import pytest
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.keys import Keys
 
+from mcad.api import faulttolerance as ft
 from mcad.api.resources import to_canonical
 from test.browser import Browser
 from test.e2e import quota
@@ -68,6 +69,7 @@ from test.e2e.dashboard_page import (
     wait_row,
 )
 from test.e2e.quota import QuotaTrees, node, subtree
+from test.support import wait_until
 
 # What a tenant may write where the page shows it: markup that would make an element, run a handler, or both.
 PAYLOAD = '<img src=x onerror=alert(1)><b class="mcad-pwned">bold</b>'
@@ -531,3 +533,56 @@ def test_text_is_readable_against_its_background(browser: Browser, controller: C
         show(browser, view)
         faults[view] = browser.script(LOW_CONTRAST)
     assert {view: found for view, found in faults.items() if found} == {}
+
+
+def test_an_unhealthy_then_resetting_appwrapper_is_marked_and_explained(
+        browser: Browser, controller: Controller, endpoint_reader: str, core: k8s.CoreV1Api,
+        aws: AppWrappers) -> None:
+    # Its wrapped Pod deleted by hand: MissingComponent (the pods' informer sees it go), Unhealthy for the failure
+    # grace period, then a reset and a retry pause long enough to look at.
+    body = appwrapper("flaky", {"generictemplate": {"apiVersion": "v1", "kind": "Pod",
+                                                    "metadata": {"name": "flaky-worker"}, "spec": {
+        "containers": [{"name": "main", "image": "busybox",
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}})
+    body["metadata"]["annotations"] = {ft.FAILURE_GRACE: "30s", ft.RETRY_PAUSE: "10m", ft.RETRY_LIMIT: "2"}
+    aws.create(body)
+    aws.wait_state("flaky", "Running")
+    wait_until(lambda: core.read_namespaced_pod("flaky-worker", aws.namespace).status.phase == "Running", 60,
+               "the wrapped pod to run")
+    key = f"{aws.namespace}/flaky"
+    sign_in(browser, controller, endpoint_reader)
+    wait_row(browser, key, "the running AppWrapper, healthy", state="Running")
+    assert not browser.script(f'return document.querySelector(\'#queue tr[data-key="{key}"]\')'
+                              ".classList.contains('unhealthy')")
+
+    core.delete_namespaced_pod("flaky-worker", aws.namespace, grace_period_seconds=0)
+    wait_row(browser, key, "the row to be marked unhealthy", state="Runningunhealthy: MissingComponent")
+    browser.find(f'#queue tr[data-key="{key}"] td.name button').click()
+    detail_of(browser, key)
+    browser.wait(lambda _: "reset (1 of 2) in" in browser.find("#detail .health-state").text
+                 and "unless it recovers" in browser.find("#detail .health-state").text,
+                 "the explanation to say the reset is due unless it recovers")
+    assert browser.find("#detail .health-state .state-badge").text == "Unhealthy"
+
+    resetting = wait_row(browser, key, "the row in its retry pause", timeout=90, state="Resetting")
+    assert resetting["why"].startswith("retry pause after reset (MissingComponent; 1 of retryLimit 2 counted): "
+                                       "queued again in "), resetting
+    assert browser.script(f'return document.querySelector(\'#queue tr[data-key="{key}"]\')'
+                          ".classList.contains('resetting')")
+    browser.wait(lambda _: browser.find("#detail .resets-count").text == "1 of retryLimit 2",
+                 "the explanation to count the reset")
+    history = browser.wait(lambda _: [r for r in texts(browser, "#detail table.resets tbody tr")
+                                      if "MissingComponent" in r] or None, "the reset in the history")
+    assert "\tyes\t" in history[0] and "no longer exist" in history[0], history
+    assert browser.find("#detail .health-state .state-badge").text == "Resetting"
+    assert any(li.startswith("retry pause 10m, retryLimit 2") for li in texts(browser, "#detail ul.policy li"))
+
+    # /debug/explain (mcadctl explain) says the same from the same controller.
+    doc = explain(controller, aws.namespace, "flaky")
+    assert doc["health"]["state"] == "Resetting" and doc["resets"]["count"] == 1, doc
+    assert doc["resets"]["history"][0]["reason"] == "MissingComponent" and doc["pause"]["inSeconds"] > 0, doc
+    assert doc["summary"].startswith("It is in its retry pause after a reset (MissingComponent; reset 1 of 2 so "
+                                     "far): it is queued again at its place in "), doc["summary"]
+    assert doc["faultTolerance"]["fromAnnotations"] == ["failureGracePeriodDuration", "retryPausePeriodDuration",
+                                                        "retryLimit"]
+    assert browser.csp_violations() == [] and browser.console_errors() == []
