@@ -27,6 +27,8 @@ from selenium.webdriver.common.keys import Keys
 
 from mcad.api import faulttolerance as ft
 from mcad.api.resources import to_canonical
+from mcad.k8s import kube
+from mcad.serve import debug
 from test.browser import Browser
 from test.e2e import quota
 from test.e2e.conftest import (
@@ -537,7 +539,7 @@ def test_text_is_readable_against_its_background(browser: Browser, controller: C
 
 def test_an_unhealthy_then_resetting_appwrapper_is_marked_and_explained(
         browser: Browser, controller: Controller, endpoint_reader: str, core: k8s.CoreV1Api,
-        aws: AppWrappers) -> None:
+        aws: AppWrappers, kubeconfig: str) -> None:
     # Its wrapped Pod deleted by hand: MissingComponent (the pods' informer sees it go), Unhealthy for the failure
     # grace period, then a reset and a retry pause long enough to look at.
     body = appwrapper("flaky", {"generictemplate": {"apiVersion": "v1", "kind": "Pod",
@@ -586,3 +588,11 @@ def test_an_unhealthy_then_resetting_appwrapper_is_marked_and_explained(
     assert doc["faultTolerance"]["fromAnnotations"] == ["failureGracePeriodDuration", "retryPausePeriodDuration",
                                                         "retryLimit"]
     assert browser.csp_violations() == [] and browser.console_errors() == []
+
+    # mcadctl --offline explain reads the same from its status, with the built-in defaults for the cluster's.
+    offline = debug.offline(kube.connect(kubeconfig)).explain(aws.namespace, "flaky")
+    assert offline is not None and offline["health"]["state"] == "Resetting", offline
+    assert offline["summary"].startswith("It is in its retry pause after a reset (MissingComponent; reset 1 of 2 "), \
+        offline["summary"]
+    assert offline["resets"] == doc["resets"] and offline["pause"]["until"] == doc["pause"]["until"]
+    assert offline["faultTolerance"]["defaults"] == "built-in" and offline["faultTolerance"]["retryLimit"] == 2
