@@ -273,7 +273,7 @@ class Reports:
         facts = healthreport.Facts(running=running, expected_pods=sum(group.count for group in aw.gang),
                                    ready_pods=sum(1 for pod in pods if pod.phase in ("Running", "Succeeded")),
                                    existing_pods=len(pods), min_available=aw.scheduling.min_available)
-        held_on = sorted({node for node, _, _ in d.accountant.footprint(aw.key) if node})
+        held_on = sorted({node for node, _ in d.accountant.planned_nodes(aw.key)})
         # What it holds is its whole demand: its pods' room while they exist, a reservation for the rest.
         held = quantities(aw.demand) if d.accountant.holds(aw.key) else {}
         pause = healthreport.pause_document(raw, policy, now, held_on, held)
@@ -344,12 +344,15 @@ class Reports:
         d = self.dispatcher
         raw = current.raw()
         resetting = status.latest(raw.get("conditions"), status.RESETTING) or {}
-        counted = f"reset {current.resetting_count} of {policy.retry_limit} so far"
+        history = raw.get("resets")
+        last = history[-1] if isinstance(history, list) and history and isinstance(history[-1], Mapping) else {}
+        counted = (f"reset {current.resetting_count} of {policy.retry_limit} so far" if last.get("counted", True)
+                   else f"not counted against retryLimit; {current.resetting_count} of {policy.retry_limit} used")
         pause = healthreport.pause_document(raw, policy, d.clock.now(), (), {}) or {}
         left = pause.get("inSeconds")
         when = ("now" if not left else f"in {format_duration(left)}, at {pause.get('until')}") \
             if left is not None else "when its pause ends"
-        held_on = sorted({node for node, _, _ in d.accountant.footprint(aw.key) if node})
+        held_on = sorted({node for node, _ in d.accountant.planned_nodes(aw.key)})
         where = (f"on node(s) {', '.join(held_on)}" if held_on else
                  f"in aggregate ({aw.demand.format() or 'nothing'})" if d.accountant.holds(aw.key) else
                  "nowhere (it held nothing when the controller last looked)")
