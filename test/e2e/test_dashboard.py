@@ -13,9 +13,11 @@ README's picture of each view.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,8 +34,11 @@ from mcad.serve import debug
 from test.browser import Browser
 from test.e2e import quota
 from test.e2e.conftest import (
+    GROUP,
     LOGS,
     NODE_LABEL,
+    PLURAL,
+    VERSION,
     AppWrappers,
     Controller,
     appwrapper,
@@ -42,6 +47,7 @@ from test.e2e.conftest import (
     fake_node,
     pinned,
     running_controller,
+    service_account_token,
 )
 from test.e2e.dashboard import (
     CONTENT_SECURITY_POLICY,
@@ -71,6 +77,7 @@ from test.e2e.dashboard_page import (
     wait_row,
 )
 from test.e2e.quota import QuotaTrees, node, subtree
+from test.e2e.test_endpoint_access import TENANT_ROLE
 from test.support import wait_until
 
 # What a tenant may write where the page shows it: markup that would make an element, run a handler, or both.
@@ -95,6 +102,21 @@ def small_node(core: k8s.CoreV1Api) -> Iterator[tuple[str, dict[str, str]]]:
     """A fake node of exactly 3 cpu: its name and the nodeSelector that pins pods to it."""
     with fake_node(core, cpu="3", memory="8Gi") as selector:
         yield f"mcad-test-node-{selector[NODE_LABEL]}", selector
+
+
+@pytest.fixture
+def other_tenant(core: k8s.CoreV1Api, kubeconfig: str) -> Iterator[str]:
+    """Another tenant's namespace, and the ClusterRole of a tenant's rights (its AppWrappers only)."""
+    kube.Client(kube.connect(kubeconfig)).apply({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": TENANT_ROLE},
+        "rules": [{"apiGroups": [GROUP], "resources": [PLURAL],
+                   "verbs": ["create", "get", "list", "watch", "delete"]}]}, field_manager="mcad-e2e", force=True)
+    name = f"mcad-test-b-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name, propagation_policy="Background")
 
 
 # -- the tests ---------------------------------------------------------------------------------------------------
@@ -539,7 +561,7 @@ def test_text_is_readable_against_its_background(browser: Browser, controller: C
 
 def test_an_unhealthy_then_resetting_appwrapper_is_marked_and_explained(
         browser: Browser, controller: Controller, endpoint_reader: str, core: k8s.CoreV1Api,
-        aws: AppWrappers, kubeconfig: str) -> None:
+        aws: AppWrappers, kubeconfig: str, other_tenant: str) -> None:
     # Its wrapped Pod deleted by hand: MissingComponent (the pods' informer sees it go), Unhealthy for the failure
     # grace period, then a reset and a retry pause long enough to look at.
     body = appwrapper("flaky", {"generictemplate": {"apiVersion": "v1", "kind": "Pod",
@@ -588,6 +610,24 @@ def test_an_unhealthy_then_resetting_appwrapper_is_marked_and_explained(
     assert doc["faultTolerance"]["fromAnnotations"] == ["failureGracePeriodDuration", "retryPausePeriodDuration",
                                                         "retryLimit"]
     assert browser.csp_violations() == [] and browser.console_errors() == []
+
+    # As tenants holding only AppWrapper rights: its owner's namespace sees it; another namespace's tenant sees
+    # neither it in /debug/queue's list of those resetting nor its explanation (404, as for none at all).
+    team_b = other_tenant
+    alice = service_account_token(kubeconfig, aws.namespace, "alice", roles=((TENANT_ROLE, aws.namespace),))
+    bob = service_account_token(kubeconfig, team_b, "bob", roles=((TENANT_ROLE, team_b),))
+    aws.custom.create_namespaced_custom_object(GROUP, VERSION, team_b, PLURAL, appwrapper(
+        "theirs", deployment_item("theirs", 1, "100000")))  # fits nowhere: bob's namespace holds one, queued
+    code, body = controller.get("/debug/queue", token=alice)
+    assert code == 200 and [r["name"] for r in json.loads(body)["resetting"]] == ["flaky"], body
+    code, body = controller.get(f"/debug/explain?namespace={aws.namespace}&name=flaky", token=alice)
+    assert code == 200 and json.loads(body)["health"]["state"] == "Resetting", body
+    wait_until(lambda: controller.get("/debug/queue", token=bob)[0] == 200, 30, "bob's AppWrapper to be known")
+    code, body = controller.get("/debug/queue", token=bob)
+    assert json.loads(body)["resetting"] == [] and {aw["namespace"] for aw in json.loads(body)["queued"]} == {
+        team_b}, body
+    code, body = controller.get(f"/debug/explain?namespace={aws.namespace}&name=flaky", token=bob)
+    assert code == 404 and json.loads(body) == {"error": f"AppWrapper {aws.namespace}/flaky not found"}, body
 
     # mcadctl --offline explain reads the same from its status, with the built-in defaults for the cluster's.
     offline = debug.offline(kube.connect(kubeconfig)).explain(aws.namespace, "flaky")
