@@ -6,6 +6,14 @@ Contract:
   The methods read dispatcher state, so they run on the dispatcher thread (``mcad.serve.snapshots`` builds them there)
   or on a dispatcher nobody else runs (``offline``). Inside ``shared_assessments()`` the queue is assessed once
   for every document built.
+- The queue document lists ``queued`` (in dispatch order), ``resetting`` (in their retry pause after a reset:
+  neither queued nor dispatched, holding their room; with their resets, retryLimit and when the pause ends) and
+  ``dispatched`` (with ``health``: Healthy, or Unhealthy / AtRisk while that condition is True, and its reason);
+  each entry names its namespace, and ``QUEUE_LISTS`` names the lists a reader's rights filter.
+- An explain document also holds its fault tolerance (``mcad.serve.healthreport``): ``health`` (with what the
+  controller does next and when), ``faultTolerance`` (the effective policy; ``defaults`` "built-in" offline, where
+  the controller's flags are unknown), ``resets`` and, in a retry pause, ``pause`` (until when, and where its room
+  is held: the nodes of its hold plan, else in aggregate). One in its retry pause is explained as such.
 - The queue's "why" is computed now, with the dispatcher's own fit checks (``Dispatcher.assess_queue``), not read
   back from the Backoff condition (which is rewritten only when what blocks an AppWrapper changes).
 - ``offline(conn)`` lists AppWrappers, Nodes and Pods once, rebuilds the same ledger the controller would, and
@@ -353,11 +361,11 @@ class Reports:
         when = ("now" if not left else f"in {format_duration(left)}, at {pause.get('until')}") \
             if left is not None else "when its pause ends"
         held_on = sorted({node for node, _ in d.accountant.planned_nodes(aw.key)})
-        where = (f"on node(s) {', '.join(held_on)}" if held_on else
-                 f"in aggregate ({aw.demand.format() or 'nothing'})" if d.accountant.holds(aw.key) else
-                 "nowhere (it held nothing when the controller last looked)")
+        room = ("meanwhile its room is held " + (f"on node(s) {', '.join(held_on)}" if held_on else
+                                                 f"in aggregate ({aw.demand.format() or 'nothing'})")
+                if d.accountant.holds(aw.key) else "its room is not held now")
         return (f"It is in its retry pause after a reset ({resetting.get('reason') or 'unknown cause'}; "
-                f"{counted}): it is queued again at its place {when}; meanwhile its room is held {where}.")
+                f"{counted}): it is queued again at its place {when}; {room}.")
 
 
 def _health_mark(raw: Mapping[str, Any]) -> Document:
