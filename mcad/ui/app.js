@@ -275,8 +275,12 @@ function renderHealth(aside, doc) {
   // What is due, as the controller worded it when it built the document (at most a poll old).
   const next = health.next && health.next.text ? ` ${health.next.text}` : "";
   $(".health-state", section).replaceChildren(badge(health.state), next);
-  const lines = (health.conditions || []).filter((c) => c.status === "True")
-    .map((c) => `${c.type}${c.reason ? ` (${c.reason})` : ""}${c.since ? `, since ${since(c.since)} ago` : ""}: ${c.message || ""}`);
+  const said = new Set(); // Unhealthy and Resetting usually carry one message: say it once
+  const lines = (health.conditions || []).filter((c) => c.status === "True").map((c) => {
+    const message = c.message && !said.has(c.message) ? `: ${c.message}` : "";
+    said.add(c.message);
+    return `${c.type}${c.reason ? ` (${c.reason})` : ""}${c.since ? `, since ${since(c.since)} ago` : ""}${message}`;
+  });
   if (doc.pause) {
     const where = (doc.pause.heldOn || []).length ? `on node(s) ${doc.pause.heldOn.join(", ")}` : `in aggregate (${demand(doc.pause.held)})`;
     lines.push(`retry pause until ${doc.pause.until} (${until(doc.pause.until)}); its room is held ${where}`);
@@ -284,18 +288,20 @@ function renderHealth(aside, doc) {
   listItems($(".health-conditions", section), lines);
   const resets = doc.resets || { count: 0, history: [] };
   setText($(".resets-count", section), `${resets.count ?? 0} of retryLimit ${resets.retryLimit ?? "?"}`);
-  const rows = (resets.history || []).slice().reverse().map((r) => el("tr", {},
-    el("td", { text: r.time ? `${since(r.time)} ago` : "" }), el("td", { text: r.reason }),
-    el("td", { text: r.counted ? "yes" : "no" }), el("td", { text: r.message })));
-  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 4, class: "note", text: "no resets" })));
-  $(".resets tbody", section).replaceChildren(...rows);
+  // Newest first; a list, not a table: the messages are long and the panel is narrow.
+  const items = (resets.history || []).slice().reverse().map((r) => el("li", {},
+    el("strong", { text: `${r.time ? `${since(r.time)} ago` : "at an unknown time"}, ${r.reason || "unknown cause"}` }),
+    ` (${r.counted ? "counted" : "not counted"}): ${r.message || ""}`));
+  if (!items.length) items.push(el("li", { class: "note", text: "none" }));
+  $(".resets", section).replaceChildren(...items);
   const p = doc.faultTolerance || {};
   const policy = [
     `grace periods: admission ${p.admissionGracePeriod}, warmup ${p.warmupGracePeriod}, failure ${p.failureGracePeriod}`,
     `retry pause ${p.retryPausePeriod}, retryLimit ${p.retryLimit}, forceful deletion after ${p.forcefulDeletionGracePeriod}`,
     `terminal exit codes: ${(p.terminalExitCodes || []).join(", ") || "none"}; retryable: ` +
       `${(p.retryableExitCodes || []).length ? `only ${p.retryableExitCodes.join(", ")}` : "every other"}`,
-    `objects kept ${p.deletionOnFailureGracePeriod} after a failure, ${p.successTTL} after success` +
+    `${p.deletionOnFailureGracePeriod === "0s" ? "objects deleted at once after a failure" :
+      `objects kept ${p.deletionOnFailureGracePeriod} after a failure`}, ${p.successTTL} after success` +
       `${p.deleteWhenFinished ? ", then the AppWrapper is deleted too" : ""}`,
     `set by its annotations: ${(p.fromAnnotations || []).join(", ") || "none (the cluster's defaults)"}`,
     ...(p.ignored || []).map((entry) => `ignored (refused value, the default stands): ${entry}`),

@@ -595,9 +595,10 @@ def test_an_unhealthy_then_resetting_appwrapper_is_marked_and_explained(
                           ".classList.contains('resetting')")
     browser.wait(lambda _: browser.find("#detail .resets-count").text == "1 of retryLimit 2",
                  "the explanation to count the reset")
-    history = browser.wait(lambda _: [r for r in texts(browser, "#detail table.resets tbody tr")
+    history = browser.wait(lambda _: [r for r in texts(browser, "#detail ol.resets li")
                                       if "MissingComponent" in r] or None, "the reset in the history")
-    assert "\tyes\t" in history[0] and "no longer exist" in history[0], history
+    assert "MissingComponent (counted): Resetting (reset 1 of 2): wrapped object(s) Pod flaky-worker no longer exist" \
+        in history[0], history
     assert browser.find("#detail .health-state .state-badge").text == "Resetting"
     assert any(li.startswith("retry pause 10m, retryLimit 2") for li in texts(browser, "#detail ul.policy li"))
 
