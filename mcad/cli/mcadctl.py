@@ -238,7 +238,10 @@ def _appwrapper_ref(_ctx: click.Context, _param: click.Parameter, value: str) ->
 @click.pass_obj
 def explain(opts: Options, appwrapper: tuple[str, str], output: str | None) -> None:
     """Say in plain words why the AppWrapper NAMESPACE/NAME is where it is: queued behind whom, short of what,
-    dispatched and waiting for pods, or finished. From the controller's /debug/explain (or --offline)."""
+    dispatched and waiting for pods, in its retry pause after a reset, or finished; then its health (what the
+    controller does next and when), its resets against retryLimit and its fault tolerance policy. From the
+    controller's /debug/explain (or --offline, where the controller's fault tolerance flags are not known and the
+    built-in defaults stand in)."""
     namespace, name = appwrapper
     doc = _document(opts, "explain", lambda report: report.explain(namespace, name) or _UNKNOWN_OFFLINE,
                     [("namespace", namespace), ("name", name)], not_found=_UNKNOWN_TO_CONTROLLER)

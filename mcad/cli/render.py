@@ -4,12 +4,19 @@ Contract:
 - ``queue_lines(doc, wide=, width=)``: a one-line summary of the controller, then the queued AppWrappers as a table
   POSITION NAMESPACE NAME PRIORITY AGE STATE DEMAND WHY, in the document's (dispatch) order. WHY is cut with
   "..." so each line fits ``width`` columns (never below ``MIN_WHY`` characters; ``width=None`` cuts nothing);
-  ``wide`` adds PODS, REQUEUINGS and FITS-NOW and never cuts. ``dispatched=True`` adds a second table of the
-  dispatched AppWrappers.
+  ``wide`` adds PODS, REQUEUINGS and FITS-NOW and never cuts. AppWrappers in their retry pause after a reset
+  (``resetting``) follow in a table NAMESPACE NAME PRIORITY RESETS (count/retryLimit) REASON PAUSE-ENDS.
+  ``dispatched=True`` adds a table of the dispatched AppWrappers, with HEALTH (Healthy, Unhealthy(reason),
+  AtRisk(reason)).
 - ``ledger_lines(doc, nodes=)``: per resource CAPACITY USED RESERVED FREE, the outstanding reservations (those
   with something left to reserve), and with ``nodes`` one row per node and resource (ALLOCATABLE USED PLANNED
   FREE).
-- ``explain_lines(doc)``: the summary sentence, then each detail indented.
+- ``explain_lines(doc)``: the summary sentence, then each detail indented, then (``health_lines``) its fault
+  tolerance: ``Health:`` its state and what is due when, the current Unhealthy / Resetting / AtRisk /
+  DeletingResources conditions, the retry pause (until when, where its room is held); ``Resets:`` the count
+  against retryLimit and a table TIME REASON COUNTED MESSAGE of the history; ``Fault tolerance:`` the effective
+  periods, retryLimit, exit codes, which annotations set them and those ignored because refused. A document
+  without these fields (an older controller) prints none of them.
 - ``quota_lines(doc, wide=, width=)``: a one-line summary of the controller, then per quota tree a ``TREE`` line
   (its resources), its errors, and a table NODE HARD LIMIT USED BORROWED APPWRAPPERS in the document's (tree)
   order, each NODE indented two spaces per level below its root. HARD is yes/no, and ``root`` for a root (its
@@ -117,7 +124,9 @@ def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int | None
                 dispatched: bool = False) -> list[str]:
     queued = list(doc.get("queued") or [])
     running = list(doc.get("dispatched") or [])
-    lines = [f"{controller_line(doc)}: {len(queued)} queued, {len(running)} dispatched", ""]
+    paused = len(doc.get("resetting") or [])
+    lines = [f"{controller_line(doc)}: {len(queued)} queued, {len(running)} dispatched"
+             + (f", {paused} resetting" if paused else ""), ""]
     if queued:
         lines += _queued_table(queued, width=width, wide=wide)
     else:
@@ -129,6 +138,13 @@ def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int | None
             where = f"nodes {', '.join(held.get('nodes') or [])}" if held.get("nodes") else held.get("amount")
             starts = held.get("startsBy") or "unknown (what holds the room has no dispatchDuration.limit)"
             lines.append(f"  {held.get('appwrapper')}: {where}; room sure to be free by {starts}")
+    resetting = [r for r in doc.get("resetting") or [] if isinstance(r, Mapping)]
+    if resetting:
+        lines += ["", "Resetting (in their retry pause after a reset: their room is held, then they are queued again):"]
+        lines += table(["NAMESPACE", "NAME", "PRIORITY", "RESETS", "REASON", "PAUSE-ENDS"],
+                       [[_text(r.get("namespace")), _text(r.get("name")), _text(r.get("priority")),
+                         f"{_text(r.get('resettingCount'))}/{_text(r.get('retryLimit'))}", _text(r.get("reason")),
+                         _text(r.get("pauseEndsAt"))] for r in resetting])
     if dispatched:
         lines.append("")
         lines += _dispatched_table(running, generated_at=doc.get("generatedAt")) if running else [
@@ -166,7 +182,7 @@ def _cut_last_column(headers: Sequence[str], rows: Sequence[list[str]], width: i
 
 
 def _dispatched_table(running: Sequence[Mapping[str, Any]], *, generated_at: Any) -> list[str]:
-    headers = ["NAMESPACE", "NAME", "PRIORITY", "STATE", "DISPATCHED", "PODS", "DEMAND"]
+    headers = ["NAMESPACE", "NAME", "PRIORITY", "STATE", "HEALTH", "DISPATCHED", "PODS", "DEMAND"]
     now = _time(generated_at)
     rows = []
     for aw in running:
@@ -174,14 +190,15 @@ def _dispatched_table(running: Sequence[Mapping[str, Any]], *, generated_at: Any
         since = age((now - at).total_seconds()) if now and at else "-"
         pods = aw.get("pods") or {}
         counts = "/".join(_text(pods.get(k, 0)) for k in ("pending", "running", "succeeded", "failed"))
+        health = _text(aw.get("health")) + (f"({aw['healthReason']})" if aw.get("healthReason") else "")
         rows.append([_text(aw.get("namespace")), _text(aw.get("name")), _text(aw.get("priority")),
-                     _text(aw.get("state")), since, counts, quantities(aw.get("demand"))])
+                     _text(aw.get("state")), health, since, counts, quantities(aw.get("demand"))])
     return [*table(headers, rows), "(PODS: pending/running/succeeded/failed)"]
 
 
 def only_namespace(doc: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     kept = dict(doc)
-    for key in ("queued", "dispatched"):
+    for key in ("queued", "dispatched", "resetting"):
         if key in doc:
             kept[key] = [aw for aw in doc.get(key) or [] if aw.get("namespace") == namespace]
     return kept
@@ -250,6 +267,55 @@ def explain_lines(doc: Mapping[str, Any]) -> list[str]:
     state = f" [{doc['state']}]" if doc.get("state") else ""
     lines = [f"{name}{state}: {doc.get('summary') or 'no explanation given'}"]
     lines += [f"  - {detail}" for detail in doc.get("details") or []]
+    lines += health_lines(doc)
+    return lines
+
+
+def health_lines(doc: Mapping[str, Any]) -> list[str]:
+    """The fault tolerance sections of an explain document (absent from a controller older than issue 28)."""
+    lines: list[str] = []
+    health = doc.get("health")
+    if isinstance(health, Mapping):
+        due = health.get("next")
+        what = f": {_text(due.get('text'))}" if isinstance(due, Mapping) and due.get("text") else ""
+        lines += ["", f"Health: {_text(health.get('state'))}{what}"]
+        for condition in health.get("conditions") or []:
+            if not isinstance(condition, Mapping):
+                continue
+            reason = f" ({condition['reason']})" if condition.get("reason") else ""
+            since = f" since {condition['since']}" if condition.get("since") else ""
+            message = f": {condition['message']}" if condition.get("message") else ""
+            lines.append(f"  {_text(condition.get('type'))}={_text(condition.get('status'))}{reason}{since}{message}")
+    pause = doc.get("pause")
+    if isinstance(pause, Mapping):
+        nodes = pause.get("heldOn") or []
+        where = (f"on node(s) {', '.join(map(str, nodes))}" if nodes
+                 else f"in aggregate ({quantities(pause.get('held'))})")
+        lines.append(f"  retry pause: since {_text(pause.get('since'))}, until {_text(pause.get('until'))}; "
+                     f"its room is held {where}")
+    resets = doc.get("resets")
+    if isinstance(resets, Mapping):
+        history = [r for r in resets.get("history") or [] if isinstance(r, Mapping)]
+        lines += ["", f"Resets: {_text(resets.get('count'))} counted of retryLimit {_text(resets.get('retryLimit'))}"
+                      + ("" if history else "; none so far")]
+        if history:
+            rows = [[_text(r.get("time")), _text(r.get("reason")), "yes" if r.get("counted") else "no",
+                     _text(r.get("message"))] for r in history]
+            lines += ["  " + line for line in table(["TIME", "REASON", "COUNTED", "MESSAGE"], rows)]
+    policy = doc.get("faultTolerance")
+    if isinstance(policy, Mapping):
+        lines += ["", "Fault tolerance" + (" (the controller's defaults are not known offline: built-in ones shown)"
+                                           if policy.get("defaults") == "built-in" else "") + ":"]
+        lines.append("  " + ", ".join(f"{name} {_text(policy.get(name))}" for name in (
+            "admissionGracePeriod", "warmupGracePeriod", "failureGracePeriod", "retryPausePeriod", "retryLimit",
+            "forcefulDeletionGracePeriod", "deletionOnFailureGracePeriod", "successTTL")))
+        terminal, retryable = policy.get("terminalExitCodes") or [], policy.get("retryableExitCodes") or []
+        codes = (f"terminal exit codes: {','.join(map(str, terminal)) or 'none'}; "
+                 + (f"retryable: only {','.join(map(str, retryable))}" if retryable else "retryable: every other"))
+        lines.append(f"  {codes}; delete when finished: {'yes' if policy.get('deleteWhenFinished') else 'no'}")
+        own = policy.get("fromAnnotations") or []
+        lines.append(f"  set by its annotations: {', '.join(map(str, own)) or 'none (the cluster defaults)'}")
+        lines += [f"  ignored (refused value, the default stands): {entry}" for entry in policy.get("ignored") or []]
     return lines
 
 

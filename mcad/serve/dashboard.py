@@ -11,10 +11,13 @@ Contract:
 - The views (``/ui/api/<view>``) are read with the caller's rights, exactly as /debug (``mcad.serve.server``): bearer
   token, TokenReview, SubjectAccessReview; a standby answers 503 ``{"error": "not the leader", "leader": ...}``.
   - ``queue?namespace=&state=&offset=&limit=``: the AppWrappers of namespaces where the caller may list
-    appwrappers, queued ones in dispatch order (``position`` is the place in the whole queue) then dispatched
-    ones, one page of them (``limit`` at most ``MAX_PAGE``), with the counts by state and the namespaces
-    (at most ``MAX_NAMESPACES``) the filters offer. The page never holds the whole backlog.
-  - ``explain?namespace=&name=``: ``/debug/explain``'s document (``mcadctl explain``'s text) with the labels,
+    appwrappers, queued ones in dispatch order (``position`` is the place in the whole queue), then those in
+    their retry pause after a reset (state Resetting, with their resets, retryLimit and when the pause ends), then
+    dispatched ones (with their health: Healthy, Unhealthy or AtRisk and its reason), one page of them (``limit``
+    at most ``MAX_PAGE``), with the counts by state and the namespaces (at most ``MAX_NAMESPACES``) the filters
+    offer. The page never holds the whole backlog.
+  - ``explain?namespace=&name=``: ``/debug/explain``'s document (``mcadctl explain``'s text, and its fault
+    tolerance: health, what is due and when, retry pause, resets, policy) with the labels,
     the annotations kept for display (``mcad.api.appwrapper.shown_annotations``) and the recent Events this
     controller recorded (``mcad.k8s.recentevents``); 404 for one the caller may not list, as for one that does not
     exist.
@@ -43,6 +46,7 @@ from typing import Any
 from mcad.admission.request import UserInfo
 from mcad.api.resources import parse_quantity
 from mcad.k8s.recentevents import RecentEvents
+from mcad.serve.debug import QUEUE_LISTS
 from mcad.serve.snapshots import Part, Snapshot, encode
 
 # The views' answers: status, JSON-ready document (or bytes), extra headers.
@@ -164,7 +168,7 @@ class Dashboard:
         only_namespace, only_state = query.get("namespace", ""), query.get("state", "")
         snapshot = self.source.snapshot({"queue"}, user, fresh_within=FRESH_WITHIN_SECONDS)
         queue = snapshot.documents["queue"]
-        everyone = queue["queued"] + queue["dispatched"]
+        everyone = [aw for key in QUEUE_LISTS for aw in queue.get(key, [])]
         visible = self.source.visible_namespaces(user, {aw["namespace"] for aw in everyone}, snapshot.namespaces)
         namespaces: set[str] = set()
         counts: dict[str, int] = {}
@@ -280,7 +284,11 @@ def _row(aw: Mapping[str, Any]) -> dict[str, Any]:
             "priority": aw["priority"], "demand": aw["demand"],
             "pods": sum(phases.values()) if phases is not None else pods, "podPhases": phases,
             "ageSeconds": aw.get("ageSeconds"), "why": aw.get("why", ""), "fitsNow": aw.get("fitsNow"),
-            "requeuings": aw.get("requeuings", 0), "dispatchedAt": aw.get("dispatchedAt")}
+            "requeuings": aw.get("requeuings", 0), "dispatchedAt": aw.get("dispatchedAt"),
+            # Fault tolerance: a dispatched one's health, one in its retry pause's resets and when the pause ends.
+            "health": aw.get("health"), "healthReason": aw.get("healthReason", ""),
+            "resetReason": aw.get("reason", ""), "resettingCount": aw.get("resettingCount"),
+            "retryLimit": aw.get("retryLimit"), "pauseEndsAt": aw.get("pauseEndsAt")}
 
 
 def _amount(quantity: str | None) -> Fraction:

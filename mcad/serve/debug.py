@@ -6,6 +6,14 @@ Contract:
   The methods read dispatcher state, so they run on the dispatcher thread (``mcad.serve.snapshots`` builds them there)
   or on a dispatcher nobody else runs (``offline``). Inside ``shared_assessments()`` the queue is assessed once
   for every document built.
+- The queue document lists ``queued`` (in dispatch order), ``resetting`` (in their retry pause after a reset:
+  neither queued nor dispatched, holding their room; with their resets, retryLimit and when the pause ends) and
+  ``dispatched`` (with ``health``: Healthy, or Unhealthy / AtRisk while that condition is True, and its reason);
+  each entry names its namespace, and ``QUEUE_LISTS`` names the lists a reader's rights filter.
+- An explain document also holds its fault tolerance (``mcad.serve.healthreport``): ``health`` (with what the
+  controller does next and when), ``faultTolerance`` (the effective policy; ``defaults`` "built-in" offline, where
+  the controller's flags are unknown), ``resets`` and, in a retry pause, ``pause`` (until when, and where its room
+  is held: the nodes of its hold plan, else in aggregate). One in its retry pause is explained as such.
 - The queue's "why" is computed now, with the dispatcher's own fit checks (``Dispatcher.assess_queue``), not read
   back from the Backoff condition (which is rewritten only when what blocks an AppWrapper changes).
 - ``offline(conn)`` lists AppWrappers, Nodes and Pods once, rebuilds the same ledger the controller would, and
@@ -21,6 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from mcad.api.appwrapper import ACTIVE_STATES, FINAL_STATES, AppWrapperView, State
+from mcad.api.faulttolerance import FaultPolicy, format_duration
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.statusview import StatusView
 from mcad.hub.connections import Hub
@@ -30,9 +39,12 @@ from mcad.loop.dispatcher import Dispatcher
 from mcad.model import lifecycle, status
 from mcad.model.assess import Assessment
 from mcad.model.reservations import DEFAULT_RESERVATIONS
+from mcad.serve import healthreport
 from mcad.wiring import build, quota_served
 
 Document = dict[str, Any]
+# The lists of AppWrappers in the queue document, each entry with its namespace: what a reader's rights filter.
+QUEUE_LISTS = ("queued", "resetting", "dispatched")
 
 
 def quantities(vector: ResourceVector) -> dict[str, str]:
@@ -96,10 +108,15 @@ class Reports:
             if aw is not None:
                 queued_facts.append((position, assessment, aw, d.decisions.status(aw).requeuings))
         dispatched_facts = []
+        resetting_facts = []
         for aw in sorted(d.appwrappers.list(), key=lambda a: a.order()):
             if aw.key in d.pending or aw.deleting:
                 continue
             current = d.decisions.status(aw)
+            if current.resetting_since and aw.key not in d.dispatches:
+                # In its retry pause: in no queue and not dispatched, yet holding its room.
+                resetting_facts.append((aw, current, d.owners.health.policy(aw)))
+                continue
             state = "Dispatching" if aw.key in d.dispatches else current.state
             if state != "Dispatching" and (state not in ACTIVE_STATES or not current.canrun):
                 continue
@@ -125,8 +142,20 @@ class Reports:
                     "demand": quantities(aw.demand), "dispatchedAt": rfc3339(lifecycle.dispatched_at(current)),
                     "pods": {"pending": phases.count("Pending"), "running": phases.count("Running"),
                              "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")},
+                    **_health_mark(current.raw()),
                 })
-            return {**header, "queued": queued, "dispatched": dispatched, "reservations": reservations}
+            resetting = []
+            for aw, current, policy in resetting_facts:
+                raw = current.raw()
+                pause = healthreport.pause_document(raw, policy, now, (), {}) or {}
+                resetting.append({
+                    "namespace": aw.namespace, "name": aw.name, "priority": aw.priority, "state": "Resetting",
+                    "demand": quantities(aw.demand), "reason": pause.get("reason", ""),
+                    "resettingCount": current.resetting_count, "retryLimit": policy.retry_limit,
+                    "pauseEndsAt": pause.get("until"), "message": raw.get("message", ""),
+                })
+            return {**header, "queued": queued, "dispatched": dispatched, "resetting": resetting,
+                    "reservations": reservations}
 
         return document
 
@@ -226,7 +255,8 @@ class Reports:
             return None
         current = d.decisions.status(aw)
         state = current.state
-        summary, details = self._explain(aw, current, state)
+        policy = d.owners.health.policy(aw)
+        summary, details = self._explain(aw, current, state, policy)
         details += [f"demand: {aw.demand.format() or 'nothing'}", f"priority: {aw.priority}",
                     f"created: {aw.created}"]
         if current.requeuings:
@@ -241,9 +271,30 @@ class Reports:
                 details.append(line)
         return {"namespace": namespace, "name": name, "found": True, "state": state or State.NEW,
                 "summary": summary, "details": details, "uid": aw.uid, "labels": dict(aw.labels),
-                "annotations": dict(aw.annotations)}
+                "annotations": dict(aw.annotations), **self._fault_tolerance(aw, current, policy)}
 
-    def _explain(self, aw: AppWrapperView, current: StatusView, state: str) -> tuple[str, list[str]]:
+    def _fault_tolerance(self, aw: AppWrapperView, current: StatusView, policy: FaultPolicy) -> Document:
+        """Its health, what is due and when, its resets and retry pause (``mcad.serve.healthreport``)."""
+        d = self.dispatcher
+        raw = current.raw()
+        now = d.clock.now()
+        running = (aw.key in d.dispatches or (current.state in ACTIVE_STATES and current.canrun
+                                              and aw.key not in d.pending))
+        pods = [pod for pod in d.accountant.pods(aw.key) if not pod.deleting]
+        facts = healthreport.Facts(running=running, expected_pods=sum(group.count for group in aw.gang),
+                                   ready_pods=sum(1 for pod in pods if pod.phase in ("Running", "Succeeded")),
+                                   existing_pods=len(pods), min_available=aw.scheduling.min_available)
+        held_on = sorted({node for node, _ in d.accountant.planned_nodes(aw.key)})
+        # What it holds is its whole demand: its pods' room while they exist, a reservation for the rest.
+        held = quantities(aw.demand) if d.accountant.holds(aw.key) else {}
+        pause = healthreport.pause_document(raw, policy, now, held_on, held)
+        return {"health": healthreport.health_document(raw, policy, now, facts),
+                "faultTolerance": healthreport.policy_document(policy, aw.fault_annotations,
+                                                               defaults_known=not self.info().get("offline")),
+                "resets": healthreport.resets_document(raw, policy), "pause": pause}
+
+    def _explain(self, aw: AppWrapperView, current: StatusView, state: str,
+                 policy: FaultPolicy) -> tuple[str, list[str]]:
         d = self.dispatcher
         if aw.deleting:
             return "It is being deleted; its wrapped objects are being removed.", []
@@ -251,6 +302,8 @@ class Reports:
             return f"It failed before dispatch: its spec is invalid ({aw.demand_error}).", []
         if aw.key in d.dispatches:
             return "It is being dispatched: its wrapped objects are being created now.", []
+        if current.resetting_since and aw.key not in d.pending:
+            return self._paused(aw, current, policy), []
         if aw.key in d.pending:
             assessments = self._assess_queue()
             place = next((i for i, a in enumerate(assessments, start=1) if a.key == aw.key), 0)
@@ -297,6 +350,35 @@ class Reports:
                 details.append(f"dispatch deadline: {rfc3339(lifecycle.deadline_due(spec, current))}")
             return summary, details
         return "The controller has not decided about it yet (it arrived a moment ago).", []
+
+    def _paused(self, aw: AppWrapperView, current: StatusView, policy: FaultPolicy) -> str:
+        d = self.dispatcher
+        raw = current.raw()
+        resetting = status.latest(raw.get("conditions"), status.RESETTING) or {}
+        history = raw.get("resets")
+        last = history[-1] if isinstance(history, list) and history and isinstance(history[-1], Mapping) else {}
+        counted = (f"reset {current.resetting_count} of {policy.retry_limit} so far" if last.get("counted", True)
+                   else f"not counted against retryLimit; {current.resetting_count} of {policy.retry_limit} used")
+        pause = healthreport.pause_document(raw, policy, d.clock.now(), (), {}) or {}
+        left = pause.get("inSeconds")
+        when = ("now" if not left else f"in {format_duration(left)}, at {pause.get('until')}") \
+            if left is not None else "when its pause ends"
+        held_on = sorted({node for node, _ in d.accountant.planned_nodes(aw.key)})
+        room = ("meanwhile its room is held " + (f"on node(s) {', '.join(held_on)}" if held_on else
+                                                 f"in aggregate ({aw.demand.format() or 'nothing'})")
+                if d.accountant.holds(aw.key) else "its room is not held now")
+        return (f"It is in its retry pause after a reset ({resetting.get('reason') or 'unknown cause'}; "
+                f"{counted}): it is queued again at its place {when}; {room}.")
+
+
+def _health_mark(raw: Mapping[str, Any]) -> Document:
+    """A dispatched AppWrapper's health for the queue's lists: Unhealthy or AtRisk while such a condition is True
+    (with its reason), else Healthy."""
+    for type_ in (status.UNHEALTHY, status.AT_RISK):
+        current = status.latest(raw.get("conditions"), type_)
+        if current is not None and current.get("status") == "True":
+            return {"health": type_, "healthReason": str(current.get("reason", ""))}
+    return {"health": "Healthy", "healthReason": ""}
 
 
 def _reservation_line(reservation: Mapping[str, Any]) -> str:

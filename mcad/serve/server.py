@@ -50,7 +50,7 @@ from mcad.loop.dispatcher import Dispatcher
 from mcad.metrics import CONTENT_TYPE, Metrics
 from mcad.serve import frontdoor
 from mcad.serve.dashboard import SECURITY_HEADERS, Answer, Dashboard, Refusal, Source
-from mcad.serve.debug import Reports
+from mcad.serve.debug import QUEUE_LISTS, Reports
 from mcad.serve.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
 from mcad.serve.frontdoor import FrontDoor, Head, Limits, Response
 from mcad.serve.snapshots import DEFAULT_INTERVAL_SECONDS, Busy, Part, Snapshot, Snapshots, encode
@@ -220,14 +220,15 @@ class DebugEndpoints:
             return self._unknown(part[1], part[2])
         if part == "queue":
             reservations = document.get("reservations", [])
-            shown = {aw["namespace"] for aw in document["queued"] + document["dispatched"]}
+            lists = {key: document.get(key, []) for key in QUEUE_LISTS}
+            shown = {aw["namespace"] for entries in lists.values() for aw in entries}
             shown |= {held["appwrapper"].partition("/")[0] for held in reservations}
             visible = access.visible(user, shown, snapshot.namespaces)
             if visible is not None:
                 # Reservations name their holders and nodes: shown only for the namespaces the caller may list.
                 return 200, {**document,
-                             "queued": [aw for aw in document["queued"] if aw["namespace"] in visible],
-                             "dispatched": [aw for aw in document["dispatched"] if aw["namespace"] in visible],
+                             **{key: [aw for aw in entries if aw["namespace"] in visible]
+                                for key, entries in lists.items()},
                              "reservations": [held for held in reservations
                                               if held["appwrapper"].partition("/")[0] in visible]}
         return 200, snapshot.encoded(part)

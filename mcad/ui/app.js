@@ -123,6 +123,12 @@ function since(timestamp) {
   return age((Date.now() - Date.parse(timestamp)) / 1000);
 }
 
+function until(timestamp) {
+  if (!timestamp) return "";
+  const left = (Date.parse(timestamp) - Date.now()) / 1000;
+  return left > 0 ? `in ${age(left)}` : "now";
+}
+
 function demand(vector) {
   return Object.entries(vector || {}).map(([name, amount]) => `${name} ${amount}`).join(", ");
 }
@@ -176,16 +182,31 @@ function queueRow(row) {
   return tr;
 }
 
+// A dispatched AppWrapper's health beside its state (Unhealthy, AtRisk), with the reason; none when healthy.
+function healthFlag(row) {
+  if (row.health !== "Unhealthy" && row.health !== "AtRisk") return null;
+  const text = `${row.health === "AtRisk" ? "at risk" : "unhealthy"}${row.healthReason ? `: ${row.healthReason}` : ""}`;
+  return el("span", { class: `flag health-flag health-${row.health}`, text });
+}
+
 function updateRow(tr, row) {
   setText($(".position", tr), row.position ?? "");
   const stateCell = $(".state", tr);
-  if (stateCell.textContent !== row.state) stateCell.replaceChildren(badge(row.state));
+  const flag = healthFlag(row);
+  const shown = `${row.state}${flag ? flag.textContent : ""}`;
+  if (stateCell.textContent !== shown) stateCell.replaceChildren(badge(row.state), ...(flag ? [flag] : []));
+  tr.classList.toggle("resetting", row.state === "Resetting");
+  tr.classList.toggle("unhealthy", row.health === "Unhealthy");
+  tr.classList.toggle("at-risk", row.health === "AtRisk");
   setText($(".priority", tr), row.priority);
   setText($(".namespace", tr), row.namespace);
   setText($(".demand", tr), demand(row.demand));
   setText($(".age", tr), row.position != null ? age(row.ageSeconds) : since(row.dispatchedAt));
   let why = row.why || "";
-  if (row.position == null && row.podPhases) {
+  if (row.state === "Resetting") {
+    why = `retry pause after reset (${row.resetReason || "unknown cause"}; ${row.resettingCount ?? 0} of ` +
+      `retryLimit ${row.retryLimit ?? "?"} counted): queued again ${until(row.pauseEndsAt)}, its room held meanwhile`;
+  } else if (row.position == null && row.podPhases) {
     why = Object.entries(row.podPhases).filter(([, n]) => n).map(([p, n]) => `${n} ${p}`).join(", ") || "no pods yet";
   }
   setText($(".why", tr), why);
@@ -244,6 +265,50 @@ function listItems(list, entries) {
   list.replaceChildren(...items);
 }
 
+// Fault tolerance in the explanation: health and what is due when, the retry pause, the resets, the policy.
+// Absent from a controller older than issue 28: the section stays hidden.
+function renderHealth(aside, doc) {
+  const section = $(".health", aside);
+  const health = doc.health;
+  section.hidden = !health;
+  if (!health) return;
+  // What is due, as the controller worded it when it built the document (at most a poll old).
+  const next = health.next && health.next.text ? ` ${health.next.text}` : "";
+  $(".health-state", section).replaceChildren(badge(health.state), next);
+  const said = new Set(); // Unhealthy and Resetting usually carry one message: say it once
+  const lines = (health.conditions || []).filter((c) => c.status === "True").map((c) => {
+    const message = c.message && !said.has(c.message) ? `: ${c.message}` : "";
+    said.add(c.message);
+    return `${c.type}${c.reason ? ` (${c.reason})` : ""}${c.since ? `, since ${since(c.since)} ago` : ""}${message}`;
+  });
+  if (doc.pause) {
+    const where = (doc.pause.heldOn || []).length ? `on node(s) ${doc.pause.heldOn.join(", ")}` : `in aggregate (${demand(doc.pause.held)})`;
+    lines.push(`retry pause until ${doc.pause.until} (${until(doc.pause.until)}); its room is held ${where}`);
+  }
+  listItems($(".health-conditions", section), lines);
+  const resets = doc.resets || { count: 0, history: [] };
+  setText($(".resets-count", section), `${resets.count ?? 0} of retryLimit ${resets.retryLimit ?? "?"}`);
+  // Newest first; a list, not a table: the messages are long and the panel is narrow.
+  const items = (resets.history || []).slice().reverse().map((r) => el("li", {},
+    el("strong", { text: `${r.time ? `${since(r.time)} ago` : "at an unknown time"}, ${r.reason || "unknown cause"}` }),
+    ` (${r.counted ? "counted" : "not counted"}): ${r.message || ""}`));
+  if (!items.length) items.push(el("li", { class: "note", text: "none" }));
+  $(".resets", section).replaceChildren(...items);
+  const p = doc.faultTolerance || {};
+  const policy = [
+    `grace periods: admission ${p.admissionGracePeriod}, warmup ${p.warmupGracePeriod}, failure ${p.failureGracePeriod}`,
+    `retry pause ${p.retryPausePeriod}, retryLimit ${p.retryLimit}, forceful deletion after ${p.forcefulDeletionGracePeriod}`,
+    `terminal exit codes: ${(p.terminalExitCodes || []).join(", ") || "none"}; retryable: ` +
+      `${(p.retryableExitCodes || []).length ? `only ${p.retryableExitCodes.join(", ")}` : "every other"}`,
+    `${p.deletionOnFailureGracePeriod === "0s" ? "objects deleted at once after a failure" :
+      `objects kept ${p.deletionOnFailureGracePeriod} after a failure`}, ${p.successTTL} after success` +
+      `${p.deleteWhenFinished ? ", then the AppWrapper is deleted too" : ""}`,
+    `set by its annotations: ${(p.fromAnnotations || []).join(", ") || "none (the cluster's defaults)"}`,
+    ...(p.ignored || []).map((entry) => `ignored (refused value, the default stands): ${entry}`),
+  ];
+  listItems($(".policy", section), policy);
+}
+
 async function refreshDetail() {
   const key = state.selected;
   if (!key) return;
@@ -255,6 +320,7 @@ async function refreshDetail() {
     $(".state", aside).replaceChildren(badge(doc.state));
     setText($(".summary", aside), doc.summary);
     listItems($(".details", aside), doc.details || []);
+    renderHealth(aside, doc);
     listItems($(".labels", aside), Object.entries(doc.labels || {}).map(([k, v]) => `${k}=${v}`));
     listItems($(".annotations", aside), Object.entries(doc.annotations || {}).map(([k, v]) => `${k}: ${v}`));
     const rows = (doc.events || []).map((e) => el("tr", {}, el("td", { text: e.type }), el("td", { text: e.reason }),

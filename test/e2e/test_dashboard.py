@@ -13,9 +13,11 @@ README's picture of each view.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,12 +27,18 @@ import pytest
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.keys import Keys
 
+from mcad.api import faulttolerance as ft
 from mcad.api.resources import to_canonical
+from mcad.k8s import kube
+from mcad.serve import debug
 from test.browser import Browser
 from test.e2e import quota
 from test.e2e.conftest import (
+    GROUP,
     LOGS,
     NODE_LABEL,
+    PLURAL,
+    VERSION,
     AppWrappers,
     Controller,
     appwrapper,
@@ -39,6 +47,7 @@ from test.e2e.conftest import (
     fake_node,
     pinned,
     running_controller,
+    service_account_token,
 )
 from test.e2e.dashboard import (
     CONTENT_SECURITY_POLICY,
@@ -68,6 +77,8 @@ from test.e2e.dashboard_page import (
     wait_row,
 )
 from test.e2e.quota import QuotaTrees, node, subtree
+from test.e2e.test_endpoint_access import TENANT_ROLE
+from test.support import wait_until
 
 # What a tenant may write where the page shows it: markup that would make an element, run a handler, or both.
 PAYLOAD = '<img src=x onerror=alert(1)><b class="mcad-pwned">bold</b>'
@@ -91,6 +102,21 @@ def small_node(core: k8s.CoreV1Api) -> Iterator[tuple[str, dict[str, str]]]:
     """A fake node of exactly 3 cpu: its name and the nodeSelector that pins pods to it."""
     with fake_node(core, cpu="3", memory="8Gi") as selector:
         yield f"mcad-test-node-{selector[NODE_LABEL]}", selector
+
+
+@pytest.fixture
+def other_tenant(core: k8s.CoreV1Api, kubeconfig: str) -> Iterator[str]:
+    """Another tenant's namespace, and the ClusterRole of a tenant's rights (its AppWrappers only)."""
+    kube.Client(kube.connect(kubeconfig)).apply({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": TENANT_ROLE},
+        "rules": [{"apiGroups": [GROUP], "resources": [PLURAL],
+                   "verbs": ["create", "get", "list", "watch", "delete"]}]}, field_manager="mcad-e2e", force=True)
+    name = f"mcad-test-b-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name, propagation_policy="Background")
 
 
 # -- the tests ---------------------------------------------------------------------------------------------------
@@ -531,3 +557,83 @@ def test_text_is_readable_against_its_background(browser: Browser, controller: C
         show(browser, view)
         faults[view] = browser.script(LOW_CONTRAST)
     assert {view: found for view, found in faults.items() if found} == {}
+
+
+def test_an_unhealthy_then_resetting_appwrapper_is_marked_and_explained(
+        browser: Browser, controller: Controller, endpoint_reader: str, core: k8s.CoreV1Api,
+        aws: AppWrappers, kubeconfig: str, other_tenant: str) -> None:
+    # Its wrapped Pod deleted by hand: MissingComponent (the pods' informer sees it go), Unhealthy for the failure
+    # grace period, then a reset and a retry pause long enough to look at.
+    body = appwrapper("flaky", {"generictemplate": {"apiVersion": "v1", "kind": "Pod",
+                                                    "metadata": {"name": "flaky-worker"}, "spec": {
+        "containers": [{"name": "main", "image": "busybox",
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}})
+    body["metadata"]["annotations"] = {ft.FAILURE_GRACE: "30s", ft.RETRY_PAUSE: "10m", ft.RETRY_LIMIT: "2"}
+    aws.create(body)
+    aws.wait_state("flaky", "Running")
+    wait_until(lambda: core.read_namespaced_pod("flaky-worker", aws.namespace).status.phase == "Running", 60,
+               "the wrapped pod to run")
+    key = f"{aws.namespace}/flaky"
+    sign_in(browser, controller, endpoint_reader)
+    wait_row(browser, key, "the running AppWrapper, healthy", state="Running")
+    assert not browser.script(f'return document.querySelector(\'#queue tr[data-key="{key}"]\')'
+                              ".classList.contains('unhealthy')")
+
+    core.delete_namespaced_pod("flaky-worker", aws.namespace, grace_period_seconds=0)
+    wait_row(browser, key, "the row to be marked unhealthy", state="Runningunhealthy: MissingComponent")
+    browser.find(f'#queue tr[data-key="{key}"] td.name button').click()
+    detail_of(browser, key)
+    browser.wait(lambda _: "reset (1 of 2) in" in browser.find("#detail .health-state").text
+                 and "unless it recovers" in browser.find("#detail .health-state").text,
+                 "the explanation to say the reset is due unless it recovers")
+    assert browser.find("#detail .health-state .state-badge").text == "Unhealthy"
+
+    resetting = wait_row(browser, key, "the row in its retry pause", timeout=90, state="Resetting")
+    assert resetting["why"].startswith("retry pause after reset (MissingComponent; 1 of retryLimit 2 counted): "
+                                       "queued again in "), resetting
+    assert browser.script(f'return document.querySelector(\'#queue tr[data-key="{key}"]\')'
+                          ".classList.contains('resetting')")
+    browser.wait(lambda _: browser.find("#detail .resets-count").text == "1 of retryLimit 2",
+                 "the explanation to count the reset")
+    history = browser.wait(lambda _: [r for r in texts(browser, "#detail ol.resets li")
+                                      if "MissingComponent" in r] or None, "the reset in the history")
+    assert "MissingComponent (counted): Resetting (reset 1 of 2): wrapped object(s) Pod flaky-worker no longer exist" \
+        in history[0], history
+    assert browser.find("#detail .health-state .state-badge").text == "Resetting"
+    assert any(li.startswith("retry pause 10m, retryLimit 2") for li in texts(browser, "#detail ul.policy li"))
+
+    # /debug/explain (mcadctl explain) says the same from the same controller.
+    doc = explain(controller, aws.namespace, "flaky")
+    assert doc["health"]["state"] == "Resetting" and doc["resets"]["count"] == 1, doc
+    assert doc["resets"]["history"][0]["reason"] == "MissingComponent" and doc["pause"]["inSeconds"] > 0, doc
+    assert doc["summary"].startswith("It is in its retry pause after a reset (MissingComponent; reset 1 of 2 so "
+                                     "far): it is queued again at its place in "), doc["summary"]
+    assert doc["faultTolerance"]["fromAnnotations"] == ["failureGracePeriodDuration", "retryPausePeriodDuration",
+                                                        "retryLimit"]
+    assert browser.csp_violations() == [] and browser.console_errors() == []
+
+    # As tenants holding only AppWrapper rights: its owner's namespace sees it; another namespace's tenant sees
+    # neither it in /debug/queue's list of those resetting nor its explanation (404, as for none at all).
+    team_b = other_tenant
+    alice = service_account_token(kubeconfig, aws.namespace, "alice", roles=((TENANT_ROLE, aws.namespace),))
+    bob = service_account_token(kubeconfig, team_b, "bob", roles=((TENANT_ROLE, team_b),))
+    aws.custom.create_namespaced_custom_object(GROUP, VERSION, team_b, PLURAL, appwrapper(
+        "theirs", deployment_item("theirs", 1, "100000")))  # fits nowhere: bob's namespace holds one, queued
+    code, body = controller.get("/debug/queue", token=alice)
+    assert code == 200 and [r["name"] for r in json.loads(body)["resetting"]] == ["flaky"], body
+    code, body = controller.get(f"/debug/explain?namespace={aws.namespace}&name=flaky", token=alice)
+    assert code == 200 and json.loads(body)["health"]["state"] == "Resetting", body
+    wait_until(lambda: controller.get("/debug/queue", token=bob)[0] == 200, 30, "bob's AppWrapper to be known")
+    code, body = controller.get("/debug/queue", token=bob)
+    assert json.loads(body)["resetting"] == [] and {aw["namespace"] for aw in json.loads(body)["queued"]} == {
+        team_b}, body
+    code, body = controller.get(f"/debug/explain?namespace={aws.namespace}&name=flaky", token=bob)
+    assert code == 404 and json.loads(body) == {"error": f"AppWrapper {aws.namespace}/flaky not found"}, body
+
+    # mcadctl --offline explain reads the same from its status, with the built-in defaults for the cluster's.
+    offline = debug.offline(kube.connect(kubeconfig)).explain(aws.namespace, "flaky")
+    assert offline is not None and offline["health"]["state"] == "Resetting", offline
+    assert offline["summary"].startswith("It is in its retry pause after a reset (MissingComponent; reset 1 of 2 "), \
+        offline["summary"]
+    assert offline["resets"] == doc["resets"] and offline["pause"]["until"] == doc["pause"]["until"]
+    assert offline["faultTolerance"]["defaults"] == "built-in" and offline["faultTolerance"]["retryLimit"] == 2

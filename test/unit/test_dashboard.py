@@ -241,3 +241,26 @@ def test_annotations_kept_for_display_are_bounded() -> None:
     kept = shown_annotations({**many, "kubectl.kubernetes.io/last-applied-configuration": "{}", "n": 5})
     assert len(kept) == SHOWN_ANNOTATIONS and "kubectl.kubernetes.io/last-applied-configuration" not in kept
     assert all(len(v) == SHOWN_ANNOTATION_CHARS for v in kept.values())
+
+
+def test_the_queue_view_lists_those_resetting_between_queued_and_dispatched_with_their_health() -> None:
+    pausing = {"namespace": "team-a", "name": "flaky", "priority": 0, "state": "Resetting", "demand": {"cpu": "4"},
+               "reason": "FailedPods", "resettingCount": 1, "retryLimit": 3, "pauseEndsAt": "2026-11-25T00:01:30Z",
+               "message": "Resetting (reset 1 of 3): ..."}
+    sick = {**dispatched("sick"), "health": "Unhealthy", "healthReason": "MissingComponent"}
+    source = FakeSource({"queue": {**HEADER, "queued": [queued(1)], "resetting": [pausing, {**pausing,
+                                                                                         "namespace": "team-b"}],
+                                   "dispatched": [sick, dispatched("fine")], "reservations": []}})
+    source.visible = frozenset({"team-a"})
+    status, doc = view(Dashboard(source), "queue")
+    assert status == 200
+    assert [(row["name"], row["state"]) for row in doc["rows"]] == [
+        ("aw-1", "Queued"), ("flaky", "Resetting"), ("sick", "Running"), ("fine", "Running")]
+    assert doc["counts"] == {"Queued": 1, "Resetting": 1, "Running": 2}, "team-b's resetting one is not counted"
+    resetting = doc["rows"][1]
+    assert (resetting["resetReason"], resetting["resettingCount"], resetting["retryLimit"],
+            resetting["pauseEndsAt"]) == ("FailedPods", 1, 3, "2026-11-25T00:01:30Z")
+    assert (doc["rows"][2]["health"], doc["rows"][2]["healthReason"]) == ("Unhealthy", "MissingComponent")
+    assert doc["rows"][3]["health"] is None  # a document from a controller without health: no mark
+    _, only = view(Dashboard(source), "queue", state="Resetting")
+    assert [row["name"] for row in only["rows"]] == ["flaky"]

@@ -40,7 +40,8 @@ QUEUE: dict[str, Any] = {
     ],
     "dispatched": [
         {"namespace": "team-a", "name": "train", "priority": 5, "state": "Running", "demand": {"cpu": "4"},
-         "dispatchedAt": "2025-03-01T11:48:00Z", "pods": {"pending": 0, "running": 3, "succeeded": 1, "failed": 0}},
+         "dispatchedAt": "2025-03-01T11:48:00Z", "pods": {"pending": 0, "running": 3, "succeeded": 1, "failed": 0},
+         "health": "Unhealthy", "healthReason": "FailedPods"},
     ],
 }
 LEDGER: dict[str, Any] = {
@@ -178,8 +179,9 @@ def test_wide_queue_adds_pods_requeuings_fits_now_and_never_cuts() -> None:
 def test_queue_dispatched_table_shows_pod_counts_and_time_since_dispatch() -> None:
     lines = render.queue_lines(QUEUE, width=200, dispatched=True)
     at = lines.index(next(line for line in lines if line.startswith("NAMESPACE")))
-    assert lines[at].split() == ["NAMESPACE", "NAME", "PRIORITY", "STATE", "DISPATCHED", "PODS", "DEMAND"]
-    assert lines[at + 1].split() == ["team-a", "train", "5", "Running", "12m", "0/3/1/0", "cpu=4"]
+    assert lines[at].split() == ["NAMESPACE", "NAME", "PRIORITY", "STATE", "HEALTH", "DISPATCHED", "PODS", "DEMAND"]
+    assert lines[at + 1].split() == ["team-a", "train", "5", "Running", "Unhealthy(FailedPods)", "12m", "0/3/1/0",
+                                     "cpu=4"]
 
 
 def test_empty_queue_says_so() -> None:

@@ -81,6 +81,8 @@ class QueueReports(FakeReports):
                            {"namespace": "team-b", "name": "b1", "position": 1, **row}],
                 "dispatched": [{"namespace": "team-b", "name": "b2", **running},
                                {"namespace": "team-a", "name": "a2", **running}],
+                "resetting": [{"namespace": "team-b", "name": "b3", **row, "state": "Resetting"},
+                              {"namespace": "team-a", "name": "a3", **row, "state": "Resetting"}],
                 "controller": {}, "generatedAt": None,
                 "reservations": [{"appwrapper": "team-b/b1", "nodes": ["n1"], "amount": "cpu=4", "startsBy": None},
                                  {"appwrapper": "team-a/a1", "nodes": ["n2"], "amount": "cpu=2", "startsBy": None}]}
@@ -157,9 +159,11 @@ def test_a_tenant_sees_only_its_namespaces_and_explain_does_not_leak(served: tup
     doc = json.loads(body)
     assert [(aw["name"], aw["position"]) for aw in doc["queued"]] == [("a1", 2)]  # positions stay global
     assert [aw["name"] for aw in doc["dispatched"]] == ["a2"]
+    assert [aw["name"] for aw in doc["resetting"]] == ["a3"], "team-b's AppWrapper in its retry pause hidden"
     assert [held["appwrapper"] for held in doc["reservations"]] == ["team-a/a1"], "team-b's holder and nodes hidden"
     admin = json.loads(get(http, "/debug/queue", "admin")[1])
     assert len(admin["queued"]) == 2 and len(admin["dispatched"]) == 2 and len(admin["reservations"]) == 2
+    assert len(admin["resetting"]) == 2
     assert get(http, "/debug/explain?namespace=team-a&name=a1", "alice")[0] == 200
     hidden = get(http, "/debug/explain?namespace=team-b&name=b1", "alice")
     absent = get(http, "/debug/explain?namespace=team-a&name=absent", "alice")
@@ -230,7 +234,8 @@ def test_the_dashboard_page_is_open_and_its_views_need_the_rights_of_debug(serve
     code, body = get(http, "/ui/api/queue", "alice", header="X-Mcad-Authorization")
     assert code == 200, body
     doc = json.loads(body)
-    assert [(row["name"], row["position"]) for row in doc["rows"]] == [("a1", 2), ("a2", None)]
+    # Queued in dispatch order, then those in their retry pause, then dispatched: team-b's left out.
+    assert [(row["name"], row["position"]) for row in doc["rows"]] == [("a1", 2), ("a3", None), ("a2", None)]
     assert doc["namespaces"] == ["team-a"] and [held["appwrapper"] for held in doc["reservations"]] == ["team-a/a1"]
     code, body = get(http, "/ui/api/nodes", "alice")
     assert code == 403 and "may not get /debug/ledger" in json.loads(body)["error"]
@@ -239,7 +244,8 @@ def test_the_dashboard_page_is_open_and_its_views_need_the_rights_of_debug(serve
     hidden = get(http, "/ui/api/explain?namespace=team-b&name=b1", "alice")
     assert hidden == (404, '{"error":"AppWrapper team-b/b1 not found"}\n')
     admin = json.loads(get(http, "/ui/api/queue?state=Running", "admin")[1])
-    assert [row["name"] for row in admin["rows"]] == ["b2", "a2"] and admin["counts"] == {"Queued": 2, "Running": 2}
+    assert [row["name"] for row in admin["rows"]] == ["b2", "a2"]
+    assert admin["counts"] == {"Queued": 2, "Resetting": 2, "Running": 2}
 
 
 def test_an_ipv6_bind_address_is_served_over_ipv6() -> None:
