@@ -6,9 +6,10 @@ Contract (DESIGN.md, "Free capacity"):
   unschedulable node count nowhere in it; when a node appears, flips schedulable <-> unschedulable or is
   deleted, the usage of its pods moves with it.
 - A reservation is made for an AppWrapper (key ``"namespace/name"``) when it is dispatched. Its *consumed* part is
-  Σ requests of its own pods (``PodView.appwrapper == key``) that are bound to a node or terminal; its outstanding
-  part, ``reservation(key)`` = max(0, demand - consumed) per resource. So a bound running pod is in ``in_use`` and
-  shrinks the reservation, a finished pod is in neither, and nothing is counted twice. Pods of an AppWrapper
+  Σ requests of its own pods (``PodView.appwrapper == key``) that are bound to a node or Succeeded (a Failed pod
+  consumes nothing: its share stays reserved for its replacement); its outstanding part, ``reservation(key)`` =
+  max(0, demand - consumed) per resource. So a bound running pod is in ``in_use`` and shrinks the reservation, a
+  finished pod is in neither, and nothing is counted twice. Pods of an AppWrapper
   without a reservation count only in ``in_use``.
 - ``reserved()`` = Σ outstanding parts; ``free()`` = capacity - in_use - reserved, which may be negative per
   resource (over-commitment is information: callers compare with ``fits_in``/``shortfall``).
@@ -93,6 +94,7 @@ class Ledger:
             if (
                 old.node_name == pod.node_name
                 and old.terminal == pod.terminal
+                and (old.phase == "Failed") == (pod.phase == "Failed")
                 and old.appwrapper == pod.appwrapper
                 and old.requests == pod.requests
             ):
@@ -123,7 +125,10 @@ class Ledger:
             if known is not None and known.schedulable:
                 self._in_use = _shift(self._in_use, requests, sign)
         key = pod.appwrapper
-        if key is not None and (node or pod.terminal):
+        # A Failed pod consumes nothing of its AppWrapper's reservation: its share stays reserved for the pod that
+        # replaces it (its controller's, or a reset's: mcad.loop.health), so no other work takes the room of a gang
+        # that is recovering. A Succeeded pod's share is done with.
+        if key is not None and (node or pod.terminal) and pod.phase != "Failed":
             self._consumed[key] = consumed = _shift(self._consumed.get(key, ZERO), requests, sign)
             if not consumed:
                 del self._consumed[key]
@@ -180,7 +185,7 @@ class Ledger:
         return self._outstanding.get(appwrapper, ZERO)
 
     def consumed(self, appwrapper: str) -> ResourceVector:
-        """Σ requests of the AppWrapper's pods that are bound to a node or terminal, reserved or not."""
+        """Σ requests of the AppWrapper's pods that are bound to a node or Succeeded (not Failed), reserved or not."""
         return self._consumed.get(appwrapper, ZERO)
 
     def room_by_node(self) -> dict[str, ResourceVector]:

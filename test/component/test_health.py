@@ -189,3 +189,12 @@ def test_too_few_pods_after_the_admission_grace_period_reset_it(harness_factory:
     reset = last_status(h, "g")
     assert reset["state"] == "Pending" and reset["resettingCount"] == 1
     assert "1 of its 2 pods exist 1m after dispatch" in reset["message"], reset["message"]
+
+
+def test_a_failed_pods_room_stays_held_during_its_grace_period(harness_factory: Any) -> None:
+    h = running_gang(harness_factory, FAST)
+    h.lw["pod"].modify(failed("g-1", "2", "g", 137, node_name="n1"))
+    h.drain()
+    h.lw["aw"].add(gang_aw("small", 1, {"cpu": "2"}))
+    h.drain()
+    assert h.writer.applied.count("small-cm") == 0, "the failed pod's room went to other work during the grace"

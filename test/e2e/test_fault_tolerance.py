@@ -298,7 +298,7 @@ def test_deletion_on_failure_grace_keeps_a_failed_ones_objects_for_the_period(co
     """deletionOnFailureGracePeriodDuration 5 s: a Failed AppWrapper's Job (kept to debug) stays at least 3 s, then
     goes; the AppWrapper stays Failed."""
     aws.create(annotated(appwrapper("broken", slow_job("broken", 1, "10m", start="0s", fail=True)),
-                         {DELETION_ON_FAILURE_GRACE: "5s"}))
+                         {DELETION_ON_FAILURE_GRACE: "5s", RETRY_LIMIT: "0"}))
     failed = aws.wait_state("broken", "Failed", timeout=60)
     at = stamp(condition(failed, "Failed")["lastTransitionMicroTime"]).timestamp()  # type: ignore[index]
     seen = last_seen_then_gone(aws, "batch/v1", "Job", "broken", at, 40)

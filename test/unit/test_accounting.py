@@ -71,7 +71,8 @@ def test_a_pod_that_ends_unbound_also_takes_one_off_the_plan_and_the_last_drops_
     assert acc.planned_nodes(KEY) == [("n1", 1)]
     acc.observe_pod(running("u2", aw="a"))
     assert acc.planned_nodes(KEY) == [] and acc.planned_by_node() == {}
-    assert acc.footprint(KEY) == [("n1", ONE, 1)]  # the plan is gone: only its bound active pod is left
+    # The plan is gone: its bound active pod is left, and the failed pod's share, reserved for its replacement.
+    assert acc.footprint(KEY) == [("n1", ONE, 1), ("", ONE, 1)]
 
 
 def test_pods_of_other_appwrappers_leave_a_plan_alone() -> None:

@@ -116,17 +116,21 @@ def test_finished_pod_frees_its_share() -> None:
     assert ledger.in_use() == v(cpu=1000, memory=GI)
     assert ledger.reservation("ns/aw") == ZERO  # the finished pod is consumed, not reserved again
     assert ledger.free() == v(cpu=3000, memory=15 * GI, pods=110)
+    # A failed pod's share stays reserved for the pod that replaces it (its controller's, or a reset's).
     ledger.upsert_pod(running("b", aw="aw", phase="Failed"))
-    assert ledger.free() == ledger.capacity()
+    assert ledger.reservation("ns/aw") == v(cpu=1000, memory=GI)
+    assert ledger.free() == ledger.capacity() - v(cpu=1000, memory=GI)
 
 
-def test_finished_pod_that_never_bound_still_counts_as_consumed() -> None:
+def test_a_failed_pod_consumes_nothing_its_share_stays_reserved() -> None:
     ledger = Ledger()
     ledger.upsert_node(node("n1"))
     ledger.reserve("ns/aw", v(cpu=1000, memory=GI))
     ledger.upsert_pod(pod("a", aw="aw", phase="Failed"))  # e.g. rejected by the kubelet admission
-    assert ledger.reservation("ns/aw") == ZERO
+    assert ledger.reservation("ns/aw") == v(cpu=1000, memory=GI)
     assert ledger.in_use() == ZERO
+    ledger.upsert_pod(pod("b", aw="aw", phase="Succeeded"))  # a finished pod's share is done with
+    assert ledger.reservation("ns/aw") == ZERO
 
 
 def test_node_not_ready_takes_capacity_and_usage_away_and_back() -> None:
@@ -314,7 +318,7 @@ def naive(nodes: dict[str, NodeView], pods: dict[str, PodView],
         if p.node_name in per_node and not p.terminal:
             add(in_use, p.requests)
             add(per_node[p.node_name], p.requests)
-        if p.appwrapper is not None and (p.node_name or p.terminal):
+        if p.appwrapper is not None and (p.node_name or p.terminal) and p.phase != "Failed":
             add(consumed.setdefault(p.appwrapper, {}), p.requests)
     outstanding: dict[str, ResourceVector] = {}
     reserved: dict[str, int] = {}
