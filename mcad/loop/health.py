@@ -9,7 +9,8 @@ is ``mcad.api.faulttolerance.policy`` of its annotations and the cluster's ``Fau
   * a Failed pod whose container's exit code is terminal (``FaultPolicy.terminal``): Failed at once, reason
     TerminalExitCode, naming the pod, the code and the node;
   * a running pod that requests a node-health rule's resource on a node whose labels make it NoExecute for it
-    (``mcad.model.nodehealth``): reset at once, reason NodeUnhealthy, not counted against ``retryLimit``;
+    (``mcad.model.nodehealth``): reset at once, reason NodeUnhealthy, not counted against ``retryLimit`` (unless
+    the last ``MAX_UNCOUNTED_IN_A_ROW`` resets were not counted either: then it counts, so retries stay bounded);
   * Failed pods (except those of a Job, which its own controller retries until the Job fails) or a wrapped object
     missing (deleted by hand; only where its kind is watched, only once seen since this dispatch or once the
     dispatch is older than the admission grace period, so neither a slow informer nor a restart makes one up):
@@ -75,6 +76,9 @@ FAILED_PODS, INSUFFICIENT_PODS, PODS_NOT_READY = "FailedPods", "InsufficientPods
 FAILED_COMPONENT, MISSING_COMPONENT, NODE_UNHEALTHY = "FailedComponent", "MissingComponent", "NodeUnhealthy"
 # Unhealthy reasons whose grace period runs before a reset (the others reset at once).
 GRACED = (FAILED_PODS, MISSING_COMPONENT)
+# Resets not counted against retryLimit (sick nodes) in a row after which the next one counts: a bound on a gang
+# dispatched onto sick nodes again and again.
+MAX_UNCOUNTED_IN_A_ROW = 3
 # How many pods, nodes or objects a message names before "and N more".
 NAMED = 3
 
@@ -326,6 +330,11 @@ class Health:
         key = aw.key
         current = self._decisions.status(aw)
         done = current.resetting_count
+        if not counted and self._uncounted_in_a_row(current.raw()) >= MAX_UNCOUNTED_IN_A_ROW:
+            # Dispatched onto sick nodes again and again (a rule the fit cannot honour: --fit=aggregate): from
+            # here on such resets count, so retryLimit bounds them too.
+            counted = True
+            what += f" (counted: {MAX_UNCOUNTED_IN_A_ROW} resets in a row were not)"
         if counted and policy.retry_limit == 0:
             # No retries asked for: it fails as it would without fault tolerance, with its cause's own reason (a
             # wrapped Job's BackoffLimitExceeded, as upstream MCAD reports it).
@@ -349,6 +358,16 @@ class Health:
         self._active.reset(aw, status.resetting(current.raw(), now, priority=aw.priority, reason=reason,
                                                 message=message, counted=counted), hold)
         self._after(key, min(policy.retry_pause, policy.forceful_deletion_grace))
+
+    @staticmethod
+    def _uncounted_in_a_row(raw: dict[str, object]) -> int:
+        history = raw.get("resets")
+        run = 0
+        for entry in reversed(history if isinstance(history, list) else []):
+            if not isinstance(entry, dict) or entry.get("counted") is not False:
+                break
+            run += 1
+        return run
 
     def _fail(self, aw: AppWrapperView, policy: FaultPolicy, reason: str, message: str) -> None:
         current = self._decisions.status(aw)

@@ -198,3 +198,24 @@ def test_a_failed_pods_room_stays_held_during_its_grace_period(harness_factory: 
     h.lw["aw"].add(gang_aw("small", 1, {"cpu": "2"}))
     h.drain()
     assert h.writer.applied.count("small-cm") == 0, "the failed pod's room went to other work during the grace"
+
+
+def test_resets_for_sick_nodes_count_once_they_repeat(harness_factory: Any) -> None:
+    """--fit=aggregate cannot keep a gang off a sick node: after 3 uncounted resets in a row the next counts."""
+    sick = _gpu("n0")
+    sick["metadata"]["labels"] = {"autopilot.ibm.com/gpuhealth": "EVICT"}
+    h = harness_factory(nodes=[sick], pods=[], fit="aggregate",
+                        aws=[annotated(gang_aw("t", 1, {"cpu": "1", "nvidia.com/gpu": "1"}), FAST)])
+    h.drain()
+    counts = []
+    for round_ in range(4):
+        raw = pod(f"t-{round_}", "1", appwrapper="t", node_name="n0")
+        raw["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
+        h.lw["pod"].add(raw)
+        h.drain()
+        counts.append(last_status(h, "t").get("resettingCount", 0))
+        h.lw["pod"].delete(f"ns/t-{round_}")
+        h.clock.advance(30)
+        h.drain()
+    assert counts == [0, 0, 0, 1], counts
+    assert "3 resets in a row were not" in last_status(h, "t")["resets"][-1]["message"]
