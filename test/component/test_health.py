@@ -219,3 +219,38 @@ def test_resets_for_sick_nodes_count_once_they_repeat(harness_factory: Any) -> N
         h.drain()
     assert counts == [0, 0, 0, 1], counts
     assert "3 resets in a row were not" in last_status(h, "t")["resets"][-1]["message"]
+
+
+def test_pods_stuck_terminating_after_a_reset_are_force_deleted_after_the_forceful_grace(
+        harness_factory: Any) -> None:
+    h = running_gang(harness_factory, {**FAST, ft.FORCEFUL_DELETION_GRACE: "20s", ft.RETRY_PAUSE: "60s"})
+    h.lw["pod"].modify(failed("g-1", "2", "g", 137, node_name="n1"))
+    h.drain()
+    h.clock.advance(10)
+    h.drain()
+    assert last_status(h, "g")["resettingCount"] == 1
+    # Its objects were deleted; g-0's node no longer answers, so the pod stays, marked for deletion.
+    stuck = pod("g-0", "2", appwrapper="g", node_name="n0")
+    stuck["metadata"]["deletionTimestamp"] = "1970-01-01T00:00:00Z"  # its own grace period is over
+    h.lw["pod"].modify(stuck)
+    h.drain()
+    h.clock.advance(19)
+    h.drain()
+    assert h.writer.force_deleted == []
+    h.clock.advance(2)
+    h.drain()
+    assert h.writer.force_deleted == ["g-0"], "only the pod still terminating, once"
+
+
+def test_cordoned_and_not_ready_nodes_under_running_pods_are_reported(harness_factory: Any) -> None:
+    h = running_gang(harness_factory, FAST)
+    cordoned = node("n1", "2")
+    cordoned["spec"] = {"unschedulable": True}
+    h.lw["node"].modify(cordoned)
+    h.drain()
+    risk = condition(last_status(h, "g"), status.AT_RISK)
+    assert risk["status"] == "True" and risk["reason"] == "NodeCordoned" and "n1" in risk["message"], risk
+    assert last_status(h, "g")["state"] == "Running", "reported, nothing more"
+    h.lw["node"].modify(node("n1", "2"))
+    h.drain()
+    assert condition(last_status(h, "g"), status.AT_RISK)["status"] == "False"
