@@ -4,6 +4,7 @@ fail, sick nodes reset without counting, finished AppWrappers are cleaned up on 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from mcad.api import faulttolerance as ft
@@ -254,3 +255,25 @@ def test_cordoned_and_not_ready_nodes_under_running_pods_are_reported(harness_fa
     h.lw["node"].modify(node("n1", "2"))
     h.drain()
     assert condition(last_status(h, "g"), status.AT_RISK)["status"] == "False"
+
+
+def test_after_a_restart_in_its_retry_pause_it_holds_its_room_until_the_pause_ends(harness_factory: Any) -> None:
+    at = "2024-01-01T00:00:00.000000Z"  # the harness clock's now: the pause began as the controller restarted
+    paused = status.resetting({}, datetime(2024, 1, 1, tzinfo=UTC), priority=0, reason="FailedPods",
+                              message="Resetting (reset 1 of 2): pod g-1 exited 137.", counted=True)
+    assert status.resetting_since(paused) == at
+    gang = annotated(gang_aw("g", 2, {"cpu": "2"}), FAST)
+    gang["status"] = paused
+    h = harness_factory(nodes=[node("n0", "2"), node("n1", "2"), node("n2", "2")], pods=[],
+                        aws=[gang, gang_aw("small", 1, {"cpu": "2"})])
+    h.drain()
+    assert h.dispatcher.ledger.is_reserved("ns/g")
+    assert h.writer.applied.count("small-cm") == 1, "one small pod's room is left besides the gang's"
+    h.lw["aw"].add(gang_aw("small2", 1, {"cpu": "2"}))
+    h.drain()
+    assert h.writer.applied.count("small2-cm") == 0, "the paused gang's room went to other work"
+    assert h.writer.applied.count("g-cm") == 0
+    h.clock.advance(30)
+    h.drain()
+    assert h.writer.applied.count("g-cm") == 1, "dispatched again into the room it held"
+    assert h.writer.applied.count("small2-cm") == 0
