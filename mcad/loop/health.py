@@ -28,8 +28,9 @@ is ``mcad.api.faulttolerance.policy`` of its annotations and the cluster's ``Fau
   in hub mode, its demand), so smaller work does not take it. Status says what failed and which reset of how many
   (``mcad.model.status.resetting``). A counted reset beyond ``retryLimit`` is Failed (RetryLimitReached) instead.
   While it pauses it is in no queue (``paused``, which the dispatcher asks before queueing anything, and after a
-  restart takes its hold again, in aggregate); when the pause ends it is queued at its place (its old pods, while
-  they remain, keep it out of a cycle, as a requeued one) and dispatched like any other.
+  restart takes its hold again, re-planned on nodes with --fit=nodes as every reservation is at a restart); when
+  the pause ends it is queued at its place (its old pods, while they remain, keep it out of a cycle, as a
+  requeued one) and dispatched like any other.
 - Pods of a reset or failed AppWrapper still terminating ``forcefulDeletionGracePeriod`` after that (and after
   their own grace period) are force-deleted.
 - ``finished(aw)``, for a final AppWrapper that was dispatched: a Completed one's objects are deleted
@@ -407,7 +408,7 @@ class Health:
             return False
         policy = self.policy(aw)
         if not self._accountant.holds(aw.key):
-            self._active.reserve(aw)  # after a restart: its room is held again, in aggregate
+            self._active.reserve(aw)  # after a restart (the rebuild re-plans it on nodes)
         left = policy.retry_pause - self._elapsed(current.resetting_since, self._clock.now())
         self._force_stuck(aw, current.resetting_since, policy)
         if left > 0:
