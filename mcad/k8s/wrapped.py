@@ -266,11 +266,12 @@ class WrappedObjects:
         for waiter in sorted(waiters):
             self._on_change(waiter)
 
-    def watches(self, api_version: str, kind: str, waiter: str | None = None) -> bool:
+    def watches(self, api_version: str, kind: str, waiter: str | None = None, *, start: bool = True) -> bool:
         """True when objects of ``kind`` are watched and its informer has synced: only then does ``lookup``'s None
-        mean that the object does not exist (a kind it may not watch also answers None). Starts finding out as
-        ``ensure`` does, waking ``waiter`` with the answer."""
-        self.ensure(api_version, kind, waiter)
+        mean that the object does not exist (a kind it may not watch also answers None). With ``start``, starts
+        finding out as ``ensure`` does, waking ``waiter`` with the answer; without, only says what is known."""
+        if start:
+            self.ensure(api_version, kind, waiter)
         with self._lock:
             entry = self._kinds.get((api_version, kind))
         answer = entry.answer if entry is not None else None

@@ -12,8 +12,9 @@ is ``mcad.api.faulttolerance.policy`` of its annotations and the cluster's ``Fau
     (``mcad.model.nodehealth``): reset at once, reason NodeUnhealthy, not counted against ``retryLimit`` (unless
     the last ``MAX_UNCOUNTED_IN_A_ROW`` resets were not counted either: then it counts, so retries stay bounded);
   * Failed pods (except those of a Job, which its own controller retries until the Job fails) or a wrapped object
-    missing (deleted by hand; only where its kind is watched, only once seen since this dispatch or once the
-    dispatch is older than the admission grace period, so neither a slow informer nor a restart makes one up):
+    missing (deleted by hand; only where its kind is watched: ``QUIET_KINDS``, wrapped Pods, and kinds watched
+    anyway for completion or failure; only once seen since this dispatch or once the dispatch is older than the
+    admission grace period, so neither a slow informer nor a restart makes one up):
     Unhealthy (FailedPods, MissingComponent) at once, then, if still so after ``failureGracePeriod`` counted from
     that condition's transition, a reset (counted); recovered meanwhile, Unhealthy turns False;
   * only when ``schedulingSpec.minAvailable`` is 0 (with it, MCAD's requeuing governs start-up, unchanged): fewer
@@ -80,6 +81,11 @@ GRACED = (FAILED_PODS, MISSING_COMPONENT)
 # Resets not counted against retryLimit (sick nodes) in a row after which the next one counts: a bound on a gang
 # dispatched onto sick nodes again and again.
 MAX_UNCOUNTED_IN_A_ROW = 3
+# Kinds watched for the sole purpose of seeing one deleted by hand: their objects rarely change once created, so a
+# watch costs little. Other kinds (Jobs, Deployments, ...: a status that changes with every pod) are judged only
+# when their informer runs anyway (for completion or failure): watching them for a deletion that rarely comes would
+# cost an event stream as busy as the pods'.
+QUIET_KINDS = frozenset({("v1", "ConfigMap"), ("v1", "Service"), ("v1", "PersistentVolumeClaim")})
 # How many pods, nodes or objects a message names before "and N more".
 NAMED = 3
 
@@ -120,6 +126,7 @@ class Health:
         self._clock = clock
         self._metrics = metrics
         self._by_nodes = by_nodes  # --fit=nodes: a reset holds room on nodes (else an amount)
+        self._default_policy = faulttolerance.policy({}, defaults)
         # Per dispatch: those whose pods all ran (start-up not checked again), and the items seen to exist.
         self._started: set[str] = set()
         self._seen: dict[str, set[int]] = {}
@@ -127,6 +134,8 @@ class Health:
         self._cleaned: dict[str, str] = {}
 
     def policy(self, aw: AppWrapperView) -> FaultPolicy:
+        if not aw.fault_annotations:
+            return self._default_policy  # most AppWrappers: nothing to parse on each of their events
         return faulttolerance.policy(aw.fault_annotations, self._defaults)
 
     # -- watcher of Active -----------------------------------------------------------------------------------------
@@ -245,8 +254,9 @@ class Health:
             if (item.api_version, item.kind) == ("v1", "Pod"):
                 exists: bool | None = item.name in pod_names  # the pods' informer knows, no other watch needed
             else:
-                if not wrapped.watches(item.api_version, item.kind, waiter=aw.key):
-                    continue  # not allowed to watch, or not known yet: no verdict
+                if not wrapped.watches(item.api_version, item.kind, waiter=aw.key,
+                                       start=(item.api_version, item.kind) in QUIET_KINDS):
+                    continue  # not watched (yet, or at all): no verdict
                 found = wrapped.lookup(item.api_version, item.kind, aw.namespace, item.name)
                 if isinstance(found, NotSynced):
                     continue
