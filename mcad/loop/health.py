@@ -177,13 +177,9 @@ class Health:
             return
         policy = self.policy(aw)
         pods = self._accountant.pods(aw.key)
-        for pod in pods:
-            failure = pod.failure
-            if failure is not None and failure.exit_code is not None and policy.terminal(failure.exit_code):
-                self._fail(aw, policy, status.TERMINAL_EXIT_CODE,
-                           f"{_pod_failure(pod)}: exit code {failure.exit_code} is terminal "
-                           f"({self._why_terminal(policy, failure.exit_code)}).")
-                return
+        if (terminal := self._terminal(pods, policy)) is not None:
+            self._fail(aw, policy, status.TERMINAL_EXIT_CODE, f"{terminal}.")
+            return
         evicting = self._accountant.evicted_pods(aw.key)
         if evicting:
             labels = sorted({f"{pod.node_name} ({verdict.describe()})" for pod, verdict in evicting})
@@ -218,13 +214,9 @@ class Health:
     def failed_component(self, aw: AppWrapperView, reason: str, message: str) -> None:
         """A wrapped Job reports Failed: reset, or Failed when retries (or an exit code) say so."""
         policy = self.policy(aw)
-        for pod in self._accountant.pods(aw.key):
-            failure = pod.failure
-            if failure is not None and failure.exit_code is not None and policy.terminal(failure.exit_code):
-                self._fail(aw, policy, status.TERMINAL_EXIT_CODE,
-                           f"{message}; {_pod_failure(pod)}: exit code {failure.exit_code} is terminal "
-                           f"({self._why_terminal(policy, failure.exit_code)}).")
-                return
+        if (terminal := self._terminal(self._accountant.pods(aw.key), policy)) is not None:
+            self._fail(aw, policy, status.TERMINAL_EXIT_CODE, f"{message}; {terminal}.")
+            return
         self._reset(aw, policy, FAILED_COMPONENT, message, counted=True, cause_reason=reason)
 
     def _graced_cause(self, aw: AppWrapperView, pods: Sequence[PodView], policy: FaultPolicy,
@@ -329,10 +321,17 @@ class Health:
                 self._decisions.event(aw, events.AT_RISK, message)
 
     @staticmethod
-    def _why_terminal(policy: FaultPolicy, code: int) -> str:
-        if code in policy.terminal_exit_codes:
-            return f"listed in {faulttolerance.short(faulttolerance.TERMINAL_EXIT_CODES)}"
-        return f"not in {faulttolerance.short(faulttolerance.RETRYABLE_EXIT_CODES)}"
+    def _terminal(pods: Sequence[PodView], policy: FaultPolicy) -> str | None:
+        """What ends it at once: the first pod that failed with a terminal exit code, and why it is one."""
+        for pod in pods:
+            failure = pod.failure
+            if failure is None or failure.exit_code is None or not policy.terminal(failure.exit_code):
+                continue
+            why = (f"listed in {faulttolerance.short(faulttolerance.TERMINAL_EXIT_CODES)}"
+                   if failure.exit_code in policy.terminal_exit_codes
+                   else f"not in {faulttolerance.short(faulttolerance.RETRYABLE_EXIT_CODES)}")
+            return f"{_pod_failure(pod)}: exit code {failure.exit_code} is terminal ({why})"
+        return None
 
     # -- what is done ----------------------------------------------------------------------------------------------
 

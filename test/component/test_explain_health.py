@@ -10,7 +10,7 @@ from typing import Any
 from mcad.api import faulttolerance as ft
 from mcad.serve.debug import Reports
 from test.component.harness import gang_aw, last_status, node, pod
-from test.component.test_health import FAST, _gpu, annotated, failed, running_gang
+from test.component.test_health import FAST, annotated, failed, gpu_gang_on_an_evict_node, running_gang
 
 
 def reports(h: Any) -> Reports:
@@ -91,18 +91,7 @@ def test_in_its_retry_pause_it_says_when_it_is_dispatched_again_and_where_its_ro
 
 
 def test_a_reset_for_a_sick_node_says_it_was_not_counted(harness_factory: Any) -> None:
-    gpu = {"cpu": "1", "nvidia.com/gpu": "1"}
-    h = harness_factory(nodes=[_gpu("n0"), _gpu("n1")], pods=[], aws=[annotated(gang_aw("t", 2, gpu), FAST)])
-    h.drain()
-    for i in range(2):
-        raw = pod(f"t-{i}", "1", appwrapper="t", node_name=f"n{i}")
-        raw["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
-        h.lw["pod"].add(raw)
-    h.drain()
-    sick = _gpu("n1")
-    sick["metadata"]["labels"] = {"autopilot.ibm.com/gpuhealth": "EVICT"}
-    h.lw["node"].modify(sick)
-    h.drain()
+    h = gpu_gang_on_an_evict_node(harness_factory)
     doc = explained(h, "t")
     assert doc["summary"].startswith("It is in its retry pause after a reset (NodeUnhealthy; not counted against "
                                      "retryLimit; 0 of 2 used): "), doc["summary"]

@@ -123,22 +123,28 @@ def test_gpu_pods_on_an_evict_node_reset_without_counting_and_their_room_avoids_
     h.lw["node"].modify(sick)
     h.drain()
     assert last_status(h, "g").get("resettingCount", 0) == 0, "cpu-only pods are not kept off GPU-sick nodes"
-    gpu = {"cpu": "1", "nvidia.com/gpu": "1"}
-    h2 = harness_factory(nodes=[_gpu("n0"), _gpu("n1")], pods=[], aws=[annotated(gang_aw("t", 2, gpu), FAST)])
-    h2.drain()
-    for i in range(2):
-        raw = pod(f"t-{i}", "1", appwrapper="t", node_name=f"n{i}")
-        raw["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
-        h2.lw["pod"].add(raw)
-    h2.drain()
-    sick = _gpu("n1")
-    sick["metadata"]["labels"] = {"autopilot.ibm.com/gpuhealth": "EVICT"}
-    h2.lw["node"].modify(sick)
-    h2.drain()
+    h2 = gpu_gang_on_an_evict_node(harness_factory)
     reset = last_status(h2, "t")
     assert reset["state"] == "Pending" and reset.get("resettingCount", 0) == 0
     assert condition(reset, status.UNHEALTHY)["reason"] == "NodeUnhealthy"
     assert "not counted" in reset["message"] and "held on node(s) n0." in reset["message"], reset["message"]
+
+
+def gpu_gang_on_an_evict_node(harness_factory: Any) -> Any:
+    """A running gang ``t`` of two 1-GPU pods on n0 and n1, then n1 labelled EVICT."""
+    gpu = {"cpu": "1", "nvidia.com/gpu": "1"}
+    h = harness_factory(nodes=[_gpu("n0"), _gpu("n1")], pods=[], aws=[annotated(gang_aw("t", 2, gpu), FAST)])
+    h.drain()
+    for i in range(2):
+        raw = pod(f"t-{i}", "1", appwrapper="t", node_name=f"n{i}")
+        raw["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"
+        h.lw["pod"].add(raw)
+    h.drain()
+    sick = _gpu("n1")
+    sick["metadata"]["labels"] = {"autopilot.ibm.com/gpuhealth": "EVICT"}
+    h.lw["node"].modify(sick)
+    h.drain()
+    return h
 
 
 def _gpu(name: str) -> dict[str, Any]:

@@ -33,11 +33,14 @@ from typing import Any
 
 import kubernetes.client as k8s
 import pytest
+import yaml
 
 from mcad.k8s import kube
 from test import browser as chromium
 from test import chart
 from test.support import REPO, wait_until
+
+LEGACY_CRD = REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_mcadappwrappers.yaml"
 
 GROUP, VERSION, PLURAL = "workload.codeflare.dev", "v1beta1", "appwrappers"
 LOGS = REPO / ".dev" / "e2e-logs"
@@ -223,6 +226,18 @@ def running_controller(kubeconfig: str, log: Path, *args: str) -> Iterator[Contr
         yield ctl
     finally:
         ctl.stop()
+
+
+@pytest.fixture(scope="session")
+def legacy_crd(api: k8s.ApiClient) -> None:
+    """The legacy group's CRD (mcad.ibm.com, served with --legacy-api), installed and established."""
+    ext = k8s.ApiextensionsV1Api(api)
+    body = yaml.safe_load(LEGACY_CRD.read_text())
+    ext.patch_custom_resource_definition(body["metadata"]["name"], body, field_manager="mcad-e2e", force=True,
+                                         _content_type="application/apply-patch+yaml")
+    wait_until(lambda: any(c.type == "Established" and c.status == "True" for c in
+                           ext.read_custom_resource_definition(body["metadata"]["name"]).status.conditions or []),
+               30, "the legacy CRD to be established")
 
 
 @pytest.fixture(scope="module")

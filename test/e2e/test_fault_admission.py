@@ -17,30 +17,17 @@ from typing import Any
 
 import kubernetes.client as k8s
 import pytest
-import yaml
 
 from mcad.api import faulttolerance as ft
 from mcad.k8s import kube
 from test import escalations
 from test.e2e.conftest import LOGS, AppWrappers, Controller, running_controller
 from test.e2e.test_admission import account, kubectl, token_kubeconfig
-from test.support import REPO, wait_until
+from test.support import wait_until
 
 CEILING = "2h"
 RIGHTS = [{"apiGroups": ["workload.codeflare.dev", "mcad.ibm.com"], "resources": ["appwrappers", "mcadappwrappers"],
            "verbs": [*escalations.APPWRAPPER_RIGHTS[0]["verbs"], "update", "patch"]}]
-LEGACY_CRD = REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_mcadappwrappers.yaml"
-
-
-@pytest.fixture(scope="module")
-def legacy_crd(api: k8s.ApiClient) -> None:
-    ext = k8s.ApiextensionsV1Api(api)
-    body = yaml.safe_load(LEGACY_CRD.read_text())
-    ext.patch_custom_resource_definition(body["metadata"]["name"], body, field_manager="mcad-e2e", force=True,
-                                         _content_type="application/apply-patch+yaml")
-    wait_until(lambda: any(c.type == "Established" and c.status == "True" for c in
-                           ext.read_custom_resource_definition(body["metadata"]["name"]).status.conditions or []),
-               30, "the legacy CRD to be established")
 
 
 @pytest.fixture(scope="module")

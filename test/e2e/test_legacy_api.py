@@ -9,7 +9,6 @@ from typing import Any
 
 import kubernetes.client as k8s
 import pytest
-import yaml
 
 from test.e2e.conftest import (
     LOGS,
@@ -21,21 +20,9 @@ from test.e2e.conftest import (
     free_cpu_millis,
     running_controller,
 )
-from test.support import REPO, wait_until
+from test.support import wait_until
 
 LEGACY = "mcad.ibm.com"
-LEGACY_CRD = REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_mcadappwrappers.yaml"
-
-
-@pytest.fixture(scope="module")
-def legacy_crd(api: k8s.ApiClient) -> None:
-    ext = k8s.ApiextensionsV1Api(api)
-    body = yaml.safe_load(LEGACY_CRD.read_text())
-    ext.patch_custom_resource_definition(body["metadata"]["name"], body, field_manager="mcad-e2e", force=True,
-                                         _content_type="application/apply-patch+yaml")
-    wait_until(lambda: any(c.type == "Established" and c.status == "True" for c in
-                           ext.read_custom_resource_definition(body["metadata"]["name"]).status.conditions or []),
-               30, "the legacy CRD to be established")
 
 
 @pytest.fixture(scope="module")
