@@ -9,8 +9,8 @@ from typing import Any
 
 from mcad.api import faulttolerance as ft
 from mcad.serve.debug import Reports
-from test.component.harness import gang_aw, last_status, node, pod
-from test.component.test_health import FAST, annotated, failed, gpu_gang_on_an_evict_node, running_gang
+from test.component.harness import last_status
+from test.component.test_health import FAST, failed, gpu_gang_on_an_evict_node, one_pod_of_two, running_gang
 
 
 def reports(h: Any) -> Reports:
@@ -108,12 +108,7 @@ def test_a_refused_annotation_shows_as_ignored_and_the_default_stands(harness_fa
 
 
 def test_without_min_available_it_says_when_the_start_up_checks_reset_it(harness_factory: Any) -> None:
-    h = harness_factory(nodes=[node("n0", "2"), node("n1", "2")], pods=[],
-                        aws=[annotated(gang_aw("g", 2, {"cpu": "2"}), FAST)],
-                        fault_defaults=ft.FaultDefaults(admission_grace=60.0, warmup_grace=300.0))
-    h.drain()
-    h.lw["pod"].add(pod("g-0", "2", appwrapper="g", node_name="n0"))
-    h.drain()
+    h = one_pod_of_two(harness_factory)
     h.clock.advance(20)
     check = explained(h)["health"]["next"]
     assert check["action"] == "check" and check["inSeconds"] == 40.0

@@ -181,13 +181,19 @@ def test_completed_objects_are_deleted_after_the_success_ttl_and_the_appwrapper_
     assert condition(last_status(h, "g"), status.DELETING_RESOURCES)["reason"] == "SuccessTTLExpired"
 
 
-def test_too_few_pods_after_the_admission_grace_period_reset_it(harness_factory: Any) -> None:
+def one_pod_of_two(harness_factory: Any) -> Any:
+    """A gang of two dispatched with start-up checks on (admission grace 1m, warmup 5m), only one pod made."""
     h = harness_factory(nodes=[node("n0", "2"), node("n1", "2")], pods=[],
                         aws=[annotated(gang_aw("g", 2, {"cpu": "2"}), FAST)],
                         fault_defaults=ft.FaultDefaults(admission_grace=60.0, warmup_grace=300.0))
     h.drain()
     h.lw["pod"].add(pod("g-0", "2", appwrapper="g", node_name="n0"))
     h.drain()
+    return h
+
+
+def test_too_few_pods_after_the_admission_grace_period_reset_it(harness_factory: Any) -> None:
+    h = one_pod_of_two(harness_factory)
     h.clock.advance(59)
     h.drain()
     assert last_status(h, "g")["state"] == "Running"
