@@ -411,14 +411,17 @@ class Health:
     # -- the retry pause -------------------------------------------------------------------------------------------
 
     def paused(self, aw: AppWrapperView) -> bool:
-        """True while ``aw`` pauses after a reset (it must not be queued); queues it when the pause is over."""
+        """True while ``aw`` pauses after a reset (it must not be queued); when the pause is over, queues it and
+        says False."""
         current = self._decisions.status(aw)
         if not current.resetting_since or aw.deleting:
             return False
         policy = self.policy(aw)
         if not self._accountant.holds(aw.key):
             self._active.reserve(aw)  # after a restart (the rebuild re-plans it on nodes)
-        left = policy.retry_pause - self._elapsed(current.resetting_since, self._clock.now())
+        began = lifecycle.parse_time(current.resetting_since)
+        # A pause whose start is not known (a status written by someone else) ends now rather than never.
+        left = policy.retry_pause - (self._clock.now() - began).total_seconds() if began is not None else 0.0
         self._force_stuck(aw, current.resetting_since, policy)
         if left > 0:
             self._after(aw.key, left)
@@ -428,7 +431,7 @@ class Health:
         self._queued.enqueue(aw)
         self._queued.announce_later(aw.key)
         self._queue.add(DISPATCH)
-        return True
+        return False  # its pause is over: it is queued now
 
     def _force_stuck(self, aw: AppWrapperView, since: str, policy: FaultPolicy) -> None:
         """Its pods still terminating ``forcefulDeletionGracePeriod`` after ``since`` (and past their own grace

@@ -289,3 +289,15 @@ def test_after_a_restart_in_its_retry_pause_it_holds_its_room_until_the_pause_en
     h.drain()
     assert h.writer.applied.count("g-cm") == 1, "dispatched again into the room it held"
     assert h.writer.applied.count("small2-cm") == 0
+
+
+def test_a_retry_pause_of_unknown_start_ends_at_once_rather_than_never(harness_factory: Any) -> None:
+    paused = status.resetting({}, datetime(2024, 1, 1, tzinfo=UTC), priority=0, reason="FailedPods",
+                              message="Resetting.", counted=True)
+    for entry in paused["conditions"]:
+        entry.pop("lastTransitionMicroTime", None)  # a status written by someone else
+    gang = annotated(gang_aw("g", 2, {"cpu": "2"}), FAST)
+    gang["status"] = paused
+    h = harness_factory(nodes=[node("n0", "2"), node("n1", "2")], pods=[], aws=[gang])
+    h.drain()
+    assert h.writer.applied.count("g-cm") == 1
