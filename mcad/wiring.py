@@ -161,7 +161,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     pinning = Pinning(binding=binding, accountant=accountant, pods=pods, where=where, writes=writes, queue=queue,
                       queued=queued, active=active, decisions=decisions, appwrappers=appwrappers, recorder=recorder,
                       metrics=metrics)
-    health = Health(active, queued, decisions, appwrappers=appwrappers, nodes=nodes, accountant=accountant,
+    health = Health(active, queued, decisions, appwrappers=appwrappers, accountant=accountant,
                     sites=sites, defaults=fault_defaults, writer=writer, writes=writes,
                     queue=queue, clock=clock, metrics=metrics, by_nodes=by_nodes)
     follower = Follower(active, queued, decisions, appwrappers=appwrappers, accountant=accountant, sites=sites,

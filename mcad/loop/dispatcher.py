@@ -393,7 +393,6 @@ class Dispatcher:
     def _forget(self, key: str) -> None:
         """It is gone: every owner drops what it kept for it."""
         self.active.forget(key)
-        self.owners.health.forget(key)
         self.decisions.forget(key)
         self.reservations.forget(key)
         self.preemptors.forget(key)

@@ -56,7 +56,7 @@ from mcad.api import faulttolerance
 from mcad.api.appwrapper import ACTIVE_STATES, AppWrapperView, State
 from mcad.api.faulttolerance import FaultDefaults, FaultPolicy, format_duration
 from mcad.api.resources import ResourceVector
-from mcad.api.views import NodeView, PodView
+from mcad.api.views import PodView
 from mcad.api.wrappedview import NotSynced
 from mcad.clock import Clock
 from mcad.k8s import events
@@ -109,14 +109,12 @@ def _pod_failure(pod: PodView) -> str:
 
 class Health:
     def __init__(self, active: Active, queued: Queued, decisions: Decisions, *, appwrappers: Store[AppWrapperView],
-                 nodes: Store[NodeView], accountant: Accountant, sites: Sites,
-                 defaults: FaultDefaults, writer: HealthWriter, writes: Writes, queue: WorkQueue[Key], clock: Clock,
-                 metrics: Metrics, by_nodes: bool) -> None:
+                 accountant: Accountant, sites: Sites, defaults: FaultDefaults, writer: HealthWriter, writes: Writes,
+                 queue: WorkQueue[Key], clock: Clock, metrics: Metrics, by_nodes: bool) -> None:
         self._active = active
         self._queued = queued
         self._decisions = decisions
         self._appwrappers = appwrappers
-        self._nodes = nodes
         self._accountant = accountant
         self._sites = sites
         self._defaults = defaults
@@ -130,8 +128,6 @@ class Health:
         # Per dispatch: those whose pods all ran (start-up not checked again), and the items seen to exist.
         self._started: set[str] = set()
         self._seen: dict[str, set[int]] = {}
-        # Final AppWrappers whose objects this process deleted on time (key -> uid), until status says so.
-        self._cleaned: dict[str, str] = {}
 
     def policy(self, aw: AppWrapperView) -> FaultPolicy:
         if not aw.fault_annotations:
@@ -295,9 +291,9 @@ class Health:
         for pod in pods:
             if pod.terminal or not pod.node_name:
                 continue
-            node = self._nodes.get(pod.node_name)
+            node = self._accountant.ledger.node(pod.node_name)
             if node is None:
-                continue  # gone (its pods go with it), or in hub mode a worker's node this store does not hold
+                continue  # gone: its pods go with it
             if not node.ready:
                 not_ready.add(pod.node_name)
             elif node.unschedulable:
@@ -402,7 +398,8 @@ class Health:
             if not pod.node_name:
                 continue
             verdict = self._accountant.node_verdict(pod.node_name, pod.requests)
-            if self._nodes.get(pod.node_name) is None or (verdict is not None and verdict.effect.keeps_off):
+            if self._accountant.ledger.node(pod.node_name) is None or (verdict is not None
+                                                                       and verdict.effect.keeps_off):
                 continue
             by_node[(pod.node_name, pod.requests)] = by_node.get((pod.node_name, pod.requests), 0) + 1
         return tuple((node, requests, count) for (node, requests), count in sorted(
@@ -459,7 +456,7 @@ class Health:
     def finished(self, aw: AppWrapperView) -> None:
         """A final AppWrapper: its objects (and, if asked, itself) deleted on time (see the module docstring)."""
         current = self._decisions.status(aw)
-        if not current.first_dispatch or self._cleaned.get(aw.key) == aw.uid:
+        if not current.first_dispatch:
             return
         raw = current.raw()
         policy = self.policy(aw)
@@ -478,7 +475,6 @@ class Health:
         if left > 0:
             self._after(aw.key, left)
             return
-        self._cleaned[aw.key] = aw.uid
         name = faulttolerance.short(faulttolerance.SUCCESS_TTL if completed
                                     else faulttolerance.DELETION_ON_FAILURE_GRACE)
         message = f"Its objects were deleted {format_duration(wait)} after it {current.state.lower()} ({name})."
@@ -494,6 +490,3 @@ class Health:
         self._writes.submit(aw.key, lambda: self._writer.delete(aw.api_version, "AppWrapper", aw.namespace, aw.name,
                                                                 uid=aw.uid), tenant=aw.namespace)
 
-    def forget(self, key: str) -> None:
-        self.undispatched(key)
-        self._cleaned.pop(key, None)
