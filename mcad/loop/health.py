@@ -71,13 +71,18 @@ from mcad.metrics import Metrics
 from mcad.model import lifecycle, status
 from mcad.model.accounting import Accountant, Plan
 from mcad.model.keys import DISPATCH, HealthDue, Key
+from mcad.model.status import (
+    FAILED_COMPONENT,
+    FAILED_PODS,
+    GRACED,
+    INSUFFICIENT_PODS,
+    MISSING_COMPONENT,
+    NODE_UNHEALTHY,
+    PODS_NOT_READY,
+)
 
 log = structlog.get_logger("mcad.loop.health")
 
-FAILED_PODS, INSUFFICIENT_PODS, PODS_NOT_READY = "FailedPods", "InsufficientPods", "PodsNotReady"
-FAILED_COMPONENT, MISSING_COMPONENT, NODE_UNHEALTHY = "FailedComponent", "MissingComponent", "NodeUnhealthy"
-# Unhealthy reasons whose grace period runs before a reset (the others reset at once).
-GRACED = (FAILED_PODS, MISSING_COMPONENT)
 # Resets not counted against retryLimit (sick nodes) in a row after which the next one counts: a bound on a gang
 # dispatched onto sick nodes again and again.
 MAX_UNCOUNTED_IN_A_ROW = 3

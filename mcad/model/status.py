@@ -64,6 +64,11 @@ COMPLETED, PODS_COMPLETED = "Completed", "PodsCompleted"
 # NotReady nodes under its running pods (reported, nothing done).
 UNHEALTHY, RESETTING, DELETING_RESOURCES, AT_RISK = "Unhealthy", "Resetting", "DeletingResources", "AtRisk"
 RETRY_LIMIT_REACHED, TERMINAL_EXIT_CODE = "RetryLimitReached", "TerminalExitCode"
+# Unhealthy reasons (mcad.loop.health): what failed. GRACED ones wait failureGracePeriod before the reset (their own
+# controller may recover them); the others are acted on at once.
+FAILED_PODS, INSUFFICIENT_PODS, PODS_NOT_READY = "FailedPods", "InsufficientPods", "PodsNotReady"
+FAILED_COMPONENT, MISSING_COMPONENT, NODE_UNHEALTHY = "FailedComponent", "MissingComponent", "NodeUnhealthy"
+GRACED = (FAILED_PODS, MISSING_COMPONENT)
 PAUSE_ENDED = "PauseEnded"
 # How many resets ``status.resets`` remembers (the oldest go first).
 MAX_RESETS_KEPT = 10
@@ -188,13 +193,18 @@ def dispatched(status: Mapping[str, Any], now: datetime, *, priority: int, reque
     return new
 
 
+def _asserted(old: Mapping[str, Any], type_: str, now: datetime, /, **condition: Any) -> dict[str, Any]:
+    """``old`` with one condition asserted (``with_condition``: reason, message, status), nothing else changed."""
+    new = dict(old)
+    new["conditions"] = with_condition([dict(c) for c in old.get("conditions") or []], type_, now, **condition)
+    return new
+
+
 def cluster_available(status: Mapping[str, Any], now: datetime, *, available: bool, reason: str,
                       message: str = "") -> dict[str, Any]:
     """Hub mode: the health of the worker it runs in, as a condition (its state is kept: it may come back)."""
-    new = dict(status)
-    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], CLUSTER_AVAILABLE, now,
-                                       reason=reason, message=message, status="True" if available else "False")
-    return new
+    return _asserted(status, CLUSTER_AVAILABLE, now, reason=reason, message=message,
+                     status="True" if available else "False")
 
 
 def requeued(status: Mapping[str, Any], now: datetime, *, priority: int, reason: str, message: str,
@@ -223,18 +233,14 @@ def is_draining(status: Mapping[str, Any]) -> bool:
 
 def hold_completion(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """Every item with a completionstatus is complete, but some pods still run: capacity stays reserved."""
-    new = dict(status)
-    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], RUNNING_HOLD_COMPLETION,
-                                       now, reason=SOME_ITEMS_COMPLETED)
+    new = _asserted(status, RUNNING_HOLD_COMPLETION, now, reason=SOME_ITEMS_COMPLETED)
     new.update(state=State.RUNNING_HOLD_COMPLETION.value, queuejobstate=RUNNING_HOLD_COMPLETION)
     return new
 
 
 def completed(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """Done: the reservation is released; the objects are kept (their logs and results stay readable)."""
-    new = dict(status)
-    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], COMPLETED, now,
-                                       reason=PODS_COMPLETED)
+    new = _asserted(status, COMPLETED, now, reason=PODS_COMPLETED)
     new.update(state=State.COMPLETED.value, canrun=False, queuejobstate=COMPLETED)
     new.pop("message", None)
     new.pop("pendingpodconditions", None)
@@ -258,10 +264,7 @@ def failed(status: Mapping[str, Any], now: datetime, *, priority: int, reason: s
 
 def unhealthy(status: Mapping[str, Any], now: datetime, *, reason: str, message: str) -> dict[str, Any]:
     """A failure seen and not acted on yet (its grace period runs from the condition's transition)."""
-    new = dict(status)
-    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], UNHEALTHY, now,
-                                       reason=reason, message=message)
-    return new
+    return _asserted(status, UNHEALTHY, now, reason=reason, message=message)
 
 
 def healthy(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
@@ -269,11 +272,8 @@ def healthy(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     current = latest(status.get("conditions"), UNHEALTHY)
     if current is None or current.get("status") != "True":
         return dict(status)
-    new = dict(status)
-    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], UNHEALTHY, now,
-                                       reason=str(current.get("reason", "")), message="Recovered within its grace "
-                                       "period.", status="False")
-    return new
+    return _asserted(status, UNHEALTHY, now, reason=str(current.get("reason", "")),
+                     message="Recovered within its grace period.", status="False")
 
 
 def unhealthy_since(status: Mapping[str, Any], reason: str) -> str | None:
@@ -292,41 +292,27 @@ def resetting(status: Mapping[str, Any], now: datetime, *, priority: int, reason
     (state Pending, draining until its old pods are gone) with its requeue counters unchanged, and dispatched
     again once its pause ends (``resume``)."""
     new = requeued(status, now, priority=priority, reason=reason, message=message,
-                   requeuings=_count(status.get("numberOfRequeueings")),
-                   requeue_wait=_count(status.get("requeueingTimeInSeconds")))
+                   requeuings=count_field(status.get("numberOfRequeueings")),
+                   requeue_wait=count_field(status.get("requeueingTimeInSeconds")))
     conditions = with_condition(new["conditions"], UNHEALTHY, now, reason=reason, message=message)
     new["conditions"] = with_condition(conditions, RESETTING, now, reason=reason, message=message, refresh=True)
-    count = _count(status.get("resettingCount")) + (1 if counted else 0)
+    count = count_field(status.get("resettingCount")) + (1 if counted else 0)
     history = [dict(r) for r in status.get("resets") or [] if isinstance(r, Mapping)]
     history.append({"time": micro_time(now), "reason": reason, "message": message, "counted": counted})
     new.update(resettingCount=count, resets=history[-MAX_RESETS_KEPT:])
     return new
 
 
-def resetting_since(status: Mapping[str, Any]) -> str | None:
-    """When its current retry pause began (Resetting True), else None."""
-    current = latest(status.get("conditions"), RESETTING)
-    if current is None or current.get("status") != "True":
-        return None
-    stamp = current.get("lastTransitionMicroTime")
-    return stamp if isinstance(stamp, str) else ""
-
-
 def resume(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """The retry pause is over: it waits to be dispatched again like any queued AppWrapper, at its place."""
-    new = dict(status)
     current = latest(status.get("conditions"), RESETTING) or {}
-    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], RESETTING, now,
-                                       reason=PAUSE_ENDED, message=str(current.get("message", "")), status="False")
-    return new
+    return _asserted(status, RESETTING, now, reason=PAUSE_ENDED, message=str(current.get("message", "")),
+                     status="False")
 
 
 def resources_deleted(status: Mapping[str, Any], now: datetime, *, reason: str, message: str) -> dict[str, Any]:
     """Its objects were deleted on time (success TTL, deletion-on-failure grace): DeletingResources says so."""
-    new = dict(status)
-    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], DELETING_RESOURCES, now,
-                                       reason=reason, message=message)
-    return new
+    return _asserted(status, DELETING_RESOURCES, now, reason=reason, message=message)
 
 
 def resources_deleted_already(status: Mapping[str, Any]) -> bool:
@@ -339,14 +325,12 @@ def at_risk(status: Mapping[str, Any], now: datetime, *, reason: str, message: s
     current = latest(status.get("conditions"), AT_RISK)
     if not reason and (current is None or current.get("status") != "True"):
         return dict(status)
-    new = dict(status)
-    new["conditions"] = with_condition([dict(c) for c in status.get("conditions") or []], AT_RISK, now,
-                                       reason=reason or str((current or {}).get("reason", "")),
-                                       message=message, status="True" if reason else "False")
-    return new
+    return _asserted(status, AT_RISK, now, reason=reason or str((current or {}).get("reason", "")),
+                     message=message, status="True" if reason else "False")
 
 
-def _count(value: Any) -> int:
+def count_field(value: Any) -> int:
+    """A count as status holds it: a non-negative integer, else 0 (a value written by someone else)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 

@@ -35,18 +35,8 @@ from mcad.model import lifecycle, status
 
 Document = dict[str, Any]
 
-# The policy's knobs as the document names them: the annotation's short name without "Duration".
-_PERIODS = (
-    (ft.ADMISSION_GRACE, "admissionGracePeriod", "admission_grace"),
-    (ft.WARMUP_GRACE, "warmupGracePeriod", "warmup_grace"),
-    (ft.FAILURE_GRACE, "failureGracePeriod", "failure_grace"),
-    (ft.RETRY_PAUSE, "retryPausePeriod", "retry_pause"),
-    (ft.FORCEFUL_DELETION_GRACE, "forcefulDeletionGracePeriod", "forceful_deletion_grace"),
-    (ft.DELETION_ON_FAILURE_GRACE, "deletionOnFailureGracePeriod", "deletion_on_failure_grace"),
-    (ft.SUCCESS_TTL, "successTTL", "success_ttl"),
-)
-# Unhealthy reasons that wait for failureGracePeriod before the reset (as mcad.loop.health.GRACED).
-GRACED = ("FailedPods", "MissingComponent")
+# The policy's knobs as the document names them (the annotation's short name without "Duration"), and their fields.
+_PERIODS = tuple((ft.short(annotation).removesuffix("Duration"), field) for annotation, field in ft.DURATIONS.items())
 CONDITION_TYPES = (status.UNHEALTHY, status.RESETTING, status.AT_RISK, status.DELETING_RESOURCES)
 
 
@@ -68,7 +58,7 @@ def rfc3339(moment: datetime | None) -> str | None:
 def policy_document(policy: FaultPolicy, annotations: Mapping[str, str], *, defaults_known: bool = True) -> Document:
     ignored_names = {entry.partition(":")[0] for entry in policy.ignored}
     own = [ft.short(name) for name in ft.ANNOTATIONS if name in annotations and name not in ignored_names]
-    doc: Document = {name: format_duration(getattr(policy, field)) for _, name, field in _PERIODS}
+    doc: Document = {name: format_duration(getattr(policy, field)) for name, field in _PERIODS}
     doc.update(retryLimit=policy.retry_limit, terminalExitCodes=sorted(policy.terminal_exit_codes),
                retryableExitCodes=sorted(policy.retryable_exit_codes), deleteWhenFinished=policy.delete_when_finished,
                fromAnnotations=own, ignored=list(policy.ignored),
@@ -82,8 +72,7 @@ def resets_document(raw: Mapping[str, Any], policy: FaultPolicy) -> Document:
         if isinstance(entry, Mapping):
             history.append({"time": _str(entry.get("time")), "reason": _str(entry.get("reason")),
                             "counted": entry.get("counted") is not False, "message": _str(entry.get("message"))})
-    count = raw.get("resettingCount")
-    return {"count": count if isinstance(count, int) and not isinstance(count, bool) else 0,
+    return {"count": status.count_field(raw.get("resettingCount")),
             "retryLimit": policy.retry_limit, "history": history}
 
 
@@ -134,10 +123,10 @@ def _state_and_next(raw: Mapping[str, Any], policy: FaultPolicy, now: datetime,
     unhealthy = _true(raw, status.UNHEALTHY)
     if unhealthy is not None:
         reason = _str(unhealthy.get("reason"))
-        if reason not in GRACED:
+        if reason not in status.GRACED:
             return "Unhealthy", None  # acted on at once: its reset or failure is under way
         at = _after(_since(unhealthy), policy.failure_grace)
-        done = _count(raw.get("resettingCount"))
+        done = status.count_field(raw.get("resettingCount"))
         if policy.retry_limit == 0:
             what = "Failed {when} unless it recovers (retryLimit is 0)"
         elif done >= policy.retry_limit:
@@ -195,7 +184,3 @@ def pause_document(raw: Mapping[str, Any], policy: FaultPolicy, now: datetime, h
 
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mcad.api import faulttolerance as ft
+from mcad.api.statusview import status_view
 from mcad.model import status
 from test.component.harness import gang_aw, last_status, node, pod
 
@@ -273,7 +274,7 @@ def test_after_a_restart_in_its_retry_pause_it_holds_its_room_until_the_pause_en
     at = "2024-01-01T00:00:00.000000Z"  # the harness clock's now: the pause began as the controller restarted
     paused = status.resetting({}, datetime(2024, 1, 1, tzinfo=UTC), priority=0, reason="FailedPods",
                               message="Resetting (reset 1 of 2): pod g-1 exited 137.", counted=True)
-    assert status.resetting_since(paused) == at
+    assert status_view(paused).resetting_since == at
     gang = annotated(gang_aw("g", 2, {"cpu": "2"}), FAST)
     gang["status"] = paused
     h = harness_factory(nodes=[node("n0", "2"), node("n1", "2"), node("n2", "2")], pods=[],
