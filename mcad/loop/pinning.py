@@ -78,7 +78,6 @@ from mcad.loop.queued import Queued
 from mcad.model import placement
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.keys import DISPATCH, Key, PodCounts, PodEvent
-from mcad.model.nodehealth import Verdict
 from mcad.model.retry import equal_jitter
 
 log = structlog.get_logger("mcad.loop.pinning")
@@ -159,12 +158,6 @@ def ungate_patch(uid: str, pin: PinFacts, node: str) -> list[dict[str, Any]]:
         ops += [{"op": "test", "path": _TERMS_PATH, "value": list(pin.node_terms)},
                 {"op": "replace", "path": _TERMS_PATH, "value": narrowed}]
     return ops
-
-
-def _sick_for(node: NodeView, requests: ResourceVector) -> Verdict | None:
-    """The node-health verdict that keeps a pod of ``requests`` off ``node`` (NoSchedule, NoExecute), or None."""
-    verdict = placement.health_verdict(node, requests)
-    return verdict if verdict is not None and verdict.effect.keeps_off else None
 
 
 def without_pin(group: PodGroup, node: str) -> PodGroup:
@@ -346,7 +339,8 @@ class Pinning:
         """Whether a node can take no pod of ``requests`` now: gone, not Ready, cordoned, or sick for it."""
         def unusable(name: str) -> bool:
             node = self._accountant.ledger.node(name)
-            return node is None or not node.ready or node.unschedulable or _sick_for(node, requests) is not None
+            return (node is None or not node.ready or node.unschedulable
+                    or placement.keeps_off(node, requests) is not None)
         return unusable
 
     def _eligible(self, pod: PodView) -> Callable[[str], bool]:
@@ -473,7 +467,7 @@ class Pinning:
             why = f"node {node_name} is gone"
         elif not node.ready:
             why = f"node {node_name} is not Ready"
-        elif (verdict := _sick_for(node, pod.requests)) is not None:
+        elif (verdict := placement.keeps_off(node, pod.requests)) is not None:
             # It turned sick after the plan was made (a health checker labelled it): its pods go elsewhere.
             why = f"node {node_name} is {verdict.describe()}"
         elif node.unschedulable and not placement.eligible(pod.pin.constraints, node):

@@ -108,8 +108,6 @@ def parse_rule(text: str) -> Rule:
 class NodeHealth:
     def __init__(self, rules: Iterable[Rule] = DEFAULT_RULES) -> None:
         self.rules = tuple(rules)
-        self.labels = frozenset(rule.label for rule in self.rules)
-        self.resources = frozenset(rule.resource for rule in self.rules)
 
     def verdict(self, labels: Mapping[str, str], requests: ResourceVector) -> Verdict | None:
         return verdict_for(self.marks(labels), requests)

@@ -23,7 +23,8 @@ Contract:
   ``about`` is unchanged instead of rewriting it on every change of amounts. Sick nodes are named with the label
   that keeps the pods off ("node gpu-3 is labelled autopilot.ibm.com/gpuhealth=TESTING (no nvidia.com/gpu pods)").
 - ``health_verdict(node, requests)``: what the node's health marks say of a pod of ``requests`` (None: healthy);
-  ``prefers_not(node, requests)``: whether that is PreferNoSchedule.
+  ``keeps_off(node, requests)``: that verdict when it is NoSchedule or NoExecute; ``prefers_not(node, requests)``:
+  whether it is PreferNoSchedule.
 
 Cost: identical pods are placed in bulk (as many on a node as its tightest resource allows, which is exactly
 where placing them one by one would put them), so ``pack`` does O(groups x nodes) eligibility and room checks,
@@ -114,6 +115,12 @@ def health_verdict(node: NodeView, requests: ResourceVector) -> Verdict | None:
     return verdict_for(node.health, requests) if node.health else None
 
 
+def keeps_off(node: NodeView, requests: ResourceVector) -> Verdict | None:
+    """The health verdict that keeps pods of ``requests`` off ``node`` (NoSchedule, NoExecute), None if none does."""
+    verdict = health_verdict(node, requests)
+    return verdict if verdict is not None and verdict.effect.keeps_off else None
+
+
 def prefers_not(node: NodeView, requests: ResourceVector) -> bool:
     """Whether a PreferNoSchedule health verdict asks pods of ``requests`` to avoid ``node``."""
     verdict = health_verdict(node, requests)
@@ -193,8 +200,7 @@ class _Eligibility:
 
     def sickness(self, node: NodeView) -> Verdict | None:
         """The health verdict that keeps the group's pods off ``node`` (NoSchedule, NoExecute), None if none does."""
-        verdict = health_verdict(node, self._requests)
-        return verdict if verdict is not None and verdict.effect.keeps_off else None
+        return keeps_off(node, self._requests)
 
     def tolerated(self, taint: Taint) -> bool:
         return any(toleration.tolerates(taint) for toleration in self._tolerations)

@@ -142,7 +142,7 @@ class Reports:
                     "demand": quantities(aw.demand), "dispatchedAt": rfc3339(lifecycle.dispatched_at(current)),
                     "pods": {"pending": phases.count("Pending"), "running": phases.count("Running"),
                              "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")},
-                    **_health_mark(current.raw()),
+                    **_health_mark(current),
                 })
             resetting = []
             for aw, current, policy in resetting_facts:
@@ -284,7 +284,7 @@ class Reports:
         facts = healthreport.Facts(running=running, expected_pods=sum(group.count for group in aw.gang),
                                    ready_pods=sum(1 for pod in pods if pod.phase in ("Running", "Succeeded")),
                                    existing_pods=len(pods), min_available=aw.scheduling.min_available)
-        held_on = sorted({node for node, _ in d.accountant.planned_nodes(aw.key)})
+        held_on = self._held_on(aw.key)
         # What it holds is its whole demand: its pods' room while they exist, a reservation for the rest.
         held = quantities(aw.demand) if d.accountant.holds(aw.key) else {}
         pause = healthreport.pause_document(raw, policy, now, held_on, held)
@@ -351,6 +351,10 @@ class Reports:
             return summary, details
         return "The controller has not decided about it yet (it arrived a moment ago).", []
 
+    def _held_on(self, key: str) -> list[str]:
+        """The nodes where an AppWrapper's room is held by its plan (a retry pause's hold, with --fit=nodes)."""
+        return sorted({node for node, _ in self.dispatcher.accountant.planned_nodes(key)})
+
     def _paused(self, aw: AppWrapperView, current: StatusView, policy: FaultPolicy) -> str:
         d = self.dispatcher
         raw = current.raw()
@@ -363,7 +367,7 @@ class Reports:
         left = pause.get("inSeconds")
         when = ("now" if not left else f"in {format_duration(left)}, at {pause.get('until')}") \
             if left is not None else "when its pause ends"
-        held_on = sorted({node for node, _ in d.accountant.planned_nodes(aw.key)})
+        held_on = self._held_on(aw.key)
         room = ("meanwhile its room is held " + (f"on node(s) {', '.join(held_on)}" if held_on else
                                                  f"in aggregate ({aw.demand.format() or 'nothing'})")
                 if d.accountant.holds(aw.key) else "its room is not held now")
@@ -371,13 +375,15 @@ class Reports:
                 f"{counted}): it is queued again at its place {when}; {room}.")
 
 
-def _health_mark(raw: Mapping[str, Any]) -> Document:
+def _health_mark(current: StatusView) -> Document:
     """A dispatched AppWrapper's health for the queue's lists: Unhealthy or AtRisk while such a condition is True
-    (with its reason), else Healthy."""
-    for type_ in (status.UNHEALTHY, status.AT_RISK):
-        current = status.latest(raw.get("conditions"), type_)
-        if current is not None and current.get("status") == "True":
-            return {"health": type_, "healthReason": str(current.get("reason", ""))}
+    (with its reason), else Healthy. The status view says which without unpacking the status; only an AtRisk one's
+    reason is read from it."""
+    if current.unhealthy:
+        return {"health": status.UNHEALTHY, "healthReason": current.unhealthy}
+    if current.at_risk:
+        at_risk = status.latest(current.raw().get("conditions"), status.AT_RISK) or {}
+        return {"health": status.AT_RISK, "healthReason": str(at_risk.get("reason", ""))}
     return {"health": "Healthy", "healthReason": ""}
 
 
