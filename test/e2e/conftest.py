@@ -228,6 +228,17 @@ def running_controller(kubeconfig: str, log: Path, *args: str) -> Iterator[Contr
         ctl.stop()
 
 
+@pytest.fixture
+def other_namespace(core: k8s.CoreV1Api) -> Iterator[str]:
+    """A second tenant's namespace (``mcad-test-b-*``), deleted after the test."""
+    name = f"mcad-test-b-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name, propagation_policy="Background")
+
+
 @pytest.fixture(scope="session")
 def legacy_crd(api: k8s.ApiClient) -> None:
     """The legacy group's CRD (mcad.ibm.com, served with --legacy-api), installed and established."""

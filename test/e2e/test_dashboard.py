@@ -17,7 +17,6 @@ import json
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,18 +104,13 @@ def small_node(core: k8s.CoreV1Api) -> Iterator[tuple[str, dict[str, str]]]:
 
 
 @pytest.fixture
-def other_tenant(core: k8s.CoreV1Api, kubeconfig: str) -> Iterator[str]:
+def other_tenant(other_namespace: str, kubeconfig: str) -> str:
     """Another tenant's namespace, and the ClusterRole of a tenant's rights (its AppWrappers only)."""
     kube.Client(kube.connect(kubeconfig)).apply({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": TENANT_ROLE},
         "rules": [{"apiGroups": [GROUP], "resources": [PLURAL],
                    "verbs": ["create", "get", "list", "watch", "delete"]}]}, field_manager="mcad-e2e", force=True)
-    name = f"mcad-test-b-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
-    try:
-        yield name
-    finally:
-        core.delete_namespace(name, propagation_policy="Background")
+    return other_namespace
 
 
 # -- the tests ---------------------------------------------------------------------------------------------------

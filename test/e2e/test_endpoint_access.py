@@ -5,8 +5,6 @@ make those reviews), and the readers hold the chart's ClusterRoles or a tenant's
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,16 +40,6 @@ def tenant_role(kubeconfig: str) -> str:
     return TENANT_ROLE
 
 
-@pytest.fixture
-def team_b(core: k8s.CoreV1Api) -> Iterator[str]:
-    name = f"mcad-test-b-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"mcad.test/owned": "true"}}})
-    try:
-        yield name
-    finally:
-        core.delete_namespace(name, propagation_policy="Background")
-
-
 def queue_forever(custom: k8s.CustomObjectsApi, namespace: str, name: str) -> None:
     """An AppWrapper of a thousand cpus: no test cluster has them, so it stays queued."""
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
@@ -84,11 +72,11 @@ def test_a_token_without_rights_gets_403(controller: Controller, kubeconfig: str
 
 
 def test_a_tenant_sees_only_its_namespace_and_explain_elsewhere_is_404(
-        controller: Controller, kubeconfig: str, namespace: str, team_b: str, tenant_role: str,
+        controller: Controller, kubeconfig: str, namespace: str, other_namespace: str, tenant_role: str,
         custom: k8s.CustomObjectsApi) -> None:
     team_a = namespace
     queue_forever(custom, team_a, "mine")
-    queue_forever(custom, team_b, "theirs")
+    queue_forever(custom, other_namespace, "theirs")
     alice = service_account_token(kubeconfig, team_a, "alice", roles=((tenant_role, team_a),))
 
     def queued(token: str | None = "") -> set[tuple[str, str]]:
@@ -97,17 +85,17 @@ def test_a_tenant_sees_only_its_namespace_and_explain_elsewhere_is_404(
         return {(aw["namespace"], aw["name"]) for aw in json.loads(body)["queued"]}
 
     # The reader (every namespace) sees both once queued; alice only hers.
-    wait_until(lambda: {(team_a, "mine"), (team_b, "theirs")} <= queued(), 30, "both AppWrappers queued")
+    wait_until(lambda: {(team_a, "mine"), (other_namespace, "theirs")} <= queued(), 30, "both AppWrappers queued")
     seen = queued(alice)
     assert (team_a, "mine") in seen and not {ns for ns, _ in seen} - {team_a}, seen
 
     code, body = controller.get(f"/debug/explain?namespace={team_a}&name=mine", token=alice)
     assert code == 200 and json.loads(body)["summary"].startswith("It is queued"), body
-    hidden = controller.get(f"/debug/explain?namespace={team_b}&name=theirs", token=alice)
-    absent = controller.get(f"/debug/explain?namespace={team_b}&name=no-such-thing", token=alice)
+    hidden = controller.get(f"/debug/explain?namespace={other_namespace}&name=theirs", token=alice)
+    absent = controller.get(f"/debug/explain?namespace={other_namespace}&name=no-such-thing", token=alice)
     assert hidden[0] == absent[0] == 404
-    assert json.loads(hidden[1]) == {"error": f"AppWrapper {team_b}/theirs not found"}
-    assert controller.get(f"/debug/explain?namespace={team_b}&name=theirs")[0] == 200  # the reader may
+    assert json.loads(hidden[1]) == {"error": f"AppWrapper {other_namespace}/theirs not found"}
+    assert controller.get(f"/debug/explain?namespace={other_namespace}&name=theirs")[0] == 200  # the reader may
     assert controller.get("/debug/ledger", token=alice)[0] == 403
     assert controller.get("/metrics", token=alice)[0] == 403
 
@@ -127,7 +115,7 @@ def disclose_job(name: str, slots: int, selector: dict[str, str]) -> dict[str, A
 
 
 def test_a_tenant_waiting_behind_another_namespaces_reservation_is_not_told_whose_or_where(
-        controller: Controller, kubeconfig: str, namespace: str, team_b: str, tenant_role: str,
+        controller: Controller, kubeconfig: str, namespace: str, other_namespace: str, tenant_role: str,
         custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, tmp_path: Path) -> None:
     """Issue 26: "waiting behind the reservation of secret-project/acquisition-x on nodes ..." told a tenant
     another namespace's AppWrapper and the nodes it holds, while the reservations list hid them. Alice holds only
@@ -141,7 +129,8 @@ def test_a_tenant_waiting_behind_another_namespaces_reservation_is_not_told_whos
         wait_until(lambda: any(p.status.phase == "Running" for p in core.list_namespaced_pod(
             team_a, label_selector="workload.codeflare.dev/appwrapper=filler").items), 60, "filler Running")
         # The secret project's gang needs the whole node: it reserves it, holding the one slot left free.
-        create(team_b, body=appwrapper("acquisition-x", disclose_job("acquisition-x", 4, selector), priority=10))
+        create(other_namespace,
+               body=appwrapper("acquisition-x", disclose_job("acquisition-x", 4, selector), priority=10))
         create(team_a, body=appwrapper("mine", disclose_job("mine", 1, selector)))
 
         alice = service_account_token(kubeconfig, team_a, "alice", roles=((tenant_role, team_a),))
@@ -151,7 +140,7 @@ def test_a_tenant_waiting_behind_another_namespaces_reservation_is_not_told_whos
         said = "waiting behind the reservation of an AppWrapper in another namespace"
         status = wait_until(lambda: (s := kube.request_json(as_alice, "GET", path).get("status") or {})
                             and said in (s.get("message") or "") and s, 60, "mine waiting behind the reservation")
-        secrets = (team_b, "acquisition-x", node_name)
+        secrets = (other_namespace, "acquisition-x", node_name)
         told = json.dumps(status)
         assert not [s for s in secrets if s in told], told
         assert kube.request_json(as_alice, "GET", path)["metadata"]["name"] == "mine"
@@ -165,11 +154,12 @@ def test_a_tenant_waiting_behind_another_namespaces_reservation_is_not_told_whos
 
         # A tenant's rights stop at its namespace: the other side stays unreadable to alice ...
         with pytest.raises(kube.ApiError) as refused:
-            kube.request_json(as_alice, "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{team_b}/{PLURAL}/acquisition-x")
+            kube.request_json(as_alice, "GET",
+                              f"/apis/{GROUP}/{VERSION}/namespaces/{other_namespace}/{PLURAL}/acquisition-x")
         assert refused.value.status == 403
         # ... while the reader with cluster-wide rights sees whose reservation it is, and where.
         code, body = controller.get("/debug/queue")
         held = {r["appwrapper"]: r for r in json.loads(body)["reservations"]}
-        assert held[f"{team_b}/acquisition-x"]["nodes"] == [node_name], body
-        for name, where in (("mine", team_a), ("filler", team_a), ("acquisition-x", team_b)):
+        assert held[f"{other_namespace}/acquisition-x"]["nodes"] == [node_name], body
+        for name, where in (("mine", team_a), ("filler", team_a), ("acquisition-x", other_namespace)):
             custom.delete_namespaced_custom_object(GROUP, VERSION, where, PLURAL, name)
