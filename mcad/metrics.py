@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 from mcad import __version__
 from mcad.api.resources import ZERO, ResourceVector
 from mcad.k8s.events import EventCounters
+from mcad.model import status
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DECISIONS = ("dispatched", "queued", "preempted", "requeued", "completed", "failed")
@@ -313,8 +314,8 @@ class _ServingCollector(Collector):
 
 
 # The causes a reset is counted under (mcad.loop.health); anything else is "other" (a bounded label set).
-RESET_CAUSES = ("FailedPods", "InsufficientPods", "PodsNotReady", "FailedComponent", "MissingComponent",
-                "NodeUnhealthy", "other")
+RESET_CAUSES = (status.FAILED_PODS, status.INSUFFICIENT_PODS, status.PODS_NOT_READY, status.FAILED_COMPONENT,
+                status.MISSING_COMPONENT, status.NODE_UNHEALTHY, "other")
 
 
 class Metrics:
@@ -364,7 +365,7 @@ class Metrics:
         for cause in RESET_CAUSES:
             self._resets.labels(cause)
             self._lost.labels(cause)
-        for reason in ("RetryLimitReached", "TerminalExitCode"):
+        for reason in (status.RETRY_LIMIT_REACHED, status.TERMINAL_EXIT_CODE):
             self._ft_failures.labels(reason)
         self.registry.register(_StateCollector(self.sources))
         self._ports: list[PortCounters] = []
