@@ -59,6 +59,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--controller-args", default="",
                         help="extra arguments for mcad-controller, space-separated (e.g. --strict-fifo)")
     parser.add_argument("--threads", type=int, default=16, help="load thread pool size (default %(default)s)")
+    parser.add_argument("--load-processes", type=int, default=4,
+                        help="churn's creating processes, each with --threads threads (default %(default)s)")
     parser.add_argument("--max-requests-inflight", type=int, default=2000)
     parser.add_argument("--max-mutating-requests-inflight", type=int, default=1000)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="results file (default %(default)s)")
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
-    opts = Options(scale=args.scale, keep=args.keep, threads=args.threads,
+    opts = Options(scale=args.scale, keep=args.keep, threads=args.threads, load_processes=args.load_processes,
                    churn_fraction=args.churn_fraction if args.churn_fraction is not None
                    else (1.0 if args.churn_full else 0.1),
                    churn_nodes=args.churn_nodes, restart_nodename=args.restart_nodename,

@@ -57,6 +57,7 @@ from test.perf.harness import (
     watch_appwrappers,
     watch_pods,
 )
+from test.perf.load import OnTimeLoad
 from test.support import REPO
 
 Result = dict[str, Any]
@@ -67,6 +68,7 @@ class Options:
     scale: float = 1.0
     keep: bool = False
     threads: int = 16
+    load_processes: int = 4  # churn's creating processes (test.perf.load), each with ``threads`` threads
     # Concurrent writers in the ceiling scenario: the same as mcad-controller's default --write-workers, so the
     # reference and the controller ask the API server with the same concurrency.
     ceiling_threads: int = 32
@@ -820,6 +822,13 @@ CHURN_NODE_CPU = 40
 MAX_CREATE_LATENESS_MS = 1000.0
 
 
+def churn_body(args: tuple[str, int, int, bool]) -> Obj:
+    """One churn workload's AppWrapper (built in a load process: a module-level function it can import)."""
+    name, priority, cpu, pods = args
+    item = pod_item(name, str(cpu)) if pods else configmap_item(name, {"cpu": str(cpu)})
+    return appwrapper(name, [item], priority=priority)
+
+
 def churn(opts: Options, result: Result, *, pods: bool = False, scenario: str = "churn") -> None:
     """Kueue's baseline shape on 600 cpu: 30 arrival streams x 3 classes at Kueue's intervals; each workload is an
     AppWrapper (a ConfigMap + custompodresources cpu) that the load process deletes ``runtime`` after it is first
@@ -850,6 +859,7 @@ def churn(opts: Options, result: Result, *, pods: bool = False, scenario: str = 
     spec = {name: (cls, runtime, cpu) for _, name, cls, runtime, _, cpu in plan}
     result["params"] = {"workloads": n, "fraction_of_kueue": round(fraction, 4), "queues": KUEUE_QUEUES,
                         "per_queue": per_queue, "nodes": n_nodes, "capacity_cpu": capacity, "threads": opts.threads,
+                        "load_processes": opts.load_processes,
                         "wraps": "a bare Pod" if pods else "a ConfigMap + custompodresources"}
     with Env(scenario, opts, result) as env:
         env.nodes(n_nodes, cpu=str(CHURN_NODE_CPU), memory="160Gi", pods=110)
@@ -857,8 +867,6 @@ def churn(opts: Options, result: Result, *, pods: bool = False, scenario: str = 
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
         api = env.api
-        lateness: list[float] = []
-        errors: list[BaseException] = []
         finisher: Finisher | None = None
 
         def on_running(name: str, seen: float) -> None:
@@ -869,44 +877,37 @@ def churn(opts: Options, result: Result, *, pods: bool = False, scenario: str = 
         finisher = Finisher(api, tracker)
         finished = finisher.finished
         env.watch(watch_appwrappers(api, tracker))
-        creator = ThreadPoolExecutor(opts.threads, thread_name_prefix="create")
-
-        def create(offset: float, name: str, priority: int, cpu: int, t0: float) -> None:
-            try:
-                item = pod_item(name, str(cpu)) if pods else configmap_item(name, {"cpu": str(cpu)})
-                api.create(aw_path(), appwrapper(name, [item], priority=priority))
-            except BaseException as err:
-                errors.append(err)
-                return
-            now = time.monotonic()
-            tracker.mark_created(name, now)
-            with tracker.cond:
-                lateness.append(now - (t0 + offset))
+        creators = OnTimeLoad(env.cluster.kubeconfig, aw_path(),
+                          [(offset, (name, priority, cpu, pods)) for offset, name, _cls, _rt, priority, cpu in plan],
+                          churn_body, processes=opts.load_processes, threads=opts.threads)
 
         def line() -> str:
-            return (f"created {len(tracker.created)}/{n}, dispatched {len(tracker.running)}, "
+            return (f"created {creators.created_count()}/{n}, dispatched {len(tracker.running)}, "
                     f"finished {len(finished)}, running now {len(tracker.running) - len(finished)}")
+
+        def failed() -> bool:  # polled by the wait below at least every 0.5 s
+            died = not creators.alive() and creators.created_count() < n
+            return bool(creators.failed() or finisher.errors or died)
 
         writes_before = settled_api_writes(api)
         finisher.start()
-        say(f"churn: {n} workloads over {plan[-1][0]:.1f} s of arrivals on {capacity} cpu")
-        t0 = time.monotonic()
+        say(f"churn: {n} workloads over {plan[-1][0]:.1f} s of arrivals on {capacity} cpu, created by "
+            f"{creators.processes} processes x {creators.threads} threads")
         try:
+            t0 = creators.start()
             with Progress(scenario, line):
-                for offset, name, _cls, _rt, priority, cpu in plan:
-                    left = t0 + offset - time.monotonic()
-                    if left > 0:
-                        time.sleep(left)
-                    creator.submit(create, offset, name, priority, cpu, t0)
-                    if errors or finisher.errors:
-                        raise BenchError(f"churn: a request failed: {(errors or finisher.errors)[0]}")
-                tracker.wait(lambda: len(finished) >= n or bool(errors or finisher.errors), 300 + n / 5,
-                             f"{n} workloads finished", ctl.check_alive)
-                if errors or finisher.errors:
-                    raise BenchError(f"churn: a request failed: {(errors or finisher.errors)[0]}")
+                tracker.wait(lambda: len(finished) >= n or failed(), 300 + n / 5, f"{n} workloads finished",
+                             ctl.check_alive)
+            creators.join(timeout=60)
+            if creators.errors or finisher.errors or len(creators.created) < n:
+                first = (creators.errors or finisher.errors or [f"{n - len(creators.created)} creates missing"])[0]
+                raise BenchError(f"churn: the creators failed: {first}")
         finally:
             finisher.stop()
-            creator.shutdown(wait=True, cancel_futures=True)
+            creators.kill()
+        for name, when in creators.created.items():
+            tracker.mark_created(name, when)
+        lateness = creators.lateness
         wall = max(finished.values()) - t0
         result["wall_s"] = round(wall, 2)
         result["controller"] = controller_figures(ctl, baseline)
@@ -946,7 +947,7 @@ def churn(opts: Options, result: Result, *, pods: bool = False, scenario: str = 
             late = result["create_lateness"].get("p99_ms")
             add_target(result, "create lateness p99 (an on-time load)", late, "<=", MAX_CREATE_LATENESS_MS, "ms")
             if late is None or late > MAX_CREATE_LATENESS_MS:
-                raise BenchError(f"{scenario}: the load was late (create lateness p99 {late} ms, more than "
+                raise BenchError(f"{scenario}: the creators was late (create lateness p99 {late} ms, more than "
                                  f"{MAX_CREATE_LATENESS_MS:g} ms): no figure of this run counts")
         else:
             result.setdefault("notes", []).append(
