@@ -83,7 +83,7 @@ from mcad.model.keys import RECOVERED, AppWrapperEvent, Key
 from mcad.model.nodehealth import NodeHealth
 from mcad.model.preemption import EvictionBudget, Preemptors
 from mcad.model.reservations import DEFAULT_RESERVATIONS, Reservations
-from mcad.model.retry import Backoff, Policy, RetryTimes
+from mcad.model.retry import Backoff, Policy, RetryTimes, TokenBucket
 
 # How a queued AppWrapper is judged to fit: "nodes" packs its pods onto the nodes' free room (first-fit
 # decreasing; taints, nodeSelector, affinity), "aggregate" compares its total demand with the cluster's free total.
@@ -95,6 +95,11 @@ STATUS_RETRY = Policy(base=0.25, cap=4.0, rate=50.0, burst=500, give_up_attempts
 # A preemptor waits this long for its victims' pods to go before it force-deletes those whose grace period is
 # over and stops holding the queue (a pod finalizer or a process ignoring SIGTERM would hold it for ever).
 DEFAULT_VICTIM_TIMEOUT_SECONDS = 300.0
+# What waiting AppWrappers are told (their Backoff status) is written at most this often a second after a burst of
+# this many, as their Events are (mcad.k8s.events): under a flood of arrivals the API server's writes go to
+# dispatches, and an AppWrapper dispatched before its turn never costs a Backoff write (issue 29).
+DEFAULT_BACKOFF_STATUS_RATE = 10.0
+BACKOFF_STATUS_BURST = 100
 
 
 def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: Store[PodView], writer: Writer,
@@ -107,11 +112,13 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
          max_evictions_per_minute: int = DEFAULT_MAX_EVICTIONS_PER_MINUTE,
          protected_namespaces: frozenset[str] = frozenset(), reservations: int = DEFAULT_RESERVATIONS,
          placement: str = "binding", fault_defaults: FaultDefaults = DEFAULTS,
-         node_health: NodeHealth | None = None) -> Dispatcher:
+         node_health: NodeHealth | None = None,
+         backoff_status_rate: float = DEFAULT_BACKOFF_STATUS_RATE) -> Dispatcher:
     """The dispatcher loop over these stores, with every owner built and connected (see the module docstring).
     ``hub``: objects go into worker clusters (``mcad.hub``); ``wrapped``: completion of wrapped objects is
     watched (None in tests of other parts); ``write_workers=0`` runs writes inline (tests). ``node_health``: the
-    rules that keep pods off sick nodes (None: Autopilot's, ``mcad.model.nodehealth.DEFAULT_RULES``)."""
+    rules that keep pods off sick nodes (None: Autopilot's, ``mcad.model.nodehealth.DEFAULT_RULES``).
+    ``backoff_status_rate``: Backoff status writes a second (``mcad.loop.statussync``'s pace; 0: not paced)."""
     if fit not in FIT_MODES:
         raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
     if placement not in PLACEMENT_MODES:
@@ -127,8 +134,9 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     # Quota trees: None when not served (no QuotaSubtree CRD, or --no-quota); then nothing is charged.
     accountant = Accountant(quota_trees=quota_subtrees is not None, node_health=node_health)
     writes = Writes(queue, workers=write_workers)
-    decisions = Decisions(StatusSync(writer, writes, queue, Backoff(clock, STATUS_RETRY), clock), recorder, metrics,
-                          clock)
+    pace = TokenBucket(backoff_status_rate, BACKOFF_STATUS_BURST, clock) if backoff_status_rate > 0 else None
+    decisions = Decisions(StatusSync(writer, writes, queue, Backoff(clock, STATUS_RETRY), clock, pace), recorder,
+                          metrics, clock)
     preemptors = Preemptors(victim_timeout, preemption_backoff, preemption_backoff * BACKOFF_CAP_FACTOR)
     in_flight: dict[str, AppWrapperView] = {}  # dispatches whose writes are under way (mcad.loop.dispatches)
     dispatch_retries = RetryTimes(clock, DISPATCH_RETRY)
@@ -200,7 +208,8 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
           reservations: int = DEFAULT_RESERVATIONS,
           placement: str = "binding",
           fault_defaults: FaultDefaults = DEFAULTS,
-          node_health: NodeHealth | None = None) -> tuple[Dispatcher, list[Informer[Any]]]:
+          node_health: NodeHealth | None = None,
+          backoff_status_rate: float = DEFAULT_BACKOFF_STATUS_RATE) -> tuple[Dispatcher, list[Informer[Any]]]:
     """The dispatcher and the informers to start for it (see the module docstring). ``default_max_priority`` is
     the ceiling where a namespace sets none. Informers over wrapped kinds start when an AppWrapper needs them
     (``mcad.k8s.wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the hub's own cluster runs
@@ -248,7 +257,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                                 recorder=recorder, quota_subtrees=subtrees, hub=hub, victim_timeout=victim_timeout,
                                 protected_namespaces=protected_namespaces, reservations=reservations,
                                 fault_defaults=fault_defaults, node_health=node_health,
-                                **(preemption_bounds or {}))
+                                backoff_status_rate=backoff_status_rate, **(preemption_bounds or {}))
     else:
         nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
                          transform=node_view, peers=peers)
@@ -262,7 +271,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                                 preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees,
                                 victim_timeout=victim_timeout, protected_namespaces=protected_namespaces,
                                 reservations=reservations, placement=placement, fault_defaults=fault_defaults,
-                                node_health=node_health,
+                                node_health=node_health, backoff_status_rate=backoff_status_rate,
                                 **(preemption_bounds or {}))
         informers += [nodes, pods]
     if subtrees is not None:

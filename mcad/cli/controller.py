@@ -69,7 +69,14 @@ from mcad.serve import endpointauth, server
 from mcad.serve.debug import Reports
 from mcad.serve.endpointauth import ApiReviews, Gate
 from mcad.serve.history import SAMPLE_INTERVAL_SECONDS, MetricsHistory
-from mcad.wiring import DEFAULT_VICTIM_TIMEOUT_SECONDS, FIT_MODES, build, quota_served
+from mcad.wiring import (
+    BACKOFF_STATUS_BURST,
+    DEFAULT_BACKOFF_STATUS_RATE,
+    DEFAULT_VICTIM_TIMEOUT_SECONDS,
+    FIT_MODES,
+    build,
+    quota_served,
+)
 
 # glibc gives each thread that allocates its own malloc arena (up to 8 per core), and memory freed in one arena
 # serves only that arena: with 32 writers and the informers' threads parsing events, the controller's RSS grew
@@ -176,6 +183,13 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
 @click.option("--write-workers", type=click.IntRange(1, 128), default=32,
               help="Threads that send dispatch and status writes to the API server in parallel (decisions stay "
                    "on one thread; one AppWrapper's writes are never reordered).")
+@click.option("--backoff-status-rate", type=click.FloatRange(min=0), default=DEFAULT_BACKOFF_STATUS_RATE,
+              show_default=True,
+              help="Backoff status writes a second (what a waiting AppWrapper is told: why it waits), after a "
+                   f"burst of {BACKOFF_STATUS_BURST}, as its Events are limited. Beyond it they wait their turn, "
+                   "and an AppWrapper dispatched before its turn gets only its dispatched status: under a flood "
+                   "of arrivals the API server's writes go to dispatches. mcadctl, /debug/queue and the dashboard "
+                   "show the reason at once either way. 0: every Backoff is written at once.")
 @click.option("--leader-elect/--no-leader-elect", default=False,
               help="Run as one of several replicas: compete for a coordination.k8s.io Lease and dispatch only "
                    "while holding it (standbys keep warm caches and take over when the leader goes). Off, one "
@@ -331,7 +345,8 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
 def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reservations: int, preemption: bool,
          victim_timeout: float, preemption_backoff: float, max_evictions_per_minute: int,
          fit: str, placement: str, node_health_rules: tuple[str, ...], no_node_health_rules: bool,
-         write_workers: int, leader_elect: bool, leader_elect_lease_name: str, leader_elect_namespace: str | None,
+         write_workers: int, backoff_status_rate: float, leader_elect: bool, leader_elect_lease_name: str,
+         leader_elect_namespace: str | None,
          leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
          leader_elect_label_pod: bool, http_bind_address: str, insecure_debug_endpoints: bool, legacy_api: bool,
          quota_trees: bool, clusters_config: str | None,
@@ -429,7 +444,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                                   hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes),
                                   default_max_priority=default_max_priority,
                                   protected_namespaces=protected, fault_defaults=fault_defaults,
-                                  node_health=node_health)
+                                  node_health=node_health, backoff_status_rate=backoff_status_rate)
     elector = LeaderElector(conn, namespace=leader_elect_namespace or default_namespace(),
                             name=leader_elect_lease_name, identity=identity,
                             lease_duration=leader_elect_lease_duration, renew_deadline=leader_elect_renew_deadline,

@@ -5,7 +5,8 @@ Contract (dispatcher thread only; built by ``mcad.wiring`` and handed to every o
   writes may not be back from the watch yet, or may be failing), then the informer's status. Every decision
   builds on it, never on a status read elsewhere.
 - ``decide(aw, new)`` makes ``new`` the AppWrapper's status unless it equals what the loop decided or saw last;
-  ``mcad.loop.statussync`` (``self.sync``) writes it until it lands, whatever fails meanwhile. A final state
+  ``mcad.loop.statussync`` (``self.sync``) writes it until it lands, whatever fails meanwhile (``paced=True``:
+  after a token of its pace, for what a waiting AppWrapper is told). A final state
   decided here is remembered per incarnation (uid): ``decided_final(aw)`` tells a final state this loop decided
   from one written by someone else or before a restart, which releases nothing while pods run
   (``mcad.loop.active``).
@@ -58,13 +59,14 @@ class Decisions:
     def state(self, aw: AppWrapperView) -> str:
         return self.status(aw).state
 
-    def decide(self, aw: AppWrapperView, new: Mapping[str, Any], *, urgent: bool = True) -> None:
+    def decide(self, aw: AppWrapperView, new: Mapping[str, Any], *, urgent: bool = True,
+               paced: bool = False) -> None:
         view = StatusView.of(new)
         if view.state in FINAL_STATES:
             self._decided_final[aw.key] = aw.uid
         if view == self.status(aw):
             return
-        self.sync.want(aw, view, urgent=urgent)
+        self.sync.want(aw, view, urgent=urgent, paced=paced)
 
     def decided_final(self, aw: AppWrapperView) -> bool:
         """Whether this loop decided the final state of this very incarnation of ``aw``."""

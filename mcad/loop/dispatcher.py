@@ -183,6 +183,7 @@ class Dispatcher:
             AppWrapperEvent: lambda k: self._sync_appwrapper(k.appwrapper),
             keys.Written: lambda k: self._collect(k.appwrapper),
             keys.StatusRetry: lambda k: statuses.retry(k.appwrapper),
+            keys.BackoffStatus: lambda _k: statuses.pace_due(),
             keys.DispatchRetry: lambda k: o.dispatches.retry_due(k.appwrapper),
             keys.MinAvailableCheck: lambda k: o.follower.check_min_available(k.appwrapper),
             keys.DeadlineCheck: lambda k: o.follower.check_deadline(k.appwrapper),

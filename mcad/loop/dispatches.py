@@ -131,7 +131,7 @@ class Dispatches:
         self._queued.enqueue(aw)
         self._queue.add_after(DispatchRetry(key), retry.delay)
         why = f"creating its objects failed, retrying with backoff: {error.message}"
-        self._notices.tell(aw, frozenset({"dispatch failed"}), partial(str, why))
+        self._notices.tell(aw, frozenset({"dispatch failed"}), partial(str, why), paced=False)
 
     def retry_due(self, key: str) -> None:
         """Its DispatchRetry timer fired: a cycle tries it again, unless a later failure moved its time."""

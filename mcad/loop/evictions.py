@@ -185,7 +185,7 @@ class Evictions:
         log.info("preempting", appwrapper=key, priority=aw.priority, victims=names)
         self._notices.tell(aw, frozenset({"preempting"}),
                            partial(str, f"preempting {len(names)} lower-priority AppWrapper(s) to make room: "
-                                        f"{disclosure.listed(names, aw.namespace)}"))
+                                        f"{disclosure.listed(names, aw.namespace)}"), paced=False)
         return HOLDS
 
     def _over_budget(self, victims: int) -> str:
@@ -216,7 +216,7 @@ class Evictions:
         log.info("reclaiming quota", appwrapper=key, victims=victims)
         self._notices.tell(aw, frozenset({"reclaiming"}),
                            partial(str, f"reclaiming quota borrowed by {len(victims)} AppWrapper(s): "
-                                        f"{disclosure.listed(victims, aw.namespace)}"))
+                                        f"{disclosure.listed(victims, aw.namespace)}"), paced=False)
         return HOLDS
 
     def _evict(self, victims: Iterable[str], reason: str, message: Callable[[str], str]) -> None:

@@ -3,11 +3,14 @@
 Contract (dispatcher thread only; built by ``mcad.wiring`` with the owners it reads: what the loop decided
 (``mcad.loop.decisions``, through which it writes), the queue (``mcad.loop.queued``), the preemptors and the
 dispatch retries; nothing here calls back into the dispatcher):
-- ``tell(aw, about, why)`` writes the Backoff status saying what blocks ``aw`` and its queue position, unless the
+- ``tell(aw, about, why)`` decides the Backoff status saying what blocks ``aw`` and its queue position, unless the
   last one was about the same thing (``about``) and about the same place: exact for the first ten, then by powers
   of two, so an AppWrapper moving up a long queue is rewritten O(log n) times in all, not once per dispatch ahead
   of it. The message is built (``why()``) only when written. A Queued Event goes with a change of what blocks it,
-  never with a change of place; the first notice of an AppWrapper counts one "queued" decision.
+  never with a change of place; the first notice of an AppWrapper counts one "queued" decision. Its write is
+  paced (``mcad.loop.statussync``: at most ``--backoff-status-rate`` a second, and none for an AppWrapper
+  dispatched before its turn) unless ``paced=False``: what a failed dispatch, a preemption or a reclaim says is
+  written at once.
 - ``announce(reserving)`` after a cycle tells each newcomer of the queue (``Queued.take_newcomers``: arrived, or
   changed group) what it waits for, the cycle may not have visited it (it skips the rest of a blocked
   group; a preemptor stops it). An AppWrapper whose requeue message still stands (its old pods are there) is
@@ -72,7 +75,7 @@ class Notices:
         self._written: dict[str, frozenset[str]] = {}
         self._group_about: dict[Hashable, frozenset[str]] = {}
 
-    def tell(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str]) -> None:
+    def tell(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str], *, paced: bool = True) -> None:
         about = same_shortage(about)
         position = self._pending.position(aw.key)
         # Written again when what it is about changes, not when its place does: the message says its position
@@ -93,7 +96,7 @@ class Notices:
             # An Event when what blocks it changes, not when its place does (that changes every cycle).
             self._decisions.event(aw, events.QUEUED, f"Waiting: {reason}.")
         self._decisions.decide(aw, status.queued(current.raw(), self._clock.now(), priority=aw.priority,
-                                                 why=message))
+                                                 why=message), paced=paced)
         self._written[aw.key] = about
 
     def reset(self, key: str) -> None:

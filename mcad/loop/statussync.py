@@ -17,6 +17,15 @@ Contract (the dispatcher thread owns this object; writes run on the write pool a
   an intent for an older incarnation (another uid) is dropped at once.
 - Writes carry the AppWrapper's uid as a precondition (``replace_status``), so a write for an AppWrapper deleted
   and re-created under the same name is refused (422) instead of landing on the new one.
+- Paced decisions (``want(..., paced=True)``: what a waiting AppWrapper is told, its Backoff) take a token of
+  ``pace`` (a rate with a burst, ``--backoff-status-rate``) before their write is submitted; without one they wait
+  in arrival order (one entry per AppWrapper, however often it is decided again), and the ``BACKOFF_STATUS``
+  work-queue key fires when the next token is due. A decision that is not paced (a dispatch, a failure) takes the
+  AppWrapper out of that line and is written at once, so an AppWrapper dispatched before its turn never has its
+  Backoff written: under a flood of arrivals the API server's writes go to dispatches, and what waiting
+  AppWrappers are told costs at most ``rate`` writes a second (as their Events do, ``mcad.k8s.events``). The loop
+  decides from the intent meanwhile, and /debug/queue, mcadctl and the dashboard read the loop, not the status.
+  ``pace=None`` writes every decision at once.
 """
 
 from __future__ import annotations
@@ -30,8 +39,8 @@ import structlog
 from mcad.api.appwrapper import FIELD_MANAGER, KIND, AppWrapperView
 from mcad.api.statusview import StatusView
 from mcad.errors import ApiError
-from mcad.model.keys import StatusRetry
-from mcad.model.retry import Backoff, Clock, FailureKind, classify
+from mcad.model.keys import BACKOFF_STATUS, StatusRetry
+from mcad.model.retry import Backoff, Clock, FailureKind, TokenBucket, classify
 
 log = structlog.get_logger("mcad.loop.statussync")
 
@@ -72,6 +81,7 @@ class _Sync:
     retry_at: float = 0.0  # when (its timer may fire earlier: the queue keeps a key's earliest due time)
     refused: int = 0  # the intent version refused for good (not retried until a newer decision)
     priority: int = 0  # the AppWrapper's: its writes' place among its namespace's (mcad.k8s.writes)
+    paced: bool = False  # the newest intent waits for a token of the pace before its write is submitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +104,16 @@ def _newer_or_same(observed: str, written: str) -> bool:
 
 class StatusSync:
     def __init__(self, writer: StatusWriter, writes: WritePool, queue: KeyQueue, backoff: Backoff,
-                 clock: Clock) -> None:
+                 clock: Clock, pace: TokenBucket | None = None) -> None:
         self._clock = clock
         self._writer = writer
         self._writes = writes
         self._queue = queue
         self._backoff = backoff
         self._syncs: dict[str, _Sync] = {}
+        self._pace = pace
+        self._paced: dict[str, None] = {}  # keys waiting for a token, in arrival order (a dict keeps it)
+        self._pace_timer = False  # a BACKOFF_STATUS key is due
 
     def __len__(self) -> int:
         return len(self._syncs)
@@ -119,7 +132,11 @@ class StatusSync:
         sync = self._syncs.get(key)
         return sync is not None and sync.landed != sync.intent.version
 
-    def want(self, aw: AppWrapperView, status: StatusView, *, urgent: bool = True) -> None:
+    def paced_count(self) -> int:
+        """Decisions waiting for a token of the pace (for metrics and /debug)."""
+        return len(self._paced)
+
+    def want(self, aw: AppWrapperView, status: StatusView, *, urgent: bool = True, paced: bool = False) -> None:
         sync = self._syncs.get(aw.key)
         if sync is None or sync.intent.uid != aw.uid:
             if sync is not None:
@@ -129,6 +146,9 @@ class StatusSync:
         else:
             sync.intent = _Intent(aw.uid, status, sync.intent.version + 1)
         sync.priority = aw.priority
+        sync.paced = paced and self._pace is not None
+        if not sync.paced:
+            self._paced.pop(aw.key, None)
         self._send(aw.key, sync, urgent=urgent)
 
     def observed(self, aw: AppWrapperView) -> None:
@@ -169,7 +189,31 @@ class StatusSync:
 
     def forget(self, key: str) -> None:
         self._syncs.pop(key, None)
+        self._paced.pop(key, None)
         self._backoff.forget(key)
+
+    def pace_due(self) -> None:
+        """The BACKOFF_STATUS timer fired: a token may be there for the next paced write."""
+        self._pace_timer = False
+        self._release()
+
+    def _release(self) -> None:
+        """Submit the paced writes in arrival order while tokens last; set the timer for the next token."""
+        assert self._pace is not None
+        while self._paced:
+            key = next(iter(self._paced))
+            sync = self._syncs.get(key)
+            if sync is None or not sync.paced or sync.busy or sync.retry_due or sync.landed == sync.intent.version:
+                del self._paced[key]  # written, superseded or gone meanwhile: no token spent on it
+                continue
+            wait = self._pace.try_take()
+            if wait > 0:
+                if not self._pace_timer:
+                    self._pace_timer = True
+                    self._queue.add_after(BACKOFF_STATUS, wait)
+                return
+            del self._paced[key]
+            self._submit(key, sync, urgent=True)
 
     def written(self, key: str, outcome: StatusWritten) -> None:
         """The outcome of a write job of ``key`` (dispatcher thread)."""
@@ -210,6 +254,13 @@ class StatusSync:
     def _send(self, key: str, sync: _Sync, *, urgent: bool) -> None:
         if sync.busy or sync.retry_due:
             return  # the write under way (or the retry) sends the newest intent when it starts
+        if sync.paced:
+            self._paced.setdefault(key, None)  # keeps its place when decided again
+            self._release()
+            return
+        self._submit(key, sync, urgent=urgent)
+
+    def _submit(self, key: str, sync: _Sync, *, urgent: bool) -> None:
         sync.busy = True
         writer, api_version, namespace, name = self._writer, sync.api_version, sync.namespace, sync.name
 

@@ -8,6 +8,7 @@ Contract:
 - Who adds which: informer handlers (``AppWrapperEvent``, ``NodeEvent``, ``PodEvent``, ``QUOTA``), the write pool
   when a job of an AppWrapper finished (``Written``), status sync (``StatusRetry``), timers of the dispatcher
   (``MinAvailableCheck``, ``DeadlineCheck``, ``DispatchRetry``, ``PodCounts``, ``HealthDue``, ``QUOTA_STATUS``),
+  status sync's pace (``BACKOFF_STATUS``),
   hub mode (``ClusterEvent``, ``WorkerCleanup``), the API server coming back (``RECOVERED``), other threads (``CALL``),
   the loop itself after a change (``PUBLISH``).
 - The dispatcher handles each kind in a table; a kind it has no handler for is a bug and raises.
@@ -125,13 +126,18 @@ class HealthDue:
 
 
 @dataclass(frozen=True, slots=True)
+class BackoffStatus:
+    """A token for the next paced Backoff status write is due (``mcad.loop.statussync``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Recovered:
     """The API server answers again after failing: retry the writes that wait out a backoff."""
 
 
 Key = (AppWrapperEvent | NodeEvent | PodEvent | Written | StatusRetry | DispatchRetry | MinAvailableCheck
        | DeadlineCheck | PodCounts | ClusterEvent | WorkerCleanup | Dispatch | Call | QuotaChanged | QuotaStatus
-       | Publish | Recovered | HealthDue)
+       | Publish | Recovered | HealthDue | BackoffStatus)
 
 DISPATCH = Dispatch()
 CALL = Call()
@@ -139,3 +145,4 @@ QUOTA = QuotaChanged()
 QUOTA_STATUS = QuotaStatus()
 RECOVERED = Recovered()
 PUBLISH = Publish()
+BACKOFF_STATUS = BackoffStatus()

@@ -106,7 +106,8 @@ class _Failures:
 
 
 class TokenBucket:
-    """``rate`` tokens a second up to ``burst``; ``reserve()`` takes one and says how long to wait for it."""
+    """``rate`` tokens a second up to ``burst``; ``reserve()`` takes one and says how long to wait for it;
+    ``try_take()`` takes one only if it is there."""
 
     def __init__(self, rate: float, burst: int, clock: Clock) -> None:
         if rate <= 0 or burst < 1:
@@ -118,12 +119,23 @@ class TokenBucket:
         self._at = clock.monotonic()
 
     def reserve(self) -> float:
-        now = self._clock.monotonic()
-        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
-        self._at = now
+        self._refill()
         self._tokens -= 1.0
         # Negative tokens are reservations already handed out: this one waits for its turn behind them.
         return 0.0 if self._tokens >= 0 else -self._tokens / self._rate
+
+    def try_take(self) -> float:
+        """Take a token if one is there (0.0); else take nothing and say how long until one is."""
+        self._refill()
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0.0
+        return (1.0 - self._tokens) / self._rate
+
+    def _refill(self) -> None:
+        now = self._clock.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
 
 
 @dataclass(frozen=True, slots=True)

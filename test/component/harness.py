@@ -157,6 +157,8 @@ class Harness(Stepped):
         # No kubelet here makes the pods of what is dispatched: the start-up checks of fault tolerance (pods that
         # never come) are off unless a test asks for them, as tests of mcad.loop.health do.
         options.setdefault("fault_defaults", NO_START_UP_CHECKS)
+        # Every Backoff written at once, so that tests count what is decided; test_backoff_pace.py tests the pace.
+        options.setdefault("backoff_status_rate", 0)
         self.dispatcher = wiring.loop(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
                                      writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
                                      write_workers=0, **options)

@@ -86,6 +86,11 @@ class Options:
         return self.scale * self.size.get(scenario, 1.0)
 
 
+# Scenarios that queue a backlog and wait until all of it shows Pending: every Backoff written at once, since the
+# default pace (10 a second) would make the set-up of 10,000 take 1,000 s; a later --controller-args wins.
+UNPACED = ("--backoff-status-rate=0",)
+
+
 def add_target(result: Result, name: str, value: float | None, op: str, bound: float, unit: str) -> None:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         met = None
@@ -707,7 +712,7 @@ def deep_queue(opts: Options, result: Result) -> None:
                         "probes_freed": n_b, "threads": opts.threads}
     with Env("deep_queue", opts, result) as env:
         env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
-        ctl = env.controller("controller")
+        ctl = env.controller("controller", args=(*UNPACED, *opts.controller_args))
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
         backlog = Tracker()
@@ -1203,7 +1208,7 @@ def memory(opts: Options, result: Result) -> None:
     with Env("memory", opts, result) as env:
         started = time.monotonic()
         env.nodes(2, cpu="8", memory="32Gi", pods=110)
-        ctl = env.controller("controller")
+        ctl = env.controller("controller", args=(*UNPACED, *opts.controller_args))
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         api = env.api
         tracker = Tracker()
@@ -1247,7 +1252,7 @@ def memory(opts: Options, result: Result) -> None:
 
         say("memory: restarting the controller, which lists them all")
         ctl.stop()
-        again = env.controller("controller-restarted")
+        again = env.controller("controller-restarted", args=(*UNPACED, *opts.controller_args))
         result["restart"] = {"ready_s": round(warmup(env, again, timeout=300 + n_big / 10), 2)}
         restarted = controller_figures(again)
         result["restart"].update(peak_rss_mib=restarted["peak_rss_mib"], rss_mib=settled_rss(again))
@@ -1562,7 +1567,8 @@ def pollers(opts: Options, result: Result) -> None:
         env.nodes(2, cpu="8", memory="32Gi", pods=110)
         port = webhooks_mod.free_port()
         # The last --http-bind-address wins: a port known here, since the controller logs at warning level.
-        ctl = env.controller("controller", args=(*opts.controller_args, "--http-bind-address", f"127.0.0.1:{port}"))
+        ctl = env.controller("controller", args=(*UNPACED, *opts.controller_args,
+                                                  "--http-bind-address", f"127.0.0.1:{port}"))
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
         token = reader_token(env.api)
@@ -1698,7 +1704,8 @@ def dashboard(opts: Options, result: Result) -> None:
         env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
         port = webhooks_mod.free_port()
         # The last --http-bind-address wins.
-        ctl = env.controller("controller", args=(*opts.controller_args, "--http-bind-address", f"127.0.0.1:{port}"))
+        ctl = env.controller("controller", args=(*UNPACED, *opts.controller_args,
+                                                  "--http-bind-address", f"127.0.0.1:{port}"))
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
         token = reader_token(env.api, urls=("/debug/*", "/metrics", "/ui/*"))

@@ -107,6 +107,17 @@ def test_a_token_bucket_refills_at_its_rate() -> None:
         TokenBucket(0, 1, clock)
 
 
+def test_try_take_takes_only_a_token_that_is_there() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(4.0, 2, clock)
+    assert [bucket.try_take(), bucket.try_take()] == [0.0, 0.0]
+    assert bucket.try_take() == pytest.approx(0.25), "a quarter second until the next token"
+    assert bucket.try_take() == pytest.approx(0.25), "asking took nothing"
+    clock.advance(0.25)
+    assert bucket.try_take() == 0.0
+    assert bucket.try_take() == pytest.approx(0.25)
+
+
 def test_a_request_that_timed_out_is_its_own_kind() -> None:
     assert classify(Answer(0, "POST /api/v1/x: no answer within 30 s", TIMED_OUT)) is FailureKind.TIMEOUT
     assert classify(Answer(0, "connection refused", "MaxRetryError")) is FailureKind.UNAVAILABLE
