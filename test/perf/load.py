@@ -11,8 +11,10 @@ Contract:
   burst), sleeps until each entry's time, and hands it to its pool of T threads, each with its own keep-alive
   connection. A create that returns is stamped then: ``created[name]``, and its lateness is that stamp minus its
   scheduled time (so the API server's answer time counts as lateness: a slow API server makes the load late, and
-  the load says so instead of shrinking). ``created_count()`` is live (for progress lines); ``created`` and
-  ``lateness`` are filled when ``join()`` collects each process's record.
+  the load says so instead of shrinking). ``created_count()`` is live (for progress lines); ``created``,
+  ``lateness`` and ``calls`` (each create call's duration) are filled when ``join()`` collects each process's
+  record. A schedule of offsets 0 is a closed loop of P x T creators, each starting its next create when its last
+  returned (the throughput scenario's "as fast as they can").
 - The first failed create stops that process's schedule and is reported: ``errors`` (live count in
   ``failed()``), and ``join()`` returns once every process has ended, within its timeout (then it kills them).
   Nothing is retried: a benchmark whose load failed has no figure.
@@ -49,11 +51,13 @@ def _run(kubeconfig: str, path: str, entries: list[tuple[float, Any]], build: Ca
     base = t0.value
     created: dict[str, float] = {}
     late: list[float] = []
+    calls: list[float] = []
     errors: list[str] = []
 
     def create(offset: float, body: Obj) -> None:
         if errors:
             return
+        sent = time.monotonic()
         try:
             api.request("POST", path, body)
         except Exception as err:  # reported, never retried: the run has no figure then
@@ -64,6 +68,7 @@ def _run(kubeconfig: str, path: str, entries: list[tuple[float, Any]], build: Ca
         now = time.monotonic()
         created[body["metadata"]["name"]] = now  # dict writes are atomic under the GIL
         late.append(now - (base + offset))
+        calls.append(now - sent)
         with counter.get_lock():
             counter.value += 1
 
@@ -75,7 +80,7 @@ def _run(kubeconfig: str, path: str, entries: list[tuple[float, Any]], build: Ca
             if errors:
                 break
             pool.submit(create, offset, body)
-    out.send({"created": created, "lateness": late, "errors": errors})
+    out.send({"created": created, "lateness": late, "calls": calls, "errors": errors})
     out.close()
 
 
@@ -104,6 +109,7 @@ class OnTimeLoad:
                       self._t0, self._counter, self._failures, send)))
         self.created: dict[str, float] = {}
         self.lateness: list[float] = []
+        self.calls: list[float] = []  # how long each create call took
         self.errors: list[str] = []
         self.t0 = 0.0
 
@@ -139,6 +145,7 @@ class OnTimeLoad:
             record = pipe.recv()
             self.created.update(record["created"])
             self.lateness.extend(record["lateness"])
+            self.calls.extend(record["calls"])
             self.errors.extend(record["errors"])
             proc.join(timeout=max(1.0, deadline - time.monotonic()))
         if self._counter.value != len(self.created):
