@@ -842,8 +842,9 @@ def go_duration(seconds: float) -> str:
 
 CHURN_CONFIGMAP = ChurnWorkload("a ConfigMap + custompodresources",
                                 lambda name, cpu, _runtime: configmap_item(name, {"cpu": str(cpu)}))
-# churn_pods (issue 29): a one-pod Job that kwok completes its run time after the pod runs; mcad watches the Job's
-# Complete condition (completionstatus) and marks the AppWrapper Completed, which frees its capacity.
+# churn_pods (issue 29): a one-pod Job that kwok completes its run time after the pod runs (mcad's ledger frees the
+# pod's cpu once it sees it Succeeded); mcad watches the Job's Complete condition (completionstatus) and marks the
+# AppWrapper Completed.
 CHURN_JOB = ChurnWorkload("a Job of one pod (its cpu) that kwok completes after the run time",
                           lambda name, cpu, runtime: job_item(name, str(cpu), delay=go_duration(runtime),
                                                               completionstatus="Complete"),
@@ -1011,9 +1012,10 @@ def pod_figures(result: Result, tracker: Tracker, spec: dict[str, tuple[str, flo
     """Churn with pods (``spec``: name -> (class, run time s)): create -> first pod Running per class, dispatch ->
     pod Running (mcad's SSA of the Job, the Job controller's pod, its pin, the bind, kwok), and for workloads that
     complete, how much later than its run time each was seen Completed after its pod was seen Running (kwok's
-    stage, the Job controller's status writes, mcad's completion watch and status write). Capacity is held from
-    dispatch to Completed: the start and this finish are what pods add to each run time, and what a workload
-    without pods (churn's) does not pay. ``completion`` counts the workloads seen Completed."""
+    stage, the Job controller's batched status writes, mcad's completion watch and status write). mcad holds a
+    workload's cpu from dispatch until its pod is seen Succeeded (a finished pod frees its share): the start is what
+    a pod adds to the time capacity is held, which churn's ConfigMaps do not pay; the finish delays only the
+    Completed state (and the load's delete). ``completion`` counts the workloads seen Completed."""
     latency = result["latency"]
     for cls in dict.fromkeys(c for c, _ in spec.values()):
         members = [name for name, (c, _) in spec.items() if c == cls]
