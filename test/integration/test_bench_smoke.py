@@ -8,9 +8,9 @@ its AppWrappers and measures the controller before and after a restart, admissio
 user and nothing of a cached one, a tenant's creates go through the webhooks quiet and while the attack of issue 26
 runs (which gets its forged reviews answered), and with the webhooks registered every AppWrapper of the throughput
 run is reviewed by them (and none without), pollers get /debug/queue answered while probes dispatch, churn counts
-the controller's API writes, starvation creates each gang behind a full cluster and records whether it was
-dispatched (the figures, and so the starvation target, are left to the real runs), and the dashboard's queue view
-answers its first page of queued rows to each poll.
+the controller's API writes, churn_pods' workloads each end by their Job completing, starvation creates each
+gang behind a full cluster and records whether it was dispatched (the figures, and so the starvation target, are
+left to the real runs), and the dashboard's queue view answers its first page of queued rows to each poll.
 """
 
 from __future__ import annotations
@@ -78,6 +78,17 @@ def test_churn_dispatches_every_class(results: dict[str, dict], scenario: str) -
     for size in ("small", "medium", "large"):
         assert latency[f"time_to_dispatch_{size}"]["n"] == 30
         assert results[scenario]["per_class"][size]["n"] == 30
+
+
+def test_churn_pods_workloads_finish_when_their_jobs_complete(results: dict[str, dict]) -> None:
+    entry = results["churn_pods"]
+    n = entry["params"]["workloads"]
+    assert n == 90 and entry["params"]["wraps"].startswith("a Job"), entry["params"]
+    # Every workload ended by its Job completing: mcad marked it Completed (only then does the load delete it).
+    assert entry["completion"] == {"completed": n, "workloads": n}
+    assert entry["latency"]["pod_run_time_to_completed"]["n"] == n
+    # Each Job's pod was seen Running on a kwok node.
+    assert entry["latency"]["dispatch_to_pod_running"]["n"] == n
 
 
 def test_churn_counts_the_controllers_api_writes(results: dict[str, dict]) -> None:

@@ -49,6 +49,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep each scenario's cluster up afterwards")
     parser.add_argument("--churn-full", action="store_true",
                         help="churn at Kueue's full size (15,000 workloads) instead of 1/10")
+    parser.add_argument("--churn-pods", action="store_true",
+                        help="churn with real pods: every workload a Job whose pod runs its run time on the kwok "
+                             "nodes (the churn_pods scenario, run in place of churn)")
     parser.add_argument("--churn-fraction", type=float, default=None,
                         help="churn size as a fraction of Kueue's 15,000 (default 0.1; 1.0 with --churn-full)")
     parser.add_argument("--churn-nodes", type=int, default=15, help="40-cpu nodes in churn (default 15 = 600 cpu)")
@@ -71,6 +74,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     if args.scale <= 0:
         parser.error("--scale must be > 0")
+    if args.churn_pods:
+        if "churn" not in names and "churn_pods" not in names:
+            parser.error("--churn-pods runs churn with Jobs, but --scenarios has no churn")
+        names = list(dict.fromkeys("churn_pods" if s == "churn" else s for s in names))
     args.scenario_list = names
     args.size_map = {}
     for item in args.size:
@@ -154,11 +161,12 @@ def render(results: list[Result]) -> str:
         out.append("   " + "; ".join(head))
         extra = []
         for key in ("throughput", "restart", "backlog", "big", "requests_per_call", "admitted_with_creator",
-                    "starvation", "page", "payload_bytes", "polls_over_target", "attack", "attack_counts"):
+                    "starvation", "page", "payload_bytes", "polls_over_target", "attack", "attack_counts",
+                    "completion"):
             if r.get(key):
                 extra.append((f"{key}: " if key in ("requests_per_call", "admitted_with_creator", "page",
                                                     "payload_bytes", "polls_over_target", "attack",
-                                                    "attack_counts") else "")
+                                                    "attack_counts", "completion") else "")
                              + ", ".join(f"{k} {_fmt(v)}" for k, v in r[key].items()))
         for key in ("create_rate_per_s", "utilisation_pct", "controller_ready_s", "webhooks_admitting_s",
                     "ceiling_source", "server_time_source"):

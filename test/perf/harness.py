@@ -361,9 +361,11 @@ def configmap_item(name: str, requests: dict[str, str]) -> Obj:
                                 "data": {"bench": "1"}}}
 
 
-def job_item(name: str, cpu: str, *, delay: str = "1h", pods: int = 1) -> Obj:
-    """A batch/v1 Job of ``pods`` pods at once (parallelism = completions); kwok completes each after ``delay``."""
-    return {"replicas": 1, "generictemplate": {
+def job_item(name: str, cpu: str, *, delay: str = "1h", pods: int = 1, completionstatus: str | None = None) -> Obj:
+    """A batch/v1 Job of ``pods`` pods at once (parallelism = completions); kwok completes each after ``delay``.
+    ``completionstatus`` (e.g. ``"Complete"``) makes the AppWrapper Completed once its Job has that condition."""
+    completion: Obj = {"completionstatus": completionstatus} if completionstatus else {}
+    return {"replicas": 1, **completion, "generictemplate": {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
         "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": {
             "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": delay}},
@@ -388,7 +390,8 @@ class Tracker:
     """First-seen times from watches: AppWrapper states and the first Running pod of each AppWrapper.
 
     Times are ``time.monotonic()``; ``created`` is filled in by the load threads right after each create call
-    returns. ``on_running`` (if set) is called on the watch thread when an AppWrapper is first seen Running.
+    returns. ``on_running`` (if set) is called on the watch thread when an AppWrapper is first seen Running, and
+    ``on_completed`` when it is first seen Completed.
     """
 
     created: dict[str, float] = field(default_factory=dict)
@@ -396,11 +399,13 @@ class Tracker:
     pending: dict[str, float] = field(default_factory=dict)
     deleted: dict[str, float] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    completed: dict[str, float] = field(default_factory=dict)
     state: dict[str, str] = field(default_factory=dict)
     pods_running: dict[str, float] = field(default_factory=dict)
     # status.controllerfirstdispatchtimestamp (the controller's wall clock) of each AppWrapper first seen Running
     dispatch_stamp: dict[str, str] = field(default_factory=dict)
     on_running: Callable[[str, float], None] | None = None
+    on_completed: Callable[[str, float], None] | None = None
     events: int = 0
     last_event: float = 0.0
     cond: threading.Condition = field(default_factory=threading.Condition)
@@ -417,7 +422,7 @@ class Tracker:
     def on_aw(self, etype: str, obj: Obj, seen: float) -> None:
         name = obj["metadata"]["name"]
         state = str((obj.get("status") or {}).get("state") or "")
-        first_running = False
+        first_running = first_completed = False
         with self.cond:
             self.events += 1
             self.last_event = seen
@@ -434,9 +439,14 @@ class Tracker:
                     self.pending[name] = seen
                 elif state == "Failed" and name not in self.failed:
                     self.failed[name] = str((obj.get("status") or {}).get("message") or "")
+                elif state == "Completed" and name not in self.completed:
+                    self.completed[name] = seen
+                    first_completed = True
             self.cond.notify_all()
         if first_running and self.on_running is not None:
             self.on_running(name, seen)
+        if first_completed and self.on_completed is not None:
+            self.on_completed(name, seen)
 
     def on_pod(self, etype: str, obj: Obj, seen: float) -> None:
         owner = ((obj.get("metadata") or {}).get("labels") or {}).get(AW_LABEL)

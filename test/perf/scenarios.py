@@ -843,14 +843,49 @@ CHURN_NODE_CPU = 40
 MAX_CREATE_LATENESS_MS = 1000.0
 
 
-def churn_body(args: tuple[str, int, int, bool]) -> Obj:
-    """One churn workload's AppWrapper (built in a load process: a module-level function it can import)."""
-    name, priority, cpu, pods = args
-    item = pod_item(name, str(cpu)) if pods else configmap_item(name, {"cpu": str(cpu)})
-    return appwrapper(name, [item], priority=priority)
+@dataclass(frozen=True)
+class ChurnWorkload:
+    """What each churn workload wraps, and so how it ends. ``item(name, cpu, runtime_s)`` builds its one GenericItem.
+    Unless ``completes``, it never ends by itself: the load process deletes it ``runtime`` after it is first seen
+    Running. If it ``completes``, the workload runs for its run time on the nodes and mcad marks it Completed; the
+    load process deletes it as soon as it sees that (the cluster stays the size of what is running, as in churn).
+    ``pods``: it creates pods, whose scheduler binds and kwok status writes keep the controller's API writes from
+    being counted apart."""
+
+    wraps: str
+    item: Callable[[str, int, float], Obj]
+    completes: bool = False
+    pods: bool = False
 
 
-def churn(opts: Options, result: Result, *, pods: bool = False, scenario: str = "churn") -> None:
+def go_duration(seconds: float) -> str:
+    """A Go duration (what kwok's stage delays read) of ``seconds``, to the millisecond."""
+    return f"{round(seconds * 1000)}ms"
+
+
+CHURN_CONFIGMAP = ChurnWorkload("a ConfigMap + custompodresources",
+                                lambda name, cpu, _runtime: configmap_item(name, {"cpu": str(cpu)}))
+# churn_pods (issue 29): a one-pod Job that kwok completes its run time after the pod runs (mcad's ledger frees the
+# pod's cpu once it sees it Succeeded); mcad watches the Job's Complete condition (completionstatus) and marks the
+# AppWrapper Completed.
+CHURN_JOB = ChurnWorkload("a Job of one pod (its cpu) that kwok completes after the run time",
+                          lambda name, cpu, runtime: job_item(name, str(cpu), delay=go_duration(runtime),
+                                                              completionstatus="Complete"),
+                          completes=True, pods=True)
+
+
+CHURN_WORKLOADS = {"configmap": CHURN_CONFIGMAP, "job": CHURN_JOB}
+
+
+def churn_body(args: tuple[str, int, int, float, str]) -> Obj:
+    """One churn workload's AppWrapper, built in a load process (test.perf.load): a module-level function, and the
+    workload named by its key in ``CHURN_WORKLOADS``, so that a spawned process can import both."""
+    name, priority, cpu, runtime, workload = args
+    return appwrapper(name, [CHURN_WORKLOADS[workload].item(name, cpu, runtime)], priority=priority)
+
+
+def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONFIGMAP, scenario: str = "churn"
+          ) -> None:
     """Kueue's baseline shape on 600 cpu: 30 arrival streams x 3 classes at Kueue's intervals; each workload is an
     AppWrapper (a ConfigMap + custompodresources cpu) that the load process deletes ``runtime`` after it is first
     seen Running, as Kueue's runner finishes workloads. Time-to-dispatch per class next to Kueue's means, wall time,
@@ -860,10 +895,15 @@ def churn(opts: Options, result: Result, *, pods: bool = False, scenario: str = 
     reported, a full run whose p99 exceeds ``MAX_CREATE_LATENESS_MS`` fails, and time to dispatch is also given
     from each workload's scheduled arrival (``arrival_to_dispatch_<class>``), which a late create cannot shorten.
 
-    ``pods`` (``churn_pods``, issue 25): each workload wraps a bare Pod of its cpu instead, so its pod is created,
-    (with placement binding) gated and pinned, bound by the scheduler and deleted with it; run it with
-    ``--controller-args=--placement=advisory`` for the comparison. The API writes are not counted then: the
-    scheduler's binds and the kubelets' (kwok's) status writes would be among them."""
+    ``workload`` (``churn_pods``, issue 29: ``CHURN_JOB``): each workload is a one-pod Job of its cpu instead, whose
+    pod is created by the Job controller, (with the default placement binding) gated and pinned to the node of its
+    plan by mcad, bound, run by kwok for the run time, and succeeds; the Job completes, mcad marks the AppWrapper
+    Completed, and the load process then deletes it (``ChurnWorkload``). A workload is finished when that delete
+    returned, in both: wall = last finish - t0. Also reported then: create -> first pod Running per class,
+    dispatch -> pod Running, and how much later than its run time each workload was seen Completed (pod seen
+    Running -> seen Completed - run time: kwok, the Job controller and mcad's completion watch). Run it
+    with ``--controller-args=--placement=advisory`` for the comparison. The API writes are not counted then: the
+    scheduler's binds, the Job controller's and the kubelets' (kwok's) writes would be among them."""
     fraction = opts.churn_fraction * opts.factor(scenario)
     n_nodes = opts.churn_nodes
     capacity = n_nodes * CHURN_NODE_CPU
@@ -881,7 +921,7 @@ def churn(opts: Options, result: Result, *, pods: bool = False, scenario: str = 
     result["params"] = {"workloads": n, "fraction_of_kueue": round(fraction, 4), "queues": KUEUE_QUEUES,
                         "per_queue": per_queue, "nodes": n_nodes, "capacity_cpu": capacity, "threads": opts.threads,
                         "load_processes": opts.load_processes,
-                        "wraps": "a bare Pod" if pods else "a ConfigMap + custompodresources"}
+                        "wraps": workload.wraps, "controller_args": " ".join(opts.controller_args) or "(defaults)"}
     with Env(scenario, opts, result) as env:
         env.nodes(n_nodes, cpu=str(CHURN_NODE_CPU), memory="160Gi", pods=110)
         ctl = env.controller("controller")
@@ -891,16 +931,24 @@ def churn(opts: Options, result: Result, *, pods: bool = False, scenario: str = 
         finisher: Finisher | None = None
 
         def on_running(name: str, seen: float) -> None:
-            if finisher is not None and name in spec:
+            if finisher is not None and name in spec and not workload.completes:
                 finisher.at(seen + spec[name][1], name)
 
-        tracker = Tracker(on_running=on_running)
+        def on_completed(name: str, seen: float) -> None:
+            if finisher is not None and name in spec and workload.completes:
+                finisher.at(seen, name)
+
+        tracker = Tracker(on_running=on_running, on_completed=on_completed)
         finisher = Finisher(api, tracker)
         finished = finisher.finished
         env.watch(watch_appwrappers(api, tracker))
+        if workload.pods:
+            env.watch(watch_pods(api, tracker))
+        kind = next(key for key, known in CHURN_WORKLOADS.items() if known is workload)
         creators = OnTimeLoad(env.cluster.kubeconfig, aw_path(),
-                          [(offset, (name, priority, cpu, pods)) for offset, name, _cls, _rt, priority, cpu in plan],
-                          churn_body, processes=opts.load_processes, threads=opts.threads)
+                              [(offset, (name, priority, cpu, runtime, kind))
+                               for offset, name, _cls, runtime, priority, cpu in plan],
+                              churn_body, processes=opts.load_processes, threads=opts.threads)
 
         def line() -> str:
             return (f"created {creators.created_count()}/{n}, dispatched {len(tracker.running)}, "
@@ -918,11 +966,11 @@ def churn(opts: Options, result: Result, *, pods: bool = False, scenario: str = 
             t0 = creators.start()
             with Progress(scenario, line):
                 tracker.wait(lambda: len(finished) >= n or failed(), 300 + n / 5, f"{n} workloads finished",
-                             ctl.check_alive)
+                             functools.partial(none_failed, tracker, ctl))
             creators.join(timeout=60)
             if creators.errors or finisher.errors or len(creators.created) < n:
                 first = (creators.errors or finisher.errors or [f"{n - len(creators.created)} creates missing"])[0]
-                raise BenchError(f"churn: the creators failed: {first}")
+                raise BenchError(f"churn: the load failed: {first}")
         finally:
             finisher.stop()
             creators.kill()
@@ -932,7 +980,7 @@ def churn(opts: Options, result: Result, *, pods: bool = False, scenario: str = 
         wall = max(finished.values()) - t0
         result["wall_s"] = round(wall, 2)
         result["controller"] = controller_figures(ctl, baseline)
-        if not pods:
+        if not workload.pods:
             writes = controller_writes(writes_before, settled_api_writes(api),
                                        Counter({f"POST {AW_RESOURCE}": len(tracker.created),
                                                 f"DELETE {AW_RESOURCE}": len(finished)}),
@@ -963,17 +1011,50 @@ def churn(opts: Options, result: Result, *, pods: bool = False, scenario: str = 
                 add_target(result, f"{cls} mean time to dispatch at full scale (Kueue {kueue / 1000:g} s)",
                            figures.get("mean_ms"), "<=", kueue, "ms")
         result["latency"]["time_to_dispatch_all"] = summary(tracker.latencies(spec, tracker.running))
+        if workload.pods:
+            pod_figures(result, tracker, {name: (cls, runtime) for name, (cls, runtime, _) in spec.items()})
         if full:
             add_target(result, "wall time at full scale (Kueue 351 s)", wall, "<", KUEUE_WALL_S, "s")
             late = result["create_lateness"].get("p99_ms")
             add_target(result, "create lateness p99 (an on-time load)", late, "<=", MAX_CREATE_LATENESS_MS, "ms")
             if late is None or late > MAX_CREATE_LATENESS_MS:
-                raise BenchError(f"{scenario}: the creators was late (create lateness p99 {late} ms, more than "
+                raise BenchError(f"{scenario}: the load was late (create lateness p99 {late} ms, more than "
                                  f"{MAX_CREATE_LATENESS_MS:g} ms): no figure of this run counts")
         else:
             result.setdefault("notes", []).append(
                 f"per-class and wall-time targets (Kueue's means, {KUEUE_WALL_S:.0f} s), and the bound on create "
                 f"lateness (p99 <= {MAX_CREATE_LATENESS_MS:g} ms), apply at full scale only (--churn-full, --scale 1)")
+
+
+def none_failed(tracker: Tracker, ctl: Controller) -> None:
+    """For ``Tracker.wait`` (lock held): the controller is alive and no workload Failed (a Failed one would never
+    finish: fail now, naming it, rather than at the timeout)."""
+    ctl.check_alive()
+    if tracker.failed:
+        name, message = next(iter(tracker.failed.items()))
+        raise BenchError(f"{len(tracker.failed)} workload(s) Failed, first {name}: {message}")
+
+
+def pod_figures(result: Result, tracker: Tracker, spec: dict[str, tuple[str, float]]) -> None:
+    """Churn with pods (``spec``: name -> (class, run time s)): create -> first pod Running per class, dispatch ->
+    pod Running (mcad's SSA of the Job, the Job controller's pod, its pin, the bind, kwok), and for workloads that
+    complete, how much later than its run time each was seen Completed after its pod was seen Running (kwok's
+    stage, the Job controller's batched status writes, mcad's completion watch and status write). mcad holds a
+    workload's cpu from dispatch until its pod is seen Succeeded (a finished pod frees its share): the start is what
+    a pod adds to the time capacity is held, which churn's ConfigMaps do not pay; the finish delays only the
+    Completed state (and the load's delete). ``completion`` counts the workloads seen Completed."""
+    latency = result["latency"]
+    for cls in dict.fromkeys(c for c, _ in spec.values()):
+        members = [name for name, (c, _) in spec.items() if c == cls]
+        latency[f"time_to_pod_running_{cls}"] = summary(tracker.latencies(members, tracker.pods_running))
+    latency["dispatch_to_pod_running"] = summary(tracker.latencies(spec, tracker.pods_running, start=tracker.running))
+    with tracker.cond:
+        completed = {name: seen for name, seen in tracker.completed.items() if name in spec}
+        overrun = [seen - tracker.pods_running[name] - spec[name][1] for name, seen in completed.items()
+                   if name in tracker.pods_running]
+    if overrun:
+        latency["pod_run_time_to_completed"] = summary(overrun)
+    result["completion"] = {"completed": len(completed), "workloads": len(spec)}
 
 
 # ---------------------------------------------------------------------------------------------- restart
@@ -2032,7 +2113,7 @@ SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "placement": placement,
     "deep_queue": deep_queue,
     "churn": churn,
-    "churn_pods": functools.partial(churn, pods=True, scenario="churn_pods"),
+    "churn_pods": functools.partial(churn, workload=CHURN_JOB, scenario="churn_pods"),
     "restart": restart,
     "noisy_neighbour": noisy_neighbour,
     "memory": memory,
