@@ -426,8 +426,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    out = args.output / f"kueue-{args.kueue_version}"
     try:
-        out = args.output / f"kueue-{args.kueue_version}"
         if not args.skip_kueue:
             root = build(args.kueue_version)
             if args.build_only:
@@ -435,19 +435,25 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             run_kueue(root, out, args.fraction, args.timeout)
         kueue = parse_kueue(out)
-        churn_path = args.churn_results
-        if args.with_churn:
-            churn_path = run_churn(args.fraction, args.output, args.churn_args.split())
-        churn = parse_churn(churn_path) if churn_path else None
-    except KueueError as err:
+    except (KueueError, OSError) as err:
         say(f"kueue: {err}")
         return 1
+    churn, failed = None, False
+    try:
+        churn_path = run_churn(args.fraction, args.output, args.churn_args.split()) if args.with_churn \
+            else args.churn_results
+        churn = parse_churn(churn_path) if churn_path else None
+    except (KueueError, OSError, ValueError) as err:
+        # Kueue's figures took minutes: print them even when churn's side is missing.
+        say(f"kueue: churn's side is missing: {err}")
+        failed = True
+    text = table(kueue, churn)
     print()
-    print(table(kueue, churn))
-    (args.output / "side-by-side.txt").write_text(table(kueue, churn) + "\n")
+    print(text)
+    (args.output / "side-by-side.txt").write_text(text + "\n")
     say(f"kueue: artifacts in {out}; this process's children used "
         f"{sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2]):.0f} s of CPU")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -125,3 +125,15 @@ def test_churn_results_must_hold_a_finished_churn(tmp_path: Path) -> None:
     (tmp_path / "none.json").write_text(json.dumps(data))
     with pytest.raises(kueue.KueueError, match="no churn"):
         kueue.parse_churn(tmp_path / "none.json")
+
+
+def test_main_reads_a_past_run_and_churn_from_a_results_file(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = run_dir.parent
+    argv = ["--skip-kueue", "--output", str(output), "--churn-results", str(FIXTURE / "churn.json")]
+    assert kueue.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "Kueue v0.17.0 x0.02" in printed and "mcad churn x0.02" in printed
+    assert (output / "side-by-side.txt").read_text().strip() == printed.strip()
+    # A churn side that cannot be read still prints Kueue's figures, and the exit says something was missing.
+    assert kueue.main([*argv[:-1], str(output / "missing.json")]) == 1
+    assert "churn (not run)" in capsys.readouterr().out
