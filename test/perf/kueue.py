@@ -154,7 +154,9 @@ def run_kueue(root: Path, out: Path, fraction: float, timeout_s: float | None) -
     """Run Kueue's test into ``out`` the way ``make run-performance-scheduler`` does; returns this run's facts."""
     src = root / "src"
     baseline = yaml.safe_load((src / BASELINE_CONFIG).read_text())
-    out.mkdir(parents=True, exist_ok=True)
+    # A fresh directory: a file a failed run did not rewrite must not pass for this run's.
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     config_path = out / "generator.yaml"
     if fraction == 1.0:
         shutil.copyfile(src / BASELINE_CONFIG, config_path)
@@ -174,11 +176,15 @@ def run_kueue(root: Path, out: Path, fraction: float, timeout_s: float | None) -
         # cwd: the runner's test utilities look for Kueue's Makefile upwards from the working directory.
         proc = subprocess.Popen(args, cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + limit
+        next_line = time.monotonic() + 30
         status, usage = 0, None
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
+            if time.monotonic() > next_line:
+                say(f"kueue: its test has run {time.monotonic() - started:.0f} s")
+                next_line += 30
             if time.monotonic() > deadline:
                 proc.terminate()
                 proc.wait(30)
