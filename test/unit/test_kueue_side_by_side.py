@@ -54,6 +54,9 @@ def test_the_summary_per_class_and_its_percentiles(run_dir: Path) -> None:
     # 30 queues x 3 workload sets, every one matched to its count by its interval.
     assert figures.generator_lateness["sets"] == 90 == figures.generator_lateness["n"]
     assert 0 < figures.generator_lateness["mean_ms"] < figures.generator_lateness["max_ms"]
+    by_class = figures.generator_lateness["by_class"]
+    assert [by_class[c]["n"] for c in kueue.CLASSES] == [30, 30, 30]
+    assert max(c["max_ms"] for c in by_class.values()) == figures.generator_lateness["max_ms"]
 
 
 def test_a_run_without_a_log_has_no_lateness(run_dir: Path) -> None:
@@ -107,6 +110,7 @@ def test_the_table_puts_both_side_by_side(run_dir: Path) -> None:
     assert "1.8 / 1.1 / 3.9 / 4.5" in small and "0.6 / 0.6 / 1.0 / 1.4" in small
     assert any(x.startswith("wall s") and "9.1" in x and "6.2" in x for x in lines)
     assert any(x.startswith("controller peak RSS MiB") and " 64 " in x for x in lines)
+    assert any(x.startswith("small: create lateness") and "each set's last create: " in x for x in lines)
     arrival = next(x for x in lines if x.startswith("large: from scheduled arrival"))
     assert "not recorded" in arrival and "3.1 / 3.1 / 4.0 / 4.0" in arrival
     # Either side alone still renders, '-' where the other would be.
