@@ -79,6 +79,10 @@ lint: install ## ruff and mypy
 bench: prereqs-bench install tools ## benchmarks on throwaway local clusters -> bench-results.json (BENCH_ARGS="--scale 0.1 --scenarios churn")
 	$(BIN)/python -m test.perf.bench $(BENCH_ARGS)
 
+.PHONY: bench-kueue
+bench-kueue: prereqs-bench install tools ## Kueue's own scheduler test (built from its Go module) next to churn (KUEUE_ARGS="--fraction 0.02 --with-churn")
+	$(BIN)/python -m test.perf.kueue $(KUEUE_ARGS)
+
 .PHONY: e2e
 e2e: install tools ## test/e2e on a throwaway KinD cluster, for machines with Docker and kind (E2E_ARGS="-k gang", KEEP_CLUSTER=1)
 	E2E_ARGS="$(E2E_ARGS)" hack/e2e-kind.sh
