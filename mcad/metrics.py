@@ -75,6 +75,8 @@ class LoopState:
     placed: Mapping[str, int] = field(default_factory=dict)
     # Blocked AppWrappers holding a reservation after the last dispatch cycle (mcad.model.reservations).
     reservations: int = 0
+    # Backoff statuses decided but waiting for their pace (--backoff-status-rate, mcad.loop.statussync).
+    backoff_statuses_waiting: int = 0
     # --placement=binding: gated pods by what they wait for (mcad.loop.pinning.Pinning.counts).
     gated: Mapping[str, int] = field(default_factory=dict)
 
@@ -110,6 +112,8 @@ class Sources:
     queue: Callable[[], Mapping[str, int]] | None = None
     # Blocked AppWrappers holding a reservation.
     reservations: Callable[[], int] | None = None
+    # Backoff statuses waiting for their pace.
+    backoff_statuses_waiting: Callable[[], int] | None = None
     # Gated pods by what they wait for (--placement=binding).
     gated_pods: Callable[[], Mapping[str, int]] | None = None
     # informer name -> (relists, synced)
@@ -163,6 +167,10 @@ class _StateCollector(Collector):
             yield GaugeMetricFamily("mcad_reservations", "Blocked AppWrappers holding a reservation: room that those "
                                     "behind them may not take (unless sure to end first), after the last dispatch "
                                     "cycle.", value=s.reservations())
+        if s.backoff_statuses_waiting is not None:
+            yield GaugeMetricFamily("mcad_backoff_statuses_waiting", "Backoff statuses (what a waiting AppWrapper is "
+                                    "told) decided but not written yet: beyond --backoff-status-rate they wait "
+                                    "their turn.", value=s.backoff_statuses_waiting())
         if s.gated_pods is not None:
             gated = GaugeMetricFamily(
                 "mcad_gated_pods", "Pods held by mcad's scheduling gate (--placement=binding), by what they wait for: "

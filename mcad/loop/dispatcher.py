@@ -223,7 +223,7 @@ class Dispatcher:
             queue={"queued": len(self.pending), "dispatching": len(self.dispatches.in_flight),
                    "preempting": len(self.preemptors)},
             decided=self.decisions.sync.decided_states(), placed=placed, reservations=len(self.reservations.held),
-            gated=self.pinning.counts())
+            backoff_statuses_waiting=self.decisions.sync.paced_count(), gated=self.pinning.counts())
 
     def call(self, fn: Callable[[], R], timeout: float) -> R:
         """Run ``fn`` on the dispatcher thread, the only one that may read its state (``mcad.loop.loopcalls``)."""

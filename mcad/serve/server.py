@@ -399,6 +399,7 @@ def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callabl
     sources.capacity = lambda: dispatcher.published.capacity
     sources.queue = lambda: dispatcher.published.queue
     sources.reservations = lambda: dispatcher.published.reservations
+    sources.backoff_statuses_waiting = lambda: dispatcher.published.backoff_statuses_waiting
     sources.gated_pods = lambda: dispatcher.published.gated
 
     def states() -> dict[str, int]:

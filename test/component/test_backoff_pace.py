@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcad.metrics import PUBLISH_INTERVAL_SECONDS
+from mcad.serve import server
 from mcad.wiring import BACKOFF_STATUS_BURST
 from test.component.harness import aw, node
 from test.fakes import wait_informed
@@ -83,3 +85,13 @@ def test_rate_zero_writes_every_backoff_at_once(harness_factory: Any) -> None:
     h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[gpu_aw(n) for n in names], backoff_status_rate=0)
     h.drain()
     assert sorted(backoffs(h)) == names
+
+
+def test_the_backoff_statuses_still_waiting_are_a_gauge(harness_factory: Any) -> None:
+    names = [f"gpu{i:04d}" for i in range(BACKOFF_STATUS_BURST + 50)]
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[gpu_aw(n) for n in names], backoff_status_rate=10)
+    server.observe(h.dispatcher, h.informers, api_errors=dict, leading=lambda: True)
+    h.drain()
+    h.clock.advance(PUBLISH_INTERVAL_SECONDS)  # 10 more tokens, and the loop publishes for scrapes
+    h.drain()
+    assert h.dispatcher.metrics.value("mcad_backoff_statuses_waiting") == 40
