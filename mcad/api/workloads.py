@@ -241,6 +241,21 @@ _KINDS: Final[dict[tuple[str, str], Callable[[Mapping[str, Any]], list[PodSet]]]
 }
 
 
+# Kinds that never make pods: once their AppWrapper is gone the garbage collector deletes them (ownerReference), and
+# deleting them ourselves would free no capacity sooner (mcad.k8s.apply.delete_wrapped_steps).
+POD_FREE_KINDS: Final[frozenset[tuple[str, str]]] = frozenset({
+    ("", "ConfigMap"), ("", "Secret"), ("", "Service"), ("", "ServiceAccount"), ("", "PersistentVolumeClaim"),
+    ("", "Endpoints"), ("networking.k8s.io", "Ingress"), ("networking.k8s.io", "NetworkPolicy"),
+    ("policy", "PodDisruptionBudget"), ("discovery.k8s.io", "EndpointSlice"),
+})
+
+
+def makes_no_pods(api_version: str, kind: str) -> bool:
+    """``kind`` (of ``api_version``'s group) is one that never makes pods."""
+    group = api_version.rpartition("/")[0] if "/" in api_version else ""
+    return (group, kind) in POD_FREE_KINDS
+
+
 def _template_at(parent: Mapping[str, Any], parent_path: Path, replicas: int) -> list[PodSet]:
     template = parent.get("template")
     if not isinstance(template, Mapping):

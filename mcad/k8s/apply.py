@@ -57,7 +57,7 @@ from mcad.api.appwrapper import (
 )
 from mcad.api.validation import describe_item
 from mcad.api.views import PLACEMENT_GATE
-from mcad.api.workloads import pod_requests, pod_sets
+from mcad.api.workloads import makes_no_pods, pod_requests, pod_sets
 from mcad.errors import ApiError
 from mcad.model.nodehealth import NodeHealth
 from mcad.model.retry import FailureKind, classify
@@ -393,19 +393,25 @@ def delete_wrapped(writer: ObjectWriter, aw: AppWrapperView, uids: tuple[str, ..
     complete(delete_wrapped_steps(writer, aw, uids))
 
 
-def delete_wrapped_steps(writer: ObjectWriter, aw: AppWrapperView, uids: tuple[str, ...] = ()) -> Steps[None]:
+def delete_wrapped_steps(writer: ObjectWriter, aw: AppWrapperView, uids: tuple[str, ...] = (), *,
+                         owner_gone: bool = False) -> Steps[None]:
     """Delete what a (deleted) AppWrapper wrapped, one request per step, best effort, touching only objects it
     controls: by the uids recorded when they were applied (one request each) or, unknown after a restart, by
     checking their owner.
 
     The garbage collector would do it too, through the ownerReference, but it learns of a newly installed CRD
     only at its next 30 s discovery resync and works through a backlog at its own pace: deleting directly
-    frees the capacity for the next AppWrapper at once.
+    frees the capacity for the next AppWrapper at once. That holds for what makes pods; ``owner_gone`` (the
+    AppWrapper itself is deleted, so its ownerReference now marks its objects for the collector) leaves the kinds
+    that never make pods (``mcad.api.workloads.POD_FREE_KINDS``: a ConfigMap, a Service) to the collector: deleting
+    them here would cost a request per object and free nothing sooner (issue 29's churn: a write per workload).
     """
     first = True
     for index, item in enumerate(aw.items):
         if not (item.api_version and item.kind and item.name):
             continue  # refused at its dispatch: nothing of it was created
+        if owner_gone and makes_no_pods(item.api_version, item.kind):
+            continue
         if not first:
             yield
         first = False

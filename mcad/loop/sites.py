@@ -166,8 +166,9 @@ class LocalCluster:
                     cluster: str) -> apply.Steps[tuple[str, ...]]:
         return apply.dispatch_steps(self._writer, aw, items, gate=self._gate, health=self._health)
 
-    def delete_objects(self, aw: AppWrapperView, uids: tuple[str, ...]) -> None:
-        self._writes.submit(aw.key, lambda: apply.delete_wrapped_steps(self._writer, aw, uids), tenant=aw.namespace)
+    def delete_objects(self, aw: AppWrapperView, uids: tuple[str, ...], *, owner_gone: bool = False) -> None:
+        self._writes.submit(aw.key, lambda: apply.delete_wrapped_steps(self._writer, aw, uids, owner_gone=owner_gone),
+                            tenant=aw.namespace)
 
     def deleted(self, key: str, aw: AppWrapperView | None, last_dispatched: AppWrapperView | None,
                 uids: tuple[str, ...]) -> None:
@@ -177,7 +178,8 @@ class LocalCluster:
             self._removing.add(key)
             remove_finalizer(self._finalizers, self._writes, aw)
         if last_dispatched is not None:
-            self.delete_objects(last_dispatched, uids)
+            # Only what makes pods: the garbage collector takes the rest now that the AppWrapper is deleted.
+            self.delete_objects(last_dispatched, uids, owner_gone=True)
 
     def wrapped_of(self, key: str) -> WrappedObjects | None:
         return self._wrapped

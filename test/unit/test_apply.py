@@ -216,6 +216,20 @@ def test_stepwise_deletion_deletes_one_item_per_step() -> None:
     assert writer.requests == remote.requests == [("delete", "cm0"), ("delete", "cm1"), ("delete", "cm2")]
 
 
+def test_once_the_appwrapper_is_gone_what_makes_no_pods_is_left_to_the_garbage_collector() -> None:
+    writer = Writer()
+    made = view({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm0"}},
+                {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "job0"}},
+                {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc0"}},
+                {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pod0"}})
+    requests_per_step(writer, apply.delete_wrapped_steps(writer, made.aw, owner_gone=True))
+    assert writer.requests == [("delete", "job0"), ("delete", "pod0")], "pods free capacity only once gone"
+    still = Writer()
+    requests_per_step(still, apply.delete_wrapped_steps(still, made.aw))
+    assert still.requests == [("delete", "cm0"), ("delete", "job0"), ("delete", "svc0"), ("delete", "pod0")], \
+        "a reset or requeue (the AppWrapper stays) deletes everything itself"
+
+
 def owned_by(owner_uid: str, name: str = "aw", **meta: Any) -> dict[str, Any]:
     """An existing ConfigMap whose controller is the AppWrapper ``name`` of ``owner_uid``."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
