@@ -120,6 +120,8 @@ class Sources:
     informers: Callable[[], Mapping[str, tuple[int, bool]]] | None = None
     # (verb, HTTP code) -> failed requests
     api_errors: Callable[[], Mapping[tuple[str, int], int]] | None = None
+    # (verb, resource) -> writes sent
+    api_writes: Callable[[], Mapping[tuple[str, str], int]] | None = None
     # None: no leader election (the process always leads).
     leader: Callable[[], bool] | None = None
     # the event recorder's counters
@@ -198,6 +200,13 @@ class _StateCollector(Collector):
             for (verb, code), count in sorted(s.api_errors().items()):
                 errors.add_metric([verb, str(code)], count)
             yield errors
+        if s.api_writes is not None:
+            writes = CounterMetricFamily("mcad_api_writes", "Writes sent to the API server (create, update, patch, "
+                                         "delete; whatever the answer) by verb and resource: where the controller's "
+                                         "writes go.", labels=["verb", "resource"])
+            for (verb, resource), count in sorted(s.api_writes().items()):
+                writes.add_metric([verb, resource], count)
+            yield writes
         if s.events is not None:
             yield from _events(s.events())
         if s.quota is not None:

@@ -655,8 +655,8 @@ def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[
     def leading() -> bool:
         return elector is None or elector.is_leader
 
-    server.observe(dispatcher, informers, api_errors=conn.errors.snapshot, leading=leading, events=recorder.counters,
-                   hub=hub)
+    server.observe(dispatcher, informers, api_errors=conn.errors.snapshot, api_writes=conn.writes.snapshot,
+                   leading=leading, events=recorder.counters, hub=hub)
     if webhook is not None:
         dispatcher.metrics.serve(webhook.server.stats)
 

@@ -390,7 +390,8 @@ def debug_endpoints(dispatcher: Dispatcher, reports: Reports, *, leading: Callab
 
 
 def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callable[[], Mapping[tuple[str, int], int]]
-            | None = None, leading: Callable[[], bool] | None = None,
+            | None = None, api_writes: Callable[[], Mapping[tuple[str, str], int]] | None = None,
+            leading: Callable[[], bool] | None = None,
             events: Callable[[], EventCounters] | None = None, hub: Hub | None = None) -> None:
     """Point the dispatcher's metrics at what a scrape reads (see ``mcad.metrics.Sources``); ``hub``: the worker
     clusters in hub mode."""
@@ -433,5 +434,6 @@ def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callabl
     sources.quota = (lambda: quota_status.samples) if quota_status is not None else tuple
     sources.informers = informer_states
     sources.api_errors = api_errors
+    sources.api_writes = api_writes
     sources.leader = leading
     sources.events = events

@@ -85,7 +85,8 @@ def test_explain_says_in_words_why_an_appwrapper_is_where_it_is(harness_factory:
 
 def test_decisions_latency_and_cycles_are_counted_and_state_is_read_at_scrape_time(harness_factory: Any) -> None:
     h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "4"), aw("b", "6")], fit="aggregate")
-    server.observe(h.dispatcher, h.informers, api_errors=lambda: {("patch", 409): 3}, leading=lambda: True)
+    server.observe(h.dispatcher, h.informers, api_errors=lambda: {("patch", 409): 3},
+                   api_writes=lambda: {("patch", "appwrappers.workload.codeflare.dev/status"): 2}, leading=lambda: True)
     h.drain()
     h.clock.advance(PUBLISH_INTERVAL_SECONDS)  # the loop publishes its state for scrapes at most this often
     h.drain()
@@ -104,6 +105,8 @@ def test_decisions_latency_and_cycles_are_counted_and_state_is_read_at_scrape_ti
     assert m.value("mcad_time_to_dispatch_seconds_count", {"priority_class": "0"}) == 1
     assert m.value("mcad_appwrappers", {"state": "Running"}) == 1
     assert m.value("mcad_api_errors_total", {"verb": "patch", "code": "409"}) == 3
+    status_writes = {"verb": "patch", "resource": "appwrappers.workload.codeflare.dev/status"}
+    assert m.value("mcad_api_writes_total", status_writes) == 2
     assert m.value("mcad_informer_synced", {"informer": "pods"}) == 1
     assert m.value("mcad_leader") == 1
     text = m.render().decode()

@@ -924,9 +924,13 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
                         "wraps": workload.wraps, "controller_args": " ".join(opts.controller_args) or "(defaults)"}
     with Env(scenario, opts, result) as env:
         env.nodes(n_nodes, cpu=str(CHURN_NODE_CPU), memory="160Gi", pods=110)
-        ctl = env.controller("controller")
+        # /metrics on a known port, read without a token: the controller's own count of its writes.
+        metrics_url = f"http://127.0.0.1:{webhooks_mod.free_port()}"
+        ctl = env.controller("controller", args=(*opts.controller_args, "--insecure-debug-endpoints",
+                                                 "--http-bind-address", metrics_url.removeprefix("http://")))
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
+        counted_before = controller_counted_writes(metrics_url + "/metrics")
         api = env.api
         finisher: Finisher | None = None
 
@@ -980,6 +984,13 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
         wall = max(finished.values()) - t0
         result["wall_s"] = round(wall, 2)
         result["controller"] = controller_figures(ctl, baseline)
+        counted = controller_counted_writes(metrics_url + "/metrics")
+        counted.subtract(counted_before)
+        counted = Counter({k: v for k, v in counted.items() if v})
+        # Where the controller's writes went, as it counts them itself (mcad_api_writes_total): with pods too.
+        result["controller_counted_writes"] = {"total": sum(counted.values()),
+                                               "per_workload": round(sum(counted.values()) / n, 2),
+                                               "by_request": dict(sorted(counted.items()))}
         if not workload.pods:
             writes = controller_writes(writes_before, settled_api_writes(api),
                                        Counter({f"POST {AW_RESOURCE}": len(tracker.created),
@@ -1024,6 +1035,18 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
             result.setdefault("notes", []).append(
                 f"per-class and wall-time targets (Kueue's means, {KUEUE_WALL_S:.0f} s), and the bound on create "
                 f"lateness (p99 <= {MAX_CREATE_LATENESS_MS:g} ms), apply at full scale only (--churn-full, --scale 1)")
+
+
+def controller_counted_writes(url: str) -> Counter[str]:
+    """The controller's own count of the writes it sent (``mcad_api_writes_total``), keyed "VERB resource" as
+    ``api_writes`` keys the API server's (the verbs upper-cased as HTTP methods)."""
+    methods = {"create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE"}
+    out: Counter[str] = Counter()
+    for sample, value in scrape(url).items():
+        found = re.fullmatch(r'mcad_api_writes_total\{resource="([^"]*)",verb="([^"]*)"\}', sample)
+        if found:
+            out[f"{methods.get(found[2], found[2])} {found[1]}"] += int(value)
+    return out
 
 
 def none_failed(tracker: Tracker, ctl: Controller) -> None:
