@@ -181,7 +181,11 @@ def render(results: list[Result]) -> str:
         out.extend(_per_class(r.get("per_class") or {}))
         if r.get("api_writes"):
             w = r["api_writes"]
-            out.append(f"   api writes by the controller {w.get('controller')} ({_fmt(w.get('per_workload'))} per "
+            out.append(f"   api writes seen by the API server {w.get('controller')} ({_fmt(w.get('per_workload'))} per "
+                       f"workload): " + ", ".join(f"{k} {v}" for k, v in (w.get("by_request") or {}).items()))
+        if r.get("controller_counted_writes"):
+            w = r["controller_counted_writes"]
+            out.append(f"   writes the controller counted {w.get('total')} ({_fmt(w.get('per_workload'))} per "
                        f"workload): " + ", ".join(f"{k} {v}" for k, v in (w.get("by_request") or {}).items()))
         for run in r.get("runs") or []:
             waited = (f"dispatched in {_fmt(run['time_to_dispatch_s'])} s, margin {_fmt(run['margin_s'])} s, "
