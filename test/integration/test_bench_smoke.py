@@ -97,6 +97,12 @@ def test_churn_counts_the_controllers_api_writes(results: dict[str, dict]) -> No
     assert writes["controller"] >= 90, writes
     assert writes["load_process"]["POST appwrappers.workload.codeflare.dev"] == 90
     assert "POST appwrappers.workload.codeflare.dev" not in writes["by_request"], writes
+    counted = results["churn"]["controller_counted_writes"]["by_request"]
+    # The controller's own count: one ConfigMap and one dispatched status per workload at least, and the ConfigMaps
+    # of deleted AppWrappers left to the garbage collector (issue 29).
+    assert counted["POST configmaps"] == 90, counted
+    assert counted["PATCH appwrappers.workload.codeflare.dev/status"] >= 90, counted
+    assert "DELETE configmaps" not in counted, counted
 
 
 def test_placement_compares_binding_with_advisory_and_times_the_ungate(results: dict[str, dict]) -> None:
