@@ -3,7 +3,8 @@
 Contract (dispatcher thread only; built by ``mcad.wiring`` with the owners it reads: what the loop decided
 (``mcad.loop.decisions``, through which it writes), the queue (``mcad.loop.queued``), the preemptors and the
 dispatch retries; nothing here calls back into the dispatcher):
-- ``tell(aw, about, why)`` writes the Backoff status saying what blocks ``aw`` and its queue position, unless the
+- ``tell(aw, about, why)`` writes the Backoff status saying what blocks ``aw`` and its queue position (a low write:
+  ``mcad.k8s.writes``, behind dispatches), unless the
   last one was about the same thing (``about``) and about the same place: exact for the first ten, then by powers
   of two, so an AppWrapper moving up a long queue is rewritten O(log n) times in all, not once per dispatch ahead
   of it. The message is built (``why()``) only when written. A Queued Event goes with a change of what blocks it,
@@ -92,8 +93,10 @@ class Notices:
         if before != about:
             # An Event when what blocks it changes, not when its place does (that changes every cycle).
             self._decisions.event(aw, events.QUEUED, f"Waiting: {reason}.")
+        # Bookkeeping (the low lane of the write pool): a backlog of 100,000 found at start-up is told why it
+        # waits, and a new AppWrapper that fits must not wait for all of those writes to be dispatched.
         self._decisions.decide(aw, status.queued(current.raw(), self._clock.now(), priority=aw.priority,
-                                                 why=message))
+                                                 why=message), urgent=False)
         self._written[aw.key] = about
 
     def reset(self, key: str) -> None:
