@@ -283,3 +283,10 @@ def test_a_backlog_found_at_start_is_told_why_it_waits_with_one_fit_check_per_gr
         assert "cpu" in status["message"], status["message"]
     assert last_status(h, "big199")["message"].endswith("position 200 in the queue")
     assert checks[0] < 20, f"{checks[0]} fit checks for 300 queued AppWrappers in 2 groups"
+    # A later cycle (a new arrival) costs O(groups) too, not O(queue).
+    checks[0] = 0
+    h.lw["aw"].add(aw("later", "1"))
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/later"), 5, "the new AppWrapper")
+    h.drain()
+    assert last_status(h, "later")["state"] == "Running"
+    assert checks[0] < 10, f"{checks[0]} fit checks in a cycle over 300 queued AppWrappers in 2 groups"

@@ -2047,10 +2047,16 @@ def scale(opts: Options, result: Result) -> None:
         backlog = Tracker()
         after_restart = threading.Event()
         events_after = [0]
+        kept: list[str] = []  # probes left Running across the restart
+        kept_events: Counter[str] = Counter()  # their watch events after the restart, by name
 
         def on_backlog(etype: str, obj: Obj, seen: float) -> None:
-            if after_restart.is_set() and PROBE_LABEL not in ((obj.get("metadata") or {}).get("labels") or {}):
-                events_after[0] += 1
+            if after_restart.is_set():
+                name = obj["metadata"]["name"]
+                if PROBE_LABEL not in ((obj.get("metadata") or {}).get("labels") or {}):
+                    events_after[0] += 1
+                elif name in kept:
+                    kept_events[name] += 1
             backlog.on_aw(etype, obj, seen)
 
         env.watch(Watch(api, aw_path(), on_backlog, name="watch-backlog").start())
@@ -2097,7 +2103,7 @@ def scale(opts: Options, result: Result) -> None:
             if i < n_probes - SCALE_KEPT_PROBES:
                 api.delete(aw_path(name))
                 probe.wait(has(probe.deleted, name), 60, f"{name} deleted", ctl.check_alive)
-        kept = [f"probe-{i:03d}" for i in range(max(0, n_probes - SCALE_KEPT_PROBES), n_probes)]
+        kept.extend(f"probe-{i:03d}" for i in range(max(0, n_probes - SCALE_KEPT_PROBES), n_probes))
         result["latency"] = {"new_appwrapper_create_to_running": summary(probe_lat)}
 
         _scale_reads(env, ctl, port, n, n_polls, result)
@@ -2126,6 +2132,7 @@ def scale(opts: Options, result: Result) -> None:
             "backlog_events_after_restart": events_after[0],
             "appwrapper_writes_after_restart": _appwrapper_writes(writes),
             "kept_probes_redispatched": len(redispatched),
+            "kept_probe_events_after_restart": dict(kept_events),
             "backlog_dispatched": dispatched_backlog,
             "rss_mib": settled_rss(second), **controller_figures(second)}
         result["wall_s"] = round(time.monotonic() - started, 2)
