@@ -221,7 +221,8 @@ class Writes:
     def _relane(self, key: str, state: _Key) -> None:
         """Lock held: a key waiting in the low lane whose jobs now include an urgent one moves to the urgent lane
         (its low entry goes stale)."""
-        if self._waiting.get(key, (0, 0))[0] == 1 and any(job.urgent for job in state.queued):
+        if self._waiting.get(key, (0, 0))[0] == 1 and any(
+                job.urgent for job in (state.current, *state.queued) if job is not None):
             self._ready(key, state)
 
     def _valid(self, key: str, token: int) -> bool:

@@ -182,6 +182,24 @@ def test_hurry_moves_a_waiting_key_to_the_urgent_lane(keys: Keys) -> None:
         pool.close()
 
 
+def test_hurry_lifts_a_stepwise_job_waiting_between_its_steps(keys: Keys) -> None:
+    pool = started_pool(keys, 1)
+    trace = Trace(held=True)
+    try:
+        pool.submit("counts", trace.job("counts", 2), tenant="a", urgent=False)
+        trace.wait_started(1)
+        pool.submit("other", trace.job("other", 1), tenant="b", urgent=False)
+        pool.submit("third", trace.job("third", 1), tenant="c", urgent=False)
+        trace.release(1)  # counts' first step ends: it waits for its next turn in the low lane, behind b and c
+        trace.wait_started(2)  # other's step runs
+        pool.hurry("counts")
+        trace.release(10**6)
+        keys.wait_for(3)
+        assert trace.started == ["counts", "other", "counts", "third"]
+    finally:
+        pool.close()
+
+
 def test_inline_mode_runs_the_job_inside_submit(keys: Keys) -> None:
     pool = Writes(keys, workers=0)
     pool.submit("a", lambda: 42, tenant="t")
