@@ -2010,6 +2010,7 @@ SCALE_KEPT_PROBES = 3  # probes left Running across the restart, to check the ne
 SCALE_RSS_TARGET_MIB = 1024.0
 SCALE_PROBE_P99_TARGET_MS = 200.0
 SCALE_RESTART_TARGET_S = 30.0
+SCALE_WATCHED_EVERY_S = 0.5  # probes with the dashboard open: one this often
 # kwok renews a node's Lease every quarter of its duration: with localcluster's 40 s, 500 nodes cost the API server
 # ~68 writes/s (measured), 5,000 nodes ~680/s, more than the creates of the backlog get. 400 s brings 5,000 nodes
 # to ~50/s; kube-controller-manager's node grace period follows (hack/localcluster.py --node-lease-seconds).
@@ -2115,17 +2116,24 @@ def scale(opts: Options, result: Result) -> None:
         polled: Counter[str] = Counter()
 
         def poll_page() -> None:
-            while not stop_polling.wait(1.0):
+            while not stop_polling.is_set():
                 try:
                     polled[str(http_get(f"http://127.0.0.1:{port}{DASHBOARD_QUEUE_PATH}", token).code)] += 1
                 except OSError as err:  # counted: the probes are what is measured here
                     polled[type(err).__name__] += 1
+                stop_polling.wait(1.0)
 
         poller = threading.Thread(target=poll_page, name="dashboard-poller", daemon=True)
         poller.start()
         watched_lat: list[float] = []
+        begun = time.monotonic()
         try:
             for i in range(n_probes):
+                # One every SCALE_WATCHED_EVERY_S, not back to back: spread over the builds' spacing, so that some
+                # arrive while the loop builds a snapshot, as they would.
+                pause = begun + i * SCALE_WATCHED_EVERY_S - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
                 name = f"watched-{i:03d}"
                 t = create_probe(name)
                 probe.wait(has(probe.running, name), 60, f"{name} Running", ctl.check_alive)
