@@ -133,8 +133,11 @@ def shared(vector: ResourceVector) -> ResourceVector:
 class ResourceVector:
     """Immutable mapping resource name -> int (millicores for cpu, base units otherwise); zero entries are dropped."""
 
-    __slots__ = ("_d",)
+    # _h: the hash, once asked for. Vectors are pending groups' keys (mcad.model.pending): a snapshot of a queue of
+    # 100,000 looks its group up for each member, and hashing a frozenset of the items each time was most of it.
+    __slots__ = ("_d", "_h")
     _d: dict[str, int]
+    _h: int
 
     def __init__(self, values: ResourceVector | Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
         pairs = values.items() if isinstance(values, ResourceVector | Mapping) else values
@@ -185,7 +188,12 @@ class ResourceVector:
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(frozenset(self._d.items()))
+        try:
+            return self._h
+        except AttributeError:
+            value = hash(frozenset(self._d.items()))
+            object.__setattr__(self, "_h", value)
+            return value
 
     def __repr__(self) -> str:
         return f"ResourceVector({self._d!r})"

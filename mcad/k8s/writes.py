@@ -17,9 +17,13 @@ Contract:
   namespace). A tenant whose job arrives while others' long jobs hold every worker has at most one step of each
   of those tenants start ahead of its first: with one noisy tenant, it starts when the second running step ends.
   One tenant's many AppWrappers share its turn instead of multiplying it.
-- Urgent jobs (dispatches, Failed and Backoff statuses) start before others (pod-count statuses): when the API
-  server is the bottleneck, the next gang's creation must not wait behind bookkeeping of the last ones. A key's
-  lane is that of its running job, or else of its next one, and is decided again after every step.
+- Urgent jobs (dispatches, Failed and requeue statuses) start before others (pod-count statuses, the Pending
+  status of a queued AppWrapper): when the API server is the bottleneck, the next gang's creation must not wait
+  behind bookkeeping of the last ones, nor a new AppWrapper's dispatch behind the Pending statuses of a backlog
+  of 100,000 the controller just found. A key is in the urgent lane when any of its jobs is urgent (its jobs run
+  in order, so the ones before an urgent job inherit its lane and priority), decided again after every step and
+  when an urgent job arrives; ``hurry(key)`` makes every job of the key urgent (the status its low write will
+  send turned into a dispatch).
 - When a job ends, its outcome (the job's return value, or the exception it raised, in any step) is stored and
   the key ``mcad.model.keys.Written(key)`` is added to the work queue; the dispatcher thread collects outcomes with
   ``results(key)`` and stays the only writer of its own state. Outcomes of one key are returned in completion
@@ -85,7 +89,9 @@ class _Key:
 
 
 class _Lane:
-    """Ready keys of one lane: a rotation of tenants, each with its keys by priority, in turn among equals."""
+    """Ready keys of one lane: a rotation of tenants, each with its keys by priority, in turn among equals.
+
+    An entry can go stale (its key was moved to the other lane): ``pop`` skips the entries ``valid`` refuses."""
 
     def __init__(self) -> None:
         self._tenants: deque[str] = deque()
@@ -95,22 +101,33 @@ class _Lane:
     def __bool__(self) -> bool:
         return bool(self._tenants)
 
-    def push(self, tenant: str, key: str, priority: int = 0) -> None:
+    def push(self, tenant: str, key: str, priority: int = 0) -> int:
+        """Returns the entry's token, which ``pop`` hands to ``valid``."""
         keys = self._keys.get(tenant)
         if keys is None:
             self._keys[tenant] = keys = []
             self._tenants.append(tenant)
-        heapq.heappush(keys, (-priority, next(self._arrivals), key))
+        token = next(self._arrivals)
+        heapq.heappush(keys, (-priority, token, key))
+        return token
 
-    def pop(self) -> str:
-        tenant = self._tenants.popleft()
-        keys = self._keys[tenant]
-        _, _, key = heapq.heappop(keys)
-        if keys:
-            self._tenants.append(tenant)  # its other keys wait for its next turn, behind the other tenants
-        else:
-            del self._keys[tenant]
-        return key
+    def pop(self, valid: Callable[[str, int], bool]) -> str | None:
+        """The next key in turn, or None when only stale entries were left."""
+        while self._tenants:
+            tenant = self._tenants.popleft()
+            keys = self._keys[tenant]
+            found = None
+            while keys and found is None:
+                _, token, key = heapq.heappop(keys)
+                if valid(key, token):
+                    found = key
+            if keys:
+                self._tenants.append(tenant)  # its other keys wait for its next turn, behind the other tenants
+            else:
+                del self._keys[tenant]
+            if found is not None:
+                return found
+        return None
 
 
 class Writes:
@@ -120,6 +137,7 @@ class Writes:
         self._cond = threading.Condition()
         # Keys ready for their next step, by lane; a key is in at most one lane, and only while no step of it runs.
         self._lanes: tuple[_Lane, _Lane] = (_Lane(), _Lane())
+        self._waiting: dict[str, tuple[int, int]] = {}  # key -> (its lane, its entry's token) while in a lane
         self._keys: dict[str, _Key] = {}  # present = busy (a job queued or under way)
         self._outcomes: dict[str, list[Any]] = {}
         self._closed = False
@@ -147,12 +165,25 @@ class Writes:
             state = self._keys.get(key)
             if state is not None:
                 state.queued.append(_Job(job, tenant, urgent, priority))
+                self._relane(key, state)
                 return
             self._keys[key] = state = _Key(deque([_Job(job, tenant, urgent, priority)]))
             if not self._inline:
                 self._ready(key, state)
                 return
         self._run_inline(key)
+
+    def hurry(self, key: str) -> None:
+        """Every job of ``key`` not finished becomes urgent (a decision that must not wait behind bookkeeping
+        was made while a low job of the key waits): the key moves to the urgent lane if it waits in the low one."""
+        with self._cond:
+            state = self._keys.get(key)
+            if state is None:
+                return
+            for job in (state.current, *state.queued):
+                if job is not None:
+                    job.urgent = True
+            self._relane(key, state)
 
     def pending(self, key: str) -> bool:
         with self._cond:
@@ -177,10 +208,29 @@ class Writes:
     # ------------------------------------------------------------------------------------------ internals
 
     def _ready(self, key: str, state: _Key) -> None:
-        """Lock held: put a busy key back in the rotation, in its head job's lane and under its tenant."""
+        """Lock held: put a busy key back in the rotation, under its head job's tenant, in the urgent lane if any
+        of its jobs is urgent (its jobs run in order: an urgent one waits for those before it, which so inherit
+        its lane and its priority)."""
+        jobs = [job for job in (state.current, *state.queued) if job is not None]
+        lane = 0 if any(job.urgent for job in jobs) else 1
         head = state.head()
-        self._lanes[0 if head.urgent else 1].push(head.tenant, key, head.priority)
+        token = self._lanes[lane].push(head.tenant, key, max(job.priority for job in jobs))
+        self._waiting[key] = (lane, token)
         self._cond.notify()
+
+    def _relane(self, key: str, state: _Key) -> None:
+        """Lock held: a key waiting in the low lane whose jobs now include an urgent one moves to the urgent lane
+        (its low entry goes stale)."""
+        if self._waiting.get(key, (0, 0))[0] == 1 and any(
+                job.urgent for job in (state.current, *state.queued) if job is not None):
+            self._ready(key, state)
+
+    def _valid(self, key: str, token: int) -> bool:
+        """Lock held: whether a lane's entry is the key's current one (then it leaves the rotation)."""
+        if self._waiting.get(key, (0, -1))[1] != token:
+            return False
+        del self._waiting[key]
+        return True
 
     def _run_inline(self, key: str) -> None:
         while True:
@@ -199,7 +249,9 @@ class Writes:
         while True:
             for lane in self._lanes:
                 while lane:
-                    key = lane.pop()
+                    key = lane.pop(self._valid)
+                    if key is None:
+                        break
                     if not self._closed or self._keys[key].current is not None:
                         return key
                     # Closed: a job not started stays so (the key leaves the rotation for good).

@@ -3,7 +3,8 @@
 Contract (dispatcher thread only; built by ``mcad.wiring`` with the owners it reads: what the loop decided
 (``mcad.loop.decisions``, through which it writes), the queue (``mcad.loop.queued``), the preemptors and the
 dispatch retries; nothing here calls back into the dispatcher):
-- ``tell(aw, about, why)`` decides the Backoff status saying what blocks ``aw`` and its queue position, unless the
+- ``tell(aw, about, why)`` decides the Backoff status saying what blocks ``aw`` and its queue position (a paced,
+  low write: ``mcad.loop.statussync`` and ``mcad.k8s.writes``, behind dispatches), unless the
   last one was about the same thing (``about``) and about the same place: exact for the first ten, then by powers
   of two, so an AppWrapper moving up a long queue is rewritten O(log n) times in all, not once per dispatch ahead
   of it. The message is built (``why()``) only when written. A Queued Event goes with a change of what blocks it,
@@ -14,7 +15,9 @@ dispatch retries; nothing here calls back into the dispatcher):
 - ``announce(reserving)`` after a cycle tells each newcomer of the queue (``Queued.take_newcomers``: arrived, or
   changed group) what it waits for, the cycle may not have visited it (it skips the rest of a blocked
   group; a preemptor stops it). An AppWrapper whose requeue message still stands (its old pods are there) is
-  kept for a later announce.
+  kept for a later announce. Newcomers are fit-checked once per pending group and namespace (members of a group
+  are judged alike), so announcing a backlog of 100,000 found at start-up costs O(groups x nodes) fit work, not
+  O(n x nodes).
 - ``refresh_group(head, about, reserving)``: a cycle judges one member per group; when what blocks the head changes, the
   other members are told once (O(group) per change, not per cycle), so none keeps an outdated reason.
 - What they are told names another AppWrapper only within its own namespace (``mcad.model.disclosure``).
@@ -95,8 +98,11 @@ class Notices:
         if before != about:
             # An Event when what blocks it changes, not when its place does (that changes every cycle).
             self._decisions.event(aw, events.QUEUED, f"Waiting: {reason}.")
+        # Bookkeeping (paced, then the low lane of the write pool): a backlog of 100,000 found at start-up is told
+        # why it waits, and a new AppWrapper that fits must not wait for those writes. What is not paced (a failed
+        # dispatch, a preemption or reclaim under way) goes in the urgent lane.
         self._decisions.decide(aw, status.queued(current.raw(), self._clock.now(), priority=aw.priority,
-                                                 why=message), paced=paced)
+                                                 why=message), urgent=not paced, paced=paced)
         self._written[aw.key] = about
 
     def reset(self, key: str) -> None:
@@ -121,11 +127,12 @@ class Notices:
         # First sight of the group (a new one, or after a restart): its members were announced one by one.
         if previous is None or previous == about:
             return
+        judged: dict[tuple[Hashable, str], Fit] = {}
         for key in self._pending.members(group):
             member = self._appwrappers.get(key) if key != head.key else None
             if member is None or not self._queued.waits_in_queue(member):
                 continue
-            fit = self._fit(member, reserving)
+            fit = self._fit(member, reserving, group, judged)
             if not fit.fits:
                 self.tell(member, fit.about, fit.why)
         if len(self._group_about) > 2 * self._pending.group_count() + 16:
@@ -135,6 +142,7 @@ class Notices:
         """After a cycle: the first Backoff of those that arrived and still wait (``held_by``: the key of the
         preemptor that stopped the cycle early by holding the queue; named only to its own namespace)."""
         held = set()
+        judged: dict[tuple[Hashable, str], Fit] = {}
         for key in self._queued.take_newcomers():
             aw = self._appwrappers.get(key)
             if aw is None or key not in self._pending or key in self._written or key in self._preemptors:
@@ -145,7 +153,8 @@ class Notices:
             if self._strict_fifo:
                 self.tell(aw, frozenset({BEHIND_STRICT_FIFO}), partial(str, BEHIND_STRICT_FIFO))
                 continue
-            fit = self._fit(aw, reserving)
+            entry = self._pending.entry(key)
+            fit = self._fit(aw, reserving, entry[1] if entry is not None else None, judged)
             if fit.fits:
                 # It would fit, yet the cycle did not dispatch it: a preemptor holds the queue, or its last
                 # dispatch failed and it waits out its backoff. Never an empty reason.
@@ -159,8 +168,18 @@ class Notices:
             self._queued.announce_later(key)
 
     @staticmethod
-    def _fit(aw: AppWrapperView, reserving: Pass) -> Fit:
-        """How ``aw`` fits on the room the cycle's pass left, as the pass would judge it (reservations ahead)."""
+    def _fit(aw: AppWrapperView, reserving: Pass, group: Hashable | None = None,
+             judged: dict[tuple[Hashable, str], Fit] | None = None) -> Fit:
+        """How ``aw`` fits on the room the cycle's pass left, as the pass would judge it (reservations ahead).
+        With ``judged``, once per pending group and namespace: members of a group are judged alike (that is
+        what makes them one, ``mcad.model.pending.demand_group``), and the message names others only within
+        the namespace. A cold start announces 100,000 newcomers, and a fit check costs O(nodes)."""
+        if judged is not None and group is not None:
+            memo = (group, aw.namespace)
+            found = judged.get(memo)
+            if found is None:
+                found = judged[memo] = Notices._fit(aw, reserving)
+            return found
         need = reserving.snapshot.need(aw.key, aw.demand)
         fit = reserving.fit(aw, need)
         if fit.fits:

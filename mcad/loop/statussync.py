@@ -7,6 +7,9 @@ Contract (the dispatcher thread owns this object; writes run on the write pool a
   AppWrapper dispatched (and its first dispatch time its first) while status writes are refused.
 - At most one write per AppWrapper is under way; it sends the newest intent when it starts, so a burst of
   decisions costs one write, and a decision made while a write is under way is sent right after it.
+- ``want(..., urgent=False)`` (bookkeeping: a queued AppWrapper's Pending status) puts the write in the pool's low
+  lane; an urgent decision made while such a write waits to start hurries it (``WritePool.hurry``): it will send
+  the urgent one.
 - A failed write is classified (``mcad.model.retry``): UNAVAILABLE and TRANSIENT ones are retried after the key's
   backoff through the work-queue key ``StatusRetry(key)``, and re-driven at once by ``observed`` (any event of the
   AppWrapper: its pods or objects changed) while no write or retry is pending; a PERMANENT refusal is logged and
@@ -54,6 +57,8 @@ class WritePool(Protocol):
     def submit(self, key: str, job: Callable[[], Any], *, tenant: str, urgent: bool = True,
                priority: int = 0) -> None: ...
 
+    def hurry(self, key: str) -> None: ...
+
 
 class KeyQueue(Protocol):
     def add_after(self, key: Any, delay: float) -> None: ...
@@ -81,6 +86,7 @@ class _Sync:
     retry_at: float = 0.0  # when (its timer may fire earlier: the queue keeps a key's earliest due time)
     refused: int = 0  # the intent version refused for good (not retried until a newer decision)
     priority: int = 0  # the AppWrapper's: its writes' place among its namespace's (mcad.k8s.writes)
+    urgent: bool = True  # the newest intent's lane in the write pool (mcad.k8s.writes)
     paced: bool = False  # the newest intent waits for a token of the pace before its write is submitted
 
 
@@ -146,10 +152,11 @@ class StatusSync:
         else:
             sync.intent = _Intent(aw.uid, status, sync.intent.version + 1)
         sync.priority = aw.priority
+        sync.urgent = urgent
         sync.paced = paced and self._pace is not None
         if not sync.paced:
             self._paced.pop(aw.key, None)
-        self._send(aw.key, sync, urgent=urgent)
+        self._send(aw.key, sync)
 
     def observed(self, aw: AppWrapperView) -> None:
         """An informer event of ``aw`` (or its pods/objects changed): drop what the informer now shows, re-drive
@@ -165,7 +172,7 @@ class StatusSync:
                 del self._syncs[aw.key]
             return
         if sync.refused != sync.intent.version:
-            self._send(aw.key, sync, urgent=True)
+            self._send(aw.key, sync)
 
     def retry(self, key: str) -> None:
         """The StatusRetry(key) timer fired."""
@@ -178,7 +185,7 @@ class StatusSync:
             return
         sync.retry_due = False
         if sync.landed != sync.intent.version and sync.refused != sync.intent.version:
-            self._send(key, sync, urgent=True)
+            self._send(key, sync)
 
     def retry_all(self) -> None:
         """Every write waiting out a backoff goes now (the API server is back); their timers then find nothing to
@@ -213,7 +220,7 @@ class StatusSync:
                     self._queue.add_after(BACKOFF_STATUS, wait)
                 return
             del self._paced[key]
-            self._submit(key, sync, urgent=True)
+            self._submit(key, sync)
 
     def written(self, key: str, outcome: StatusWritten) -> None:
         """The outcome of a write job of ``key`` (dispatcher thread)."""
@@ -249,18 +256,20 @@ class StatusSync:
                     self._queue.add_after(StatusRetry(key), retry.delay)
                 return
         if sync.landed != sync.intent.version and sync.refused != sync.intent.version:
-            self._send(key, sync, urgent=True)  # decided again while the write was under way
+            self._send(key, sync)  # decided again while the write was under way
 
-    def _send(self, key: str, sync: _Sync, *, urgent: bool) -> None:
+    def _send(self, key: str, sync: _Sync) -> None:
         if sync.busy or sync.retry_due:
+            if sync.busy and sync.urgent:
+                self._writes.hurry(key)  # a low write not started yet would send an urgent decision: not last
             return  # the write under way (or the retry) sends the newest intent when it starts
         if sync.paced:
             self._paced.setdefault(key, None)  # keeps its place when decided again
             self._release()
             return
-        self._submit(key, sync, urgent=urgent)
+        self._submit(key, sync)
 
-    def _submit(self, key: str, sync: _Sync, *, urgent: bool) -> None:
+    def _submit(self, key: str, sync: _Sync) -> None:
         sync.busy = True
         writer, api_version, namespace, name = self._writer, sync.api_version, sync.namespace, sync.name
 
@@ -275,4 +284,4 @@ class StatusSync:
             rv = str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
             return StatusWritten(intent.uid, intent.version, rv)
 
-        self._writes.submit(key, job, tenant=namespace, urgent=urgent, priority=sync.priority)
+        self._writes.submit(key, job, tenant=namespace, urgent=sync.urgent, priority=sync.priority)

@@ -109,9 +109,9 @@ class Reports:
                 queued_facts.append((position, assessment, aw, d.decisions.status(aw).requeuings))
         dispatched_facts = []
         resetting_facts = []
-        for aw in sorted(d.appwrappers.list(), key=lambda a: a.order()):
-            if aw.key in d.pending or aw.deleting:
-                continue
+        # Queued ones are the most (100,000 at issue 29's scale): left out before sorting, which runs on the loop.
+        others = [aw for aw in d.appwrappers.list() if aw.key not in d.pending and not aw.deleting]
+        for aw in sorted(others, key=lambda a: a.order()):
             current = d.decisions.status(aw)
             if current.resetting_since and aw.key not in d.dispatches:
                 # In its retry pause: in no queue and not dispatched, yet holding its room.

@@ -17,6 +17,10 @@ Contract:
   once if it was built at most ``s`` seconds plus the current spacing between builds before the call (no newer one
   could be had sooner), and asks for the next one meanwhile: a page that polls never waits on the loop, and sees
   a state at most that old (1 s with a small queue; with 10,000 queued, builds are seconds apart).
+- A one-shot reader whose ``timeout`` is shorter than the current spacing between builds (a queue of 100,000:
+  builds seconds apart, and ten times that between them) is served as a poller with ``fresh_within=0``: the latest
+  snapshot if built within the spacing, else the next; waiting for a build after its request could only end in
+  ``Busy``.
 - A reader waits at most ``timeout``; then ``Busy`` (the HTTP layer answers 503 "busy, retry"). So does a reader
   whose explain would push the wanted set over ``max_explains`` names (a client asking for thousands of names
   makes no build larger than that).
@@ -120,6 +124,10 @@ class Snapshots:
             self._ensure_thread()
             self._cond.notify_all()
             seen = self._latest
+            if fresh_within is None and self.spacing > timeout:
+                # Builds are spaced further apart than this reader may wait (a queue of 100,000): the latest
+                # snapshot within the spacing is the freshest it could get, where waiting would end in Busy.
+                fresh_within = 0.0
             if (fresh_within is not None and seen is not None and parts.issubset(seen.documents)
                     and asked - seen.built_at <= fresh_within + self.spacing):
                 return seen

@@ -257,3 +257,36 @@ def test_a_key_of_no_known_kind_raises_and_is_dropped_not_retried(harness_factor
     h.clock.advance(3600)
     assert all(not isinstance(k, tuple) for k in iter(lambda: h.dispatcher.process_next(timeout=0), None)), \
         "dropped, not retried with backoff"
+
+
+def test_a_backlog_found_at_start_is_told_why_it_waits_with_one_fit_check_per_group(
+        harness_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29: a cold start announces every queued AppWrapper; a fit check costs O(nodes), so one per newcomer
+    was O(queue x nodes) (100,000 x 5,000). Members of a group are judged alike: one check per group."""
+    from mcad.model import reservations
+
+    checks = [0]
+    real = reservations.fits
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        checks[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reservations, "fits", counted)
+    backlog = [aw(f"big{i:03d}", "8") for i in range(200)] + [aw(f"mid{i:03d}", "6") for i in range(100)]
+    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[*backlog, aw("small", "1")])
+    h.drain()
+    assert last_status(h, "small")["state"] == "Running"
+    for name in ("big000", "big199", "mid000", "mid099"):
+        status = last_status(h, name)
+        assert status["state"] == "Pending"
+        assert "cpu" in status["message"], status["message"]
+    assert last_status(h, "big199")["message"].endswith("position 200 in the queue")
+    assert checks[0] < 20, f"{checks[0]} fit checks for 300 queued AppWrappers in 2 groups"
+    # A later cycle (a new arrival) costs O(groups) too, not O(queue).
+    checks[0] = 0
+    h.lw["aw"].add(aw("later", "1"))
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/later"), 5, "the new AppWrapper")
+    h.drain()
+    assert last_status(h, "later")["state"] == "Running"
+    assert checks[0] < 10, f"{checks[0]} fit checks in a cycle over 300 queued AppWrappers in 2 groups"

@@ -10,7 +10,10 @@ runs (which gets its forged reviews answered), and with the webhooks registered 
 run is reviewed by them (and none without), pollers get /debug/queue answered while probes dispatch, churn counts
 the controller's API writes, churn_pods' workloads each end by their Job completing, starvation creates each
 gang behind a full cluster and records whether it was dispatched (the figures, and so the starvation target, are
-left to the real runs), and the dashboard's queue view answers its first page of queued rows to each poll.
+left to the real runs), the dashboard's queue view answers its first page of queued rows to each poll, and at the
+scale of issue 29 (a backlog created before the controller starts) nothing of the backlog is dispatched, no
+AppWrapper kept Running across a restart is dispatched again, and the restarted controller writes nothing to the
+queued ones.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = ["ceiling", "throughput", "throughput_webhooks", "placement", "deep_queue", "churn", "churn_pods",
              "restart", "noisy_neighbour", "memory", "admission", "admission_attack", "pollers", "starvation",
-             "starvation_spare", "dashboard"]
+             "starvation_spare", "dashboard", "scale"]
 PERCENTILES = {"n", "p50_ms", "p90_ms", "p99_ms", "mean_ms"}
 
 
@@ -182,3 +185,20 @@ def test_dashboard_queue_view_answers_every_poll_with_its_first_page(results: di
         ("first_page_polled_1_per_s", "first_page_back_to_back", "last_page_back_to_back",
          "first_page_round_trip_polled_1_per_s"), polls)
     assert entry["payload_bytes"]["first_page_max"] > 0
+
+
+def test_scale_dispatches_nothing_twice_and_a_restart_rewrites_no_queued_status(results: dict[str, dict]) -> None:
+    entry = results["scale"]
+    restart = entry["restart"]
+    assert restart["backlog_dispatched"] == 0
+    assert restart["kept_probes_redispatched"] == 0
+    assert restart["backlog_events_after_restart"] == 0, "the restarted controller wrote to the queued ones"
+    # The probe's own create and its statuses; the backlog's own watch events (above) say none was for it.
+    writes = restart["appwrapper_writes_after_restart"]
+    assert writes.get("POST appwrappers.workload.codeflare.dev") == 1
+    assert set(writes) <= {"POST appwrappers.workload.codeflare.dev",
+                           "PATCH appwrappers.workload.codeflare.dev/status",
+                           "PUT appwrappers.workload.codeflare.dev/status"}, writes
+    assert entry["latency"]["new_appwrapper_create_to_running"]["n"] >= 10
+    assert entry["reads"]["debug_queue_answers"].get("200", 0) > 0
+    assert entry["restart"]["start_to_first_dispatch_s"] > 0

@@ -80,8 +80,10 @@ def scaled(count: float, scale: float, minimum: int = 1) -> int:
 class Cluster:
     """``hack/localcluster.py --name NAME``: a fresh control plane with no nodes and raised in-flight limits."""
 
-    def __init__(self, name: str, *, max_inflight: int = 2000, max_mutating_inflight: int = 1000) -> None:
+    def __init__(self, name: str, *, max_inflight: int = 2000, max_mutating_inflight: int = 1000,
+                 node_lease_seconds: int | None = None) -> None:
         self.name = name
+        self.node_lease_seconds = node_lease_seconds  # None: localcluster's default
         self.max_inflight = max_inflight
         self.max_mutating_inflight = max_mutating_inflight
         self.kubeconfig = str(REPO / ".dev" / f"kubeconfig-{name}")
@@ -98,7 +100,9 @@ class Cluster:
         self._run("down", timeout=120)
         self.started = True
         proc = self._run("up", "--nodes", "0", "--max-requests-inflight", str(self.max_inflight),
-                         "--max-mutating-requests-inflight", str(self.max_mutating_inflight), timeout=900)
+                         "--max-mutating-requests-inflight", str(self.max_mutating_inflight),
+                         *(("--node-lease-seconds", str(self.node_lease_seconds)) if self.node_lease_seconds else ()),
+                         timeout=900)
         if proc.returncode != 0:
             raise BenchError(f"cluster {self.name} did not come up:\n{proc.stderr[-3000:]}")
 

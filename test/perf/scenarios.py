@@ -108,12 +108,14 @@ class Env:
     """One scenario's world: a fresh cluster with the CRD and the ``bench`` namespace, controllers and watches,
     all stopped (and the cluster taken down unless ``keep``) on exit, whatever happened."""
 
-    def __init__(self, scenario: str, opts: Options, result: Result) -> None:
+    def __init__(self, scenario: str, opts: Options, result: Result, *, node_lease_seconds: int | None = None
+                 ) -> None:
         self.scenario = scenario
         self.opts = opts
         self.result = result
         self.cluster = Cluster(f"bench-{scenario.replace('_', '-')}", max_inflight=opts.max_inflight,
-                               max_mutating_inflight=opts.max_mutating_inflight)
+                               max_mutating_inflight=opts.max_mutating_inflight,
+                               node_lease_seconds=node_lease_seconds)
         self.controllers: list[Controller] = []
         self.watches: list[Watch] = []
         self._api: Api | None = None
@@ -2129,6 +2131,245 @@ def starvation(opts: Options, result: Result, *, spare: int = 0, scenario: str =
             result["targets"][-1]["met"] = False
 
 
+# ---------------------------------------------------------------------------------------------- scale
+
+SCALE_CREATE_THREADS = 48  # creates of the backlog, before any controller runs: the API server is the bound
+SCALE_KEPT_PROBES = 3  # probes left Running across the restart, to check the new controller does not redo them
+SCALE_RSS_TARGET_MIB = 1024.0
+SCALE_PROBE_P99_TARGET_MS = 200.0
+SCALE_RESTART_TARGET_S = 30.0
+SCALE_WATCHED_EVERY_S = 0.5  # probes with the dashboard open: one this often
+# kwok renews a node's Lease every quarter of its duration: with localcluster's 40 s, 500 nodes cost the API server
+# ~68 writes/s (measured), 5,000 nodes ~680/s, more than the creates of the backlog get. 400 s brings 5,000 nodes
+# to ~50/s; kube-controller-manager's node grace period follows (hack/localcluster.py --node-lease-seconds).
+SCALE_NODE_LEASE_S = 400
+AW_WRITE = re.compile(r"^\S+ appwrappers\.workload\.codeflare\.dev(/|$)")
+
+
+def _appwrapper_writes(counts: Counter[str]) -> dict[str, int]:
+    """The AppWrapper writes (any subresource) in an ``api_writes`` difference."""
+    return {k: v for k, v in sorted(counts.items()) if v > 0 and AW_WRITE.match(k)}
+
+
+def scale(opts: Options, result: Result) -> None:
+    """Issue 29's scale: N AppWrappers that can never fit (1 nvidia.com/gpu each, no GPUs) on M kwok nodes,
+    created before the controller starts (so its first start is a cold sync of the whole backlog); then the
+    controller's RSS with all of them queued, a new admissible AppWrapper's create -> Running one at a time,
+    the dashboard's first page and /debug/queue answer times and sizes, and a restart: SIGTERM, a new controller,
+    process start -> a new AppWrapper Running, its RSS, and the AppWrapper writes it makes at startup (the
+    backlog's watch events after the restart: should be none). Nothing of the backlog may be dispatched and no
+    probe kept Running across the restart may be dispatched again."""
+    f = opts.factor("scale")
+    n = scaled(100_000, f)
+    n_nodes = scaled(5000, f)
+    n_probes = scaled(50, f, minimum=10)
+    n_polls = scaled(30, f, minimum=5)
+    result["params"] = {"queued_appwrappers": n, "nodes": n_nodes, "node_cpu": 1, "probes": n_probes,
+                        "polls_each": n_polls, "create_threads": SCALE_CREATE_THREADS}
+    result["params"]["node_lease_seconds"] = SCALE_NODE_LEASE_S
+    with Env("scale", opts, result, node_lease_seconds=SCALE_NODE_LEASE_S) as env:
+        api = env.api
+        env.nodes(n_nodes, cpu="1", memory="4Gi", pods=110)
+        # kwok renews every node's Lease (and now and then its status): what the nodes cost the API server, over
+        # the creation of the backlog and the cold start.
+        beats_from, beats_at = api_writes(api), time.monotonic()
+        backlog = Tracker()
+        after_restart = threading.Event()
+        events_after = [0]
+        kept: list[str] = []  # probes left Running across the restart
+        kept_events: Counter[str] = Counter()  # their watch events after the restart, by name
+
+        def on_backlog(etype: str, obj: Obj, seen: float) -> None:
+            if after_restart.is_set():
+                name = obj["metadata"]["name"]
+                if PROBE_LABEL not in ((obj.get("metadata") or {}).get("labels") or {}):
+                    events_after[0] += 1
+                elif name in kept:
+                    kept_events[name] += 1
+            backlog.on_aw(etype, obj, seen)
+
+        env.watch(Watch(api, aw_path(), on_backlog, name="watch-backlog").start())
+        names = [f"gpu-{i:06d}" for i in range(n)]
+        say(f"scale: creating {n} AppWrappers that cannot fit, before the controller starts")
+        started = time.monotonic()
+        with Progress("scale", lambda: f"created {len(backlog.created)}/{n}"):
+            run_parallel(lambda name: (api.create(aw_path(), appwrapper(name, [configmap_item(
+                name, {"nvidia.com/gpu": "1"})])), backlog.mark_created(name, time.monotonic())),
+                names, SCALE_CREATE_THREADS)
+        create_s = time.monotonic() - started
+        result["backlog"] = {"create_s": round(create_s, 1), "create_rate_per_s": round(n / create_s, 1)}
+
+        port = webhooks_mod.free_port()
+        # Unpaced (every Backoff written at once, in the low lane): the default pace would take n / 10 s to write
+        # the backlog's statuses, and the restart below must find them all written; it is also the harder cold
+        # start for a new AppWrapper, whose dispatch then competes with n status writes.
+        ctl = env.controller("controller", args=(*UNPACED, *opts.controller_args,
+                                                 "--http-bind-address", f"127.0.0.1:{port}"))
+        say(f"scale: controller started over {n} AppWrappers; waiting for its first dispatch and the backlog Pending")
+        with Progress("scale", lambda: f"seen Pending {len(backlog.pending)}/{n}"):
+            result["cold_start"] = {"start_to_first_dispatch_s": round(warmup(env, ctl, timeout=300 + n / 100), 2)}
+            backlog.wait(lambda: len(backlog.pending) >= n, 300 + n / 20, f"{n} AppWrappers Pending",
+                         ctl.check_alive)
+        result["cold_start"]["start_to_backlog_pending_s"] = round(time.monotonic() - ctl.started_mono, 1)
+        beats = api_writes(api) - beats_from
+        result["heartbeat_writes_per_s"] = round(
+            sum(v for k, v in beats.items() if HEARTBEATS.match(k)) / (time.monotonic() - beats_at), 1)
+        result["controller_queued"] = {"rss_mib": settled_rss(ctl), **controller_figures(ctl)}
+
+        probe = Tracker()
+        env.watch(watch_appwrappers(api, probe, f"{PROBE_LABEL}=true"))
+
+        def create_probe(name: str) -> float:
+            api.create(aw_path(), appwrapper(name, [configmap_item(name, {"cpu": "100m"})],
+                                             labels={PROBE_LABEL: "true"}))
+            t = time.monotonic()
+            probe.mark_created(name, t)
+            return t
+
+        say(f"scale: {n_probes} new admissible AppWrappers, one at a time")
+        probe_lat: list[float] = []
+        for i in range(n_probes):
+            name = f"probe-{i:03d}"
+            t = create_probe(name)
+            probe.wait(has(probe.running, name), 60, f"{name} Running", ctl.check_alive)
+            probe_lat.append(probe.running[name] - t)
+            if i < n_probes - SCALE_KEPT_PROBES:
+                api.delete(aw_path(name))
+                probe.wait(has(probe.deleted, name), 60, f"{name} deleted", ctl.check_alive)
+        kept.extend(f"probe-{i:03d}" for i in range(max(0, n_probes - SCALE_KEPT_PROBES), n_probes))
+        result["latency"] = {"new_appwrapper_create_to_running": summary(probe_lat)}
+
+        token = _scale_reads(env, ctl, port, n, n_polls, result)
+
+        # The same probes with the dashboard open: its first page polled once a second, so the controller builds a
+        # snapshot of the whole queue (on its loop, then formatted off it) as often as its spacing allows.
+        say(f"scale: {n_probes} more, one at a time, while the dashboard's first page is polled once a second")
+        stop_polling = threading.Event()
+        polled: Counter[str] = Counter()
+
+        def poll_page() -> None:
+            while not stop_polling.is_set():
+                try:
+                    polled[str(http_get(f"http://127.0.0.1:{port}{DASHBOARD_QUEUE_PATH}", token).code)] += 1
+                except OSError as err:  # counted: the probes are what is measured here
+                    polled[type(err).__name__] += 1
+                stop_polling.wait(1.0)
+
+        poller = threading.Thread(target=poll_page, name="dashboard-poller", daemon=True)
+        poller.start()
+        watched_lat: list[float] = []
+        begun = time.monotonic()
+        try:
+            for i in range(n_probes):
+                # One every SCALE_WATCHED_EVERY_S, not back to back: spread over the builds' spacing, so that some
+                # arrive while the loop builds a snapshot, as they would.
+                pause = begun + i * SCALE_WATCHED_EVERY_S - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                name = f"watched-{i:03d}"
+                t = create_probe(name)
+                probe.wait(has(probe.running, name), 60, f"{name} Running", ctl.check_alive)
+                watched_lat.append(probe.running[name] - t)
+                api.delete(aw_path(name))
+                probe.wait(has(probe.deleted, name), 60, f"{name} deleted", ctl.check_alive)
+        finally:
+            stop_polling.set()
+            poller.join(35)
+        result["latency"]["new_appwrapper_create_to_running_dashboard_open"] = summary(watched_lat)
+        result["reads"]["dashboard_polls_during_probes"] = dict(polled)
+
+        # The restart.
+        stamps = {name: (api.get(aw_path(name)).get("status") or {}).get("controllerfirstdispatchtimestamp")
+                  for name in kept}
+        result["controller"] = controller_figures(ctl)
+        ctl.stop()
+        writes_before = settled_api_writes(api)
+        after_restart.set()
+        say("scale: SIGTERM sent; starting a new controller and creating one new AppWrapper")
+        second = env.controller("controller-2", args=(*UNPACED, *opts.controller_args))
+        name = "restart-probe"
+        create_probe(name)
+        probe.wait(has(probe.running, name), 300, "the restarted controller to dispatch a new AppWrapper",
+                   second.check_alive)
+        first_dispatch = probe.running[name] - second.started_mono
+        writes = settled_api_writes(api, timeout=30) - writes_before
+        redispatched = [k for k in kept if (api.get(aw_path(k)).get("status") or {}).get(
+            "controllerfirstdispatchtimestamp") != stamps[k]]
+        dispatched_backlog = sum(1 for x in backlog.running if x.startswith("gpu-"))
+        result["restart"] = {
+            "start_to_first_dispatch_s": round(first_dispatch, 3),
+            "create_to_first_dispatch_s": round(probe.running[name] - probe.created[name], 3),
+            "backlog_events_after_restart": events_after[0],
+            "appwrapper_writes_after_restart": _appwrapper_writes(writes),
+            "kept_probes_redispatched": len(redispatched),
+            "kept_probe_events_after_restart": dict(kept_events),
+            "backlog_dispatched": dispatched_backlog,
+            "rss_mib": settled_rss(second), **controller_figures(second)}
+        result["wall_s"] = round(time.monotonic() - started, 2)
+        if dispatched_backlog or redispatched:
+            raise BenchError(f"dispatched twice or wrongly: {dispatched_backlog} of the backlog Running, "
+                             f"kept probes re-dispatched: {redispatched}")
+        add_target(result, "peak RSS (VmHWM) with the backlog queued", result["controller_queued"]["peak_rss_mib"],
+                   "<", SCALE_RSS_TARGET_MIB, "MiB")
+        add_target(result, "p99 new AppWrapper create -> Running", summary(probe_lat).get("p99_ms"), "<",
+                   SCALE_PROBE_P99_TARGET_MS, "ms")
+        add_target(result, "p99 new AppWrapper create -> Running, dashboard open",
+                   summary(watched_lat).get("p99_ms"), "<", SCALE_PROBE_P99_TARGET_MS, "ms")
+        add_target(result, "restart: start -> first dispatch", first_dispatch, "<", SCALE_RESTART_TARGET_S, "s")
+
+
+def _scale_reads(env: Env, ctl: Controller, port: int, n: int, n_polls: int, result: Result) -> str:
+    """The dashboard's first page, polled once a second, and /debug/queue back to back: answer times (the
+    server's own, from Server-Timing, when sent) and payload sizes, over a queue of ``n``. Returns the reader's
+    token."""
+    token = reader_token(env.api, urls=("/debug/*", "/metrics", "/ui/*"))
+    first = f"http://127.0.0.1:{port}{DASHBOARD_QUEUE_PATH}"
+    debug = f"http://127.0.0.1:{port}/debug/queue"
+
+    def ok(answer: Answer, what: str) -> Answer:
+        if answer.code != 200:
+            raise BenchError(f"{what} answered {answer.code}: {answer.body[:300]!r}")
+        return answer
+
+    def whole_backlog() -> bool:
+        document = json.loads(ok(http_get(first, token), DASHBOARD_QUEUE_PATH).body)
+        return int(document.get("total") or 0) >= n
+
+    wait_for(whole_backlog, 120, f"{DASHBOARD_QUEUE_PATH} listing {n} AppWrappers", interval=1.0,
+             alive=ctl.check_alive)
+    say(f"scale: {n_polls} polls of the dashboard's first page (1/s), then {n_polls} reads of /debug/queue")
+    page: list[Answer] = []
+    begun = time.monotonic()
+    for i in range(n_polls):
+        pause = begun + i - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)  # the page's own poll interval
+        page.append(ok(http_get(first, token), DASHBOARD_QUEUE_PATH))
+        ctl.check_alive()
+    before = ctl.stats()
+    # Not checked: a reader that gets no snapshot within the controller's wait is answered 503 "busy, retry" (at
+    # 100,000 queued, builds are spaced by ten times their cost); those are counted, not failed on.
+    answers = [http_get(debug, token) for _ in range(n_polls)]
+    debug_cpu = ctl.stats()["cpu_seconds"] - before["cpu_seconds"]
+    queue = [a for a in answers if a.code == 200]
+    codes = Counter(str(a.code) for a in answers)
+
+    def took(a: Answer) -> float:
+        return a.server_s if a.server_s is not None else a.round_trip_s
+
+    result["latency"].update({
+        "dashboard_first_page_polled_1_per_s": summary(took(a) for a in page),
+        "dashboard_first_page_round_trip": summary(a.round_trip_s for a in page),
+        "debug_queue_round_trip_back_to_back": summary(a.round_trip_s for a in queue),
+        "debug_queue_round_trip_any_answer": summary(a.round_trip_s for a in answers)})
+    result["reads"] = {"dashboard_first_page_bytes": max(len(a.body) for a in page),
+                       "dashboard_server_timing": all(a.server_s is not None for a in page),
+                       "debug_queue_answers": dict(codes),
+                       "debug_queue_bytes": max((len(a.body) for a in queue), default=0),
+                       "debug_queue_controller_cpu_s_per_read": round(debug_cpu / n_polls, 3)}
+    return token
+
+
 SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "ceiling": ceiling,
     "throughput": throughput,
@@ -2146,4 +2387,5 @@ SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "starvation": starvation,
     "starvation_spare": functools.partial(starvation, spare=2, scenario="starvation_spare"),
     "dashboard": dashboard,
+    "scale": scale,
 }

@@ -295,3 +295,15 @@ def test_format_round_trips_through_parse(text: str) -> None:
     for resource in ("cpu", "memory"):
         amount = to_canonical(resource, text)
         assert to_canonical(resource, format_amount(resource, amount)) == amount
+
+
+def test_the_hash_is_kept_once_asked_and_equal_vectors_still_hash_alike() -> None:
+    import pickle
+
+    a = ResourceVector({"cpu": 1000, "nvidia.com/gpu": 1})
+    first = hash(a)
+    assert hash(a) == first == hash(ResourceVector({"nvidia.com/gpu": 1, "cpu": 1000}))
+    assert hash(pickle.loads(pickle.dumps(a))) == first
+    assert {a: "group"}[ResourceVector({"nvidia.com/gpu": 1, "cpu": 1000})] == "group"
+    with pytest.raises(AttributeError):
+        a._h = 0  # type: ignore[misc]

@@ -279,3 +279,28 @@ def test_a_poller_takes_the_build_under_way_not_one_that_starts_after_its_reques
     fresh = waiting.result(DEADLINE)
     assert fresh.documents["queue"]["state"] == 0
     starter.join(DEADLINE)
+
+
+def test_a_reader_that_cannot_wait_out_the_spacing_takes_the_latest_snapshot_within_it() -> None:
+    """Issue 29: at 100,000 queued a build costs seconds and the next is ten times that away; a one-shot reader
+    (/debug/queue, a 10 s wait) was answered Busy every time. Now it gets the freshest it could: the latest, if
+    built within the spacing."""
+    clock = FakeClock()
+
+    class Slow(FakeReports):
+        def queue(self) -> dict[str, Any]:
+            clock.advance(2.0)  # the build's own cost on the loop: the next one is 20 s away
+            return super().queue()
+
+    reports = Slow()
+    snaps = Snapshots(Loop().call, reports, set, interval=0.2, clock=clock)  # type: ignore[arg-type]
+    first = snaps.read({"queue"}, 1e6)
+    wait_until(lambda: snaps.spacing >= 20.0, DEADLINE, "the publisher to space its builds")
+    reports.state = 1
+    clock.advance(5.0)
+    assert snaps.read({"queue"}, 10.0) is first  # 5 s old, the next build 15 s away: more than it may wait
+    # One that may wait out the spacing still gets a state no older than its request.
+    later: Future[Snapshot] = Future()
+    threading.Thread(target=lambda: later.set_result(snaps.read({"queue"}, 1e6)), daemon=True).start()
+    stepped(clock, snaps, later.done, step=1.0)
+    assert later.result().documents["queue"]["state"] == 1

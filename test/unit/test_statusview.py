@@ -66,3 +66,14 @@ def test_a_queued_status_is_kept_in_a_fraction_of_its_size() -> None:
     raw = queued_status()
     view = StatusView.of(raw)
     assert len(view.packed) < len(json.dumps(raw)) / 2
+
+
+def test_a_status_larger_than_the_packing_window_comes_back_whole() -> None:
+    # The packer's window is 8 KiB (issue 29: packing is on every AppWrapper's path at start-up); a status of
+    # a long message, or of many conditions, spans several windows and must still come back byte for byte.
+    raw = queued_status()
+    raw["message"] = "".join(f"{i:05d} " for i in range(6000))  # 36 KB, no long repeats
+    raw["conditions"] = [dict(raw["conditions"][-1], message=f"condition {i}") for i in range(200)]
+    view = StatusView.of(raw)
+    assert view.raw() == raw
+    assert len(view.packed) < len(json.dumps(raw))

@@ -140,6 +140,66 @@ def test_a_key_busy_with_bookkeeping_yields_to_urgent_work_between_its_jobs(keys
         pool.close()
 
 
+def test_an_urgent_job_lifts_the_bookkeeping_queued_before_it_on_its_key(keys: Keys) -> None:
+    """Issue 29: a backlog's Pending statuses wait in the low lane; a dispatch of one of them must not wait behind
+    all the others' (its own Pending write, before it on its key, goes first, in the urgent lane)."""
+    pool = started_pool(keys, 1)
+    gate = threading.Event()
+    started = threading.Event()
+    order: list[str] = []
+    try:
+        pool.submit("busy", lambda: (started.set(), gate.wait(5)), tenant="t")
+        assert started.wait(5)
+        pool.submit("b", lambda: order.append("b-pending"), tenant="t", urgent=False)
+        pool.submit("a", lambda: order.append("a-pending"), tenant="t", urgent=False)
+        pool.submit("a", lambda: order.append("a-dispatch"), tenant="t")
+        gate.set()
+        keys.wait_for(4)
+        assert order == ["a-pending", "a-dispatch", "b-pending"]
+        assert pool.idle()
+    finally:
+        pool.close()
+
+
+def test_hurry_moves_a_waiting_key_to_the_urgent_lane(keys: Keys) -> None:
+    pool = started_pool(keys, 1)
+    gate = threading.Event()
+    started = threading.Event()
+    order: list[str] = []
+    try:
+        pool.submit("busy", lambda: (started.set(), gate.wait(5)), tenant="t")
+        assert started.wait(5)
+        pool.submit("b", lambda: order.append("b"), tenant="t", urgent=False)
+        pool.submit("a", lambda: order.append("a"), tenant="t", urgent=False)
+        pool.hurry("a")
+        pool.hurry("a")  # again: still one run of its job (the stale entries are skipped)
+        pool.hurry("unknown")  # no job: nothing to do
+        gate.set()
+        keys.wait_for(3)
+        assert order == ["a", "b"]
+        assert pool.idle()
+    finally:
+        pool.close()
+
+
+def test_hurry_lifts_a_stepwise_job_waiting_between_its_steps(keys: Keys) -> None:
+    pool = started_pool(keys, 1)
+    trace = Trace(held=True)
+    try:
+        pool.submit("counts", trace.job("counts", 2), tenant="a", urgent=False)
+        trace.wait_started(1)
+        pool.submit("other", trace.job("other", 1), tenant="b", urgent=False)
+        pool.submit("third", trace.job("third", 1), tenant="c", urgent=False)
+        trace.release(1)  # counts' first step ends: it waits for its next turn in the low lane, behind b and c
+        trace.wait_started(2)  # other's step runs
+        pool.hurry("counts")
+        trace.release(10**6)
+        keys.wait_for(3)
+        assert trace.started == ["counts", "other", "counts", "third"]
+    finally:
+        pool.close()
+
+
 def test_inline_mode_runs_the_job_inside_submit(keys: Keys) -> None:
     pool = Writes(keys, workers=0)
     pool.submit("a", lambda: 42, tenant="t")
