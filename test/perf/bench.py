@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="multiply one scenario's counts on top of --scale (repeatable), e.g. restart=0.5")
     parser.add_argument("--controller-args", default="",
                         help="extra arguments for mcad-controller, space-separated (e.g. --strict-fifo)")
+    parser.add_argument("--controller-nice", type=int, default=0, choices=range(0, 20), metavar="N",
+                        help="run mcad-controller at nice N (0-19): it yields the CPU to the load and the control "
+                             "plane, which share this machine with it; never flatters it (default %(default)s)")
     parser.add_argument("--threads", type=int, default=16, help="load thread pool size (default %(default)s)")
     parser.add_argument("--load-processes", type=int, default=4,
                         help="churn's creating processes, each with --threads threads (default %(default)s)")
@@ -229,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                    else (1.0 if args.churn_full else 0.1),
                    churn_nodes=args.churn_nodes, restart_nodename=args.restart_nodename,
                    max_inflight=args.max_requests_inflight, max_mutating_inflight=args.max_mutating_requests_inflight,
-                   size=args.size_map, controller_args=tuple(args.controller_args.split()))
+                   size=args.size_map, controller_args=tuple(args.controller_args.split()),
+                   controller_nice=args.controller_nice)
     if "ceiling" not in args.scenario_list:
         opts.ceiling_pairs_per_s, opts.ceiling_source = previous_ceiling(args.output)
     meta: dict[str, Any] = {
