@@ -475,7 +475,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                                share_port=webhook_share_port,
                                admission=admission_config(admission_allowed_kinds, protected, allowed_protected,
                                                           status_writers=frozenset({own, *status_writers}),
-                                                          fault_defaults=fault_defaults),
+                                                          fault_defaults=fault_defaults,
+                                                          default_max_priority=default_max_priority),
                                clients=WebhookClients(webhook_client_ca, webhook_client_names, webhook_token_file,
                                                       webhook_access_reviews_per_second, webhook_access_reviews_burst,
                                                       webhook_access_reviews_total, refusals))
@@ -584,16 +585,19 @@ def _names(value: str) -> frozenset[str]:
 def admission_config(allowed_kinds: str, protected: frozenset[str],
                      allowed_protected: tuple[str, ...] = (), *,
                      status_writers: frozenset[str] = frozenset(),
-                     fault_defaults: FaultDefaults = FAULT_DEFAULTS) -> admission_review.AdmissionConfig:
+                     fault_defaults: FaultDefaults = FAULT_DEFAULTS,
+                     default_max_priority: int = tenancy.DEFAULT_MAX_PRIORITY) -> admission_review.AdmissionConfig:
     """The admin's admission choices from the flags: ``resource.group`` names become (group, resource); the
     protected namespaces are the dispatcher's (``protected_namespaces``), so admission and dispatch refuse the
     same ones and ``--allow-protected-namespace`` lifts both; ``status_writers``: the controller's own identity and
     ``--status-writer``'s; ``fault_defaults``: the fault tolerance flags, whose ceilings admission judges the
-    annotations by (as the controller does)."""
+    annotations by (as the controller does); ``default_max_priority``: ``--default-max-priority``, the ceiling where a
+    namespace sets none, which admission refuses above as the dispatcher caps at it."""
     kinds = frozenset((group, resource) for resource, _, group in (k.partition(".") for k in _names(allowed_kinds)))
     return admission_review.AdmissionConfig(allowed_kinds=kinds, protected_namespaces=protected,
                                             allowed_namespaces=frozenset(allowed_protected),
-                                            status_writers=status_writers, fault_defaults=fault_defaults)
+                                            status_writers=status_writers, fault_defaults=fault_defaults,
+                                            default_priority_ceiling=default_max_priority)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -598,6 +598,9 @@ def test_the_controller_flags_become_the_admission_config() -> None:
     assert not config.protected("infra") and not config.protected("team-a")
     assert admission_config("", frozenset({"kube-system"})).allowed_kinds == frozenset()
     assert admission_config("", frozenset(), status_writers=frozenset({"me"})).status_writers == frozenset({"me"})
+    # --default-max-priority: admission refuses above the ceiling the dispatcher caps at (it used the built-in one).
+    assert admission_config("", frozenset(), default_max_priority=5000).default_priority_ceiling == 5000
+    assert admission_config("", frozenset()).default_priority_ceiling == 1000
 
 
 def test_a_review_that_runs_out_of_time_refuses_saying_so() -> None:
