@@ -17,7 +17,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import cachetools
 import kubernetes.client
@@ -36,40 +36,32 @@ from mcad.errors import KubeConnectError as KubeConnectError
 from mcad.errors import error_from_status as error_from_status
 
 _log = structlog.get_logger("mcad.k8s.kube")
+CountKey = TypeVar("CountKey", bound=tuple[Any, ...])
 
 
-class ApiErrorCounts:
-    """Failed requests by Kubernetes verb and HTTP code (0: no response), for metrics; safe across threads."""
+class RequestCounts(Generic[CountKey]):
+    """Requests counted by a key (a tuple of labels), for metrics; safe across threads. One entry per distinct key:
+    the keys are verbs, HTTP codes and resources, a handful each."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: Counter[tuple[str, int]] = Counter()
+        self._counts: Counter[CountKey] = Counter()
 
-    def add(self, verb: str, code: int) -> None:
+    def add(self, *key: Any) -> None:
         with self._lock:
-            self._counts[(verb, code)] += 1
+            self._counts[key] += 1  # type: ignore[index]
 
-    def snapshot(self) -> dict[tuple[str, int], int]:
+    def snapshot(self) -> dict[CountKey, int]:
         with self._lock:
             return dict(self._counts)
 
 
-class ApiWriteCounts:
-    """Writes sent (create, update, patch, delete: whatever the answer) by verb and resource as the API server
-    names it (``configmaps``, ``appwrappers.workload.codeflare.dev/status``), for metrics: where the controller's
-    writes go, counted by the controller itself. Safe across threads; as many entries as kinds written to."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: Counter[tuple[str, str]] = Counter()
-
-    def add(self, verb: str, resource: str) -> None:
-        with self._lock:
-            self._counts[(verb, resource)] += 1
-
-    def snapshot(self) -> dict[tuple[str, str], int]:
-        with self._lock:
-            return dict(self._counts)
+# Failed requests by Kubernetes verb and HTTP code (0: no response).
+ApiErrorCounts = RequestCounts[tuple[str, int]]
+# Writes sent (create, update, patch, delete: whatever the answer) by verb and resource as the API server names it
+# (``configmaps``, ``appwrappers.workload.codeflare.dev/status``): where the controller's writes go, counted by the
+# controller itself.
+ApiWriteCounts = RequestCounts[tuple[str, str]]
 
 
 def resource_of(path: str) -> str:
