@@ -4,7 +4,7 @@ handed back as queue keys."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -106,7 +106,9 @@ def test_outcomes_come_back_as_written_keys_and_exceptions_are_outcomes(pool: Wr
     assert isinstance(outcome, RuntimeError)
 
 
-def test_urgent_jobs_start_before_bookkeeping(keys: Keys) -> None:
+def behind_a_busy_worker(keys: Keys, submit: Callable[[Writes, list[str]], None], jobs: int) -> list[str]:
+    """The order in which ``jobs`` jobs ran that ``submit(pool, order)`` queued while the one worker of the pool was
+    held by another job: each job appends its name to ``order``. The pool is idle afterwards."""
     pool = started_pool(keys, 1)
     gate = threading.Event()
     started = threading.Event()
@@ -114,72 +116,51 @@ def test_urgent_jobs_start_before_bookkeeping(keys: Keys) -> None:
     try:
         pool.submit("busy", lambda: (started.set(), gate.wait(5)), tenant="t")
         assert started.wait(5)
-        pool.submit("counts", lambda: order.append("counts"), tenant="t", urgent=False)
-        pool.submit("dispatch", lambda: order.append("dispatch"), tenant="t")
+        submit(pool, order)
         gate.set()
-        keys.wait_for(3)
-        assert order == ["dispatch", "counts"]
+        keys.wait_for(jobs + 1)
+        assert pool.idle()
+        return order
     finally:
         pool.close()
+
+
+def test_urgent_jobs_start_before_bookkeeping(keys: Keys) -> None:
+    def submit(pool: Writes, order: list[str]) -> None:
+        pool.submit("counts", lambda: order.append("counts"), tenant="t", urgent=False)
+        pool.submit("dispatch", lambda: order.append("dispatch"), tenant="t")
+
+    assert behind_a_busy_worker(keys, submit, 2) == ["dispatch", "counts"]
 
 
 def test_a_key_busy_with_bookkeeping_yields_to_urgent_work_between_its_jobs(keys: Keys) -> None:
-    pool = started_pool(keys, 1)
-    gate = threading.Event()
-    started = threading.Event()
-    order: list[str] = []
-    try:
-        pool.submit("a", lambda: (started.set(), gate.wait(5)), tenant="t")
-        assert started.wait(5)
-        pool.submit("a", lambda: order.append("a-counts"), tenant="t", urgent=False)
+    def submit(pool: Writes, order: list[str]) -> None:
+        pool.submit("busy", lambda: order.append("busy-counts"), tenant="t", urgent=False)
         pool.submit("b", lambda: order.append("b-dispatch"), tenant="t")
-        gate.set()
-        keys.wait_for(3)
-        assert order == ["b-dispatch", "a-counts"]
-    finally:
-        pool.close()
+
+    assert behind_a_busy_worker(keys, submit, 2) == ["b-dispatch", "busy-counts"]
 
 
 def test_an_urgent_job_lifts_the_bookkeeping_queued_before_it_on_its_key(keys: Keys) -> None:
     """Issue 29: a backlog's Pending statuses wait in the low lane; a dispatch of one of them must not wait behind
     all the others' (its own Pending write, before it on its key, goes first, in the urgent lane)."""
-    pool = started_pool(keys, 1)
-    gate = threading.Event()
-    started = threading.Event()
-    order: list[str] = []
-    try:
-        pool.submit("busy", lambda: (started.set(), gate.wait(5)), tenant="t")
-        assert started.wait(5)
+    def submit(pool: Writes, order: list[str]) -> None:
         pool.submit("b", lambda: order.append("b-pending"), tenant="t", urgent=False)
         pool.submit("a", lambda: order.append("a-pending"), tenant="t", urgent=False)
         pool.submit("a", lambda: order.append("a-dispatch"), tenant="t")
-        gate.set()
-        keys.wait_for(4)
-        assert order == ["a-pending", "a-dispatch", "b-pending"]
-        assert pool.idle()
-    finally:
-        pool.close()
+
+    assert behind_a_busy_worker(keys, submit, 3) == ["a-pending", "a-dispatch", "b-pending"]
 
 
 def test_hurry_moves_a_waiting_key_to_the_urgent_lane(keys: Keys) -> None:
-    pool = started_pool(keys, 1)
-    gate = threading.Event()
-    started = threading.Event()
-    order: list[str] = []
-    try:
-        pool.submit("busy", lambda: (started.set(), gate.wait(5)), tenant="t")
-        assert started.wait(5)
+    def submit(pool: Writes, order: list[str]) -> None:
         pool.submit("b", lambda: order.append("b"), tenant="t", urgent=False)
         pool.submit("a", lambda: order.append("a"), tenant="t", urgent=False)
         pool.hurry("a")
         pool.hurry("a")  # again: still one run of its job (the stale entries are skipped)
         pool.hurry("unknown")  # no job: nothing to do
-        gate.set()
-        keys.wait_for(3)
-        assert order == ["a", "b"]
-        assert pool.idle()
-    finally:
-        pool.close()
+
+    assert behind_a_busy_worker(keys, submit, 2) == ["a", "b"]
 
 
 def test_hurry_lifts_a_stepwise_job_waiting_between_its_steps(keys: Keys) -> None:
