@@ -50,7 +50,8 @@ def _run(kubeconfig: str, path: str, entries: list[tuple[float, Any]], build: Ca
     bodies = [(offset, body["metadata"]["name"], json.dumps(body, separators=(",", ":")).encode())
               for offset, body in ((offset, build(args)) for offset, args in entries)]
     ready.put(True)
-    start.wait()
+    if not start.wait(2 * READY_TIMEOUT_SECONDS):  # the parent waits at most READY_TIMEOUT_SECONDS for all
+        return  # the parent never started the schedule (it failed or was killed): nothing to create, no record
     base = t0.value
     created: dict[str, float] = {}
     late: list[float] = []
