@@ -213,6 +213,9 @@ class _MergedStore:
                 return found
         return None
 
+    def keys(self) -> list[str]:
+        return [key for informer in self._informers() for key in informer.keys()]  # noqa: SIM118 (an Informer, not a dict)
+
     def list(self) -> list[Any]:
         return [item for informer in self._informers() for item in informer.list()]
 

@@ -38,6 +38,10 @@ class MergedAppWrappers:
             return found
         return self.legacy.get(key)
 
+    def keys(self) -> list[str]:
+        current = self.current.keys()
+        return current + list(set(self.legacy.keys()).difference(current))
+
     def list(self) -> list[AppWrapperView]:
         current = self.current.list()
         names = {aw.key for aw in current}

@@ -67,6 +67,9 @@ class TenantAppWrappers:
         inner = self.appwrappers.get(key)
         return None if inner is None else self.resolve(inner)
 
+    def keys(self) -> list[str]:
+        return self.appwrappers.keys()
+
     def list(self) -> Sequence[AppWrapperView]:
         return [self.resolve(aw) for aw in self.appwrappers.list()]
 

@@ -49,7 +49,7 @@ from mcad.loop.sites import Sites
 from mcad.metrics import Metrics
 from mcad.model import disclosure, lifecycle, status
 from mcad.model.accounting import Accountant, Plan, Snapshot
-from mcad.model.assess import Assessment, assess
+from mcad.model.assess import QueueAssessment, assess
 from mcad.model.fifo import BEHIND_IN_DOMAIN, StrictFifo
 from mcad.model.fit import Targets, could_ever_fit, refused
 from mcad.model.keys import DISPATCH, Key
@@ -228,7 +228,7 @@ class DispatchCycle:
                                 cluster=cluster)
         self._dispatches.start(aw, new, cluster)
 
-    def assess(self) -> list[Assessment]:
+    def assess(self) -> QueueAssessment:
         """Every queued AppWrapper in dispatch order with what a cycle would do with it now, deciding nothing."""
         reserving = self._reservations.start(self.snapshot(scratch_quota=True), self._clock.now(), dry_run=True)
         return assess(self._pending, self._appwrappers, reserving, preemptors=self._preemptors,

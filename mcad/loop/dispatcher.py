@@ -51,7 +51,7 @@ from mcad.loop.statussync import StatusWritten
 from mcad.metrics import PUBLISH_INTERVAL_SECONDS, LoopState, Metrics
 from mcad.model import keys, status
 from mcad.model import quota as quota_trees
-from mcad.model.assess import Assessment
+from mcad.model.assess import QueueAssessment
 from mcad.model.keys import DISPATCH, PUBLISH, QUOTA, QUOTA_STATUS, AppWrapperEvent, Key
 
 R = TypeVar("R")
@@ -264,7 +264,7 @@ class Dispatcher:
 
     # ------------------------------------------------------------------------------------------ reads (/debug)
 
-    def assess_queue(self) -> list[Assessment]:
+    def assess_queue(self) -> QueueAssessment:
         """Every queued AppWrapper in dispatch order with what a cycle would do with it now (``mcad.model.assess``).
         Dispatcher thread only."""
         return self.owners.cycle.assess()

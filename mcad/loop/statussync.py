@@ -133,6 +133,18 @@ class StatusSync:
         sync = self._syncs.get(aw.key)
         return sync.intent.status if sync is not None and sync.intent.uid == aw.uid else None
 
+    def frozen_intents(self) -> Callable[[AppWrapperView], StatusView | None]:
+        """``intent`` for a reader on another thread: over a copy of who has a decision now (a C-speed copy; a
+        decision replaced later may show through, never one for another incarnation)."""
+        syncs = dict(self._syncs)
+
+        def intent(aw: AppWrapperView) -> StatusView | None:
+            sync = syncs.get(aw.key)
+            chosen = sync.intent if sync is not None else None
+            return chosen.status if chosen is not None and chosen.uid == aw.uid else None
+
+        return intent
+
     def pending(self, key: str) -> bool:
         """A decision about ``key`` has not reached the API server yet."""
         sync = self._syncs.get(key)

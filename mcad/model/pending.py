@@ -13,6 +13,7 @@ Contract:
 - ``position(key)`` is the 1-based place of a queued AppWrapper in dispatch order, in O(log n): every order is
   also kept in one sorted list (sortedcontainers), so a Backoff message can say where an AppWrapper stands.
 - The queue must not be modified while a cursor is in use.
+- ``frozen()`` copies the orders and entries, for a reader of the queue on another thread.
 - ``demand_group(aw, ...)`` is the group an AppWrapper belongs in: members must be judged alike by a fit check
   (same demand; with --fit=nodes the same pods; the same quota nodes; the same reason to be held; the same
   run-time bound, which decides backfill).
@@ -34,14 +35,14 @@ Order = tuple[int, str, str]  # (-priority, creation time, namespace/name): see 
 
 
 @dataclass(frozen=True, slots=True)
-class _Entry:
+class QueuedEntry:
     order: Order
     group: Hashable
 
 
 class PendingQueue:
     def __init__(self) -> None:
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, QueuedEntry] = {}
         # group -> its members' orders, sorted; the key is the order's last element (orders are unique per key)
         self._groups: dict[Hashable, list[Order]] = {}
         self._demands: dict[Hashable, ResourceVector] = {}
@@ -66,7 +67,7 @@ class PendingQueue:
             if current.order == order and current.group == group_key:
                 return
             self.remove(key)
-        self._entries[key] = _Entry(order, group_key)
+        self._entries[key] = QueuedEntry(order, group_key)
         self._all.add(order)
         members = self._groups.setdefault(group_key, [])
         bisect.insort(members, order)
@@ -97,6 +98,12 @@ class PendingQueue:
     def ordered(self) -> Iterator[str]:
         """Every key in dispatch order (for display; O(n log groups))."""
         return (order[2] for order in heapq.merge(*self._groups.values()))
+
+    def frozen(self) -> tuple[list[Order], dict[str, QueuedEntry]]:
+        """Copies of every order, in dispatch order, and of every key's entry (order and group): for a reader
+        that walks the queue after the dispatcher thread moved on. Both copies run at C speed (no per-key Python),
+        a few milliseconds for 100,000 queued."""
+        return list(self._all), dict(self._entries)
 
     def members(self, group: Hashable) -> list[str]:
         """Keys of one group, in dispatch order."""

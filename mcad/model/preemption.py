@@ -25,7 +25,7 @@ Contract:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -208,6 +208,10 @@ class Preemptors:
 
     def __contains__(self, key: object) -> bool:
         return key in self._waiting
+
+    def __iter__(self) -> Iterator[str]:
+        """The preemptors waiting for their victims."""
+        return iter(list(self._waiting))
 
     def start(self, key: str, victims: Iterable[str], now: float,
               reclaim: quota.Charges | None = None) -> frozenset[str]:

@@ -46,7 +46,7 @@ from typing import Any
 from mcad.admission.request import UserInfo
 from mcad.api.resources import parse_quantity
 from mcad.k8s.recentevents import RecentEvents
-from mcad.serve.debug import QUEUE_LISTS
+from mcad.serve.queuereport import as_report
 from mcad.serve.snapshots import Part, Snapshot, encode
 
 # The views' answers: status, JSON-ready document (or bytes), extra headers.
@@ -167,29 +167,32 @@ class Dashboard:
         limit = _count(query, "limit", DEFAULT_PAGE, MAX_PAGE) or DEFAULT_PAGE
         only_namespace, only_state = query.get("namespace", ""), query.get("state", "")
         snapshot = self.source.snapshot({"queue"}, user, fresh_within=FRESH_WITHIN_SECONDS)
-        queue = snapshot.documents["queue"]
-        everyone = [aw for key in QUEUE_LISTS for aw in queue.get(key, [])]
-        visible = self.source.visible_namespaces(user, {aw["namespace"] for aw in everyone}, snapshot.namespaces)
+        report = as_report(snapshot.documents["queue"])
+        report.finish()
+        visible = self.source.visible_namespaces(user, {entry.namespace for entry in report.entries},
+                                                 snapshot.namespaces)
         namespaces: set[str] = set()
         counts: dict[str, int] = {}
         matching = []
-        for aw in everyone:
-            namespace = aw["namespace"]
+        # Only the page asked for is formatted: the rest is counted by namespace and state.
+        for entry in report.entries:
+            namespace = entry.namespace
             if visible is not None and namespace not in visible:
                 continue
             namespaces.add(namespace)
             if only_namespace and namespace != only_namespace:
                 continue
-            state = aw["state"]
+            state = entry.state
             counts[state] = counts.get(state, 0) + 1
             if not only_state or state == only_state:
-                matching.append(aw)
-        reservations = [held for held in queue.get("reservations", [])
+                matching.append(entry)
+        reservations = [held for held in report.reservations
                         if visible is None or held["appwrapper"].partition("/")[0] in visible]
-        return {"controller": queue["controller"], "generatedAt": queue["generatedAt"], "total": len(matching),
-                "offset": offset, "limit": limit, "counts": dict(sorted(counts.items())),
+        return {"controller": report.header.get("controller"), "generatedAt": report.header.get("generatedAt"),
+                "total": len(matching), "offset": offset, "limit": limit, "counts": dict(sorted(counts.items())),
                 "namespaces": sorted(namespaces)[:MAX_NAMESPACES],
-                "rows": [_row(aw) for aw in matching[offset:offset + limit]], "reservations": reservations}
+                "rows": [_row(report.row(entry)) for entry in matching[offset:offset + limit]],
+                "reservations": reservations}
 
     # ------------------------------------------------------------------------------------------ explain
 

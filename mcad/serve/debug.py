@@ -37,18 +37,13 @@ from mcad.hub.placement import WorkerPlacement, nodes_in
 from mcad.k8s import kube
 from mcad.loop.dispatcher import Dispatcher
 from mcad.model import lifecycle, status
-from mcad.model.assess import Assessment
+from mcad.model.assess import QueueAssessment
 from mcad.model.reservations import DEFAULT_RESERVATIONS
 from mcad.serve import healthreport
+from mcad.serve.queuereport import QueueReport, quantities
 from mcad.wiring import build, quota_served
 
 Document = dict[str, Any]
-# The lists of AppWrappers in the queue document, each entry with its namespace: what a reader's rights filter.
-QUEUE_LISTS = ("queued", "resetting", "dispatched")
-
-
-def quantities(vector: ResourceVector) -> dict[str, str]:
-    return {name: format_amount(name, amount) for name, amount in sorted(vector.items())}
 
 
 def rfc3339(moment: datetime | None) -> str | None:
@@ -60,7 +55,7 @@ class Reports:
         self.dispatcher = dispatcher
         self.hub = hub
         self.info = info
-        self._assessments: list[Assessment] | None = None
+        self._assessments: QueueAssessment | None = None
         self._sharing = False
 
     @contextlib.contextmanager
@@ -75,7 +70,7 @@ class Reports:
             self._sharing = False
             self._assessments = None
 
-    def _assess_queue(self) -> list[Assessment]:
+    def _assess_queue(self) -> QueueAssessment:
         if not self._sharing:
             return self.dispatcher.assess_queue()
         if self._assessments is None:
@@ -91,73 +86,50 @@ class Reports:
     # ------------------------------------------------------------------------------------------ queue
 
     def queue(self) -> Document:
-        return self.queue_deferred()()
+        return self.queue_deferred().document()
 
-    def queue_deferred(self) -> Callable[[], Document]:
-        """What /debug/queue needs from dispatcher state, read now (on its thread); the returned function turns
-        it into the document anywhere (formatting thousands of entries need not hold the dispatcher)."""
+    def queue_deferred(self) -> QueueReport:
+        """What /debug/queue needs from dispatcher state, read now (on its thread) in O(groups + dispatched): the
+        report resolves and formats the queued ones anywhere (``mcad.serve.queuereport``)."""
         d = self.dispatcher
         now = d.clock.now()
-        header = self._header()
-        queued_facts = []
-        reservations = []
-        for position, assessment in enumerate(self._assess_queue(), start=1):
-            if assessment.reservation is not None:
-                reservations.append(dict(assessment.reservation))
-            aw = d.appwrappers.get(assessment.key)
-            if aw is not None:
-                queued_facts.append((position, assessment, aw, d.decisions.status(aw).requeuings))
-        dispatched_facts = []
-        resetting_facts = []
-        # Queued ones are the most (100,000 at issue 29's scale): left out before sorting, which runs on the loop.
-        others = [aw for aw in d.appwrappers.list() if aw.key not in d.pending and not aw.deleting]
-        for aw in sorted(others, key=lambda a: a.order()):
-            current = d.decisions.status(aw)
-            if current.resetting_since and aw.key not in d.dispatches:
-                # In its retry pause: in no queue and not dispatched, yet holding its room.
-                resetting_facts.append((aw, current, d.owners.health.policy(aw)))
+        assessed = self._assess_queue()
+        reservations = [dict(a.reservation) for a in assessed.judged() if a.reservation is not None]
+        dispatched = []
+        resetting = []
+        # Queued ones are the most (100,000 at issue 29's scale): left out by key before anything is read of them.
+        for key in set(d.appwrappers.keys()).difference(assessed.keys()):
+            aw = d.appwrappers.get(key)
+            if aw is None or aw.deleting or key in d.pending:
                 continue
-            state = "Dispatching" if aw.key in d.dispatches else current.state
+            current = d.decisions.status(aw)
+            if current.resetting_since and key not in d.dispatches:
+                # In its retry pause: in no queue and not dispatched, yet holding its room.
+                resetting.append((aw.order(), self._resetting_row(aw, current, now)))
+                continue
+            state = "Dispatching" if key in d.dispatches else current.state
             if state != "Dispatching" and (state not in ACTIVE_STATES or not current.canrun):
                 continue
-            dispatched_facts.append((aw, state, current, list(d.accountant.phases(aw.key))))
+            phases = list(d.accountant.phases(key))
+            dispatched.append((aw.order(), {
+                "namespace": aw.namespace, "name": aw.name, "priority": aw.priority, "state": state,
+                "demand": quantities(aw.demand), "dispatchedAt": rfc3339(lifecycle.dispatched_at(current)),
+                "pods": {"pending": phases.count("Pending"), "running": phases.count("Running"),
+                         "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")},
+                **_health_mark(current),
+            }))
+        return QueueReport(self._header(), now, assessed, d.appwrappers.get, d.decisions.sync.frozen_intents(),
+                           reservations, [row for _, row in sorted(resetting, key=lambda r: r[0])],
+                           [row for _, row in sorted(dispatched, key=lambda r: r[0])], monotonic=d.clock.monotonic)
 
-        def document() -> Document:
-            queued = []
-            for position, assessment, aw, requeuings in queued_facts:
-                created = lifecycle.parse_time(aw.created)
-                queued.append({
-                    "position": position, "namespace": aw.namespace, "name": aw.name, "priority": aw.priority,
-                    "created": aw.created or None,
-                    "ageSeconds": round((now - created).total_seconds(), 3) if created else None,
-                    "state": assessment.state, "demand": quantities(aw.demand),
-                    "pods": sum(group.count for group in aw.gang),
-                    "fitsNow": assessment.fits_now, "why": assessment.why,
-                    "requeuings": requeuings,
-                })
-            dispatched = []
-            for aw, state, current, phases in dispatched_facts:
-                dispatched.append({
-                    "namespace": aw.namespace, "name": aw.name, "priority": aw.priority, "state": state,
-                    "demand": quantities(aw.demand), "dispatchedAt": rfc3339(lifecycle.dispatched_at(current)),
-                    "pods": {"pending": phases.count("Pending"), "running": phases.count("Running"),
-                             "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")},
-                    **_health_mark(current),
-                })
-            resetting = []
-            for aw, current, policy in resetting_facts:
-                raw = current.raw()
-                pause = healthreport.pause_document(raw, policy, now, (), {}) or {}
-                resetting.append({
-                    "namespace": aw.namespace, "name": aw.name, "priority": aw.priority, "state": "Resetting",
-                    "demand": quantities(aw.demand), "reason": pause.get("reason", ""),
-                    "resettingCount": current.resetting_count, "retryLimit": policy.retry_limit,
-                    "pauseEndsAt": pause.get("until"), "message": raw.get("message", ""),
-                })
-            return {**header, "queued": queued, "dispatched": dispatched, "resetting": resetting,
-                    "reservations": reservations}
-
-        return document
+    def _resetting_row(self, aw: AppWrapperView, current: StatusView, now: datetime) -> Document:
+        policy = self.dispatcher.owners.health.policy(aw)
+        raw = current.raw()
+        pause = healthreport.pause_document(raw, policy, now, (), {}) or {}
+        return {"namespace": aw.namespace, "name": aw.name, "priority": aw.priority, "state": "Resetting",
+                "demand": quantities(aw.demand), "reason": pause.get("reason", ""),
+                "resettingCount": current.resetting_count, "retryLimit": policy.retry_limit,
+                "pauseEndsAt": pause.get("until"), "message": raw.get("message", "")}
 
     # ------------------------------------------------------------------------------------------ ledger
 
@@ -305,12 +277,10 @@ class Reports:
         if current.resetting_since and aw.key not in d.pending:
             return self._paused(aw, current, policy), []
         if aw.key in d.pending:
-            assessments = self._assess_queue()
-            place = next((i for i, a in enumerate(assessments, start=1) if a.key == aw.key), 0)
-            mine = assessments[place - 1] if place else None
-            ahead = [a for a in assessments[: max(place - 1, 0)]]
-            details = [f"position {place} of {len(assessments)} in the queue"]
-            fitting_ahead = sum(1 for a in ahead if a.fits_now)
+            assessed = self._assess_queue()
+            place, mine = assessed.position(aw.key), assessed.of(aw.key)
+            details = [f"position {place} of {len(assessed)} in the queue"]
+            fitting_ahead = assessed.fitting_ahead(aw.key)
             if fitting_ahead:
                 details.append(f"{fitting_ahead} AppWrapper(s) ahead of it fit now and go first")
             if mine is None:

@@ -50,9 +50,10 @@ from mcad.loop.dispatcher import Dispatcher
 from mcad.metrics import CONTENT_TYPE, Metrics
 from mcad.serve import frontdoor
 from mcad.serve.dashboard import SECURITY_HEADERS, Answer, Dashboard, Refusal, Source
-from mcad.serve.debug import QUEUE_LISTS, Reports
+from mcad.serve.debug import Reports
 from mcad.serve.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
 from mcad.serve.frontdoor import FrontDoor, Head, Limits, Response
+from mcad.serve.queuereport import QUEUE_LISTS, as_report
 from mcad.serve.snapshots import DEFAULT_INTERVAL_SECONDS, Busy, Part, Snapshot, Snapshots, encode
 
 log = structlog.get_logger("mcad.serve.server")
@@ -215,21 +216,22 @@ class DebugEndpoints:
             return 404, {"error": f"no such endpoint {path}; try /debug/queue, /debug/ledger, /debug/quota, "
                                   "/debug/clusters, /debug/explain"}
         snapshot = self.snapshot({part})
-        document = snapshot.documents[part]
-        if isinstance(part, tuple) and document is None:
+        if isinstance(part, tuple) and snapshot.documents[part] is None:
             return self._unknown(part[1], part[2])
         if part == "queue":
-            reservations = document.get("reservations", [])
-            lists = {key: document.get(key, []) for key in QUEUE_LISTS}
-            shown = {aw["namespace"] for entries in lists.values() for aw in entries}
-            shown |= {held["appwrapper"].partition("/")[0] for held in reservations}
+            report = as_report(snapshot.documents[part])
+            report.finish()
+            shown = {entry.namespace for entry in report.entries}
+            shown |= {held["appwrapper"].partition("/")[0] for held in report.reservations}
             visible = access.visible(user, shown, snapshot.namespaces)
             if visible is not None:
                 # Reservations name their holders and nodes: shown only for the namespaces the caller may list.
-                return 200, {**document,
-                             **{key: [aw for aw in entries if aw["namespace"] in visible]
-                                for key, entries in lists.items()},
-                             "reservations": [held for held in reservations
+                lists: dict[str, list[dict[str, Any]]] = {listed: [] for listed in QUEUE_LISTS}
+                for entry in report.entries:
+                    if entry.namespace in visible:
+                        lists[entry.listed_in].append(report.row(entry))
+                return 200, {**report.header, **lists,
+                             "reservations": [held for held in report.reservations
                                               if held["appwrapper"].partition("/")[0] in visible]}
         return 200, snapshot.encoded(part)
 

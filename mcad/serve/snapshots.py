@@ -37,9 +37,10 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -64,6 +65,18 @@ class Busy(Exception):
     """No snapshot could be had in time; the reader should retry."""
 
 
+class Deferred(Protocol):
+    """A document read on the loop and finished elsewhere (``mcad.serve.queuereport.QueueReport``): the publisher
+    calls ``finish()`` off the loop; ``document()`` formats the whole of it on a reader's first call, and
+    ``formatted_seconds`` tells what that cost."""
+
+    formatted_seconds: float
+
+    def finish(self) -> None: ...
+
+    def document(self) -> Any: ...
+
+
 @dataclass(frozen=True)
 class Snapshot:
     built_at: float  # the clock's monotonic() when the dispatcher began building it
@@ -72,19 +85,39 @@ class Snapshot:
     build_seconds: float = 0.0  # how long the dispatcher thread spent building it
     _encoded: dict[Part, bytes] = field(default_factory=dict, compare=False, repr=False)
     _encoding: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+    _encoding_seconds: list[float] = field(default_factory=lambda: [0.0], compare=False, repr=False)
+    monotonic: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)  # the Snapshots' clock
 
     def __contains__(self, part: Part) -> bool:
         return part in self.documents
 
+    def document(self, part: Part) -> Any:
+        """The JSON-ready document (a deferred one formatted now, once)."""
+        document = self.documents[part]
+        return document.document() if _deferred(document) else document
+
     def encoded(self, part: Part) -> bytes:
         """The document as JSON, encoded once for every reader of this snapshot: 16 pollers of a queue of
         thousands would otherwise each encode the same half megabyte, holding the interpreter lock the dispatcher
-        thread needs."""
+        thread needs. A deferred one is formatted and encoded on the first reader's request."""
         with self._encoding:
             data = self._encoded.get(part)
             if data is None:
-                data = self._encoded[part] = encode(self.documents[part])
+                document = self.document(part)  # a deferred one counts its own formatting
+                started = self.monotonic()
+                data = self._encoded[part] = encode(document)
+                if _deferred(self.documents[part]):
+                    self._encoding_seconds[0] += self.monotonic() - started
             return data
+
+    def later_seconds(self) -> float:
+        """What readers spent formatting and encoding its deferred documents, so far."""
+        deferred: list[Deferred] = [document for document in self.documents.values() if _deferred(document)]
+        return self._encoding_seconds[0] + sum(document.formatted_seconds for document in deferred)
+
+
+def _deferred(document: Any) -> bool:
+    return hasattr(document, "finish") and hasattr(document, "document")
 
 
 def encode(document: Any) -> bytes:
@@ -159,7 +192,7 @@ class Snapshots:
 
     def _publish(self) -> None:
         last_start = float("-inf")
-        spacing = self.interval
+        cost = 0.0  # the last build's, on the loop and then here
         while True:
             with self._cond:
                 while not self._wanted:
@@ -168,7 +201,7 @@ class Snapshots:
                 # that took long (a queue of many thousands) spaces the next ones out, so that readers never take
                 # more than a tenth of the loop's time. A wait on the condition, not a sleep: wake() ends it when a
                 # test steps the clock (readers' notifications only make it look at the clock again).
-                while (pause := last_start + spacing - self._clock.monotonic()) > 0:
+                while (pause := last_start + self._spacing(cost) - self._clock.monotonic()) > 0:
                     self._cond.wait(pause)
                 wanted, self._wanted = set(self._wanted), set()
             asked = last_start = self._clock.monotonic()
@@ -183,6 +216,9 @@ class Snapshots:
             # lock, which the loop needs), so it counts in the spacing below.
             finishing = self._clock.monotonic()
             for part, document in snapshot.documents.items():
+                if _deferred(document):
+                    document.finish()  # formatted and encoded only if a reader asks for the whole of it
+                    continue
                 if callable(document):
                     snapshot.documents[part] = document()
                 if snapshot.documents[part] is not None:
@@ -192,13 +228,22 @@ class Snapshots:
                 self._latest = snapshot
                 self.builds += 1
                 self._cond.notify_all()
-            spacing = max(self.interval, LOOP_SHARE_FACTOR * (snapshot.build_seconds + finished_in))
-            self.spacing = spacing
+            cost = snapshot.build_seconds + finished_in
+            spacing = self._spacing(cost)
             # The next build is spaced from when the loop began this one (at or after it was asked for).
             last_start = max(asked, snapshot.built_at)
             log.debug("debug snapshot built", parts=len(wanted), waited=round(snapshot.built_at - asked, 4),
                       seconds=round(snapshot.build_seconds, 4), formatted=round(finished_in, 4),
                       next_in=round(spacing, 3))
+
+    def _spacing(self, cost: float) -> float:
+        """Between two builds' starts: the interval, or ten times what the last build cost, the work its readers
+        did formatting its deferred documents included (a 38 MB /debug/queue read as often as builds allowed would
+        otherwise take the process's time)."""
+        latest = self._latest
+        later = latest.later_seconds() if latest is not None else 0.0
+        self.spacing = max(self.interval, LOOP_SHARE_FACTOR * (cost + later))
+        return self.spacing
 
     def _build(self, wanted: set[Part]) -> Snapshot:
         """On the dispatcher thread: every wanted document, the queue assessed once for all of them."""
@@ -210,7 +255,7 @@ class Snapshots:
                     _, namespace, name = part
                     documents[part] = self._reports.explain(namespace, name)
                 elif part == "queue":
-                    documents[part] = self._reports.queue_deferred()  # formatted by the publisher, off the loop
+                    documents[part] = self._reports.queue_deferred()  # finished off the loop, formatted as read
                 elif part == "ledger":
                     documents[part] = self._reports.ledger()
                 elif part == "quota":
@@ -218,4 +263,5 @@ class Snapshots:
                 elif part == "clusters":
                     documents[part] = self._reports.clusters()
         namespaces = frozenset(self._all_namespaces())
-        return Snapshot(started, documents, namespaces, self._clock.monotonic() - started)
+        return Snapshot(started, documents, namespaces, self._clock.monotonic() - started,
+                        monotonic=self._clock.monotonic)

@@ -12,6 +12,7 @@ import pytest
 from mcad.admission.request import UserInfo
 from mcad.k8s.recentevents import RecentEvents
 from mcad.serve.dashboard import CONTENT_SECURITY_POLICY, MAX_PAGE, Dashboard, Refusal, Source
+from mcad.serve.queuereport import Entry, QueueReport
 from mcad.serve.snapshots import Part, Snapshot
 
 HEADER = {"controller": {"version": "test"}, "generatedAt": "2026-11-25T00:00:00Z"}
@@ -99,6 +100,20 @@ def test_the_queue_is_served_a_page_at_a_time_in_dispatch_order(queue_source: Fa
     assert [row["position"] for row in last["rows"]][:20] == list(range(101, 121))
     assert [row["position"] for row in last["rows"]][20:] == [None, None] and last["rows"][-1]["pods"] == 2
     assert last["rows"][-1]["podPhases"] == {"pending": 0, "running": 2, "succeeded": 0, "failed": 0}
+
+
+def test_the_queue_view_formats_only_the_rows_of_its_page(queue_source: FakeSource) -> None:
+    formatted: list[str] = []
+
+    class Counting(QueueReport):
+        def row(self, entry: Entry) -> dict[str, Any]:
+            formatted.append(entry.facts["name"])
+            return super().row(entry)
+
+    report = Counting.of(queue_source.documents["queue"])
+    _, doc = view(Dashboard(FakeSource({"queue": report})), "queue", offset="10", limit="5")
+    assert doc["total"] == 122 and doc["counts"] == {"Held": 1, "Queued": 119, "Running": 2}
+    assert formatted == ["aw-11", "aw-12", "aw-13", "aw-14", "aw-15"], "the rest were only counted"
 
 
 def test_the_queue_filters_by_namespace_and_state_and_bounds_the_page(queue_source: FakeSource) -> None:

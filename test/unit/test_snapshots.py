@@ -206,6 +206,50 @@ def test_slow_builds_are_spaced_out_to_a_tenth_of_the_loop() -> None:
     assert second.result().built_at - first.built_at >= 10 * 0.05 - 1e-9
 
 
+class Report:
+    """A deferred queue document (as ``mcad.serve.queuereport.QueueReport``): formatting it costs 0.5 s of the clock."""
+
+    def __init__(self, clock: FakeClock, state: int) -> None:
+        self.clock = clock
+        self.state = state
+        self.finished_on: list[str] = []
+        self.formatted = 0
+        self.formatted_seconds = 0.0
+
+    def finish(self) -> None:
+        self.finished_on.append(threading.current_thread().name)
+
+    def document(self) -> dict[str, Any]:
+        self.formatted += 1
+        self.clock.advance(0.5)
+        self.formatted_seconds = 0.5
+        return {"state": self.state}
+
+
+def test_a_deferred_document_is_finished_off_the_loop_formatted_once_when_read_and_paced_by_that_cost() -> None:
+    clock = FakeClock()
+    made: list[Report] = []
+
+    class Deferring(FakeReports):
+        def queue_deferred(self) -> Any:
+            made.append(Report(clock, self.state))
+            return made[-1]
+
+    loop = Loop()
+    snaps = Snapshots(loop.call, Deferring(), lambda: set(), interval=0.01, clock=clock)  # type: ignore[arg-type]
+    first = snaps.read({"queue"}, 1e6)
+    assert made[0].finished_on == ["debug-snapshots"], "finished by the publisher, not on the loop"
+    assert made[0].formatted == 0, "nobody asked for the whole document yet"
+    assert first.encoded("queue") == first.encoded("queue") == b'{"state":0}\n'
+    assert made[0].formatted == 1, "formatted once, for every reader"
+    assert first.later_seconds() == pytest.approx(0.5), "its formatting (its encoding took none of the fake clock)"
+    second: Future[Snapshot] = Future()
+    threading.Thread(target=lambda: second.set_result(snaps.read({"queue"}, 1e6)), daemon=True).start()
+    stepped(clock, snaps, second.done, step=0.1)
+    # The next build waits ten times what the last one cost, readers' formatting included.
+    assert second.result().built_at - first.built_at >= 10 * 0.5 - 1e-9
+
+
 def test_a_poller_takes_the_latest_snapshot_at_once_while_it_is_as_fresh_as_the_spacing_allows() -> None:
     clock = FakeClock()
     loop = Loop()
