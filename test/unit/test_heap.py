@@ -1,0 +1,48 @@
+"""The start-up heap policy (mcad.heap): the cyclic collector is off while the informers list, and once they have
+synced (or the bound passed, or the controller stops) what they made is frozen and the collector is on again."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from mcad.heap import StartupHeap
+from test.support import wait_until
+
+
+@pytest.fixture(autouse=True)
+def collector_restored() -> Iterator[None]:
+    yield
+    gc.enable()
+    gc.unfreeze()  # the test process's objects go back to the oldest generation, as before
+
+
+def test_the_collector_is_off_until_the_informers_synced_then_the_start_up_is_frozen() -> None:
+    synced = threading.Event()
+    heap = StartupHeap(synced.is_set, threading.Event())
+    heap.pause()
+    made = [[i] for i in range(1000)]  # what a list makes, tracked by the collector
+    assert not gc.isenabled()
+    synced.set()
+    wait_until(gc.isenabled, 10, "the collector to be on again once synced")
+    assert gc.get_freeze_count() >= len(made)
+
+
+def test_a_list_that_never_ends_runs_without_the_collector_only_up_to_the_bound() -> None:
+    heap = StartupHeap(lambda: False, threading.Event(), bound_seconds=0.0)
+    heap.pause()
+    wait_until(gc.isenabled, 10, "the collector to be on again after the bound")
+
+
+def test_a_stop_turns_the_collector_back_on() -> None:
+    stop = threading.Event()
+    heap = StartupHeap(lambda: False, stop)
+    heap.pause()
+    assert not gc.isenabled()
+    stop.set()
+    wait_until(gc.isenabled, 10, "the collector to be on again once stopped")
+    heap.settle()  # a second settle does nothing
+    assert gc.isenabled()
