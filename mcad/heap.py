@@ -11,6 +11,8 @@ Contract:
   is made later (new AppWrappers, each cycle's work) is collected as usual.
 - The bound keeps a list that never ends (an API server that drops every watch) from running without the
   collector for ever.
+- Once settled, a collection that takes ``SLOW_COLLECTION_SECONDS`` or longer is logged (info; warning from a
+  second): the process stood still that long, whichever thread was working.
 - Only ``mcad.cli.controller`` uses it, once per process; nothing else touches ``gc``.
 
 Why: a list of 100,000 AppWrappers makes a few million objects that live as long as the process. With the collector
@@ -34,6 +36,7 @@ log = structlog.get_logger("mcad.heap")
 DEFAULT_BOUND_SECONDS = 600.0
 # How often the waiting thread looks at ``synced()`` (informers set no event it could wait on together).
 POLL_SECONDS = 0.2
+SLOW_COLLECTION_SECONDS = 0.1
 
 
 class StartupHeap:
@@ -46,6 +49,7 @@ class StartupHeap:
         self._lock = threading.Lock()
         self._settled = False
         self.paused_at: float | None = None
+        self._collecting_since = 0.0
 
     def pause(self) -> None:
         gc.disable()
@@ -58,10 +62,27 @@ class StartupHeap:
                 return
             self._settled = True
         gc.freeze()
+        gc.callbacks.append(self._timed)
         gc.enable()
         waited = self._clock.monotonic() - self.paused_at if self.paused_at is not None else 0.0
         log.info("objects of the start-up frozen; garbage collector on", frozen=gc.get_freeze_count(),
                  paused_s=round(waited, 3))
+
+    def _timed(self, phase: str, info: dict[str, int]) -> None:
+        now = self._clock.monotonic()
+        if phase == "start":
+            self._collecting_since = now
+            return
+        took = now - self._collecting_since
+        if took >= SLOW_COLLECTION_SECONDS:
+            report = log.warning if took >= 1.0 else log.info
+            report("slow garbage collection", seconds=round(took, 3), generation=info.get("generation"),
+                   collected=info.get("collected"))
+
+    def forget(self) -> None:
+        """No more timing of collections (tests; a process never needs it)."""
+        if self._timed in gc.callbacks:
+            gc.callbacks.remove(self._timed)
 
     def _wait(self) -> None:
         deadline = self._clock.monotonic() + self._bound

@@ -33,7 +33,7 @@ from mcad.api.appwrapper import AppWrapperView
 from mcad.model import disclosure
 from mcad.model.fifo import BEHIND_IN_DOMAIN, BEHIND_STRICT_FIFO, StrictFifo
 from mcad.model.fit import Targets, could_ever_fit, refused
-from mcad.model.pending import Order, PendingQueue, QueuedEntry
+from mcad.model.pending import Frozen, Order, PendingQueue
 from mcad.model.preemption import Preemptors
 from mcad.model.reservations import Pass
 
@@ -60,11 +60,13 @@ class Assessment:
 class QueueAssessment:
     """What every queued AppWrapper is told, from one walk (see the module docstring). Read-only, thread-safe."""
 
-    def __init__(self, orders: list[Order], entries: Mapping[str, QueuedEntry], judged: Mapping[str, Assessment],
-                 blocked: Mapping[Hashable, str], held_after: Order | None,
-                 held: Callable[[str], str] | None) -> None:
-        self._orders = orders  # every queued key's order, in dispatch order (the order's last element is the key)
-        self._entries = entries  # key -> its order and pending group
+    def __init__(self, queue: Frozen, judged: Mapping[str, Assessment], blocked: Mapping[Hashable, str],
+                 held_after: Order | None, held: Callable[[str], str] | None) -> None:
+        # Every queued key's order, in dispatch order (the order's last element is the key); read, never changed.
+        self.orders = queue.orders
+        self.per_namespace = queue.per_namespace  # how many are queued in each namespace
+        self._orders = queue.orders
+        self._entries = queue.entries  # key -> its order and pending group
         self._judged = judged  # the ones the walk looked at
         # group -> what its members not looked at are told; by the group object's identity, which every member's
         # entry shares (``PendingQueue``): a group is a tuple of tuples, hashed anew on every lookup.
@@ -78,7 +80,7 @@ class QueueAssessment:
     def __iter__(self) -> Iterator[Assessment]:
         """Every queued AppWrapper's assessment, in dispatch order (O(queue): not on the dispatcher thread)."""
         for order in self._orders:
-            found = self._told(order)
+            found = self.told(order)
             if found is not None:
                 yield found
 
@@ -93,7 +95,7 @@ class QueueAssessment:
 
     def of(self, key: str) -> Assessment | None:
         index = self._index(key)
-        return None if index is None else self._told(self._orders[index])
+        return None if index is None else self.told(self._orders[index])
 
     def position(self, key: str) -> int:
         """1-based place in dispatch order; 0 when it was not queued."""
@@ -113,7 +115,8 @@ class QueueAssessment:
         index = bisect.bisect_left(self._orders, entry.order)
         return index if index < len(self._orders) and self._orders[index] == entry.order else None
 
-    def _told(self, order: Order) -> Assessment | None:
+    def told(self, order: Order) -> Assessment | None:
+        """What the queued AppWrapper of this order (one of ``orders``) is told."""
         key = order[2]
         found = self._judged.get(key)
         if found is not None:
@@ -129,7 +132,7 @@ def assess(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, *,
            preemptors: Preemptors, draining: Callable[[AppWrapperView], bool],
            blocked_by_reclaim: Callable[[AppWrapperView], str], strict_fifo: bool,
            targets: Targets) -> QueueAssessment:
-    orders, entries = pending.frozen()
+    queue = pending.frozen()
     blocked: dict[Hashable, str] = {}
     judged: dict[str, Assessment] = {}
     quota = reserving.snapshot.quota
@@ -222,7 +225,7 @@ def assess(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, *,
         cursor.passed()
     if held is None and first_preemptor is not None:
         held, held_after = partial(disclosure.held_behind_preemptor, first_preemptor[1]), first_preemptor[0]
-    return QueueAssessment(orders, entries, judged, blocked, held_after, held)
+    return QueueAssessment(queue, judged, blocked, held_after, held)
 
 
 def _behind_strict_fifo(_reader: str) -> str:

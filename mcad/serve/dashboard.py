@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from importlib import resources
+from itertools import islice
 from typing import Any
 
 from mcad.admission.request import UserInfo
@@ -168,31 +169,17 @@ class Dashboard:
         only_namespace, only_state = query.get("namespace", ""), query.get("state", "")
         snapshot = self.source.snapshot({"queue"}, user, fresh_within=FRESH_WITHIN_SECONDS)
         report = as_report(snapshot.documents["queue"])
-        report.finish()
-        visible = self.source.visible_namespaces(user, {entry.namespace for entry in report.entries},
-                                                 snapshot.namespaces)
-        namespaces: set[str] = set()
-        counts: dict[str, int] = {}
-        matching = []
-        # Only the page asked for is formatted: the rest is counted by namespace and state.
-        for entry in report.entries:
-            namespace = entry.namespace
-            if visible is not None and namespace not in visible:
-                continue
-            namespaces.add(namespace)
-            if only_namespace and namespace != only_namespace:
-                continue
-            state = entry.state
-            counts[state] = counts.get(state, 0) + 1
-            if not only_state or state == only_state:
-                matching.append(entry)
+        visible = self.source.visible_namespaces(user, report.namespaces(), snapshot.namespaces)
+        # Counted by namespace and state without a row; only the rows of the page are made and formatted.
+        namespaces, counts = report.counts(visible, only_namespace)
+        total = counts.get(only_state, 0) if only_state else sum(counts.values())
+        page = islice(report.select(visible, only_namespace, only_state), offset, offset + limit)
         reservations = [held for held in report.reservations
                         if visible is None or held["appwrapper"].partition("/")[0] in visible]
         return {"controller": report.header.get("controller"), "generatedAt": report.header.get("generatedAt"),
-                "total": len(matching), "offset": offset, "limit": limit, "counts": dict(sorted(counts.items())),
+                "total": total, "offset": offset, "limit": limit, "counts": dict(sorted(counts.items())),
                 "namespaces": sorted(namespaces)[:MAX_NAMESPACES],
-                "rows": [_row(report.row(entry)) for entry in matching[offset:offset + limit]],
-                "reservations": reservations}
+                "rows": [_row(report.row(entry)) for entry in page], "reservations": reservations}
 
     # ------------------------------------------------------------------------------------------ explain
 

@@ -1,30 +1,35 @@
 """The queue document (``/debug/queue``, the dashboard's queue view), read on the dispatcher thread in O(groups +
-dispatched) and formatted elsewhere, only as far as a reader asks: a page of 50 rows never formats 100,000.
+dispatched) and formatted elsewhere, only as far as a reader asks: a page of 50 rows formats 50 rows.
 
 Contract:
 - ``QueueReport(...)`` is made on the dispatcher thread (``mcad.serve.debug.Reports.queue_deferred``) from copies:
-  the queue's assessment (``mcad.model.assess.QueueAssessment``), the facts of the resetting and dispatched ones,
-  the header, and a lookup of the decisions the informer may not show yet.
-- ``finish()`` (the snapshot publisher, off the loop; O(queue)) resolves every queued AppWrapper in dispatch order:
-  what it is told, its view read from the informer's store (thread-safe; a queued one deleted meanwhile is left
-  out), its requeuings. Until then ``entries`` is empty. Calling it again does nothing.
-- ``entries``: one ``Entry`` per AppWrapper, queued (dispatch order) then resetting then dispatched, with its
-  namespace and state: what a reader's rights and filters select. ``row(entry)``: that entry as the document has
-  it. ``document()``: the whole document (``header``, ``queued``, ``resetting``, ``dispatched``,
-  ``reservations``), formatted on the first call, by whichever reader asks, and kept; ``formatted_seconds`` is what
-  that cost (the snapshot spacing counts it, so readers of large documents are paced as builds are).
+  the queue's assessment (``mcad.model.assess.QueueAssessment``: the orders, what each is told, the counts by
+  namespace), the rows of the resetting and dispatched ones, the header, and a lookup of the decisions the
+  informer may not show yet. Nothing more is read of dispatcher state; a queued AppWrapper's view is read from the
+  informer's store (thread-safe) when its row is made, and one deleted meanwhile is left out of the rows.
+- ``namespaces()``: every namespace with an AppWrapper in the report. ``counts(visible, namespace)``: the
+  namespaces among ``visible`` (None: all) and the count of AppWrappers by state there (only ``namespace``'s, if
+  given), in O(namespaces + judged + dispatched), whatever the queue's length.
+- ``select(visible, namespace, state)``: the entries that match, in list order (queued in dispatch order, then
+  resetting, then dispatched), made as they are taken: the first page of 50 costs 50 rows (plus a scan of the
+  orders when a filter skips many). ``row(entry)``: that entry as the document has it; a queued one's
+  ``position`` is its place in the whole queue.
+- ``entries()``: every entry (O(queue), kept). ``document()``: the whole document (``header``, ``queued``,
+  ``resetting``, ``dispatched``, ``reservations``), formatted on the first call, by whichever reader asks, and kept;
+  ``formatted_seconds`` is what that cost (the snapshot spacing counts it, so readers of large documents are paced
+  as builds are).
 - ``QueueReport.of(document)``: the same interface over a document formatted already (an offline report, tests);
   ``as_report`` takes either.
-- Quantities are Kubernetes quantity strings; times RFC 3339 UTC (``mcad.serve.debug``'s helpers).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import chain
 from typing import Any
 
 from mcad.api.appwrapper import AppWrapperView
@@ -36,6 +41,7 @@ from mcad.model.assess import Assessment, QueueAssessment
 Document = dict[str, Any]
 # The lists of AppWrappers in the queue document, each entry with its namespace: what a reader's rights filter.
 QUEUE_LISTS = ("queued", "resetting", "dispatched")
+QUEUED = "Queued"  # what a queued AppWrapper's state is unless the walk judged it otherwise (Preempting, Draining)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,11 +49,15 @@ class Entry:
     namespace: str
     state: str
     listed_in: str  # one of QUEUE_LISTS
-    facts: Any  # what ``row`` formats: a queued one's (position, assessment, view, requeuings), else its entry
+    facts: Any  # what ``row`` formats: a queued one's (position, assessment, view, requeuings), else its row
 
 
 def quantities(vector: ResourceVector) -> dict[str, str]:
     return {name: format_amount(name, amount) for name, amount in sorted(vector.items())}
+
+
+def _namespace(key: str) -> str:
+    return key.partition("/")[0]
 
 
 class QueueReport:
@@ -62,10 +72,10 @@ class QueueReport:
         self._assessed = assessed
         self._get = get
         self._intent = intent
-        self._resetting = resetting
-        self._dispatched = dispatched
-        self.entries: list[Entry] = []
-        self._finished = assessed is None
+        self._others = [Entry(row["namespace"], row["state"], listed, row)
+                        for listed, rows in (("resetting", resetting), ("dispatched", dispatched)) for row in rows]
+        self._formatted: list[Entry] | None = None  # ``of``: every entry, formatted already
+        self._entries: list[Entry] | None = None
         self._document: Document | None = None
         self._lock = threading.Lock()
         self._monotonic = monotonic  # the controller's clock, to time the formatting
@@ -74,28 +84,58 @@ class QueueReport:
     def of(cls, document: Mapping[str, Any]) -> QueueReport:
         report = cls({key: value for key, value in document.items() if key not in (*QUEUE_LISTS, "reservations")},
                      datetime.min, None, lambda key: None, lambda aw: None, document.get("reservations", []), (), ())
-        report.entries = [Entry(aw["namespace"], aw["state"], listed, aw)
-                          for listed in QUEUE_LISTS for aw in document.get(listed, [])]
+        report._formatted = [Entry(aw["namespace"], aw["state"], listed, aw)
+                             for listed in QUEUE_LISTS for aw in document.get(listed, [])]
         report._document = dict(document)
         return report
 
-    def finish(self) -> None:
-        with self._lock:
-            if self._finished:
-                return
-            assert self._assessed is not None
-            entries = []
-            for position, assessment in enumerate(self._assessed, start=1):
-                aw = self._get(assessment.key)
-                if aw is None:
-                    continue
-                current = self._intent(aw) or aw.status
-                entries.append(Entry(aw.namespace, assessment.state, "queued",
-                                     (position, assessment, aw, current.requeuings)))
-            entries.extend(Entry(aw["namespace"], aw["state"], "resetting", aw) for aw in self._resetting)
-            entries.extend(Entry(aw["namespace"], aw["state"], "dispatched", aw) for aw in self._dispatched)
-            self.entries = entries
-            self._finished = True
+    # -------------------------------------------------------------------------------------- what readers select
+
+    def namespaces(self) -> set[str]:
+        if self._formatted is not None:
+            return {entry.namespace for entry in self._formatted}
+        queued = set(self._assessed.per_namespace) if self._assessed is not None else set()
+        return queued | {entry.namespace for entry in self._others}
+
+    def counts(self, visible: frozenset[str] | None, namespace: str = "") -> tuple[set[str], dict[str, int]]:
+        def shown(name: str) -> bool:
+            return visible is None or name in visible
+
+        namespaces: set[str] = set()
+        counts: dict[str, int] = {}
+
+        def count(name: str, state: str, n: int = 1) -> None:
+            if not namespace or name == namespace:
+                counts[state] = counts.get(state, 0) + n
+
+        if self._formatted is not None:
+            others = self._formatted
+        else:
+            others = self._others
+            if self._assessed is not None:
+                for name, n in self._assessed.per_namespace.items():
+                    if shown(name):
+                        namespaces.add(name)
+                        count(name, QUEUED, n)
+                for judged in self._assessed.judged():
+                    if judged.state != QUEUED and shown(_namespace(judged.key)):
+                        count(_namespace(judged.key), QUEUED, -1)
+                        count(_namespace(judged.key), judged.state)
+        for entry in others:
+            if shown(entry.namespace):
+                namespaces.add(entry.namespace)
+                count(entry.namespace, entry.state)
+        return namespaces, {state: n for state, n in counts.items() if n > 0}
+
+    def select(self, visible: frozenset[str] | None, namespace: str = "", state: str = "") -> Iterator[Entry]:
+        def wanted(name: str, its_state: str) -> bool:
+            return ((visible is None or name in visible) and (not namespace or name == namespace)
+                    and (not state or its_state == state))
+
+        if self._formatted is not None:
+            return (entry for entry in self._formatted if wanted(entry.namespace, entry.state))
+        return chain(self._queued(visible, namespace, state),
+                     (entry for entry in self._others if wanted(entry.namespace, entry.state)))
 
     def row(self, entry: Entry) -> Document:
         if entry.listed_in != "queued" or isinstance(entry.facts, Mapping):
@@ -103,17 +143,46 @@ class QueueReport:
         position, assessment, aw, requeuings = entry.facts
         return self._queued_row(position, assessment, aw, requeuings)
 
+    def entries(self) -> list[Entry]:
+        with self._lock:
+            if self._entries is None:
+                self._entries = list(self.select(None))
+            return self._entries
+
     def document(self) -> Document:
-        self.finish()
+        entries = self.entries()
         with self._lock:
             if self._document is None:
                 started = self._monotonic()
                 lists: dict[str, list[Document]] = {listed: [] for listed in QUEUE_LISTS}
-                for entry in self.entries:
+                for entry in entries:
                     lists[entry.listed_in].append(self.row(entry))
                 self._document = {**self.header, **lists, "reservations": self.reservations}
                 self.formatted_seconds = self._monotonic() - started
             return self._document
+
+    # -------------------------------------------------------------------------------------- the queued ones
+
+    def _queued(self, visible: frozenset[str] | None, namespace: str, state: str) -> Iterator[Entry]:
+        assessed = self._assessed
+        if assessed is None:
+            return
+        judged_states = {a.state for a in assessed.judged()}
+        if state and state != QUEUED and state not in judged_states:
+            return  # no queued one is in that state: no need to scan the queue
+        for index, order in enumerate(assessed.orders):
+            key = order[2]
+            name = _namespace(key)
+            if (visible is not None and name not in visible) or (namespace and name != namespace):
+                continue
+            assessment = assessed.told(order)
+            if assessment is None or (state and assessment.state != state):
+                continue
+            aw = self._get(key)
+            if aw is None:
+                continue  # deleted since the walk
+            current = self._intent(aw) or aw.status
+            yield Entry(name, assessment.state, "queued", (index + 1, assessment, aw, current.requeuings))
 
     def _queued_row(self, position: int, assessment: Assessment, aw: AppWrapperView, requeuings: int) -> Document:
         created = lifecycle.parse_time(aw.created)

@@ -220,16 +220,13 @@ class DebugEndpoints:
             return self._unknown(part[1], part[2])
         if part == "queue":
             report = as_report(snapshot.documents[part])
-            report.finish()
-            shown = {entry.namespace for entry in report.entries}
-            shown |= {held["appwrapper"].partition("/")[0] for held in report.reservations}
+            shown = report.namespaces() | {held["appwrapper"].partition("/")[0] for held in report.reservations}
             visible = access.visible(user, shown, snapshot.namespaces)
             if visible is not None:
                 # Reservations name their holders and nodes: shown only for the namespaces the caller may list.
                 lists: dict[str, list[dict[str, Any]]] = {listed: [] for listed in QUEUE_LISTS}
-                for entry in report.entries:
-                    if entry.namespace in visible:
-                        lists[entry.listed_in].append(report.row(entry))
+                for entry in report.select(visible):
+                    lists[entry.listed_in].append(report.row(entry))
                 return 200, {**report.header, **lists,
                              "reservations": [held for held in report.reservations
                                               if held["appwrapper"].partition("/")[0] in visible]}

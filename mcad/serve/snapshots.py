@@ -8,11 +8,13 @@ Contract:
 - Builds are made by one publisher thread, which asks the dispatcher loop (``Dispatcher.call``, run between two
   keys, never inside a cycle) for one snapshot holding the union of the parts wanted so far; readers that ask while
   it is built wait for the next one. Two builds start on the loop at least ``interval`` seconds apart, and at
-  least ten times the last build's cost (its time on the loop, then formatting and encoding), so however many
-  clients poll, they cost the loop at most one build per interval and the process a tenth of its time. The
-  spacing counts from when the loop began the last build, not from when it was asked for: a build the loop ran
-  late does not let the next one follow it closely. The loop only reads state; the queue document (the large
-  one) is formatted from what it read by the publisher, off the loop.
+  least ten times the last build's cost (its time on the loop, then formatting and encoding, and what its readers
+  spent formatting its deferred documents), so however many clients poll, they cost the loop at most one build
+  per interval and the process a tenth of its time. The spacing counts from when the loop began the last build,
+  not from when it was asked for: a build the loop ran late does not let the next one follow it closely. The loop
+  only reads state. The queue document (the large one) is deferred (``Deferred``, ``mcad.serve.queuereport``):
+  each reader formats only what it asks for (a dashboard page its rows), and the whole document is formatted and
+  encoded once, by the first reader of /debug/queue, off the loop.
 - ``read(parts, timeout, fresh_within=s)`` (the dashboard's pollers) takes the latest snapshot holding ``parts`` at
   once if it was built at most ``s`` seconds plus the current spacing between builds before the call (no newer one
   could be had sooner), and asks for the next one meanwhile: a page that polls never waits on the loop, and sees
@@ -66,13 +68,10 @@ class Busy(Exception):
 
 
 class Deferred(Protocol):
-    """A document read on the loop and finished elsewhere (``mcad.serve.queuereport.QueueReport``): the publisher
-    calls ``finish()`` off the loop; ``document()`` formats the whole of it on a reader's first call, and
-    ``formatted_seconds`` tells what that cost."""
+    """A document read on the loop and formatted elsewhere (``mcad.serve.queuereport.QueueReport``): ``document()``
+    formats the whole of it on a reader's first call, and ``formatted_seconds`` tells what that cost."""
 
     formatted_seconds: float
-
-    def finish(self) -> None: ...
 
     def document(self) -> Any: ...
 
@@ -117,7 +116,7 @@ class Snapshot:
 
 
 def _deferred(document: Any) -> bool:
-    return hasattr(document, "finish") and hasattr(document, "document")
+    return hasattr(document, "formatted_seconds") and hasattr(document, "document")
 
 
 def encode(document: Any) -> bytes:
@@ -217,8 +216,7 @@ class Snapshots:
             finishing = self._clock.monotonic()
             for part, document in snapshot.documents.items():
                 if _deferred(document):
-                    document.finish()  # formatted and encoded only if a reader asks for the whole of it
-                    continue
+                    continue  # formatted and encoded only if a reader asks for the whole of it
                 if callable(document):
                     snapshot.documents[part] = document()
                 if snapshot.documents[part] is not None:
@@ -255,7 +253,7 @@ class Snapshots:
                     _, namespace, name = part
                     documents[part] = self._reports.explain(namespace, name)
                 elif part == "queue":
-                    documents[part] = self._reports.queue_deferred()  # finished off the loop, formatted as read
+                    documents[part] = self._reports.queue_deferred()  # formatted as far as each reader asks
                 elif part == "ledger":
                     documents[part] = self._reports.ledger()
                 elif part == "quota":

@@ -8,21 +8,33 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+import structlog
 
 from mcad.heap import StartupHeap
+from test.fakes import FakeClock
 from test.support import wait_until
+
+made: list[StartupHeap] = []
 
 
 @pytest.fixture(autouse=True)
 def collector_restored() -> Iterator[None]:
     yield
+    for heap in made:
+        heap.forget()
+    made.clear()
     gc.enable()
     gc.unfreeze()  # the test process's objects go back to the oldest generation, as before
 
 
+def startup_heap(*args: object, **kwargs: object) -> StartupHeap:
+    made.append(StartupHeap(*args, **kwargs))  # type: ignore[arg-type]
+    return made[-1]
+
+
 def test_the_collector_is_off_until_the_informers_synced_then_the_start_up_is_frozen() -> None:
     synced = threading.Event()
-    heap = StartupHeap(synced.is_set, threading.Event())
+    heap = startup_heap(synced.is_set, threading.Event())
     heap.pause()
     made = [[i] for i in range(1000)]  # what a list makes, tracked by the collector
     assert not gc.isenabled()
@@ -32,17 +44,33 @@ def test_the_collector_is_off_until_the_informers_synced_then_the_start_up_is_fr
 
 
 def test_a_list_that_never_ends_runs_without_the_collector_only_up_to_the_bound() -> None:
-    heap = StartupHeap(lambda: False, threading.Event(), bound_seconds=0.0)
+    heap = startup_heap(lambda: False, threading.Event(), bound_seconds=0.0)
     heap.pause()
     wait_until(gc.isenabled, 10, "the collector to be on again after the bound")
 
 
 def test_a_stop_turns_the_collector_back_on() -> None:
     stop = threading.Event()
-    heap = StartupHeap(lambda: False, stop)
+    heap = startup_heap(lambda: False, stop)
     heap.pause()
     assert not gc.isenabled()
     stop.set()
     wait_until(gc.isenabled, 10, "the collector to be on again once stopped")
     heap.settle()  # a second settle does nothing
     assert gc.isenabled()
+
+
+def test_a_slow_collection_is_logged() -> None:
+    clock = FakeClock()
+    heap = startup_heap(lambda: True, threading.Event(), clock=clock)
+    heap.settle()
+    with structlog.testing.capture_logs() as logs:
+        heap._timed("start", {"generation": 2})
+        clock.advance(1.5)
+        heap._timed("stop", {"generation": 2, "collected": 7})
+        heap._timed("start", {"generation": 0})
+        clock.advance(0.01)
+        heap._timed("stop", {"generation": 0, "collected": 0})
+    slow = [line for line in logs if line["event"] == "slow garbage collection"]
+    assert slow == [{"event": "slow garbage collection", "log_level": "warning", "seconds": 1.5, "generation": 2,
+                     "collected": 7}]

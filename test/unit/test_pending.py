@@ -89,6 +89,19 @@ def test_upsert_moves_an_entry_and_remove_is_idempotent() -> None:
     q.remove("a")
     q.remove("a")
     assert list(q.ordered()) == ["b"] and q.group_count() == 1
+    assert q.frozen().per_namespace == {"b": 1}  # a key without "/" is its own namespace
+
+
+def test_the_counts_by_namespace_follow_adds_moves_and_removes() -> None:
+    q = PendingQueue()
+    for key in ("t1/a", "t1/b", "t2/c"):
+        q.upsert(key, order(key), CPU1)
+    q.upsert("t1/a", order("t1/a", priority=3), GPU)  # a move counts once
+    assert q.frozen().per_namespace == {"t1": 2, "t2": 1}
+    q.remove("t2/c")
+    q.remove("t1/b")
+    frozen = q.frozen()
+    assert frozen.per_namespace == {"t1": 1} and [o[2] for o in frozen.orders] == ["t1/a"]
 
 
 def test_an_order_that_does_not_end_with_its_key_is_refused() -> None:

@@ -1,0 +1,64 @@
+"""The queue report read from a stepped dispatcher (mcad.serve.queuereport): counts and pages agree with the whole
+document, and a page reads and formats only its own rows, whatever the queue's length."""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import Any
+
+from mcad.serve.debug import Reports
+from mcad.serve.queuereport import QUEUE_LISTS
+from test.component.harness import gang_aw, node
+
+
+def in_namespace(raw: dict[str, Any], namespace: str) -> dict[str, Any]:
+    raw["metadata"]["namespace"] = namespace
+    return raw
+
+
+def queue_of(harness_factory: Any) -> Any:
+    # 4 cpu: "run" dispatches; 300 that never fit queue in two namespaces; "mid" (2 cpu) waits behind nobody.
+    aws = [in_namespace(gang_aw("run", 1, {"cpu": "3"}), "team-a")]
+    aws += [in_namespace(gang_aw(f"big-{i:03d}", 1, {"cpu": "20"}), "team-a" if i % 3 else "team-b")
+            for i in range(300)]
+    aws.append(in_namespace(gang_aw("mid", 1, {"cpu": "2"}), "team-b"))
+    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=aws, fit="nodes", reservations=0)
+    h.drain()
+    return h
+
+
+def test_counts_and_pages_agree_with_the_whole_document(harness_factory: Any) -> None:
+    h = queue_of(harness_factory)
+    report = Reports(h.dispatcher, lambda: {}).queue_deferred()
+    document = report.document()
+    everyone = [row for listed in QUEUE_LISTS for row in document[listed]]
+    for visible in (None, frozenset({"team-b"}), frozenset({"team-a", "nobody"})):
+        for namespace in ("", "team-a"):
+            rows = [row for row in everyone if (visible is None or row["namespace"] in visible)
+                    and (not namespace or row["namespace"] == namespace)]
+            namespaces, counts = report.counts(visible, namespace)
+            assert namespaces == {row["namespace"] for row in everyone
+                                  if visible is None or row["namespace"] in visible}
+            expected: dict[str, int] = {}
+            for row in rows:
+                expected[row["state"]] = expected.get(row["state"], 0) + 1
+            assert counts == expected
+            assert [report.row(entry) for entry in report.select(visible, namespace)] == rows
+            running = [report.row(entry) for entry in report.select(visible, namespace, "Running")]
+            assert running == [row for row in rows if row["state"] == "Running"]
+    assert [row["position"] for row in document["queued"]] == list(range(1, 302))
+    assert document["dispatched"][0]["name"] == "run"
+
+
+def test_a_page_reads_only_its_own_rows(harness_factory: Any) -> None:
+    h = queue_of(harness_factory)
+    report = Reports(h.dispatcher, lambda: {}).queue_deferred()
+    read: list[str] = []
+    store_get = report._get
+    report._get = lambda key: (read.append(key), store_get(key))[1]
+    namespaces, counts = report.counts(None)
+    assert counts == {"Queued": 301, "Running": 1} and namespaces == {"team-a", "team-b"}
+    assert read == [], "counting reads no AppWrapper"
+    page = [report.row(entry) for entry in islice(report.select(frozenset({"team-b"})), 10, 15)]
+    assert [row["namespace"] for row in page] == ["team-b"] * 5
+    assert len(read) == 15, "the rows up to the end of the page, not the queue"
