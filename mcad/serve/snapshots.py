@@ -141,8 +141,7 @@ class Snapshots:
         self._latest: Snapshot | None = None
         self._thread: threading.Thread | None = None
         self.builds = 0  # for tests and metrics of the benchmark
-        # How long after the last build's start the next may start (the publisher's, read by pollers).
-        self.spacing = interval
+        self._cost = 0.0  # the last build's, on the loop and then by the publisher
 
     def read(self, parts: Iterable[Part], timeout: float, *, fresh_within: float | None = None) -> Snapshot:
         parts = set(parts)
@@ -191,7 +190,6 @@ class Snapshots:
 
     def _publish(self) -> None:
         last_start = float("-inf")
-        cost = 0.0  # the last build's, on the loop and then here
         while True:
             with self._cond:
                 while not self._wanted:
@@ -200,7 +198,7 @@ class Snapshots:
                 # that took long (a queue of many thousands) spaces the next ones out, so that readers never take
                 # more than a tenth of the loop's time. A wait on the condition, not a sleep: wake() ends it when a
                 # test steps the clock (readers' notifications only make it look at the clock again).
-                while (pause := last_start + self._spacing(cost) - self._clock.monotonic()) > 0:
+                while (pause := last_start + self.spacing - self._clock.monotonic()) > 0:
                     self._cond.wait(pause)
                 wanted, self._wanted = set(self._wanted), set()
             asked = last_start = self._clock.monotonic()
@@ -223,25 +221,26 @@ class Snapshots:
                     snapshot.encoded(part)
             finished_in = self._clock.monotonic() - finishing
             with self._cond:
+                self._cost = snapshot.build_seconds + finished_in  # with its snapshot: readers see both at once
                 self._latest = snapshot
                 self.builds += 1
                 self._cond.notify_all()
-            cost = snapshot.build_seconds + finished_in
-            spacing = self._spacing(cost)
+            spacing = self.spacing
             # The next build is spaced from when the loop began this one (at or after it was asked for).
             last_start = max(asked, snapshot.built_at)
             log.debug("debug snapshot built", parts=len(wanted), waited=round(snapshot.built_at - asked, 4),
                       seconds=round(snapshot.build_seconds, 4), formatted=round(finished_in, 4),
                       next_in=round(spacing, 3))
 
-    def _spacing(self, cost: float) -> float:
-        """Between two builds' starts: the interval, or ten times what the last build cost, the work its readers
-        did formatting its deferred documents included (a 38 MB /debug/queue read as often as builds allowed would
-        otherwise take the process's time)."""
+    @property
+    def spacing(self) -> float:
+        """How long after the last build's start the next may start: the interval, or ten times what the last build
+        cost, the work its readers did formatting its deferred documents included (a 38 MB /debug/queue read as
+        often as builds allowed would otherwise take the process's time). Read afresh by the publisher and by
+        readers alike: the readers' share grows after the build is published."""
         latest = self._latest
         later = latest.later_seconds() if latest is not None else 0.0
-        self.spacing = max(self.interval, LOOP_SHARE_FACTOR * (cost + later))
-        return self.spacing
+        return max(self.interval, LOOP_SHARE_FACTOR * (self._cost + later))
 
     def _build(self, wanted: set[Part]) -> Snapshot:
         """On the dispatcher thread: every wanted document, the queue assessed once for all of them."""

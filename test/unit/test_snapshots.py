@@ -245,6 +245,26 @@ def test_a_deferred_document_is_formatted_once_when_read_and_paced_by_that_cost(
     assert second.result().built_at - first.built_at >= 10 * 0.5 - 1e-9
 
 
+def test_a_reader_that_cannot_wait_out_the_spacing_its_readers_made_longer_takes_the_latest_at_once() -> None:
+    # The spacing grows after a build is published, when its first reader formats the whole deferred document: a
+    # one-shot reader must judge the latest snapshot by that spacing, not by the one known when it was built.
+    clock = FakeClock()
+
+    class Deferring(FakeReports):
+        def queue_deferred(self) -> Any:
+            return Report(clock, self.state)
+
+    loop = Loop()
+    snaps = Snapshots(loop.call, Deferring(), lambda: set(), interval=0.01, clock=clock)  # type: ignore[arg-type]
+    first = snaps.read({"queue"}, 1e6)
+    first.encoded("queue")  # the first reader of /debug/queue formats it: 0.5 s of the clock
+    assert snaps.spacing == pytest.approx(5.0)
+    clock.advance(2.0)
+    later: Future[Snapshot] = Future()
+    threading.Thread(target=lambda: later.set_result(snaps.read({"queue"}, 1.0)), daemon=True).start()
+    assert later.result(DEADLINE) is first, "built 2 s ago, within the 5 s spacing: nothing fresher could be had"
+
+
 def test_a_poller_takes_the_latest_snapshot_at_once_while_it_is_as_fresh_as_the_spacing_allows() -> None:
     clock = FakeClock()
     loop = Loop()
