@@ -381,7 +381,8 @@ def debug_endpoints(dispatcher: Dispatcher, reports: Reports, *, leading: Callab
                     interval: float | None = None) -> DebugEndpoints:
     """/debug over ``dispatcher``: snapshots built on its thread by ``reports`` (``mcad.serve.debug.Reports``)."""
     def namespaces() -> set[str]:
-        return {aw.namespace for aw in dispatcher.appwrappers.list()}
+        # From the store's keys (namespace/name; thread-safe): no view is read or resolved.
+        return {key.partition("/")[0] for key in dispatcher.appwrappers.keys()}  # noqa: SIM118 (a store, not a dict)
 
     snapshots = Snapshots(dispatcher.call, reports, namespaces,
                           interval=DEFAULT_INTERVAL_SECONDS if interval is None else interval)

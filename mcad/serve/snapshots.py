@@ -27,7 +27,8 @@ Contract:
   whose explain would push the wanted set over ``max_explains`` names (a client asking for thousands of names
   makes no build larger than that).
 - Every snapshot also carries ``namespaces``: the namespaces that hold any AppWrapper the controller knows
-  (what the access checks of /debug/queue consider).
+  (what the access checks of /debug/queue consider), read from the informer's store by the publisher right after
+  the build, off the loop.
 - Time (spacing, freshness, a reader's timeout, a build's cost) is read from ``clock`` (``mcad.clock``;
   ``RealClock`` unless one is handed in), and every wait ends by that clock: the publisher's pause and a reader's
   wait sleep on a condition, and ``wake()`` has them look at the clock again. A test that steps its own clock
@@ -36,6 +37,7 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import threading
@@ -128,8 +130,9 @@ class Snapshots:
     def __init__(self, call: Callable[[Callable[[], Snapshot], float], Snapshot], reports: Reports,
                  all_namespaces: Callable[[], Iterable[str]], *, interval: float = DEFAULT_INTERVAL_SECONDS,
                  max_explains: int = MAX_EXPLAINS, clock: Clock | None = None) -> None:
-        """``call`` runs a function on the dispatcher thread (``Dispatcher.call``); ``reports`` and
-        ``all_namespaces`` read dispatcher state, so they run only inside it."""
+        """``call`` runs a function on the dispatcher thread (``Dispatcher.call``); ``reports`` read dispatcher
+        state, so they run only inside it. ``all_namespaces`` reads the informer's store (thread-safe): it runs on
+        the publisher's thread, off the loop (a set over 100,000 keys)."""
         self._call = call
         self._clock: Clock = clock if clock is not None else RealClock()
         self._reports = reports
@@ -212,6 +215,7 @@ class Snapshots:
             # Formatting and encoding here, once for every reader: still this process's time (and its interpreter
             # lock, which the loop needs), so it counts in the spacing below.
             finishing = self._clock.monotonic()
+            snapshot = dataclasses.replace(snapshot, namespaces=frozenset(self._all_namespaces()))
             for part, document in snapshot.documents.items():
                 if _deferred(document):
                     continue  # formatted and encoded only if a reader asks for the whole of it
@@ -259,6 +263,5 @@ class Snapshots:
                     documents[part] = self._reports.quota()
                 elif part == "clusters":
                     documents[part] = self._reports.clusters()
-        namespaces = frozenset(self._all_namespaces())
-        return Snapshot(started, documents, namespaces, self._clock.monotonic() - started,
+        return Snapshot(started, documents, frozenset(), self._clock.monotonic() - started,
                         monotonic=self._clock.monotonic)
