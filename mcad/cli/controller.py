@@ -49,9 +49,9 @@ from mcad.api.faulttolerance import DEFAULTS as FAULT_DEFAULTS
 from mcad.api.faulttolerance import FaultDefaults
 from mcad.api.validation import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_ITEMS_CEILING, Limits
 from mcad.cli import faultflags
+from mcad.cli.heap import StartupHeap
 from mcad.clock import Clock, RealClock
 from mcad.errors import ApiError, KubeConnectError
-from mcad.heap import StartupHeap
 from mcad.hub.clusters import ConfigError, WorkerConnector, load_config
 from mcad.hub.connections import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.hub.placement import Policy
@@ -507,7 +507,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    # The first lists make the objects the process keeps: not scanned while made, frozen once made (mcad.heap).
+    # The first lists make the objects the process keeps: not scanned while made, frozen once made (mcad.cli.heap).
     StartupHeap(lambda: all(informer.has_synced() for informer in informers), stop).pause()
     for informer in informers:
         informer.start()

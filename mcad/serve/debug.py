@@ -120,7 +120,7 @@ class Reports:
             }))
         return QueueReport(self._header(), now, assessed, d.appwrappers.get, d.decisions.sync.frozen_intents(),
                            reservations, [row for _, row in sorted(resetting, key=lambda r: r[0])],
-                           [row for _, row in sorted(dispatched, key=lambda r: r[0])], monotonic=d.clock.monotonic)
+                           [row for _, row in sorted(dispatched, key=lambda r: r[0])])
 
     def _resetting_row(self, aw: AppWrapperView, current: StatusView, now: datetime) -> Document:
         policy = self.dispatcher.owners.health.policy(aw)

@@ -15,9 +15,8 @@ Contract:
   orders when a filter skips many). ``row(entry)``: that entry as the document has it; a queued one's
   ``position`` is its place in the whole queue.
 - ``entries()``: every entry (O(queue), kept). ``document()``: the whole document (``header``, ``queued``,
-  ``resetting``, ``dispatched``, ``reservations``), formatted on the first call, by whichever reader asks, and kept;
-  ``formatted_seconds`` is what that cost (the snapshot spacing counts it, so readers of large documents are paced
-  as builds are).
+  ``resetting``, ``dispatched``, ``reservations``), formatted on the first call and kept (``mcad.serve.snapshots``
+  decides who calls it, and counts what it cost).
 - ``QueueReport.of(document)``: the same interface over a document formatted already (an offline report, tests);
   ``as_report`` takes either.
 """
@@ -25,7 +24,6 @@ Contract:
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -64,10 +62,9 @@ class QueueReport:
     def __init__(self, header: Mapping[str, Any], now: datetime, assessed: QueueAssessment | None,
                  get: Callable[[str], AppWrapperView | None], intent: Callable[[AppWrapperView], StatusView | None],
                  reservations: Sequence[Mapping[str, Any]], resetting: Sequence[Document],
-                 dispatched: Sequence[Document], *, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 dispatched: Sequence[Document]) -> None:
         self.header = dict(header)
         self.reservations = [dict(r) for r in reservations]
-        self.formatted_seconds = 0.0
         self._now = now
         self._assessed = assessed
         self._get = get
@@ -78,7 +75,6 @@ class QueueReport:
         self._entries: list[Entry] | None = None
         self._document: Document | None = None
         self._lock = threading.Lock()
-        self._monotonic = monotonic  # the controller's clock, to time the formatting
 
     @classmethod
     def of(cls, document: Mapping[str, Any]) -> QueueReport:
@@ -153,12 +149,10 @@ class QueueReport:
         entries = self.entries()
         with self._lock:
             if self._document is None:
-                started = self._monotonic()
                 lists: dict[str, list[Document]] = {listed: [] for listed in QUEUE_LISTS}
                 for entry in entries:
                     lists[entry.listed_in].append(self.row(entry))
                 self._document = {**self.header, **lists, "reservations": self.reservations}
-                self.formatted_seconds = self._monotonic() - started
             return self._document
 
     # -------------------------------------------------------------------------------------- the queued ones

@@ -13,8 +13,10 @@ Contract:
   per interval and the process a tenth of its time. The spacing counts from when the loop began the last build,
   not from when it was asked for: a build the loop ran late does not let the next one follow it closely. The loop
   only reads state. The queue document (the large one) is deferred (``Deferred``, ``mcad.serve.queuereport``):
-  each reader formats only what it asks for (a dashboard page its rows), and the whole document is formatted and
-  encoded once, by the first reader of /debug/queue, off the loop.
+  each reader formats only what it asks for (a dashboard page its rows); the whole document is formatted and
+  encoded once, off the loop: by the first reader of /debug/queue that asks for it, and, while the last snapshot's
+  whole document was read, by the publisher before the next one is published (so the spacing readers see does not
+  jump once one of them formats it).
 - ``read(parts, timeout, fresh_within=s)`` (the dashboard's pollers) takes the latest snapshot holding ``parts`` at
   once if it was built at most ``s`` seconds plus the current spacing between builds before the call (no newer one
   could be had sooner), and asks for the next one meanwhile: a page that polls never waits on the loop, and sees
@@ -44,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
@@ -69,11 +71,10 @@ class Busy(Exception):
     """No snapshot could be had in time; the reader should retry."""
 
 
+@runtime_checkable
 class Deferred(Protocol):
     """A document read on the loop and formatted elsewhere (``mcad.serve.queuereport.QueueReport``): ``document()``
-    formats the whole of it on a reader's first call, and ``formatted_seconds`` tells what that cost."""
-
-    formatted_seconds: float
+    formats the whole of it on its first call and keeps it."""
 
     def document(self) -> Any: ...
 
@@ -86,7 +87,8 @@ class Snapshot:
     build_seconds: float = 0.0  # how long the dispatcher thread spent building it
     _encoded: dict[Part, bytes] = field(default_factory=dict, compare=False, repr=False)
     _encoding: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
-    _encoding_seconds: list[float] = field(default_factory=lambda: [0.0], compare=False, repr=False)
+    _later: list[float] = field(default_factory=lambda: [0.0], compare=False, repr=False)  # readers' formatting
+    _asked_whole: set[Part] = field(default_factory=set, compare=False, repr=False)  # deferred parts readers encoded
     monotonic: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)  # the Snapshots' clock
 
     def __contains__(self, part: Part) -> bool:
@@ -95,30 +97,35 @@ class Snapshot:
     def document(self, part: Part) -> Any:
         """The JSON-ready document (a deferred one formatted now, once)."""
         document = self.documents[part]
-        return document.document() if _deferred(document) else document
+        return document.document() if isinstance(document, Deferred) else document
 
     def encoded(self, part: Part) -> bytes:
         """The document as JSON, encoded once for every reader of this snapshot: 16 pollers of a queue of
         thousands would otherwise each encode the same half megabyte, holding the interpreter lock the dispatcher
-        thread needs. A deferred one is formatted and encoded on the first reader's request."""
-        with self._encoding:
-            data = self._encoded.get(part)
-            if data is None:
-                document = self.document(part)  # a deferred one counts its own formatting
-                started = self.monotonic()
-                data = self._encoded[part] = encode(document)
-                if _deferred(self.documents[part]):
-                    self._encoding_seconds[0] += self.monotonic() - started
-            return data
+        thread needs. A deferred one not formatted yet is formatted and encoded now, and that time counts in
+        ``later_seconds``."""
+        deferred = isinstance(self.documents[part], Deferred)
+        if deferred:
+            self._asked_whole.add(part)
+        return self._encode(part, by_reader=deferred)
 
     def later_seconds(self) -> float:
         """What readers spent formatting and encoding its deferred documents, so far."""
-        deferred: list[Deferred] = [document for document in self.documents.values() if _deferred(document)]
-        return self._encoding_seconds[0] + sum(document.formatted_seconds for document in deferred)
+        return self._later[0]
 
+    def wanted_whole(self, part: Part) -> bool:
+        """Whether a reader asked for the whole of this deferred part (a reader of /debug/queue)."""
+        return part in self._asked_whole
 
-def _deferred(document: Any) -> bool:
-    return hasattr(document, "formatted_seconds") and hasattr(document, "document")
+    def _encode(self, part: Part, *, by_reader: bool = False) -> bytes:
+        with self._encoding:
+            data = self._encoded.get(part)
+            if data is None:
+                started = self.monotonic()
+                data = self._encoded[part] = encode(self.document(part))
+                if by_reader:
+                    self._later[0] += self.monotonic() - started
+            return data
 
 
 def encode(document: Any) -> bytes:
@@ -216,13 +223,18 @@ class Snapshots:
             # lock, which the loop needs), so it counts in the spacing below.
             finishing = self._clock.monotonic()
             snapshot = dataclasses.replace(snapshot, namespaces=frozenset(self._all_namespaces()))
+            last = self._latest
             for part, document in snapshot.documents.items():
-                if _deferred(document):
-                    continue  # formatted and encoded only if a reader asks for the whole of it
+                if isinstance(document, Deferred):
+                    # Formatted and encoded here only while readers read the whole of it (a /debug/queue reader
+                    # polls): else each reader formats only what it asks for (a dashboard page).
+                    if last is not None and last.wanted_whole(part):
+                        snapshot._encode(part)
+                    continue
                 if callable(document):
                     snapshot.documents[part] = document()
                 if snapshot.documents[part] is not None:
-                    snapshot.encoded(part)
+                    snapshot._encode(part)
             finished_in = self._clock.monotonic() - finishing
             with self._cond:
                 self._cost = snapshot.build_seconds + finished_in  # with its snapshot: readers see both at once

@@ -1,4 +1,4 @@
-"""The start-up heap policy (mcad.heap): the cyclic collector is off while the informers list, and once they have
+"""The start-up heap policy (mcad.cli.heap): the cyclic collector is off while the informers list, and once they have
 synced (or the bound passed, or the controller stops) what they made is frozen and the collector is on again."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from mcad.heap import StartupHeap
+from mcad.cli.heap import StartupHeap
 from test.fakes import FakeClock
 from test.support import wait_until
 

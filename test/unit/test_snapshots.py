@@ -213,12 +213,10 @@ class Report:
         self.clock = clock
         self.state = state
         self.formatted = 0
-        self.formatted_seconds = 0.0
 
     def document(self) -> dict[str, Any]:
         self.formatted += 1
         self.clock.advance(0.5)
-        self.formatted_seconds = 0.5
         return {"state": self.state}
 
 
@@ -243,6 +241,20 @@ def test_a_deferred_document_is_formatted_once_when_read_and_paced_by_that_cost(
     stepped(clock, snaps, second.done, step=0.1)
     # The next build waits ten times what the last one cost, readers' formatting included.
     assert second.result().built_at - first.built_at >= 10 * 0.5 - 1e-9
+    # A reader read the whole of the last one: the publisher formats this one before publishing it, and its cost
+    # counts once, as the publisher's.
+    assert made[1].formatted == 1 and second.result().later_seconds() == 0.0
+    assert snaps.spacing == pytest.approx(5.0)
+    assert second.result().encoded("queue") == b'{"state":0}\n' and made[1].formatted == 1
+    # Nobody reads the whole of the next ones: the publisher stops formatting them once one went unread.
+    third: Future[Snapshot] = Future()
+    threading.Thread(target=lambda: third.set_result(snaps.read({"queue"}, 1e6)), daemon=True).start()
+    stepped(clock, snaps, third.done, step=0.1)
+    assert made[2].formatted == 1, "the last one was read whole (above): this one is made ready too"
+    fourth: Future[Snapshot] = Future()
+    threading.Thread(target=lambda: fourth.set_result(snaps.read({"queue"}, 1e6)), daemon=True).start()
+    stepped(clock, snaps, fourth.done, step=0.1)
+    assert made[3].formatted == 0, "the third went unread: the fourth is formatted only if a reader asks"
 
 
 def test_a_reader_that_cannot_wait_out_the_spacing_its_readers_made_longer_takes_the_latest_at_once() -> None:

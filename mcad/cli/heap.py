@@ -31,7 +31,7 @@ import structlog
 
 from mcad.clock import Clock, RealClock
 
-log = structlog.get_logger("mcad.heap")
+log = structlog.get_logger("mcad.cli.heap")
 
 DEFAULT_BOUND_SECONDS = 600.0
 # How often the waiting thread looks at ``synced()`` (informers set no event it could wait on together).
