@@ -12,7 +12,12 @@ Contract:
 - The bound keeps a list that never ends (an API server that drops every watch) from running without the
   collector for ever.
 - Once settled, a collection that takes ``SLOW_COLLECTION_SECONDS`` or longer is logged (info; warning from a
-  second): the process stood still that long, whichever thread was working.
+  second): the process stood still that long, whichever thread was working. A full collection (generation 2)
+  that slow means the process made many long-lived objects since the last freeze (a cold start rewrites every
+  AppWrapper's status, and the informer replaces every view): what survived it is frozen too, so the next full
+  collection does not scan them again. The price: a reference cycle alive at that moment and dropped later is
+  never collected (views, the bulk of what is frozen, hold none); it happens once per that much growth, not per
+  collection.
 - Only ``mcad.cli.controller`` uses it, once per process; nothing else touches ``gc``.
 
 Why: a list of 100,000 AppWrappers makes a few million objects that live as long as the process. With the collector
@@ -75,9 +80,12 @@ class StartupHeap:
             return
         took = now - self._collecting_since
         if took >= SLOW_COLLECTION_SECONDS:
+            full = info.get("generation") == 2
+            if full:
+                gc.freeze()  # the collection is over: its survivors are not scanned again (see the docstring)
             report = log.warning if took >= 1.0 else log.info
             report("slow garbage collection", seconds=round(took, 3), generation=info.get("generation"),
-                   collected=info.get("collected"))
+                   collected=info.get("collected"), frozen=gc.get_freeze_count() if full else None)
 
     def forget(self) -> None:
         """No more timing of collections (tests; a process never needs it)."""

@@ -2293,7 +2293,8 @@ def scale(opts: Options, result: Result) -> None:
         writes_before = settled_api_writes(api)
         after_restart.set()
         say("scale: SIGTERM sent; starting a new controller and creating one new AppWrapper")
-        second = env.controller("controller-2", args=(*UNPACED, *opts.controller_args))
+        # At info: its log says when each informer listed and when the dispatcher started (a few lines).
+        second = env.controller("controller-2", args=(*UNPACED, *opts.controller_args), log_level="info")
         name = "restart-probe"
         create_probe(name)
         probe.wait(has(probe.running, name), 300, "the restarted controller to dispatch a new AppWrapper",
@@ -2311,6 +2312,7 @@ def scale(opts: Options, result: Result) -> None:
             "kept_probes_redispatched": len(redispatched),
             "kept_probe_events_after_restart": dict(kept_events),
             "backlog_dispatched": dispatched_backlog,
+            "phases_s": restart_phases(second),
             "rss_mib": settled_rss(second), **controller_figures(second)}
         result["wall_s"] = round(time.monotonic() - started, 2)
         if dispatched_backlog or redispatched:
@@ -2323,6 +2325,24 @@ def scale(opts: Options, result: Result) -> None:
         add_target(result, "p99 new AppWrapper create -> Running, dashboard open",
                    summary(watched_lat).get("p99_ms"), "<", SCALE_PROBE_P99_TARGET_MS, "ms")
         add_target(result, "restart: start -> first dispatch", first_dispatch, "<", SCALE_RESTART_TARGET_S, "s")
+
+
+def restart_phases(ctl: Controller) -> dict[str, float]:
+    """Seconds from the process's start to each step of its start-up, read from its info log: each informer listed,
+    the start-up's objects frozen, the dispatcher started."""
+    phases: dict[str, float] = {}
+    for raw in ctl.log.read_text(errors="replace").splitlines():
+        try:
+            line = json.loads(raw)
+            stamp = datetime.fromisoformat(str(line["timestamp"]).replace("Z", "+00:00")).timestamp()
+        except (ValueError, KeyError, TypeError):
+            continue
+        event = line.get("event")
+        name = {"informer listed": f"listed {line.get('informer')}", "dispatcher started": "dispatcher started",
+                "objects of the start-up frozen; garbage collector on": "heap frozen"}.get(str(event))
+        if name is not None and name not in phases:
+            phases[name] = round(stamp - ctl.started_wall, 3)
+    return phases
 
 
 def _scale_reads(env: Env, ctl: Controller, port: int, n: int, n_polls: int, result: Result) -> str:

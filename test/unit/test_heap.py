@@ -72,5 +72,25 @@ def test_a_slow_collection_is_logged() -> None:
         clock.advance(0.01)
         heap._timed("stop", {"generation": 0, "collected": 0})
     slow = [line for line in logs if line["event"] == "slow garbage collection"]
-    assert slow == [{"event": "slow garbage collection", "log_level": "warning", "seconds": 1.5, "generation": 2,
-                     "collected": 7}]
+    assert [{k: v for k, v in line.items() if k != "frozen"} for line in slow] == [
+        {"event": "slow garbage collection", "log_level": "warning", "seconds": 1.5, "generation": 2, "collected": 7}]
+    assert slow[0]["frozen"] > 0, "its survivors were frozen"
+
+
+def test_what_survives_a_slow_full_collection_is_frozen_and_a_fast_or_young_one_freezes_nothing() -> None:
+    clock = FakeClock()
+    heap = startup_heap(lambda: True, threading.Event(), clock=clock)
+    heap.settle()
+
+    def collection(generation: int, seconds: float) -> None:
+        heap._timed("start", {"generation": generation})
+        clock.advance(seconds)
+        heap._timed("stop", {"generation": generation, "collected": 0})
+
+    before = gc.get_freeze_count()
+    survivors = [[i] for i in range(5000)]  # long-lived objects made after the start-up
+    collection(2, 0.01)
+    collection(0, 0.5)
+    assert gc.get_freeze_count() < before + len(survivors), "neither a fast full nor a slow young one freezes"
+    collection(2, 0.3)
+    assert gc.get_freeze_count() >= before + len(survivors)
