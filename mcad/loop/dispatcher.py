@@ -56,6 +56,8 @@ from mcad.model.keys import DISPATCH, PUBLISH, QUOTA, QUOTA_STATUS, AppWrapperEv
 
 R = TypeVar("R")
 T = TypeVar("T")
+# A key that held the loop this long is logged (info): every key behind it, a new AppWrapper's included, waited.
+SLOW_KEY_SECONDS = 0.1
 log = structlog.get_logger("mcad.loop.dispatcher")
 
 
@@ -149,6 +151,7 @@ class Dispatcher:
         key, _ = self.queue.get(timeout)
         if key is None:
             return None
+        started = self.clock.monotonic()
         try:
             self.process(key)
             if not isinstance(key, (keys.Publish, keys.Call)):
@@ -165,6 +168,8 @@ class Dispatcher:
             self.queue.add_rate_limited(key)
         finally:
             self.queue.done(key)
+            if (took := self.clock.monotonic() - started) >= SLOW_KEY_SECONDS:  # every key behind it waited
+                log.info("slow work-queue key", key=type(key).__name__, ms=round(took * 1000, 1))
         return key
 
     def process(self, key: Key) -> None:

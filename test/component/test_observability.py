@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcad.metrics import PUBLISH_INTERVAL_SECONDS, Metrics
-from mcad.model.keys import DISPATCH
+from mcad.model.keys import DISPATCH, PUBLISH
 from mcad.serve import server
 from mcad.serve.debug import Reports
 from test.component.harness import aw, node
@@ -150,3 +150,25 @@ def test_transitions_are_told_as_events_once_per_change_of_what_blocks(harness_f
     h.dispatcher.queue.add(DISPATCH)
     h.drain()
     assert len(sink.events) == before, "another cycle with nothing changed tells nothing"
+
+
+def test_a_key_that_holds_the_loop_100_ms_or_more_is_logged(harness_factory: Any) -> None:
+    import structlog
+
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[])
+    h.drain()
+    process = h.dispatcher.process
+
+    def slowly(key: Any) -> None:
+        h.clock.advance(0.25 if key == DISPATCH else 0.01)
+        process(key)
+
+    h.dispatcher.process = slowly
+    with structlog.testing.capture_logs() as logs:
+        h.dispatcher.queue.add(PUBLISH)
+        h.dispatcher.process_next(timeout=0)
+        h.dispatcher.queue.add(DISPATCH)
+        h.dispatcher.process_next(timeout=0)
+    slow = [line for line in logs if line["event"] == "slow work-queue key"]
+    assert slow == [{"event": "slow work-queue key", "log_level": "info", "key": type(DISPATCH).__name__,
+                     "ms": 250.0}]

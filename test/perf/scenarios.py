@@ -2210,8 +2210,9 @@ def scale(opts: Options, result: Result) -> None:
         # Unpaced (every Backoff written at once, in the low lane): the default pace would take n / 10 s to write
         # the backlog's statuses, and the restart below must find them all written; it is also the harder cold
         # start for a new AppWrapper, whose dispatch then competes with n status writes.
+        # At info: its log names the loop's slow keys and the slow garbage collections (``stalls`` below).
         ctl = env.controller("controller", args=(*UNPACED, *opts.controller_args,
-                                                 "--http-bind-address", f"127.0.0.1:{port}"))
+                                                 "--http-bind-address", f"127.0.0.1:{port}"), log_level="info")
         say(f"scale: controller started over {n} AppWrappers; waiting for its first dispatch and the backlog Pending")
         with Progress("scale", lambda: f"seen Pending {len(backlog.pending)}/{n}"):
             result["cold_start"] = {"start_to_first_dispatch_s": round(warmup(env, ctl, timeout=300 + n / 100), 2)}
@@ -2289,6 +2290,7 @@ def scale(opts: Options, result: Result) -> None:
         stamps = {name: (api.get(aw_path(name)).get("status") or {}).get("controllerfirstdispatchtimestamp")
                   for name in kept}
         result["controller"] = controller_figures(ctl)
+        result["stalls"] = stalls(ctl)
         ctl.stop()
         writes_before = settled_api_writes(api)
         after_restart.set()
@@ -2325,6 +2327,26 @@ def scale(opts: Options, result: Result) -> None:
         add_target(result, "p99 new AppWrapper create -> Running, dashboard open",
                    summary(watched_lat).get("p99_ms"), "<", SCALE_PROBE_P99_TARGET_MS, "ms")
         add_target(result, "restart: start -> first dispatch", first_dispatch, "<", SCALE_RESTART_TARGET_S, "s")
+
+
+def stalls(ctl: Controller) -> dict[str, Any]:
+    """What held the controller's loop or the whole process 100 ms or more, from its info log: work-queue keys
+    (by kind: how many, the longest) and garbage collections."""
+    keys: dict[str, list[float]] = {}
+    collections: list[float] = []
+    for raw in ctl.log.read_text(errors="replace").splitlines():
+        if "slow" not in raw:
+            continue
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        if line.get("event") == "slow work-queue key":
+            keys.setdefault(str(line.get("key")), []).append(float(line.get("ms") or 0))
+        elif line.get("event") == "slow garbage collection":
+            collections.append(float(line.get("seconds") or 0))
+    return {"keys": {kind: {"n": len(ms), "max_ms": max(ms)} for kind, ms in sorted(keys.items())},
+            "collections": {"n": len(collections), "max_s": max(collections, default=0.0)}}
 
 
 def restart_phases(ctl: Controller) -> dict[str, float]:
