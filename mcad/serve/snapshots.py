@@ -128,9 +128,28 @@ class Snapshot:
             return data
 
 
+# A list longer than this in a document's top level is encoded this many items at a time.
+ENCODE_CHUNK = 1000
+
+
 def encode(document: Any) -> bytes:
-    """Compact JSON (the C encoder: one with indent is pure Python, several times slower), newline-terminated."""
-    return json.dumps(document, separators=(",", ":")).encode() + b"\n"
+    """Compact JSON (the C encoder: one with indent is pure Python, several times slower), newline-terminated.
+    The C encoder holds the interpreter lock for the whole of one call (0.3-0.5 s for the 38 MB queue document at
+    100,000 queued, the dispatcher thread standing still meanwhile): the long lists at a dict document's top level
+    are encoded ``ENCODE_CHUNK`` items per call, which gives the lock back between calls. Same bytes either way."""
+    if not isinstance(document, dict) or not any(isinstance(value, list) and len(value) > ENCODE_CHUNK
+                                                 for value in document.values()):
+        return json.dumps(document, separators=(",", ":")).encode() + b"\n"
+    parts = []
+    for key, value in document.items():
+        name = json.dumps(key if isinstance(key, str) else str(key))
+        if isinstance(value, list) and len(value) > ENCODE_CHUNK:
+            items = ",".join(json.dumps(value[i:i + ENCODE_CHUNK], separators=(",", ":"))[1:-1]
+                             for i in range(0, len(value), ENCODE_CHUNK))
+            parts.append(f"{name}:[{items}]")
+        else:
+            parts.append(f"{name}:{json.dumps(value, separators=(',', ':'))}")
+    return ("{" + ",".join(parts) + "}").encode() + b"\n"
 
 
 class Snapshots:

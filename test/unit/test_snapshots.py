@@ -375,3 +375,28 @@ def test_a_reader_that_cannot_wait_out_the_spacing_takes_the_latest_snapshot_wit
     threading.Thread(target=lambda: later.set_result(snaps.read({"queue"}, 1e6)), daemon=True).start()
     stepped(clock, snaps, later.done, step=1.0)
     assert later.result().documents["queue"]["state"] == 1
+
+
+def test_a_document_with_long_lists_is_encoded_in_chunks_to_the_same_bytes() -> None:
+    import json
+
+    from mcad.serve import snapshots as snapshots_mod
+
+    document = {"controller": {"fit": "nodes"}, "queued": [{"name": f"aw-{i}", "why": "short of \u00e9"}
+                                                           for i in range(2500)],
+                "dispatched": [{"name": "one"}], "empty": [], "reservations": [{"x": 1}] * 1001}
+    expected = json.dumps(document, separators=(",", ":")).encode() + b"\n"
+    calls: list[int] = []
+    real_dumps = json.dumps
+
+    def counting(value: Any, **kwargs: Any) -> str:
+        calls.append(1)
+        return real_dumps(value, **kwargs)
+
+    snapshots_mod.json.dumps = counting  # type: ignore[assignment]
+    try:
+        assert snapshots_mod.encode(document) == expected
+    finally:
+        snapshots_mod.json.dumps = real_dumps  # type: ignore[assignment]
+    assert len(calls) > 5, "the long lists went in several calls"
+    assert snapshots_mod.encode({"a": [1, 2]}) == b'{"a":[1,2]}\n'
