@@ -65,7 +65,6 @@ class QueueAssessment:
         # Every queued key's order, in dispatch order (the order's last element is the key); read, never changed.
         self.orders = queue.orders
         self.per_namespace = queue.per_namespace  # how many are queued in each namespace
-        self._orders = queue.orders
         self._entries = queue.entries  # key -> its order and pending group
         self._judged = judged  # the ones the walk looked at
         # group -> what its members not looked at are told; by the group object's identity, which every member's
@@ -75,11 +74,11 @@ class QueueAssessment:
         self._held = held
 
     def __len__(self) -> int:
-        return len(self._orders)
+        return len(self.orders)
 
     def __iter__(self) -> Iterator[Assessment]:
         """Every queued AppWrapper's assessment, in dispatch order (O(queue): not on the dispatcher thread)."""
-        for order in self._orders:
+        for order in self.orders:
             found = self.told(order)
             if found is not None:
                 yield found
@@ -95,7 +94,7 @@ class QueueAssessment:
 
     def of(self, key: str) -> Assessment | None:
         index = self._index(key)
-        return None if index is None else self.told(self._orders[index])
+        return None if index is None else self.told(self.orders[index])
 
     def position(self, key: str) -> int:
         """1-based place in dispatch order; 0 when it was not queued."""
@@ -112,8 +111,8 @@ class QueueAssessment:
         entry = self._entries.get(key)
         if entry is None:
             return None
-        index = bisect.bisect_left(self._orders, entry.order)
-        return index if index < len(self._orders) and self._orders[index] == entry.order else None
+        index = bisect.bisect_left(self.orders, entry.order)
+        return index if index < len(self.orders) and self.orders[index] == entry.order else None
 
     def told(self, order: Order) -> Assessment | None:
         """What the queued AppWrapper of this order (one of ``orders``) is told."""
