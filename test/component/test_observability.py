@@ -172,3 +172,15 @@ def test_a_key_that_holds_the_loop_100_ms_or_more_is_logged(harness_factory: Any
     slow = [line for line in logs if line["event"] == "slow work-queue key"]
     assert slow == [{"event": "slow work-queue key", "log_level": "info", "key": type(DISPATCH).__name__,
                      "ms": 250.0}]
+
+
+def test_the_published_decisions_are_a_copy_read_as_asked(harness_factory: Any) -> None:
+    # No fake informer event follows the recorded status writes: the decisions stay "under way".
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "4"), aw("b", "20")])
+    h.drain()
+    sync = h.dispatcher.decisions.sync
+    decided = sync.decided_states()
+    assert dict(decided) == {"ns/a": ("uid-a", "Running"), "ns/b": ("uid-b", "Pending")}
+    sync.forget("ns/b")
+    assert "ns/b" in decided and len(decided) == 2, "who had a decision is the copy's, taken when published"
+    assert "ns/b" not in sync.decided_states()
