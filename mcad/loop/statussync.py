@@ -64,9 +64,13 @@ class KeyQueue(Protocol):
     def add_after(self, key: Any, delay: float) -> None: ...
 
 
-class _DecidedStates(Mapping[str, tuple[str, str]]):
+class _FrozenIntents(Mapping[str, tuple[str, str]]):
+    """Who has a decision under way, copied for a reader on another thread (a C-speed copy: a cold start of
+    100,000 has as many); each intent is read when asked, so one replaced later may show through, never one for
+    another incarnation. As a mapping: key -> (uid, state)."""
+
     def __init__(self, syncs: dict[str, _Sync]) -> None:
-        self._syncs = syncs
+        self._syncs = dict(syncs)
 
     def __getitem__(self, key: str) -> tuple[str, str]:
         intent = self._syncs[key].intent
@@ -77,6 +81,12 @@ class _DecidedStates(Mapping[str, tuple[str, str]]):
 
     def __len__(self) -> int:
         return len(self._syncs)
+
+    def status_of(self, aw: AppWrapperView) -> StatusView | None:
+        """``StatusSync.intent`` over the copy."""
+        sync = self._syncs.get(aw.key)
+        intent = sync.intent if sync is not None else None
+        return intent.status if intent is not None and intent.uid == aw.uid else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,10 +150,9 @@ class StatusSync:
         return len(self._syncs)
 
     def decided_states(self) -> Mapping[str, tuple[str, str]]:
-        """key -> (uid, state) of every decision the informer may not show yet, for other threads: over a copy of
-        who has one (a C-speed copy: a cold start of 100,000 has as many, and the loop publishes once a second),
-        each read when asked (a decision replaced later may show through)."""
-        return _DecidedStates(dict(self._syncs))
+        """key -> (uid, state) of every decision the informer may not show yet, for other threads (published once a
+        second: see ``_FrozenIntents``)."""
+        return _FrozenIntents(self._syncs)
 
     def intent(self, aw: AppWrapperView) -> StatusView | None:
         """The status last decided for this incarnation of ``aw``, while the informer may not show it yet."""
@@ -151,16 +160,8 @@ class StatusSync:
         return sync.intent.status if sync is not None and sync.intent.uid == aw.uid else None
 
     def frozen_intents(self) -> Callable[[AppWrapperView], StatusView | None]:
-        """``intent`` for a reader on another thread: over a copy of who has a decision now (a C-speed copy; a
-        decision replaced later may show through, never one for another incarnation)."""
-        syncs = dict(self._syncs)
-
-        def intent(aw: AppWrapperView) -> StatusView | None:
-            sync = syncs.get(aw.key)
-            chosen = sync.intent if sync is not None else None
-            return chosen.status if chosen is not None and chosen.uid == aw.uid else None
-
-        return intent
+        """``intent`` for a reader on another thread (see ``_FrozenIntents``)."""
+        return _FrozenIntents(self._syncs).status_of
 
     def pending(self, key: str) -> bool:
         """A decision about ``key`` has not reached the API server yet."""
