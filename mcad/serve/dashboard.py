@@ -174,12 +174,10 @@ class Dashboard:
         namespaces, counts = report.counts(visible, only_namespace)
         total = counts.get(only_state, 0) if only_state else sum(counts.values())
         page = islice(report.select(visible, only_namespace, only_state), offset, offset + limit)
-        reservations = [held for held in report.reservations
-                        if visible is None or held["appwrapper"].partition("/")[0] in visible]
         return {"controller": report.header.get("controller"), "generatedAt": report.header.get("generatedAt"),
                 "total": total, "offset": offset, "limit": limit, "counts": dict(sorted(counts.items())),
                 "namespaces": sorted(namespaces)[:MAX_NAMESPACES],
-                "rows": [_row(report.row(entry)) for entry in page], "reservations": reservations}
+                "rows": [_row(report.row(entry)) for entry in page], "reservations": report.reservations_in(visible)}
 
     # ------------------------------------------------------------------------------------------ explain
 

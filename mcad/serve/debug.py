@@ -100,7 +100,7 @@ class Reports:
         # Queued ones are the most (100,000 at issue 29's scale): left out by key before anything is read of them.
         for key in set(d.appwrappers.keys()).difference(assessed.keys()):
             aw = d.appwrappers.get(key)
-            if aw is None or aw.deleting or key in d.pending:
+            if aw is None or aw.deleting:
                 continue
             current = d.decisions.status(aw)
             if current.resetting_since and key not in d.dispatches:

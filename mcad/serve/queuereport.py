@@ -14,6 +14,7 @@ Contract:
   resetting, then dispatched), made as they are taken: the first page of 50 costs 50 rows (plus a scan of the
   orders when a filter skips many). ``row(entry)``: that entry as the document has it; a queued one's
   ``position`` is its place in the whole queue.
+- ``reservations_in(visible)`` and ``document_in(visible)``: what a reader who may list only ``visible`` sees.
 - ``entries()``: every entry (O(queue), kept). ``document()``: the whole document (``header``, ``queued``,
   ``resetting``, ``dispatched``, ``reservations``), formatted on the first call and kept (``mcad.serve.snapshots``
   decides who calls it, and counts what it cost).
@@ -24,7 +25,7 @@ Contract:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import chain
@@ -71,7 +72,6 @@ class QueueReport:
         self._intent = intent
         self._others = [Entry(row["namespace"], row["state"], listed, row)
                         for listed, rows in (("resetting", resetting), ("dispatched", dispatched)) for row in rows]
-        self._formatted: list[Entry] | None = None  # ``of``: every entry, formatted already
         self._entries: list[Entry] | None = None
         self._document: Document | None = None
         self._lock = threading.Lock()
@@ -80,16 +80,14 @@ class QueueReport:
     def of(cls, document: Mapping[str, Any]) -> QueueReport:
         report = cls({key: value for key, value in document.items() if key not in (*QUEUE_LISTS, "reservations")},
                      datetime.min, None, lambda key: None, lambda aw: None, document.get("reservations", []), (), ())
-        report._formatted = [Entry(aw["namespace"], aw["state"], listed, aw)
-                             for listed in QUEUE_LISTS for aw in document.get(listed, [])]
+        report._others = [Entry(aw["namespace"], aw["state"], listed, aw)
+                          for listed in QUEUE_LISTS for aw in document.get(listed, [])]
         report._document = dict(document)
         return report
 
     # -------------------------------------------------------------------------------------- what readers select
 
     def namespaces(self) -> set[str]:
-        if self._formatted is not None:
-            return {entry.namespace for entry in self._formatted}
         queued = set(self._assessed.per_namespace) if self._assessed is not None else set()
         return queued | {entry.namespace for entry in self._others}
 
@@ -104,20 +102,16 @@ class QueueReport:
             if not namespace or name == namespace:
                 counts[state] = counts.get(state, 0) + n
 
-        if self._formatted is not None:
-            others = self._formatted
-        else:
-            others = self._others
-            if self._assessed is not None:
-                for name, n in self._assessed.per_namespace.items():
-                    if shown(name):
-                        namespaces.add(name)
-                        count(name, QUEUED, n)
-                for judged in self._assessed.judged():
-                    if judged.state != QUEUED and shown(_namespace(judged.key)):
-                        count(_namespace(judged.key), QUEUED, -1)
-                        count(_namespace(judged.key), judged.state)
-        for entry in others:
+        if self._assessed is not None:
+            for name, n in self._assessed.per_namespace.items():
+                if shown(name):
+                    namespaces.add(name)
+                    count(name, QUEUED, n)
+            for judged in self._assessed.judged():
+                if judged.state != QUEUED and shown(_namespace(judged.key)):
+                    count(_namespace(judged.key), QUEUED, -1)
+                    count(_namespace(judged.key), judged.state)
+        for entry in self._others:
             if shown(entry.namespace):
                 namespaces.add(entry.namespace)
                 count(entry.namespace, entry.state)
@@ -128,10 +122,17 @@ class QueueReport:
             return ((visible is None or name in visible) and (not namespace or name == namespace)
                     and (not state or its_state == state))
 
-        if self._formatted is not None:
-            return (entry for entry in self._formatted if wanted(entry.namespace, entry.state))
         return chain(self._queued(visible, namespace, state),
                      (entry for entry in self._others if wanted(entry.namespace, entry.state)))
+
+    def reservations_in(self, visible: frozenset[str] | None) -> list[Mapping[str, Any]]:
+        """The reservations of AppWrappers in ``visible`` (None: all): they name their holders and nodes."""
+        return [held for held in self.reservations
+                if visible is None or held["appwrapper"].partition("/")[0] in visible]
+
+    def document_in(self, visible: frozenset[str]) -> Document:
+        """The document as a reader who may list only ``visible``'s AppWrappers sees it (made anew each time)."""
+        return self._document_of(self.select(visible), self.reservations_in(visible))
 
     def row(self, entry: Entry) -> Document:
         if entry.listed_in != "queued" or isinstance(entry.facts, Mapping):
@@ -149,11 +150,14 @@ class QueueReport:
         entries = self.entries()
         with self._lock:
             if self._document is None:
-                lists: dict[str, list[Document]] = {listed: [] for listed in QUEUE_LISTS}
-                for entry in entries:
-                    lists[entry.listed_in].append(self.row(entry))
-                self._document = {**self.header, **lists, "reservations": self.reservations}
+                self._document = self._document_of(entries, self.reservations)
             return self._document
+
+    def _document_of(self, entries: Iterable[Entry], reservations: Sequence[Mapping[str, Any]]) -> Document:
+        lists: dict[str, list[Document]] = {listed: [] for listed in QUEUE_LISTS}
+        for entry in entries:
+            lists[entry.listed_in].append(self.row(entry))
+        return {**self.header, **lists, "reservations": reservations}
 
     # -------------------------------------------------------------------------------------- the queued ones
 

@@ -53,7 +53,7 @@ from mcad.serve.dashboard import SECURITY_HEADERS, Answer, Dashboard, Refusal, S
 from mcad.serve.debug import Reports
 from mcad.serve.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
 from mcad.serve.frontdoor import FrontDoor, Head, Limits, Response
-from mcad.serve.queuereport import QUEUE_LISTS, as_report
+from mcad.serve.queuereport import as_report
 from mcad.serve.snapshots import DEFAULT_INTERVAL_SECONDS, Busy, Part, Snapshot, Snapshots, encode
 
 log = structlog.get_logger("mcad.serve.server")
@@ -223,13 +223,7 @@ class DebugEndpoints:
             shown = report.namespaces() | {held["appwrapper"].partition("/")[0] for held in report.reservations}
             visible = access.visible(user, shown, snapshot.namespaces)
             if visible is not None:
-                # Reservations name their holders and nodes: shown only for the namespaces the caller may list.
-                lists: dict[str, list[dict[str, Any]]] = {listed: [] for listed in QUEUE_LISTS}
-                for entry in report.select(visible):
-                    lists[entry.listed_in].append(report.row(entry))
-                return 200, {**report.header, **lists,
-                             "reservations": [held for held in report.reservations
-                                              if held["appwrapper"].partition("/")[0] in visible]}
+                return 200, report.document_in(visible)
         return 200, snapshot.encoded(part)
 
     @staticmethod
