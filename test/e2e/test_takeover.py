@@ -2,8 +2,9 @@
 
 Issue 15: an AppWrapper naming an admin's Secret and ConfigMap, or another AppWrapper's Deployment, used to overwrite
 them (server-side apply with force), take them over, and delete them when it went. Each scenario here checks that
-the existing object keeps its data (or image), its resourceVersion and its managedFields' managers, that the
-AppWrapper is Failed with a message naming the item, and that deleting the AppWrapper deletes nothing of theirs.
+the existing object keeps its data (or image), its owners, its managedFields (who wrote it, and when) and, where
+nobody else writes a status, its resourceVersion; that the AppWrapper is Failed with a message naming the item, and
+that deleting the AppWrapper deletes nothing of theirs.
 """
 
 from __future__ import annotations
@@ -34,12 +35,23 @@ def raw(aws: AppWrappers, api_version: str, kind: str, name: str) -> dict[str, A
 
 
 def fingerprint(obj: dict[str, Any]) -> dict[str, Any]:
-    """What a takeover would change: content, version, owners, and who manages which fields."""
+    """What a takeover would change: content, owners, and who wrote which fields of the object when.
+
+    Every write to the object itself (not its status) changes one manager's entry or adds one: a manager's entry
+    carries the time of its last write. Status writes are left out: a Deployment's status is the Deployment
+    controller's to write whenever its pods change, so the resourceVersion is no fingerprint of it."""
     meta = obj["metadata"]
-    return {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"],
+    own_writes = sorted((m["manager"], m["operation"], m.get("time"))
+                        for m in meta.get("managedFields") or [] if m.get("subresource") != "status")
+    return {"uid": meta["uid"], "generation": meta.get("generation"),
             "ownerReferences": meta.get("ownerReferences"), "labels": meta.get("labels"),
-            "managers": sorted((m["manager"], m["operation"]) for m in meta.get("managedFields") or []),
+            "annotations": meta.get("annotations"), "managers": own_writes,
             "data": obj.get("data"), "spec": obj.get("spec")}
+
+
+def exactly(obj: dict[str, Any]) -> dict[str, Any]:
+    """The fingerprint of an object without a status (a Secret, a ConfigMap): any write changes its version."""
+    return {**fingerprint(obj), "resourceVersion": obj["metadata"]["resourceVersion"]}
 
 
 def settled_after_deletion(aws: AppWrappers, name: str) -> None:
@@ -60,8 +72,8 @@ def test_an_admins_secret_and_configmap_are_neither_overwritten_nor_deleted(
                                                   "stringData": {"password": "admin-secret"}})
     core.create_namespaced_config_map(aws.namespace, {"metadata": {"name": "app-config"},
                                                       "data": {"mode": "production"}})
-    before = {"Secret": fingerprint(raw(aws, "v1", "Secret", "db-credentials")),
-              "ConfigMap": fingerprint(raw(aws, "v1", "ConfigMap", "app-config"))}
+    before = {"Secret": exactly(raw(aws, "v1", "Secret", "db-credentials")),
+              "ConfigMap": exactly(raw(aws, "v1", "ConfigMap", "app-config"))}
 
     # A new object first: it is created, then taken back when the next item turns out to be someone else's.
     aws.create(appwrapper("steal-secret", configmap_item("fresh"), secret_item("db-credentials")))
@@ -75,13 +87,13 @@ def test_an_admins_secret_and_configmap_are_neither_overwritten_nor_deleted(
     assert ("GenericItems[0] (ConfigMap app-config) exists and is not controlled by this AppWrapper"
             in config_status["message"]), config_status
     wait_until(lambda: not aws.exists("v1", "ConfigMap", "fresh"), 15, "the dispatch's own ConfigMap undone")
-    assert fingerprint(raw(aws, "v1", "Secret", "db-credentials")) == before["Secret"]
-    assert fingerprint(raw(aws, "v1", "ConfigMap", "app-config")) == before["ConfigMap"]
+    assert exactly(raw(aws, "v1", "Secret", "db-credentials")) == before["Secret"]
+    assert exactly(raw(aws, "v1", "ConfigMap", "app-config")) == before["ConfigMap"]
 
     settled_after_deletion(aws, "steal-secret")
     settled_after_deletion(aws, "steal-config")
-    assert fingerprint(raw(aws, "v1", "Secret", "db-credentials")) == before["Secret"]
-    assert fingerprint(raw(aws, "v1", "ConfigMap", "app-config")) == before["ConfigMap"]
+    assert exactly(raw(aws, "v1", "Secret", "db-credentials")) == before["Secret"]
+    assert exactly(raw(aws, "v1", "ConfigMap", "app-config")) == before["ConfigMap"]
 
 
 def test_another_appwrappers_deployment_is_not_taken_over_and_it_keeps_running(
@@ -89,7 +101,14 @@ def test_another_appwrappers_deployment_is_not_taken_over_and_it_keeps_running(
     aws.create(appwrapper("bob", deployment_item("web", 1, "10m")))
     aws.wait_state("bob", "Running", timeout=30)
     aws.wait_pods("bob", 1)
-    before = fingerprint(raw(aws, "apps/v1", "Deployment", "web"))
+
+    def rolled_out() -> dict[str, Any] | None:
+        web = raw(aws, "apps/v1", "Deployment", "web")
+        status = web.get("status") or {}
+        done = status.get("observedGeneration") == web["metadata"]["generation"] and status.get("availableReplicas")
+        return web if done else None
+
+    before = fingerprint(wait_until(rolled_out, 30, "bob's Deployment rolled out"))
 
     thief = deployment_item("web", 1, "10m")
     thief["generictemplate"]["spec"]["template"]["spec"]["containers"][0]["image"] = "attacker/miner:latest"
@@ -126,4 +145,4 @@ def test_cleanup_never_deletes_a_namesake_someone_else_created_since(
         controller.start()
 
     settled_after_deletion(aws, "mine")
-    assert fingerprint(raw(aws, "v1", "ConfigMap", "shared")) == fingerprint(replacement)
+    assert exactly(raw(aws, "v1", "ConfigMap", "shared")) == exactly(replacement)
