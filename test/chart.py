@@ -77,11 +77,15 @@ def helm(*args: str, kubeconfig: str | None = None) -> str:
     return proc.stdout
 
 
-def render(*set_args: str, values: dict[str, Any] | None = None, tmp: Path | None = None) -> list[dict[str, Any]]:
-    """``helm template`` of the chart: the rendered objects."""
+def render(*set_args: str, values: dict[str, Any] | None = None, tmp: Path | None = None,
+           api_versions: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """``helm template`` of the chart: the rendered objects. ``api_versions``: what the cluster is taken to serve
+    beyond Helm's defaults (``group/version`` or ``group/version/Kind``), as a cluster answers ``helm install``."""
     args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
     for item in set_args:
         args += ["--set", item]
+    for served in api_versions:
+        args += ["--api-versions", served]
     if values is not None:
         assert tmp is not None
         path = tmp / "values.json"

@@ -12,7 +12,8 @@ Contract:
   on start and every ``poll_seconds`` it reads the Secret, replaces the material if ``renewal_reason`` says so
   (an update with the resourceVersion it read: of replicas racing, one wins and the others re-read and load the
   winner's), loads it into the TLS context when it changed, and patches the CA bundle into every webhook of the
-  named Validating/MutatingWebhookConfiguration whose caBundle differs (someone resetting it is undone at the
+  named Validating/MutatingWebhookConfiguration (``kinds``: the validating one only when a MutatingAdmissionPolicy
+  records the creator) whose caBundle differs (someone resetting it is undone at the
   next poll). Needs get/update on that Secret and get/patch on the two configurations, nothing else (a missing
   Secret is created, which needs create: the chart creates it empty instead).
 - ``DirectoryCertificates`` reads ``tls.crt``/``tls.key`` from a directory (cert-manager's Secret mounted) on start
@@ -297,13 +298,15 @@ class SecretCertificates(_Loaded):
 
     def __init__(self, conn: kube.Connection, *, namespace: str, secret: str, hosts: Sequence[str],
                  configuration: str, poll_seconds: float = DEFAULT_POLL_SECONDS,
-                 clock: Callable[[], datetime.datetime] = _now, client_ca: ClientCa | None = None) -> None:
+                 clock: Callable[[], datetime.datetime] = _now, client_ca: ClientCa | None = None,
+                 kinds: Sequence[str] = CONFIGURATION_KINDS) -> None:
         super().__init__(client_ca)
         self.conn = conn
         self.namespace = namespace
         self.secret = secret
         self.hosts = tuple(hosts)
         self.configuration = configuration
+        self.kinds = tuple(kinds)  # the configurations patched: without the mutating one when a policy mutates
         self.poll_seconds = poll_seconds
         self.clock = clock
         self._warned: set[str] = set()  # missing configurations, said once each
@@ -377,7 +380,7 @@ class SecretCertificates(_Loaded):
         """Set ``caBundle`` of every webhook of both configurations to ``bundle``; returns how many changed."""
         wanted = base64.b64encode(bundle).decode()
         changed = 0
-        for kind in CONFIGURATION_KINDS:
+        for kind in self.kinds:
             path = f"{ADMISSION_API}/{kind}/{self.configuration}"
             try:
                 config = kube.request_json(self.conn, "GET", path, timeout=10)

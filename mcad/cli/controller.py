@@ -291,6 +291,10 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
 @click.option("--webhook-configuration-name", default="mcad",
               help="Name of the ValidatingWebhookConfiguration and of the MutatingWebhookConfiguration whose "
                    "webhooks get the CA bundle (caBundle), again whenever someone resets it.")
+@click.option("--webhook-creator", type=click.Choice(["webhook", "policy"]), default="webhook", show_default=True,
+              help="Who records the creator annotations: webhook, this controller's mutating webhook (/mutate); "
+                   "policy, a MutatingAdmissionPolicy the API server runs (chart value webhook.creator). With "
+                   "policy only the ValidatingWebhookConfiguration gets the CA bundle.")
 @click.option("--webhook-cert-poll-seconds", type=click.FloatRange(min=1, max=300),
               default=webhook_certs.DEFAULT_POLL_SECONDS,
               help="Seconds between reads of the certificate (Secret or directory): the bound on how long a "
@@ -355,7 +359,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
          max_appwrapper_bytes: int, allowed_protected: tuple[str, ...],
          webhook_enabled: bool, webhook_bind_address: str, webhook_share_port: bool, webhook_cert_dir: str | None,
          webhook_cert_secret: str, webhook_cert_namespace: str | None,
-         webhook_service_name: str, webhook_cert_hosts: str, webhook_configuration_name: str,
+         webhook_service_name: str, webhook_cert_hosts: str, webhook_configuration_name: str, webhook_creator: str,
          webhook_cert_poll_seconds: float, webhook_client_ca: str | None, webhook_client_names: tuple[str, ...],
          webhook_token_file: str | None, webhook_access_reviews_per_second: float, webhook_access_reviews_burst: int,
          webhook_access_reviews_total: float, unknown_tokens_per_second: float, unknown_tokens_burst: int,
@@ -472,6 +476,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                                cert_dir=webhook_cert_dir, secret=webhook_cert_secret, service=webhook_service_name,
                                hosts=[h for h in webhook_cert_hosts.split(",") if h.strip()],
                                configuration=webhook_configuration_name, poll_seconds=webhook_cert_poll_seconds,
+                               creator=webhook_creator,
                                max_items=max_items, max_appwrapper_bytes=max_appwrapper_bytes,
                                share_port=webhook_share_port,
                                admission=admission_config(admission_allowed_kinds, protected, allowed_protected,
@@ -625,7 +630,7 @@ class WebhookClients:
 
 def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: str | None, secret: str,
              service: str, hosts: list[str], configuration: str, poll_seconds: float,
-             max_items: int, max_appwrapper_bytes: int, share_port: bool,
+             max_items: int, max_appwrapper_bytes: int, share_port: bool, creator: str = "webhook",
              admission: admission_review.AdmissionConfig | None = None,
              clients: WebhookClients | None = None) -> Webhook:
     clients = clients or WebhookClients()
@@ -637,7 +642,8 @@ def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: s
     else:
         certificates = webhook_certs.SecretCertificates(
             conn, namespace=namespace, secret=secret, hosts=webhook_certs.service_hosts(service, namespace, hosts),
-            configuration=configuration, poll_seconds=poll_seconds, client_ca=client_ca)
+            configuration=configuration, poll_seconds=poll_seconds, client_ca=client_ca,
+            kinds=webhook_certs.CONFIGURATION_KINDS[:1] if creator == "policy" else webhook_certs.CONFIGURATION_KINDS)
     # The controller's own namespace is protected; admission judges with the bounds dispatch uses.
     config = dataclasses.replace(admission or admission_review.AdmissionConfig(), controller_namespace=namespace,
                                  limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes))

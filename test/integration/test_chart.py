@@ -650,6 +650,44 @@ def test_webhook_url_and_namespace_selector_for_a_controller_outside_the_cluster
     assert all(hook["namespaceSelector"] == selector for hook in hooks.values())
 
 
+def test_by_default_the_controllers_mutating_webhook_records_the_creator() -> None:
+    objects = chart.render()
+    assert not [o for o in objects if o["kind"].startswith("MutatingAdmissionPolicy")]
+    assert not [a for a in controller_pod(objects)["containers"][0]["args"] if a.startswith("--webhook-creator")]
+
+
+def test_creator_policy_replaces_the_mutating_webhook(tmp_path: Path) -> None:
+    """webhook.creator=policy: a MutatingAdmissionPolicy and its binding, matching what the mutating webhook
+    matched (both API groups, the namespace selector); no MutatingWebhookConfiguration; the validating webhook
+    unchanged; the controller told (it then patches the CA bundle into the validating configuration only)."""
+    selector = {"matchLabels": {"team": "ml"}}
+    values = {"webhook": {"creator": "policy", "namespaceSelector": selector}, "legacyApi": {"enabled": True}}
+    objects = chart.render(values=values, tmp=tmp_path)
+    assert "MutatingWebhookConfiguration" not in {o["kind"] for o in objects}
+    by_webhook = chart.render(values={"webhook": {"namespaceSelector": selector}, "legacyApi": {"enabled": True}},
+                              tmp=tmp_path)
+    assert by_kind(objects, "ValidatingWebhookConfiguration") == by_kind(by_webhook, "ValidatingWebhookConfiguration")
+    policy = by_kind(objects, "MutatingAdmissionPolicy")
+    binding = by_kind(objects, "MutatingAdmissionPolicyBinding")
+    assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1beta1"
+    assert policy["metadata"]["name"] == "mcad-creator"
+    assert binding["spec"] == {"policyName": "mcad-creator"}
+    spec = policy["spec"]
+    assert (spec["failurePolicy"], spec["reinvocationPolicy"]) == ("Fail", "Never")
+    assert spec["matchConstraints"]["namespaceSelector"] == selector
+    assert [(r["apiGroups"], r["resources"], r["operations"]) for r in spec["matchConstraints"]["resourceRules"]] == [
+        (["workload.codeflare.dev"], ["appwrappers"], ["CREATE", "UPDATE"]),
+        (["mcad.ibm.com"], ["mcadappwrappers"], ["CREATE", "UPDATE"])]
+    assert "--webhook-creator=policy" in controller_pod(objects)["containers"][0]["args"]
+    # A cluster that serves the GA API (Kubernetes 1.36+) gets v1.
+    served = chart.render("webhook.creator=policy",
+                          api_versions=("admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",))
+    assert {o["apiVersion"] for o in served if o["kind"].startswith("MutatingAdmissionPolicy")} == {
+        "admissionregistration.k8s.io/v1"}
+    with pytest.raises(RuntimeError, match=r"webhook\.creator must be webhook or policy"):
+        chart.render("webhook.creator=both")
+
+
 def test_cert_manager_issues_the_certificate_and_the_controller_only_reads_it() -> None:
     objects = chart.render("webhook.certManager.enabled=true")
     kinds = [o["kind"] for o in objects]

@@ -119,3 +119,14 @@ def test_the_ca_bundle_is_patched_into_every_webhook_and_restored_after_a_reset(
                       body=[{"op": "remove", "path": "/webhooks/1/clientConfig/caBundle"}])
     assert keep.patch_bundles(material.ca_bundle) == 1
     assert bundles(conn, configuration) == [wanted] * 4
+
+
+def test_with_the_creator_policy_only_the_validating_configuration_is_patched(
+        conn: kube.Connection, namespace: str, secret: str, configuration: str) -> None:
+    """--webhook-creator=policy: a MutatingWebhookConfiguration of that name is none of the controller's business
+    (the chart renders none; one left from an earlier install keeps what it has)."""
+    keep = certs.SecretCertificates(conn, namespace=namespace, secret=secret, hosts=HOSTS,
+                                    configuration=configuration, kinds=certs.CONFIGURATION_KINDS[:1])
+    material = keep.sync()
+    wanted = base64.b64encode(material.ca_bundle).decode()
+    assert bundles(conn, configuration) == [wanted, wanted, "", ""]

@@ -73,3 +73,15 @@ Secret). A worker with a kubeconfig file is refused: the chart mounts no such fi
 {{- end -}}
 {{- join "," (uniq $names) -}}
 {{- end -}}
+
+{{/*
+"true" when the creator annotations (and the namespace's quota labels) are set by a MutatingAdmissionPolicy inside
+the API server rather than by the controller's mutating webhook (values: webhook.creator).
+*/}}
+{{- define "mcad.creatorPolicy" -}}
+{{- $creator := .Values.webhook.creator | default "webhook" -}}
+{{- if not (has $creator (list "webhook" "policy")) -}}
+{{- fail (printf "webhook.creator must be webhook or policy, not %q" $creator) -}}
+{{- end -}}
+{{- and .Values.webhook.enabled (eq $creator "policy") -}}
+{{- end -}}
