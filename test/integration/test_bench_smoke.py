@@ -176,6 +176,27 @@ def test_throughput_with_webhooks_reviews_every_appwrapper_and_reports_both_shar
     assert {"share_of_ceiling_off_pct", "share_of_ceiling_on_pct", "on_over_off_pct"} <= set(entry["throughput"])
 
 
+def test_throughput_with_the_creator_policy_in_alternating_rounds() -> None:
+    """--webhook-creator policy --webhook-rounds 2: four fresh clusters (off, on, on, off); in the "on" ones the
+    creator is recorded by the chart's MutatingAdmissionPolicy, with only the validating webhook registered, and
+    every AppWrapper still carries it."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        output = Path(tmp) / "bench-results.json"
+        proc = subprocess.run([sys.executable, "-m", "test.perf.bench", "--scale", "0.02", "--scenarios",
+                               "throughput_webhooks", "--webhook-creator", "policy", "--webhook-rounds", "2",
+                               "--output", str(output)], cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        entry = json.loads(output.read_text())["scenarios"][0]
+    n = entry["params"]["appwrappers"]
+    assert (entry["params"]["creator"], entry["params"]["rounds"]) == ("policy", 2)
+    assert entry["admitted_with_creator"] == {"off": 0, "on": n, "on-2": n, "off-2": 0}
+    assert list(entry["phases"]) == ["off", "on", "on-2", "off-2"], "the second round runs on first"
+    assert [sorted(r) for r in entry["rounds"]] == [["dispatched_per_s_off", "dispatched_per_s_on",
+                                                     "on_over_off_pct"]] * 2
+
+
 def test_dashboard_queue_view_answers_every_poll_with_its_first_page(results: dict[str, dict]) -> None:
     entry = results["dashboard"]
     polls = entry["params"]["polls_each"]

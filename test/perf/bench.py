@@ -64,6 +64,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--controller-nice", type=int, default=0, choices=range(0, 20), metavar="N",
                         help="run mcad-controller at nice N (0-19): it yields the CPU to the load and the control "
                              "plane, which share this machine with it; never flatters it (default %(default)s)")
+    parser.add_argument("--webhook-creator", choices=("webhook", "policy"), default="webhook",
+                        help="who records the creator where the webhooks are registered (chart value "
+                             "webhook.creator): the controller's mutating webhook, or a MutatingAdmissionPolicy in "
+                             "the API server (default %(default)s)")
+    parser.add_argument("--webhook-rounds", type=int, default=1, metavar="R",
+                        help="throughput_webhooks: R off/on pairs, in alternating order, rates averaged (the spread "
+                             "between two runs is wider than the webhooks' cost; default %(default)s)")
     parser.add_argument("--threads", type=int, default=16, help="load thread pool size (default %(default)s)")
     parser.add_argument("--load-processes", type=int, default=4,
                         help="churn's creating processes, each with --threads threads (default %(default)s)")
@@ -77,6 +84,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     if args.scale <= 0:
         parser.error("--scale must be > 0")
+    if args.webhook_rounds < 1:
+        parser.error("--webhook-rounds must be >= 1")
     if args.churn_pods:
         if "churn" not in names and "churn_pods" not in names:
             parser.error("--churn-pods runs churn with Jobs, but --scenarios has no churn")
@@ -233,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                    churn_nodes=args.churn_nodes, restart_nodename=args.restart_nodename,
                    max_inflight=args.max_requests_inflight, max_mutating_inflight=args.max_mutating_requests_inflight,
                    size=args.size_map, controller_args=tuple(args.controller_args.split()),
-                   controller_nice=args.controller_nice)
+                   controller_nice=args.controller_nice, webhook_creator=args.webhook_creator,
+                   webhook_rounds=args.webhook_rounds)
     if "ceiling" not in args.scenario_list:
         opts.ceiling_pairs_per_s, opts.ceiling_source = previous_ceiling(args.output)
     meta: dict[str, Any] = {

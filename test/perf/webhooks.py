@@ -8,13 +8,15 @@ Contract:
   Validating and Mutating WebhookConfigurations for AppWrappers (CREATE and UPDATE, failurePolicy Fail,
   timeoutSeconds 10, every namespace). It returns the controller flags that serve them: the controller issues its
   CA and serving certificate into that Secret and patches the CA bundle into both configurations. From then on
-  every AppWrapper create and update of the scenario goes through the controller.
+  every AppWrapper create and update of the scenario goes through the controller. ``creator="policy"`` (the
+  bench's --webhook-creator): the chart's MutatingAdmissionPolicy and its binding instead of the Mutating
+  configuration, so the API server records the creator itself and calls only the validating webhook.
 - ``wait_admitting(api, readyz_url, alive)`` returns once the controller answers /readyz (its certificate is
   loaded) and the API server actually reviews through it: a dry-run create of a good AppWrapper comes back with
-  the creator annotation the mutating webhook sets, and a dry-run create of a nested AppWrapper is refused by the
-  validating webhook. Until the CA bundle is patched in, the API server cannot call the webhooks and refuses
-  creates (failurePolicy Fail); that is what is waited out. ``BenchError`` after the timeout, saying what was
-  last seen.
+  the creator annotation (set by the mutating webhook or the policy), and a dry-run create of a nested AppWrapper
+  is refused by the validating webhook. Until the CA bundle is patched in, the API server cannot call the
+  webhooks and refuses creates (failurePolicy Fail); that is what is waited out. ``BenchError`` after the timeout,
+  saying what was last seen.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ CREATOR_ANNOTATION = "workload.codeflare.dev/creator"  # mcad.admission.review.C
 ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
 CONFIGURATIONS = {"ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
                   "MutatingWebhookConfiguration": "mutatingwebhookconfigurations"}
+# webhook.creator=policy: the creator is recorded by these instead of the mutating webhook (served as v1beta1 by the
+# bench's 1.35 API server, which hack/localcluster.py starts with the API on).
+POLICIES = {"MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+            "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings"}
 HOST = "127.0.0.1"
 
 
@@ -50,7 +56,7 @@ def username(api: Api) -> str:
     return str(review["status"]["userInfo"]["username"])
 
 
-def rendered(port: int, controller_user: str = "") -> list[Obj]:
+def rendered(port: int, controller_user: str = "", creator: str = "webhook") -> list[Obj]:
     """The chart's webhook objects for a controller at https://127.0.0.1:<port>: Secret and both configurations.
     ``controller_user``: the controller's identity when it is not the chart's ServiceAccount, left out of the status
     webhook as the chart leaves its own ServiceAccount out (else every status write of the controller would be
@@ -58,30 +64,36 @@ def rendered(port: int, controller_user: str = "") -> list[Obj]:
     from test import chart  # runs helm: only where webhooks are wanted
 
     writers = [f"webhook.statusWriters[0]={controller_user}"] if controller_user else []
-    docs = chart.render("replicaCount=0", f"webhook.url=https://{HOST}:{port}", *writers)
-    wanted = [d for d in docs if d.get("kind") in CONFIGURATIONS
+    docs = chart.render("replicaCount=0", f"webhook.url=https://{HOST}:{port}", f"webhook.creator={creator}",
+                        *writers)
+    wanted = [d for d in docs if d.get("kind") in CONFIGURATIONS or d.get("kind") in POLICIES
               or (d.get("kind") == "Secret" and d["metadata"]["name"].endswith("-webhook-cert"))]
     kinds = sorted(d["kind"] for d in wanted)
-    if kinds != ["MutatingWebhookConfiguration", "Secret", "ValidatingWebhookConfiguration"]:
-        raise BenchError(f"the chart rendered {kinds} for its webhooks, not a Secret and two configurations")
+    expected = sorted(["Secret", "ValidatingWebhookConfiguration", *(
+        POLICIES if creator == "policy" else ["MutatingWebhookConfiguration"])])
+    if kinds != expected:
+        raise BenchError(f"the chart rendered {kinds} for its webhooks, not {expected}")
     return wanted
 
 
-def register(api: Api, port: int) -> tuple[str, ...]:
-    """Apply the chart's webhook objects; return the controller flags that serve them on ``port``."""
+def register(api: Api, port: int, creator: str = "webhook") -> tuple[str, ...]:
+    """Apply the chart's webhook objects (``creator``: the chart's webhook.creator); return the controller flags
+    that serve them on ``port``."""
     create_namespace(api, NAMESPACE)
     secret = configuration = ""
-    for obj in rendered(port, username(api)):
+    for obj in rendered(port, username(api), creator):
         name = obj["metadata"]["name"]
         if obj["kind"] == "Secret":
             secret = name
             api.apply(f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}", obj, "mcad-bench")
+        elif obj["kind"] in POLICIES:
+            api.apply(f"/apis/{obj['apiVersion']}/{POLICIES[obj['kind']]}/{name}", obj, "mcad-bench")
         else:
             configuration = name
             api.apply(f"{ADMISSION_API}/{CONFIGURATIONS[obj['kind']]}/{name}", obj, "mcad-bench")
     return ("--webhook", "--webhook-bind-address", f"{HOST}:{port}", "--webhook-cert-hosts", HOST,
             "--webhook-cert-namespace", NAMESPACE, "--webhook-cert-secret", secret,
-            "--webhook-configuration-name", configuration)
+            "--webhook-configuration-name", configuration, "--webhook-creator", creator)
 
 
 def _readyz(url: str) -> tuple[int, str]:
