@@ -127,7 +127,9 @@ def queue(opts: Options, namespace: str | None, dispatched: bool, output: str | 
     the whole gang requests) and WHY (what is short). WHY is cut to the terminal width (not in a pipe); -o wide
     prints it in full, with PODS, REQUEUINGS and FITS-NOW. From the controller's /debug/queue (or --offline).
     """
-    doc = _document(opts, "queue", lambda report: report.queue())
+    # The controller formats that namespace's rows alone (the whole queue can be tens of MB); offline, the
+    # document is computed whole and filtered here.
+    doc = _document(opts, "queue", lambda report: report.queue(), [("namespace", namespace)] if namespace else ())
     if namespace:
         doc = render.only_namespace(doc, namespace)
     if output in ("json", "yaml"):

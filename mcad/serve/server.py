@@ -15,7 +15,9 @@ Contract:
     own non-resource URL (``/debug/ledger`` ...).
   - ``GET /debug/queue``: only the AppWrappers of namespaces where the caller may ``list`` appwrappers
     (workload.codeflare.dev): one cluster-wide check, then one per namespace shown (positions stay those of the
-    whole queue). 403 when it may list them in no namespace that holds any AppWrapper.
+    whole queue). 403 when it may list them in no namespace that holds any AppWrapper. ``?namespace=NS``: NS's
+    rows and reservations alone (only those are formatted: at 100,000 queued the whole document is tens of MB);
+    403 unless the caller may list them in NS, 400 for a name that is not a namespace's.
   - ``GET /debug/explain?namespace=NS&name=NAME``: 404 when the caller may not list appwrappers in NS, exactly as
     for an AppWrapper that does not exist (its existence is not leaked).
   With ``insecure=True`` (the controller's --insecure-debug-endpoints, for local debugging only) nothing is
@@ -34,6 +36,7 @@ Contract:
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -62,6 +65,8 @@ Check = Callable[[], tuple[bool, str]]
 # the access reviews of one request.
 DEBUG_TIMEOUT_SECONDS = 10.0
 ACCESS_TIMEOUT_SECONDS = 10.0
+# A namespace's name (a DNS label): anything else is refused before it reaches an access review.
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # How long a client may take to send its request (head, from its first byte), to read its answer, and to send its
 # next request on a kept-alive connection. Connections held at once are bounded by the front door
 # (``mcad.serve.frontdoor``, sized from the open files limit).
@@ -205,6 +210,13 @@ class DebugEndpoints:
             access.require(user, path)
         elif path == "/debug/queue":
             part = "queue"
+            namespace = query.get("namespace", "")
+            if namespace:
+                if not _NAMESPACE.match(namespace):
+                    return 400, {"error": f"{namespace[:80]!r} is not a namespace name"}
+                if not access.may_list(user, "") and not access.may_list(user, namespace):
+                    name = user.username if user else "you"
+                    return 403, {"error": f"{name} may not list appwrappers.{GROUP} in namespace {namespace}"}
         elif path == "/debug/explain":
             namespace, name = query.get("namespace", ""), query.get("name", "")
             if not namespace or not name:
@@ -220,6 +232,8 @@ class DebugEndpoints:
             return self._unknown(part[1], part[2])
         if part == "queue":
             report = as_report(snapshot.documents[part])
+            if query.get("namespace"):  # checked above; formats that namespace's rows alone
+                return 200, report.document_in(frozenset({query["namespace"]}))
             shown = report.namespaces() | {held["appwrapper"].partition("/")[0] for held in report.reservations}
             visible = access.visible(user, shown, snapshot.namespaces)
             if visible is not None:

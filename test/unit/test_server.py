@@ -257,3 +257,25 @@ def test_an_ipv6_bind_address_is_served_over_ipv6() -> None:
             assert answer.status == 200
     finally:
         http.stop()
+
+
+def test_one_namespace_of_the_queue_is_served_to_whoever_may_list_there(served: tuple[Server, Reviews]) -> None:
+    """?namespace=NS: NS's rows (positions global) and reservations alone; a tenant may ask for its own namespace
+    only, and a name that is no namespace's is refused before any access review."""
+    http, reviews = served
+    code, body = get(http, "/debug/queue?namespace=team-a", "alice")
+    assert code == 200, body
+    doc = json.loads(body)
+    assert [(aw["name"], aw["position"]) for aw in doc["queued"]] == [("a1", 2)]
+    assert [aw["name"] for aw in doc["dispatched"] + doc["resetting"]] == ["a2", "a3"]
+    assert [held["appwrapper"] for held in doc["reservations"]] == ["team-a/a1"]
+    code, body = get(http, "/debug/queue?namespace=team-b", "alice")
+    assert code == 403 and json.loads(body)["error"] == (
+        f"{ALICE.username} may not list appwrappers.workload.codeflare.dev in namespace team-b")
+    admin = json.loads(get(http, "/debug/queue?namespace=team-b", "admin")[1])
+    assert [aw["name"] for aw in admin["queued"] + admin["dispatched"] + admin["resetting"]] == ["b1", "b2", "b3"]
+    assert [held["appwrapper"] for held in admin["reservations"]] == ["team-b/b1"]
+    before = len(reviews.access_reviews)
+    code, body = get(http, "/debug/queue?namespace=Team_B%2F..", "alice")
+    assert code == 400 and "is not a namespace name" in json.loads(body)["error"]
+    assert len(reviews.access_reviews) == before
