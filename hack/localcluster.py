@@ -516,8 +516,9 @@ def up(opts: Options) -> None:
             # reconciler on it logs a validation error every 10 s. No fake pod dials the apiserver anyway.
             "--endpoint-reconciler-type=none",
             # MutatingAdmissionPolicy (beta and off by default in 1.34-1.35, GA and on in 1.36): the chart's
-            # webhook.creator=policy records the creator with one (charts/mcad/templates/webhook.yaml), tested here.
-            "--feature-gates=MutatingAdmissionPolicy=true", "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
+            # webhook.creator=policy records the creator with one (templates/creator-policy.yaml), tested here.
+            "--feature-gates=MutatingAdmissionPolicy=true",
+            "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
             *admission_flags,
         ], layout)
         save_state()

@@ -66,7 +66,7 @@ Check = Callable[[], tuple[bool, str]]
 DEBUG_TIMEOUT_SECONDS = 10.0
 ACCESS_TIMEOUT_SECONDS = 10.0
 # A namespace's name (a DNS label): anything else is refused before it reaches an access review.
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # How long a client may take to send its request (head, from its first byte), to read its answer, and to send its
 # next request on a kept-alive connection. Connections held at once are bounded by the front door
 # (``mcad.serve.frontdoor``, sized from the open files limit).
@@ -212,7 +212,7 @@ class DebugEndpoints:
             part = "queue"
             namespace = query.get("namespace", "")
             if namespace:
-                if not _NAMESPACE.match(namespace):
+                if not _NAMESPACE.fullmatch(namespace):
                     return 400, {"error": f"{namespace[:80]!r} is not a namespace name"}
                 if not access.may_list(user, "") and not access.may_list(user, namespace):
                     name = user.username if user else "you"

@@ -276,6 +276,7 @@ def test_one_namespace_of_the_queue_is_served_to_whoever_may_list_there(served: 
     assert [aw["name"] for aw in admin["queued"] + admin["dispatched"] + admin["resetting"]] == ["b1", "b2", "b3"]
     assert [held["appwrapper"] for held in admin["reservations"]] == ["team-b/b1"]
     before = len(reviews.access_reviews)
-    code, body = get(http, "/debug/queue?namespace=Team_B%2F..", "alice")
-    assert code == 400 and "is not a namespace name" in json.loads(body)["error"]
+    for junk in ("Team_B%2F..", "team-a%0A"):
+        code, body = get(http, f"/debug/queue?namespace={junk}", "alice")
+        assert code == 400 and "is not a namespace name" in json.loads(body)["error"], junk
     assert len(reviews.access_reviews) == before
