@@ -3,7 +3,9 @@
 Contract: ``BoundedServer(address, handler, slots=N, slot_wait=S)`` serves a connection only while it holds one of
 ``N`` slots; a connection that finds none free within ``S`` seconds (0: at once) is handed to ``turn_away``
 (which closes it; a subclass may answer first) and costs no thread. A flood of clients costs threads and memory
-up to a bound, never without one. The slot is given back when the connection's thread ends, however it ends.
+up to a bound, never without one. The slot is given back once when the connection's thread ends, however it ends,
+or when its thread could not be started; a KeyboardInterrupt (Ctrl-C) arriving while the thread starts goes on to
+stop the server.
 An IPv6 address is served on an IPv6 socket.
 """
 
@@ -21,6 +23,11 @@ class BoundedServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *, slots: int,
                  slot_wait: float = 0.0) -> None:
         self._slots = threading.BoundedSemaphore(slots)
+        # Connections holding a slot, by id: whichever of the connection's thread and a failed start gives it back
+        # first takes it out, so a slot is never given back twice (Ctrl-C during Thread.start, after the thread
+        # began, used to raise "Semaphore released too many times" in place of the KeyboardInterrupt).
+        self._holding: set[int] = set()
+        self._holding_lock = threading.Lock()
         self.slot_wait = slot_wait
         # An IPv6 literal ("fd00::2", from "[fd00::2]:8080") needs an IPv6 socket: the default family is IPv4 only.
         if ":" in address[0]:
@@ -37,14 +44,23 @@ class BoundedServer(ThreadingHTTPServer):
         if not got:
             self.turn_away(request, client_address)
             return
+        with self._holding_lock:
+            self._holding.add(id(request))
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._give_back(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self._give_back(request)
+
+    def _give_back(self, request: Any) -> None:
+        with self._holding_lock:
+            held = id(request) in self._holding
+            self._holding.discard(id(request))
+        if held:
             self._slots.release()
