@@ -41,6 +41,7 @@ import cachetools
 from mcad.admission.callers import CallerRefusals, SourceBuckets
 from mcad.admission.facts import Decision, FactUnavailable, Resource, current_source
 from mcad.admission.request import UserInfo
+from mcad.api.names import is_dns_label
 from mcad.errors import ApiError
 from mcad.k8s import kube
 
@@ -54,7 +55,6 @@ OBJECT_CACHE_SIZE: Final = 1024
 # The bound of one request; several may be needed for one AppWrapper (discovery, then one review per resource).
 REQUEST_TIMEOUT: Final = 2.0
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _VERSION = re.compile(r"^[a-z0-9]{1,63}$")
 
@@ -191,7 +191,7 @@ class KubeFacts:
     # -- objects --------------------------------------------------------------------------------------------------
 
     def namespace(self, name: str) -> Mapping[str, Any] | None:
-        if not _DNS_LABEL.match(name):
+        if not is_dns_label(name):
             return None
         return self._cached(self._objects, ("namespace", name),
                             lambda: self._request("GET", f"/api/v1/namespaces/{name}", f"namespace {name}"))

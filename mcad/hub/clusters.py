@@ -46,6 +46,7 @@ from typing import Any
 
 import yaml
 
+from mcad.api.names import is_dns_label
 from mcad.errors import ApiError, KubeConnectError
 from mcad.hub.placement import Policy
 from mcad.k8s import kube
@@ -55,7 +56,6 @@ DEFAULT_SECRET_KEY = "kubeconfig"
 DEFAULT_FAILURE_THRESHOLD = 3
 DEFAULT_PROBE_TIMEOUT_SECONDS = 2.0
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
@@ -168,7 +168,7 @@ def _parse_worker(raw: Any, index: int, source: str, base_dir: Path | None) -> W
     if isinstance(name, str) and name:
         where = f"{where} ({name})"
     _refuse_unknown(raw, _WORKER_KEYS, where)
-    if not isinstance(name, str) or not _DNS_LABEL.match(name):
+    if not isinstance(name, str) or not is_dns_label(name):
         raise ConfigError(f"{where}: field 'name': required, a DNS label (lower-case letters, digits, '-', at most "
                           f"63 characters), got {name!r}")
 
@@ -217,7 +217,7 @@ def _parse_secret(raw: Any, where: str) -> SecretRef:
     if not isinstance(name, str) or not _DNS_SUBDOMAIN.match(name):
         raise ConfigError(f"{where}: field 'secret.name': required, a Secret name, got {name!r}")
     namespace = raw.get("namespace", "")
-    if not isinstance(namespace, str) or (namespace and not _DNS_LABEL.match(namespace)):
+    if not isinstance(namespace, str) or (namespace and not is_dns_label(namespace)):
         raise ConfigError(f"{where}: field 'secret.namespace': must be a namespace name, got {namespace!r}")
     key = raw.get("key", DEFAULT_SECRET_KEY)
     if not isinstance(key, str) or not re.match(r"^[-._A-Za-z0-9]+$", key):

@@ -36,7 +36,6 @@ Contract:
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -46,6 +45,7 @@ import structlog
 
 from mcad.admission.request import UserInfo
 from mcad.api.appwrapper import GROUP, PLURAL
+from mcad.api.names import is_dns_label
 from mcad.hub.connections import Hub
 from mcad.k8s.events import EventCounters
 from mcad.k8s.recentevents import RecentEvents
@@ -65,8 +65,6 @@ Check = Callable[[], tuple[bool, str]]
 # the access reviews of one request.
 DEBUG_TIMEOUT_SECONDS = 10.0
 ACCESS_TIMEOUT_SECONDS = 10.0
-# A namespace's name (a DNS label): anything else is refused before it reaches an access review.
-_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 # How long a client may take to send its request (head, from its first byte), to read its answer, and to send its
 # next request on a kept-alive connection. Connections held at once are bounded by the front door
 # (``mcad.serve.frontdoor``, sized from the open files limit).
@@ -205,18 +203,19 @@ class DebugEndpoints:
     def _answer(self, path: str, query: Mapping[str, str], user: UserInfo | None,
                 access: Access) -> tuple[int, dict[str, Any] | bytes]:
         part: Part
+        only = ""  # /debug/queue?namespace=: that namespace's rows alone
         if path in CLUSTER_WIDE:
             part = path.removeprefix("/debug/")
             access.require(user, path)
         elif path == "/debug/queue":
             part = "queue"
-            namespace = query.get("namespace", "")
-            if namespace:
-                if not _NAMESPACE.fullmatch(namespace):
-                    return 400, {"error": f"{namespace[:80]!r} is not a namespace name"}
-                if not access.may_list(user, "") and not access.may_list(user, namespace):
+            only = query.get("namespace", "")
+            if only:
+                if not is_dns_label(only):  # refused before it reaches an access review
+                    return 400, {"error": f"{only[:80]!r} is not a namespace name"}
+                if not access.may_list(user, "") and not access.may_list(user, only):
                     name = user.username if user else "you"
-                    return 403, {"error": f"{name} may not list appwrappers.{GROUP} in namespace {namespace}"}
+                    return 403, {"error": f"{name} may not list appwrappers.{GROUP} in namespace {only}"}
         elif path == "/debug/explain":
             namespace, name = query.get("namespace", ""), query.get("name", "")
             if not namespace or not name:
@@ -232,8 +231,8 @@ class DebugEndpoints:
             return self._unknown(part[1], part[2])
         if part == "queue":
             report = as_report(snapshot.documents[part])
-            if query.get("namespace"):  # checked above; formats that namespace's rows alone
-                return 200, report.document_in(frozenset({query["namespace"]}))
+            if only:  # checked above: formats that namespace's rows alone
+                return 200, report.document_in(frozenset({only}))
             shown = report.namespaces() | {held["appwrapper"].partition("/")[0] for held in report.reservations}
             visible = access.visible(user, shown, snapshot.namespaces)
             if visible is not None:
