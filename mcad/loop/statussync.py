@@ -64,6 +64,12 @@ class KeyQueue(Protocol):
     def add_after(self, key: Any, delay: float) -> None: ...
 
 
+def _intended(syncs: Mapping[str, _Sync], aw: AppWrapperView) -> StatusView | None:
+    """The status last decided for this incarnation of ``aw`` in ``syncs``, if any."""
+    sync = syncs.get(aw.key)
+    return sync.intent.status if sync is not None and sync.intent.uid == aw.uid else None
+
+
 class _FrozenIntents(Mapping[str, tuple[str, str]]):
     """Who has a decision under way, copied for a reader on another thread (a C-speed copy: a cold start of
     100,000 has as many); each intent is read when asked, so one replaced later may show through, never one for
@@ -84,9 +90,7 @@ class _FrozenIntents(Mapping[str, tuple[str, str]]):
 
     def status_of(self, aw: AppWrapperView) -> StatusView | None:
         """``StatusSync.intent`` over the copy."""
-        sync = self._syncs.get(aw.key)
-        intent = sync.intent if sync is not None else None
-        return intent.status if intent is not None and intent.uid == aw.uid else None
+        return _intended(self._syncs, aw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +160,7 @@ class StatusSync:
 
     def intent(self, aw: AppWrapperView) -> StatusView | None:
         """The status last decided for this incarnation of ``aw``, while the informer may not show it yet."""
-        sync = self._syncs.get(aw.key)
-        return sync.intent.status if sync is not None and sync.intent.uid == aw.uid else None
+        return _intended(self._syncs, aw)
 
     def frozen_intents(self) -> Callable[[AppWrapperView], StatusView | None]:
         """``intent`` for a reader on another thread (see ``_FrozenIntents``)."""
