@@ -176,19 +176,16 @@ def test_throughput_with_webhooks_reviews_every_appwrapper_and_reports_both_shar
     assert {"share_of_ceiling_off_pct", "share_of_ceiling_on_pct", "on_over_off_pct"} <= set(entry["throughput"])
 
 
-def test_throughput_with_the_creator_policy_in_alternating_rounds() -> None:
+def test_throughput_with_the_creator_policy_in_alternating_rounds(tmp_path: Path) -> None:
     """--webhook-creator policy --webhook-rounds 2: four fresh clusters (off, on, on, off); in the "on" ones the
     creator is recorded by the chart's MutatingAdmissionPolicy, with only the validating webhook registered, and
     every AppWrapper still carries it."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        output = Path(tmp) / "bench-results.json"
-        proc = subprocess.run([sys.executable, "-m", "test.perf.bench", "--scale", "0.02", "--scenarios",
-                               "throughput_webhooks", "--webhook-creator", "policy", "--webhook-rounds", "2",
-                               "--output", str(output)], cwd=REPO, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        entry = json.loads(output.read_text())["scenarios"][0]
+    output = tmp_path / "bench-results.json"
+    proc = subprocess.run([sys.executable, "-m", "test.perf.bench", "--scale", "0.02", "--scenarios",
+                           "throughput_webhooks", "--webhook-creator", "policy", "--webhook-rounds", "2",
+                           "--output", str(output)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    entry = json.loads(output.read_text())["scenarios"][0]
     n = entry["params"]["appwrappers"]
     assert (entry["params"]["creator"], entry["params"]["rounds"]) == ("policy", 2)
     assert entry["admitted_with_creator"] == {"off": 0, "on": n, "on-2": n, "off-2": 0}
