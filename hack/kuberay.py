@@ -171,8 +171,31 @@ def install_crds(bin_dir: Path, kubeconfig: Path, version: str) -> None:
         args += ["-f", str(f)]
     kubectl(bin_dir, kubeconfig, *args)
     names = [f"crd/{plural}.ray.io" for plural in CRDS]
-    kubectl(bin_dir, kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", *names, timeout=90)
+    wait_established(bin_dir, kubeconfig, names, timeout=60)
     kubectl(bin_dir, kubeconfig, "annotate", "--overwrite", *names, f"{VERSION_ANNOTATION}={version}")
+
+
+def wait_established(bin_dir: Path, kubeconfig: Path, names: list[str], timeout: float) -> None:
+    """Poll until every CRD in ``names`` has Established=True, or raise after ``timeout`` seconds.
+
+    Not `kubectl wait --for=condition=Established`: right after a create the API server may store the CRD with
+    ``status.conditions: null``, and kubectl wait then fails at once ("<nil> is of the type <nil>, expected
+    []interface{}") instead of waiting (it failed CI that way).
+    """
+    template = ("jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Established\")].status}"
+                "{\" \"}{end}")
+    deadline = time.monotonic() + timeout
+    seen = ""
+    while True:
+        proc = subprocess.run([str(bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", "get", *names, "-o", template],
+                              capture_output=True, text=True, timeout=60)
+        seen = proc.stdout.strip() if proc.returncode == 0 else proc.stderr.strip()
+        if proc.returncode == 0 and all(field.endswith("=True") for field in proc.stdout.split()) \
+                and len(proc.stdout.split()) == len(names):
+            return
+        if time.monotonic() >= deadline:
+            raise KubeRayError(f"the KubeRay CRDs were not Established within {timeout:.0f} s (last seen: {seen})")
+        time.sleep(0.5)
 
 
 def crds_current(bin_dir: Path, kubeconfig: Path, version: str) -> bool:
