@@ -174,6 +174,8 @@ def test_throughput_with_webhooks_reviews_every_appwrapper_and_reports_both_shar
     assert entry["admitted_with_creator"] == {"off": 0, "on": n}
     assert {mode: phase["throughput"]["dispatched"] for mode, phase in entry["phases"].items()} == {"off": n, "on": n}
     assert {"share_of_ceiling_off_pct", "share_of_ceiling_on_pct", "on_over_off_pct"} <= set(entry["throughput"])
+    # A mutating and a validating call per create, counted during the load.
+    assert entry["phases"]["on"]["webhook_requests"]["total"] == 2 * n
 
 
 def test_throughput_with_the_creator_policy_in_alternating_rounds(tmp_path: Path) -> None:
@@ -192,6 +194,9 @@ def test_throughput_with_the_creator_policy_in_alternating_rounds(tmp_path: Path
     assert list(entry["phases"]) == ["off", "on", "on-2", "off-2"], "the second round runs on first"
     assert [sorted(r) for r in entry["rounds"]] == [["dispatched_per_s_off", "dispatched_per_s_on",
                                                      "on_over_off_pct"]] * 2
+    # The policy records the creator inside the API server: one webhook call per create, the validating one.
+    for mode in ("on", "on-2"):
+        assert entry["phases"][mode]["webhook_requests"]["total"] == n
 
 
 def test_dashboard_queue_view_answers_every_poll_with_its_first_page(results: dict[str, dict]) -> None:

@@ -508,8 +508,8 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
     registered and every AppWrapper reviewed by them when ``webhooks``; fills ``result``, returns the dispatch
     rate. ``result["admitted_with_creator"]`` counts the AppWrappers that carry the creator annotation the
     mutating webhook sets (all of them with webhooks, none without). ``controller_args`` are added to the
-    controller's; with ``metrics`` its /metrics (served without a token) is read at the end into
-    ``result["controller_metrics"]``."""
+    controller's; with ``metrics`` its /metrics (served without a token) is read just before the load starts and at
+    the end, into ``result["controller_metrics_at_start"]`` and ``result["controller_metrics"]``."""
     n = scaled(2000, f)
     metrics_port = webhooks_mod.free_port() if metrics else 0
     extra = (*controller_args, *(("--insecure-debug-endpoints", "--http-bind-address",
@@ -520,9 +520,10 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
     with Env(scenario, opts, result) as env:
         env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
         if webhooks:
-            http_port = webhooks_mod.free_port()
-            args = (*opts.controller_args, *webhooks_mod.register(env.api, webhooks_mod.free_port(),
-                                                                        creator=opts.webhook_creator),
+            http_port = metrics_port or webhooks_mod.free_port()
+            args = (*opts.controller_args, *controller_args,
+                    *webhooks_mod.register(env.api, webhooks_mod.free_port(), creator=opts.webhook_creator),
+                    *(("--insecure-debug-endpoints",) if metrics else ()),
                     "--http-bind-address", f"127.0.0.1:{http_port}")
             ctl = env.controller("controller", args=args)
             started = time.monotonic()
@@ -546,6 +547,8 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
             + f" from {creators.processes} processes x {creators.threads} threads")
         started = time.monotonic()
         timeout = 120 + n / 10
+        if metrics:
+            result["controller_metrics_at_start"] = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
         with Progress(scenario, lambda: f"created {creators.created_count()}/{n}, dispatched {len(tracker.running)}, "
                                        f"pods running {len(tracker.pods_running)}"):
             t0 = creators.start()
@@ -598,8 +601,9 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
     creates as the cluster admin: every review allows; the answer is cached for a while per user, resource and
     namespace, as a running controller's is). With ``opts.webhook_creator`` "policy" the chart's
     MutatingAdmissionPolicy records the creator instead and only the validating call is made. Reports both
-    dispatch rates, their shares of the ceiling and on / off, which issue 15 wants >= 90 %. Each phase's full
-    figures are under ``phases``.
+    dispatch rates, their shares of the ceiling and on / off, which issue 15 wants >= 90 %, and the webhook calls
+    the controller served per AppWrapper (its /metrics, read after each phase). Each phase's full figures are under
+    ``phases``.
 
     ``opts.webhook_rounds`` R > 1: R pairs, the order alternating (off-on, on-off, ...) so that neither mode always
     runs on the machine the other has just warmed; phases beyond the first pair are ``off-2``, ``on-2``...; the
@@ -615,7 +619,15 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
             phase: Result = {"targets": []}
             phases[mode + suffix] = phase
             say(f"throughput_webhooks: webhooks {mode}" + (f" (round {index + 1} of {rounds})" if rounds > 1 else ""))
-            rates[mode].append(_throughput_run(f"throughput_wh_{mode}", opts, phase, f, webhooks=mode == "on"))
+            rates[mode].append(_throughput_run(f"throughput_wh_{mode}", opts, phase, f, webhooks=mode == "on",
+                                               metrics=True))
+            before, after = phase.pop("controller_metrics_at_start"), phase.pop("controller_metrics")
+            if mode == "on":
+                # The calls the API server made during the load, per AppWrapper (the policy mode should make one).
+                key = 'mcad_http_requests_total{server="webhook"}'
+                calls = after.get(key, 0.0) - before.get(key, 0.0)
+                phase["webhook_requests"] = {"total": int(calls),
+                                             "per_appwrapper": round(calls / phase["params"]["appwrappers"], 2)}
             for note in phase.get("notes") or []:
                 result.setdefault("notes", []).append(f"webhooks {mode}{suffix}: {note}")
     if rounds > 1:
@@ -635,6 +647,8 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
     result["control_plane_load_cpu_seconds"] = {mode: phases[mode]["control_plane_load_cpu_seconds"]
                                                  for mode in phases}
     result["admitted_with_creator"] = {mode: phases[mode]["admitted_with_creator"] for mode in phases}
+    result["webhook_requests_per_appwrapper"] = {mode: phases[mode]["webhook_requests"]["per_appwrapper"]
+                                                 for mode in phases if "webhook_requests" in phases[mode]}
     figures: dict[str, float] = {"dispatched_per_s_off": round(mean_off, 1),
                                  "dispatched_per_s_on": round(mean_on, 1),
                                  "create_rate_per_s_off": off["create_rate_per_s"],
@@ -706,6 +720,7 @@ def placement(opts: Options, result: Result) -> None:
         _throughput_run(f"placement_{mode}", opts, phase, f, webhooks=False,
                         controller_args=(f"--placement={mode}",), metrics=True)
         phase["pods_per_s"] = round(phase["throughput"]["dispatched"] / phase["wall_s"], 1)
+        phase.pop("controller_metrics_at_start")
     binding, advisory = phases["binding"], phases["advisory"]
     result["params"] = {**binding["params"], "placement": "binding, then advisory"}
     for key in ("cluster_up_s", "nodes_ready_s", "teardown_s", "wall_s", "controller_ready_s"):
