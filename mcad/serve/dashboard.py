@@ -256,13 +256,20 @@ class Dashboard:
         return dict(self.summary())
 
 
+def whole_number(raw: str) -> int | None:
+    """A query parameter's non-negative integer (ASCII digits, at most nine), None for anything else ("²" is a
+    digit to ``str.isdigit`` and no number to ``int``)."""
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else None
+
+
 def _count(query: Mapping[str, str], name: str, default: int, most: int | None) -> int:
     raw = query.get(name, "")
     if not raw:
         return default
-    if not raw.isdigit() or len(raw) > 9:
+    number = whole_number(raw)
+    if number is None:
         raise Refusal(400, {"error": f"{name} must be a whole number, not {raw[:20]!r}"})
-    return int(raw) if most is None else min(int(raw), most)
+    return number if most is None else min(number, most)
 
 
 def _row(aw: Mapping[str, Any]) -> dict[str, Any]:

@@ -125,8 +125,9 @@ def test_the_queue_filters_by_namespace_and_state_and_bounds_the_page(queue_sour
     assert [row["name"] for row in doc["rows"]] == ["aw-5"]
     _, doc = view(dashboard, "queue", limit="100000")
     assert doc["limit"] == MAX_PAGE and len(doc["rows"]) == 122
-    status, doc = view(dashboard, "queue", offset="-1")
-    assert status == 400 and "offset must be a whole number" in doc["error"]
+    for junk in ("-1", "²", "1" * 10):  # "²" passes str.isdigit and fails int()
+        status, doc = view(dashboard, "queue", offset=junk)
+        assert status == 400 and "offset must be a whole number" in doc["error"], junk
 
 
 def test_a_tenant_sees_only_the_namespaces_it_may_list(queue_source: FakeSource) -> None:
