@@ -15,6 +15,10 @@ Contract:
   orders when a filter skips many). ``row(entry)``: that entry as the document has it; a queued one's
   ``position`` is its place in the whole queue.
 - ``reservations_in(visible)`` and ``document_in(visible)``: what a reader who may list only ``visible`` sees.
+- ``page_in(visible, offset, limit)``: the document with only ``limit`` queued rows from place ``offset`` on
+  (among the queued ones ``visible`` holds; None: all), every resetting and dispatched one, and ``page``:
+  ``{"offset", "limit", "queuedTotal"}``. Costs the rows it makes plus a scan of the orders it skips, never a
+  formatted whole queue (what a whole-cluster reader of a deep queue asks for).
 - ``entries()``: every entry (O(queue), kept). ``document()``: the whole document (``header``, ``queued``,
   ``resetting``, ``dispatched``, ``reservations``), formatted on the first call and kept (``mcad.serve.snapshots``
   decides who calls it, and counts what it cost).
@@ -28,7 +32,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import chain
+from itertools import chain, islice
 from typing import Any
 
 from mcad.api.appwrapper import AppWrapperView
@@ -133,6 +137,27 @@ class QueueReport:
     def document_in(self, visible: frozenset[str]) -> Document:
         """The document as a reader who may list only ``visible``'s AppWrappers sees it (made anew each time)."""
         return self._document_of(self.select(visible), self.reservations_in(visible))
+
+    def page_in(self, visible: frozenset[str] | None, offset: int, limit: int) -> Document:
+        """The document as ``visible`` sees it (None: everything), its queued list cut to ``limit`` rows from
+        ``offset`` (positions stay those of the whole queue)."""
+        def shown(entry: Entry) -> bool:
+            return visible is None or entry.namespace in visible
+
+        queued = chain(self._queued(visible, "", ""),
+                       (entry for entry in self._others if entry.listed_in == "queued" and shown(entry)))
+        rest = (entry for entry in self._others if entry.listed_in != "queued" and shown(entry))
+        document = self._document_of(chain(islice(queued, offset, offset + limit), rest),
+                                     self.reservations_in(visible))
+        document["page"] = {"offset": offset, "limit": limit, "queuedTotal": self._queued_total(visible)}
+        return document
+
+    def _queued_total(self, visible: frozenset[str] | None) -> int:
+        assessed = self._assessed
+        total = 0 if assessed is None else sum(n for name, n in assessed.per_namespace.items()
+                                               if visible is None or name in visible)
+        return total + sum(1 for entry in self._others
+                           if entry.listed_in == "queued" and (visible is None or entry.namespace in visible))
 
     def row(self, entry: Entry) -> Document:
         if entry.listed_in != "queued" or isinstance(entry.facts, Mapping):

@@ -17,7 +17,9 @@ Contract:
     (workload.codeflare.dev): one cluster-wide check, then one per namespace shown (positions stay those of the
     whole queue). 403 when it may list them in no namespace that holds any AppWrapper. ``?namespace=NS``: NS's
     rows and reservations alone (only those are formatted: at 100,000 queued the whole document is tens of MB);
-    403 unless the caller may list them in NS, 400 for a name that is not a namespace's.
+    403 unless the caller may list them in NS, 400 for a name that is not a namespace's. ``?limit=N&offset=M``:
+    only N queued rows from place M on (N at most ``MAX_QUEUE_PAGE``; the resetting and dispatched ones all) and
+    ``page`` with ``queuedTotal``, for either form; 400 for a value that is not a whole number or a limit of 0.
   - ``GET /debug/explain?namespace=NS&name=NAME``: 404 when the caller may not list appwrappers in NS, exactly as
     for an AppWrapper that does not exist (its existence is not leaked).
   With ``insecure=True`` (the controller's --insecure-debug-endpoints, for local debugging only) nothing is
@@ -52,7 +54,7 @@ from mcad.k8s.recentevents import RecentEvents
 from mcad.loop.dispatcher import Dispatcher
 from mcad.metrics import CONTENT_TYPE, Metrics
 from mcad.serve import frontdoor
-from mcad.serve.dashboard import SECURITY_HEADERS, Answer, Dashboard, Refusal, Source
+from mcad.serve.dashboard import SECURITY_HEADERS, Answer, Dashboard, Refusal, Source, whole_number
 from mcad.serve.debug import Reports
 from mcad.serve.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
 from mcad.serve.frontdoor import FrontDoor, Head, Limits, Response
@@ -76,6 +78,7 @@ IDLE_TIMEOUT_SECONDS = 120.0
 WORKERS = 8
 WORKER_WAIT_SECONDS = 5.0
 # The non-resource URLs the cluster-wide documents are authorized by (the chart's debug viewer ClusterRole).
+MAX_QUEUE_PAGE = 10_000  # queued rows in one /debug/queue?limit= answer (about 4 MB)
 CLUSTER_WIDE = ("/debug/ledger", "/debug/quota", "/debug/clusters")
 _NO_TOKEN = ("no bearer token: send 'Authorization: Bearer <token>' (or, through the API server's proxy, "
              "'X-Mcad-Authorization: Bearer <token>'); mcadctl does this with your kubeconfig's token or --token")
@@ -204,12 +207,19 @@ class DebugEndpoints:
                 access: Access) -> tuple[int, dict[str, Any] | bytes]:
         part: Part
         only = ""  # /debug/queue?namespace=: that namespace's rows alone
+        page: tuple[int, int] | None = None  # /debug/queue?limit=&offset=: (offset, limit)
         if path in CLUSTER_WIDE:
             part = path.removeprefix("/debug/")
             access.require(user, path)
         elif path == "/debug/queue":
             part = "queue"
             only = query.get("namespace", "")
+            if "limit" in query or "offset" in query:
+                limit, offset = whole_number(query.get("limit", "")), whole_number(query.get("offset", "0"))
+                if limit is None or offset is None or not 0 < limit <= MAX_QUEUE_PAGE:
+                    return 400, {"error": f"limit must be a whole number from 1 to {MAX_QUEUE_PAGE} and offset a "
+                                          "whole number"}
+                page = (offset, limit)
             if only:
                 if not is_dns_label(only):  # refused before it reaches an access review
                     return 400, {"error": f"{only[:80]!r} is not a namespace name"}
@@ -232,9 +242,12 @@ class DebugEndpoints:
         if part == "queue":
             report = as_report(snapshot.documents[part])
             if only:  # checked above: formats that namespace's rows alone
-                return 200, report.document_in(frozenset({only}))
-            shown = report.namespaces() | {held["appwrapper"].partition("/")[0] for held in report.reservations}
-            visible = access.visible(user, shown, snapshot.namespaces)
+                visible: frozenset[str] | None = frozenset({only})
+            else:
+                shown = report.namespaces() | {held["appwrapper"].partition("/")[0] for held in report.reservations}
+                visible = access.visible(user, shown, snapshot.namespaces)
+            if page is not None:
+                return 200, report.page_in(visible, *page)
             if visible is not None:
                 return 200, report.document_in(visible)
         return 200, snapshot.encoded(part)

@@ -7,7 +7,7 @@ from itertools import islice
 from typing import Any
 
 from mcad.serve.debug import Reports
-from mcad.serve.queuereport import QUEUE_LISTS
+from mcad.serve.queuereport import QUEUE_LISTS, QueueReport
 from test.component.harness import gang_aw, node
 
 
@@ -62,3 +62,29 @@ def test_a_page_reads_only_its_own_rows(harness_factory: Any) -> None:
     page = [report.row(entry) for entry in islice(report.select(frozenset({"team-b"})), 10, 15)]
     assert [row["namespace"] for row in page] == ["team-b"] * 5
     assert len(read) == 15, "the rows up to the end of the page, not the queue"
+
+
+def test_a_page_of_the_document_cuts_the_queued_list_only(harness_factory: Any) -> None:
+    """page_in: limit queued rows from offset (positions of the whole queue), every dispatched one, the queued total
+    of what the reader sees; the same from a formatted document (an offline report) as from the dispatcher's."""
+    h = queue_of(harness_factory)
+    report = Reports(h.dispatcher, lambda: {}).queue_deferred()
+    whole = report.document()
+    team_b = [row for row in whole["queued"] if row["namespace"] == "team-b"]
+    read: list[str] = []
+    store_get = report._get
+    report._get = lambda key: (read.append(key), store_get(key))[1]
+    page = report.page_in(None, 10, 5)
+    assert [row["position"] for row in page["queued"]] == [11, 12, 13, 14, 15]
+    assert page["page"] == {"offset": 10, "limit": 5, "queuedTotal": 301}
+    assert page["dispatched"] == whole["dispatched"] and page["reservations"] == whole["reservations"]
+    assert len(read) == 15, "the rows up to the end of the page, not the queue"
+    assert report.page_in(None, 295, 10)["queued"] == whole["queued"][295:]
+    page = report.page_in(frozenset({"team-b"}), 5, 3)
+    assert page["queued"] == team_b[5:8] and page["page"]["queuedTotal"] == len(team_b)
+    assert page["dispatched"] == [], "team-a's"
+    assert {key: value for key, value in page.items() if key not in (*QUEUE_LISTS, "page")} == {
+        key: value for key, value in whole.items() if key not in QUEUE_LISTS}
+    formatted = QueueReport.of(whole)
+    assert formatted.page_in(frozenset({"team-b"}), 5, 3) == page
+    assert formatted.page_in(None, 0, 1000)["queued"] == whole["queued"]

@@ -19,7 +19,7 @@ import structlog
 from mcad.admission.request import UserInfo
 from mcad.metrics import Metrics
 from mcad.serve.endpointauth import Attributes, Gate
-from mcad.serve.server import DebugEndpoints, Server
+from mcad.serve.server import MAX_QUEUE_PAGE, DebugEndpoints, Server
 from mcad.serve.snapshots import Snapshots
 from test.support import wait_until
 from test.unit.test_endpointauth import Reviews
@@ -280,3 +280,26 @@ def test_one_namespace_of_the_queue_is_served_to_whoever_may_list_there(served: 
         code, body = get(http, f"/debug/queue?namespace={junk}", "alice")
         assert code == 400 and "is not a namespace name" in json.loads(body)["error"], junk
     assert len(reviews.access_reviews) == before
+
+
+def test_a_page_of_the_queue_cuts_the_queued_rows_as_the_reader_sees_them(served: tuple[Server, Reviews]) -> None:
+    """?limit=N&offset=M: N queued rows from place M among those the caller may see, every resetting and dispatched
+    one, and the queued total; with ?namespace= too; a limit of 0, above MAX_QUEUE_PAGE or not a number: 400."""
+    http, _ = served
+    code, body = get(http, "/debug/queue?limit=1&offset=1", "admin")
+    assert code == 200, body
+    doc = json.loads(body)
+    assert [aw["name"] for aw in doc["queued"]] == ["b1"]
+    assert doc["page"] == {"offset": 1, "limit": 1, "queuedTotal": 2}
+    assert sorted(aw["name"] for aw in doc["dispatched"] + doc["resetting"]) == ["a2", "a3", "b2", "b3"]
+    alice = json.loads(get(http, "/debug/queue?limit=5", "alice")[1])
+    assert [aw["name"] for aw in alice["queued"]] == ["a1"] and alice["page"]["queuedTotal"] == 1
+    assert [held["appwrapper"] for held in alice["reservations"]] == ["team-a/a1"]
+    assert sorted(aw["name"] for aw in alice["dispatched"] + alice["resetting"]) == ["a2", "a3"]
+    only = json.loads(get(http, "/debug/queue?namespace=team-b&limit=5&offset=0", "admin")[1])
+    assert [aw["name"] for aw in only["queued"]] == ["b1"] and only["page"]["queuedTotal"] == 1
+    assert get(http, "/debug/queue?namespace=team-b&limit=5", "alice")[0] == 403
+    for query in ("limit=0", f"limit={MAX_QUEUE_PAGE + 1}", "limit=x", "limit=%C2%B2", "limit=5&offset=-1",
+                  "offset=3"):
+        code, body = get(http, f"/debug/queue?{query}", "admin")
+        assert code == 400 and "limit must be a whole number" in json.loads(body)["error"], query
