@@ -41,6 +41,7 @@ from mcad.cli import dashboardproxy, reach, render
 from mcad.errors import ApiError, KubeConnectError
 from mcad.k8s import kube
 from mcad.model.reservations import DEFAULT_RESERVATIONS
+from mcad.serve.queuereport import MAX_QUEUE_PAGE, QueueReport
 
 
 class Failure(click.ClickException):
@@ -110,6 +111,10 @@ def main(ctx: click.Context, kubeconfig: str | None, context: str | None, contro
         offline=offline, fit=fit, strict_fifo=strict_fifo, preemption=preemption, reservations=reservations)
 
 
+# Queued rows `mcadctl queue` shows unless told: a screenful is the head of the queue, and at 100,000 queued the
+# whole document is tens of MB.
+DEFAULT_QUEUE_LIMIT = 1000
+
 _output = click.option("-o", "--output", type=click.Choice(["json", "yaml", "wide"]), default=None,
                        help="json or yaml: the whole document as the controller serves it; wide: more columns.")
 
@@ -117,21 +122,33 @@ _output = click.option("-o", "--output", type=click.Choice(["json", "yaml", "wid
 @main.command()
 @click.option("-n", "--namespace", default=None, help="Only AppWrappers in this namespace (positions stay global).")
 @click.option("--dispatched", is_flag=True, help="Also list the dispatched AppWrappers and their pods.")
+@click.option("--limit", type=click.IntRange(0, MAX_QUEUE_PAGE), default=DEFAULT_QUEUE_LIMIT, show_default=True,
+              help=f"At most this many queued rows (1 to {MAX_QUEUE_PAGE}); 0: the whole queue (tens of MB at "
+                   "100,000 queued). Resetting and dispatched ones are all listed.")
+@click.option("--offset", type=click.IntRange(min=0), default=0,
+              help="Skip this many queued rows first: --offset 1000 shows the second page of 1000.")
 @_output
 @click.pass_obj
-def queue(opts: Options, namespace: str | None, dispatched: bool, output: str | None) -> None:
+def queue(opts: Options, namespace: str | None, dispatched: bool, limit: int, offset: int,
+          output: str | None) -> None:
     """The queue in dispatch order, and why each AppWrapper is not dispatched yet.
 
     Columns: POSITION (place in the whole queue), NAMESPACE, NAME, PRIORITY, AGE (since creation), STATE (Queued;
     Draining: requeued, waiting for its old pods to go; Preempting: waiting for its victims to leave), DEMAND (what
     the whole gang requests) and WHY (what is short). WHY is cut to the terminal width (not in a pipe); -o wide
     prints it in full, with PODS, REQUEUINGS and FITS-NOW. From the controller's /debug/queue (or --offline).
+    Shows the first --limit queued rows; json and yaml add `page` (offset, limit, queuedTotal).
     """
-    # The controller formats that namespace's rows alone (the whole queue can be tens of MB); offline, the
-    # document is computed whole and filtered here.
-    doc = _document(opts, "queue", lambda report: report.queue(), [("namespace", namespace)] if namespace else ())
+    # The controller formats only the page (and only that namespace's rows): the whole queue can be tens of MB.
+    # Offline, or from a controller that does not page, the document comes whole and is cut here.
+    query: list[tuple[str, str]] = [("namespace", namespace)] if namespace else []
+    if limit:
+        query += [("limit", str(limit))] + ([("offset", str(offset))] if offset else [])
+    doc = _document(opts, "queue", lambda report: report.queue(), query)
     if namespace:
         doc = render.only_namespace(doc, namespace)
+    if "page" not in doc:
+        doc = QueueReport.of(doc).page_in(None, offset, limit or max(len(doc.get("queued") or []), 1))
     if output in ("json", "yaml"):
         click.echo(render.dump(doc, output))
         return

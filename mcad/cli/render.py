@@ -125,10 +125,21 @@ def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int | None
     queued = list(doc.get("queued") or [])
     running = list(doc.get("dispatched") or [])
     paused = len(doc.get("resetting") or [])
-    lines = [f"{controller_line(doc)}: {len(queued)} queued, {len(running)} dispatched"
+    given = doc.get("page")
+    page: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    total = page.get("queuedTotal", len(queued))
+    lines = [f"{controller_line(doc)}: {total} queued, {len(running)} dispatched"
              + (f", {paused} resetting" if paused else ""), ""]
+    offset = page.get("offset", 0)
     if queued:
         lines += _queued_table(queued, width=width, wide=wide)
+        if offset or len(queued) < total:
+            last = offset + len(queued)
+            lines.append(f"(queued rows {offset + 1}-{last} of {total}"
+                         + (f"; --offset {last} for the next {page.get('limit')}" if last < total else "")
+                         + "; --limit 0 for all)")
+    elif total:
+        lines.append(f"No queued rows from place {offset + 1} on ({total} queued; --offset 0 for the first).")
     else:
         lines.append("No AppWrappers are queued.")
     reservations = list(doc.get("reservations") or [])

@@ -44,6 +44,7 @@ from mcad.model.assess import Assessment, QueueAssessment
 Document = dict[str, Any]
 # The lists of AppWrappers in the queue document, each entry with its namespace: what a reader's rights filter.
 QUEUE_LISTS = ("queued", "resetting", "dispatched")
+MAX_QUEUE_PAGE = 10_000  # queued rows in one page of the document (/debug/queue?limit=; about 4 MB)
 QUEUED = "Queued"  # what a queued AppWrapper's state is unless the walk judged it otherwise (Preempting, Draining)
 
 

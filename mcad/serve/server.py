@@ -58,7 +58,7 @@ from mcad.serve.dashboard import SECURITY_HEADERS, Answer, Dashboard, Refusal, S
 from mcad.serve.debug import Reports
 from mcad.serve.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
 from mcad.serve.frontdoor import FrontDoor, Head, Limits, Response
-from mcad.serve.queuereport import as_report
+from mcad.serve.queuereport import MAX_QUEUE_PAGE, as_report
 from mcad.serve.snapshots import DEFAULT_INTERVAL_SECONDS, Busy, Part, Snapshot, Snapshots, encode
 
 log = structlog.get_logger("mcad.serve.server")
@@ -78,7 +78,6 @@ IDLE_TIMEOUT_SECONDS = 120.0
 WORKERS = 8
 WORKER_WAIT_SECONDS = 5.0
 # The non-resource URLs the cluster-wide documents are authorized by (the chart's debug viewer ClusterRole).
-MAX_QUEUE_PAGE = 10_000  # queued rows in one /debug/queue?limit= answer (about 4 MB)
 CLUSTER_WIDE = ("/debug/ledger", "/debug/quota", "/debug/clusters")
 _NO_TOKEN = ("no bearer token: send 'Authorization: Bearer <token>' (or, through the API server's proxy, "
              "'X-Mcad-Authorization: Bearer <token>'); mcadctl does this with your kubeconfig's token or --token")

@@ -236,6 +236,19 @@ def test_queue_shows_the_queue_in_order_with_the_why(cluster: Cluster) -> None:
     assert any(line.split()[:2] == [cluster.namespace, "runs"] for line in lines[6:])
 
 
+def test_queue_pages_are_cut_by_the_controller(cluster: Cluster) -> None:
+    result = mcadctl_("--url", cluster.url, "queue", "-n", cluster.namespace, "--limit", "1", "--offset", "1",
+                      "-o", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert queued_names(doc, cluster.namespace) == QUEUED[1:2]
+    assert doc["page"] == {"offset": 1, "limit": 1, "queuedTotal": len(QUEUED)}
+    assert [aw["name"] for aw in doc["dispatched"]] == ["runs"], "the dispatched ones are not paged"
+    table = mcadctl_("--url", cluster.url, "queue", "-n", cluster.namespace, "--limit", "2")
+    assert table.stdout.splitlines()[-1] == (f"(queued rows 1-2 of {len(QUEUED)}; --offset 2 for the next 2; "
+                                             "--limit 0 for all)")
+
+
 def test_ledger_shows_capacity_use_and_every_node(cluster: Cluster) -> None:
     def ledger() -> dict[str, Any]:
         result = mcadctl_("--url", cluster.url, "ledger", "--nodes", "-o", "json")

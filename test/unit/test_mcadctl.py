@@ -388,7 +388,7 @@ def test_queue_command_prints_the_table_and_passes_where_to_look(controller: Con
     assert result.stdout.splitlines()[2].split()[0] == "POSITION"
     assert "urgent" in result.stdout and "train" not in result.stdout
     where, endpoint, query = controller.asked[0]
-    assert (endpoint, query) == ("queue", [])
+    assert (endpoint, query) == ("queue", [("limit", str(mcadctl.DEFAULT_QUEUE_LIMIT))])
     assert (where.namespace, where.name, where.port, where.timeout, where.url) == ("ops", "mcad", 9090, 3.0, None)
 
 
@@ -413,8 +413,42 @@ def test_queue_command_json_filters_by_namespace(controller: Controller) -> None
 
 
 def test_queue_command_yaml_round_trips(controller: Controller) -> None:
+    controller.answers["queue"] = {**QUEUE, "resetting": [], "reservations": [],
+                                   "page": {"offset": 0, "limit": 1000, "queuedTotal": 3}}
     result = mcadctl_("queue", "-o", "yaml")
-    assert yaml.safe_load(result.stdout) == QUEUE
+    assert yaml.safe_load(result.stdout) == controller.answers["queue"]
+
+
+def test_queue_command_asks_for_a_page_and_says_where_the_next_one_starts(controller: Controller) -> None:
+    controller.answers["queue"] = {**QUEUE, "queued": QUEUE["queued"][1:2], "resetting": [], "reservations": [],
+                                   "page": {"offset": 1, "limit": 1, "queuedTotal": 3}}
+    result = mcadctl_("queue", "--limit", "1", "--offset", "1")
+    assert result.exit_code == 0, result.output
+    assert controller.asked[0][1:] == ("queue", [("limit", "1"), ("offset", "1")])
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith(": 3 queued, 1 dispatched")
+    assert [line.split()[0] for line in lines[3:-1]] == ["2"]
+    assert lines[-1] == "(queued rows 2-2 of 3; --offset 2 for the next 1; --limit 0 for all)"
+    controller.answers["queue"] = QUEUE
+    whole = mcadctl_("queue", "--limit", "0")
+    assert controller.asked[1][1:] == ("queue", [])
+    assert "--limit 0 for all" not in whole.stdout
+
+
+def test_queue_command_cuts_the_page_itself_from_a_controller_that_does_not_page(controller: Controller) -> None:
+    result = mcadctl_("queue", "--limit", "2", "-o", "json")
+    doc = json.loads(result.stdout)
+    assert [aw["name"] for aw in doc["queued"]] == ["urgent", "big"]
+    assert doc["page"] == {"offset": 0, "limit": 2, "queuedTotal": 3}
+    assert doc["dispatched"] == QUEUE["dispatched"]
+    past = mcadctl_("queue", "--offset", "5")
+    assert "No queued rows from place 6 on (3 queued; --offset 0 for the first)." in past.stdout
+
+
+def test_queue_command_refuses_a_page_larger_than_the_controller_serves(controller: Controller) -> None:
+    result = mcadctl_("queue", "--limit", "10001")
+    assert result.exit_code == 2 and "--limit" in result.output
+    assert controller.asked == []
 
 
 def test_ledger_command_nodes_via_flag_or_wide(controller: Controller) -> None:

@@ -19,7 +19,8 @@ import structlog
 from mcad.admission.request import UserInfo
 from mcad.metrics import Metrics
 from mcad.serve.endpointauth import Attributes, Gate
-from mcad.serve.server import MAX_QUEUE_PAGE, DebugEndpoints, Server
+from mcad.serve.queuereport import MAX_QUEUE_PAGE
+from mcad.serve.server import DebugEndpoints, Server
 from mcad.serve.snapshots import Snapshots
 from test.support import wait_until
 from test.unit.test_endpointauth import Reviews
