@@ -224,4 +224,5 @@ def test_scale_dispatches_nothing_twice_and_a_restart_rewrites_no_queued_status(
                            "PUT appwrappers.workload.codeflare.dev/status"}, writes
     assert entry["latency"]["new_appwrapper_create_to_running"]["n"] >= 10
     assert entry["reads"]["debug_queue_answers"].get("200", 0) > 0
+    assert entry["reads"]["debug_queue_page_answers"].get("200", 0) > 0
     assert entry["restart"]["start_to_first_dispatch_s"] > 0

@@ -2401,8 +2401,12 @@ def restart_phases(ctl: Controller) -> dict[str, float]:
     return phases
 
 
+MCADCTL_QUEUE_LIMIT = 1000  # the page `mcadctl queue` asks for unless told (mcad.cli.mcadctl.DEFAULT_QUEUE_LIMIT)
+
+
 def _scale_reads(env: Env, ctl: Controller, port: int, n: int, n_polls: int, result: Result) -> str:
-    """The dashboard's first page, polled once a second, and /debug/queue back to back: answer times (the
+    """The dashboard's first page, polled once a second, then /debug/queue back to back, first a page of what
+    ``mcadctl queue`` asks (``MCADCTL_QUEUE_LIMIT`` rows), then the whole document: answer times (the
     server's own, from Server-Timing, when sent) and payload sizes, over a queue of ``n``. Returns the reader's
     token."""
     token = reader_token(env.api, urls=("/debug/*", "/metrics", "/ui/*"))
@@ -2429,13 +2433,17 @@ def _scale_reads(env: Env, ctl: Controller, port: int, n: int, n_polls: int, res
             time.sleep(pause)  # the page's own poll interval
         page.append(ok(http_get(first, token), DASHBOARD_QUEUE_PATH))
         ctl.check_alive()
-    before = ctl.stats()
     # Not checked: a reader that gets no snapshot within the controller's wait is answered 503 "busy, retry" (at
     # 100,000 queued, builds are spaced by ten times their cost); those are counted, not failed on.
+    before = ctl.stats()
+    pages = [http_get(f"{debug}?limit={MCADCTL_QUEUE_LIMIT}", token) for _ in range(n_polls)]  # mcadctl queue's
+    page_cpu = ctl.stats()["cpu_seconds"] - before["cpu_seconds"]
+    before = ctl.stats()
     answers = [http_get(debug, token) for _ in range(n_polls)]
     debug_cpu = ctl.stats()["cpu_seconds"] - before["cpu_seconds"]
     queue = [a for a in answers if a.code == 200]
     codes = Counter(str(a.code) for a in answers)
+    paged = [a for a in pages if a.code == 200]
 
     def took(a: Answer) -> float:
         return a.server_s if a.server_s is not None else a.round_trip_s
@@ -2444,12 +2452,17 @@ def _scale_reads(env: Env, ctl: Controller, port: int, n: int, n_polls: int, res
         "dashboard_first_page_polled_1_per_s": summary(took(a) for a in page),
         "dashboard_first_page_round_trip": summary(a.round_trip_s for a in page),
         "debug_queue_round_trip_back_to_back": summary(a.round_trip_s for a in queue),
-        "debug_queue_round_trip_any_answer": summary(a.round_trip_s for a in answers)})
+        "debug_queue_round_trip_any_answer": summary(a.round_trip_s for a in answers),
+        "debug_queue_page_round_trip_back_to_back": summary(a.round_trip_s for a in paged)})
     result["reads"] = {"dashboard_first_page_bytes": max(len(a.body) for a in page),
                        "dashboard_server_timing": all(a.server_s is not None for a in page),
                        "debug_queue_answers": dict(codes),
                        "debug_queue_bytes": max((len(a.body) for a in queue), default=0),
-                       "debug_queue_controller_cpu_s_per_read": round(debug_cpu / n_polls, 3)}
+                       "debug_queue_controller_cpu_s_per_read": round(debug_cpu / n_polls, 3),
+                       "debug_queue_page_rows": MCADCTL_QUEUE_LIMIT,
+                       "debug_queue_page_answers": dict(Counter(str(a.code) for a in pages)),
+                       "debug_queue_page_bytes": max((len(a.body) for a in paged), default=0),
+                       "debug_queue_page_controller_cpu_s_per_read": round(page_cpu / n_polls, 3)}
     return token
 
 
