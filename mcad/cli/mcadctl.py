@@ -116,7 +116,8 @@ def main(ctx: click.Context, kubeconfig: str | None, context: str | None, contro
 DEFAULT_QUEUE_LIMIT = 1000
 
 _output = click.option("-o", "--output", type=click.Choice(["json", "yaml", "wide"]), default=None,
-                       help="json or yaml: the whole document as the controller serves it; wide: more columns.")
+                       help="json or yaml: the document as the controller serves it (queue: the page asked for); "
+                            "wide: more columns.")
 
 
 @main.command()
