@@ -602,8 +602,8 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
     namespace, as a running controller's is). With ``opts.webhook_creator`` "policy" the chart's
     MutatingAdmissionPolicy records the creator instead and only the validating call is made. Reports both
     dispatch rates, their shares of the ceiling and on / off, which issue 15 wants >= 90 %, and the webhook calls
-    the controller served per AppWrapper (its /metrics, read after each phase). Each phase's full figures are under
-    ``phases``.
+    the controller served per AppWrapper during each on-phase's load (its /metrics, read before and after it).
+    Each phase's full figures are under ``phases``.
 
     ``opts.webhook_rounds`` R > 1: R pairs, the order alternating (off-on, on-off, ...) so that neither mode always
     runs on the machine the other has just warmed; phases beyond the first pair are ``off-2``, ``on-2``...; the
