@@ -64,6 +64,11 @@ def _namespace(key: str) -> str:
     return key.partition("/")[0]
 
 
+def _sees(visible: frozenset[str] | None, namespace: str) -> bool:
+    """Does a reader who may list ``visible``'s AppWrappers (None: every namespace's) see ``namespace``'s?"""
+    return visible is None or namespace in visible
+
+
 class QueueReport:
     def __init__(self, header: Mapping[str, Any], now: datetime, assessed: QueueAssessment | None,
                  get: Callable[[str], AppWrapperView | None], intent: Callable[[AppWrapperView], StatusView | None],
@@ -97,9 +102,6 @@ class QueueReport:
         return queued | {entry.namespace for entry in self._others}
 
     def counts(self, visible: frozenset[str] | None, namespace: str = "") -> tuple[set[str], dict[str, int]]:
-        def shown(name: str) -> bool:
-            return visible is None or name in visible
-
         namespaces: set[str] = set()
         counts: dict[str, int] = {}
 
@@ -109,22 +111,22 @@ class QueueReport:
 
         if self._assessed is not None:
             for name, n in self._assessed.per_namespace.items():
-                if shown(name):
+                if _sees(visible, name):
                     namespaces.add(name)
                     count(name, QUEUED, n)
             for judged in self._assessed.judged():
-                if judged.state != QUEUED and shown(_namespace(judged.key)):
+                if judged.state != QUEUED and _sees(visible, _namespace(judged.key)):
                     count(_namespace(judged.key), QUEUED, -1)
                     count(_namespace(judged.key), judged.state)
         for entry in self._others:
-            if shown(entry.namespace):
+            if _sees(visible, entry.namespace):
                 namespaces.add(entry.namespace)
                 count(entry.namespace, entry.state)
         return namespaces, {state: n for state, n in counts.items() if n > 0}
 
     def select(self, visible: frozenset[str] | None, namespace: str = "", state: str = "") -> Iterator[Entry]:
         def wanted(name: str, its_state: str) -> bool:
-            return ((visible is None or name in visible) and (not namespace or name == namespace)
+            return (_sees(visible, name) and (not namespace or name == namespace)
                     and (not state or its_state == state))
 
         return chain(self._queued(visible, namespace, state),
@@ -133,7 +135,7 @@ class QueueReport:
     def reservations_in(self, visible: frozenset[str] | None) -> list[Mapping[str, Any]]:
         """The reservations of AppWrappers in ``visible`` (None: all): they name their holders and nodes."""
         return [held for held in self.reservations
-                if visible is None or held["appwrapper"].partition("/")[0] in visible]
+                if _sees(visible, _namespace(held["appwrapper"]))]
 
     def document_in(self, visible: frozenset[str]) -> Document:
         """The document as a reader who may list only ``visible``'s AppWrappers sees it (made anew each time)."""
@@ -142,12 +144,9 @@ class QueueReport:
     def page_in(self, visible: frozenset[str] | None, offset: int, limit: int) -> Document:
         """The document as ``visible`` sees it (None: everything), its queued list cut to ``limit`` rows from
         ``offset`` (positions stay those of the whole queue)."""
-        def shown(entry: Entry) -> bool:
-            return visible is None or entry.namespace in visible
-
-        queued = chain(self._queued(visible, "", ""),
-                       (entry for entry in self._others if entry.listed_in == "queued" and shown(entry)))
-        rest = (entry for entry in self._others if entry.listed_in != "queued" and shown(entry))
+        others = [entry for entry in self._others if _sees(visible, entry.namespace)]
+        queued = chain(self._queued(visible, "", ""), (entry for entry in others if entry.listed_in == "queued"))
+        rest = (entry for entry in others if entry.listed_in != "queued")
         document = self._document_of(chain(islice(queued, offset, offset + limit), rest),
                                      self.reservations_in(visible))
         document["page"] = {"offset": offset, "limit": limit, "queuedTotal": self._queued_total(visible)}
@@ -155,10 +154,9 @@ class QueueReport:
 
     def _queued_total(self, visible: frozenset[str] | None) -> int:
         assessed = self._assessed
-        total = 0 if assessed is None else sum(n for name, n in assessed.per_namespace.items()
-                                               if visible is None or name in visible)
+        total = 0 if assessed is None else sum(n for name, n in assessed.per_namespace.items() if _sees(visible, name))
         return total + sum(1 for entry in self._others
-                           if entry.listed_in == "queued" and (visible is None or entry.namespace in visible))
+                           if entry.listed_in == "queued" and _sees(visible, entry.namespace))
 
     def row(self, entry: Entry) -> Document:
         if entry.listed_in != "queued" or isinstance(entry.facts, Mapping):
@@ -197,7 +195,7 @@ class QueueReport:
         for index, order in enumerate(assessed.orders):
             key = order[2]
             name = _namespace(key)
-            if (visible is not None and name not in visible) or (namespace and name != namespace):
+            if not _sees(visible, name) or (namespace and name != namespace):
                 continue
             assessment = assessed.told(order)
             if assessment is None or (state and assessment.state != state):
