@@ -185,7 +185,6 @@ def wait_established(bin_dir: Path, kubeconfig: Path, names: list[str], timeout:
     template = ("jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Established\")].status}"
                 "{\" \"}{end}")
     deadline = time.monotonic() + timeout
-    seen = ""
     while True:
         proc = subprocess.run([str(bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", "get", *names, "-o", template],
                               capture_output=True, text=True, timeout=60)
