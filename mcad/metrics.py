@@ -91,6 +91,8 @@ class PortCounters(Protocol):
     @property
     def open(self) -> int: ...
     @property
+    def accepted(self) -> int: ...
+    @property
     def in_flight(self) -> int: ...
     @property
     def requests(self) -> int: ...
@@ -309,6 +311,8 @@ class _ServingCollector(Collector):
                                 "the longest-idle).", labels=labels)
         flight = GaugeMetricFamily("mcad_http_requests_in_flight", "Requests in the hands of a port's workers.",
                                    labels=labels)
+        accepted = CounterMetricFamily("mcad_http_connections_accepted", "Connections accepted on a port (on the "
+                                       "webhook's, each one a TLS handshake).", labels=labels)
         served = CounterMetricFamily("mcad_http_requests", "Request heads received on a port.", labels=labels)
         closed = CounterMetricFamily("mcad_http_connections_closed", "Connections the server closed or lost, by "
                                      "reason: <phase>_timeout (handshake, idle, header, body, write), evicted (for a "
@@ -321,13 +325,14 @@ class _ServingCollector(Collector):
         for stats in list(self.ports):
             opened.add_metric([stats.name], stats.open)
             cap.add_metric([stats.name], stats.cap)
+            accepted.add_metric([stats.name], stats.accepted)
             flight.add_metric([stats.name], stats.in_flight)
             served.add_metric([stats.name], stats.requests)
             for reason, count in sorted(dict(stats.closed).items()):
                 closed.add_metric([stats.name, reason], count)
             for reason, count in sorted(dict(stats.rejected).items()):
                 rejected.add_metric([stats.name, reason], count)
-        yield from (opened, cap, flight, served, closed, rejected)
+        yield from (opened, cap, accepted, flight, served, closed, rejected)
 
 
 # The causes a reset is counted under (mcad.loop.health); anything else is "other" (a bounded label set).

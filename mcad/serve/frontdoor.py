@@ -389,6 +389,9 @@ class Stats:
     name: str
     cap: int = 0
     open: int = 0
+    # Every connection accepted (before the cap's verdict): with ``requests``, how often a client opens a fresh one,
+    # each a TLS handshake on the webhook port.
+    accepted: int = 0
     in_flight: int = 0
     requests: int = 0
     closed: dict[str, int] = field(default_factory=dict)  # by reason: timeouts by phase, evicted, refused
@@ -607,6 +610,7 @@ class FrontDoor:
             if not task.done():
                 task.cancel()
         conn = Conn(peer, abort)
+        self.stats.accepted += 1
         admitted, victim = self.registry.add(conn, self.limits.handshake_timeout)
         if victim is not None:
             self.stats.close("evicted")

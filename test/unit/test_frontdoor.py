@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mcad.metrics import Metrics
 from mcad.serve.frontdoor import (
     BadRequest,
     Busy,
@@ -251,6 +252,22 @@ def test_an_idle_connection_is_kept_until_the_idle_timeout(door: FrontDoor, cloc
     door.sweep()
     assert closed(sock)
     assert door.stats.closed == {"idle_timeout": 1}
+
+
+def test_connections_accepted_are_counted_once_each_however_many_requests_they_carry(door: FrontDoor) -> None:
+    first = connect(door)
+    for path in ("/a", "/b", "/c"):
+        first.sendall(request(path))
+        assert answer(first) == (200, f"{path} 0".encode())
+    second = connect(door)
+    second.sendall(request("/d"))
+    assert answer(second) == (200, b"/d 0")
+    assert (door.stats.accepted, door.stats.requests) == (2, 4)
+    metrics = Metrics()
+    metrics.serve(door.stats)
+    exported = metrics.render().decode()
+    assert f'mcad_http_connections_accepted_total{{server="{door.stats.name}"}} 2.0' in exported
+    assert f'mcad_http_requests_total{{server="{door.stats.name}"}} 4.0' in exported
 
 
 def test_no_free_worker_in_time_is_a_busy_answer_and_health_is_never_queued(
