@@ -260,6 +260,18 @@ def proc_stats(pid: int) -> dict[str, float]:
     return out
 
 
+def machine_cpu() -> dict[str, float]:
+    """The machine's CPU seconds so far, every core summed (/proc/stat): ``busy`` (user, nice, system, irq,
+    softirq, steal) and ``idle`` (idle, iowait), so that a window's difference says whether the cores were saturated
+    ({} where /proc/stat cannot be read)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    except (OSError, ValueError, IndexError):
+        return {}
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    return {"busy": (user + nice + system + irq + softirq + steal) / CLK_TCK, "idle": (idle + iowait) / CLK_TCK}
+
+
 class Controller:
     """mcad-controller as a separate process; its output goes to .dev/bench-logs/<name>.log."""
 

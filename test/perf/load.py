@@ -12,9 +12,10 @@ Contract:
   connection. A create that returns is stamped then: ``created[name]``, and its lateness is that stamp minus its
   scheduled time (so the API server's answer time counts as lateness: a slow API server makes the load late, and
   the load says so instead of shrinking). ``created_count()`` is live (for progress lines); ``created``,
-  ``lateness`` and ``calls`` (each create call's duration) are filled when ``join()`` collects each process's
-  record. A schedule of offsets 0 is a closed loop of P x T creators, each starting its next create when its last
-  returned (the throughput scenario's "as fast as they can").
+  ``lateness``, ``calls`` (each create call's duration) and ``cpu_seconds`` (the processes' own CPU from t0 on)
+  are filled when ``join()`` collects each process's record. A schedule of offsets 0 is a closed loop of P x T
+  creators, each starting its next create when its last returned (the throughput scenario's "as fast as they
+  can").
 - The first failed create stops that process's schedule and is reported: ``errors`` (live count in
   ``failed()``), and ``join()`` returns once every process has ended, within its timeout (then it kills them).
   Nothing is retried: a benchmark whose load failed has no figure.
@@ -53,6 +54,7 @@ def _run(kubeconfig: str, path: str, entries: list[tuple[float, Any]], build: Ca
     if not start.wait(2 * READY_TIMEOUT_SECONDS):  # the parent waits at most READY_TIMEOUT_SECONDS for all
         return  # the parent never started the schedule (it failed or was killed): nothing to create, no record
     base = t0.value
+    cpu_at_start = time.process_time()
     created: dict[str, float] = {}
     late: list[float] = []
     calls: list[float] = []
@@ -84,7 +86,8 @@ def _run(kubeconfig: str, path: str, entries: list[tuple[float, Any]], build: Ca
             if errors:
                 break
             pool.submit(create, offset, name, data)
-    out.send({"created": created, "lateness": late, "calls": calls, "errors": errors})
+    out.send({"created": created, "lateness": late, "calls": calls, "errors": errors,
+              "cpu_seconds": time.process_time() - cpu_at_start})
     out.close()
 
 
@@ -115,6 +118,7 @@ class OnTimeLoad:
         self.lateness: list[float] = []
         self.calls: list[float] = []  # how long each create call took
         self.errors: list[str] = []
+        self.cpu_seconds = 0.0  # what the processes spent from t0 to their record, all threads
         self.t0 = 0.0
 
     def start(self) -> float:
@@ -151,6 +155,7 @@ class OnTimeLoad:
             self.lateness.extend(record["lateness"])
             self.calls.extend(record["calls"])
             self.errors.extend(record["errors"])
+            self.cpu_seconds += record.get("cpu_seconds", 0.0)
             proc.join(timeout=max(1.0, deadline - time.monotonic()))
         if self._counter.value != len(self.created):
             self.errors.append(f"{self._counter.value} creates counted, {len(self.created)} recorded")

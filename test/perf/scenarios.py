@@ -50,6 +50,7 @@ from test.perf.harness import (
     create_nodes,
     install_crd,
     job_item,
+    machine_cpu,
     pod_item,
     run_parallel,
     say,
@@ -549,6 +550,8 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
         timeout = 120 + n / 10
         if metrics:
             result["controller_metrics_at_start"] = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+        webhook_timing_before = webhook_timing(env.api) if webhooks else {}
+        machine_before = machine_cpu()
         with Progress(scenario, lambda: f"created {creators.created_count()}/{n}, dispatched {len(tracker.running)}, "
                                        f"pods running {len(tracker.pods_running)}"):
             t0 = creators.start()
@@ -565,11 +568,29 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
             tracker.wait(lambda: len(tracker.pods_running) >= n - len(tracker.failed), timeout,
                          f"the pods of {n} AppWrappers Running", ctl.check_alive)
         result["wall_s"] = round(time.monotonic() - started, 2)
+        machine_after = machine_cpu()
         result["controller"] = controller_figures(ctl, baseline)
         cluster_after = env.cluster.cpu_seconds()
         result["control_plane_load_cpu_seconds"] = {
             component: round(cpu - cluster_before[component], 2) for component, cpu in cluster_after.items()
             if component in cluster_before}
+        result["control_plane_load_cpu_seconds"]["load processes"] = round(creators.cpu_seconds, 2)
+        if webhooks:
+            # The API server's own view of its webhook calls (from sending the request to the answer parsed).
+            after = webhook_timing(env.api)
+            calls = after.get("count", 0.0) - webhook_timing_before.get("count", 0.0)
+            if calls:
+                result["webhook_call_seen_by_api_server"] = {
+                    "calls": int(calls),
+                    "mean_ms": round(1000 * (after["sum"] - webhook_timing_before.get("sum", 0.0)) / calls, 1)}
+        if machine_before and machine_after:
+            # Where every core's time went from the load's start until every pod ran: were the cores saturated, and
+            # what did one AppWrapper cost the whole machine?
+            busy = machine_after["busy"] - machine_before["busy"]
+            idle = machine_after["idle"] - machine_before["idle"]
+            result["machine_cpu"] = {"busy_s": round(busy, 2), "idle_s": round(idle, 2),
+                                     "busy_pct": round(100 * busy / max(busy + idle, 1e-9), 1),
+                                     "busy_ms_per_appwrapper": round(1000 * busy / n, 2)}
         result["failed"] = len(tracker.failed)
         first_create = min(tracker.created.values())
         last_dispatch = max(tracker.running.values())
@@ -626,8 +647,12 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
                 # The calls the API server made during the load, per AppWrapper (the policy mode should make one).
                 key = 'mcad_http_requests_total{server="webhook"}'
                 calls = after.get(key, 0.0) - before.get(key, 0.0)
+                # Each connection the API server opened is a TLS handshake (it keeps 25 idle ones per host).
+                key = 'mcad_http_connections_accepted_total{server="webhook"}'
+                opened = after.get(key, 0.0) - before.get(key, 0.0)
                 phase["webhook_requests"] = {"total": int(calls),
-                                             "per_appwrapper": round(calls / phase["params"]["appwrappers"], 2)}
+                                             "per_appwrapper": round(calls / phase["params"]["appwrappers"], 2),
+                                             "connections_opened": int(opened)}
             for note in phase.get("notes") or []:
                 result.setdefault("notes", []).append(f"webhooks {mode}{suffix}: {note}")
     if rounds > 1:
@@ -680,7 +705,22 @@ def scrape(url: str) -> dict[str, float]:
     import urllib.request
 
     with urllib.request.urlopen(url, timeout=30) as response:
-        text = response.read().decode()
+        return samples(response.read().decode())
+
+
+def webhook_timing(api: Api) -> dict[str, float]:
+    """The API server's admission webhook calls so far, every webhook summed: ``count`` and ``sum`` (seconds) of
+    ``apiserver_admission_webhook_admission_duration_seconds``."""
+    out = {"count": 0.0, "sum": 0.0}
+    for key, value in samples(api.text("/metrics")).items():
+        for part in ("count", "sum"):
+            if key.startswith(f"apiserver_admission_webhook_admission_duration_seconds_{part}{{"):
+                out[part] += value
+    return out
+
+
+def samples(text: str) -> dict[str, float]:
+    """Prometheus text as {sample with labels: value}."""
     samples: dict[str, float] = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):
