@@ -12,6 +12,11 @@ Contract (every method bounded in time by the implementation; an answer that can
 
 ``asked_for(source)`` marks the questions asked within it (in this thread or task) as asked for the request of
 ``source`` (the webhook's peer): ``current_source()`` tells an implementation whom to charge a costly question to.
+
+``at_hand_only()``: within it an implementation answers from what it holds and raises ``WouldAsk`` (not a
+``FactUnavailable``: nothing is refused for it) where it would have to ask the API server; ``only_at_hand()`` tells
+it so. The webhook judges a request on its event loop this way, and hands it to a worker thread, which may wait on
+the API server, only when a question must be asked.
 """
 
 from __future__ import annotations
@@ -39,6 +44,27 @@ def asked_for(source: str) -> Iterator[None]:
 def current_source() -> str:
     """The source of the request whose questions are being asked ("" outside ``asked_for``)."""
     return _SOURCE.get()
+
+
+_AT_HAND_ONLY: ContextVar[bool] = ContextVar("mcad_admission_at_hand_only", default=False)
+
+
+@contextlib.contextmanager
+def at_hand_only() -> Iterator[None]:
+    token = _AT_HAND_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _AT_HAND_ONLY.reset(token)
+
+
+def only_at_hand() -> bool:
+    """Whether the facts asked now must come from what is held (inside ``at_hand_only``)."""
+    return _AT_HAND_ONLY.get()
+
+
+class WouldAsk(Exception):
+    """Inside ``at_hand_only``: answering needs the API server. The caller asks again where it may wait."""
 
 
 class FactUnavailable(Exception):

@@ -23,6 +23,8 @@ Contract (``KubeFacts(conn)``; see ``mcad.admission.facts`` for what each method
   ``callers.SourceBuckets``: per source, the webhook's peer as ``facts.current_source()`` names it, and in all):
   one over the bound is not sent; ``FactUnavailable`` "too many access reviews from <source>; retry" refuses the
   request instead (never admits it), and ``refusals`` counts it. Without ``access_reviews``, no bound (tests).
+- Inside ``facts.at_hand_only()`` nothing is sent: a question not answered by the caches raises ``WouldAsk``
+  before any request or access review is counted.
 - Names taken from the request (API versions, namespaces, PriorityClass names) are checked against the Kubernetes
   name syntax before they go into a URL path: a name that does not match is answered "does not exist" without a
   request.
@@ -39,7 +41,7 @@ from typing import Any, Final, TypeVar
 import cachetools
 
 from mcad.admission.callers import CallerRefusals, SourceBuckets
-from mcad.admission.facts import Decision, FactUnavailable, Resource, current_source
+from mcad.admission.facts import Decision, FactUnavailable, Resource, WouldAsk, current_source, only_at_hand
 from mcad.admission.request import UserInfo
 from mcad.api.names import is_dns_label
 from mcad.errors import ApiError
@@ -102,6 +104,8 @@ class KubeFacts:
     def _request(self, method: str, path: str, what: str, body: Any = None,
                  query: kube.Query | None = None) -> dict[str, Any] | None:
         """The answer, None for 404; ``FactUnavailable`` naming ``what`` for anything else."""
+        if only_at_hand():
+            raise WouldAsk(what)
         with self._lock:
             self.requests += 1
         try:
@@ -165,6 +169,8 @@ class KubeFacts:
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                 "spec": {**user.as_json(), "resourceAttributes": attributes}}
         what = f"whether {user.username!r} may {verb} {_plural(resource)}"
+        if only_at_hand():
+            raise WouldAsk(what)  # before a token of the access review bound is taken for it
         if self._access_reviews is not None:
             source = current_source() or "an unknown source"
             refused = self._access_reviews.take(source)

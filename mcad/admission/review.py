@@ -1,7 +1,8 @@
 """The mutating and validating reviewers of AppWrappers: what a user may ask the controller to create for them.
 
 Contract: ``build(facts, config)`` returns ``(mutate, validate)``, two ``Reviewer``s (the controller's ``facts`` are
-``mcad.admission.kubefacts.KubeFacts``). Neither raises on any request; a fact that cannot be had
+``mcad.admission.kubefacts.KubeFacts``). Neither raises on any request (but ``WouldAsk`` within
+``facts.at_hand_only()``, for a fact not at hand); a fact that cannot be had
 (``FactUnavailable``) refuses the request saying what could not be checked, and so does a review that has spent
 ``REVIEW_BUDGET_SECONDS`` asking: nothing is admitted unchecked.
 
@@ -66,7 +67,7 @@ from typing import Any, Final
 
 import structlog
 
-from mcad.admission.facts import Facts, FactUnavailable, Resource, asked_for
+from mcad.admission.facts import Facts, FactUnavailable, Resource, WouldAsk, asked_for
 from mcad.admission.request import AdmissionRequest, Outcome, Reviewer, UserInfo
 from mcad.api import faulttolerance
 from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, appwrapper_view
@@ -394,6 +395,8 @@ def build(facts: Facts, config: AdmissionConfig, *,
         try:
             with asked_for(request.source):  # the facts charge their costly questions to the request's sender
                 found = _validate(request)
+        except WouldAsk:
+            raise  # judged where a question may be asked (facts.at_hand_only)
         except Exception as err:  # a reviewer never raises: a bug refuses, visibly, rather than fail the server
             _log.exception("admission check failed", appwrapper=f"{request.namespace}/{request.name}",
                            reason="Bug")
@@ -448,6 +451,8 @@ def build(facts: Facts, config: AdmissionConfig, *,
                     operations += tenancy.admission_patch(request.obj, facts)
         except FactUnavailable as err:
             return Outcome.deny(str(err))
+        except WouldAsk:
+            raise  # judged where a question may be asked (facts.at_hand_only)
         except Exception as err:  # a reviewer never raises
             _log.exception("admission mutation failed", appwrapper=f"{request.namespace}/{request.name}",
                            reason="Bug")

@@ -10,6 +10,10 @@ Contract:
   Each refusal is one log line (appwrapper=ns/name, user, reason).
 - ``caller_check(headers, peer certificate DER or None, peer IP)``, when given, runs before the body is read: a
   reason returned is answered 401 ``{"error": reason}`` and the connection closed, the body unread.
+- A request of at most ``quick_body_bytes`` is judged first on the front door's event loop with the facts at hand
+  (``facts.at_hand_only``): in the common case (every SubjectAccessReview, discovery and Namespace answer cached)
+  it is answered there, without a worker; one that needs to ask the API server goes to a worker and is judged
+  again from the start there. The answer is the same either way.
 - Served by ``mcad.serve.frontdoor`` (its contract holds: one event loop for every connection, a bounded worker pool, a
   big-body lane): TLS with the context ``tls()`` returns at the time of each connection, so a reloaded certificate
   serves the next connection; until there is one, connections are closed at once. The handshake, a request's head
@@ -35,6 +39,7 @@ from typing import Any
 
 import structlog
 
+from mcad.admission.facts import WouldAsk, at_hand_only
 from mcad.admission.request import AdmissionRequest, Outcome, Reviewer
 from mcad.serve import frontdoor
 from mcad.serve.frontdoor import FrontDoor, Head, Limits, Response
@@ -58,6 +63,9 @@ DEFAULT_WORKER_WAIT = 5.0
 # the body for many small objects) and no throughput.
 BIG_BODY_BYTES = 256 * 1024
 BIG_LANE = 1
+# Judged on the event loop when the facts are at hand: an AppWrapper of this size is judged in a few milliseconds,
+# which is what the other connections may wait.
+QUICK_BODY_BYTES = 64 * 1024
 # Beyond the AppWrapper's own bound: an UPDATE carries the object twice (object and oldObject), each with its
 # metadata, managedFields and possibly kubectl's last-applied copy of the spec, hence four times plus headroom.
 BODY_OVERHEAD_BYTES = 256 * 1024
@@ -119,6 +127,14 @@ class _Webhooks:
         code, answer = review(name, reviewer, body, source=head.peer)
         return _json(code, answer, close=code != 200)
 
+    def quick(self, head: Head, body: bytes) -> Response | None:
+        """The answer judged with the facts at hand, or None when a fact must be asked for (then ``handle``)."""
+        try:
+            with at_hand_only():
+                return self.handle(head, body)
+        except WouldAsk:
+            return None
+
     def busy(self, head: Head, body: bytes | None, reason: str) -> Response:
         message = f"mcad admission: the webhook is busy ({reason}); the request was not admitted, retry"
         found = _UID.match(body[:4096]) if body else None
@@ -134,7 +150,7 @@ class WebhookServer:
                  share_port: bool = False, caller_check: CallerCheck | None = None,
                  workers: int = DEFAULT_WORKERS, worker_wait: float = DEFAULT_WORKER_WAIT,
                  big_body_bytes: int = BIG_BODY_BYTES, big_lane: int = BIG_LANE,
-                 clock: Callable[[], float] = time.monotonic,
+                 quick_body_bytes: int = QUICK_BODY_BYTES, clock: Callable[[], float] = time.monotonic,
                  sweep_seconds: float | None = frontdoor.SWEEP_SECONDS) -> None:
         """``max_connections`` None: sized from the open files limit (``mcad.serve.frontdoor.connection_cap``).
         ``clock`` and ``sweep_seconds`` go to the front door: a test that steps its own clock passes None and calls
@@ -145,7 +161,7 @@ class WebhookServer:
         limits = Limits(max_connections=cap, handshake_timeout=read_timeout, idle_timeout=idle_timeout,
                         header_timeout=read_timeout, body_timeout=read_timeout, write_timeout=read_timeout,
                         max_body_bytes=max_body_bytes, workers=workers, worker_wait=worker_wait,
-                        big_body_bytes=big_body_bytes, big_lane=big_lane)
+                        big_body_bytes=big_body_bytes, big_lane=big_lane, quick_body_bytes=quick_body_bytes)
         service = _Webhooks({"/mutate": ("mutate", mutate), "/validate": ("validate", validate)}, max_body_bytes,
                             caller_check)
         self.service = service
@@ -183,6 +199,8 @@ def review(name: str, reviewer: Reviewer, body: bytes, *, source: str = "") -> t
         return 400, {"error": f"not an admission.k8s.io/v1 AdmissionReview: {err}"}
     try:
         outcome = reviewer(request)
+    except WouldAsk:
+        raise  # judged again where the question may be asked (``_Webhooks.quick``)
     except Exception as err:  # a reviewer's bug must refuse, never admit or drop the connection
         log.error("admission reviewer failed", webhook=name, appwrapper=f"{request.namespace}/{request.name}",
                   reason=type(err).__name__, error=str(err)[:500])

@@ -29,7 +29,10 @@ Contract:
   live object still uses.
 - The service sees the request in phases: ``early(head)`` on the event loop, must not block (health, 404, 411...);
   ``precheck(head)`` (optional) in a worker before the body is read: an answer there is sent and the connection
-  closed, unread; ``handle(head, body)`` in a worker (one that raises: 500, one log line). An answer to a request
+  closed, unread; ``quick(head, body)`` (optional) on the event loop for a body of at most ``quick_body_bytes``,
+  must not block: its answer is sent without a worker (the two thread hand-offs a worker costs are most of a
+  short request's cost in a busy process), None hands the request on; ``handle(head, body)`` in a worker (one
+  that raises, there or in ``quick``: 500, one log line). An answer to a request
   whose body was not read closes the connection. ``Head`` carries the peer's address and, over TLS, its
   certificate (DER) if it sent one.
 - ``stats`` counts open connections, requests in progress and every connection closed or request refused by the
@@ -114,6 +117,9 @@ class Limits:
     big_body_bytes: int = 256 * 1024
     big_lane: int = 2
     small_lane: int = 64
+    # Bodies up to this size are offered to the service's ``quick`` on the event loop (0: never): what it costs
+    # there holds up every other connection of the port, so only small ones.
+    quick_body_bytes: int = 0
 
 
 class Headers(Mapping[str, str]):
@@ -190,6 +196,8 @@ class Service(Protocol):
 
     def handle(self, head: Head, body: bytes) -> Response:
         """In a worker thread."""
+
+    # Optional: ``quick(head, body) -> Response | None``, on the event loop (see the contract).
 
     def busy(self, head: Head, body: bytes | None, reason: str) -> Response:
         """The answer when no worker took the request in time."""
@@ -461,6 +469,9 @@ class FrontDoor:
         self.server_header = server_header
         self.stats = Stats(service.name, cap=limits.max_connections)
         self.registry = Registry(limits.max_connections, clock)
+        quick = getattr(service, "quick", None)
+        self._quick: Callable[[Head, bytes], Response | None] | None = \
+            quick if callable(quick) and limits.quick_body_bytes > 0 else None
         self.workers = Slots(limits.workers, clock)
         self.small_lane = Slots(limits.small_lane, clock)
         self.big_lane = Slots(limits.big_lane, clock)
@@ -714,12 +725,25 @@ class FrontDoor:
         try:
             body = await self._read_body(reader, head.content_length)
             self.registry.enter(conn, Phase.WORK, None)
+            if self._quick is not None and not big and len(body) <= limits.quick_body_bytes:
+                response = self._answer_quickly(head, body)
+                if response is not None:
+                    return response
             handed = True  # from here the lane is given back when the worker is done with the body
             return await self._in_worker(lambda: self.service.handle(head, body), head, body, on_done=release,
                                          big=big)
         finally:
             if not handed:
                 release()
+
+    def _answer_quickly(self, head: Head, body: bytes) -> Response | None:
+        assert self._quick is not None
+        try:
+            return self._quick(head, body)
+        except Exception as err:  # as a worker's handler: one log line and a 500, never a dropped connection
+            self.log.error(f"{self.service.name} handler failed", client=head.peer, path=head.path,
+                           reason=type(err).__name__, error=str(err)[:500])
+            return Response(500, f"internal error ({type(err).__name__})\n".encode(), close=True)
 
     async def _read_body(self, reader: asyncio.StreamReader, size: int) -> bytes:
         chunks = []

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from mcad.admission.callers import SourceBuckets
+from mcad.admission.facts import WouldAsk, at_hand_only
 from mcad.admission.kubefacts import KubeFacts
 from mcad.admission.request import AdmissionRequest, Outcome, UserInfo
 from mcad.admission.review import AdmissionConfig, build
@@ -165,6 +167,29 @@ def test_reviews_are_cached_per_user_and_resource_and_expire(admin: kube.Connect
     message = wait_until(refused_after_expiry, 30, "the revoked right to count")
     assert f'GenericItems[0] (Deployment web): user "system:serviceaccount:{tenants.namespace}:bob" may not create ' \
            f'deployments.apps' in message
+
+
+def test_at_hand_only_nothing_is_asked_and_what_the_caches_hold_gives_the_same_answers(
+        admin: kube.Connection, tenants: Tenants) -> None:
+    """What the webhook judges on its event loop: a review that would ask raises WouldAsk before any request (or
+    access review token); once the caches hold the answers, the review at hand is the one a worker gives."""
+    # Two access reviews in all, never refilled: what bob's review asks (deployments, pods). Had the attempts at
+    # hand taken any, his review would be refused as too many.
+    buckets = SourceBuckets(per_source=1.0, burst=2, total=1.0, total_burst=2, clock=lambda: 0.0)
+    facts = KubeFacts(admin, access_reviews=buckets)
+    obj = appwrapper(tenants.namespace, deployment(), privileged_pod())
+    for user in (tenants.bob, tenants.alice):
+        with at_hand_only(), pytest.raises(WouldAsk):
+            review(facts, user, obj)
+    assert facts.requests == 0
+    outcome = review(facts, tenants.bob, obj)
+    assert outcome.allowed, outcome.message
+    asked = facts.requests
+    with at_hand_only():
+        assert review(facts, tenants.bob, obj).allowed
+        with pytest.raises(WouldAsk):  # alice's rights are not in the caches
+            review(facts, tenants.alice, obj)
+    assert facts.requests == asked
 
 
 def test_a_kind_installed_after_a_miss_is_found_once_the_retry_interval_has_passed(

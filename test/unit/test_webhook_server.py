@@ -15,6 +15,7 @@ import pytest
 import structlog
 
 from mcad.admission import certs
+from mcad.admission.facts import WouldAsk, only_at_hand
 from mcad.admission.request import AdmissionRequest, Outcome
 from mcad.admission.server import WebhookServer, max_body_bytes
 from test.support import wait_until
@@ -294,8 +295,9 @@ def test_a_review_that_finds_no_worker_is_refused_with_an_admission_review_namin
     def slow(request: AdmissionRequest) -> Outcome:
         assert release.wait(30)
         return Outcome.allow()
+    # Never judged on the event loop (quick_body_bytes=0): this reviewer blocks, as only a worker may.
     srv = WebhookServer("127.0.0.1:0", tls=lambda: tls.context, mutate=slow, validate=slow,
-                        max_body_bytes=max_body_bytes(1024), workers=1, worker_wait=0.5)
+                        max_body_bytes=max_body_bytes(1024), workers=1, worker_wait=0.5, quick_body_bytes=0)
     srv.start()
     try:
         first = client(srv, material.ca_bundle, tmp_path)
@@ -310,6 +312,45 @@ def test_a_review_that_finds_no_worker_is_refused_with_an_admission_review_namin
         assert first.getresponse().status == 200
     finally:
         release.set()
+        srv.stop()
+
+
+def test_a_review_with_its_facts_at_hand_is_answered_on_the_loop_and_one_that_must_ask_in_a_worker(
+        tls: Loaded, material: certs.Material, tmp_path: Path) -> None:
+    """The one worker is held by a review that asks the API server (here: waits for ``asked``); a review whose facts
+    are at hand is answered meanwhile, so without a worker; the first is answered once its question is."""
+    asked = threading.Event()
+    judged_where: list[tuple[str, bool]] = []
+
+    def validate(request: AdmissionRequest) -> Outcome:
+        judged_where.append((request.uid, only_at_hand()))
+        if request.name == "needs-a-question":
+            if only_at_hand():
+                raise WouldAsk("whether alice may create deployments.apps")
+            assert asked.wait(30)
+            return Outcome.deny("alice may not create deployments.apps")
+        return Outcome.allow()
+    srv = WebhookServer("127.0.0.1:0", tls=lambda: tls.context, mutate=mutate, validate=validate,
+                        max_body_bytes=max_body_bytes(1024), workers=1, worker_wait=30)
+    srv.start()
+    try:
+        asking = client(srv, material.ca_bundle, tmp_path)
+        asking.request("POST", "/validate", body=json.dumps(review_body("u-1", "needs-a-question")).encode())
+        wait_until(lambda: len(judged_where) == 2, 10, "the only worker to be judging the question")
+        status, answer = post(client(srv, material.ca_bundle, tmp_path), "/validate",
+                              json.dumps(review_body("u-2", "at-hand")).encode())
+        assert (status, answer["response"]) == (200, {"uid": "u-2", "allowed": True})
+        assert srv.stats.in_flight == 1, "answered while the only worker was still held"
+        asked.set()
+        response = asking.getresponse()
+        answer = json.loads(response.read())
+        assert response.status == 200 and answer["response"]["uid"] == "u-1"
+        assert not answer["response"]["allowed"]
+        assert answer["response"]["status"]["message"] == "alice may not create deployments.apps"
+        # u-1 was tried at hand first, then judged again in the worker; u-2 only at hand.
+        assert judged_where == [("u-1", True), ("u-1", False), ("u-2", True)]
+    finally:
+        asked.set()
         srv.stop()
 
 
