@@ -71,6 +71,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--webhook-rounds", type=int, default=1, metavar="R",
                         help="throughput_webhooks: R off/on pairs, in alternating order, rates averaged (the spread "
                              "between two runs is wider than the webhooks' cost; default %(default)s)")
+    parser.add_argument("--throughput-pace", type=float, default=0.0, metavar="R",
+                        help="throughput and throughput_webhooks: create on time at R AppWrappers a second (pick R "
+                             "above the dispatch rate, so that dispatch is still what is measured), so that every "
+                             "phase gets the same load; 0: a closed loop, as fast as the creators can (default "
+                             "%(default)s)")
     parser.add_argument("--threads", type=int, default=16, help="load thread pool size (default %(default)s)")
     parser.add_argument("--load-processes", type=int, default=4,
                         help="churn's creating processes, each with --threads threads (default %(default)s)")
@@ -243,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                    max_inflight=args.max_requests_inflight, max_mutating_inflight=args.max_mutating_requests_inflight,
                    size=args.size_map, controller_args=tuple(args.controller_args.split()),
                    controller_nice=args.controller_nice, webhook_creator=args.webhook_creator,
-                   webhook_rounds=args.webhook_rounds)
+                   webhook_rounds=args.webhook_rounds, throughput_pace=max(0.0, args.throughput_pace))
     if "ceiling" not in args.scenario_list:
         opts.ceiling_pairs_per_s, opts.ceiling_source = previous_ceiling(args.output)
     meta: dict[str, Any] = {

@@ -87,6 +87,7 @@ class Options:
     controller_nice: int = 0  # the controller's nice value (--controller-nice): 0 as the others, higher yields CPU
     webhook_creator: str = "webhook"  # chart value webhook.creator where webhooks are registered (--webhook-creator)
     webhook_rounds: int = 1  # throughput_webhooks' off/on pairs, in alternating order (--webhook-rounds)
+    throughput_pace: float = 0.0  # creates a second in the throughput scenarios, on time; 0: closed loop
 
     def factor(self, scenario: str) -> float:
         return self.scale * self.size.get(scenario, 1.0)
@@ -542,19 +543,25 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
 
         # As fast as P processes x T threads can (test.perf.load): one process's 16 threads measured 16 / the create
         # call's duration (issue 29), so the webhooks' latency looked like a loss of throughput.
-        creators = OnTimeLoad(env.cluster.kubeconfig, aw_path(), [(0.0, name) for name in names], throughput_body,
+        # On time at a fixed rate (--throughput-pace), the same load whatever the phase: the webhooks' latency then
+        # costs what it costs the dispatch, not also fewer arrivals from a closed loop that waits for each create.
+        pace = opts.throughput_pace
+        creators = OnTimeLoad(env.cluster.kubeconfig, aw_path(),
+                              [(i / pace if pace else 0.0, name) for i, name in enumerate(names)], throughput_body,
                               processes=opts.load_processes, threads=opts.threads)
+        result["params"]["pace_per_s"] = pace or "closed loop"
         say(f"{scenario}: creating {n} AppWrappers" + (" through the admission webhooks" if webhooks else "")
-            + f" from {creators.processes} processes x {creators.threads} threads")
+            + (f" at {pace:g}/s" if pace else "") + f" from {creators.processes} processes x {creators.threads} "
+            "threads")
         started = time.monotonic()
         timeout = 120 + n / 10
         if metrics:
             result["controller_metrics_at_start"] = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
         webhook_timing_before = webhook_timing(env.api) if webhooks else {}
-        machine_before = machine_cpu()
         with Progress(scenario, lambda: f"created {creators.created_count()}/{n}, dispatched {len(tracker.running)}, "
                                        f"pods running {len(tracker.pods_running)}"):
             t0 = creators.start()
+            machine_before = machine_cpu()  # the load processes' start-up (imports, bodies) not counted
             creators.join(timeout)
             if creators.errors or len(creators.created) < n:
                 raise BenchError(f"{scenario}: the load failed: {(creators.errors or ['creates missing'])[0]}")
@@ -563,11 +570,25 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
             calls = creators.calls
             create_s = max(creators.created.values()) - t0
             result["create_rate_per_s"] = round(n / create_s, 1)
+            if pace:
+                result["create_lateness"] = summary(creators.lateness)
             tracker.wait(lambda: len(tracker.running) + len(tracker.failed) >= n, timeout,
                          f"{n} AppWrappers Running", ctl.check_alive)
+            # What each process spent from the load's start until the last dispatch (what the rate measures; the
+            # figures below run on until every pod is Running).
+            machine_dispatched, cluster_dispatched = machine_cpu(), env.cluster.cpu_seconds()
+            controller_dispatched = ctl.stats().get("cpu_seconds")
             tracker.wait(lambda: len(tracker.pods_running) >= n - len(tracker.failed), timeout,
                          f"the pods of {n} AppWrappers Running", ctl.check_alive)
         result["wall_s"] = round(time.monotonic() - started, 2)
+        until_dispatched = {component: round(cpu - cluster_before[component], 2)
+                            for component, cpu in cluster_dispatched.items() if component in cluster_before}
+        if controller_dispatched is not None and baseline.get("cpu_seconds") is not None:
+            until_dispatched["controller"] = round(controller_dispatched - baseline["cpu_seconds"], 2)
+        if machine_before and machine_dispatched:
+            until_dispatched["machine busy"] = round(machine_dispatched["busy"] - machine_before["busy"], 2)
+            until_dispatched["machine idle"] = round(machine_dispatched["idle"] - machine_before["idle"], 2)
+        result["cpu_seconds_until_dispatched"] = until_dispatched
         machine_after = machine_cpu()
         result["controller"] = controller_figures(ctl, baseline)
         cluster_after = env.cluster.cpu_seconds()
@@ -577,12 +598,13 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
         result["control_plane_load_cpu_seconds"]["load processes"] = round(creators.cpu_seconds, 2)
         if webhooks:
             # The API server's own view of its webhook calls (from sending the request to the answer parsed).
-            after = webhook_timing(env.api)
-            calls = after.get("count", 0.0) - webhook_timing_before.get("count", 0.0)
-            if calls:
+            timing = webhook_timing(env.api)
+            webhook_calls = timing.get("count", 0.0) - webhook_timing_before.get("count", 0.0)
+            if webhook_calls:
                 result["webhook_call_seen_by_api_server"] = {
-                    "calls": int(calls),
-                    "mean_ms": round(1000 * (after["sum"] - webhook_timing_before.get("sum", 0.0)) / calls, 1)}
+                    "calls": int(webhook_calls),
+                    "mean_ms": round(1000 * (timing["sum"] - webhook_timing_before.get("sum", 0.0)) / webhook_calls,
+                                     1)}
         if machine_before and machine_after:
             # Where every core's time went from the load's start until every pod ran: were the cores saturated, and
             # what did one AppWrapper cost the whole machine?
