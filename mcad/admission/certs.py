@@ -233,11 +233,16 @@ def renewal_reason(material: Material | None, hosts: Sequence[str], now: datetim
 
 
 def server_context(cert: bytes, key: bytes) -> ssl.SSLContext:
-    """A TLS server context (1.2 or later) serving ``cert`` with ``key``. ``ssl`` loads keys only from files: they
-    go through an anonymous memory file where Linux has one (nothing on disk; the root filesystem is read-only in
-    the chart), else a private temporary file removed at once."""
+    """A TLS server context (1.2 or later, issuing no session tickets) serving ``cert`` with ``key``. ``ssl`` loads
+    keys only from files: they go through an anonymous memory file where Linux has one (nothing on disk; the root
+    filesystem is read-only in the chart), else a private temporary file removed at once."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # No session tickets: the API server's webhook client (client-go's transport) keeps no session cache, so it never
+    # resumes a session, and making and sending the two tickets OpenSSL issues after each TLS 1.3 handshake cost
+    # about 0.3 ms of the webhook's CPU per new connection (a fresh connection for ~1 call in 6 under load).
+    context.options |= ssl.OP_NO_TICKET
+    context.num_tickets = 0
     pem = cert + (b"" if cert.endswith(b"\n") else b"\n") + key
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create("mcad-webhook-cert")

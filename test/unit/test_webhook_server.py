@@ -92,6 +92,17 @@ def test_validate_and_mutate_answer_over_tls_verified_with_the_ca(server: Webhoo
     assert status == 200 and answer["response"]["patchType"] == "JSONPatch"
 
 
+def test_no_session_ticket_is_issued(server: WebhookServer, material: certs.Material, tmp_path: Path) -> None:
+    """No client of the webhook resumes a session (the API server keeps no session cache): tickets would be work
+    for nothing on every new connection."""
+    conn = client(server, material.ca_bundle, tmp_path)
+    assert post(conn, "/validate", json.dumps(review_body("u-1")).encode())[0] == 200
+    assert post(conn, "/validate", json.dumps(review_body("u-2")).encode())[0] == 200  # tickets would be read by now
+    assert isinstance(conn.sock, ssl.SSLSocket) and conn.sock.version() == "TLSv1.3"
+    session = conn.sock.session
+    assert session is None or not session.has_ticket
+
+
 def test_a_client_that_does_not_trust_the_ca_fails_the_handshake(server: WebhookServer, tmp_path: Path) -> None:
     other = certs.issue(HOSTS, datetime.datetime.now(datetime.UTC))
     conn = client(server, other.ca_bundle, tmp_path)
