@@ -665,6 +665,13 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
             rates[mode].append(_throughput_run(f"throughput_wh_{mode}", opts, phase, f, webhooks=mode == "on",
                                                metrics=True))
             before, after = phase.pop("controller_metrics_at_start"), phase.pop("controller_metrics")
+            # The controller's writes during the load, per AppWrapper, by verb and resource: does the slower arrival
+            # of the on-phase's creates change what it writes?
+            phase["controller_writes_per_appwrapper"] = {
+                key.removeprefix("mcad_api_writes_total"): round((value - before.get(key, 0.0))
+                                                                 / phase["params"]["appwrappers"], 2)
+                for key, value in sorted(after.items())
+                if key.startswith("mcad_api_writes_total{") and value > before.get(key, 0.0)}
             if mode == "on":
                 # The calls the API server made during the load, per AppWrapper (the policy mode should make one).
                 key = 'mcad_http_requests_total{server="webhook"}'
