@@ -377,3 +377,37 @@ def test_a_handler_that_raises_is_a_500_and_an_early_answer_to_a_request_with_a_
         assert closed(sock), "the unread body is not taken for another request"
     finally:
         door.stop()
+
+
+def test_quick_answers_small_bodies_on_the_loop_hands_on_what_it_declines_and_a_raise_is_a_500(
+        clock: FakeClock) -> None:
+    class Quick(Service):
+        def __init__(self) -> None:
+            super().__init__()
+            self.offered: list[str] = []
+
+        def quick(self, head: Head, body: bytes) -> Response | None:
+            self.offered.append(head.path)
+            if head.path == "/boom":
+                raise RuntimeError("a bug")
+            return Response(200, b"quick") if head.path == "/q" else None
+    service = Quick()
+    door = serve(service, clock, workers=1, quick_body_bytes=10)
+    try:
+        sock = connect(door)
+        sock.sendall(request("/block", b"x"))  # declined by quick: takes the only worker and holds it
+        wait_until(lambda: door.stats.in_flight == 1, 10, "the only worker to be taken")
+        other = connect(door)
+        other.sendall(request("/q", b"small"))
+        assert answer(other) == (200, b"quick"), "answered on the loop, the only worker being held"
+        other.sendall(request("/boom", b"x"))
+        status, body = answer(other)
+        assert status == 500 and b"RuntimeError" in body
+        service.release.set()
+        assert answer(sock) == (200, b"/block 1")
+        sock.sendall(request("/q", b"over ten bytes"))  # too big to be offered: handled by a worker
+        assert answer(sock) == (200, b"/q 14")
+        assert service.offered == ["/block", "/q", "/boom"]
+    finally:
+        service.release.set()
+        door.stop()
