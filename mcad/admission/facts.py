@@ -25,20 +25,27 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from mcad.admission.request import UserInfo
 
+_T = TypeVar("_T")
 _SOURCE: ContextVar[str] = ContextVar("mcad_admission_source", default="")
+_AT_HAND_ONLY: ContextVar[bool] = ContextVar("mcad_admission_at_hand_only", default=False)
 
 
 @contextlib.contextmanager
-def asked_for(source: str) -> Iterator[None]:
-    token = _SOURCE.set(source)
+def _within(var: ContextVar[_T], value: _T) -> Iterator[None]:
+    """``var`` is ``value`` in this thread or task until the block ends."""
+    token = var.set(value)
     try:
         yield
     finally:
-        _SOURCE.reset(token)
+        var.reset(token)
+
+
+def asked_for(source: str) -> contextlib.AbstractContextManager[None]:
+    return _within(_SOURCE, source)
 
 
 def current_source() -> str:
@@ -46,16 +53,8 @@ def current_source() -> str:
     return _SOURCE.get()
 
 
-_AT_HAND_ONLY: ContextVar[bool] = ContextVar("mcad_admission_at_hand_only", default=False)
-
-
-@contextlib.contextmanager
-def at_hand_only() -> Iterator[None]:
-    token = _AT_HAND_ONLY.set(True)
-    try:
-        yield
-    finally:
-        _AT_HAND_ONLY.reset(token)
+def at_hand_only() -> contextlib.AbstractContextManager[None]:
+    return _within(_AT_HAND_ONLY, True)
 
 
 def only_at_hand() -> bool:
