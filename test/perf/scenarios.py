@@ -159,7 +159,7 @@ class Env:
         if self.opts.controller_nice:
             # Below the load and the control plane for the CPU: never flatters the controller, and keeps the load
             # on time on a machine it shares with them (clients of a real cluster run elsewhere).
-            os.setpriority(os.PRIO_PROCESS, ctl.pid(), self.opts.controller_nice)
+            os.setpriority(os.PRIO_PROCESS, ctl.pid, self.opts.controller_nice)
             self.result.setdefault("params", {})["controller_nice"] = self.opts.controller_nice
         return ctl
 
