@@ -272,6 +272,13 @@ def machine_cpu() -> dict[str, float]:
     return {"busy": (user + nice + system + irq + softirq + steal) / CLK_TCK, "idle": (idle + iowait) / CLK_TCK}
 
 
+def cpu_window(before: dict[str, float], after: dict[str, float]) -> tuple[float, float] | None:
+    """The machine's busy and idle CPU seconds between two ``machine_cpu()`` readings (None if either failed)."""
+    if not before or not after:
+        return None
+    return round(after["busy"] - before["busy"], 2), round(after["idle"] - before["idle"], 2)
+
+
 class Controller:
     """mcad-controller as a separate process; its output goes to .dev/bench-logs/<name>.log."""
 

@@ -46,6 +46,7 @@ from test.perf.harness import (
     appwrapper,
     aw_path,
     configmap_item,
+    cpu_window,
     create_namespace,
     create_nodes,
     install_crd,
@@ -585,9 +586,8 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
                             for component, cpu in cluster_dispatched.items() if component in cluster_before}
         if controller_dispatched is not None and baseline.get("cpu_seconds") is not None:
             until_dispatched["controller"] = round(controller_dispatched - baseline["cpu_seconds"], 2)
-        if machine_before and machine_dispatched:
-            until_dispatched["machine busy"] = round(machine_dispatched["busy"] - machine_before["busy"], 2)
-            until_dispatched["machine idle"] = round(machine_dispatched["idle"] - machine_before["idle"], 2)
+        if (window := cpu_window(machine_before, machine_dispatched)) is not None:
+            until_dispatched["machine busy"], until_dispatched["machine idle"] = window
         result["cpu_seconds_until_dispatched"] = until_dispatched
         machine_after = machine_cpu()
         result["controller"] = controller_figures(ctl, baseline)
@@ -605,11 +605,10 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
                     "calls": int(webhook_calls),
                     "mean_ms": round(1000 * (timing["sum"] - webhook_timing_before.get("sum", 0.0)) / webhook_calls,
                                      1)}
-        if machine_before and machine_after:
+        if (window := cpu_window(machine_before, machine_after)) is not None:
             # Where every core's time went from the load's start until every pod ran: were the cores saturated, and
             # what did one AppWrapper cost the whole machine?
-            busy = machine_after["busy"] - machine_before["busy"]
-            idle = machine_after["idle"] - machine_before["idle"]
+            busy, idle = window
             result["machine_cpu"] = {"busy_s": round(busy, 2), "idle_s": round(idle, 2),
                                      "busy_pct": round(100 * busy / max(busy + idle, 1e-9), 1),
                                      "busy_ms_per_appwrapper": round(1000 * busy / n, 2)}
@@ -667,11 +666,11 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
             before, after = phase.pop("controller_metrics_at_start"), phase.pop("controller_metrics")
             # The controller's writes during the load, per AppWrapper, by verb and resource: does the slower arrival
             # of the on-phase's creates change what it writes?
+            written = counted_writes(after)
+            written.subtract(counted_writes(before))
             phase["controller_writes_per_appwrapper"] = {
-                key.removeprefix("mcad_api_writes_total"): round((value - before.get(key, 0.0))
-                                                                 / phase["params"]["appwrappers"], 2)
-                for key, value in sorted(after.items())
-                if key.startswith("mcad_api_writes_total{") and value > before.get(key, 0.0)}
+                request: round(count / phase["params"]["appwrappers"], 2)
+                for request, count in sorted(written.items()) if count > 0}
             if mode == "on":
                 # The calls the API server made during the load, per AppWrapper (the policy mode should make one).
                 key = 'mcad_http_requests_total{server="webhook"}'
@@ -1152,9 +1151,14 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
 def controller_counted_writes(url: str) -> Counter[str]:
     """The controller's own count of the writes it sent (``mcad_api_writes_total``), keyed "VERB resource" as
     ``api_writes`` keys the API server's (the verbs upper-cased as HTTP methods)."""
+    return counted_writes(scrape(url))
+
+
+def counted_writes(scraped: dict[str, float]) -> Counter[str]:
+    """``controller_counted_writes`` of a /metrics page already scraped."""
     methods = {"create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE"}
     out: Counter[str] = Counter()
-    for sample, value in scrape(url).items():
+    for sample, value in scraped.items():
         found = re.fullmatch(r'mcad_api_writes_total\{resource="([^"]*)",verb="([^"]*)"\}', sample)
         if found:
             out[f"{methods.get(found[2], found[2])} {found[1]}"] += int(value)
