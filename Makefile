@@ -83,6 +83,10 @@ bench: prereqs-bench install tools ## benchmarks on throwaway local clusters -> 
 bench-kueue: prereqs-bench install tools ## Kueue's own scheduler test (built from its Go module) next to churn (KUEUE_ARGS="--fraction 0.02 --with-churn")
 	$(BIN)/python -m test.perf.kueue $(KUEUE_ARGS)
 
+.PHONY: bench-admission
+bench-admission: prereqs-bench install tools ## API server CPU per create / status write with the chart's creator policy and status rule (ADMISSION_ARGS="--rounds 4")
+	$(BIN)/python -m test.perf.admission_cost $(ADMISSION_ARGS)
+
 .PHONY: e2e
 e2e: install tools ## test/e2e on a throwaway KinD cluster, for machines with Docker and kind (E2E_ARGS="-k gang", KEEP_CLUSTER=1)
 	E2E_ARGS="$(E2E_ARGS)" hack/e2e-kind.sh

@@ -1,0 +1,220 @@
+"""The API server's own CPU per AppWrapper create and per status write, with each of the chart's in-process admission
+pieces registered alone (issue 29, item 4: where the admission's cost on the API server goes, apart from the call).
+
+The pieces, as ``test.perf.webhooks`` renders them from the chart with ``webhook.creator=policy``:
+
+- ``creator-policy``: the MutatingAdmissionPolicy and its binding that record each AppWrapper's creator; every create
+  is mutated by it (the API server evaluates its CEL and applies its JSON patch).
+- ``status-rule``: the ValidatingWebhookConfiguration reduced to its ``status.`` webhook. The writer here is the
+  cluster admin, whom the rendered ``matchConditions`` leave out as the chart leaves out the controller, so nothing
+  is called: what is measured is the API server deciding not to call, on every status write of the controller.
+
+The validating webhook's call itself is not measured here (it needs the controller): ``make bench`` scenario
+``throughput_webhooks`` measures the whole, this the parts that cost the API server alone.
+
+Method: a fresh local cluster (``hack/localcluster.py``, no nodes), ``--requests`` AppWrappers created (or status
+writes) from ``--threads`` threads per measurement. A measurement's figure is (the API server's CPU during the
+requests, utime+stime from /proc, less its idle rate measured just before times their duration) / requests. Each
+round measures every variant once, in an order rotated from round to round (the cost of a request drifts up as
+objects accumulate), and a variant's figure is the median over the rounds. Nothing is asserted about a timing; two
+checks keep a figure from meaning something else: the policy's creates carry the creator annotation, and a status
+write goes through the status rule without a call (its URL is a closed port: a call would fail the write)::
+
+    python -m test.perf.admission_cost                                   # 2,000 requests, 3 rounds
+    python -m test.perf.admission_cost --requests 50 --rounds 1 --output admission-cost.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from test.perf import webhooks
+from test.perf.client import Api, ApiError, Obj
+from test.perf.harness import BenchError, Cluster, aw_path, create_namespace, install_crd, run_parallel, say
+from test.perf.scenarios import throughput_body
+
+CLUSTER = "bench-admission-cost"
+CLOSED_PORT = 9  # the discard port: nothing listens there, so a webhook call fails the request
+IDLE_SAMPLE_S = 4.0
+SETTLE_S = 2.0  # after registering or removing a piece: the API server's informers see the change
+
+
+@dataclass(frozen=True)
+class Measurement:
+    name: str  # "<request>/<variant>"
+    pieces: tuple[Obj, ...]  # registered for this measurement only
+    request: str  # "create" or "status"
+
+
+def pieces(api: Api) -> dict[str, tuple[Obj, ...]]:
+    """The chart's creator policy (with its binding) and its status rule, rendered for the cluster admin."""
+    rendered = webhooks.rendered(CLOSED_PORT, webhooks.username(api), "policy")
+    policy = tuple(obj for obj in rendered if obj["kind"] in webhooks.POLICIES)
+    configuration = next(obj for obj in rendered if obj["kind"] == "ValidatingWebhookConfiguration")
+    status_only = {**configuration, "webhooks": [hook for hook in configuration["webhooks"]
+                                                 if hook["name"].startswith("status.")]}
+    if len(policy) != 2 or len(status_only["webhooks"]) != 1:
+        raise BenchError("the chart no longer renders one creator policy with its binding and one status webhook")
+    return {"creator-policy": policy, "status-rule": (status_only,)}
+
+
+def object_path(obj: Obj) -> str:
+    kind, name = obj["kind"], obj["metadata"]["name"]
+    if kind in webhooks.POLICIES:
+        return f"/apis/{obj['apiVersion']}/{webhooks.POLICIES[kind]}/{name}"
+    return f"{webhooks.ADMISSION_API}/{webhooks.CONFIGURATIONS[kind]}/{name}"
+
+
+class Run:
+    def __init__(self, cluster: Cluster, api: Api, requests: int, threads: int) -> None:
+        self.cluster, self.api, self.requests, self.threads = cluster, api, requests, threads
+        self.user = webhooks.username(api)
+        self.created = 0
+        self.status_targets: list[str] = []
+
+    def apiserver_cpu(self) -> float:
+        return self.cluster.cpu_seconds()["kube-apiserver"]
+
+    def timed(self, action: Callable[[str], None], names: list[str]) -> dict[str, float]:
+        before = self.apiserver_cpu()
+        time.sleep(IDLE_SAMPLE_S)
+        idle_rate = (self.apiserver_cpu() - before) / IDLE_SAMPLE_S
+        before = self.apiserver_cpu()
+        started = time.monotonic()
+        run_parallel(action, names, self.threads)
+        duration = time.monotonic() - started
+        used = self.apiserver_cpu() - before
+        return {"ms_per_request": round((used - idle_rate * duration) / len(names) * 1000, 3),
+                "apiserver_cpu_s": round(used, 2), "duration_s": round(duration, 2),
+                "idle_cpu_per_s": round(idle_rate, 4)}
+
+    def create(self, name: str) -> None:
+        self.api.create(aw_path(), throughput_body(name))
+
+    def write_status(self, name: str) -> None:
+        # A new message each time: a write that changes nothing would be cheaper than the controller's.
+        self.api.request("PATCH", aw_path(name) + "/status",
+                         {"status": {"state": "Running", "message": f"admission cost {time.time_ns()}"}},
+                         content_type="application/merge-patch+json")
+
+    def names(self, count: int) -> list[str]:
+        first, self.created = self.created, self.created + count
+        return [f"ac-{i:06d}" for i in range(first, self.created)]
+
+    def measure(self, measurement: Measurement) -> dict[str, float]:
+        for obj in measurement.pieces:
+            self.api.apply(object_path(obj), obj, "mcad-bench")
+        time.sleep(SETTLE_S)
+        try:
+            if measurement.request == "create":
+                names = self.names(self.requests)
+                figures = self.timed(self.create, names)
+                if any(obj["kind"] in webhooks.POLICIES for obj in measurement.pieces):
+                    self.check_creator(names[-1])
+            else:
+                figures = self.timed(self.write_status, self.status_targets)
+        finally:
+            for obj in measurement.pieces:
+                self.api.delete(object_path(obj))
+            time.sleep(SETTLE_S)
+        return figures
+
+    def check_creator(self, name: str) -> None:
+        annotations = self.api.get(aw_path(name))["metadata"].get("annotations") or {}
+        if annotations.get(webhooks.CREATOR_ANNOTATION) != self.user:
+            raise BenchError(f"the creator policy did not record the creator of {name}: {annotations}")
+
+
+def measurements(found: dict[str, tuple[Obj, ...]]) -> list[Measurement]:
+    return [Measurement("create/none", (), "create"),
+            Measurement("create/creator-policy", found["creator-policy"], "create"),
+            Measurement("status/none", (), "status"),
+            Measurement("status/status-rule", found["status-rule"], "status")]
+
+
+def summarize(rounds: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    medians = {name: statistics.median(r["ms_per_request"] for r in runs) for name, runs in rounds.items()}
+    return {"ms_per_request": {name: round(value, 3) for name, value in medians.items()},
+            "added_ms_per_request": {
+                "creator-policy": round(medians["create/creator-policy"] - medians["create/none"], 3),
+                "status-rule": round(medians["status/status-rule"] - medians["status/none"], 3)},
+            "rounds": rounds}
+
+
+def table(summary: dict[str, Any]) -> str:
+    lines = ["API server CPU per request (ms, median over rounds)", ""]
+    for name, value in summary["ms_per_request"].items():
+        lines.append(f"  {name:24s} {value:7.3f}")
+    lines.append("")
+    for piece, value in summary["added_ms_per_request"].items():
+        lines.append(f"  {piece} adds {value:+.3f} ms per request")
+    return "\n".join(lines)
+
+
+def run(requests: int, rounds: int, threads: int) -> dict[str, Any]:
+    cluster = Cluster(CLUSTER)
+    say(f"admission cost: bringing up cluster {CLUSTER}")
+    cluster.up()
+    try:
+        api = Api(cluster.kubeconfig, pool_size=max(32, threads * 2))
+        install_crd(api)
+        create_namespace(api)
+        create_namespace(api, webhooks.NAMESPACE)
+        measuring = Run(cluster, api, requests, threads)
+        measuring.status_targets = measuring.names(requests)
+        run_parallel(measuring.create, measuring.status_targets, threads)
+        order = measurements(pieces(api))
+        results: dict[str, list[dict[str, float]]] = {m.name: [] for m in order}
+        for index in range(rounds):
+            rotated = order[index % len(order):] + order[:index % len(order)]
+            for measurement in rotated:
+                figures = measuring.measure(measurement)
+                results[measurement.name].append(figures)
+                say(f"round {index + 1}/{rounds} {measurement.name}: {figures['ms_per_request']:.3f} ms per request")
+        summary = summarize(results)
+        summary["params"] = {"requests": requests, "rounds": rounds, "threads": threads}
+        return summary
+    finally:
+        cluster.down()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m test.perf.admission_cost", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=2000, metavar="N",
+                        help="creates (or status writes) per measurement (default 2000)")
+    parser.add_argument("--rounds", type=int, default=3, metavar="R",
+                        help="rounds of every measurement, in a rotated order; the median is reported (default 3)")
+    parser.add_argument("--threads", type=int, default=16, metavar="T", help="client threads (default 16)")
+    parser.add_argument("--output", type=Path, metavar="FILE", help="also write the figures there as JSON")
+    args = parser.parse_args(argv)
+    for name in ("requests", "rounds", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        summary = run(args.requests, args.rounds, args.threads)
+    except (BenchError, ApiError) as err:
+        print(f"admission cost: {err}", file=sys.stderr)
+        return 1
+    print(table(summary))
+    if args.output is not None:
+        args.output.write_text(json.dumps(summary, indent=2) + "\n")
+        say(f"figures in {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
