@@ -15,7 +15,8 @@ how many more, each cut to ``MAX_PROBLEM_CHARS``; items named ``GenericItems[i] 
   quantities too large to count), no items,
   the demand computation's errors per item (quantities that do not parse, replica counts that are negative or not
   integers, in any kind whose pods it counts, named by item and field, malformed ``custompodresources``), and
-  ``mcad.k8s.apply.manifest``'s refusals (no template, no apiVersion/kind/name, another namespace);
+  ``mcad.k8s.apply.check_item``'s, which are ``manifest``'s refusals (no template, no apiVersion/kind/name, another
+  namespace, metadata, labels, ownerReferences or pod-template metadata that are not what they must be);
 - an AppWrapper name that is not a valid label value (it labels every wrapped object);
 - an item that is an AppWrapper (nested: the inner one would be queued with nobody's rights checked, and its demand
   counted twice);
@@ -70,12 +71,11 @@ import structlog
 from mcad.admission.facts import Facts, FactUnavailable, Resource, WouldAsk, asked_for
 from mcad.admission.request import AdmissionRequest, Outcome, Reviewer, UserInfo
 from mcad.api import faulttolerance
-from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, Spec, appwrapper_view
+from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP
 from mcad.api.raw import as_list, as_mapping
-from mcad.api.resources import ResourceVector
 from mcad.api.validation import DEFAULT_LIMITS, MAX_REPORTED, Limits, describe_item, problems
 from mcad.api.workloads import WorkloadError, item_demand
-from mcad.k8s.apply import ItemError, manifest
+from mcad.k8s.apply import ItemError, check_item
 from mcad.model import tenancy
 
 _log = structlog.get_logger("mcad.admission")
@@ -191,9 +191,6 @@ def _items(obj: Mapping[str, Any]) -> list[Any]:
     return as_list(as_mapping(as_mapping(obj.get("spec")).get("resources")).get("GenericItems"))
 
 
-_NOT_JUDGED: Final = Spec(demand=ResourceVector(), demand_error=None, items=(), gang=())
-
-
 def shape_problems(obj: Mapping[str, Any], namespace: str, limits: Limits) -> list[str]:
     """What the controller would refuse at dispatch, and the admission-only shape rules (no cluster facts)."""
     found = list(problems(obj, limits))
@@ -204,17 +201,13 @@ def shape_problems(obj: Mapping[str, Any], namespace: str, limits: Limits) -> li
     items = _items(obj)
     if not items:
         found.append("spec.resources.GenericItems is empty: there is nothing to dispatch")
-    # manifest() reads only the view's identity (namespace, name, uid, apiVersion): the spec is judged above by
-    # problems() and below item by item, so judging it again for the view (a third of a review's time) is spared.
-    view = appwrapper_view({**obj, "metadata": {**as_mapping(obj.get("metadata")), "namespace": namespace}}, limits,
-                           spec=_NOT_JUDGED)
     for index, item in enumerate(items):
         where = describe_item(index, item)
         if not isinstance(item, Mapping):
             found.append(f"{where}: must be an object")
             continue
         try:
-            manifest(view, index, item)
+            check_item(namespace, index, item)  # what manifest() would refuse, without building the object
         except ItemError as err:
             found.append(str(err))
         except WorkloadError:

@@ -16,6 +16,9 @@ Contract:
   (which matches no node) is left empty. The items come
   from the AppWrapper as read from the API server for the dispatch (``generic_items``): the controller's view of an
   AppWrapper keeps no templates, only ``ItemRef``s, which is all the deletes need.
+- ``check_item(namespace, index, item)`` raises ``ItemError`` for every item ``manifest`` refuses or could not
+  build (metadata, labels, ownerReferences, a pod template's metadata or labels, schedulingGates of the wrong
+  type), without copying anything; ``manifest`` runs it first, and admission runs only it.
 - ``delete_remote(writer, aw)`` deletes, in a worker, every item that carries ``aw``'s uid label; it raises on
   failure, because no garbage collector will finish the job there.
 - ``dispatch(writer, aw, items)`` creates every item (POST, never an apply over what exists), under a field manager
@@ -57,7 +60,7 @@ from mcad.api.appwrapper import (
 )
 from mcad.api.validation import describe_item
 from mcad.api.views import PLACEMENT_GATE
-from mcad.api.workloads import makes_no_pods, pod_requests, pod_sets
+from mcad.api.workloads import format_path, makes_no_pods, pod_requests, pod_sets
 from mcad.errors import ApiError
 from mcad.model.nodehealth import NodeHealth
 from mcad.model.retry import FailureKind, classify
@@ -126,26 +129,56 @@ def complete(steps: Steps[_T]) -> _T:
             return end.value  # type: ignore[no-any-return]
 
 
-def manifest(aw: AppWrapperView, index: int, item: Mapping[str, Any], *, remote: bool = False,
-             gate: bool = False, health: NodeHealth | None = None) -> dict[str, Any]:
-    """The object GenericItems[``index``] (``item``, as read from the API server) makes for ``aw``."""
+def check_item(namespace: str, index: int, item: Mapping[str, Any]) -> None:
+    """Raise ``ItemError`` for whatever in GenericItems[``index``] ``manifest`` would refuse or could not build
+    into an object in ``namespace``, without copying the template: admission judges every item of every create
+    with it. (``WorkloadError`` for a bad replica count comes out of ``pod_sets`` as it is.)"""
     template = item.get("generictemplate")
     where = describe_item(index, item)
     if not isinstance(template, Mapping) or not template:
         raise ItemError(f"{where}: generictemplate is missing")
     if not template.get("apiVersion") or not template.get("kind"):
         raise ItemError(f"{where}: generictemplate needs apiVersion and kind")
-    obj = copy.deepcopy(dict(template))
-    meta = obj.setdefault("metadata", {})
-    if not isinstance(meta, dict):
+    meta = template.get("metadata", {})
+    if not isinstance(meta, Mapping):
         raise ItemError(f"{where}: metadata must be an object")
     if not meta.get("name"):
         raise ItemError(f"{where}: metadata.name is required (generateName cannot be used: the name is how "
                         f"mcad finds the object again)")
-    namespace = meta.get("namespace")
-    if namespace and namespace != aw.namespace:
-        raise ItemError(f"{where}: metadata.namespace {namespace!r} differs from the AppWrapper's namespace "
-                        f"{aw.namespace!r}; wrapped objects live in the AppWrapper's namespace")
+    own_namespace = meta.get("namespace")
+    if own_namespace and own_namespace != namespace:
+        raise ItemError(f"{where}: metadata.namespace {own_namespace!r} differs from the AppWrapper's namespace "
+                        f"{namespace!r}; wrapped objects live in the AppWrapper's namespace")
+    _check_labels(meta, f"{where}: metadata.labels")
+    references = meta.get("ownerReferences")
+    if references is not None and not (isinstance(references, list)
+                                       and all(isinstance(ref, Mapping) for ref in references)):
+        raise ItemError(f"{where}: metadata.ownerReferences must be a list of objects")
+    for pod_set in pod_sets(template):
+        at = f"{where}: {format_path(pod_set.path)}." if pod_set.path else f"{where}: "
+        if pod_set.path:  # a bare Pod's metadata is the object's, checked above
+            template_meta = pod_set.template.get("metadata")
+            if template_meta is not None and not isinstance(template_meta, Mapping):
+                raise ItemError(f"{at}metadata must be an object")
+            _check_labels(template_meta or {}, f"{at}metadata.labels")
+        spec = pod_set.template.get("spec")
+        gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
+        if gates is not None and not isinstance(gates, list):
+            raise ItemError(f"{at}spec.schedulingGates must be a list")
+
+
+def _check_labels(meta: Mapping[str, Any], where: str) -> None:
+    labels = meta.get("labels")
+    if labels is not None and not isinstance(labels, Mapping):
+        raise ItemError(f"{where} must be a map of strings")
+
+
+def manifest(aw: AppWrapperView, index: int, item: Mapping[str, Any], *, remote: bool = False,
+             gate: bool = False, health: NodeHealth | None = None) -> dict[str, Any]:
+    """The object GenericItems[``index``] (``item``, as read from the API server) makes for ``aw``."""
+    check_item(aw.namespace, index, item)
+    obj = copy.deepcopy(dict(item["generictemplate"]))
+    meta = obj.setdefault("metadata", {})
     meta["namespace"] = aw.namespace
     labels = {APPWRAPPER_LABEL: aw.name, LEGACY_APPWRAPPER_LABEL: aw.name}
     if remote:
@@ -173,7 +206,9 @@ def _label_pod_templates(obj: dict[str, Any], labels: Mapping[str, str], gate: b
         for step in pod_set.path:
             target = target[step]
         if pod_set.path:
-            template_meta = target.setdefault("metadata", {})
+            if target.get("metadata") is None:  # absent or null: check_item lets both through
+                target["metadata"] = {}
+            template_meta = target["metadata"]
             template_meta["labels"] = {**(template_meta.get("labels") or {}), **labels}
         if gate:
             spec = target.get("spec")

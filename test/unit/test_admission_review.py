@@ -288,6 +288,13 @@ def test_the_allowlist_refuses_other_kinds_even_when_the_user_may_create_them() 
                  "GenericItems[0] (ConfigMap (no name)): metadata.name is required", id="no-name"),
     pytest.param(aw({"metadata": {"name": "x"}}), "GenericItems[0] (? x): generictemplate needs apiVersion and kind",
                  id="no-kind"),
+    # A pod template's metadata that is not an object was a traceback ("could not check the AppWrapper:
+    # AttributeError") before: the message names the item and the field.
+    pytest.param(aw({**job(), "spec": {**job()["spec"], "template": {"metadata": "x", "spec": {}}}}),
+                 "GenericItems[0] (Job train): spec.template.metadata must be an object", id="pod-metadata-not-object"),
+    pytest.param(aw({**job(), "spec": {**job()["spec"], "template": {"metadata": {"labels": ["a"]}, "spec": {}}}}),
+                 "GenericItems[0] (Job train): spec.template.metadata.labels must be a map of strings",
+                 id="pod-labels-not-map"),
     pytest.param({**aw(cm()), "spec": {"resources": {"GenericItems": [{"custompodresources": [
         {"replicas": 1, "requests": {"cpu": "-1"}}], "generictemplate": cm()}]}}},
         "GenericItems[0] (ConfigMap cfg): custompodresources[0].requests.cpu", id="negative-custom"),

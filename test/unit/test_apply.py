@@ -75,12 +75,48 @@ def test_existing_labels_are_kept_and_the_template_is_not_mutated() -> None:
     ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "other"}},
      "metadata.namespace 'other' differs from the AppWrapper's namespace 'team'"),
     ({"kind": "ConfigMap", "metadata": {"name": "cm"}}, "generictemplate needs apiVersion and kind"),
+    ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": None}, "metadata must be an object"),
+    ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "labels": ["a"]}},
+     "metadata.labels must be a map of strings"),
+    ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "ownerReferences": ["x"]}},
+     "metadata.ownerReferences must be a list of objects"),
+    ({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+      "spec": {"template": {"metadata": "x", "spec": {}}}}, "spec.template.metadata must be an object"),
+    ({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+      "spec": {"template": {"metadata": {"labels": "a=b"}, "spec": {}}}},
+     "spec.template.metadata.labels must be a map of strings"),
+    ({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc"}, "spec": {
+        "headGroupSpec": {"template": {"spec": {}}},
+        "workerGroupSpecs": [{"replicas": 1, "template": {"spec": {"schedulingGates": 3}}}]}},
+     "spec.workerGroupSpecs[0].template.spec.schedulingGates must be a list"),
+    ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"schedulingGates": {"a": 1}}},
+     "GenericItems[0] (Pod p): spec.schedulingGates must be a list"),
 ])
 def test_items_that_cannot_be_dispatched_are_named_with_the_cause(template: dict[str, Any] | None,
                                                                    message: str) -> None:
+    # Before check_item, the malformed shapes among these raised TypeError or AttributeError out of manifest (a
+    # "could not check" refusal in admission, no clear cause at dispatch).
     with pytest.raises(ItemError) as err:
         manifest_at(view(template), 0)
     assert message in str(err.value)
+    with pytest.raises(ItemError) as checked:
+        apply.check_item("team", 0, view(template).items[0])
+    assert str(checked.value) == str(err.value)
+
+
+def test_check_item_passes_what_manifest_builds_and_copies_nothing() -> None:
+    made = view(raycluster(), {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": None},
+                               "spec": {"schedulingGates": [{"name": "theirs"}]}},
+                {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+                 "spec": {"template": {"metadata": None, "spec": {}}}})
+    before = copy.deepcopy(made.items)
+    for index, item in enumerate(made.items):
+        apply.check_item("team", index, item)
+        obj = manifest(made.aw, index, item, gate=True)
+        assert obj["metadata"]["labels"][APPWRAPPER_LABEL] == "aw"
+    assert made.items == before
+    job = manifest(made.aw, 2, made.items[2])
+    assert job["spec"]["template"]["metadata"]["labels"][APPWRAPPER_LABEL] == "aw"
 
 
 class Writer:
