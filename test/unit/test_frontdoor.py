@@ -14,6 +14,7 @@ import pytest
 
 from mcad.metrics import Metrics
 from mcad.serve.frontdoor import (
+    MAX_HEADER_FIELDS,
     BadRequest,
     Busy,
     Conn,
@@ -134,6 +135,22 @@ def test_a_request_head_is_parsed_and_what_is_not_one_is_refused() -> None:
                 b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"):
         with pytest.raises(BadRequest, match=r"malformed|chunked"):
             parse_head(bad, "p")
+
+
+def test_header_fields_are_read_strictly_where_leniency_lets_requests_be_smuggled() -> None:
+    head = parse_head(b"GET / HTTP/1.1\r\nX-A:  one \t\r\nx-a: two\r\nEmpty:\r\nLatin: caf\xe9\r\n\r\n", "p")
+    assert head.headers["x-a"] == "one" and head.headers.every("X-A") == ["one", "two"]
+    assert head.headers["Empty"] == "" and head.headers["latin"] == "caf\u00e9"
+    assert list(head.headers) == ["X-A", "Empty", "Latin"]
+    many = b"".join(b"X-%d: v\r\n" % i for i in range(MAX_HEADER_FIELDS))
+    assert len(parse_head(b"GET / HTTP/1.1\r\n" + many + b"\r\n", "p").headers) == MAX_HEADER_FIELDS
+    for bad in (b"Host : a",  # whitespace before the colon: RFC 9112 says refuse
+                b"Host: a\r\n folded",  # obs-fold
+                b"no colon here", b": no name", b"Bad Name: a", b"X: a\x00b", b"X: a\nContent-Length: 5",
+                b"X: \x7f", many + b"One-Too-Many: v"):
+        with pytest.raises(BadRequest, match="malformed headers") as err:
+            parse_head(b"POST / HTTP/1.1\r\n" + bad + b"\r\n\r\n", "p")
+        assert err.value.status == 400, bad
 
 
 # -- a served front door ----------------------------------------------------------------------------------------
