@@ -16,9 +16,11 @@ Method: a fresh local cluster (``hack/localcluster.py``, no nodes), ``--requests
 writes) from ``--threads`` threads per measurement. A measurement's figure is (the API server's CPU during the
 requests, utime+stime from /proc, less its idle rate measured just before times their duration) / requests. Each
 round measures every variant once, in an order rotated from round to round (the cost of a request drifts up as
-objects accumulate), and a variant's figure is the median over the rounds. Nothing is asserted about a timing; two
-checks keep a figure from meaning something else: the policy's creates carry the creator annotation, and a status
-write goes through the status rule without a call (its URL is a closed port: a call would fail the write)::
+objects accumulate), and a variant's figure is the median over the rounds. Nothing is asserted about a timing;
+three checks keep a figure from meaning something else: before each measurement a dry run shows that the API
+server applies the piece just registered (or has let go of the one just removed: its informers take a moment),
+the policy's creates carry the creator annotation, and the writer's status writes go through the status rule
+without a call (its URL is a closed port: a call would fail the write)::
 
     python -m test.perf.admission_cost                                   # 2,000 requests, 3 rounds
     python -m test.perf.admission_cost --requests 50 --rounds 1 --output admission-cost.json
@@ -38,13 +40,23 @@ from typing import Any
 
 from test.perf import webhooks
 from test.perf.client import Api, ApiError, Obj
-from test.perf.harness import BenchError, Cluster, aw_path, create_namespace, install_crd, run_parallel, say
+from test.perf.harness import (
+    BenchError,
+    Cluster,
+    aw_path,
+    create_namespace,
+    install_crd,
+    run_parallel,
+    say,
+    wait_for,
+)
 from test.perf.scenarios import throughput_body
 
 CLUSTER = "bench-admission-cost"
 CLOSED_PORT = 9  # the discard port: nothing listens there, so a webhook call fails the request
 IDLE_SAMPLE_S = 4.0
-SETTLE_S = 2.0  # after registering or removing a piece: the API server's informers see the change
+EFFECT_TIMEOUT_S = 60.0  # for the API server to apply a piece registered or removed (its informers see it)
+PROBE_USER = ("admission-cost-probe", "system:masters")  # not the writer the status rule leaves out
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,7 @@ class Run:
         self.user = webhooks.username(api)
         self.created = 0
         self.status_targets: list[str] = []
+        self.probe = Api(cluster.kubeconfig, pool_size=2, impersonate=PROBE_USER)
 
     def apiserver_cpu(self) -> float:
         return self.cluster.cpu_seconds()["kube-apiserver"]
@@ -112,20 +125,44 @@ class Run:
     def measure(self, measurement: Measurement) -> dict[str, float]:
         for obj in measurement.pieces:
             self.api.apply(object_path(obj), obj, "mcad-bench")
-        time.sleep(SETTLE_S)
         try:
+            self.wait_effective(measurement.request, bool(measurement.pieces))
             if measurement.request == "create":
                 names = self.names(self.requests)
                 figures = self.timed(self.create, names)
-                if any(obj["kind"] in webhooks.POLICIES for obj in measurement.pieces):
+                if measurement.pieces:
                     self.check_creator(names[-1])
             else:
                 figures = self.timed(self.write_status, self.status_targets)
         finally:
             for obj in measurement.pieces:
                 self.api.delete(object_path(obj))
-            time.sleep(SETTLE_S)
         return figures
+
+    def wait_effective(self, request: str, registered: bool) -> None:
+        """Until the API server applies the piece just registered (``registered``), or has let go of the one just
+        removed, as a dry run shows: no figure mixes requests from before and after."""
+        if request == "create":
+            def applied() -> bool:
+                made = self.api.request("POST", aw_path(), throughput_body("ac-probe"), query={"dryRun": "All"})
+                annotations = made.get("metadata", {}).get("annotations") or {}
+                return (annotations.get(webhooks.CREATOR_ANNOTATION) == self.user) == registered
+            wait_for(applied, EFFECT_TIMEOUT_S, f"the creator policy to be {'applied' if registered else 'gone'}")
+            return
+
+        def called() -> bool:
+            # Another user's status write goes to the webhook, whose URL is a closed port: refused once the rule
+            # is in force, admitted (a dry run: nothing is written) once it is gone.
+            try:
+                self.probe.request("PATCH", aw_path(self.status_targets[0]) + "/status",
+                                   {"status": {"message": "admission cost probe"}}, query={"dryRun": "All"},
+                                   content_type="application/merge-patch+json")
+            except ApiError as err:
+                if err.status < 500:
+                    raise
+                return registered
+            return not registered
+        wait_for(called, EFFECT_TIMEOUT_S, f"the status rule to be {'in force' if registered else 'gone'}")
 
     def check_creator(self, name: str) -> None:
         annotations = self.api.get(aw_path(name))["metadata"].get("annotations") or {}
