@@ -18,7 +18,8 @@ Contract:
   AppWrapper keeps no templates, only ``ItemRef``s, which is all the deletes need.
 - ``check_item(namespace, index, item)`` raises ``ItemError`` for every item ``manifest`` refuses or could not
   build (metadata, labels, ownerReferences, a pod template's metadata or labels, schedulingGates of the wrong
-  type), without copying anything; ``manifest`` runs it first, and admission runs only it.
+  type), without copying anything; ``manifest`` runs it first, ``dispatch`` runs it on every item before it
+  creates any, and admission runs only it.
 - ``delete_remote(writer, aw)`` deletes, in a worker, every item that carries ``aw``'s uid label; it raises on
   failure, because no garbage collector will finish the job there.
 - ``dispatch(writer, aw, items)`` creates every item (POST, never an apply over what exists), under a field manager
@@ -290,7 +291,7 @@ def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Map
     # than kept: a dispatch waiting for its turns holds the names of what it applied, not a copy of every template.
     for index, item in enumerate(items):
         try:
-            manifest(aw, index, item, remote=remote)
+            check_item(aw.namespace, index, item)
         except ItemError as err:
             raise DispatchFailed(str(err), kind=FailureKind.PERMANENT) from err
     manager = field_manager(aw.uid)

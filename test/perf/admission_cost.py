@@ -78,13 +78,6 @@ def pieces(api: Api) -> dict[str, tuple[Obj, ...]]:
     return {"creator-policy": policy, "status-rule": (status_only,)}
 
 
-def object_path(obj: Obj) -> str:
-    kind, name = obj["kind"], obj["metadata"]["name"]
-    if kind in webhooks.POLICIES:
-        return f"/apis/{obj['apiVersion']}/{webhooks.POLICIES[kind]}/{name}"
-    return f"{webhooks.ADMISSION_API}/{webhooks.CONFIGURATIONS[kind]}/{name}"
-
-
 class Run:
     def __init__(self, cluster: Cluster, api: Api, requests: int, threads: int) -> None:
         self.cluster, self.api, self.requests, self.threads = cluster, api, requests, threads
@@ -124,7 +117,7 @@ class Run:
 
     def measure(self, measurement: Measurement) -> dict[str, float]:
         for obj in measurement.pieces:
-            self.api.apply(object_path(obj), obj, "mcad-bench")
+            self.api.apply(webhooks.admission_path(obj), obj, "mcad-bench")
         try:
             self.wait_effective(measurement.request, bool(measurement.pieces))
             if measurement.request == "create":
@@ -136,7 +129,7 @@ class Run:
                 figures = self.timed(self.write_status, self.status_targets)
         finally:
             for obj in measurement.pieces:
-                self.api.delete(object_path(obj))
+                self.api.delete(webhooks.admission_path(obj))
         return figures
 
     def wait_effective(self, request: str, registered: bool) -> None:

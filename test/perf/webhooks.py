@@ -76,6 +76,14 @@ def rendered(port: int, controller_user: str = "", creator: str = "webhook") -> 
     return wanted
 
 
+def admission_path(obj: Obj) -> str:
+    """Where a rendered policy, policy binding or webhook configuration lives in the API."""
+    kind, name = obj["kind"], obj["metadata"]["name"]
+    if kind in POLICIES:
+        return f"/apis/{obj['apiVersion']}/{POLICIES[kind]}/{name}"
+    return f"{ADMISSION_API}/{CONFIGURATIONS[kind]}/{name}"
+
+
 def register(api: Api, port: int, creator: str = "webhook") -> tuple[str, ...]:
     """Apply the chart's webhook objects (``creator``: the chart's webhook.creator); return the controller flags
     that serve them on ``port``."""
@@ -86,11 +94,10 @@ def register(api: Api, port: int, creator: str = "webhook") -> tuple[str, ...]:
         if obj["kind"] == "Secret":
             secret = name
             api.apply(f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}", obj, "mcad-bench")
-        elif obj["kind"] in POLICIES:
-            api.apply(f"/apis/{obj['apiVersion']}/{POLICIES[obj['kind']]}/{name}", obj, "mcad-bench")
         else:
-            configuration = name
-            api.apply(f"{ADMISSION_API}/{CONFIGURATIONS[obj['kind']]}/{name}", obj, "mcad-bench")
+            if obj["kind"] not in POLICIES:
+                configuration = name
+            api.apply(admission_path(obj), obj, "mcad-bench")
     return ("--webhook", "--webhook-bind-address", f"{HOST}:{port}", "--webhook-cert-hosts", HOST,
             "--webhook-cert-namespace", NAMESPACE, "--webhook-cert-secret", secret,
             "--webhook-configuration-name", configuration, "--webhook-creator", creator)
