@@ -114,6 +114,15 @@ class QueueAssessment:
         index = bisect.bisect_left(self.orders, entry.order)
         return index if index < len(self.orders) and self.orders[index] == entry.order else None
 
+    def is_told(self, order: Order) -> bool:
+        """Whether ``told(order)`` has an answer, without making it: what a page asks of each row it skips."""
+        key = order[2]
+        if key in self._judged or (self._held is not None and self._held_after is not None
+                                   and order > self._held_after):
+            return True
+        entry = self._entries.get(key)
+        return entry is not None and id(entry.group) in self._blocked
+
     def told(self, order: Order) -> Assessment | None:
         """What the queued AppWrapper of this order (one of ``orders``) is told."""
         key = order[2]

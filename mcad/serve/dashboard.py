@@ -173,7 +173,7 @@ class Dashboard:
         # Counted by namespace and state without a row; only the rows of the page are made and formatted.
         namespaces, counts = report.counts(visible, only_namespace)
         total = counts.get(only_state, 0) if only_state else sum(counts.values())
-        page = islice(report.select(visible, only_namespace, only_state), offset, offset + limit)
+        page = islice(report.select(visible, only_namespace, only_state, skip=offset), limit)
         return {"controller": report.header.get("controller"), "generatedAt": report.header.get("generatedAt"),
                 "total": total, "offset": offset, "limit": limit, "counts": dict(sorted(counts.items())),
                 "namespaces": sorted(namespaces)[:MAX_NAMESPACES],

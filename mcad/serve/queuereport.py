@@ -10,15 +10,16 @@ Contract:
 - ``namespaces()``: every namespace with an AppWrapper in the report. ``counts(visible, namespace)``: the
   namespaces among ``visible`` (None: all) and the count of AppWrappers by state there (only ``namespace``'s, if
   given), in O(namespaces + judged + dispatched), whatever the queue's length.
-- ``select(visible, namespace, state)``: the entries that match, in list order (queued in dispatch order, then
-  resetting, then dispatched), made as they are taken: the first page of 50 costs 50 rows (plus a scan of the
-  orders when a filter skips many). ``row(entry)``: that entry as the document has it; a queued one's
-  ``position`` is its place in the whole queue.
+- ``select(visible, namespace, state, skip)``: the entries that match, in list order (queued in dispatch order, then
+  resetting, then dispatched), less the first ``skip``, made as they are taken: a page of 50 costs 50 rows, plus a
+  scan of the orders above it and of those a filter leaves out (a dictionary lookup each: a queued one skipped is
+  counted as the walk saw it, not read from the informer, so one deleted since still counts). ``row(entry)``: that
+  entry as the document has it; a queued one's ``position`` is its place in the whole queue.
 - ``reservations_in(visible)`` and ``document_in(visible)``: what a reader who may list only ``visible`` sees.
 - ``page_in(visible, offset, limit)``: the document with only ``limit`` queued rows from place ``offset`` on
   (among the queued ones ``visible`` holds; None: all), every resetting and dispatched one, and ``page``:
-  ``{"offset", "limit", "queuedTotal"}``. Costs the rows it makes plus a scan of the orders it skips, never a
-  formatted whole queue (what a whole-cluster reader of a deep queue asks for).
+  ``{"offset", "limit", "queuedTotal"}``. Costs the rows it makes plus a scan of the orders it skips (as
+  ``select``'s ``skip``), never a formatted whole queue (what a whole-cluster reader of a deep queue asks for).
 - ``entries()``: every entry (O(queue), kept). ``document()``: the whole document (``header``, ``queued``,
   ``resetting``, ``dispatched``, ``reservations``), formatted on the first call and kept (``mcad.serve.snapshots``
   decides who calls it, and counts what it cost).
@@ -40,6 +41,7 @@ from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.statusview import StatusView
 from mcad.model import lifecycle
 from mcad.model.assess import Assessment, QueueAssessment
+from mcad.model.pending import Order
 
 Document = dict[str, Any]
 # The lists of AppWrappers in the queue document, each entry with its namespace: what a reader's rights filter.
@@ -124,13 +126,14 @@ class QueueReport:
                 count(entry.namespace, entry.state)
         return namespaces, {state: n for state, n in counts.items() if n > 0}
 
-    def select(self, visible: frozenset[str] | None, namespace: str = "", state: str = "") -> Iterator[Entry]:
+    def select(self, visible: frozenset[str] | None, namespace: str = "", state: str = "",
+               skip: int = 0) -> Iterator[Entry]:
         def wanted(name: str, its_state: str) -> bool:
             return (_sees(visible, name) and (not namespace or name == namespace)
                     and (not state or its_state == state))
 
-        return chain(self._queued(visible, namespace, state),
-                     (entry for entry in self._others if wanted(entry.namespace, entry.state)))
+        return self._skipping(self._listed(visible, namespace, state),
+                              (entry for entry in self._others if wanted(entry.namespace, entry.state)), skip)
 
     def reservations_in(self, visible: frozenset[str] | None) -> list[Mapping[str, Any]]:
         """The reservations of AppWrappers in ``visible`` (None: all): they name their holders and nodes."""
@@ -145,10 +148,10 @@ class QueueReport:
         """The document as ``visible`` sees it (None: everything), its queued list cut to ``limit`` rows from
         ``offset`` (positions stay those of the whole queue)."""
         others = [entry for entry in self._others if _sees(visible, entry.namespace)]
-        queued = chain(self._queued(visible, "", ""), (entry for entry in others if entry.listed_in == "queued"))
+        queued = self._skipping(self._listed(visible, "", ""),
+                                (entry for entry in others if entry.listed_in == "queued"), offset)
         rest = (entry for entry in others if entry.listed_in != "queued")
-        document = self._document_of(chain(islice(queued, offset, offset + limit), rest),
-                                     self.reservations_in(visible))
+        document = self._document_of(chain(islice(queued, limit), rest), self.reservations_in(visible))
         document["page"] = {"offset": offset, "limit": limit, "queuedTotal": self._queued_total(visible)}
         return document
 
@@ -185,7 +188,16 @@ class QueueReport:
 
     # -------------------------------------------------------------------------------------- the queued ones
 
-    def _queued(self, visible: frozenset[str] | None, namespace: str, state: str) -> Iterator[Entry]:
+    def _skipping(self, listed: Iterator[tuple[int, Order]], others: Iterator[Entry],
+                  skip: int) -> Iterator[Entry]:
+        """The entries of ``listed`` (the queued ones) then ``others``, less the first ``skip``. The queued ones
+        skipped are passed over as the walk saw them, never read from the informer nor formatted: a deep page
+        costs a dictionary lookup per row above it (one deleted since the walk is still counted there)."""
+        passed = sum(1 for _ in islice(listed, skip))  # consumes them from ``listed``
+        return chain(self._queued_entries(listed), islice(others, skip - passed, None))
+
+    def _listed(self, visible: frozenset[str] | None, namespace: str, state: str) -> Iterator[tuple[int, Order]]:
+        """(position, order) of each queued one that matches, in dispatch order, as the walk saw it."""
         assessed = self._assessed
         if assessed is None:
             return
@@ -193,18 +205,28 @@ class QueueReport:
         if state and state != QUEUED and state not in judged_states:
             return  # no queued one is in that state: no need to scan the queue
         for index, order in enumerate(assessed.orders):
-            key = order[2]
-            name = _namespace(key)
+            name = _namespace(order[2])
             if not _sees(visible, name) or (namespace and name != namespace):
                 continue
-            assessment = assessed.told(order)
-            if assessment is None or (state and assessment.state != state):
+            if state:
+                assessment = assessed.told(order)
+                if assessment is None or assessment.state != state:
+                    continue
+            elif not assessed.is_told(order):
                 continue
-            aw = self._get(key)
-            if aw is None:
+            yield index + 1, order
+
+    def _queued_entries(self, listed: Iterable[tuple[int, Order]]) -> Iterator[Entry]:
+        assessed = self._assessed
+        if assessed is None:
+            return  # only a report with a walk lists queued ones
+        for position, order in listed:
+            assessment = assessed.told(order)
+            aw = self._get(order[2])
+            if assessment is None or aw is None:
                 continue  # deleted since the walk
             current = self._intent(aw) or aw.status
-            yield Entry(name, assessment.state, "queued", (index + 1, assessment, aw, current.requeuings))
+            yield Entry(aw.namespace, assessment.state, "queued", (position, assessment, aw, current.requeuings))
 
     def _queued_row(self, position: int, assessment: Assessment, aw: AppWrapperView, requeuings: int) -> Document:
         created = lifecycle.parse_time(aw.created)

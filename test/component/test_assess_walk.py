@@ -116,6 +116,8 @@ def test_the_dry_run_tells_every_member_what_a_full_walk_tells_it(harness_factor
     assessed = h.dispatcher.assess_queue()
     assert told(assessed) == expected
     assert len(assessed) == len(expected)
+    assert [assessed.is_told(order) for order in assessed.orders] == [
+        assessed.told(order) is not None for order in assessed.orders], "is_told answers as told, without making it"
     for position, (key, *_rest) in enumerate(expected, start=1):
         assert assessed.position(key) == position
         assert told([assessed.of(key)]) == [expected[position - 1]]
@@ -149,6 +151,7 @@ def test_behind_a_waiting_preemptor_every_member_is_told_it_is_held(harness_fact
     expected = told(full_walk(h))
     assert told(assessed) == expected
     assert expected[0][:2] == ("ns/high", "Preempting")
+    assert all(assessed.is_told(order) for order in assessed.orders), "held ones are told, without being judged"
     behind = [(key, why) for key, _, _, why, _ in expected if key.startswith(("ns/small-", "ns/huge-"))]
     assert len(behind) == 60
     assert all(why.startswith("held behind ns/high, which is preempting") for _, why in behind), behind

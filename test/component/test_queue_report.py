@@ -59,9 +59,13 @@ def test_a_page_reads_only_its_own_rows(harness_factory: Any) -> None:
     namespaces, counts = report.counts(None)
     assert counts == {"Queued": 301, "Running": 1} and namespaces == {"team-a", "team-b"}
     assert read == [], "counting reads no AppWrapper"
-    page = [report.row(entry) for entry in islice(report.select(frozenset({"team-b"})), 10, 15)]
+    page = [report.row(entry) for entry in islice(report.select(frozenset({"team-b"}), skip=10), 5)]
     assert [row["namespace"] for row in page] == ["team-b"] * 5
-    assert len(read) == 15, "the rows up to the end of the page, not the queue"
+    assert page == [report.row(entry) for entry in islice(report.select(frozenset({"team-b"})), 10, 15)]
+    assert len(read) == 5 + 15, "the page's rows; the rows above it are skipped unread (then 15 read to compare)"
+    past_the_queue = list(report.select(None, skip=301))
+    assert [entry.listed_in for entry in past_the_queue] == ["dispatched"], "the skip goes on into the other lists"
+    assert list(report.select(None, skip=302)) == []
 
 
 def test_a_page_of_the_document_cuts_the_queued_list_only(harness_factory: Any) -> None:
@@ -78,7 +82,7 @@ def test_a_page_of_the_document_cuts_the_queued_list_only(harness_factory: Any) 
     assert [row["position"] for row in page["queued"]] == [11, 12, 13, 14, 15]
     assert page["page"] == {"offset": 10, "limit": 5, "queuedTotal": 301}
     assert page["dispatched"] == whole["dispatched"] and page["reservations"] == whole["reservations"]
-    assert len(read) == 15, "the rows up to the end of the page, not the queue"
+    assert len(read) == 5, "the page's rows only: the ten above it are skipped unread"
     assert report.page_in(None, 295, 10)["queued"] == whole["queued"][295:]
     page = report.page_in(frozenset({"team-b"}), 5, 3)
     assert page["queued"] == team_b[5:8] and page["page"]["queuedTotal"] == len(team_b)
