@@ -197,6 +197,13 @@ def test_throughput_with_the_creator_policy_in_alternating_rounds(tmp_path: Path
     # The policy records the creator inside the API server: one webhook call per create, the validating one.
     for mode in ("on", "on-2"):
         assert entry["phases"][mode]["webhook_requests"]["total"] == n
+    # Two pairs: the mean of their ratios and its 95 % interval, which test.perf.pairs pools the same way.
+    low, high = entry["throughput"]["on_over_off_95pct_interval"]
+    assert low <= entry["throughput"]["on_over_off_pairs_mean_pct"] <= high
+    pooled = subprocess.run([sys.executable, "-m", "test.perf.pairs", str(output)], cwd=REPO, capture_output=True,
+                            text=True, timeout=60)
+    assert pooled.returncode == 0, pooled.stderr
+    assert "creator policy: 2 pairs" in pooled.stdout and "95 % interval" in pooled.stdout, pooled.stdout
 
 
 def test_dashboard_queue_view_answers_every_poll_with_its_first_page(results: dict[str, dict]) -> None:

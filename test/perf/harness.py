@@ -70,6 +70,25 @@ def summary(values: Iterable[float]) -> dict[str, Any]:
             "mean_ms": round(sum(v) / len(v) * ms, 1), "min_ms": round(v[0] * ms, 1)}
 
 
+# Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom; past 30 the last one (a little wider than
+# the true quantile, never narrower).
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def mean_interval(values: Iterable[float]) -> tuple[float, float, float] | None:
+    """The mean of ``values`` and the 95 % confidence interval of it (Student's t: the values taken as independent
+    draws from one normal distribution), or None for fewer than two values. A run-to-run spread of several points
+    makes a single pair's ratio say little; this says how far the mean of the pairs can be trusted."""
+    v = list(values)
+    if len(v) < 2:
+        return None
+    mean = sum(v) / len(v)
+    spread = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1))
+    half = _T95[min(len(v) - 1, len(_T95)) - 1] * spread / math.sqrt(len(v))
+    return mean, mean - half, mean + half
+
+
 def scaled(count: float, scale: float, minimum: int = 1) -> int:
     return max(minimum, round(count * scale))
 
