@@ -193,17 +193,19 @@ def test_throughput_with_the_creator_policy_in_alternating_rounds(tmp_path: Path
     assert entry["admitted_with_creator"] == {"off": 0, "on": n, "on-2": n, "off-2": 0}
     assert list(entry["phases"]) == ["off", "on", "on-2", "off-2"], "the second round runs on first"
     assert [sorted(r) for r in entry["rounds"]] == [["dispatched_per_s_off", "dispatched_per_s_on",
-                                                     "on_over_off_pct"]] * 2
+                                                     "on_over_off_pct", "pods_running_on_over_off_pct"]] * 2
     # The policy records the creator inside the API server: one webhook call per create, the validating one.
     for mode in ("on", "on-2"):
         assert entry["phases"][mode]["webhook_requests"]["total"] == n
     # Two pairs: the mean of their ratios and its 95 % interval, which test.perf.pairs pools the same way.
-    low, high = entry["throughput"]["on_over_off_95pct_interval"]
-    assert low <= entry["throughput"]["on_over_off_pairs_mean_pct"] <= high
+    for prefix in ("on_over_off", "pods_running_on_over_off"):
+        low, high = entry["throughput"][f"{prefix}_95pct_interval"]
+        assert low <= entry["throughput"][f"{prefix}_pairs_mean_pct"] <= high
     pooled = subprocess.run([sys.executable, "-m", "test.perf.pairs", str(output)], cwd=REPO, capture_output=True,
                             text=True, timeout=60)
     assert pooled.returncode == 0, pooled.stderr
-    assert "creator policy: 2 pairs" in pooled.stdout and "95 % interval" in pooled.stdout, pooled.stdout
+    assert "creator policy, dispatched: 2 pairs" in pooled.stdout, pooled.stdout
+    assert "creator policy, pods running: 2 pairs" in pooled.stdout and "95 % interval" in pooled.stdout
 
 
 def test_dashboard_queue_view_answers_every_poll_with_its_first_page(results: dict[str, dict]) -> None:

@@ -5,9 +5,11 @@
 
 One pair's ratio moves by several points from run to run on a shared machine, and one invocation of the bench
 takes a few pairs at most, so a figure worth quoting pools several runs. This prints every pair (file, phase,
-off and on AppWrappers/s, on / off), then the pooled figures: the ratio of the mean rates (what the bench reports
-for one run), the mean of the pairs' ratios with its 95 % interval (``harness.mean_interval``), and whether the
-target (``scenarios.WEBHOOKS_RATIO_TARGET_PCT``) is met, missed, or within the interval (not shown either way).
+off and on AppWrappers dispatched/s, on / off, and on / off end to end), then the pooled figures: the ratio of the
+mean rates (what the bench reports for one run), the mean of the pairs' ratios with its 95 % interval
+(``harness.mean_interval``), and whether the target (``scenarios.WEBHOOKS_RATIO_TARGET_PCT``) is met, missed, or
+within the interval (not shown either way); for the dispatch rate (the target's figure) and, where every pair of
+a creator has it, for the end-to-end rate (AppWrappers whose pod runs per second: ``throughput_webhooks``).
 
 Pairs are read from each run's ``phases``: ``off`` with ``on``, ``off-2`` with ``on-2``, and so on. A run whose
 scenario failed, or a file with no ``throughput_webhooks`` result, is named on stderr and left out; no pairs at
@@ -34,10 +36,17 @@ class Pair:
     creator: str
     off: float  # AppWrappers dispatched per second
     on: float
+    # End to end, AppWrappers whose pod runs per second (runs from before it was recorded have none).
+    off_pods: float | None = None
+    on_pods: float | None = None
 
     @property
     def ratio_pct(self) -> float:
         return 100 * self.on / self.off
+
+    @property
+    def pods_ratio_pct(self) -> float | None:
+        return None if self.off_pods is None or self.on_pods is None else 100 * self.on_pods / self.off_pods
 
 
 def pairs_of(result: dict[str, Any], source: str) -> list[Pair]:
@@ -56,8 +65,11 @@ def pairs_of(result: dict[str, Any], source: str) -> list[Pair]:
             if partner is None:
                 continue
             off, on = phase["throughput"]["dispatched_per_s"], partner["throughput"]["dispatched_per_s"]
+            off_pods, on_pods = (phase["throughput"].get("pods_running_per_s"),
+                                 partner["throughput"].get("pods_running_per_s"))
             if off > 0:
-                pairs.append(Pair(f"{source} {'on' + suffix}", creator, off, on))
+                pairs.append(Pair(f"{source} {'on' + suffix}", creator, off, on,
+                                  off_pods if off_pods else None, on_pods))
     return pairs
 
 
@@ -69,23 +81,35 @@ def verdict(low: float, high: float, target: float = WEBHOOKS_RATIO_TARGET_PCT) 
     return "not shown either way (the target is within the interval)"
 
 
+def pooled(label: str, offs: list[float], ons: list[float]) -> str:
+    """One line: the ratio of the mean rates, and the mean of the pairs' ratios with its interval and verdict."""
+    mean_off, mean_on = sum(offs) / len(offs), sum(ons) / len(ons)
+    line = (f"{label}: {len(offs)} pairs, off {mean_off:.1f}/s, on {mean_on:.1f}/s, "
+            f"ratio of means {100 * mean_on / mean_off:.1f} %")
+    interval = mean_interval(100 * on / off for off, on in zip(offs, ons, strict=True))
+    if interval is not None:
+        mean, low, high = interval
+        line += (f"; mean of ratios {mean:.1f} % (95 % interval {low:.1f}-{high:.1f}); "
+                 f"target >= {WEBHOOKS_RATIO_TARGET_PCT:g} %: {verdict(low, high)}")
+    return line
+
+
 def report(pairs: list[Pair], out: Any = None) -> None:
+    """Every pair, then per creator the dispatch rate pooled (the target's figure) and, where every pair has it,
+    the end-to-end rate (AppWrappers whose pod runs per second)."""
     out = out or sys.stdout
-    print(f"{'pair':<40} {'creator':<8} {'off/s':>7} {'on/s':>7} {'on/off %':>9}", file=out)
+    print(f"{'pair':<40} {'creator':<8} {'off/s':>7} {'on/s':>7} {'on/off %':>9} {'pods on/off %':>14}", file=out)
     for pair in pairs:
-        print(f"{pair.source:<40} {pair.creator:<8} {pair.off:>7.1f} {pair.on:>7.1f} {pair.ratio_pct:>9.1f}", file=out)
+        pods = f"{pair.pods_ratio_pct:.1f}" if pair.pods_ratio_pct is not None else "-"
+        print(f"{pair.source:<40} {pair.creator:<8} {pair.off:>7.1f} {pair.on:>7.1f} {pair.ratio_pct:>9.1f} "
+              f"{pods:>14}", file=out)
     for creator in sorted({pair.creator for pair in pairs}):
         group = [pair for pair in pairs if pair.creator == creator]
-        mean_off = sum(p.off for p in group) / len(group)
-        mean_on = sum(p.on for p in group) / len(group)
-        line = (f"creator {creator}: {len(group)} pairs, off {mean_off:.1f}/s, on {mean_on:.1f}/s, "
-                f"ratio of means {100 * mean_on / mean_off:.1f} %")
-        interval = mean_interval(p.ratio_pct for p in group)
-        if interval is not None:
-            mean, low, high = interval
-            line += (f"; mean of ratios {mean:.1f} % (95 % interval {low:.1f}-{high:.1f}); "
-                     f"target >= {WEBHOOKS_RATIO_TARGET_PCT:g} %: {verdict(low, high)}")
-        print(line, file=out)
+        print(pooled(f"creator {creator}, dispatched", [p.off for p in group], [p.on for p in group]), file=out)
+        ends = [(p.off_pods, p.on_pods) for p in group if p.off_pods is not None and p.on_pods is not None]
+        if len(ends) == len(group):
+            print(pooled(f"creator {creator}, pods running", [off for off, _ in ends], [on for _, on in ends]),
+                  file=out)
 
 
 def main(argv: list[str] | None = None) -> int:

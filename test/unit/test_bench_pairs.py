@@ -26,13 +26,13 @@ def test_mean_interval_is_students_t_and_needs_two_values() -> None:
     assert mean == pytest.approx(89.4, abs=0.05) and (low, high) == pytest.approx((84.79, 94.01), abs=0.01)
 
 
-def phase(rate: float) -> dict[str, Any]:
-    return {"throughput": {"dispatched_per_s": rate}}
+def phase(rate: float, pods: float | None) -> dict[str, Any]:
+    return {"throughput": {"dispatched_per_s": rate, **({"pods_running_per_s": pods} if pods else {})}}
 
 
-def run(creator: str, rates: dict[str, float], ok: bool = True) -> dict[str, Any]:
+def run(creator: str, rates: dict[str, float], ok: bool = True, pods: dict[str, float] | None = None) -> dict[str, Any]:
     return {"scenarios": [{"scenario": "throughput_webhooks", "ok": ok, "params": {"creator": creator},
-                           "phases": {name: phase(rate) for name, rate in rates.items()}}]}
+                           "phases": {name: phase(rate, (pods or {}).get(name)) for name, rate in rates.items()}}]}
 
 
 def test_pairs_are_matched_by_suffix_and_a_lone_or_failed_phase_is_left_out() -> None:
@@ -52,17 +52,22 @@ def test_the_verdict_says_met_only_when_the_whole_interval_clears_the_target() -
 
 def test_the_command_pools_files_keeps_creators_apart_and_names_what_it_left_out(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "p1.json").write_text(json.dumps(run("policy", {"off": 100.0, "on": 91.0})))
+    (tmp_path / "p1.json").write_text(json.dumps(run("policy", {"off": 100.0, "on": 91.0},
+                                                     pods={"off": 50.0, "on": 48.0})))
     (tmp_path / "p2.json").write_text(json.dumps(run("policy", {"off": 100.0, "on": 93.0, "on-2": 95.0,
-                                                                "off-2": 100.0})))
+                                                                "off-2": 100.0},
+                                                     pods={"off": 50.0, "on": 47.0, "on-2": 46.0, "off-2": 50.0})))
     (tmp_path / "w.json").write_text(json.dumps(run("webhook", {"off": 100.0, "on": 80.0})))
     (tmp_path / "broken.json").write_text("{")
     files = [str(tmp_path / name) for name in ("p1.json", "p2.json", "w.json", "broken.json")]
     assert pairs.main(files) == 0
     out, err = capsys.readouterr()
     assert "broken.json: left out" in err
-    assert "creator policy: 3 pairs, off 100.0/s, on 93.0/s, ratio of means 93.0 %; mean of ratios 93.0 %" in out
-    assert "creator webhook: 1 pairs, off 100.0/s, on 80.0/s, ratio of means 80.0 %" in out
+    assert ("creator policy, dispatched: 3 pairs, off 100.0/s, on 93.0/s, ratio of means 93.0 %; "
+            "mean of ratios 93.0 %") in out
+    assert "creator policy, pods running: 3 pairs, off 50.0/s, on 47.0/s, ratio of means 94.0 %" in out
+    assert "creator webhook, dispatched: 1 pairs, off 100.0/s, on 80.0/s, ratio of means 80.0 %" in out
+    assert "creator webhook, pods running" not in out, "a run from before the end-to-end rate was recorded"
     assert pairs.main([*files, "--creator", "webhook"]) == 0
     assert "creator policy" not in capsys.readouterr().out
     assert pairs.main([str(tmp_path / "broken.json")]) == 1
@@ -70,7 +75,8 @@ def test_the_command_pools_files_keeps_creators_apart_and_names_what_it_left_out
 
 def test_the_report_prints_every_pair(capsys: pytest.CaptureFixture[str]) -> None:
     buffer = io.StringIO()
-    pairs.report([pairs.Pair("x.json on", "policy", 120.0, 108.0)], out=buffer)
+    pairs.report([pairs.Pair("x.json on", "policy", 120.0, 108.0, 50.0, 46.0)], out=buffer)
     lines = buffer.getvalue().splitlines()
-    assert lines[1].split() == ["x.json", "on", "policy", "120.0", "108.0", "90.0"]
-    assert lines[2] == "creator policy: 1 pairs, off 120.0/s, on 108.0/s, ratio of means 90.0 %"
+    assert lines[1].split() == ["x.json", "on", "policy", "120.0", "108.0", "90.0", "92.0"]
+    assert lines[2] == "creator policy, dispatched: 1 pairs, off 120.0/s, on 108.0/s, ratio of means 90.0 %"
+    assert lines[3] == "creator policy, pods running: 1 pairs, off 50.0/s, on 46.0/s, ratio of means 92.0 %"
