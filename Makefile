@@ -84,7 +84,7 @@ bench-kueue: prereqs-bench install tools ## Kueue's own scheduler test (built fr
 	$(BIN)/python -m test.perf.kueue $(KUEUE_ARGS)
 
 .PHONY: bench-admission
-bench-admission: prereqs-bench install tools ## API server CPU per create / status write with the chart's creator policy and status rule (ADMISSION_ARGS="--rounds 4")
+bench-admission: prereqs-bench install tools ## API server CPU per create / status write with the chart's creator policy, validating webhook call, status rule (ADMISSION_ARGS="--rounds 4")
 	$(BIN)/python -m test.perf.admission_cost $(ADMISSION_ARGS)
 
 .PHONY: e2e
