@@ -720,9 +720,9 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
     result["webhook_requests_per_appwrapper"] = {mode: phases[mode]["webhook_requests"]["per_appwrapper"]
                                                  for mode in phases if "webhook_requests" in phases[mode]}
     figures: dict[str, Any] = {"dispatched_per_s_off": round(mean_off, 1),
-                                 "dispatched_per_s_on": round(mean_on, 1),
-                                 "create_rate_per_s_off": off["create_rate_per_s"],
-                                 "create_rate_per_s_on": on["create_rate_per_s"]}
+                               "dispatched_per_s_on": round(mean_on, 1),
+                               "create_rate_per_s_off": off["create_rate_per_s"],
+                               "create_rate_per_s_on": on["create_rate_per_s"]}
     ratio = 100 * mean_on / mean_off
     if opts.ceiling_pairs_per_s:
         result["ceiling_source"] = opts.ceiling_source
@@ -731,10 +731,10 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
     else:
         result.setdefault("notes", []).append("no ceiling figure (run the ceiling scenario): shares not reported")
     figures["on_over_off_pct"] = round(ratio, 1)
-    figures["pods_running_per_s_off"] = round(statistics.fmean(end_to_end["off"]), 1)
-    figures["pods_running_per_s_on"] = round(statistics.fmean(end_to_end["on"]), 1)
-    figures["pods_running_on_over_off_pct"] = round(
-        100 * figures["pods_running_per_s_on"] / figures["pods_running_per_s_off"], 1)
+    pods_off, pods_on = statistics.fmean(end_to_end["off"]), statistics.fmean(end_to_end["on"])
+    figures["pods_running_per_s_off"] = round(pods_off, 1)
+    figures["pods_running_per_s_on"] = round(pods_on, 1)
+    figures["pods_running_on_over_off_pct"] = round(100 * pods_on / pods_off, 1)
     for prefix, series in (("on_over_off", rates), ("pods_running_on_over_off", end_to_end)):
         interval = mean_interval(100 * on_rate / off_rate
                                  for off_rate, on_rate in zip(series["off"], series["on"], strict=True))
