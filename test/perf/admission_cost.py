@@ -179,7 +179,7 @@ class Run:
                     raise BenchError(f"{measurement.name}: the webhook served {self.webhook.served - served} of "
                                      f"{len(names)} creates")
             else:
-                self.wait_effective(measurement.request, bool(measurement.pieces))
+                self.wait_status_rule_effective(bool(measurement.pieces))
                 figures = self.timed(self.write_status, self.status_targets)
         finally:
             for obj in measurement.pieces:
@@ -198,7 +198,7 @@ class Run:
         wait_for(effective, EFFECT_TIMEOUT_S, f"the creator policy {'applied' if policy else 'gone'} and the "
                  f"validating webhook {'called' if called else 'not called'}")
 
-    def wait_effective(self, request: str, registered: bool) -> None:
+    def wait_status_rule_effective(self, registered: bool) -> None:
         """Until the API server applies the status rule just registered (``registered``), or has let go of the one
         just removed, as a dry run shows: no figure mixes requests from before and after."""
         def called() -> bool:

@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -83,9 +84,8 @@ def mean_interval(values: Iterable[float]) -> tuple[float, float, float] | None:
     v = list(values)
     if len(v) < 2:
         return None
-    mean = sum(v) / len(v)
-    spread = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1))
-    half = _T95[min(len(v) - 1, len(_T95)) - 1] * spread / math.sqrt(len(v))
+    mean = statistics.fmean(v)
+    half = _T95[min(len(v) - 1, len(_T95)) - 1] * statistics.stdev(v, mean) / math.sqrt(len(v))
     return mean, mean - half, mean + half
 
 
