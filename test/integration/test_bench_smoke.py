@@ -22,6 +22,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -178,16 +179,22 @@ def test_throughput_with_webhooks_reviews_every_appwrapper_and_reports_both_shar
     assert entry["phases"]["on"]["webhook_requests"]["total"] == 2 * n
 
 
+def throughput_webhooks(output: Path, *args: str) -> dict[str, Any]:
+    """The throughput_webhooks scenario alone at the smoke scale with ``args``; its entry of ``output``."""
+    proc = subprocess.run([sys.executable, "-m", "test.perf.bench", "--scale", "0.02", "--scenarios",
+                           "throughput_webhooks", *args, "--output", str(output)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    entry: dict[str, Any] = json.loads(output.read_text())["scenarios"][0]
+    return entry
+
+
 def test_throughput_with_the_creator_policy_in_alternating_rounds(tmp_path: Path) -> None:
     """--webhook-creator policy --webhook-rounds 2: four fresh clusters (off, on, on, off); in the "on" ones the
     creator is recorded by the chart's MutatingAdmissionPolicy, with only the validating webhook registered, and
     every AppWrapper still carries it."""
     output = tmp_path / "bench-results.json"
-    proc = subprocess.run([sys.executable, "-m", "test.perf.bench", "--scale", "0.02", "--scenarios",
-                           "throughput_webhooks", "--webhook-creator", "policy", "--webhook-rounds", "2",
-                           "--output", str(output)], cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    entry = json.loads(output.read_text())["scenarios"][0]
+    entry = throughput_webhooks(output, "--webhook-creator", "policy", "--webhook-rounds", "2")
     n = entry["params"]["appwrappers"]
     assert (entry["params"]["creator"], entry["params"]["rounds"]) == ("policy", 2)
     assert entry["admitted_with_creator"] == {"off": 0, "on": n, "on-2": n, "off-2": 0}
@@ -206,6 +213,24 @@ def test_throughput_with_the_creator_policy_in_alternating_rounds(tmp_path: Path
     assert pooled.returncode == 0, pooled.stderr
     assert "creator policy, dispatched: 2 pairs" in pooled.stdout, pooled.stdout
     assert "creator policy, pods running: 2 pairs" in pooled.stdout and "95 % interval" in pooled.stdout
+
+
+def test_throughput_with_the_null_webhook_is_the_floor_and_judges_no_target(tmp_path: Path) -> None:
+    """--webhook-server null: the chart's configurations answered by the do-nothing Go server instead of the
+    controller; every create reaches it (one validating call each, with the creator policy), the floor is
+    reported with its note, and no target is judged on a figure that is not mcad's."""
+    entry = throughput_webhooks(tmp_path / "bench-results.json", "--webhook-creator", "policy",
+                                "--webhook-server", "null")
+    n = entry["params"]["appwrappers"]
+    assert entry["ok"] and entry["params"]["webhook_server"] == "null"
+    assert entry["admitted_with_creator"] == {"off": 0, "on": n}
+    on = entry["phases"]["on"]
+    assert on["null_webhook"]["requests"] == n and on["webhook_requests"]["total"] == n
+    assert on["null_webhook"]["connections"] >= 1
+    assert on["cpu_seconds_until_dispatched"]["null webhook"] >= 0
+    assert entry["targets"] == []
+    assert any("the floor" in note for note in entry["notes"]), entry["notes"]
+    assert "on_over_off_pct" in entry["throughput"]
 
 
 def test_dashboard_queue_view_answers_every_poll_with_its_first_page(results: dict[str, dict]) -> None:

@@ -68,6 +68,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="who records the creator where the webhooks are registered (chart value "
                              "webhook.creator): the controller's mutating webhook, or a MutatingAdmissionPolicy in "
                              "the API server (default %(default)s)")
+    parser.add_argument("--webhook-server", choices=("mcad", "null", "null-http2"), default="mcad",
+                        help="throughput_webhooks: who answers the webhooks in the on-phases: the controller, or a "
+                             "do-nothing Go server (built with go) for the floor that the API server's own admission "
+                             "sets, over HTTP/1.1 as an installation's API server calls a Service (null-http2: "
+                             "HTTP/2 offered too); no target is judged then (default %(default)s)")
     parser.add_argument("--webhook-rounds", type=int, default=1, metavar="R",
                         help="throughput_webhooks: R off/on pairs, in alternating order, rates averaged (the spread "
                              "between two runs is wider than the webhooks' cost; default %(default)s)")
@@ -248,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                    max_inflight=args.max_requests_inflight, max_mutating_inflight=args.max_mutating_requests_inflight,
                    size=args.size_map, controller_args=tuple(args.controller_args.split()),
                    controller_nice=args.controller_nice, webhook_creator=args.webhook_creator,
+                   webhook_server=args.webhook_server,
                    webhook_rounds=args.webhook_rounds, throughput_pace=max(0.0, args.throughput_pace))
     if "ceiling" not in args.scenario_list:
         opts.ceiling_pairs_per_s, opts.ceiling_source = previous_ceiling(args.output)

@@ -40,6 +40,11 @@ NAMESPACE = "bench"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def dev_cache() -> Path:
+    """Where slow builds are cached outside the repository, keyed by version (as hack/build-tools.sh does)."""
+    return Path(os.environ.get("MCAD_DEV_CACHE") or Path.home() / ".cache" / "mcad-dev")
+
+
 def say(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 

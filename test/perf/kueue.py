@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from test.perf.harness import percentile, say
+from test.perf.harness import dev_cache, percentile, say
 from test.support import REPO, load_hack_module
 
 KUEUE_MODULE = "sigs.k8s.io/kueue"
@@ -58,13 +58,9 @@ CLASSES = ("small", "medium", "large")
 RUNNER_GRACE_S = 180.0
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("MCAD_DEV_CACHE") or Path.home() / ".cache" / "mcad-dev")
-
-
 def cache_dir(version: str) -> Path:
     """One directory per Kueue version: its source copy, its two binaries and its envtest assets."""
-    return cache_root() / f"kueue-{version}"
+    return dev_cache() / f"kueue-{version}"
 
 
 class KueueError(RuntimeError):

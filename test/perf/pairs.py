@@ -14,7 +14,9 @@ a creator has it, for the end-to-end rate (AppWrappers whose pod runs per second
 Pairs are read from each run's ``phases``: ``off`` with ``on``, ``off-2`` with ``on-2``, and so on. A run whose
 scenario failed, or a file with no ``throughput_webhooks`` result, is named on stderr and left out; no pairs at
 all is exit code 1. Runs of different creators (``params.creator``) are kept apart unless ``--creator`` picks one:
-their costs differ, and pooling them would describe neither.
+their costs differ, and pooling them would describe neither. So are runs of different webhook servers
+(``params.webhook_server``): a null webhook's pairs (``--webhook-server null``) are the floor the API server's own
+admission sets, pooled and printed as such, with no verdict on the target.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ class Pair:
     # End to end, AppWrappers whose pod runs per second (runs from before it was recorded have none).
     off_pods: float | None = None
     on_pods: float | None = None
+    server: str = "mcad"  # who answered the webhooks: mcad, or the null webhook (the floor)
+
+    @property
+    def group(self) -> str:
+        return f"creator {self.creator}" + ("" if self.server == "mcad" else f", server {self.server}")
 
     @property
     def ratio_pct(self) -> float:
@@ -57,6 +64,7 @@ def pairs_of(result: dict[str, Any], source: str) -> list[Pair]:
             continue
         phases = scenario.get("phases") or {}
         creator = (scenario.get("params") or {}).get("creator", "webhook")
+        server = (scenario.get("params") or {}).get("webhook_server", "mcad")
         for name, phase in phases.items():
             if not name.startswith("off"):
                 continue
@@ -69,7 +77,7 @@ def pairs_of(result: dict[str, Any], source: str) -> list[Pair]:
                                  partner["throughput"].get("pods_running_per_s"))
             if off > 0:
                 pairs.append(Pair(f"{source} {'on' + suffix}", creator, off, on,
-                                  off_pods if off_pods else None, on_pods))
+                                  off_pods if off_pods else None, on_pods, server))
     return pairs
 
 
@@ -81,34 +89,38 @@ def verdict(low: float, high: float, target: float = WEBHOOKS_RATIO_TARGET_PCT) 
     return "not shown either way (the target is within the interval)"
 
 
-def pooled(label: str, offs: list[float], ons: list[float]) -> str:
-    """One line: the ratio of the mean rates, and the mean of the pairs' ratios with its interval and verdict."""
+def pooled(label: str, offs: list[float], ons: list[float], judged: bool = True) -> str:
+    """One line: the ratio of the mean rates, and the mean of the pairs' ratios with its interval and (``judged``)
+    the verdict on the target."""
     mean_off, mean_on = sum(offs) / len(offs), sum(ons) / len(ons)
     line = (f"{label}: {len(offs)} pairs, off {mean_off:.1f}/s, on {mean_on:.1f}/s, "
             f"ratio of means {100 * mean_on / mean_off:.1f} %")
     interval = mean_interval(100 * on / off for off, on in zip(offs, ons, strict=True))
     if interval is not None:
         mean, low, high = interval
-        line += (f"; mean of ratios {mean:.1f} % (95 % interval {low:.1f}-{high:.1f}); "
-                 f"target >= {WEBHOOKS_RATIO_TARGET_PCT:g} %: {verdict(low, high)}")
+        line += f"; mean of ratios {mean:.1f} % (95 % interval {low:.1f}-{high:.1f})"
+        line += (f"; target >= {WEBHOOKS_RATIO_TARGET_PCT:g} %: {verdict(low, high)}" if judged
+                 else "; the floor (no target judged)")
     return line
 
 
 def report(pairs: list[Pair], out: Any = None) -> None:
-    """Every pair, then per creator the dispatch rate pooled (the target's figure) and, where every pair has it,
-    the end-to-end rate (AppWrappers whose pod runs per second)."""
+    """Every pair, then per creator and webhook server the dispatch rate pooled (the target's figure) and, where
+    every pair has it, the end-to-end rate (AppWrappers whose pod runs per second)."""
     out = out or sys.stdout
-    print(f"{'pair':<40} {'creator':<8} {'off/s':>7} {'on/s':>7} {'on/off %':>9} {'pods on/off %':>14}", file=out)
+    print(f"{'pair':<40} {'creator':<8} {'server':<10} {'off/s':>7} {'on/s':>7} {'on/off %':>9} "
+          f"{'pods on/off %':>14}", file=out)
     for pair in pairs:
         pods = f"{pair.pods_ratio_pct:.1f}" if pair.pods_ratio_pct is not None else "-"
-        print(f"{pair.source:<40} {pair.creator:<8} {pair.off:>7.1f} {pair.on:>7.1f} {pair.ratio_pct:>9.1f} "
-              f"{pods:>14}", file=out)
-    for creator in sorted({pair.creator for pair in pairs}):
-        group = [pair for pair in pairs if pair.creator == creator]
-        print(pooled(f"creator {creator}, dispatched", [p.off for p in group], [p.on for p in group]), file=out)
+        print(f"{pair.source:<40} {pair.creator:<8} {pair.server:<10} {pair.off:>7.1f} {pair.on:>7.1f} "
+              f"{pair.ratio_pct:>9.1f} {pods:>14}", file=out)
+    for label in sorted({pair.group for pair in pairs}):
+        group = [pair for pair in pairs if pair.group == label]
+        judged = group[0].server == "mcad"
+        print(pooled(f"{label}, dispatched", [p.off for p in group], [p.on for p in group], judged), file=out)
         ends = [(p.off_pods, p.on_pods) for p in group if p.off_pods is not None and p.on_pods is not None]
         if len(ends) == len(group):
-            print(pooled(f"creator {creator}, pods running", [off for off, _ in ends], [on for _, on in ends]),
+            print(pooled(f"{label}, pods running", [off for off, _ in ends], [on for _, on in ends], judged),
                   file=out)
 
 

@@ -7,6 +7,7 @@ Counts are multiplied by ``Options.scale`` (see ``scaled``); the per-scenario do
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import heapq
 import json
@@ -63,6 +64,7 @@ from test.perf.harness import (
     watch_pods,
 )
 from test.perf.load import OnTimeLoad
+from test.perf.nullwebhook import NullWebhook
 from test.support import REPO
 
 Result = dict[str, Any]
@@ -89,6 +91,9 @@ class Options:
     controller_nice: int = 0  # the controller's nice value (--controller-nice): 0 as the others, higher yields CPU
     webhook_creator: str = "webhook"  # chart value webhook.creator where webhooks are registered (--webhook-creator)
     webhook_rounds: int = 1  # throughput_webhooks' off/on pairs, in alternating order (--webhook-rounds)
+    # Who answers the webhooks in throughput_webhooks' on-phases (--webhook-server): "mcad" (the controller),
+    # "null" or "null-http2" (test.perf.nullwebhook, the floor figure).
+    webhook_server: str = "mcad"
     throughput_pace: float = 0.0  # creates a second in the throughput scenarios, on time; 0: closed loop
 
     def factor(self, scenario: str) -> float:
@@ -513,7 +518,10 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
     rate. ``result["admitted_with_creator"]`` counts the AppWrappers that carry the creator annotation the
     mutating webhook sets (all of them with webhooks, none without). ``controller_args`` are added to the
     controller's; with ``metrics`` its /metrics (served without a token) is read just before the load starts and at
-    the end, into ``result["controller_metrics_at_start"]`` and ``result["controller_metrics"]``."""
+    the end, into ``result["controller_metrics_at_start"]`` and ``result["controller_metrics"]``. With webhooks and
+    ``opts.webhook_server`` "null" or "null-http2", the null webhook (``test.perf.nullwebhook``) answers them
+    instead of the controller, which serves none; ``result["null_webhook"]`` has its requests, connections and
+    CPU during the load, and its CPU until the last dispatch is in ``cpu_seconds_until_dispatched``."""
     n = scaled(2000, f)
     metrics_port = webhooks_mod.free_port() if metrics else 0
     extra = (*controller_args, *(("--insecure-debug-endpoints", "--http-bind-address",
@@ -521,9 +529,18 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
     n_nodes = scaled(100, f)
     result["params"] = {"appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "pod_cpu": "100m", "threads": opts.threads,
                         "load_processes": opts.load_processes, "webhooks": webhooks}
-    with Env(scenario, opts, result) as env:
+    null: NullWebhook | None = None
+    with Env(scenario, opts, result) as env, contextlib.ExitStack() as stack:
         env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
-        if webhooks:
+        if webhooks and opts.webhook_server != "mcad":
+            result["params"]["webhook_server"] = opts.webhook_server
+            null = stack.enter_context(NullWebhook(http2=opts.webhook_server == "null-http2"))
+            webhooks_mod.register(env.api, null.port, creator=opts.webhook_creator, ca_bundle=null.ca_bundle)
+            ctl = env.controller("controller", args=(*opts.controller_args, *extra))
+            started = time.monotonic()
+            webhooks_mod.wait_reviewed(env.api, lambda: null.stats()["requests"])
+            result["webhooks_admitting_s"] = round(time.monotonic() - started, 2)
+        elif webhooks:
             http_port = metrics_port or webhooks_mod.free_port()
             args = (*opts.controller_args, *controller_args,
                     *webhooks_mod.register(env.api, webhooks_mod.free_port(), creator=opts.webhook_creator),
@@ -560,6 +577,7 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
         if metrics:
             result["controller_metrics_at_start"] = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
         webhook_timing_before = webhook_timing(env.api) if webhooks else {}
+        null_before = (null.stats(), null.cpu_seconds()) if null else None
         with Progress(scenario, lambda: f"created {creators.created_count()}/{n}, dispatched {len(tracker.running)}, "
                                        f"pods running {len(tracker.pods_running)}"):
             t0 = creators.start()
@@ -580,6 +598,7 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
             # figures below run on until every pod is Running).
             machine_dispatched, cluster_dispatched = machine_cpu(), env.cluster.cpu_seconds()
             controller_dispatched = ctl.stats().get("cpu_seconds")
+            null_dispatched = null.cpu_seconds() if null else None
             tracker.wait(lambda: len(tracker.pods_running) >= n - len(tracker.failed), timeout,
                          f"the pods of {n} AppWrappers Running", ctl.check_alive)
         result["wall_s"] = round(time.monotonic() - started, 2)
@@ -587,6 +606,8 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
                             for component, cpu in cluster_dispatched.items() if component in cluster_before}
         if controller_dispatched is not None and baseline.get("cpu_seconds") is not None:
             until_dispatched["controller"] = round(controller_dispatched - baseline["cpu_seconds"], 2)
+        if null and null_before and null_before[1] is not None and null_dispatched is not None:
+            until_dispatched["null webhook"] = round(null_dispatched - null_before[1], 2)
         if (window := cpu_window(machine_before, machine_dispatched)) is not None:
             until_dispatched["machine busy"], until_dispatched["machine idle"] = window
         result["cpu_seconds_until_dispatched"] = until_dispatched
@@ -630,6 +651,14 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
                              "create_call": summary(calls)}
         if metrics:
             result["controller_metrics"] = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+        if null and null_before:
+            stats, cpu = null.stats(), null.cpu_seconds()
+            (stats_before, cpu_before) = null_before
+            result["null_webhook"] = {
+                "requests": stats["requests"] - stats_before["requests"],
+                # Less the connection of this reading of /stats itself.
+                "connections": stats["connections"] - stats_before["connections"] - 1,
+                "cpu_seconds": round(cpu - cpu_before, 2) if cpu is not None and cpu_before is not None else None}
         items, _ = env.api.list_all(aw_path())
         result["admitted_with_creator"] = sum(
             1 for aw in items if webhooks_mod.CREATOR_ANNOTATION in (aw["metadata"].get("annotations") or {}))
@@ -662,7 +691,13 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
     rate is reported next to it, the same way (``pods_running_*``): AppWrappers whose pod runs, over first create
     to last pod Running. It counts where it is done the work a phase can defer past its last dispatch (the Job
     controller's pods, the scheduler's binds, kwok's status writes), which the dispatch window leaves out more in
-    the phase that dispatches faster."""
+    the phase that dispatches faster.
+
+    ``opts.webhook_server`` "null" or "null-http2": the same configurations, but answered by the null webhook
+    (``test.perf.nullwebhook``: Go, allows everything; HTTP/1.1 as an installation's API server speaks to a
+    Service, or HTTP/2 offered too) while the controller serves none.
+    The ratio is then the floor that the API server's own admission sets for any webhook, the figure mcad's is read
+    against; it is reported with a note, and no target is judged."""
     f = opts.factor("throughput_webhooks")
     phases: dict[str, Result] = {}
     result["phases"] = phases
@@ -686,7 +721,13 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
             phase["controller_writes_per_appwrapper"] = {
                 request: round(count / phase["params"]["appwrappers"], 2)
                 for request, count in sorted(written.items()) if count > 0}
-            if mode == "on":
+            if mode == "on" and "null_webhook" in phase:
+                served = phase["null_webhook"]
+                phase["webhook_requests"] = {
+                    "total": served["requests"],
+                    "per_appwrapper": round(served["requests"] / phase["params"]["appwrappers"], 2),
+                    "connections_opened": served["connections"]}
+            elif mode == "on":
                 # The calls the API server made during the load, per AppWrapper (the policy mode should make one).
                 key = 'mcad_http_requests_total{server="webhook"}'
                 calls = after.get(key, 0.0) - before.get(key, 0.0)
@@ -706,7 +747,7 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
                                 rates["off"], rates["on"], end_to_end["off"], end_to_end["on"], strict=True)]
     off, on = phases["off"], phases["on"]
     result["params"] = {**off["params"], "webhooks": "off, then on", "creator": opts.webhook_creator,
-                        "rounds": rounds}
+                        "webhook_server": opts.webhook_server, "rounds": rounds}
     mean_off, mean_on = statistics.fmean(rates["off"]), statistics.fmean(rates["on"])
     for key in ("cluster_up_s", "nodes_ready_s", "teardown_s", "wall_s", "controller_ready_s",
                 "webhooks_admitting_s"):
@@ -745,7 +786,7 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
         mean, low, high = interval
         figures[f"{prefix}_pairs_mean_pct"] = round(mean, 1)
         figures[f"{prefix}_95pct_interval"] = [round(low, 1), round(high, 1)]
-        if low < WEBHOOKS_RATIO_TARGET_PCT <= high:
+        if low < WEBHOOKS_RATIO_TARGET_PCT <= high and opts.webhook_server == "mcad":
             result.setdefault("notes", []).append(
                 f"{prefix}: the target ({WEBHOOKS_RATIO_TARGET_PCT:g} %) lies within the 95 % interval of the "
                 f"{rounds} pairs' ratios ({low:.1f}-{high:.1f} %): more pairs are needed to tell")
@@ -753,6 +794,12 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
     result["latency"] = {f"{name} ({mode})": phases[mode]["latency"][name]
                          for name in ("create_call", "create_to_running", "create_to_pod_running")
                          for mode in ("off", "on")}
+    if opts.webhook_server != "mcad":
+        # Not mcad's figure: the floor that the API server's own admission sets with the cheapest webhook there is.
+        result.setdefault("notes", []).append(
+            f"webhook server {opts.webhook_server}: a do-nothing Go server answered the webhooks, not mcad; on / off "
+            "is the floor the API server's own admission sets, and no target is judged")
+        return
     add_target(result, "dispatch rate (share of ceiling), webhooks on / off", ratio, ">=",
                WEBHOOKS_RATIO_TARGET_PCT, "%")
 

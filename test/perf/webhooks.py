@@ -11,16 +11,21 @@ Contract:
   every AppWrapper create and update of the scenario goes through the controller. ``creator="policy"`` (the
   bench's --webhook-creator): the chart's MutatingAdmissionPolicy and its binding instead of the Mutating
   configuration, so the API server records the creator itself and calls only the validating webhook.
+  ``ca_bundle`` given: another server answers on that port (``test.perf.nullwebhook``); its CA is put into the
+  configurations as they are applied, and the controller serves nothing.
 - ``wait_admitting(api, readyz_url, alive)`` returns once the controller answers /readyz (its certificate is
   loaded) and the API server actually reviews through it: a dry-run create of a good AppWrapper comes back with
   the creator annotation (set by the mutating webhook or the policy), and a dry-run create of a nested AppWrapper
   is refused by the validating webhook. Until the CA bundle is patched in, the API server cannot call the
   webhooks and refuses creates (failurePolicy Fail); that is what is waited out. ``BenchError`` after the timeout,
   saying what was last seen.
+- ``wait_reviewed(api, requests)``: the same for the null webhook, which refuses nothing: a dry-run create comes
+  back with the creator annotation, and the server's count of ``requests`` answered has risen.
 """
 
 from __future__ import annotations
 
+import base64
 import socket
 import urllib.error
 import urllib.request
@@ -84,9 +89,10 @@ def admission_path(obj: Obj) -> str:
     return f"{ADMISSION_API}/{CONFIGURATIONS[kind]}/{name}"
 
 
-def register(api: Api, port: int, creator: str = "webhook") -> tuple[str, ...]:
+def register(api: Api, port: int, creator: str = "webhook", ca_bundle: bytes = b"") -> tuple[str, ...]:
     """Apply the chart's webhook objects (``creator``: the chart's webhook.creator); return the controller flags
-    that serve them on ``port``."""
+    that serve them on ``port``. ``ca_bundle``: a server other than the controller answers on ``port`` (the null
+    webhook); its CA goes into the configurations now, and the flags are not wanted."""
     create_namespace(api, NAMESPACE)
     secret = configuration = ""
     for obj in rendered(port, username(api), creator):
@@ -97,10 +103,42 @@ def register(api: Api, port: int, creator: str = "webhook") -> tuple[str, ...]:
         else:
             if obj["kind"] not in POLICIES:
                 configuration = name
+                if ca_bundle:
+                    for webhook in obj["webhooks"]:
+                        webhook["clientConfig"]["caBundle"] = base64.b64encode(ca_bundle).decode()
             api.apply(admission_path(obj), obj, "mcad-bench")
     return ("--webhook", "--webhook-bind-address", f"{HOST}:{port}", "--webhook-cert-hosts", HOST,
             "--webhook-cert-namespace", NAMESPACE, "--webhook-cert-secret", secret,
             "--webhook-configuration-name", configuration, "--webhook-creator", creator)
+
+
+def wait_reviewed(api: Api, requests: Callable[[], int], timeout: float = 60) -> None:
+    """Wait until the API server reviews AppWrappers through a server that allows everything (the null webhook,
+    whose ``requests`` answered so far are given): a dry-run create comes back with the creator annotation and
+    the server counted its call. ``BenchError`` after the timeout, saying what was last seen."""
+    last = [""]
+    name = "bench-admission-check"
+    good = appwrapper(name, [configmap_item(name, {"cpu": "10m"})])
+
+    def reviewed() -> bool:
+        before = requests()
+        try:
+            created = api.request("POST", aw_path(), good, query={"dryRun": "All"})
+        except ApiError as err:
+            last[0] = f"dry-run create refused: {err}"
+            return False
+        if CREATOR_ANNOTATION not in (created.get("metadata", {}).get("annotations") or {}):
+            last[0] = f"dry-run create came back without {CREATOR_ANNOTATION}"
+            return False
+        if requests() <= before:
+            last[0] = "the dry-run create did not reach the webhook server"
+            return False
+        return True
+
+    try:
+        wait_for(reviewed, timeout, "admission through the null webhook", interval=0.2)
+    except BenchError as err:
+        raise BenchError(f"{err}; last: {last[0]}") from None
 
 
 def _readyz(url: str) -> tuple[int, str]:

@@ -30,8 +30,10 @@ def phase(rate: float, pods: float | None) -> dict[str, Any]:
     return {"throughput": {"dispatched_per_s": rate, **({"pods_running_per_s": pods} if pods else {})}}
 
 
-def run(creator: str, rates: dict[str, float], ok: bool = True, pods: dict[str, float] | None = None) -> dict[str, Any]:
-    return {"scenarios": [{"scenario": "throughput_webhooks", "ok": ok, "params": {"creator": creator},
+def run(creator: str, rates: dict[str, float], ok: bool = True, pods: dict[str, float] | None = None,
+        server: str | None = None) -> dict[str, Any]:
+    params = {"creator": creator, **({"webhook_server": server} if server else {})}
+    return {"scenarios": [{"scenario": "throughput_webhooks", "ok": ok, "params": params,
                            "phases": {name: phase(rate, (pods or {}).get(name)) for name, rate in rates.items()}}]}
 
 
@@ -77,6 +79,24 @@ def test_the_report_prints_every_pair(capsys: pytest.CaptureFixture[str]) -> Non
     buffer = io.StringIO()
     pairs.report([pairs.Pair("x.json on", "policy", 120.0, 108.0, 50.0, 46.0)], out=buffer)
     lines = buffer.getvalue().splitlines()
-    assert lines[1].split() == ["x.json", "on", "policy", "120.0", "108.0", "90.0", "92.0"]
+    assert lines[1].split() == ["x.json", "on", "policy", "mcad", "120.0", "108.0", "90.0", "92.0"]
     assert lines[2] == "creator policy, dispatched: 1 pairs, off 120.0/s, on 108.0/s, ratio of means 90.0 %"
     assert lines[3] == "creator policy, pods running: 1 pairs, off 50.0/s, on 46.0/s, ratio of means 92.0 %"
+
+
+def test_a_null_webhooks_pairs_are_the_floor_pooled_apart_and_never_judged(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--webhook-server null answers with a do-nothing server: its pairs must not be pooled into mcad's figure, nor
+    say that the target is met."""
+    (tmp_path / "mcad.json").write_text(json.dumps(run("policy", {"off": 100.0, "on": 80.0, "on-2": 82.0,
+                                                                  "off-2": 100.0})))
+    (tmp_path / "null.json").write_text(json.dumps(run("policy", {"off": 100.0, "on": 97.0, "on-2": 98.0,
+                                                                  "off-2": 100.0}, server="null")))
+    assert pairs.main([str(tmp_path / "mcad.json"), str(tmp_path / "null.json")]) == 0
+    out = capsys.readouterr().out
+    mcad_line = next(line for line in out.splitlines() if line.startswith("creator policy, dispatched"))
+    null_line = next(line for line in out.splitlines() if line.startswith("creator policy, server null, dispatched"))
+    assert "2 pairs" in mcad_line and "ratio of means 81.0 %" in mcad_line and "target >= 90 %" in mcad_line
+    assert "2 pairs" in null_line and "ratio of means 97.5 %" in null_line
+    assert "the floor (no target judged)" in null_line and "target >=" not in null_line
+    assert [p.server for p in pairs.pairs_of(json.loads((tmp_path / "null.json").read_text()), "n")] == ["null"] * 2

@@ -1,0 +1,3 @@
+module mcad.local/nullwebhook
+
+go 1.22
