@@ -1,7 +1,7 @@
 """The do-nothing admission webhook of the bench's floor figure (``--webhook-server null`` / ``null-http2``).
 
 With the webhooks on, throughput pays for the API server's own admission work (the creator policy, the calls it
-makes) and for the webhook server that answers. This server answers as cheaply as a webhook can: Go's net/http,
+makes) and for the webhook server that answers. This server does nothing but answer: Go's net/http,
 every review allowed; HTTP/1.1, as an installation's API server calls a webhook behind a Service, or HTTP/2 offered
 too (which the API server takes only for a webhook addressed by URL, as the bench registers it). Run in mcad's
 place, the on/off ratio it gives is close to the best any webhook implementation could reach on the same machine

@@ -795,7 +795,7 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
                          for name in ("create_call", "create_to_running", "create_to_pod_running")
                          for mode in ("off", "on")}
     if opts.webhook_server != "mcad":
-        # Not mcad's figure: the floor that the API server's own admission sets with the cheapest webhook there is.
+        # Not mcad's figure: the floor that the API server's own admission sets with a webhook that does nothing.
         result.setdefault("notes", []).append(
             f"webhook server {opts.webhook_server}: a do-nothing Go server answered the webhooks, not mcad; on / off "
             "is the floor the API server's own admission sets, and no target is judged")

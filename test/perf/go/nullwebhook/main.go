@@ -2,7 +2,7 @@
 //
 // The bench (test/perf, --webhook-server null) registers the chart's webhook configurations against this server
 // instead of mcad's, so that throughput with webhooks on measures what the API server's own admission costs with
-// the cheapest webhook there can be: Go's net/http, one JSON decode and encode a call. HTTP/1.1 by default, as
+// a webhook that does nothing: Go's net/http, one JSON decode and encode a call. HTTP/1.1 by default, as
 // an installation's API server speaks to a webhook behind a Service (it offers only http/1.1 by ALPN then, so that
 // calls spread over the Service's pods); --http2 offers HTTP/2 too, which the API server takes only for a webhook
 // addressed by URL.
