@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from test.perf import nullwebhook
 from test.perf.nullwebhook import HOST, NullWebhook, build
 
 
@@ -109,3 +110,15 @@ def test_the_process_is_gone_after_stop() -> None:
     running.stop()
     with pytest.raises(OSError), socket.create_connection((HOST, port), timeout=2):
         pass
+
+
+def test_a_server_that_exits_at_start_is_reported_and_cleaned_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its port already taken, the server exits: start() says so with the server's own words, at once rather than
+    after its timeout, and leaves no directory behind."""
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        monkeypatch.setattr(nullwebhook, "free_port", lambda: taken.getsockname()[1])
+        server = NullWebhook()
+        with pytest.raises(nullwebhook.NullWebhookError, match="address already in use"):
+            server.start()
+        assert server._dir is None

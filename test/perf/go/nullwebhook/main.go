@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 const creatorAnnotation = "workload.codeflare.dev/creator"
@@ -95,11 +96,14 @@ func main() {
 		_ = json.NewEncoder(w).Encode(map[string]any{
 			"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
 	})
-	server := &http.Server{Addr: *addr, Handler: mux, ConnState: func(_ net.Conn, state http.ConnState) {
+	// A head that does not arrive within the API server's whole-call timeout (10 s in the chart) is dropped, so a
+	// stalled client cannot hold a connection open forever; kept-alive connections are the client's to close.
+	countNew := func(_ net.Conn, state http.ConnState) {
 		if state == http.StateNew {
 			connections.Add(1)
 		}
-	}}
+	}
+	server := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: countNew}
 	if !*http2 {
 		// A non-nil, empty map: net/http then neither offers nor speaks HTTP/2.
 		server.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
