@@ -4,7 +4,7 @@
 #
 # Contract:
 #   hack/prereqs.sh TARGET     TARGET is a make target (install, unit, lint, tools, cluster, demo, demo-hub, test,
-#                              screenshots, bench); prints nothing and exits 0 when all it needs is here, else prints
+#                              screenshots, bench, image, e2e); prints nothing and exits 0 when all it needs is here, else prints
 #                              one line starting with "error:" on stderr, naming every missing tool and the package
 #                              that brings it (Debian names), and exits 1. An unknown TARGET is a usage error (2).
 # What is checked (the same things the scripts and tests look for, where they look):
@@ -15,6 +15,9 @@
 #   openssl  the local control plane's certificates (hack/localcluster.py): cluster, demos, test, screenshots, bench.
 #   chromium and chromedriver at $MCAD_CHROMIUM and $MCAD_CHROMEDRIVER (default /usr/bin/chromium and
 #            /usr/bin/chromedriver, as test/browser.py): the dashboard's browser tests in test, screenshots.
+#   docker   the docker command and an engine that answers: image, e2e.
+#   node     root, containerd, ctr, runc, iptables, ip and the CNI plugins bridge, host-local and loopback in
+#            /usr/lib/cni (hack/e2ecluster.py's real node): e2e.
 # Only bash builtins are used besides the tools checked, so a PATH that lacks one of them is judged correctly.
 # shellcheck disable=SC2329  # the check_* functions are called by name ("check_$check")
 set -uo pipefail
@@ -31,7 +34,9 @@ case $target in
   cluster) checks=(go openssl) ;;
   demo | demo-hub | bench) checks=(python go openssl) ;;
   test | screenshots) checks=(python go openssl browser) ;;
-  *) echo "usage: hack/prereqs.sh install|unit|lint|tools|cluster|demo|demo-hub|test|screenshots|bench" >&2; exit 2 ;;
+  image) checks=(docker) ;;
+  e2e) checks=(python go openssl docker node) ;;
+  *) echo "usage: hack/prereqs.sh install|unit|lint|tools|cluster|demo|demo-hub|test|screenshots|bench|image|e2e" >&2; exit 2 ;;
 esac
 
 missing=()
@@ -92,6 +97,25 @@ check_browser() {
   [[ -x $chromedriver ]] || need+=(chromium-driver)
   ((${#need[@]})) || return
   missing+=("${need[*]} (the dashboard's browser tests drive $chromium through $chromedriver; Debian: apt-get install --no-install-recommends ${need[*]}; or set MCAD_CHROMIUM and MCAD_CHROMEDRIVER)")
+}
+
+check_docker() {
+  if ! command -v docker >/dev/null 2>&1; then
+    missing+=("docker (builds the image; Debian: apt-get install docker.io)")
+  elif ! docker info >/dev/null 2>&1; then
+    missing+=("a running Docker engine ('docker info' failed; as root: dockerd >/var/log/dockerd.log 2>&1 &, or systemctl start docker)")
+  fi
+}
+
+check_node() {
+  if ((EUID != 0)); then
+    missing+=("root (a real kubelet node: containerd, cgroups, iptables; run it as root)")
+  fi
+  local need=() tool
+  for tool in containerd ctr runc iptables ip; do command -v "$tool" >/dev/null 2>&1 || need+=("$tool"); done
+  for tool in bridge host-local loopback; do [[ -x /usr/lib/cni/$tool ]] || need+=("/usr/lib/cni/$tool"); done
+  ((${#need[@]})) || return
+  missing+=("${need[*]} (the real node; Debian: apt-get install containerd runc iptables iproute2 containernetworking-plugins)")
 }
 
 # The hack/ scripts use associative arrays and mapfile, and empty arrays under set -u.
