@@ -3,19 +3,23 @@
 Contract:
 - ``issue(hosts, now, ca=None)`` returns ``Material``: a serving certificate for ``hosts`` (DNS names and IP
   addresses) signed by ``ca`` (a new self-signed CA when None or when that CA would expire before the new
-  certificate). ``Material.ca_bundle`` holds the current CA and, after a CA rotation, the previous one while it
-  is still valid, so replicas still serving the old certificate stay trusted until they reload.
+  certificate). ``Material.ca_bundle`` holds the current CA and, after a CA rotation, every CA of the previous
+  bundle still valid, so replicas still serving an older certificate stay trusted until they reload.
 - ``renewal_reason(material, hosts, now)`` says why the material must be replaced (unreadable, key and
   certificate do not match, not signed by the bundle, a host missing from the SANs, within the renewal margin of
   expiry), or None when it is good.
 - ``SecretCertificates`` keeps the material in one Secret of the controller's namespace and every replica runs it:
   on start and every ``poll_seconds`` it reads the Secret, replaces the material if ``renewal_reason`` says so
   (an update with the resourceVersion it read: of replicas racing, one wins and the others re-read and load the
-  winner's), loads it into the TLS context when it changed, and patches the CA bundle into every webhook of the
-  named Validating/MutatingWebhookConfiguration (``kinds``: the validating one only when a MutatingAdmissionPolicy
-  records the creator) whose caBundle differs (someone resetting it is undone at the
-  next poll). Needs get/update on that Secret and get/patch on the two configurations, nothing else (a missing
-  Secret is created, which needs create: the chart creates it empty instead).
+  winner's), patches the CA bundle into every webhook of the named Validating/MutatingWebhookConfiguration
+  (``kinds``: the validating one only when a MutatingAdmissionPolicy records the creator) whose caBundle differs
+  (someone resetting it is undone at the next poll), and then loads the certificate into the TLS context when it
+  changed. A certificate whose CA this replica has seen in the configurations for less than
+  ``propagation_seconds`` is not served yet while the one being served stays valid that long: the API server reads
+  the configurations through a watch, and until it has the new bundle it would refuse the new certificate (every
+  create then fails, failurePolicy being Fail). The next poll then comes after the rest of that wait. Needs
+  get/update on that Secret and get/patch on the two configurations, nothing else (a missing Secret is created,
+  which needs create: the chart creates it empty instead).
 - ``DirectoryCertificates`` reads ``tls.crt``/``tls.key`` from a directory (cert-manager's Secret mounted) on start
   and every poll, reloading when they change; it neither issues nor patches anything.
 - Both give ``context()``: the current server ``ssl.SSLContext``, or None until a certificate is loaded. Given
@@ -65,6 +69,9 @@ CA_LIFETIME = datetime.timedelta(days=3 * 365)
 # Clocks of the API server and of the controller may differ a little: a certificate is valid from a bit earlier.
 BACKDATE = datetime.timedelta(minutes=5)
 DEFAULT_POLL_SECONDS = 30.0
+# How long a CA must have been in the webhook configurations before a certificate it signed is served: the API
+# server learns a changed configuration from its watch, normally within a second.
+DEFAULT_PROPAGATION_SECONDS = 10.0
 ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
 CONFIGURATION_KINDS = ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
 SECRET_KEYS = ("ca.crt", "ca.key", "tls.crt", "tls.key")
@@ -167,8 +174,8 @@ def issue(hosts: Sequence[str], now: datetime.datetime, ca: Material | None = No
     authority = ca.authority() if ca is not None else None
     previous: list[bytes] = []
     if authority is None or authority.cert.not_valid_after_utc < now + CERT_LIFETIME + RENEWAL_MARGIN:
-        if authority is not None and authority.cert.not_valid_after_utc > now:
-            previous.append(_pem_cert(authority.cert))
+        if ca is not None and authority is not None:
+            previous = [_pem_cert(c) for c in _still_valid(ca.ca_bundle, now)]
         authority = new_authority(now)
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (x509.CertificateBuilder().subject_name(_name(hosts[0])).issuer_name(authority.cert.subject)
@@ -185,6 +192,35 @@ def issue(hosts: Sequence[str], now: datetime.datetime, ca: Material | None = No
             .sign(authority.key, hashes.SHA256()))
     return Material(ca_bundle=_pem_cert(authority.cert) + b"".join(previous), ca_key=_pem_key(authority.key),
                     cert=_pem_cert(cert), key=_pem_key(key))
+
+
+def _still_valid(bundle: bytes, now: datetime.datetime) -> list[x509.Certificate]:
+    """The certificates of a PEM bundle not expired at ``now``, in order, each once (unreadable: none)."""
+    try:
+        found = x509.load_pem_x509_certificates(bundle)
+    except ValueError:
+        return []
+    kept: list[x509.Certificate] = []
+    for cert in found:
+        if cert.not_valid_after_utc > now and cert not in kept:
+            kept.append(cert)
+    return kept
+
+
+def issuer_of(material: Material) -> x509.Certificate | None:
+    """The CA of ``material``'s bundle that signed its serving certificate, or None."""
+    try:
+        cert = x509.load_pem_x509_certificate(material.cert)
+        bundle = x509.load_pem_x509_certificates(material.ca_bundle)
+    except ValueError:
+        return None
+    for ca in bundle:
+        try:
+            cert.verify_directly_issued_by(ca)
+        except (InvalidSignature, ValueError, TypeError):
+            continue
+        return ca
+    return None
 
 
 def hosts_of(cert: x509.Certificate) -> set[str]:
@@ -304,7 +340,8 @@ class SecretCertificates(_Loaded):
     def __init__(self, conn: kube.Connection, *, namespace: str, secret: str, hosts: Sequence[str],
                  configuration: str, poll_seconds: float = DEFAULT_POLL_SECONDS,
                  clock: Callable[[], datetime.datetime] = _now, client_ca: ClientCa | None = None,
-                 kinds: Sequence[str] = CONFIGURATION_KINDS) -> None:
+                 kinds: Sequence[str] = CONFIGURATION_KINDS,
+                 propagation_seconds: float = DEFAULT_PROPAGATION_SECONDS) -> None:
         super().__init__(client_ca)
         self.conn = conn
         self.namespace = namespace
@@ -314,7 +351,13 @@ class SecretCertificates(_Loaded):
         self.kinds = tuple(kinds)  # the configurations patched: without the mutating one when a policy mutates
         self.poll_seconds = poll_seconds
         self.clock = clock
+        self.propagation = datetime.timedelta(seconds=propagation_seconds)
         self._warned: set[str] = set()  # missing configurations, said once each
+        # When this replica first saw each CA (by its DER) in the configurations it patches.
+        self._trusted_since: dict[bytes, datetime.datetime] = {}
+        self._configured = False  # whether any of the configurations exists (else nobody calls through them)
+        self._served_until: datetime.datetime | None = None  # expiry of the certificate being served
+        self._held: datetime.timedelta | None = None  # how long a new certificate still waits, after a sync
 
     @property
     def _path(self) -> str:
@@ -327,7 +370,8 @@ class SecretCertificates(_Loaded):
             except Exception as err:  # whatever the Secret holds, the thread lives on and tries at the next poll
                 log.warning("webhook certificate sync failed", secret=f"{self.namespace}/{self.secret}",
                             reason=f"{type(err).__name__}: {str(err)[:500]}")
-            stop.wait(self.poll_seconds)
+            held = self._held.total_seconds() if self._held is not None else self.poll_seconds
+            stop.wait(min(self.poll_seconds, max(held, 0.1)))
 
     def sync(self) -> Material:
         """One round: converge the Secret, load it, patch the bundle. Returns the material now served."""
@@ -345,11 +389,37 @@ class SecretCertificates(_Loaded):
         else:
             raise ValueError("the webhook Secret kept changing under five attempts to renew it")
         assert material is not None
-        if self.load(material.cert, material.key):
+        # The bundle first: a certificate goes out only once the API server can have learnt its CA.
+        self.patch_bundles(material.ca_bundle)
+        self._held = self._hold_for(material)
+        if self._held is not None:
+            log.info("webhook certificate waits for the API server to trust its CA",
+                     secret=f"{self.namespace}/{self.secret}", fingerprint=material.fingerprint,
+                     seconds=round(self._held.total_seconds(), 1))
+        elif self.load(material.cert, material.key):
+            self._served_until = x509.load_pem_x509_certificate(material.cert).not_valid_after_utc
             log.info("webhook certificate loaded", secret=f"{self.namespace}/{self.secret}",
                      fingerprint=material.fingerprint)
-        self.patch_bundles(material.ca_bundle)
         return material
+
+    def _hold_for(self, material: Material) -> datetime.timedelta | None:
+        """How much longer ``material``'s certificate must wait before it is served, or None: serve it now."""
+        now = self.clock()
+        issuer = issuer_of(material)
+        if issuer is None or not self._configured:
+            return None
+        key = issuer.public_bytes(serialization.Encoding.DER)
+        # Patched (or found) just now: every CA of the bundle is in the configurations from now on; CAs that left
+        # the bundle are forgotten.
+        current = [ca.public_bytes(serialization.Encoding.DER) for ca in _still_valid(material.ca_bundle, now)]
+        self._trusted_since = {der: self._trusted_since.get(der, now) for der in current}
+        self._trusted_since.setdefault(key, now)
+        remaining = self.propagation - (now - self._trusted_since[key])
+        if remaining <= datetime.timedelta(0) or self.context() is None:
+            return None  # trusted long enough, or nothing is served yet (readiness waits for a certificate)
+        if self._served_until is not None and self._served_until <= now + remaining:
+            return None  # the one being served would expire first
+        return remaining
 
     def _read(self) -> tuple[Material | None, dict[str, Any] | None]:
         try:
@@ -385,6 +455,7 @@ class SecretCertificates(_Loaded):
         """Set ``caBundle`` of every webhook of both configurations to ``bundle``; returns how many changed."""
         wanted = base64.b64encode(bundle).decode()
         changed = 0
+        self._configured = False
         for kind in self.kinds:
             path = f"{ADMISSION_API}/{kind}/{self.configuration}"
             try:
@@ -398,6 +469,7 @@ class SecretCertificates(_Loaded):
                                 name=self.configuration)
                 continue
             self._warned.discard(kind)
+            self._configured = True
             ops: list[dict[str, Any]] = []
             for i, hook in enumerate(config.get("webhooks") or []):
                 if (hook.get("clientConfig") or {}).get("caBundle") != wanted:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import structlog
+from cryptography import x509
 
 from mcad.admission import certs
 from mcad.k8s import kube
@@ -130,3 +131,54 @@ def test_with_the_creator_policy_only_the_validating_configuration_is_patched(
     material = keep.sync()
     wanted = base64.b64encode(material.ca_bundle).decode()
     assert bundles(conn, configuration) == [wanted, wanted, "", ""]
+
+
+def test_a_certificate_of_a_new_ca_is_served_only_once_the_ca_has_been_in_the_configurations_a_while(
+        conn: kube.Connection, namespace: str, secret: str, configuration: str) -> None:
+    """The API server learns the new bundle from its watch: serving the new CA's certificate at once would have it
+    refuse every review until then. The old certificate, still valid, is served meanwhile."""
+    now = datetime.datetime.now(datetime.UTC)
+    clock = [now]
+    keep = certs.SecretCertificates(conn, namespace=namespace, secret=secret, hosts=HOSTS,
+                                    configuration=configuration, clock=lambda: clock[0], propagation_seconds=10)
+    keep.sync()
+    initial = keep.context()
+    assert initial is not None, "nothing was served yet: the first certificate is loaded at once"
+    # A renewal under the same CA, long trusted, is served at once.
+    clock[0] = now + certs.CA_LIFETIME - datetime.timedelta(days=150)
+    first = keep.sync()
+    served = keep.context()
+    assert served is not initial and keep._held is None
+    assert x509.load_pem_x509_certificate(first.cert).not_valid_after_utc > clock[0]
+    # 61 days later that certificate is within the margin of its end, and its CA too near its own: a new CA.
+    clock[0] += datetime.timedelta(days=61)
+    rotated = keep.sync()
+    assert rotated.ca_bundle != first.ca_bundle
+    wanted = base64.b64encode(rotated.ca_bundle).decode()
+    assert bundles(conn, configuration) == [wanted] * 4, "the bundle is patched before anything else"
+    assert keep.context() is served, "the new certificate waits"
+    assert keep._held == datetime.timedelta(seconds=10)
+    clock[0] += datetime.timedelta(seconds=9)
+    keep.sync()
+    assert keep.context() is served
+    clock[0] += datetime.timedelta(seconds=1)
+    keep.sync()
+    assert keep.context() is not served and keep._held is None
+    # Another replica that reads the Secret later waits its own while, from when it first sees the CA.
+    other = certs.SecretCertificates(conn, namespace=namespace, secret=secret, hosts=HOSTS,
+                                     configuration=configuration, clock=lambda: clock[0], propagation_seconds=10)
+    other.sync()
+    assert other.context() is not None, "a replica serving nothing yet loads at once"
+
+
+def test_without_webhook_configurations_a_new_ca_is_served_at_once(conn: kube.Connection, namespace: str,
+                                                                   secret: str) -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    clock = [now]
+    keep = certs.SecretCertificates(conn, namespace=namespace, secret=secret, hosts=HOSTS, configuration="absent",
+                                    clock=lambda: clock[0], propagation_seconds=10)
+    keep.sync()
+    served = keep.context()
+    clock[0] = now + certs.CA_LIFETIME - certs.CERT_LIFETIME
+    keep.sync()
+    assert keep.context() is not served, "nobody calls through a configuration that does not exist"

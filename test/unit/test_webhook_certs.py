@@ -71,6 +71,20 @@ def test_a_ca_near_its_end_is_replaced_and_kept_in_the_bundle_until_it_expires()
     assert len(x509.load_pem_x509_certificates(expired.ca_bundle)) == 1
 
 
+def test_a_rotation_keeps_every_ca_of_the_old_bundle_still_valid_once() -> None:
+    """Replicas may still serve a certificate of any CA the old bundle held: all of them stay trusted, each once."""
+    first, other = certs.issue(HOSTS, NOW), certs.issue(HOSTS, NOW)
+    first_ca, other_ca = (x509.load_pem_x509_certificate(m.ca_bundle) for m in (first, other))
+    held = certs.Material(first.ca_bundle + other.ca_bundle + first.ca_bundle, first.ca_key, first.cert, first.key)
+    late = NOW + certs.CA_LIFETIME - certs.CERT_LIFETIME
+    rotated = certs.issue(HOSTS, late, held)
+    new_ca, *kept = x509.load_pem_x509_certificates(rotated.ca_bundle)
+    assert kept == [first_ca, other_ca]
+    assert certs.issuer_of(rotated) == new_ca
+    assert certs.issuer_of(held) == first_ca
+    assert certs.issuer_of(certs.Material(other.ca_bundle, other.ca_key, first.cert, first.key)) is None
+
+
 def test_renewal_when_a_host_is_missing_or_the_material_is_inconsistent() -> None:
     material = certs.issue(HOSTS, NOW)
     reason = certs.renewal_reason(material, (*HOSTS, "10.0.0.9"), NOW)
