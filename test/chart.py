@@ -53,9 +53,11 @@ def webhook_values(port: int, release: str = RELEASE) -> dict[str, Any]:
 def webhook_args(port: int, release: str = RELEASE) -> tuple[str, ...]:
     """What a local controller needs to serve the webhooks of ``release`` installed with ``webhook_values``
     (several controllers on this host share the port, as replicas behind a Service would)."""
+    # No drain at shutdown: the kernel spreads connections over the processes sharing the port, and sends none to
+    # one that has closed it, so there is no Service whose endpoint change must spread first.
     return ("--webhook-bind-address", f"{webhook_host()}:{port}", "--webhook-share-port", "--webhook-cert-hosts",
             webhook_host(), "--webhook-cert-secret", f"{release}-webhook-cert", "--webhook-configuration-name", release,
-            "--webhook-cert-poll-seconds", "2")
+            "--webhook-cert-poll-seconds", "2", "--webhook-drain-seconds", "0")
 
 
 @functools.cache

@@ -187,6 +187,10 @@ class WebhookServer:
                  endpoints="/mutate /validate", max_connections=self.door.limits.max_connections,
                  workers=self.door.limits.workers, caller_check=self.service.caller_check is not None)
 
+    def drain(self) -> None:
+        """From now on every answer closes its connection (``FrontDoor.drain``): the server is about to stop."""
+        self.door.drain()
+
     def stop(self) -> None:
         self.door.stop()
 

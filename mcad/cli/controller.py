@@ -86,6 +86,11 @@ MALLOC_ARENAS = 2
 _M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
 
 
+# Long enough for an endpoint change to reach kube-proxy and the API server on a busy cluster (kube-proxy syncs at
+# most once a second by default), short against the chart's 30 s termination grace period.
+DEFAULT_WEBHOOK_DRAIN_SECONDS = 5.0
+
+
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     """Cap glibc's malloc arenas, as MALLOC_ARENA_MAX would (which, set in the environment, wins). Call before
     threads start. False where there is no glibc (musl, macOS): nothing to do there."""
@@ -299,6 +304,13 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
               default=webhook_certs.DEFAULT_POLL_SECONDS,
               help="Seconds between reads of the certificate (Secret or directory): the bound on how long a "
                    "replica serves a replaced certificate, and on how long a reset caBundle stays wrong.")
+@click.option("--webhook-drain-seconds", type=click.FloatRange(min=0, max=120), default=DEFAULT_WEBHOOK_DRAIN_SECONDS,
+              show_default=True,
+              help="On SIGTERM, after leadership is released, keep answering the webhooks this long (readiness "
+                   "failing, every answer closing its connection) before the server stops: the Service still sends "
+                   "new connections here until the endpoint change reaches kube-proxy and the API server, and a "
+                   "review sent to a pod that has gone is refused (failurePolicy Fail). Keep it under the pod's "
+                   "terminationGracePeriodSeconds. 0: stop at once.")
 @click.option("--webhook-client-ca", type=click.Path(dir_okay=False), default=None,
               help="Authenticate the API server as the webhooks' client by its TLS client certificate: request one "
                    "and verify it against this PEM bundle (re-read when it changes); a request without a verified "
@@ -360,7 +372,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
          webhook_enabled: bool, webhook_bind_address: str, webhook_share_port: bool, webhook_cert_dir: str | None,
          webhook_cert_secret: str, webhook_cert_namespace: str | None,
          webhook_service_name: str, webhook_cert_hosts: str, webhook_configuration_name: str, webhook_creator: str,
-         webhook_cert_poll_seconds: float, webhook_client_ca: str | None, webhook_client_names: tuple[str, ...],
+         webhook_cert_poll_seconds: float, webhook_drain_seconds: float, webhook_client_ca: str | None,
+         webhook_client_names: tuple[str, ...],
          webhook_token_file: str | None, webhook_access_reviews_per_second: float, webhook_access_reviews_burst: int,
          webhook_access_reviews_total: float, unknown_tokens_per_second: float, unknown_tokens_burst: int,
          admission_allowed_kinds: str, status_writers: tuple[str, ...],
@@ -506,9 +519,14 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
     recorder.start()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():  # a second signal cuts the webhooks' drain short
+            drain_cut.set()
+            return
         logger.info("shutting down", signal=signal.Signals(signum).name)
         stop.set()
         dispatcher.queue.shutdown()
+
+    drain_cut = threading.Event()
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
@@ -545,6 +563,9 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
         elector.run(stop, on_started_leading=started_leading, on_stopped_leading=stopped_leading)
         if not stop.is_set():
             _exit_now(1)  # unreachable by contract (run returns early only on lost leadership); never linger
+    if webhook is not None:
+        # Leadership is released already (a standby dispatches); admission still needs the informers.
+        webhook.drain(webhook_drain_seconds, drain_cut)
     for informer in informers:
         informer.stop()
     if hub is not None:
@@ -568,6 +589,7 @@ class Webhook:
         self.server = server_
         self.certificates = certificates
         self._thread: threading.Thread | None = None
+        self._draining = False
 
     def start(self, stop: threading.Event) -> None:
         self.server.start()
@@ -575,12 +597,28 @@ class Webhook:
                                         daemon=True)
         self._thread.start()
 
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
     def ready(self) -> tuple[bool, str]:
+        if self._draining:
+            return False, "shutting down: the webhooks answer until the endpoint change has spread"
         if not self.certificates.loaded.is_set():
             return False, "the webhook certificate is not loaded yet"
         if not self.server.listening.is_set():
             return False, "the webhook server is not listening"
         return True, ""
+
+    def drain(self, seconds: float, cut: threading.Event) -> None:
+        """Keep answering for ``seconds`` (or until ``cut``), each answer closing its connection, so the API server
+        sends its next reviews over new connections, which by then go to the other replicas."""
+        if seconds <= 0 or not self.server.listening.is_set():
+            return
+        self._draining = True
+        self.server.drain()
+        structlog.get_logger("mcad.controller").info("draining the webhooks", seconds=seconds)
+        cut.wait(seconds)
 
     def stop(self) -> None:
         self.server.stop()
@@ -680,6 +718,8 @@ def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[
         return True, ""
 
     def ready() -> tuple[bool, str]:
+        if webhook is not None and webhook.draining:
+            return webhook.ready()
         waiting = [i.name for i in informers if not i.has_synced()]
         if waiting:
             return False, f"informers not synced yet: {', '.join(waiting)}"

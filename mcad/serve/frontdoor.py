@@ -35,6 +35,7 @@ Contract:
   that raises, there or in ``quick``: 500, one log line). An answer to a request
   whose body was not read closes the connection. ``Head`` carries the peer's address and, over TLS, its
   certificate (DER) if it sent one.
+- ``drain()`` before ``stop()``: every answer from then on closes its connection (``Connection: close``).
 - ``stats`` counts open connections, requests in progress and every connection closed or request refused by the
   door, by reason (``mcad.metrics`` exports them as ``mcad_http_*``); a warning when a connection or a request is
   refused for want of room (at most one per event every ``WARN_INTERVAL_SECONDS``, counting those left out), one
@@ -494,6 +495,8 @@ class FrontDoor:
         self.small_lane = Slots(limits.small_lane, clock)
         self.big_lane = Slots(limits.big_lane, clock)
         self.listening = threading.Event()
+        # Set by drain(): every answer from then on closes its connection (read on the event loop).
+        self.draining = False
         self._pool = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix=f"{service.name}-worker")
         # Big bodies' requests, and handing memory back (one more thread: a trim never waits for a big review).
         self._big_pool = ThreadPoolExecutor(max_workers=limits.big_lane + 1, thread_name_prefix=f"{service.name}-big")
@@ -558,6 +561,12 @@ class FrontDoor:
         if self.sweep_seconds is not None:
             self._spawn(self._sweeper(self.sweep_seconds))
         self.listening.set()
+
+    def drain(self) -> None:
+        """The server is about to stop: every answer from now on says ``Connection: close`` and closes its
+        connection, so a kept-alive client sends its next request over a new connection (to another replica, once
+        the Service has dropped this one) instead of on one that ``stop`` will close under it."""
+        self.draining = True
 
     def stop(self) -> None:
         self.listening.clear()
@@ -835,7 +844,7 @@ class FrontDoor:
 
     async def _answer(self, conn: Conn, writer: asyncio.StreamWriter, head: Head, response: Response) -> bool:
         """Send ``response``; whether the connection stays open for another request."""
-        keep = head.keep_alive and not response.close
+        keep = head.keep_alive and not response.close and not self.draining
         self.registry.enter(conn, Phase.WRITE, self.limits.write_timeout)
         writer.write(render(response, head.method == "HEAD", close=not keep, server=self.server_header))
         await writer.drain()

@@ -8,10 +8,12 @@ against the wall time the leader was signalled (same machine, same clock).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -152,6 +154,55 @@ def test_sigterm_of_the_leader_hands_over_at_once(pair: tuple[Controller, Contro
     aws.wait_state("le-after-handover", "Running")
     assert dispatched(b.log) == [f"{aws.namespace}/le-after-handover"]
     assert dispatched(a.log) == []
+
+
+def webhook_answer(port: int) -> bytes:
+    """The raw answer of a controller's webhook port to a POST that is not an AdmissionReview (400)."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        answer = b""
+        while chunk := tls.recv(65536):
+            answer += chunk
+            if b"\r\n\r\n" in answer and answer.endswith(b"}"):
+                break
+        return answer
+
+
+def test_sigterm_hands_over_at_once_then_drains_the_webhooks_until_a_second_signal(
+        controller_kubeconfig: str, crd: None, admin: kube.Connection) -> None:
+    """The Service keeps sending reviews to a terminating pod until the endpoint change spreads: its webhooks
+    answer on (each answer closing its connection) after leadership has gone to the standby, /readyz fails, and the
+    process exits at the end of --webhook-drain-seconds, or at a second signal."""
+    with contextlib.suppress(kube.ApiError):
+        kube.request_json(admin, "DELETE", LEASE_PATH)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    own_port = (*chart.webhook_args(port), "--webhook-drain-seconds", "60")
+    a = Controller(controller_kubeconfig, LOGS / "test_leader_election-drain-a.log", *ARGS, *own_port)
+    b = Controller(controller_kubeconfig, LOGS / "test_leader_election-drain-b.log", *ARGS)
+    for ctl in (a, b):
+        ctl.log.unlink(missing_ok=True)
+    try:
+        a.start()
+        b.start(ready=b"waiting for leadership")
+        assert a.proc is not None
+        a.proc.send_signal(signal.SIGTERM)
+        became_leader_at(b, 10)
+        wait_until(lambda: events(a.log, "draining the webhooks"), 30, "the old leader to drain its webhooks")
+        answer = webhook_answer(port)
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"\r\nConnection: close\r\n" in answer, answer
+        status, body = a.get("/readyz", token=None)
+        assert status == 503 and "shutting down" in body, (status, body)
+        assert a.proc.poll() is None, "still draining"
+        a.proc.send_signal(signal.SIGTERM)
+        assert a.proc.wait(timeout=30) == 0
+    finally:
+        b.stop()
+        a.stop()
 
 
 def test_a_leader_whose_lease_is_taken_exits_at_once_with_an_error(pair: tuple[Controller, Controller],

@@ -271,6 +271,20 @@ def test_an_idle_connection_is_kept_until_the_idle_timeout(door: FrontDoor, cloc
     assert door.stats.closed == {"idle_timeout": 1}
 
 
+def test_once_draining_every_answer_closes_its_connection_and_new_ones_are_still_served(door: FrontDoor) -> None:
+    kept = connect(door)
+    kept.sendall(request("/a"))
+    assert answer(kept) == (200, b"/a 0")
+    door.drain()
+    kept.sendall(request("/b"))
+    assert answer(kept) == (200, b"/b 0"), "a kept-alive connection still gets its answer"
+    assert closed(kept), "and is closed after it"
+    fresh = connect(door)
+    fresh.sendall(request("/c"))
+    assert answer(fresh) == (200, b"/c 0")
+    assert closed(fresh)
+
+
 def test_connections_accepted_are_counted_once_each_however_many_requests_they_carry(door: FrontDoor) -> None:
     first = connect(door)
     for path in ("/a", "/b", "/c"):
