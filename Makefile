@@ -87,8 +87,24 @@ bench-kueue: prereqs-bench install tools ## Kueue's own scheduler test (built fr
 bench-admission: prereqs-bench install tools ## API server CPU per create / status write with the chart's creator policy, validating webhook call, status rule (ADMISSION_ARGS="--rounds 4")
 	$(BIN)/python -m test.perf.admission_cost $(ADMISSION_ARGS)
 
+.PHONY: image
+image: prereqs-image ## the controller image from the Dockerfile, checked (BASE_IMAGE=python:3.11-slim; local: made from Debian packages)
+	hack/image.sh >/dev/null
+
+.PHONY: e2e-up
+e2e-up: prereqs-e2e image ## as root: a local cluster with one real kubelet node, the chart installed from the image (.dev/kubeconfig-e2e)
+	$(PYTHON) hack/e2ecluster.py up
+
+.PHONY: e2e-down
+e2e-down: ## stop the e2e cluster and its node, and put this machine back as it was
+	$(PYTHON) hack/e2ecluster.py down
+
 .PHONY: e2e
-e2e: install tools ## test/e2e on a throwaway KinD cluster, for machines with Docker and kind (E2E_ARGS="-k gang", KEEP_CLUSTER=1)
+e2e: prereqs-e2e install tools image ## as root: what only an installation shows, against the chart's Deployment in a real kubelet (E2E_ARGS="-k failover")
+	$(BIN)/pytest test/installed --installed $(E2E_ARGS)
+
+.PHONY: e2e-kind
+e2e-kind: install tools ## test/installed and test/e2e on a throwaway KinD cluster, for machines that reach Docker Hub (KEEP_CLUSTER=1)
 	E2E_ARGS="$(E2E_ARGS)" hack/e2e-kind.sh
 
 .PHONY: clean

@@ -17,16 +17,22 @@
 #      capacity, which is what the suite measures, while the system pods keep running.
 #   4. helm install charts/mcad with that image (hack/kind/values.yaml: pullPolicy Never, on the real node) and
 #      wait for the rollout and for "dispatcher started" in a controller pod's log (the leader's, when the chart
-#      runs several replicas): the image starts in a real kubelet and syncs with the chart's ServiceAccount. The
-#      log is kept, the Deployment scaled to zero and its Lease deleted: no second controller during the suite.
-#   5. MCAD_TEST_KUBECONFIG=<this cluster's kubeconfig> CLUSTER_NAME=kind-<name> .venv/bin/pytest test/e2e
+#      runs several replicas): the image starts in a real kubelet and syncs with the chart's ServiceAccount.
+#   5. test/installed against that installation, as `make e2e` runs it on hack/e2ecluster.py's real node (the
+#      tutorial through the webhooks, leader failover, helm upgrade and uninstall, /metrics and /healthz through
+#      the Service, mcadctl, certificate renewal), but for its checks of that node itself (markers bringup and
+#      this_machine). The suite reaches Service and pod addresses from this machine: on Linux as root, routes
+#      to KinD's Service (10.96.0.0/16) and pod (10.244.0.0/16) ranges through the node's container are added
+#      for the run and removed on exit; elsewhere this step is left out, and the script says so.
+#      Then the log is kept, the Deployment scaled to zero and its Lease deleted: no second controller after.
+#   6. MCAD_TEST_KUBECONFIG=<this cluster's kubeconfig> CLUSTER_NAME=kind-<name> .venv/bin/pytest test/e2e
 #      $E2E_ARGS "$@" (CLUSTER_NAME keeps hack/kuberay.py's state apart from the local control plane's).
-#   6. On exit the cluster is deleted (not with KEEP_CLUSTER=1); after a failure its logs are exported first.
+#   7. On exit the cluster is deleted (not with KEEP_CLUSTER=1); after a failure its logs are exported first.
 #
-# Only the setup differs from `make test`. From step 5 on, the suite does exactly what it does on the local
-# control plane: it re-installs the chart with replicaCount 0 (test/chart.py), runs mcad-controller as local
-# processes with a token of the chart's ServiceAccount against this cluster's API server, and its pods land on
-# kwok's fake nodes. What only KinD adds is steps 2 and 4: the image and the chart's Deployment in a kubelet.
+# From step 6 on, the suite does exactly what it does on the local control plane: it re-installs the chart with
+# replicaCount 0 (test/chart.py), runs mcad-controller as local processes with a token of the chart's
+# ServiceAccount against this cluster's API server, and its pods land on kwok's fake nodes. What only KinD adds is
+# steps 2, 4 and 5: the image and the chart's Deployment in a kubelet.
 #
 # Environment:
 #   KIND_CLUSTER_NAME  cluster name (default mcad-e2e); its kubeconfig is .dev/kind/kubeconfig-<name>
@@ -105,12 +111,15 @@ k() { "$kubectl_bin" --kubeconfig "$kubeconfig" "$@"; }
 # ------------------------------------------------------------------------------------------- cleanup on exit
 
 created=false
+routes=()
 tmp="$(mktemp -d)"
 # shellcheck disable=SC2329  # run by the EXIT trap
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   rm -rf "$tmp"
+  local route
+  for route in "${routes[@]}"; do ip route delete "$route" 2>/dev/null || log "could not remove the route $route"; done
   if $created; then
     if ((rc != 0)); then
       k get pods -A -o wide >&2 2>/dev/null || true
@@ -229,6 +238,28 @@ controller_started() {  # read whole, not piped into grep -q: its early exit wou
   [[ "$logs" == *"dispatcher started"* ]]
 }
 poll 120 "the in-cluster controller to log 'dispatcher started'" controller_started
+
+# ------------------------------------------------------------------------------------------- 5. the installed suite
+
+installed_rc=0
+if [[ "$(uname -s)" == Linux && $EUID -eq 0 ]]; then
+  node_ip="$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}' "${real_nodes[0]}" |
+    awk '{print $1}')"
+  [[ -n "$node_ip" ]] || die "no address of the node container ${real_nodes[0]}"
+  for range in 10.96.0.0/16 10.244.0.0/16; do
+    ip route replace "$range" via "$node_ip" && routes+=("$range")
+  done
+  step "running test/installed against the chart's Deployment (routes to $node_ip for ${routes[*]})"
+  set +e
+  MCAD_TEST_KUBECONFIG="$kubeconfig" "$pytest" test/installed --installed -m "not bringup and not this_machine" \
+    -p no:cacheprovider
+  installed_rc=$?
+  set -e
+  step "test/installed on KinD finished with exit code $installed_rc"
+else
+  log "test/installed left out: it reaches Service and pod addresses, which needs routes (Linux, as root)"
+fi
+
 mkdir -p "$(dirname "$controller_log")"
 k -n "$chart_namespace" logs -l "$controller_pods" --tail=-1 --prefix >"$controller_log"
 step "the image runs in the cluster (log: ${controller_log#"$repo"/}); scaling it to zero for the suite"
@@ -244,7 +275,7 @@ poll 120 "the in-cluster controller pods to go" controller_gone
 # local control plane, where no controller ran before them.
 k -n "$chart_namespace" delete leases --all >/dev/null
 
-# ------------------------------------------------------------------------------------------- 5. the suite
+# ------------------------------------------------------------------------------------------- 6. the suite
 
 extra=()
 read -r -a extra <<<"${E2E_ARGS:-}"
@@ -261,4 +292,5 @@ CLUSTER_NAME="kind-$name" MCAD_TEST_KUBECONFIG="$kubeconfig" MCAD_E2E_WEBHOOK_HO
 rc=$?
 set -e
 step "test/e2e on KinD finished with exit code $rc"
+((rc == 0)) && rc=$installed_rc
 exit "$rc"

@@ -147,27 +147,30 @@ def openssl(*args: str) -> None:
         raise ClusterError(f"openssl {args[0]} failed: {proc.stderr.strip()}")
 
 
-def make_pki(pki: Path) -> None:
-    """One CA signs the apiserver's serving cert and the admin client cert; one RSA key signs SA tokens."""
+def make_pki(pki: Path, address: str = "127.0.0.1") -> None:
+    """One CA signs the apiserver's serving cert and the admin client cert; one RSA key signs SA tokens.
+    ``address``: where the API server listens, named in its certificate besides loopback and the Service IP."""
     pki.mkdir(parents=True, exist_ok=True)
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", "/CN=mcad-dev-ca",
             "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"))
+    ips = dict.fromkeys(["127.0.0.1", SERVICE_IP, address])
     sans = ",".join(["DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
-                     "DNS:kubernetes.default.svc.cluster.local", "IP:127.0.0.1", f"IP:{SERVICE_IP}"])
-    leaves = {
-        "apiserver": ("/CN=kube-apiserver", f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n"),
-        # system:masters bypasses RBAC: the harness and the components act as cluster admin.
-        "admin": ("/O=system:masters/CN=mcad-dev-admin", "extendedKeyUsage=clientAuth\n"),
-    }
-    for leaf, (subject, ext) in leaves.items():
-        ext_file = pki / f"{leaf}.ext"
-        ext_file.write_text(ext)
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject,
-                "-keyout", str(pki / f"{leaf}.key"), "-out", str(pki / f"{leaf}.csr"))
-        openssl("x509", "-req", "-days", "3650", "-in", str(pki / f"{leaf}.csr"), "-CA", str(pki / "ca.crt"),
-                "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-extfile", str(ext_file),
-                "-out", str(pki / f"{leaf}.crt"))
+                     "DNS:kubernetes.default.svc.cluster.local", *(f"IP:{ip}" for ip in ips)])
+    sign_leaf(pki, "apiserver", "/CN=kube-apiserver", f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n")
+    # system:masters bypasses RBAC: the harness and the components act as cluster admin.
+    sign_leaf(pki, "admin", "/O=system:masters/CN=mcad-dev-admin", "extendedKeyUsage=clientAuth\n")
     openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
+
+
+def sign_leaf(pki: Path, leaf: str, subject: str, extensions: str) -> None:
+    """A key and a certificate for ``subject`` signed by the cluster CA: pki/<leaf>.key, pki/<leaf>.crt."""
+    ext_file = pki / f"{leaf}.ext"
+    ext_file.write_text(extensions)
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject,
+            "-keyout", str(pki / f"{leaf}.key"), "-out", str(pki / f"{leaf}.csr"))
+    openssl("x509", "-req", "-days", "3650", "-in", str(pki / f"{leaf}.csr"), "-CA", str(pki / "ca.crt"),
+            "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-extfile", str(ext_file),
+            "-out", str(pki / f"{leaf}.crt"))
 
 
 def write_kubeconfig(path: Path, server: str, pki: Path, name: str) -> None:
@@ -438,6 +441,16 @@ class Options:
     webhook_client_auth: bool = True
     # kwok renews each node's Lease every quarter of this: at 5,000 nodes and 40 s, ~500 writes/s on their own.
     node_lease_seconds: int = DEFAULT_NODE_LEASE_SECONDS
+    # Where the API server listens and what it advertises. Loopback (the default) for clusters of simulated nodes
+    # only; a real node's pods reach the API server through the "kubernetes" Service, whose endpoint must then be
+    # an address they can route to (hack/e2ecluster.py passes this machine's).
+    address: str = "127.0.0.1"
+    # More kube-apiserver flags (a real node's kubelet client credentials, say).
+    apiserver_flags: tuple[str, ...] = ()
+    # The API server's port; 0: any free one.
+    api_port: int = 0
+    # Print the kubeconfig and how to stop the cluster at the end (a caller with more to start says it later).
+    announce: bool = True
 
 
 def cluster_healthy(layout: Layout) -> bool:
@@ -466,9 +479,10 @@ def up(opts: Options) -> None:
     (layout.dev / "bin").symlink_to(binaries["kubectl"].parent)
 
     log("generating certificates")
-    make_pki(layout.pki)
+    make_pki(layout.pki, opts.address)
     etcd_port, etcd_peer, api_port, kcm_port, sched_port, kwok_port = free_ports(6)
-    server = f"https://127.0.0.1:{api_port}"
+    api_port = opts.api_port or api_port
+    server = f"https://{opts.address}:{api_port}"
     admin_kubeconfig = layout.state / "admin.kubeconfig"
     write_kubeconfig(admin_kubeconfig, server, layout.pki, f"mcad-dev-{opts.name}")
     pids: dict[str, int] = {}
@@ -503,7 +517,7 @@ def up(opts: Options) -> None:
         pki = layout.pki
         pids["kube-apiserver"] = start("kube-apiserver", [
             str(binaries["kube-apiserver"]), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
+            f"--bind-address={opts.address}", f"--advertise-address={opts.address}", f"--secure-port={api_port}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}", "--authorization-mode=Node,RBAC",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -512,14 +526,14 @@ def up(opts: Options) -> None:
             f"--max-requests-inflight={opts.max_requests_inflight}",
             f"--max-mutating-requests-inflight={opts.max_mutating_requests_inflight}",
             f"--cert-dir={pki}",
-            # The apiserver listens on loopback, which the "kubernetes" Endpoints may not name; with the
-            # reconciler on it logs a validation error every 10 s. No fake pod dials the apiserver anyway.
-            "--endpoint-reconciler-type=none",
+            # On loopback, which the "kubernetes" Endpoints may not name, the reconciler would log a validation
+            # error every 10 s, and no fake pod dials the apiserver anyway. Elsewhere real pods do, through it.
+            *(["--endpoint-reconciler-type=none"] if opts.address.startswith("127.") else []),
             # MutatingAdmissionPolicy (beta and off by default in 1.34-1.35, GA and on in 1.36): the chart's
             # webhook.creator=policy records the creator with one (templates/creator-policy.yaml), tested here.
             "--feature-gates=MutatingAdmissionPolicy=true",
             "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
-            *admission_flags,
+            *admission_flags, *opts.apiserver_flags,
         ], layout)
         save_state()
         api = Api(server, pki)
@@ -592,7 +606,8 @@ def up(opts: Options) -> None:
         stop_all(pids)
         raise
     log(f"cluster {opts.name!r} is up in {time.monotonic() - started:.1f} s")
-    print_usage(layout)
+    if opts.announce:
+        print_usage(layout)
 
 
 def print_usage(layout: Layout) -> None:

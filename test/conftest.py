@@ -30,6 +30,21 @@ QUOTA_CRD = REPO / "config" / "crd" / "quota.codeflare.dev_quotasubtrees.yaml"
 
 # `make unit` runs these without a cluster: a test in them that asks for one is refused at collection.
 NO_CLUSTER_DIRECTORIES = (REPO / "test" / "unit", REPO / "test" / "component")
+# The suite against an installation (`make e2e`): it needs root and Docker, brings up a real kubelet node of its own,
+# and is collected only with --installed, so `make test` and a plain `pytest test` never start one.
+INSTALLED_DIRECTORY = REPO / "test" / "installed"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--installed", action="store_true", default=False,
+                     help="run test/installed: mcad installed by the chart from its image on a real kubelet node "
+                          "(hack/e2ecluster.py; root and Docker); `make e2e` passes it")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if collection_path.is_relative_to(INSTALLED_DIRECTORY) and not config.getoption("--installed"):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -112,7 +112,7 @@ def test_every_repository_file_the_script_names_exists() -> None:
             "hack/build-tools.sh"} <= named
     missing = sorted(path for path in named if not (REPO / path).exists())
     assert not missing, f"hack/e2e-kind.sh names files that do not exist: {missing}"
-    assert re.search(r"^e2e: .*\n\t.*hack/e2e-kind\.sh", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert re.search(r"^e2e-kind: .*\n\t.*hack/e2e-kind\.sh", (REPO / "Makefile").read_text(), re.MULTILINE)
 
 
 def test_script_installs_the_release_the_suite_takes_over() -> None:

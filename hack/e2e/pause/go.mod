@@ -1,0 +1,3 @@
+module mcad.local/e2e/pause
+
+go 1.26
