@@ -87,6 +87,10 @@ bench-kueue: prereqs-bench install tools ## Kueue's own scheduler test (built fr
 bench-admission: prereqs-bench install tools ## API server CPU per create / status write with the chart's creator policy, validating webhook call, status rule (ADMISSION_ARGS="--rounds 4")
 	$(BIN)/python -m test.perf.admission_cost $(ADMISSION_ARGS)
 
+.PHONY: bench-installed
+bench-installed: prereqs-bench install tools ## with make e2e-up's cluster up: its controller pods' start and admission latency through the Service, next to a local process (INSTALLED_ARGS="--seconds 60")
+	$(BIN)/python -m test.perf.installed $(INSTALLED_ARGS)
+
 .PHONY: image
 image: prereqs-image ## the controller image from the Dockerfile, checked (BASE_IMAGE=python:3.11-slim; local: made from Debian packages)
 	hack/image.sh >/dev/null

@@ -176,6 +176,11 @@ def cgroup_pids(scope: Scope) -> set[int]:
     return pids
 
 
+def names_scope(cmdline: str, scope: Scope) -> bool:
+    """Whether a command line names one of the scope's paths, as a whole path (not a longer name it begins)."""
+    return any(re.search(rf"{re.escape(p.rstrip('/'))}(?=[/\s=:\"]|$)", cmdline) for p in scope.paths)
+
+
 def scope_pids(scope: Scope) -> set[int]:
     """Processes of the node: in its cgroups, or with one of its paths on their command line (containerd, its
     shims, the kubelet, kube-proxy), never this process."""
@@ -185,7 +190,7 @@ def scope_pids(scope: Scope) -> set[int]:
             continue
         with contextlib.suppress(OSError):
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if any(p in cmdline for p in scope.paths):
+            if names_scope(cmdline, scope):
                 pids.add(int(proc.name))
     pids.discard(os.getpid())
     return pids

@@ -13,8 +13,8 @@ Contract:
   (an update with the resourceVersion it read: of replicas racing, one wins and the others re-read and load the
   winner's), patches the CA bundle into every webhook of the named Validating/MutatingWebhookConfiguration
   (``kinds``: the validating one only when a MutatingAdmissionPolicy records the creator) whose caBundle differs
-  (someone resetting it is undone at the next poll), and then loads the certificate into the TLS context when it
-  changed. A certificate whose CA this replica has seen in the configurations for less than
+  (someone resetting it is undone at the next poll; while the certificate served is not of that bundle, its CA is
+  added), and then loads the certificate into the TLS context when it changed. A certificate whose CA this replica has seen in the configurations for less than
   ``propagation_seconds`` is not served yet while the one being served stays valid that long: the API server reads
   the configurations through a watch, and until it has the new bundle it would refuse the new certificate (every
   create then fails, failurePolicy being Fail). The next poll then comes after the rest of that wait. Needs
@@ -357,6 +357,7 @@ class SecretCertificates(_Loaded):
         self._trusted_since: dict[bytes, datetime.datetime] = {}
         self._configured = False  # whether any of the configurations exists (else nobody calls through them)
         self._served_until: datetime.datetime | None = None  # expiry of the certificate being served
+        self._served_issuer: x509.Certificate | None = None  # the CA that signed it
         self._held: datetime.timedelta | None = None  # how long a new certificate still waits, after a sync
 
     @property
@@ -390,7 +391,7 @@ class SecretCertificates(_Loaded):
             raise ValueError("the webhook Secret kept changing under five attempts to renew it")
         assert material is not None
         # The bundle first: a certificate goes out only once the API server can have learnt its CA.
-        self.patch_bundles(material.ca_bundle)
+        self.patch_bundles(self._bundle_while_serving(material))
         self._held = self._hold_for(material)
         if self._held is not None:
             log.info("webhook certificate waits for the API server to trust its CA",
@@ -398,9 +399,24 @@ class SecretCertificates(_Loaded):
                      seconds=round(self._held.total_seconds(), 1))
         elif self.load(material.cert, material.key):
             self._served_until = x509.load_pem_x509_certificate(material.cert).not_valid_after_utc
+            self._served_issuer = issuer_of(material)
             log.info("webhook certificate loaded", secret=f"{self.namespace}/{self.secret}",
                      fingerprint=material.fingerprint)
         return material
+
+    def _bundle_while_serving(self, material: Material) -> bytes:
+        """``material``'s bundle, and the CA of the certificate this replica serves now when the bundle lacks it
+        (the Secret was replaced by someone else, not renewed from what is served): until the new certificate is
+        loaded, the one served must stay trusted. The next poll after the switch patches the bundle alone."""
+        served = self._served_issuer
+        if served is None or served.not_valid_after_utc <= self.clock():
+            return material.ca_bundle
+        try:
+            if served in x509.load_pem_x509_certificates(material.ca_bundle):
+                return material.ca_bundle
+        except ValueError:
+            pass
+        return material.ca_bundle + served.public_bytes(serialization.Encoding.PEM)
 
     def _hold_for(self, material: Material) -> datetime.timedelta | None:
         """How much longer ``material``'s certificate must wait before it is served, or None: serve it now."""

@@ -81,16 +81,18 @@ def admin(kubeconfig: str) -> kube.Connection:
     return kube.connect(kubeconfig)
 
 
-@pytest.fixture
-def pair(controller_kubeconfig: str, crd: None, admin: kube.Connection) -> Iterator[tuple[Controller, Controller]]:
-    """Controller ``a`` started first (it leads), then ``b`` (a standby), on a Lease no earlier test holds."""
+@contextlib.contextmanager
+def leader_and_standby(controller_kubeconfig: str, admin: kube.Connection, stem: str = "test_leader_election",
+                       leader_args: tuple[str, ...] = ()) -> Iterator[tuple[Controller, Controller]]:
+    """Controller ``a`` started first (it leads, with ``leader_args`` too), then ``b`` (a standby), on a Lease no
+    earlier test holds; both stopped on the way out. Logs: .dev/e2e-logs/<stem>-a.log and -b.log."""
     try:
         kube.request_json(admin, "DELETE", LEASE_PATH)
     except kube.ApiError as err:
         if err.status != 404:
             raise
-    a = Controller(controller_kubeconfig, LOGS / "test_leader_election-a.log", *ARGS)
-    b = Controller(controller_kubeconfig, LOGS / "test_leader_election-b.log", *ARGS)
+    a = Controller(controller_kubeconfig, LOGS / f"{stem}-a.log", *ARGS, *leader_args)
+    b = Controller(controller_kubeconfig, LOGS / f"{stem}-b.log", *ARGS)
     for ctl in (a, b):
         ctl.log.unlink(missing_ok=True)
     try:
@@ -100,6 +102,12 @@ def pair(controller_kubeconfig: str, crd: None, admin: kube.Connection) -> Itera
     finally:
         b.stop()
         a.stop()
+
+
+@pytest.fixture
+def pair(controller_kubeconfig: str, crd: None, admin: kube.Connection) -> Iterator[tuple[Controller, Controller]]:
+    with leader_and_standby(controller_kubeconfig, admin) as both:
+        yield both
 
 
 def deployment_uid(aws: AppWrappers, name: str) -> str:
@@ -176,19 +184,11 @@ def test_sigterm_hands_over_at_once_then_drains_the_webhooks_until_a_second_sign
     """The Service keeps sending reviews to a terminating pod until the endpoint change spreads: its webhooks
     answer on (each answer closing its connection) after leadership has gone to the standby, /readyz fails, and the
     process exits at the end of --webhook-drain-seconds, or at a second signal."""
-    with contextlib.suppress(kube.ApiError):
-        kube.request_json(admin, "DELETE", LEASE_PATH)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     own_port = (*chart.webhook_args(port), "--webhook-drain-seconds", "60")
-    a = Controller(controller_kubeconfig, LOGS / "test_leader_election-drain-a.log", *ARGS, *own_port)
-    b = Controller(controller_kubeconfig, LOGS / "test_leader_election-drain-b.log", *ARGS)
-    for ctl in (a, b):
-        ctl.log.unlink(missing_ok=True)
-    try:
-        a.start()
-        b.start(ready=b"waiting for leadership")
+    with leader_and_standby(controller_kubeconfig, admin, "test_leader_election-drain", own_port) as (a, b):
         assert a.proc is not None
         a.proc.send_signal(signal.SIGTERM)
         became_leader_at(b, 10)
@@ -200,9 +200,6 @@ def test_sigterm_hands_over_at_once_then_drains_the_webhooks_until_a_second_sign
         assert a.proc.poll() is None, "still draining"
         a.proc.send_signal(signal.SIGTERM)
         assert a.proc.wait(timeout=30) == 0
-    finally:
-        b.stop()
-        a.stop()
 
 
 def test_a_leader_whose_lease_is_taken_exits_at_once_with_an_error(pair: tuple[Controller, Controller],

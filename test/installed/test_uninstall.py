@@ -1,9 +1,9 @@
 """`helm uninstall` and a new `helm install`, as docs/install.md describes them.
 
 Uninstalling removes every object the release rendered (the Deployment and its pods, Services, RBAC, the webhook
-configurations and the certificate Secret) and leaves what the chart documents it leaves: the CRDs (Helm never
-deletes those), the AppWrappers, and what they wrap, still running. Installing again picks the running AppWrapper
-up where it was: still Running, its Deployment the same object (never dispatched a second time).
+configurations and the certificate Secret) and leaves what the docs say it leaves: the CRDs (Helm never deletes
+those), the AppWrappers and what they wrap, still running, and the controller's Lease. Installing again picks the
+running AppWrapper up where it was: still Running, its Deployment the same object (never dispatched a second time).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import yaml
 
 from mcad.k8s import kube
 from test.e2e.conftest import appwrapper, conditions_of, deployment_item
-from test.installed.conftest import NAMESPACE, RELEASE, Installation, e2ecluster
+from test.installed.conftest import CONTROLLER, NAMESPACE, RELEASE, Installation, e2ecluster
 from test.support import wait_until
 
 AW = "/apis/workload.codeflare.dev/v1beta1"
@@ -69,6 +69,8 @@ def test_uninstall_leaves_the_workloads_and_a_new_install_takes_them_up(
         ext = k8s.ApiextensionsV1Api(api)
         assert all(ext.read_custom_resource_definition(name) for name in CRDS)
         assert exists(installation, f"{AW}/namespaces/{namespace}/appwrappers/kept")
+        # The controller's own Lease is not the chart's: it stays, as documented.
+        assert exists(installation, f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{CONTROLLER}")
         assert apps.read_namespaced_deployment("kept", namespace).metadata.uid == uid
         pods = k8s.CoreV1Api(api).list_namespaced_pod(namespace, label_selector="app=kept").items
         assert [p.status.phase for p in pods] == ["Running"]

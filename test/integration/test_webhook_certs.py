@@ -182,3 +182,27 @@ def test_without_webhook_configurations_a_new_ca_is_served_at_once(conn: kube.Co
     clock[0] = now + certs.CA_LIFETIME - certs.CERT_LIFETIME
     keep.sync()
     assert keep.context() is not served, "nobody calls through a configuration that does not exist"
+
+
+def test_a_secret_replaced_by_someone_else_keeps_the_served_certificates_ca_trusted_until_the_switch(
+        conn: kube.Connection, namespace: str, secret: str, configuration: str) -> None:
+    """Material of a CA nobody serves, written over the Secret (a restore from a backup, a hand edit): the CA of the
+    certificate still served stays in the configurations until the new one is loaded, then leaves them."""
+    now = datetime.datetime.now(datetime.UTC)
+    clock = [now]
+    keep = certs.SecretCertificates(conn, namespace=namespace, secret=secret, hosts=HOSTS,
+                                    configuration=configuration, clock=lambda: clock[0], propagation_seconds=10)
+    served = keep.sync()
+    foreign = certs.issue(HOSTS, now)
+    kube.request_json(conn, "PATCH", f"/api/v1/namespaces/{namespace}/secrets/{secret}",
+                      body={"data": foreign.as_secret_data()}, content_type="application/merge-patch+json")
+    context = keep.context()
+    assert keep.sync() == foreign
+    assert keep.context() is context, "held while the API server learns the foreign CA"
+    both = base64.b64encode(foreign.ca_bundle + served.ca_bundle).decode()
+    assert bundles(conn, configuration) == [both] * 4
+    clock[0] += datetime.timedelta(seconds=10)
+    keep.sync()
+    assert keep.context() is not context
+    keep.sync()
+    assert bundles(conn, configuration) == [base64.b64encode(foreign.ca_bundle).decode()] * 4

@@ -107,9 +107,11 @@ def register(api: Api, port: int, creator: str = "webhook", ca_bundle: bytes = b
                     for webhook in obj["webhooks"]:
                         webhook["clientConfig"]["caBundle"] = base64.b64encode(ca_bundle).decode()
             api.apply(admission_path(obj), obj, "mcad-bench")
+    # No drain at shutdown: the API server calls this one process by URL, not through a Service whose endpoints
+    # must first drop it.
     return ("--webhook", "--webhook-bind-address", f"{HOST}:{port}", "--webhook-cert-hosts", HOST,
             "--webhook-cert-namespace", NAMESPACE, "--webhook-cert-secret", secret,
-            "--webhook-configuration-name", configuration, "--webhook-creator", creator)
+            "--webhook-configuration-name", configuration, "--webhook-creator", creator, "--webhook-drain-seconds", "0")
 
 
 def wait_reviewed(api: Api, requests: Callable[[], int], timeout: float = 60) -> None:

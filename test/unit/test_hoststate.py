@@ -50,3 +50,12 @@ def test_paths_under_a_scope_are_its_own_and_look_alike_neighbours_are_not() -> 
     assert hoststate.under("/var/lib/mcad-e2e/kubelet/pods/x/volumes", SCOPE.paths)
     assert not hoststate.under("/var/lib/mcad-e2e-fault/kubelet", SCOPE.paths)
     assert not hoststate.under("/var/lib", SCOPE.paths)
+
+
+def test_a_process_is_the_nodes_when_its_command_line_names_one_of_its_paths_whole() -> None:
+    assert hoststate.names_scope("containerd --config /var/lib/mcad-e2e/config/containerd.toml", SCOPE)
+    assert hoststate.names_scope("containerd-shim-runc-v2 -namespace k8s.io -address /run/mcad-e2e/containerd.sock",
+                                 SCOPE)
+    assert hoststate.names_scope("kubelet --root-dir=/var/lib/mcad-e2e", SCOPE)
+    assert not hoststate.names_scope("containerd --config /var/lib/mcad-e2e-fault/config/containerd.toml", SCOPE)
+    assert not hoststate.names_scope("dockerd", SCOPE)
