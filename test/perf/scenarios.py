@@ -650,7 +650,17 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
                              "(controller decision to seen)": summary(tracker.decision_to_seen()),
                              "create_call": summary(calls)}
         if metrics:
-            result["controller_metrics"] = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+            url = f"http://127.0.0.1:{metrics_port}/metrics"
+            # With binding placement each pod's ungate is observed once its pin is written, which may come after
+            # the bench saw the pod run (the write returns before the controller's thread records it): read until
+            # every running pod's is in, or a few seconds have passed.
+            pinned = len(tracker.pods_running) if "--placement=binding" in controller_args else 0
+            deadline = time.monotonic() + 10
+            samples = scrape(url)
+            while samples.get("mcad_pod_ungate_seconds_count", 0.0) < pinned and time.monotonic() < deadline:
+                time.sleep(0.2)
+                samples = scrape(url)
+            result["controller_metrics"] = samples
         if null and null_before:
             stats, cpu = null.stats(), null.cpu_seconds()
             (stats_before, cpu_before) = null_before
