@@ -14,12 +14,12 @@ Contract:
   winner's), patches the CA bundle into every webhook of the named Validating/MutatingWebhookConfiguration
   (``kinds``: the validating one only when a MutatingAdmissionPolicy records the creator) whose caBundle differs
   (someone resetting it is undone at the next poll; while the certificate served is not of that bundle, its CA is
-  added), and then loads the certificate into the TLS context when it changed. A certificate whose CA this replica has seen in the configurations for less than
-  ``propagation_seconds`` is not served yet while the one being served stays valid that long: the API server reads
-  the configurations through a watch, and until it has the new bundle it would refuse the new certificate (every
-  create then fails, failurePolicy being Fail). The next poll then comes after the rest of that wait. Needs
-  get/update on that Secret and get/patch on the two configurations, nothing else (a missing Secret is created,
-  which needs create: the chart creates it empty instead).
+  added), and then loads the certificate into the TLS context when it changed. A certificate whose CA this replica
+  has seen in the configurations for less than ``propagation_seconds`` is not served yet while the one being
+  served stays valid that long: the API server reads the configurations through a watch, and until it has the new
+  bundle it would refuse the new certificate (every create then fails, failurePolicy being Fail). The next poll
+  then comes after the rest of that wait. Needs get/update on that Secret and get/patch on the two configurations,
+  nothing else (a missing Secret is created, which needs create: the chart creates it empty instead).
 - ``DirectoryCertificates`` reads ``tls.crt``/``tls.key`` from a directory (cert-manager's Secret mounted) on start
   and every poll, reloading when they change; it neither issues nor patches anything.
 - Both give ``context()``: the current server ``ssl.SSLContext``, or None until a certificate is loaded. Given

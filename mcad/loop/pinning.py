@@ -20,9 +20,12 @@ Contract (DESIGN.md, "Placement binds"):
 - Pods beyond the plan (a replacement, a scaled Deployment, an operator making more pods than its template says)
   wait for the next dispatch cycle, which runs ``place_extras`` before the queue: each is packed alone
   (``mcad.model.placement``) on the room free now (promised room is not free) on nodes no other AppWrapper's
-  reservation holds and that have not refused its AppWrapper's pods, and pinned there (``Accountant.pin_extra``).
-  One that fits nowhere stays gated; ``waiting(key)`` says why, and the AppWrapper's status lists it in
-  ``pendingpodconditions`` ("waits for room: ...").
+  reservation holds and that have not refused its AppWrapper's pods, and pinned there (``Accountant.pin_extra``),
+  unless its AppWrapper's running pods, its plan and it would hold more than the AppWrapper's demand
+  (``Accountant.beyond_demand``): room is never promised beyond what the AppWrapper asked for, whoever made the
+  pod. Its slot goes with it, bound or gone. One that fits nowhere or would exceed the demand stays gated;
+  ``waiting(key)`` says why, and the AppWrapper's status lists it in ``pendingpodconditions`` ("waits for room:
+  ...", "waits: ... more than its demand").
 - A pinned pod that is not bound is watched: when its node is gone, not Ready, cordoned (and it does not tolerate
   that), labelled sick for it (a NoSchedule or NoExecute node-health verdict, ``mcad.model.nodehealth``: the
   node turned sick after the plan was made; plans and pins never choose such a node), or the scheduler reports it
@@ -404,6 +407,13 @@ class Pinning:
                 del self._extras[uid]
                 self._why_waiting.pop(uid, None)
                 continue
+            over = self._accountant.beyond_demand(key, pod.requests)
+            if over:
+                # Its bound pods, its plan and this pod would hold more than the AppWrapper asked for (a rolling
+                # update's surge, or a pod someone else made): it waits until some of them are gone.
+                self._wait(key, uid, f"waits: with it, AppWrapper {key.split('/', 1)[-1]}'s pods would hold more "
+                                     f"than its demand ({over.format()} over)")
+                continue
             held = {node for holder, nodes in reserved.items() if holder != key for node in nodes}
             avoid = self._avoid.get(key, set())
             nodes = [node for node in self._where.nodes_for(key, snapshot) if node.name not in held]
@@ -418,10 +428,7 @@ class Pinning:
                 why = f"waits for room: {packing.why}"
                 if held:
                     why += f" (nodes reserved for other AppWrappers not counted: {len(held)})"
-                before = self._why_waiting.get(uid)
-                if before is None or before.message != why:
-                    self._why_waiting[uid] = Unschedulable(why, "")
-                    self._queue.add(PodCounts(key))
+                self._wait(key, uid, why)
                 continue
             node = packing.placement[0][0]
             del self._extras[uid]
@@ -431,6 +438,13 @@ class Pinning:
             snapshot.take(pod.requests, packing.placement)
             self._metrics.pin("extra")
             self._ungate(pod, node)
+
+    def _wait(self, key: str, uid: str, why: str) -> None:
+        """A pod beyond its plan stays gated for now: ``why`` goes to its AppWrapper's status when it changes."""
+        before = self._why_waiting.get(uid)
+        if before is None or before.message != why:
+            self._why_waiting[uid] = Unschedulable(why, "")
+            self._queue.add(PodCounts(key))
 
     def placing(self) -> bool:
         """Some pods beyond their plans wait to be placed, or pinned ones refused by the scheduler to be placed

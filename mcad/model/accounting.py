@@ -14,9 +14,12 @@ Contract (DESIGN.md, "Free capacity"; the equivalent of Kueue's cache):
   (an entry with pods planned and not yet pinned, of the pod's requests, or the smallest that holds them when the
   plan has none of that shape, on a node ``eligible`` accepts); ``drop_open_slot`` takes a slot out for a pod
   that fits none;
-  ``pin_extra`` adds a slot of one for a pod beyond the plan, placed by the caller; ``unpin`` hands a slot back
-  (the pod went away unbound) or, with ``drop_slot``, takes it out of the plan (its node refused the pod). A
-  pinned pod that binds takes its own slot; a pod that binds unpinned takes a slot nobody is pinned to.
+  ``pin_extra`` adds a slot of one for a pod beyond the plan, placed by the caller, and only while
+  ``beyond_demand`` finds room for it within its AppWrapper's demand; ``unpin`` hands a slot back (the pod went
+  away unbound) or, with ``drop_slot``, takes it out of the plan (its node refused the pod). A slot made for one
+  pod beyond the plan is never handed back: it goes with its pod, bound or gone, so room is never promised to a pod
+  that does not exist. A pinned pod that binds takes its own slot; a pod that binds unpinned takes a slot nobody
+  is pinned to.
 - ``Snapshot`` is a scratch copy of free room for one pass of decisions (a dispatch cycle, an explain):
   ``take`` subtracts what a decision would use, and nothing it does reaches the accountant.
 - Sick nodes (``mcad.model.nodehealth``): the accountant holds the controller's node-health rules and marks each
@@ -54,6 +57,8 @@ class _Planned:
     requests: ResourceVector
     count: int
     pinned: int = 0  # of ``count``: pods pinned to this node and not bound yet
+    # A slot of one made for one pod beyond the plan (``pin_extra``): it goes with that pod, bound or gone.
+    extra: bool = False
 
     @property
     def open(self) -> int:
@@ -366,10 +371,26 @@ class Accountant:
         self._hold_pin(key, uid, roomy)
         return roomy.node
 
+    def beyond_demand(self, key: str, requests: ResourceVector) -> ResourceVector:
+        """How much more than ``key``'s demand its pods would hold with one more of ``requests`` beyond its plan:
+        its running bound pods, its plan's unbound slots and that pod (ZERO: it fits within the demand; also for
+        an AppWrapper that holds no reservation, whose pods are not planned)."""
+        demand = self.ledger.demand(key)
+        if demand is None:
+            return ZERO
+        held = requests
+        for uid in self._pods_by_appwrapper.get(key, {}):
+            pod = self.ledger.pod(uid)
+            if pod is not None and pod.node_name and not pod.terminal:
+                held = held + pod.requests
+        for entry in self._plans.get(key, ()):
+            held = held + entry.requests.scale(entry.count)
+        return (held - demand).clamp()
+
     def pin_extra(self, key: str, uid: str, node: str, requests: ResourceVector) -> None:
         """A pod of ``key`` beyond its plan, placed on ``node`` by the caller: a slot of its own, so its room is
-        promised until it binds."""
-        entry = _Planned(node, requests, 1)
+        promised until it binds or goes."""
+        entry = _Planned(node, requests, 1, extra=True)
         self._plans.setdefault(key, []).append(entry)
         self._planned[node] = self._planned.get(node, ZERO) + requests
         self._hold_pin(key, uid, entry)
@@ -396,7 +417,7 @@ class Accountant:
         key, entry = found
         self._release_pin_index(key, uid)
         entry.pinned -= 1
-        if drop_slot:
+        if drop_slot or entry.extra:
             self._take_slot(key, entry)
         return entry.node
 

@@ -148,6 +148,10 @@ class Ledger:
         if outstanding is not None:
             self._reserved -= outstanding
 
+    def demand(self, appwrapper: str) -> ResourceVector | None:
+        """What a dispatched AppWrapper asked for (None when it holds no reservation)."""
+        return self._demand.get(appwrapper)
+
     def reserved_keys(self) -> list[str]:
         return list(self._demand)
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from mcad.api.appwrapper import appwrapper_view
+from mcad.api.resources import ZERO
 from mcad.api.views import PLACEMENT_GATE, pod_view
 from mcad.errors import ApiError
 from mcad.k8s.workqueue import WorkQueue
@@ -284,3 +285,32 @@ def _ready(queue: WorkQueue[Any]) -> list[Any]:
             return out
         queue.done(key)
         out.append(key)
+
+
+def test_a_slot_made_for_a_pod_beyond_the_plan_goes_with_that_pod() -> None:
+    """A pod beyond the plan deleted before it binds (or one someone else made and removed): no room stays promised
+    to a pod that does not exist, while a slot of the plan itself waits for the replacement."""
+    acc = accountant()
+    acc.assume(KEY, ONE + TWO, {}, plan=(("n1", ONE, 1),))
+    acc.pin(KEY, "p1", ONE, lambda _n: True)
+    acc.pin_extra(KEY, "p2", "n2", TWO)
+    acc.observe_pod(pod_view(gated("p2", gates=())))
+    acc.forget_pod("p2")
+    assert acc.planned_by_node() == {"n1": ONE} and acc.pins() == {"p1": (KEY, "n1")}
+    acc.forget_pod("p1")
+    assert acc.planned_nodes(KEY) == [("n1", 1)], "the plan's own slot waits for its replacement"
+    assert acc.unpin("p2") is None
+
+
+def test_room_beyond_the_plan_is_bounded_by_the_demand() -> None:
+    acc = accountant()
+    acc.assume(KEY, ONE.scale(2), {}, plan=(("n1", ONE, 2),))
+    assert acc.beyond_demand(KEY, ONE) == ONE, "two planned slots and one more: one over"
+    acc.observe_pod(pod_view(raw_pod("p1", aw="a", node_name="n1", phase="Running")))
+    acc.observe_pod(pod_view(raw_pod("p2", aw="a", node_name="n1", phase="Running")))
+    assert acc.planned_nodes(KEY) == []
+    assert acc.beyond_demand(KEY, ONE) == ONE, "both bound and running: still one over"
+    acc.observe_pod(pod_view(raw_pod("p2", aw="a", node_name="n1", phase="Failed")))
+    assert acc.beyond_demand(KEY, ONE) == ZERO, "one ended: its replacement fits the demand"
+    assert acc.beyond_demand(KEY, TWO) == TWO - ONE
+    assert acc.beyond_demand("ns/none", TWO) == ZERO, "no reservation: nothing planned, nothing to bound"
