@@ -369,9 +369,10 @@ class Metrics:
         self._pins = Counter("mcad_pod_pins", "--placement=binding: what became of gated pods: pinned (every pin "
                              "written), extra (placed beyond their plan, then pinned), released (ungated without a "
                              "pin), replanned (the node refused the pin), refused (not made by a dispatched "
-                             "AppWrapper: left gated).",
+                             "AppWrapper: left gated), unbound (pinned beyond the plan and not bound in time: the room "
+                             "held for it given back).",
                              ["outcome"], registry=self.registry)
-        for outcome in ("pinned", "extra", "released", "replanned", "refused"):
+        for outcome in ("pinned", "extra", "released", "replanned", "refused", "unbound"):
             self._pins.labels(outcome)
         self._resets = Counter("mcad_appwrapper_resets", "Fault tolerance: resets of running AppWrappers (objects "
                                "deleted and dispatched again), by cause (the Unhealthy reason: FailedPods, "

@@ -70,6 +70,7 @@ from mcad.loop.follower import Follower
 from mcad.loop.health import Health
 from mcad.loop.notices import Notices
 from mcad.loop.owners import Owners, Settings
+from mcad.loop.ownership import Ownership
 from mcad.loop.pinning import PLACEMENT_MODES, Here, Pinning, Where
 from mcad.loop.queued import Queued
 from mcad.loop.quotastatus import QuotaStatusWriter
@@ -166,9 +167,10 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
                           in_flight=in_flight, appwrappers=appwrappers, queue=queue, clock=clock, writes=writes,
                           pods=writer, priority_preemption=preemption,
                           budget=EvictionBudget(max_evictions_per_minute))
+    ownership = Ownership(appwrappers=appwrappers, pods=pods, objects_of=sites.wrapped_of)
     pinning = Pinning(binding=binding, accountant=accountant, pods=pods, where=where, writes=writes, queue=queue,
                       queued=queued, active=active, decisions=decisions, appwrappers=appwrappers, recorder=recorder,
-                      metrics=metrics)
+                      metrics=metrics, ownership=ownership, timer=clock.monotonic)
     health = Health(active, queued, decisions, appwrappers=appwrappers, accountant=accountant,
                     sites=sites, defaults=fault_defaults, writer=writer, writes=writes,
                     queue=queue, clock=clock, metrics=metrics, by_nodes=by_nodes)
@@ -183,8 +185,8 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     quota_status = QuotaStatusWriter(accountant.quota, quota_subtrees, writer, writes) \
         if accountant.quota is not None and quota_subtrees is not None else None
     owners = Owners(accountant=accountant, decisions=decisions, queued=queued, active=active, dispatches=dispatches,
-                    evictions=evictions, notices=notices, follower=follower, pinning=pinning, sites=sites,
-                    reservations=held, preemptors=preemptors, cycle=cycle, targets=targets, writes=writes,
+                    evictions=evictions, notices=notices, follower=follower, pinning=pinning, ownership=ownership,
+                    sites=sites, reservations=held, preemptors=preemptors, cycle=cycle, targets=targets, writes=writes,
                     quota_status=quota_status, health=health)
     settings = Settings(fit=fit, strict_fifo=strict_fifo, preemption=preemption,
                         placement_mode="binding" if binding else "advisory",

@@ -107,11 +107,12 @@ class Unschedulable:
 
 @dataclass(frozen=True, slots=True)
 class Owner:
-    """A pod's controller ownerReference."""
+    """An object's controller ownerReference."""
 
     kind: str
     name: str
     uid: str
+    api_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +163,11 @@ class PodView:
     grace_ends: float = 0.0
     pin: PinFacts | None = None  # only for an unbound, unfinished pod of an AppWrapper
     failure: PodFailure | None = None  # only for a Failed pod: what ended it
+    # Only for a pod carrying the AppWrapper label: its controller ownerReference, the first link of the owner chain
+    # that says whether its AppWrapper's objects made it (``mcad.model.ownership``); in a worker cluster (hub mode)
+    # a wrapped bare Pod has none, and its AppWrapper's uid label says whose it is.
+    controller: Owner | None = None
+    appwrapper_uid: str = ""
 
     @property
     def gated(self) -> bool:
@@ -244,7 +250,18 @@ def pod_view(raw: Mapping[str, Any]) -> PodView:
         grace_ends=_epoch(meta.get("deletionTimestamp")),
         pin=_pin_facts(meta, spec, requests) if appwrapper and not node_name and not terminal else None,
         failure=_failure(meta, status) if appwrapper and phase == "Failed" else None,
+        controller=controller_of(meta) if appwrapper else None,
+        appwrapper_uid=as_str(as_mapping(meta.get("labels")).get(APPWRAPPER_UID_LABEL)) if appwrapper else "",
     )
+
+
+def controller_of(meta: Mapping[str, Any]) -> Owner | None:
+    """The controller ownerReference of an object's metadata (the first one marked ``controller: true``)."""
+    for ref in as_list(meta.get("ownerReferences")):
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return Owner(as_str(ref.get("kind")), as_str(ref.get("name")), as_str(ref.get("uid")),
+                         as_str(ref.get("apiVersion")))
+    return None
 
 
 def _failure(meta: Mapping[str, Any], status: Mapping[str, Any]) -> PodFailure:
@@ -279,13 +296,8 @@ def _pin_facts(meta: Mapping[str, Any], spec: Mapping[str, Any], requests: Resou
                 depth = 3
                 raw_terms = required.get("nodeSelectorTerms")
                 terms = tuple(raw_terms) if isinstance(raw_terms, list) else None
-    owner = None
-    for ref in as_list(meta.get("ownerReferences")):
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
-            owner = Owner(as_str(ref.get("kind")), as_str(ref.get("name")), as_str(ref.get("uid")))
-            break
     return PinFacts(gates=gates, constraints=PodGroup(1, requests, *pod_constraints(spec)), node_terms=terms,
-                    affinity_depth=depth, owner=owner, pinned_to=_pinned_node(terms),
+                    affinity_depth=depth, owner=controller_of(meta), pinned_to=_pinned_node(terms),
                     appwrapper_uid=as_str(as_mapping(meta.get("labels")).get(APPWRAPPER_UID_LABEL)),
                     seen=time.monotonic())
 

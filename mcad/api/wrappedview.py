@@ -1,11 +1,11 @@
 """What the controller keeps of an object an AppWrapper wraps: the slim view its informers store. Pure.
 
 Contract:
-- ``wrapped_view(raw)`` keeps what completion and failure detection (``mcad.model.lifecycle``) read of a wrapped
-  object: identity, the uid of its controlling owner (in a worker cluster, which has no ownerReference, the
-  AppWrapper uid label instead), the AppWrapper it belongs to (``"namespace/name"``, from the label mcad stamps on
-  it) and its ``status.conditions`` as (type, status, reason, message) tuples. It never raises: ill-typed fields
-  read as absent.
+- ``wrapped_view(raw)`` keeps what completion and failure detection (``mcad.model.lifecycle``) and pod ownership
+  (``mcad.model.ownership``) read of a wrapped object: identity, its controlling owner's uid (in a worker cluster,
+  which has no ownerReference, the AppWrapper uid label instead) and apiVersion, kind and name, the AppWrapper it
+  belongs to (``"namespace/name"``, from the label mcad stamps on it) and its ``status.conditions`` as (type,
+  status, reason, message) tuples. It never raises: ill-typed fields read as absent.
 - ``NOT_SYNCED`` is what a lookup answers while the kind's informer has not finished its first list
   (``mcad.k8s.wrapped.WrappedObjects.lookup``): no decision may be taken on that.
 """
@@ -38,6 +38,11 @@ class WrappedView:
     owner_uid: str  # the controlling owner's uid, else the AppWrapper uid label (hub mode); "" when neither
     appwrapper: str | None
     conditions: tuple[Condition, ...]
+    # The controlling owner's apiVersion, kind and name ("" when it has none): the next link of a pod's owner chain
+    # when this object is not itself wrapped (a Deployment's ReplicaSet), ``mcad.model.ownership``.
+    owner_api_version: str = ""
+    owner_kind: str = ""
+    owner_name: str = ""
 
     def condition(self, type_: str) -> Condition | None:
         """The condition of ``type_`` (case-insensitive), if the object reports one."""
@@ -51,8 +56,9 @@ def wrapped_view(raw: Mapping[str, Any]) -> WrappedView:
     labels = as_mapping(meta.get("labels"))
     owner = labels.get(APPWRAPPER_LABEL)
     refs = meta.get("ownerReferences")
-    owner_uid = next((str(r.get("uid") or "") for r in refs if isinstance(r, Mapping) and r.get("controller")),
-                     "") if isinstance(refs, list) else ""
+    controller = next((r for r in refs if isinstance(r, Mapping) and r.get("controller") is True),
+                      None) if isinstance(refs, list) else None
+    owner_uid = str(controller.get("uid") or "") if controller is not None else ""
     if not owner_uid and isinstance(labels.get(APPWRAPPER_UID_LABEL), str):
         owner_uid = labels[APPWRAPPER_UID_LABEL]  # hub mode: ownerReferences cannot cross clusters
     raw_conditions = as_mapping(raw.get("status")).get("conditions")
@@ -62,5 +68,12 @@ def wrapped_view(raw: Mapping[str, Any]) -> WrappedView:
     return WrappedView(namespace=namespace, name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""),
                        owner_uid=owner_uid,
                        appwrapper=f"{namespace}/{owner}" if isinstance(owner, str) and owner else None,
-                       conditions=conditions)
+                       conditions=conditions,
+                       owner_api_version=_text(controller, "apiVersion"), owner_kind=_text(controller, "kind"),
+                       owner_name=_text(controller, "name"))
+
+
+def _text(ref: Mapping[str, Any] | None, field: str) -> str:
+    value = ref.get(field) if ref is not None else None
+    return value if isinstance(value, str) else ""
 

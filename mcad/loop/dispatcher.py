@@ -242,7 +242,7 @@ class Dispatcher:
         for node in self.nodes.list():
             self.accountant.observe_node(node)
         for pod in self.pods.list():
-            self.accountant.observe_pod(self.sites.claim(pod))
+            self.accountant.observe_pod(self.owners.ownership.claim(self.sites.claim(pod)))
         if self.quota_status is not None:
             self.quota_status.read_forest()
         for aw in self.appwrappers.list():
@@ -312,18 +312,21 @@ class Dispatcher:
         pod = self.pods.get(uid)
         if pod is None:
             owner = self.accountant.forget_pod(uid)
-            self.pinning.forget(uid, owner)
+            labelled = self.owners.ownership.forget(uid)
+            self.pinning.forget(uid, owner or labelled)
             if owner:
                 self.queue.add(AppWrapperEvent(owner))
             self.active.capacity_may_have_grown()
             return
         claimed = self.sites.claim(pod)  # hub mode: a pod in a worker its AppWrapper is not placed in is nobody's
-        self.accountant.observe_pod(claimed)
+        # A pod its AppWrapper's objects did not make is nobody's, whatever its label says (mcad.loop.ownership).
+        counted = self.owners.ownership.claim(claimed)
+        self.accountant.observe_pod(counted)
         self.pinning.observe(claimed)
-        if pod.appwrapper:
-            self.queue.add(AppWrapperEvent(pod.appwrapper))
-            if pod.appwrapper in self.pending:
-                waiting = self.appwrappers.get(pod.appwrapper)
+        if counted.appwrapper:
+            self.queue.add(AppWrapperEvent(counted.appwrapper))
+            if counted.appwrapper in self.pending:
+                waiting = self.appwrappers.get(counted.appwrapper)
                 if waiting is not None:
                     self.queued.enqueue(waiting)  # its own pods now count: it may need its own group
         if pod.terminal or pod.deleting:
@@ -348,6 +351,9 @@ class Dispatcher:
             self.queue.add(AppWrapperEvent(key))
 
     def _sync_appwrapper(self, key: str) -> None:
+        # An object above some of its pods arrived, or an informer synced: pods whose verdict changed count anew.
+        for uid in self.owners.ownership.recheck(key):
+            self.queue.add(keys.PodEvent(uid))
         aw = self.appwrappers.get(key)
         if (aw is None or aw.deleting) and (key in self.pending or key in self.preemptors):
             # One that waited in the queue may have held others back (strict FIFO, a preemptor): look again.

@@ -19,6 +19,7 @@ from mcad.loop.evictions import Evictions
 from mcad.loop.follower import Follower
 from mcad.loop.health import Health
 from mcad.loop.notices import Notices
+from mcad.loop.ownership import Ownership
 from mcad.loop.pinning import Pinning
 from mcad.loop.queued import Queued
 from mcad.loop.quotastatus import QuotaStatusWriter
@@ -54,6 +55,7 @@ class Owners:
     notices: Notices
     follower: Follower
     pinning: Pinning
+    ownership: Ownership
     sites: Sites
     reservations: Reservations
     preemptors: Preemptors

@@ -10,10 +10,9 @@ Contract (DESIGN.md, "Placement binds"):
   applies to anything but the pod as mcad saw it. Patches run in the write pool,
   one key per pod, so a gang's pods are ungated in parallel; the outcome (``Ungated``) comes back to ``done``.
 - Only a pod that a dispatched AppWrapper made is placed: its ``workload.codeflare.dev/appwrapper`` label names a
-  dispatched AppWrapper of its namespace, and its controller is that AppWrapper (a wrapped Pod of that name) or one
-  of its wrapped objects by kind and name (or a ReplicaSet of a wrapped Deployment). Any other pod carrying the
-  gate stays gated, and a ``PlacementRefused`` Event on the pod says why (once per pod). A pod claiming a wrapped
-  object as its controller falsely can at most take a slot of that AppWrapper's own plan, in its own namespace.
+  dispatched AppWrapper of its namespace, and its owner chain reaches that AppWrapper's objects, uids checked
+  (``mcad.loop.ownership``). Any other pod carrying the gate stays gated, and a ``PlacementRefused`` Event on the
+  pod says why (once per pod); one whose chain cannot be told yet (an informer not synced) waits for its verdict.
   A gated pod whose AppWrapper exists but is not dispatched now (being dispatched, queued, requeued) waits and is
   looked at again when it is (``dispatched``); a gated pod of an AppWrapper that was deleted goes with it (its
   owners are the AppWrapper's, which the garbage collector deletes).
@@ -23,7 +22,9 @@ Contract (DESIGN.md, "Placement binds"):
   reservation holds and that have not refused its AppWrapper's pods, and pinned there (``Accountant.pin_extra``),
   unless its AppWrapper's running pods, its plan and it would hold more than the AppWrapper's demand
   (``Accountant.beyond_demand``): room is never promised beyond what the AppWrapper asked for, whoever made the
-  pod. Its slot goes with it, bound or gone. One that fits nowhere or would exceed the demand stays gated;
+  pod. Its slot goes with it, bound or gone, or when it is still not bound ``EXTRA_BIND_SECONDS`` after its pin
+  (no scheduler takes it: a ``PlacementReplanned`` Event on the pod says so). One that fits nowhere or would exceed
+  the demand stays gated;
   ``waiting(key)`` says why, and the AppWrapper's status lists it in ``pendingpodconditions`` ("waits for room:
   ...", "waits: ... more than its demand").
 - A pinned pod that is not bound is watched: when its node is gone, not Ready, cordoned (and it does not tolerate
@@ -77,10 +78,12 @@ from mcad.k8s.workqueue import WorkQueue
 from mcad.k8s.writes import Writes
 from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
+from mcad.loop.ownership import Ownership
 from mcad.loop.queued import Queued
 from mcad.model import placement
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.keys import DISPATCH, Key, PodCounts, PodEvent
+from mcad.model.ownership import Verdict
 from mcad.model.retry import equal_jitter
 
 log = structlog.get_logger("mcad.loop.pinning")
@@ -96,6 +99,10 @@ RECREATING_OWNERS: Final = frozenset({"ReplicaSet", "StatefulSet", "RayCluster"}
 UNGATE_ATTEMPTS: Final = 6
 UNGATE_RETRY_BASE_SECONDS: Final = 0.25
 UNGATE_RETRY_CAP_SECONDS: Final = 8.0
+# A pod pinned beyond its plan that is still not bound this long after (no scheduler takes it: a schedulerName
+# nobody serves, a scheduler down) gives back the room promised to it. The kube-scheduler binds a placeable pod in
+# well under a second; a refusal it reports is handled at once (re-planned), so this catches only the silent cases.
+EXTRA_BIND_SECONDS: Final = 120.0
 # Pods already told (by an Event) that mcad does not place them; nodes one AppWrapper's pods avoid.
 MAX_REFUSED_PODS: Final = 10_000
 MAX_AVOIDED_NODES: Final = 64
@@ -171,33 +178,6 @@ def without_pin(group: PodGroup, node: str) -> PodGroup:
     return dataclasses.replace(group, required_affinity=tuple(term for term in terms if term))
 
 
-def provenance(aw: AppWrapperView, pod: PodView) -> str:
-    """Why mcad must not place ``pod`` for ``aw`` ("" when it may): its controller must be ``aw`` (a wrapped Pod of
-    the pod's name) or one of ``aw``'s wrapped objects, or a ReplicaSet of a wrapped Deployment."""
-    pin = pod.pin
-    owner = pin.owner if pin is not None else None
-    if owner is None:
-        # In a worker cluster (hub mode) a wrapped bare Pod has no owner: its AppWrapper's uid is in a label.
-        if pin is not None and pin.appwrapper_uid and pin.appwrapper_uid == aw.uid and any(
-                i.kind == "Pod" and i.name == pod.name for i in aw.items):
-            return ""
-        return f"pod {pod.name} has no controller, so no AppWrapper made it"
-    if _made_by(aw, pod.name, owner.kind, owner.name, owner.uid):
-        return ""
-    return (f"pod {pod.name} is controlled by {owner.kind} {owner.name}, which AppWrapper {aw.name} does not wrap, "
-            f"so mcad does not place it")
-
-
-def _made_by(aw: AppWrapperView, pod: str, kind: str, name: str, uid: str) -> bool:
-    """Whether a pod named ``pod`` whose controller is ``kind name uid`` is one ``aw``'s objects made."""
-    items = aw.items
-    if kind == "AppWrapper":
-        return uid == aw.uid and any(i.kind == "Pod" and i.name == pod for i in items)
-    if kind == "ReplicaSet" and any(i.kind == "Deployment" and name.startswith(f"{i.name}-") for i in items):
-        return True
-    return any(i.kind == kind and i.name == name for i in items)
-
-
 class Where(Protocol):
     """Which API server a pod is in and what it calls its nodes: this cluster's (``Here``), or in hub mode the
     worker's (``mcad.hub.sites.WorkerPods``), whose nodes the hub's ledger names ``worker/node``."""
@@ -235,8 +215,9 @@ class Pinning:
     def __init__(self, *, binding: bool, accountant: Accountant, pods: Store[PodView], where: Where,
                  writes: Writes, queue: WorkQueue[Key], queued: Queued, active: Active, decisions: Decisions,
                  appwrappers: Store[AppWrapperView], recorder: events.EventSink,
-                 metrics: PinMetrics, monotonic: Callable[[], float] = time.monotonic,
-                 draw: Callable[[], float] = random.random) -> None:
+                 metrics: PinMetrics, ownership: Ownership, monotonic: Callable[[], float] = time.monotonic,
+                 draw: Callable[[], float] = random.random,
+                 timer: Callable[[], float] = time.monotonic) -> None:
         self.binding = binding
         self._accountant = accountant
         self._pods = pods
@@ -247,10 +228,12 @@ class Pinning:
         self._active = active
         self._decisions = decisions
         self._appwrappers = appwrappers
+        self._ownership = ownership
         self._recorder = recorder
         self._metrics = metrics
         self._monotonic = monotonic
         self._draw = draw  # jitter of the ungate retries
+        self._timer = timer  # the loop's clock (which tests step), for when a pod beyond its plan must have bound
         self._in_flight: dict[str, float] = {}  # uid -> when its ungate was submitted
         # Ungated by a patch that landed, while the informer may still show it gated: never ungated twice.
         self._ungated: set[str] = set()
@@ -264,6 +247,7 @@ class Pinning:
         self._avoid: dict[str, set[str]] = {}  # AppWrapper -> nodes that refused its pods
         self._refused: OrderedDict[str, None] = OrderedDict()  # pods told they are not placed
         self._stuck: dict[str, str] = {}  # pinned pods the scheduler refused, no other node free -> AppWrapper
+        self._extra_pins: dict[str, float] = {}  # pods pinned beyond their plans, not bound yet -> when pinned
 
     # -- pods -----------------------------------------------------------------------------------------------------
 
@@ -296,6 +280,7 @@ class Pinning:
         """It no longer waits for mcad: bound, ended, being deleted or gone."""
         self._ungated.discard(uid)
         self._stuck.pop(uid, None)
+        self._extra_pins.pop(uid, None)
         self._first_seen.pop(uid, None)
         self._failures.pop(uid, None)
         key = self._extras.pop(uid, None)
@@ -323,10 +308,13 @@ class Pinning:
             else:
                 self._refuse(pod, f"no AppWrapper {key} exists, so mcad does not place it")
             return
-        why = provenance(aw, pod)
-        if why:
-            self._refuse(pod, why)
-            return
+        judged = self._ownership.judgement(pod)
+        if judged.verdict is Verdict.UNKNOWN:
+            return  # an informer in its owner chain has not synced: its AppWrapper is woken, and its pods looked at
+        if not judged.owned:
+            if judged.settled:
+                self._refuse(pod, f"{judged.why}, so mcad does not place it")
+            return  # else its owner may not have reached its informer yet: looked at again when it does
         node = self._accountant.pin(key, uid, pod.requests, self._eligible(pod))
         if node is not None:
             self._ungate(pod, node)
@@ -397,6 +385,7 @@ class Pinning:
                 self._stuck.pop(uid, None)
             else:
                 self._check_pin(pod)
+        self._release_unbound_extras()
         if not self._extras or snapshot.room is None:
             return
         for uid, key in list(self._extras.items()):
@@ -437,7 +426,30 @@ class Pinning:
             self._accountant.pin_extra(key, uid, node, pod.requests)
             snapshot.take(pod.requests, packing.placement)
             self._metrics.pin("extra")
+            self._extra_pins[uid] = self._timer()
+            self._queue.add_after(DISPATCH, EXTRA_BIND_SECONDS)  # its bind, or its room back then
             self._ungate(pod, node)
+
+    def _release_unbound_extras(self) -> None:
+        """Pods pinned beyond their plans ``EXTRA_BIND_SECONDS`` ago and still not bound: their room is no longer
+        promised (the pod keeps its pin: Kubernetes lets an ungated pod's node selection be changed no more)."""
+        now = self._timer()
+        for uid, since in list(self._extra_pins.items()):
+            if now - since < EXTRA_BIND_SECONDS:
+                continue
+            del self._extra_pins[uid]
+            pod = self._pods.get(uid)
+            if pod is None or pod.node_name or pod.terminal:
+                continue
+            node = self._accountant.unpin(uid)
+            if node is None:
+                continue
+            why = (f"pinned to node {node} beyond its AppWrapper's plan {now - since:.0f} s ago and not bound since "
+                   f"(no scheduler took it): the room held for it is released")
+            log.warning("pod beyond its plan never bound", pod=f"{pod.namespace}/{pod.name}", node=node)
+            self._metrics.pin("unbound")
+            self._recorder.record(events.ObjectRef("v1", "Pod", pod.namespace, pod.name, pod.uid),
+                                  events.REASON_TYPES[events.PLACEMENT_REPLANNED], events.PLACEMENT_REPLANNED, why)
 
     def _wait(self, key: str, uid: str, why: str) -> None:
         """A pod beyond its plan stays gated for now: ``why`` goes to its AppWrapper's status when it changes."""

@@ -209,10 +209,6 @@ class Accountant:
             if not pods:
                 del self._pods_by_appwrapper[owner]  # deleted AppWrappers must not leave an entry each behind
 
-    def pods_of(self, key: str) -> Mapping[str, str]:
-        """uid -> phase of each pod of the AppWrapper that exists."""
-        return self._pods_by_appwrapper.get(key, {})
-
     def phases(self, key: str) -> list[str]:
         return list(self._pods_by_appwrapper.get(key, {}).values())
 

@@ -92,9 +92,18 @@ def node(name: str, cpu: str) -> dict[str, Any]:
                        "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
+def pod_meta_of(appwrapper: str | None) -> dict[str, Any]:
+    """The metadata that makes a pod one of ``appwrapper``'s (``aw``'s item, a ConfigMap, as its controller: with
+    no informers over wrapped kinds, kind and name are what the controller checks), or nobody's."""
+    if not appwrapper:
+        return {"labels": {}}
+    return {"labels": {"workload.codeflare.dev/appwrapper": appwrapper},  # the name; same namespace
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": f"{appwrapper}-cm",
+                                 "uid": f"uid-{appwrapper}-cm", "controller": True}]}
+
+
 def pod(name: str, cpu: str, *, appwrapper: str | None = None, node_name: str = "n0") -> dict[str, Any]:
-    labels = {"workload.codeflare.dev/appwrapper": appwrapper} if appwrapper else {}  # the name; same namespace
-    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels},
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", **pod_meta_of(appwrapper)},
             "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
             "status": {"phase": "Running"}}
 

@@ -34,7 +34,7 @@ from mcad.k8s.kube import ApiError
 from mcad.k8s.workqueue import WorkQueue
 from mcad.model.keys import WorkerCleanup
 from mcad.serve.debug import Reports
-from test.component.harness import RecordingWriter, node
+from test.component.harness import RecordingWriter, node, pod_meta_of
 from test.fakes import FakeClock, FakeListerWatcher, settle, wait_informed
 
 # Two workers of different sizes: "small" has one 4-cpu node, "big" two 8-cpu nodes.
@@ -173,8 +173,7 @@ def gang(name: str, pods: int, cpu: str, clusters: dict[str, Any] | None = None)
 
 
 def worker_pod(name: str, qualified_node: str, cpu: str, *, appwrapper: str | None = None) -> dict[str, Any]:
-    labels = {"workload.codeflare.dev/appwrapper": appwrapper} if appwrapper else {}
-    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": labels},
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", **pod_meta_of(appwrapper)},
             "spec": {"nodeName": qualified_node,
                      "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
             "status": {"phase": "Running"}}

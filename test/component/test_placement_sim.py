@@ -181,7 +181,8 @@ class Sim:
         for pod in sorted(self.pods(), key=lambda p: p["metadata"]["name"]):
             spec = pod["spec"]
             if (not pod["metadata"]["name"].startswith(only) or spec.get("nodeName") or spec.get("schedulingGates")
-                    or pod["status"]["phase"] != "Pending"):
+                    or pod["status"]["phase"] != "Pending"
+                    or spec.get("schedulerName", "default-scheduler") != "default-scheduler"):  # another's to place
                 continue
             used, nodes = self.used(), self.nodes()
             requests = pod_requests(pod["spec"], strict=False)

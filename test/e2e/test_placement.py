@@ -31,7 +31,9 @@ from test.e2e.conftest import (
     Controller,
     appwrapper,
     delete_fake_node,
+    fake_node,
     job_item,
+    pinned,
     running_controller,
 )
 from test.e2e.test_admission import account, kubectl, token_kubeconfig
@@ -292,8 +294,7 @@ def test_a_tenants_own_gated_pod_is_not_placed_by_mcad(kubeconfig: str, controll
             return next((e.message for e in found if e.reason == "PlacementRefused"), None)
 
         assert "has no controller, so no AppWrapper made it" in wait_until(lambda: refusal("loose"), 30, "loose")
-        assert "is controlled by AppWrapper mine, which AppWrapper mine does not wrap" in wait_until(
-            lambda: refusal("forged"), 30, "forged")
+        assert "names AppWrapper mine" in wait_until(lambda: refusal("forged"), 30, "forged")
         assert f"no AppWrapper {aws.namespace}/no-such-appwrapper exists" in wait_until(
             lambda: refusal("orphan"), 30, "orphan")
         for name in ("loose", "forged", "orphan"):
@@ -303,3 +304,60 @@ def test_a_tenants_own_gated_pod_is_not_placed_by_mcad(kubeconfig: str, controll
         assert aws.pods("mine", "Running"), "the AppWrapper's own pod was placed"
         for name in ("loose", "orphan"):  # no AppWrapper's: they do not go with the namespace's AppWrappers
             core.delete_namespaced_pod(name, aws.namespace, grace_period_seconds=0)
+
+
+def test_pods_a_tenant_makes_for_its_appwrapper_hold_no_room_and_do_not_count(
+        kubeconfig: str, controller_kubeconfig: str, aws: AppWrappers, core: k8s.CoreV1Api, tmp_path: Path) -> None:
+    """As a user holding AppWrapper, Job and pod rights, what the last review did by hand: gated pods labelled for
+    the user's running AppWrapper, naming its Job as their controller (with the Job's uid, read from its pod: a
+    made-up uid would have them deleted by the garbage collector, the owner not existing), with a schedulerName
+    nobody serves; and a plain pod carrying the label that then fails. The claims wait, the AppWrapper's demand
+    being used already, and hold no room: another AppWrapper that needs the rest of the node dispatches beside
+    them. The stray pod neither counts in the AppWrapper's pods nor resets it when it fails."""
+    admin = kube.connect(kubeconfig)
+    account(admin, aws.namespace, "carol", TENANT_RIGHTS)
+    carol = token_kubeconfig(kubeconfig, admin, aws.namespace, "carol", tmp_path / "carol")
+
+    def as_carol(body: dict[str, Any]) -> None:
+        proc = kubectl(carol, "create", {**body, "metadata": {**body["metadata"], "namespace": aws.namespace}})
+        assert proc.returncode == 0, proc.stderr
+
+    with fake_node(core, cpu="4", memory="16Gi") as on_node, \
+            running_controller(controller_kubeconfig, LOGS / "test_placement.log"):
+        as_carol(appwrapper("mine", pinned(job_item("mine", 1, "1", duration="1h"), on_node)))
+        [own] = aws.wait_pods("mine", 1)
+        [job] = [ref for ref in own.metadata.owner_references if ref.controller]
+        forged = []
+        for i in range(3):
+            body = gated_pod(f"claims-{i}", "mine", {"apiVersion": "batch/v1", "kind": "Job", "name": job.name,
+                                                     "uid": job.uid})
+            body["spec"].update(schedulerName="nobody", nodeSelector=on_node)
+            body["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
+            as_carol(body)
+            forged.append(body["metadata"]["name"])
+        stray = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "stray", "labels": {"workload.codeflare.dev/appwrapper": "mine"}},
+            "spec": {"nodeSelector": on_node, "containers": [{"name": "main", "image": "busybox"}]}}
+        as_carol(stray)
+
+        def waits_beyond_demand() -> list[str]:
+            return [p["podname"] for p in aws.status("mine").get("pendingpodconditions") or []
+                    if "more than its demand" in p["conditions"][0]["message"]]
+
+        assert sorted(wait_until(waits_beyond_demand, 30, "the claims to wait beyond the demand")) == [
+            "claims-0", "claims-1", "claims-2"]
+        # Room for three more cpu is not promised to them: another AppWrapper that needs it dispatches now.
+        aws.create(appwrapper("beside", pinned(job_item("beside", 3, "1", duration="1h"), on_node)))
+        aws.wait_pods("beside", 3)
+        wait_until(lambda: core.read_namespaced_pod("stray", aws.namespace).status.phase == "Running", 60,
+                   "the stray pod to run")
+        core.patch_namespaced_pod_status("stray", aws.namespace, {"status": {"phase": "Failed"}})
+        wait_until(lambda: aws.status("mine").get("failed") == 0 and aws.status("mine").get("running") == 1, 30,
+                   "the AppWrapper's counts, its own pod only")
+        status = aws.status("mine")
+        assert status["state"] == "Running" and not status.get("resettingCount"), status
+        for name in forged:
+            pod = core.read_namespaced_pod(name, aws.namespace)
+            assert [g.name for g in pod.spec.scheduling_gates or []] == ["mcad.codeflare.dev/placement"], name
+            core.delete_namespaced_pod(name, aws.namespace, grace_period_seconds=0)
+        core.delete_namespaced_pod("stray", aws.namespace, grace_period_seconds=0)

@@ -134,12 +134,12 @@ def test_the_pod_index_follows_a_pods_appwrapper_label() -> None:
     acc = accountant("n1")
     raw = raw_pod("u1", node_name="n1", phase="Running", aw="a")
     acc.observe_pod(pod_view(raw))
-    assert dict(acc.pods_of(KEY)) == {"u1": "Running"} and acc.has_pods(KEY)
+    assert [p.uid for p in acc.pods(KEY)] == ["u1"] and acc.phases(KEY) == ["Running"] and acc.has_pods(KEY)
 
     raw["metadata"]["labels"][APPWRAPPER_LABEL] = "b"
     acc.observe_pod(pod_view(raw))
-    assert not acc.has_pods(KEY) and dict(acc.pods_of(KEY)) == {}
-    assert dict(acc.pods_of("ns/b")) == {"u1": "Running"}
+    assert not acc.has_pods(KEY) and acc.pods(KEY) == []
+    assert [p.uid for p in acc.pods("ns/b")] == ["u1"]
     assert acc.ledger.consumed(KEY) == ZERO and acc.ledger.consumed("ns/b") == ONE
 
     del raw["metadata"]["labels"][APPWRAPPER_LABEL]

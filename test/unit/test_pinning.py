@@ -8,12 +8,11 @@ from typing import Any
 
 import pytest
 
-from mcad.api.appwrapper import appwrapper_view
 from mcad.api.resources import ZERO
 from mcad.api.views import PLACEMENT_GATE, pod_view
 from mcad.errors import ApiError
 from mcad.k8s.workqueue import WorkQueue
-from mcad.loop.pinning import UNGATE_RETRY_BASE_SECONDS, Pinning, Ungated, provenance, ungate_patch
+from mcad.loop.pinning import UNGATE_RETRY_BASE_SECONDS, Pinning, Ungated, ungate_patch
 from mcad.model.accounting import Accountant
 from mcad.model.keys import PodEvent
 from test.fakes import FakeClock, apply_json_patch
@@ -115,36 +114,6 @@ def test_without_a_node_only_the_gate_goes() -> None:
     assert view.pin is not None
     patched = apply_json_patch(raw, ungate_patch("u1", view.pin, ""))
     assert "schedulingGates" not in patched["spec"] and "affinity" not in patched["spec"]
-
-
-def _aw(*items: dict[str, Any]) -> Any:
-    return appwrapper_view({"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
-                            "metadata": {"name": "a", "namespace": "ns", "uid": "aw-uid"},
-                            "spec": {"resources": {"GenericItems": [{"generictemplate": i} for i in items]}}})
-
-
-JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"}, "spec": {"template": {"spec": {
-    "containers": [{"name": "c"}]}}}}
-DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {"template": {
-    "spec": {"containers": [{"name": "c"}]}}}}
-POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pod-u1"}, "spec": {"containers": [{"name": "c"}]}}
-
-
-@pytest.mark.parametrize(("owner", "placed"), [
-    ({"kind": "Job", "name": "train", "uid": "x"}, True),
-    ({"kind": "ReplicaSet", "name": "web-7d9f", "uid": "x"}, True),
-    ({"kind": "AppWrapper", "name": "a", "uid": "aw-uid"}, True),  # the wrapped Pod named pod-u1
-    ({"kind": "AppWrapper", "name": "a", "uid": "forged"}, False),
-    ({"kind": "Job", "name": "not-wrapped", "uid": "x"}, False),
-    ({"kind": "ReplicaSet", "name": "webby", "uid": "x"}, False),
-    (None, False),
-])
-def test_only_pods_an_appwrapper_made_are_placed(owner: dict[str, Any] | None, placed: bool) -> None:
-    pod = pod_view(gated(owner=owner))
-    why = provenance(_aw(JOB, DEPLOYMENT, POD), pod)
-    assert (why == "") is placed, why
-    if not placed:
-        assert "mcad does not place it" in why or "no controller" in why
 
 
 # -- slots ------------------------------------------------------------------------------------------------------------
@@ -264,7 +233,7 @@ def test_ungate_retries_are_jittered_so_a_gangs_pods_do_not_retry_in_step() -> N
     draws = iter([0.0, 0.999])
     pinning = Pinning(binding=True, accountant=accountant(), pods=_Pods(gated("u1"), gated("u2")),
                       where=None, writes=None, queue=queue, queued=None, active=None, decisions=None,  # type: ignore[arg-type]
-                      appwrappers=None, recorder=None, metrics=None,  # type: ignore[arg-type]
+                      appwrappers=None, recorder=None, metrics=None, ownership=None,  # type: ignore[arg-type]
                       monotonic=clock.monotonic, draw=lambda: next(draws))
     for uid in ("u1", "u2"):
         pinning.done(Ungated(uid, KEY, "n1", ApiError(500, "InternalError", "webhook timed out")))
