@@ -54,7 +54,8 @@ def base_units(resource: str, amount: int) -> float:
 
 # Every series of mcad_caller_refusals exists from the start (rate() needs a zero).
 CALLER_REFUSALS = (("webhook", "unauthenticated"), ("webhook", "access_reviews_source"),
-                   ("webhook", "access_reviews_total"), ("http", "unknown_tokens"))
+                   ("webhook", "access_reviews_total"), ("webhook", "access_reviews_api_server_total"),
+                   ("http", "unknown_tokens"))
 
 # The loop publishes its state for scrapes at most this often (and within this long of a change).
 PUBLISH_INTERVAL_SECONDS = 1.0
@@ -219,9 +220,10 @@ class _StateCollector(Collector):
             refusals = CounterMetricFamily(
                 "mcad_caller_refusals", "Requests refused to bound what an unauthenticated caller can cost, by "
                 "endpoint and reason: webhook/unauthenticated (no accepted client certificate or token, 401), "
-                "webhook/access_reviews_source and webhook/access_reviews_total (a SubjectAccessReview over the "
-                "bound per source or in all: the review is refused), http/unknown_tokens (a TokenReview of an "
-                "unknown bearer token over the bound, 503).", labels=["endpoint", "reason"])
+                "webhook/access_reviews_source, webhook/access_reviews_total and "
+                "webhook/access_reviews_api_server_total (a SubjectAccessReview over the bound per source, in all, "
+                "or in all for the API server's addresses: the review is refused), http/unknown_tokens (a "
+                "TokenReview of an unknown bearer token over the bound, 503).", labels=["endpoint", "reason"])
             refused: dict[tuple[str, str], int] = dict.fromkeys(CALLER_REFUSALS, 0)
             refused.update(s.caller_refusals())
             for (endpoint, reason), count in sorted(refused.items()):

@@ -20,21 +20,35 @@ Contract:
   one.
 - ``TokenBucket`` and ``SourceBuckets`` bound a rate: a bucket of ``burst`` tokens refilled at ``rate`` per second
   by the clock it is handed. ``SourceBuckets`` keeps one bucket per source (the peer's IP), at most
-  ``max_sources`` (least recently used forgotten), and a global bucket over all sources: a request takes from
-  both or from neither. Admission's SubjectAccessReviews (``mcad.admission.kubefacts``) and the metrics endpoint's
-  TokenReviews of unknown tokens (``mcad.serve.endpointauth``) are bounded with them.
+  ``max_sources`` (least recently used forgotten), and a shared bucket over all sources: a request takes from
+  both or from neither. Sources in ``api_servers`` (the admin's ``--api-server-cidrs``) take instead from a total
+  bucket of their own, of the same size, which no other source can spend: forged reviews from anywhere else
+  cannot use up what the API server's own reviews need. Admission's SubjectAccessReviews
+  (``mcad.admission.kubefacts``) and the metrics endpoint's TokenReviews of unknown tokens
+  (``mcad.serve.endpointauth``) are bounded with them.
+- ``SourceNetworks`` holds those CIDRs; ``in`` tells whether a peer address (IPv4, IPv6, IPv4-mapped IPv6) is in
+  one of them (an address that does not parse is not).
+- ``RefusalSummary`` bounds the log lines of refused reviews from callers not known to be the API server (anyone
+  can send a forged review that is refused; each refusal must not be a line): per source and per ``interval`` of
+  the clock it is handed, the first refusal is logged in full and the rest are counted, then logged as one line
+  ("refused N reviews from A in the last S s: <first reason among them>") once the interval is over (at the next
+  ``note`` or ``flush``, whichever comes first; the webhook server flushes every fraction of a second). A source
+  that keeps being refused gets one counted line per interval. At most ``max_sources`` sources are tracked at
+  once; refusals from others are counted together and logged as one line per interval.
 - ``CallerRefusals`` counts refusals by (endpoint, reason) for ``/metrics`` (``mcad_caller_refusals_total``).
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import os
 import ssl
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -47,6 +61,9 @@ log = structlog.get_logger("mcad.admission.callers")
 LOG_INTERVAL = 60.0
 LOG_LINES = 20
 LOG_SOURCES = 1024
+# Refused reviews: sources summarized at once (beyond them, refusals are counted under one line), and the interval.
+SUMMARY_SOURCES = 64
+SUMMARY_INTERVAL = 60.0
 # How often the token file is checked for a change (a stat, not a read).
 TOKEN_RECHECK_SECONDS = 1.0
 # Admission's SubjectAccessReviews. The API server is one source for every legitimate review, and admission caches
@@ -85,21 +102,59 @@ class TokenBucket:
         return True
 
 
+class SourceNetworks:
+    """CIDRs (the API server's addresses as its traffic reaches the controller); ``address in networks``."""
+
+    def __init__(self, cidrs: Iterable[str] = ()) -> None:
+        """``ValueError`` naming the first entry that is not an address or a CIDR."""
+        networks = []
+        for cidr in cidrs:
+            try:
+                networks.append(ipaddress.ip_network(cidr.strip(), strict=False))
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not an IP address or CIDR (e.g. 10.0.0.10/32)") from None
+        self.networks = tuple(networks)
+
+    def __bool__(self) -> bool:
+        return bool(self.networks)
+
+    def __contains__(self, address: object) -> bool:
+        if not self.networks or not isinstance(address, str):
+            return False
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return False
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped  # a dual-stack socket names an IPv4 peer so
+        return any(ip in network for network in self.networks)
+
+    def __str__(self) -> str:
+        return ",".join(str(n) for n in self.networks)
+
+
 class SourceBuckets:
-    """A bucket per source (bounded, LRU) and one for all sources; ``take(source)`` says which refused, if any."""
+    """A bucket per source (bounded, LRU) and a shared one for all sources, or the API server's own for sources in
+    ``api_servers``; ``take(source)`` says which refused, if any."""
 
     def __init__(self, *, per_source: float, burst: int, total: float, total_burst: int | None = None,
-                 max_sources: int = MAX_SOURCES, clock: Callable[[], float] = time.monotonic) -> None:
+                 max_sources: int = MAX_SOURCES, api_servers: SourceNetworks | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.per_source = per_source
         self.burst = burst
         self.max_sources = max_sources
+        self.api_servers = api_servers or SourceNetworks()
         self._clock = clock
         self._lock = threading.Lock()
         self._sources: OrderedDict[str, TokenBucket] = OrderedDict()
-        self.total = TokenBucket(total, max(total_burst if total_burst is not None else 2 * burst, 1), clock)
+        shared_burst = max(total_burst if total_burst is not None else 2 * burst, 1)
+        self.total = TokenBucket(total, shared_burst, clock)
+        self.api_server_total = TokenBucket(total, shared_burst, clock)
 
     def take(self, source: str) -> str | None:
-        """None when both buckets had a token (both are taken); else "source" or "total" (none is taken)."""
+        """None when both buckets had a token (both are taken); else "source", "total" or "api_server_total" (none
+        is taken)."""
+        api_server = source in self.api_servers
         with self._lock:
             bucket = self._sources.get(source)
             if bucket is None:
@@ -111,7 +166,10 @@ class SourceBuckets:
                 self._sources.move_to_end(source)
             if bucket.available() < 1:
                 return "source"
-            if not self.total.take():
+            if api_server:
+                if not self.api_server_total.take():
+                    return "api_server_total"
+            elif not self.total.take():
                 return "total"
             bucket.take()
             return None
@@ -165,6 +223,93 @@ class RefusalLog:
                 self._last.popitem(last=False)
             skipped, self.suppressed = self.suppressed, 0
             return True, skipped
+
+
+@dataclass
+class _Window:
+    opened: float
+    count: int = 0  # refusals after the first, which was logged in full
+    reason: str = ""  # the first reason among them
+    sources: int = 0  # for the overflow window: how many sources were over the bound
+
+
+class RefusalSummary:
+    """Refused reviews from one source logged once per interval with a count (see the module contract)."""
+
+    OVERFLOW = "other sources"
+
+    def __init__(self, *, interval: float = SUMMARY_INTERVAL, max_sources: int = SUMMARY_SOURCES,
+                 clock: Callable[[], float] = time.monotonic,
+                 emit: Callable[..., None] | None = None) -> None:
+        self.interval = interval
+        self.max_sources = max_sources
+        self._clock = clock
+        self._emit = emit or log.info
+        self._lock = threading.Lock()
+        # Every window lasts ``interval`` and is added when opened: the first one is always the first to end.
+        self._windows: OrderedDict[str, _Window] = OrderedDict()
+        self._overflow: _Window | None = None
+        self._overflow_sources: set[str] = set()
+
+    def note(self, source: str, reason: str, **details: object) -> None:
+        """A refusal of a review from ``source``: logged in full (``details``) if it is the first of its window."""
+        lines: list[tuple[str, dict[str, object]]] = []
+        with self._lock:
+            now = self._clock()
+            self._close_due(now, lines)
+            window = self._windows.get(source)
+            if window is not None:
+                if window.count == 0:
+                    window.reason = reason
+                window.count += 1
+            elif len(self._windows) < self.max_sources:
+                self._windows[source] = _Window(now)
+                lines.append(("admission refused", {**details, "source": source, "reason": reason}))
+            else:
+                if self._overflow is None:
+                    self._overflow = _Window(now)
+                    self._overflow_sources = set()
+                if self._overflow.count == 0:
+                    self._overflow.reason = reason
+                self._overflow.count += 1
+                if len(self._overflow_sources) < self.max_sources:  # a count, not a list: bounded too
+                    self._overflow_sources.add(source)
+                self._overflow.sources = max(self._overflow.sources, len(self._overflow_sources))
+        for event, fields in lines:  # outside the lock: a slow log sink must not hold every reviewer
+            self._emit(event, **fields)
+
+    def flush(self) -> None:
+        """Log the windows that have ended (the webhook server calls it periodically)."""
+        lines: list[tuple[str, dict[str, object]]] = []
+        with self._lock:
+            self._close_due(self._clock(), lines)
+        for event, fields in lines:
+            self._emit(event, **fields)
+
+    def tracked(self) -> int:
+        with self._lock:
+            return len(self._windows)
+
+    def _close_due(self, now: float, lines: list[tuple[str, dict[str, object]]]) -> None:
+        seconds = f"{self.interval:g}"
+        while self._windows:
+            source, window = next(iter(self._windows.items()))
+            if now - window.opened < self.interval:
+                break
+            del self._windows[source]
+            if window.count:
+                lines.append((f"refused {window.count} reviews from {source} in the last {seconds} s: "
+                              f"{window.reason}", {"source": source, "refused": window.count}))
+                # Still refused: the next window's first refusal is counted too, not logged in full again. It opens
+                # now (not where the last one ended), so the windows stay in the order they end.
+                self._windows[source] = _Window(now)
+        overflow = self._overflow
+        if overflow is not None and now - overflow.opened >= self.interval:
+            self._overflow = None
+            lines.append((f"refused {overflow.count} reviews from {overflow.sources}"
+                          f"{'+' if overflow.sources >= self.max_sources else ''} {self.OVERFLOW} in the last "
+                          f"{seconds} s (over the {self.max_sources} sources tracked at once): {overflow.reason}",
+                          {"source": self.OVERFLOW, "refused": overflow.count}))
 
 
 class WatchedFile:

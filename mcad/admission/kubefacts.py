@@ -20,9 +20,11 @@ Contract (``KubeFacts(conn)``; see ``mcad.admission.facts`` for what each method
     request a discovery call.
   * Namespaces and PriorityClasses, ``OBJECT_TTL`` (10 s): the admin's labels and values.
 - SubjectAccessReviews actually sent (cache misses) are bounded by ``access_reviews`` (a
-  ``callers.SourceBuckets``: per source, the webhook's peer as ``facts.current_source()`` names it, and in all):
-  one over the bound is not sent; ``FactUnavailable`` "too many access reviews from <source>; retry" refuses the
-  request instead (never admits it), and ``refusals`` counts it. Without ``access_reviews``, no bound (tests).
+  ``callers.SourceBuckets``: per source, the webhook's peer as ``facts.current_source()`` names it, and in all,
+  with a total of their own for the API server's addresses when the admin gave them): one over the bound is not
+  sent; ``FactUnavailable`` "too many access reviews from <source>; retry" (or "... from all sources at once", or
+  "... from the API server's addresses at once") refuses the request instead (never admits it), and ``refusals``
+  counts it. Without ``access_reviews``, no bound (tests).
 - Inside ``facts.at_hand_only()`` nothing is sent: a question not answered by the caches raises ``WouldAsk``
   before any request or access review is counted.
 - Names taken from the request (API versions, namespaces, PriorityClass names) are checked against the Kubernetes
@@ -179,6 +181,9 @@ class KubeFacts:
                     self._refusals.count("webhook", f"access_reviews_{refused}")
                 if refused == "source":
                     raise FactUnavailable(f"could not check {what}: too many access reviews from {source}; retry")
+                if refused == "api_server_total":
+                    raise FactUnavailable(f"could not check {what}: too many access reviews from the API server's "
+                                          f"addresses at once (this one from {source}); retry")
                 raise FactUnavailable(f"could not check {what}: too many access reviews from all sources at once "
                                       f"(this one from {source}); retry")
         answer = self._request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", what, body)

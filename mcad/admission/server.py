@@ -7,7 +7,11 @@ Contract:
 - A body that is not an AdmissionReview: 400 with the reason. A body longer than ``max_body_bytes``: 413, unread.
   No Content-Length: 411. Any other path: 404; any other method: 405.
 - A reviewer that raises refuses the request (allowed=false, "internal error ..."): nothing is admitted unchecked.
-  Each refusal is one log line (appwrapper=ns/name, user, reason).
+  A refusal of a review from a caller known to be the API server (it passed ``caller_check``, or its address is in
+  ``api_servers``) is one log line (appwrapper=ns/name, user, source, reason). From any other caller, which may be
+  anyone who reaches the port, refusals go to ``refusal_summary`` (``callers.RefusalSummary``): the first from a
+  source in an interval is that same line, the rest one counted line per source per interval, over a bounded
+  number of sources; the front door's periodic sweep flushes it (``tick``).
 - ``caller_check(headers, peer certificate DER or None, peer IP)``, when given, runs before the body is read: a
   reason returned is answered 401 ``{"error": reason}`` and the connection closed, the body unread.
 - A request of at most ``quick_body_bytes`` is judged first on the front door's event loop with the facts at hand
@@ -39,6 +43,7 @@ from typing import Any
 
 import structlog
 
+from mcad.admission.callers import RefusalSummary, SourceNetworks
 from mcad.admission.facts import WouldAsk, at_hand_only
 from mcad.admission.request import AdmissionRequest, Outcome, Reviewer
 from mcad.serve import frontdoor
@@ -95,10 +100,13 @@ class _Webhooks:
     name = "webhook"
 
     def __init__(self, routes: dict[str, tuple[str, Reviewer]], max_body: int,
-                 caller_check: CallerCheck | None) -> None:
+                 caller_check: CallerCheck | None, api_servers: SourceNetworks | None = None,
+                 refusal_summary: RefusalSummary | None = None) -> None:
         self.routes = routes
         self.max_body = max_body
         self.caller_check = caller_check
+        self.api_servers = api_servers or SourceNetworks()
+        self.refusal_summary = refusal_summary or RefusalSummary()
         # Run by the front door in a worker before the body is read (None: nothing to check).
         self.precheck: Callable[[Head], Response | None] | None = self._check_caller if caller_check else None
 
@@ -125,8 +133,15 @@ class _Webhooks:
 
     def handle(self, head: Head, body: bytes) -> Response:
         name, reviewer = self.routes[head.path]
-        code, answer = review(name, reviewer, body, source=head.peer)
+        # With a caller check, every review that gets this far is the API server's.
+        trusted = self.caller_check is not None or head.peer in self.api_servers
+        code, answer = review(name, reviewer, body, source=head.peer,
+                              refusals=None if trusted else self.refusal_summary)
         return _json(code, answer, close=code != 200)
+
+    def tick(self) -> None:
+        """On the front door's sweep: log the refusal counts whose interval is over."""
+        self.refusal_summary.flush()
 
     def quick(self, head: Head, body: bytes) -> Response | None:
         """The answer judged with the facts at hand, or None when a fact must be asked for (then ``handle``)."""
@@ -152,10 +167,11 @@ class WebhookServer:
                  workers: int = DEFAULT_WORKERS, worker_wait: float = DEFAULT_WORKER_WAIT,
                  big_body_bytes: int = BIG_BODY_BYTES, big_lane: int = BIG_LANE,
                  quick_body_bytes: int = QUICK_BODY_BYTES, clock: Callable[[], float] = time.monotonic,
-                 sweep_seconds: float | None = frontdoor.SWEEP_SECONDS) -> None:
+                 sweep_seconds: float | None = frontdoor.SWEEP_SECONDS, api_servers: SourceNetworks | None = None,
+                 refusal_summary: RefusalSummary | None = None) -> None:
         """``max_connections`` None: sized from the open files limit (``mcad.serve.frontdoor.connection_cap``).
         ``clock`` and ``sweep_seconds`` go to the front door: a test that steps its own clock passes None and calls
-        ``door.sweep()`` to have the deadlines checked."""
+        ``door.sweep()`` to have the deadlines checked. ``refusal_summary`` defaults to one on ``clock``."""
         host, port = parse_bind_address(bind_address)
         cap = max_connections if max_connections is not None else frontdoor.connection_cap(
             frontdoor.open_files_limit())
@@ -164,7 +180,7 @@ class WebhookServer:
                         max_body_bytes=max_body_bytes, workers=workers, worker_wait=worker_wait,
                         big_body_bytes=big_body_bytes, big_lane=big_lane, quick_body_bytes=quick_body_bytes)
         service = _Webhooks({"/mutate": ("mutate", mutate), "/validate": ("validate", validate)}, max_body_bytes,
-                            caller_check)
+                            caller_check, api_servers, refusal_summary or RefusalSummary(clock=clock))
         self.service = service
         self.door = FrontDoor(service, (host, port), limits, tls=tls, share_port=share_port,
                               server_header="mcad-webhook", clock=clock, sweep_seconds=sweep_seconds)
@@ -185,7 +201,8 @@ class WebhookServer:
         self.door.start()
         log.info("webhook server listening", address=self.door.address[0], port=self.port,
                  endpoints="/mutate /validate", max_connections=self.door.limits.max_connections,
-                 workers=self.door.limits.workers, caller_check=self.service.caller_check is not None)
+                 workers=self.door.limits.workers, caller_check=self.service.caller_check is not None,
+                 api_servers=str(self.service.api_servers) or None)
 
     def drain(self) -> None:
         """From now on every answer closes its connection (``FrontDoor.drain``): the server is about to stop."""
@@ -195,9 +212,11 @@ class WebhookServer:
         self.door.stop()
 
 
-def review(name: str, reviewer: Reviewer, body: bytes, *, source: str = "") -> tuple[int, dict[str, Any]]:
+def review(name: str, reviewer: Reviewer, body: bytes, *, source: str = "",
+           refusals: RefusalSummary | None = None) -> tuple[int, dict[str, Any]]:
     """The HTTP status and JSON answer to one request body (pure, apart from the reviewer and the log); ``source``
-    is the caller's address, handed to the reviewer in ``AdmissionRequest.source``."""
+    is the caller's address, handed to the reviewer in ``AdmissionRequest.source``. A refusal is logged, one line
+    each, or through ``refusals`` when given (a caller not known to be the API server)."""
     try:
         request = AdmissionRequest.parse(json.loads(body), source=source)
     except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
@@ -212,6 +231,10 @@ def review(name: str, reviewer: Reviewer, body: bytes, *, source: str = "") -> t
         outcome = Outcome.deny(f"mcad admission: internal error in the {name} webhook ({type(err).__name__}); "
                                "the request was not admitted", code=500)
     if not outcome.allowed:
-        log.info("admission refused", webhook=name, appwrapper=f"{request.namespace}/{request.name}",
-                 user=request.user.username, operation=request.operation, reason=outcome.message)
+        details = {"webhook": name, "appwrapper": f"{request.namespace}/{request.name}",
+                   "user": request.user.username, "operation": request.operation}
+        if refusals is not None:
+            refusals.note(source, outcome.message, **details)
+        else:
+            log.info("admission refused", **details, source=source, reason=outcome.message)
     return 200, outcome.response(request.uid)

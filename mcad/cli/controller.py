@@ -10,7 +10,8 @@ Every replica, leader or standby, serves the AppWrapper admission webhooks over 
 ``mcad.admission.server`` and ``mcad.admission.certs``), from before leader election until it exits; /readyz waits
 for their certificate. Before serving, it learns its own username (SelfSubjectReview; exit code 2 when it cannot):
 with ``--status-writer``'s, the only users whose writes of AppWrapper status admission lets through.
-Who may call them (``--webhook-client-ca``, ``--webhook-token-file``: off by default) and what
+Who may call them (``--webhook-client-ca``, ``--webhook-token-file``: off by default), which addresses are the
+API server's (``--api-server-cidrs``: its own SubjectAccessReview total, and refusals logged one by one) and what
 any caller may cost (``--webhook-access-reviews-*``, ``--unknown-tokens-*``: always bounded) are
 ``mcad.admission.callers``'s; refusals are counted in ``mcad_caller_refusals_total``.
 
@@ -338,6 +339,13 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
               help="How many SubjectAccessReviews one caller may cause at once beyond the rate (a cold cache).")
 @click.option("--webhook-access-reviews-total", type=click.FloatRange(min=0.1), default=callers.ACCESS_REVIEWS_TOTAL,
               help="SubjectAccessReviews per second for all callers together (burst: twice the per-caller burst).")
+@click.option("--api-server-cidrs", default="", metavar="CIDR[,CIDR...]",
+              help="The API server's addresses as its traffic reaches this controller (comma-separated CIDRs or "
+                   "addresses; the chart passes networkPolicy.apiServerCIDRs). Reviews from them get a total of "
+                   "SubjectAccessReviews of their own (--webhook-access-reviews-total) that callers elsewhere "
+                   "cannot use up, and their refusals are logged one line each; refused reviews from anywhere else "
+                   "are logged once per source per minute with a count. Empty: no address is known to be the API "
+                   "server's (with webhook client authentication on, every caller that passes it is).")
 @click.option("--unknown-tokens-per-second", type=click.FloatRange(min=0.1),
               default=endpointauth.UNKNOWN_TOKENS_PER_SECOND,
               help="TokenReviews per second for bearer tokens /metrics and /debug have not seen accepted before "
@@ -375,7 +383,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
          webhook_cert_poll_seconds: float, webhook_drain_seconds: float, webhook_client_ca: str | None,
          webhook_client_names: tuple[str, ...],
          webhook_token_file: str | None, webhook_access_reviews_per_second: float, webhook_access_reviews_burst: int,
-         webhook_access_reviews_total: float, unknown_tokens_per_second: float, unknown_tokens_burst: int,
+         webhook_access_reviews_total: float, api_server_cidrs: str, unknown_tokens_per_second: float,
+         unknown_tokens_burst: int,
          admission_allowed_kinds: str, status_writers: tuple[str, ...],
          log_level: str, log_format: str, connect_only: bool, **fault_options: Any) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
@@ -394,6 +403,10 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
             raise click.UsageError(str(err)) from err
     if webhook_client_names and not webhook_client_ca:
         raise click.UsageError("--webhook-client-name needs --webhook-client-ca")
+    try:
+        api_servers = callers.SourceNetworks(c for c in api_server_cidrs.split(",") if c.strip())
+    except ValueError as err:
+        raise click.UsageError(f"--api-server-cidrs: {err}") from err
     if webhook_enabled:
         try:
             server.parse_bind_address(webhook_bind_address)
@@ -498,7 +511,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                                                           default_max_priority=default_max_priority),
                                clients=WebhookClients(webhook_client_ca, webhook_client_names, webhook_token_file,
                                                       webhook_access_reviews_per_second, webhook_access_reviews_burst,
-                                                      webhook_access_reviews_total, refusals))
+                                                      webhook_access_reviews_total, refusals, api_servers))
         except OSError as err:
             logger.error("cannot serve the admission webhooks", address=webhook_bind_address, reason=str(err))
             sys.exit(2)
@@ -657,6 +670,7 @@ class WebhookClients:
     access_reviews_burst: int = callers.ACCESS_REVIEWS_BURST
     access_reviews_total: float = callers.ACCESS_REVIEWS_TOTAL
     refusals: callers.CallerRefusals = dataclasses.field(default_factory=callers.CallerRefusals)
+    api_servers: callers.SourceNetworks = dataclasses.field(default_factory=callers.SourceNetworks)
 
     def check(self) -> callers.CallerCheck | None:
         if self.client_ca is None and self.token_file is None:
@@ -686,12 +700,14 @@ def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: s
     config = dataclasses.replace(admission or admission_review.AdmissionConfig(), controller_namespace=namespace,
                                  limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes))
     access_reviews = callers.SourceBuckets(per_source=clients.access_reviews_per_second,
-                                           burst=clients.access_reviews_burst, total=clients.access_reviews_total)
+                                           burst=clients.access_reviews_burst, total=clients.access_reviews_total,
+                                           api_servers=clients.api_servers)
     mutate, validate = admission_review.build(KubeFacts(conn, access_reviews=access_reviews,
                                                         refusals=clients.refusals), config)
     httpd = webhook_server.WebhookServer(address, tls=certificates.context, mutate=mutate, validate=validate,
                                          max_body_bytes=webhook_server.max_body_bytes(max_appwrapper_bytes),
-                                         share_port=share_port, caller_check=clients.check())
+                                         share_port=share_port, caller_check=clients.check(),
+                                         api_servers=clients.api_servers)
     return Webhook(httpd, certificates)
 
 

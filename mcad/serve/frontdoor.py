@@ -35,6 +35,7 @@ Contract:
   that raises, there or in ``quick``: 500, one log line). An answer to a request
   whose body was not read closes the connection. ``Head`` carries the peer's address and, over TLS, its
   certificate (DER) if it sent one.
+- The service's optional ``tick()`` runs on the event loop at every sweep of the deadlines (must not block).
 - ``drain()`` before ``stop()``: every answer from then on closes its connection (``Connection: close``).
 - ``stats`` counts open connections, requests in progress and every connection closed or request refused by the
   door, by reason (``mcad.metrics`` exports them as ``mcad_http_*``); a warning when a connection or a request is
@@ -199,6 +200,7 @@ class Service(Protocol):
         """In a worker thread."""
 
     # Optional: ``quick(head, body) -> Response | None``, on the event loop (see the contract).
+    # Optional: ``tick()``, on the event loop at every sweep (``sweep_seconds``), must not block: periodic chores.
 
     def busy(self, head: Head, body: bytes | None, reason: str) -> Response:
         """The answer when no worker took the request in time."""
@@ -633,6 +635,9 @@ class FrontDoor:
         expired = self.workers.expire()
         for _ in range(expired):
             self.stats.reject("busy")
+        tick = getattr(self.service, "tick", None)
+        if tick is not None:
+            tick()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

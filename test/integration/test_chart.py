@@ -843,6 +843,21 @@ def test_given_the_api_servers_range_only_it_reaches_the_webhooks_and_the_http_p
     assert http_rule == {"ports": [{"port": "http", "protocol": "TCP"}], "from": [*api_servers, prometheus]}
 
 
+def test_the_api_servers_range_goes_to_the_controller_too_with_or_without_the_policy(tmp_path: Path) -> None:
+    """The controller gives the API server's addresses a SubjectAccessReview total of their own: on a CNI that does
+    not enforce NetworkPolicy, forged reviews from elsewhere still reach the port."""
+    assert not [a for a in controller_pod(chart.render())["containers"][0]["args"]
+                if a.startswith("--api-server-cidrs")]
+    for enabled in (True, False):
+        values = {"networkPolicy": {"enabled": enabled, "apiServerCIDRs": ["10.0.0.10/32", "fd00::10/128"]}}
+        args = controller_pod(chart.render(values=values, tmp=tmp_path))["containers"][0]["args"]
+        assert [a for a in args if a.startswith("--api-server-cidrs")] == [
+            "--api-server-cidrs=10.0.0.10/32,fd00::10/128"]
+    values = {"webhook": {"enabled": False}, "networkPolicy": {"apiServerCIDRs": ["10.0.0.10/32"]}}
+    args = controller_pod(chart.render(values=values, tmp=tmp_path))["containers"][0]["args"]
+    assert "--no-webhook" in args and not [a for a in args if a.startswith("--api-server-cidrs")]
+
+
 def test_listed_http_peers_alone_restrict_the_http_port_not_the_webhooks(tmp_path: Path) -> None:
     peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     webhook_rule, http_rule = network_policy(chart.render(

@@ -86,6 +86,43 @@ def test_tracked_sources_are_bounded_least_recently_used_first() -> None:
     assert buckets.take("b") is None  # a fresh bucket: the total bounds what forgetting costs
 
 
+def test_the_api_servers_addresses_have_a_total_no_other_source_can_spend() -> None:
+    clock = Clock()
+    buckets = callers.SourceBuckets(per_source=1.0, burst=5, total=1.0, total_burst=6, clock=clock,
+                                    api_servers=callers.SourceNetworks(["10.0.0.10/32", "fd00::/64"]))
+    # Three forging sources empty the shared total between them.
+    forged = [buckets.take(source) for source in ("10.1.0.1", "10.1.0.2", "10.1.0.3") for _ in range(3)]
+    assert forged.count(None) == 6 and set(forged[6:]) == {"total"}
+    # The API server (IPv4, IPv4-mapped on a dual-stack socket, IPv6) still has its own.
+    assert buckets.take("10.0.0.10") is None
+    assert buckets.take("::ffff:10.0.0.10") is None
+    assert buckets.take("fd00::7") is None
+    # Its total is as large as the shared one, and bounded all the same.
+    assert [buckets.take("10.0.0.10") for _ in range(4)] == [None, None, None, "api_server_total"]
+    assert buckets.take("fd00::8") == "api_server_total"
+    assert buckets.take("10.1.0.4") == "total"  # and the shared one got nothing back from it
+    clock.now += 1.0  # one more in each total
+    assert buckets.take("10.0.0.10") is None and buckets.take("10.1.0.4") is None
+    # The control: without the API server's addresses, it is one more source of the shared total.
+    plain = callers.SourceBuckets(per_source=1.0, burst=5, total=1.0, total_burst=6, clock=clock)
+    for source in ("10.1.0.1", "10.1.0.2", "10.1.0.3"):
+        for _ in range(3):
+            plain.take(source)
+    assert plain.take("10.0.0.10") == "total"
+
+
+def test_source_networks_parse_addresses_and_cidrs_and_refuse_anything_else() -> None:
+    networks = callers.SourceNetworks(["10.0.0.10", "192.168.1.7/24", " fd00::/8 "])
+    assert "10.0.0.10" in networks and "10.0.0.11" not in networks
+    assert "192.168.1.200" in networks  # host bits are ignored, as a NetworkPolicy ipBlock does
+    assert "fd12::1" in networks and "fe80::1" not in networks
+    assert "not-an-address" not in networks and "" not in networks
+    assert str(networks) == "10.0.0.10/32,192.168.1.0/24,fd00::/8"
+    assert not callers.SourceNetworks() and "10.0.0.10" not in callers.SourceNetworks()
+    with pytest.raises(ValueError, match=r"'10\.0\.0\.300/32' is not an IP address or CIDR"):
+        callers.SourceNetworks(["10.0.0.300/32"])
+
+
 # ---------------------------------------------------------------------------------------------- refusal log
 
 
@@ -100,6 +137,83 @@ def test_refusals_are_logged_once_per_source_per_interval_and_a_bounded_number_i
     assert refusal_log.should_log("e") == (False, 0)
     clock.now += 60.0
     assert refusal_log.should_log("a") == (True, 2)
+
+
+class Lines:
+    """What a ``RefusalSummary`` logs, as (event, fields)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict[str, object]]] = []
+
+    def __call__(self, event: str, **fields: object) -> None:
+        self.lines.append((event, fields))
+
+    def events(self) -> list[str]:
+        return [event for event, _ in self.lines]
+
+
+def test_refused_reviews_are_logged_once_per_source_per_interval_with_a_count() -> None:
+    clock, lines = Clock(), Lines()
+    summary = callers.RefusalSummary(interval=60.0, max_sources=8, clock=clock, emit=lines)
+    summary.note("10.1.0.1", "user 'x' may not create configmaps", user="x")
+    assert lines.lines == [("admission refused", {"user": "x", "source": "10.1.0.1",
+                                                  "reason": "user 'x' may not create configmaps"})]
+    for i in range(500):
+        summary.note("10.1.0.1", f"reason {i}")
+        clock.now += 0.0625  # 31.25 s of them
+    summary.flush()
+    assert len(lines.lines) == 1  # nothing more within the interval
+    clock.now += 28.0
+    summary.flush()
+    assert len(lines.lines) == 1
+    clock.now += 1.0
+    summary.flush()
+    assert lines.events()[1:] == ["refused 500 reviews from 10.1.0.1 in the last 60 s: reason 0"]
+    assert lines.lines[1][1] == {"source": "10.1.0.1", "refused": 500}
+    # Still refused: counted from the start of the next interval, never a full line per refusal again.
+    summary.note("10.1.0.1", "again")
+    summary.note("10.1.0.1", "and again")
+    clock.now += 60.0
+    summary.flush()
+    assert lines.events()[2:] == ["refused 2 reviews from 10.1.0.1 in the last 60 s: again"]
+    # An interval without refusals forgets the source: the next refusal is logged in full.
+    clock.now += 60.0
+    summary.flush()
+    assert summary.tracked() == 0 and len(lines.lines) == 3
+    summary.note("10.1.0.1", "after a quiet minute")
+    assert lines.lines[3] == ("admission refused", {"source": "10.1.0.1", "reason": "after a quiet minute"})
+
+
+def test_a_single_refusal_is_one_line_and_sources_are_summarized_apart() -> None:
+    clock, lines = Clock(), Lines()
+    summary = callers.RefusalSummary(interval=60.0, max_sources=8, clock=clock, emit=lines)
+    summary.note("10.1.0.1", "a")
+    clock.now += 30.0
+    summary.note("10.1.0.2", "b")
+    summary.note("10.1.0.2", "b2")
+    clock.now += 30.0
+    summary.note("10.1.0.2", "b3")  # closes 10.1.0.1's window (nothing counted: no second line)
+    assert lines.events() == ["admission refused", "admission refused"]
+    clock.now += 30.0
+    summary.flush()
+    assert lines.events()[2:] == ["refused 2 reviews from 10.1.0.2 in the last 60 s: b2"]
+
+
+def test_sources_beyond_the_bound_are_counted_under_one_line() -> None:
+    clock, lines = Clock(), Lines()
+    summary = callers.RefusalSummary(interval=60.0, max_sources=3, clock=clock, emit=lines)
+    for i in range(1000):  # a thousand addresses, three times each
+        for _ in range(3):
+            summary.note(f"10.2.{i // 250}.{i % 250}", f"from {i}")
+    assert summary.tracked() == 3
+    assert lines.events() == ["admission refused"] * 3
+    clock.now += 60.0
+    summary.flush()
+    summary_lines = lines.events()[3:]
+    assert summary_lines[:3] == [f"refused 2 reviews from 10.2.0.{i} in the last 60 s: from {i}" for i in range(3)]
+    assert summary_lines[3:] == ["refused 2991 reviews from 3+ other sources in the last 60 s (over the 3 sources "
+                                 "tracked at once): from 3"]
+    assert len(lines.lines) == 7  # 3000 refusals from 1000 addresses in a minute: seven lines
 
 
 # ---------------------------------------------------------------------------------------------- token file

@@ -69,6 +69,17 @@ def test_a_bad_webhook_bind_address_is_a_usage_error() -> None:
     assert result.exit_code == 2 and "webhook" not in result.output + result.stderr
 
 
+def test_api_server_cidrs_that_are_not_addresses_are_a_usage_error() -> None:
+    result = CliRunner().invoke(controller.main, ["--api-server-cidrs", "10.0.0.10/32,the-api-server",
+                                                  "--connect-only"])
+    assert result.exit_code == 2
+    assert "--api-server-cidrs: 'the-api-server' is not an IP address or CIDR" in result.output
+    # Addresses and CIDRs of both families pass (and the run goes on to fail connecting, exit 2 with no usage text).
+    result = CliRunner().invoke(controller.main, ["--api-server-cidrs", "10.0.0.10/32, 10.1.0.0/16,fd00::1",
+                                                  "--kubeconfig", "/nonexistent", "--connect-only"])
+    assert result.exit_code == 2 and "api-server-cidrs" not in result.output + result.stderr
+
+
 def test_max_items_cannot_go_above_the_crds_ceiling() -> None:
     result = CliRunner().invoke(controller.main, ["--max-items", "1001", "--connect-only"])
     assert result.exit_code == 2

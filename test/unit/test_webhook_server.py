@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import structlog
 
-from mcad.admission import certs
+from mcad.admission import callers, certs
 from mcad.admission.facts import WouldAsk, only_at_hand
 from mcad.admission.request import AdmissionRequest, Outcome
 from mcad.admission.server import WebhookServer, max_body_bytes
@@ -135,8 +135,44 @@ def test_a_refusal_is_answered_and_logged(server: WebhookServer, material: certs
     assert answer["response"]["status"]["message"] == "item 0 (Pod p): alice may not create pods in team-a"
     refused = [e for e in logs if e["event"] == "admission refused"]
     assert refused == [{"event": "admission refused", "log_level": "info", "webhook": "validate",
-                        "appwrapper": "team-a/bad", "user": "alice", "operation": "CREATE",
+                        "appwrapper": "team-a/bad", "user": "alice", "operation": "CREATE", "source": "127.0.0.1",
                         "reason": "item 0 (Pod p): alice may not create pods in team-a"}]
+
+
+def test_refusals_from_the_api_servers_addresses_are_logged_each_and_from_elsewhere_counted(
+        tls: Loaded, material: certs.Material, tmp_path: Path) -> None:
+    """Anyone on the pod network can send reviews that are refused; only the API server's refusals are a line
+    each. The attacker's client binds 127.0.0.2, the API server's (as in the local cluster) is 127.0.0.1."""
+    clock = SteppedClock()
+    lines: list[tuple[str, dict[str, Any]]] = []
+    summary = callers.RefusalSummary(interval=60.0, clock=clock, emit=lambda event, **f: lines.append((event, f)))
+    srv = WebhookServer("127.0.0.1:0", tls=lambda: tls.context, mutate=mutate, validate=validate,
+                        max_body_bytes=max_body_bytes(1024), read_timeout=2.0, refusal_summary=summary,
+                        api_servers=callers.SourceNetworks(["127.0.0.1/32"]))
+    srv.start()
+    try:
+        assert srv.listening.wait(5)
+        bad = json.dumps(review_body(name="bad")).encode()
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(3):
+                assert post(client(srv, material.ca_bundle, tmp_path), "/validate", bad)[0] == 200
+        assert [(e["event"], e["source"]) for e in logs if "refused" in e["event"]] == [
+            ("admission refused", "127.0.0.1")] * 3
+        assert lines == []
+        forger = client(srv, material.ca_bundle, tmp_path)
+        forger.source_address = ("127.0.0.2", 0)
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(50):
+                status, answer = post(forger, "/validate", bad)
+                assert status == 200 and answer["response"]["allowed"] is False
+        assert [e for e in logs if "refused" in e["event"]] == []
+        assert [(event, f["source"]) for event, f in lines] == [("admission refused", "127.0.0.2")]
+        clock.now += 60.0
+        srv.door.sweep()  # the front door's periodic sweep flushes the counts
+        assert [event for event, _ in lines[1:]] == [
+            "refused 49 reviews from 127.0.0.2 in the last 60 s: item 0 (Pod p): alice may not create pods in team-a"]
+    finally:
+        srv.stop()
 
 
 def test_a_reviewer_that_raises_refuses(server: WebhookServer, material: certs.Material, tmp_path: Path) -> None:
