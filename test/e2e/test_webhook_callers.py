@@ -11,6 +11,13 @@ namespaces only.
 With authentication off, a flood of forged reviews with fresh users raises the API server's SubjectAccessReview
 count (``apiserver_request_total``) by at most the configured bound, and random bearer tokens on /metrics cause at
 most the configured number of TokenReviews.
+
+With authentication off and the API server's address given (``--api-server-cidrs 127.0.0.1/32``: the local API
+server calls the webhook from there), forged reviews from three other loopback addresses (127.0.0.2-4, the
+attacker's sockets bound to them) use up the shared SubjectAccessReview total, and a tenant's create through the
+API server is still admitted; without the address (the control), the same flood gets that create refused "too
+many access reviews from all sources at once". Either way the refused forged reviews are a bounded number of log
+lines: one in full and one counted line per source per minute.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import http.client
 import json
 import os
 import ssl
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -121,8 +129,11 @@ def forged_review(namespace: str, user: str, item_kind: str = "ConfigMap") -> di
 
 
 def post_review(port: int, body: dict[str, Any], *, context: ssl.SSLContext | None = None,
-                headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context or insecure_context(), timeout=30)
+                headers: dict[str, str] | None = None, source: str | None = None) -> tuple[int, dict[str, Any]]:
+    """``source``: the local address the attacker's socket binds (another loopback address than the API
+    server's 127.0.0.1)."""
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context or insecure_context(), timeout=30,
+                                       source_address=(source, 0) if source else None)
     try:
         conn.request("POST", "/validate", body=json.dumps(body).encode(),
                      headers={"Content-Type": "application/json", **(headers or {})})
@@ -338,3 +349,116 @@ def test_random_bearer_tokens_on_metrics_cause_at_most_the_bounded_number_of_tok
     assert status in (401, 503)
     if status == 503:
         assert "too many unknown tokens; retry" in body, body
+
+
+# ------------------------------------------------------------------------------- the API server's own budget
+
+# Small bounds, so that three forging addresses use up the shared total within a second.
+TIGHT = ("--webhook-access-reviews-per-second", "0.1", "--webhook-access-reviews-burst", "5",
+         "--webhook-access-reviews-total", "0.1")
+ATTACKERS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+# How long each flood goes on (the load, the same in both tests).
+FLOOD_SECONDS = 20.0
+
+
+class Flood:
+    """Forged reviews with fresh users, sent back to back from each attacker address until ``stop``."""
+
+    def __init__(self, port: int, namespace: str) -> None:
+        self.port, self.namespace = port, namespace
+        self.stop = threading.Event()
+        self.sent = 0
+        self.admitted = 0
+        self.over_total = 0
+        self._lock = threading.Lock()
+
+    def run(self, source: str) -> None:
+        while not self.stop.is_set():
+            status, answer = post_review(self.port, forged_review(self.namespace, f"oracle-{uuid.uuid4().hex}"),
+                                         source=source)
+            assert status == 200, answer
+            response = answer.get("response") or {}
+            with self._lock:
+                self.sent += 1
+                self.admitted += bool(response.get("allowed"))
+                self.over_total += "from all sources at once" in json.dumps(response)
+
+
+@contextlib.contextmanager
+def flooding(port: int, namespace: str) -> Iterator[Flood]:
+    flood = Flood(port, namespace)
+    with concurrent.futures.ThreadPoolExecutor(len(ATTACKERS)) as pool:
+        running = [pool.submit(flood.run, source) for source in ATTACKERS]
+        try:
+            wait_until(lambda: flood.over_total > 0 or any(f.done() for f in running), 60,
+                       "the forged reviews to use up the shared SubjectAccessReview total")
+            for f in running:
+                if f.done():
+                    f.result()  # an attacker that failed says why
+            yield flood
+        finally:
+            flood.stop.set()
+    for f in running:
+        f.result()
+
+
+def refusal_lines(log: bytes) -> list[bytes]:
+    return [line for line in log.splitlines() if b"admission refused" in line or b" reviews from " in line]
+
+
+def test_forged_reviews_from_elsewhere_cannot_spend_the_api_servers_access_reviews(
+        release_kubeconfig: str, credentials: dict[str, Any], aws: AppWrappers, kubeconfig: str,
+        tmp_path: Path) -> None:
+    with authenticated_controller(release_kubeconfig, credentials, "api-server-cidrs", *TIGHT,
+                                  "--api-server-cidrs", "127.0.0.1/32") as ctl:
+        create_as(Tenant(kubeconfig, aws.namespace, "warm-up", tmp_path, configmaps=True), aws.namespace,
+                  "warm-up")  # the webhooks are served (CA bundle patched in) before the flood starts
+        start = len(ctl.log.read_bytes())
+        started = time.monotonic()
+        with flooding(credentials["port"], aws.namespace) as flood:
+            for name in ("dave", "frank"):
+                # A tenant the webhook has never seen (no cached answer): its create costs a SubjectAccessReview.
+                tenant = Tenant(kubeconfig, aws.namespace, f"{name}-{uuid.uuid4().hex[:6]}", tmp_path,
+                                configmaps=True)
+                over_total_before = flood.over_total
+                proc = kubectl(tenant.kubeconfig, "create", configmap_appwrapper(aws.namespace, f"by-{name}"))
+                assert proc.returncode == 0, proc.stderr  # admitted under the flood
+                created = aws.get(f"by-{name}")
+                assert created["metadata"]["annotations"]["workload.codeflare.dev/creator"] == tenant.user
+                assert flood.over_total > over_total_before  # the shared total was being refused meanwhile
+                # The flood's length (its load, not a wait for something to happen).
+                flood.stop.wait(max(0.0, started + FLOOD_SECONDS - time.monotonic()))
+        elapsed = time.monotonic() - started
+        assert flood.admitted == 0
+        lines = refusal_lines(ctl.log.read_bytes()[start:])
+        bound = len(ATTACKERS) * (2 + int(elapsed // 60))  # one in full, then one counted line per minute
+        print(f"api-server-cidrs: {flood.sent} forged reviews from {len(ATTACKERS)} addresses in {elapsed:.1f} s "
+              f"({flood.over_total} refused over the shared total), the tenant's create admitted; "
+              f"{len(lines)} refusal log lines (bound {bound})")
+        assert 0 < len(lines) <= bound, lines[:10]
+        assert all(b"127.0.0.1" not in line for line in lines), lines  # the API server's create was not refused
+
+
+def test_without_the_api_servers_address_the_same_flood_gets_a_tenants_create_refused(
+        release_kubeconfig: str, credentials: dict[str, Any], aws: AppWrappers, kubeconfig: str,
+        tmp_path: Path) -> None:
+    """The control: what the flood does when no address is known to be the API server's."""
+    with authenticated_controller(release_kubeconfig, credentials, "no-api-server-cidrs", *TIGHT) as ctl:
+        create_as(Tenant(kubeconfig, aws.namespace, "warm-up", tmp_path, configmaps=True), aws.namespace,
+                  "warm-up")
+        start = len(ctl.log.read_bytes())
+        started = time.monotonic()
+        with flooding(credentials["port"], aws.namespace) as flood:
+            erin = Tenant(kubeconfig, aws.namespace, f"erin-{uuid.uuid4().hex[:6]}", tmp_path, configmaps=True)
+            proc = kubectl(erin.kubeconfig, "create", configmap_appwrapper(aws.namespace, "by-erin"))
+            flood.stop.wait(max(0.0, started + FLOOD_SECONDS - time.monotonic()))  # as long as the other's
+        elapsed = time.monotonic() - started
+        assert proc.returncode != 0, "admitted: the flood did not reach the shared total"
+        assert "too many access reviews from all sources at once (this one from 127.0.0.1); retry" in proc.stderr, \
+            proc.stderr
+        lines = refusal_lines(ctl.log.read_bytes()[start:])
+        # The API server's address is one more source here: its refusal is counted like the forged ones.
+        bound = (len(ATTACKERS) + 1) * (2 + int(elapsed // 60))
+        print(f"no api-server-cidrs: {flood.sent} forged reviews in {elapsed:.1f} s, the tenant's create refused; "
+              f"{len(lines)} refusal log lines (bound {bound})")
+        assert 0 < len(lines) <= bound, lines[:10]
