@@ -380,6 +380,10 @@ class Metrics:
                                "deleted and dispatched again), by cause (the Unhealthy reason: FailedPods, "
                                "InsufficientPods, PodsNotReady, FailedComponent, MissingComponent, NodeUnhealthy).",
                                ["cause"], registry=self.registry)
+        self._deferred_resets = Counter(
+            "mcad_appwrapper_resets_deferred", "Fault tolerance: resets deferred because their namespace had had "
+            "--max-resets-per-namespace-per-minute resets in the last minute (counted once per wait), by cause.",
+            ["cause"], registry=self.registry)
         self._lost = Counter("mcad_appwrapper_reset_lost_seconds", "Fault tolerance: time lost to resets, by cause: "
                              "from the dispatch a reset ended to the reset (pod-seconds are not counted: this is "
                              "wall time of the AppWrappers' runs that were thrown away).",
@@ -389,6 +393,7 @@ class Metrics:
                                     registry=self.registry)
         for cause in RESET_CAUSES:
             self._resets.labels(cause)
+            self._deferred_resets.labels(cause)
             self._lost.labels(cause)
         for reason in (status.RETRY_LIMIT_REACHED, status.TERMINAL_EXIT_CODE):
             self._ft_failures.labels(reason)
@@ -420,6 +425,9 @@ class Metrics:
         cause = cause if cause in RESET_CAUSES else "other"
         self._resets.labels(cause).inc()
         self._lost.labels(cause).inc(max(lost_seconds, 0.0))
+
+    def reset_deferred(self, cause: str) -> None:
+        self._deferred_resets.labels(cause if cause in RESET_CAUSES else "other").inc()
 
     def fault_failure(self, reason: str) -> None:
         self._ft_failures.labels(reason).inc()

@@ -9,22 +9,35 @@ Contract:
 - A duration is written as Go writes one (``90s``, ``1h30m``, ``500ms``, ``0``): ``parse_duration`` reads it, in
   seconds, and refuses a negative, empty or malformed one with the reason.
 - ``FaultDefaults`` are the controller's flags: a default per knob, ``grace_ceiling`` that bounds every grace and
-  pause period, ``success_ttl_ceiling`` that bounds the success TTL. ``FaultDefaults.problems()`` names what is
-  inconsistent (a default above its ceiling), for the controller to refuse to start.
+  pause period, ``success_ttl_ceiling`` that bounds the success TTL, and two floors (``FLOORED``):
+  ``retry_pause_floor``, the shortest retry pause, and ``grace_floor``, the shortest admission, warmup and failure
+  grace period. The floors bound how fast one AppWrapper can be reset: each reset deletes and re-creates its
+  objects, and a tenant who set every period to ``0s`` could make the controller and the API server do that many
+  times a second, at the cost of every other tenant's dispatch latency. ``FaultDefaults.problems()`` names what is
+  inconsistent (a default above its ceiling or below its floor, a floor above the ceiling), for the controller to
+  refuse to start. ``max_namespace_resets_per_minute`` bounds the resets of each namespace's AppWrappers
+  (``mcad.model.resetbudget``, ``mcad.loop.health``); admission does not use it.
 - ``problems(annotations, defaults)`` lists, for admission, every annotation whose value is refused, each message
-  naming the annotation, its value (cut) and why: malformed, negative, above its ceiling, a ``retryLimit`` that is
-  not an integer in 0..``MAX_RETRY_LIMIT``, an exit code that is not an integer in 1..255, more than
-  ``MAX_EXIT_CODES`` codes, a code in both lists, a ``delete-when-finished`` that is not true or false.
+  naming the annotation, its value (cut) and why: malformed, negative, above its ceiling, below its floor (the
+  message states the floor), a ``retryLimit`` that is not an integer in 0..``MAX_RETRY_LIMIT``, an exit code that
+  is not an integer in 1..255, more than ``MAX_EXIT_CODES`` codes, a code in both lists, a ``delete-when-finished``
+  that is not true or false. Numbers are ASCII digits only: ``int()`` and ``\\d`` also take other scripts' digits
+  (``'١٢'`` is 12 to Python), which no other reader of the annotation (kubectl users, upstream's controller, the
+  dashboard) would read as a number.
 - ``policy(annotations, defaults)`` is what the controller acts on: each annotation that ``problems`` accepts
   overrides its default; one it refuses (stored before the webhook checked it, or with the webhook off) is ignored
   for the default and named in ``FaultPolicy.ignored``, so the status can say so. A value above its ceiling is
-  cut to the ceiling (the ceiling may have been lowered since admission).
+  cut to the ceiling (the ceiling may have been lowered since admission); one below its floor (admitted before the
+  floor was raised, or with the webhook off, or in a namespace the webhook does not review) is raised to the floor
+  and named in ``FaultPolicy.ignored`` with the floor used. A default below a floor cannot happen
+  (``FaultDefaults.problems``).
 - ``FaultPolicy.terminal(code)``: whether a container's non-zero exit code ends the AppWrapper at once: a code in
   ``terminalExitCodes``, or, when ``retryableExitCodes`` is set, any code not in it. Exit code 0 never is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,6 +67,15 @@ DURATIONS: Mapping[str, str] = {
     SUCCESS_TTL: "success_ttl",
 }
 ANNOTATIONS = (*DURATIONS, RETRY_LIMIT, TERMINAL_EXIT_CODES, RETRYABLE_EXIT_CODES, DELETE_WHEN_FINISHED)
+# The periods with a floor, by the FaultDefaults field that holds it: those that pace resets. The others do not:
+# forcefulDeletionGracePeriod and deletionOnFailureGracePeriod act once per reset or failure, and the success TTL
+# once per AppWrapper.
+FLOORED: Mapping[str, str] = {
+    ADMISSION_GRACE: "grace_floor",
+    WARMUP_GRACE: "grace_floor",
+    FAILURE_GRACE: "grace_floor",
+    RETRY_PAUSE: "retry_pause_floor",
+}
 
 # retryLimit above this is refused: at the shortest pause a gang that always fails would cycle for days.
 MAX_RETRY_LIMIT = 1000
@@ -66,7 +88,7 @@ QUOTED_CHARS = 40
 KEPT_CHARS = 1024
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
 # Longer than any period could usefully be (and than a timer is set for): refused as malformed.
 _MAX_SECONDS = 10 * 365 * 86400.0
 
@@ -120,9 +142,24 @@ class FaultDefaults:
     delete_when_finished: bool = False
     grace_ceiling: float = 86400.0
     success_ttl_ceiling: float = 7 * 86400.0
+    # Floors (FLOORED). 10 s each: a gang that always fails is then reset at most once per 20 s (grace, then
+    # pause), a few a minute, where 0s let one AppWrapper reset several times a second; 10 s is still far below
+    # upstream's defaults (60 s, 5 m, 60 s, 90 s), so no reasonable setting is refused.
+    retry_pause_floor: float = 10.0
+    grace_floor: float = 10.0
+    # Resets of one namespace's AppWrappers in any minute; more wait (mcad.model.resetbudget). With the default
+    # floors one AppWrapper that always fails is reset about three times a minute: 20 lets several of them retry at
+    # their own pace, while a namespace with hundreds costs the cluster one reset every 3 s, not hundreds a minute.
+    # 0: no bound.
+    max_namespace_resets_per_minute: int = 20
 
     def ceiling(self, annotation: str) -> float:
         return self.success_ttl_ceiling if annotation == SUCCESS_TTL else self.grace_ceiling
+
+    def floor(self, annotation: str) -> float:
+        """The shortest the period of ``annotation`` may be (0 for a period without a floor)."""
+        name = FLOORED.get(annotation)
+        return float(getattr(self, name)) if name is not None else 0.0
 
     def problems(self) -> list[str]:
         """What makes these defaults inconsistent (the controller refuses to start with any)."""
@@ -134,12 +171,24 @@ class FaultDefaults:
             elif value > self.ceiling(annotation):
                 found.append(f"the default {short(annotation)} {format_duration(value)} exceeds its ceiling "
                              f"{format_duration(self.ceiling(annotation))}")
+            elif value < self.floor(annotation):
+                found.append(f"the default {short(annotation)} {format_duration(value)} is below its floor "
+                             f"{format_duration(self.floor(annotation))}")
+        for name in sorted(set(FLOORED.values())):
+            value = getattr(self, name)
+            if value < 0:
+                found.append(f"the {name.replace('_', ' ')} may not be negative")
+            elif value > self.grace_ceiling:
+                found.append(f"the {name.replace('_', ' ')} {format_duration(value)} exceeds the grace period "
+                             f"ceiling {format_duration(self.grace_ceiling)}")
         if self.success_ttl <= 0:
             found.append("the default successTTLDuration must be positive")
         if self.admission_grace > self.warmup_grace:
             found.append("the default admissionGracePeriodDuration exceeds warmupGracePeriodDuration")
         if not 0 <= self.retry_limit <= MAX_RETRY_LIMIT:
             found.append(f"the default retryLimit must be in 0..{MAX_RETRY_LIMIT}")
+        if self.max_namespace_resets_per_minute < 0:
+            found.append("the resets per namespace per minute may not be negative")
         return found
 
 
@@ -186,7 +235,7 @@ def _exit_codes(value: str) -> frozenset[int]:
         raise ValueError(f"more than {MAX_EXIT_CODES} exit codes")
     codes = set()
     for part in parts:
-        if not re.fullmatch(r"\d{1,3}", part) or not 1 <= int(part) <= 255:
+        if not re.fullmatch(r"[0-9]{1,3}", part) or not 1 <= int(part) <= 255:
             raise ValueError(f"holds {_quote(part)}, not an exit code: write a comma-separated list of integers "
                              "in 1..255")
         codes.add(int(part))
@@ -199,12 +248,16 @@ def _read(annotation: str, value: str, defaults: FaultDefaults) -> object:
         seconds = parse_duration(value)
         if seconds > defaults.ceiling(annotation):
             raise ValueError(f"exceeds the cluster's ceiling of {format_duration(defaults.ceiling(annotation))}")
+        if seconds < defaults.floor(annotation):
+            raise ValueError(f"is below the cluster's floor of {format_duration(defaults.floor(annotation))} (the "
+                             f"shortest this period may be)")
         if annotation == SUCCESS_TTL and seconds <= 0:
             raise ValueError("must be positive (omit the annotation for the cluster's default)")
         return seconds
     if annotation == RETRY_LIMIT:
-        if not re.fullmatch(r"\d{1,4}", value.strip()) or int(value) > MAX_RETRY_LIMIT:
-            raise ValueError(f"must be an integer in 0..{MAX_RETRY_LIMIT}")
+        if not re.fullmatch(r"[0-9]{1,4}", value.strip()) or int(value) > MAX_RETRY_LIMIT:
+            ascii_only = "" if value.isascii() else " (in ASCII digits)"
+            raise ValueError(f"must be an integer in 0..{MAX_RETRY_LIMIT}{ascii_only}")
         return int(value)
     if annotation in (TERMINAL_EXIT_CODES, RETRYABLE_EXIT_CODES):
         return _exit_codes(value)
@@ -244,11 +297,16 @@ def problems(annotations: Mapping[str, object], defaults: FaultDefaults = DEFAUL
 
 
 def policy(annotations: Mapping[str, object], defaults: FaultDefaults = DEFAULTS) -> FaultPolicy:
-    read, refused = _values(annotations, _uncapped(defaults))
+    read, refused = _values(annotations, _unbounded(defaults))
     durations = {}
     for annotation, name in DURATIONS.items():
         value = read.get(annotation)
         seconds = float(value) if isinstance(value, float) else float(getattr(defaults, name))
+        if seconds < (floor := defaults.floor(annotation)):
+            # Admission refuses this; it got here around the webhook (or before the floor was raised).
+            refused.append((annotation, f"{_quote(str(annotations.get(annotation)))} is below the cluster's floor "
+                                        f"of {format_duration(floor)}: {format_duration(floor)} is used"))
+            seconds = floor
         durations[name] = min(seconds, defaults.ceiling(annotation))
     retry_limit = read.get(RETRY_LIMIT)
     terminal, retryable = read.get(TERMINAL_EXIT_CODES), read.get(RETRYABLE_EXIT_CODES)
@@ -263,11 +321,11 @@ def policy(annotations: Mapping[str, object], defaults: FaultDefaults = DEFAULTS
     )
 
 
-def _uncapped(defaults: FaultDefaults) -> FaultDefaults:
-    """The defaults with no ceiling: ``policy`` cuts a value above its ceiling instead of ignoring it."""
-    return FaultDefaults(**{name: getattr(defaults, name) for name in FaultDefaults.__slots__
-                            if name not in ("grace_ceiling", "success_ttl_ceiling")},
-                         grace_ceiling=_MAX_SECONDS, success_ttl_ceiling=_MAX_SECONDS)
+def _unbounded(defaults: FaultDefaults) -> FaultDefaults:
+    """The defaults with no ceiling and no floor: ``policy`` cuts a value above its ceiling and raises one below its
+    floor instead of ignoring it."""
+    return dataclasses.replace(defaults, grace_ceiling=_MAX_SECONDS, success_ttl_ceiling=_MAX_SECONDS,
+                               retry_pause_floor=0.0, grace_floor=0.0)
 
 
 def kept(annotations: Mapping[str, object]) -> Mapping[str, str]:

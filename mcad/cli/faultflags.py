@@ -6,8 +6,9 @@ Contract: ``options`` adds the flags to a click command (named after upstream Ap
 arguments named after ``FaultDefaults``' fields, and ``fault_defaults(values)`` makes the ``FaultDefaults`` of them.
 Durations are written as Go writes them (``90s``, ``1h30m``; a bare number is not a duration): ``DURATION``
 refuses anything ``faulttolerance.parse_duration`` refuses, as a usage error naming the flag. Defaults that do not
-hold together (``FaultDefaults.problems()``: a default above its ceiling, a zero success TTL, an admission grace
-longer than the warmup grace) are a usage error naming each flag concerned: the controller does not start.
+hold together (``FaultDefaults.problems()``: a default above its ceiling or below its floor, a floor above the
+grace period ceiling, a zero success TTL, an admission grace longer than the warmup grace) are a usage error naming
+each flag concerned: the controller does not start.
 """
 
 from __future__ import annotations
@@ -82,11 +83,25 @@ _CEILINGS: Mapping[str, tuple[str, str]] = {
         "success_ttl_ceiling",
         "The longest successTTLDuration may be, by flag or by annotation (longer is refused at admission)."),
 }
+_FLOORS: Mapping[str, tuple[str, str]] = {
+    "--retry-pause-floor": (
+        "retry_pause_floor",
+        "The shortest retryPausePeriodDuration may be, by flag or by annotation: a shorter annotation is refused at "
+        "admission, and one that got past admission is raised to this. Paces how often one AppWrapper can be "
+        "reset."),
+    "--grace-period-floor": (
+        "grace_floor",
+        "The shortest admissionGracePeriodDuration, warmupGracePeriodDuration and failureGracePeriodDuration may "
+        "be, by flag or by annotation: a shorter annotation is refused at admission, and one that got past "
+        "admission is raised to this."),
+}
 # The flag of each FaultDefaults field, for messages.
 FLAGS: Mapping[str, str] = {
     **{name: flag for flag, (name, _, _) in _PERIODS.items()},
     **{name: flag for flag, (name, _) in _CEILINGS.items()},
+    **{name: flag for flag, (name, _) in _FLOORS.items()},
     "retry_limit": "--retry-limit", "delete_when_finished": "--delete-finished-appwrappers",
+    "max_namespace_resets_per_minute": "--max-resets-per-namespace-per-minute",
 }
 
 
@@ -95,8 +110,8 @@ def options(command: F) -> F:
     decorators = [
         *(click.option(flag, name, type=DURATION, default=ft.format_duration(getattr(ft.DEFAULTS, name)),
                        help=f"{text} The default of the AppWrapper annotation {annotation}; at most "
-                            f"{'--success-ttl-ceiling' if annotation == ft.SUCCESS_TTL else '--grace-period-ceiling'}."
-                            f" A Go duration (90s, 5m, 1h30m).")
+                            f"{'--success-ttl-ceiling' if annotation == ft.SUCCESS_TTL else '--grace-period-ceiling'}"
+                            f"{_floor_flag(annotation)}. A Go duration (90s, 5m, 1h30m).")
           for flag, (name, annotation, text) in _PERIODS.items()),
         click.option("--retry-limit", "retry_limit", type=click.IntRange(0, ft.MAX_RETRY_LIMIT),
                      default=ft.DEFAULTS.retry_limit,
@@ -104,7 +119,12 @@ def options(command: F) -> F:
                           f"node is not counted). The default of the AppWrapper annotation {ft.RETRY_LIMIT}."),
         *(click.option(flag, name, type=DURATION, default=ft.format_duration(getattr(ft.DEFAULTS, name)),
                        help=f"{text} A Go duration.")
-          for flag, (name, text) in _CEILINGS.items()),
+          for flag, (name, text) in {**_CEILINGS, **_FLOORS}.items()),
+        click.option("--max-resets-per-namespace-per-minute", "max_namespace_resets_per_minute",
+                     type=click.IntRange(min=0), default=ft.DEFAULTS.max_namespace_resets_per_minute,
+                     help="At most this many resets of one namespace's AppWrappers in any minute: a reset beyond it "
+                          "waits (its AppWrapper's status says so) until the namespace has room. Bounds what a "
+                          "namespace's failing AppWrappers cost the controller and the API server. 0: no bound."),
         click.option("--delete-finished-appwrappers/--keep-finished-appwrappers", "delete_when_finished",
                      default=ft.DEFAULTS.delete_when_finished,
                      help=f"Whether a finished AppWrapper is itself deleted once its objects are (after "
@@ -114,6 +134,11 @@ def options(command: F) -> F:
     for decorate in reversed(decorators):
         command = decorate(command)
     return command
+
+
+def _floor_flag(annotation: str) -> str:
+    name = ft.FLOORED.get(annotation)
+    return f", at least {FLAGS[name]}" if name is not None else ""
 
 
 def fault_defaults(values: Mapping[str, Any]) -> ft.FaultDefaults:
@@ -129,7 +154,7 @@ def fault_defaults(values: Mapping[str, Any]) -> ft.FaultDefaults:
 
 def described(defaults: ft.FaultDefaults) -> dict[str, object]:
     """Each flag (without its dashes) and its value as the flag is written (Go durations), for the start-up log."""
-    counts = ("retry_limit", "delete_when_finished")
+    counts = ("retry_limit", "delete_when_finished", "max_namespace_resets_per_minute")
     return {flag.lstrip("-"): getattr(defaults, name) if name in counts else ft.format_duration(getattr(defaults, name))
             for name, flag in FLAGS.items()}
 
@@ -142,4 +167,8 @@ def _name_flags(problem: str) -> str:
             ceiling = "--success-ttl-ceiling" if annotation == ft.SUCCESS_TTL else "--grace-period-ceiling"
             problem = problem.replace(marker, f"{marker} ({FLAGS[name]})").replace(
                 "exceeds its ceiling", f"exceeds its ceiling ({ceiling})")
-    return problem
+            if (floor := ft.FLOORED.get(annotation)) is not None:
+                problem = problem.replace("is below its floor", f"is below its floor ({FLAGS[floor]})")
+    for name in set(ft.FLOORED.values()):
+        problem = problem.replace(f"the {name.replace('_', ' ')}", f"the {name.replace('_', ' ')} ({FLAGS[name]})")
+    return problem.replace("the grace period ceiling", "the grace period ceiling (--grace-period-ceiling)")

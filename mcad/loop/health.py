@@ -32,6 +32,13 @@ is ``mcad.api.faulttolerance.policy`` of its annotations and the cluster's ``Fau
   restart takes its hold again, re-planned on nodes with --fit=nodes as every reservation is at a restart); when
   the pause ends it is queued at its place (its old pods, while they remain, keep it out of a cycle, as a
   requeued one) and dispatched like any other.
+- Resets of one namespace's AppWrappers are bounded: at most ``FaultDefaults.max_namespace_resets_per_minute`` in
+  any minute (``mcad.model.resetbudget``, on the clock's monotonic time). A reset beyond it is deferred: nothing is
+  deleted, the AppWrapper stays as it is, its Unhealthy condition (its cause's reason) and its status message say
+  the reset waits for the namespace's bound, an Event says so once, and the reset is tried again when the
+  namespace has room (a ``HealthDue`` timer; what it was is kept in memory per AppWrapper, dropped with its
+  dispatch; after a restart the causes are found again). Failures (retries used up, a terminal exit code) are not
+  deferred: they delete nothing to re-create.
 - Pods of a reset or failed AppWrapper still terminating ``forcefulDeletionGracePeriod`` after that (and after
   their own grace period) are force-deleted.
 - ``finished(aw)``, for a final AppWrapper that was dispatched: a Completed one's objects are deleted
@@ -46,6 +53,7 @@ is ``mcad.api.faulttolerance.policy`` of its annotations and the cluster's ``Fau
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Protocol
@@ -71,6 +79,7 @@ from mcad.metrics import Metrics
 from mcad.model import lifecycle, status
 from mcad.model.accounting import Accountant, Plan
 from mcad.model.keys import DISPATCH, HealthDue, Key
+from mcad.model.resetbudget import ResetBudget
 from mcad.model.status import (
     FAILED_COMPONENT,
     FAILED_PODS,
@@ -93,6 +102,16 @@ MAX_UNCOUNTED_IN_A_ROW = 3
 QUIET_KINDS = frozenset({("v1", "ConfigMap"), ("v1", "Service"), ("v1", "PersistentVolumeClaim")})
 # How many pods, nodes or objects a message names before "and N more".
 NAMED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class _Deferred:
+    """A reset waiting for its namespace's bound: what ``_reset`` was asked."""
+
+    reason: str
+    what: str
+    counted: bool
+    cause_reason: str
 
 
 class HealthWriter(Protocol):
@@ -133,6 +152,9 @@ class Health:
         # Per dispatch: those whose pods all ran (start-up not checked again), and the items seen to exist.
         self._started: set[str] = set()
         self._seen: dict[str, set[int]] = {}
+        self._reset_budget = ResetBudget(defaults.max_namespace_resets_per_minute)
+        # Per dispatch: the reset each AppWrapper waits to do for its namespace's bound, as _reset's arguments.
+        self._deferred: dict[str, _Deferred] = {}
 
     def policy(self, aw: AppWrapperView) -> FaultPolicy:
         if not aw.fault_annotations:
@@ -148,6 +170,7 @@ class Health:
     def undispatched(self, key: str) -> None:
         self._started.discard(key)
         self._seen.pop(key, None)
+        self._deferred.pop(key, None)
 
     # -- timers ----------------------------------------------------------------------------------------------------
 
@@ -161,7 +184,12 @@ class Health:
         elif current.state in (State.COMPLETED, State.FAILED):
             self.finished(aw)
         elif self._queued.dispatched_now(key) is not None:
-            self.check(aw)
+            deferred = self._deferred.pop(key, None)
+            if deferred is not None and current.state in ACTIVE_STATES:
+                self._reset(aw, self.policy(aw), deferred.reason, deferred.what, counted=deferred.counted,
+                            cause_reason=deferred.cause_reason)
+            else:
+                self.check(aw)
 
     def _after(self, key: str, seconds: float) -> None:
         self._queue.add_after(HealthDue(key), min(max(seconds, 0.0), lifecycle.MAX_TIMER_SECONDS))
@@ -341,6 +369,7 @@ class Health:
         key = aw.key
         current = self._decisions.status(aw)
         done = current.resetting_count
+        asked = _Deferred(reason, what, counted, cause_reason)
         if not counted and self._uncounted_in_a_row(current.raw()) >= MAX_UNCOUNTED_IN_A_ROW:
             # Dispatched onto sick nodes again and again (a rule the fit cannot honour: --fit=aggregate): from
             # here on such resets count, so retryLimit bounds them too.
@@ -355,6 +384,11 @@ class Health:
             self._fail(aw, policy, status.RETRY_LIMIT_REACHED,
                        f"{what}. Reset {done} time(s) already; retryLimit is {policy.retry_limit}.")
             return
+        wait = self._reset_budget.take(aw.namespace, self._clock.monotonic())
+        if wait > 0:
+            self._defer(aw, asked, wait)
+            return
+        self._deferred.pop(key, None)
         now = self._clock.now()
         which = f"reset {done + 1} of {policy.retry_limit}" if counted else "not counted against retryLimit"
         hold = self._hold(aw)
@@ -369,6 +403,25 @@ class Health:
         self._active.reset(aw, status.resetting(current.raw(), now, priority=aw.priority, reason=reason,
                                                 message=message, counted=counted), hold)
         self._after(key, min(policy.retry_pause, policy.forceful_deletion_grace))
+
+    def _defer(self, aw: AppWrapperView, asked: _Deferred, wait: float) -> None:
+        """The namespace has had its resets of the minute: this one waits (see the module docstring)."""
+        per_minute = self._reset_budget.per_minute
+        # One message while it waits (no countdown in it): each retry that finds no room writes nothing.
+        message = (f"{asked.what}. Its reset is deferred: namespace {aw.namespace} has had {per_minute} resets in "
+                   f"the last minute, the most the cluster allows (--max-resets-per-namespace-per-minute); it is "
+                   f"reset once the namespace has room.")
+        first = aw.key not in self._deferred
+        self._deferred[aw.key] = asked
+        current = self._decisions.status(aw)
+        self._decisions.decide(aw, status.reset_deferred(current.raw(), self._clock.now(), reason=asked.reason,
+                                                         message=message))
+        if first:
+            log.warning("appwrapper reset deferred", appwrapper=aw.key, reason=asked.reason,
+                        namespace=aw.namespace, per_minute=per_minute, wait_seconds=round(wait, 3))
+            self._metrics.reset_deferred(asked.reason)
+            self._decisions.event(aw, events.UNHEALTHY, message)
+        self._after(aw.key, wait)
 
     @staticmethod
     def _uncounted_in_a_row(raw: dict[str, object]) -> int:

@@ -267,6 +267,14 @@ def unhealthy(status: Mapping[str, Any], now: datetime, *, reason: str, message:
     return _asserted(status, UNHEALTHY, now, reason=reason, message=message)
 
 
+def reset_deferred(status: Mapping[str, Any], now: datetime, *, reason: str, message: str) -> dict[str, Any]:
+    """A reset that waits for its namespace's bound on resets: Unhealthy (its cause's reason, so a grace period
+    that ran keeps its start) and the status message say so."""
+    new = _asserted(status, UNHEALTHY, now, reason=reason, message=message)
+    new["message"] = message
+    return new
+
+
 def healthy(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """What was unhealthy recovered within its grace period (its own controller fixed it)."""
     current = latest(status.get("conditions"), UNHEALTHY)

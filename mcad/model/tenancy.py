@@ -36,6 +36,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -81,9 +82,11 @@ def namespace_policy(raw: Mapping[str, Any]) -> NamespacePolicy:
     annotation = as_mapping(meta.get("annotations")).get(MAX_PRIORITY_ANNOTATION)
     max_priority, problem = None, ""
     if annotation is not None:
-        try:
-            max_priority = min(max(int(str(annotation).strip()), INT32_MIN), INT32_MAX)
-        except ValueError:
+        text = str(annotation).strip()
+        # ASCII digits only: int() also reads other scripts' digits, which no other reader would take for a number.
+        if re.fullmatch(r"[+-]?[0-9]{1,20}", text):
+            max_priority = min(max(int(text), INT32_MIN), INT32_MAX)
+        else:
             problem = (f"namespace {name}: annotation {MAX_PRIORITY_ANNOTATION}={annotation!r} is not an integer; "
                        f"the default ceiling applies")
     return NamespacePolicy(name, bindings, max_priority, problem)

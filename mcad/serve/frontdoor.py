@@ -215,6 +215,8 @@ class BadRequest(Exception):
 # RFC 9110 5.1: a field name is a token; 5.5: a value is visible characters, spaces and tabs (and obs-text).
 _FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _FIELD_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
+# ASCII digits: str.isdigit also takes latin-1 superscripts ("\u00b2"), which int() then refuses.
+_DIGITS = re.compile(r"[0-9]{1,19}")
 MAX_HEADER_FIELDS = 100
 
 
@@ -250,7 +252,7 @@ def parse_head(raw: bytes, peer: str, peer_cert: bytes | None = None) -> Head:
     lengths = headers.every("Content-Length")
     length = 0
     if lengths:
-        if len(set(lengths)) != 1 or not lengths[0].strip().isdigit():
+        if len(set(lengths)) != 1 or not _DIGITS.fullmatch(lengths[0].strip()):
             raise BadRequest(400, "malformed Content-Length")
         length = int(lengths[0])
     return Head(method=method, target=target, version=version, headers=headers, peer=peer, peer_cert=peer_cert,

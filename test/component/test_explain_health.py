@@ -100,11 +100,21 @@ def test_a_reset_for_a_sick_node_says_it_was_not_counted(harness_factory: Any) -
 
 
 def test_a_refused_annotation_shows_as_ignored_and_the_default_stands(harness_factory: Any) -> None:
-    h = running_gang(harness_factory, {ft.RETRY_LIMIT: "many", ft.FAILURE_GRACE: "5s"})
+    h = running_gang(harness_factory, {ft.RETRY_LIMIT: "many", ft.FAILURE_GRACE: "15s"})
     policy = explained(h)["faultTolerance"]
-    assert policy["retryLimit"] == 3 and policy["failureGracePeriod"] == "5s"
+    assert policy["retryLimit"] == 3 and policy["failureGracePeriod"] == "15s"
     assert policy["fromAnnotations"] == ["failureGracePeriodDuration"]
     assert len(policy["ignored"]) == 1 and policy["ignored"][0].startswith(f"{ft.RETRY_LIMIT}: 'many' must be")
+
+
+def test_a_period_below_its_floor_shows_as_raised_to_the_floor(harness_factory: Any) -> None:
+    # Stored around the webhook (off, or a namespace it does not review): the controller uses the floor.
+    h = running_gang(harness_factory, {ft.RETRY_PAUSE: "1ns", ft.FAILURE_GRACE: "0s"})
+    policy = explained(h)["faultTolerance"]
+    assert policy["retryPausePeriod"] == "10s" and policy["failureGracePeriod"] == "10s"
+    assert sorted(policy["ignored"]) == [
+        f"{ft.FAILURE_GRACE}: '0s' is below the cluster's floor of 10s: 10s is used",
+        f"{ft.RETRY_PAUSE}: '1ns' is below the cluster's floor of 10s: 10s is used"]
 
 
 def test_without_min_available_it_says_when_the_start_up_checks_reset_it(harness_factory: Any) -> None:

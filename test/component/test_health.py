@@ -302,3 +302,58 @@ def test_a_retry_pause_of_unknown_start_ends_at_once_rather_than_never(harness_f
     h = harness_factory(nodes=[node("n0", "2"), node("n1", "2")], pods=[], aws=[gang])
     h.drain()
     assert h.writer.applied.count("g-cm") == 1
+
+
+def test_a_namespace_past_its_resets_per_minute_defers_the_next_reset_and_says_why(harness_factory: Any) -> None:
+    one_a_minute = ft.FaultDefaults(admission_grace=86400.0, warmup_grace=86400.0, max_namespace_resets_per_minute=1)
+    h = harness_factory(nodes=[node("n0", "2")], pods=[], fault_defaults=one_a_minute,
+                        aws=[annotated(gang_aw(name, 1, {"cpu": "1"}), FAST) for name in ("a", "b")])
+    h.drain()
+    for name in ("a", "b"):
+        h.lw["pod"].add(pod(f"{name}-0", "1", appwrapper=name, node_name="n0"))
+    h.drain()
+    for name in ("a", "b"):
+        h.lw["pod"].modify(failed(f"{name}-0", "1", name, 137))
+    h.drain()
+    h.clock.advance(10)
+    h.drain()
+    statuses = {name: last_status(h, name) for name in ("a", "b")}
+    reset = next(name for name, raw in statuses.items() if raw.get("resettingCount") == 1)
+    waiting = "b" if reset == "a" else "a"
+    deferred = statuses[waiting]
+    assert deferred["state"] == "Running" and not deferred.get("resettingCount")
+    assert condition(deferred, status.UNHEALTHY)["reason"] == "FailedPods"
+    assert "Its reset is deferred: namespace ns has had 1 resets in the last minute" in deferred["message"], \
+        deferred["message"]
+    assert "--max-resets-per-namespace-per-minute" in condition(deferred, status.UNHEALTHY)["message"]
+    assert h.writer.deleted.count(f"ConfigMap {waiting}-cm") == 0, "nothing of it is deleted while it waits"
+
+    h.clock.advance(59)  # 59 s after the first reset: still no room
+    h.drain()
+    assert not last_status(h, waiting).get("resettingCount")
+    h.clock.advance(1)
+    h.drain()
+    assert last_status(h, waiting)["resettingCount"] == 1, "reset once the first one left the minute"
+    assert h.writer.deleted.count(f"ConfigMap {waiting}-cm") == 1
+
+
+def test_periods_below_the_floors_got_past_admission_and_the_floors_are_used(harness_factory: Any) -> None:
+    # The webhook was off, or does not review the namespace: the controller paces the resets all the same.
+    h = running_gang(harness_factory, {ft.FAILURE_GRACE: "0s", ft.RETRY_PAUSE: "1ns", ft.RETRY_LIMIT: "1000"})
+    h.lw["pod"].modify(failed("g-1", "2", "g", 137, node_name="n1"))
+    h.drain()
+    h.clock.advance(9.9)
+    h.drain()
+    assert last_status(h, "g")["state"] == "Running", "the grace floor (10s) holds the reset"
+    h.clock.advance(0.1)
+    h.drain()
+    reset = last_status(h, "g")
+    assert reset["resettingCount"] == 1 and "after a 10s pause" in reset["message"], reset["message"]
+    for name in ("g-0", "g-1"):
+        h.lw["pod"].delete(f"ns/{name}")
+    h.clock.advance(9.9)
+    h.drain()
+    assert h.writer.applied.count("g-cm") == 1, "the retry pause floor (10s) holds the dispatch"
+    h.clock.advance(0.1)
+    h.drain()
+    assert h.writer.applied.count("g-cm") == 2

@@ -88,7 +88,8 @@ WEBHOOK_ARGS = ["--webhook-bind-address=:9443", "--webhook-configuration-name=mc
 FAULT_ARGS = ["--admission-grace-period=60s", "--warmup-grace-period=5m", "--failure-grace-period=1m",
               "--retry-pause-period=90s", "--retry-limit=3", "--forceful-deletion-grace-period=10m",
               "--deletion-on-failure-grace-period=0s", "--success-ttl=168h", "--grace-period-ceiling=24h",
-              "--success-ttl-ceiling=168h", "--keep-finished-appwrappers"]
+              "--success-ttl-ceiling=168h", "--retry-pause-floor=10s", "--grace-period-floor=10s",
+              "--max-resets-per-namespace-per-minute=20", "--keep-finished-appwrappers"]
 # Admission asks the API server whether the requesting user may create each item; the controller's own CA goes
 # into its two webhook configurations (by name) and nowhere else.
 WEBHOOK_RULES = [
@@ -168,7 +169,8 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                                  "retryPausePeriod": 0, "retryLimit": 7, "forcefulDeletionGracePeriod": "1h30m",
                                  "deletionOnFailureGracePeriod": "500ms", "successTTL": "48h",
                                  "gracePeriodCeiling": "2h", "successTTLCeiling": "72h",
-                                 "deleteFinishedAppWrappers": True},
+                                 "retryPauseFloor": 0, "gracePeriodFloor": "5s",
+                                 "maxResetsPerNamespacePerMinute": 7, "deleteFinishedAppWrappers": True},
               "nodeHealth": {"rules": ["example.com/fpga:fpga.example.com/health=bad:NoSchedule"]}}
     container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]
@@ -181,6 +183,8 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                                  "--failure-grace-period=2m", "--retry-pause-period=0", "--retry-limit=7",
                                  "--forceful-deletion-grace-period=1h30m", "--deletion-on-failure-grace-period=500ms",
                                  "--success-ttl=48h", "--grace-period-ceiling=2h", "--success-ttl-ceiling=72h",
+                                 "--retry-pause-floor=0", "--grace-period-floor=5s",
+                                 "--max-resets-per-namespace-per-minute=7",
                                  "--delete-finished-appwrappers", "--preemption", "--preemption-backoff=30",
                                  "--preemption-max-evictions-per-minute=20", "--strict-fifo",
                                  "--http-bind-address=:9090", "--no-quota", "--legacy-api",
@@ -213,17 +217,22 @@ def test_the_charts_fault_tolerance_values_are_the_controllers_defaults_and_reac
     args = by_kind(chart.render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert fault_defaults_of(args) == DEFAULTS
     values = {"faultTolerance": {"failureGracePeriod": "36h", "gracePeriodCeiling": "48h", "retryLimit": 0,
-                                 "successTTL": "1h", "deleteFinishedAppWrappers": True}}
+                                 "successTTL": "1h", "deleteFinishedAppWrappers": True, "retryPauseFloor": "1m",
+                                 "gracePeriodFloor": "30s"}}
     args = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]["args"]
     assert fault_defaults_of(args) == FaultDefaults(failure_grace=36 * 3600, grace_ceiling=48 * 3600, retry_limit=0,
-                                                    success_ttl=3600, delete_when_finished=True)
+                                                    success_ttl=3600, delete_when_finished=True,
+                                                    retry_pause_floor=60, grace_floor=30)
 
 
 @pytest.mark.parametrize(("values", "message"), [
     ({"failureGracePeriod": "5min"}, r'faultTolerance\.failureGracePeriod: "5min" is not a duration'),
     ({"successTTL": "7d"}, r'faultTolerance\.successTTL: "7d" is not a duration'),
     ({"gracePeriodCeiling": "-1h"}, r'faultTolerance\.gracePeriodCeiling: "-1h" is not a duration'),
+    ({"retryPauseFloor": "10"}, r'faultTolerance\.retryPauseFloor: "10" is not a duration'),
+    ({"maxResetsPerNamespacePerMinute": -1},
+     r'faultTolerance\.maxResetsPerNamespacePerMinute: "-1" is not a non-negative integer'),
     ({"retryLimit": "three"}, r'faultTolerance\.retryLimit: "three" is not an integer in 0\.\.1000'),
     ({"retryLimit": -1}, r'faultTolerance\.retryLimit: "-1" is not an integer'),
     ({"deleteFinishedAppWrappers": "yes"}, r"faultTolerance\.deleteFinishedAppWrappers must be true or false"),

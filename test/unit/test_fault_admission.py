@@ -36,15 +36,28 @@ def annotated(**annotations: str) -> dict[str, Any]:
     ({"TERMINAL_EXIT_CODES": "1,2", "RETRYABLE_EXIT_CODES": "2,137"},
      f"annotation {ft.RETRYABLE_EXIT_CODES}: lists 2, also in terminalExitCodes"),
     ({"DELETE_WHEN_FINISHED": "yes"}, f"annotation {ft.DELETE_WHEN_FINISHED}: 'yes' must be \"true\" or \"false\""),
+    ({"RETRY_PAUSE": "1ns"}, f"annotation {ft.RETRY_PAUSE}: '1ns' is below the cluster's floor of 10s"),
+    ({"RETRY_PAUSE": "0"}, f"annotation {ft.RETRY_PAUSE}: '0' is below the cluster's floor of 10s"),
+    ({"FAILURE_GRACE": "0s"}, f"annotation {GRACE}: '0s' is below the cluster's floor of 10s"),
+    ({"ADMISSION_GRACE": "9s"}, f"annotation {ft.ADMISSION_GRACE}: '9s' is below the cluster's floor of 10s"),
+    ({"WARMUP_GRACE": "500ms"}, f"annotation {ft.WARMUP_GRACE}: '500ms' is below the cluster's floor of 10s"),
+    ({"RETRY_LIMIT": "\u0661\u0662"}, f"annotation {ft.RETRY_LIMIT}: '\u0661\u0662' must be an integer in 0..1000 (in "
+                                      f"ASCII digits)"),
+    ({"RETRY_LIMIT": "\uff11"}, f"annotation {ft.RETRY_LIMIT}: '\uff11' must be an integer"),
+    ({"RETRY_PAUSE": "\u0661\u0662m"}, f"annotation {ft.RETRY_PAUSE}: '\u0661\u0662m' not a duration"),
+    ({"TERMINAL_EXIT_CODES": "\u0661"},
+     f"annotation {ft.TERMINAL_EXIT_CODES}: '\u0661' holds '\u0661', not an exit code"),
 ], ids=["limit-word", "limit-high", "malformed", "negative", "above-ceiling", "ttl-above-ceiling", "ttl-zero",
-        "exit-code-range", "exit-code-zero", "lists-overlap", "delete-when-finished"])
+        "exit-code-range", "exit-code-zero", "lists-overlap", "delete-when-finished", "pause-1ns", "pause-0",
+        "failure-grace-0", "admission-grace-9s", "warmup-grace-500ms", "limit-arabic-indic-digits",
+        "limit-fullwidth-digit", "duration-arabic-indic-digits", "exit-code-arabic-indic-digit"])
 def test_a_refused_value_is_refused_at_create_naming_the_annotation(annotations: dict[str, str],
                                                                     expected: str) -> None:
     assert refused(validate(annotated(**annotations))).startswith(expected)
 
 
 def test_good_values_are_admitted() -> None:
-    assert validate(annotated(ADMISSION_GRACE="1m", WARMUP_GRACE="10m", FAILURE_GRACE="90s", RETRY_PAUSE="0",
+    assert validate(annotated(ADMISSION_GRACE="1m", WARMUP_GRACE="10m", FAILURE_GRACE="90s", RETRY_PAUSE="10s",
                               RETRY_LIMIT="0", FORCEFUL_DELETION_GRACE="1h30m", DELETION_ON_FAILURE_GRACE="24h",
                               SUCCESS_TTL="168h", TERMINAL_EXIT_CODES="1, 2", RETRYABLE_EXIT_CODES="137,143",
                               DELETE_WHEN_FINISHED="True")).allowed
@@ -64,6 +77,19 @@ def test_the_ceilings_are_the_clusters() -> None:
         f"annotation {GRACE}: '61m' exceeds the cluster's ceiling of 1h"
     assert validate(annotated(FAILURE_GRACE="1h"), config=config).allowed
     assert refused(validate(annotated(SUCCESS_TTL="25h"), config=config)).endswith("ceiling of 24h")
+
+
+def test_the_floors_are_the_clusters_and_the_refusal_states_the_floor() -> None:
+    config = AdmissionConfig(fault_defaults=ft.FaultDefaults(retry_pause_floor=60, grace_floor=30))
+    assert refused(validate(annotated(RETRY_PAUSE="59s"), config=config)) == \
+        f"annotation {ft.RETRY_PAUSE}: '59s' is below the cluster's floor of 1m (the shortest this period may be)"
+    assert refused(validate(annotated(FAILURE_GRACE="29s"), config=config)).endswith(
+        "below the cluster's floor of 30s (the shortest this period may be)")
+    assert validate(annotated(RETRY_PAUSE="1m", FAILURE_GRACE="30s"), config=config).allowed
+    # Periods that pace no reset have no floor.
+    assert validate(annotated(FORCEFUL_DELETION_GRACE="0s", DELETION_ON_FAILURE_GRACE="0s"), config=config).allowed
+    lifted = AdmissionConfig(fault_defaults=ft.FaultDefaults(retry_pause_floor=0, grace_floor=0))
+    assert validate(annotated(RETRY_PAUSE="1ns", FAILURE_GRACE="0s"), config=lifted).allowed
 
 
 def update(old: dict[str, Any], config: AdmissionConfig | None = None, **annotations: str) -> Outcome:

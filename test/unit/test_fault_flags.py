@@ -48,10 +48,11 @@ def test_every_flag_lands_in_its_field() -> None:
         "--admission-grace-period", "30s", "--warmup-grace-period", "1h", "--failure-grace-period", "2m",
         "--retry-pause-period", "0", "--retry-limit", "7", "--forceful-deletion-grace-period", "1h30m",
         "--deletion-on-failure-grace-period", "500ms", "--success-ttl", "48h", "--grace-period-ceiling", "2h",
-        "--success-ttl-ceiling", "72h", "--delete-finished-appwrappers") == ft.FaultDefaults(
+        "--success-ttl-ceiling", "72h", "--delete-finished-appwrappers", "--retry-pause-floor", "0",
+        "--grace-period-floor", "15s") == ft.FaultDefaults(
         admission_grace=30, warmup_grace=3600, failure_grace=120, retry_pause=0, retry_limit=7,
         forceful_deletion_grace=5400, deletion_on_failure_grace=0.5, success_ttl=48 * 3600, grace_ceiling=7200,
-        success_ttl_ceiling=72 * 3600, delete_when_finished=True)
+        success_ttl_ceiling=72 * 3600, delete_when_finished=True, retry_pause_floor=0, grace_floor=15)
     assert defaults_of("--keep-finished-appwrappers").delete_when_finished is False
 
 
@@ -86,6 +87,13 @@ def test_a_retry_limit_out_of_range_is_a_usage_error() -> None:
     (["--success-ttl", "0s"], "the default successTTLDuration (--success-ttl) must be positive"),
     (["--admission-grace-period", "10m"],
      "the default admissionGracePeriodDuration (--admission-grace-period) exceeds warmupGracePeriodDuration"),
+    (["--retry-pause-period", "5s"],
+     "the default retryPausePeriodDuration (--retry-pause-period) 5s is below its floor (--retry-pause-floor) 10s"),
+    (["--grace-period-floor", "2m"],
+     "the default admissionGracePeriodDuration (--admission-grace-period) 1m is below its floor "
+     "(--grace-period-floor) 2m"),
+    (["--retry-pause-floor", "27h", "--grace-period-ceiling", "26h"],
+     "the retry pause floor (--retry-pause-floor) 27h exceeds the grace period ceiling (--grace-period-ceiling) 26h"),
 ])
 def test_defaults_that_do_not_hold_together_stop_the_controller_before_it_connects(
         tmp_path: Path, args: list[str], message: str) -> None:
@@ -117,4 +125,6 @@ def test_the_start_up_log_shows_the_flags_as_written() -> None:
     shown = faultflags.described(ft.FaultDefaults(retry_pause=90, delete_when_finished=True))
     assert shown["retry-pause-period"] == "1m30s" and shown["success-ttl-ceiling"] == "168h"
     assert shown["retry-limit"] == 3 and shown["delete-finished-appwrappers"] is True
-    assert len(shown) == 11
+    assert shown["retry-pause-floor"] == "10s" and shown["grace-period-floor"] == "10s"
+    assert shown["max-resets-per-namespace-per-minute"] == 20
+    assert len(shown) == 14
