@@ -47,7 +47,8 @@ from test.support import wait_until
 
 # The periods here are seconds, below the default floors (10s): the floors are lifted for this module, and the
 # per-namespace bound on resets too, so each test sees only its own AppWrapper's pace.
-CONTROLLER_ARGS = ("--retry-pause-floor", "0s", "--grace-period-floor", "0s", "--max-resets-per-namespace-per-minute", "0")
+CONTROLLER_ARGS = ("--retry-pause-floor", "0s", "--grace-period-floor", "0s",
+                   "--max-resets-per-namespace-per-minute", "0")
 EXIT_CODE, FAIL_AFTER = "mcad.test/exit-code", "mcad.test/fail-after"
 SLOT = "mcad.test/slot"
 GPU_GROUP = "mcad.test/gpu-group"
