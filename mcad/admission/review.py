@@ -12,7 +12,7 @@ how many more, each cut to ``MAX_PROBLEM_CHARS``; items named ``GenericItems[i] 
   in ``config.allowed_namespaces``);
 - what the controller would refuse at dispatch, moved forward: ``mcad.api.validation.problems`` (size, name
   length, ranges of priority and durations, item names that are not Kubernetes names, items naming one object,
-  quantities too large to count), no items,
+  quantities too large to count, pod templates naming a scheduler ``config.limits`` does not allow), no items,
   the demand computation's errors per item (quantities that do not parse, replica counts that are negative or not
   integers, in any kind whose pods it counts, named by item and field, malformed ``custompodresources``), and
   ``mcad.k8s.apply.check_item``'s, which are ``manifest``'s refusals (no template, no apiVersion/kind/name, another

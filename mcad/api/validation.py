@@ -7,7 +7,8 @@ name the same object, and the limits an operator sets with flags. An AppWrapper 
 (reason InvalidSpec) with the message ``refusal`` gives, before anything it wraps is created.
 
 Contract:
-- ``Limits(max_items, max_bytes)``: the operator's bounds (``--max-items``, ``--max-appwrapper-bytes``). Size is
+- ``Limits(max_items, max_bytes, scheduler_names)``: the operator's bounds (``--max-items``,
+  ``--max-appwrapper-bytes``, ``--allowed-scheduler-names``). Size is
   the length in bytes of ``spec`` as compact UTF-8 JSON: what the user wrote, independent of the
   ``managedFields`` or ``last-applied-configuration`` annotation a client adds to the object.
 - ``problems(raw, limits)`` lists every bound ``raw`` (a parsed AppWrapper) breaks, in a fixed order: the size
@@ -22,7 +23,11 @@ Contract:
   ``MAX_QUANTITY`` in the unit Kubernetes counts them in. Each message names the field, or the item as
   ``GenericItems[i] (Kind name)``, and the cause. Pure, never raises on any JSON value; the work is linear in
   the size of ``raw``. Malformed quantities and replica counts are not its business: the demand computation
-  (``mcad.api.workloads``) reports those.
+  (``mcad.api.workloads``) reports those. Then each pod template (of the known kinds) whose ``spec.schedulerName``
+  is neither the default scheduler's (absent, empty or ``default-scheduler``) nor one of
+  ``limits.scheduler_names``: mcad plans and reserves room on nodes as the default scheduler places pods, and holds
+  it while the gang starts (and preempts others for it); pods that another scheduler places, or none (a name
+  nothing serves), would keep that room, and what was evicted for it, while they never start.
 - ``refusal(raw, limits)``: the first ``MAX_REPORTED`` problems joined with ``"; "`` (and how many more there
   are), or None: one bounded status message.
 - Ranges (the CRD declares the same numbers; test/unit/test_validation.py keeps them equal):
@@ -74,10 +79,20 @@ MAX_REPORTED: Final = 5
 MISPLACED_FIELDS: Final = ("generictemplate", "custompodresources")
 
 
+# The kube-scheduler's name, which the API server writes into a pod that names none.
+DEFAULT_SCHEDULER: Final = "default-scheduler"
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     max_items: int = DEFAULT_MAX_ITEMS
     max_bytes: int = DEFAULT_MAX_BYTES
+    # Schedulers besides the default one that the admin allows pod templates to name (--allowed-scheduler-names).
+    scheduler_names: frozenset[str] = frozenset()
+
+    def allows_scheduler(self, name: object) -> bool:
+        return name is None or (isinstance(name, str) and (name in ("", DEFAULT_SCHEDULER)
+                                                            or name in self.scheduler_names))
 
 
 DEFAULT_LIMITS: Final = Limits()
@@ -129,7 +144,27 @@ def problems(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> list[st
     out += _duplicates(items)
     for index, item in enumerate(items):
         out += (f"{describe_item(index, item)}: {problem}" for problem in _item_quantity_problems(item))
+    for index, item in enumerate(items):
+        out += (f"{describe_item(index, item)}: {problem}" for problem in _scheduler_problems(item, limits))
     return out
+
+
+def _scheduler_problems(item: Any, limits: Limits) -> Iterator[str]:
+    template = as_mapping(item).get("generictemplate")
+    if not isinstance(template, Mapping):
+        return
+    try:
+        sets = pod_sets(template)
+    except WorkloadError:
+        return  # a bad replica count: the demand computation names it
+    allowed = ", ".join(sorted({DEFAULT_SCHEDULER, *limits.scheduler_names}))
+    for pod_set in sets:
+        name = as_mapping(pod_set.template.get("spec")).get("schedulerName")
+        if not limits.allows_scheduler(name):
+            where = format_path(("generictemplate", *pod_set.path, "spec", "schedulerName"))
+            yield (f"{where} {_short(name)} is not a scheduler the cluster admin allows ({allowed}; "
+                   f"--allowed-scheduler-names): mcad reserves room for pods as the default scheduler places them, "
+                   f"and pods another scheduler places, or none, could hold that room without ever starting")
 
 
 def _json_size(value: Any) -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import re
 import signal
 import sys
 import threading
@@ -258,6 +259,13 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
 @click.option("--max-appwrapper-bytes", type=click.IntRange(min=1024), default=DEFAULT_MAX_BYTES,
               help="An AppWrapper whose spec is larger, as compact JSON, fails at once (InvalidSpec). The default "
                    "admits 1 MiB; etcd refuses objects of about 1.5 MiB anyway.")
+@click.option("--allowed-scheduler-names", "allowed_scheduler_names", multiple=True, metavar="NAME[,NAME...]",
+              help="Schedulers besides default-scheduler that pod templates in AppWrappers may name in "
+                   "spec.schedulerName (repeatable, or comma-separated). Another name is refused at admission, and an "
+                   "AppWrapper that names one fails at once (InvalidSpec) when admission was bypassed: mcad reserves "
+                   "room (and preempts) as the default scheduler places pods, so pods no scheduler it counts on "
+                   "places could hold room, and what was evicted for it, without ever starting. Allow only "
+                   "schedulers that place pods on the nodes mcad counts.")
 @click.option("--allow-protected-namespace", "allowed_protected", multiple=True, metavar="NAMESPACE",
               help="Dispatch AppWrappers in this protected namespace after all (repeatable). Protected: kube-system, "
                    "kube-public, kube-node-lease, the controller's own namespace and, in hub mode, mcad-system "
@@ -376,7 +384,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
          leader_elect_label_pod: bool, http_bind_address: str, insecure_debug_endpoints: bool, legacy_api: bool,
          quota_trees: bool, clusters_config: str | None,
          cluster_policy: str | None, cluster_probe_period: float, default_max_priority: int, max_items: int,
-         max_appwrapper_bytes: int, allowed_protected: tuple[str, ...],
+         max_appwrapper_bytes: int, allowed_scheduler_names: tuple[str, ...], allowed_protected: tuple[str, ...],
          webhook_enabled: bool, webhook_bind_address: str, webhook_share_port: bool, webhook_cert_dir: str | None,
          webhook_cert_secret: str, webhook_cert_namespace: str | None,
          webhook_service_name: str, webhook_cert_hosts: str, webhook_configuration_name: str, webhook_creator: str,
@@ -389,6 +397,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
          log_level: str, log_format: str, connect_only: bool, **fault_options: Any) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
     fault_defaults = faultflags.fault_defaults(fault_options)  # a usage error when they do not hold together
+    scheduler_names = scheduler_names_of(allowed_scheduler_names)
     if leader_elect:
         try:
             validate_timings(leader_elect_lease_duration, leader_elect_renew_deadline, leader_elect_retry_period)
@@ -472,7 +481,8 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                                                      "max_evictions_per_minute": max_evictions_per_minute},
                                   fit=fit, placement=placement, legacy_api=legacy_api, quota_trees=quota_trees,
                                   recorder=recorder,
-                                  hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes),
+                                  hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes,
+                                                              scheduler_names=scheduler_names),
                                   default_max_priority=default_max_priority,
                                   protected_namespaces=protected, fault_defaults=fault_defaults,
                                   node_health=node_health, backoff_status_rate=backoff_status_rate)
@@ -504,7 +514,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
                                configuration=webhook_configuration_name, poll_seconds=webhook_cert_poll_seconds,
                                creator=webhook_creator,
                                max_items=max_items, max_appwrapper_bytes=max_appwrapper_bytes,
-                               share_port=webhook_share_port,
+                               scheduler_names=scheduler_names, share_port=webhook_share_port,
                                admission=admission_config(admission_allowed_kinds, protected, allowed_protected,
                                                           status_writers=frozenset({own, *status_writers}),
                                                           fault_defaults=fault_defaults,
@@ -641,6 +651,17 @@ def _names(value: str) -> frozenset[str]:
     return frozenset(part.strip() for part in value.split(",") if part.strip())
 
 
+def scheduler_names_of(values: tuple[str, ...]) -> frozenset[str]:
+    """The names of ``--allowed-scheduler-names`` (repeated, comma-separated); a usage error for one that is not a
+    name a pod could give (a DNS-1123 subdomain)."""
+    names = frozenset(name.strip() for value in values for name in value.split(",") if name.strip())
+    for name in sorted(names):
+        if len(name) > 253 or not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name):
+            raise click.UsageError(f"--allowed-scheduler-names: {name!r} is not a scheduler name (a DNS-1123 "
+                                   f"subdomain)")
+    return names
+
+
 def admission_config(allowed_kinds: str, protected: frozenset[str],
                      allowed_protected: tuple[str, ...] = (), *,
                      status_writers: frozenset[str] = frozenset(),
@@ -683,6 +704,7 @@ class WebhookClients:
 def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: str | None, secret: str,
              service: str, hosts: list[str], configuration: str, poll_seconds: float,
              max_items: int, max_appwrapper_bytes: int, share_port: bool, creator: str = "webhook",
+             scheduler_names: frozenset[str] = frozenset(),
              admission: admission_review.AdmissionConfig | None = None,
              clients: WebhookClients | None = None) -> Webhook:
     clients = clients or WebhookClients()
@@ -698,7 +720,8 @@ def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: s
             kinds=webhook_certs.CONFIGURATION_KINDS[:1] if creator == "policy" else webhook_certs.CONFIGURATION_KINDS)
     # The controller's own namespace is protected; admission judges with the bounds dispatch uses.
     config = dataclasses.replace(admission or admission_review.AdmissionConfig(), controller_namespace=namespace,
-                                 limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes))
+                                 limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes,
+                                               scheduler_names=scheduler_names))
     access_reviews = callers.SourceBuckets(per_source=clients.access_reviews_per_second,
                                            burst=clients.access_reviews_burst, total=clients.access_reviews_total,
                                            api_servers=clients.api_servers)

@@ -290,3 +290,25 @@ def test_a_backlog_found_at_start_is_told_why_it_waits_with_one_fit_check_per_gr
     h.drain()
     assert last_status(h, "later")["state"] == "Running"
     assert checks[0] < 10, f"{checks[0]} fit checks in a cycle over 300 queued AppWrappers in 2 groups"
+
+
+def test_a_preemptor_whose_pods_name_another_scheduler_fails_and_evicts_nobody(harness_factory: Any) -> None:
+    # Stored around the webhook: its pods would be placed by no scheduler mcad counts on, so it must not take room.
+    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[gang_aw("low", 1, {"cpu": "4"})], preemption=True)
+    h.drain()
+    h.lw["pod"].add(pod("low-0", "4", appwrapper="low"))
+    wait_informed(lambda: h.dispatcher.pods.get("uid-low-0"), 5, "low's pod")
+    h.drain()
+    nobody = gang_aw("nobody", 1, {"cpu": "4"}, priority=5)
+    nobody["spec"]["resources"]["GenericItems"][0]["generictemplate"] = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nobody-0"},
+        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "i"}]}}
+    h.lw["aw"].add(nobody)
+    wait_informed(lambda: h.dispatcher.appwrappers.get("ns/nobody"), 5, "nobody")
+    h.drain()
+    failed = last_status(h, "nobody")
+    assert failed["state"] == "Failed"
+    assert [c["reason"] for c in failed["conditions"] if c["type"] == "Failed"] == ["InvalidSpec"]
+    assert "schedulerName 'nobody' is not a scheduler the cluster admin allows" in failed["message"]
+    assert last_status(h, "low")["state"] == "Running" and h.dispatcher.preemptions == 0
+    assert h.writer.applied == ["low-cm"]

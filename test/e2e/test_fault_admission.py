@@ -1,7 +1,8 @@
 """Issue 28, item 5, through the real webhooks: fault tolerance annotations a tenant sets on its AppWrappers
 (`kubectl` with a TokenRequest token) are refused at create, and on an update that sets or changes them, with the
 annotation named; good ones are admitted. The controller runs with ``--grace-period-ceiling=2h``: the ceiling
-admission judges by is the flag's. The legacy group (``--legacy-api``) is judged the same.
+admission judges by is the flag's; the floors are the defaults (10s), and a refusal for a shorter period states the
+floor. Numbers are read in ASCII digits only. The legacy group (``--legacy-api``) is judged the same.
 
 alice holds only AppWrapper rights (create, get, list, watch, delete, update, patch): what she cannot wrap is refused
 anyway, and the annotation is named all the same. bob may also create ConfigMaps, so the annotation is the only
@@ -33,7 +34,7 @@ RIGHTS = [{"apiGroups": ["workload.codeflare.dev", "mcad.ibm.com"], "resources":
 @pytest.fixture(scope="module")
 def controller(legacy_crd: None, controller_kubeconfig: str, crd: None) -> Iterator[Controller]:
     with running_controller(controller_kubeconfig, LOGS / "test_fault_admission.log", "--legacy-api",
-                            "--grace-period-ceiling", CEILING) as ctl:
+                            "--grace-period-ceiling", CEILING, "--allowed-scheduler-names", "volcano") as ctl:
         yield ctl
 
 
@@ -76,6 +77,15 @@ REFUSED = [
     pytest.param({ft.TERMINAL_EXIT_CODES: "1,300"},
                  f"annotation {ft.TERMINAL_EXIT_CODES}: '1,300' holds '300', not an exit code: write a "
                  f"comma-separated list of integers in 1..255", id="exit-code-out-of-range"),
+    pytest.param({ft.RETRY_PAUSE: "1ns"},
+                 f"annotation {ft.RETRY_PAUSE}: '1ns' is below the cluster's floor of 10s (the shortest this period "
+                 f"may be)", id="pause-below-floor"),
+    pytest.param({ft.FAILURE_GRACE: "0s"},
+                 f"annotation {ft.FAILURE_GRACE}: '0s' is below the cluster's floor of 10s (the shortest this period "
+                 f"may be)", id="grace-below-floor"),
+    pytest.param({ft.RETRY_LIMIT: "\u0661\u0662"},
+                 f"annotation {ft.RETRY_LIMIT}: '\u0661\u0662' must be an integer in 0..1000 (in ASCII digits)",
+                 id="non-ascii-digits"),
 ]
 
 
@@ -131,3 +141,35 @@ def test_the_legacy_group_is_judged_the_same(tenants: Tenants, aws: AppWrappers)
     proc = kubectl(tenants.bob, "create", wrapper(tenants.namespace, "old-good", {ft.SUCCESS_TTL: "8h"},
                                                   group="mcad.ibm.com"))
     assert proc.returncode == 0, proc.stderr
+
+
+def pod_wrapper(namespace: str, name: str, scheduler: str) -> dict[str, Any]:
+    return escalations.appwrapper(namespace, name, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-0"},
+        "spec": {"schedulerName": scheduler, "containers": [{"name": "c", "image": "trainer",
+                                                              "resources": {"requests": {"cpu": "10m"}}}]}})
+
+
+def test_a_pod_template_naming_a_scheduler_the_admin_does_not_allow_is_refused(
+        kubeconfig: str, aws: AppWrappers, controller: Controller, tmp_path: Path) -> None:
+    """carol may create AppWrappers and pods in her namespace: ``schedulerName: nobody`` is the only reason hers is
+    refused, the message naming the template and the schedulers allowed; ``volcano`` (allowed by the flag) and the
+    default scheduler are admitted, and the default one dispatches."""
+    admin = kube.connect(kubeconfig)
+    account(admin, aws.namespace, "carol", [*RIGHTS, {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}])
+    carol = token_kubeconfig(kubeconfig, admin, aws.namespace, "carol", tmp_path / "carol")
+    wait_until(lambda: kubectl(carol, "auth", None, "can-i", "create", "pods").stdout.strip() == "yes", 30,
+               "carol's Role to count")
+    proc = kubectl(carol, "create", pod_wrapper(aws.namespace, "nobody", "nobody"))
+    assert proc.returncode != 0, proc.stdout
+    assert proc.stderr.rstrip().endswith(
+        "denied the request: GenericItems[0] (Pod nobody-0): generictemplate.spec.schedulerName 'nobody' is not a "
+        "scheduler the cluster admin allows (default-scheduler, volcano; --allowed-scheduler-names): mcad reserves "
+        "room for pods as the default scheduler places them, and pods another scheduler places, or none, could hold "
+        "that room without ever starting"), proc.stderr
+    with pytest.raises(k8s.ApiException, match="Not Found"):
+        aws.get("nobody")
+    for name, scheduler in (("volcano", "volcano"), ("default", "default-scheduler")):
+        proc = kubectl(carol, "create", pod_wrapper(aws.namespace, name, scheduler))
+        assert proc.returncode == 0, proc.stderr
+    aws.wait_state("default", "Running")

@@ -265,3 +265,47 @@ def test_a_spec_is_reused_only_for_the_same_object_with_a_generation() -> None:
     assert reuse_spec(stored, {**raw, "metadata": {**raw["metadata"], "generation": None}}) is None
     nameless = appwrapper_view(aw(cm("a")))  # no uid, no generation: nothing to recognise it by
     assert reuse_spec(nameless, aw(cm("a"))) is None
+
+
+# -- scheduler names ----------------------------------------------------------------------------------------------
+
+
+def _pod_item(scheduler: object) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "i"}]}
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    return {"generictemplate": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}}
+
+
+def _job_item(scheduler: str) -> dict[str, Any]:
+    return {"generictemplate": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {
+        "template": {"spec": {"schedulerName": scheduler, "containers": [{"name": "c", "image": "i"}]}}}}}
+
+
+def _with_items(*items: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": "aw"}, "spec": {"resources": {"GenericItems": list(items)}}}
+
+
+@pytest.mark.parametrize("scheduler", [None, "", "default-scheduler"])
+def test_the_default_scheduler_is_always_allowed(scheduler: object) -> None:
+    assert problems(_with_items(_pod_item(scheduler))) == []
+
+
+def test_another_scheduler_is_refused_naming_the_template_and_the_names_allowed() -> None:
+    assert problems(_with_items(_pod_item("nobody"), _job_item("volcano"))) == [
+        "GenericItems[0] (Pod p): generictemplate.spec.schedulerName 'nobody' is not a scheduler the cluster admin "
+        "allows (default-scheduler; --allowed-scheduler-names): mcad reserves room for pods as the default scheduler "
+        "places them, and pods another scheduler places, or none, could hold that room without ever starting",
+        "GenericItems[1] (Job j): generictemplate.spec.template.spec.schedulerName 'volcano' is not a scheduler the "
+        "cluster admin allows (default-scheduler; --allowed-scheduler-names): mcad reserves room for pods as the "
+        "default scheduler places them, and pods another scheduler places, or none, could hold that room without "
+        "ever starting"]
+
+
+def test_the_schedulers_the_admin_allows_are_allowed() -> None:
+    limits = Limits(scheduler_names=frozenset({"volcano"}))
+    assert problems(_with_items(_job_item("volcano")), limits) == []
+    found = problems(_with_items(_pod_item("nobody")), limits)
+    assert len(found) == 1 and "(default-scheduler, volcano; --allowed-scheduler-names)" in found[0]
+    assert problems(_with_items(_pod_item(["not", "a", "name"])), limits)[0].startswith(
+        "GenericItems[0] (Pod p): generictemplate.spec.schedulerName ['not', 'a', 'name'] is not a scheduler")
