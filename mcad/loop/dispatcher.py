@@ -395,9 +395,11 @@ class Dispatcher:
         if aw.demand_error:
             self.pending.remove(aw.key)
             self.decisions.fail(aw, status.INVALID_SPEC, aw.demand_error)
+            self.owners.health.finished(aw)  # delete-when-finished: its timer starts with the failure
         elif aw.namespace in self.settings.protected_namespaces:
             self.pending.remove(aw.key)
             self.decisions.fail(aw, status.PROTECTED_NAMESPACE, protected_namespace_message(aw.namespace))
+            self.owners.health.finished(aw)
         elif self.queued.enqueue(aw):
             # New arrivals and changed ones need a decision; our own status writes coming back do not.
             self.queue.add(DISPATCH)

@@ -46,6 +46,8 @@ is ``mcad.api.faulttolerance.policy`` of its annotations and the cluster's ``Fau
   (0: at once, as the failure is decided); DeletingResources records it, so it is done once. With
   ``delete-when-finished`` the AppWrapper itself is deleted then. A Failed one kept for debugging holds no
   reservation: its pods that still run use what they use, as any pod does, and nothing more is held for it.
+  A Failed one that was never dispatched (an invalid spec, a protected namespace) has no objects; with
+  ``delete-when-finished`` it is itself deleted ``deletionOnFailureGracePeriodDuration`` after its failure.
 - Everything it waits for is a ``HealthDue`` timer computed from time stamps in status, so it survives restarts;
   what it remembers in memory (start-up passed, objects seen) is per dispatch and dropped with it.
 """
@@ -515,6 +517,7 @@ class Health:
         """A final AppWrapper: its objects (and, if asked, itself) deleted on time (see the module docstring)."""
         current = self._decisions.status(aw)
         if not current.first_dispatch:
+            self._failed_before_dispatch(aw)
             return
         raw = current.raw()
         policy = self.policy(aw)
@@ -542,6 +545,22 @@ class Health:
         self._decisions.event(aw, events.CLEANED_UP, message)
         if policy.delete_when_finished:
             self._delete_appwrapper(aw)
+
+    def _failed_before_dispatch(self, aw: AppWrapperView) -> None:
+        """Failed without a dispatch (an invalid spec, a protected namespace): nothing of it exists, so only the
+        AppWrapper itself goes, when asked, after the same deletion-on-failure grace as any failed one."""
+        current = self._decisions.status(aw)
+        policy = self.policy(aw)
+        if current.state != State.FAILED or not policy.delete_when_finished:
+            return
+        final = status.latest(current.raw().get("conditions"), status.FAILED)
+        stamp = final.get("lastTransitionMicroTime") if final is not None else None
+        left = policy.deletion_on_failure_grace - self._elapsed(stamp if isinstance(stamp, str) else None,
+                                                                self._clock.now())
+        if left > 0:
+            self._after(aw.key, left)
+            return
+        self._delete_appwrapper(aw)
 
     def _delete_appwrapper(self, aw: AppWrapperView) -> None:
         log.info("deleting a finished appwrapper, as its annotation asks", appwrapper=aw.key)

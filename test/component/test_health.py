@@ -357,3 +357,25 @@ def test_periods_below_the_floors_got_past_admission_and_the_floors_are_used(har
     h.clock.advance(0.1)
     h.drain()
     assert h.writer.applied.count("g-cm") == 2
+
+
+def test_delete_when_finished_deletes_an_appwrapper_that_failed_before_dispatch_after_the_failure_grace(
+        harness_factory: Any) -> None:
+    invalid = annotated(gang_aw("bad", 1, {"cpu": "1"}), {ft.DELETE_WHEN_FINISHED: "true",
+                                                         ft.DELETION_ON_FAILURE_GRACE: "5s"})
+    invalid["spec"]["priority"] = 2**40  # out of int32: InvalidSpec, before anything is created
+    kept = annotated(gang_aw("kept", 1, {"cpu": "1"}), {ft.DELETION_ON_FAILURE_GRACE: "5s"})
+    kept["spec"]["priority"] = 2**40
+    h = harness_factory(nodes=[node("n0", "2")], pods=[], aws=[invalid, kept])
+    h.drain()
+    for name in ("bad", "kept"):
+        assert last_status(h, name)["state"] == "Failed"
+        assert condition(last_status(h, name), status.FAILED)["reason"] == "InvalidSpec"
+    h.clock.advance(4.9)
+    h.drain()
+    assert "AppWrapper bad" not in h.writer.deleted
+    h.clock.advance(0.1)
+    h.drain()
+    assert h.writer.deleted.count("AppWrapper bad") == 1
+    assert "AppWrapper kept" not in h.writer.deleted, "only where its annotation (or the cluster's flag) asks"
+    assert h.writer.applied == []

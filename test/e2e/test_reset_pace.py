@@ -8,6 +8,8 @@ Without floors, ``retryPausePeriodDuration: 1ns`` and ``0s`` grace periods made 
 - three failing AppWrappers of one namespace, created by a tenant holding only AppWrapper rights: 2 resets in the
   first minute, the third deferred with its status saying why; meanwhile another namespace's AppWrapper
   dispatches.
+A preemptor whose pods name ``schedulerName: nobody`` fails at dispatch, creating nothing; with
+``delete-when-finished`` such a failed AppWrapper is deleted.
 Pods fail through kwok's test knob (``test.e2e.test_fault_tolerance.pod_item``).
 """
 
@@ -102,3 +104,38 @@ def test_a_namespace_past_its_resets_per_minute_waits_and_others_still_dispatch(
     other_namespace.wait_state("other", "Running", timeout=30)
     # The namespace's resets stay within the bound for the rest of the minute.
     assert sum(resetting_count(aws.status(name)) for name in names) <= 2
+
+
+def test_work_naming_another_scheduler_fails_at_dispatch_when_admission_is_bypassed(
+        controller: Controller, aws: AppWrappers) -> None:
+    """No webhook judged it: the controller fails it (InvalidSpec) before creating or preempting anything."""
+    body = appwrapper("nobody", pod_item("nobody-0", {"cpu": "10m"}), priority=100)
+    body["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"]["schedulerName"] = "nobody"
+    aws.create(body)
+    failed = aws.wait_state("nobody", "Failed", timeout=30)
+    assert "schedulerName 'nobody' is not a scheduler the cluster admin allows" in failed["message"], failed
+    assert not aws.pods("nobody")
+    aws.create(appwrapper("fine", pod_item("fine-0", {"cpu": "10m"})))
+    aws.wait_state("fine", "Running", timeout=30)
+
+
+def test_delete_when_finished_deletes_an_appwrapper_that_failed_at_dispatch(
+        controller: Controller, aws: AppWrappers) -> None:
+    """Failed before anything was created (InvalidSpec): with ``delete-when-finished`` it goes after the
+    deletion-on-failure grace (2 s); without it, it stays to be looked at."""
+    for name, asked in (("gone", {ft.DELETE_WHEN_FINISHED: "true", ft.DELETION_ON_FAILURE_GRACE: "2s"}),
+                              ("kept", {})):
+        body = annotated(appwrapper(name, pod_item(f"{name}-0", {"cpu": "10m"})), asked)
+        body["spec"]["resources"]["GenericItems"][0]["generictemplate"]["spec"]["schedulerName"] = "nobody"
+        aws.create(body)
+    aws.wait_state("kept", "Failed", timeout=30)
+
+    def gone() -> bool:
+        try:
+            aws.get("gone")
+        except k8s.ApiException as err:
+            return err.status == 404
+        return False
+
+    wait_until(gone, 30, "the failed AppWrapper with delete-when-finished to be deleted")
+    assert aws.status("kept")["state"] == "Failed"
