@@ -28,6 +28,9 @@ Contract:
   ``limits.scheduler_names``: mcad plans and reserves room on nodes as the default scheduler places pods, and holds
   it while the gang starts (and preempts others for it); pods that another scheduler places, or none (a name
   nothing serves), would keep that room, and what was evicted for it, while they never start.
+- Nesting: an AppWrapper nested deeper than ``MAX_NESTING_DEPTH`` objects and arrays (counted from the AppWrapper
+  itself; real wrapped objects need about 20) has that one problem, named with the limit, and nothing else is
+  judged: the rules walk the object, and so does every JSON encoder that would send it on.
 - ``refusal(raw, limits)``: the first ``MAX_REPORTED`` problems joined with ``"; "`` (and how many more there
   are), or None: one bounded status message.
 - Ranges (the CRD declares the same numbers; test/unit/test_validation.py keeps them equal):
@@ -73,6 +76,10 @@ DEFAULT_MAX_BYTES: Final = 1_310_720  # 1.25 MiB
 # every custom resource).
 MAX_OBJECT_NAME_LENGTH: Final = 253
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# Objects and arrays inside one another, from the AppWrapper down: a wrapped object needs about 20 (a pod template's
+# affinity terms in a Deployment in an item); recursive code (JSON encoders, validators) needs a bound well below
+# Python's recursion limit.
+MAX_NESTING_DEPTH: Final = 100
 # Problems named in one status message; the rest are counted.
 MAX_REPORTED: Final = 5
 # Kept where users of upstream MCAD put them by mistake (the seed RayCluster tutorial): directly in resources.
@@ -116,7 +123,30 @@ def refusal(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> str | No
     return f"{message}; and {more} more problem{'s' if more > 1 else ''}" if more > 0 else message
 
 
+def nesting_depth(value: Any, limit: int = MAX_NESTING_DEPTH) -> int:
+    """How deeply objects and arrays nest in ``value`` (a scalar: 0), counted without recursion up to ``limit`` + 1
+    (deeper is not explored)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Mapping):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if depth > limit:
+            return depth
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (Mapping, list)))
+    return deepest
+
+
 def problems(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> list[str]:
+    if nesting_depth(raw) > MAX_NESTING_DEPTH:
+        return [f"the AppWrapper nests objects and arrays more than {MAX_NESTING_DEPTH} levels deep; at most "
+                f"{MAX_NESTING_DEPTH} are allowed"]
     meta = as_mapping(raw.get("metadata"))
     spec = as_mapping(raw.get("spec"))
     resources = as_mapping(spec.get("resources"))

@@ -674,3 +674,11 @@ def test_tenancy_refusals_are_reported_on_create_and_on_updates_that_bring_them(
     relabelled = copy.deepcopy(high)
     relabelled["metadata"]["labels"] = {"x": "y"}
     assert validate(relabelled, config=config, old=high).allowed
+
+
+def test_an_appwrapper_nested_hundreds_of_levels_deep_is_refused_clearly() -> None:
+    from test.unit.test_validation import _nested
+    obj = aw(cm())
+    obj["spec"] = _nested(900)["spec"]
+    assert refused(validate(obj)) == "the AppWrapper nests objects and arrays more than 100 levels deep; at most 100 " \
+                                     "are allowed"

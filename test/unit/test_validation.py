@@ -309,3 +309,32 @@ def test_the_schedulers_the_admin_allows_are_allowed() -> None:
     assert len(found) == 1 and "(default-scheduler, volcano; --allowed-scheduler-names)" in found[0]
     assert problems(_with_items(_pod_item(["not", "a", "name"])), limits)[0].startswith(
         "GenericItems[0] (Pod p): generictemplate.spec.schedulerName ['not', 'a', 'name'] is not a scheduler")
+
+
+# -- nesting --------------------------------------------------------------------------------------------------------
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    """An AppWrapper whose ConfigMap item holds a value nested so that the whole object is ``depth`` deep."""
+    inner: Any = "leaf"
+    for level in range(depth - 6):  # the AppWrapper, spec, resources, GenericItems, the item, generictemplate
+        inner = [inner] if level % 2 else {"k": inner}
+    return _with_items({"generictemplate": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                                            "data": inner}})
+
+
+def test_nesting_up_to_the_limit_is_allowed_and_deeper_is_refused_naming_the_limit() -> None:
+    from mcad.api.validation import MAX_NESTING_DEPTH, nesting_depth
+    assert nesting_depth(_nested(MAX_NESTING_DEPTH)) == MAX_NESTING_DEPTH
+    assert problems(_nested(MAX_NESTING_DEPTH)) == []
+    assert problems(_nested(MAX_NESTING_DEPTH + 1)) == [
+        f"the AppWrapper nests objects and arrays more than {MAX_NESTING_DEPTH} levels deep; at most "
+        f"{MAX_NESTING_DEPTH} are allowed"]
+
+
+def test_an_object_nested_near_pythons_recursion_limit_is_refused_by_admission_and_failed_by_the_controller() -> None:
+    deep = _nested(900)
+    deep["metadata"]["namespace"] = "ns"
+    assert refusal(deep) is not None and "levels deep" in str(refusal(deep))
+    view = appwrapper_view(deep)
+    assert view.demand_error is not None and "more than 100 levels deep" in view.demand_error
