@@ -46,6 +46,7 @@ import structlog
 from mcad.admission.callers import RefusalSummary, SourceNetworks
 from mcad.admission.facts import WouldAsk, at_hand_only
 from mcad.admission.request import AdmissionRequest, Outcome, Reviewer
+from mcad.api import deepjson
 from mcad.serve import frontdoor
 from mcad.serve.frontdoor import FrontDoor, Head, Limits, Response
 from mcad.serve.server import parse_bind_address
@@ -218,7 +219,7 @@ def review(name: str, reviewer: Reviewer, body: bytes, *, source: str = "",
     is the caller's address, handed to the reviewer in ``AdmissionRequest.source``. A refusal is logged, one line
     each, or through ``refusals`` when given (a caller not known to be the API server)."""
     try:
-        request = AdmissionRequest.parse(json.loads(body), source=source)
+        request = AdmissionRequest.parse(deepjson.loads(body), source=source)
     except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
         return 400, {"error": f"not an admission.k8s.io/v1 AdmissionReview: {err}"}
     try:

@@ -26,6 +26,7 @@ import structlog
 import urllib3.exceptions
 from kubernetes.config.config_exception import ConfigException
 
+from mcad.api import deepjson
 from mcad.errors import TIMED_OUT
 
 # The error types live in mcad.errors so that code deciding on a failure need not import the client; re-exported
@@ -284,7 +285,7 @@ class WatchStream:
 
 
 def _event(line: bytes) -> dict[str, Any]:
-    event = json.loads(line)
+    event = deepjson.loads(line)
     if not isinstance(event, dict):
         raise ValueError("watch event is not a JSON object")
     return event
@@ -593,7 +594,7 @@ def request_json(conn: Connection, method: str, path: str, *, query: Query | Non
 def _json_object(method: str, path: str, data: bytes) -> dict[str, Any]:
     """An answer's body as a JSON object (empty: ``{}``); anything else is a ``BadResponse``."""
     try:
-        parsed = json.loads(data) if data else {}
+        parsed = deepjson.loads(data) if data else {}
     except ValueError as err:
         raise ApiError(0, "BadResponse", f"{method} {path}: response is not JSON: {err}") from err
     if not isinstance(parsed, dict):

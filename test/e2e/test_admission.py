@@ -301,3 +301,15 @@ def test_a_tenant_cannot_forge_its_quota_node_its_priority_or_its_demand(
     proc = kubectl(tenants.bob, "create", wrapper(tenants.namespace, "plain", pod("p")))
     assert proc.returncode == 0, proc.stderr
     assert aws.get("plain")["metadata"]["labels"]["tenants"] == "team-a"
+
+
+def test_an_appwrapper_nested_3000_deep_is_refused_naming_the_limit(tenants: Tenants, aws: AppWrappers) -> None:
+    """Deeper than Python's JSON decoder goes (the API server stores up to 10,000 levels): refused with the limit,
+    not with an internal error."""
+    from test.e2e.test_bad_input import deep_appwrapper, kubectl_text
+    proc = kubectl_text(tenants.alice, "create", "-f", "-", text=deep_appwrapper("deep", tenants.namespace, 3000))
+    assert proc.returncode != 0, proc.stdout
+    assert ("denied the request: the AppWrapper nests objects and arrays more than 100 levels deep; at most 100 are "
+            "allowed") in proc.stderr, proc.stderr
+    with pytest.raises(Exception, match="Not Found"):
+        aws.get("deep")

@@ -11,6 +11,8 @@ namespaceSelector. test_admission.py checks that the webhook refuses the same at
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -285,3 +287,45 @@ def test_text_outside_the_bmp_is_dispatched_and_a_bad_quantity_of_it_fails_with_
                                                                     "requests": {"cpu": "1\U0001f600"}}}]}}}))
     failed = aws.wait_state("bad-emoji", "Failed", timeout=15)
     assert "1\U0001f600" in failed["message"], failed["message"]
+
+
+def deep_appwrapper(name: str, namespace: str, depth: int) -> str:
+    """An AppWrapper whose ConfigMap's data nests ``depth`` arrays, as JSON text (Python's encoder, like its
+    decoder, recurses once per level and gives up near 1,000)."""
+    text = json.dumps({"apiVersion": f"{GROUP}/{VERSION}", "kind": "AppWrapper",
+                       "metadata": {"name": name, "namespace": namespace},
+                       "spec": {"resources": {"GenericItems": [configmap_item(f"{name}-cm")]}}})
+    return text.replace('{"k": "v"}', "[" * depth + '"leaf"' + "]" * depth)
+
+
+def kubectl_text(kubeconfig: str, *args: str, text: str | None = None) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("kubectl") or str(REPO / ".dev" / "bin" / "kubectl")
+    return subprocess.run([binary, "--kubeconfig", kubeconfig, *args], input=text, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_an_appwrapper_nested_3000_deep_fails_and_every_list_and_watch_goes_on(
+        kubeconfig: str, controller: Controller, aws: AppWrappers, neighbour: AppWrappers) -> None:
+    """The API server stores objects nested up to 10,000 deep; Python's JSON decoder gives up near 1,000. One such
+    AppWrapper, created where admission does not look, used to break the controller's AppWrapper list and watch,
+    for every tenant. It fails with a message that names the limit, and the next tenant's AppWrapper runs."""
+    try:
+        proc = kubectl_text(kubeconfig, "create", "-f", "-", text=deep_appwrapper("deep", aws.namespace, 3000))
+        assert proc.returncode == 0, proc.stderr
+
+        def state() -> str:
+            got = kubectl_text(kubeconfig, "get", "appwrappers.workload.codeflare.dev", "deep", "-n", aws.namespace,
+                               "-o", "jsonpath={.status.state} {.status.conditions[-1].reason}")
+            return got.stdout if got.stdout.startswith("Failed") else ""
+
+        assert wait_until(state, 30, "the deep AppWrapper to fail") == "Failed InvalidSpec"
+        message = kubectl_text(kubeconfig, "get", "appwrappers.workload.codeflare.dev", "deep", "-n", aws.namespace,
+                               "-o", "jsonpath={.status.message}").stdout
+        assert "nests objects and arrays more than 100 levels deep; at most 100 are allowed" in message, message
+        neighbour.create(appwrapper("after-deep", deployment_item("after-deep", 1, "10m")))
+        neighbour.wait_pods("after-deep", 1)
+        assert controller.proc is not None and controller.proc.poll() is None
+        assert b"RecursionError" not in controller.log.read_bytes()
+    finally:
+        kubectl_text(kubeconfig, "delete", "appwrappers.workload.codeflare.dev", "deep", "-n", aws.namespace,
+                     "--ignore-not-found", "--wait=false")
