@@ -20,11 +20,11 @@ prereqs-%:
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,lint]'
+	$(BIN)/pip install --quiet -e '.[test,lint,docs]'
 	touch $@
 
 .PHONY: install
-install: prereqs-install $(BIN)/.installed ## create .venv and install mcad (editable) with test and lint extras
+install: prereqs-install $(BIN)/.installed ## create .venv and install mcad (editable) with test, lint and docs extras
 
 .PHONY: tools
 tools: prereqs-tools ## build the pinned Kubernetes binaries into ~/.cache/mcad-dev (once; minutes when cold)
@@ -111,7 +111,15 @@ e2e: prereqs-e2e install tools image ## as root: what only an installation shows
 e2e-kind: install tools ## test/installed and test/e2e on a throwaway KinD cluster, for machines that reach Docker Hub (KEEP_CLUSTER=1)
 	E2E_ARGS="$(E2E_ARGS)" hack/e2e-kind.sh
 
+.PHONY: docs
+docs: install ## the documentation site from docs/ (mkdocs build --strict: a broken link or anchor fails) -> site/
+	$(BIN)/mkdocs build --strict --site-dir site
+
+.PHONY: docs-serve
+docs-serve: install ## serve the documentation site on http://127.0.0.1:8000, rebuilt on every change (DOCS_ADDR=host:port)
+	$(BIN)/mkdocs serve --dev-addr $(or $(DOCS_ADDR),127.0.0.1:8000)
+
 .PHONY: clean
 clean: ## remove the venv and local state (not the binary cache)
 	-hack/local-cluster.sh down
-	rm -rf $(VENV) .dev .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .dev .pytest_cache .mypy_cache .ruff_cache *.egg-info site
