@@ -32,11 +32,12 @@ from test.support import write_tree
 REPO = Path(__file__).resolve().parents[2]
 CONFIGURATION = REPO / "docs" / "configuration.md"
 MCADCTL_PAGE = REPO / "docs" / "mcadctl.md"
+PERFORMANCE = REPO / "docs" / "performance.md"
 VALUES = REPO / "charts" / "mcad" / "values.yaml"
 
 
 def doc_pages(root: Path = REPO) -> list[Path]:
-    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    return [root / "README.md", root / "CHANGELOG.md", *sorted((root / "docs").rglob("*.md"))]
 
 
 # --- Markdown, as far as links and headings go -----------------------------------------------------------------
