@@ -1,12 +1,15 @@
 """The docs check: README.md and docs/ cannot drift from the tree or from the code.
 
-- Every relative link and image in README.md and docs/**/*.md names a file or directory of the repository, and
+- Every relative link and image in README.md, CHANGELOG.md and docs/**/*.md names a file or directory of the repository, and
   every ``#anchor`` names a heading of the target page under GitHub's slug rules (lower case, punctuation dropped,
   each space a hyphen, ``-1``, ``-2``... for repeated headings). External ``http(s)`` links are not fetched (no
   network in unit tests); they must be well formed: a scheme, a host, no whitespace.
 - Every option of ``mcad-controller`` (read from its click command) appears in docs/configuration.md, and every
   leaf key path of charts/mcad/values.yaml (``webhook.clientAuth.enabled``, written in backticks) appears there too.
 - Every ``mcadctl`` command and option appears in docs/mcadctl.md.
+- Every figure the README quotes on a line that links to docs/performance.md (its "what works now" rows on
+  throughput, scale and Kueue) is a figure of docs/performance.md: the README quotes the performance page, never a
+  figure of its own.
 
 Each checker is a function over text (and the files the links name), so the tests at the bottom show it reporting
 a broken link, a missing anchor, a malformed URL, an undocumented flag and an undocumented value on synthetic
@@ -203,6 +206,29 @@ def undocumented_values(values: Mapping[str, Any], text: str) -> list[str]:
     return [path for path in leaf_paths(values) if f"`{path}`" not in text]
 
 
+# --- Figures the README quotes from the performance page -------------------------------------------------------
+
+_FIGURE = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
+
+
+def figures(text: str) -> set[float]:
+    """Every number written in the text (``1,000`` is 1000, ``126.0`` is 126), link targets left out."""
+    prose = re.sub(r"\]\([^)]*\)", "]", text)
+    return {float(number.replace(",", "")) for number in _FIGURE.findall(prose)}
+
+
+def unquoted_figures(readme: str, page: str, page_path: str = "docs/performance.md") -> list[str]:
+    """``README.md:LINE: N`` for each number on a README line that links to the performance page which that page
+    does not state."""
+    stated = figures(page)
+    problems: list[str] = []
+    for number, line in enumerate(readme.splitlines(), start=1):
+        if f"]({page_path}" not in line:
+            continue
+        problems += [f"README.md:{number}: {figure:g}" for figure in sorted(figures(line) - stated)]
+    return problems
+
+
 def _report(what: str, missing: Iterable[str], where: str) -> str:
     return f"{what} missing from {where}: " + ", ".join(missing)
 
@@ -239,6 +265,13 @@ def test_every_mcadctl_command_and_option_is_documented() -> None:
     text = MCADCTL_PAGE.read_text()
     missing = undocumented_options(mcadctl.main, text) + undocumented_commands(mcadctl.main, text)
     assert not missing, _report("mcadctl commands and options", missing, "docs/mcadctl.md")
+
+
+def test_the_readme_quotes_only_figures_of_the_performance_page() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert sum(1 for line in readme.splitlines() if "](docs/performance.md" in line) >= 3, \
+        "the README's performance rows no longer link to docs/performance.md: this check would see nothing"
+    assert unquoted_figures(readme, PERFORMANCE.read_text()) == []
 
 
 # --- The checks, shown failing on synthetic input --------------------------------------------------------------
@@ -338,3 +371,11 @@ def test_an_undocumented_chart_value_is_named() -> None:
                                         "resources.requests.cpu"]
     text = "`webhook.clientAuth.enabled`, `webhook.clientAuth`, `webhook.extra`, resources.requests.cpu"
     assert undocumented_values(values, text) == ["webhook.clientAuth.names", "resources.requests.cpu"]
+
+
+def test_a_readme_figure_the_performance_page_does_not_state_is_named() -> None:
+    readme = ("# T\n| throughput | 96–164 AppWrappers/s; 87.4 % (85.7-89.0, 29 pairs) | [P](docs/performance.md#x) |\n"
+              "| other | 7 s, not a performance line | [C](docs/concepts.md) |\n")
+    page = "121.9 AppWrappers/s ... 87.4 % (85.7-89.0, 29 pairs), 1,000 queued"
+    assert unquoted_figures(readme, page) == ["README.md:2: 96", "README.md:2: 164"]
+    assert figures("1,000 and 126.0 ms, [x](docs/performance.md#a-100000)") == {1000.0, 126.0}
