@@ -1,9 +1,9 @@
 """The docs check: README.md and docs/ cannot drift from the tree or from the code.
 
-- Every relative link and image in README.md, CHANGELOG.md and docs/**/*.md names a file or directory of the repository, and
-  every ``#anchor`` names a heading of the target page under GitHub's slug rules (lower case, punctuation dropped,
-  each space a hyphen, ``-1``, ``-2``... for repeated headings). External ``http(s)`` links are not fetched (no
-  network in unit tests); they must be well formed: a scheme, a host, no whitespace.
+- Every relative link and image in README.md, CHANGELOG.md and docs/**/*.md names a file or directory of the
+  repository, and every ``#anchor`` names a heading of the target page under GitHub's slug rules (lower case,
+  punctuation dropped, each space a hyphen, ``-1``, ``-2``... for repeated headings). External ``http(s)`` links
+  are not fetched (no network in unit tests); they must be well formed: a scheme, a host, no whitespace.
 - Every option of ``mcad-controller`` (read from its click command) appears in docs/configuration.md, and every
   leaf key path of charts/mcad/values.yaml (``webhook.clientAuth.enabled``, written in backticks) appears there too.
 - Every ``mcadctl`` command and option appears in docs/mcadctl.md.
@@ -374,7 +374,8 @@ def test_an_undocumented_chart_value_is_named() -> None:
 
 
 def test_a_readme_figure_the_performance_page_does_not_state_is_named() -> None:
-    readme = ("# T\n| throughput | 96–164 AppWrappers/s; 87.4 % (85.7-89.0, 29 pairs) | [P](docs/performance.md#x) |\n"
+    readme = ("# T\n| throughput | 96\u2013164 AppWrappers/s; 87.4 % (85.7-89.0, 29 pairs) "
+              "| [P](docs/performance.md#x) |\n"
               "| other | 7 s, not a performance line | [C](docs/concepts.md) |\n")
     page = "121.9 AppWrappers/s ... 87.4 % (85.7-89.0, 29 pairs), 1,000 queued"
     assert unquoted_figures(readme, page) == ["README.md:2: 96", "README.md:2: 164"]
