@@ -70,6 +70,10 @@ demo-hub-down: ## stop the hub demo's controller and its three clusters
 	-@[ -f .dev/demo-hub-controller.pid ] && kill $$(cat .dev/demo-hub-controller.pid) 2>/dev/null; rm -f .dev/demo-hub-controller.pid
 	for name in demo-hub demo-east demo-west; do $(BIN)/python hack/localcluster.py --name $$name down; done
 
+.PHONY: api-reference
+api-reference: install ## regenerate docs/reference/appwrapper.md from the CRD and hack/api-reference.yaml
+	$(BIN)/python hack/gen-api-reference.py
+
 .PHONY: lint
 lint: install ## ruff and mypy
 	$(BIN)/ruff check mcad test hack
