@@ -11,26 +11,17 @@ left behind by a field removed, a page edited by hand.
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from test.support import REPO
-
-GENERATOR = REPO / "hack" / "gen-api-reference.py"
+from test.support import load_hack_module
 
 
 @pytest.fixture(scope="module")
 def gen() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_api_reference", GENERATOR)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+    return load_hack_module("gen-api-reference")
 
 
 def _schema(crd: dict[str, Any]) -> dict[str, Any]:
