@@ -9,6 +9,9 @@ Contract:
   controller never sees an AppWrapper's running pods vanish; pinning (``mcad.loop.pinning``) never places such a
   pod before its verdict is in.
 - ``judgement(pod)`` is the verdict ``claim`` made last for it (judging it now when none was made).
+- A verdict ``OWNED`` sticks while the pod and its AppWrapper (by uid) last: the objects above a pod are deleted
+  before it when its AppWrapper is requeued, preempted or deleted, and the pod must still count as its own while
+  it terminates (a preemptor waits for exactly those pods, a requeued AppWrapper drains them).
 - ``recheck(key)`` judges again the AppWrapper's pods whose verdict was not ``OWNED`` (an object above them arrived
   after them, or an informer synced: each wakes the AppWrapper), and every one of its pods when the AppWrapper's uid
   changed (deleted and created again under its name), and returns the uids whose verdict changed: the caller
@@ -16,6 +19,8 @@ Contract:
   never changes).
 - A pod of an AppWrapper that is gone keeps an ``OWNED`` verdict (it goes with its AppWrapper, through the garbage
   collector); any other verdict for it is ``NOT_OWNED``.
+- A pod first seen while it terminates, its owner already gone (the controller restarted meanwhile), is judged by
+  kind and name (``mcad.model.ownership``): its owner's absence is what deletion looks like.
 - Memory: one entry per pod carrying an AppWrapper label, dropped by ``forget`` when the pod is gone (which says
   the AppWrapper its label named).
 """
@@ -104,9 +109,11 @@ class Ownership:
             self.forget(pod.uid)  # re-labelled for another AppWrapper: judged afresh, for that one
             before = None
         aw = self._appwrappers.get(key)
+        if before is not None and before.judgement.owned and (aw is None or aw.uid == before.appwrapper_uid):
+            # Once its, always its: a pod outlives its owners (a requeued or preempted AppWrapper's objects are
+            # deleted first, its pods terminate after), and its AppWrapper waits for exactly those pods to go.
+            return before
         if aw is None:
-            if before is not None and before.judgement.owned:
-                return before  # its AppWrapper is gone: its pods go with it
             judged = _Judged(key, "", Judgement(Verdict.NOT_OWNED,
                                                 f"no AppWrapper {key.split('/', 1)[-1]} exists in its namespace"))
         else:

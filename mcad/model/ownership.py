@@ -15,8 +15,9 @@ Contract:
   select objects carrying the AppWrapper label, which a Deployment's ReplicaSet has from its pod template). Asking
   about a kind starts its informer (``ensure``, with ``aw``'s key as the waiter to wake), and until it has synced
   the answer is ``UNKNOWN``: the caller neither counts nor refuses on that, and asks again when woken.
-- A kind the controller may not watch (its RBAC) cannot be read: a link of such a kind is checked by kind and name
-  alone (one of ``aw``'s items, or a ReplicaSet named after one of its Deployments), as the only proof there is.
+- A kind the controller may not watch (its RBAC) cannot be read, and an owner of a terminating pod may be gone
+  already (deleted before its pods): such a link is checked by kind and name alone (one of ``aw``'s items, or a
+  ReplicaSet named after one of its Deployments), as the only proof there is.
 - Without ``objects`` at all (a controller built without informers over wrapped kinds) the same kind-and-name rule
   applies to the pod's controller.
 - ``NOT_OWNED`` comes with why, in words for the pod's Event and the log, and whether it is ``settled``: a link
@@ -94,6 +95,10 @@ def judge(aw: AppWrapperView, pod: PodView, objects: Objects | None) -> Judgemen
         found = objects.lookup(link.api_version, link.kind, aw.namespace, link.name)
         if isinstance(found, NotSynced):
             return Judgement(Verdict.UNKNOWN, f"the {link.kind} informer has not synced yet")
+        if found is None and pod.deleting:
+            # Terminating after its owners were deleted (a requeued AppWrapper's objects go first): the names are
+            # all that is left to check.
+            return OWNED if _by_name(aw, link) else _not(_foreign(pod, link, aw))
         if found is None:
             return Judgement(Verdict.NOT_OWNED, f"pod {pod.name}'s owner {link.kind} {link.name} does not exist (or "
                                                 f"does not carry AppWrapper {aw.name}'s label)", settled=False)

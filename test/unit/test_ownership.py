@@ -3,6 +3,7 @@ verdicts the loop keeps and revisits as owners arrive (mcad.loop.ownership)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -200,3 +201,20 @@ def test_the_pods_of_an_appwrapper_that_is_gone_stay_its_own_until_they_go() -> 
     stray = pod(ref("batch/v1", "Job", "train", "job-uid"))
     assert Ownership(appwrappers=appwrappers, pods=Store(stray),
                      objects_of=lambda _key: None).claim(stray).appwrapper is None
+
+
+def test_a_pod_stays_its_appwrappers_while_it_terminates_after_its_owners_were_deleted() -> None:
+    """A preempted AppWrapper's objects are deleted first; its pods terminate after, and its preemptor waits for
+    exactly those pods: they must not turn into nobody's when their ReplicaSet and Deployment go."""
+    objects = Objects(THE_DEPLOYMENT, THE_RS)
+    view = pod(ref("apps/v1", "ReplicaSet", "web-7d9f", "rs-uid"))
+    ownership = Ownership(appwrappers=Store(appwrapper()), pods=Store(view), objects_of=lambda _key: objects)
+    assert ownership.claim(view).appwrapper == "ns/a"
+    objects.objects.clear()
+    terminating = dataclasses.replace(view, deleting=True)
+    assert ownership.claim(terminating).appwrapper == "ns/a"
+    # Seen for the first time while terminating, its owners gone (a restart meanwhile): by kind and name.
+    fresh = Ownership(appwrappers=Store(appwrapper()), pods=Store(terminating), objects_of=lambda _key: objects)
+    assert fresh.claim(terminating).appwrapper == "ns/a"
+    assert fresh.claim(dataclasses.replace(terminating, uid="u2", controller=dataclasses.replace(
+        terminating.controller, name="other-1"))).appwrapper is None
