@@ -177,7 +177,7 @@ docker build --tag "$image" "$repo" >&2
 step "loading $image into the node(s)"
 if ! kind load docker-image "$image" --name "$name" >"$tmp/load.log" 2>&1; then
   # Docker's containerd image store can hand kind an image whose other-platform parts are missing ("content
-  # digest ... not found", kind issue 3795); a single-platform archive loads.
+  # digest ... not found", https://github.com/kubernetes-sigs/kind/issues/3795); a single-platform archive loads.
   log "kind load docker-image failed ($(tail -n 1 "$tmp/load.log")); loading a single-platform archive instead"
   platform="$(docker version --format '{{.Server.Os}}/{{.Server.Arch}}')"
   docker image save --platform "$platform" --output "$tmp/image.tar" "$image" 2>/dev/null ||

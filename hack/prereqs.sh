@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks, before a make target starts, that this machine has what the target needs, and says in one line what to
-# install when it does not (issue 27: `make test` without chromium ran 20 minutes and ended in 15 errors).
+# install when it does not (`make test` without chromium would run 20 minutes and end in errors).
 #
 # Contract:
 #   hack/prereqs.sh TARGET     TARGET is a make target (install, unit, lint, tools, cluster, demo, demo-hub, test,

@@ -98,7 +98,7 @@ STATUS_RETRY = Policy(base=0.25, cap=4.0, rate=50.0, burst=500, give_up_attempts
 DEFAULT_VICTIM_TIMEOUT_SECONDS = 300.0
 # What waiting AppWrappers are told (their Backoff status) is written at most this often a second after a burst of
 # this many, as their Events are (mcad.k8s.events): under a flood of arrivals the API server's writes go to
-# dispatches, and an AppWrapper dispatched before its turn never costs a Backoff write (issue 29).
+# dispatches, and an AppWrapper dispatched before its turn never costs a Backoff write.
 DEFAULT_BACKOFF_STATUS_RATE = 10.0
 BACKOFF_STATUS_BURST = 100
 

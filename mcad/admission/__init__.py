@@ -1,4 +1,5 @@
-"""Admission of AppWrappers: what a user may ask the controller to create on their behalf (issue 15).
+"""Admission of AppWrappers: what a user may ask the controller to create on their behalf (no more than they
+may create themselves).
 
 The controller serves two webhooks for AppWrappers of both API groups, on create and update:
 - mutate (``/mutate``): records the creator, binds the quota label to the namespace;

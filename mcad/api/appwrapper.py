@@ -10,7 +10,7 @@ refused. ``reuse_spec(stored, raw, limits)`` is the informer's ``reuse``: an eve
 generation (a status write: most events) takes what the spec implies from the stored view instead of judging
 the spec again (1 MiB: ~6 ms), at no memory cost.
 
-A view keeps what decisions need and nothing of the templates (issue 14: 1,000 AppWrappers of 1 MiB must not
+A view keeps what decisions need and nothing of the templates (1,000 queued AppWrappers of 1 MiB must not
 cost 1 GiB): the demand, the pods it will create (``gang``), each item's object and completion rule (``items``:
 ``ItemRef``), the scheduling values, and the status as a ``StatusView``. Whoever needs the templates, the
 dispatch, reads the AppWrapper from the API server. Views are immutable.

@@ -52,8 +52,8 @@ _ZDICT = json.dumps({
 
 # An 8 KiB window (the preset dictionary and a status of a few KiB) and small hash tables: zlib's defaults
 # (32 KiB, memLevel 8-9) allocate and clear ~400 KiB per call, which made packing cost ~250 us a status against
-# ~20 us now, for the same packed size of a usual status; a cold start or restart packs one per AppWrapper (issue 29:
-# 100,000). Raw deflate: the inflater's 32 KiB window reads streams of any smaller one.
+# ~20 us now, for the same packed size of a usual status; a cold start or restart packs one per AppWrapper (the
+# bench's scale scenario: 100,000). Raw deflate: the inflater's 32 KiB window reads streams of any smaller one.
 _PACK_WBITS = 13
 _PACK_MEMLEVEL = 5
 

@@ -16,8 +16,8 @@ Contract:
   ``custompodresources`` declare (Σ replicas * requests, a missing or zero request falling back to the limit, as
   upstream MCAD does; nothing when the list is absent or empty) and what its templates ask (``inferred_demand``:
   Σ replicas * pod_requests over ``pod_sets(generictemplate)``; nothing for kinds without known templates). A
-  tenant cannot make its pods cheaper by declaring less than they ask (issue 15; AppWrapper v1beta2 refuses the
-  same at admission): ``understated(item)`` gives ``(declared, inferred)`` when the declaration is below the
+  tenant cannot make its pods cheaper by declaring less than they ask (AppWrapper v1beta2 refuses the same at
+  admission): ``understated(item)`` gives ``(declared, inferred)`` when the declaration is below the
   templates in some resource, else None. ``appwrapper_demand(spec)`` sums the items.
   ``custom_pod_resources(entry)`` is one such entry as ``(replicas, requests of one pod)``.
 

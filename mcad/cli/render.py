@@ -283,7 +283,7 @@ def explain_lines(doc: Mapping[str, Any]) -> list[str]:
 
 
 def health_lines(doc: Mapping[str, Any]) -> list[str]:
-    """The fault tolerance sections of an explain document (absent from a controller older than issue 28)."""
+    """The fault tolerance sections of an explain document (absent from a controller without fault tolerance)."""
     lines: list[str] = []
     health = doc.get("health")
     if isinstance(health, Mapping):

@@ -440,7 +440,7 @@ def delete_wrapped_steps(writer: ObjectWriter, aw: AppWrapperView, uids: tuple[s
     frees the capacity for the next AppWrapper at once. That holds for what makes pods; ``owner_gone`` (the
     AppWrapper itself is deleted, so its ownerReference now marks its objects for the collector) leaves the kinds
     that never make pods (``mcad.api.workloads.POD_FREE_KINDS``: a ConfigMap, a Service) to the collector: deleting
-    them here would cost a request per object and free nothing sooner (issue 29's churn: a write per workload).
+    them here would cost a request per object and free nothing sooner (under churn: a write per workload).
     """
     first = True
     for index, item in enumerate(aw.items):

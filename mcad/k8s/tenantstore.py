@@ -10,7 +10,7 @@ Contract:
   rules do not change is returned as it is (no copy); a changed one is kept until its AppWrapper, its namespace's
   policy or a PriorityClass changes, so a read costs two dict lookups.
 - An AppWrapper whose namespace the Namespace store does not hold (yet) is held, saying so: its binding is not
-  known, and charging it by its own label is what issue 15 forbids. The Namespace event re-judges it.
+  known, and its own label is the tenant's to forge, so it is not charged by that. The Namespace event re-judges it.
 - A Namespace event that changes a policy (a binding, the ceiling) or a PriorityClass event re-judges the
   AppWrappers concerned: the handlers registered here get a MODIFIED event for each (the dispatcher re-queues or
   re-sorts it). Charges of AppWrappers already dispatched stay where they were made until they finish.

@@ -1,6 +1,6 @@
 """Health of dispatched AppWrappers, and what is done about it: grace periods, resets that keep the gang's room,
-failure when retries run out, and cleanup on time (issue 28: upstream AppWrapper v1beta2's fault tolerance, with its
-annotation names, for the v1beta1 AppWrappers mcad serves).
+failure when retries run out, and cleanup on time: upstream AppWrapper v1beta2's fault tolerance, with its
+annotation names, for the v1beta1 AppWrappers mcad serves.
 
 Contract (dispatcher thread only; built by ``mcad.wiring``, a watcher of ``Active``; the policy of each AppWrapper
 is ``mcad.api.faulttolerance.policy`` of its annotations and the cluster's ``FaultDefaults``):

@@ -22,7 +22,7 @@ Contract:
   onto it) when any of them has no bound. A candidate without a bound uses unreserved room only.
 - A reservation follows its AppWrapper's position: each pass makes them anew in dispatch order, so one whose
   AppWrapper dispatched, was deleted or was overtaken by a higher-priority one is not made again.
-- ``limit`` 0: no reservations (best-effort FIFO, as before issue 17).
+- ``limit`` 0: no reservations (best-effort FIFO: a blocked AppWrapper's room goes to whatever fits first).
 - One kept out by reservations is told whose and where (``behind_reservations``): those of its own namespace by
   holder and nodes (or amount), another namespace's only as such (``mcad.model.disclosure``); /debug/queue lists them
   all, to those who may list their namespaces.

@@ -58,7 +58,7 @@ PREEMPTION_TRIGGERED = "PreemptionTriggered"  # upstream's Backoff reason for an
 MAX_REQUEUINGS_REACHED = "MaxRequeuingsReached"
 RUNNING_HOLD_COMPLETION, SOME_ITEMS_COMPLETED = "RunningHoldCompletion", "SomeItemsCompleted"
 COMPLETED, PODS_COMPLETED = "Completed", "PodsCompleted"
-# Fault tolerance (issue 28), with upstream AppWrapper v1beta2's condition types: Unhealthy (True while a failure
+# Fault tolerance (loop.health), with upstream AppWrapper v1beta2's condition types: Unhealthy (True while a failure
 # is in its grace period, or was acted on; reason = its cause), Resetting (True during the retry pause), and
 # DeletingResources (its objects deleted on time: success TTL, deletion-on-failure grace). AtRisk: cordoned or
 # NotReady nodes under its running pods (reported, nothing done).

@@ -1,7 +1,7 @@
 """What a namespace's admin decides for the AppWrappers in it: the quota nodes it charges and the priority ceiling.
 
 Both are read from the Namespace, which is cluster-scoped: a tenant with rights only inside its namespaces cannot
-change them (issue 15: a tenant chose the quota node by label and the priority by number).
+change them. The AppWrapper's own quota label and priority number are not trusted: its creator may be a tenant.
 
 Contract:
 - Quota binding: a Namespace label ``quota.codeflare.dev/<tree>: <node>`` binds the namespace to node ``<node>`` of

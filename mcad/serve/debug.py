@@ -97,7 +97,7 @@ class Reports:
         reservations = [dict(a.reservation) for a in assessed.judged() if a.reservation is not None]
         dispatched = []
         resetting = []
-        # Queued ones are the most (100,000 at issue 29's scale): left out by key before anything is read of them.
+        # Queued ones are the most (100,000 in the bench's scale run): left out by key before anything is read of them.
         for key in set(d.appwrappers.keys()).difference(assessed.keys()):
             aw = d.appwrappers.get(key)
             if aw is None or aw.deleting:

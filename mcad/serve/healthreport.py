@@ -1,4 +1,4 @@
-"""What ``/debug/explain`` says about an AppWrapper's fault tolerance (issue 28): its policy, its health with what
+"""What ``/debug/explain`` says about an AppWrapper's fault tolerance (loop.health): its policy, its health with what
 is due and when, its resets, and its retry pause. Pure: status, policy and a few facts in, JSON-ready dicts out.
 
 Contract:

@@ -1,4 +1,4 @@
-"""The dashboard's headline numbers (issue 18): a bounded history of the controller's own metrics and the summary
+"""The dashboard's headline numbers: a bounded history of the controller's own metrics and the summary
 document built from it (``/ui/api/summary``).
 
 Contract:
@@ -34,7 +34,7 @@ Contract:
     else 0): the counter's increase since the newest sample at least 60 s older than it, scaled down to a minute
     when the samples' spacing makes that span longer. Never scaled up: while the history is younger than a minute
     it is the increase since the first sample, so 2 dispatches in a controller's first 20 s show as 2, not as the
-    6 a minute they would extrapolate to (issue 27).
+    6 a minute they would extrapolate to.
   * ``timeToDispatch``: quantiles of the histogram's bucket increases over the hour, interpolated linearly within
     the bucket the rank falls in, as Prometheus' ``histogram_quantile`` does (the first bucket starts at 0; a rank
     in the +Inf bucket gives the highest finite bound); ``null`` when nothing was dispatched in the window.

@@ -266,7 +266,7 @@ function listItems(list, entries) {
 }
 
 // Fault tolerance in the explanation: health and what is due when, the retry pause, the resets, the policy.
-// Absent from a controller older than issue 28: the section stays hidden.
+// Absent from a controller without fault tolerance (no "health" in /debug/explain): the section stays hidden.
 function renderHealth(aside, doc) {
   const section = $(".health", aside);
   const health = doc.health;
