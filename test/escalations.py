@@ -1,6 +1,6 @@
-"""The tenant escalations of issue 15, as AppWrapper items: what alice (AppWrapper rights only) once got the
-controller to create for her. Shared by the admission tests against a real API server (integration, calling the
-reviewer) and through the real webhooks (e2e, ``kubectl create``)."""
+"""Tenant escalations, as AppWrapper items: what alice (AppWrapper rights only) could get a controller that
+creates whatever it is given to create for her. Shared by the admission tests against a real API server
+(integration, calling the reviewer) and through the real webhooks (e2e, ``kubectl create``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The dry run behind /debug/queue, explain and the dashboard (``mcad.model.assess``) looks only at what a cycle
 would look at, yet tells every queued AppWrapper what a walk of the whole queue, member by member in dispatch order,
-tells it. The reference below is that full walk (the dry run as it was before issue 29); the queues are random mixes
+tells it. The reference below is that full walk (the simple dry run, one member at a time); the queues are random mixes
 of a few demands, with and without reservations, per-node fit and strict FIFO, and one with a waiting preemptor."""
 
 from __future__ import annotations

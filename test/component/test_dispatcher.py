@@ -261,8 +261,8 @@ def test_a_key_of_no_known_kind_raises_and_is_dropped_not_retried(harness_factor
 
 def test_a_backlog_found_at_start_is_told_why_it_waits_with_one_fit_check_per_group(
         harness_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 29: a cold start announces every queued AppWrapper; a fit check costs O(nodes), so one per newcomer
-    was O(queue x nodes) (100,000 x 5,000). Members of a group are judged alike: one check per group."""
+    """A cold start announces every queued AppWrapper; a fit check costs O(nodes), so one per newcomer
+    would be O(queue x nodes) (100,000 x 5,000). Members of a group are judged alike: one check per group."""
     from mcad.model import reservations
 
     checks = [0]

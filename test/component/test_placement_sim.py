@@ -4,10 +4,10 @@ scheduling gates and required node affinity by name, refuses a node without room
 Unschedulable), and otherwise spreads pods onto the emptiest node, as the kube-scheduler's default scoring does.
 
 Seeded random runs (arrivals, deletions, pod failures, cordons, some of them between a pin and its bind) check the
-invariants of issue 25 at every quiet point: every bound pod of an AppWrapper was pinned by mcad and is on the node
-of its pin; no node's bound requests exceed its allocatable, nor does mcad promise more than a node has; no pod is
-left pinned where the scheduler refuses it; every pod re-planned has an Event; and every gated pod of a dispatched
-AppWrapper is either placed or says what it waits for.
+invariants of placement that binds (--placement=binding) at every quiet point: every bound pod of an AppWrapper was
+pinned by mcad and is on the node of its pin; no node's bound requests exceed its allocatable, nor does mcad promise
+more than a node has; no pod is left pinned where the scheduler refuses it; every pod re-planned has an Event; and every
+gated pod of a dispatched AppWrapper is either placed or says what it waits for.
 """
 
 from __future__ import annotations

@@ -136,8 +136,8 @@ FORGED = ("status.state Completed was not decided by mcad while 1 of its pods st
 
 
 def test_a_final_state_the_controller_did_not_decide_releases_nothing_while_pods_run(quota_harness: Any) -> None:
-    """Issue 26, item 6: a tenant wrote Completed on its Running AppWrapper through the status subresource; its
-    charge was released and the next one ran past gold's hard 1 cpu. The charge stays while its pod runs, and goes
+    """A tenant writes Completed on its Running AppWrapper through the status subresource; were its charge
+    released, the next one would run past gold's hard 1 cpu. The charge stays while its pod runs, and goes
     when the pod ends."""
     recorder = Events()
     h = quota_harness(HARD, [labelled("a", "1", t="gold")], recorder=recorder, writer=LandingWriter())

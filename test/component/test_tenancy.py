@@ -138,7 +138,8 @@ def test_binding_a_namespace_later_judges_its_queued_appwrappers_again(tenants: 
 
 
 def test_understated_custompodresources_are_charged_and_placed_as_the_templates(tenants: Any) -> None:
-    """Issue 15: 1 pod x 1m declared in front of a Deployment of 6 x 3 cpu is 18 cpu, placed as 6 pods."""
+    """A tenant's understatement: 1 pod x 1m declared in front of a Deployment of 6 x 3 cpu is 18 cpu, placed
+    as 6 pods."""
     understated = [{"replicas": 1, "requests": {"cpu": "1m"}}]
     h = tenants(nodes=[node("n0", "6"), node("n1", "6")], namespaces=[namespace("ns")],
                 aws=[in_namespace(deployment_aw("web", 6, "3", understated), "ns")])

@@ -62,7 +62,7 @@ def test_trouble_that_usually_passes_is_retried_with_backoff_then_given_up(harne
 
 
 def test_a_request_that_keeps_timing_out_is_given_up_in_the_end(harness_factory: Any) -> None:
-    """Issue 26: a request sent and never answered in time (a huge object, a hung webhook of a wrapped kind) was
+    """A request sent and never answered in time (a huge object, a hung webhook of a wrapped kind) is not
     UNAVAILABLE, retried for ever. A few timeouts in a row are tolerated; then they count like TRANSIENT ones."""
     h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "1")])
     h.writer.fail_apply = ApiError(0, TIMED_OUT, "POST /api/v1/namespaces/ns/configmaps: no answer within 30 s")

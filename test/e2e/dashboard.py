@@ -34,8 +34,8 @@ from test.e2e.conftest import GROUP, PLURAL, service_account_token
 from test.support import load_hack_module, token_kubeconfig, wait_until
 
 SERVICE = "mcad-controller"  # the chart's Service (and Lease) name for release "mcad"
-# What the controller sends with every /ui answer (the contract of issue 18), spelled out rather than imported so
-# that a change to mcad.serve.dashboard's policy fails these tests.
+# What the controller sends with every /ui answer (docs/dashboard.md's security headers), spelled out rather than
+# imported so that a change to mcad.serve.dashboard's policy fails these tests.
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                            "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 SERVICE_PORT = 8080

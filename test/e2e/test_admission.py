@@ -1,4 +1,5 @@
-"""Issue 15's escalations through the real webhooks: `kubectl create` as a tenant with a TokenRequest token.
+"""Tenant escalations (test.escalations) through the real webhooks: `kubectl create` as a tenant with a
+TokenRequest token.
 
 alice holds only create/get/list/watch/delete on appwrappers in her namespace; each AppWrapper that got the
 controller to create what she could not is refused at create, the message naming the item and the missing right.
@@ -189,11 +190,11 @@ def pod(name: str | None, cpu: str = "10m") -> dict[str, Any]:
     pytest.param([{"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper",
                    "metadata": {"name": "inner"}, "spec": {"resources": {"GenericItems": []}}}],
                  "GenericItems[0] (AppWrapper inner): an AppWrapper cannot wrap another AppWrapper", id="nested"),
-    # Issue 26: a traceback ("internal error") before; now the item and the field.
+    # The item and the field, not a traceback ("internal error").
     pytest.param([{**deployment(), "spec": {**deployment()["spec"], "replicas": -3}}],
                  "GenericItems[0] (Deployment web): generictemplate.spec.replicas: must be a non-negative integer, "
                  "got -3", id="negative-replicas"),
-    # Issue 26: admitted, then failed at dispatch.
+    # Refused at create, not admitted and then failed at dispatch.
     pytest.param([configmap("café")], "GenericItems[0] (ConfigMap café): metadata.name 'café' is not a valid "
                  "Kubernetes name (a DNS-1123 subdomain", id="name-not-dns"),
 ])
@@ -206,7 +207,7 @@ def test_what_dispatch_would_fail_is_refused_at_create_with_the_same_message(
 
 def test_a_pod_template_cannot_raise_its_pods_priority_above_the_namespace_ceiling(
         kubeconfig: str, tenants: Tenants, aws: AppWrappers) -> None:
-    """Issue 26: a pod-level priorityClassName inside a template was not capped (pods got priority 1,000,000)."""
+    """A pod-level priorityClassName inside a template is capped too (else pods get priority 1,000,000)."""
     admin = kube.connect(kubeconfig)
     name = f"mcad-e2e-high-{aws.namespace}"
     kube.request_json(admin, "POST", "/apis/scheduling.k8s.io/v1/priorityclasses",
@@ -233,8 +234,8 @@ def test_a_pod_template_cannot_raise_its_pods_priority_above_the_namespace_ceili
 
 def test_a_terminating_appwrapper_keeps_its_spec_and_labels_and_lets_its_finalizer_go(
         tenants: Tenants, aws: AppWrappers) -> None:
-    """Issue 26: an AppWrapper held by a finalizer after delete accepted any spec, priority and quota label
-    change."""
+    """An AppWrapper held by a finalizer after delete is judged like any other: no spec, priority or quota label
+    change gets past admission."""
     body = wrapper(tenants.namespace, "held", configmap("held-cm"))
     body["metadata"]["finalizers"] = ["example.com/hold"]
     proc = kubectl(tenants.bob, "create", body)

@@ -1,5 +1,5 @@
 """The dashboard (/ui) in a real browser, headless chromium (test/browser.py), against a real controller on the
-test cluster: the acceptance of issue 18 as a person at the page would check it.
+test cluster: what docs/dashboard.md promises, as a person at the page would check it.
 
 The controller runs as in production: the data views want a bearer token, so every test signs in through the
 page's own form with the session's endpoint reader token (``endpoint_reader``) and the page keeps it in memory
@@ -345,7 +345,7 @@ def test_through_the_service_proxy_the_page_loads_for_a_user_with_services_proxy
         ["", site], "a tenant sees its own namespace only"
     assert browser.csp_violations() == []
     assert browser.console_errors() == []
-    # Issue 26: this origin is the API server's, shared by every service proxied through it; none of its storage
+    # This origin is the API server's, shared by every service proxied through it; none of its storage
     # may hold the token, so no other proxied page can read it. The page keeps it in memory: a reload asks again.
     assert_token_nowhere_in_the_origin(browser, token)
     browser.driver.refresh()

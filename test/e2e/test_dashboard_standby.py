@@ -114,7 +114,7 @@ def test_the_page_follows_a_standby_to_the_leader(browser: Browser, replicas: tu
 def test_without_pods_proxy_the_page_asks_the_service_again_and_names_the_leader(
         browser: Browser, replicas: tuple[Controller, Controller], aws: AppWrappers, kubeconfig: str,
         api: k8s.ApiClient) -> None:
-    """Issue 26: the chart's debug-client Role grants no pods/proxy. A page refused the leader's pod goes back to
+    """The chart's debug-client Role grants no pods/proxy. A page refused the leader's pod goes back to
     the Service for good, asks it again (each request may land on another replica), and, with only the standby
     behind it here, says which pod leads instead of showing the API server's refusal."""
     token = dashboard_user(kubeconfig, aws.namespace, "no-pods", service_proxy=True)

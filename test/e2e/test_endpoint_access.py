@@ -117,8 +117,8 @@ def disclose_job(name: str, slots: int, selector: dict[str, str]) -> dict[str, A
 def test_a_tenant_waiting_behind_another_namespaces_reservation_is_not_told_whose_or_where(
         controller: Controller, kubeconfig: str, namespace: str, other_namespace: str, tenant_role: str,
         custom: k8s.CustomObjectsApi, core: k8s.CoreV1Api, tmp_path: Path) -> None:
-    """Issue 26: "waiting behind the reservation of secret-project/acquisition-x on nodes ..." told a tenant
-    another namespace's AppWrapper and the nodes it holds, while the reservations list hid them. Alice holds only
+    """"waiting behind the reservation of secret-project/acquisition-x on nodes ..." would tell a tenant
+    another namespace's AppWrapper and the nodes it holds, which the reservations list hides. Alice holds only
     AppWrapper rights in team A: her AppWrapper's status and her explain say it waits behind a reservation of
     another namespace, without naming it or its node; the reader with cluster-wide rights still sees the holder."""
     team_a = namespace

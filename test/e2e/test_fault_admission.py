@@ -1,4 +1,4 @@
-"""Issue 28, item 5, through the real webhooks: fault tolerance annotations a tenant sets on its AppWrappers
+"""Through the real webhooks: fault tolerance annotations a tenant sets on its AppWrappers
 (`kubectl` with a TokenRequest token) are refused at create, and on an update that sets or changes them, with the
 annotation named; good ones are admitted. The controller runs with ``--grace-period-ceiling=2h``: the ceiling
 admission judges by is the flag's; the floors are the defaults (10s), and a refusal for a shorter period states the

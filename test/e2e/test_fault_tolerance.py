@@ -1,4 +1,4 @@
-"""Fault tolerance of dispatched AppWrappers on the local cluster (issue 28's acceptance list).
+"""Fault tolerance of dispatched AppWrappers on the local cluster (docs/fault-tolerance.md's behaviour).
 
 The periods are the AppWrapper's own annotations (upstream AppWrapper v1beta2's names), seconds instead of minutes;
 pods fail through kwok's test knob (hack/kwok-stages.yaml, stage pod-exit): a Running pod annotated
@@ -6,7 +6,7 @@ pods fail through kwok's test knob (hack/kwok-stages.yaml, stage pod-exit): a Ru
 its room runs on fake nodes made for the test, with an extended resource (``mcad.test/slot``) or GPUs that no
 other node has, so what else runs on the cluster does not matter. What each test checks is in its docstring; the
 status vocabulary (``resettingCount``, ``resets``, conditions ``Unhealthy``/``Resetting``, Failed reasons
-``RetryLimitReached``/``TerminalExitCode``) is the one the design of issue 28 names.
+``RetryLimitReached``/``TerminalExitCode``) is upstream AppWrapper v1beta2's.
 """
 
 from __future__ import annotations

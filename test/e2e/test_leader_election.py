@@ -229,7 +229,7 @@ def leader_label(admin: kube.Connection, pod: str) -> str | None:
 
 def test_the_leader_labels_its_own_pod_for_the_leader_service_and_hands_the_label_over(
         controller_kubeconfig: str, crd: None, admin: kube.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 26: the chart's Service <name>-leader selects the pod labelled by the leader, so users reach it with
+    """The chart's Service <name>-leader selects the pod labelled by the leader, so users reach it with
     services/proxy and no pods/proxy. As the chart's ServiceAccount (its Role may patch pods of its namespace): the
     leader labels its pod, a standby removes a label its pod kept from an earlier container, and on SIGTERM the
     label moves to the new leader's pod."""
@@ -282,9 +282,9 @@ def test_leader_elect_label_pod_needs_a_pod_name(controller_kubeconfig: str, mon
 def test_a_debug_client_reaches_the_leader_through_the_charts_leader_service(
         controller_kubeconfig: str, kubeconfig: str, crd: None, admin: kube.Connection,
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The whole route of issue 26, with the chart's own objects: the controller (as the chart's ServiceAccount)
-    leads and labels its pod; the chart's Service mcad-controller-leader selects that pod (the endpoints controller
-    fills it in); a user bound only to the chart's Role mcad-debug-client (and the reader ClusterRoles) runs
+    """The whole route to the leader without pods/proxy, with the chart's own objects: the controller (as the chart's
+    ServiceAccount) leads and labels its pod; the chart's Service mcad-controller-leader selects that pod (the endpoints
+    controller fills it in); a user bound only to the chart's Role mcad-debug-client (and the reader ClusterRoles) runs
     mcadctl through the API server and reaches that controller, and may not proxy to the pod itself. The pod is a
     stand-in at this machine's address, bound to a Node object of its own (the endpoints controller skips pods of
     unknown nodes), with the port the chart's Service targets (named http)."""

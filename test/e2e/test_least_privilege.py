@@ -34,8 +34,8 @@ def as_controller(controller_kubeconfig: str) -> kube.Client:
 
 @pytest.mark.skipif(os.environ.get("MCAD_E2E_ADMIN") == "1", reason="the controller runs as admin on request")
 def test_the_controller_can_neither_list_nor_watch_secrets(controller_kubeconfig: str, aws: AppWrappers) -> None:
-    """Issue 15: it could list and watch every Secret in the cluster. Asked of the API server as the chart's
-    ServiceAccount (SelfSubjectAccessReview), and tried."""
+    """It may not list or watch Secrets (a controller that could would see every one in the cluster). Asked of
+    the API server as the chart's ServiceAccount (SelfSubjectAccessReview), and tried."""
     client = as_controller(controller_kubeconfig)
     for verb in ("list", "watch"):
         assert not client.allowed(verb, "v1", "Secret"), f"{verb} Secrets in every namespace"
@@ -52,7 +52,7 @@ def test_the_controller_can_neither_list_nor_watch_secrets(controller_kubeconfig
 @pytest.mark.skipif(os.environ.get("MCAD_E2E_ADMIN") == "1", reason="the controller runs as admin on request")
 def test_the_controller_reads_no_secret_outside_its_own(controller_kubeconfig: str, aws: AppWrappers,
                                                         core: k8s.CoreV1Api) -> None:
-    """Issue 26: it could get any Secret in the cluster (the wrapped kinds' rule, bound cluster-wide). Neither get
+    """It may not get a tenant's Secret (a wrapped kinds' rule bound cluster-wide would allow it). Neither get
     nor patch (whose answer is the object) is allowed on a Secret of a tenant or of kube-system; tried too."""
     core.create_namespaced_secret(aws.namespace, {"metadata": {"name": "tenant-db"},
                                                   "stringData": {"password": "tenant-secret"}})

@@ -187,7 +187,7 @@ def test_case_04_max_requeuings_reached_fails_and_deletes(controller: Controller
 
 def test_unlimited_requeuing_at_one_second_slows_down_after_a_few_requeues(controller: Controller,
                                                                              aws: AppWrappers) -> None:
-    """Issue 26: timeInSeconds 1, growthType none, maxNumRequeuings 0 (unlimited) and pods that never start cycled
+    """timeInSeconds 1, growthType none, maxNumRequeuings 0 (unlimited) and pods that never start would cycle
     once a second for ever. The first requeues wait what the spec asks; from the sixth on the wait doubles (up to
     300 s), and the requeue's message says why it waits longer than asked."""
     aws.create(appwrapper("loop", slow_job("loop", 1, "100m", start="600s"),

@@ -576,8 +576,9 @@ def test_one_quota_tree_charges_appwrappers_wherever_they_run(
 
 def test_an_object_in_the_worker_that_is_not_the_appwrappers_is_not_taken_over(
         controller: Controller, aws: AppWrappers, workers: dict[str, kube.Client]) -> None:
-    """Issue 15 in hub mode: in a worker, whose an object is goes by the AppWrapper's uid label. An admin's ConfigMap
-    there is left as it is, the AppWrapper fails naming it, and what it created there is taken back."""
+    """Objects it does not own are left alone in hub mode too: in a worker, whose an object is goes by the AppWrapper's
+    uid label. An admin's ConfigMap there is left as it is, the AppWrapper fails naming it, and what it created there is
+    taken back."""
     worker = workers["c8w2"]
     try:
         kube.request_json(worker.conn, "POST", "/api/v1/namespaces",

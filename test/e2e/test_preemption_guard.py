@@ -1,8 +1,8 @@
-"""Preemption only for work that would then run (issue 26, part 5), end to end with ``--preemption``: a tenant
+"""Preemption only for work that would then run, end to end with ``--preemption``: a tenant
 holding only AppWrapper rights (and the right to create what they wrap) submits, at its namespace's priority
 ceiling, an AppWrapper that could never run as it is; lower-priority work of three namespaces keeps running and the
-preemptor's status says why it evicts nobody. The victim timeout is short (5 s) so the old behaviour, which
-evicted within 130 ms and again at every victim timeout, would have shown within the window the test watches.
+preemptor's status says why it evicts nobody. The victim timeout is short (5 s) so a controller that evicts
+anyway (within 130 ms, and again at every victim timeout) would show it within the window the test watches.
 """
 
 from __future__ import annotations

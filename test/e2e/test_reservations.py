@@ -1,4 +1,4 @@
-"""Reservations on a real cluster (issue 17): a gang of 4 pods that needs 4 whole nodes is not starved by a stream
+"""Reservations on a real cluster: a gang of 4 pods that needs 4 whole nodes is not starved by a stream
 of small AppWrappers (and is, with --reservations 0: the test can fail), and backfill: a bounded AppWrapper uses the
 reserved room it is sure to leave in time, an unbounded one waits, and the gang is not delayed.
 

@@ -1,4 +1,4 @@
-"""Serving that cannot be starved (issue 26, items 1-3): against the real controller process and the real webhooks
+"""Serving that cannot be starved: against the real controller process and the real webhooks
 the API server calls, an unauthenticated client holds 500 idle TLS connections to the webhook port, 64 slow-byte
 connections to each port (one byte every 5 s) and 16 oversized forged AdmissionReviews (~5 MB, valid JSON, sent
 again as soon as answered), for 60 s, while tenants create AppWrappers. Every legitimate create succeeds, every

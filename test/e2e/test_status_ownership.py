@@ -1,13 +1,13 @@
-"""Status belongs to the controller (issue 26, item 6), through the real webhooks and a real API server.
+"""Status belongs to the controller, through the real webhooks and a real API server.
 
-The report: a tenant holding ``appwrappers/status`` patch (aggregated edit roles often grant it) set its Running
-AppWrapper's state to Completed; its quota charge was released, 2 cpu ran in a 1-cpu hard quota node, and that
-survived a controller restart. Here carol holds her AppWrapper rights plus ``appwrappers/status`` update and patch:
+The attack: a tenant holding ``appwrappers/status`` patch (aggregated edit roles often grant it) sets its Running
+AppWrapper's state to Completed; were its quota charge released, 2 cpu would run in a 1-cpu hard quota node, and that
+would survive a controller restart. Here carol holds her AppWrapper rights plus ``appwrappers/status`` update and patch:
 her status patch is refused at admission, and her patch of the main resource cannot reach status (the CRD's status
-subresource). The same forged state written past admission (as the controller's own identity, which the webhook
-lets through: what a bypassed or absent webhook amounts to) releases nothing while the AppWrapper's pod runs: a
-second AppWrapper that would exceed the hard quota node stays queued, before and after a controller restart, and
-runs once the first is deleted.
+subresource). The same forged state written past admission (as the controller's own identity, which the webhook lets
+through: what a bypassed or absent webhook amounts to) releases nothing while the AppWrapper's pod runs: a second
+AppWrapper that would exceed the hard quota node stays queued, before and after a controller restart, and runs once the
+first is deleted.
 """
 
 from __future__ import annotations

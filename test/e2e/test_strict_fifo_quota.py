@@ -1,4 +1,4 @@
-"""Strict FIFO per quota node (issue 26, part 7), end to end with ``--strict-fifo``: tenant A's AppWrapper blocked
+"""Strict FIFO per quota node, end to end with ``--strict-fifo``: tenant A's AppWrapper blocked
 by A's own quota node holds back the later AppWrappers of A's node, not tenant B's, which runs at once; order within
 A's node stays strict. Both tenants hold only AppWrapper rights (and the right to create what they wrap); the
 admin binds each namespace to its node of a tree. (test_ordering shows a head waiting for the cluster's room still

@@ -1,7 +1,7 @@
 """No takeover: an AppWrapper naming an object that exists and is not its own fails, and leaves that object alone.
 
-Issue 15: an AppWrapper naming an admin's Secret and ConfigMap, or another AppWrapper's Deployment, used to overwrite
-them (server-side apply with force), take them over, and delete them when it went. Each scenario here checks that
+An AppWrapper naming an admin's Secret and ConfigMap, or another AppWrapper's Deployment, must not overwrite them
+(as server-side apply with force would), take them over, or delete them when it goes. Each scenario here checks that
 the existing object keeps its data (or image), its owners, its managedFields (who wrote it, and when) and, where
 nobody else writes a status, its resourceVersion; that the AppWrapper is Failed with a message naming the item, and
 that deleting the AppWrapper deletes nothing of theirs.
@@ -80,7 +80,8 @@ def test_an_admins_secret_and_configmap_are_neither_overwritten_nor_deleted(
     aws.create(appwrapper("steal-config", configmap_item("app-config", mode="debug")))
     secret_status = aws.wait_state("steal-secret", "Failed", timeout=30)
     config_status = aws.wait_state("steal-config", "Failed", timeout=30)
-    # The chart's controller may not read Secrets at all (issue 26), so it cannot tell whose this one is either.
+    # The chart's controller may not read Secrets at all (only create and delete them), so it cannot tell whose
+    # this one is either.
     refusal = ("exists and is not controlled by this AppWrapper" if os.environ.get("MCAD_E2E_ADMIN") == "1" else
                "exists, and the controller may not read it to tell whether it is this AppWrapper's")
     assert f"GenericItems[1] (Secret db-credentials) {refusal}" in secret_status["message"], secret_status

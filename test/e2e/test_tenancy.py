@@ -1,6 +1,7 @@
-"""Quota and priority a tenant cannot forge, end to end (issue 15, parts 3 and 4), with the controller alone: this
-module's namespaces are outside the webhooks (``WEBHOOK_RELEASE = None``), so these are the controller's own
-defences, what holds when admission is bypassed. test_admission shows the same forgeries refused at create.
+"""Quota and priority a tenant cannot forge, end to end (namespace quota bindings and priority ceilings), with the
+controller alone: this module's namespaces are outside the webhooks (``WEBHOOK_RELEASE = None``), so these are the
+controller's own defences, what holds when admission is bypassed. test_admission shows the same forgeries refused at
+create.
 
 Two tenant namespaces, bound by the admin (namespace labels quota.codeflare.dev/<tree>) to their own node of a
 tree; pods pinned to a fake node of known size; --preemption on, as in the issue's report. What a tenant writes on
@@ -100,7 +101,8 @@ def test_a_tenant_cannot_charge_another_namespaces_node(
     wait_until(lambda: (quota.node_doc(controller, tree, "team-a") or {}).get("used", {}).get("cpu") == "600m", 30,
                "team-a to be charged the forged AppWrapper")
     assert quota.node_doc(controller, tree, "team-b")["used"]["cpu"] == "0", "team-b pays nothing for it"
-    # So team B's own work, which needs most of its node, runs: before issue 15 it waited on what team A used.
+    # So team B's own work, which needs most of its node, runs: were team A charged by its own label, it would
+    # wait on what team A used.
     team_b.create(quota.aw("own", {}, on_node, "800m"))
     runs(team_b, "own")
     # An unlabelled AppWrapper in a bound namespace is charged too: team-a has 400m left.

@@ -297,7 +297,7 @@ def test_case_17_custom_pod_resources_matching_the_deployment_run(controller: Co
 def test_case_19_custom_pod_resources_smaller_than_containers_are_not_trusted(
         controller: Controller, aws: AppWrappers, core: k8s.CoreV1Api) -> None:
     """Upstream: after 2x550m, custompodresources 2x425m on 2x426m containers: upstream trusted the declaration and
-    created both pods, one of which could not be scheduled. mcad refuses it at create (issue 15: a declaration
+    created both pods, one of which could not be scheduled. mcad refuses it at create (a declaration
     below the templates would let a tenant start more than it is charged), naming both figures. The controller's
     own defence for one the webhook never saw (it charges the larger and waits) is
     test/component/test_tenancy.py's."""

@@ -1,7 +1,7 @@
 """The validating reviewer with the kube-backed Facts against a real API server (the controller's connection: the
 admin's here), for users whose rights RBAC really decides.
 
-The tenant is issue 15's: a ServiceAccount ``alice`` whose only rights are create/get/list/watch/delete on
+The tenant is test.escalations': a ServiceAccount ``alice`` whose only rights are create/get/list/watch/delete on
 appwrappers in her namespace. ``bob`` may also create what the escalation scenarios wrap; ``deployer`` is the
 namespace admin alice's Pod would run as. Each escalation is refused for alice naming the item and the right; bob
 is admitted except for the denylisted kinds, refused for everyone.

@@ -1,17 +1,17 @@
-"""``make bench`` keeps working: every scenario runs end to end at a tiny scale and reports what issue 4 asks for.
+"""``make bench`` keeps working: every scenario runs end to end at a tiny scale and reports its figures.
 
 This is not a performance test (figures at this scale mean nothing, and timings are never asserted); it stops the
 benchmark suite from rotting between the occasional full runs, and checks the correctness properties the scenarios
 observe: the deep-queue backlog is not rewritten while probes dispatch, a restarted controller re-dispatches
 nothing, the noisy neighbour's AppWrappers and the other tenant's all run, and the memory scenario queues all of
 its AppWrappers and measures the controller before and after a restart, admission asks one review per item of a new
-user and nothing of a cached one, a tenant's creates go through the webhooks quiet and while the attack of issue 26
+user and nothing of a cached one, a tenant's creates go through the webhooks quiet and while admission_attack's attack
 runs (which gets its forged reviews answered), and with the webhooks registered every AppWrapper of the throughput
 run is reviewed by them (and none without), pollers get /debug/queue answered while probes dispatch, churn counts
 the controller's API writes, churn_pods' workloads each end by their Job completing, starvation creates each
 gang behind a full cluster and records whether it was dispatched (the figures, and so the starvation target, are
 left to the real runs), the dashboard's queue view answers its first page of queued rows to each poll, and at the
-scale of issue 29 (a backlog created before the controller starts) nothing of the backlog is dispatched, no
+shape of the scale scenario (a backlog created before the controller starts) nothing of the backlog is dispatched, no
 AppWrapper kept Running across a restart is dispatched again, and the restarted controller writes nothing to the
 queued ones.
 """
@@ -103,7 +103,7 @@ def test_churn_counts_the_controllers_api_writes(results: dict[str, dict]) -> No
     assert "POST appwrappers.workload.codeflare.dev" not in writes["by_request"], writes
     counted = results["churn"]["controller_counted_writes"]["by_request"]
     # The controller's own count: one ConfigMap and one dispatched status per workload at least, and the ConfigMaps
-    # of deleted AppWrappers left to the garbage collector (issue 29).
+    # of deleted AppWrappers left to the garbage collector (a DELETE per workload would be a write more under churn).
     assert counted["POST configmaps"] == 90, counted
     assert counted["PATCH appwrappers.workload.codeflare.dev/status"] >= 90, counted
     assert "DELETE configmaps" not in counted, counted

@@ -324,7 +324,7 @@ def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
     assert {("batch", "jobs"), ("apps", "deployments"), ("", "secrets")} <= kinds
     # --placement=binding: the pods' ungate is a patch, a re-planned pin a delete (and nothing else of pods').
     assert wrapped[-1] == {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch", "delete"]}
-    # Secrets are created and deleted, never read (issue 26: get, or patch, which answers with the object).
+    # Secrets are created and deleted, never read (not get, nor patch, which answers with the object).
     secrets = [rule for rule in wrapped if "secrets" in rule["resources"]]
     assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]}]
     assert all(rule["verbs"] == ["get", "create", "patch", "delete"] for rule in wrapped[:-1] if rule not in secrets)
@@ -339,8 +339,8 @@ def test_rbac_grants_only_the_verbs_the_controller_uses(tmp_path: Path) -> None:
 
 
 def test_no_secret_is_listed_or_watched_anywhere() -> None:
-    """Issue 15: the controller could list and watch every Secret in the cluster. The hub's worker kubeconfigs are
-    read by name in the release namespace (a Role, see test_hub_role_reads_exactly_the_workers_secrets)."""
+    """The controller may list and watch no Secret anywhere. The hub's worker kubeconfigs are read by name in the
+    release namespace (a Role, see test_hub_role_reads_exactly_the_workers_secrets)."""
     for obj in chart.render():
         for rule in obj.get("rules") or []:
             if "" in rule.get("apiGroups", ()) and "secrets" in rule.get("resources", ()):  # nonResourceURLs too
@@ -349,7 +349,8 @@ def test_no_secret_is_listed_or_watched_anywhere() -> None:
 
 
 def test_no_secret_is_readable_outside_the_release_namespace() -> None:
-    """Issue 26: the wrapped kinds' rule let the controller get any Secret in the cluster. Every rule that could
+    """No rule lets the controller get a Secret outside its release namespace (a wrapped kinds' rule with get on
+    Secrets, bound cluster-wide, would). Every rule that could
     read a Secret (get, or patch/update, which answer with the object) is a Role's, on Secrets named in it."""
     for obj in chart.render():
         for rule in obj.get("rules") or []:
@@ -765,7 +766,7 @@ def test_endpoint_access_lets_the_controller_review_and_readers_read() -> None:
     assert named[("ClusterRole", "mcad-debug-viewer")]["rules"][0] == {"nonResourceURLs": ["/debug/*"],
                                                                        "verbs": ["get"]}
     assert named[("Role", "mcad-debug-client")]["metadata"]["namespace"] == chart.NAMESPACE
-    # Issue 26: the route to the Service's http port and nothing else; no pods/proxy (it would reach every port of
+    # The route to the Service's http port and nothing else; no pods/proxy (it would reach every port of
     # every pod of the namespace), no bare Service name (the proxy's default port).
     assert named[("Role", "mcad-debug-client")]["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["mcad-controller"],

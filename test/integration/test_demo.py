@@ -1,8 +1,8 @@
-"""`make demo`, run as a user would: the walk-through ends 0 with the second AppWrapper running, and its controller
-runs as an installation runs it (issue 26: it ran as cluster-admin with no kind allowlist): as the chart's
-ServiceAccount, with the chart's RBAC and the Deployment's flags, so admission refuses a kind the chart does not
-allow, even to cluster-admin. The demo shares the default local cluster: one that was up before is left up (only
-the demo's controller is stopped); one the demo started is taken down with `make demo-down`.
+"""`make demo`, run as a user would: the walk-through ends 0 with the second AppWrapper running, and its controller runs
+as an installation runs it (not as cluster-admin with no kind allowlist, which would hide what the chart lacks): as the
+chart's ServiceAccount, with the chart's RBAC and the Deployment's flags, so admission refuses a kind the chart does not
+allow, even to cluster-admin. The demo shares the default local cluster: one that was up before is left up (only the
+demo's controller is stopped); one the demo started is taken down with `make demo-down`.
 
 After it, `mcadctl queue`, `explain` and `dashboard` work as the README shows them, with the demo's kubeconfig and
 token and no --url: the demo puts its controller (a process on this machine) behind the chart's Services through a

@@ -494,8 +494,9 @@ def debug_client(cluster: Cluster, namespace: str) -> str:
 
 
 def test_the_chart_debug_client_reaches_the_leader_through_the_service_and_no_pod(cluster: Cluster) -> None:
-    """Issue 26: the debug-client Role granted pods/proxy on every pod of the namespace. Without it, mcadctl goes
-    from the Lease's pod (refused) to the Service; the user reaches no pod, and no other port of the Service."""
+    """The debug-client Role grants no pods/proxy (that would reach every port of every pod of the namespace), so
+    mcadctl goes from the Lease's pod (refused) to the Service; the user reaches no pod, and no other port of the
+    Service."""
     ns = cluster.new_namespace()
     controller_pod(cluster.core, ns, "mcad-controller-5")
     controller_service(cluster.core, ns, "mcad-controller-5", cluster.port)

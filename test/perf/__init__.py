@@ -1,1 +1,1 @@
-"""Benchmarks on throwaway local clusters (issue 4): ``make bench`` runs ``python -m test.perf.bench``."""
+"""Benchmarks on throwaway local clusters: ``make bench`` runs ``python -m test.perf.bench``."""

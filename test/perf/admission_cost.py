@@ -1,5 +1,5 @@
 """The API server's own CPU per AppWrapper create and per status write, with each of the chart's in-process admission
-pieces registered alone (issue 29, item 4: where the admission's cost on the API server goes, apart from the call).
+pieces registered alone: where the admission's cost on the API server goes, apart from the call itself.
 
 The pieces, as ``test.perf.webhooks`` renders them from the chart with ``webhook.creator=policy``:
 

@@ -1,4 +1,4 @@
-"""mcad's benchmark suite (issue 4): ``make bench`` or ``python -m test.perf.bench [--scale F] [--scenarios a,b]``.
+"""mcad's benchmark suite: ``make bench`` or ``python -m test.perf.bench [--scale F] [--scenarios a,b]``.
 
 Each scenario brings up its own local control plane (``hack/localcluster.py --name bench-<scenario>``, no nodes
 at start, raised in-flight limits), installs the CRD, creates its fake nodes through the API, runs

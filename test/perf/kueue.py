@@ -1,4 +1,4 @@
-"""Side by side with Kueue's own scheduler performance test (issue 29, item 6).
+"""Side by side with Kueue's own scheduler performance test, on the same machine.
 
 Builds Kueue's ``test/performance/scheduler`` runner and ``minimalkueue`` from the Go module
 ``sigs.k8s.io/kueue@KUEUE_VERSION`` (fetched with ``go mod download``, built in a copy of the module so its own go.mod
@@ -42,8 +42,8 @@ from test.perf.harness import dev_cache, percentile, say
 from test.support import REPO, load_hack_module
 
 KUEUE_MODULE = "sigs.k8s.io/kueue"
-# The version the side-by-side is pinned to. The module proxy here also serves v0.19.2 (issue 29's first figures
-# came from it); --kueue-version picks another, cached apart. Bumping this needs a new recorded fixture
+# The version the side-by-side is pinned to. The module proxy here also serves v0.19.2 (the first side-by-side
+# figures came from it); --kueue-version picks another, cached apart. Bumping this needs a new recorded fixture
 # (test/unit/fixtures/kueue/), which the unit test checks.
 KUEUE_VERSION = "v0.17.0"
 SCHEDULER_TEST = "test/performance/scheduler"

@@ -21,7 +21,7 @@ Contract:
   Nothing is retried: a benchmark whose load failed has no figure.
 
 Why processes: one Python process that creates a few hundred objects a second while it also parses the watches it
-measures with and deletes finished workloads ran 23-45 s behind Kueue's schedule in churn (issue 29), on its GIL
+measures with and deletes finished workloads ran 23-45 s behind Kueue's schedule in churn, on its GIL
 as much as on the API server; the creating processes share neither.
 """
 

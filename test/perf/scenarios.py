@@ -1,4 +1,4 @@
-"""The benchmark scenarios of issue 4, and noisy_neighbour of issue 14. Each fills in a result dict as it goes, so
+"""The benchmark scenarios (test/perf/README.md lists them). Each fills in a result dict as it goes, so
 a failure keeps what was measured before it, and each runs in its own fresh cluster (``Env``), taken down
 afterwards unless ``--keep``.
 
@@ -171,8 +171,8 @@ class Env:
         return ctl
 
     def _reservations(self, args: tuple[str, ...]) -> tuple[str, ...]:
-        """``args`` without ``--reservations`` if this controller does not know the flag (before issue 17), so
-        that a run asking for reservations off works on both; ``params.reservations`` says what the run had."""
+        """``args`` without ``--reservations`` if this controller does not know the flag (one older than reservations),
+        so that a run asking for reservations off works on both; ``params.reservations`` says what the run had."""
         params = self.result.setdefault("params", {})
         if not controller_knows(RESERVATIONS_FLAG):
             kept = drop_flag(args, RESERVATIONS_FLAG)
@@ -561,7 +561,7 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
         names = [f"tp-{i:05d}" for i in range(n)]
 
         # As fast as P processes x T threads can (test.perf.load): one process's 16 threads measured 16 / the create
-        # call's duration (issue 29), so the webhooks' latency looked like a loss of throughput.
+        # call's duration, so the webhooks' latency looked like a loss of throughput.
         # On time at a fixed rate (--throughput-pace), the same load whatever the phase: the webhooks' latency then
         # costs what it costs the dispatch, not also fewer arrivals from a closed loop that waits for each create.
         pace = opts.throughput_pace
@@ -687,10 +687,10 @@ def throughput_webhooks(opts: Options, result: Result) -> None:
     the controller: a mutating call, then a validating call that asks a SubjectAccessReview per item (the bench
     creates as the cluster admin: every review allows; the answer is cached for a while per user, resource and
     namespace, as a running controller's is). With ``opts.webhook_creator`` "policy" the chart's
-    MutatingAdmissionPolicy records the creator instead and only the validating call is made. Reports both
-    dispatch rates, their shares of the ceiling and on / off, which issue 15 wants >= 90 %, and the webhook calls
-    the controller served per AppWrapper during each on-phase's load (its /metrics, read before and after it).
-    Each phase's full figures are under ``phases``.
+    MutatingAdmissionPolicy records the creator instead and only the validating call is made. Reports both dispatch
+    rates, their shares of the ceiling and on / off (target >= 90 %, docs/performance.md), and the webhook calls the
+    controller served per AppWrapper during each on-phase's load (its /metrics, read before and after it). Each phase's
+    full figures are under ``phases``.
 
     ``opts.webhook_rounds`` R > 1: R pairs, the order alternating (off-on, on-off, ...) so that neither mode always
     runs on the machine the other has just warmed; phases beyond the first pair are ``off-2``, ``on-2``...; the
@@ -864,12 +864,11 @@ def histogram_quantile(samples: dict[str, float], name: str, q: float) -> float 
 
 
 def placement(opts: Options, result: Result) -> None:
-    """Placement that binds (issue 25) against the scheduler's own, back to back, each in a fresh cluster: the
-    throughput run (one 1-pod Job per AppWrapper) with ``--placement=binding``, then ``--placement=advisory``. The
-    ungate patch is one more write per pod; both dispatch rates (AppWrappers/s) and pod rates (pods Running per
-    second, first create to last pod Running) are reported with binding / advisory, and the time from the
-    controller's informer receiving a gated pod to its pin written (``mcad_pod_ungate_seconds``, bucket bounds) under
-    that load."""
+    """Placement that binds (--placement=binding) against the scheduler's own, back to back, each in a fresh cluster:
+    the throughput run (one 1-pod Job per AppWrapper) with ``--placement=binding``, then ``--placement=advisory``. The
+    ungate patch is one more write per pod; both dispatch rates (AppWrappers/s) and pod rates (pods Running per second,
+    first create to last pod Running) are reported with binding / advisory, and the time from the controller's informer
+    receiving a gated pod to its pin written (``mcad_pod_ungate_seconds``, bucket bounds) under that load."""
     f = opts.factor("placement")
     phases: dict[str, Result] = {}
     result["phases"] = phases
@@ -1031,7 +1030,7 @@ KUEUE_QUEUES = 5 * 6
 # class, workloads per queue, creation interval s, runtime s, priority, cpu
 KUEUE_CLASSES = (("small", 350, 0.1, 0.2, 50, 1), ("medium", 100, 0.5, 0.5, 100, 5), ("large", 50, 1.2, 1.0, 200, 20))
 KUEUE_WALL_S = 351.0
-# Kueue's mean time to dispatch per class in that run (ms), issue 17's targets at full scale.
+# Kueue's mean time to dispatch per class in that run (ms), mcad's targets for churn at full scale.
 KUEUE_MEAN_MS = {"small": 215_468.0, "medium": 76_768.0, "large": 16_501.0}
 AW_RESOURCE = "appwrappers.workload.codeflare.dev"
 
@@ -1042,7 +1041,7 @@ CHURN_NODE_CPU = 40
 
 
 # A full churn run whose creates were later than this (p99) behind their schedule measured a thinner load than
-# Kueue's: the scenario fails, so no figure is taken on it (issue 29).
+# Kueue's: the scenario fails, so no figure is taken on it.
 MAX_CREATE_LATENESS_MS = 1000.0
 
 
@@ -1068,7 +1067,7 @@ def go_duration(seconds: float) -> str:
 
 CHURN_CONFIGMAP = ChurnWorkload("a ConfigMap + custompodresources",
                                 lambda name, cpu, _runtime: configmap_item(name, {"cpu": str(cpu)}))
-# churn_pods (issue 29): a one-pod Job that kwok completes its run time after the pod runs (mcad's ledger frees the
+# churn_pods: a one-pod Job that kwok completes its run time after the pod runs (mcad's ledger frees the
 # pod's cpu once it sees it Succeeded); mcad watches the Job's Complete condition (completionstatus) and marks the
 # AppWrapper Completed.
 CHURN_JOB = ChurnWorkload("a Job of one pod (its cpu) that kwok completes after the run time",
@@ -1098,7 +1097,7 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
     reported, a full run whose p99 exceeds ``MAX_CREATE_LATENESS_MS`` fails, and time to dispatch is also given
     from each workload's scheduled arrival (``arrival_to_dispatch_<class>``), which a late create cannot shorten.
 
-    ``workload`` (``churn_pods``, issue 29: ``CHURN_JOB``): each workload is a one-pod Job of its cpu instead, whose
+    ``workload`` (``churn_pods``: ``CHURN_JOB``): each workload is a one-pod Job of its cpu instead, whose
     pod is created by the Job controller, (with the default placement binding) gated and pinned to the node of its
     plan by mcad, bound, run by kwok for the run time, and succeeds; the Job completes, mcad marks the AppWrapper
     Completed, and the load process then deletes it (``ChurnWorkload``). A workload is finished when that delete
@@ -1432,10 +1431,10 @@ NOISY_DELAY_S = 2.0
 
 
 def noisy_neighbour(opts: Options, result: Result) -> None:
-    """One tenant's big AppWrappers against another's small one (issue 14, write pool monopoly): N AppWrappers of
-    M ConfigMaps each (no pods, zero demand: all dispatch at once) created in one namespace, then, 2 s after the
-    last create returned, a one-pod AppWrapper in another namespace. Its creation -> Running (dispatched) and ->
-    pod Running, while the big ones are being written; and the first big create -> the last big one Running."""
+    """One tenant's big AppWrappers against another's small one (one namespace must not monopolise the write pool): N
+    AppWrappers of M ConfigMaps each (no pods, zero demand: all dispatch at once) created in one namespace, then, 2 s
+    after the last create returned, a one-pod AppWrapper in another namespace. Its creation -> Running (dispatched) and
+    -> pod Running, while the big ones are being written; and the first big create -> the last big one Running."""
     f = opts.factor("noisy_neighbour")
     n = scaled(40, f)
     items = scaled(500, f, minimum=10)
@@ -1503,7 +1502,7 @@ def noisy_neighbour(opts: Options, result: Result) -> None:
         add_target(result, "other tenant's one-pod AppWrapper create -> Running", probe_s, "<", 0.5, "s")
 
 
-# What one queued AppWrapper may cost the controller (issue 14): this much, plus this share of its own size.
+# What one queued AppWrapper may cost the controller (its memory target): this much, plus this share of its own size.
 MEMORY_PER_APPWRAPPER_BYTES = 2048
 MEMORY_SHARE_OF_SIZE = 0.10
 MEMORY_PEAK_MIB = 300.0
@@ -1523,7 +1522,7 @@ def settled_rss(ctl: Controller, timeout: float = 30.0) -> float:
 
 
 def memory(opts: Options, result: Result) -> None:
-    """Controller memory per queued AppWrapper (issue 14, bounded memory). (a) N small AppWrappers that can never
+    """Controller memory per queued AppWrapper (bounded memory). (a) N small AppWrappers that can never
     fit (1 nvidia.com/gpu each, no GPUs) are queued: settled RSS growth over the warm controller, per AppWrapper,
     against 2 KiB plus 10 % of one AppWrapper's size as stored (its JSON with status). (b) M AppWrappers of 1 MiB
     each (a ConfigMap of 16 values of 64 KiB), queued the same way: the controller's peak RSS while they arrive.
@@ -1699,8 +1698,8 @@ def _must(value: Any) -> Any:
 
 ATTACK_SECONDS = 60.0  # at --scale 1; never less than ATTACK_MIN_SECONDS
 ATTACK_MIN_SECONDS = 15.0
-# Issue 26's mix (test.e2e.attack's flags): idle TLS connections to the webhook port, slow-byte connections to each
-# port, concurrent oversized forged AdmissionReviews and their size.
+# The attack mix of test_serving_attack (test.e2e.attack's flags): idle TLS connections to the webhook port, slow-byte
+# connections to each port, concurrent oversized forged AdmissionReviews and their size.
 ATTACK_MIX = {"idle": 500, "slow": 64, "big": 16, "big-bytes": 5_000_000}
 ATTACK_PACE_S = 0.5  # one tenant create, and one /healthz probe, every this (as test_serving_attack)
 ATTACK_HEALTH_TARGET_MS = 1000.0
@@ -1723,7 +1722,7 @@ def probe_health(url: str) -> tuple[float, bool]:
 
 
 def admission_attack(opts: Options, result: Result) -> None:
-    """Admission under an unauthenticated client's load (issue 26). The controller runs with its webhooks
+    """Admission under an unauthenticated client's load. The controller runs with its webhooks
     registered as in ``throughput_webhooks`` and the chart's environment (PYTHONMALLOC=malloc); a tenant (the
     admin impersonating a user of ``ADMISSION_GROUP``, whose Role is ``admission``'s plus AppWrappers) creates
     ``admission``'s 3-item AppWrapper one at a time, one every 0.5 s: every create is a mutating and a validating
@@ -1879,8 +1878,8 @@ def reader_token(api: Api, name: str = "bench-reader", urls: tuple[str, ...] = (
 
 
 def pollers(opts: Options, result: Result) -> None:
-    """16 clients poll /debug/queue as fast as it answers (issue 15: they held a dispatch for 36 s when each read
-    ran on the dispatcher thread): a backlog of N AppWrappers that never fit is queued (so each /debug/queue lists
+    """16 clients poll /debug/queue as fast as it answers (were each read run on the dispatcher thread, they
+    would hold a dispatch for 36 s): a backlog of N AppWrappers that never fit is queued (so each /debug/queue lists
     N), then one-pod AppWrappers are created one at a time, creation -> Running, first with no pollers, then with
     16. The delay is the difference of the two medians (and of the p99s); also polls answered per second and how
     long one took."""
@@ -2017,7 +2016,7 @@ def http_get(url: str, token: str) -> Answer:
 
 
 def dashboard(opts: Options, result: Result) -> None:
-    """The dashboard's queue view with a deep backlog (issue 18): N AppWrappers that can never fit (1
+    """The dashboard's queue view with a deep backlog: N AppWrappers that can never fit (1
     nvidia.com/gpu each, no GPUs; queued as in deep_queue), then GET /ui/api/queue (first page, default limit)
     as the page polls it, once a second, and then back to back; also the last page, back to back. Reports the
     time per answer and the payload size. The time is the server's own (Server-Timing) when the controller sends
@@ -2150,24 +2149,24 @@ def wait_until(tracker: Tracker, check: Callable[[], bool], deadline: float, ali
 
 
 def starvation(opts: Options, result: Result, *, spare: int = 0, scenario: str = "starvation") -> None:
-    """A gang behind a stream of small ones (issue 17). 4 nodes x 4 cpu; a feeder keeps STARVATION_BACKLOG small
-    AppWrappers (priority 0, one bare 1-cpu Pod each) queued at all times, and each small one is deleted its run
-    time (uniform 2-8 s, seeded) after it is first seen Running, so the cluster stays full and every cpu that
-    frees has takers. Once it has been full for the longest run time, one gang is created: priority 10, a Job of
-    4 pods x 4 cpu, which fits only on an empty cluster. Its time to dispatch (create returned -> seen Running)
-    is compared with the longest remaining run time of the small ones running when it was created (it must wait
-    for them all; later small ones need not delay it): margin = time to dispatch - that run time, target <= 2 s.
-    A gang not dispatched within STARVATION_WAIT_S is recorded as starved (target missed). The gang is deleted
-    and the cluster refilled before the next run.
+    """A gang behind a stream of small ones (what reservations are for). 4 nodes x 4 cpu; a feeder keeps
+    STARVATION_BACKLOG small AppWrappers (priority 0, one bare 1-cpu Pod each) queued at all times, and each small one
+    is deleted its run time (uniform 2-8 s, seeded) after it is first seen Running, so the cluster stays full and every
+    cpu that frees has takers. Once it has been full for the longest run time, one gang is created: priority 10, a Job
+    of 4 pods x 4 cpu, which fits only on an empty cluster. Its time to dispatch (create returned -> seen Running) is
+    compared with the longest remaining run time of the small ones running when it was created (it must wait for them
+    all; later small ones need not delay it): margin = time to dispatch - that run time, target <= 2 s. A gang not
+    dispatched within STARVATION_WAIT_S is recorded as starved (target missed). The gang is deleted and the cluster
+    refilled before the next run.
 
     Small ones are bare Pods, not ConfigMaps with custompodresources: a gang must wait for pods to leave concrete
     nodes (what --fit=nodes and node reservations decide on), and kube-scheduler places them as it would.
 
-    ``spare`` more nodes (``starvation_spare``: 2) give the small ones room the gang's reservation does not hold:
-    mcad dispatches them there while the gang waits, and only placement that binds (issue 25) keeps their pods
-    off the reserved nodes, which the scheduler, left to itself, prefers as they empty. The blocking run time is
-    then still the longest of every small one running at the gang's creation (the nodes each runs on are not
-    told apart), which can only make the margin look smaller than it is."""
+    ``spare`` more nodes (``starvation_spare``: 2) give the small ones room the gang's reservation does not hold: mcad
+    dispatches them there while the gang waits, and only placement that binds (--placement=binding) keeps their pods off
+    the reserved nodes, which the scheduler, left to itself, prefers as they empty. The blocking run time is then still
+    the longest of every small one running at the gang's creation (the nodes each runs on are not told apart), which can
+    only make the margin look smaller than it is."""
     f = opts.factor(scenario)
     pace = min(1.0, max(f, 0.25))  # run times shrink at small scales, down to a quarter
     low, high = (t * pace for t in STARVATION_RUNTIME_S)
@@ -2358,7 +2357,7 @@ def _appwrapper_writes(counts: Counter[str]) -> dict[str, int]:
 
 
 def scale(opts: Options, result: Result) -> None:
-    """Issue 29's scale: N AppWrappers that can never fit (1 nvidia.com/gpu each, no GPUs) on M kwok nodes,
+    """Scale: N AppWrappers that can never fit (1 nvidia.com/gpu each, no GPUs) on M kwok nodes,
     created before the controller starts (so its first start is a cold sync of the whole backlog); then the
     controller's RSS with all of them queued, a new admissible AppWrapper's create -> Running one at a time,
     the dashboard's first page and /debug/queue answer times and sizes, and a restart: SIGTERM, a new controller,

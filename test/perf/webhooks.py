@@ -1,5 +1,5 @@
 """The admission webhooks of a bench controller, registered against the scenario's API server as an installation
-registers them (issue 15's throughput figure with webhooks on).
+registers them (for throughput_webhooks' figure with webhooks on).
 
 Contract:
 - ``register(api, port)`` creates the controller's namespace (``NAMESPACE``) and applies what the chart renders

@@ -331,7 +331,7 @@ def test_an_object_replaced_between_the_check_and_the_apply_is_not_written() -> 
 
 
 def test_a_taken_name_the_controller_may_not_read_fails_saying_so_and_is_left_alone() -> None:
-    """Issue 26: the chart grants Secrets create and delete only; whose a taken name is cannot be told then."""
+    """The chart grants Secrets create and delete only; whose a taken name is cannot be told then."""
     class Unreadable(Writer):
         def read(self, api_version: str, kind: str, namespace: str, name: str) -> Mapping[str, Any]:
             self.requests.append(("read", name))

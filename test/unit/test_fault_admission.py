@@ -1,4 +1,4 @@
-"""Fault tolerance annotations at admission (issue 28, item 5): each refused value is refused on create with the
+"""Fault tolerance annotations at admission: each refused value is refused on create with the
 annotation named; an update is refused for the values it sets or changes, never for one it leaves alone; the
 cluster's ceilings come from the admission config; the legacy group is judged the same."""
 

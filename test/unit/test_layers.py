@@ -41,9 +41,9 @@ How to read it:
 - A name under "May not" forbids that module and everything under it, except the PURE modules, which every layer may
   reach wherever they sit (mcad.serve.history computes figures, it serves nothing; mcad.admission.facts is the
   Protocol mcad.model.tenancy asks). The loop may not reach mcad.hub.placement either: mcad.wiring hands the loop hub
-  mode's owners, the loop does not name them. EXEMPT would list a breach a rule tolerates for now (it is empty since
-  issue 27's refactor); test_every_exemption_is_still_needed fails once one of them is no longer reached, so the
-  list only shrinks.
+  mode's owners, the loop does not name them. EXEMPT would list a breach a rule tolerates for now (it is empty: hub
+  mode's owners are built by mcad.wiring); test_every_exemption_is_still_needed fails once one of them is no
+  longer reached, so the list only shrinks.
 - "Reach" is any chain of imports of mcad modules: ``a`` imports ``b``, which imports ``c``, which has ``import
   threading``. The message names the chain, with the file:line and statement of each step. A chain ends at the first
   forbidden module on it (one message per breach, not one per module behind it) and does not pass through another
@@ -121,7 +121,7 @@ K8S_RULE = Rule(
     forbidden=("mcad.loop", "mcad.hub", *ABOVE_THE_LOOP),
     allowed=PURE,
 )
-# What mcad.loop.dispatcher reaches of mcad.hub today, for the refactor of issue 27 to take out (mcad.wiring builds
+# What mcad.loop.dispatcher may still reach of mcad.hub: nothing (mcad.wiring builds
 # hub mode's owners and hands them to the loop): (module, what it may still reach, by any chain). What it reaches
 # through these is checked as usual. test_every_exemption_is_still_needed says when a line can go. Add none.
 EXEMPT: tuple[tuple[str, str], ...] = ()
@@ -771,7 +771,7 @@ def test_each_layer_rule_reports_what_its_modules_reach(tmp_path: Path, rule: Ru
 
 
 def test_the_loop_exemptions_let_through_what_they_name_and_say_when_they_are_not_needed(tmp_path: Path) -> None:
-    # The list the dispatcher needed before issue 27's refactor took hub mode's owners out of it.
+    # The list the dispatcher would need if it built hub mode's owners itself.
     rule = dataclasses.replace(LOOP_RULE, exempt=(("mcad.loop.dispatcher", "mcad.hub.clusters"),
                                                   ("mcad.loop.dispatcher", "mcad.hub.placement"),
                                                   ("mcad.loop.dispatcher", "mcad.hub.sites")))
@@ -826,7 +826,7 @@ def test_the_circle_rule_follows_relative_imports_and_reports_each_circle(tmp_pa
 
 
 def test_the_circle_rule_counts_imports_under_type_checking(tmp_path: Path) -> None:
-    # The circle issue 27 found: mcad.api.podgroups named mcad.api.views' types for annotations only.
+    # A circle met in practice: mcad.api.podgroups named mcad.api.views' types for annotations only.
     root = _package(tmp_path, {
         "mcad/api/appwrapper.py": "from mcad.api.podgroups import PodGroup, gang\n",
         "mcad/api/podgroups.py": f"{TC}from mcad.api.views import NodeView, Taint\n",

@@ -730,7 +730,7 @@ def test_a_client_certificate_kubeconfig_through_the_api_server_says_how_to_get_
     assert "--token" in result.stderr and "kubectl create token" in result.stderr
 
 
-# -- the route through the API server, without pods/proxy (issue 26) ---------------------------------------------
+# -- the route through the API server, without pods/proxy ---------------------------------------------------------
 
 
 def _through(monkeypatch: pytest.MonkeyPatch, answers: list[Any]) -> tuple[reach._ThroughApiServer, list[str]]:

@@ -1,6 +1,6 @@
 """The packaging metadata (setup.cfg; the build system in pyproject.toml) builds an sdist and a wheel without a single
 warning from the build backend:
-`make install` printed some 40 setuptools deprecation warnings about a ``License ::`` classifier (issue 27). The
+`make install` must not print setuptools deprecation warnings (a ``License ::`` classifier caused some 40). The
 build runs offline, in a copy of what the Dockerfile copies, with the venv's setuptools (the test extra pins it to the
 same floor as [build-system]) and every warning turned into an error."""
 

@@ -429,7 +429,8 @@ def test_gang_of_custompodresources() -> None:
 
 
 def test_custompodresources_below_the_templates_give_way_to_the_templates_pods() -> None:
-    """Issue 15: 1 pod x 1m declared in front of 100 pods of 8 cpu are placed as the 100 pods that will exist."""
+    """A tenant's understatement: 1 pod x 1m declared in front of 100 pods of 8 cpu are placed as the 100 pods
+    that will exist."""
     item = {"custompodresources": [{"replicas": 1, "requests": {"cpu": "1m"}}],
             "generictemplate": job(parallelism=100, cpu="8", node_selector={"pool": "train"})}
     assert gang([item]) == [PodGroup(100, v(cpu=8000), (("pool", "train"),), label="Job trainer")]

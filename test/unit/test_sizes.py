@@ -1,4 +1,4 @@
-"""Size budgets that keep control with the owners (issue 27), checked by reading the source with ``ast``.
+"""Size budgets that keep control with the owners (mcad.loop.owners), checked by reading the source with ``ast``.
 
 - No class in ``mcad`` has more than 40 methods: a class past that owns more than one concept.
 - The ``Dispatcher`` stays a router of keys: under 30 methods and 400 lines; it builds nothing (``mcad.wiring``

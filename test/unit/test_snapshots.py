@@ -353,9 +353,9 @@ def test_a_poller_takes_the_build_under_way_not_one_that_starts_after_its_reques
 
 
 def test_a_reader_that_cannot_wait_out_the_spacing_takes_the_latest_snapshot_within_it() -> None:
-    """Issue 29: at 100,000 queued a build costs seconds and the next is ten times that away; a one-shot reader
-    (/debug/queue, a 10 s wait) was answered Busy every time. Now it gets the freshest it could: the latest, if
-    built within the spacing."""
+    """At 100,000 queued a build costs seconds and the next is ten times that away; a one-shot reader
+    (/debug/queue, a 10 s wait) that only took a new build would be answered Busy every time. It gets the freshest
+    it could: the latest, if built within the spacing."""
     clock = FakeClock()
 
     class Slow(FakeReports):

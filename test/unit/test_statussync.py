@@ -1,4 +1,4 @@
-"""StatusSync's lanes in the write pool (issue 29): a queued AppWrapper's Pending status is bookkeeping, written in
+"""StatusSync's lanes in the write pool: a queued AppWrapper's Pending status is bookkeeping, written in
 the pool's low lane; a decision that must not wait (a dispatch's Running status) made while such a write waits to
 start hurries it, since that write will send the newest decision."""
 

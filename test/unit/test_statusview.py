@@ -69,7 +69,7 @@ def test_a_queued_status_is_kept_in_a_fraction_of_its_size() -> None:
 
 
 def test_a_status_larger_than_the_packing_window_comes_back_whole() -> None:
-    # The packer's window is 8 KiB (issue 29: packing is on every AppWrapper's path at start-up); a status of
+    # The packer's window is 8 KiB (packing is on every AppWrapper's path at start-up, so kept cheap); a status of
     # a long message, or of many conditions, spans several windows and must still come back byte for byte.
     raw = queued_status()
     raw["message"] = "".join(f"{i:05d} " for i in range(6000))  # 36 KB, no long repeats

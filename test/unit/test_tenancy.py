@@ -160,7 +160,7 @@ def test_admission_resolves_priority_class_names() -> None:
 
 
 def test_admission_refuses_custompodresources_below_the_templates_naming_both_figures() -> None:
-    """Issue 15's case: 1 pod x 1m in front of 6 pods of 3 cpu."""
+    """A tenant's understatement: 1 pod x 1m in front of 6 pods of 3 cpu."""
     understated = deployment("web", 6, "3", custompodresources=[{"replicas": 1, "requests": {"cpu": "1m"}}])
     enough = deployment("ok", 2, "1", custompodresources=[{"replicas": 2, "requests": {"cpu": "1", "memory": "1Gi"}}])
     [problem] = admission_problems(appwrapper(items=[enough, understated]), Facts([namespace("team-a")]), 1000)
@@ -205,7 +205,7 @@ def bare_pod() -> dict[str, Any]:
 ], ids=["pod", "deployment", "ray-head", "ray-worker"])
 def test_admission_holds_every_pod_templates_priority_to_the_ceiling(item: dict[str, Any], path: Sequence[Any],
                                                                      where: str) -> None:
-    """Issue 26: a pod-level priorityClassName inside a template gave pods priority 1,000,000."""
+    """A pod-level priorityClassName inside a template is capped too (else pods get priority 1,000,000)."""
     facts = Facts([namespace("team-a")], classes={"low": 10, "high": 1_000_000})
     ok = with_pod_priority(copy.deepcopy(item), path, priorityClassName="low")
     assert admission_problems(appwrapper(items=[ok]), facts, 1000) == []

@@ -286,8 +286,8 @@ def test_custompodresources_declaring_more_than_the_templates_are_the_demand() -
 
 
 def test_custompodresources_below_the_templates_are_raised_to_them_per_resource() -> None:
-    """Issue 15: 1 pod x 1m in front of 100 pods of 1 cpu is charged what the 100 pods ask; what it declares
-    beyond the templates (a GPU) still counts."""
+    """A tenant's understatement: 1 pod x 1m in front of 100 pods of 1 cpu is charged what the 100 pods ask;
+    what it declares beyond the templates (a GPU) still counts."""
     item = {
         "custompodresources": [{"replicas": 1, "requests": {"cpu": "1m", "nvidia.com/gpu": 1}}],
         "generictemplate": replicated("Deployment", replicas=100),

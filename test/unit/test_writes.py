@@ -142,7 +142,7 @@ def test_a_key_busy_with_bookkeeping_yields_to_urgent_work_between_its_jobs(keys
 
 
 def test_an_urgent_job_lifts_the_bookkeeping_queued_before_it_on_its_key(keys: Keys) -> None:
-    """Issue 29: a backlog's Pending statuses wait in the low lane; a dispatch of one of them must not wait behind
+    """A backlog's Pending statuses wait in the low lane; a dispatch of one of them must not wait behind
     all the others' (its own Pending write, before it on its key, goes first, in the urgent lane)."""
     def submit(pool: Writes, order: list[str]) -> None:
         pool.submit("b", lambda: order.append("b-pending"), tenant="t", urgent=False)
