@@ -156,7 +156,8 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
 
 def test_every_flag_has_a_value(tmp_path: Path) -> None:
     values = {"controller": {"fit": "aggregate", "placement": "advisory", "preemption": True, "strictFifo": True,
-                             "preemptionBackoffSeconds": 30, "maxEvictionsPerMinute": 20, "writeWorkers": 8,
+                             "preemptionVictimTimeoutSeconds": 45, "preemptionBackoffSeconds": 30,
+                             "maxEvictionsPerMinute": 20, "writeWorkers": 8,
                              "backoffStatusRate": 2.5, "reservations": 5,
                              "maxItems": 50, "maxAppwrapperBytes": 2097152,
                              "allowedSchedulerNames": ["volcano", "kueue-scheduler"],
@@ -187,7 +188,8 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                                  "--success-ttl=48h", "--grace-period-ceiling=2h", "--success-ttl-ceiling=72h",
                                  "--retry-pause-floor=0", "--grace-period-floor=5s",
                                  "--max-resets-per-namespace-per-minute=7",
-                                 "--delete-finished-appwrappers", "--preemption", "--preemption-backoff=30",
+                                 "--delete-finished-appwrappers", "--preemption", "--preemption-victim-timeout=45",
+                                 "--preemption-backoff=30",
                                  "--preemption-max-evictions-per-minute=20", "--strict-fifo",
                                  "--http-bind-address=:9090", "--no-quota", "--legacy-api",
                                  "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
