@@ -11,6 +11,9 @@ Contract (DESIGN.md, "Free capacity"):
   max(0, demand - consumed) per resource. So a bound running pod is in ``in_use`` and shrinks the reservation, a
   finished pod is in neither, and nothing is counted twice. Pods of an AppWrapper
   without a reservation count only in ``in_use``.
+- ``pods_by_node()``: per node name, how many non-terminal pods are bound to it. Each takes one of the node's
+  allocatable ``pods`` whatever it requests, as the scheduler counts; the vectors above leave that out (requests
+  carry no ``pods``), reports (``/debug/ledger``) add it.
 - ``reserved()`` = Σ outstanding parts; ``free()`` = capacity - in_use - reserved, which may be negative per
   resource (over-commitment is information: callers compare with ``fits_in``/``shortfall``).
 
@@ -34,6 +37,7 @@ class Ledger:
         "_demand",
         "_in_use",
         "_lasting",
+        "_node_pods",
         "_node_usage",
         "_nodes",
         "_outstanding",
@@ -47,6 +51,9 @@ class Ledger:
         # Σ requests of non-terminal pods bound to each node name, known node or not: a pod may be seen before its
         # node, and a node's usage must be at hand when it turns schedulable.
         self._node_usage: dict[str, ResourceVector] = {}
+        # How many non-terminal pods are bound to each node name: each takes one of the node's allocatable "pods"
+        # (110 by default), as the scheduler counts them, whatever they request. Reported, not part of the vectors.
+        self._node_pods: dict[str, int] = {}
         # The part of it that pods of no AppWrapper use: nothing says when they end (reservations plan around it).
         self._lasting: dict[str, ResourceVector] = {}
         # Σ requests of each AppWrapper's bound-or-terminal pods, reserved or not: a reservation made for an
@@ -110,9 +117,15 @@ class Ledger:
     def _account(self, pod: PodView, sign: int) -> None:
         """Add (sign 1) or remove (sign -1) the pod's contribution to its node's usage and its AppWrapper's use."""
         requests = pod.requests
+        node = pod.node_name
+        if node and not pod.terminal:
+            count = self._node_pods.get(node, 0) + sign
+            if count:
+                self._node_pods[node] = count
+            else:
+                self._node_pods.pop(node, None)
         if not requests:
             return
-        node = pod.node_name
         if node and not pod.terminal:
             self._node_usage[node] = usage = _shift(self._node_usage.get(node, ZERO), requests, sign)
             if not usage:
@@ -196,6 +209,10 @@ class Ledger:
         """Per known node, schedulable or not: allocatable - requests of its non-terminal pods. Placement decides
         which nodes a pod may use (a tainted node is fine for a pod that tolerates the taint)."""
         return {name: node.allocatable - self._node_usage.get(name, ZERO) for name, node in self._nodes.items()}
+
+    def pods_by_node(self) -> dict[str, int]:
+        """Per node name: how many non-terminal pods are bound to it (each uses one of its allocatable ``pods``)."""
+        return dict(self._node_pods)
 
     def lasting_room_by_node(self) -> dict[str, ResourceVector]:
         """Per known node: allocatable - requests of its non-terminal pods that belong to no AppWrapper, i.e. what

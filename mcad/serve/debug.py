@@ -137,6 +137,13 @@ class Reports:
         d = self.dispatcher
         ledger = d.ledger
         capacity, used, reserved, free = ledger.capacity(), ledger.in_use(), ledger.reserved(), ledger.free()
+        # Requests leave out the pod slot each bound pod takes of its node's allocatable "pods": counted apart, on
+        # the nodes that have pod slots (every real node; a test's node may declare none).
+        slotted = {node.name for node in ledger.nodes() if node.allocatable.get("pods")}
+        pods_on = {name: n for name, n in ledger.pods_by_node().items() if name in slotted}
+        schedulable = {node.name for node in ledger.nodes() if node.schedulable}
+        slots = ResourceVector({"pods": sum(n for name, n in pods_on.items() if name in schedulable)})
+        used, free = used + slots, free - slots
         names = sorted(set(capacity) | set(used) | set(reserved))
         resources = [{"name": name, "capacity": format_amount(name, capacity.get(name)),
                       "used": format_amount(name, used.get(name)),
@@ -147,7 +154,7 @@ class Reports:
         pinned = d.accountant.pinned_by_node()
         nodes = []
         for node in sorted(ledger.nodes(), key=lambda n: n.name):
-            node_room = room.get(node.name, ResourceVector())
+            node_room = room.get(node.name, ResourceVector()) - ResourceVector({"pods": pods_on.get(node.name, 0)})
             node_planned = planned.get(node.name, ResourceVector())
             nodes.append({"name": node.name, "cluster": node.cluster, "schedulable": node.schedulable,
                           "ready": node.ready,

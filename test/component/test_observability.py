@@ -9,7 +9,7 @@ from mcad.metrics import PUBLISH_INTERVAL_SECONDS, Metrics
 from mcad.model.keys import DISPATCH, PUBLISH
 from mcad.serve import server
 from mcad.serve.debug import Reports
-from test.component.harness import aw, node
+from test.component.harness import aw, node, pod
 
 
 def reports(h: Any) -> Reports:
@@ -65,6 +65,26 @@ def test_the_ledger_report_shows_capacity_use_and_reservations(harness_factory: 
     n0 = next(n for n in doc["nodes"] if n["name"] == "n0")
     # --fit=nodes planned the 5-cpu pod on n0 (the only node with room): held back there until it binds.
     assert n0["planned"] == {"cpu": "5"} and n0["free"]["cpu"] == "3"
+
+
+def test_the_ledger_report_counts_each_bound_pod_in_its_nodes_pods(harness_factory: Any) -> None:
+    # Requests carry no "pods", yet each pod takes one of its node's 110 slots, as the scheduler counts them: two
+    # running pods of an AppWrapper and one of nobody's on n0, none on n1; a finished one takes none.
+    nodes = [node("n0", "8"), node("n1", "8")]
+    for n in nodes:
+        n["status"]["allocatable"]["pods"] = "110"
+    finished = pod("done", "1", node_name="n0")
+    finished["status"]["phase"] = "Succeeded"
+    pods = [pod("a-0", "1", appwrapper="a"), pod("a-1", "1", appwrapper="a"), pod("other", "500m"), finished]
+    h = harness_factory(nodes=nodes, pods=pods, aws=[aw("a", "2")])
+    h.drain()
+    doc = reports(h).ledger()
+    assert next(r for r in doc["resources"] if r["name"] == "pods") == {
+        "name": "pods", "capacity": "220", "used": "3", "reserved": "0", "free": "217"}
+    by_name = {n["name"]: n for n in doc["nodes"]}
+    assert by_name["n0"]["used"]["pods"] == "3" and by_name["n0"]["free"]["pods"] == "107"
+    assert "pods" not in by_name["n1"]["used"] and by_name["n1"]["free"]["pods"] == "110"
+    assert by_name["n0"]["used"]["cpu"] == "2500m"
 
 
 def test_explain_says_in_words_why_an_appwrapper_is_where_it_is(harness_factory: Any) -> None:

@@ -222,6 +222,21 @@ def test_pod_moves_between_nodes_and_phases() -> None:
     assert ledger.in_use() == ZERO
 
 
+def test_pods_by_node_counts_bound_non_terminal_pods_whatever_they_request() -> None:
+    ledger = Ledger()
+    ledger.upsert_node(node("n1"))
+    ledger.upsert_pod(running("a", "n1", cpu="2"))
+    ledger.upsert_pod(running("b", "n1", cpu="0", memory="0"))  # no requests: still a pod slot
+    ledger.upsert_pod(running("c", "later"))  # its node not seen yet
+    assert ledger.pods_by_node() == {"n1": 2, "later": 1}
+    ledger.upsert_pod(running("a", "n1", cpu="2", phase="Succeeded"))
+    ledger.upsert_pod(running("c", "n1"))
+    assert ledger.pods_by_node() == {"n1": 2}
+    ledger.delete_pod("b")
+    ledger.delete_pod("c")
+    assert ledger.pods_by_node() == {}
+
+
 def test_pod_gains_an_appwrapper_label() -> None:
     ledger = Ledger()
     ledger.upsert_node(node("n1"))
