@@ -1,5 +1,7 @@
 """Quota trees end to end, without --preemption: upstream's kuttl quota suites re-calibrated to a fake node of known
-size, plus what upstream got wrong (#407 every tree named, #556 reclaim in a full cluster).
+size, plus what upstream got wrong: every tree had to be named
+(https://github.com/project-codeflare/multi-cluster-app-dispatcher/issues/407) and there was no reclaim in a full
+cluster (https://github.com/project-codeflare/multi-cluster-app-dispatcher/issues/556).
 
 Each test makes its own trees (unique tree names) in its own namespace and its AppWrappers' pods can only run on
 the module's fake node (4 cpu, 16Gi, 16 GPUs), so quota binds where a test wants it to and the node fills where a
@@ -143,7 +145,8 @@ def test_upstream_hard_limit_serialises_jobs_and_unlabelled_ones_use_default(
         controller: Controller, on_node: dict[str, str], trees: QuotaTrees, aws: AppWrappers) -> None:
     """test/e2e-kuttl/quota-forest steps 09-11: two 900m bronze jobs run one after the other (bronze is hard
     900m); a job without quota labels is charged to each tree's default node (0, soft: it borrows) and completes;
-    so does one with only an unrelated label. Labels are never added (upstream #407 patched them in)."""
+    so does one with only an unrelated label. Labels are never added (upstream MCAD patched them in:
+    https://github.com/project-codeflare/multi-cluster-app-dispatcher/issues/407)."""
     context, service = quota.upstream_trees(trees)
     quota.wait_tree(controller, context, 5)
     quota.wait_tree(controller, service, 3)
@@ -318,8 +321,9 @@ def test_reclaim_takes_back_borrowed_quota_lowest_priority_then_most_recent_firs
 
 def test_reclaim_in_a_full_cluster(controller: Controller, on_node: dict[str, str], trees: QuotaTrees,
                                    aws: AppWrappers) -> None:
-    """Upstream #556: the borrower's pods fill the node (4 x 1000m on 4 cpu) while the root has room to spare;
-    the lender's 1000m is within its quota but the cluster is full: one borrower goes, the most recent."""
+    """Upstream MCAD got this wrong (https://github.com/project-codeflare/multi-cluster-app-dispatcher/issues/556):
+    the borrower's pods fill the node (4 x 1000m on 4 cpu) while the root has room to spare; the lender's 1000m is
+    within its quota but the cluster is full: one borrower goes, the most recent."""
     tree = f"full_{quota.suffix()}"
     trees.create(subtree("root", tree, node("root", cpu="8")),
                  subtree("teams", tree, node("lender", cpu="5"), node("borrower", cpu="1"), parent="root"))
@@ -343,8 +347,8 @@ def test_reclaim_in_a_full_cluster(controller: Controller, on_node: dict[str, st
 
 def test_an_appwrapper_naming_no_tree_runs_on_capacity_alone(
         controller: Controller, on_node: dict[str, str], trees: QuotaTrees, aws: AppWrappers) -> None:
-    """Trees without a ``default`` node ignore AppWrappers that do not name them (upstream #407 required a label
-    for every tree)."""
+    """Trees without a ``default`` node ignore AppWrappers that do not name them (upstream MCAD required a label for
+    every tree: https://github.com/project-codeflare/multi-cluster-app-dispatcher/issues/407)."""
     tree = f"nodefault_{quota.suffix()}"
     trees.create(subtree("root", tree, node("root", cpu="100m")),
                  subtree("teams", tree, node("team", hard=True, cpu="100m"), parent="root"))
