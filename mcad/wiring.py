@@ -5,12 +5,12 @@ Contract:
   ``legacy_api``), Namespaces and PriorityClasses (the admins' rules, ``mcad.k8s.tenantstore``), Nodes and Pods (all
   namespaces), QuotaSubtrees with ``quota_trees``; and a ``Dispatcher`` reading them through the namespace rules,
   writing through one ``kube.Client``, with its handlers registered. Its users are the controller process
-  (``mcad.cli.controller``) and the offline reports (``mcad.serve.debug.offline``), so both see the same stores through
+  (``mcad.cli.controller``) and the offline reports (``mcad.cli.offline``), so both see the same stores through
   the same transforms.
 - It starts nothing: no informer, no hub prober, no write pool, no event recorder, not one thread, and it makes no
   request. The caller decides what runs: the controller starts the informers, the hub, and ``Dispatcher.run``
-  (which starts the write pool once the informers have synced); ``debug.offline`` lists each informer once and
-  rebuilds the ledger without ever starting the pool, so any write it attempted would raise.
+  (which starts the write pool once the informers have synced); the offline reports list each informer once and
+  rebuild the ledger without ever starting the pool, so any write they attempted would raise.
 - ``loop(...)`` builds every owner of the dispatcher loop (``mcad.loop``) and hands each the owners it needs, then
   the ``Dispatcher`` that routes keys to them; no owner calls back into the dispatcher. The one cycle among owners
   (``Active`` takes objects back through the sites and tells its watchers, which take AppWrappers back through it)
@@ -20,7 +20,7 @@ Contract:
   caller turns ``quota_trees`` off when they are not.
 
 Layer: this module may import any module of ``mcad`` except the entry points (``mcad.cli``); nothing but the entry
-points and ``mcad.serve.debug`` imports it.
+points imports it.
 """
 
 from __future__ import annotations

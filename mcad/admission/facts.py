@@ -9,6 +9,8 @@ Contract (every method bounded in time by the implementation; an answer that can
 - ``namespace(name)``: the Namespace object (its labels and annotations are the admin's: tenants with AppWrapper
   rights cannot change them), or None if it does not exist.
 - ``priority_class(name)``: the value of the PriorityClass, or None if there is none of that name.
+  These two are the questions the namespace admins' rules ask (``mcad.model.tenancy.NamespaceFacts``, which
+  ``Facts`` extends: the model states what it reads, and never imports admission).
 
 ``asked_for(source)`` marks the questions asked within it (in this thread or task) as asked for the request of
 ``source`` (the webhook's peer): ``current_source()`` tells an implementation whom to charge a costly question to.
@@ -22,12 +24,13 @@ the API server, only when a question must be asked.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from mcad.admission.request import UserInfo
+from mcad.model.tenancy import NamespaceFacts
 
 _T = TypeVar("_T")
 _SOURCE: ContextVar[str] = ContextVar("mcad_admission_source", default="")
@@ -85,11 +88,9 @@ class Decision:
     reason: str = ""
 
 
-class Facts(Protocol):
+class Facts(NamespaceFacts, Protocol):
+    """Also ``namespace(name)`` and ``priority_class(name)``, from ``NamespaceFacts``."""
+
     def resource_for(self, api_version: str, kind: str) -> Resource | None: ...
 
     def may(self, user: UserInfo, verb: str, resource: Resource, namespace: str, name: str = "") -> Decision: ...
-
-    def namespace(self, name: str) -> Mapping[str, Any] | None: ...
-
-    def priority_class(self, name: str) -> int | None: ...

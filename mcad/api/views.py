@@ -12,8 +12,9 @@ Contract:
   or value is not a string are dropped). Always ``schedulable == ready and not unschedulable and not taints``
   for a view ``node_view`` made. The defaults of these fields describe a Ready, uncordoned, untainted node
   without labels, so views constructed by hand with only the first four fields keep meaning what they did.
-  ``health`` (what the node-health rules say of it, ``mcad.model.nodehealth.NodeHealth.marks``) is empty here: the
-  rules are the controller's, so the accountant marks the views it keeps (``Accountant.observe_node``).
+  ``health`` (what the node-health rules say of it: verdicts, ``mcad.api.nodemarks``, made by
+  ``mcad.model.nodehealth.NodeHealth.marks``) is empty here: the rules are the controller's, so the accountant
+  marks the views it keeps (``Accountant.observe_node``).
 - ``pod_view(raw)`` keeps what the ledger and status need: identity, node, phase, effective requests
   (``pod_requests`` of the spec), the owning AppWrapper as ``"namespace/name"`` (from the
   ``workload.codeflare.dev/appwrapper`` label; pods belong to an AppWrapper in their own namespace), ``terminal``
@@ -44,11 +45,11 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from mcad.api.appwrapper import APPWRAPPER_LABEL, APPWRAPPER_UID_LABEL
+from mcad.api.nodemarks import Verdict
 from mcad.api.podgroups import PodGroup, pod_constraints
 from mcad.api.raw import as_list, as_mapping, as_str
 from mcad.api.resources import ResourceVector, canonical_entries
 from mcad.api.workloads import pod_requests
-from mcad.model.nodehealth import Verdict
 
 _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 UNSCHEDULABLE: Final = "Unschedulable"  # the PodScheduled reason the scheduler gives when no node fits

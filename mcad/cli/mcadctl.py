@@ -9,7 +9,7 @@ the bearer token mcadctl shows it: ``--token``, else $MCAD_TOKEN, else the kubec
 endpoints (see ``mcad.cli.reach`` for how it is found: ``--url``, else the leader's Service, the leader's pod named by
 the Lease, the Service of every replica, all through the API server's proxy). With ``--offline`` they compute the same
 documents here, from one list of AppWrappers, Nodes and Pods, with the controller's accounting code
-(``mcad.serve.debug.offline``); that view lacks what only the running controller knows (requeuing timers, plans not yet
+(``mcad.cli.offline``); that view lacks what only the running controller knows (requeuing timers, plans not yet
 bound), and the controller may run another policy than the ``--fit``/``--strict-fifo``/``--preemption`` given here.
 Tables by default; ``-o json``/``-o yaml`` print the document as the endpoint returns it. ``clusters`` (a hub's worker
 clusters) has no ``--offline`` view: only the running controller holds the connections to the workers, so asking for one
@@ -387,7 +387,7 @@ def _document(opts: Options, endpoint: str, offline: Callable[[Any], dict[str, A
 
 def _compute_offline(opts: Options, produce: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
     # Imported here: the controller's accounting is only needed offline, and it is the heavier import.
-    from mcad.serve import debug
+    from mcad.cli import offline
 
     where = opts.where
     try:
@@ -396,8 +396,8 @@ def _compute_offline(opts: Options, produce: Callable[[Any], dict[str, Any]]) ->
         raise Failure(str(err)) from err
     try:
         with _warnings_only_on_stderr():
-            report = debug.offline(conn, fit=opts.fit, strict_fifo=opts.strict_fifo, preemption=opts.preemption,
-                                   reservations=opts.reservations)
+            report = offline.reports(conn, fit=opts.fit, strict_fifo=opts.strict_fifo, preemption=opts.preemption,
+                                     reservations=opts.reservations)
             return produce(report)
     except ApiError as err:
         if err.status == 0:

@@ -37,12 +37,13 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from mcad.api.nodemarks import Effect, Verdict
 from mcad.api.podgroups import PodGroup
 from mcad.api.resources import ZERO, ResourceVector
 from mcad.api.views import NodeView, PodView, Unschedulable
 from mcad.model import placement, quota
 from mcad.model.ledger import Ledger
-from mcad.model.nodehealth import Effect, NodeHealth, Verdict
+from mcad.model.nodehealth import NodeHealth
 
 # What a plan says: so many pods of these requests go on that node.
 PlanEntry = tuple[str, ResourceVector, int]

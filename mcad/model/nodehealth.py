@@ -19,8 +19,8 @@ Contract:
   applies to a pod of ``requests`` (the same answer as ``verdict``), and costs nothing for a healthy node.
 - ``NodeHealth.keep_off(requests)``: the (label, values) pairs a pod of ``requests`` must avoid (its NoSchedule and
   NoExecute rules), for the node affinity ``mcad.k8s.apply`` gives such pods so the kube-scheduler avoids them too.
-- ``Verdict.describe()`` says why in words a status message can carry: "labelled
-  autopilot.ibm.com/gpuhealth=TESTING (no nvidia.com/gpu pods)".
+- A rule's ``Effect`` and the ``Verdict`` it gives a node live with the node's view (``mcad.api.nodemarks``):
+  ``NodeView.health`` carries them.
 """
 
 from __future__ import annotations
@@ -28,30 +28,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 
+from mcad.api.nodemarks import Effect, Verdict
 from mcad.api.resources import ResourceVector
 
 GPU = "nvidia.com/gpu"
 AUTOPILOT_LABEL = "autopilot.ibm.com/gpuhealth"
-
-
-class Effect(StrEnum):
-    PREFER_NOT = "PreferNoSchedule"
-    NO_SCHEDULE = "NoSchedule"
-    NO_EXECUTE = "NoExecute"
-
-    @property
-    def strength(self) -> int:
-        return _STRENGTH[self]
-
-    @property
-    def keeps_off(self) -> bool:
-        """No pod of the rule's resource is planned, placed or pinned on such a node."""
-        return self is not Effect.PREFER_NOT
-
-
-_STRENGTH = {Effect.PREFER_NOT: 1, Effect.NO_SCHEDULE: 2, Effect.NO_EXECUTE: 3}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,22 +45,6 @@ class Rule:
 
     def __str__(self) -> str:
         return f"{self.resource}:{self.label}={self.value}:{self.effect}"
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """Why a node is sick for a pod: the label and value that say so, and the effect."""
-
-    effect: Effect
-    label: str
-    value: str
-    resource: str = ""  # the pods it concerns: those that request this resource
-
-    def describe(self) -> str:
-        """Why a node is avoided, after "node n-1 is ...": the label that says so, and for which pods."""
-        if self.effect is Effect.PREFER_NOT:
-            return f"labelled {self.label}={self.value} ({self.resource} pods only when nothing else fits)"
-        return f"labelled {self.label}={self.value} (no {self.resource} pods)"
 
 
 DEFAULT_RULES = (

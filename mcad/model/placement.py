@@ -39,10 +39,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from mcad.api.nodemarks import Effect, Verdict
 from mcad.api.podgroups import PodGroup
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView, Taint
-from mcad.model.nodehealth import Effect, Verdict, verdict_for
+from mcad.model.nodehealth import verdict_for
 
 GPU: Final = "nvidia.com/gpu"
 # The scheduler's NodeUnschedulable filter lets a pod onto a cordoned node when it tolerates this taint.

@@ -15,8 +15,9 @@ Contract:
   ``mcad.codeflare.dev/max-priority`` (an integer), else the controller's ``--default-max-priority``
   (``DEFAULT_MAX_PRIORITY``). ``effective_priority`` gives the capped value, and, when the class does not exist,
   why the AppWrapper must wait. An annotation that is not an integer counts as absent (the default applies).
-- Admission (``mcad.admission.review`` calls these with its ``Facts``; each message names the field and the value
-  a person can change):
+- Admission (``mcad.admission.review`` calls these with its ``Facts``, which answer ``NamespaceFacts``, the two
+  questions asked here: a Namespace object by name, a PriorityClass's value by name; each message names the field
+  and the value a person can change):
   ``admission_problems(aw, facts, default_ceiling)`` refuses a quota label naming another node than the one its
   namespace is bound to, an unknown ``priorityClassName``, a ``spec.priority`` that differs from the value of the
   ``priorityClassName`` given with it, a priority (or class value) above the ceiling, the same for every pod
@@ -39,9 +40,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from mcad.admission.facts import Facts
 from mcad.api.raw import as_list, as_mapping
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.validation import INT32_MAX, INT32_MIN, describe_item
@@ -114,11 +114,24 @@ def effective_priority(priority: int, class_name: str, class_value: int | None, 
 # -- admission -------------------------------------------------------------------------------------------------------
 
 
+class NamespaceFacts(Protocol):
+    """What the admission rules here ask the cluster (``mcad.admission.facts.Facts`` answers it, bounded in time,
+    raising its ``FactUnavailable`` when it cannot: the reviewer then refuses, saying so)."""
+
+    def namespace(self, name: str) -> Mapping[str, Any] | None:
+        """The Namespace object, or None if it does not exist."""
+        ...
+
+    def priority_class(self, name: str) -> int | None:
+        """The value of the PriorityClass, or None if there is none of that name."""
+        ...
+
+
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def admission_problems(aw: Mapping[str, Any], facts: Facts, default_ceiling: int) -> list[str]:
+def admission_problems(aw: Mapping[str, Any], facts: NamespaceFacts, default_ceiling: int) -> list[str]:
     meta, spec = as_mapping(aw.get("metadata")), as_mapping(aw.get("spec"))
     namespace = str(meta.get("namespace") or "")
     raw_namespace = facts.namespace(namespace) if namespace else None
@@ -166,7 +179,7 @@ def admission_problems(aw: Mapping[str, Any], facts: Facts, default_ceiling: int
     return problems
 
 
-def _pod_priority_problems(index: int, item: Mapping[str, Any], facts: Facts, ceiling: int, namespace: str,
+def _pod_priority_problems(index: int, item: Mapping[str, Any], facts: NamespaceFacts, ceiling: int, namespace: str,
                            where: str) -> list[str]:
     """The priority the pods of an item would get, held to the namespace's ceiling like the AppWrapper's own."""
     template = item.get("generictemplate")
@@ -201,7 +214,7 @@ def _figure(vector: ResourceVector, names: ResourceVector) -> str:
     return ", ".join(f"{name} {format_amount(name, vector.get(name))}" for name in sorted(names.keys()))
 
 
-def admission_patch(aw: Mapping[str, Any], facts: Facts) -> list[dict[str, Any]]:
+def admission_patch(aw: Mapping[str, Any], facts: NamespaceFacts) -> list[dict[str, Any]]:
     meta = as_mapping(aw.get("metadata"))
     namespace = str(meta.get("namespace") or "")
     raw_namespace = facts.namespace(namespace) if namespace else None

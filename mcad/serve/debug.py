@@ -16,15 +16,17 @@ Contract:
   is held: the nodes of its hold plan, else in aggregate). One in its retry pause is explained as such.
 - The queue's "why" is computed now, with the dispatcher's own fit checks (``Dispatcher.assess_queue``), not read
   back from the Backoff condition (which is rewritten only when what blocks an AppWrapper changes).
-- ``offline(conn)`` lists AppWrappers, Nodes and Pods once, rebuilds the same ledger the controller would, and
-  returns ``Reports`` over it: the same answers when the controller cannot be reached. It writes nothing.
+- ``offline(dispatcher, informers)`` lists the informers (AppWrappers, Nodes, Pods...) once, rebuilds the same
+  ledger the controller would, and returns ``Reports`` over it: the same answers when the controller cannot be
+  reached. It writes nothing. It is handed a dispatcher built as the controller's (``mcad.cli.offline`` builds it
+  through ``mcad.wiring``), so what is served never imports the composition root.
 - Quantities are Kubernetes quantity strings; times are RFC 3339 UTC.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,14 +36,12 @@ from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.statusview import StatusView
 from mcad.hub.connections import Hub
 from mcad.hub.placement import WorkerPlacement, nodes_in
-from mcad.k8s import kube
+from mcad.k8s.informer import Informer
 from mcad.loop.dispatcher import Dispatcher
 from mcad.model import lifecycle, status
 from mcad.model.assess import QueueAssessment
-from mcad.model.reservations import DEFAULT_RESERVATIONS
 from mcad.serve import healthreport
 from mcad.serve.queuereport import QueueReport, quantities
-from mcad.wiring import build, quota_served
 
 Document = dict[str, Any]
 
@@ -374,14 +374,10 @@ def _reservation_line(reservation: Mapping[str, Any]) -> str:
             f"end first; {when}")
 
 
-def offline(conn: kube.Connection, *, fit: str = "nodes", strict_fifo: bool = False,
-            preemption: bool = False, reservations: int = DEFAULT_RESERVATIONS) -> Reports:
-    """Reports computed from a one-time list of AppWrappers, Nodes and Pods, as the controller would see them."""
-    # The controller's own wiring (same informers, same transforms); the write pool is never started, so a write
-    # would raise instead of reaching the API server.
-    dispatcher, informers = build(conn, strict_fifo=strict_fifo, preemption=preemption, fit=fit, write_workers=1,
-                                  reservations=reservations,
-                                  quota_trees=quota_served(kube.Client(conn)))
+def offline(dispatcher: Dispatcher, informers: Iterable[Informer[Any]]) -> Reports:
+    """Reports over ``dispatcher``, which nobody runs, from a one-time list of each of its ``informers``: the ledger
+    the controller would have. Its write pool is never started, so a write would raise instead of reaching the
+    API server. ``mcad.cli.offline`` builds both through the controller's own wiring."""
     for informer in informers:
         informer.list_once()
     dispatcher.rebuild()

@@ -28,8 +28,8 @@ from selenium.webdriver.common.keys import Keys
 
 from mcad.api import faulttolerance as ft
 from mcad.api.resources import to_canonical
+from mcad.cli.offline import reports as offline_reports
 from mcad.k8s import kube
-from mcad.serve import debug
 from test.browser import Browser
 from test.e2e import quota
 from test.e2e.conftest import (
@@ -625,7 +625,7 @@ def test_an_unhealthy_then_resetting_appwrapper_is_marked_and_explained(
     assert code == 404 and json.loads(body) == {"error": f"AppWrapper {aws.namespace}/flaky not found"}, body
 
     # mcadctl --offline explain reads the same from its status, with the built-in defaults for the cluster's.
-    offline = debug.offline(kube.connect(kubeconfig)).explain(aws.namespace, "flaky")
+    offline = offline_reports(kube.connect(kubeconfig)).explain(aws.namespace, "flaky")
     assert offline is not None and offline["health"]["state"] == "Resetting", offline
     assert offline["summary"].startswith("It is in its retry pause after a reset (MissingComponent; reset 1 of 2 "), \
         offline["summary"]

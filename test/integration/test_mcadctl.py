@@ -32,9 +32,8 @@ import kubernetes.client as k8s
 import pytest
 from click.testing import CliRunner, Result
 
-from mcad.cli import mcadctl, reach
+from mcad.cli import mcadctl, offline, reach
 from mcad.k8s import kube
-from mcad.serve import debug
 from test import chart
 from test.e2e.conftest import (
     DEBUG_VIEWER,
@@ -317,7 +316,7 @@ def test_offline_computes_the_same_queue_order(cluster: Cluster) -> None:
 
 def test_offline_reports_start_no_thread_and_refuse_to_write(cluster: Cluster) -> None:
     before = set(threading.enumerate())
-    reports = debug.offline(kube.connect(cluster.kubeconfig))
+    reports = offline.reports(kube.connect(cluster.kubeconfig))
     assert {t for t in threading.enumerate() if t.is_alive()} - before == set(), "no informer, no write pool"
     assert queued_names(reports.queue(), cluster.namespace) == QUEUED
     with pytest.raises(RuntimeError, match="not started"):

@@ -17,6 +17,12 @@ mcad is built in layers, one package each; a layer uses those below it, never th
 |              |                                                      | mcad.loop, mcad.hub, mcad.serve,             |
 |              |                                                      | mcad.admission, mcad.cli, mcad.wiring,       |
 |              |                                                      | mcad.metrics                                 |
+| api          | mcad.api                                             | reach mcad (any module outside mcad.api: the |
+|              |                                                      | views are the ground floor)                  |
+| model        | mcad.model                                           | reach mcad.k8s, mcad.loop, mcad.hub,         |
+|              |                                                      | mcad.serve, mcad.admission, mcad.cli,        |
+|              |                                                      | mcad.wiring, mcad.metrics (PURE's other      |
+|              |                                                      | members too: it states what it reads)        |
 | k8s          | mcad.k8s                                             | reach mcad.loop, mcad.hub, mcad.serve,       |
 |              |                                                      | mcad.admission, mcad.cli, mcad.wiring        |
 | loop         | mcad.loop                                            | reach mcad.hub,                              |
@@ -24,13 +30,13 @@ mcad is built in layers, one package each; a layer uses those below it, never th
 |              |                                                      | mcad.wiring                                  |
 | hub          | mcad.hub                                             | reach mcad.serve, mcad.admission, mcad.cli,  |
 |              |                                                      | mcad.wiring                                  |
-| serve        | mcad.serve                                           | reach mcad.cli                               |
-| admission    | mcad.admission                                       | reach mcad.cli                               |
+| serve        | mcad.serve                                           | reach mcad.cli, mcad.wiring                  |
+| admission    | mcad.admission                                       | reach mcad.cli, mcad.wiring                  |
 | shared       | mcad, mcad.errors, mcad.clock, mcad.log, mcad.metrics| reach mcad.loop, mcad.hub, mcad.serve,       |
 |              |                                                      | mcad.admission, mcad.cli, mcad.wiring        |
 | client       | every mcad module except mcad.k8s.kube               | import kubernetes, urllib3                   |
 | entry points | every mcad module except mcad.cli.*                  | import mcad.cli                              |
-| wiring       | every mcad module except mcad.cli.*, mcad.serve.debug| import mcad.wiring                           |
+| wiring       | every mcad module except mcad.cli.*                  | import mcad.wiring                           |
 | circles      | every mcad module                                    | import anything that imports it back         |
 | error types  | every mcad module except mcad.k8s.kube               | import ApiError & co. via mcad.k8s.kube      |
 |              |                                                      | (use mcad.errors)                            |
@@ -38,9 +44,12 @@ mcad is built in layers, one package each; a layer uses those below it, never th
 
 How to read it:
 
-- A name under "May not" forbids that module and everything under it, except the PURE modules, which every layer may
-  reach wherever they sit (mcad.serve.history computes figures, it serves nothing; mcad.admission.facts is the
-  Protocol mcad.model.tenancy asks). The loop may not reach mcad.hub.placement either: mcad.wiring hands the loop hub
+- A name under "May not" forbids that module and everything under it, except the PURE modules, which every layer above
+  the model may reach wherever they sit (mcad.serve.history computes figures, it serves nothing). The api and model
+  rules hold the ground floors on their own: mcad.api reaches nothing of mcad but itself (mcad.api.nodemarks holds
+  what a node's view carries of the node-health rules), and mcad.model reaches no PURE module of another layer
+  (what admission asks the cluster for it is mcad.model.tenancy.NamespaceFacts, which mcad.admission.facts.Facts
+  extends). The loop may not reach mcad.hub.placement either: mcad.wiring hands the loop hub
   mode's owners, the loop does not name them. EXEMPT would list a breach a rule tolerates for now (it is empty: hub
   mode's owners are built by mcad.wiring); test_every_exemption_is_still_needed fails once one of them is no
   longer reached, so the list only shrinks.
@@ -60,7 +69,9 @@ How to read it:
   that names a type of mcad.k8s only for annotations still cannot be understood without it, and a circle closed only
   for annotations is still a circle to its reader. Counting them also leaves no way round a rule: a lower layer that
   must name what a higher one passes it states what it reads as a Protocol (``mcad.api.podgroups.MatchedNode``,
-  ``mcad.metrics.PortCounters``, ``mcad.hub.placement.WorkerDirectory``).
+  ``mcad.metrics.PortCounters``, ``mcad.hub.placement.WorkerDirectory``, ``mcad.model.tenancy.NamespaceFacts``).
+- Only the entry points build the controller (the wiring rule, and mcad.wiring under the serve and admission rules):
+  mcadctl's offline view builds its dispatcher in mcad.cli.offline and hands it to mcad.serve.debug.offline.
 
 The table is checked against the rules below (test_the_docstring_table_states_each_rule). A new module is bound by
 its package's patterns (fnmatch over dotted names); a module the issue plans but nobody has written yet goes in
@@ -102,7 +113,7 @@ PURE: tuple[str, ...] = (
     "mcad.api.*",
     "mcad.hub.placement",  # which worker a gang goes to: a fit over a snapshot
     "mcad.serve.history",  # the dashboard's figures, computed from what the server recorded
-    "mcad.admission.facts",  # what admission may ask the cluster, as a Protocol (mcad.model.tenancy asks it)
+    "mcad.admission.facts",  # what admission may ask the cluster, as a Protocol (the webhook's event loop asks it)
     "mcad.admission.request",  # an AdmissionReview request, parsed
 )
 NOT_WRITTEN_YET: frozenset[str] = frozenset()
@@ -114,6 +125,18 @@ PURE_RULE = Rule(
     forbidden=("threading", "concurrent.futures", "asyncio", "socket", "kubernetes", "urllib3",
                "mcad.k8s", "mcad.loop", "mcad.hub", "mcad.metrics", *ABOVE_THE_LOOP),
     allowed=PURE,
+)
+API_RULE = Rule(
+    "api: the views are the ground floor: they reach no mcad module outside mcad.api",
+    modules=("mcad.api", "mcad.api.*"),
+    forbidden=("mcad",),
+    allowed=("mcad.api", "mcad.api.*"),
+)
+MODEL_RULE = Rule(
+    "model: the decisions reach the views and the shared modules, not another layer's pure modules",
+    modules=("mcad.model", "mcad.model.*"),
+    forbidden=("mcad.k8s", "mcad.loop", "mcad.hub", "mcad.serve", "mcad.admission", "mcad.cli", "mcad.wiring",
+               "mcad.metrics"),
 )
 K8S_RULE = Rule(
     "k8s: Kubernetes I/O knows nothing of the loop, the hub or what is served",
@@ -139,15 +162,15 @@ HUB_RULE = Rule(
     allowed=PURE,
 )
 SERVE_RULE = Rule(
-    "serve: what is served does not reach the entry points",
+    "serve: what is served does not reach the entry points or build the controller",
     modules=("mcad.serve", "mcad.serve.*"),
-    forbidden=("mcad.cli",),
+    forbidden=("mcad.cli", "mcad.wiring"),
     allowed=PURE,
 )
 ADMISSION_RULE = Rule(
-    "admission: the webhook does not reach the entry points",
+    "admission: the webhook does not reach the entry points or build the controller",
     modules=("mcad.admission", "mcad.admission.*"),
-    forbidden=("mcad.cli",),
+    forbidden=("mcad.cli", "mcad.wiring"),
     allowed=PURE,
 )
 SHARED_RULE = Rule(
@@ -171,14 +194,15 @@ ENTRY_POINTS_RULE = Rule(
     reach=False,
 )
 WIRING_RULE = Rule(
-    "wiring: only the entry points, and the debug view's offline mode, build the controller",
+    "wiring: only the entry points build the controller",
     modules=("*",),
-    unbound=("mcad.cli", "mcad.cli.*", "mcad.serve.debug"),
+    unbound=("mcad.cli", "mcad.cli.*"),
     forbidden=("mcad.wiring",),
     reach=False,
 )
-RULES: tuple[Rule, ...] = (PURE_RULE, K8S_RULE, LOOP_RULE, HUB_RULE, SERVE_RULE, ADMISSION_RULE, SHARED_RULE,
-                           CLIENT_RULE, ENTRY_POINTS_RULE, WIRING_RULE)  # each checked by test_mcad_keeps_the_rule
+# Each checked by test_mcad_keeps_the_rule.
+RULES: tuple[Rule, ...] = (PURE_RULE, API_RULE, MODEL_RULE, K8S_RULE, LOOP_RULE, HUB_RULE, SERVE_RULE, ADMISSION_RULE,
+                           SHARED_RULE, CLIENT_RULE, ENTRY_POINTS_RULE, WIRING_RULE)
 
 
 # --- the checker ---------------------------------------------------------------------------------------------
@@ -658,6 +682,34 @@ def test_the_pure_rule_follows_every_chain_and_names_each_step(tmp_path: Path) -
 
 # One case per layer rule: a package of a few files, and what the rule says of it (everything else in it is allowed).
 _LAYER_CASES = [
+    pytest.param(API_RULE, {
+        # The views named the node-health verdict where the model kept it: api and model imported each other.
+        "mcad/api/views.py": "from mcad.api.podgroups import PodGroup\nfrom mcad.model.nodehealth import Verdict\n",
+        "mcad/model/nodehealth.py": "from mcad.api.resources import ResourceVector\n",
+        "mcad/api/podgroups.py": "from mcad.api.resources import ResourceVector\n",  # the api's own: allowed
+        "mcad/api/resources.py": "",
+        "mcad/api/raw.py": f"{TC}from mcad.errors import ApiError\n",  # not even the shared modules
+        "mcad/errors.py": "",
+    }, [
+        "mcad.api.raw -> mcad.errors: mcad/api/raw.py:3 `from mcad.errors import ApiError` (under TYPE_CHECKING)",
+        "mcad.api.views -> mcad.model.nodehealth: mcad/api/views.py:2 `from mcad.model.nodehealth import Verdict`",
+    ], id="api"),
+    pytest.param(MODEL_RULE, {
+        # The namespace rules named admission's Facts: the model reached the layer above it, though a pure module.
+        "mcad/model/tenancy.py": "from mcad.admission.facts import Facts\nfrom mcad.model.quota import BINDING\n",
+        "mcad/admission/facts.py": "from mcad.model.tenancy import NamespaceFacts\n",  # admission may use the model
+        "mcad/model/quota.py": "from mcad.errors import TIMED_OUT\nfrom mcad.api.raw import as_list\n",  # allowed
+        "mcad/errors.py": "",
+        "mcad/api/raw.py": "",
+        "mcad/model/fit.py": "from mcad.hub.placement import WorkerPlacement\n",
+        "mcad/hub/placement.py": "",
+        "mcad/model/assess.py": "from mcad.serve import history\n",
+        "mcad/serve/history.py": "",
+    }, [
+        "mcad.model.assess -> mcad.serve.history: mcad/model/assess.py:1 `from mcad.serve import history`",
+        "mcad.model.fit -> mcad.hub.placement: mcad/model/fit.py:1 `from mcad.hub.placement import WorkerPlacement`",
+        "mcad.model.tenancy -> mcad.admission.facts: mcad/model/tenancy.py:1 `from mcad.admission.facts import Facts`",
+    ], id="model"),
     pytest.param(K8S_RULE, {
         "mcad/k8s/wrapped.py": "from mcad.loop.sites import Sites\n",
         "mcad/loop/sites.py": "",
@@ -710,14 +762,18 @@ _LAYER_CASES = [
         "mcad.hub.connections -> mcad.serve.server: mcad/hub/connections.py:1 `from mcad.serve import server`",
     ], id="hub"),
     pytest.param(SERVE_RULE, {
-        "mcad/serve/debug.py": "from mcad import wiring\n",
+        # The offline view built its own dispatcher: what is served reached the composition root.
+        "mcad/serve/debug.py": "from mcad.wiring import build, quota_served\n",
         "mcad/wiring.py": "from mcad.cli.render import table\n",
         "mcad/cli/render.py": "",
         "mcad/serve/server.py": "from mcad.serve import debug\nfrom mcad.admission import callers\n",
         "mcad/admission/callers.py": "",
+        "mcad/serve/dashboard.py": "from mcad.k8s import kube\n",
+        "mcad/k8s/kube.py": "from mcad.cli import render\n",
     }, [
-        "mcad.serve.debug -> mcad.wiring -> mcad.cli.render: mcad/serve/debug.py:1 `from mcad import wiring`; "
-        "mcad/wiring.py:1 `from mcad.cli.render import table`",
+        "mcad.serve.dashboard -> mcad.k8s.kube -> mcad.cli.render: mcad/serve/dashboard.py:1 "
+        "`from mcad.k8s import kube`; mcad/k8s/kube.py:1 `from mcad.cli import render`",
+        "mcad.serve.debug -> mcad.wiring: mcad/serve/debug.py:1 `from mcad.wiring import build, quota_served`",
     ], id="serve"),
     pytest.param(ADMISSION_RULE, {
         "mcad/admission/server.py": "from mcad.serve import server\n",
@@ -726,10 +782,9 @@ _LAYER_CASES = [
         "mcad/wiring.py": "from mcad.cli.render import table\n",
         "mcad/cli/render.py": "",
     }, [
-        "mcad.admission.server -> mcad.serve.server -> mcad.serve.debug -> mcad.wiring -> mcad.cli.render: "
+        "mcad.admission.server -> mcad.serve.server -> mcad.serve.debug -> mcad.wiring: "
         "mcad/admission/server.py:1 `from mcad.serve import server`; mcad/serve/server.py:1 "
-        "`from mcad.serve import debug`; mcad/serve/debug.py:1 `from mcad import wiring`; mcad/wiring.py:1 "
-        "`from mcad.cli.render import table`",
+        "`from mcad.serve import debug`; mcad/serve/debug.py:1 `from mcad import wiring`",
     ], id="admission"),
     pytest.param(SHARED_RULE, {
         "mcad/metrics.py": "from mcad.serve.frontdoor import Stats\nfrom mcad.k8s.events import EventCounters\n",
@@ -755,9 +810,11 @@ _LAYER_CASES = [
     pytest.param(WIRING_RULE, {
         "mcad/wiring.py": "",
         "mcad/cli/controller.py": "from mcad import wiring\n",
-        "mcad/serve/debug.py": "from mcad.wiring import build\n",
+        "mcad/cli/offline.py": "from mcad.wiring import build\n",
+        "mcad/serve/debug.py": "from mcad.wiring import build\n",  # the offline view is handed its dispatcher
         "mcad/serve/server.py": "import mcad.wiring\nfrom mcad.serve import debug\n",
     }, [
+        "mcad.serve.debug -> mcad.wiring: mcad/serve/debug.py:1 `from mcad.wiring import build`",
         "mcad.serve.server -> mcad.wiring: mcad/serve/server.py:1 `import mcad.wiring`",
     ], id="wiring"),
 ]

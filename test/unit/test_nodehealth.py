@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from mcad.api.nodemarks import Effect, Verdict
 from mcad.api.podgroups import PodGroup
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView, PodView, pod_view
@@ -19,10 +20,8 @@ from mcad.model.nodehealth import (
     DEFAULT_RULES,
     GPU,
     NO_RULES,
-    Effect,
     NodeHealth,
     Rule,
-    Verdict,
     parse_rule,
     verdict_for,
 )

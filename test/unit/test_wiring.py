@@ -52,8 +52,9 @@ def test_the_dispatcher_reads_appwrappers_through_the_namespace_rules_with_the_d
 
 
 def test_the_offline_debug_view_wires_through_mcad_wiring() -> None:
-    """debug.offline builds its dispatcher the way the controller does, not a copy of it. Who may import mcad.wiring
-    (and mcad.cli) is a layer rule: test/unit/test_layers.py, the wiring and entry points rows."""
-    tree = ast.parse((PACKAGE / "serve" / "debug.py").read_text())
+    """mcadctl --offline builds its dispatcher the way the controller does, not a copy of it, and hands it to
+    mcad.serve.debug.offline. Who may import mcad.wiring (and mcad.cli) is a layer rule: test/unit/test_layers.py,
+    the wiring and entry points rows."""
+    tree = ast.parse((PACKAGE / "cli" / "offline.py").read_text())
     assert any(isinstance(node, ast.ImportFrom) and node.module == "mcad.wiring" and
                any(alias.name == "build" for alias in node.names) for node in ast.walk(tree))

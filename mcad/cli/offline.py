@@ -1,0 +1,24 @@
+"""``mcadctl --offline``'s view: the controller's own wiring over a one-time list of the cluster.
+
+Contract:
+- ``reports(conn, fit=..., strict_fifo=..., preemption=..., reservations=...)`` builds a dispatcher and its informers
+  the way the controller does (``mcad.wiring.build``: the same informers, the same transforms; QuotaSubtrees when
+  the API server serves them), with one write worker that is never started, and returns the ``Reports``
+  (``mcad.serve.debug.offline``) over one list of each informer. It starts no thread and writes nothing: a write
+  would raise instead of reaching the API server. It makes the list requests, and one discovery request.
+"""
+
+from __future__ import annotations
+
+from mcad.k8s import kube
+from mcad.model.reservations import DEFAULT_RESERVATIONS
+from mcad.serve.debug import Reports, offline
+from mcad.wiring import build, quota_served
+
+
+def reports(conn: kube.Connection, *, fit: str = "nodes", strict_fifo: bool = False, preemption: bool = False,
+            reservations: int = DEFAULT_RESERVATIONS) -> Reports:
+    """Reports computed from a one-time list of AppWrappers, Nodes and Pods, as the controller would see them."""
+    dispatcher, informers = build(conn, strict_fifo=strict_fifo, preemption=preemption, fit=fit, write_workers=1,
+                                  reservations=reservations, quota_trees=quota_served(kube.Client(conn)))
+    return offline(dispatcher, informers)
