@@ -42,8 +42,9 @@ from mcad.loop.quotastatus import QUOTA_STATUS_WINDOW_SECONDS
 from mcad.loop.sites import Sites
 from mcad.metrics import Metrics
 from mcad.model import keys, lifecycle, status
-from mcad.model.accounting import Accountant, Plan
+from mcad.model.accounting import Accountant
 from mcad.model.keys import DISPATCH, QUOTA_STATUS, Key
+from mcad.model.plans import Plan
 
 log = structlog.get_logger("mcad.loop.dispatcher")
 

@@ -48,11 +48,12 @@ from mcad.loop.queued import Queued
 from mcad.loop.sites import Sites
 from mcad.metrics import Metrics
 from mcad.model import disclosure, lifecycle, status
-from mcad.model.accounting import Accountant, Plan, Snapshot
+from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.assess import QueueAssessment, assess
 from mcad.model.fifo import BEHIND_IN_DOMAIN, StrictFifo
 from mcad.model.fit import Targets, could_ever_fit, refused
 from mcad.model.keys import DISPATCH, Key
+from mcad.model.plans import Plan
 from mcad.model.preemption import Preemptors, preemption_refusal
 from mcad.model.reservations import BEHIND, Pass, Reservations
 

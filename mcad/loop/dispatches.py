@@ -97,7 +97,7 @@ class Dispatches:
         # The very AppWrapper decided about, as the informer has it now (None: deleted, or another one by now).
         same = current if current is not None and current.uid == aw.uid and not current.deleting else None
         if outcome.error is not None or outcome.stale:
-            self._accountant.drop_plan(key)
+            self._accountant.plans.drop(key)
             self._sites.unplace(key)  # what was applied is undone
             if self._accountant.holds(key) and (same is not None or current is None) and self._active.release(key):
                 self._active.capacity_may_have_grown()

@@ -79,8 +79,9 @@ from mcad.loop.queued import Queued
 from mcad.loop.sites import Sites
 from mcad.metrics import Metrics
 from mcad.model import lifecycle, status
-from mcad.model.accounting import Accountant, Plan
+from mcad.model.accounting import Accountant
 from mcad.model.keys import DISPATCH, HealthDue, Key
+from mcad.model.plans import Plan
 from mcad.model.resetbudget import ResetBudget
 from mcad.model.status import (
     FAILED_COMPONENT,

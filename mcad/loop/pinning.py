@@ -3,10 +3,10 @@
 Contract (DESIGN.md, "Placement binds"):
 - Dispatch puts mcad's scheduling gate (``PLACEMENT_GATE``) on every pod template (``mcad.k8s.apply``), so the
   scheduler leaves the pods alone. Each gated pod the pod informer shows is handed to ``observe`` (the loop's
-  thread, like everything here). It takes an open slot of its AppWrapper's plan (``Accountant.pin``: one of its
-  requests, or the smallest that holds them when the plan has none of that shape, on a node its own constraints
-  accept) and is ungated by one JSON patch (``ungate_patch``) that removes the gate and narrows its required node
-  affinity to that node by name; the patch tests the pod's uid, gates and node selector terms, so it never
+  thread, like everything here). It takes an open slot of its AppWrapper's plan (``Plans.pin``, the accountant's
+  plans: one of its requests, or the smallest that holds them when the plan has none of that shape, on a node its
+  own constraints accept) and is ungated by one JSON patch (``ungate_patch``) that removes the gate and narrows its
+  required node affinity to that node by name; the patch tests the pod's uid, gates and node selector terms, so it never
   applies to anything but the pod as mcad saw it. Patches run in the write pool,
   one key per pod, so a gang's pods are ungated in parallel; the outcome (``Ungated``) comes back to ``done``.
 - Only a pod that a dispatched AppWrapper made is placed: its ``workload.codeflare.dev/appwrapper`` label names a
@@ -19,7 +19,7 @@ Contract (DESIGN.md, "Placement binds"):
 - Pods beyond the plan (a replacement, a scaled Deployment, an operator making more pods than its template says)
   wait for the next dispatch cycle, which runs ``place_extras`` before the queue: each is packed alone
   (``mcad.model.placement``) on the room free now (promised room is not free) on nodes no other AppWrapper's
-  reservation holds and that have not refused its AppWrapper's pods, and pinned there (``Accountant.pin_extra``),
+  reservation holds and that have not refused its AppWrapper's pods, and pinned there (``Plans.pin_extra``),
   unless its AppWrapper's running pods, its plan and it would hold more than the AppWrapper's demand
   (``Accountant.beyond_demand``): room is never promised beyond what the AppWrapper asked for, whoever made the
   pod. Its slot goes with it, bound or gone, or when it is still not bound ``EXTRA_BIND_SECONDS`` after its pin
@@ -220,6 +220,7 @@ class Pinning:
                  timer: Callable[[], float] = time.monotonic) -> None:
         self.binding = binding
         self._accountant = accountant
+        self._plans = accountant.plans  # the slots it pins pods to; the accountant keeps them in step with the pods
         self._pods = pods
         self._where = where
         self._writes = writes
@@ -315,14 +316,14 @@ class Pinning:
             if judged.settled:
                 self._refuse(pod, f"{judged.why}, so mcad does not place it")
             return  # else its owner may not have reached its informer yet: looked at again when it does
-        node = self._accountant.pin(key, uid, pod.requests, self._eligible(pod))
+        node = self._plans.pin(key, uid, pod.requests, self._eligible(pod))
         if node is not None:
             self._ungate(pod, node)
             return
         # Beyond the plan, or no slot of it holds the pod on a node it may use (gone, cordoned, or its constraints):
         # placed by fit in the next cycle, before the queue. It accounts for one open slot of the plan, whose room
         # then goes back to the cluster instead of staying promised to a pod that will never come.
-        self._accountant.drop_open_slot(key, self._unusable(pod.requests))
+        self._plans.drop_open_slot(key, self._unusable(pod.requests))
         self._extras[uid] = key
         self._queue.add(DISPATCH)
 
@@ -423,7 +424,7 @@ class Pinning:
             del self._extras[uid]
             if self._why_waiting.pop(uid, None) is not None:
                 self._queue.add(PodCounts(key))
-            self._accountant.pin_extra(key, uid, node, pod.requests)
+            self._plans.pin_extra(key, uid, node, pod.requests)
             snapshot.take(pod.requests, packing.placement)
             self._metrics.pin("extra")
             self._extra_pins[uid] = self._timer()
@@ -441,7 +442,7 @@ class Pinning:
             pod = self._pods.get(uid)
             if pod is None or pod.node_name or pod.terminal:
                 continue
-            node = self._accountant.unpin(uid)
+            node = self._plans.unpin(uid)
             if node is None:
                 continue
             why = (f"pinned to node {node} beyond its AppWrapper's plan {now - since:.0f} s ago and not bound since "
@@ -479,13 +480,13 @@ class Pinning:
         """A node changed or went: the pods pinned there and not bound yet are looked at again."""
         if not self.binding:
             return
-        for uid, (_key, node) in self._accountant.pins().items():
+        for uid, (_key, node) in self._plans.pins().items():
             if node == name:
                 self._queue.add(PodEvent(uid))
 
     def _check_pin(self, pod: PodView) -> None:
         assert pod.pin is not None
-        node_name = self._accountant.pinned_node(pod.uid)
+        node_name = self._plans.pinned_node(pod.uid)
         if node_name is None or pod.uid in self._in_flight:
             return  # not pinned by this process (or its patch is not back): the scheduler places it as before
         node = self._accountant.ledger.node(node_name)
@@ -524,7 +525,7 @@ class Pinning:
         key = pod.appwrapper
         assert key is not None and pod.pin is not None
         aw = self._queued.dispatched_now(key)
-        self._accountant.unpin(pod.uid, drop_slot=True)
+        self._plans.unpin(pod.uid, drop_slot=True)
         if aw is None:
             return
         avoid = self._avoid.setdefault(key, set())
@@ -587,7 +588,7 @@ class Pinning:
             self._metrics.pin("pinned" if outcome.node else "released")
             return
         err = outcome.error
-        self._accountant.unpin(uid)
+        self._plans.unpin(uid)
         if err.status == 404:
             self._settle(uid)
             return

@@ -2,24 +2,20 @@
 
 Contract (DESIGN.md, "Free capacity"; the equivalent of Kueue's cache):
 - ``Accountant`` owns every piece of state about capacity that is remembered across events: the ``Ledger`` (nodes,
-  pods, reservations), the plans of ``--fit=nodes`` dispatches (room on a node promised to pods that are not bound
-  yet), the quota charges (``quota.QuotaLedger``, None when quota trees are not served) and the one index of which
-  pods belong to which AppWrapper. Nothing else keeps any of these.
+  pods, reservations), the plans of ``--fit=nodes`` dispatches and the pins of ``--placement=binding``
+  (``plans``, one ``mcad.model.plans.Plans``: room on a node promised to pods that are not bound yet), the quota
+  charges (``quota.QuotaLedger``, None when quota trees are not served) and the one index of which pods belong to
+  which AppWrapper. Nothing else keeps any of these.
 - Its vocabulary: ``observe_node``/``forget_node`` and ``observe_pod``/``forget_pod`` for informer events;
   ``assume(key, demand, labels, plan)`` when a dispatch is decided (reserve, charge, plan);
   ``forget(key)`` when an AppWrapper stops holding capacity; ``snapshot(fit_by_nodes)`` for a pass of decisions.
-- A plan entry goes down by one when one of the AppWrapper's pods binds (or ends without binding), so the room
-  planned per node is kept up to date pod by pod and a snapshot costs O(nodes), not O(plans).
-- Pins (``--placement=binding``, ``mcad.loop.pinning``): ``pin`` gives a gated pod a slot of its AppWrapper's plan
-  (an entry with pods planned and not yet pinned, of the pod's requests, or the smallest that holds them when the
-  plan has none of that shape, on a node ``eligible`` accepts); ``drop_open_slot`` takes a slot out for a pod
-  that fits none;
-  ``pin_extra`` adds a slot of one for a pod beyond the plan, placed by the caller, and only while
-  ``beyond_demand`` finds room for it within its AppWrapper's demand; ``unpin`` hands a slot back (the pod went
-  away unbound) or, with ``drop_slot``, takes it out of the plan (its node refused the pod). A slot made for one
-  pod beyond the plan is never handed back: it goes with its pod, bound or gone, so room is never promised to a pod
-  that does not exist. A pinned pod that binds takes its own slot; a pod that binds unpinned takes a slot nobody
-  is pinned to.
+- It tells ``plans`` what only the pods say: a pod of an AppWrapper that binds (or ends without binding) takes one
+  planned pod off its plan, a pod that goes frees its pin's slot, and an AppWrapper that holds no capacity, or
+  whose pods are detached, holds no plan. The loop's owners pin through ``plans`` (``mcad.loop.pinning``).
+- What needs both its pods and its plan is asked here: ``replan`` (after a restart, its pods not bound yet planned
+  again; pods pinned before keep their node), ``beyond_demand`` (how far one more pod beyond its plan would take
+  its pods past its demand: a pod is pinned beyond the plan only while that is ZERO), ``holders`` and
+  ``footprint`` (what it holds where, for reservations and preemption), ``room`` (per node, with planned pods).
 - ``Snapshot`` is a scratch copy of free room for one pass of decisions (a dispatch cycle, an explain):
   ``take`` subtracts what a decision would use, and nothing it does reaches the accountant.
 - Sick nodes (``mcad.model.nodehealth``): the accountant holds the controller's node-health rules and marks each
@@ -44,27 +40,7 @@ from mcad.api.views import NodeView, PodView, Unschedulable
 from mcad.model import placement, quota
 from mcad.model.ledger import Ledger
 from mcad.model.nodehealth import NodeHealth
-
-# What a plan says: so many pods of these requests go on that node.
-PlanEntry = tuple[str, ResourceVector, int]
-Plan = tuple[PlanEntry, ...]
-
-
-@dataclass(slots=True)
-class _Planned:
-    """Pods of one shape planned on one node and not bound yet (``count`` goes down as they bind)."""
-
-    node: str
-    requests: ResourceVector
-    count: int
-    pinned: int = 0  # of ``count``: pods pinned to this node and not bound yet
-    # A slot of one made for one pod beyond the plan (``pin_extra``): it goes with that pod, bound or gone.
-    extra: bool = False
-
-    @property
-    def open(self) -> int:
-        """Slots no pod is pinned to yet."""
-        return self.count - self.pinned
+from mcad.model.plans import Plan, PlanEntry, Plans
 
 
 def _placement_facts(node: NodeView) -> tuple[object, ...]:
@@ -122,15 +98,11 @@ class Accountant:
         self.node_health = node_health if node_health is not None else NodeHealth()
         # Quota trees: None when not served (no QuotaSubtree CRD, or --no-quota); then nothing is charged.
         self.quota: quota.QuotaLedger | None = quota.QuotaLedger() if quota_trees else None
-        # --fit=nodes: where each dispatched AppWrapper's pods were planned to go, and their sum per node.
-        self._plans: dict[str, list[_Planned]] = {}
-        self._planned: dict[str, ResourceVector] = {}
+        # --fit=nodes: where each dispatched AppWrapper's pods not bound yet go, and the pods pinned there.
+        self.plans = Plans()
         # The pods of each AppWrapper (uid -> phase), and the owner of each such pod.
         self._pod_owner: dict[str, str] = {}
         self._pods_by_appwrapper: dict[str, dict[str, str]] = {}
-        # --placement=binding: pod uid -> (its AppWrapper, the plan entry it is pinned to), until it binds or goes.
-        self._pins: dict[str, tuple[str, _Planned]] = {}
-        self._pins_by_appwrapper: dict[str, set[str]] = {}
 
     # -- nodes ----------------------------------------------------------------------------------------------------
 
@@ -170,10 +142,10 @@ class Accountant:
     def observe_pod(self, pod: PodView) -> None:
         """A pod was added or changed. A pod of an AppWrapper that binds (or ends unbound) takes one planned pod
         off its plan."""
-        if pod.appwrapper and pod.appwrapper in self._plans and (pod.node_name or pod.terminal):
+        if pod.appwrapper and pod.appwrapper in self.plans and (pod.node_name or pod.terminal):
             before = self.ledger.pod(pod.uid)
             if before is None or not (before.node_name or before.terminal):
-                self._plan_pod_bound(pod.appwrapper, pod)
+                self.plans.pod_bound(pod.appwrapper, pod.uid, pod.node_name, pod.requests)
         self.ledger.upsert_pod(pod)
         owner = self._pod_owner.get(pod.uid)
         if owner and owner != pod.appwrapper:
@@ -186,7 +158,7 @@ class Accountant:
 
     def forget_pod(self, uid: str) -> str | None:
         """A pod is gone; returns the AppWrapper it belonged to, if any. A pin it held frees its slot."""
-        self.unpin(uid)
+        self.plans.unpin(uid)
         self.ledger.delete_pod(uid)
         owner = self._pod_owner.pop(uid, None)
         if owner:
@@ -195,7 +167,7 @@ class Accountant:
 
     def detach_pods(self, key: str) -> None:
         """Its pods stop counting as its own (it left the worker they run in); they still count as usage there."""
-        self.drop_plan(key)
+        self.plans.drop(key)
         for uid in list(self._pods_by_appwrapper.get(key, {})):
             pod = self.ledger.pod(uid)
             if pod is not None:
@@ -252,11 +224,11 @@ class Accountant:
         if self.quota is not None:
             self.quota.charge(key, labels, demand)
         if plan:
-            self.plan(key, plan)
+            self.plans.plan(key, plan)
 
     def forget(self, key: str) -> bool:
         """It holds no capacity any more (its pods still count while they exist); True if it held some."""
-        self.drop_plan(key)
+        self.plans.drop(key)
         held = self.ledger.is_reserved(key)
         if held:
             self.ledger.release(key)
@@ -271,8 +243,7 @@ class Accountant:
     def holders(self, nodes: Collection[str] | None) -> set[str]:
         """The AppWrappers that hold room on these nodes (None: anywhere): pods of theirs that are bound there and
         running, pods planned there, or (anywhere only) demand reserved and not yet covered by pods."""
-        found = {key for key, plan in self._plans.items()
-                 if any(e.count > 0 and (nodes is None or e.node in nodes) for e in plan)}
+        found = self.plans.planned_on(nodes)
         for key, pods in self._pods_by_appwrapper.items():
             if key in found:
                 continue
@@ -293,24 +264,13 @@ class Accountant:
             pod = self.ledger.pod(uid)
             if pod is not None and pod.node_name and not pod.terminal:
                 freed.append((pod.node_name, pod.requests, 1))
-        plan = self._plans.get(key)
-        if plan is not None:
-            freed.extend((e.node, e.requests, e.count) for e in plan if e.count > 0)
+        if key in self.plans:
+            freed.extend(self.plans.unbound(key))
         elif self.ledger.reservation(key):
             freed.append(("", self.ledger.reservation(key), 1))
         return freed
 
-    # -- plans ----------------------------------------------------------------------------------------------------
-
-    def plan(self, key: str, plan: Iterable[PlanEntry]) -> None:
-        """Its pods not bound yet go on these nodes (replacing any plan it had)."""
-        self.drop_plan(key)
-        entries = [_Planned(node, requests, count) for node, requests, count in plan if count > 0]
-        if not entries:
-            return
-        self._plans[key] = entries
-        for entry in entries:
-            self._planned[entry.node] = self._planned.get(entry.node, ZERO) + entry.requests.scale(entry.count)
+    # -- plans, over its pods (the plans themselves: ``self.plans``) ----------------------------------------------
 
     def replan(self, key: str, gang: Sequence[PodGroup], nodes: Sequence[NodeView], snapshot: Snapshot) -> None:
         """After a restart: its pods not bound yet, planned again on the snapshot's room left (where the scheduler
@@ -328,45 +288,13 @@ class Accountant:
             if group.count > done:
                 groups.append(replace(group, count=group.count - done))
         packing = placement.pack(groups, nodes, snapshot.room or {})
-        self.plan(key, packing.placement if packing.fits else ())
+        self.plans.plan(key, packing.placement if packing.fits else ())
         if packing.fits:
             snapshot.take(ZERO, packing.placement)
         for pod in pinned:
             assert pod.pin is not None
-            self.pin_extra(key, pod.uid, pod.pin.pinned_to, pod.requests)
+            self.plans.pin_extra(key, pod.uid, pod.pin.pinned_to, pod.requests)
             snapshot.take(ZERO, ((pod.pin.pinned_to, pod.requests, 1),))
-
-    def drop_plan(self, key: str) -> None:
-        for entry in self._plans.pop(key, []):
-            self._unplan(entry.node, entry.requests.scale(entry.count))
-        for uid in self._pins_by_appwrapper.pop(key, ()):
-            self._pins.pop(uid, None)
-
-    # -- pins (--placement=binding) -------------------------------------------------------------------------------
-
-    def pin(self, key: str, uid: str, requests: ResourceVector, eligible: Callable[[str], bool]) -> str | None:
-        """Pin a gated pod of ``key`` to an open slot of its plan on a node ``eligible`` accepts: one of exactly its
-        requests; or, when the plan has no slot of its requests at all (custompodresources declared other amounts
-        than the pods ask), the smallest that holds them. Returns the node, None when no slot fits (the pod is
-        beyond the plan)."""
-        if uid in self._pins:
-            return self._pins[uid][1].node
-        plan = self._plans.get(key, ())
-        planned_shape = any(entry.requests == requests for entry in plan)
-        roomy: _Planned | None = None
-        for entry in plan:
-            if entry.open <= 0 or not eligible(entry.node):
-                continue
-            if entry.requests == requests:
-                roomy = entry
-                break
-            if not planned_shape and requests.fits_in(entry.requests) and (
-                    roomy is None or _slot_size(entry.requests) < _slot_size(roomy.requests)):
-                roomy = entry
-        if roomy is None:
-            return None
-        self._hold_pin(key, uid, roomy)
-        return roomy.node
 
     def beyond_demand(self, key: str, requests: ResourceVector) -> ResourceVector:
         """How much more than ``key``'s demand its pods would hold with one more of ``requests`` beyond its plan:
@@ -380,117 +308,14 @@ class Accountant:
             pod = self.ledger.pod(uid)
             if pod is not None and pod.node_name and not pod.terminal:
                 held = held + pod.requests
-        for entry in self._plans.get(key, ()):
-            held = held + entry.requests.scale(entry.count)
+        for _node, planned, count in self.plans.unbound(key):
+            held = held + planned.scale(count)
         return (held - demand).clamp()
-
-    def pin_extra(self, key: str, uid: str, node: str, requests: ResourceVector) -> None:
-        """A pod of ``key`` beyond its plan, placed on ``node`` by the caller: a slot of its own, so its room is
-        promised until it binds or goes."""
-        entry = _Planned(node, requests, 1, extra=True)
-        self._plans.setdefault(key, []).append(entry)
-        self._planned[node] = self._planned.get(node, ZERO) + requests
-        self._hold_pin(key, uid, entry)
-
-    def drop_open_slot(self, key: str, unusable: Callable[[str], bool]) -> str | None:
-        """Take one open slot out of ``key``'s plan, for a pod of it that fits none (it is placed on its own): one
-        on a node ``unusable`` rejects (gone or cordoned since the plan) if there is one, else the last (the plan
-        lists the largest pods first). Each pod so accounts for one slot, so a plan whose pods ask other amounts
-        than it planned (custompodresources) does not hold room for ever. Returns its node, None if none was
-        open."""
-        open_slots = [entry for entry in self._plans.get(key, ()) if entry.open > 0]
-        if not open_slots:
-            return None
-        entry = next((e for e in open_slots if unusable(e.node)), open_slots[-1])
-        self._take_slot(key, entry)
-        return entry.node
-
-    def unpin(self, uid: str, *, drop_slot: bool = False) -> str | None:
-        """The pod holds its slot no more: handed back (it went away unbound), or with ``drop_slot`` taken out of
-        the plan (its node refused it; a new pod is placed afresh). Returns the node it was pinned to."""
-        found = self._pins.pop(uid, None)
-        if found is None:
-            return None
-        key, entry = found
-        self._release_pin_index(key, uid)
-        entry.pinned -= 1
-        if drop_slot or entry.extra:
-            self._take_slot(key, entry)
-        return entry.node
-
-    def pinned_node(self, uid: str) -> str | None:
-        found = self._pins.get(uid)
-        return found[1].node if found is not None else None
-
-    def pins(self) -> dict[str, tuple[str, str]]:
-        """uid -> (AppWrapper, node) of every pod pinned and not bound yet."""
-        return {uid: (key, entry.node) for uid, (key, entry) in self._pins.items()}
-
-    def pinned_by_node(self) -> dict[str, int]:
-        """Per node: pods pinned there and not bound yet."""
-        counts: dict[str, int] = {}
-        for _, entry in self._pins.values():
-            counts[entry.node] = counts.get(entry.node, 0) + 1
-        return counts
-
-    def _hold_pin(self, key: str, uid: str, entry: _Planned) -> None:
-        entry.pinned += 1
-        self._pins[uid] = (key, entry)
-        self._pins_by_appwrapper.setdefault(key, set()).add(uid)
-
-    def _release_pin_index(self, key: str, uid: str) -> None:
-        uids = self._pins_by_appwrapper.get(key)
-        if uids is not None:
-            uids.discard(uid)
-            if not uids:
-                del self._pins_by_appwrapper[key]
-
-    def _take_slot(self, key: str, entry: _Planned) -> None:
-        entry.count -= 1
-        self._unplan(entry.node, entry.requests)
-        plan = self._plans.get(key)
-        if plan is not None and all(e.count <= 0 for e in plan):
-            del self._plans[key]
-
-    def planned_by_node(self) -> dict[str, ResourceVector]:
-        """Room held per node for dispatched pods that are not bound yet."""
-        return dict(self._planned)
-
-    def planned_nodes(self, key: str) -> list[tuple[str, int]]:
-        """(node, pods not bound yet) of its plan."""
-        return [(e.node, e.count) for e in self._plans.get(key, []) if e.count > 0]
-
-    def _unplan(self, node: str, amount: ResourceVector) -> None:
-        left = self._planned.get(node, ZERO) - amount
-        if left:
-            self._planned[node] = left
-        else:
-            self._planned.pop(node, None)
-
-    def _plan_pod_bound(self, key: str, pod: PodView) -> None:
-        """One pod of ``key`` is bound (or done): one planned pod fewer. A pinned pod takes its own slot; any other
-        one of its shape on its node if the plan has one open there, else of its shape anywhere, else any
-        (custompodresources may differ from the pods)."""
-        pinned = self._pins.pop(pod.uid, None)
-        if pinned is not None:
-            self._release_pin_index(key, pod.uid)
-            entry_pinned = pinned[1]
-            entry_pinned.pinned -= 1
-            if entry_pinned.count > 0:
-                self._take_slot(key, entry_pinned)
-            return
-        live = [e for e in self._plans.get(key, []) if e.open > 0]
-        entry = (next((e for e in live if e.node == pod.node_name and e.requests == pod.requests), None)
-                 or next((e for e in live if e.requests == pod.requests), None)
-                 or (live[0] if live else None))
-        if entry is None:
-            return
-        self._take_slot(key, entry)
 
     def room(self) -> dict[str, ResourceVector]:
         """Per node: allocatable - its pods' requests - pods planned there by dispatches not yet bound."""
         room = self.ledger.room_by_node()
-        for node, planned in self._planned.items():
+        for node, planned in self.plans.planned_by_node().items():
             if node in room:
                 room[node] = room[node] - planned
         return room
@@ -504,11 +329,6 @@ class Accountant:
                         room=self.room() if by_nodes else None, nodes=self.ledger.nodes() if by_nodes else (),
                         quota=charges,
                         consumed=self.ledger.consumed)
-
-
-def _slot_size(requests: ResourceVector) -> tuple[int, int, int, int]:
-    """Which of two slots is smaller, GPUs first (as ``mcad.model.placement`` orders pods)."""
-    return requests["nvidia.com/gpu"], requests["cpu"], requests["memory"], sum(requests.values())
 
 
 def _unowned(pod: PodView) -> PodView:

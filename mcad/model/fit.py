@@ -30,7 +30,8 @@ from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView
 from mcad.model import placement
-from mcad.model.accounting import PlanEntry, Snapshot
+from mcad.model.accounting import Snapshot
+from mcad.model.plans import PlanEntry
 
 
 @dataclass(frozen=True, slots=True)

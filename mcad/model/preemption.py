@@ -33,8 +33,9 @@ from typing import Any
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector
 from mcad.model import disclosure, quota
-from mcad.model.accounting import PlanEntry, Snapshot
+from mcad.model.accounting import Snapshot
 from mcad.model.fit import Targets, could_ever_fit, fits_without
+from mcad.model.plans import PlanEntry
 
 Footprints = Callable[[str], Sequence[PlanEntry]]
 

@@ -41,8 +41,9 @@ from typing import Protocol
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ZERO, ResourceVector
 from mcad.model import disclosure, placement
-from mcad.model.accounting import Plan, Snapshot
+from mcad.model.accounting import Snapshot
 from mcad.model.fit import Fit, Targets, could_ever_fit, fits
+from mcad.model.plans import Plan
 
 # How many blocked AppWrappers hold reservations at once by default (chosen by the churn benchmark:
 # docs/performance.md).

@@ -150,8 +150,8 @@ class Reports:
                       "reserved": format_amount(name, reserved.get(name)),
                       "free": format_amount(name, free.get(name))} for name in names]
         room = ledger.room_by_node()
-        planned = d.accountant.planned_by_node()
-        pinned = d.accountant.pinned_by_node()
+        planned = d.accountant.plans.planned_by_node()
+        pinned = d.accountant.plans.pinned_by_node()
         nodes = []
         for node in sorted(ledger.nodes(), key=lambda n: n.name):
             node_room = room.get(node.name, ResourceVector()) - ResourceVector({"pods": pods_on.get(node.name, 0)})
@@ -184,7 +184,7 @@ class Reports:
         if hub is None or not isinstance(placement, WorkerPlacement):
             return {**self._header(), "mode": "single", "clusters": []}
         room = d.ledger.room_by_node()
-        planned = d.accountant.planned_by_node()
+        planned = d.accountant.plans.planned_by_node()
         placed: dict[str, list[str]] = {}
         for key, cluster in sorted(d.placed().items()):
             placed.setdefault(cluster, []).append(key)
@@ -330,7 +330,7 @@ class Reports:
 
     def _held_on(self, key: str) -> list[str]:
         """The nodes where an AppWrapper's room is held by its plan (a retry pause's hold, with --fit=nodes)."""
-        return sorted({node for node, _ in self.dispatcher.accountant.planned_nodes(key)})
+        return sorted({node for node, _ in self.dispatcher.accountant.plans.planned_nodes(key)})
 
     def _paused(self, aw: AppWrapperView, current: StatusView, policy: FaultPolicy) -> str:
         d = self.dispatcher

@@ -175,14 +175,15 @@ def test_fit_nodes_remembers_where_unbound_pods_were_planned(harness_factory: An
 
     # Their pods bind, each on the node the other was planned on: the plans are used up all the same, and the
     # nodes' usage takes over.
-    planned = {key: h.dispatcher.accountant.planned_nodes(key)[0][0] for key in ("ns/a", "ns/b")}
+    planned = {key: h.dispatcher.accountant.plans.planned_nodes(key)[0][0] for key in ("ns/a", "ns/b")}
     assert planned["ns/a"] != planned["ns/b"]
     h.lw["pod"].add(pod("a-0", "2", appwrapper="a", node_name=planned["ns/b"]))
     h.lw["pod"].add(pod("b-0", "3", appwrapper="b", node_name=planned["ns/a"]))
     wait_informed(lambda: h.dispatcher.pods.get("uid-b-0"), 5, "the pods")
     h.drain()
-    assert h.dispatcher.accountant.planned_nodes("ns/a") == [] == h.dispatcher.accountant.planned_nodes("ns/b")
-    assert h.dispatcher.accountant.planned_by_node() == {}
+    plans = h.dispatcher.accountant.plans
+    assert plans.planned_nodes("ns/a") == [] == plans.planned_nodes("ns/b")
+    assert plans.planned_by_node() == {}
     assert "c-cm" not in h.writer.applied
 
 

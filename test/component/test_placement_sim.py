@@ -351,7 +351,7 @@ def test_random_runs_keep_every_pod_where_mcad_pinned_it(sim_factory: Any, seed:
             sim.add(job_aw(name, rng.randint(1, 3), rng.randint(1, 3), 0, kind=rng.choice(("Job", "Deployment"))))
             live.append(name)
             sim.sync()
-            pinned = sorted({node for _, node in sim.h.dispatcher.accountant.pins().values()} - cordoned)
+            pinned = sorted({node for _, node in sim.h.dispatcher.accountant.plans.pins().values()} - cordoned)
             target = rng.choice(pinned or sorted(set(sim.nodes()) - cordoned) or sorted(sim.nodes()))
             replanned = d.metrics.value("mcad_pod_pins_total", {"outcome": "replanned"}) or 0
             sim.cordon(target, True)

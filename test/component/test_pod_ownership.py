@@ -146,7 +146,7 @@ def check(sim: Sim, tenant: Tenant) -> None:
     d = sim.h.dispatcher
     acc = d.accountant
     pods = {p["metadata"]["uid"]: p for p in sim.pods()}
-    for uid, (key, node) in acc.pins().items():
+    for uid, (key, node) in acc.plans.pins().items():
         assert uid in pods, f"room on {node} is promised to pod {uid} of {key}, which does not exist"
         assert not pods[uid]["spec"].get("nodeName"), f"pod {uid} is bound and still holds a pin"
     for name, room in acc.room().items():
@@ -162,7 +162,7 @@ def check(sim: Sim, tenant: Tenant) -> None:
             continue
         unbound = [p for p in sim.pods_of(name) if not p["spec"].get("nodeName")
                    and p["status"]["phase"] == "Pending" and real_owner(p, tenant) == name]
-        planned = sum(count for _, count in acc.planned_nodes(key))
+        planned = sum(count for _, count in acc.plans.planned_nodes(key))
         assert planned <= len(unbound), f"{key} plans {planned} pods, and {len(unbound)} exist unbound"
     for pod in pods.values():
         name, label = pod["metadata"]["name"], pod["metadata"]["labels"][APPWRAPPER_LABEL]
@@ -220,7 +220,7 @@ def test_forged_deleted_and_relabelled_pods_never_hold_room_or_count(harness_fac
     for name in list(tenant.forged):
         sim.h.lw["pod"].delete(f"ns/{name}")
     sim.settle()
-    assert not [uid for uid in d.accountant.pins() if uid.startswith("uid-forged-")]
+    assert not [uid for uid in d.accountant.plans.pins() if uid.startswith("uid-forged-")]
     check(sim, tenant)
 
 
@@ -239,13 +239,13 @@ def test_room_pinned_for_a_pod_no_scheduler_binds_is_given_back(harness_factory:
     tenant.forge("aw0", how="real uid")
     sim.settle()
     [forged] = tenant.forged
-    assert f"uid-{forged}" in d.accountant.pins(), "pinned beyond the plan, within the demand"
+    assert f"uid-{forged}" in d.accountant.plans.pins(), "pinned beyond the plan, within the demand"
     sim.h.clock.advance(EXTRA_BIND_SECONDS - 1)
     sim.settle()
-    assert f"uid-{forged}" in d.accountant.pins()
+    assert f"uid-{forged}" in d.accountant.plans.pins()
     sim.h.clock.advance(1)
     sim.settle()
-    assert f"uid-{forged}" not in d.accountant.pins() and d.accountant.planned_by_node() == {}
+    assert f"uid-{forged}" not in d.accountant.plans.pins() and d.accountant.plans.planned_by_node() == {}
     assert d.metrics.value("mcad_pod_pins_total", {"outcome": "unbound"}) == 1
     [(_, message)] = [(name, message) for name, reason, message in sim.events.recorded
                       if reason == events.PLACEMENT_REPLANNED and name == forged]

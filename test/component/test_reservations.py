@@ -204,7 +204,7 @@ def test_random_arrivals_endings_and_deletions_keep_the_gang_and_order_invariant
                 if holder is not None and holder.order() < aw.order():
                     for node_name, requests, count in reservation.plan:
                         ahead[node_name] = ahead.get(node_name, ResourceVector()) + requests.scale(count)
-            for node_name, _count in d.accountant.planned_nodes(f"ns/{name}"):
+            for node_name, _count in d.accountant.plans.planned_nodes(f"ns/{name}"):
                 if node_name in ahead:
                     assert ahead[node_name].fits_in(room[node_name]), (
                         f"seed {seed} step {step}: {name} took room on {node_name} reserved ahead of it",

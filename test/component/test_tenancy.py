@@ -153,7 +153,7 @@ def test_understated_custompodresources_are_charged_and_placed_as_the_templates(
     h.settle("the node informer to see n2")
     assert h.last("web")["state"] == "Running"
     assert h.dispatcher.ledger.reservation("ns/web").get("cpu") == 18000
-    assert {n: room.get("cpu") for n, room in h.dispatcher.accountant.planned_by_node().items()} == {
+    assert {n: room.get("cpu") for n, room in h.dispatcher.accountant.plans.planned_by_node().items()} == {
         "n0": 6000, "n1": 6000, "n2": 6000}, "placed as 6 pods of 3 cpu, two per node"
 
 

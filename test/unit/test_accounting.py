@@ -39,38 +39,38 @@ def one_tree(root_cpu: str = "4") -> Forest:
 def test_a_plan_holds_room_on_its_nodes_until_its_pods_bind() -> None:
     acc = accountant("n1", "n2")
     acc.assume(KEY, ONE.scale(3), {}, plan=(("n1", ONE, 2), ("n2", ONE, 1)))
-    assert acc.planned_by_node() == {"n1": ONE.scale(2), "n2": ONE}
+    assert acc.plans.planned_by_node() == {"n1": ONE.scale(2), "n2": ONE}
     assert acc.room()["n1"].get("cpu") == 2000 and acc.room()["n2"].get("cpu") == 3000
 
     acc.observe_pod(pod("u1", aw="a"))  # created, not bound: still only planned
-    assert acc.planned_nodes(KEY) == [("n1", 2), ("n2", 1)]
+    assert acc.plans.planned_nodes(KEY) == [("n1", 2), ("n2", 1)]
 
     acc.observe_pod(running("u1", node_name="n2", aw="a"))  # bound on n2: the n2 entry goes, not n1's first one
-    assert acc.planned_nodes(KEY) == [("n1", 2)]
-    assert acc.planned_by_node() == {"n1": ONE.scale(2)}
+    assert acc.plans.planned_nodes(KEY) == [("n1", 2)]
+    assert acc.plans.planned_by_node() == {"n1": ONE.scale(2)}
     assert acc.room()["n2"].get("cpu") == 3000  # the pod now takes what the plan held: counted once
 
     acc.observe_pod(running("u1", node_name="n2", aw="a", phase="Running"))  # an update of a bound pod
-    assert acc.planned_nodes(KEY) == [("n1", 2)]
+    assert acc.plans.planned_nodes(KEY) == [("n1", 2)]
 
 
 def test_a_bound_pod_takes_its_shape_off_the_plan_elsewhere_then_any_entry() -> None:
     acc = accountant("n1", "n2", "n3")
     acc.assume(KEY, ONE + TWO + ONE, {}, plan=(("n1", ONE, 2), ("n2", TWO, 1)))
     acc.observe_pod(running("big", node_name="n3", cpu="2", aw="a"))  # the scheduler put it elsewhere
-    assert acc.planned_nodes(KEY) == [("n1", 2)]
+    assert acc.plans.planned_nodes(KEY) == [("n1", 2)]
     acc.observe_pod(running("odd", node_name="n3", cpu="3", aw="a"))  # a shape the plan never had
-    assert acc.planned_nodes(KEY) == [("n1", 1)]
-    assert acc.planned_by_node() == {"n1": ONE}
+    assert acc.plans.planned_nodes(KEY) == [("n1", 1)]
+    assert acc.plans.planned_by_node() == {"n1": ONE}
 
 
 def test_a_pod_that_ends_unbound_also_takes_one_off_the_plan_and_the_last_drops_it() -> None:
     acc = accountant("n1")
     acc.assume(KEY, ONE.scale(2), {}, plan=(("n1", ONE, 2),))
     acc.observe_pod(pod("u1", aw="a", phase="Failed"))
-    assert acc.planned_nodes(KEY) == [("n1", 1)]
+    assert acc.plans.planned_nodes(KEY) == [("n1", 1)]
     acc.observe_pod(running("u2", aw="a"))
-    assert acc.planned_nodes(KEY) == [] and acc.planned_by_node() == {}
+    assert acc.plans.planned_nodes(KEY) == [] and acc.plans.planned_by_node() == {}
     # The plan is gone: its bound active pod is left, and the failed pod's share, reserved for its replacement.
     assert acc.footprint(KEY) == [("n1", ONE, 1), ("", ONE, 1)]
 
@@ -80,7 +80,7 @@ def test_pods_of_other_appwrappers_leave_a_plan_alone() -> None:
     acc.assume(KEY, ONE, {}, plan=(("n1", ONE, 1),))
     acc.observe_pod(running("x", aw="b"))
     acc.observe_pod(running("y"))
-    assert acc.planned_nodes(KEY) == [("n1", 1)]
+    assert acc.plans.planned_nodes(KEY) == [("n1", 1)]
 
 
 # -- forget -----------------------------------------------------------------------------------------------------------
@@ -92,12 +92,12 @@ def test_forget_drops_reservation_plan_and_quota_charge_and_says_whether_it_held
     acc.quota.set_forest(one_tree())
     acc.observe_pod(running("u1", aw="a"))
     acc.assume(KEY, ONE.scale(2), {"t": "root"}, plan=(("n1", ONE, 1),))
-    assert acc.holds(KEY) and acc.quota.usage("t", "root") == ONE.scale(2) and acc.planned_by_node()
+    assert acc.holds(KEY) and acc.quota.usage("t", "root") == ONE.scale(2) and acc.plans.planned_by_node()
 
     assert acc.forget(KEY) is True
     assert not acc.holds(KEY) and acc.ledger.reserved_keys() == []
     assert not acc.quota.is_charged(KEY) and acc.quota.usage("t", "root") == ZERO
-    assert acc.planned_by_node() == {} and acc.planned_nodes(KEY) == []
+    assert acc.plans.planned_by_node() == {} and acc.plans.planned_nodes(KEY) == []
     assert acc.ledger.free() == acc.ledger.capacity() - ONE  # its pod still counts while it exists
     assert acc.forget(KEY) is False
     assert acc.forget("ns/never") is False
@@ -162,7 +162,7 @@ def test_detach_pods_makes_them_nobodys_but_still_in_use() -> None:
     acc.detach_pods(KEY)
     assert not acc.has_pods(KEY) and acc.live_pods(KEY) == []
     assert acc.ledger.consumed(KEY) == ZERO
-    assert acc.planned_by_node() == {}
+    assert acc.plans.planned_by_node() == {}
     assert acc.ledger.in_use() == in_use == ONE
     assert acc.ledger.pod("u1") is not None and acc.ledger.pod("u1").appwrapper is None  # type: ignore[union-attr]
     assert acc.forget_pod("u1") is None

@@ -130,59 +130,59 @@ def test_each_gated_pod_takes_its_own_slot_of_its_shape_and_binding_uses_it() ->
     acc = accountant()
     acc.assume(KEY, ONE.scale(2) + TWO, {}, plan=(("n1", TWO, 1), ("n2", ONE, 2)))
     anywhere = lambda _node: True  # noqa: E731
-    assert acc.pin(KEY, "p1", ONE, anywhere) == "n2"
-    assert acc.pin(KEY, "p2", ONE, anywhere) == "n2"
-    assert acc.pin(KEY, "p3", ONE, anywhere) is None  # both ONE slots are taken: beyond the plan
-    assert acc.pin(KEY, "p4", TWO, lambda n: n != "n1") is None  # its node is not one it may use
-    assert acc.pin(KEY, "p4", TWO, anywhere) == "n1"
-    assert acc.pinned_by_node() == {"n2": 2, "n1": 1}
+    assert acc.plans.pin(KEY, "p1", ONE, anywhere) == "n2"
+    assert acc.plans.pin(KEY, "p2", ONE, anywhere) == "n2"
+    assert acc.plans.pin(KEY, "p3", ONE, anywhere) is None  # both ONE slots are taken: beyond the plan
+    assert acc.plans.pin(KEY, "p4", TWO, lambda n: n != "n1") is None  # its node is not one it may use
+    assert acc.plans.pin(KEY, "p4", TWO, anywhere) == "n1"
+    assert acc.plans.pinned_by_node() == {"n2": 2, "n1": 1}
     # A pinned pod that binds takes its own slot; the room stays promised until then.
     assert acc.room()["n2"] == node("n2").allocatable - ONE.scale(2)
     acc.observe_pod(pod_view(gated("p1", gates=(), node_name="n2")))
-    assert acc.pinned_node("p1") is None and acc.planned_nodes(KEY) == [("n1", 1), ("n2", 1)]
+    assert acc.plans.pinned_node("p1") is None and acc.plans.planned_nodes(KEY) == [("n1", 1), ("n2", 1)]
 
 
 def test_a_pod_that_goes_unbound_hands_its_slot_back_and_a_refused_one_drops_it() -> None:
     acc = accountant()
     acc.assume(KEY, ONE.scale(2), {}, plan=(("n2", ONE, 2),))
-    acc.pin(KEY, "p1", ONE, lambda _n: True)
-    acc.pin(KEY, "p2", ONE, lambda _n: True)
+    acc.plans.pin(KEY, "p1", ONE, lambda _n: True)
+    acc.plans.pin(KEY, "p2", ONE, lambda _n: True)
     acc.observe_pod(pod_view(gated("p1", gates=())))
     acc.forget_pod("p1")  # deleted before it bound: its replacement gets the slot
-    assert acc.pin(KEY, "p3", ONE, lambda _n: True) == "n2"
-    assert acc.unpin("p2", drop_slot=True) == "n2"  # the node refused it: that slot leaves the plan
-    assert acc.planned_nodes(KEY) == [("n2", 1)] and acc.planned_by_node() == {"n2": ONE}
+    assert acc.plans.pin(KEY, "p3", ONE, lambda _n: True) == "n2"
+    assert acc.plans.unpin("p2", drop_slot=True) == "n2"  # the node refused it: that slot leaves the plan
+    assert acc.plans.planned_nodes(KEY) == [("n2", 1)] and acc.plans.planned_by_node() == {"n2": ONE}
 
 
 def test_an_extra_pod_gets_a_slot_of_its_own_and_dropping_the_plan_drops_every_pin() -> None:
     acc = accountant()
     acc.assume(KEY, ONE, {}, plan=(("n1", ONE, 1),))
-    acc.pin(KEY, "p1", ONE, lambda _n: True)
-    acc.pin_extra(KEY, "p2", "n2", TWO)
-    assert acc.planned_by_node() == {"n1": ONE, "n2": TWO}
-    assert acc.pins() == {"p1": (KEY, "n1"), "p2": (KEY, "n2")}
+    acc.plans.pin(KEY, "p1", ONE, lambda _n: True)
+    acc.plans.pin_extra(KEY, "p2", "n2", TWO)
+    assert acc.plans.planned_by_node() == {"n1": ONE, "n2": TWO}
+    assert acc.plans.pins() == {"p1": (KEY, "n1"), "p2": (KEY, "n2")}
     acc.forget(KEY)
-    assert acc.pins() == {} and acc.planned_by_node() == {}
+    assert acc.plans.pins() == {} and acc.plans.planned_by_node() == {}
 
 
 def test_a_pod_placed_on_its_own_accounts_for_one_open_slot_an_unusable_one_first() -> None:
     acc = accountant()
     acc.assume(KEY, ONE.scale(3), {}, plan=(("n1", ONE, 1), ("n2", ONE, 2)))
-    assert acc.drop_open_slot(KEY, lambda n: n == "n1") == "n1"
-    assert acc.drop_open_slot(KEY, lambda n: n == "n1") == "n2"  # none unusable left: the last
-    acc.pin(KEY, "p1", ONE, lambda _n: True)
-    assert acc.drop_open_slot(KEY, lambda _n: False) is None, "the last slot is pinned: none open"
-    assert acc.planned_nodes(KEY) == [("n2", 1)]
+    assert acc.plans.drop_open_slot(KEY, lambda n: n == "n1") == "n1"
+    assert acc.plans.drop_open_slot(KEY, lambda n: n == "n1") == "n2"  # none unusable left: the last
+    acc.plans.pin(KEY, "p1", ONE, lambda _n: True)
+    assert acc.plans.drop_open_slot(KEY, lambda _n: False) is None, "the last slot is pinned: none open"
+    assert acc.plans.planned_nodes(KEY) == [("n2", 1)]
 
 
 def test_a_pod_that_asks_less_than_its_slots_takes_the_smallest_that_holds_it() -> None:
     acc = accountant()
     big, half = v(cpu=4000), v(cpu=500)
     acc.assume(KEY, big + TWO, {}, plan=(("n1", big, 1), ("n2", TWO, 1)))
-    assert acc.pin(KEY, "p1", half, lambda _n: True) == "n2"
-    assert acc.pin(KEY, "p2", half, lambda _n: True) == "n1"
-    assert acc.pin(KEY, "p3", half, lambda _n: True) is None
-    assert acc.pin(KEY, "p4", v(cpu=8000), lambda _n: True) is None
+    assert acc.plans.pin(KEY, "p1", half, lambda _n: True) == "n2"
+    assert acc.plans.pin(KEY, "p2", half, lambda _n: True) == "n1"
+    assert acc.plans.pin(KEY, "p3", half, lambda _n: True) is None
+    assert acc.plans.pin(KEY, "p4", v(cpu=8000), lambda _n: True) is None
 
 
 def test_after_a_restart_a_pinned_unbound_pod_keeps_its_node() -> None:
@@ -195,9 +195,9 @@ def test_after_a_restart_a_pinned_unbound_pod_keeps_its_node() -> None:
     from mcad.api.podgroups import PodGroup
     snapshot = acc.snapshot(by_nodes=True)
     acc.replan(KEY, [PodGroup(2, ONE)], acc.ledger.nodes(), snapshot)
-    assert acc.pinned_node("p1") == "n2"
+    assert acc.plans.pinned_node("p1") == "n2"
     # The other pod's slot is planned afresh (first fit: n1), and the gated pod takes it.
-    assert acc.pin(KEY, "p2", ONE, lambda _n: True) == "n1"
+    assert acc.plans.pin(KEY, "p2", ONE, lambda _n: True) == "n1"
 
 
 def test_a_pins_own_requirement_is_told_apart_from_the_pods() -> None:
@@ -261,14 +261,14 @@ def test_a_slot_made_for_a_pod_beyond_the_plan_goes_with_that_pod() -> None:
     to a pod that does not exist, while a slot of the plan itself waits for the replacement."""
     acc = accountant()
     acc.assume(KEY, ONE + TWO, {}, plan=(("n1", ONE, 1),))
-    acc.pin(KEY, "p1", ONE, lambda _n: True)
-    acc.pin_extra(KEY, "p2", "n2", TWO)
+    acc.plans.pin(KEY, "p1", ONE, lambda _n: True)
+    acc.plans.pin_extra(KEY, "p2", "n2", TWO)
     acc.observe_pod(pod_view(gated("p2", gates=())))
     acc.forget_pod("p2")
-    assert acc.planned_by_node() == {"n1": ONE} and acc.pins() == {"p1": (KEY, "n1")}
+    assert acc.plans.planned_by_node() == {"n1": ONE} and acc.plans.pins() == {"p1": (KEY, "n1")}
     acc.forget_pod("p1")
-    assert acc.planned_nodes(KEY) == [("n1", 1)], "the plan's own slot waits for its replacement"
-    assert acc.unpin("p2") is None
+    assert acc.plans.planned_nodes(KEY) == [("n1", 1)], "the plan's own slot waits for its replacement"
+    assert acc.plans.unpin("p2") is None
 
 
 def test_room_beyond_the_plan_is_bounded_by_the_demand() -> None:
@@ -277,7 +277,7 @@ def test_room_beyond_the_plan_is_bounded_by_the_demand() -> None:
     assert acc.beyond_demand(KEY, ONE) == ONE, "two planned slots and one more: one over"
     acc.observe_pod(pod_view(raw_pod("p1", aw="a", node_name="n1", phase="Running")))
     acc.observe_pod(pod_view(raw_pod("p2", aw="a", node_name="n1", phase="Running")))
-    assert acc.planned_nodes(KEY) == []
+    assert acc.plans.planned_nodes(KEY) == []
     assert acc.beyond_demand(KEY, ONE) == ONE, "both bound and running: still one over"
     acc.observe_pod(pod_view(raw_pod("p2", aw="a", node_name="n1", phase="Failed")))
     assert acc.beyond_demand(KEY, ONE) == ZERO, "one ended: its replacement fits the demand"

@@ -1,6 +1,7 @@
 """Size budgets that keep control with the owners (mcad.loop.owners), checked by reading the source with ``ast``.
 
-- No class in ``mcad`` has more than 40 methods: a class past that owns more than one concept.
+- No class in ``mcad`` has more than 32 methods: a class past that owns more than one concept (the largest,
+  ``ResourceVector``, has 30; the ``Accountant`` came down from 40 when its plans and pins became ``Plans``).
 - The ``Dispatcher`` stays a router of keys: under 30 methods and 400 lines; it builds nothing (``mcad.wiring``
   does) and no owner reaches back into it: no module of ``mcad.loop`` but ``mcad.loop.dispatcher`` names the
   ``Dispatcher``, and none declares a ``Host`` protocol standing for it.
@@ -16,7 +17,7 @@ import pytest
 from test.support import write_tree
 
 REPO = Path(__file__).resolve().parents[2]
-MAX_METHODS = 40
+MAX_METHODS = 32
 DISPATCHER_MAX_METHODS = 30
 DISPATCHER_MAX_LINES = 400
 
@@ -67,8 +68,8 @@ def test_no_owner_reaches_back_into_the_dispatcher() -> None:
 
 
 @pytest.mark.parametrize(("files", "expected"), [
-    ({"mcad/big.py": "class Big:\n" + "".join(f"    def m{i}(self): ...\n" for i in range(41))},
-     ["mcad/big.py:Big has 41 methods (at most 40)"]),
+    ({"mcad/big.py": "class Big:\n" + "".join(f"    def m{i}(self): ...\n" for i in range(33))},
+     ["mcad/big.py:Big has 33 methods (at most 32)"]),
     ({"mcad/loop/dispatcher.py": "class Dispatcher:\n" + "".join(f"    def m{i}(self): ...\n" for i in range(30))},
      ["Dispatcher has 30 methods and 31 lines (under 30 and 400)"]),
     ({"mcad/loop/dispatcher.py": "class Dispatcher:\n" + "    x = 1\n" * 400},
