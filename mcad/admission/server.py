@@ -48,7 +48,8 @@ from mcad.admission.facts import WouldAsk, at_hand_only
 from mcad.admission.request import AdmissionRequest, Outcome, Reviewer
 from mcad.api import deepjson
 from mcad.serve import frontdoor
-from mcad.serve.frontdoor import FrontDoor, Head, Limits, Response
+from mcad.serve.frontdoor import FrontDoor, Limits
+from mcad.serve.http1 import Head, Response
 from mcad.serve.server import parse_bind_address
 
 log = structlog.get_logger("mcad.admission.server")

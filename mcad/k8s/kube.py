@@ -1,10 +1,14 @@
 """The one module that imports the official ``kubernetes`` client.
+Over 600 lines because it is the one module that imports the ``kubernetes`` client and ``urllib3`` (the client rule
+of ``test/unit/test_layers.py``): loading a connection's configuration, raw requests, list and watch streams and the
+typed ``Client`` all handle that library's objects and exceptions, and splitting them would spread that import.
 
 Contract: everything else in mcad talks to the API server through the functions and classes here, on raw
 dicts, so the client library can be swapped or pinned in one place. Connection problems surface as
 ``KubeConnectError`` with a message a person can act on (which kubeconfig, which server, what failed), failed
 requests as ``ApiError``; both are defined in ``mcad.errors`` so that callers catch them without importing
-this module. Nothing here prints or exits.
+this module. Nothing here prints or exits. Each ``Connection`` counts its failed requests and the writes it sent
+(``mcad.k8s.requestcounts``).
 """
 
 from __future__ import annotations
@@ -14,10 +18,9 @@ import json
 import os
 import re
 import threading
-from collections import Counter
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import cachetools
 import kubernetes.client
@@ -35,51 +38,9 @@ from mcad.errors import ApiError as ApiError
 from mcad.errors import GoneError as GoneError
 from mcad.errors import KubeConnectError as KubeConnectError
 from mcad.errors import error_from_status as error_from_status
+from mcad.k8s.requestcounts import ApiErrorCounts, ApiWriteCounts, resource_of
 
 _log = structlog.get_logger("mcad.k8s.kube")
-CountKey = TypeVar("CountKey", bound=tuple[Any, ...])
-
-
-class RequestCounts(Generic[CountKey]):
-    """Requests counted by a key (a tuple of labels), for metrics; safe across threads. One entry per distinct key:
-    the keys are verbs, HTTP codes and resources, a handful each."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: Counter[CountKey] = Counter()
-
-    def add(self, *key: Any) -> None:
-        with self._lock:
-            self._counts[key] += 1  # type: ignore[index]
-
-    def snapshot(self) -> dict[CountKey, int]:
-        with self._lock:
-            return dict(self._counts)
-
-
-# Failed requests by Kubernetes verb and HTTP code (0: no response).
-ApiErrorCounts = RequestCounts[tuple[str, int]]
-# Writes sent (create, update, patch, delete: whatever the answer) by verb and resource as the API server names it
-# (``configmaps``, ``appwrappers.workload.codeflare.dev/status``): where the controller's writes go, counted by the
-# controller itself.
-ApiWriteCounts = RequestCounts[tuple[str, str]]
-
-
-def resource_of(path: str) -> str:
-    """The resource a request path names, as the API server's own metrics do: ``configmaps``,
-    ``appwrappers.workload.codeflare.dev/status``, ``namespaces``."""
-    parts = [part for part in path.split("?", 1)[0].split("/") if part]
-    core = parts[:1] == ["api"]
-    group = "" if core or len(parts) < 2 else parts[1]
-    rest = parts[2:] if core else parts[3:]
-    if len(rest) > 2 and rest[0] == "namespaces":
-        rest = rest[2:]  # a namespaced object's path; "namespaces/<name>" alone is the namespace itself
-    if not rest:
-        return "unknown"
-    name = f"{rest[0]}.{group}" if group else rest[0]
-    return f"{name}/{rest[2]}" if len(rest) > 2 else name
-
-
 @dataclass(frozen=True)
 class Connection:
     """A configured API client plus where its configuration came from (for messages), its error counts and the

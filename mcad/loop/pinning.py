@@ -5,7 +5,7 @@ Contract (DESIGN.md, "Placement binds"):
   scheduler leaves the pods alone. Each gated pod the pod informer shows is handed to ``observe`` (the loop's
   thread, like everything here). It takes an open slot of its AppWrapper's plan (``Plans.pin``, the accountant's
   plans: one of its requests, or the smallest that holds them when the plan has none of that shape, on a node its
-  own constraints accept) and is ungated by one JSON patch (``ungate_patch``) that removes the gate and narrows its
+  own constraints accept) and is ungated by one JSON patch (``mcad.loop.ungate``) that removes the gate and narrows its
   required node affinity to that node by name; the patch tests the pod's uid, gates and node selector terms, so it never
   applies to anything but the pod as mcad saw it. Patches run in the write pool,
   one key per pod, so a gang's pods are ungated in parallel; the outcome (``Ungated``) comes back to ``done``.
@@ -68,9 +68,8 @@ from typing import Any, Final, Protocol
 import structlog
 
 from mcad.api.appwrapper import AppWrapperView
-from mcad.api.podgroups import NodeRequirement, PodGroup
 from mcad.api.resources import ResourceVector
-from mcad.api.views import NODE_NAME_FIELD, PLACEMENT_GATE, NodeView, PinFacts, PodView, Unschedulable
+from mcad.api.views import NodeView, PodView, Unschedulable
 from mcad.errors import ApiError
 from mcad.k8s import events
 from mcad.k8s.informer import Store
@@ -80,6 +79,7 @@ from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
 from mcad.loop.ownership import Ownership
 from mcad.loop.queued import Queued
+from mcad.loop.ungate import ungate_patch, without_pin
 from mcad.model import placement
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.keys import DISPATCH, Key, PodCounts, PodEvent
@@ -109,8 +109,6 @@ MAX_AVOIDED_NODES: Final = 64
 # Ungate patches go ahead of the namespace's other writes in the write pool (AppWrapper priorities are int32): a
 # pin completes a gang already dispatched, whose room is held until its pods bind, where a dispatch starts another.
 UNGATE_WRITE_PRIORITY: Final = 2**31
-_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-_TERMS_PATH = f"/spec/affinity/nodeAffinity/{_REQUIRED}/nodeSelectorTerms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,47 +133,6 @@ class PinMetrics(Protocol):
     def pin(self, outcome: str) -> None: ...
 
     def ungate_latency(self, seconds: float) -> None: ...
-
-
-def ungate_patch(uid: str, pin: PinFacts, node: str) -> list[dict[str, Any]]:
-    """The JSON patch that removes mcad's gate from a pod and, with ``node``, requires that node by name.
-
-    It first tests the pod's uid and its gates (and the node selector terms it narrows) as ``pin`` saw them, so a
-    pod re-created under the name, or changed since, is refused by the API server instead of patched blind. A gated
-    pod's required node affinity may be narrowed (Kubernetes >= 1.30: terms may gain requirements), so every
-    existing term gets the node requirement; a pod without one gets a term of its own."""
-    gates = [{"name": gate} for gate in pin.gates]
-    rest = [gate for gate in gates if gate["name"] != PLACEMENT_GATE]
-    ops: list[dict[str, Any]] = [
-        {"op": "test", "path": "/metadata/uid", "value": uid},
-        {"op": "test", "path": "/spec/schedulingGates", "value": gates},
-        {"op": "replace", "path": "/spec/schedulingGates", "value": rest} if rest
-        else {"op": "remove", "path": "/spec/schedulingGates"},
-    ]
-    if not node:
-        return ops
-    requirement = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
-    only_term = {"nodeSelectorTerms": [{"matchFields": [requirement]}]}
-    if pin.affinity_depth == 0:
-        ops.append({"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {_REQUIRED: only_term}}})
-    elif pin.affinity_depth == 1:
-        ops.append({"op": "add", "path": "/spec/affinity/nodeAffinity", "value": {_REQUIRED: only_term}})
-    elif pin.affinity_depth == 2 or not pin.node_terms:
-        ops.append({"op": "add", "path": f"/spec/affinity/nodeAffinity/{_REQUIRED}", "value": only_term})
-    else:
-        terms = [dict(term) if isinstance(term, Mapping) else {} for term in pin.node_terms]
-        narrowed = [{**term, "matchFields": [*(term.get("matchFields") or []), requirement]} for term in terms]
-        ops += [{"op": "test", "path": _TERMS_PATH, "value": list(pin.node_terms)},
-                {"op": "replace", "path": _TERMS_PATH, "value": narrowed}]
-    return ops
-
-
-def without_pin(group: PodGroup, node: str) -> PodGroup:
-    """A pinned pod's constraints less the requirement ``ungate_patch`` added (``metadata.name In [node]``)."""
-    pin = NodeRequirement(NODE_NAME_FIELD, "In", (node,), field=True)
-    terms = tuple(tuple(requirement for requirement in term if requirement != pin) for term in group.required_affinity)
-    # A term that held only the pin was added whole by the patch: the pod had no required node affinity before.
-    return dataclasses.replace(group, required_affinity=tuple(term for term in terms if term))
 
 
 class Where(Protocol):

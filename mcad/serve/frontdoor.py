@@ -44,6 +44,9 @@ Contract:
   counters tell).
 - ``open_files_limit()`` raises the process's soft RLIMIT_NOFILE to its hard limit; ``connection_cap`` sizes the
   default ``max_connections`` from it.
+- Its parts without I/O: requests parsed and answers rendered (``mcad.serve.http1``: ``Head``, ``Response``), the
+  connections held and who goes at the cap (``mcad.serve.doorbook.Registry``), turns at the lanes and workers by
+  source (``mcad.serve.doorbook.Slots``).
 """
 
 from __future__ import annotations
@@ -53,22 +56,20 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
-import http
-import itertools
-import re
 import resource
 import socket
 import ssl
 import threading
 import time
-from collections import OrderedDict, deque
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Protocol
 
 import structlog
+
+from mcad.serve.doorbook import Busy, Conn, Phase, Registry, Slots
+from mcad.serve.http1 import BadRequest, Head, Response, parse_head, render
 
 TlsSource = Callable[[], ssl.SSLContext | None]
 # asyncio's TLS layer gives every connection a read buffer of SSLProtocol.max_size (256 KiB, zero-filled, so
@@ -124,72 +125,6 @@ class Limits:
     quick_body_bytes: int = 0
 
 
-class Headers(Mapping[str, str]):
-    """Request headers, looked up case-insensitively (the first value of a repeated header)."""
-
-    def __init__(self, pairs: Sequence[tuple[str, str]]) -> None:
-        self._values: dict[str, str] = {}
-        self._names: list[str] = []
-        for name, value in pairs:
-            key = name.lower()
-            if key not in self._values:
-                self._values[key] = value
-                self._names.append(name)
-        self.pairs = tuple(pairs)
-
-    def __getitem__(self, name: str) -> str:
-        return self._values[name.lower()]
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.lower() in self._values
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def every(self, name: str) -> list[str]:
-        return [v for n, v in self.pairs if n.lower() == name.lower()]
-
-
-@dataclass(frozen=True)
-class Head:
-    """A request's line and headers, and who sent it."""
-
-    method: str
-    target: str
-    version: str
-    headers: Headers
-    peer: str
-    peer_cert: bytes | None = None
-    content_length: int = 0
-
-    @property
-    def path(self) -> str:
-        return self.target.split("?", 1)[0]
-
-    @property
-    def query(self) -> str:
-        return self.target.partition("?")[2]
-
-    @property
-    def keep_alive(self) -> bool:
-        tokens = {t.strip().lower() for t in self.headers.get("Connection", "").split(",")}
-        if self.version == "HTTP/1.1":
-            return "close" not in tokens
-        return "keep-alive" in tokens
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes = b""
-    content_type: str = "text/plain; charset=utf-8"
-    headers: Mapping[str, str] = field(default_factory=dict)
-    close: bool = False
-
-
 class Service(Protocol):
     name: str  # "webhook", "http": log lines and metric labels
 
@@ -204,213 +139,6 @@ class Service(Protocol):
 
     def busy(self, head: Head, body: bytes | None, reason: str) -> Response:
         """The answer when no worker took the request in time."""
-
-
-class BadRequest(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-# RFC 9110 5.1: a field name is a token; 5.5: a value is visible characters, spaces and tabs (and obs-text).
-_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_FIELD_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
-# ASCII digits: str.isdigit also takes latin-1 superscripts ("\u00b2"), which int() then refuses.
-_DIGITS = re.compile(r"[0-9]{1,19}")
-MAX_HEADER_FIELDS = 100
-
-
-def parse_head(raw: bytes, peer: str, peer_cert: bytes | None = None) -> Head:
-    """The head of a request (``raw`` up to and including its blank line); ``BadRequest`` when it is not one.
-
-    Stricter than a browser-era parser, because a lenient one is how request smuggling starts: a field line
-    without a colon, with whitespace before the colon (RFC 9112 5.1: must be refused) or continued on the next
-    line (obs-fold), a control character in a value, or more than ``MAX_HEADER_FIELDS`` fields is a 400."""
-    line, _, rest = raw.lstrip(b"\r\n").partition(b"\r\n")
-    try:
-        method, target, version = line.decode("ascii").split(" ")
-    except (UnicodeDecodeError, ValueError) as err:
-        raise BadRequest(400, "malformed request line") from err
-    if version not in ("HTTP/1.0", "HTTP/1.1") or not method.isalpha() or not target.startswith("/"):
-        raise BadRequest(400, "malformed request line")
-    fields: list[tuple[str, str]] = []
-    for field_line in rest.split(b"\r\n"):
-        if not field_line:
-            continue  # the blank line that ends the head
-        if len(fields) == MAX_HEADER_FIELDS:
-            raise BadRequest(400, f"malformed headers: more than {MAX_HEADER_FIELDS} fields")
-        name, colon, value = field_line.partition(b":")
-        if not colon or not _FIELD_NAME.fullmatch(name):
-            raise BadRequest(400, "malformed headers: a field line is not 'name: value'")
-        value = value.strip(b" \t")
-        if not _FIELD_VALUE.fullmatch(value):
-            raise BadRequest(400, "malformed headers: a control character in a field value")
-        fields.append((name.decode("ascii"), value.decode("latin-1")))
-    headers = Headers(fields)
-    if "Transfer-Encoding" in headers:
-        raise BadRequest(501, "chunked request bodies are not supported: send Content-Length")
-    lengths = headers.every("Content-Length")
-    length = 0
-    if lengths:
-        if len(set(lengths)) != 1 or not _DIGITS.fullmatch(lengths[0].strip()):
-            raise BadRequest(400, "malformed Content-Length")
-        length = int(lengths[0])
-    return Head(method=method, target=target, version=version, headers=headers, peer=peer, peer_cert=peer_cert,
-                content_length=length)
-
-
-class Phase(Enum):
-    HANDSHAKE = "handshake"
-    IDLE = "idle"
-    HEAD = "header"
-    BODY = "body"
-    WORK = "work"
-    WRITE = "write"
-
-
-class Conn:
-    """One connection as the registry sees it: its phase, since when, until when, and how to close it."""
-
-    _ids = itertools.count()
-
-    def __init__(self, peer: str, abort: Callable[[], None]) -> None:
-        self.id = next(self._ids)
-        self.peer = peer
-        self.abort = abort
-        self.phase = Phase.HANDSHAKE
-        self.since = 0.0
-        self.deadline: float | None = None
-
-
-class Registry:
-    """The open connections of one port, their deadlines and who goes when the cap is reached; pure bookkeeping
-    over ``clock`` (no I/O, no event loop)."""
-
-    def __init__(self, cap: int, clock: Callable[[], float]) -> None:
-        self.cap = cap
-        self.clock = clock
-        self._conns: dict[int, Conn] = {}
-        # Evictable connections, oldest first: kept-alive idle ones, then those still handshaking or sending a head.
-        self._idle: OrderedDict[int, Conn] = OrderedDict()
-        self._early: OrderedDict[int, Conn] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._conns)
-
-    def add(self, conn: Conn, timeout: float) -> tuple[bool, Conn | None]:
-        """Register ``conn`` (in its handshake, for ``timeout``): (admitted, the connection to close for it)."""
-        victim = None
-        if len(self._conns) >= self.cap:
-            victim = self._pick_victim()
-            if victim is None:
-                return False, None
-            self.remove(victim)
-        self._conns[conn.id] = conn
-        self.enter(conn, Phase.HANDSHAKE, timeout)
-        return True, victim
-
-    def _pick_victim(self) -> Conn | None:
-        for pool in (self._idle, self._early):
-            if pool:
-                return next(iter(pool.values()))
-        return None
-
-    def enter(self, conn: Conn, phase: Phase, timeout: float | None) -> None:
-        now = self.clock()
-        conn.phase, conn.since = phase, now
-        conn.deadline = None if timeout is None else now + timeout
-        self._idle.pop(conn.id, None)
-        self._early.pop(conn.id, None)
-        if phase is Phase.IDLE:
-            self._idle[conn.id] = conn
-        elif phase in (Phase.HANDSHAKE, Phase.HEAD):
-            self._early[conn.id] = conn
-
-    def remove(self, conn: Conn) -> None:
-        self._conns.pop(conn.id, None)
-        self._idle.pop(conn.id, None)
-        self._early.pop(conn.id, None)
-
-    def expired(self) -> list[Conn]:
-        """The connections past their deadline (removed from the registry)."""
-        now = self.clock()
-        gone = [c for c in self._conns.values() if c.deadline is not None and c.deadline <= now]
-        for conn in gone:
-            self.remove(conn)
-        return gone
-
-    def phases(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for conn in self._conns.values():
-            counts[conn.phase.value] = counts.get(conn.phase.value, 0) + 1
-        return counts
-
-
-class Busy(Exception):
-    pass
-
-
-class Slots:
-    """``size`` slots handed out on one event loop, in turns by source: ``acquire(deadline, source)`` waits for
-    one, and each source waiting gets one slot per round, first come first served within a source (a client with
-    many connections waits behind its own, not in front of everyone). ``expire()`` fails the waiters past their
-    deadline with ``Busy``; a cancelled waiter leaves the line."""
-
-    def __init__(self, size: int, clock: Callable[[], float]) -> None:
-        self.size = size
-        self.clock = clock
-        self.used = 0
-        self._lines: OrderedDict[str, deque[tuple[asyncio.Future[None], float | None]]] = OrderedDict()
-
-    @property
-    def waiting(self) -> int:
-        return sum(1 for line in self._lines.values() for future, _ in line if not future.done())
-
-    async def acquire(self, deadline: float | None = None, source: str = "") -> None:
-        if self.used < self.size and not self.waiting:
-            self.used += 1
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._lines.setdefault(source, deque()).append((future, deadline))
-        try:
-            await future
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled() and future.exception() is None:
-                self.release()  # it was handed the slot as it was cancelled: pass it on
-            raise
-
-    def release(self) -> None:
-        while self._lines:
-            source, line = next(iter(self._lines.items()))
-            while line and line[0][0].done():
-                line.popleft()
-            if not line:
-                del self._lines[source]
-                continue
-            future, _ = line.popleft()
-            if line:
-                self._lines.move_to_end(source)  # its next waiter comes after every other source's
-            else:
-                del self._lines[source]
-            future.set_result(None)  # the slot passes on, used stays
-            return
-        self.used -= 1
-
-    def expire(self) -> int:
-        now = self.clock()
-        expired = 0
-        for source in list(self._lines):
-            line = self._lines[source]
-            for future, deadline in line:
-                if deadline is not None and deadline <= now and not future.done():
-                    future.set_exception(Busy())
-                    expired += 1
-            kept = deque(w for w in line if not w[0].done())
-            if kept:
-                self._lines[source] = kept
-            else:
-                del self._lines[source]
-        return expired
 
 
 @dataclass
@@ -458,23 +186,6 @@ def _fix_mmap_threshold() -> None:
     with contextlib.suppress(OSError, AttributeError):
         if name:
             ctypes.CDLL(name).mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
-
-
-def reason_phrase(status: int) -> str:
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:
-        return ""
-
-
-def render(response: Response, head_only: bool, *, close: bool, server: str) -> bytes:
-    lines = [f"HTTP/1.1 {response.status} {reason_phrase(response.status)}", f"Server: {server}",
-             f"Content-Type: {response.content_type}", f"Content-Length: {len(response.body)}"]
-    lines += [f"{k}: {v}" for k, v in response.headers.items()]
-    if close:
-        lines.append("Connection: close")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    return head if head_only else head + response.body
 
 
 class FrontDoor:

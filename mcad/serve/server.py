@@ -57,7 +57,8 @@ from mcad.serve import frontdoor
 from mcad.serve.dashboard import SECURITY_HEADERS, Answer, Dashboard, Refusal, Source, whole_number
 from mcad.serve.debug import Reports
 from mcad.serve.endpointauth import Attributes, Gate, ReviewUnavailable, Unauthenticated, bearer_token
-from mcad.serve.frontdoor import FrontDoor, Head, Limits, Response
+from mcad.serve.frontdoor import FrontDoor, Limits
+from mcad.serve.http1 import Head, Response
 from mcad.serve.queuereport import MAX_QUEUE_PAGE, as_report
 from mcad.serve.snapshots import DEFAULT_INTERVAL_SECONDS, Busy, Part, Snapshot, Snapshots, encode
 

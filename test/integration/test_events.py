@@ -20,7 +20,8 @@ import yaml
 
 from mcad.api.appwrapper import GROUP, PLURAL, VERSION
 from mcad.k8s import events, kube
-from mcad.k8s.events import DROP_GLOBAL, DROP_SEND_FAILED, NORMAL, WARNING, EventLimits, EventRecorder, ObjectRef
+from mcad.k8s.eventlimits import EventLimits
+from mcad.k8s.events import DROP_GLOBAL, DROP_SEND_FAILED, NORMAL, WARNING, EventRecorder, ObjectRef
 from test.support import REPO
 
 IDLE_TIMEOUT = 60.0  # seconds to wait for the recorder's queue to be sent

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mcad.k8s import events
+from mcad.k8s.eventlimits import EventLimits, LogLimiter, TokenBucket
 from mcad.k8s.events import (
     DROP_GLOBAL,
     DROP_INVALID,
@@ -19,13 +20,10 @@ from mcad.k8s.events import (
     DROP_STOPPED,
     NORMAL,
     WARNING,
-    EventLimits,
     EventPlanner,
-    LogLimiter,
     ObjectRef,
     Outcome,
     Retry,
-    TokenBucket,
 )
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

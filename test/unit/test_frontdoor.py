@@ -13,20 +13,9 @@ from typing import Any
 import pytest
 
 from mcad.metrics import Metrics
-from mcad.serve.frontdoor import (
-    MAX_HEADER_FIELDS,
-    BadRequest,
-    Busy,
-    Conn,
-    FrontDoor,
-    Head,
-    Limits,
-    Phase,
-    Registry,
-    Response,
-    Slots,
-    parse_head,
-)
+from mcad.serve.doorbook import Busy, Conn, Phase, Registry, Slots
+from mcad.serve.frontdoor import FrontDoor, Limits
+from mcad.serve.http1 import MAX_HEADER_FIELDS, BadRequest, Head, Response, parse_head
 from test.support import wait_until
 
 

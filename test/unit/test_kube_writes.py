@@ -1,11 +1,11 @@
-"""Where the controller's writes go (``mcad.k8s.kube.resource_of``, ``ApiWriteCounts``): named as the API server's
-own metrics name them, so that the two counts can be set side by side (the churn benchmark does)."""
+"""Where the controller's writes go (``mcad.k8s.requestcounts.resource_of``, ``ApiWriteCounts``): named as the API
+server's own metrics name them, so that the two counts can be set side by side (the churn benchmark does)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mcad.k8s.kube import ApiWriteCounts, resource_of
+from mcad.k8s.requestcounts import ApiWriteCounts, resource_of
 
 
 @pytest.mark.parametrize(("path", "resource"), [

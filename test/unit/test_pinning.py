@@ -12,7 +12,8 @@ from mcad.api.resources import ZERO
 from mcad.api.views import PLACEMENT_GATE, pod_view
 from mcad.errors import ApiError
 from mcad.k8s.workqueue import WorkQueue
-from mcad.loop.pinning import UNGATE_RETRY_BASE_SECONDS, Pinning, Ungated, ungate_patch
+from mcad.loop.pinning import UNGATE_RETRY_BASE_SECONDS, Pinning, Ungated
+from mcad.loop.ungate import ungate_patch
 from mcad.model.accounting import Accountant
 from mcad.model.keys import PodEvent
 from test.fakes import FakeClock, apply_json_patch
@@ -201,7 +202,7 @@ def test_after_a_restart_a_pinned_unbound_pod_keeps_its_node() -> None:
 
 
 def test_a_pins_own_requirement_is_told_apart_from_the_pods() -> None:
-    from mcad.loop.pinning import without_pin
+    from mcad.loop.ungate import without_pin
     terms = [{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]}]
     raw = gated(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": terms}}})

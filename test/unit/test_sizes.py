@@ -2,6 +2,9 @@
 
 - No class in ``mcad`` has more than 32 methods: a class past that owns more than one concept (the largest,
   ``ResourceVector``, has 30; the ``Accountant`` came down from 40 when its plans and pins became ``Plans``).
+- No module in ``mcad`` is over 600 lines unless the first paragraph of its docstring (up to its first blank line)
+  has a line starting ``Over 600 lines because`` and saying why: a module past that usually holds more than one
+  concept, and where it does not, the reason is written where its reader starts.
 - The ``Dispatcher`` stays a router of keys: under 30 methods and 400 lines; it builds nothing (``mcad.wiring``
   does) and no owner reaches back into it: no module of ``mcad.loop`` but ``mcad.loop.dispatcher`` names the
   ``Dispatcher``, and none declares a ``Host`` protocol standing for it.
@@ -18,6 +21,8 @@ from test.support import write_tree
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_METHODS = 32
+MAX_MODULE_LINES = 600
+REASON_MARKER = "Over 600 lines because"
 DISPATCHER_MAX_METHODS = 30
 DISPATCHER_MAX_LINES = 400
 
@@ -44,6 +49,25 @@ def over_budget(root: Path) -> list[str]:
     return problems
 
 
+def stated_reason(text: str) -> bool:
+    """Whether the first paragraph of a module's docstring has a line starting with ``REASON_MARKER``."""
+    docstring = ast.get_docstring(ast.parse(text), clean=False) or ""
+    first_paragraph = docstring.strip("\n").split("\n\n", 1)[0]
+    return any(line.strip().startswith(REASON_MARKER) for line in first_paragraph.splitlines())
+
+
+def long_modules(root: Path) -> list[str]:
+    """Modules under ``root/mcad`` over ``MAX_MODULE_LINES`` lines whose docstring states no reason."""
+    found = []
+    for path in sorted((root / "mcad").rglob("*.py")):
+        text = path.read_text()
+        lines = len(text.splitlines())
+        if lines > MAX_MODULE_LINES and not stated_reason(text):
+            found.append(f"{path.relative_to(root)} has {lines} lines (at most {MAX_MODULE_LINES} unless the first "
+                         f"paragraph of its docstring has a line starting {REASON_MARKER!r})")
+    return found
+
+
 def back_references(root: Path) -> list[str]:
     """Owners of ``mcad.loop`` that name the Dispatcher, or declare a protocol called Host."""
     found = []
@@ -61,6 +85,10 @@ def back_references(root: Path) -> list[str]:
 
 def test_mcad_keeps_its_size_budgets() -> None:
     assert over_budget(REPO) == []
+
+
+def test_no_module_is_over_600_lines_without_a_reason_at_its_top() -> None:
+    assert long_modules(REPO) == []
 
 
 def test_no_owner_reaches_back_into_the_dispatcher() -> None:
@@ -87,3 +115,26 @@ def test_a_host_protocol_or_a_dispatcher_import_in_an_owner_is_reported(tmp_path
     })
     assert back_references(root) == ["mcad/loop/follower.py:1 imports mcad.loop.dispatcher",
                                      "mcad/loop/notices.py:2 declares a Host protocol"]
+
+
+_LONG = "x = 1\n" * 600
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    ({"mcad/fine.py": '"""Short."""\n' + "x = 1\n" * 599}, []),  # 600 lines: at the limit
+    ({"mcad/k8s/big.py": '"""Big."""\n' + _LONG},
+     ["mcad/k8s/big.py has 601 lines (at most 600 unless the first paragraph of its docstring has a line starting "
+      "'Over 600 lines because')"]),
+    ({"mcad/k8s/kube.py": '"""The client.\nOver 600 lines because it is the one module that imports it.\n\nMore."""\n'
+                          + _LONG}, []),
+    # The reason further down the docstring, or only in a comment, is not at the top.
+    ({"mcad/serve/frontdoor.py": '"""The door.\n\nOver 600 lines because it is big."""\n' + _LONG,
+      "mcad/loop/pinning.py": "# Over 600 lines because it is big.\n" + _LONG},
+     ["mcad/loop/pinning.py has 601 lines (at most 600 unless the first paragraph of its docstring has a line "
+      "starting 'Over 600 lines because')",
+      "mcad/serve/frontdoor.py has 603 lines (at most 600 unless the first paragraph of its docstring has a line "
+      "starting 'Over 600 lines because')"]),
+])
+def test_a_long_module_without_a_reason_is_reported(tmp_path: Path, files: dict[str, str],
+                                                    expected: list[str]) -> None:
+    assert long_modules(write_tree(tmp_path, files)) == expected
