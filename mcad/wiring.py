@@ -59,7 +59,7 @@ from mcad.loop.active import Active
 from mcad.loop.cycle import DispatchCycle
 from mcad.loop.decisions import Decisions
 from mcad.loop.dispatcher import Dispatcher
-from mcad.loop.dispatches import DISPATCH_RETRY, Dispatches
+from mcad.loop.dispatches import DISPATCH_RETRY, Dispatches, InFlight
 from mcad.loop.evictions import (
     BACKOFF_CAP_FACTOR,
     DEFAULT_MAX_EVICTIONS_PER_MINUTE,
@@ -139,9 +139,12 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     decisions = Decisions(StatusSync(writer, writes, queue, Backoff(clock, STATUS_RETRY), clock, pace), recorder,
                           metrics, clock)
     preemptors = Preemptors(victim_timeout, preemption_backoff, preemption_backoff * BACKOFF_CAP_FACTOR)
-    in_flight: dict[str, AppWrapperView] = {}  # dispatches whose writes are under way (mcad.loop.dispatches)
+    # Dispatches whose writes are under way: the record goes to Dispatches alone (its writer); the queue, built
+    # before it, reads the record's read-only view, as evictions do.
+    in_flight = InFlight()
     dispatch_retries = RetryTimes(clock, DISPATCH_RETRY)
-    queued = Queued(appwrappers, decisions, accountant, in_flight=in_flight, preemptors=preemptors, by_nodes=by_nodes)
+    queued = Queued(appwrappers, decisions, accountant, in_flight=in_flight.view, preemptors=preemptors,
+                    by_nodes=by_nodes)
     notices = Notices(queued, appwrappers, decisions, preemptors=preemptors, dispatch_retries=dispatch_retries,
                       metrics=metrics, clock=clock, strict_fifo=strict_fifo)
     active = Active(appwrappers, accountant, decisions, queued, notices, queue=queue, clock=clock, metrics=metrics)
@@ -164,7 +167,8 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
                             sites=sites, writer=writer, writes=writes, queue=queue, retries=dispatch_retries,
                             in_flight=in_flight)
     evictions = Evictions(preemptors, accountant, targets, active=active, decisions=decisions, notices=notices,
-                          in_flight=in_flight, appwrappers=appwrappers, queue=queue, clock=clock, writes=writes,
+                          in_flight=dispatches.in_flight, appwrappers=appwrappers, queue=queue, clock=clock,
+                          writes=writes,
                           pods=writer, priority_preemption=preemption,
                           budget=EvictionBudget(max_evictions_per_minute))
     ownership = Ownership(appwrappers=appwrappers, pods=pods, objects_of=sites.wrapped_of)

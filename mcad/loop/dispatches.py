@@ -4,7 +4,12 @@ Contract (the dispatcher thread owns this; the writes run on the write pool, ``m
 ``mcad.wiring`` with the owners it hands outcomes to: ``mcad.loop.active``, ``mcad.loop.queued``,
 ``mcad.loop.decisions``, ``mcad.loop.notices``):
 - ``start(aw, status, cluster)``: the loop has reserved ``aw``'s room and placed it; its objects are created in
-  the background and, meanwhile, it is in flight (``in_flight``): neither queued nor dispatched.
+  the background and, meanwhile, it is in flight: neither queued nor dispatched.
+- The in-flight record (``InFlight``) is this owner's: ``mcad.wiring`` builds it (the queue needs to read it before
+  this owner exists) and hands the record to ``Dispatches`` alone, which adds to it in ``start`` and takes from it
+  in ``done``. Readers (``mcad.loop.queued``, ``mcad.loop.evictions``, ``Dispatches.in_flight``) get its ``view``:
+  a live, read-only ``Mapping`` (key -> the AppWrapper decided about) that cannot be written through.
+  ``test/unit/test_owned_state.py`` holds this.
 - ``done(outcome)``, once the writes finished:
   * created, and the AppWrapper is still the one decided about: ``Active.dispatched`` (it records it, with the
     uids of its objects, one request each to delete them later, and decides the Dispatched status); its failures
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
+from types import MappingProxyType
 from typing import Any
 
 import structlog
@@ -52,11 +58,25 @@ log = structlog.get_logger("mcad.loop.dispatcher")
 DISPATCH_RETRY = Policy(base=0.5, cap=5.0, rate=10.0, burst=100, give_up_attempts=10, give_up_seconds=300.0)
 
 
+class InFlight:
+    """The dispatches whose writes are under way: AppWrapper key -> the view decided about. Only ``Dispatches``
+    writes it (``add`` and ``remove``); everyone else reads ``view``, live and read-only."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, AppWrapperView] = {}
+        self.view: Mapping[str, AppWrapperView] = MappingProxyType(self._entries)
+
+    def add(self, aw: AppWrapperView) -> None:
+        self._entries[aw.key] = aw
+
+    def remove(self, key: str) -> None:
+        self._entries.pop(key, None)
+
+
 class Dispatches:
     def __init__(self, active: Active, queued: Queued, decisions: Decisions, notices: Notices, *,
                  appwrappers: Store[AppWrapperView], accountant: Accountant, sites: Sites, writer: Writer,
-                 writes: Writes, queue: WorkQueue[Key], retries: RetryTimes,
-                 in_flight: dict[str, AppWrapperView]) -> None:
+                 writes: Writes, queue: WorkQueue[Key], retries: RetryTimes, in_flight: InFlight) -> None:
         self._active = active
         self._queued = queued
         self._decisions = decisions
@@ -68,13 +88,18 @@ class Dispatches:
         self._writes = writes
         self._queue = queue
         self._retries = retries  # DISPATCH_RETRY's times, shared with mcad.loop.notices (which reads them)
-        self.in_flight = in_flight  # read live by the queue (mcad.loop.queued) and evictions
+        self._in_flight = in_flight  # its view is read live by the queue (mcad.loop.queued) and evictions
+
+    @property
+    def in_flight(self) -> Mapping[str, AppWrapperView]:
+        """The dispatches under way, read-only (``InFlight.view``)."""
+        return self._in_flight.view
 
     def __contains__(self, key: object) -> bool:
-        return key in self.in_flight
+        return key in self._in_flight.view
 
     def start(self, aw: AppWrapperView, new: Mapping[str, Any], cluster: str) -> None:
-        self.in_flight[aw.key] = aw
+        self._in_flight.add(aw)
         self._writes.submit(aw.key, partial(create_objects, self._writer, self._sites, aw, new, cluster),
                             tenant=aw.namespace, priority=aw.priority)
 
@@ -92,7 +117,7 @@ class Dispatches:
 
     def done(self, key: str, outcome: Dispatched) -> None:
         aw = outcome.aw
-        self.in_flight.pop(key, None)
+        self._in_flight.remove(key)
         current = self._appwrappers.get(key)
         # The very AppWrapper decided about, as the informer has it now (None: deleted, or another one by now).
         same = current if current is not None and current.uid == aw.uid and not current.deleting else None

@@ -106,7 +106,7 @@ class Evictions:
         self._decisions = decisions
         self._notices = notices
         self._dispatched = active.views  # read live
-        self._in_flight = in_flight
+        self._in_flight = in_flight  # dispatches under way: a read-only view (mcad.loop.dispatches owns the record)
         self._appwrappers = appwrappers
         self._queue = queue
         self._clock = clock

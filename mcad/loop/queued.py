@@ -9,6 +9,8 @@ Contract (dispatcher thread only; built by ``mcad.wiring``):
   group when its pods exist already, or it drains); an AppWrapper new to the queue (without a Backoff of its own)
   or changed group becomes a newcomer, told what it waits for after the next cycle (``mcad.loop.notices``).
 - ``dispatched_now(key)``: the AppWrapper if it is dispatched and active now (neither queued nor being written).
+- What is being dispatched it reads from ``in_flight``, the read-only view of the record ``mcad.loop.dispatches``
+  owns and alone writes.
 
 Who calls it: the dispatcher, the cycle, and the owners that put work back in the queue (active, dispatches, the
 hub's sites); notices read its newcomers.
@@ -34,7 +36,8 @@ class Queued:
         self._appwrappers = appwrappers
         self._decisions = decisions
         self._accountant = accountant
-        self._in_flight = in_flight  # dispatches whose writes are under way (mcad.loop.dispatches), read live
+        # Dispatches whose writes are under way: the read-only view of mcad.loop.dispatches' record, read live.
+        self._in_flight = in_flight
         self._preemptors = preemptors
         self._by_nodes = by_nodes
         self._newcomers: set[str] = set()
