@@ -142,10 +142,10 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     # Dispatches whose writes are under way: the record goes to Dispatches alone (its writer); the queue, built
     # before it, reads the record's read-only view, as evictions do.
     in_flight = InFlight()
-    dispatch_retries = RetryTimes(clock, DISPATCH_RETRY)
+    dispatch_retries = RetryTimes(clock, DISPATCH_RETRY)  # Dispatches' too; notices read them through a reader
     queued = Queued(appwrappers, decisions, accountant, in_flight=in_flight.view, preemptors=preemptors,
                     by_nodes=by_nodes)
-    notices = Notices(queued, appwrappers, decisions, preemptors=preemptors, dispatch_retries=dispatch_retries,
+    notices = Notices(queued, appwrappers, decisions, preemptors=preemptors, dispatch_retries=dispatch_retries.reader(),
                       metrics=metrics, clock=clock, strict_fifo=strict_fifo)
     active = Active(appwrappers, accountant, decisions, queued, notices, queue=queue, clock=clock, metrics=metrics)
     targets: Targets

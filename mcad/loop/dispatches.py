@@ -9,7 +9,9 @@ Contract (the dispatcher thread owns this; the writes run on the write pool, ``m
   this owner exists) and hands the record to ``Dispatches`` alone, which adds to it in ``start`` and takes from it
   in ``done``. Readers (``mcad.loop.queued``, ``mcad.loop.evictions``, ``Dispatches.in_flight``) get its ``view``:
   a live, read-only ``Mapping`` (key -> the AppWrapper decided about) that cannot be written through.
-  ``test/unit/test_owned_state.py`` holds this.
+  The dispatch retries (``RetryTimes`` under ``DISPATCH_RETRY``) are this owner's too, built by ``mcad.wiring`` for
+  it alone: it records failures and successes; ``mcad.loop.notices`` reads them through their ``reader()``.
+  ``test/unit/test_owned_state.py`` holds both.
 - ``done(outcome)``, once the writes finished:
   * created, and the AppWrapper is still the one decided about: ``Active.dispatched`` (it records it, with the
     uids of its objects, one request each to delete them later, and decides the Dispatched status); its failures
@@ -87,7 +89,7 @@ class Dispatches:
         self._writer = writer
         self._writes = writes
         self._queue = queue
-        self._retries = retries  # DISPATCH_RETRY's times, shared with mcad.loop.notices (which reads them)
+        self._retries = retries  # DISPATCH_RETRY's times: mcad.loop.notices reads them through their reader()
         self._in_flight = in_flight  # its view is read live by the queue (mcad.loop.queued) and evictions
 
     @property

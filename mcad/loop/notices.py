@@ -2,7 +2,8 @@
 
 Contract (dispatcher thread only; built by ``mcad.wiring`` with the owners it reads: what the loop decided
 (``mcad.loop.decisions``, through which it writes), the queue (``mcad.loop.queued``), the preemptors and the
-dispatch retries; nothing here calls back into the dispatcher):
+dispatch retries (a read-only ``RetryReader``: ``mcad.loop.dispatches`` owns them and alone records failures);
+nothing here calls back into the dispatcher):
 - ``tell(aw, about, why)`` decides the Backoff status saying what blocks ``aw`` and its queue position (a paced,
   low write: ``mcad.loop.statussync`` and ``mcad.k8s.writes``, behind dispatches), unless the
   last one was about the same thing (``about``) and about the same place: exact for the first ten, then by powers
@@ -45,7 +46,7 @@ from mcad.model.fifo import BEHIND_STRICT_FIFO
 from mcad.model.fit import Fit
 from mcad.model.preemption import Preemptors
 from mcad.model.reservations import Pass
-from mcad.model.retry import RetryTimes
+from mcad.model.retry import RetryReader
 
 log = structlog.get_logger("mcad.loop.notices")
 
@@ -62,7 +63,7 @@ def same_shortage(about: frozenset[str]) -> frozenset[str]:
 
 class Notices:
     def __init__(self, queued: Queued, appwrappers: Store[AppWrapperView], decisions: Decisions, *,
-                 preemptors: Preemptors, dispatch_retries: RetryTimes, metrics: Metrics,
+                 preemptors: Preemptors, dispatch_retries: RetryReader, metrics: Metrics,
                  clock: Clock, strict_fifo: bool) -> None:
         self._queued = queued
         self._pending = queued.pending

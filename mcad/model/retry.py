@@ -33,7 +33,8 @@ Contract:
 - ``RetryTimes`` adds when each key may be tried again to its ``Backoff``: ``waiting(key)`` is True until then;
   ``remaining(key)`` says how long a timer that fired early still has to wait (None: it waits for nothing);
   ``release_all()`` lets every key go at once (the API server answers again: the failures most likely came from
-  its absence).
+  its absence). ``reader()`` is its read-only face (``RetryReader``: ``waiting`` and ``attempts``), for owners that
+  read the times another owner keeps.
 """
 
 from __future__ import annotations
@@ -257,3 +258,24 @@ class RetryTimes:
         waited = len(self._at)
         self._at.clear()
         return waited
+
+    def reader(self) -> RetryReader:
+        """A read-only face of these times, for readers that must not record failures or successes."""
+        return RetryReader(self)
+
+
+class RetryReader:
+    """What a reader may ask of ``RetryTimes`` another owns: nothing here records a failure or a success."""
+
+    __slots__ = ("_times",)
+
+    def __init__(self, times: RetryTimes) -> None:
+        self._times = times
+
+    def waiting(self, key: str) -> bool:
+        """Its last attempt failed and its time has not come yet."""
+        return self._times.waiting(key)
+
+    def attempts(self, key: str) -> int:
+        """Failed attempts since its last success."""
+        return self._times.attempts(key)

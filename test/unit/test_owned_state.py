@@ -5,7 +5,9 @@
   one of its faces. Checked by reading ``mcad/wiring.py`` with ``ast``.
 - A record class defined beside its writer (``InFlight`` in ``mcad.loop.dispatches``) is named by no other module
   of ``mcad.loop``: no other owner can be handed it by type.
-- The faces cannot be written through, and the readers' parameters are typed as those faces (mypy holds the rest).
+- The faces cannot be written through (the in-flight view is a ``Mapping`` proxy, the dispatch retries' reader a
+  ``RetryReader`` with nothing that records), and the readers' parameters are typed as those faces (mypy holds the
+  rest).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from mcad.loop.dispatches import InFlight
+from mcad.loop.dispatches import DISPATCH_RETRY, InFlight
 from mcad.loop.evictions import Evictions
+from mcad.loop.notices import Notices
 from mcad.loop.queued import Queued
+from mcad.model.retry import FailureKind, RetryReader, RetryTimes
+from test.fakes import FakeClock
 from test.support import write_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,6 +38,8 @@ class Owned(typing.NamedTuple):
 
 OWNED = {
     "InFlight": Owned("Dispatches", frozenset({"view"}), "mcad/loop/dispatches.py"),
+    # The only retry times wiring builds are the dispatches': a new one with another writer earns a row of its own.
+    "RetryTimes": Owned("Dispatches", frozenset({"reader"})),
 }
 
 
@@ -95,8 +102,10 @@ def test_owned_records_reach_readers_only_as_views() -> None:
 WIRING = """
 def loop():
     in_flight = InFlight()
+    retries = RetryTimes(clock, DISPATCH_RETRY)
     queued = Queued(in_flight=in_flight.view)
-    dispatches = Dispatches(queued, in_flight=in_flight)
+    notices = Notices(queued, dispatch_retries=retries.reader())
+    dispatches = Dispatches(queued, in_flight=in_flight, retries=retries)
     evictions = Evictions(in_flight=dispatches.in_flight)
 """
 
@@ -104,9 +113,11 @@ def loop():
 @pytest.mark.parametrize(("files", "expected"), [
     ({"mcad/wiring.py": WIRING}, []),
     ({"mcad/wiring.py": WIRING.replace("in_flight=in_flight.view", "in_flight=in_flight")},
-     ["mcad/wiring.py:4 hands the InFlight record `in_flight` to another than Dispatches"]),
+     ["mcad/wiring.py:5 hands the InFlight record `in_flight` to another than Dispatches"]),
     ({"mcad/wiring.py": WIRING + "    shared = in_flight\n"},
-     ["mcad/wiring.py:7 hands the InFlight record `in_flight` to another than Dispatches"]),
+     ["mcad/wiring.py:9 hands the InFlight record `in_flight` to another than Dispatches"]),
+    ({"mcad/wiring.py": WIRING.replace("dispatch_retries=retries.reader()", "dispatch_retries=retries")},
+     ["mcad/wiring.py:6 hands the RetryTimes record `retries` to another than Dispatches"]),
     ({"mcad/wiring.py": WIRING, "mcad/loop/queued.py": "from mcad.loop.dispatches import InFlight\n",
       "mcad/loop/dispatches.py": "class InFlight:\n    pass\n"},
      ["mcad/loop/queued.py:1 names InFlight, which only Dispatches writes"]),
@@ -129,3 +140,17 @@ def test_the_in_flight_view_cannot_be_written_through() -> None:
 def test_readers_of_the_in_flight_record_take_a_read_only_mapping(reader: type) -> None:
     hint = typing.get_type_hints(reader.__init__)["in_flight"]
     assert typing.get_origin(hint) is Mapping, f"{reader.__name__} takes in_flight as {hint}, not a Mapping"
+
+
+def test_the_dispatch_retries_reader_records_nothing() -> None:
+    times = RetryTimes(FakeClock(), DISPATCH_RETRY)
+    reader = times.reader()
+    times.failed("ns/a", FailureKind.TRANSIENT)
+    assert reader.waiting("ns/a") and reader.attempts("ns/a") == 1, "the reader reads the owner's times live"
+    assert not any(hasattr(reader, name) for name in ("failed", "succeeded", "forget", "release_all", "remaining"))
+    with pytest.raises(AttributeError):
+        reader.backoff = None  # type: ignore[attr-defined]
+
+
+def test_notices_take_the_dispatch_retries_as_a_reader() -> None:
+    assert typing.get_type_hints(Notices.__init__)["dispatch_retries"] is RetryReader
