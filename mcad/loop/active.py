@@ -13,8 +13,13 @@ since those are built with this owner in hand):
   ``requeue_keeping_count`` (requeued for another's sake: a preemptor,
   a reclaim, a worker gone) take it back; ``forget`` drops it when it is gone. Each tells the watchers it no
   longer holds anything (``undispatched``).
-- ``holds_undecided_final(aw, state)``: a final state this loop did not decide (``mcad.loop.decisions``) while its
-  pods still run keeps its reservation and charges, and says so once in a StatusNotDecided Event.
+- ``release_final(aw, state)`` is the one rule for what a final state (Completed, Failed) releases, applied
+  wherever one is found (an AppWrapper's sync, the rebuild after a restart). Status is not proof: what ``aw``
+  holds (reservation, plan, quota charges) goes when this loop decided that state for this very incarnation
+  (``Decisions.decided_final``) or none of its pods still runs; otherwise it keeps what it holds, or takes it again
+  (after a restart nothing is known to be decided here), and a StatusNotDecided Event says so once
+  (``Decisions.tell_undecided``). Released room asks for a cycle. ``finish`` decides a final state here, so it
+  releases at once.
 - ``lasting_room``, ``lasting_free`` and ``start_bound`` tell reservations (``mcad.model.reservations.Horizon``)
   what running work leaves behind, and by when.
 - Capacity that may have grown asks for a dispatch cycle (coalesced) when one has something to do.
@@ -173,17 +178,18 @@ class Active:
         self.views[aw.key] = aw
         self._queue.add_after(keys.PodCounts(aw.key), POD_COUNT_WINDOW_SECONDS)
 
-    def holds_undecided_final(self, aw: AppWrapperView, state: str) -> bool:
-        """True when ``aw``'s final ``state`` may not release what it holds (see the module docstring)."""
-        if self._decisions.decided_final(aw):
-            return False
-        running = self._accountant.live_pods(aw.key)
-        if not running:
-            return False
-        if not self._accountant.holds(aw.key):
-            self.reserve(aw)
-        self._decisions.tell_undecided(aw, state, len(running))
-        return True
+    def release_final(self, aw: AppWrapperView, state: str) -> None:
+        """``aw`` is found in the final ``state``: what it holds goes, unless that state was not decided here while
+        its pods still run; then it keeps (or takes again) its reservation, and says why once (module docstring)."""
+        if not self._decisions.decided_final(aw):
+            running = self._accountant.live_pods(aw.key)
+            if running:
+                if not self._accountant.holds(aw.key):
+                    self.reserve(aw)
+                self._decisions.tell_undecided(aw, state, len(running))
+                return
+        if self.release(aw.key):
+            self.capacity_may_have_grown()
 
     # -- taken back --------------------------------------------------------------------------------------------------
 

@@ -8,8 +8,9 @@ Contract (dispatcher thread only; built by ``mcad.wiring`` and handed to every o
   ``mcad.loop.statussync`` (``self.sync``) writes it until it lands, whatever fails meanwhile (``paced=True``:
   after a token of its pace, for what a waiting AppWrapper is told). A final state
   decided here is remembered per incarnation (uid): ``decided_final(aw)`` tells a final state this loop decided
-  from one written by someone else or before a restart, which releases nothing while pods run
-  (``mcad.loop.active``).
+  from one written by someone else or before a restart. What that means for what it holds is
+  ``Active.release_final``'s rule (``mcad.loop.active``), the only reader of ``decided_final`` and
+  ``tell_undecided``.
 - ``event(aw, reason, message)`` records an Event on the AppWrapper (the recorder rate-limits and never blocks);
   ``note(aw, decision, message)`` is a decision: counted in the metrics and told as its Event; ``fail`` is the
   Failed decision with its reason.

@@ -17,14 +17,13 @@ Contract:
   (``mcad.loop.cycle``). Capacity that frees up triggers a cycle at once; there are no timed sleeps.
 - An AppWrapper's sync (``_sync_appwrapper``): gone, it is forgotten by every owner and its objects are cleaned
   up (``Sites.deleted``); in its retry pause after a reset, it is left there (``mcad.loop.health``); queued, it
-  is failed when its spec or namespace forbids it, else queued (``mcad.loop.queued``); in a final state, it
-  releases what it holds unless that state was not decided here while its pods run
-  (``Active.holds_undecided_final``), and its objects are cleaned up on time (``mcad.loop.health``); dispatched,
+  is failed when its spec or namespace forbids it, else queued (``mcad.loop.queued``); in a final state, what it
+  holds is released by the one rule for that (``Active.release_final``), and its objects are cleaned up on time
+  (``mcad.loop.health``); dispatched,
   it is adopted, followed and its health checked (``mcad.loop.active``, ``mcad.loop.follower``,
   ``mcad.loop.health``). A node whose facts change makes the AppWrappers on it look again.
-- Status is not proof of a final state: capacity and quota are released on a final state (Completed, Failed) only
-  when this loop decided it (for this incarnation, uid) or none of the AppWrapper's pods is still running
-  (``mcad.loop.decisions``, ``mcad.loop.active``); ``rebuild`` reads the pods first so this holds after a restart.
+- Status is not proof of a final state: what a final state releases is ``Active.release_final``'s to decide, at a
+  sync and at the ``rebuild``, which reads the pods first so that the rule holds after a restart.
 """
 
 from __future__ import annotations
@@ -251,10 +250,8 @@ class Dispatcher:
                 self.active.reserve(aw)
             elif current.resetting_since:
                 self.active.reserve(aw)  # in its retry pause: its room stays held (``mcad.loop.health``)
-            elif current.state in FINAL_STATES and self.accountant.live_pods(aw.key):
-                # Not known to be decided here (this process decided nothing yet): its running pods keep it
-                # charged, as its sync will say (``Active.holds_undecided_final``).
-                self.active.reserve(aw)
+            elif current.state in FINAL_STATES:
+                self.active.release_final(aw, current.state)  # after the pods: those still running keep it charged
             elif self.queued.is_queued(aw) and aw.namespace not in self.settings.protected_namespaces:
                 self.queued.enqueue(aw)  # a protected one is failed by its sync, never queued
         if self.fit == "nodes":
@@ -382,8 +379,7 @@ class Dispatcher:
         self.pending.remove(key)
         state = self.decisions.state(aw)
         if state in FINAL_STATES:
-            if not self.active.holds_undecided_final(aw, state) and self.active.release(key):
-                self.active.capacity_may_have_grown()
+            self.active.release_final(aw, state)
             self.owners.health.finished(aw)
             return
         self.active.adopt(aw)

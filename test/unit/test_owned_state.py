@@ -5,6 +5,8 @@
   one of its faces. Checked by reading ``mcad/wiring.py`` with ``ast``.
 - A record class defined beside its writer (``InFlight`` in ``mcad.loop.dispatches``) is named by no other module
   of ``mcad.loop``: no other owner can be handed it by type.
+- The rule for what a final state releases is in one place, ``Active.release_final``: no module of ``mcad`` but
+  ``mcad/loop/active.py`` calls what it reads of ``Decisions`` (``RELEASE_RULE``).
 - The faces cannot be written through (the in-flight view is a ``Mapping`` proxy, the dispatch retries' reader a
   ``RetryReader`` with nothing that records), and the readers' parameters are typed as those faces (mypy holds the
   rest).
@@ -41,6 +43,10 @@ OWNED = {
     # The only retry times wiring builds are the dispatches': a new one with another writer earns a row of its own.
     "RetryTimes": Owned("Dispatches", frozenset({"reader"})),
 }
+
+
+# What the rule for releasing a final state reads and tells, and the one module that may call it.
+RELEASE_RULE = (frozenset({"decided_final", "tell_undecided"}), "mcad/loop/active.py")
 
 
 def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
@@ -154,3 +160,29 @@ def test_the_dispatch_retries_reader_records_nothing() -> None:
 
 def test_notices_take_the_dispatch_retries_as_a_reader() -> None:
     assert typing.get_type_hints(Notices.__init__)["dispatch_retries"] is RetryReader
+
+
+def release_rule_callers(root: Path) -> list[str]:
+    """Calls, outside the module that holds the rule, of what the rule for releasing a final state reads."""
+    methods, home = RELEASE_RULE
+    found = []
+    for path in sorted((root / "mcad").rglob("*.py")):
+        relative = str(path.relative_to(root))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in methods \
+                    and relative != home:
+                found.append(f"{relative}:{node.lineno} calls {node.func.attr}: only {home} applies that rule")
+    return found
+
+
+def test_the_rule_for_releasing_a_final_state_is_in_one_place() -> None:
+    assert release_rule_callers(REPO) == []
+
+
+def test_a_second_place_applying_the_release_rule_is_reported(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, {
+        "mcad/loop/active.py": "def release_final(self, aw):\n    return self._decisions.decided_final(aw)\n",
+        "mcad/loop/dispatcher.py": "def sync(self, aw):\n    if not self.decisions.decided_final(aw):\n        pass\n",
+    })
+    assert release_rule_callers(root) == [
+        "mcad/loop/dispatcher.py:2 calls decided_final: only mcad/loop/active.py applies that rule"]
