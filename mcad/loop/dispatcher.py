@@ -5,7 +5,10 @@ Contract:
   and the only one that reads or writes what is decided (the accountant and the owners in ``Owners``), so the hot
   path has no locks. Other threads read what the loop publishes (``LoopState`` for metrics, /debug snapshots built
   between two keys through ``call``) and never its maps. Each kind of key has one handler (``_handlers``); a key
-  of no known kind is a bug: it is dropped with an error.
+  of no known kind is a bug: it is dropped with an error. Likewise each kind of write outcome (what a job of the
+  write pool returned or raised, collected on its ``Written`` key) goes to the owner that submitted it
+  (``_outcomes``, by the outcome's class or the nearest base listed); an outcome of no known kind is a bug, logged
+  as an error and dropped.
 - The loop builds nothing: ``mcad.wiring`` builds every owner and hands them over in ``Owners``. Each owner is
   handed the others it needs, so none calls back into this class; the loop only routes keys and runs the steps
   of a sync in order. Where objects go (this cluster, or in hub mode a worker) is the ``Sites``' business: the
@@ -103,6 +106,7 @@ class Dispatcher:
         self._published_at = float("-inf")
         self._publish_due = False
         self._handlers = self._handler_table()
+        self._outcomes = self._outcome_table()
         appwrappers.add_handler(lambda _t, old, new: queue.add(AppWrapperEvent(either(new, old).key)))
         nodes.add_handler(lambda _t, old, new: queue.add(keys.NodeEvent(either(new, old).name)))
         pods.add_handler(lambda _t, old, new: queue.add(keys.PodEvent(either(new, old).uid)))
@@ -202,6 +206,18 @@ class Dispatcher:
             **o.sites.handlers(),
         }
 
+    def _outcome_table(self) -> dict[type[Any], Callable[[str, Any], None]]:
+        """What each kind of write outcome (``mcad.k8s.writes``) means: the owner it goes to, with its key."""
+        o = self.owners
+        return {
+            Dispatched: o.dispatches.done,
+            Cleaned: o.sites.cleaned,
+            StatusWritten: o.decisions.sync.written,
+            Ungated: lambda _key, outcome: o.pinning.done(outcome),
+            type(None): lambda _key, _outcome: None,  # a job with nothing to report: deletes, QuotaSubtree status
+            Exception: lambda key, err: log.error("background write failed", appwrapper=key, error=repr(err)),
+        }
+
     def _recovered(self) -> None:
         """The API server answers again: what waits out a backoff most likely failed because it was away."""
         self.dispatches.recovered()
@@ -278,18 +294,14 @@ class Dispatcher:
     # ------------------------------------------------------------------------------------------ key handlers
 
     def _collect(self, key: str) -> None:
-        """Outcomes of background writes for one AppWrapper, in the order they finished."""
+        """Outcomes of background writes for one AppWrapper (or pod, or QuotaSubtree), in the order they finished,
+        each to its owner (``_outcomes``)."""
         for outcome in self.writes.results(key):
-            if isinstance(outcome, Dispatched):
-                self.dispatches.done(key, outcome)
-            elif isinstance(outcome, Cleaned):
-                self.sites.cleaned(key, outcome)
-            elif isinstance(outcome, StatusWritten):
-                self.decisions.sync.written(key, outcome)
-            elif isinstance(outcome, Ungated):
-                self.pinning.done(outcome)
-            elif isinstance(outcome, Exception):
-                log.error("background write failed", appwrapper=key, error=repr(outcome))
+            handler = next((self._outcomes[kind] for kind in type(outcome).__mro__ if kind in self._outcomes), None)
+            if handler is None:  # a bug where the job was written: it returned what nobody reads
+                log.error("a write outcome of no known kind: dropped", appwrapper=key, outcome=repr(outcome))
+                continue
+            handler(key, outcome)
 
     def _sync_quota(self) -> None:
         """A QuotaSubtree changed: rebuild the forest, re-derive every charge, and look at the queue again (queued

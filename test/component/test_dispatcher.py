@@ -8,6 +8,7 @@ import itertools
 from typing import Any
 
 import pytest
+import structlog
 
 from mcad.k8s.kube import ApiError
 from mcad.loop.dispatcher import UnknownKey
@@ -258,6 +259,27 @@ def test_a_key_of_no_known_kind_raises_and_is_dropped_not_retried(harness_factor
     h.clock.advance(3600)
     assert all(not isinstance(k, tuple) for k in iter(lambda: h.dispatcher.process_next(timeout=0), None)), \
         "dropped, not retried with backoff"
+
+
+def test_a_write_outcome_of_no_known_kind_is_logged_as_a_bug_and_dropped(harness_factory: Any) -> None:
+    """Outcomes go to their owners by kind (``Dispatcher._outcome_table``); one nobody reads is a bug where the job
+    was written, told as such, and the loop carries on; a job with nothing to report returns None, which is fine."""
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "1")], fit="aggregate")
+    h.drain()
+    refused = ApiError(500, "InternalError", "refused")
+
+    def raises() -> None:
+        raise refused
+
+    with structlog.testing.capture_logs() as logs:
+        h.dispatcher.writes.submit("ns/a", lambda: ("created", "ns/a"), tenant="ns")
+        h.dispatcher.writes.submit("ns/a", lambda: None, tenant="ns")
+        h.dispatcher.writes.submit("ns/a", raises, tenant="ns")
+        h.drain()
+    assert [(e["event"], e.get("outcome", e.get("error"))) for e in logs if e["log_level"] == "error"] == [
+        ("a write outcome of no known kind: dropped", "('created', 'ns/a')"),
+        ("background write failed", repr(refused))]
+    assert last_status(h, "a")["state"] == "Running"
 
 
 def test_a_backlog_found_at_start_is_told_why_it_waits_with_one_fit_check_per_group(
