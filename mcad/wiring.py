@@ -56,7 +56,7 @@ from mcad.k8s.workqueue import WorkQueue
 from mcad.k8s.wrapped import WrappedObjects, informer_factory
 from mcad.k8s.writes import Writes
 from mcad.loop.active import Active
-from mcad.loop.cycle import DispatchCycle
+from mcad.loop.cycle import CycleOwners, DispatchCycle
 from mcad.loop.decisions import Decisions
 from mcad.loop.dispatcher import Dispatcher
 from mcad.loop.dispatches import DISPATCH_RETRY, Dispatches, InFlight
@@ -64,10 +64,11 @@ from mcad.loop.evictions import (
     BACKOFF_CAP_FACTOR,
     DEFAULT_MAX_EVICTIONS_PER_MINUTE,
     DEFAULT_PREEMPTION_BACKOFF_SECONDS,
+    EvictionOwners,
     Evictions,
 )
 from mcad.loop.follower import Follower
-from mcad.loop.health import Health
+from mcad.loop.health import Health, HealthOwners
 from mcad.loop.notices import Notices
 from mcad.loop.owners import Owners, Settings
 from mcad.loop.ownership import Ownership
@@ -76,6 +77,7 @@ from mcad.loop.queued import Queued
 from mcad.loop.quotastatus import QuotaStatusWriter
 from mcad.loop.sites import LocalCluster, Sites
 from mcad.loop.statussync import StatusSync
+from mcad.loop.tools import LoopTools
 from mcad.metrics import Metrics
 from mcad.model import quota, tenancy
 from mcad.model.accounting import Accountant
@@ -135,6 +137,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     # Quota trees: None when not served (no QuotaSubtree CRD, or --no-quota); then nothing is charged.
     accountant = Accountant(quota_trees=quota_subtrees is not None, node_health=node_health)
     writes = Writes(queue, workers=write_workers)
+    tools = LoopTools(queue=queue, clock=clock, writes=writes, metrics=metrics)
     pace = TokenBucket(backoff_status_rate, BACKOFF_STATUS_BURST, clock) if backoff_status_rate > 0 else None
     decisions = Decisions(StatusSync(writer, writes, queue, Backoff(clock, STATUS_RETRY), clock, pace), recorder,
                           metrics, clock)
@@ -166,26 +169,24 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     dispatches = Dispatches(active, queued, decisions, notices, appwrappers=appwrappers, accountant=accountant,
                             sites=sites, writer=writer, writes=writes, queue=queue, retries=dispatch_retries,
                             in_flight=in_flight)
-    evictions = Evictions(preemptors, accountant, targets, active=active, decisions=decisions, notices=notices,
-                          in_flight=dispatches.in_flight, appwrappers=appwrappers, queue=queue, clock=clock,
-                          writes=writes,
-                          pods=writer, priority_preemption=preemption,
+    evictions = Evictions(EvictionOwners(preemptors, accountant, targets, active=active, decisions=decisions,
+                                         notices=notices, in_flight=dispatches.in_flight, appwrappers=appwrappers),
+                          tools, pods=writer, priority_preemption=preemption,
                           budget=EvictionBudget(max_evictions_per_minute))
     ownership = Ownership(appwrappers=appwrappers, pods=pods, objects_of=sites.wrapped_of)
     pinning = Pinning(binding=binding, accountant=accountant, pods=pods, where=where, writes=writes, queue=queue,
                       queued=queued, active=active, decisions=decisions, appwrappers=appwrappers, recorder=recorder,
                       metrics=metrics, ownership=ownership, timer=clock.monotonic)
-    health = Health(active, queued, decisions, appwrappers=appwrappers, accountant=accountant,
-                    sites=sites, defaults=fault_defaults, writer=writer, writes=writes,
-                    queue=queue, clock=clock, metrics=metrics, by_nodes=by_nodes)
+    health = Health(HealthOwners(active, queued, decisions, appwrappers=appwrappers, accountant=accountant,
+                                 sites=sites), tools, defaults=fault_defaults, writer=writer, by_nodes=by_nodes)
     follower = Follower(active, queued, decisions, appwrappers=appwrappers, accountant=accountant, sites=sites,
                         unplaced=pinning, health=health, queue=queue, clock=clock)
     active.connect(sites, watchers=(follower, pinning, health), placing=pinning.placing)
     held = Reservations(reservations, targets, active)
-    cycle = DispatchCycle(appwrappers, accountant, queued=queued, active=active, decisions=decisions,
-                          dispatches=dispatches, evictions=evictions, reservations=held, notices=notices,
-                          pinning=pinning, sites=sites, preemptors=preemptors, targets=targets, queue=queue,
-                          clock=clock, metrics=metrics, strict_fifo=strict_fifo, by_nodes=by_nodes)
+    cycle = DispatchCycle(CycleOwners(appwrappers, accountant, queued=queued, active=active, decisions=decisions,
+                                      dispatches=dispatches, evictions=evictions, reservations=held, notices=notices,
+                                      pinning=pinning, sites=sites, preemptors=preemptors, targets=targets),
+                          tools, strict_fifo=strict_fifo, by_nodes=by_nodes)
     quota_status = QuotaStatusWriter(accountant.quota, quota_subtrees, writer, writes) \
         if accountant.quota is not None and quota_subtrees is not None else None
     owners = Owners(accountant=accountant, decisions=decisions, queued=queued, active=active, dispatches=dispatches,

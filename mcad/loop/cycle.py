@@ -1,6 +1,7 @@
 """One dispatch cycle: a pass over the queue that dispatches what fits and tells the rest why they wait.
 
-Contract (dispatcher thread only; built by ``mcad.wiring`` with the owners each step calls on):
+Contract (dispatcher thread only; built by ``mcad.wiring`` with the owners each step calls on, in one frozen
+``CycleOwners``, and the loop's ``LoopTools``):
 ``run()`` is one pass over the queued AppWrappers in dispatch order (priority, creation time, name), one candidate
 per demand group (the next of a group too when its candidate took a reservation and more are left):
 1. Snapshot the free room (``Accountant.snapshot``); pods of dispatched AppWrappers beyond their plans are placed
@@ -30,14 +31,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import structlog
 
 from mcad.api.appwrapper import AppWrapperView
-from mcad.clock import Clock
 from mcad.k8s.informer import Store
-from mcad.k8s.workqueue import WorkQueue
 from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
 from mcad.loop.dispatches import Dispatches
@@ -46,13 +46,13 @@ from mcad.loop.notices import Notices
 from mcad.loop.pinning import Pinning
 from mcad.loop.queued import Queued
 from mcad.loop.sites import Sites
-from mcad.metrics import Metrics
+from mcad.loop.tools import LoopTools
 from mcad.model import disclosure, lifecycle, status
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.assess import QueueAssessment, assess
 from mcad.model.fifo import BEHIND_IN_DOMAIN, StrictFifo
 from mcad.model.fit import Targets, could_ever_fit, refused
-from mcad.model.keys import DISPATCH, Key
+from mcad.model.keys import DISPATCH
 from mcad.model.plans import Plan
 from mcad.model.preemption import Preemptors, preemption_refusal
 from mcad.model.reservations import BEHIND, Pass, Reservations
@@ -62,28 +62,44 @@ log = structlog.get_logger("mcad.loop.dispatcher")
 Waiting = tuple[AppWrapperView, frozenset[str], Callable[[], str]]
 
 
+@dataclass(frozen=True, slots=True)
+class CycleOwners:
+    """Every owner the cycle's steps call on (see the module docstring), and the AppWrappers it reads."""
+
+    appwrappers: Store[AppWrapperView]
+    accountant: Accountant
+    queued: Queued
+    active: Active
+    decisions: Decisions
+    dispatches: Dispatches
+    evictions: Evictions
+    reservations: Reservations
+    notices: Notices
+    pinning: Pinning
+    sites: Sites
+    preemptors: Preemptors
+    targets: Targets
+
+
 class DispatchCycle:
-    def __init__(self, appwrappers: Store[AppWrapperView], accountant: Accountant, *, queued: Queued, active: Active,
-                 decisions: Decisions, dispatches: Dispatches, evictions: Evictions, reservations: Reservations,
-                 notices: Notices, pinning: Pinning, sites: Sites, preemptors: Preemptors, targets: Targets,
-                 queue: WorkQueue[Key], clock: Clock, metrics: Metrics, strict_fifo: bool, by_nodes: bool) -> None:
-        self._appwrappers = appwrappers
-        self._accountant = accountant
-        self._queued = queued
-        self._pending = queued.pending
-        self._active = active
-        self._decisions = decisions
-        self._dispatches = dispatches
-        self._evictions = evictions
-        self._reservations = reservations
-        self._notices = notices
-        self._pinning = pinning
-        self._sites = sites
-        self._preemptors = preemptors
-        self._targets = targets
-        self._queue = queue
-        self._clock = clock
-        self._metrics = metrics
+    def __init__(self, owners: CycleOwners, tools: LoopTools, *, strict_fifo: bool, by_nodes: bool) -> None:
+        self._appwrappers = owners.appwrappers
+        self._accountant = owners.accountant
+        self._queued = owners.queued
+        self._pending = owners.queued.pending
+        self._active = owners.active
+        self._decisions = owners.decisions
+        self._dispatches = owners.dispatches
+        self._evictions = owners.evictions
+        self._reservations = owners.reservations
+        self._notices = owners.notices
+        self._pinning = owners.pinning
+        self._sites = owners.sites
+        self._preemptors = owners.preemptors
+        self._targets = owners.targets
+        self._queue = tools.queue
+        self._clock = tools.clock
+        self._metrics = tools.metrics
         self._strict_fifo = strict_fifo
         self._by_nodes = by_nodes
         self.count = 0

@@ -1,7 +1,8 @@
 """Carrying out preemption and quota reclaim: victims requeued, their preemptor waiting for them, and giving up.
 
 Contract (the dispatcher thread runs this; ``mcad.model.preemption`` chooses, this module acts: victims are taken
-back through ``mcad.loop.active``, the preemptor is told through ``mcad.loop.notices``; built by ``mcad.wiring``):
+back through ``mcad.loop.active``, the preemptor is told through ``mcad.loop.notices``; built by ``mcad.wiring``
+with what it reads and acts through in one frozen ``EvictionOwners``, and the loop's ``LoopTools``):
 - ``makes_room(aw, need, snapshot)`` is asked by a dispatch cycle for a queued AppWrapper that does not fit. Its
   ``holds`` is True while ``aw`` holds the queue because victims go away for it: it waits for those it chose
   earlier, or it chooses some now, quota reclaim first (borrowers above it), then, with ``--preemption``, priority
@@ -36,19 +37,17 @@ import structlog
 from mcad.api.appwrapper import ACTIVE_STATES, AppWrapperView
 from mcad.api.resources import ResourceVector
 from mcad.api.views import PodView
-from mcad.clock import Clock
 from mcad.errors import ApiError
 from mcad.k8s import events
 from mcad.k8s.informer import Store
-from mcad.k8s.workqueue import WorkQueue
-from mcad.k8s.writes import Writes
 from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
 from mcad.loop.notices import Notices
+from mcad.loop.tools import LoopTools
 from mcad.model import disclosure, lifecycle, status
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.fit import Targets
-from mcad.model.keys import DISPATCH, Key
+from mcad.model.keys import DISPATCH
 from mcad.model.preemption import (
     Candidate,
     EvictionBudget,
@@ -93,24 +92,38 @@ class PodDeleter(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class EvictionOwners:
+    """What ``Evictions`` reads and acts through: victims chosen among what ``active`` holds (not those in flight:
+    ``in_flight``, the read-only view of ``mcad.loop.dispatches``' record) and taken back through it, preemptors
+    told through ``notices``, Events through ``decisions``; who waits for whom is the ``preemptors``'."""
+
+    preemptors: Preemptors
+    accountant: Accountant
+    targets: Targets
+    active: Active
+    decisions: Decisions
+    notices: Notices
+    in_flight: Mapping[str, AppWrapperView]
+    appwrappers: Store[AppWrapperView]
+
+
 class Evictions:
-    def __init__(self, preemptors: Preemptors, accountant: Accountant, targets: Targets, *, active: Active,
-                 decisions: Decisions, notices: Notices, in_flight: Mapping[str, AppWrapperView],
-                 appwrappers: Store[AppWrapperView], queue: WorkQueue[Key], clock: Clock, writes: Writes,
-                 pods: PodDeleter, priority_preemption: bool, budget: EvictionBudget | None = None) -> None:
-        self.preemptors = preemptors
+    def __init__(self, owners: EvictionOwners, tools: LoopTools, *, pods: PodDeleter, priority_preemption: bool,
+                 budget: EvictionBudget | None = None) -> None:
+        self.preemptors = owners.preemptors
         self.budget = budget if budget is not None else EvictionBudget(DEFAULT_MAX_EVICTIONS_PER_MINUTE)
-        self._accountant = accountant
-        self._targets = targets
-        self._active = active
-        self._decisions = decisions
-        self._notices = notices
-        self._dispatched = active.views  # read live
-        self._in_flight = in_flight  # dispatches under way: a read-only view (mcad.loop.dispatches owns the record)
-        self._appwrappers = appwrappers
-        self._queue = queue
-        self._clock = clock
-        self._writes = writes
+        self._accountant = owners.accountant
+        self._targets = owners.targets
+        self._active = owners.active
+        self._decisions = owners.decisions
+        self._notices = owners.notices
+        self._dispatched = owners.active.views  # read live
+        self._in_flight = owners.in_flight
+        self._appwrappers = owners.appwrappers
+        self._queue = tools.queue
+        self._clock = tools.clock
+        self._writes = tools.writes
         self._pods = pods
         self._priority_preemption = priority_preemption
 

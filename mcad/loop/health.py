@@ -2,7 +2,8 @@
 failure when retries run out, and cleanup on time: upstream AppWrapper v1beta2's fault tolerance, with its
 annotation names, for the v1beta1 AppWrappers mcad serves.
 
-Contract (dispatcher thread only; built by ``mcad.wiring``, a watcher of ``Active``; the policy of each AppWrapper
+Contract (dispatcher thread only; built by ``mcad.wiring`` with the owners it acts through in one frozen
+``HealthOwners`` and the loop's ``LoopTools``, a watcher of ``Active``; the policy of each AppWrapper
 is ``mcad.api.faulttolerance.policy`` of its annotations and the cluster's ``FaultDefaults``):
 - ``check(aw)`` runs on every event of a dispatched AppWrapper (its pods, its wrapped objects, its nodes), after
   the follower, and on its ``HealthDue`` timer. In order, the first that holds decides:
@@ -68,19 +69,16 @@ from mcad.api.faulttolerance import FaultDefaults, FaultPolicy, format_duration
 from mcad.api.resources import ResourceVector
 from mcad.api.views import PodView
 from mcad.api.wrappedview import NotSynced
-from mcad.clock import Clock
 from mcad.k8s import events
 from mcad.k8s.informer import Store
-from mcad.k8s.workqueue import WorkQueue
-from mcad.k8s.writes import Writes
 from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
 from mcad.loop.queued import Queued
 from mcad.loop.sites import Sites
-from mcad.metrics import Metrics
+from mcad.loop.tools import LoopTools
 from mcad.model import lifecycle, status
 from mcad.model.accounting import Accountant
-from mcad.model.keys import DISPATCH, HealthDue, Key
+from mcad.model.keys import DISPATCH, HealthDue
 from mcad.model.plans import Plan
 from mcad.model.resetbudget import ResetBudget
 from mcad.model.status import (
@@ -134,22 +132,35 @@ def _pod_failure(pod: PodView) -> str:
     return f"pod {pod.name} {pod.failure.describe()}" + (f" on node {pod.node_name}" if pod.node_name else "")
 
 
+@dataclass(frozen=True, slots=True)
+class HealthOwners:
+    """What ``Health`` reads and acts through: AppWrappers are taken back through ``active``, put back in the
+    queue through ``queued``, told through ``decisions``; their pods and nodes are the accountant's, their objects
+    the sites'."""
+
+    active: Active
+    queued: Queued
+    decisions: Decisions
+    appwrappers: Store[AppWrapperView]
+    accountant: Accountant
+    sites: Sites
+
+
 class Health:
-    def __init__(self, active: Active, queued: Queued, decisions: Decisions, *, appwrappers: Store[AppWrapperView],
-                 accountant: Accountant, sites: Sites, defaults: FaultDefaults, writer: HealthWriter, writes: Writes,
-                 queue: WorkQueue[Key], clock: Clock, metrics: Metrics, by_nodes: bool) -> None:
-        self._active = active
-        self._queued = queued
-        self._decisions = decisions
-        self._appwrappers = appwrappers
-        self._accountant = accountant
-        self._sites = sites
+    def __init__(self, owners: HealthOwners, tools: LoopTools, *, defaults: FaultDefaults, writer: HealthWriter,
+                 by_nodes: bool) -> None:
+        self._active = owners.active
+        self._queued = owners.queued
+        self._decisions = owners.decisions
+        self._appwrappers = owners.appwrappers
+        self._accountant = owners.accountant
+        self._sites = owners.sites
         self._defaults = defaults
         self._writer = writer
-        self._writes = writes
-        self._queue = queue
-        self._clock = clock
-        self._metrics = metrics
+        self._writes = tools.writes
+        self._queue = tools.queue
+        self._clock = tools.clock
+        self._metrics = tools.metrics
         self._by_nodes = by_nodes  # --fit=nodes: a reset holds room on nodes (else an amount)
         self._default_policy = faulttolerance.policy({}, defaults)
         # Per dispatch: those whose pods all ran (start-up not checked again), and the items seen to exist.

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from mcad.loop.dispatches import DISPATCH_RETRY, InFlight
-from mcad.loop.evictions import Evictions
+from mcad.loop.evictions import EvictionOwners
 from mcad.loop.notices import Notices
 from mcad.loop.queued import Queued
 from mcad.model.retry import FailureKind, RetryReader, RetryTimes
@@ -142,10 +142,10 @@ def test_the_in_flight_view_cannot_be_written_through() -> None:
     assert not any(hasattr(view, name) for name in ("pop", "clear", "update", "setdefault", "popitem"))
 
 
-@pytest.mark.parametrize("reader", [Queued, Evictions])
-def test_readers_of_the_in_flight_record_take_a_read_only_mapping(reader: type) -> None:
-    hint = typing.get_type_hints(reader.__init__)["in_flight"]
-    assert typing.get_origin(hint) is Mapping, f"{reader.__name__} takes in_flight as {hint}, not a Mapping"
+@pytest.mark.parametrize("reader", [Queued.__init__, EvictionOwners])
+def test_readers_of_the_in_flight_record_take_a_read_only_mapping(reader: typing.Any) -> None:
+    hint = typing.get_type_hints(reader)["in_flight"]
+    assert typing.get_origin(hint) is Mapping, f"{reader.__qualname__} takes in_flight as {hint}, not a Mapping"
 
 
 def test_the_dispatch_retries_reader_records_nothing() -> None:
