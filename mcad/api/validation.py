@@ -50,7 +50,7 @@ from typing import Any, Final
 
 from mcad.api.raw import as_list, as_mapping
 from mcad.api.resources import canonical_entries
-from mcad.api.workloads import WorkloadError, format_path, pod_sets
+from mcad.api.workloads import PodSet, WorkloadError, format_path, pod_sets
 
 # The AppWrapper's name is the value of the label workload.codeflare.dev/appwrapper on every wrapped object and
 # pod, and label values are at most 63 characters.
@@ -179,16 +179,21 @@ def problems(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> list[st
     return out
 
 
-def _scheduler_problems(item: Any, limits: Limits) -> Iterator[str]:
-    template = as_mapping(item).get("generictemplate")
+def _template_pod_sets(item: Mapping[str, Any]) -> list[PodSet]:
+    """The pod templates of an item's generictemplate ([] when it has none, or a replica count is bad: the demand
+    computation names that)."""
+    template = item.get("generictemplate")
     if not isinstance(template, Mapping):
-        return
+        return []
     try:
-        sets = pod_sets(template)
+        return pod_sets(template)
     except WorkloadError:
-        return  # a bad replica count: the demand computation names it
+        return []
+
+
+def _scheduler_problems(item: Any, limits: Limits) -> Iterator[str]:
     allowed = ", ".join(sorted({DEFAULT_SCHEDULER, *limits.scheduler_names}))
-    for pod_set in sets:
+    for pod_set in _template_pod_sets(as_mapping(item)):
         name = as_mapping(pod_set.template.get("spec")).get("schedulerName")
         if not limits.allows_scheduler(name):
             where = format_path(("generictemplate", *pod_set.path, "spec", "schedulerName"))
@@ -275,14 +280,7 @@ def _item_quantity_problems(item: Any) -> Iterator[str]:
         entry = as_mapping(entry)
         for key in ("requests", "limits"):
             yield from _too_large(as_mapping(entry.get(key)), f"custompodresources[{j}].{key}")
-    template = item.get("generictemplate")
-    if not isinstance(template, Mapping):
-        return
-    try:
-        sets = pod_sets(template)
-    except WorkloadError:
-        return  # a bad replica count: the demand computation names it
-    for pod_set in sets:
+    for pod_set in _template_pod_sets(item):
         spec = as_mapping(pod_set.template.get("spec"))
         where = format_path(("generictemplate", *pod_set.path, "spec"))
         for group in ("initContainers", "containers"):

@@ -175,6 +175,17 @@ def check(sim: Sim, tenant: Tenant) -> None:
             assert gates == [PLACEMENT_GATE], f"{name}, with a forged controller, was ungated"
 
 
+def claim_room_a_pod_left(sim: Sim, tenant: Tenant) -> None:
+    """AppWrapper aw0 (3 pods) runs, one of its pods completes, and the tenant makes a pod naming its Job's real uid:
+    pinned beyond the plan, into the room the demand has left."""
+    sim.add(job_aw("aw0", 3, 1, 0))
+    sim.settle()
+    tenant.finish_a_pod()
+    sim.settle()
+    tenant.forge("aw0", how="real uid")
+    sim.settle()
+
+
 @pytest.mark.parametrize("seed", range(int(os.environ.get("MCAD_SIM_SEEDS", "8"))))
 def test_forged_deleted_and_relabelled_pods_never_hold_room_or_count(harness_factory: Any, seed: int) -> None:
     rng = random.Random(seed)
@@ -186,12 +197,7 @@ def test_forged_deleted_and_relabelled_pods_never_hold_room_or_count(harness_fac
     live: list[str] = ["aw0"]
     # First what the review did by hand: one of a running AppWrapper's pods completes, and a pod naming its real
     # controller is pinned into the room its demand has left.
-    sim.add(job_aw("aw0", 3, 1, 0))
-    sim.settle()
-    tenant.finish_a_pod()
-    sim.settle()
-    tenant.forge("aw0", how="real uid")
-    sim.settle()
+    claim_room_a_pod_left(sim, tenant)
     check(sim, tenant)
     for _step in range(60):
         action = rng.random()
@@ -232,12 +238,7 @@ def test_room_pinned_for_a_pod_no_scheduler_binds_is_given_back(harness_factory:
     objects.writer = sim.writer
     tenant = Tenant(sim, random.Random(0))
     d = sim.h.dispatcher
-    sim.add(job_aw("aw0", 3, 1, 0))
-    sim.settle()
-    tenant.finish_a_pod()
-    sim.settle()
-    tenant.forge("aw0", how="real uid")
-    sim.settle()
+    claim_room_a_pod_left(sim, tenant)
     [forged] = tenant.forged
     assert f"uid-{forged}" in d.accountant.plans.pins(), "pinned beyond the plan, within the demand"
     sim.h.clock.advance(EXTRA_BIND_SECONDS - 1)
