@@ -25,7 +25,7 @@ points imports it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
 from typing import Any
 
 from mcad.api.appwrapper import (
@@ -38,13 +38,10 @@ from mcad.api.appwrapper import (
     appwrapper_view,
     reuse_spec,
 )
-from mcad.api.faulttolerance import DEFAULTS, FaultDefaults
-from mcad.api.validation import DEFAULT_LIMITS, Limits
 from mcad.api.views import NodeView, PodView, node_view, pod_view
 from mcad.clock import Clock, RealClock
 from mcad.errors import ApiError
 from mcad.hub.connections import Hub
-from mcad.hub.placement import Policy as ClusterPolicy
 from mcad.hub.placement import WorkerPlacement
 from mcad.hub.sites import WorkerClusters, WorkerPods, WorkerSites
 from mcad.k8s import events, kube
@@ -62,8 +59,6 @@ from mcad.loop.dispatcher import Dispatcher
 from mcad.loop.dispatches import DISPATCH_RETRY, Dispatches, InFlight
 from mcad.loop.evictions import (
     BACKOFF_CAP_FACTOR,
-    DEFAULT_MAX_EVICTIONS_PER_MINUTE,
-    DEFAULT_PREEMPTION_BACKOFF_SECONDS,
     EvictionOwners,
     Evictions,
 )
@@ -83,10 +78,10 @@ from mcad.model import quota, tenancy
 from mcad.model.accounting import Accountant
 from mcad.model.fit import SingleCluster, Targets
 from mcad.model.keys import RECOVERED, AppWrapperEvent, Key
-from mcad.model.nodehealth import NodeHealth
 from mcad.model.preemption import EvictionBudget, Preemptors
-from mcad.model.reservations import DEFAULT_RESERVATIONS, Reservations
+from mcad.model.reservations import Reservations
 from mcad.model.retry import Backoff, Policy, RetryTimes, TokenBucket
+from mcad.settings import DEFAULT_API, DEFAULT_SCHEDULING, ApiSettings, SchedulingSettings
 
 # How a queued AppWrapper is judged to fit: "nodes" packs its pods onto the nodes' free room (first-fit
 # decreasing; taints, nodeSelector, affinity), "aggregate" compares its total demand with the cluster's free total.
@@ -95,33 +90,23 @@ FIT_MODES = ("nodes", "aggregate")
 # fault's end, at most 50 a second in all; giving up only stops the timer (the next event of the AppWrapper writes
 # again). Failed object writes: mcad.loop.dispatches.
 STATUS_RETRY = Policy(base=0.25, cap=4.0, rate=50.0, burst=500, give_up_attempts=20, give_up_seconds=300.0)
-# A preemptor waits this long for its victims' pods to go before it force-deletes those whose grace period is
-# over and stops holding the queue (a pod finalizer or a process ignoring SIGTERM would hold it for ever).
-DEFAULT_VICTIM_TIMEOUT_SECONDS = 300.0
-# What waiting AppWrappers are told (their Backoff status) is written at most this often a second after a burst of
-# this many, as their Events are (mcad.k8s.events): under a flood of arrivals the API server's writes go to
-# dispatches, and an AppWrapper dispatched before its turn never costs a Backoff write.
-DEFAULT_BACKOFF_STATUS_RATE = 10.0
+# What waiting AppWrappers are told (their Backoff status) is written at most
+# ``SchedulingSettings.backoff_status_rate`` a second after a burst of this many, as their Events are
+# (mcad.k8s.events).
 BACKOFF_STATUS_BURST = 100
 
 
 def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: Store[PodView], writer: Writer,
-         queue: WorkQueue[Key] | None = None, clock: Clock | None = None, strict_fifo: bool = False,
-         write_workers: int = 32, wrapped: WrappedObjects | None = None, preemption: bool = False,
-         fit: str = "nodes", metrics: Metrics | None = None, recorder: events.EventSink | None = None,
-         quota_subtrees: Store[quota.SubtreeView] | None = None, hub: WorkerClusters | None = None,
-         cluster_policy: ClusterPolicy | None = None, victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
-         preemption_backoff: float = DEFAULT_PREEMPTION_BACKOFF_SECONDS,
-         max_evictions_per_minute: int = DEFAULT_MAX_EVICTIONS_PER_MINUTE,
-         protected_namespaces: frozenset[str] = frozenset(), reservations: int = DEFAULT_RESERVATIONS,
-         placement: str = "binding", fault_defaults: FaultDefaults = DEFAULTS,
-         node_health: NodeHealth | None = None,
-         backoff_status_rate: float = DEFAULT_BACKOFF_STATUS_RATE) -> Dispatcher:
-    """The dispatcher loop over these stores, with every owner built and connected (see the module docstring).
-    ``hub``: objects go into worker clusters (``mcad.hub``); ``wrapped``: completion of wrapped objects is
-    watched (None in tests of other parts); ``write_workers=0`` runs writes inline (tests). ``node_health``: the
-    rules that keep pods off sick nodes (None: Autopilot's, ``mcad.model.nodehealth.DEFAULT_RULES``).
-    ``backoff_status_rate``: Backoff status writes a second (``mcad.loop.statussync``'s pace; 0: not paced)."""
+         scheduling: SchedulingSettings = DEFAULT_SCHEDULING, queue: WorkQueue[Key] | None = None,
+         clock: Clock | None = None, metrics: Metrics | None = None, recorder: events.EventSink | None = None,
+         wrapped: WrappedObjects | None = None, quota_subtrees: Store[quota.SubtreeView] | None = None,
+         hub: WorkerClusters | None = None) -> Dispatcher:
+    """The dispatcher loop over these stores, with every owner built and connected (see the module docstring), each
+    handed its part of ``scheduling``. ``hub``: objects go into worker clusters (``mcad.hub``), placed by
+    ``scheduling.cluster_policy`` (None: the hub's own); ``wrapped``: completion of wrapped objects is watched (None
+    in tests of other parts); ``scheduling.write_workers=0`` runs writes inline (tests)."""
+    fit, placement, strict_fifo = scheduling.fit, scheduling.placement, scheduling.strict_fifo
+    preemption, fault_defaults = scheduling.preemption, scheduling.fault_defaults
     if fit not in FIT_MODES:
         raise ValueError(f"fit must be one of {', '.join(FIT_MODES)}, not {fit!r}")
     if placement not in PLACEMENT_MODES:
@@ -135,13 +120,15 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     binding = placement == "binding" and fit == "nodes"  # pods pinned to their plan's nodes (mcad.loop.pinning)
     by_nodes = fit == "nodes"
     # Quota trees: None when not served (no QuotaSubtree CRD, or --no-quota); then nothing is charged.
-    accountant = Accountant(quota_trees=quota_subtrees is not None, node_health=node_health)
-    writes = Writes(queue, workers=write_workers)
+    accountant = Accountant(quota_trees=quota_subtrees is not None, node_health=scheduling.node_health)
+    writes = Writes(queue, workers=scheduling.write_workers)
     tools = LoopTools(queue=queue, clock=clock, writes=writes, metrics=metrics)
-    pace = TokenBucket(backoff_status_rate, BACKOFF_STATUS_BURST, clock) if backoff_status_rate > 0 else None
+    rate = scheduling.backoff_status_rate
+    pace = TokenBucket(rate, BACKOFF_STATUS_BURST, clock) if rate > 0 else None
     decisions = Decisions(StatusSync(writer, writes, queue, Backoff(clock, STATUS_RETRY), clock, pace), recorder,
                           metrics, clock)
-    preemptors = Preemptors(victim_timeout, preemption_backoff, preemption_backoff * BACKOFF_CAP_FACTOR)
+    backoff = scheduling.preemption_backoff
+    preemptors = Preemptors(scheduling.victim_timeout, backoff, backoff * BACKOFF_CAP_FACTOR)
     # Dispatches whose writes are under way: the record goes to Dispatches alone (its writer); the queue, built
     # before it, reads the record's read-only view, as evictions do.
     in_flight = InFlight()
@@ -161,7 +148,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
                              health=accountant.node_health)
         where: Where = Here(writer)
     else:
-        targets = worker_placement = WorkerPlacement(hub, cluster_policy)
+        targets = worker_placement = WorkerPlacement(hub, scheduling.cluster_policy)
         sites = WorkerSites(hub, worker_placement, active=active, queued=queued, decisions=decisions,
                             accountant=accountant, appwrappers=appwrappers, finalizers=writer, writes=writes,
                             queue=queue, clock=clock, gate=binding)
@@ -172,7 +159,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     evictions = Evictions(EvictionOwners(preemptors, accountant, targets, active=active, decisions=decisions,
                                          notices=notices, in_flight=dispatches.in_flight, appwrappers=appwrappers),
                           tools, pods=writer, priority_preemption=preemption,
-                          budget=EvictionBudget(max_evictions_per_minute))
+                          budget=EvictionBudget(scheduling.max_evictions_per_minute))
     ownership = Ownership(appwrappers=appwrappers, pods=pods, objects_of=sites.wrapped_of)
     pinning = Pinning(binding=binding, accountant=accountant, pods=pods, where=where, writes=writes, queue=queue,
                       queued=queued, active=active, decisions=decisions, appwrappers=appwrappers, recorder=recorder,
@@ -182,7 +169,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     follower = Follower(active, queued, decisions, appwrappers=appwrappers, accountant=accountant, sites=sites,
                         unplaced=pinning, health=health, queue=queue, clock=clock)
     active.connect(sites, watchers=(follower, pinning, health), placing=pinning.placing)
-    held = Reservations(reservations, targets, active)
+    held = Reservations(scheduling.reservations, targets, active)
     cycle = DispatchCycle(CycleOwners(appwrappers, accountant, queued=queued, active=active, decisions=decisions,
                                       dispatches=dispatches, evictions=evictions, reservations=held, notices=notices,
                                       pinning=pinning, sites=sites, preemptors=preemptors, targets=targets),
@@ -195,7 +182,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
                     quota_status=quota_status, health=health)
     settings = Settings(fit=fit, strict_fifo=strict_fifo, preemption=preemption,
                         placement_mode="binding" if binding else "advisory",
-                        protected_namespaces=protected_namespaces, fault_defaults=fault_defaults)
+                        protected_namespaces=scheduling.protected_namespaces, fault_defaults=fault_defaults)
     return Dispatcher(owners, settings, appwrappers=appwrappers, nodes=nodes, pods=pods, queue=queue, clock=clock,
                       metrics=metrics, quota_subtrees=quota_subtrees, wrapped=wrapped)
 
@@ -204,25 +191,16 @@ def _pod_uid(raw: dict[str, object]) -> str:
     return str(raw["metadata"]["uid"])  # type: ignore[index]
 
 
-def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, preemption: bool = False,
-          victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS,
-          preemption_bounds: Mapping[str, Any] | None = None,
-          fit: str = "nodes", legacy_api: bool = False, quota_trees: bool = False,
-          recorder: events.EventSink | None = None,
-          hub: Hub | None = None, limits: Limits = DEFAULT_LIMITS,
-          default_max_priority: int = tenancy.DEFAULT_MAX_PRIORITY,
-          protected_namespaces: frozenset[str] = frozenset(),
-          reservations: int = DEFAULT_RESERVATIONS,
-          placement: str = "binding",
-          fault_defaults: FaultDefaults = DEFAULTS,
-          node_health: NodeHealth | None = None,
-          backoff_status_rate: float = DEFAULT_BACKOFF_STATUS_RATE) -> tuple[Dispatcher, list[Informer[Any]]]:
-    """The dispatcher and the informers to start for it (see the module docstring). ``default_max_priority`` is
+def build(conn: kube.Connection, scheduling: SchedulingSettings = DEFAULT_SCHEDULING,
+          api: ApiSettings = DEFAULT_API, *, recorder: events.EventSink | None = None,
+          hub: Hub | None = None) -> tuple[Dispatcher, list[Informer[Any]]]:
+    """The dispatcher and the informers to start for it (see the module docstring). ``api.default_max_priority`` is
     the ceiling where a namespace sets none. Informers over wrapped kinds start when an AppWrapper needs them
     (``mcad.k8s.wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the hub's own cluster runs
     nothing of ours) and the hub's threads start their informers, so they are not in the list returned.
-    AppWrappers beyond ``limits`` are refused (failed) by the dispatcher, and so are those in
-    ``protected_namespaces``. ``fault_defaults``: the cluster's fault tolerance defaults and ceilings (flags)."""
+    AppWrappers beyond ``api.limits`` are refused (failed) by the dispatcher, and so are those in
+    ``scheduling.protected_namespaces``."""
+    limits = api.limits
     # Every informer of this API server reconnects together after an outage, and the dispatcher then retries at
     # once the writes that failed meanwhile.
     peers = Reconnects()
@@ -238,7 +216,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                        transform=view, reuse=reuse, peers=peers)
     informers: list[Informer[Any]] = [current]
     appwrappers: Store[AppWrapperView] = current
-    if legacy_api:
+    if api.legacy_api:
         legacy = Informer("appwrappers-legacy", kube.ResourceClient(conn, group=LEGACY_GROUP, version=VERSION,
                                                                     plural=LEGACY_PLURAL), transform=view,
                           reuse=reuse, peers=peers)
@@ -251,20 +229,18 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
                                                               plural="priorityclasses"),
                        transform=priority_class_value, peers=peers)
     informers += [namespaces, classes]
-    appwrappers = TenantAppWrappers(appwrappers, namespaces, classes, default_max_priority)
+    appwrappers = TenantAppWrappers(appwrappers, namespaces, classes, api.default_max_priority)
     subtrees = Informer("quotasubtrees", kube.ResourceClient(conn, group=quota.GROUP, version=quota.VERSION,
                                                              plural=quota.PLURAL),
-                        transform=quota.subtree_view, peers=peers) if quota_trees else None
+                        transform=quota.subtree_view, peers=peers) if api.quota_trees else None
     client = kube.Client(conn)
     queue: WorkQueue[Key] = WorkQueue(name="dispatcher")
     peers.on_recovered(lambda: queue.add(RECOVERED))
     if hub is not None:
+        # Hub mode pins pods in the workers whatever --placement says (as it always has).
         dispatcher = loop(appwrappers=appwrappers, nodes=hub.nodes, pods=hub.pods, writer=client, queue=queue,
-                                strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption, fit=fit,
-                                recorder=recorder, quota_subtrees=subtrees, hub=hub, victim_timeout=victim_timeout,
-                                protected_namespaces=protected_namespaces, reservations=reservations,
-                                fault_defaults=fault_defaults, node_health=node_health,
-                                backoff_status_rate=backoff_status_rate, **(preemption_bounds or {}))
+                          scheduling=dataclasses.replace(scheduling, placement="binding"), recorder=recorder,
+                          quota_subtrees=subtrees, hub=hub)
     else:
         nodes = Informer("nodes", kube.ResourceClient(conn, group="", version="v1", plural="nodes"),
                          transform=node_view, peers=peers)
@@ -274,12 +250,7 @@ def build(conn: kube.Connection, *, strict_fifo: bool, write_workers: int = 32, 
         wrapped = WrappedObjects(informer_factory(conn, client, peers=peers),
                                  lambda key: queue.add(AppWrapperEvent(key)))
         dispatcher = loop(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
-                                strict_fifo=strict_fifo, write_workers=write_workers, wrapped=wrapped,
-                                preemption=preemption, fit=fit, recorder=recorder, quota_subtrees=subtrees,
-                                victim_timeout=victim_timeout, protected_namespaces=protected_namespaces,
-                                reservations=reservations, placement=placement, fault_defaults=fault_defaults,
-                                node_health=node_health, backoff_status_rate=backoff_status_rate,
-                                **(preemption_bounds or {}))
+                          scheduling=scheduling, wrapped=wrapped, recorder=recorder, quota_subtrees=subtrees)
         informers += [nodes, pods]
     if subtrees is not None:
         informers.append(subtrees)

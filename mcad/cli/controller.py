@@ -1,11 +1,13 @@
 """``mcad-controller``: the controller process.
-Over 600 lines because its ``main`` is being restructured into typed settings by another change; not split meanwhile.
+Over 600 lines because it declares every flag with its help text (about 300 lines of click options); ``main`` itself is
+a short story: parse the flags into settings groups (``mcad.settings``), connect, build, run.
 
-Contract: parses flags, configures logging, connects to the API server and checks that the AppWrapper CRD is
-served (exit code 2 with a one-line reason when either fails), then runs the informers and the dispatcher until
-SIGTERM or SIGINT and exits 0. ``--connect-only`` exits right after the checks, which is what a pre-flight
-check or a smoke test wants. Fault tolerance flags that do not hold together (``mcad.cli.faultflags``) are a usage
-error (exit code 2) before anything else; they reach the dispatcher and admission alike.
+Contract: parses flags into typed, frozen settings groups (``mcad.settings``: one parser per group, each refusing
+what does not hold together as a usage error), configures logging, connects to the API server and checks that the
+AppWrapper CRD is served (exit code 2 with a one-line reason when either fails), then runs the informers and the
+dispatcher until SIGTERM or SIGINT and exits 0. ``--connect-only`` exits right after the checks, which is what a
+pre-flight check or a smoke test wants. Fault tolerance flags that do not hold together (``mcad.cli.faultflags``)
+are a usage error (exit code 2) before anything else; they reach the dispatcher and admission alike.
 
 Every replica, leader or standby, serves the AppWrapper admission webhooks over HTTPS (``--webhook*``; see
 ``mcad.admission.server`` and ``mcad.admission.certs``), from before leader election until it exits; /readyz waits
@@ -73,14 +75,17 @@ from mcad.serve import endpointauth, server
 from mcad.serve.debug import Reports
 from mcad.serve.endpointauth import ApiReviews, Gate
 from mcad.serve.history import SAMPLE_INTERVAL_SECONDS, MetricsHistory
-from mcad.wiring import (
-    BACKOFF_STATUS_BURST,
+from mcad.settings import (
     DEFAULT_BACKOFF_STATUS_RATE,
     DEFAULT_VICTIM_TIMEOUT_SECONDS,
-    FIT_MODES,
-    build,
-    quota_served,
+    AdmissionSettings,
+    ApiSettings,
+    HubSettings,
+    LeaderElectionSettings,
+    SchedulingSettings,
+    ServingSettings,
 )
+from mcad.wiring import BACKOFF_STATUS_BURST, FIT_MODES, build, quota_served
 
 # glibc gives each thread that allocates its own malloc arena (up to 8 per core), and memory freed in one arena
 # serves only that arena: with 32 writers and the informers' threads parsing events, the controller's RSS grew
@@ -376,68 +381,135 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
               help="json for log collectors, console for people.")
 @click.option("--connect-only", is_flag=True, help="Connect, check that the AppWrapper CRD is served, and exit.")
 @click.version_option(__version__, prog_name="mcad-controller")
-def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reservations: int, preemption: bool,
-         victim_timeout: float, preemption_backoff: float, max_evictions_per_minute: int,
-         fit: str, placement: str, node_health_rules: tuple[str, ...], no_node_health_rules: bool,
-         write_workers: int, backoff_status_rate: float, leader_elect: bool, leader_elect_lease_name: str,
-         leader_elect_namespace: str | None,
-         leader_elect_lease_duration: float, leader_elect_renew_deadline: float, leader_elect_retry_period: float,
-         leader_elect_label_pod: bool, http_bind_address: str, insecure_debug_endpoints: bool, legacy_api: bool,
-         quota_trees: bool, clusters_config: str | None,
-         cluster_policy: str | None, cluster_probe_period: float, default_max_priority: int, max_items: int,
-         max_appwrapper_bytes: int, allowed_scheduler_names: tuple[str, ...], allowed_protected: tuple[str, ...],
-         webhook_enabled: bool, webhook_bind_address: str, webhook_share_port: bool, webhook_cert_dir: str | None,
-         webhook_cert_secret: str, webhook_cert_namespace: str | None,
-         webhook_service_name: str, webhook_cert_hosts: str, webhook_configuration_name: str, webhook_creator: str,
-         webhook_cert_poll_seconds: float, webhook_drain_seconds: float, webhook_client_ca: str | None,
-         webhook_client_names: tuple[str, ...],
-         webhook_token_file: str | None, webhook_access_reviews_per_second: float, webhook_access_reviews_burst: int,
-         webhook_access_reviews_total: float, api_server_cidrs: str, unknown_tokens_per_second: float,
-         unknown_tokens_burst: int,
-         admission_allowed_kinds: str, status_writers: tuple[str, ...],
-         log_level: str, log_format: str, connect_only: bool, **fault_options: Any) -> None:
+def main(**options: Any) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
-    fault_defaults = faultflags.fault_defaults(fault_options)  # a usage error when they do not hold together
-    scheduler_names = scheduler_names_of(allowed_scheduler_names)
-    if leader_elect:
+    fault_defaults = faultflags.fault_defaults(options)  # a usage error when they do not hold together
+    api = api_settings(options)
+    leader = leader_election_settings(options)
+    serving = serving_settings(options)
+    admission = admission_settings(options)
+    scheduling = scheduling_settings(options, fault_defaults)
+    hub_settings_ = hub_settings(options, scheduling)
+    mcad_log.configure(options["log_level"], "json" if options["log_format"] == "json" else "console")
+    limit_malloc_arenas()  # before any thread starts
+    conn = connect(options["kubeconfig"], options["context"], scheduling.write_workers, api.legacy_api)
+    if options["connect_only"]:
+        return
+    run(conn, scheduling, api, serving, admission, hub_settings_, leader)
+
+
+def api_settings(options: dict[str, Any]) -> ApiSettings:
+    """``--legacy-api``, ``--quota``, ``--max-items``, ``--max-appwrapper-bytes``, ``--allowed-scheduler-names``,
+    ``--default-max-priority``, ``--allow-protected-namespace``."""
+    limits = Limits(max_items=options["max_items"], max_bytes=options["max_appwrapper_bytes"],
+                    scheduler_names=scheduler_names_of(options["allowed_scheduler_names"]))
+    return ApiSettings(legacy_api=options["legacy_api"], quota_trees=options["quota_trees"], limits=limits,
+                       default_max_priority=options["default_max_priority"],
+                       allowed_protected=tuple(options["allowed_protected"]))
+
+
+def leader_election_settings(options: dict[str, Any]) -> LeaderElectionSettings:
+    """``--leader-elect*``: timings that do not hold together, or a pod label without a pod, are a usage error."""
+    settings = LeaderElectionSettings(
+        enabled=options["leader_elect"], lease_name=options["leader_elect_lease_name"],
+        namespace=options["leader_elect_namespace"], lease_duration=options["leader_elect_lease_duration"],
+        renew_deadline=options["leader_elect_renew_deadline"], retry_period=options["leader_elect_retry_period"],
+        label_pod=options["leader_elect_label_pod"])
+    if settings.enabled:
         try:
-            validate_timings(leader_elect_lease_duration, leader_elect_renew_deadline, leader_elect_retry_period)
+            validate_timings(settings.lease_duration, settings.renew_deadline, settings.retry_period)
         except ValueError as err:
             raise click.UsageError(str(err)) from err
-    if leader_elect_label_pod and not (leader_elect and os.environ.get("POD_NAME")):
+    if settings.label_pod and not (settings.enabled and os.environ.get("POD_NAME")):
         raise click.UsageError("--leader-elect-label-pod needs --leader-elect and $POD_NAME (the pod to label)")
-    if http_bind_address != "0":
+    return settings
+
+
+def serving_settings(options: dict[str, Any]) -> ServingSettings:
+    """``--http-bind-address``, ``--insecure-debug-endpoints``, ``--unknown-tokens-*``."""
+    settings = ServingSettings(bind_address=options["http_bind_address"],
+                               insecure=options["insecure_debug_endpoints"],
+                               unknown_tokens_per_second=options["unknown_tokens_per_second"],
+                               unknown_tokens_burst=options["unknown_tokens_burst"])
+    if settings.served:
         try:
-            server.parse_bind_address(http_bind_address)
+            server.parse_bind_address(settings.bind_address)
         except ValueError as err:
             raise click.UsageError(str(err)) from err
-    if webhook_client_names and not webhook_client_ca:
+    return settings
+
+
+def admission_settings(options: dict[str, Any]) -> AdmissionSettings:
+    """``--webhook*``, ``--api-server-cidrs``, ``--admission-allowed-kinds``, ``--status-writer``."""
+    settings = AdmissionSettings(
+        enabled=options["webhook_enabled"], bind_address=options["webhook_bind_address"],
+        share_port=options["webhook_share_port"], cert_dir=options["webhook_cert_dir"],
+        cert_secret=options["webhook_cert_secret"], cert_namespace=options["webhook_cert_namespace"],
+        service_name=options["webhook_service_name"],
+        cert_hosts=tuple(h for h in options["webhook_cert_hosts"].split(",") if h.strip()),
+        configuration_name=options["webhook_configuration_name"], creator=options["webhook_creator"],
+        cert_poll_seconds=options["webhook_cert_poll_seconds"], drain_seconds=options["webhook_drain_seconds"],
+        client_ca=options["webhook_client_ca"], client_names=tuple(options["webhook_client_names"]),
+        token_file=options["webhook_token_file"],
+        access_reviews_per_second=options["webhook_access_reviews_per_second"],
+        access_reviews_burst=options["webhook_access_reviews_burst"],
+        access_reviews_total=options["webhook_access_reviews_total"],
+        api_server_cidrs=tuple(c for c in options["api_server_cidrs"].split(",") if c.strip()),
+        allowed_kinds=options["admission_allowed_kinds"], status_writers=tuple(options["status_writers"]))
+    if settings.client_names and not settings.client_ca:
         raise click.UsageError("--webhook-client-name needs --webhook-client-ca")
-    try:
-        api_servers = callers.SourceNetworks(c for c in api_server_cidrs.split(",") if c.strip())
-    except ValueError as err:
-        raise click.UsageError(f"--api-server-cidrs: {err}") from err
-    if webhook_enabled:
+    api_server_networks(settings)  # refused here, before anything starts
+    if settings.enabled:
         try:
-            server.parse_bind_address(webhook_bind_address)
+            server.parse_bind_address(settings.bind_address)
         except ValueError as err:
             raise click.UsageError(f"--webhook-bind-address: {err}") from err
+    return settings
+
+
+def api_server_networks(settings: AdmissionSettings) -> callers.SourceNetworks:
+    """The API server's addresses (``--api-server-cidrs``); a usage error for one that does not parse."""
     try:
-        node_health = node_health_from_flags(node_health_rules, no_node_health_rules)
+        return callers.SourceNetworks(settings.api_server_cidrs)
+    except ValueError as err:
+        raise click.UsageError(f"--api-server-cidrs: {err}") from err
+
+
+def scheduling_settings(options: dict[str, Any], fault_defaults: FaultDefaults) -> SchedulingSettings:
+    """What the dispatcher decides by: ``--fit``, ``--placement``, ``--strict-fifo``, ``--reservations``,
+    ``--preemption*``, ``--node-health-rule``/``--no-node-health-rules``, ``--write-workers``,
+    ``--backoff-status-rate`` and the fault tolerance flags. The protected namespaces are known once connected."""
+    try:
+        node_health = node_health_from_flags(options["node_health_rules"], options["no_node_health_rules"])
     except ValueError as err:
         raise click.UsageError(str(err)) from err
-    hub_config = None
-    if clusters_config is not None:
-        try:
-            hub_config = load_config(clusters_config)
-        except ConfigError as err:
-            raise click.UsageError(str(err)) from err
-        if cluster_policy is not None:
-            hub_config = dataclasses.replace(hub_config, policy=Policy(cluster_policy))
-        if fit != "nodes":
-            raise click.UsageError("--clusters-config places each gang on one worker's nodes: use --fit=nodes")
-    mcad_log.configure(log_level, "json" if log_format == "json" else "console")
-    limit_malloc_arenas()  # before any thread starts
+    return SchedulingSettings(
+        fit=options["fit"], placement=options["placement"], strict_fifo=options["strict_fifo"],
+        reservations=options["reservations"], preemption=options["preemption"],
+        victim_timeout=options["victim_timeout"], preemption_backoff=options["preemption_backoff"],
+        max_evictions_per_minute=options["max_evictions_per_minute"], node_health=node_health,
+        write_workers=options["write_workers"], backoff_status_rate=options["backoff_status_rate"],
+        fault_defaults=fault_defaults)
+
+
+def hub_settings(options: dict[str, Any], scheduling: SchedulingSettings) -> HubSettings:
+    """``--clusters-config`` (read and checked now), ``--cluster-policy``, ``--cluster-probe-period``."""
+    if options["clusters_config"] is None:
+        return HubSettings(probe_period=options["cluster_probe_period"])
+    try:
+        config = load_config(options["clusters_config"])
+    except ConfigError as err:
+        raise click.UsageError(str(err)) from err
+    if options["cluster_policy"] is not None:
+        config = dataclasses.replace(config, policy=Policy(options["cluster_policy"]))
+    if scheduling.fit != "nodes":
+        raise click.UsageError("--clusters-config places each gang on one worker's nodes: use --fit=nodes")
+    return HubSettings(config=config, probe_period=options["cluster_probe_period"])
+
+
+def connect(kubeconfig: str | None, context: str | None, write_workers: int, legacy_api: bool) -> kube.Connection:
+    """Connect and check that the AppWrapper CRD (and with ``legacy_api`` the old one) is served; exit code 2 with a
+    one-line reason when either fails."""
     logger = structlog.get_logger("mcad.controller")
     try:
         conn = kube.connect(kubeconfig, context, pool_size=write_workers + 16)
@@ -457,87 +529,86 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
             sys.exit(2)
     logger.info("connected", server=conn.server, server_version=version, config_source=conn.source,
                 mcad_version=__version__)
-    if connect_only:
-        return
+    return conn
 
+
+def run(conn: kube.Connection, scheduling: SchedulingSettings, api: ApiSettings, serving: ServingSettings,
+        admission: AdmissionSettings, hub_settings_: HubSettings, leader: LeaderElectionSettings) -> None:
+    """Build the controller over ``conn`` and run it until SIGTERM or SIGINT (see the module docstring)."""
+    logger = structlog.get_logger("mcad.controller")
+    client = kube.Client(conn)
     identity = default_identity()
     recorder = events.EventRecorder(conn, component="mcad-controller", instance=identity, recent=RecentEvents())
-    if quota_trees and not quota_served(client):
+    if api.quota_trees and not quota_served(client):
         logger.info("QuotaSubtree is not served (install config/crd/quota.codeflare.dev_quotasubtrees.yaml); "
                     "quota trees are off")
-        quota_trees = False
+        api = dataclasses.replace(api, quota_trees=False)
     hub = None
+    hub_config = hub_settings_.config
     if hub_config is not None:
-        hub = Hub(hub_config, WorkerConnector(conn, namespace=leader_elect_namespace or default_namespace()),
-                  probe_period=cluster_probe_period)
+        hub = Hub(hub_config, WorkerConnector(conn, namespace=leader.namespace or default_namespace()),
+                  probe_period=hub_settings_.probe_period)
         logger.info("hub mode", workers=hub.names, policy=hub_config.policy.value,
                     unreachable_timeout_seconds=hub_config.unreachable_timeout_seconds)
-    protected = protected_namespaces(default_namespace(), allowed_protected, hub=hub is not None)
+    protected = protected_namespaces(default_namespace(), api.allowed_protected, hub=hub is not None)
+    scheduling = dataclasses.replace(scheduling, protected_namespaces=protected)
+    fault_defaults = scheduling.fault_defaults
     logger.info("protected namespaces", namespaces=sorted(protected))
     logger.info("fault tolerance defaults", **faultflags.described(fault_defaults))
-    dispatcher, informers = build(conn, strict_fifo=strict_fifo, write_workers=write_workers, preemption=preemption,
-                                  reservations=reservations,
-                                  victim_timeout=victim_timeout,
-                                  preemption_bounds={"preemption_backoff": preemption_backoff,
-                                                     "max_evictions_per_minute": max_evictions_per_minute},
-                                  fit=fit, placement=placement, legacy_api=legacy_api, quota_trees=quota_trees,
-                                  recorder=recorder,
-                                  hub=hub, limits=Limits(max_items=max_items, max_bytes=max_appwrapper_bytes,
-                                                              scheduler_names=scheduler_names),
-                                  default_max_priority=default_max_priority,
-                                  protected_namespaces=protected, fault_defaults=fault_defaults,
-                                  node_health=node_health, backoff_status_rate=backoff_status_rate)
-    elector = LeaderElector(conn, namespace=leader_elect_namespace or default_namespace(),
-                            name=leader_elect_lease_name, identity=identity,
-                            lease_duration=leader_elect_lease_duration, renew_deadline=leader_elect_renew_deadline,
-                            retry_period=leader_elect_retry_period) if leader_elect else None
+    dispatcher, informers = build(conn, scheduling, api, recorder=recorder, hub=hub)
+    elector = LeaderElector(conn, namespace=leader.namespace or default_namespace(),
+                            name=leader.lease_name, identity=identity,
+                            lease_duration=leader.lease_duration, renew_deadline=leader.renew_deadline,
+                            retry_period=leader.retry_period) if leader.enabled else None
     stop = threading.Event()
     worker = threading.Thread(target=dispatcher.run, args=(stop,), name="dispatcher", daemon=True)
     leader_pod = LeaderPodLabel(conn, namespace=default_namespace(), pod=os.environ.get("POD_NAME", ""),
-                                stop=stop) if leader_elect_label_pod else None
+                                stop=stop) if leader.label_pod else None
     webhook = None
     # Counted by the webhooks and by /metrics' gate, shown on /metrics.
     refusals = callers.CallerRefusals()
     dispatcher.metrics.sources.caller_refusals = refusals.snapshot
-    if webhook_enabled:
+    if admission.enabled:
         # Before leader election: every replica answers admission, or a standby behind the Service would refuse.
-        namespace = webhook_cert_namespace or leader_elect_namespace or default_namespace()
+        namespace = admission.cert_namespace or leader.namespace or default_namespace()
         try:
             own = own_username(conn)
         except FactUnavailable as err:
             logger.error("cannot serve the admission webhooks", reason=str(err))
             sys.exit(2)
-        logger.info("AppWrapper status writers", users=sorted({own, *status_writers}))
+        logger.info("AppWrapper status writers", users=sorted({own, *admission.status_writers}))
         try:
-            webhook = _webhook(conn, webhook_bind_address, namespace=namespace,
-                               cert_dir=webhook_cert_dir, secret=webhook_cert_secret, service=webhook_service_name,
-                               hosts=[h for h in webhook_cert_hosts.split(",") if h.strip()],
-                               configuration=webhook_configuration_name, poll_seconds=webhook_cert_poll_seconds,
-                               creator=webhook_creator,
-                               max_items=max_items, max_appwrapper_bytes=max_appwrapper_bytes,
-                               scheduler_names=scheduler_names, share_port=webhook_share_port,
-                               admission=admission_config(admission_allowed_kinds, protected, allowed_protected,
-                                                          status_writers=frozenset({own, *status_writers}),
+            webhook = _webhook(conn, admission.bind_address, namespace=namespace,
+                               cert_dir=admission.cert_dir, secret=admission.cert_secret,
+                               service=admission.service_name, hosts=list(admission.cert_hosts),
+                               configuration=admission.configuration_name, poll_seconds=admission.cert_poll_seconds,
+                               creator=admission.creator,
+                               max_items=api.limits.max_items, max_appwrapper_bytes=api.limits.max_bytes,
+                               scheduler_names=api.limits.scheduler_names, share_port=admission.share_port,
+                               admission=admission_config(admission.allowed_kinds, protected, api.allowed_protected,
+                                                          status_writers=frozenset({own, *admission.status_writers}),
                                                           fault_defaults=fault_defaults,
-                                                          default_max_priority=default_max_priority),
-                               clients=WebhookClients(webhook_client_ca, webhook_client_names, webhook_token_file,
-                                                      webhook_access_reviews_per_second, webhook_access_reviews_burst,
-                                                      webhook_access_reviews_total, refusals, api_servers))
+                                                          default_max_priority=api.default_max_priority),
+                               clients=WebhookClients(admission.client_ca, admission.client_names,
+                                                      admission.token_file, admission.access_reviews_per_second,
+                                                      admission.access_reviews_burst, admission.access_reviews_total,
+                                                      refusals, api_server_networks(admission)))
         except OSError as err:
-            logger.error("cannot serve the admission webhooks", address=webhook_bind_address, reason=str(err))
+            logger.error("cannot serve the admission webhooks", address=admission.bind_address, reason=str(err))
             sys.exit(2)
         webhook.start(stop)
-        logger.info("admission webhooks served", address=webhook_bind_address, port=webhook.server.port,
-                    certificates=webhook_cert_dir or f"{namespace}/{webhook_cert_secret}",
-                    configuration=None if webhook_cert_dir else webhook_configuration_name)
+        logger.info("admission webhooks served", address=admission.bind_address, port=webhook.server.port,
+                    certificates=admission.cert_dir or f"{namespace}/{admission.cert_secret}",
+                    configuration=None if admission.cert_dir else admission.configuration_name)
     http = None
-    if http_bind_address != "0":
+    if serving.served:
         try:
-            http = _http_server(http_bind_address, dispatcher, informers, conn, recorder, elector, worker, stop,
-                                identity, webhook, insecure=insecure_debug_endpoints, hub=hub,
-                                unknown_tokens=(unknown_tokens_per_second, unknown_tokens_burst), refusals=refusals)
+            http = _http_server(serving.bind_address, dispatcher, informers, conn, recorder, elector, worker, stop,
+                                identity, webhook, insecure=serving.insecure, hub=hub,
+                                unknown_tokens=(serving.unknown_tokens_per_second, serving.unknown_tokens_burst),
+                                refusals=refusals)
         except OSError as err:
-            logger.error("cannot serve metrics and health", address=http_bind_address, reason=str(err))
+            logger.error("cannot serve metrics and health", address=serving.bind_address, reason=str(err))
             sys.exit(2)
         http.start()
     recorder.start()
@@ -562,15 +633,15 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
         hub.start()
     if elector is None:
         worker.start()
-        logger.info("controller running", strict_fifo=strict_fifo, reservations=reservations, preemption=preemption,
-                    fit=fit, placement=dispatcher.placement_mode, quota=quota_trees,
-                    max_items=max_items, max_appwrapper_bytes=max_appwrapper_bytes)
+        logger.info("controller running", strict_fifo=scheduling.strict_fifo, reservations=scheduling.reservations,
+                    preemption=scheduling.preemption, fit=scheduling.fit, placement=dispatcher.placement_mode,
+                    quota=api.quota_trees, max_items=api.limits.max_items, max_appwrapper_bytes=api.limits.max_bytes)
         stop.wait()
     else:
-        logger.info("controller running", strict_fifo=strict_fifo, reservations=reservations, preemption=preemption,
-                    fit=fit, placement=dispatcher.placement_mode, leader_elect=True, identity=elector.identity,
-                    lease=elector.lease, max_items=max_items,
-                    max_appwrapper_bytes=max_appwrapper_bytes)
+        logger.info("controller running", strict_fifo=scheduling.strict_fifo, reservations=scheduling.reservations,
+                    preemption=scheduling.preemption, fit=scheduling.fit, placement=dispatcher.placement_mode,
+                    leader_elect=True, identity=elector.identity, lease=elector.lease,
+                    max_items=api.limits.max_items, max_appwrapper_bytes=api.limits.max_bytes)
         if leader_pod is not None:
             leader_pod.unmark()  # a restarted container keeps its pod's labels: not the leader until elected
 
@@ -589,7 +660,7 @@ def main(kubeconfig: str | None, context: str | None, strict_fifo: bool, reserva
             _exit_now(1)  # unreachable by contract (run returns early only on lost leadership); never linger
     if webhook is not None:
         # Leadership is released already (a standby dispatches); admission still needs the informers.
-        webhook.drain(webhook_drain_seconds, drain_cut)
+        webhook.drain(admission.drain_seconds, drain_cut)
     for informer in informers:
         informer.stop()
     if hub is not None:

@@ -13,12 +13,14 @@ from __future__ import annotations
 from mcad.k8s import kube
 from mcad.model.reservations import DEFAULT_RESERVATIONS
 from mcad.serve.debug import Reports, offline
+from mcad.settings import ApiSettings, SchedulingSettings
 from mcad.wiring import build, quota_served
 
 
 def reports(conn: kube.Connection, *, fit: str = "nodes", strict_fifo: bool = False, preemption: bool = False,
             reservations: int = DEFAULT_RESERVATIONS) -> Reports:
     """Reports computed from a one-time list of AppWrappers, Nodes and Pods, as the controller would see them."""
-    dispatcher, informers = build(conn, strict_fifo=strict_fifo, preemption=preemption, fit=fit, write_workers=1,
-                                  reservations=reservations, quota_trees=quota_served(kube.Client(conn)))
+    scheduling = SchedulingSettings(fit=fit, strict_fifo=strict_fifo, preemption=preemption,
+                                    reservations=reservations, write_workers=1)
+    dispatcher, informers = build(conn, scheduling, ApiSettings(quota_trees=quota_served(kube.Client(conn))))
     return offline(dispatcher, informers)

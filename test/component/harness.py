@@ -10,6 +10,7 @@ and stops their informers afterwards; ``node``, ``pod``, ``aw`` and ``gang_aw`` 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -24,6 +25,7 @@ from mcad.k8s.informer import Informer
 from mcad.k8s.kube import ApiError
 from mcad.k8s.workqueue import WorkQueue
 from mcad.loop.dispatcher import Dispatcher
+from mcad.settings import SchedulingSettings
 from test.fakes import FakeClock, FakeListerWatcher, settle
 
 
@@ -143,6 +145,17 @@ class Stepped:
 
 
 NO_START_UP_CHECKS = FaultDefaults(admission_grace=86400.0, warmup_grace=86400.0)
+SCHEDULING_FIELDS = frozenset(field.name for field in dataclasses.fields(SchedulingSettings))
+
+
+def loop_options(**options: Any) -> dict[str, Any]:
+    """``wiring.loop``'s keyword arguments from a test's flat options: those naming a ``SchedulingSettings`` field
+    (``fit=``, ``strict_fifo=``, ``preemption=``, ``fault_defaults=``...) go into ``scheduling``, with writes inline
+    (``write_workers=0``) unless the test says otherwise; the rest (``recorder=``, ``wrapped=``, ``hub=``...) pass
+    as they are. Tests state what they change as the flags do, without building the group."""
+    scheduling = {name: options.pop(name) for name in list(options) if name in SCHEDULING_FIELDS}
+    scheduling.setdefault("write_workers", 0)
+    return {**options, "scheduling": SchedulingSettings(**scheduling)}
 
 
 class Harness(Stepped):
@@ -170,7 +183,7 @@ class Harness(Stepped):
         options.setdefault("backoff_status_rate", 0)
         self.dispatcher = wiring.loop(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
                                      writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
-                                     write_workers=0, **options)
+                                     **loop_options(**options))
         if options.get("quota_subtrees") is not None:
             self.informers.append(options["quota_subtrees"])  # started here, after the dispatcher's handlers
         if before_start is not None:

@@ -34,7 +34,7 @@ from mcad.k8s.kube import ApiError
 from mcad.k8s.workqueue import WorkQueue
 from mcad.model.keys import WorkerCleanup
 from mcad.serve.debug import Reports
-from test.component.harness import RecordingWriter, node, pod_meta_of
+from test.component.harness import RecordingWriter, loop_options, node, pod_meta_of
 from test.fakes import FakeClock, FakeListerWatcher, settle, wait_informed
 
 # Two workers of different sizes: "small" has one 4-cpu node, "big" two 8-cpu nodes.
@@ -200,7 +200,7 @@ class HubHarness:
         ]
         self.dispatcher = wiring.loop(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
                                      writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
-                                     write_workers=0, hub=self.hub, preemption=preemption)
+                                     hub=self.hub, **loop_options(preemption=preemption))
         for informer in self.informers:
             informer.start()
         for informer in self.informers:

@@ -18,7 +18,7 @@ from mcad.k8s.tenantstore import TenantAppWrappers, priority_class_value
 from mcad.k8s.workqueue import WorkQueue
 from mcad.model.quota import subtree_view
 from mcad.model.tenancy import namespace_policy
-from test.component.harness import RecordingWriter, Stepped, aw, made_by, node
+from test.component.harness import RecordingWriter, Stepped, aw, loop_options, made_by, node
 from test.component.test_quota_dispatch import subtree
 from test.fakes import FakeClock, FakeListerWatcher, wait_informed
 
@@ -79,7 +79,7 @@ class TenantHarness(Stepped):
             if subtrees is not None else None
         self.dispatcher = wiring.loop(appwrappers=self.store, nodes=self.informers[3], pods=self.informers[4],
                                      writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
-                                     write_workers=0, quota_subtrees=quota_subtrees, **options)
+                                     quota_subtrees=quota_subtrees, **loop_options(**options))
         if quota_subtrees is not None:
             self.informers.append(quota_subtrees)
         self.start_stepping()

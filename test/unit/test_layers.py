@@ -37,6 +37,9 @@ mcad is built in layers, one package each; a layer uses those below it, never th
 | client       | every mcad module except mcad.k8s.kube               | import kubernetes, urllib3                   |
 | entry points | every mcad module except mcad.cli.*                  | import mcad.cli                              |
 | wiring       | every mcad module except mcad.cli.*                  | import mcad.wiring                           |
+| settings     | mcad.settings                                        | reach mcad.serve, mcad.admission, mcad.cli,  |
+|              |                                                      | mcad.wiring                                  |
+| settings readers | every mcad module except mcad.cli.*, mcad.wiring | import mcad.settings                         |
 | circles      | every mcad module                                    | import anything that imports it back         |
 | error types  | every mcad module except mcad.k8s.kube               | import ApiError & co. via mcad.k8s.kube      |
 |              |                                                      | (use mcad.errors)                            |
@@ -72,6 +75,11 @@ How to read it:
   ``mcad.metrics.PortCounters``, ``mcad.hub.placement.WorkerDirectory``, ``mcad.model.tenancy.NamespaceFacts``).
 - Only the entry points build the controller (the wiring rule, and mcad.wiring under the serve and admission rules):
   mcadctl's offline view builds its dispatcher in mcad.cli.offline and hands it to mcad.serve.debug.offline.
+- mcad.settings holds the controller's flags as typed, frozen values, one group per consumer; it does no I/O and
+  starts nothing itself, but names the values of the layers it configures (the hub's parsed clusters file, the
+  loop's eviction defaults), so it sits above them and below what serves and builds. Only the entry points, which
+  parse the flags into it, and mcad.wiring, which hands each owner its part, read it (the settings readers rule):
+  every other module is handed plain values.
 
 The table is checked against the rules below (test_the_docstring_table_states_each_rule). A new module is bound by
 its package's patterns (fnmatch over dotted names); a module the issue plans but nobody has written yet goes in
@@ -200,9 +208,23 @@ WIRING_RULE = Rule(
     forbidden=("mcad.wiring",),
     reach=False,
 )
+SETTINGS_RULE = Rule(
+    "settings: the controller's settings are values: they reach nothing that serves, admits or builds",
+    modules=("mcad.settings",),
+    forbidden=("mcad.serve", "mcad.admission", "mcad.cli", "mcad.wiring"),
+    allowed=PURE,
+)
+SETTINGS_READERS_RULE = Rule(
+    "settings readers: only the entry points and the composition root read the settings",
+    modules=("*",),
+    unbound=("mcad.cli", "mcad.cli.*", "mcad.wiring"),
+    forbidden=("mcad.settings",),
+    reach=False,
+)
 # Each checked by test_mcad_keeps_the_rule.
 RULES: tuple[Rule, ...] = (PURE_RULE, API_RULE, MODEL_RULE, K8S_RULE, LOOP_RULE, HUB_RULE, SERVE_RULE, ADMISSION_RULE,
-                           SHARED_RULE, CLIENT_RULE, ENTRY_POINTS_RULE, WIRING_RULE)
+                           SHARED_RULE, CLIENT_RULE, ENTRY_POINTS_RULE, WIRING_RULE, SETTINGS_RULE,
+                           SETTINGS_READERS_RULE)
 
 
 # --- the checker ---------------------------------------------------------------------------------------------

@@ -11,6 +11,10 @@
 - No constructor of a class in ``mcad.loop`` takes more than 8 parameters (``self`` aside): an owner handed more
   collaborators than that gets them grouped (``mcad.loop.tools.LoopTools``, a frozen group of the owners it calls,
   as ``DispatchCycle``, ``Evictions`` and ``Health`` do). The few still wider (``WIDER``) may not grow.
+- The controller's flags reach it as settings groups (``mcad.settings``): ``main`` of ``mcad.cli.controller`` takes
+  click's options as one mapping (no parameter per flag), hands it to one parser per group, and is at most 60 lines
+  and 15 statements (parse, connect, build, run); ``mcad.wiring.loop`` takes at most 12 keyword parameters and
+  ``mcad.wiring.build`` at most 6 parameters: groups, not loose flags.
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ REASON_MARKER = "Over 600 lines because"
 DISPATCHER_MAX_METHODS = 30
 DISPATCHER_MAX_LINES = 400
 MAX_PARAMETERS = 8
+MAIN_MAX_LINES = 60
+MAIN_MAX_STATEMENTS = 15
+LOOP_MAX_KEYWORDS = 12
+BUILD_MAX_PARAMETERS = 6
 # Constructors of mcad.loop still wider than MAX_PARAMETERS, with their width now: to be narrowed, never widened.
 WIDER = {"mcad/loop/dispatcher.py:Dispatcher": 10, "mcad/loop/dispatches.py:Dispatches": 12,
          "mcad/loop/follower.py:Follower": 10, "mcad/loop/pinning.py:Pinning": 16}
@@ -182,3 +190,55 @@ _LONG = "x = 1\n" * 600
 def test_a_long_module_without_a_reason_is_reported(tmp_path: Path, files: dict[str, str],
                                                     expected: list[str]) -> None:
     assert long_modules(write_tree(tmp_path, files)) == expected
+
+
+def _function(path: Path, name: str) -> ast.FunctionDef:
+    return next(node for node in ast.parse(path.read_text()).body
+                if isinstance(node, ast.FunctionDef) and node.name == name)
+
+
+def _named_parameters(function: ast.FunctionDef) -> int:
+    args = function.args
+    return len(args.posonlyargs) + len(args.args) + len(args.kwonlyargs)
+
+
+def settings_not_grouped(root: Path) -> list[str]:
+    """Where the controller's flags travel loose instead of in their settings groups (see the module docstring)."""
+    found = []
+    main = _function(root / "mcad" / "cli" / "controller.py", "main")
+    assert main.end_lineno is not None
+    lines = main.end_lineno - main.lineno + 1  # from ``def`` (decorators, the flags themselves, aside)
+    if lines > MAIN_MAX_LINES or len(main.body) > MAIN_MAX_STATEMENTS:
+        found.append(f"mcad.cli.controller.main has {lines} lines and {len(main.body)} statements (at most "
+                     f"{MAIN_MAX_LINES} and {MAIN_MAX_STATEMENTS})")
+    if _named_parameters(main) or main.args.kwarg is None:
+        found.append(f"mcad.cli.controller.main names {_named_parameters(main)} parameters (click's options go to "
+                     f"the settings parsers as one mapping: **options)")
+    loop = _function(root / "mcad" / "wiring.py", "loop")
+    if len(loop.args.kwonlyargs) > LOOP_MAX_KEYWORDS or loop.args.kwarg is not None:
+        found.append(f"mcad.wiring.loop takes {len(loop.args.kwonlyargs)} keyword parameters (at most "
+                     f"{LOOP_MAX_KEYWORDS}{', and no **kwargs' if loop.args.kwarg is not None else ''})")
+    build = _function(root / "mcad" / "wiring.py", "build")
+    if _named_parameters(build) > BUILD_MAX_PARAMETERS or build.args.kwarg is not None:
+        found.append(f"mcad.wiring.build takes {_named_parameters(build)} parameters (at most "
+                     f"{BUILD_MAX_PARAMETERS})")
+    return found
+
+
+def test_the_controller_s_flags_travel_as_settings_groups() -> None:
+    assert settings_not_grouped(REPO) == []
+
+
+def test_loose_flags_in_main_loop_or_build_are_reported(tmp_path: Path) -> None:
+    flags = ", ".join(f"flag{i}: int" for i in range(55))
+    root = write_tree(tmp_path, {
+        "mcad/cli/controller.py": f"def main({flags}) -> None:\n" + "    x = 1\n" * 270,
+        "mcad/wiring.py": "def loop(*, " + ", ".join(f"k{i}=0" for i in range(25)) + "): ...\n"
+                          "def build(conn, *, " + ", ".join(f"k{i}=0" for i in range(18)) + "): ...\n",
+    })
+    assert settings_not_grouped(root) == [
+        "mcad.cli.controller.main has 271 lines and 270 statements (at most 60 and 15)",
+        "mcad.cli.controller.main names 55 parameters (click's options go to the settings parsers as one mapping: "
+        "**options)",
+        "mcad.wiring.loop takes 25 keyword parameters (at most 12)",
+        "mcad.wiring.build takes 19 parameters (at most 6)"]

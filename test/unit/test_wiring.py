@@ -10,6 +10,7 @@ from mcad import wiring
 from mcad.api.validation import Limits
 from mcad.k8s import kube
 from mcad.k8s.tenantstore import TenantAppWrappers
+from mcad.settings import ApiSettings, SchedulingSettings
 from test.support import unreachable_kubeconfig
 
 PACKAGE = Path(wiring.__file__).parent
@@ -17,8 +18,9 @@ PACKAGE = Path(wiring.__file__).parent
 
 def test_building_the_dispatcher_starts_no_thread_and_starting_it_starts_the_write_pool(tmp_path: Path) -> None:
     before = set(threading.enumerate())
-    dispatcher, informers = wiring.build(kube.connect(str(unreachable_kubeconfig(tmp_path))), strict_fifo=False,
-                                         write_workers=5, legacy_api=True, quota_trees=True)
+    dispatcher, informers = wiring.build(kube.connect(str(unreachable_kubeconfig(tmp_path))),
+                                         SchedulingSettings(write_workers=5),
+                                         ApiSettings(legacy_api=True, quota_trees=True))
     assert set(threading.enumerate()) - before == set(), "informers, queue, wrapped objects and write pool wait"
     assert not any(i.has_synced() for i in informers), "no informer was started"
 
@@ -33,8 +35,8 @@ def test_building_the_dispatcher_starts_no_thread_and_starting_it_starts_the_wri
 
 
 def test_controller_limits_reach_the_appwrapper_informers(tmp_path: Path) -> None:
-    _, informers = wiring.build(kube.connect(str(unreachable_kubeconfig(tmp_path))), strict_fifo=False,
-                                legacy_api=True, limits=Limits(max_items=1, max_bytes=4096))
+    _, informers = wiring.build(kube.connect(str(unreachable_kubeconfig(tmp_path))),
+                                api=ApiSettings(legacy_api=True, limits=Limits(max_items=1, max_bytes=4096)))
     raw = {"metadata": {"name": "a", "namespace": "n"}, "spec": {"resources": {"GenericItems": [
         {"generictemplate": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}}} for n in "ab"]}}}
     for informer in informers[:2]:  # the current and the legacy group
@@ -44,8 +46,8 @@ def test_controller_limits_reach_the_appwrapper_informers(tmp_path: Path) -> Non
 
 def test_the_dispatcher_reads_appwrappers_through_the_namespace_rules_with_the_default_ceiling(
         tmp_path: Path) -> None:
-    dispatcher, informers = wiring.build(kube.connect(str(unreachable_kubeconfig(tmp_path))), strict_fifo=False,
-                                         default_max_priority=7)
+    dispatcher, informers = wiring.build(kube.connect(str(unreachable_kubeconfig(tmp_path))),
+                                         api=ApiSettings(default_max_priority=7))
     assert isinstance(dispatcher.appwrappers, TenantAppWrappers)
     assert dispatcher.appwrappers.default_ceiling == 7
     assert {"namespaces", "priorityclasses"} <= {i.name for i in informers}, "started with the others"
