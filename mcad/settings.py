@@ -16,9 +16,11 @@ the flags into them, one small function per group, and refuses what does not hol
 - ``HubSettings``: hub mode's worker clusters (the parsed clusters file) and their probes.
 - ``LeaderElectionSettings``: the Lease and its timings.
 
-Defaults are the flags' defaults, so tests build a group naming only what they change. The module does no I/O and
-starts nothing; only the entry points (``mcad.cli``) and the composition root (``mcad.wiring``) import it
-(``test/unit/test_layers.py``).
+Where a group has defaults they are what a controller given no flag does, so tests and ``mcadctl --offline`` build
+a group naming only what they change; the exception is ``ApiSettings.quota_trees``, off unless asked (the controller
+asks, and turns it off again when the QuotaSubtree CRD is not served). ``ServingSettings`` and ``AdmissionSettings``
+have none: only the controller builds them, from its flags. The module does no I/O and starts nothing; only the
+entry points (``mcad.cli``) and the composition root (``mcad.wiring``) import it (``test/unit/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class SchedulingSettings:
     preemption_backoff: float = DEFAULT_PREEMPTION_BACKOFF_SECONDS
     max_evictions_per_minute: int = DEFAULT_MAX_EVICTIONS_PER_MINUTE
     node_health: NodeHealth | None = None  # None: Autopilot's rules (mcad.model.nodehealth)
+    # The controller's are known once it knows its own namespace (mcad.cli.controller.protected_namespaces).
     protected_namespaces: frozenset[str] = frozenset()
     cluster_policy: Policy | None = None  # hub mode: None takes the hub's own (its clusters file's)
     write_workers: int = DEFAULT_WRITE_WORKERS  # 0 runs writes inline (tests)
@@ -80,10 +83,10 @@ class ApiSettings:
 class ServingSettings:
     """The HTTP port and who may read it."""
 
-    bind_address: str = ":8080"  # "0": not served
-    insecure: bool = False
-    unknown_tokens_per_second: float = 0.0
-    unknown_tokens_burst: int = 0
+    bind_address: str  # "0": not served
+    insecure: bool
+    unknown_tokens_per_second: float  # TokenReviews a second for tokens not seen accepted (mcad.serve.endpointauth)
+    unknown_tokens_burst: int
 
     @property
     def served(self) -> bool:

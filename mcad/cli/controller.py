@@ -389,13 +389,13 @@ def main(**options: Any) -> None:
     serving = serving_settings(options)
     admission = admission_settings(options)
     scheduling = scheduling_settings(options, fault_defaults)
-    hub_settings_ = hub_settings(options, scheduling)
+    hub_mode = hub_settings(options, scheduling)
     mcad_log.configure(options["log_level"], "json" if options["log_format"] == "json" else "console")
     limit_malloc_arenas()  # before any thread starts
     conn = connect(options["kubeconfig"], options["context"], scheduling.write_workers, api.legacy_api)
     if options["connect_only"]:
         return
-    run(conn, scheduling, api, serving, admission, hub_settings_, leader)
+    run(conn, scheduling, api, serving, admission, hub_mode, leader)
 
 
 def api_settings(options: dict[str, Any]) -> ApiSettings:
@@ -533,7 +533,7 @@ def connect(kubeconfig: str | None, context: str | None, write_workers: int, leg
 
 
 def run(conn: kube.Connection, scheduling: SchedulingSettings, api: ApiSettings, serving: ServingSettings,
-        admission: AdmissionSettings, hub_settings_: HubSettings, leader: LeaderElectionSettings) -> None:
+        admission: AdmissionSettings, hub_mode: HubSettings, leader: LeaderElectionSettings) -> None:
     """Build the controller over ``conn`` and run it until SIGTERM or SIGINT (see the module docstring)."""
     logger = structlog.get_logger("mcad.controller")
     client = kube.Client(conn)
@@ -544,10 +544,10 @@ def run(conn: kube.Connection, scheduling: SchedulingSettings, api: ApiSettings,
                     "quota trees are off")
         api = dataclasses.replace(api, quota_trees=False)
     hub = None
-    hub_config = hub_settings_.config
+    hub_config = hub_mode.config
     if hub_config is not None:
         hub = Hub(hub_config, WorkerConnector(conn, namespace=leader.namespace or default_namespace()),
-                  probe_period=hub_settings_.probe_period)
+                  probe_period=hub_mode.probe_period)
         logger.info("hub mode", workers=hub.names, policy=hub_config.policy.value,
                     unreachable_timeout_seconds=hub_config.unreachable_timeout_seconds)
     protected = protected_namespaces(default_namespace(), api.allowed_protected, hub=hub is not None)

@@ -839,6 +839,21 @@ _LAYER_CASES = [
         "mcad.serve.debug -> mcad.wiring: mcad/serve/debug.py:1 `from mcad.wiring import build`",
         "mcad.serve.server -> mcad.wiring: mcad/serve/server.py:1 `import mcad.wiring`",
     ], id="wiring"),
+    pytest.param(SETTINGS_RULE, {
+        "mcad/settings.py": "from mcad.hub.clusters import HubConfig\nfrom mcad.serve.server import Server\n",
+        "mcad/hub/clusters.py": "",  # the values of the layers it configures
+        "mcad/serve/server.py": "",
+    }, [
+        "mcad.settings -> mcad.serve.server: mcad/settings.py:2 `from mcad.serve.server import Server`",
+    ], id="settings"),
+    pytest.param(SETTINGS_READERS_RULE, {
+        "mcad/settings.py": "",
+        "mcad/wiring.py": "from mcad.settings import SchedulingSettings\n",
+        "mcad/cli/controller.py": "from mcad import settings\n",
+        "mcad/loop/cycle.py": "from mcad.settings import SchedulingSettings\n",  # owners are handed plain values
+    }, [
+        "mcad.loop.cycle -> mcad.settings: mcad/loop/cycle.py:1 `from mcad.settings import SchedulingSettings`",
+    ], id="settings readers"),
 ]
 
 
