@@ -1,13 +1,15 @@
 """``mcad-controller``: the controller process.
-Over 600 lines because it declares every flag with its help text (about 300 lines of click options); ``main`` itself is
-a short story: parse the flags into settings groups (``mcad.settings``), connect, build, run.
+Over 600 lines because it declares every flag with its help text (about 300 lines of click options) and runs the
+process (webhooks, HTTP, leader election, shutdown); ``main`` itself is a short story: parse the flags into settings
+groups (``mcad.settings``), connect, build, run.
 
-Contract: parses flags into typed, frozen settings groups (``mcad.settings``: one parser per group, each refusing
-what does not hold together as a usage error), configures logging, connects to the API server and checks that the
-AppWrapper CRD is served (exit code 2 with a one-line reason when either fails), then runs the informers and the
-dispatcher until SIGTERM or SIGINT and exits 0. ``--connect-only`` exits right after the checks, which is what a
-pre-flight check or a smoke test wants. Fault tolerance flags that do not hold together (``mcad.cli.faultflags``)
-are a usage error (exit code 2) before anything else; they reach the dispatcher and admission alike.
+Contract: parses flags into typed, frozen settings groups (``mcad.settings``; one parser per group in
+``mcad.cli.settingsflags``, each refusing what does not hold together as a usage error), configures logging,
+connects to the API server and checks that the AppWrapper CRD is served (exit code 2 with a one-line reason when
+either fails), then runs the informers and the dispatcher until SIGTERM or SIGINT and exits 0. ``--connect-only``
+exits right after the checks, which is what a pre-flight check or a smoke test wants. Fault tolerance flags that do
+not hold together (``mcad.cli.faultflags``) are a usage error (exit code 2) before anything else; they reach the
+dispatcher and admission alike.
 
 Every replica, leader or standby, serves the AppWrapper admission webhooks over HTTPS (``--webhook*``; see
 ``mcad.admission.server`` and ``mcad.admission.certs``), from before leader election until it exits; /readyz waits
@@ -30,7 +32,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
-import re
 import signal
 import sys
 import threading
@@ -55,21 +56,29 @@ from mcad.api.faulttolerance import FaultDefaults
 from mcad.api.validation import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_ITEMS_CEILING, Limits
 from mcad.cli import faultflags
 from mcad.cli.heap import StartupHeap
+from mcad.cli.settingsflags import (
+    admission_settings,
+    api_server_networks,
+    api_settings,
+    hub_settings,
+    leader_election_settings,
+    scheduling_settings,
+    serving_settings,
+)
 from mcad.clock import Clock, RealClock
 from mcad.errors import ApiError, KubeConnectError
-from mcad.hub.clusters import ConfigError, WorkerConnector, load_config
+from mcad.hub.clusters import WorkerConnector
 from mcad.hub.connections import DEFAULT_PROBE_PERIOD_SECONDS, Hub
 from mcad.hub.placement import Policy
 from mcad.k8s import events, kube
 from mcad.k8s.informer import Informer
-from mcad.k8s.leader import LeaderElector, default_identity, default_namespace, validate_timings
+from mcad.k8s.leader import LeaderElector, default_identity, default_namespace
 from mcad.k8s.leaderpod import LeaderPodLabel
 from mcad.k8s.recentevents import RecentEvents
 from mcad.loop.dispatcher import Dispatcher
 from mcad.loop.evictions import DEFAULT_MAX_EVICTIONS_PER_MINUTE, DEFAULT_PREEMPTION_BACKOFF_SECONDS
 from mcad.loop.pinning import PLACEMENT_MODES
 from mcad.model import tenancy
-from mcad.model.nodehealth import NO_RULES, NodeHealth, parse_rule
 from mcad.model.reservations import DEFAULT_RESERVATIONS
 from mcad.serve import endpointauth, server
 from mcad.serve.debug import Reports
@@ -114,18 +123,6 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
 
 # The namespace config/rbac/worker.yaml gives a worker's ServiceAccount and its token.
 WORKER_NAMESPACE = "mcad-system"
-
-
-def node_health_from_flags(rules: tuple[str, ...], none: bool) -> NodeHealth:
-    """The node-health rules of ``--node-health-rule`` (all of them, in place of the defaults) or
-    ``--no-node-health-rules``; Autopilot's without either. ValueError names a rule that does not parse."""
-    if none and rules:
-        raise ValueError("--no-node-health-rules and --node-health-rule contradict each other: give one")
-    if none:
-        return NO_RULES
-    if not rules:
-        return NodeHealth()
-    return NodeHealth(parse_rule(rule) for rule in rules)
 
 
 def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool = False) -> frozenset[str]:
@@ -383,6 +380,7 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
 @click.version_option(__version__, prog_name="mcad-controller")
 def main(**options: Any) -> None:
     """Run the mcad controller: queue AppWrappers and dispatch each one only when all of it fits."""
+    # In the order the flags have always been checked in, so that of several wrong ones the same is reported.
     fault_defaults = faultflags.fault_defaults(options)  # a usage error when they do not hold together
     api = api_settings(options)
     leader = leader_election_settings(options)
@@ -396,115 +394,6 @@ def main(**options: Any) -> None:
     if options["connect_only"]:
         return
     run(conn, scheduling, api, serving, admission, hub_mode, leader)
-
-
-def api_settings(options: dict[str, Any]) -> ApiSettings:
-    """``--legacy-api``, ``--quota``, ``--max-items``, ``--max-appwrapper-bytes``, ``--allowed-scheduler-names``,
-    ``--default-max-priority``, ``--allow-protected-namespace``."""
-    limits = Limits(max_items=options["max_items"], max_bytes=options["max_appwrapper_bytes"],
-                    scheduler_names=scheduler_names_of(options["allowed_scheduler_names"]))
-    return ApiSettings(legacy_api=options["legacy_api"], quota_trees=options["quota_trees"], limits=limits,
-                       default_max_priority=options["default_max_priority"],
-                       allowed_protected=tuple(options["allowed_protected"]))
-
-
-def leader_election_settings(options: dict[str, Any]) -> LeaderElectionSettings:
-    """``--leader-elect*``: timings that do not hold together, or a pod label without a pod, are a usage error."""
-    settings = LeaderElectionSettings(
-        enabled=options["leader_elect"], lease_name=options["leader_elect_lease_name"],
-        namespace=options["leader_elect_namespace"], lease_duration=options["leader_elect_lease_duration"],
-        renew_deadline=options["leader_elect_renew_deadline"], retry_period=options["leader_elect_retry_period"],
-        label_pod=options["leader_elect_label_pod"])
-    if settings.enabled:
-        try:
-            validate_timings(settings.lease_duration, settings.renew_deadline, settings.retry_period)
-        except ValueError as err:
-            raise click.UsageError(str(err)) from err
-    if settings.label_pod and not (settings.enabled and os.environ.get("POD_NAME")):
-        raise click.UsageError("--leader-elect-label-pod needs --leader-elect and $POD_NAME (the pod to label)")
-    return settings
-
-
-def serving_settings(options: dict[str, Any]) -> ServingSettings:
-    """``--http-bind-address``, ``--insecure-debug-endpoints``, ``--unknown-tokens-*``."""
-    settings = ServingSettings(bind_address=options["http_bind_address"],
-                               insecure=options["insecure_debug_endpoints"],
-                               unknown_tokens_per_second=options["unknown_tokens_per_second"],
-                               unknown_tokens_burst=options["unknown_tokens_burst"])
-    if settings.served:
-        try:
-            server.parse_bind_address(settings.bind_address)
-        except ValueError as err:
-            raise click.UsageError(str(err)) from err
-    return settings
-
-
-def admission_settings(options: dict[str, Any]) -> AdmissionSettings:
-    """``--webhook*``, ``--api-server-cidrs``, ``--admission-allowed-kinds``, ``--status-writer``."""
-    settings = AdmissionSettings(
-        enabled=options["webhook_enabled"], bind_address=options["webhook_bind_address"],
-        share_port=options["webhook_share_port"], cert_dir=options["webhook_cert_dir"],
-        cert_secret=options["webhook_cert_secret"], cert_namespace=options["webhook_cert_namespace"],
-        service_name=options["webhook_service_name"],
-        cert_hosts=tuple(h for h in options["webhook_cert_hosts"].split(",") if h.strip()),
-        configuration_name=options["webhook_configuration_name"], creator=options["webhook_creator"],
-        cert_poll_seconds=options["webhook_cert_poll_seconds"], drain_seconds=options["webhook_drain_seconds"],
-        client_ca=options["webhook_client_ca"], client_names=tuple(options["webhook_client_names"]),
-        token_file=options["webhook_token_file"],
-        access_reviews_per_second=options["webhook_access_reviews_per_second"],
-        access_reviews_burst=options["webhook_access_reviews_burst"],
-        access_reviews_total=options["webhook_access_reviews_total"],
-        api_server_cidrs=tuple(c for c in options["api_server_cidrs"].split(",") if c.strip()),
-        allowed_kinds=options["admission_allowed_kinds"], status_writers=tuple(options["status_writers"]))
-    if settings.client_names and not settings.client_ca:
-        raise click.UsageError("--webhook-client-name needs --webhook-client-ca")
-    api_server_networks(settings)  # refused here, before anything starts
-    if settings.enabled:
-        try:
-            server.parse_bind_address(settings.bind_address)
-        except ValueError as err:
-            raise click.UsageError(f"--webhook-bind-address: {err}") from err
-    return settings
-
-
-def api_server_networks(settings: AdmissionSettings) -> callers.SourceNetworks:
-    """The API server's addresses (``--api-server-cidrs``); a usage error for one that does not parse."""
-    try:
-        return callers.SourceNetworks(settings.api_server_cidrs)
-    except ValueError as err:
-        raise click.UsageError(f"--api-server-cidrs: {err}") from err
-
-
-def scheduling_settings(options: dict[str, Any], fault_defaults: FaultDefaults) -> SchedulingSettings:
-    """What the dispatcher decides by: ``--fit``, ``--placement``, ``--strict-fifo``, ``--reservations``,
-    ``--preemption*``, ``--node-health-rule``/``--no-node-health-rules``, ``--write-workers``,
-    ``--backoff-status-rate`` and the fault tolerance flags. The protected namespaces are known once connected."""
-    try:
-        node_health = node_health_from_flags(options["node_health_rules"], options["no_node_health_rules"])
-    except ValueError as err:
-        raise click.UsageError(str(err)) from err
-    return SchedulingSettings(
-        fit=options["fit"], placement=options["placement"], strict_fifo=options["strict_fifo"],
-        reservations=options["reservations"], preemption=options["preemption"],
-        victim_timeout=options["victim_timeout"], preemption_backoff=options["preemption_backoff"],
-        max_evictions_per_minute=options["max_evictions_per_minute"], node_health=node_health,
-        write_workers=options["write_workers"], backoff_status_rate=options["backoff_status_rate"],
-        fault_defaults=fault_defaults)
-
-
-def hub_settings(options: dict[str, Any], scheduling: SchedulingSettings) -> HubSettings:
-    """``--clusters-config`` (read and checked now), ``--cluster-policy``, ``--cluster-probe-period``."""
-    if options["clusters_config"] is None:
-        return HubSettings(probe_period=options["cluster_probe_period"])
-    try:
-        config = load_config(options["clusters_config"])
-    except ConfigError as err:
-        raise click.UsageError(str(err)) from err
-    if options["cluster_policy"] is not None:
-        config = dataclasses.replace(config, policy=Policy(options["cluster_policy"]))
-    if scheduling.fit != "nodes":
-        raise click.UsageError("--clusters-config places each gang on one worker's nodes: use --fit=nodes")
-    return HubSettings(config=config, probe_period=options["cluster_probe_period"])
 
 
 def connect(kubeconfig: str | None, context: str | None, write_workers: int, legacy_api: bool) -> kube.Connection:
@@ -721,17 +610,6 @@ class Webhook:
 
 def _names(value: str) -> frozenset[str]:
     return frozenset(part.strip() for part in value.split(",") if part.strip())
-
-
-def scheduler_names_of(values: tuple[str, ...]) -> frozenset[str]:
-    """The names of ``--allowed-scheduler-names`` (repeated, comma-separated); a usage error for one that is not a
-    name a pod could give (a DNS-1123 subdomain)."""
-    names = frozenset(name.strip() for value in values for name in value.split(",") if name.strip())
-    for name in sorted(names):
-        if len(name) > 253 or not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name):
-            raise click.UsageError(f"--allowed-scheduler-names: {name!r} is not a scheduler name (a DNS-1123 "
-                                   f"subdomain)")
-    return names
 
 
 def admission_config(allowed_kinds: str, protected: frozenset[str],

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from mcad.api.faulttolerance import DEFAULTS, FaultDefaults
 from mcad.cli import faultflags
-from mcad.cli.controller import node_health_from_flags
+from mcad.cli.settingsflags import node_health_from_flags
 from mcad.hub import clusters
 from mcad.model.nodehealth import DEFAULT_RULES
 from mcad.model.reservations import DEFAULT_RESERVATIONS

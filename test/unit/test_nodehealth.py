@@ -12,7 +12,7 @@ from mcad.api.nodemarks import Effect, Verdict
 from mcad.api.podgroups import PodGroup
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView, PodView, pod_view
-from mcad.cli.controller import node_health_from_flags
+from mcad.cli.settingsflags import node_health_from_flags
 from mcad.model import placement
 from mcad.model.accounting import Accountant
 from mcad.model.nodehealth import (
