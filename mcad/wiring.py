@@ -1,23 +1,26 @@
 """The composition root: the controller's informers and the dispatcher they feed, connected but not running.
 
 Contract:
-- ``build(conn, ...)`` returns ``(dispatcher, informers)``: informers over AppWrappers (both groups with
-  ``legacy_api``), Namespaces and PriorityClasses (the admins' rules, ``mcad.k8s.tenantstore``), Nodes and Pods (all
-  namespaces), QuotaSubtrees with ``quota_trees``; and a ``Dispatcher`` reading them through the namespace rules,
-  writing through one ``kube.Client``, with its handlers registered. Its users are the controller process
+- ``build(conn, scheduling, api, recorder=, hub=)`` returns ``(dispatcher, informers)``: informers over AppWrappers
+  (both groups with ``api.legacy_api``), Namespaces and PriorityClasses (the admins' rules,
+  ``mcad.k8s.tenantstore``), Nodes and Pods (all namespaces), QuotaSubtrees with ``api.quota_trees``; and a
+  ``Dispatcher`` reading them through the namespace rules, writing through one ``kube.Client``, with its handlers
+  registered. Its users are the controller process
   (``mcad.cli.controller``) and the offline reports (``mcad.cli.offline``), so both see the same stores through
   the same transforms.
 - It starts nothing: no informer, no hub prober, no write pool, no event recorder, not one thread, and it makes no
   request. The caller decides what runs: the controller starts the informers, the hub, and ``Dispatcher.run``
   (which starts the write pool once the informers have synced); the offline reports list each informer once and
   rebuild the ledger without ever starting the pool, so any write they attempted would raise.
+- The controller's flags come as settings groups (``mcad.settings``: ``SchedulingSettings`` for the loop,
+  ``ApiSettings`` for the informers), never as loose keywords; each owner is handed only its part of them.
 - ``loop(...)`` builds every owner of the dispatcher loop (``mcad.loop``) and hands each the owners it needs, then
   the ``Dispatcher`` that routes keys to them; no owner calls back into the dispatcher. The one cycle among owners
   (``Active`` takes objects back through the sites and tells its watchers, which take AppWrappers back through it)
   is closed here, by ``Active.connect``. Hub mode's sites and placement are chosen here too, so the loop never
   imports ``mcad.hub``. Tests build their loops through it as well.
 - ``quota_served(client)`` asks the API server (one discovery request) whether QuotaSubtrees are served; the
-  caller turns ``quota_trees`` off when they are not.
+  caller turns ``api.quota_trees`` off when they are not.
 
 Layer: this module may import any module of ``mcad`` except the entry points (``mcad.cli``); nothing but the entry
 points imports it.
