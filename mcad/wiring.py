@@ -196,10 +196,12 @@ def _pod_uid(raw: dict[str, object]) -> str:
 
 def build(conn: kube.Connection, scheduling: SchedulingSettings = DEFAULT_SCHEDULING,
           api: ApiSettings = DEFAULT_API, *, recorder: events.EventSink | None = None,
-          hub: Hub | None = None) -> tuple[Dispatcher, list[Informer[Any]]]:
+          hub: Hub | None = None, watch_wrapped: bool = True) -> tuple[Dispatcher, list[Informer[Any]]]:
     """The dispatcher and the informers to start for it (see the module docstring). ``api.default_max_priority`` is
     the ceiling where a namespace sets none. Informers over wrapped kinds start when an AppWrapper needs them
-    (``mcad.k8s.wrapped``). With ``hub``, Nodes, Pods and wrapped kinds are the workers' (the hub's own cluster runs
+    (``mcad.k8s.wrapped``); with ``watch_wrapped`` False they never do (a one-time view that starts no thread: a
+    pod's owner chain is then never read, and it counts by its label, as in the controller's first moments). With
+    ``hub``, Nodes, Pods and wrapped kinds are the workers' (the hub's own cluster runs
     nothing of ours) and the hub's threads start their informers, so they are not in the list returned.
     AppWrappers beyond ``api.limits`` are refused (failed) by the dispatcher, and so are those in
     ``scheduling.protected_namespaces``."""
@@ -251,7 +253,7 @@ def build(conn: kube.Connection, scheduling: SchedulingSettings = DEFAULT_SCHEDU
         pods = Informer("pods", kube.ResourceClient(conn, group="", version="v1", plural="pods"),
                         transform=pod_view, key=_pod_uid, peers=peers)
         wrapped = WrappedObjects(informer_factory(conn, client, peers=peers),
-                                 lambda key: queue.add(AppWrapperEvent(key)))
+                                 lambda key: queue.add(AppWrapperEvent(key)), background=watch_wrapped)
         dispatcher = loop(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
                           scheduling=scheduling, wrapped=wrapped, recorder=recorder, quota_subtrees=subtrees)
         informers += [nodes, pods]
