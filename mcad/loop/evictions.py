@@ -3,10 +3,11 @@
 Contract (the dispatcher thread runs this; ``mcad.model.preemption`` chooses, this module acts: victims are taken
 back through ``mcad.loop.active``, the preemptor is told through ``mcad.loop.notices``; built by ``mcad.wiring``
 with what it reads and acts through in one frozen ``EvictionOwners``, and the loop's ``LoopTools``):
-- ``makes_room(aw, need, snapshot)`` is asked by a dispatch cycle for a queued AppWrapper that does not fit. Its
-  ``holds`` is True while ``aw`` holds the queue because victims go away for it: it waits for those it chose
-  earlier, or it chooses some now, quota reclaim first (borrowers above it), then, with ``--preemption``, priority
-  preemption (strictly lower priorities), only when it provably runs once they are gone (``mcad.model.preemption``).
+- ``makes_room(aw, need, snapshot)`` is asked by the one pass (``mcad.model.walk``) for a queued AppWrapper that
+  does not fit. Its ``holds`` is True while ``aw`` holds the queue because victims go away for it: it waits for
+  those it chose earlier, or it chooses some now, quota reclaim first (borrowers above it), then, with
+  ``--preemption``, priority preemption (strictly lower priorities), only when it provably runs once they are gone
+  (``mcad.model.preemption``).
   When it outranks running work but evicts nobody, ``about``/``why`` say why for its status: an error in its own
   quota or binding, more than its quota or the cluster could ever give it, no choice of victims that makes it fit,
   its backoff after a round that did not make it run, or the eviction rate bound.
@@ -23,10 +24,14 @@ with what it reads and acts through in one frozen ``EvictionOwners``, and the lo
   pods whose grace period is over are force-deleted (as the kubelet would have by now), the preemptor stops
   holding the queue and an Event says so; it chooses nobody else until those very pods are gone.
 - ``blocked_by_reclaim(aw)``: why ``aw`` may not borrow now (a reclaim waits for its victims in its trees).
+- ``peek()``: the same judgement for a dry run (``mcad.model.assess``): over copies of ``Preemptors`` and the
+  eviction budget, it chooses victims and gives up on stuck ones as a cycle would, but evicts nobody, tells
+  nobody, deletes no pod, writes no Event and sets no timer; its ``Room`` names the victims.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -49,9 +54,14 @@ from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.fit import Targets
 from mcad.model.keys import DISPATCH
 from mcad.model.preemption import (
+    NO_ROOM,
+    PREEMPTING,
+    RECLAIMING,
+    WAITING_FOR_VICTIMS,
     Candidate,
     EvictionBudget,
     Preemptors,
+    Room,
     blocked_by_reclaim,
     preemption_refusal,
     priority_victims,
@@ -70,20 +80,6 @@ DEFAULT_MAX_EVICTIONS_PER_MINUTE = 100
 # up to 16 times as long (--preemption-backoff).
 DEFAULT_PREEMPTION_BACKOFF_SECONDS = 60.0
 BACKOFF_CAP_FACTOR = 16
-
-
-@dataclass(frozen=True, slots=True)
-class Room:
-    """What ``makes_room`` decided: ``holds``, victims go away for it and it holds the queue; else, when it outranks
-    running work yet evicts nobody, ``about`` (compared between cycles) and ``why`` (for its Backoff message)."""
-
-    holds: bool
-    about: str = ""
-    why: str = ""
-
-
-HOLDS = Room(True)
-NO_ROOM = Room(False)
 
 
 class PodDeleter(Protocol):
@@ -126,6 +122,16 @@ class Evictions:
         self._writes = tools.writes
         self._pods = pods
         self._priority_preemption = priority_preemption
+        self._act = True
+
+    def peek(self) -> Evictions:
+        """Evictions for a dry run: the same judgement over copies of who waits for whom and of the eviction
+        budget, evicting nobody, telling nobody and setting no timer (``mcad.model.assess``)."""
+        twin = copy.copy(self)
+        twin.preemptors = self.preemptors.copy()
+        twin.budget = self.budget.copy()
+        twin._act = False
+        return twin
 
     @property
     def victim_timeout(self) -> float:
@@ -138,7 +144,7 @@ class Evictions:
         # Judged before the wait is checked, as that check may be the one that gives up (in this very pass).
         stuck = self.preemptors.stuck(aw.key, lambda uid: self._accountant.ledger.pod(uid) is not None)
         if self._waiting_for_victims(aw.key):
-            return HOLDS
+            return Room(True, kind=WAITING_FOR_VICTIMS, victims=tuple(sorted(self.preemptors.victims_of(aw.key))))
         if stuck:
             return NO_ROOM
         now = self._clock.monotonic()
@@ -146,7 +152,7 @@ class Evictions:
         if wait > 0:
             if not (self._priority_preemption and self._candidates(aw)) and not self._may_reclaim(aw, snapshot):
                 return NO_ROOM
-            self._queue.add_after(DISPATCH, wait)  # events or not, it is looked at again when it may preempt
+            self._due(wait)  # events or not, it is looked at again when it may preempt
             rounds = self.preemptors.rounds(aw.key)
             return Room(False, "preemption backoff",
                         f"it evicted {rounds} round(s) of victims and still did not run, so it evicts nobody "
@@ -191,15 +197,19 @@ class Evictions:
         over = self._over_budget(len(chosen))
         if over:
             return Room(False, "eviction rate bound", over)
+        names = sorted(chosen)
+        room = Room(True, kind=PREEMPTING, victims=tuple(names))
+        if not self._act:
+            self._start(key, names)
+            return room
         self._evict(chosen, status.PREEMPTED_BY_PRIORITY,
                     lambda victim: f"Preempted by {_appwrapper(key, victim)} (priority {aw.priority}).")
-        names = sorted(chosen)
         self._start(key, names)
         log.info("preempting", appwrapper=key, priority=aw.priority, victims=names)
         self._notices.tell(aw, frozenset({"preempting"}),
                            partial(str, f"preempting {len(names)} lower-priority AppWrapper(s) to make room: "
                                         f"{disclosure.listed(names, aw.namespace)}"), paced=False)
-        return HOLDS
+        return room
 
     def _over_budget(self, victims: int) -> str:
         """Why ``victims`` evictions may not happen now ("" if they may); a cycle is due when they may."""
@@ -207,7 +217,7 @@ class Evictions:
         if self.budget.allows(victims, now):
             return ""
         wait = self.budget.free_at(victims, now) - now
-        self._queue.add_after(DISPATCH, wait)
+        self._due(wait)
         return (f"it would evict {victims} AppWrapper(s), but the controller evicts at most "
                 f"{self.budget.per_minute} a minute (--preemption-max-evictions-per-minute); it may in {wait:.0f} s")
 
@@ -223,6 +233,10 @@ class Evictions:
         if over:
             return Room(False, "eviction rate bound", f"reclaiming its quota: {over}")
         key = aw.key
+        room = Room(True, kind=RECLAIMING, victims=tuple(sorted(victims)))
+        if not self._act:
+            self._start(key, victims, reclaim=snapshot.quota.forest.charges(aw.labels)[0])
+            return room
         self._evict(victims, status.PREEMPTED_BY_QUOTA_RECLAIM,
                     lambda victim: f"Preempted to give borrowed quota back to {_appwrapper(key, victim)}.")
         self._start(key, victims, reclaim=snapshot.quota.forest.charges(aw.labels)[0])
@@ -230,7 +244,7 @@ class Evictions:
         self._notices.tell(aw, frozenset({"reclaiming"}),
                            partial(str, f"reclaiming quota borrowed by {len(victims)} AppWrapper(s): "
                                         f"{disclosure.listed(victims, aw.namespace)}"), paced=False)
-        return HOLDS
+        return room
 
     def _evict(self, victims: Iterable[str], reason: str, message: Callable[[str], str]) -> None:
         """Each victim requeued with ``message(its key)``: worded for its namespace (``mcad.model.disclosure``)."""
@@ -242,7 +256,12 @@ class Evictions:
         victims = list(victims)
         self.budget.spend(len(victims), self._clock.monotonic())
         self.preemptors.start(key, victims, self._clock.monotonic(), reclaim)
-        self._queue.add_after(DISPATCH, self.victim_timeout)  # looks again at the latest then, events or not
+        self._due(self.victim_timeout)  # looks again at the latest then, events or not
+
+    def _due(self, seconds: float) -> None:
+        """A cycle in ``seconds``, events or not (not from a dry run)."""
+        if self._act:
+            self._queue.add_after(DISPATCH, seconds)
 
     def _rank(self, victim: AppWrapperView) -> tuple[Any, ...]:
         return victim_rank(victim.priority, lifecycle.dispatched_at(self._decisions.status(victim)),
@@ -265,10 +284,13 @@ class Evictions:
                 remaining.add(pod.uid)
                 if pod.deleting and 0 < pod.grace_ends <= now:
                     forced.append(f"{pod.namespace}/{pod.name}")
-                    self._writes.submit(victim, partial(self._force_delete, pod), tenant=pod.namespace)
+                    if self._act:
+                        self._writes.submit(victim, partial(self._force_delete, pod), tenant=pod.namespace)
                 else:
                     stuck.append(f"{pod.namespace}/{pod.name}")
         self.preemptors.gave_up(key, victims, frozenset(remaining))
+        if not self._act:
+            return
         log.warning("preemption victims did not go in time; no longer holding the queue", appwrapper=key,
                     victims=sorted(victims), timeout_s=self.victim_timeout, force_deleted=forced, still_there=stuck)
         aw = self._appwrappers.get(key)

@@ -1,21 +1,18 @@
 """What a dispatch cycle would do now with each queued AppWrapper, deciding nothing (for /debug and mcadctl).
 
 Contract:
-- ``assess(...)`` walks the queue in dispatch order with the cycle's own rules (``fit.fits`` over a snapshot with
-  the reservations of blocked ones taken as the walk makes them, backfill included (``mcad.model.reservations``, a dry
-  run of its pass); one fit check per demand group: a group blocked once stays blocked; a reclaim under way holds
-  back those that would borrow; a preemptor waiting for its victims holds back everything behind it, and strict
-  FIFO what ``mcad.model.fifo`` says) and says,
-  for each AppWrapper, its state (Queued, Draining: requeued and its old pods are still there, Preempting:
-  waiting for victims), whether it fits now and why not.
+- ``assess(...)`` is the dispatch cycle's own pass (``mcad.model.walk``) run with rules that peek (the caller's:
+  ``mcad.loop.cycle.DispatchCycle.assess``, over copies of who waits for whose victims, evicting nobody) and read
+  as what each queued AppWrapper is told: its state (Queued; Draining: requeued and its old pods are still there;
+  Preempting: waiting for victims), whether it fits now (the next cycle dispatches it) and why not, and the
+  reservation it holds. One that would preempt or reclaim says whom the next cycle evicts for it.
 - What would be dispatched is taken from the snapshot, and its quota charged there: the caller passes a snapshot
   whose quota ledger is a scratch copy (``Accountant.snapshot(scratch_quota=True)``). Nothing else is changed.
-- The walk judges as a cycle does: group heads (``PendingQueue.cycle``), and only what a cycle would look at. Once a
-  group is blocked the rest of it is told the same as its head's successor, and once the queue is held (a waiting
-  preemptor, or strict FIFO held by the cluster) everything after is told so; those members are not visited. Its
-  cost on the dispatcher thread is therefore O(groups + AppWrappers judged), not O(queue): 100,000 queued
-  AppWrappers of a few demands cost a few fit checks and two copies of the queue's order (C speed). With strict
-  FIFO every member is judged (a member's quota domain decides what it is told), as before.
+- Where the cycle stops (a preemptor holds the queue, or strict FIFO waits for the cluster's room) the walk goes
+  on only to tell each group's head that it is held; the members of a group the walk blocked are told by rule as
+  their head's successor would be. Its cost on the dispatcher thread is therefore O(groups + AppWrappers judged),
+  not O(queue): 100,000 queued AppWrappers of a few demands cost a few fit checks and two copies of the queue's
+  order (C speed).
 - The result, a ``QueueAssessment``, says what every queued AppWrapper is told, by rule for the ones not visited.
   It holds only its own copies, so it may be read on any thread once the walk returned: iterating it (dispatch
   order, O(queue)) is for a reader's thread, ``of(key)``, ``position(key)`` and ``fitting_ahead(key)`` are cheap.
@@ -27,21 +24,31 @@ import bisect
 from collections.abc import Callable, Hashable, Iterator, KeysView, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.model import disclosure
-from mcad.model.fifo import BEHIND_IN_DOMAIN, BEHIND_STRICT_FIFO, StrictFifo
-from mcad.model.fit import Targets, could_ever_fit, refused
+from mcad.model.fifo import BEHIND_IN_DOMAIN as BEHIND_IN_DOMAIN_WHY
+from mcad.model.fifo import BEHIND_STRICT_FIFO
+from mcad.model.fit import Targets
 from mcad.model.pending import Frozen, Order, PendingQueue
-from mcad.model.preemption import Preemptors
+from mcad.model.preemption import RECLAIMING, WAITING_FOR_VICTIMS
 from mcad.model.reservations import Pass
-
-
-class AppWrappers(Protocol):
-    """What assessing reads of the AppWrappers: one by key (the informer's store, ``mcad.k8s.informer.Store``)."""
-
-    def get(self, key: str) -> AppWrapperView | None: ...
+from mcad.model.walk import (
+    BLOCKED,
+    DISPATCH,
+    DRAINING,
+    GONE,
+    HELD,
+    HOLDS,
+    NEVER_FITS,
+    RETRYING,
+    STOP,
+    WAITS,
+    AppWrappers,
+    Rules,
+    Verdict,
+    walk,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,9 @@ class Assessment:
     # The reservation it holds (mcad.model.reservations.Pass.describe: nodes or amount, and when it is sure to start),
     # if any.
     reservation: Mapping[str, object] | None = None
+    # Whom the next cycle evicts for it (preemption or quota reclaim), or whose going it waits for (Preempting): keys
+    # of any namespace, for the controller and tests; a reader is shown ``why``, worded for its namespace.
+    evicts: tuple[str, ...] = ()
 
 
 class QueueAssessment:
@@ -136,104 +146,83 @@ class QueueAssessment:
         return None if why is None else Assessment(key, "Queued", False, why)
 
 
-def assess(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, *,
-           preemptors: Preemptors, draining: Callable[[AppWrapperView], bool],
-           blocked_by_reclaim: Callable[[AppWrapperView], str], strict_fifo: bool,
-           targets: Targets) -> QueueAssessment:
+def assess(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rules: Rules, *, strict_fifo: bool,
+           targets: Targets, preempting: Mapping[str, frozenset[str]]) -> QueueAssessment:
+    """The walk's verdicts (``mcad.model.walk``, going on past a hold) as what each queued AppWrapper is told.
+    ``preempting``: the preemptors waiting for their victims (told so even where the walk does not reach them)."""
     queue = pending.frozen()
     blocked: dict[Hashable, str] = {}
     judged: dict[str, Assessment] = {}
-    quota = reserving.snapshot.quota
-    fifo = StrictFifo(quota.forest if quota is not None else None) if strict_fifo else None
-    reserved_heads: set[Hashable] = set()  # groups whose head took a reservation
-    # Waiting preemptors are told so wherever they stand; the first of them holds back everything behind it.
-    first_preemptor: tuple[Order, str] | None = None
-    for key in preemptors:
-        aw = appwrappers.get(key)
-        entry = pending.entry(key)
-        if aw is None or entry is None:
-            continue
-        victims = disclosure.listed(preemptors.victims_of(key), aw.namespace)
-        judged[key] = Assessment(key, "Preempting", False,
-                                 f"waiting for lower-priority AppWrappers it preempted to leave: {victims}")
-        if first_preemptor is None or entry[0] < first_preemptor[0]:
-            first_preemptor = (entry[0], key)
-    # Why everything behind a blocked head waits (strict FIFO, or a waiting preemptor), worded for a reader's
-    # namespace, and the order after which it does.
     held: Callable[[str], str] | None = None
     held_after: Order | None = None
-    cursor = pending.cycle()
-    while (candidate := cursor.next()) is not None:
-        key = candidate[0]
+    for verdict in walk(pending, appwrappers, reserving, rules, strict_fifo=strict_fifo, targets=targets,
+                        past_hold=True):
+        key, kind = verdict.key, verdict.kind
+        if kind in (GONE, HELD):
+            continue  # a held one is told by rule (held_after), as are the rest of its group
+        judged[key] = _assessment(verdict, reserving)
+        if kind == HOLDS or verdict.step == STOP:
+            held_after = verdict.order
+            held = partial(disclosure.held_behind_preemptor, key) if kind == HOLDS else _behind_strict_fifo
+        elif verdict.step == BLOCKED and kind != DRAINING:  # a draining one is alone in its group
+            blocked[verdict.group] = _members_told(verdict, reserving, strict_fifo=strict_fifo,
+                                                   successor=_successor(pending, appwrappers, key))
+    for key, victims in preempting.items():
+        # Beyond where the walk stopped, or in a group it did not reach: still preempting.
         aw = appwrappers.get(key)
-        entry = pending.entry(key)
-        if aw is None or entry is None or key in judged:
-            cursor.passed()
-            continue
-        order, group = entry
-        if held is None and first_preemptor is not None and order > first_preemptor[0]:
-            held, held_after = partial(disclosure.held_behind_preemptor, first_preemptor[1]), first_preemptor[0]
-        if held is not None:
-            # Held back: only a draining one (always alone in its group) is told otherwise; the rest of the group
-            # is told by rule.
-            if draining(aw):
-                judged[key] = Assessment(key, "Draining", False,
-                                         "requeued; waiting for the pods of its previous dispatch to go")
-            cursor.blocked()
-            continue
-        if draining(aw):
-            judged[key] = Assessment(key, "Draining", False,
-                                     "requeued; waiting for the pods of its previous dispatch to go")
-            cursor.passed()
-            continue
-        if fifo is not None and fifo.held(aw):
-            judged[key] = Assessment(key, "Queued", False, BEHIND_IN_DOMAIN)
-            cursor.passed()
-            continue
-        if group in blocked:
-            # The member after a head that took a reservation (or, with strict FIFO, any member: all are visited).
-            if group in reserved_heads:  # the head's message tells of its own reservation, not of theirs
-                need = reserving.snapshot.need(key, aw.demand)
-                blocked[group] = reserving.explain(aw, need, reserving.fit(aw, need))[1]()
-                reserved_heads.discard(group)
-            judged[key] = Assessment(key, "Queued", False, blocked[group])
-            if fifo is None:
-                cursor.blocked()
-            else:
-                cursor.passed()
-            continue
-        snapshot = reserving.snapshot
-        need = snapshot.need(key, aw.demand)
-        fit = reserving.fit(aw, need)
-        reclaimed = blocked_by_reclaim(aw) if fit.fits else ""
-        if reclaimed:
-            judged[key] = Assessment(key, "Queued", False, reclaimed)
-            if fifo is not None:
-                fifo.hold(aw, refused("reclaim", reclaimed))  # its domain waits behind it
-        elif fit.fits:
-            snapshot.take(need, fit.plan)
-            if snapshot.quota is not None:
-                snapshot.quota.charge(key, aw.labels, aw.demand)
-            judged[key] = Assessment(key, "Queued", True, "fits now: the next dispatch cycle dispatches it")
-        else:
-            held_before = len(reserving.made)
-            why = fit.why() if strict_fifo else reserving.wait(aw, need, fit)[1]()
-            made = reserving.made[-1] if len(reserving.made) > held_before else None
-            if made is None or reserving.full:  # as in a cycle: else the next of its group is judged too
-                blocked[group] = why
-                if made is not None:
-                    reserved_heads.add(group)
-            judged[key] = Assessment(key, "Queued", False, why,
-                                     reserving.describe(made) if made is not None else None)
-            if fifo is not None and could_ever_fit(aw, need, snapshot, targets, fit) and fifo.hold(aw, fit):
-                held, held_after = _behind_strict_fifo, order
-            if group in blocked and group not in reserved_heads and fifo is None:
-                cursor.blocked()
-                continue
-        cursor.passed()
-    if held is None and first_preemptor is not None:
-        held, held_after = partial(disclosure.held_behind_preemptor, first_preemptor[1]), first_preemptor[0]
+        if key not in judged and aw is not None and pending.entry(key) is not None:
+            judged[key] = _preempting(key, victims, aw.namespace)
     return QueueAssessment(queue, judged, blocked, held_after, held)
+
+
+def _assessment(verdict: Verdict, reserving: Pass) -> Assessment:
+    key, kind = verdict.key, verdict.kind
+    aw = verdict.aw
+    namespace = aw.namespace if aw is not None else disclosure.namespace_of(key)
+    if kind == DRAINING:
+        return Assessment(key, "Draining", False, "requeued; waiting for the pods of its previous dispatch to go")
+    if kind == RETRYING:
+        return Assessment(key, "Queued", False, "its last dispatch failed: it is dispatched again once its backoff "
+                                                "has passed, if it still fits")
+    if kind == DISPATCH:
+        return Assessment(key, "Queued", True, "fits now: the next dispatch cycle dispatches it")
+    if kind == HOLDS and verdict.room is not None:
+        room = verdict.room
+        victims = disclosure.listed(room.victims, namespace)
+        if room.kind == WAITING_FOR_VICTIMS:
+            return _preempting(key, frozenset(room.victims), namespace)
+        if room.kind == RECLAIMING:
+            return Assessment(key, "Queued", False, f"the next dispatch cycle reclaims quota borrowed by "
+                                                    f"{len(room.victims)} AppWrapper(s) to make room: {victims}",
+                              evicts=room.victims)
+        return Assessment(key, "Queued", False, f"the next dispatch cycle preempts {len(room.victims)} "
+                                                f"lower-priority AppWrapper(s) to make room: {victims}",
+                          evicts=room.victims)
+    made = verdict.made
+    return Assessment(key, "Queued", False, verdict.why(), reserving.describe(made) if made is not None else None)
+
+
+def _preempting(key: str, victims: frozenset[str], namespace: str) -> Assessment:
+    return Assessment(key, "Preempting", False, f"waiting for lower-priority AppWrappers it preempted to leave: "
+                                                f"{disclosure.listed(victims, namespace)}",
+                      evicts=tuple(sorted(victims)))
+
+
+def _successor(pending: PendingQueue, appwrappers: AppWrappers, key: str) -> AppWrapperView | None:
+    after = pending.next_in_group(key)
+    return None if after is None else appwrappers.get(after)
+
+
+def _members_told(verdict: Verdict, reserving: Pass, *, strict_fifo: bool, successor: AppWrapperView | None) -> str:
+    """What the members of a group the walk blocked at ``verdict`` are told (they are judged alike): what the
+    next of them, ``successor``, would be told."""
+    if verdict.kind == WAITS and verdict.made is not None and successor is not None:
+        # Its head took the last reservation: they wait behind it (its own message tells of what it lacks).
+        need = reserving.snapshot.need(successor.key, successor.demand)
+        return reserving.explain(successor, need, reserving.fit(successor, need))[1]()
+    if strict_fifo and verdict.kind == WAITS and NEVER_FITS not in verdict.about:
+        return BEHIND_IN_DOMAIN_WHY  # it holds its quota domain: its members, who share it, are behind it
+    return verdict.why()
 
 
 def _behind_strict_fifo(_reader: str) -> str:

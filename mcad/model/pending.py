@@ -126,6 +126,15 @@ class PendingQueue:
         """Keys of one group, in dispatch order."""
         return [order[2] for order in self._groups.get(group, ())]
 
+    def next_in_group(self, key: str) -> str | None:
+        """The member of ``key``'s group after it in dispatch order (None: it is the last, or not queued)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        members = self._groups[entry.group]
+        index = bisect.bisect_right(members, entry.order)
+        return members[index][2] if index < len(members) else None
+
     def has_group(self, group: Hashable) -> bool:
         return group in self._groups
 

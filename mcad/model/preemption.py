@@ -19,6 +19,8 @@ Contract:
   another round of victims). A preemptor whose wait ended without it dispatching (victims gone, or given up on)
   may not preempt again for a backoff (``backing_off``), doubling per round up to a cap, reset when it dispatches.
 - ``EvictionBudget``: at most N victims evicted in any minute, over all preemptors and reclaims.
+- ``Room``: whether victims go away for a queued AppWrapper (and which), or why it evicts nobody. ``Preemptors``
+  and ``EvictionBudget`` copy themselves for a dry run to change as a cycle would.
 - Pure: decisions over a ``Snapshot``; times are passed in; the caller requeues the victims and writes statuses.
 """
 
@@ -145,6 +147,26 @@ def blocked_by_reclaim(aw: AppWrapperView, quota_ledger: quota.QuotaLedger | Non
     return ""
 
 
+@dataclass(frozen=True, slots=True)
+class Room:
+    """Whether victims go away for a queued AppWrapper that does not fit: ``holds``, they do (``victims``, chosen
+    now or earlier; ``kind`` says how: waiting, preempting or reclaiming) and it holds the queue; else, when it
+    outranks running work yet evicts nobody, ``about`` (compared between cycles) and ``why`` (for its Backoff
+    message)."""
+
+    holds: bool
+    about: str = ""
+    why: str = ""
+    kind: str = ""
+    victims: tuple[str, ...] = ()
+
+
+NO_ROOM = Room(False)
+WAITING_FOR_VICTIMS = "waiting"
+PREEMPTING = "preempting"
+RECLAIMING = "reclaiming"
+
+
 class EvictionBudget:
     """At most ``per_minute`` victims evicted in any 60 s (0: no bound), over every preemptor and reclaim: however
     the choice of victims goes wrong, the cluster loses at most that much work a minute. One round larger than the
@@ -174,6 +196,12 @@ class EvictionBudget:
             return self._times[-1] + self.WINDOW  # an oversized round waits for an empty window
         must_age_out = len(self._times) + victims - self.per_minute  # >= 1, as it is not allowed now
         return self._times[must_age_out - 1] + self.WINDOW
+
+    def copy(self) -> EvictionBudget:
+        """A copy to spend in a dry run."""
+        twin = EvictionBudget(self.per_minute)
+        twin._times = self._times.copy()
+        return twin
 
     def spend(self, victims: int, now: float) -> None:
         if self.per_minute <= 0:
@@ -206,6 +234,18 @@ class Preemptors:
 
     def __len__(self) -> int:
         return len(self._waiting)
+
+    def copy(self) -> Preemptors:
+        """A copy for a dry run to change as a cycle would change this one."""
+        twin = Preemptors(self.victim_timeout, self.backoff, self.backoff_cap)
+        twin._rounds = self._rounds.copy()
+        twin._not_before = self._not_before.copy()
+        twin._waiting = self._waiting.copy()
+        twin._since = self._since.copy()
+        twin.reclaiming = self.reclaiming.copy()
+        twin._abandoned = self._abandoned.copy()
+        twin.evicted = self.evicted
+        return twin
 
     def __contains__(self, key: object) -> bool:
         return key in self._waiting

@@ -74,6 +74,9 @@ def full_walk(h: Any) -> list[Assessment]:
             else:
                 held_before = len(reserving.made)
                 why = fit.why() if strict_fifo else reserving.wait(aw, need, fit)[1]()
+                never = strict_fifo and not could_ever_fit(aw, need, snapshot, targets, fit)
+                if never:
+                    why += "; it cannot fit even the empty cluster, so it does not hold the queue (strict FIFO)"
                 made = reserving.made[-1] if len(reserving.made) > held_before else None
                 if made is None or reserving.full:
                     blocked[group] = why
@@ -81,7 +84,7 @@ def full_walk(h: Any) -> list[Assessment]:
                         reserved_heads.add(group)
                 out.append(Assessment(key, "Queued", False, why,
                                       reserving.describe(made) if made is not None else None))
-                if fifo is not None and could_ever_fit(aw, need, snapshot, targets, fit) and fifo.hold(aw, fit):
+                if fifo is not None and not never and fifo.hold(aw, fit):
                     held = lambda _reader: BEHIND_STRICT_FIFO  # noqa: E731 (as the walk had it)
     return out
 
