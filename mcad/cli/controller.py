@@ -523,12 +523,12 @@ def run(conn: kube.Connection, scheduling: SchedulingSettings, api: ApiSettings,
     if elector is None:
         worker.start()
         logger.info("controller running", strict_fifo=scheduling.strict_fifo, reservations=scheduling.reservations,
-                    preemption=scheduling.preemption, fit=scheduling.fit, placement=dispatcher.placement_mode,
+                    preemption=scheduling.preemption, fit=scheduling.fit, placement=dispatcher.settings.placement_mode,
                     quota=api.quota_trees, max_items=api.limits.max_items, max_appwrapper_bytes=api.limits.max_bytes)
         stop.wait()
     else:
         logger.info("controller running", strict_fifo=scheduling.strict_fifo, reservations=scheduling.reservations,
-                    preemption=scheduling.preemption, fit=scheduling.fit, placement=dispatcher.placement_mode,
+                    preemption=scheduling.preemption, fit=scheduling.fit, placement=dispatcher.settings.placement_mode,
                     leader_elect=True, identity=elector.identity, lease=elector.lease,
                     max_items=api.limits.max_items, max_appwrapper_bytes=api.limits.max_bytes)
         if leader_pod is not None:
@@ -718,7 +718,7 @@ def _http_server(address: str, dispatcher: Dispatcher, informers: list[Informer[
             return webhook.ready()
         return True, ""
 
-    reports = Reports(dispatcher, lambda: {"version": __version__, "identity": identity, "leader": leading()}, hub)
+    reports = Reports(dispatcher.view, lambda: {"version": __version__, "identity": identity, "leader": leading()}, hub)
     debug = server.debug_endpoints(dispatcher, reports, leading=leading,
                                    leader=lambda: elector.leader if elector is not None else identity)
     if insecure:

@@ -372,7 +372,7 @@ def version(opts: Options, client_only: bool) -> None:
 def _document(opts: Options, endpoint: str, offline: Callable[[Any], dict[str, Any]], query: reach.Query = (),
               *, not_found: dict[str, Any] | None = None) -> dict[str, Any]:
     """The /debug document: from the controller (``not_found`` stands for its 404 answer when given), or with
-    --offline computed from cluster state by ``offline`` applied to ``mcad.serve.debug.offline``'s reports."""
+    --offline computed from cluster state by ``offline`` applied to ``mcad.cli.offline``'s reports."""
     if opts.offline:
         return _compute_offline(opts, offline)
     try:

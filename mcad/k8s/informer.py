@@ -338,7 +338,7 @@ class Informer(Generic[T]):
                 self._peers.recovered(self)
 
     def list_once(self) -> None:
-        """List and fill the store, without watching: a one-time snapshot (``mcad.serve.debug.offline``)."""
+        """List and fill the store, without watching: a one-time snapshot (``mcad.cli.offline``)."""
         self._list_and_replace()
 
     def _list_and_replace(self) -> None:

@@ -50,10 +50,10 @@ from mcad.loop.pinning import Ungated
 from mcad.loop.quotastatus import QUOTA_STATUS_WINDOW_SECONDS
 from mcad.loop.sites import Cleaned
 from mcad.loop.statussync import StatusWritten
+from mcad.loop.view import LoopView
 from mcad.metrics import PUBLISH_INTERVAL_SECONDS, LoopState, Metrics
 from mcad.model import keys, status
 from mcad.model import quota as quota_trees
-from mcad.model.assess import QueueAssessment
 from mcad.model.keys import DISPATCH, PUBLISH, QUOTA, QUOTA_STATUS, AppWrapperEvent, Key
 
 R = TypeVar("R")
@@ -88,16 +88,8 @@ class Dispatcher:
         self.wrapped = wrapped  # informers over wrapped kinds (this cluster's), stopped with the controller
         self.queue, self.clock, self.metrics = queue, clock, metrics
         self.owners, self.settings = owners, settings
-        # The owners and settings by name, for the steps below and for /debug (which reads them between two keys).
-        self.accountant, self.decisions, self.queued, self.active = (owners.accountant, owners.decisions,
-                                                                     owners.queued, owners.active)
-        self.pending, self.dispatches, self.evictions = owners.queued.pending, owners.dispatches, owners.evictions
-        self.reservations, self.preemptors, self.pinning = owners.reservations, owners.preemptors, owners.pinning
-        self.sites, self.targets, self.writes = owners.sites, owners.targets, owners.writes
-        self.quota_status = owners.quota_status
-        self.fit, self.strict_fifo, self.preemption = settings.fit, settings.strict_fifo, settings.preemption
-        self.placement_mode = settings.placement_mode
-        self.ledger, self.quota = owners.accountant.ledger, owners.accountant.quota
+        # What /debug and the metrics read of the loop (answers, never the owners), between two keys.
+        self.view = LoopView(owners, settings, appwrappers, clock)
         # Set once the ledger is rebuilt from synced informers: from then on decisions (and /debug reads) are valid.
         self.running = threading.Event()
         self.calls = LoopCalls(queue)  # /debug reads, run on this thread between two keys
@@ -120,7 +112,7 @@ class Dispatcher:
     @property
     def preemptions(self) -> int:
         """Victims evicted so far (priority preemption and quota reclaim)."""
-        return self.preemptors.evicted
+        return self.owners.preemptors.evicted
 
     # ------------------------------------------------------------------------------------------ loop
 
@@ -133,21 +125,22 @@ class Dispatcher:
         self.start()
         while not self.queue.shutting_down():
             self.process_next()
-        self.writes.close()
+        self.owners.writes.close()
 
     def start(self) -> None:
         """Once the informers have synced: start the write pool, rebuild the ledger and ask for the first cycle."""
-        self.writes.start()
+        self.owners.writes.start()
         self.rebuild()
         self.running.set()
-        self.sites.start()
+        self.owners.sites.start()
         # Gated pods, and pinned ones not bound yet, are looked at once the ledger is whole.
         for pod in self.pods.list():
             if pod.pin is not None:
                 self.queue.add(keys.PodEvent(pod.uid))
         self.queue.add(DISPATCH)
+        ledger = self.owners.accountant.ledger
         log.info("dispatcher started", appwrappers=len(self.appwrappers), nodes=len(self.nodes),
-                 pods=len(self.pods), capacity=self.ledger.capacity().format(), free=self.ledger.free().format())
+                 pods=len(self.pods), capacity=ledger.capacity().format(), free=ledger.free().format())
 
     def process_next(self, timeout: float | None = None) -> Key | None:
         """Take one key (waiting up to ``timeout``), process it and settle its retry state; None if none came."""
@@ -220,8 +213,8 @@ class Dispatcher:
 
     def _recovered(self) -> None:
         """The API server answers again: what waits out a backoff most likely failed because it was away."""
-        self.dispatches.recovered()
-        self.decisions.sync.retry_all()
+        self.owners.dispatches.recovered()
+        self.owners.decisions.sync.retry_all()
 
     def _changed(self) -> None:
         """Something may have changed: publish the loop's state for scrapes, at most once per interval."""
@@ -235,15 +228,16 @@ class Dispatcher:
         self._publish_due = False
         self._published_at = self.clock.monotonic()
         placed: dict[str, int] = {}
-        for cluster in self.sites.placed().values():
+        for cluster in self.owners.sites.placed().values():
             placed[cluster] = placed.get(cluster, 0) + 1
-        ledger = self.ledger
+        o = self.owners
+        ledger = o.accountant.ledger
         self.published = LoopState(
             capacity=(ledger.capacity(), ledger.in_use(), ledger.reserved(), ledger.free()),
-            queue={"queued": len(self.pending), "dispatching": len(self.dispatches.in_flight),
-                   "preempting": len(self.preemptors)},
-            decided=self.decisions.sync.decided_states(), placed=placed, reservations=len(self.reservations.held),
-            backoff_statuses_waiting=self.decisions.sync.paced_count(), gated=self.pinning.counts())
+            queue={"queued": len(o.queued.pending), "dispatching": len(o.dispatches.in_flight),
+                   "preempting": len(o.preemptors)},
+            decided=o.decisions.sync.decided_states(), placed=placed, reservations=len(o.reservations.held),
+            backoff_statuses_waiting=o.decisions.sync.paced_count(), gated=o.pinning.counts())
 
     def call(self, fn: Callable[[], R], timeout: float) -> R:
         """Run ``fn`` on the dispatcher thread, the only one that may read its state (``mcad.loop.loopcalls``)."""
@@ -253,50 +247,41 @@ class Dispatcher:
         """Ledger from the synced stores: nodes, pods, and the reservations of dispatched AppWrappers."""
         # Before the pods: a pod counts for its AppWrapper only where the AppWrapper is placed.
         for aw in self.appwrappers.list():
-            self.sites.adopt(aw)
+            self.owners.sites.adopt(aw)
         for node in self.nodes.list():
-            self.accountant.observe_node(node)
+            self.owners.accountant.observe_node(node)
         for pod in self.pods.list():
-            self.accountant.observe_pod(self.owners.ownership.claim(self.sites.claim(pod)))
-        if self.quota_status is not None:
-            self.quota_status.read_forest()
+            self.owners.accountant.observe_pod(self.owners.ownership.claim(self.owners.sites.claim(pod)))
+        if self.owners.quota_status is not None:
+            self.owners.quota_status.read_forest()
         for aw in self.appwrappers.list():
-            current = self.decisions.status(aw)
+            current = self.owners.decisions.status(aw)
             if current.canrun and current.state in ACTIVE_STATES:
-                self.active.reserve(aw)
+                self.owners.active.reserve(aw)
             elif current.resetting_since:
-                self.active.reserve(aw)  # in its retry pause: its room stays held (``mcad.loop.health``)
+                self.owners.active.reserve(aw)  # in its retry pause: its room stays held (``mcad.loop.health``)
             elif current.state in FINAL_STATES:
-                self.active.release_final(aw, current.state)  # after the pods: those still running keep it charged
-            elif self.queued.is_queued(aw) and aw.namespace not in self.settings.protected_namespaces:
-                self.queued.enqueue(aw)  # a protected one is failed by its sync, never queued
-        if self.fit == "nodes":
+                # After the pods: those still running keep it charged.
+                self.owners.active.release_final(aw, current.state)
+            elif self.owners.queued.is_queued(aw) and aw.namespace not in self.settings.protected_namespaces:
+                self.owners.queued.enqueue(aw)  # a protected one is failed by its sync, never queued
+        if self.settings.fit == "nodes":
             # Plans of dispatched AppWrappers whose pods are not all bound yet: their unbound pods, placed again on
             # the room left (where the scheduler will put them is not known; this keeps their room from being
             # promised twice).
             snapshot = self.owners.cycle.snapshot()
-            for key in self.ledger.reserved_keys():
+            for key in self.owners.accountant.ledger.reserved_keys():
                 held = self.appwrappers.get(key)
-                if held is not None and self.ledger.reservation(key):
-                    self.accountant.replan(key, held.gang, self.targets.nodes_for(key, snapshot), snapshot)
-
-    # ------------------------------------------------------------------------------------------ reads (/debug)
-
-    def assess_queue(self) -> QueueAssessment:
-        """Every queued AppWrapper in dispatch order with what a cycle would do with it now (``mcad.model.assess``).
-        Dispatcher thread only."""
-        return self.owners.cycle.assess()
-
-    def placed(self) -> dict[str, str]:
-        """Hub mode: AppWrapper key -> the worker its objects are in. Dispatcher thread only."""
-        return dict(self.sites.placed())
+                if held is not None and self.owners.accountant.ledger.reservation(key):
+                    nodes = self.owners.targets.nodes_for(key, snapshot)
+                    self.owners.accountant.replan(key, held.gang, nodes, snapshot)
 
     # ------------------------------------------------------------------------------------------ key handlers
 
     def _collect(self, key: str) -> None:
         """Outcomes of background writes for one AppWrapper (or pod, or QuotaSubtree), in the order they finished,
         each to its owner (``_outcomes``)."""
-        for outcome in self.writes.results(key):
+        for outcome in self.owners.writes.results(key):
             handler = next((self._outcomes[kind] for kind in type(outcome).__mro__ if kind in self._outcomes), None)
             if handler is None:  # a bug where the job was written: it returned what nobody reads
                 log.error("a write outcome of no known kind: dropped", appwrapper=key, outcome=repr(outcome))
@@ -306,13 +291,13 @@ class Dispatcher:
     def _sync_quota(self) -> None:
         """A QuotaSubtree changed: rebuild the forest, re-derive every charge, and look at the queue again (queued
         AppWrappers may be charged elsewhere now: a default node appeared, a tree went away)."""
-        if self.quota_status is None or not self.running.is_set():
+        if self.owners.quota_status is None or not self.running.is_set():
             return
-        self.quota_status.read_forest()
-        for key in list(self.pending.ordered()):
+        self.owners.quota_status.read_forest()
+        for key in list(self.owners.queued.pending.ordered()):
             aw = self.appwrappers.get(key)
             if aw is not None:
-                self.queued.enqueue(aw)
+                self.owners.queued.enqueue(aw)
         self.owners.notices.groups_changed()
         self.queue.add(DISPATCH)
         self.queue.add_after(QUOTA_STATUS, QUOTA_STATUS_WINDOW_SECONDS)
@@ -320,43 +305,44 @@ class Dispatcher:
     def _sync_pod(self, uid: str) -> None:
         pod = self.pods.get(uid)
         if pod is None:
-            owner = self.accountant.forget_pod(uid)
+            owner = self.owners.accountant.forget_pod(uid)
             labelled = self.owners.ownership.forget(uid)
-            self.pinning.forget(uid, owner or labelled)
+            self.owners.pinning.forget(uid, owner or labelled)
             if owner:
                 self.queue.add(AppWrapperEvent(owner))
-            self.active.capacity_may_have_grown()
+            self.owners.active.capacity_may_have_grown()
             return
-        claimed = self.sites.claim(pod)  # hub mode: a pod in a worker its AppWrapper is not placed in is nobody's
+        # Hub mode: a pod in a worker its AppWrapper is not placed in is nobody's.
+        claimed = self.owners.sites.claim(pod)
         # A pod its AppWrapper's objects did not make is nobody's, whatever its label says (mcad.loop.ownership).
         counted = self.owners.ownership.claim(claimed)
-        self.accountant.observe_pod(counted)
-        self.pinning.observe(claimed)
+        self.owners.accountant.observe_pod(counted)
+        self.owners.pinning.observe(claimed)
         if counted.appwrapper:
             self.queue.add(AppWrapperEvent(counted.appwrapper))
-            if counted.appwrapper in self.pending:
+            if counted.appwrapper in self.owners.queued.pending:
                 waiting = self.appwrappers.get(counted.appwrapper)
                 if waiting is not None:
-                    self.queued.enqueue(waiting)  # its own pods now count: it may need its own group
+                    self.owners.queued.enqueue(waiting)  # its own pods now count: it may need its own group
         if pod.terminal or pod.deleting:
-            self.active.capacity_may_have_grown()
+            self.owners.active.capacity_may_have_grown()
 
     def _sync_node(self, name: str) -> None:
         node = self.nodes.get(name)
         if node is None:
             self._tell_holders(name)
-            self.accountant.forget_node(name)
-            self.pinning.node_changed(name)
+            self.owners.accountant.forget_node(name)
+            self.owners.pinning.node_changed(name)
             return
         # Status heartbeats change nothing we count; only new or changed capacity deserves a cycle.
-        if self.accountant.observe_node(node):
-            self.active.capacity_may_have_grown()
-            self.pinning.node_changed(name)
+        if self.owners.accountant.observe_node(node):
+            self.owners.active.capacity_may_have_grown()
+            self.owners.pinning.node_changed(name)
             self._tell_holders(name)
 
     def _tell_holders(self, node: str) -> None:
         """The AppWrappers with pods on a node whose health, readiness or cordon may have changed look again."""
-        for key in self.accountant.holders({node}):
+        for key in self.owners.accountant.holders({node}):
             self.queue.add(AppWrapperEvent(key))
 
     def _sync_appwrapper(self, key: str) -> None:
@@ -364,60 +350,61 @@ class Dispatcher:
         for uid in self.owners.ownership.recheck(key):
             self.queue.add(keys.PodEvent(uid))
         aw = self.appwrappers.get(key)
-        if (aw is None or aw.deleting) and (key in self.pending or key in self.preemptors):
+        if (aw is None or aw.deleting) and (key in self.owners.queued.pending or key in self.owners.preemptors):
             # One that waited in the queue may have held others back (strict FIFO, a preemptor): look again.
             self.queue.add(DISPATCH)
         if aw is None or aw.deleting:
-            gone, uids = self.active.views.get(key), self.active.object_uids(key)
+            gone, uids = self.owners.active.views.get(key), self.owners.active.object_uids(key)
             self._forget(key)
-            self.sites.deleted(key, aw, gone, uids)
+            self.owners.sites.deleted(key, aw, gone, uids)
             return
-        if key in self.dispatches:
+        if key in self.owners.dispatches:
             return  # its dispatch writes are under way; their outcome decides
-        previous = self.active.views.get(key)
+        previous = self.owners.active.views.get(key)
         if previous is not None and previous.uid != aw.uid:
             # Deleted and re-created under the same name while we were not looking: clean up the old one.
-            self.sites.delete_objects(previous, self.active.object_uids(key))
+            self.owners.sites.delete_objects(previous, self.owners.active.object_uids(key))
             self._forget(key)
         # Drops a decision the informer now shows, and re-drives a status write that failed (this event may be
         # its pods or objects changing, long after the write gave up).
-        self.decisions.sync.observed(aw)
+        self.owners.decisions.sync.observed(aw)
         if self.owners.health.paused(aw):
-            self.pending.remove(key)  # it pauses after a reset, holding its room; queued when the pause ends
+            # It pauses after a reset, holding its room; queued when the pause ends.
+            self.owners.queued.pending.remove(key)
             return
-        if self.queued.is_queued(aw):
+        if self.owners.queued.is_queued(aw):
             self._sync_queued(aw)
             return
-        self.pending.remove(key)
-        state = self.decisions.state(aw)
+        self.owners.queued.pending.remove(key)
+        state = self.owners.decisions.state(aw)
         if state in FINAL_STATES:
-            self.active.release_final(aw, state)
+            self.owners.active.release_final(aw, state)
             self.owners.health.finished(aw)
             return
-        self.active.adopt(aw)
+        self.owners.active.adopt(aw)
         self.owners.follower.follow(aw)
         self.owners.health.check(aw)
 
     def _sync_queued(self, aw: AppWrapperView) -> None:
         """A queued AppWrapper: failed when its spec or namespace forbids it, else in the queue at its place."""
         if aw.demand_error:
-            self.pending.remove(aw.key)
-            self.decisions.fail(aw, status.INVALID_SPEC, aw.demand_error)
+            self.owners.queued.pending.remove(aw.key)
+            self.owners.decisions.fail(aw, status.INVALID_SPEC, aw.demand_error)
             self.owners.health.finished(aw)  # delete-when-finished: its timer starts with the failure
         elif aw.namespace in self.settings.protected_namespaces:
-            self.pending.remove(aw.key)
-            self.decisions.fail(aw, status.PROTECTED_NAMESPACE, protected_namespace_message(aw.namespace))
+            self.owners.queued.pending.remove(aw.key)
+            self.owners.decisions.fail(aw, status.PROTECTED_NAMESPACE, protected_namespace_message(aw.namespace))
             self.owners.health.finished(aw)
-        elif self.queued.enqueue(aw):
+        elif self.owners.queued.enqueue(aw):
             # New arrivals and changed ones need a decision; our own status writes coming back do not.
             self.queue.add(DISPATCH)
 
     def _forget(self, key: str) -> None:
         """It is gone: every owner drops what it kept for it."""
-        self.active.forget(key)
-        self.decisions.forget(key)
-        self.reservations.forget(key)
-        self.preemptors.forget(key)
-        self.dispatches.forget(key)
+        self.owners.active.forget(key)
+        self.owners.decisions.forget(key)
+        self.owners.reservations.forget(key)
+        self.owners.preemptors.forget(key)
+        self.owners.dispatches.forget(key)
         self.owners.notices.forget(key)
-        self.queued.forget(key)
+        self.owners.queued.forget(key)

@@ -1,11 +1,11 @@
 """What the controller knows, as documents for people: the queue, the ledger, and why one AppWrapper is where it is.
 
 Contract:
-- ``Reports`` turns a ``Dispatcher``'s state into JSON-ready dicts: ``queue()`` (``/debug/queue``), ``ledger()``
-  (``/debug/ledger``) and ``explain(namespace, name)`` (``/debug/explain``; None when the AppWrapper is unknown).
-  The methods read dispatcher state, so they run on the dispatcher thread (``mcad.serve.snapshots`` builds them there)
-  or on a dispatcher nobody else runs (``offline``). Inside ``shared_assessments()`` the queue is assessed once
-  for every document built.
+- ``Reports`` turns what the loop answers (``mcad.loop.view.LoopView``: never an owner) into JSON-ready dicts:
+  ``queue()`` (``/debug/queue``), ``ledger()`` (``/debug/ledger``) and ``explain(namespace, name)``
+  (``/debug/explain``; None when the AppWrapper is unknown). The methods read dispatcher state, so they run on the
+  dispatcher thread (``mcad.serve.snapshots`` builds them there) or on a dispatcher nobody else runs (``offline``).
+  Inside ``shared_assessments()`` the queue is assessed once for every document built.
 - The queue document lists ``queued`` (in dispatch order), ``resetting`` (in their retry pause after a reset:
   neither queued nor dispatched, holding their room; with their resets, retryLimit and when the pause ends) and
   ``dispatched`` (with ``health``: Healthy, or Unhealthy / AtRisk while that condition is True, and its reason);
@@ -14,19 +14,17 @@ Contract:
   controller does next and when), ``faultTolerance`` (the effective policy; ``defaults`` "built-in" offline, where
   the controller's flags are unknown), ``resets`` and, in a retry pause, ``pause`` (until when, and where its room
   is held: the nodes of its hold plan, else in aggregate). One in its retry pause is explained as such.
-- The queue's "why" is computed now, with the dispatcher's own fit checks (``Dispatcher.assess_queue``), not read
+- The queue's "why" is computed now, by the dispatch cycle's own pass run dry (``LoopView.assess_queue``), not read
   back from the Backoff condition (which is rewritten only when what blocks an AppWrapper changes).
-- ``offline(dispatcher, informers)`` lists the informers (AppWrappers, Nodes, Pods...) once, rebuilds the same
-  ledger the controller would, and returns ``Reports`` over it: the same answers when the controller cannot be
-  reached. It writes nothing. It is handed a dispatcher built as the controller's (``mcad.cli.offline`` builds it
-  through ``mcad.wiring``), so what is served never imports the composition root.
+- ``mcadctl --offline`` builds the same ``Reports`` over a dispatcher nobody runs (``mcad.cli.offline``): the same
+  answers when the controller cannot be reached.
 - Quantities are Kubernetes quantity strings; times are RFC 3339 UTC.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,8 +34,7 @@ from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.statusview import StatusView
 from mcad.hub.connections import Hub
 from mcad.hub.placement import WorkerPlacement, nodes_in
-from mcad.k8s.informer import Informer
-from mcad.loop.dispatcher import Dispatcher
+from mcad.loop.view import LoopView
 from mcad.model import lifecycle, status
 from mcad.model.assess import QueueAssessment
 from mcad.serve import healthreport
@@ -51,8 +48,8 @@ def rfc3339(moment: datetime | None) -> str | None:
 
 
 class Reports:
-    def __init__(self, dispatcher: Dispatcher, info: Callable[[], Mapping[str, Any]], hub: Hub | None = None) -> None:
-        self.dispatcher = dispatcher
+    def __init__(self, view: LoopView, info: Callable[[], Mapping[str, Any]], hub: Hub | None = None) -> None:
+        self.view = view
         self.hub = hub
         self.info = info
         self._assessments: QueueAssessment | None = None
@@ -72,16 +69,14 @@ class Reports:
 
     def _assess_queue(self) -> QueueAssessment:
         if not self._sharing:
-            return self.dispatcher.assess_queue()
+            return self.view.assess_queue()
         if self._assessments is None:
-            self._assessments = self.dispatcher.assess_queue()
+            self._assessments = self.view.assess_queue()
         return self._assessments
 
     def _header(self) -> Document:
-        d = self.dispatcher
-        return {"controller": {**self.info(), "fit": d.fit, "strictFifo": d.strict_fifo, "preemption": d.preemption,
-                               "reservations": d.reservations.limit},
-                "generatedAt": rfc3339(d.clock.now())}
+        v = self.view
+        return {"controller": {**self.info(), **v.header()}, "generatedAt": rfc3339(v.clock.now())}
 
     # ------------------------------------------------------------------------------------------ queue
 
@@ -91,26 +86,26 @@ class Reports:
     def queue_deferred(self) -> QueueReport:
         """What /debug/queue needs from dispatcher state, read now (on its thread) in O(groups + dispatched): the
         report resolves and formats the queued ones anywhere (``mcad.serve.queuereport``)."""
-        d = self.dispatcher
-        now = d.clock.now()
+        v = self.view
+        now = v.clock.now()
         assessed = self._assess_queue()
         reservations = [dict(a.reservation) for a in assessed.judged() if a.reservation is not None]
         dispatched = []
         resetting = []
         # Queued ones are the most (100,000 in the bench's scale run): left out by key before anything is read of them.
-        for key in set(d.appwrappers.keys()).difference(assessed.keys()):
-            aw = d.appwrappers.get(key)
+        for key in set(v.appwrappers.keys()).difference(assessed.keys()):
+            aw = v.appwrappers.get(key)
             if aw is None or aw.deleting:
                 continue
-            current = d.decisions.status(aw)
-            if current.resetting_since and key not in d.dispatches:
+            current = v.status(aw)
+            if current.resetting_since and not v.dispatching(key):
                 # In its retry pause: in no queue and not dispatched, yet holding its room.
                 resetting.append((aw.order(), self._resetting_row(aw, current, now)))
                 continue
-            state = "Dispatching" if key in d.dispatches else current.state
+            state = "Dispatching" if v.dispatching(key) else current.state
             if state != "Dispatching" and (state not in ACTIVE_STATES or not current.canrun):
                 continue
-            phases = list(d.accountant.phases(key))
+            phases = v.phases(key)
             dispatched.append((aw.order(), {
                 "namespace": aw.namespace, "name": aw.name, "priority": aw.priority, "state": state,
                 "demand": quantities(aw.demand), "dispatchedAt": rfc3339(lifecycle.dispatched_at(current)),
@@ -118,12 +113,12 @@ class Reports:
                          "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")},
                 **_health_mark(current),
             }))
-        return QueueReport(self._header(), now, assessed, d.appwrappers.get, d.decisions.sync.frozen_intents(),
+        return QueueReport(self._header(), now, assessed, v.appwrappers.get, v.intents(),
                            reservations, [row for _, row in sorted(resetting, key=lambda r: r[0])],
                            [row for _, row in sorted(dispatched, key=lambda r: r[0])])
 
     def _resetting_row(self, aw: AppWrapperView, current: StatusView, now: datetime) -> Document:
-        policy = self.dispatcher.owners.health.policy(aw)
+        policy = self.view.health_policy(aw)
         raw = current.raw()
         pause = healthreport.pause_document(raw, policy, now, (), {}) or {}
         return {"namespace": aw.namespace, "name": aw.name, "priority": aw.priority, "state": "Resetting",
@@ -134,14 +129,13 @@ class Reports:
     # ------------------------------------------------------------------------------------------ ledger
 
     def ledger(self) -> Document:
-        d = self.dispatcher
-        ledger = d.ledger
-        capacity, used, reserved, free = ledger.capacity(), ledger.in_use(), ledger.reserved(), ledger.free()
+        v = self.view
+        capacity, used, reserved, free = v.totals()
         # Requests leave out the pod slot each bound pod takes of its node's allocatable "pods": counted apart, on
         # the nodes that have pod slots (every real node; a test's node may declare none).
-        slotted = {node.name for node in ledger.nodes() if node.allocatable.get("pods")}
-        pods_on = {name: n for name, n in ledger.pods_by_node().items() if name in slotted}
-        schedulable = {node.name for node in ledger.nodes() if node.schedulable}
+        slotted = {node.name for node in v.nodes() if node.allocatable.get("pods")}
+        pods_on = {name: n for name, n in v.pods_by_node().items() if name in slotted}
+        schedulable = {node.name for node in v.nodes() if node.schedulable}
         slots = ResourceVector({"pods": sum(n for name, n in pods_on.items() if name in schedulable)})
         used, free = used + slots, free - slots
         names = sorted(set(capacity) | set(used) | set(reserved))
@@ -149,11 +143,11 @@ class Reports:
                       "used": format_amount(name, used.get(name)),
                       "reserved": format_amount(name, reserved.get(name)),
                       "free": format_amount(name, free.get(name))} for name in names]
-        room = ledger.room_by_node()
-        planned = d.accountant.plans.planned_by_node()
-        pinned = d.accountant.plans.pinned_by_node()
+        room = v.room_by_node()
+        planned = v.planned_by_node()
+        pinned = v.pinned_by_node()
         nodes = []
-        for node in sorted(ledger.nodes(), key=lambda n: n.name):
+        for node in sorted(v.nodes(), key=lambda n: n.name):
             node_room = room.get(node.name, ResourceVector()) - ResourceVector({"pods": pods_on.get(node.name, 0)})
             node_planned = planned.get(node.name, ResourceVector())
             nodes.append({"name": node.name, "cluster": node.cluster, "schedulable": node.schedulable,
@@ -168,8 +162,7 @@ class Reports:
                           "health": [{"resource": m.resource, "label": m.label, "value": m.value,
                                       "effect": m.effect.value} for m in node.health]})
         reservations = []
-        for key in sorted(ledger.reserved_keys()):
-            outstanding = ledger.reservation(key)
+        for key, outstanding in v.reservations().items():
             namespace, _, name = key.partition("/")
             reservations.append({"namespace": namespace, "name": name, "reserved": quantities(outstanding)})
         return {**self._header(), "resources": resources, "nodes": nodes, "reservations": reservations}
@@ -179,27 +172,27 @@ class Reports:
     def clusters(self) -> Document:
         """Hub mode: every worker with its health, capacity and free room (as placement sees them: room held for
         dispatched pods not bound yet is not free), and the AppWrappers placed there. Single mode: no workers."""
-        d = self.dispatcher
-        hub, placement = self.hub, d.targets
+        v = self.view
+        hub, placement = self.hub, v.targets()
         if hub is None or not isinstance(placement, WorkerPlacement):
             return {**self._header(), "mode": "single", "clusters": []}
-        room = d.ledger.room_by_node()
-        planned = d.accountant.plans.planned_by_node()
+        room = v.room_by_node()
+        planned = v.planned_by_node()
         placed: dict[str, list[str]] = {}
-        for key, cluster in sorted(d.placed().items()):
+        for key, cluster in sorted(v.placed().items()):
             placed.setdefault(cluster, []).append(key)
         workers = []
         for worker in hub.workers:
             health = worker.health.status
             capacity = free = ResourceVector()
-            nodes = nodes_in(worker.name, d.ledger.nodes())
+            nodes = nodes_in(worker.name, v.nodes())
             for node in nodes:
                 if node.schedulable:
                     capacity = capacity + node.allocatable
                     free = free + room.get(node.name, ResourceVector()) - planned.get(node.name, ResourceVector())
             # A worker's health keeps monotonic time from the same source as the dispatcher's clock
             # (time.monotonic in the controller, one stepped clock in tests): read both from that clock.
-            since = d.clock.now() - timedelta(seconds=max(0.0, d.clock.monotonic() - health.since))
+            since = v.clock.now() - timedelta(seconds=max(0.0, v.clock.monotonic() - health.since))
             usable = worker.name in placement.usable  # what placement uses, not the prober's latest word
             workers.append({"name": worker.name, "labels": dict(worker.spec.labels), "state": health.state.value,
                             "message": "" if usable else hub.describe(worker.name),
@@ -212,29 +205,28 @@ class Reports:
     # ------------------------------------------------------------------------------------------ quota
 
     def quota(self) -> Document:
-        d = self.dispatcher
-        if d.quota is None:
+        v = self.view
+        if not v.quota_enabled:
             return {**self._header(), "enabled": False, "trees": []}
 
         def describe(key: str) -> dict[str, Any]:
-            consumer = d.quota.consumer(key) if d.quota is not None else None
+            demand = v.quota_demand(key)
             namespace, _, name = key.partition("/")
-            return {"namespace": namespace, "name": name,
-                    "demand": quantities(consumer.demand) if consumer is not None else {}}
+            return {"namespace": namespace, "name": name, "demand": quantities(demand) if demand is not None else {}}
 
-        return {**self._header(), "enabled": True, "trees": d.quota.report(describe)}
+        return {**self._header(), "enabled": True, "trees": v.quota_report(describe)}
 
     # ------------------------------------------------------------------------------------------ explain
 
     def explain(self, namespace: str, name: str) -> Document | None:
-        d = self.dispatcher
+        v = self.view
         key = f"{namespace}/{name}"
-        aw = d.appwrappers.get(key)
+        aw = v.appwrappers.get(key)
         if aw is None:
             return None
-        current = d.decisions.status(aw)
+        current = v.status(aw)
         state = current.state
-        policy = d.owners.health.policy(aw)
+        policy = v.health_policy(aw)
         summary, details = self._explain(aw, current, state, policy)
         details += [f"demand: {aw.demand.format() or 'nothing'}", f"priority: {aw.priority}",
                     f"created: {aw.created}"]
@@ -254,18 +246,18 @@ class Reports:
 
     def _fault_tolerance(self, aw: AppWrapperView, current: StatusView, policy: FaultPolicy) -> Document:
         """Its health, what is due and when, its resets and retry pause (``mcad.serve.healthreport``)."""
-        d = self.dispatcher
+        v = self.view
         raw = current.raw()
-        now = d.clock.now()
-        running = (aw.key in d.dispatches or (current.state in ACTIVE_STATES and current.canrun
-                                              and aw.key not in d.pending))
-        pods = [pod for pod in d.accountant.pods(aw.key) if not pod.deleting]
+        now = v.clock.now()
+        running = (v.dispatching(aw.key) or (current.state in ACTIVE_STATES and current.canrun
+                                              and not v.queued(aw.key)))
+        pods = [pod for pod in v.pods(aw.key) if not pod.deleting]
         facts = healthreport.Facts(running=running, expected_pods=sum(group.count for group in aw.gang),
                                    ready_pods=sum(1 for pod in pods if pod.phase in ("Running", "Succeeded")),
                                    existing_pods=len(pods), min_available=aw.scheduling.min_available)
         held_on = self._held_on(aw.key)
         # What it holds is its whole demand: its pods' room while they exist, a reservation for the rest.
-        held = quantities(aw.demand) if d.accountant.holds(aw.key) else {}
+        held = quantities(aw.demand) if v.holds(aw.key) else {}
         pause = healthreport.pause_document(raw, policy, now, held_on, held)
         return {"health": healthreport.health_document(raw, policy, now, facts),
                 "faultTolerance": healthreport.policy_document(policy, aw.fault_annotations,
@@ -274,16 +266,16 @@ class Reports:
 
     def _explain(self, aw: AppWrapperView, current: StatusView, state: str,
                  policy: FaultPolicy) -> tuple[str, list[str]]:
-        d = self.dispatcher
+        v = self.view
         if aw.deleting:
             return "It is being deleted; its wrapped objects are being removed.", []
         if aw.demand_error:
             return f"It failed before dispatch: its spec is invalid ({aw.demand_error}).", []
-        if aw.key in d.dispatches:
+        if v.dispatching(aw.key):
             return "It is being dispatched: its wrapped objects are being created now.", []
-        if current.resetting_since and aw.key not in d.pending:
+        if current.resetting_since and not v.queued(aw.key):
             return self._paused(aw, current, policy), []
-        if aw.key in d.pending:
+        if v.queued(aw.key):
             assessed = self._assess_queue()
             place, mine = assessed.position(aw.key), assessed.of(aw.key)
             details = [f"position {place} of {len(assessed)} in the queue"]
@@ -297,7 +289,7 @@ class Reports:
             if mine.reservation is not None:
                 details.append(_reservation_line(mine.reservation))
             if mine.state == "Draining":
-                left = len(d.accountant.phases(aw.key))
+                left = len(v.phases(aw.key))
                 return (f"It was requeued and waits for the {left} pod(s) of its previous dispatch to go before it "
                         "can be dispatched again.", details)
             return f"It is queued and cannot be dispatched yet: {mine.why}.", details
@@ -308,14 +300,14 @@ class Reports:
                 return f"It failed ({reason}): {message}".rstrip(": "), []
             return "It completed: its reservation is released; its objects are kept.", []
         if state in ACTIVE_STATES and current.canrun:
-            phases = d.accountant.phases(aw.key)
+            phases = v.phases(aw.key)
             counts = ", ".join(f"{phases.count(p)} {p.lower()}" for p in ("Pending", "Running", "Succeeded", "Failed")
                                if phases.count(p))
             since = lifecycle.dispatched_at(current)
             summary = (f"It is dispatched ({state}) since {rfc3339(since) or 'an unknown time'}; "
                        f"its pods: {counts or 'none yet'}.")
             details = []
-            outstanding = d.ledger.reservation(aw.key)
+            outstanding = v.reservation(aw.key)
             if outstanding:
                 details.append(f"still reserved for pods not placed yet: {outstanding.format()}")
             spec = aw.scheduling
@@ -330,24 +322,24 @@ class Reports:
 
     def _held_on(self, key: str) -> list[str]:
         """The nodes where an AppWrapper's room is held by its plan (a retry pause's hold, with --fit=nodes)."""
-        return sorted({node for node, _ in self.dispatcher.accountant.plans.planned_nodes(key)})
+        return sorted({node for node, _ in self.view.planned_nodes(key)})
 
     def _paused(self, aw: AppWrapperView, current: StatusView, policy: FaultPolicy) -> str:
-        d = self.dispatcher
+        v = self.view
         raw = current.raw()
         resetting = status.latest(raw.get("conditions"), status.RESETTING) or {}
         history = raw.get("resets")
         last = history[-1] if isinstance(history, list) and history and isinstance(history[-1], Mapping) else {}
         counted = (f"reset {current.resetting_count} of {policy.retry_limit} so far" if last.get("counted", True)
                    else f"not counted against retryLimit; {current.resetting_count} of {policy.retry_limit} used")
-        pause = healthreport.pause_document(raw, policy, d.clock.now(), (), {}) or {}
+        pause = healthreport.pause_document(raw, policy, v.clock.now(), (), {}) or {}
         left = pause.get("inSeconds")
         when = ("now" if not left else f"in {format_duration(left)}, at {pause.get('until')}") \
             if left is not None else "when its pause ends"
         held_on = self._held_on(aw.key)
         room = ("meanwhile its room is held " + (f"on node(s) {', '.join(held_on)}" if held_on else
                                                  f"in aggregate ({aw.demand.format() or 'nothing'})")
-                if d.accountant.holds(aw.key) else "its room is not held now")
+                if v.holds(aw.key) else "its room is not held now")
         return (f"It is in its retry pause after a reset ({resetting.get('reason') or 'unknown cause'}; "
                 f"{counted}): it is queued again at its place {when}; {room}.")
 
@@ -373,12 +365,3 @@ def _reservation_line(reservation: Mapping[str, Any]) -> str:
     return (f"it holds a reservation {where}: AppWrappers behind it may use that room only if they are sure to "
             f"end first; {when}")
 
-
-def offline(dispatcher: Dispatcher, informers: Iterable[Informer[Any]]) -> Reports:
-    """Reports over ``dispatcher``, which nobody runs, from a one-time list of each of its ``informers``: the ledger
-    the controller would have. Its write pool is never started, so a write would raise instead of reaching the
-    API server. ``mcad.cli.offline`` builds both through the controller's own wiring."""
-    for informer in informers:
-        informer.list_once()
-    dispatcher.rebuild()
-    return Reports(dispatcher, lambda: {"identity": "offline", "leader": False, "offline": True})

@@ -449,9 +449,8 @@ def observe(dispatcher: Dispatcher, informers: list[Any], *, api_errors: Callabl
 
         sources.clusters = clusters
 
-    quota_status = dispatcher.quota_status
     # Without quota trees the families are still described, with no rows.
-    sources.quota = (lambda: quota_status.samples) if quota_status is not None else tuple
+    sources.quota = dispatcher.view.quota_samples()
     sources.informers = informer_states
     sources.api_errors = api_errors
     sources.api_writes = api_writes

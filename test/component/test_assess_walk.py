@@ -116,7 +116,7 @@ def test_the_dry_run_tells_every_member_what_a_full_walk_tells_it(harness_factor
                         reservations=reservations, strict_fifo=strict_fifo)
     h.drain()
     expected = told(full_walk(h))
-    assessed = h.dispatcher.assess_queue()
+    assessed = h.dispatcher.view.assess_queue()
     assert told(assessed) == expected
     assert len(assessed) == len(expected)
     assert [assessed.is_told(order) for order in assessed.orders] == [
@@ -127,14 +127,14 @@ def test_the_dry_run_tells_every_member_what_a_full_walk_tells_it(harness_factor
     if not strict_fifo:
         # Only what a cycle would look at was judged: each group's head, and the members a reservation made or
         # followed (one each, and one more per group whose head reserved).
-        assert len(assessed.judged()) <= h.dispatcher.pending.group_count() + 2 * reservations
+        assert len(assessed.judged()) <= h.dispatcher.owners.queued.pending.group_count() + 2 * reservations
 
 
 def test_a_large_blocked_group_costs_one_judgement_not_one_per_member(harness_factory: Any) -> None:
     aws = [gang_aw(f"big-{i:03d}", 1, {"cpu": "20"}) for i in range(200)] + [gang_aw("small", 1, {"cpu": "1"})]
     h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=aws, fit="nodes", reservations=0)
     h.drain()
-    assessed = h.dispatcher.assess_queue()
+    assessed = h.dispatcher.view.assess_queue()
     assert told(assessed) == told(full_walk(h))
     assert len(assessed) == 200
     assert len(assessed.judged()) == 1, "the head of the group is judged; its 199 followers are told by rule"
@@ -150,7 +150,7 @@ def test_behind_a_waiting_preemptor_every_member_is_told_it_is_held(harness_fact
         h.lw["aw"].add(gang_aw(f"small-{i:02d}", 1, {"cpu": "1"}))
         h.lw["aw"].add(gang_aw(f"huge-{i:02d}", 1, {"cpu": "50"}))
     h.drain()
-    assessed = h.dispatcher.assess_queue()
+    assessed = h.dispatcher.view.assess_queue()
     expected = told(full_walk(h))
     assert told(assessed) == expected
     assert expected[0][:2] == ("ns/high", "Preempting")

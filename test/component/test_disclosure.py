@@ -43,7 +43,7 @@ def leaks(texts: list[str]) -> list[str]:
 
 
 def explained(h: Harness, namespace: str, name: str) -> str:
-    doc = Reports(h.dispatcher, lambda: {"identity": "test", "leader": True}).explain(namespace, name)
+    doc = Reports(h.dispatcher.view, lambda: {"identity": "test", "leader": True}).explain(namespace, name)
     assert doc is not None
     return " ".join([doc["summary"], *doc["details"]])
 
@@ -68,7 +68,7 @@ def test_a_reservation_of_another_namespace_is_not_named_nor_its_nodes(harness_f
     assert "waiting behind the reservation of an AppWrapper in another namespace" in why, why
     assert not leaks([why]), why
     # The cluster-wide list still names the holder (for those who may list its namespace: mcad.serve.server filters).
-    queue = Reports(h.dispatcher, lambda: {}).queue()
+    queue = Reports(h.dispatcher.view, lambda: {}).queue()
     assert "secret-project/acquisition-x" in [r["appwrapper"] for r in queue["reservations"]]
 
     # The same wait behind a reservation of the reader's own namespace names it and its nodes.

@@ -21,7 +21,7 @@ def test_a_failing_api_is_retried_with_the_appwrappers_own_growing_backoff(harne
     h.writer.fail_for["a-cm"] = ApiError(503, "ServiceUnavailable", "etcd is sad")
     h.drain()
     assert h.writer.attempts == 1
-    assert h.dispatcher.ledger.free().get("cpu") == 8000, "a failed dispatch releases its reservation"
+    assert h.dispatcher.owners.accountant.ledger.free().get("cpu") == 8000, "a failed dispatch releases its reservation"
     first = last_status(h, "a")
     assert first["state"] == "Pending", "the first failure is told at once"
     assert first["message"].startswith("creating its objects failed, retrying with backoff: "), first["message"]
@@ -53,17 +53,17 @@ def test_a_failing_api_is_retried_with_the_appwrappers_own_growing_backoff(harne
     h.drain()
     assert h.writer.applied[-1] == "a-cm"
     assert last_status(h, "a")["state"] == "Running"
-    assert h.dispatcher.dispatches.attempts("ns/a") == 0, "a success forgets its failures"
+    assert h.dispatcher.owners.dispatches.attempts("ns/a") == 0, "a success forgets its failures"
 
 
 def test_own_pods_that_exist_already_are_credited_after_a_crash(harness_factory: Any) -> None:
     # The controller applied the objects and died before writing status: the pods run, the AppWrapper looks new.
     h = harness_factory(nodes=[node("n0", "4")], pods=[pod("a-0", "4", appwrapper="a")], aws=[aw("a", "4")])
-    assert h.dispatcher.ledger.free().get("cpu") == 0
+    assert h.dispatcher.owners.accountant.ledger.free().get("cpu") == 0
     h.drain()
     assert h.writer.applied == ["a-cm"], "re-applied (a no-op on the server), not left waiting on its own pods"
     assert h.writer.statuses[-1][1]["state"] == "Running"
-    assert h.dispatcher.ledger.free().get("cpu") == 0, "its pods are counted once"
+    assert h.dispatcher.owners.accountant.ledger.free().get("cpu") == 0, "its pods are counted once"
 
 
 def test_backoff_is_rewritten_for_a_new_shortage_not_for_new_amounts(harness_factory: Any) -> None:
@@ -105,7 +105,7 @@ def test_a_deep_queue_costs_one_visit_per_group_and_no_status_writes_per_cycle(h
         h.drain()
     assert h.writer.applied == [f"cpu{i}-cm" for i in range(5)]
     assert len(h.writer.statuses) == 305, "only the new AppWrappers' statuses were written"
-    assert h.dispatcher.pending.group_count() == 1
+    assert h.dispatcher.owners.queued.pending.group_count() == 1
 
 
 def test_pods_the_scheduler_cannot_place_are_named_in_status_until_they_run(harness_factory: Any) -> None:
@@ -176,13 +176,13 @@ def test_fit_nodes_remembers_where_unbound_pods_were_planned(harness_factory: An
 
     # Their pods bind, each on the node the other was planned on: the plans are used up all the same, and the
     # nodes' usage takes over.
-    planned = {key: h.dispatcher.accountant.plans.planned_nodes(key)[0][0] for key in ("ns/a", "ns/b")}
+    planned = {key: h.dispatcher.owners.accountant.plans.planned_nodes(key)[0][0] for key in ("ns/a", "ns/b")}
     assert planned["ns/a"] != planned["ns/b"]
     h.lw["pod"].add(pod("a-0", "2", appwrapper="a", node_name=planned["ns/b"]))
     h.lw["pod"].add(pod("b-0", "3", appwrapper="b", node_name=planned["ns/a"]))
     wait_informed(lambda: h.dispatcher.pods.get("uid-b-0"), 5, "the pods")
     h.drain()
-    plans = h.dispatcher.accountant.plans
+    plans = h.dispatcher.owners.accountant.plans
     assert plans.planned_nodes("ns/a") == [] == plans.planned_nodes("ns/b")
     assert plans.planned_by_node() == {}
     assert "c-cm" not in h.writer.applied
@@ -272,9 +272,9 @@ def test_a_write_outcome_of_no_known_kind_is_logged_as_a_bug_and_dropped(harness
         raise refused
 
     with structlog.testing.capture_logs() as logs:
-        h.dispatcher.writes.submit("ns/a", lambda: ("created", "ns/a"), tenant="ns")
-        h.dispatcher.writes.submit("ns/a", lambda: None, tenant="ns")
-        h.dispatcher.writes.submit("ns/a", raises, tenant="ns")
+        h.dispatcher.owners.writes.submit("ns/a", lambda: ("created", "ns/a"), tenant="ns")
+        h.dispatcher.owners.writes.submit("ns/a", lambda: None, tenant="ns")
+        h.dispatcher.owners.writes.submit("ns/a", raises, tenant="ns")
         h.drain()
     assert [(e["event"], e.get("outcome", e.get("error"))) for e in logs if e["log_level"] == "error"] == [
         ("a write outcome of no known kind: dropped", "('created', 'ns/a')"),

@@ -14,7 +14,7 @@ from test.component.test_health import FAST, failed, gpu_gang_on_an_evict_node, 
 
 
 def reports(h: Any) -> Reports:
-    return Reports(h.dispatcher, lambda: {"identity": "test", "leader": True})
+    return Reports(h.dispatcher.view, lambda: {"identity": "test", "leader": True})
 
 
 def explained(h: Any, name: str = "g") -> dict[str, Any]:

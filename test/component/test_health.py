@@ -84,7 +84,7 @@ def test_a_terminal_exit_code_fails_at_once_and_deletes_its_objects(harness_fact
     assert condition(final, "Failed")["reason"] == "TerminalExitCode"
     assert "pod g-0 exited 3" in final["message"] and "on node n0" in final["message"], final["message"]
     assert h.writer.deleted.count("ConfigMap g-cm") == 1
-    assert not h.dispatcher.ledger.is_reserved("ns/g")
+    assert not h.dispatcher.owners.accountant.ledger.is_reserved("ns/g")
 
 
 def test_with_retryable_codes_any_other_code_is_terminal(harness_factory: Any) -> None:
@@ -169,7 +169,7 @@ def test_completed_objects_are_deleted_after_the_success_ttl_and_the_appwrapper_
     # No wrapped-object informers in this harness: completion is decided the way the follower does for a kind it
     # may not watch (never); so finish it as the follower would and check the cleanup timer alone.
     aw_view = h.dispatcher.appwrappers.get("ns/g")
-    h.dispatcher.active.finish(aw_view, status.completed(h.dispatcher.decisions.status(aw_view).raw(),
+    h.dispatcher.owners.active.finish(aw_view, status.completed(h.dispatcher.owners.decisions.status(aw_view).raw(),
                                                          h.clock.now()))
     h.drain()
     h.dispatcher.owners.health.finished(aw_view)
@@ -280,7 +280,7 @@ def test_after_a_restart_in_its_retry_pause_it_holds_its_room_until_the_pause_en
     h = harness_factory(nodes=[node("n0", "2"), node("n1", "2"), node("n2", "2")], pods=[],
                         aws=[gang, gang_aw("small", 1, {"cpu": "2"})])
     h.drain()
-    assert h.dispatcher.ledger.is_reserved("ns/g")
+    assert h.dispatcher.owners.accountant.ledger.is_reserved("ns/g")
     assert h.writer.applied.count("small-cm") == 1, "one small pod's room is left besides the gang's"
     h.lw["aw"].add(gang_aw("small2", 1, {"cpu": "2"}))
     h.drain()

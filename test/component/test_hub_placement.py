@@ -271,7 +271,7 @@ def test_policy_picks_the_worker(hub_harness: Any, order: tuple[str, str], polic
     assert h.applied() == {name: ["a-cm"] if name == expected else [] for name in order}
     status = h.last_status("a")
     assert (status["state"], status["targetClusterName"]) == ("Running", expected)
-    assert h.dispatcher.placed() == {"ns/a": expected}
+    assert h.dispatcher.view.placed() == {"ns/a": expected}
     assert h.hub.worker(expected).namespaces == ["ns"], "the namespace is made sure of in the worker"
     assert [name for name, _ in h.writer.patches] == ["a"], "the cleanup finalizer goes on before any object"
     assert h.writer.patches[0][1][-1]["value"] == [WORKER_CLEANUP_FINALIZER]
@@ -284,7 +284,7 @@ def test_the_room_taken_counts_for_the_next_gang_in_the_same_cycle(hub_harness: 
     # best fit: "a" (3 cpu) fills small to 1/4 left; "b" (3 cpu) no longer fits there and goes to big.
     h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG,
                     aws=[gang("a", 1, "3"), gang("b", 1, "3")])
-    assert h.dispatcher.placed() == {"ns/a": "small", "ns/b": "big"}
+    assert h.dispatcher.view.placed() == {"ns/a": "small", "ns/b": "big"}
 
 
 # -- one worker, never the sum --------------------------------------------------------------------------------------
@@ -302,14 +302,14 @@ def test_a_gang_that_fits_only_in_the_sum_of_workers_stays_queued_naming_each(hu
     assert message.startswith("does not fit in any worker cluster: ")
     assert "small: " in message and "big: " in message, message
     assert message.index("small: ") < message.index("big: "), "workers are named in config order"
-    assert h.dispatcher.ledger.free().get("cpu") == 22000, "nothing is reserved for it"
+    assert h.dispatcher.owners.accountant.ledger.free().get("cpu") == 22000, "nothing is reserved for it"
 
 
 def test_the_same_gang_goes_when_one_worker_alone_is_big_enough(hub_harness: Any) -> None:
     # The control for the test above: 3 pods of 5 cpu fit on three 8-cpu nodes of one worker.
     h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG + [node("big/n2", "8")],
                     aws=[gang("a", 3, "5")])
-    assert h.dispatcher.placed() == {"ns/a": "big"}
+    assert h.dispatcher.view.placed() == {"ns/a": "big"}
 
 
 # -- clusterScheduling ----------------------------------------------------------------------------------------------
@@ -326,7 +326,7 @@ def test_cluster_scheduling_overrides_the_policy(hub_harness: Any, clusters: dic
     # best fit alone would pick small (see test_policy_picks_the_worker).
     h = hub_harness(workers=[("small", {"tier": "cheap"}), ("big", {"gpu": "a100"})], nodes=SMALL + BIG,
                     aws=[gang("a", 2, "1", clusters)])
-    assert h.dispatcher.placed() == {"ns/a": "big"}
+    assert h.dispatcher.view.placed() == {"ns/a": "big"}
     assert h.applied() == {"small": [], "big": ["a-cm"]}
 
 
@@ -363,8 +363,8 @@ def test_a_worker_is_used_only_once_its_cluster_key_is_processed(hub_harness: An
     h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG, aws=[gang("a", 1, "1")],
                     policy=Policy.FIRST, healthy=("big",))
     # small was never adopted (its prober has not reported): first-in-order skips it.
-    assert h.dispatcher.placed() == {"ns/a": "big"}
-    assert h.dispatcher.targets.usable == frozenset({"big"})
+    assert h.dispatcher.view.placed() == {"ns/a": "big"}
+    assert h.dispatcher.owners.targets.usable == frozenset({"big"})
 
 
 @pytest.mark.parametrize(("failure", "state", "words"), [
@@ -377,20 +377,20 @@ def test_an_unusable_worker_is_skipped_and_named_with_why(hub_harness: Any, fail
     h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG, aws=[], policy=Policy.FIRST)
     h.hub.fails("small", failure)
     h.drain()
-    assert h.dispatcher.targets.usable == frozenset({"big"})
+    assert h.dispatcher.owners.targets.usable == frozenset({"big"})
 
     h.lw["aw"].add(gang("anywhere", 1, "1"))
     h.lw["aw"].add(gang("pinned", 1, "1", {"clusters": [{"name": "small"}]}))
     wait_informed(lambda: h.dispatcher.appwrappers.get("ns/pinned"), 5, "the AppWrapper informer to see them")
     h.drain()
-    assert h.dispatcher.placed() == {"ns/anywhere": "big"}, "first in order, but small is out of placement"
+    assert h.dispatcher.view.placed() == {"ns/anywhere": "big"}, "first in order, but small is out of placement"
     assert h.hub.health("small").state.value == state
     assert h.last_status("pinned")["message"] == (
         f"does not fit in any worker cluster: small: {words}; position 1 in the queue")
 
     h.hub.healthy("small")
     h.drain()
-    assert h.dispatcher.placed() == {"ns/anywhere": "big", "ns/pinned": "small"}, "back in placement, it goes"
+    assert h.dispatcher.view.placed() == {"ns/anywhere": "big", "ns/pinned": "small"}, "back in placement, it goes"
 
 
 # -- pods outside the AppWrapper's worker ---------------------------------------------------------------------------
@@ -399,21 +399,22 @@ def test_an_unusable_worker_is_skipped_and_named_with_why(hub_harness: Any, fail
 def test_a_pod_in_another_worker_is_that_workers_usage_not_the_appwrappers(hub_harness: Any) -> None:
     h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG,
                     aws=[gang("a", 1, "2", {"clusters": [{"name": "big"}]})])
-    assert h.dispatcher.placed() == {"ns/a": "big"}
+    assert h.dispatcher.view.placed() == {"ns/a": "big"}
     key = "ns/a"
 
     h.add_pod(worker_pod("stray", "small/n0", "3", appwrapper="a"))
-    assert h.dispatcher.ledger.consumed(key) == ResourceVector(), "not its pod: it is placed in big"
-    assert h.dispatcher.ledger.room_by_node()["small/n0"].get("cpu") == 1000, "but it uses small's capacity"
-    assert h.dispatcher.accountant.phases(key) == [], "it does not make the AppWrapper look running"
+    assert h.dispatcher.owners.accountant.ledger.consumed(key) == ResourceVector(), "not its pod: it is placed in big"
+    room = h.dispatcher.owners.accountant.ledger.room_by_node()
+    assert room["small/n0"].get("cpu") == 1000, "but it uses small's capacity"
+    assert h.dispatcher.owners.accountant.phases(key) == [], "it does not make the AppWrapper look running"
     assert h.hub.writer("small").deleted == [("ConfigMap", "a-cm", (APPWRAPPER_UID_LABEL, "uid-a"))], \
         "its objects in small are deleted, only if they carry its uid"
     assert h.hub.writer("big").deleted == []
 
     # The control: the same pod in its own worker is its own.
     h.add_pod(worker_pod("own", "big/n0", "2", appwrapper="a"))
-    assert h.dispatcher.ledger.consumed(key).get("cpu") == 2000
-    assert h.dispatcher.accountant.phases(key) == ["Running"]
+    assert h.dispatcher.owners.accountant.ledger.consumed(key).get("cpu") == 2000
+    assert h.dispatcher.owners.accountant.phases(key) == ["Running"]
 
 
 def test_a_failing_leftover_cleanup_is_retried_with_backoff_until_it_succeeds(hub_harness: Any) -> None:
@@ -452,13 +453,13 @@ def test_appwrappers_in_a_worker_no_longer_configured_are_requeued_after_the_tim
     stranded["status"] = {"state": "Running", "canrun": True, "targetClusterName": "gone",
                           "conditions": [{"type": "Dispatched", "status": "True"}]}
     h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG, aws=[stranded])
-    assert h.dispatcher.placed() == {"ns/a": "gone"}
+    assert h.dispatcher.view.placed() == {"ns/a": "gone"}
     assert h.applied() == {"small": [], "big": []}, "nothing happens before the timeout"
     h.clock.advance(h.hub.config.unreachable_timeout_seconds)
     h.drain()
     requeued = [s for n, s in h.writer.statuses if n == "a" and s.get("state") == "Pending"]
     assert requeued and "not in the clusters configuration any more" in requeued[0]["message"]
-    assert h.dispatcher.placed() == {"ns/a": "small"}
+    assert h.dispatcher.view.placed() == {"ns/a": "small"}
     assert h.applied() == {"small": ["a-cm"], "big": []}
 
 
@@ -467,12 +468,12 @@ def test_priority_preemption_frees_room_in_the_worker_the_preemptor_needs(hub_ha
     (its objects are deleted in big), then lands in big; the low one waits for a worker again."""
     low = gang("low", 2, "8", {"clusters": [{"name": "big"}]})
     h = hub_harness(workers=[("small", {}), ("big", {})], nodes=SMALL + BIG, aws=[low], preemption=True)
-    assert h.dispatcher.placed() == {"ns/low": "big"}
+    assert h.dispatcher.view.placed() == {"ns/low": "big"}
     high = gang("high", 1, "8", {"clusters": [{"name": "big"}]})
     high["spec"]["priority"] = 10
     h.add_appwrapper(high)
     assert h.hub.writer("big").deleted == [("ConfigMap", "low-cm", (APPWRAPPER_UID_LABEL, "uid-low"))]
-    assert h.dispatcher.placed()["ns/high"] == "big"
+    assert h.dispatcher.view.placed()["ns/high"] == "big"
     assert h.last_status("low")["state"] == "Pending"
     assert "PreemptedByHigherPriority" in str(h.last_status("low")["conditions"])
 
@@ -484,7 +485,7 @@ def test_debug_clusters_dates_each_workers_health_on_the_dispatchers_clock(hub_h
     h.clock.advance(60)
     h.hub.fails("big", ApiError(0, "ConnectionRefused", "the worker is down"))
     h.clock.advance(30)
-    clusters = Reports(h.dispatcher, lambda: {}, hub=cast(Hub, h.hub)).clusters()["clusters"]
+    clusters = Reports(h.dispatcher.view, lambda: {}, hub=cast(Hub, h.hub)).clusters()["clusters"]
     # The clock's wall time starts at 2024-01-01T00:00:00Z: healthy since the start, failing since 60 s later.
     assert {c["name"]: (c["state"], c["since"]) for c in clusters} == {
         "small": ("Healthy", "2024-01-01T00:00:00Z"), "big": ("Unreachable", "2024-01-01T00:01:00Z")}

@@ -62,7 +62,7 @@ def test_gpu_pods_are_never_pinned_to_a_sick_node_cpu_pods_are(sim_factory: Any,
     assert "n0" in where(sim, "web")
     sim.check()
     # /debug/ledger (mcadctl ledger --nodes, the dashboard) says what the rules say of each node.
-    ledger = {n["name"]: n for n in Reports(sim.h.dispatcher, lambda: {}).ledger()["nodes"]}
+    ledger = {n["name"]: n for n in Reports(sim.h.dispatcher.view, lambda: {}).ledger()["nodes"]}
     effect = "NoSchedule" if health == "TESTING" else "NoExecute"
     assert ledger["n0"]["health"] == [{"resource": GPU, "label": AUTOPILOT_LABEL, "value": health, "effect": effect}]
     assert ledger["n2"]["health"] == []
@@ -132,13 +132,13 @@ def test_reservations_hold_no_sick_node_for_gpu_pods(sim_factory: Any) -> None: 
     sim.settle()
     sim.add(gpu_job("big", 2, gpus=2))
     sim.settle()
-    held = sim.h.dispatcher.reservations.held
+    held = sim.h.dispatcher.owners.reservations.held
     assert list(held) == ["ns/big"] and held["ns/big"].nodes == ("n1", "n2")
     # A gang that could run only with the sick node's GPUs would hold room for ever: it reserves nothing.
     sim.h.lw["aw"].delete("ns/big")
     sim.add(gpu_job("huge", 3, gpus=2))
     sim.settle()
-    assert "ns/huge" not in sim.h.dispatcher.reservations.held
+    assert "ns/huge" not in sim.h.dispatcher.owners.reservations.held
     sim.add(job_aw("web", 1, 1, 0, kind="Deployment"))  # cpu only: the TESTING node takes it
     sim.settle()
     assert where(sim, "web") == ["n0"]
@@ -166,9 +166,9 @@ def test_hub_mode_places_gpu_gangs_only_on_healthy_worker_nodes(hub_harness: Any
                     aws=[gpu_gang("a", 4), gang("web", 1, "1")])
     # "first" would pick small; its only GPU node is TESTING, so the GPU gang goes to big's healthy node. The
     # cpu-only one still goes to small.
-    assert h.dispatcher.placed() == {"ns/a": "big", "ns/web": "small"}
+    assert h.dispatcher.view.placed() == {"ns/a": "big", "ns/web": "small"}
     h.add_appwrapper(gpu_gang("b", 1))
-    assert "ns/b" not in h.dispatcher.placed()
+    assert "ns/b" not in h.dispatcher.view.placed()
     message = " ".join(c.get("message", "") for c in h.last_status("b").get("conditions") or [])
     assert f"node small/n0 is labelled {AUTOPILOT_LABEL}=TESTING (no {GPU} pods)" in message, message
     assert f"node big/n1 is labelled {AUTOPILOT_LABEL}=EVICT (no {GPU} pods)" in message, message
@@ -180,8 +180,8 @@ def test_a_reservation_leaves_a_node_that_turns_warn_when_others_will_do(sim_fac
     sim.settle()
     sim.add(gpu_job("big", 2, gpus=2))
     sim.settle()
-    held = sim.h.dispatcher.reservations.held
+    held = sim.h.dispatcher.owners.reservations.held
     assert held["ns/big"].nodes == ("n0", "n1")
     set_node(sim, "n0", health="WARN")
     sim.settle()
-    assert sim.h.dispatcher.reservations.held["ns/big"].nodes == ("n1", "n2")
+    assert sim.h.dispatcher.owners.reservations.held["ns/big"].nodes == ("n1", "n2")

@@ -13,7 +13,7 @@ from test.component.harness import aw, node, pod
 
 
 def reports(h: Any) -> Reports:
-    return Reports(h.dispatcher, lambda: {"identity": "test", "leader": True})
+    return Reports(h.dispatcher.view, lambda: {"identity": "test", "leader": True})
 
 
 def test_the_queue_report_lists_waiting_appwrappers_in_order_with_why(harness_factory: Any) -> None:
@@ -198,7 +198,7 @@ def test_the_published_decisions_are_a_copy_read_as_asked(harness_factory: Any) 
     # No fake informer event follows the recorded status writes: the decisions stay "under way".
     h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=[aw("a", "4"), aw("b", "20")])
     h.drain()
-    sync = h.dispatcher.decisions.sync
+    sync = h.dispatcher.owners.decisions.sync
     decided = sync.decided_states()
     assert dict(decided) == {"ns/a": ("uid-a", "Running"), "ns/b": ("uid-b", "Pending")}
     sync.forget("ns/b")

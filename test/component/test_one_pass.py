@@ -33,15 +33,15 @@ class Recorded:
 
         def forecast_then_run() -> None:
             d = h.dispatcher
-            assessed = d.assess_queue()
+            assessed = d.view.assess_queue()
             told = {a.key: a for a in assessed}
-            queued_before = set(d.pending.ordered())
+            queued_before = set(d.owners.queued.pending.ordered())
             victims_before = d.owners.cycle._preemptors.waiters()
             run()
             victims_after = d.owners.cycle._preemptors.waiters()
             self.cycles.append({
                 "fits_now": {k for k, a in told.items() if a.fits_now},
-                "left_queue": {k for k in queued_before - set(d.pending.ordered())
+                "left_queue": {k for k in queued_before - set(d.owners.queued.pending.ordered())
                                if d.appwrappers.get(k) is not None},
                 "would_evict": {k: set(a.evicts) for k, a in told.items()
                                 if a.state == "Queued" and a.evicts},
@@ -61,7 +61,7 @@ def churn(h: Any, rng: random.Random, round_: int, live_pods: dict[str, list[str
     for i in range(rng.randint(0, 4)):
         h.lw["aw"].add(gang_aw(f"r{round_:02d}-{i}-{rng.randrange(10**4):04d}", rng.choice([1, 1, 2]),
                                {"cpu": rng.choice(["1", "2", "3", "5"])}, priority=rng.choice([0, 0, 1, 5])))
-    dispatched = sorted(key for key in d.active.views)
+    dispatched = sorted(key for key in d.owners.active.views)
     for key in dispatched:
         name = key.partition("/")[2]
         if key not in live_pods and rng.random() < 0.5:
@@ -74,11 +74,11 @@ def churn(h: Any, rng: random.Random, round_: int, live_pods: dict[str, list[str
             live_pods[key] = [f"ns/{name}-p"]
     for key in sorted(live_pods):
         aw = d.appwrappers.get(key)
-        requeued = aw is None or key not in d.active.views
+        requeued = aw is None or key not in d.owners.active.views
         if requeued or rng.random() < 0.15:
             for name in live_pods.pop(key):  # its pods end (a victim's, or a finished gang's)
                 h.lw["pod"].delete(name)
-    queued = sorted(d.pending.ordered())
+    queued = sorted(d.owners.queued.pending.ordered())
     if queued and rng.random() < 0.3:
         h.lw["aw"].delete(rng.choice(queued))
     if dispatched and rng.random() < 0.5:

@@ -262,7 +262,7 @@ class Sim:
         nodes = self.nodes()
         for name, used in self.used().items():
             assert used.fits_in(node_allocatable(nodes[name])), f"node {name} over-committed: {used}"
-        for name, room in d.accountant.room().items():
+        for name, room in d.owners.accountant.room().items():
             assert ResourceVector().fits_in(room), f"mcad promised more of {name} than it has: room {room}"
         replanned = {message.split()[1] for _, reason, message in self.events.recorded
                      if reason == events.PLACEMENT_REPLANNED}
@@ -276,9 +276,9 @@ class Sim:
                 continue
             refused = any(c.get("reason") == "Unschedulable" for c in pod["status"].get("conditions") or [])
             assert not (refused and not gates), f"{meta['name']} left pinned where the scheduler refuses it"
-            aw = d.queued.dispatched_now(f"ns/{meta['labels']['workload.codeflare.dev/appwrapper']}")
+            aw = d.owners.queued.dispatched_now(f"ns/{meta['labels']['workload.codeflare.dev/appwrapper']}")
             if PLACEMENT_GATE in gates and aw is not None:
-                waiting = dict(d.pinning.waiting(aw.key)) if d.pinning is not None else {}
+                waiting = dict(d.owners.pinning.waiting(aw.key)) if d.owners.pinning is not None else {}
                 assert meta["name"] in waiting, f"{meta['name']} is gated with nothing said of why"
                 owner = meta["ownerReferences"][0]
                 assert waiting[meta["name"]].message.startswith(
@@ -306,7 +306,7 @@ def test_the_tight_gang_is_placed_as_planned_and_the_spread_one_is_not(sim_facto
         sim.add(big)
         sim.settle(schedule=False)
         assert sorted(sim.writer.applied) == ["big", "pair"]
-        ledger = {n["name"]: n for n in Reports(sim.h.dispatcher, lambda: {}).ledger()["nodes"]}
+        ledger = {n["name"]: n for n in Reports(sim.h.dispatcher.view, lambda: {}).ledger()["nodes"]}
         if whole:  # pinned and not bound yet: the ledger (mcadctl ledger, the heat map) says where
             assert (ledger["n0"]["pinned"], ledger["n1"]["pinned"]) == (2, 1)
             assert ledger["n0"]["planned"] == {"cpu": "4"} and ledger["n1"]["planned"] == {"cpu": "3"}
@@ -351,7 +351,7 @@ def test_random_runs_keep_every_pod_where_mcad_pinned_it(sim_factory: Any, seed:
             sim.add(job_aw(name, rng.randint(1, 3), rng.randint(1, 3), 0, kind=rng.choice(("Job", "Deployment"))))
             live.append(name)
             sim.sync()
-            pinned = sorted({node for _, node in sim.h.dispatcher.accountant.plans.pins().values()} - cordoned)
+            pinned = sorted({node for _, node in sim.h.dispatcher.owners.accountant.plans.pins().values()} - cordoned)
             target = rng.choice(pinned or sorted(set(sim.nodes()) - cordoned) or sorted(sim.nodes()))
             replanned = d.metrics.value("mcad_pod_pins_total", {"outcome": "replanned"}) or 0
             sim.cordon(target, True)
@@ -385,7 +385,7 @@ def test_gated_pods_no_dispatched_appwrapper_made_are_never_placed(sim_factory: 
     sim.h.lw["pod"].add(own_pod("early", "big"))
     sim.h.lw["pod"].add(own_pod("stray", "ghost"))
     sim.settle()
-    pinning = sim.h.dispatcher.pinning
+    pinning = sim.h.dispatcher.owners.pinning
     assert pinning.counts()["dispatch"] == 1
     refused = [(name, message) for name, reason, message in sim.events.recorded if reason == events.PLACEMENT_REFUSED]
     assert refused == [("stray", "no AppWrapper ns/ghost exists, so mcad does not place it")]

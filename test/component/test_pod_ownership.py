@@ -144,19 +144,19 @@ def real_owner(pod: dict[str, Any], tenant: Tenant) -> str | None:
 
 def check(sim: Sim, tenant: Tenant) -> None:
     d = sim.h.dispatcher
-    acc = d.accountant
+    acc = d.owners.accountant
     pods = {p["metadata"]["uid"]: p for p in sim.pods()}
     for uid, (key, node) in acc.plans.pins().items():
         assert uid in pods, f"room on {node} is promised to pod {uid} of {key}, which does not exist"
         assert not pods[uid]["spec"].get("nodeName"), f"pod {uid} is bound and still holds a pin"
     for name, room in acc.room().items():
         assert ZERO.fits_in(room), f"mcad promised more of {name} than it has: room {room}"
-    for key in d.ledger.reserved_keys():
+    for key in d.owners.accountant.ledger.reserved_keys():
         over = acc.beyond_demand(key, ZERO)
         assert over == ZERO, f"{key}'s bound pods and planned room exceed its demand by {over.format()}"
     # What is planned is room for pods that exist and are not bound yet, and for nothing else (an AppWrapper one of
     # whose pods was moved to another's label waits for it to come back, in a slot of its plan).
-    for key in d.ledger.reserved_keys():
+    for key in d.owners.accountant.ledger.reserved_keys():
         name = key.split("/", 1)[1]
         if name in tenant.relabelled:
             continue
@@ -226,7 +226,7 @@ def test_forged_deleted_and_relabelled_pods_never_hold_room_or_count(harness_fac
     for name in list(tenant.forged):
         sim.h.lw["pod"].delete(f"ns/{name}")
     sim.settle()
-    assert not [uid for uid in d.accountant.plans.pins() if uid.startswith("uid-forged-")]
+    assert not [uid for uid in d.owners.accountant.plans.pins() if uid.startswith("uid-forged-")]
     check(sim, tenant)
 
 
@@ -240,13 +240,13 @@ def test_room_pinned_for_a_pod_no_scheduler_binds_is_given_back(harness_factory:
     d = sim.h.dispatcher
     claim_room_a_pod_left(sim, tenant)
     [forged] = tenant.forged
-    assert f"uid-{forged}" in d.accountant.plans.pins(), "pinned beyond the plan, within the demand"
+    assert f"uid-{forged}" in d.owners.accountant.plans.pins(), "pinned beyond the plan, within the demand"
     sim.h.clock.advance(EXTRA_BIND_SECONDS - 1)
     sim.settle()
-    assert f"uid-{forged}" in d.accountant.plans.pins()
+    assert f"uid-{forged}" in d.owners.accountant.plans.pins()
     sim.h.clock.advance(1)
     sim.settle()
-    assert f"uid-{forged}" not in d.accountant.plans.pins() and d.accountant.plans.planned_by_node() == {}
+    assert f"uid-{forged}" not in d.owners.accountant.plans.pins() and d.owners.accountant.plans.planned_by_node() == {}
     assert d.metrics.value("mcad_pod_pins_total", {"outcome": "unbound"}) == 1
     [(_, message)] = [(name, message) for name, reason, message in sim.events.recorded
                       if reason == events.PLACEMENT_REPLANNED and name == forged]

@@ -141,7 +141,7 @@ def test_quota_reclaim_counts_against_the_same_eviction_bound(harness_factory: A
                         fit="aggregate", quota_subtrees=quota_informer(tree), max_evictions_per_minute=1)
     h.drain()
     assert states(h) == {"s1": "Running", "s2": "Running"}
-    h.dispatcher.evictions.budget.spend(1, h.clock.monotonic())  # as if a preemption had just evicted one
+    h.dispatcher.owners.evictions.budget.spend(1, h.clock.monotonic())  # as if a preemption had just evicted one
     h.clock.advance(1)
     add_aw(h, labelled("g", "2", t="gold"))
     assert states(h) == {"s1": "Running", "s2": "Running", "g": "Pending"}

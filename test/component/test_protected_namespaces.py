@@ -26,8 +26,8 @@ def test_an_appwrapper_in_a_protected_namespace_fails_and_creates_nothing(harnes
         assert failed["message"] == ("namespace ns is protected: mcad creates nothing there unless the controller "
                                      "runs with --allow-protected-namespace=ns")
     assert h.writer.applied == []
-    assert h.dispatcher.ledger.free().get("cpu") == 8000
-    assert len(h.dispatcher.pending) == 0
+    assert h.dispatcher.owners.accountant.ledger.free().get("cpu") == 8000
+    assert len(h.dispatcher.owners.queued.pending) == 0
 
 
 def test_other_namespaces_dispatch_as_usual(harness_factory: Any) -> None:

@@ -29,7 +29,7 @@ def queue_of(harness_factory: Any) -> Any:
 
 def test_counts_and_pages_agree_with_the_whole_document(harness_factory: Any) -> None:
     h = queue_of(harness_factory)
-    report = Reports(h.dispatcher, lambda: {}).queue_deferred()
+    report = Reports(h.dispatcher.view, lambda: {}).queue_deferred()
     document = report.document()
     everyone = [row for listed in QUEUE_LISTS for row in document[listed]]
     for visible in (None, frozenset({"team-b"}), frozenset({"team-a", "nobody"})):
@@ -52,7 +52,7 @@ def test_counts_and_pages_agree_with_the_whole_document(harness_factory: Any) ->
 
 def test_a_page_reads_only_its_own_rows(harness_factory: Any) -> None:
     h = queue_of(harness_factory)
-    report = Reports(h.dispatcher, lambda: {}).queue_deferred()
+    report = Reports(h.dispatcher.view, lambda: {}).queue_deferred()
     read: list[str] = []
     store_get = report._get
     report._get = lambda key: (read.append(key), store_get(key))[1]
@@ -72,7 +72,7 @@ def test_a_page_of_the_document_cuts_the_queued_list_only(harness_factory: Any) 
     """page_in: limit queued rows from offset (positions of the whole queue), every dispatched one, the queued total
     of what the reader sees; the same from a formatted document (an offline report) as from the dispatcher's."""
     h = queue_of(harness_factory)
-    report = Reports(h.dispatcher, lambda: {}).queue_deferred()
+    report = Reports(h.dispatcher.view, lambda: {}).queue_deferred()
     whole = report.document()
     team_b = [row for row in whole["queued"] if row["namespace"] == "team-b"]
     read: list[str] = []

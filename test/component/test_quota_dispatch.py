@@ -95,7 +95,8 @@ def test_borrowers_are_preempted_to_give_quota_back(quota_harness: Any) -> None:
     preempted = next(c for c in s2["conditions"] if c["type"] == "PreemptCandidate")
     assert preempted["reason"] == "PreemptedByQuotaReclaim" and "ns/g" in preempted["message"]
     assert states(h)["g"] == "Running" and states(h)["s1"] == "Running"
-    assert h.dispatcher.quota is not None and h.dispatcher.quota.borrowed("t", "silver").get("cpu") == 0
+    quota = h.dispatcher.owners.accountant.quota
+    assert quota is not None and quota.borrowed("t", "silver").get("cpu") == 0
 
 
 def test_charges_are_rebuilt_from_dispatched_appwrappers_after_a_restart(quota_harness: Any) -> None:
@@ -104,7 +105,7 @@ def test_charges_are_rebuilt_from_dispatched_appwrappers_after_a_restart(quota_h
                              {**labelled("b", "1", t="silver"), "status": running},
                              labelled("c", "2", t="silver")])
     h.drain()
-    q = h.dispatcher.quota
+    q = h.dispatcher.owners.accountant.quota
     assert q is not None and sorted(q.charged_keys()) == ["ns/a", "ns/b"]
     assert q.usage("t", "root").get("cpu") == 3000 and q.usage("t", "silver").get("cpu") == 1000
     assert states(h) == {"c": "Pending"}, "a (2) and b (1) leave 1 of the root's 4: c (2) waits on quota"
@@ -150,9 +151,9 @@ def test_a_final_state_the_controller_did_not_decide_releases_nothing_while_pods
     h.lw["aw"].add(labelled("b", "1", t="gold"))
     wait_informed(lambda: h.dispatcher.appwrappers.get("ns/b"), 5, "the AppWrapper informer to see b")
     h.drain()
-    decided = h.dispatcher.decisions.status(h.dispatcher.appwrappers.get("ns/a"))
+    decided = h.dispatcher.owners.decisions.status(h.dispatcher.appwrappers.get("ns/a"))
     assert decided.state == "Completed", "the forged state read"
-    q = h.dispatcher.quota
+    q = h.dispatcher.owners.accountant.quota
     assert q is not None and q.usage("t", "gold").get("cpu") == 1000, "a's charge stays"
     assert states(h)["b"] == "Pending"
     assert [(n, r, m) for n, _, r, m in recorder.recorded if r == "StatusNotDecided"] == [
@@ -177,8 +178,8 @@ def test_a_final_state_the_controller_decided_releases_at_once_while_its_pods_en
     h.drain()
     view = h.dispatcher.appwrappers.get("ns/a")
     assert view is not None
-    current = h.dispatcher.decisions.status(view).raw()
-    h.dispatcher.active.finish(view, statuses.failed(current, h.clock.now(), priority=0, reason="Test",
+    current = h.dispatcher.owners.decisions.status(view).raw()
+    h.dispatcher.owners.active.finish(view, statuses.failed(current, h.clock.now(), priority=0, reason="Test",
                                                      message="failed by the controller"), stop=True)
     h.lw["aw"].add(labelled("b", "1", t="gold"))
     wait_informed(lambda: h.dispatcher.appwrappers.get("ns/b"), 5, "the AppWrapper informer to see b")
@@ -197,17 +198,17 @@ def test_after_a_restart_a_final_state_with_running_pods_keeps_its_charge(quota_
                              labelled("b", "1", t="gold")],
                       pods=[pod("a-0", "1", appwrapper="a"), finished])
     h.drain()
-    q = h.dispatcher.quota
+    q = h.dispatcher.owners.accountant.quota
     assert q is not None and sorted(q.charged_keys()) == ["ns/a"], "done's pods ended: it holds nothing"
     assert states(h).get("b") == "Pending"
 
 
 def expected_usage(h: Harness) -> dict[tuple[str, str], int]:
     """Σ cpu of the AppWrappers the dispatcher holds capacity for, over every node on their charge paths."""
-    q = h.dispatcher.quota
+    q = h.dispatcher.owners.accountant.quota
     assert q is not None
     out: dict[tuple[str, str], int] = {}
-    for key in h.dispatcher.ledger.reserved_keys():
+    for key in h.dispatcher.owners.accountant.ledger.reserved_keys():
         view = h.dispatcher.appwrappers.get(key)
         assert view is not None
         charges, _ = q.forest.charges(view.labels)
@@ -218,7 +219,7 @@ def expected_usage(h: Harness) -> dict[tuple[str, str], int]:
 
 
 def actual_usage(h: Harness) -> dict[tuple[str, str], int]:
-    q = h.dispatcher.quota
+    q = h.dispatcher.owners.accountant.quota
     assert q is not None
     return {(t, n): q.usage(t, n).get("cpu") for t, tree in q.forest.trees.items() for n in tree.nodes
             if q.usage(t, n).get("cpu")}
@@ -275,8 +276,9 @@ def test_charged_quota_always_equals_the_dispatched_demand(quota_harness: Any, s
         else:  # restart: a new dispatcher over what the API server holds
             fresh = quota_harness([o for o in h.quota_lw.list()[0]], h.lw["aw"].list()[0], cpu="6")
             assert actual_usage(fresh) == actual_usage(h), (
-                f"seed {seed} step {step}: restart changed charges", sorted(h.dispatcher.quota.charged_keys()),
-                sorted(fresh.dispatcher.quota.charged_keys()),
+                f"seed {seed} step {step}: restart changed charges",
+                sorted(h.dispatcher.owners.accountant.quota.charged_keys()),
+                sorted(fresh.dispatcher.owners.accountant.quota.charged_keys()),
                 {o["metadata"]["name"]: (o.get("status") or {}).get("state") for o in h.lw["aw"].list()[0]})
         h.drain()
         # The API server's side: what the dispatcher wrote becomes what its informer sees.
@@ -286,10 +288,10 @@ def test_charged_quota_always_equals_the_dispatched_demand(quota_harness: Any, s
         seen = len(h.writer.statuses)
         h.drain()
         assert actual_usage(h) == expected_usage(h), f"seed {seed} step {step}"
-        stuck = [a.key for a in h.dispatcher.assess_queue() if a.fits_now]
+        stuck = [a.key for a in h.dispatcher.view.assess_queue() if a.fits_now]
         assert not stuck, (f"seed {seed} step {step}: {stuck} fit but were not dispatched",
-                           [(a.key, a.state, a.fits_now, a.why) for a in h.dispatcher.assess_queue()],
-                           h.dispatcher.preemptors.waiters(), h.dispatcher.preemptors.reclaiming,
-                           {k: (v.labels, v.demand.format(), h.dispatcher.decisions.status(v).state)
+                           [(a.key, a.state, a.fits_now, a.why) for a in h.dispatcher.view.assess_queue()],
+                           h.dispatcher.owners.preemptors.waiters(), h.dispatcher.owners.preemptors.reclaiming,
+                           {k: (v.labels, v.demand.format(), h.dispatcher.owners.decisions.status(v).state)
                             for k, v in ((a.key, h.dispatcher.appwrappers.get(a.key))
-                                         for a in h.dispatcher.assess_queue()) if v})
+                                         for a in h.dispatcher.view.assess_queue()) if v})

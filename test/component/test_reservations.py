@@ -67,10 +67,10 @@ def test_a_gang_reserves_the_nodes_with_most_room_and_the_rest_stay_usable(harne
     h = cluster(harness_factory, 4, "4")
     for name, cpu in (("a", "3"), ("b", "3"), ("c", "1"), ("d", "2")):  # first fit: a, c on n0; b on n1; d on n2
         add(h, gang_aw(name, 1, {"cpu": cpu}))
-    room = h.dispatcher.accountant.room()
+    room = h.dispatcher.owners.accountant.room()
     assert {n: room[n].get("cpu") for n in sorted(room)} == {"n0": 0, "n1": 1000, "n2": 2000, "n3": 4000}
     add(h, gang_aw("gang", 2, {"cpu": "4"}, priority=10))
-    assert h.dispatcher.reservations.held["ns/gang"].nodes == ("n2", "n3"), "the two with the most room"
+    assert h.dispatcher.owners.reservations.held["ns/gang"].nodes == ("n2", "n3"), "the two with the most room"
     add(h, gang_aw("e", 1, {"cpu": "1"}))
     assert dispatched(h)[-1] == "e", "n1 is not reserved: a small one may still go there"
     add(h, gang_aw("f", 1, {"cpu": "1"}))
@@ -78,7 +78,7 @@ def test_a_gang_reserves_the_nodes_with_most_room_and_the_rest_stay_usable(harne
     assert "waiting behind the reservation of ns/gang on nodes n2, n3" in said(h, "f")
     delete(h, "d")  # n2 empties: with n3, the gang fits
     assert dispatched(h)[-1] == "gang"
-    assert "ns/gang" not in h.dispatcher.reservations.held
+    assert "ns/gang" not in h.dispatcher.owners.reservations.held
     assert "f" not in dispatched(h)
 
 
@@ -89,7 +89,7 @@ def test_backfill_uses_reserved_room_only_when_sure_to_end_before_the_gang_could
     add(h, bounded(gang_aw("x", 1, {"cpu": "3"}), 60))
     add(h, bounded(gang_aw("y", 1, {"cpu": "3"}), 60))
     add(h, gang_aw("gang", 2, {"cpu": "4"}, priority=10))
-    assert h.dispatcher.reservations.held["ns/gang"].nodes == ("n0", "n1")
+    assert h.dispatcher.owners.reservations.held["ns/gang"].nodes == ("n0", "n1")
     h.clock.advance(5)
     add(h, gang_aw("unbounded", 1, {"cpu": "1"}))
     add(h, bounded(gang_aw("too-long", 1, {"cpu": "1"}), 120))
@@ -119,15 +119,15 @@ def test_a_reservation_follows_its_appwrappers_place(harness_factory: Any) -> No
     add(h, gang_aw("x", 1, {"cpu": "3"}))
     add(h, gang_aw("y", 1, {"cpu": "3"}))
     add(h, gang_aw("low", 1, {"cpu": "4"}, priority=1))
-    assert list(h.dispatcher.reservations.held) == ["ns/low"]
+    assert list(h.dispatcher.owners.reservations.held) == ["ns/low"]
     add(h, gang_aw("high", 2, {"cpu": "4"}, priority=5))
-    assert list(h.dispatcher.reservations.held) == ["ns/high"], "overtaken: the one reservation is high's"
+    assert list(h.dispatcher.owners.reservations.held) == ["ns/high"], "overtaken: the one reservation is high's"
     assert "reservation" not in said(h, "low"), "4 cpu fit on no node even unreserved: it says what it lacks"
     delete(h, "high")
-    assert list(h.dispatcher.reservations.held) == ["ns/low"], "deleted: the next in line holds it"
+    assert list(h.dispatcher.owners.reservations.held) == ["ns/low"], "deleted: the next in line holds it"
     delete(h, "x")
     assert dispatched(h)[-1] == "low"
-    assert h.dispatcher.reservations.held == {}, "dispatched: nothing is held for it any more"
+    assert h.dispatcher.owners.reservations.held == {}, "dispatched: nothing is held for it any more"
 
 
 def test_reservations_are_made_in_aggregate_mode_as_an_amount(harness_factory: Any) -> None:
@@ -148,7 +148,7 @@ def test_no_reservation_for_what_could_never_fit_or_is_held_by_pods_of_no_appwra
     add(h, gang_aw("huge", 1, {"cpu": "16"}, priority=10))
     add(h, gang_aw("gang", 2, {"cpu": "4"}, priority=5))
     add(h, gang_aw("small", 1, {"cpu": "1"}))
-    assert h.dispatcher.reservations.held == {}
+    assert h.dispatcher.owners.reservations.held == {}
     assert dispatched(h) == ["x", "small"], "neither the huge one nor the gang holds anything back"
 
 
@@ -192,26 +192,26 @@ def test_random_arrivals_endings_and_deletions_keep_the_gang_and_order_invariant
             h.clock.advance(rng.randint(1, 20))
             h.drain()
         new = [n for n in dispatched(h) if n not in before]
-        room = d.accountant.room()
+        room = d.owners.accountant.room()
         assert all(amount >= 0 for vector in room.values() for _, amount in vector.items()), (seed, step, room)
         for name in new:
             aw = d.appwrappers.get(f"ns/{name}")
             if aw is None or aw.scheduling.dispatch_limit_seconds:
                 continue  # a bounded one may use reserved room (backfill)
             ahead: dict[str, ResourceVector] = {}
-            for reservation in d.reservations.held.values():
+            for reservation in d.owners.reservations.held.values():
                 holder = d.appwrappers.get(reservation.key)
                 if holder is not None and holder.order() < aw.order():
                     for node_name, requests, count in reservation.plan:
                         ahead[node_name] = ahead.get(node_name, ResourceVector()) + requests.scale(count)
-            for node_name, _count in d.accountant.plans.planned_nodes(f"ns/{name}"):
+            for node_name, _count in d.owners.accountant.plans.planned_nodes(f"ns/{name}"):
                 if node_name in ahead:
                     assert ahead[node_name].fits_in(room[node_name]), (
                         f"seed {seed} step {step}: {name} took room on {node_name} reserved ahead of it",
                         room[node_name], ahead[node_name])
         # The head: the first that waits (every AppWrapper here fits the empty cluster). With reservations it holds
         # the first one; without, small ones can pass it for ever.
-        first = next(iter(d.pending.ordered()), None)
+        first = next(iter(d.owners.queued.pending.ordered()), None)
         running_now = {n for n in dispatched(h) if d.appwrappers.get(f"ns/{n}") is not None}
         if watch is not None:
             holder, blockers = watch

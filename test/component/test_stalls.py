@@ -98,7 +98,7 @@ def test_a_preemptor_stops_holding_the_queue_when_its_victims_do_not_go(harness_
     # No longer held: what fits goes, in queue order (the requeued victim "low" first: same age, and its name).
     # With reservations on too: one that gave up on its victims holds no reservation (they may never go).
     assert h.writer.applied[-1] == "low-cm"
-    assert "ns/high" not in h.dispatcher.reservations.held
+    assert "ns/high" not in h.dispatcher.owners.reservations.held
 
 
 @pytest.mark.parametrize("fit", ["nodes", "aggregate"])

@@ -28,7 +28,7 @@ def harness(factory: Any, aws: list[dict[str, Any]], cpu: str = "8") -> Any:
 
 def assessed(h: Any) -> dict[str, str]:
     """The dry run's reasons (the harness steps the dispatcher on this thread, so it may be called here)."""
-    return {a.key.removeprefix("ns/"): a.why for a in h.dispatcher.assess_queue()}
+    return {a.key.removeprefix("ns/"): a.why for a in h.dispatcher.view.assess_queue()}
 
 
 def test_a_tenant_over_its_own_quota_holds_only_its_own_node(harness_factory: Any) -> None:

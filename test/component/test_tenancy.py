@@ -112,8 +112,9 @@ def test_a_forged_quota_label_charges_the_node_the_namespace_is_bound_to(tenants
     assert forged["state"] == "Pending"
     assert forged["message"].startswith("quota: node team-a of tree tenants is full: cpu needs 3, 2 of 2 left "
                                         "(charged at team-a)"), forged["message"]
-    assert h.dispatcher.quota.usage("tenants", "team-b").get("cpu") == 3000, "team-b pays only for its own"
-    assert h.dispatcher.quota.usage("tenants", "team-a").get("cpu") == 0
+    quota = h.dispatcher.owners.accountant.quota
+    assert quota.usage("tenants", "team-b").get("cpu") == 3000, "team-b pays only for its own"
+    assert h.dispatcher.owners.accountant.quota.usage("tenants", "team-a").get("cpu") == 0
 
 
 def test_an_unlabelled_appwrapper_in_a_bound_namespace_is_charged(tenants: Any) -> None:
@@ -121,7 +122,7 @@ def test_an_unlabelled_appwrapper_in_a_bound_namespace_is_charged(tenants: Any) 
                 aws=[in_namespace(aw("first", "2"), "ns"), in_namespace(aw("second", "1"), "ns")])
     h.drain()
     assert h.last("first")["state"] == "Running"
-    assert h.dispatcher.quota.usage("tenants", "team-a").get("cpu") == 2000
+    assert h.dispatcher.owners.accountant.quota.usage("tenants", "team-a").get("cpu") == 2000
     assert h.last("second")["state"] == "Pending", "team-a's quota is used up, label or no label"
     assert "node team-a of tree tenants is full" in h.last("second")["message"]
 
@@ -134,7 +135,7 @@ def test_binding_a_namespace_later_judges_its_queued_appwrappers_again(tenants: 
     h.lw["ns"].modify(namespace("ns", labels={"quota.codeflare.dev/tenants": "team-b"}))
     h.settle("the namespace informer to see the binding")
     assert h.last("big")["state"] == "Running", "the admin moved the namespace to team-b, which has room"
-    assert h.dispatcher.quota.usage("tenants", "team-b").get("cpu") == 4000
+    assert h.dispatcher.owners.accountant.quota.usage("tenants", "team-b").get("cpu") == 4000
 
 
 def test_understated_custompodresources_are_charged_and_placed_as_the_templates(tenants: Any) -> None:
@@ -147,13 +148,13 @@ def test_understated_custompodresources_are_charged_and_placed_as_the_templates(
     status = h.last("web")
     assert status["state"] == "Pending", "6 pods of 3 cpu do not fit on 2 nodes of 6 cpu"
     assert "cpu" in status["message"], status["message"]
-    assert h.dispatcher.ledger.free().get("cpu") == 12000, "nothing reserved"
+    assert h.dispatcher.owners.accountant.ledger.free().get("cpu") == 12000, "nothing reserved"
 
     h.lw["node"].add(node("n2", "6"))
     h.settle("the node informer to see n2")
     assert h.last("web")["state"] == "Running"
-    assert h.dispatcher.ledger.reservation("ns/web").get("cpu") == 18000
-    assert {n: room.get("cpu") for n, room in h.dispatcher.accountant.plans.planned_by_node().items()} == {
+    assert h.dispatcher.owners.accountant.ledger.reservation("ns/web").get("cpu") == 18000
+    assert {n: room.get("cpu") for n, room in h.dispatcher.owners.accountant.plans.planned_by_node().items()} == {
         "n0": 6000, "n1": 6000, "n2": 6000}, "placed as 6 pods of 3 cpu, two per node"
 
 
@@ -216,7 +217,7 @@ def test_a_declaration_above_the_templates_in_one_resource_and_below_in_another_
     status = h.last("mixed")
     assert status["state"] == "Pending"
     assert status["message"].startswith("short of cpu 156 (needs 160, 4 free)"), status["message"]
-    assert h.dispatcher.ledger.free().get("cpu") == 4000
+    assert h.dispatcher.owners.accountant.ledger.free().get("cpu") == 4000
 
 
 def test_views_the_rules_leave_alone_are_not_copied_and_unrelated_namespace_changes_rejudge_nothing(
@@ -245,4 +246,4 @@ def test_views_the_rules_leave_alone_are_not_copied_and_unrelated_namespace_chan
     h.lw["ns"].modify(namespace("ns", annotations={"mcad.codeflare.dev/max-priority": "10"}))
     h.settle("the ceiling change")
     assert h.store.get("ns/plain").priority == 5 and h.store.get("ns/capped").priority == 10
-    assert h.dispatcher.active.views["ns/capped"].priority == 10, "the dispatcher re-read it"
+    assert h.dispatcher.owners.active.views["ns/capped"].priority == 10, "the dispatcher re-read it"

@@ -39,7 +39,7 @@ def test_a_refusal_that_would_repeat_fails_the_appwrapper_at_the_first_attempt(h
     status = last_status(h, "a")
     assert status["state"] == "Failed"
     assert message in status["message"] and "GenericItems[0] (ConfigMap a-cm)" in status["message"]
-    assert h.dispatcher.ledger.free().get("cpu") == 8000
+    assert h.dispatcher.owners.accountant.ledger.free().get("cpu") == 8000
 
 
 @pytest.mark.parametrize(("code", "message"), TRANSIENT)
@@ -73,7 +73,7 @@ def test_a_request_that_keeps_timing_out_is_given_up_in_the_end(harness_factory:
     status = last_status(h, "a")
     assert status["state"] == "Failed", status
     assert "gave up after" in status["message"] and "no answer within 30 s" in status["message"], status["message"]
-    assert h.dispatcher.ledger.free().get("cpu") == 8000
+    assert h.dispatcher.owners.accountant.ledger.free().get("cpu") == 8000
 
 
 @pytest.mark.parametrize(("code", "message"), UNAVAILABLE)
@@ -107,7 +107,7 @@ def test_a_status_write_that_fails_never_dispatches_again_and_lands_when_writes_
         h.clock.advance(1)
         h.drain()
     assert h.writer.applied.count("a-cm") == 1, "dispatched once, whatever the status writes do"
-    assert h.dispatcher.ledger.is_reserved("ns/a")
+    assert h.dispatcher.owners.accountant.ledger.is_reserved("ns/a")
     # Its retries back off (0.25 s doubling to 4 s): a few per second at first, then one per 4 s.
     assert h.writer.status_attempts_of["a"] <= 12, h.writer.status_attempts_of
 

@@ -316,11 +316,11 @@ def test_offline_computes_the_same_queue_order(cluster: Cluster) -> None:
 
 def test_offline_reports_start_no_thread_and_refuse_to_write(cluster: Cluster) -> None:
     before = set(threading.enumerate())
-    reports = offline.reports(kube.connect(cluster.kubeconfig))
+    dispatcher = offline.rebuilt(kube.connect(cluster.kubeconfig))
+    assert queued_names(offline.reports_over(dispatcher).queue(), cluster.namespace) == QUEUED
     assert {t for t in threading.enumerate() if t.is_alive()} - before == set(), "no informer, no write pool"
-    assert queued_names(reports.queue(), cluster.namespace) == QUEUED
     with pytest.raises(RuntimeError, match="not started"):
-        reports.dispatcher.writes.submit("probe", lambda: None, tenant=cluster.namespace)
+        dispatcher.owners.writes.submit("probe", lambda: None, tenant=cluster.namespace)
 
 
 @pytest.fixture(scope="module")

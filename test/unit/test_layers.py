@@ -40,6 +40,9 @@ mcad is built in layers, one package each; a layer uses those below it, never th
 | settings     | mcad.settings                                        | reach mcad.serve, mcad.admission, mcad.cli,  |
 |              |                                                      | mcad.wiring                                  |
 | settings readers | every mcad module except mcad.cli.*, mcad.wiring | import mcad.settings                         |
+| readers      | mcad.serve.*, mcad.metrics                           | import of mcad.loop anything but             |
+|              |                                                      | mcad.loop.view (mcad.serve.server: and       |
+|              |                                                      | mcad.loop.dispatcher)                        |
 | circles      | every mcad module                                    | import anything that imports it back         |
 | error types  | every mcad module except mcad.k8s.kube               | import ApiError & co. via mcad.k8s.kube      |
 |              |                                                      | (use mcad.errors)                            |
@@ -74,7 +77,10 @@ How to read it:
   must name what a higher one passes it states what it reads as a Protocol (``mcad.api.podgroups.MatchedNode``,
   ``mcad.metrics.PortCounters``, ``mcad.hub.placement.WorkerDirectory``, ``mcad.model.tenancy.NamespaceFacts``).
 - Only the entry points build the controller (the wiring rule, and mcad.wiring under the serve and admission rules):
-  mcadctl's offline view builds its dispatcher in mcad.cli.offline and hands it to mcad.serve.debug.offline.
+  mcadctl's offline view builds its dispatcher in mcad.cli.offline and hands its view to mcad.serve.debug's Reports.
+- What is served reads the loop through mcad.loop.view (the readers rule): the reports behind /debug, the
+  dashboard and mcadctl, and the metrics, name no owner of the loop; only mcad.serve.server, which wires the
+  endpoints to the running dispatcher (its thread, its published state), names mcad.loop.dispatcher.
 - mcad.settings holds the controller's flags as typed, frozen values, one group per consumer; it does no I/O and
   starts nothing itself, but names the values of the layers it configures (the hub's parsed clusters file, the
   loop's eviction defaults), so it sits above them and below what serves and builds. Only the entry points, which
@@ -221,10 +227,18 @@ SETTINGS_READERS_RULE = Rule(
     forbidden=("mcad.settings",),
     reach=False,
 )
+READERS_RULE = Rule(
+    "readers: what is served reads the loop through mcad.loop.view, never an owner",
+    modules=("mcad.serve.*", "mcad.metrics"),
+    forbidden=("mcad.loop",),
+    allowed=("mcad.loop.view",),
+    reach=False,
+    exempt=(("mcad.serve.server", "mcad.loop.dispatcher"),),
+)
 # Each checked by test_mcad_keeps_the_rule.
 RULES: tuple[Rule, ...] = (PURE_RULE, API_RULE, MODEL_RULE, K8S_RULE, LOOP_RULE, HUB_RULE, SERVE_RULE, ADMISSION_RULE,
                            SHARED_RULE, CLIENT_RULE, ENTRY_POINTS_RULE, WIRING_RULE, SETTINGS_RULE,
-                           SETTINGS_READERS_RULE)
+                           SETTINGS_READERS_RULE, READERS_RULE)
 
 
 # --- the checker ---------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ def test_building_the_dispatcher_starts_no_thread_and_starting_it_starts_the_wri
         assert sorted(t.name for t in started) == [f"mcad-write-{i}" for i in range(5)]
     finally:
         dispatcher.queue.shutdown()
-        dispatcher.writes.close()
+        dispatcher.owners.writes.close()
     assert not any(t.is_alive() for t in started)
 
 
@@ -54,8 +54,8 @@ def test_the_dispatcher_reads_appwrappers_through_the_namespace_rules_with_the_d
 
 
 def test_the_offline_debug_view_wires_through_mcad_wiring() -> None:
-    """mcadctl --offline builds its dispatcher the way the controller does, not a copy of it, and hands it to
-    mcad.serve.debug.offline. Who may import mcad.wiring (and mcad.cli) is a layer rule: test/unit/test_layers.py,
+    """mcadctl --offline builds its dispatcher the way the controller does, not a copy of it, and hands its view to
+    mcad.serve.debug's Reports. Who may import mcad.wiring (and mcad.cli) is a layer rule: test/unit/test_layers.py,
     the wiring and entry points rows."""
     tree = ast.parse((PACKAGE / "cli" / "offline.py").read_text())
     assert any(isinstance(node, ast.ImportFrom) and node.module == "mcad.wiring" and
