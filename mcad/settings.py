@@ -45,6 +45,10 @@ DEFAULT_VICTIM_TIMEOUT_SECONDS = 300.0
 # server's writes go to dispatches, and an AppWrapper dispatched before its turn never costs a Backoff write.
 DEFAULT_BACKOFF_STATUS_RATE = 10.0
 DEFAULT_WRITE_WORKERS = 32
+# A dispatch cycle starts at most this often: under churn every pod that ends frees room and asks for one, and a
+# cycle judges every group's head; coalescing those asks into one cycle per interval costs a dispatch at most this
+# much delay, and only while cycles come faster than that (docs/performance.md, "The cost of judging").
+DEFAULT_CYCLE_INTERVAL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class SchedulingSettings:
     cluster_policy: Policy | None = None  # hub mode: None takes the hub's own (its clusters file's)
     write_workers: int = DEFAULT_WRITE_WORKERS  # 0 runs writes inline (tests)
     backoff_status_rate: float = DEFAULT_BACKOFF_STATUS_RATE  # 0: not paced
+    cycle_interval: float = DEFAULT_CYCLE_INTERVAL_SECONDS  # 0: a cycle as soon as one is asked for
     fault_defaults: FaultDefaults = DEFAULTS  # the cluster's fault tolerance defaults, floors and ceilings
 
 

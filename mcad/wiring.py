@@ -176,7 +176,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     cycle = DispatchCycle(CycleOwners(appwrappers, accountant, queued=queued, active=active, decisions=decisions,
                                       dispatches=dispatches, evictions=evictions, reservations=held, notices=notices,
                                       pinning=pinning, sites=sites, preemptors=preemptors, targets=targets),
-                          tools, strict_fifo=strict_fifo, by_nodes=by_nodes)
+                          tools, strict_fifo=strict_fifo, by_nodes=by_nodes, interval=scheduling.cycle_interval)
     quota_status = QuotaStatusWriter(accountant.quota, quota_subtrees, writer, writes) \
         if accountant.quota is not None and quota_subtrees is not None else None
     owners = Owners(accountant=accountant, decisions=decisions, queued=queued, active=active, dispatches=dispatches,

@@ -86,6 +86,7 @@ from mcad.serve.endpointauth import ApiReviews, Gate
 from mcad.serve.history import SAMPLE_INTERVAL_SECONDS, MetricsHistory
 from mcad.settings import (
     DEFAULT_BACKOFF_STATUS_RATE,
+    DEFAULT_CYCLE_INTERVAL_SECONDS,
     DEFAULT_VICTIM_TIMEOUT_SECONDS,
     AdmissionSettings,
     ApiSettings,
@@ -201,6 +202,12 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
                    "and an AppWrapper dispatched before its turn gets only its dispatched status: under a flood "
                    "of arrivals the API server's writes go to dispatches. mcadctl, /debug/queue and the dashboard "
                    "show the reason at once either way. 0: every Backoff is written at once.")
+@click.option("--cycle-interval", type=click.FloatRange(min=0, max=10), default=DEFAULT_CYCLE_INTERVAL_SECONDS,
+              show_default=True,
+              help="Seconds between the starts of two dispatch cycles at least. Every pod that ends asks for a "
+                   "cycle; those asked for within this interval are folded into one, so under churn the queue is "
+                   "judged once per interval instead of once per freed pod, at the cost of up to this much delay "
+                   "for a dispatch while cycles come that fast. 0: a cycle as soon as one is asked for.")
 @click.option("--leader-elect/--no-leader-elect", default=False,
               help="Run as one of several replicas: compete for a coordination.k8s.io Lease and dispatch only "
                    "while holding it (standbys keep warm caches and take over when the leader goes). Off, one "

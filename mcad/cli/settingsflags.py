@@ -118,7 +118,8 @@ def api_server_networks(settings: AdmissionSettings) -> callers.SourceNetworks:
 def scheduling_settings(options: Options, fault_defaults: FaultDefaults) -> SchedulingSettings:
     """What the dispatcher decides by: ``--fit``, ``--placement``, ``--strict-fifo``, ``--reservations``,
     ``--preemption*``, ``--node-health-rule``/``--no-node-health-rules``, ``--write-workers``,
-    ``--backoff-status-rate`` and the fault tolerance flags. The protected namespaces are known once connected."""
+    ``--backoff-status-rate``, ``--cycle-interval`` and the fault tolerance flags. The protected namespaces are
+    known once connected."""
     try:
         node_health = node_health_from_flags(options["node_health_rules"], options["no_node_health_rules"])
     except ValueError as err:
@@ -129,7 +130,7 @@ def scheduling_settings(options: Options, fault_defaults: FaultDefaults) -> Sche
         victim_timeout=options["victim_timeout"], preemption_backoff=options["preemption_backoff"],
         max_evictions_per_minute=options["max_evictions_per_minute"], node_health=node_health,
         write_workers=options["write_workers"], backoff_status_rate=options["backoff_status_rate"],
-        fault_defaults=fault_defaults)
+        cycle_interval=options["cycle_interval"], fault_defaults=fault_defaults)
 
 
 def node_health_from_flags(rules: tuple[str, ...], none: bool) -> NodeHealth:

@@ -75,7 +75,8 @@ class CycleOwners:
 
 
 class DispatchCycle:
-    def __init__(self, owners: CycleOwners, tools: LoopTools, *, strict_fifo: bool, by_nodes: bool) -> None:
+    def __init__(self, owners: CycleOwners, tools: LoopTools, *, strict_fifo: bool, by_nodes: bool,
+                 interval: float = 0.0) -> None:
         self._appwrappers = owners.appwrappers
         self._accountant = owners.accountant
         self._queued = owners.queued
@@ -95,12 +96,24 @@ class DispatchCycle:
         self._metrics = tools.metrics
         self._strict_fifo = strict_fifo
         self._by_nodes = by_nodes
+        self._interval = interval
+        self._last_started = float("-inf")
         self.count = 0
+        self.deferred = 0  # asks for a cycle that came within the interval and were folded into the next one
 
     def snapshot(self, *, scratch_quota: bool = False) -> Snapshot:
         return self._accountant.snapshot(by_nodes=self._by_nodes, scratch_quota=scratch_quota)
 
     def run(self) -> None:
+        """One cycle; or, asked within ``interval`` seconds of the last one's start, one then (the asks between are
+        folded into it: the DISPATCH key is coalesced)."""
+        now = self._clock.monotonic()
+        wait = self._last_started + self._interval - now
+        if wait > 0:
+            self.deferred += 1
+            self._queue.add_after(DISPATCH, wait)
+            return
+        self._last_started = now
         started = time.perf_counter()
         self.count += 1
         snapshot = self.snapshot()  # 1

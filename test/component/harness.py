@@ -151,10 +151,14 @@ SCHEDULING_FIELDS = frozenset(field.name for field in dataclasses.fields(Schedul
 def loop_options(**options: Any) -> dict[str, Any]:
     """``wiring.loop``'s keyword arguments from a test's flat options: those naming a ``SchedulingSettings`` field
     (``fit=``, ``strict_fifo=``, ``preemption=``, ``fault_defaults=``...) go into ``scheduling``, with writes inline
-    (``write_workers=0``) unless the test says otherwise; the rest (``recorder=``, ``wrapped=``, ``hub=``...) pass
+    (``write_workers=0``) and a cycle whenever one is asked for (``cycle_interval=0``) unless the test says
+    otherwise; the rest (``recorder=``, ``wrapped=``, ``hub=``...) pass
     as they are. Tests state what they change as the flags do, without building the group."""
     scheduling = {name: options.pop(name) for name in list(options) if name in SCHEDULING_FIELDS}
     scheduling.setdefault("write_workers", 0)
+    # A cycle whenever one is asked for: the clock moves only when a test moves it (test_cycle_pace.py tests the
+    # pace).
+    scheduling.setdefault("cycle_interval", 0)
     return {**options, "scheduling": SchedulingSettings(**scheduling)}
 
 

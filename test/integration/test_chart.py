@@ -129,7 +129,8 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
     assert container["args"] == ["--fit=nodes", "--placement=binding", *AUTOPILOT_RULE_ARGS,
-                                 "--write-workers=32", "--backoff-status-rate=10", "--max-items=1000",
+                                 "--write-workers=32", "--backoff-status-rate=10", "--cycle-interval=0.05",
+                                 "--max-items=1000",
                                  "--default-max-priority=1000",
                                  "--max-appwrapper-bytes=1310720", "--log-level=info", "--log-format=json",
                                  f"--reservations={DEFAULT_RESERVATIONS}", *FAULT_ARGS, "--http-bind-address=:8080",
@@ -158,7 +159,7 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
     values = {"controller": {"fit": "aggregate", "placement": "advisory", "preemption": True, "strictFifo": True,
                              "preemptionVictimTimeoutSeconds": 45, "preemptionBackoffSeconds": 30,
                              "maxEvictionsPerMinute": 20, "writeWorkers": 8,
-                             "backoffStatusRate": 2.5, "reservations": 5,
+                             "backoffStatusRate": 2.5, "cycleIntervalSeconds": 0.2, "reservations": 5,
                              "maxItems": 50, "maxAppwrapperBytes": 2097152,
                              "allowedSchedulerNames": ["volcano", "kueue-scheduler"],
                              "logLevel": "debug", "logFormat": "console", "extraArgs": ["--context=x"],
@@ -178,7 +179,8 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
         "containers"][0]
     assert container["args"] == ["--fit=aggregate", "--placement=advisory",
                                  "--node-health-rule=example.com/fpga:fpga.example.com/health=bad:NoSchedule",
-                                 "--write-workers=8", "--backoff-status-rate=2.5", "--max-items=50",
+                                 "--write-workers=8", "--backoff-status-rate=2.5", "--cycle-interval=0.2",
+                                 "--max-items=50",
                                  "--default-max-priority=1000", "--max-appwrapper-bytes=2097152",
                                  "--allowed-scheduler-names=volcano,kueue-scheduler", "--log-level=debug",
                                  "--log-format=console", "--reservations=5",

@@ -81,6 +81,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "above the dispatch rate, so that dispatch is still what is measured), so that every "
                              "phase gets the same load; 0: a closed loop, as fast as the creators can (default "
                              "%(default)s)")
+    parser.add_argument("--profile", action="store_true",
+                        help="sample each controller with py-spy (pip install py-spy) and report its CPU by phase "
+                             "(test.perf.phases); the samples go to .dev/bench-logs/<scenario>-<label>.profile.txt")
     parser.add_argument("--threads", type=int, default=16, help="load thread pool size (default %(default)s)")
     parser.add_argument("--load-processes", type=int, default=4,
                         help="churn's creating processes, each with --threads threads (default %(default)s)")
@@ -209,6 +212,13 @@ def render(results: list[Result]) -> str:
             w = r["controller_counted_writes"]
             out.append(f"   writes the controller counted {w.get('total')} ({_fmt(w.get('per_workload'))} per "
                        f"workload): " + ", ".join(f"{k} {v}" for k, v in (w.get("by_request") or {}).items()))
+        for label, prof in (r.get("profile") or {}).items():
+            shares = prof.get("share_pct") or {}
+            out.append(f"   controller {label}: CPU by phase ({prof.get('samples', 0)} samples): " + ", ".join(
+                f"{phase} {share:g} %" for phase, share in sorted(shares.items(), key=lambda item: -item[1])))
+        if r.get("dispatch_cycles"):
+            c = r["dispatch_cycles"]
+            out.append(f"   dispatch cycles {c.get('count')}, {_fmt(c.get('seconds'))} s in all")
         for run in r.get("runs") or []:
             waited = (f"dispatched in {_fmt(run['time_to_dispatch_s'])} s, margin {_fmt(run['margin_s'])} s, "
                       f"all pods Running in {_fmt(run.get('pods_running_s'))} s"
@@ -252,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                    churn_nodes=args.churn_nodes, restart_nodename=args.restart_nodename,
                    max_inflight=args.max_requests_inflight, max_mutating_inflight=args.max_mutating_requests_inflight,
                    size=args.size_map, controller_args=tuple(args.controller_args.split()),
-                   controller_nice=args.controller_nice, webhook_creator=args.webhook_creator,
+                   controller_nice=args.controller_nice, profile=args.profile, webhook_creator=args.webhook_creator,
                    webhook_server=args.webhook_server,
                    webhook_rounds=args.webhook_rounds, throughput_pace=max(0.0, args.throughput_pace))
     if "ceiling" not in args.scenario_list:

@@ -32,6 +32,7 @@ from typing import Any
 import urllib3
 
 from test.e2e import attack as load
+from test.perf import phases
 from test.perf import webhooks as webhooks_mod
 from test.perf.client import Api, ApiError, Obj, Watch
 from test.perf.harness import (
@@ -95,6 +96,7 @@ class Options:
     # "null" or "null-http2" (test.perf.nullwebhook, the floor figure).
     webhook_server: str = "mcad"
     throughput_pace: float = 0.0  # creates a second in the throughput scenarios, on time; 0: closed loop
+    profile: bool = False  # --profile: each controller sampled by py-spy, its CPU by phase in the results
 
     def factor(self, scenario: str) -> float:
         return self.scale * self.size.get(scenario, 1.0)
@@ -131,6 +133,7 @@ class Env:
                                max_mutating_inflight=opts.max_mutating_inflight,
                                node_lease_seconds=node_lease_seconds)
         self.controllers: list[Controller] = []
+        self.profilers: list[tuple[str, Controller, subprocess.Popen[bytes]]] = []
         self.watches: list[Watch] = []
         self._api: Api | None = None
 
@@ -163,6 +166,8 @@ class Env:
         ctl = Controller(self.cluster.kubeconfig, f"{self.scenario}-{label}", **kw)
         self.controllers.append(ctl)
         ctl.start()
+        if self.opts.profile:
+            self.profilers.append((label, ctl, start_profiler(ctl)))
         if self.opts.controller_nice:
             # Below the load and the control plane for the CPU: never flatters the controller, and keeps the load
             # on time on a machine it shares with them (clients of a real cluster run elsewhere).
@@ -196,6 +201,13 @@ class Env:
             w.stop()
         for ctl in self.controllers:
             ctl.stop()
+        for label, ctl, profiler in self.profilers:
+            # py-spy writes its file once the process it samples has exited.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                profiler.wait(timeout=60)
+            self.result.setdefault("profile", {})[label] = {"file": str(profile_path(ctl)),
+                                                           **phases.summarize(profile_path(ctl))}
+        for ctl in self.controllers:
             errors = ctl.errors()
             if errors:
                 self.result.setdefault("notes", []).append(
@@ -209,6 +221,22 @@ class Env:
 
 
 RESERVATIONS_FLAG = "--reservations"
+
+
+def profile_path(ctl: Controller) -> Path:
+    return ctl.log.with_suffix(".profile.txt")
+
+
+def start_profiler(ctl: Controller) -> subprocess.Popen[bytes]:
+    """py-spy sampling ``ctl`` until it exits (``test.perf.phases``: the thread holding the GIL, 100 times a
+    second, in py-spy's raw format)."""
+    exe = Path(sys.executable).parent / "py-spy"
+    if not exe.exists():
+        raise BenchError("--profile needs py-spy in the venv: .venv/bin/pip install py-spy")
+    log = open(ctl.log.with_suffix(".py-spy.log"), "wb")  # noqa: SIM115 (the profiler's, for as long as it runs)
+    return subprocess.Popen([str(exe), "record", "--pid", str(ctl.pid), "--rate", "100", "--gil", "--nonblocking",
+                             "--format", "raw", "--output", str(profile_path(ctl))],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 @functools.cache
@@ -1186,9 +1214,14 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
         wall = max(finished.values()) - t0
         result["wall_s"] = round(wall, 2)
         result["controller"] = controller_figures(ctl, baseline)
-        counted = controller_counted_writes(metrics_url + "/metrics")
+        page = scrape(metrics_url + "/metrics")
+        counted = counted_writes(page)
         counted.subtract(counted_before)
         counted = Counter({k: v for k, v in counted.items() if v})
+        # How often the controller judged the queue, and how long that took it (the whole run: the first cycles
+        # judge nothing).
+        result["dispatch_cycles"] = {"count": int(page.get("mcad_dispatch_cycle_duration_seconds_count", 0)),
+                                     "seconds": round(page.get("mcad_dispatch_cycle_duration_seconds_sum", 0.0), 2)}
         # Where the controller's writes went, as it counts them itself (mcad_api_writes_total): with pods too.
         result["controller_counted_writes"] = {"total": sum(counted.values()),
                                                "per_workload": round(sum(counted.values()) / n, 2),
