@@ -45,9 +45,10 @@ DEFAULT_VICTIM_TIMEOUT_SECONDS = 300.0
 # server's writes go to dispatches, and an AppWrapper dispatched before its turn never costs a Backoff write.
 DEFAULT_BACKOFF_STATUS_RATE = 10.0
 DEFAULT_WRITE_WORKERS = 32
-# A dispatch cycle starts at most this often: under churn every pod that ends frees room and asks for one, and a
-# cycle judges every group's head; coalescing those asks into one cycle per interval costs a dispatch at most this
-# much delay, and only while cycles come faster than that (docs/performance.md, "The cost of judging").
+# A cycle for freed room starts no sooner than this after the last cycle's start: under churn every pod that ends
+# frees room and asks for one, and a cycle judges every group's head; folding those asks into one cycle per
+# interval leaves freed room idle at most this long. A newcomer is judged at once (docs/performance.md, "The cost
+# of judging").
 DEFAULT_CYCLE_INTERVAL_SECONDS = 0.05
 
 

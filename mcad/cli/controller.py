@@ -204,10 +204,10 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
                    "show the reason at once either way. 0: every Backoff is written at once.")
 @click.option("--cycle-interval", type=click.FloatRange(min=0, max=10), default=DEFAULT_CYCLE_INTERVAL_SECONDS,
               show_default=True,
-              help="Seconds between the starts of two dispatch cycles at least. Every pod that ends asks for a "
-                   "cycle; those asked for within this interval are folded into one, so under churn the queue is "
-                   "judged once per interval instead of once per freed pod, at the cost of up to this much delay "
-                   "for a dispatch while cycles come that fast. 0: a cycle as soon as one is asked for.")
+              help="Seconds after a dispatch cycle's start before room that frees (pods ending, AppWrappers "
+                   "finishing) brings the next cycle: the asks within it are folded into one cycle at its end, so "
+                   "under churn the queue is judged once per interval instead of once per freed pod, and freed room "
+                   "idles at most this long. A new AppWrapper is judged at once. 0: a cycle at every ask.")
 @click.option("--leader-elect/--no-leader-elect", default=False,
               help="Run as one of several replicas: compete for a coordination.k8s.io Lease and dispatch only "
                    "while holding it (standbys keep warm caches and take over when the leader goes). Off, one "

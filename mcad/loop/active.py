@@ -48,7 +48,7 @@ from mcad.loop.sites import Sites
 from mcad.metrics import Metrics
 from mcad.model import keys, lifecycle, status
 from mcad.model.accounting import Accountant
-from mcad.model.keys import DISPATCH, QUOTA_STATUS, Key
+from mcad.model.keys import DISPATCH, QUOTA_STATUS, ROOM_FREED, Key
 from mcad.model.plans import Plan
 
 log = structlog.get_logger("mcad.loop.dispatcher")
@@ -116,9 +116,10 @@ class Active:
         return held
 
     def capacity_may_have_grown(self) -> None:
-        """A cycle, if one has anything to do: something waits in the queue, or pods wait to be placed."""
+        """A cycle, if one has anything to do: something waits in the queue, or pods wait to be placed. Paced
+        (``mcad.loop.cycle``): under churn room frees many times a second, and one cycle can use all of it."""
         if self._queued.pending or self._placing():
-            self._queue.add(DISPATCH)
+            self._queue.add(ROOM_FREED)
 
     def object_uids(self, key: str) -> tuple[str, ...]:
         return self._uids.get(key, ())

@@ -15,6 +15,9 @@ per demand group (the next of a group too when its candidate took a reservation 
    handed the pass explicitly: it judges members and newcomers against the same reservations; why they wait is
    told once the dispatched ones left, so positions are right), and announce the newcomers.
 
+``run_paced()`` is the cycle room that freed asks for (the ROOM_FREED key): at once, or, within ``interval``
+seconds (``--cycle-interval``) of the last cycle's start, one cycle at the interval's end for all such asks.
+
 ``assess()`` is the same walk with rules that peek (``Evictions.peek``) over a snapshot whose quota ledger is a
 scratch copy, deciding nothing (``mcad.model.assess``, for explain, /debug, the dashboard and mcadctl).
 """
@@ -104,16 +107,20 @@ class DispatchCycle:
     def snapshot(self, *, scratch_quota: bool = False) -> Snapshot:
         return self._accountant.snapshot(by_nodes=self._by_nodes, scratch_quota=scratch_quota)
 
-    def run(self) -> None:
-        """One cycle; or, asked within ``interval`` seconds of the last one's start, one then (the asks between are
-        folded into it: the DISPATCH key is coalesced)."""
-        now = self._clock.monotonic()
-        wait = self._last_started + self._interval - now
+    def run_paced(self) -> None:
+        """A cycle for room that freed: now, or, within ``interval`` seconds of the last cycle's start, then (the
+        asks between are folded into it: the DISPATCH key is coalesced). New arrivals and everything else ask
+        ``run`` (the DISPATCH key) and are judged at once: pacing costs freed room at most ``interval`` of idling,
+        never a newcomer's wait on an idle cluster."""
+        wait = self._last_started + self._interval - self._clock.monotonic()
         if wait > 0:
             self.deferred += 1
             self._queue.add_after(DISPATCH, wait)
             return
-        self._last_started = now
+        self.run()
+
+    def run(self) -> None:
+        self._last_started = self._clock.monotonic()
         started = time.perf_counter()
         self.count += 1
         snapshot = self.snapshot()  # 1

@@ -98,6 +98,11 @@ class Dispatch:
 
 
 @dataclass(frozen=True, slots=True)
+class RoomFreed:
+    """Room may have freed (pods ended, an AppWrapper finished): a dispatch cycle, paced (``--cycle-interval``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Call:
     """Run the work other threads handed to the dispatcher thread (reads of its state for /debug)."""
 
@@ -137,9 +142,10 @@ class Recovered:
 
 Key = (AppWrapperEvent | NodeEvent | PodEvent | Written | StatusRetry | DispatchRetry | MinAvailableCheck
        | DeadlineCheck | PodCounts | ClusterEvent | WorkerCleanup | Dispatch | Call | QuotaChanged | QuotaStatus
-       | Publish | Recovered | HealthDue | BackoffStatus)
+       | Publish | Recovered | HealthDue | BackoffStatus | RoomFreed)
 
 DISPATCH = Dispatch()
+ROOM_FREED = RoomFreed()
 CALL = Call()
 QUOTA = QuotaChanged()
 QUOTA_STATUS = QuotaStatus()

@@ -159,3 +159,24 @@ def test_behind_a_waiting_preemptor_every_member_is_told_it_is_held(harness_fact
     assert len(behind) == 60
     assert all(why.startswith("held behind ns/high, which is preempting") for _, why in behind), behind
     assert assessed.fitting_ahead("ns/small-29") == 0
+
+
+def test_explain_says_whom_the_next_cycle_preempts_and_that_cycle_does(harness_factory: Any) -> None:
+    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[gang_aw("low", 1, {"cpu": "3"})], preemption=True)
+    h.drain()
+    cycle = h.dispatcher.owners.cycle
+    run = cycle.run
+    cycle.run = lambda: None  # type: ignore[method-assign]  # hold the next cycle back to read the forecast first
+    h.lw["aw"].add(gang_aw("high", 1, {"cpu": "4"}, priority=5))
+    h.drain()
+    forecast = h.dispatcher.view.assess_queue().of("ns/high")
+    assert forecast is not None
+    assert (forecast.state, forecast.fits_now, forecast.evicts) == ("Queued", False, ("ns/low",))
+    assert forecast.why == "the next dispatch cycle preempts 1 lower-priority AppWrapper(s) to make room: ns/low"
+    assert h.dispatcher.owners.preemptors.victims_of("ns/high") == frozenset(), "the forecast evicted nobody"
+    cycle.run = run  # type: ignore[method-assign]
+    run()
+    assert h.dispatcher.owners.preemptors.victims_of("ns/high") == frozenset({"ns/low"})
+    after = h.dispatcher.view.assess_queue().of("ns/high")
+    # Its victim had no pods (no kubelet here): gone at once, so the next cycle dispatches the preemptor.
+    assert after is not None and after.fits_now
