@@ -383,7 +383,10 @@ def has(seen: dict[str, Any], name: str, *more: dict[str, Any]) -> Callable[[], 
 
 def warmup(env: Env, ctl: Controller, timeout: float = 120) -> float:
     """Wait until the controller dispatches a tiny AppWrapper (it has synced and works), then delete it."""
-    name = "bench-warmup"
+    # A name of this controller's own: a second controller in the scenario reusing the first one's would find that
+    # warm-up's ConfigMap still there (the garbage collector removes it only later: ~30 s here) and retry until it
+    # is gone, and its ready time would measure the garbage collector.
+    name = f"bench-warmup-{ctl.pid}"
     started = time.monotonic()
     env.api.create(aw_path(), appwrapper(name, [configmap_item(name, {"cpu": "10m"})]))
 
