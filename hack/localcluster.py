@@ -8,7 +8,7 @@ Contract (``python3 hack/localcluster.py --help``; standard library only, so it 
           create NODES fake nodes, wait until every node is Ready and untainted, and write the kubeconfig
           (.dev/kubeconfig for the default cluster). Running ``up`` on a healthy cluster changes nothing;
           on a dead one it cleans up and starts afresh.
-  down    Stop every process of the cluster and delete its state (certificates, etcd data, logs, kubeconfig).
+  down    Kill every process of the cluster and delete its state (certificates, etcd data, logs, kubeconfig).
   status  Say whether each component is alive and where the kubeconfig is; exit 1 if the cluster is not up.
   stop [--kill] COMPONENT   Stop one component of a running cluster, remembering its command line; the others
           keep running. SIGTERM to its process group (SIGKILL after 15 s: kube-apiserver stops listening at once
@@ -363,12 +363,12 @@ def wait_for(what: str, check: Any, timeout: float, layout: Layout, pids: dict[s
         delay = min(delay * 1.5, 0.2)
 
 
-def stop_all(pids: dict[str, int], timeout: float = 15) -> None:
+def stop_all(pids: dict[str, int], timeout: float = 15, sig: int = signal.SIGTERM) -> None:
     for component in reversed(COMPONENTS):
         pid = pids.get(component)
         if pid is not None and pid_alive(pid):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGTERM)
+                os.killpg(pid, sig)
     deadline = time.monotonic() + timeout
     while any(pid_alive(p) for p in pids.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -635,7 +635,9 @@ def down(name: str, quiet: bool = False) -> None:
             log(f"cluster {name!r} is not running")
         return
     if state:
-        stop_all({k: int(v) for k, v in state["pids"].items()})
+        # SIGKILL: the state is deleted next, so a graceful stop saves nothing, and kube-apiserver's took 10-20 s
+        # (it drains its watches).
+        stop_all({k: int(v) for k, v in state["pids"].items()}, sig=signal.SIGKILL)
     shutil.rmtree(layout.state, ignore_errors=True)
     layout.kubeconfig.unlink(missing_ok=True)
     if not quiet:

@@ -132,29 +132,10 @@ class Cluster:
 
     def down(self) -> None:
         if self.started:
-            self._kill()
             proc = self._run("down", timeout=120)
             if proc.returncode != 0:
                 say(f"warning: taking cluster {self.name} down failed: {proc.stderr[-500:]}")
             self.started = False
-
-    def _kill(self) -> None:
-        """SIGKILL this cluster's own process groups (pids from its state file): its data is thrown away anyway,
-        and a graceful stop of the API server costs ~10 s per scenario. ``down`` then removes the state."""
-        try:
-            state = json.loads((REPO / ".dev" / "clusters" / self.name / "state.json").read_text())
-            pids = [int(p) for p in state["pids"].values()]
-        except (OSError, ValueError, KeyError, TypeError):
-            return
-        mark = f"/clusters/{self.name}/".encode()
-        for pid in pids:
-            try:  # only a process of this cluster (its command line names the cluster's state directory)
-                if mark not in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    continue
-            except OSError:
-                continue
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
 
     @property
     def logs(self) -> Path:
