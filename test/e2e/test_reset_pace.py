@@ -2,9 +2,10 @@
 reviewed by the webhooks: ``WEBHOOK_RELEASE = None``, as with the webhook off or a namespace outside its selector).
 
 Without floors, ``retryPausePeriodDuration: 1ns`` and ``0s`` grace periods made one AppWrapper reset 222 times in
-30 s. The controller runs with the default floors (10s) and ``--max-resets-per-namespace-per-minute=2``:
-- one AppWrapper asking for ``1ns``/``0s`` is reset at the floors' pace: at most 2 resets in 30 s, each message
-  saying the 10s pause;
+30 s. The controller runs with floors of 5s (``--retry-pause-floor``, ``--grace-period-floor``: half the defaults, so
+that the pace is measured in half the time) and ``--max-resets-per-namespace-per-minute=2``:
+- one AppWrapper asking for ``1ns``/``0s`` is reset at the floors' pace: at most 2 resets in 15 s, each message
+  saying the 5s pause;
 - three failing AppWrappers of one namespace, created by a tenant holding only AppWrapper rights: 2 resets in the
   first minute, the third deferred with its status saying why; meanwhile another namespace's AppWrapper
   dispatches.
@@ -32,10 +33,12 @@ from test.e2e.test_fault_tolerance import annotated, pod_item, resetting_count
 from test.support import wait_until
 
 WEBHOOK_RELEASE = None
-CONTROLLER_ARGS = ("--max-resets-per-namespace-per-minute", "2")
+FLOOR = "5s"
+CONTROLLER_ARGS = ("--max-resets-per-namespace-per-minute", "2", "--retry-pause-floor", FLOOR,
+                   "--grace-period-floor", FLOOR)
 CHURN = {ft.RETRY_PAUSE: "1ns", ft.FAILURE_GRACE: "0s", ft.ADMISSION_GRACE: "0s", ft.WARMUP_GRACE: "0s",
          ft.RETRY_LIMIT: "1000"}
-AT_THE_FLOORS = {ft.RETRY_PAUSE: "10s", ft.FAILURE_GRACE: "10s", ft.RETRY_LIMIT: "1000"}
+AT_THE_FLOORS = {ft.RETRY_PAUSE: FLOOR, ft.FAILURE_GRACE: FLOOR, ft.RETRY_LIMIT: "1000"}
 
 
 def failing(name: str, annotations: dict[str, str]) -> dict[str, Any]:
@@ -46,12 +49,12 @@ def failing(name: str, annotations: dict[str, str]) -> dict[str, Any]:
 def test_periods_below_the_floors_are_raised_to_them(controller: Controller, aws: AppWrappers) -> None:
     aws.create(failing("churn", CHURN))
     first = wait_until(lambda: resetting_count(s := aws.status("churn")) >= 1 and s, 60, "the first reset")
-    assert "after a 10s pause" in first["message"], first["message"]
+    assert f"after a {FLOOR} pause" in first["message"], first["message"]
     started = time.monotonic()
-    time.sleep(30)  # the measurement itself: how many resets fit in 30 s
+    time.sleep(15)  # the measurement itself: how many resets fit in 15 s
     count = resetting_count(aws.status("churn")) - resetting_count(first)
     print(f"resets in {time.monotonic() - started:.0f} s at the floors: {count}")
-    # Each cycle is at least the 10s pause plus the 10s grace (and the pod's start and failure).
+    # Each cycle is at least the 5s pause plus the 5s grace (and the pod's start and failure).
     assert count <= 2, count
 
 
