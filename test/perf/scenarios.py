@@ -2163,9 +2163,12 @@ def dashboard(opts: Options, result: Result) -> None:
 STARVATION_NODES = 4
 STARVATION_NODE_CPU = 4  # the gang is one pod of all of a node's cpu on every node: it needs the cluster empty
 STARVATION_RUNS = 3
-STARVATION_RUNTIME_S = (2.0, 8.0)  # small ones' run times, uniform (times the scenario's pace)
+# Small ones' run times, uniform, at every scale: the gang is created once every cpu is taken at once, and with
+# shorter ones the gap between a small one's end and the next one's dispatch leaves some cpu free too often for that
+# to happen (at a quarter of these, 24 cpus took 40 s to be seen all taken on an idle machine, over 120 s on a busy one).
+STARVATION_RUNTIME_S = (2.0, 8.0)
 STARVATION_BACKLOG = 8  # small ones kept queued at all times, ready to take any cpu that frees
-STARVATION_WAIT_S = 30.0  # a gang not dispatched by then (times the pace) is recorded as starved
+STARVATION_WAIT_S = 30.0  # a gang not dispatched by then is recorded as starved
 STARVATION_MARGIN_S = 2.0  # the target: gang time to dispatch <= longest blocking run time + this
 STARVATION_SEED = 17
 STARVATION_GANG_PRIORITY = 10
@@ -2204,10 +2207,9 @@ def starvation(opts: Options, result: Result, *, spare: int = 0, scenario: str =
     the longest of every small one running at the gang's creation (the nodes each runs on are not told apart), which can
     only make the margin look smaller than it is."""
     f = opts.factor(scenario)
-    pace = min(1.0, max(f, 0.25))  # run times shrink at small scales, down to a quarter
-    low, high = (t * pace for t in STARVATION_RUNTIME_S)
+    low, high = STARVATION_RUNTIME_S
     runs = scaled(STARVATION_RUNS, f)
-    wait_s = STARVATION_WAIT_S * pace
+    wait_s = STARVATION_WAIT_S
     slots = (STARVATION_NODES + spare) * STARVATION_NODE_CPU
     rng = random.Random(STARVATION_SEED)
     result["params"] = {"nodes": STARVATION_NODES + spare, "spare_nodes": spare, "node_cpu": STARVATION_NODE_CPU,
