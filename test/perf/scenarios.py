@@ -2165,7 +2165,8 @@ STARVATION_NODE_CPU = 4  # the gang is one pod of all of a node's cpu on every n
 STARVATION_RUNS = 3
 # Small ones' run times, uniform, at every scale: the gang is created once every cpu is taken at once, and with
 # shorter ones the gap between a small one's end and the next one's dispatch leaves some cpu free too often for that
-# to happen (at a quarter of these, 24 cpus took 40 s to be seen all taken on an idle machine, over 120 s on a busy one).
+# to happen (at a quarter of these, 24 cpus took 40 s to be seen all taken on an idle machine, over 120 s on a busy
+# one).
 STARVATION_RUNTIME_S = (2.0, 8.0)
 STARVATION_BACKLOG = 8  # small ones kept queued at all times, ready to take any cpu that frees
 STARVATION_WAIT_S = 30.0  # a gang not dispatched by then is recorded as starved
