@@ -1,7 +1,9 @@
 """``mcad-controller``: the controller process.
 Over 600 lines because it declares every flag with its help text (about 300 lines of click options) and runs the
 process (webhooks, HTTP, leader election, shutdown); ``main`` itself is a short story: parse the flags into settings
-groups (``mcad.settings``), connect, build, run.
+groups (``mcad.settings``), connect, build, run. ``run`` is one too, each step a function of at most 60 lines: settle
+the API settings, build the hub and the dispatcher, serve admission and metrics, install the signal handlers, start,
+run (alone or elected), shut down in order.
 
 Contract: parses flags into typed, frozen settings groups (``mcad.settings``; one parser per group in
 ``mcad.cli.settingsflags``, each refusing what does not hold together as a usage error), configures logging,
@@ -431,26 +433,86 @@ def connect(kubeconfig: str | None, context: str | None, write_workers: int, leg
 def run(conn: kube.Connection, scheduling: SchedulingSettings, api: ApiSettings, serving: ServingSettings,
         admission: AdmissionSettings, hub_mode: HubSettings, leader: LeaderElectionSettings) -> None:
     """Build the controller over ``conn`` and run it until SIGTERM or SIGINT (see the module docstring)."""
-    logger = structlog.get_logger("mcad.controller")
     client = kube.Client(conn)
     identity = default_identity()
     recorder = events.EventRecorder(conn, component="mcad-controller", instance=identity, recent=RecentEvents())
+    api = _settle_api(client, api)
+    hub = _build_hub(conn, hub_mode, leader)
+    scheduling = _protect(scheduling, api, hub)
+    process = _build_process(conn, scheduling, api, leader, identity=identity, recorder=recorder, hub=hub)
+    if admission.enabled:
+        process.webhook = _serve_admission(process, admission, api, scheduling, leader)
+    if serving.served:
+        process.http = _serve_metrics_and_health(process, serving)
+    recorder.start()
+    _install_signal_handlers(process)
+    _start_informers_and_hub(process)
+    if process.elector is None:
+        _run_alone(process, scheduling, api)
+    else:
+        _run_elected(process, process.elector, scheduling, api)
+    _shut_down(process, admission.drain_seconds)
+
+
+@dataclasses.dataclass
+class Process:
+    """What ``run`` builds for this replica, handed from step to step: started and stopped in ``run``'s order."""
+
+    conn: kube.Connection
+    identity: str
+    recorder: events.EventRecorder
+    hub: Hub | None
+    dispatcher: Dispatcher
+    informers: list[Informer[Any]]
+    elector: LeaderElector | None
+    stop: threading.Event
+    worker: threading.Thread
+    leader_pod: LeaderPodLabel | None
+    # Counted by the webhooks and by /metrics' gate, shown on /metrics.
+    refusals: callers.CallerRefusals
+    # Set by a second signal: it cuts the webhooks' drain short.
+    drain_cut: threading.Event = dataclasses.field(default_factory=threading.Event)
+    webhook: Webhook | None = None
+    http: server.Server | None = None
+
+
+def _settle_api(client: kube.Client, api: ApiSettings) -> ApiSettings:
+    """``api`` with quota trees off when the QuotaSubtree CRD is not served, so that a cluster without it runs."""
     if api.quota_trees and not quota_served(client):
-        logger.info("QuotaSubtree is not served (install config/crd/quota.codeflare.dev_quotasubtrees.yaml); "
-                    "quota trees are off")
-        api = dataclasses.replace(api, quota_trees=False)
-    hub = None
+        structlog.get_logger("mcad.controller").info(
+            "QuotaSubtree is not served (install config/crd/quota.codeflare.dev_quotasubtrees.yaml); quota trees are "
+            "off")
+        return dataclasses.replace(api, quota_trees=False)
+    return api
+
+
+def _build_hub(conn: kube.Connection, hub_mode: HubSettings, leader: LeaderElectionSettings) -> Hub | None:
+    """The hub over the workers of ``--clusters-config``, or None when this controller dispatches into its own."""
     hub_config = hub_mode.config
-    if hub_config is not None:
-        hub = Hub(hub_config, WorkerConnector(conn, namespace=leader.namespace or default_namespace()),
-                  probe_period=hub_mode.probe_period)
-        logger.info("hub mode", workers=hub.names, policy=hub_config.policy.value,
-                    unreachable_timeout_seconds=hub_config.unreachable_timeout_seconds)
+    if hub_config is None:
+        return None
+    hub = Hub(hub_config, WorkerConnector(conn, namespace=leader.namespace or default_namespace()),
+              probe_period=hub_mode.probe_period)
+    structlog.get_logger("mcad.controller").info(
+        "hub mode", workers=hub.names, policy=hub_config.policy.value,
+        unreachable_timeout_seconds=hub_config.unreachable_timeout_seconds)
+    return hub
+
+
+def _protect(scheduling: SchedulingSettings, api: ApiSettings, hub: Hub | None) -> SchedulingSettings:
+    """``scheduling`` with the protected namespaces, known only now that the controller knows its own namespace."""
+    logger = structlog.get_logger("mcad.controller")
     protected = protected_namespaces(default_namespace(), api.allowed_protected, hub=hub is not None)
     scheduling = dataclasses.replace(scheduling, protected_namespaces=protected)
-    fault_defaults = scheduling.fault_defaults
     logger.info("protected namespaces", namespaces=sorted(protected))
-    logger.info("fault tolerance defaults", **faultflags.described(fault_defaults))
+    logger.info("fault tolerance defaults", **faultflags.described(scheduling.fault_defaults))
+    return scheduling
+
+
+def _build_process(conn: kube.Connection, scheduling: SchedulingSettings, api: ApiSettings,
+                   leader: LeaderElectionSettings, *, identity: str, recorder: events.EventRecorder,
+                   hub: Hub | None) -> Process:
+    """The dispatcher, its informers and thread, and with ``--leader-elect`` the elector: built, nothing started."""
     dispatcher, informers = build(conn, scheduling, api, recorder=recorder, hub=hub)
     elector = LeaderElector(conn, namespace=leader.namespace or default_namespace(),
                             name=leader.lease_name, identity=identity,
@@ -460,114 +522,151 @@ def run(conn: kube.Connection, scheduling: SchedulingSettings, api: ApiSettings,
     worker = threading.Thread(target=dispatcher.run, args=(stop,), name="dispatcher", daemon=True)
     leader_pod = LeaderPodLabel(conn, namespace=default_namespace(), pod=os.environ.get("POD_NAME", ""),
                                 stop=stop) if leader.label_pod else None
-    webhook = None
-    # Counted by the webhooks and by /metrics' gate, shown on /metrics.
     refusals = callers.CallerRefusals()
     dispatcher.metrics.sources.caller_refusals = refusals.snapshot
-    if admission.enabled:
-        # Before leader election: every replica answers admission, or a standby behind the Service would refuse.
-        namespace = admission.cert_namespace or leader.namespace or default_namespace()
-        try:
-            own = own_username(conn)
-        except FactUnavailable as err:
-            logger.error("cannot serve the admission webhooks", reason=str(err))
-            sys.exit(2)
-        logger.info("AppWrapper status writers", users=sorted({own, *admission.status_writers}))
-        try:
-            webhook = _webhook(conn, admission.bind_address, namespace=namespace,
-                               cert_dir=admission.cert_dir, secret=admission.cert_secret,
-                               service=admission.service_name, hosts=list(admission.cert_hosts),
-                               configuration=admission.configuration_name, poll_seconds=admission.cert_poll_seconds,
-                               creator=admission.creator,
-                               max_items=api.limits.max_items, max_appwrapper_bytes=api.limits.max_bytes,
-                               scheduler_names=api.limits.scheduler_names, share_port=admission.share_port,
-                               admission=admission_config(admission.allowed_kinds, protected, api.allowed_protected,
-                                                          status_writers=frozenset({own, *admission.status_writers}),
-                                                          fault_defaults=fault_defaults,
-                                                          default_max_priority=api.default_max_priority),
-                               clients=WebhookClients(admission.client_ca, admission.client_names,
-                                                      admission.token_file, admission.access_reviews_per_second,
-                                                      admission.access_reviews_burst, admission.access_reviews_total,
-                                                      refusals, api_server_networks(admission)))
-        except OSError as err:
-            logger.error("cannot serve the admission webhooks", address=admission.bind_address, reason=str(err))
-            sys.exit(2)
-        webhook.start(stop)
-        logger.info("admission webhooks served", address=admission.bind_address, port=webhook.server.port,
-                    certificates=admission.cert_dir or f"{namespace}/{admission.cert_secret}",
-                    configuration=None if admission.cert_dir else admission.configuration_name)
-    http = None
-    if serving.served:
-        try:
-            http = _http_server(serving.bind_address, dispatcher, informers, conn, recorder, elector, worker, stop,
-                                identity, webhook, insecure=serving.insecure, hub=hub,
-                                unknown_tokens=(serving.unknown_tokens_per_second, serving.unknown_tokens_burst),
-                                refusals=refusals)
-        except OSError as err:
-            logger.error("cannot serve metrics and health", address=serving.bind_address, reason=str(err))
-            sys.exit(2)
-        http.start()
-    recorder.start()
+    return Process(conn=conn, identity=identity, recorder=recorder, hub=hub, dispatcher=dispatcher,
+                   informers=informers, elector=elector, stop=stop, worker=worker, leader_pod=leader_pod,
+                   refusals=refusals)
+
+
+def _serve_admission(process: Process, admission: AdmissionSettings, api: ApiSettings,
+                     scheduling: SchedulingSettings, leader: LeaderElectionSettings) -> Webhook:
+    """Start the admission webhooks; exit code 2 when the controller cannot learn its own username or bind."""
+    # Before leader election: every replica answers admission, or a standby behind the Service would refuse.
+    logger = structlog.get_logger("mcad.controller")
+    conn = process.conn
+    namespace = admission.cert_namespace or leader.namespace or default_namespace()
+    try:
+        own = own_username(conn)
+    except FactUnavailable as err:
+        logger.error("cannot serve the admission webhooks", reason=str(err))
+        sys.exit(2)
+    logger.info("AppWrapper status writers", users=sorted({own, *admission.status_writers}))
+    try:
+        webhook = _webhook(conn, admission.bind_address, namespace=namespace,
+                           cert_dir=admission.cert_dir, secret=admission.cert_secret,
+                           service=admission.service_name, hosts=list(admission.cert_hosts),
+                           configuration=admission.configuration_name, poll_seconds=admission.cert_poll_seconds,
+                           creator=admission.creator,
+                           max_items=api.limits.max_items, max_appwrapper_bytes=api.limits.max_bytes,
+                           scheduler_names=api.limits.scheduler_names, share_port=admission.share_port,
+                           admission=admission_config(admission.allowed_kinds, scheduling.protected_namespaces,
+                                                      api.allowed_protected,
+                                                      status_writers=frozenset({own, *admission.status_writers}),
+                                                      fault_defaults=scheduling.fault_defaults,
+                                                      default_max_priority=api.default_max_priority),
+                           clients=WebhookClients(admission.client_ca, admission.client_names,
+                                                  admission.token_file, admission.access_reviews_per_second,
+                                                  admission.access_reviews_burst, admission.access_reviews_total,
+                                                  process.refusals, api_server_networks(admission)))
+    except OSError as err:
+        logger.error("cannot serve the admission webhooks", address=admission.bind_address, reason=str(err))
+        sys.exit(2)
+    webhook.start(process.stop)
+    logger.info("admission webhooks served", address=admission.bind_address, port=webhook.server.port,
+                certificates=admission.cert_dir or f"{namespace}/{admission.cert_secret}",
+                configuration=None if admission.cert_dir else admission.configuration_name)
+    return webhook
+
+
+def _serve_metrics_and_health(process: Process, serving: ServingSettings) -> server.Server:
+    """Start /metrics, /healthz, /readyz and /debug; exit code 2 when the address cannot be bound."""
+    try:
+        http = _http_server(serving.bind_address, process.dispatcher, process.informers, process.conn,
+                            process.recorder, process.elector, process.worker, process.stop, process.identity,
+                            process.webhook, insecure=serving.insecure, hub=process.hub,
+                            unknown_tokens=(serving.unknown_tokens_per_second, serving.unknown_tokens_burst),
+                            refusals=process.refusals)
+    except OSError as err:
+        structlog.get_logger("mcad.controller").error("cannot serve metrics and health",
+                                                      address=serving.bind_address, reason=str(err))
+        sys.exit(2)
+    http.start()
+    return http
+
+
+def _install_signal_handlers(process: Process) -> None:
+    """SIGTERM and SIGINT stop the controller; a second one cuts the webhooks' drain short."""
+    logger = structlog.get_logger("mcad.controller")
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set():  # a second signal cuts the webhooks' drain short
-            drain_cut.set()
+        if process.stop.is_set():  # whoever signals twice will not wait out the webhooks' drain
+            process.drain_cut.set()
             return
         logger.info("shutting down", signal=signal.Signals(signum).name)
-        stop.set()
-        dispatcher.queue.shutdown()
-
-    drain_cut = threading.Event()
+        process.stop.set()
+        process.dispatcher.queue.shutdown()
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+
+
+def _start_informers_and_hub(process: Process) -> None:
+    """Start the informers and the hub's threads: every replica, leader or standby, so a standby's caches are warm."""
+    informers = process.informers
     # The first lists make the objects the process keeps: not scanned while made, frozen once made (mcad.cli.heap).
-    StartupHeap(lambda: all(informer.has_synced() for informer in informers), stop).pause()
+    StartupHeap(lambda: all(informer.has_synced() for informer in informers), process.stop).pause()
     for informer in informers:
         informer.start()
-    if hub is not None:
-        hub.start()
-    if elector is None:
+    if process.hub is not None:
+        process.hub.start()
+
+
+def _run_alone(process: Process, scheduling: SchedulingSettings, api: ApiSettings) -> None:
+    """Without leader election: dispatch at once, until a signal stops the controller."""
+    process.worker.start()
+    structlog.get_logger("mcad.controller").info(
+        "controller running", strict_fifo=scheduling.strict_fifo, reservations=scheduling.reservations,
+        preemption=scheduling.preemption, fit=scheduling.fit, placement=process.dispatcher.settings.placement_mode,
+        quota=api.quota_trees, max_items=api.limits.max_items, max_appwrapper_bytes=api.limits.max_bytes)
+    process.stop.wait()
+
+
+def _run_elected(process: Process, elector: LeaderElector, scheduling: SchedulingSettings,
+                 api: ApiSettings) -> None:
+    """With ``--leader-elect``: dispatch only while holding the Lease; returns once a signal stopped the controller
+    and the Lease is released, and exits 1 at once when leadership is lost."""
+    stop, worker, leader_pod = process.stop, process.worker, process.leader_pod
+    structlog.get_logger("mcad.controller").info(
+        "controller running", strict_fifo=scheduling.strict_fifo, reservations=scheduling.reservations,
+        preemption=scheduling.preemption, fit=scheduling.fit, placement=process.dispatcher.settings.placement_mode,
+        leader_elect=True, identity=elector.identity, lease=elector.lease,
+        max_items=api.limits.max_items, max_appwrapper_bytes=api.limits.max_bytes)
+    if leader_pod is not None:
+        leader_pod.unmark()  # a restarted container keeps its pod's labels: not the leader until elected
+
+    def started_leading() -> None:
+        if leader_pod is not None:  # in its own thread: dispatching does not wait for the label
+            threading.Thread(target=leader_pod.mark, name="leader-pod-label", daemon=True).start()
         worker.start()
-        logger.info("controller running", strict_fifo=scheduling.strict_fifo, reservations=scheduling.reservations,
-                    preemption=scheduling.preemption, fit=scheduling.fit, placement=dispatcher.settings.placement_mode,
-                    quota=api.quota_trees, max_items=api.limits.max_items, max_appwrapper_bytes=api.limits.max_bytes)
-        stop.wait()
-    else:
-        logger.info("controller running", strict_fifo=scheduling.strict_fifo, reservations=scheduling.reservations,
-                    preemption=scheduling.preemption, fit=scheduling.fit, placement=dispatcher.settings.placement_mode,
-                    leader_elect=True, identity=elector.identity, lease=elector.lease,
-                    max_items=api.limits.max_items, max_appwrapper_bytes=api.limits.max_bytes)
-        if leader_pod is not None:
-            leader_pod.unmark()  # a restarted container keeps its pod's labels: not the leader until elected
 
-        def started_leading() -> None:
-            if leader_pod is not None:  # in its own thread: dispatching does not wait for the label
-                threading.Thread(target=leader_pod.mark, name="leader-pod-label", daemon=True).start()
-            worker.start()
+    def stopped_leading() -> None:
+        if leader_pod is not None and stop.is_set():  # a lost Lease exits at once (see _stop_leading)
+            leader_pod.unmark()
+        _stop_leading(stop, process.dispatcher, worker)
 
-        def stopped_leading() -> None:
-            if leader_pod is not None and stop.is_set():  # a lost Lease exits at once (see _stop_leading)
-                leader_pod.unmark()
-            _stop_leading(stop, dispatcher, worker)
+    elector.run(stop, on_started_leading=started_leading, on_stopped_leading=stopped_leading)
+    if not stop.is_set():
+        _exit_now(1)  # unreachable by contract (run returns early only on lost leadership); never linger
 
-        elector.run(stop, on_started_leading=started_leading, on_stopped_leading=stopped_leading)
-        if not stop.is_set():
-            _exit_now(1)  # unreachable by contract (run returns early only on lost leadership); never linger
+
+def _shut_down(process: Process, drain_seconds: float) -> None:
+    """Stop what ``run`` started: the webhooks drain first and stop last, since admission needs the informers."""
+    webhook = process.webhook
     if webhook is not None:
         # Leadership is released already (a standby dispatches); admission still needs the informers.
-        webhook.drain(admission.drain_seconds, drain_cut)
-    for informer in informers:
+        webhook.drain(drain_seconds, process.drain_cut)
+    for informer in process.informers:
         informer.stop()
-    if hub is not None:
-        hub.stop()
-    if dispatcher.wrapped is not None:
-        dispatcher.wrapped.stop()
-    if worker.ident is not None:  # a standby never started it
-        worker.join(timeout=10)
-    recorder.stop(timeout=2.0)
-    if http is not None:
-        http.stop()
+    if process.hub is not None:
+        process.hub.stop()
+    if process.dispatcher.wrapped is not None:
+        process.dispatcher.wrapped.stop()
+    if process.worker.ident is not None:  # a standby never started it
+        process.worker.join(timeout=10)
+    process.recorder.stop(timeout=2.0)
+    if process.http is not None:
+        process.http.stop()
     if webhook is not None:
         webhook.stop()
 
