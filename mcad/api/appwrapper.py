@@ -55,6 +55,9 @@ LEGACY_API_VERSION = f"{LEGACY_GROUP}/{VERSION}"
 LEGACY_PLURAL = "mcadappwrappers"
 KIND = "AppWrapper"
 PLURAL = "appwrappers"
+# Every pod of the AppWrapper on nodes sharing one value of the node label key this annotation names (one rack,
+# block or zone): mcad.model.topology.
+TOPOLOGY_REQUIRED = "mcad.codeflare.dev/topology-required"
 # Stamped on every wrapped object and every pod template in it. The second label is upstream MCAD's, kept so
 # that tools and scripts written for MCAD find the pods.
 APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
@@ -160,6 +163,9 @@ class AppWrapperView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     # Its fault tolerance annotations (``mcad.api.faulttolerance.kept``): what its policy is made of.
     fault_annotations: Mapping[str, str] = field(default_factory=dict)
+    # The node label key all its pods must share one value of (``TOPOLOGY_REQUIRED``; "" when none): read from
+    # its annotations whole, never from the bounded ``annotations`` shown to people.
+    topology_required: str = ""
     # Why it may not be dispatched whatever room there is ("" when nothing holds it): set by mcad.k8s.tenantstore,
     # e.g. a spec.priorityClassName naming no PriorityClass. It waits in the queue, saying so, and preempts nobody.
     held: str = ""
@@ -326,7 +332,17 @@ def appwrapper_view(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS, *,
         finalizers=tuple(f for f in finalizers if isinstance(f, str)) if isinstance(finalizers, list) else (),
         annotations=shown_annotations(as_mapping(meta.get("annotations"))),
         fault_annotations=faulttolerance.kept(as_mapping(meta.get("annotations"))),
+        topology_required=_topology_level(as_mapping(meta.get("annotations")).get(TOPOLOGY_REQUIRED)),
     )
+
+
+def _topology_level(value: Any) -> str:
+    """A required topology level: a node label key (at most a 253-character prefix, a slash and 63 characters);
+    anything else is no level at all (admission refuses it; a bypass must not make every node ineligible)."""
+    if not isinstance(value, str):
+        return ""
+    level = value.strip()
+    return sys.intern(level) if 0 < len(level) <= 317 else ""
 
 
 def reuse_spec(stored: AppWrapperView, raw: Mapping[str, Any],

@@ -10,9 +10,10 @@ Contract:
 - ``Fit``: ``about`` is what blocks it, compared between cycles to decide whether its Backoff message must be
   rewritten; ``why`` builds that message only when it is written; ``plan`` (--fit=nodes) says how many pods of
   which requests go on which node; ``cluster`` (hub mode) names the worker the whole gang goes to.
-- ``Targets`` is where a gang may go: ``SingleCluster`` (every node), or the hub's workers
+- ``Targets`` is where a gang may go: ``SingleCluster`` (every node; for a gang that requires a topology level,
+  the nodes of one domain of it, chosen best fit: ``mcad.model.topology``), or the hub's workers
   (``mcad.hub.placement.WorkerPlacement``, one worker per gang). ``node_sets`` lists the node sets one gang may
-  use whole.
+  use whole (so preemption and "could it ever fit" judge a required level as the fit does).
 - ``could_ever_fit`` (quota included: an unknown node or a demand over a hard limit never fits) and
   ``fits_without`` answer the questions preemption asks (on the empty cluster; once these
   AppWrappers are gone) with the same rules.
@@ -29,7 +30,7 @@ from typing import Protocol
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView
-from mcad.model import placement
+from mcad.model import placement, topology
 from mcad.model.accounting import Snapshot
 from mcad.model.plans import PlanEntry
 
@@ -68,9 +69,13 @@ class Targets(Protocol):
 
 
 class SingleCluster:
-    """One cluster: a gang's pods pack onto any of its nodes."""
+    """One cluster: a gang's pods pack onto any of its nodes, or, when it requires a topology level
+    (``mcad.model.topology``), onto the nodes of one domain of that level."""
 
     def node_sets(self, aw: AppWrapperView, snapshot: Snapshot) -> list[tuple[str, Sequence[NodeView]]]:
+        level = topology.required_level(aw)
+        if level:
+            return [("", nodes) for _, nodes in topology.domains(snapshot.nodes, level)]
         return [("", snapshot.nodes)]
 
     def nodes_for(self, key: str, snapshot: Snapshot) -> Sequence[NodeView]:
@@ -81,7 +86,11 @@ class SingleCluster:
             # Own pods that exist already (a restart between creating objects and recording it): only the aggregate
             # remainder can be judged, the nodes they run on are known to the ledger already.
             return Fit(True)
-        packing = placement.pack(aw.gang, snapshot.nodes, snapshot.room)
+        level = topology.required_level(aw)
+        if level:
+            packing = topology.place(aw, snapshot.nodes, snapshot.room, level)[1]
+        else:
+            packing = placement.pack(aw.gang, snapshot.nodes, snapshot.room)
         if not packing.fits:
             return Fit(False, packing.about, partial(str, packing.why), short_of_room=True)
         return Fit(True, plan=packing.placement)

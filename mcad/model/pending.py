@@ -211,6 +211,10 @@ def demand_group(aw: AppWrapperView, *, apart: bool, by_nodes: bool, quota_charg
                                   for g in aw.gang))
     else:
         group = aw.demand
+    level = aw.topology_required
+    if level and by_nodes:
+        # One domain for the whole gang fits where its twin spread over domains may not: judged apart.
+        group = (group, "topology", level)
     if quota_charges is not None:
         # Charged elsewhere, judged elsewhere: a group's members must share their quota nodes too.
         group = (group, quota_charges)
