@@ -9,11 +9,13 @@ Tests that use these fixtures carry the ``cluster`` marker automatically; under 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import kubernetes.client as k8s
@@ -99,9 +101,52 @@ def apply_crd(api: k8s.ApiClient, path: Path) -> None:
 
 @pytest.fixture(scope="session")
 def crd(api: k8s.ApiClient) -> None:
-    """The AppWrapper CRD of config/crd/, applied and Established."""
+    """The AppWrapper CRD of config/crd/, applied and Established, and known to the garbage collector."""
     apply_crd(api, CRD)
+    wait_for_garbage_collection_of_appwrappers(api)
 
+
+def wait_for_garbage_collection_of_appwrappers(api: k8s.ApiClient, timeout: float = 120) -> None:
+    """Wait until kube-controller-manager's garbage collector deletes what an AppWrapper owns once it is gone.
+
+    The collector learns a new CRD at its next resource sync (every 30 s), and until then retries an owner it
+    cannot map with a growing backoff: on a cluster that just came up, a test deleting an AppWrapper would wait
+    for its wrapped objects well past any deadline of its own. A probe (an AppWrapper in ``default``, deleted at
+    once, and a ConfigMap it owns) shows when the collector is ready; a fresh probe every few seconds, so that the
+    first one after the sync is collected at once instead of waiting out the backoff of the earlier ones."""
+    custom, core = k8s.CustomObjectsApi(api), k8s.CoreV1Api(api)
+    deadline = time.monotonic() + timeout
+    while True:
+        name = f"gc-probe-{uuid.uuid4().hex[:8]}"
+        probe = custom.create_namespaced_custom_object(
+            "workload.codeflare.dev", "v1beta1", "default", "appwrappers",
+            {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper", "metadata": {"name": name},
+             "spec": {"resources": {"GenericItems": [{"replicas": 1, "generictemplate": {
+                 "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-item"}}}]}}})
+        owner = {"apiVersion": "workload.codeflare.dev/v1beta1", "kind": "AppWrapper", "name": name,
+                 "uid": probe["metadata"]["uid"]}
+        core.create_namespaced_config_map("default", {"metadata": {"name": name, "ownerReferences": [owner]}})
+        custom.delete_namespaced_custom_object("workload.codeflare.dev", "v1beta1", "default", "appwrappers", name)
+        if _gone(lambda n=name: core.read_namespaced_config_map(n, "default"), 5):
+            return
+        with contextlib.suppress(k8s.ApiException):
+            core.delete_namespaced_config_map(name, "default")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the garbage collector did not learn AppWrappers within {timeout:.0f} s")
+
+
+def _gone(read: Callable[[], object], seconds: float) -> bool:
+    """Whether ``read`` answers 404 within ``seconds``."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        try:
+            read()
+        except k8s.ApiException as err:
+            if err.status == 404:
+                return True
+            raise
+        time.sleep(0.2)
+    return False
 
 @pytest.fixture(scope="session")
 def quota_crd(api: k8s.ApiClient) -> None:
