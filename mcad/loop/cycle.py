@@ -46,7 +46,7 @@ from mcad.model import lifecycle, status
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.assess import QueueAssessment, assess
 from mcad.model.fit import Fit, Targets
-from mcad.model.keys import DISPATCH
+from mcad.model.keys import DISPATCH, ROOM_FREED
 from mcad.model.plans import Plan
 from mcad.model.preemption import Preemptors, Room
 from mcad.model.reservations import BEHIND, Pass, Reservations
@@ -115,7 +115,9 @@ class DispatchCycle:
         wait = self._last_started + self._interval - self._clock.monotonic()
         if wait > 0:
             self.deferred += 1
-            self._queue.add_after(DISPATCH, wait)
+            # Its own key: a timer keeps only a key's earliest time, so a DISPATCH here would drop a later DISPATCH
+            # timer another owner set (a preemptor's victim timeout) once this one fired.
+            self._queue.add_after(ROOM_FREED, wait)
             return
         self.run()
 

@@ -268,10 +268,15 @@ class Evictions:
                            lifecycle.parse_time(victim.created), victim.key)
 
     def _waiting_for_victims(self, key: str) -> bool:
+        now = self._clock.monotonic()
         holding, gave_up_on = self.preemptors.check(
-            key, lambda v: v in self._dispatched or self._accountant.has_pods(v), self._clock.monotonic())
+            key, lambda v: v in self._dispatched or self._accountant.has_pods(v), now)
         if gave_up_on:
             self._give_up_on_victims(key, gave_up_on)
+        if holding:
+            # Armed again at each look: the work queue keeps a key's earliest timer only, so another owner's
+            # earlier DISPATCH timer would otherwise take the victim timeout's place and drop it.
+            self._due(self.preemptors.waits_until(key) - now)
         return holding
 
     def _give_up_on_victims(self, key: str, victims: frozenset[str]) -> None:

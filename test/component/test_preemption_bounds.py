@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcad.k8s.informer import Informer
+from mcad.model.keys import DISPATCH
 from mcad.model.quota import subtree_view
 from test.component.harness import Harness, gang_aw, last_status, node, pod
 from test.component.test_quota_dispatch import subtree
@@ -150,3 +151,17 @@ def test_quota_reclaim_counts_against_the_same_eviction_bound(harness_factory: A
     h.clock.advance(59)
     h.drain()
     assert states(h)["s2"] == "Pending" and h.dispatcher.preemptions == 1, "reclaimed once the minute is over"
+
+
+def test_the_victim_timeout_fires_though_another_owner_set_an_earlier_cycle_timer(harness_factory: Any) -> None:
+    # The work queue keeps a key's earliest timer only: an earlier DISPATCH timer of another owner replaces the
+    # preemptor's timeout, and once it fired the timeout would never come; the waiting preemptor arms it again.
+    h = two_running_and_a_preemptor(harness_factory, "high", victim_timeout=10)
+    assert h.dispatcher.owners.preemptors.victims_of("ns/high") == frozenset({"ns/low-b"})
+    h.dispatcher.queue.add_after(DISPATCH, 1)
+    h.clock.advance(1)
+    h.drain()
+    assert h.dispatcher.owners.preemptors.abandoned("ns/high") == frozenset(), "still waiting for low-b's pod"
+    h.clock.advance(9)
+    h.drain()
+    assert h.dispatcher.owners.preemptors.abandoned("ns/high") == frozenset({"ns/low-b"}), "gave up at the timeout"
