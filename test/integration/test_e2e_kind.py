@@ -264,8 +264,12 @@ def release_kwok(kwok_stages: Path, kubeconfig: str, tmp_path_factory: pytest.Te
              f"--server-address=127.0.0.1:{free_port()}"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_until(lambda: proc.poll() is not None or b"Start stage controller" in log.read_bytes(), 60,
-                   "kwok to start its stage controllers")
+        try:
+            # It lists and watches every CRD of its configuration first: slow on a busy 2-core machine.
+            wait_until(lambda: proc.poll() is not None or b"Start stage controller" in log.read_bytes(), 120,
+                       "kwok to start its stage controllers")
+        except AssertionError as err:
+            raise AssertionError(f"{err}; the end of its log:\n{log.read_text(errors='replace')[-3000:]}") from None
         assert proc.poll() is None, f"kwok exited:\n{log.read_text()[-3000:]}"
         yield
     finally:
