@@ -109,7 +109,7 @@ class DispatchCycle:
 
     def run_paced(self) -> None:
         """A cycle for room that freed: now, or, within ``interval`` seconds of the last cycle's start, then (the
-        asks between are folded into it: the DISPATCH key is coalesced). New arrivals and everything else ask
+        asks between are folded into it: the ROOM_FREED key is coalesced). New arrivals and everything else ask
         ``run`` (the DISPATCH key) and are judged at once: pacing costs freed room at most ``interval`` of idling,
         never a newcomer's wait on an idle cluster."""
         wait = self._last_started + self._interval - self._clock.monotonic()
