@@ -115,8 +115,7 @@ class DispatchCycle:
         wait = self._last_started + self._interval - self._clock.monotonic()
         if wait > 0:
             self.deferred += 1
-            # Its own key: a timer keeps only a key's earliest time, so a DISPATCH here would drop a later DISPATCH
-            # timer another owner set (a preemptor's victim timeout) once this one fired.
+            # One coalesced key: every ask for freed room until then is folded into this one timer.
             self._queue.add_after(ROOM_FREED, wait)
             return
         self.run()

@@ -196,6 +196,7 @@ class Dispatcher:
             keys.QuotaStatus: lambda _k: o.quota_status.write() if o.quota_status is not None else None,
             keys.Dispatch: lambda _k: o.cycle.run(),
             keys.RoomFreed: lambda _k: o.cycle.run_paced(),
+            keys.CycleDue: lambda _k: o.cycle.run(),
             keys.Publish: lambda _k: self._publish(),
             **o.sites.handlers(),
         }

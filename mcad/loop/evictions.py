@@ -20,7 +20,7 @@ with what it reads and acts through in one frozen ``EvictionOwners``, and the lo
 - Each side is named to the other only within one namespace (``mcad.model.disclosure``): a victim in another
   namespace than its preemptor reads "Preempted by an AppWrapper in another namespace", and the preemptor
   counts such victims.
-- A preemptor waits at most ``victim_timeout`` seconds (a DISPATCH is due then, events or not). Past it, victims'
+- A preemptor waits at most ``victim_timeout`` seconds (a cycle is due then, events or not). Past it, victims'
   pods whose grace period is over are force-deleted (as the kubelet would have by now), the preemptor stops
   holding the queue and an Event says so; it chooses nobody else until those very pods are gone.
 - ``blocked_by_reclaim(aw)``: why ``aw`` may not borrow now (a reclaim waits for its victims in its trees).
@@ -48,11 +48,10 @@ from mcad.k8s.informer import Store
 from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
 from mcad.loop.notices import Notices
-from mcad.loop.tools import LoopTools
+from mcad.loop.tools import LoopTools, cycle_after
 from mcad.model import disclosure, lifecycle, status
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.fit import Targets
-from mcad.model.keys import DISPATCH
 from mcad.model.preemption import (
     NO_ROOM,
     PREEMPTING,
@@ -261,7 +260,7 @@ class Evictions:
     def _due(self, seconds: float) -> None:
         """A cycle in ``seconds``, events or not (not from a dry run)."""
         if self._act:
-            self._queue.add_after(DISPATCH, seconds)
+            cycle_after(self._queue, self._clock.monotonic(), seconds)
 
     def _rank(self, victim: AppWrapperView) -> tuple[Any, ...]:
         return victim_rank(victim.priority, lifecycle.dispatched_at(self._decisions.status(victim)),
@@ -273,10 +272,6 @@ class Evictions:
             key, lambda v: v in self._dispatched or self._accountant.has_pods(v), now)
         if gave_up_on:
             self._give_up_on_victims(key, gave_up_on)
-        if holding:
-            # Armed again at each look: the work queue keeps a key's earliest timer only, so another owner's
-            # earlier DISPATCH timer would otherwise take the victim timeout's place and drop it.
-            self._due(self.preemptors.waits_until(key) - now)
         return holding
 
     def _give_up_on_victims(self, key: str, victims: frozenset[str]) -> None:

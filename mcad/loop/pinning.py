@@ -79,6 +79,7 @@ from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
 from mcad.loop.ownership import Ownership
 from mcad.loop.queued import Queued
+from mcad.loop.tools import cycle_after
 from mcad.loop.ungate import ungate_patch, without_pin
 from mcad.model import placement
 from mcad.model.accounting import Accountant, Snapshot
@@ -385,7 +386,7 @@ class Pinning:
             snapshot.take(pod.requests, packing.placement)
             self._metrics.pin("extra")
             self._extra_pins[uid] = self._timer()
-            self._queue.add_after(DISPATCH, EXTRA_BIND_SECONDS)  # its bind, or its room back then
+            cycle_after(self._queue, self._timer(), EXTRA_BIND_SECONDS)  # its bind, or its room back then
             self._ungate(pod, node)
 
     def _release_unbound_extras(self) -> None:

@@ -7,7 +7,8 @@ Contract:
   worker's their names. Kinds about nothing in particular are the constants below (``DISPATCH`` and the rest).
 - Who adds which: informer handlers (``AppWrapperEvent``, ``NodeEvent``, ``PodEvent``, ``QUOTA``), the write pool
   when a job of an AppWrapper finished (``Written``), status sync (``StatusRetry``), timers of the dispatcher
-  (``MinAvailableCheck``, ``DeadlineCheck``, ``DispatchRetry``, ``PodCounts``, ``HealthDue``, ``QUOTA_STATUS``),
+  (``MinAvailableCheck``, ``DeadlineCheck``, ``DispatchRetry``, ``PodCounts``, ``HealthDue``, ``QUOTA_STATUS``,
+  ``CycleDue``),
   status sync's pace (``BACKOFF_STATUS``),
   hub mode (``ClusterEvent``, ``WorkerCleanup``), the API server coming back (``RECOVERED``), other threads (``CALL``),
   the loop itself after a change (``PUBLISH``).
@@ -98,6 +99,20 @@ class Dispatch:
 
 
 @dataclass(frozen=True, slots=True)
+class CycleDue:
+    """A dispatch cycle due at a time, events or not (a preemptor's victim timeout or backoff ending, the eviction
+    budget refilling, a pin's bind deadline). The due time is part of the key, in ticks of ``CYCLE_TICK_SECONDS``:
+    the work queue keeps one timer per key, so timers of one kind (``DISPATCH``) would keep only the earliest and
+    drop the rest, while timers with their own keys each fire. Timers due in the same tick are one."""
+
+    tick: int
+
+
+# Timers for a cycle closer together than this are one: a cycle judges everything anyway.
+CYCLE_TICK_SECONDS = 0.01
+
+
+@dataclass(frozen=True, slots=True)
 class RoomFreed:
     """Room may have freed (pods ended, an AppWrapper finished): a dispatch cycle, paced (``--cycle-interval``)."""
 
@@ -142,7 +157,7 @@ class Recovered:
 
 Key = (AppWrapperEvent | NodeEvent | PodEvent | Written | StatusRetry | DispatchRetry | MinAvailableCheck
        | DeadlineCheck | PodCounts | ClusterEvent | WorkerCleanup | Dispatch | Call | QuotaChanged | QuotaStatus
-       | Publish | Recovered | HealthDue | BackoffStatus | RoomFreed)
+       | Publish | Recovered | HealthDue | BackoffStatus | RoomFreed | CycleDue)
 
 DISPATCH = Dispatch()
 ROOM_FREED = RoomFreed()

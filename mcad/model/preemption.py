@@ -267,10 +267,6 @@ class Preemptors:
             self.reclaiming[key] = reclaim
         return chosen
 
-    def waits_until(self, key: str) -> float:
-        """When ``key`` stops waiting for its victims whether they went or not (``victim_timeout`` after it began)."""
-        return self._since.get(key, 0.0) + self.victim_timeout
-
     def victims_of(self, key: str) -> frozenset[str]:
         return self._waiting.get(key, frozenset())
 

@@ -252,3 +252,30 @@ def test_room_pinned_for_a_pod_no_scheduler_binds_is_given_back(harness_factory:
                       if reason == events.PLACEMENT_REPLANNED and name == forged]
     assert "not bound since (no scheduler took it): the room held for it is released" in message
     check(sim, tenant)
+
+
+def test_each_pin_beyond_a_plan_gives_its_room_back_at_its_own_time(harness_factory: Any) -> None:
+    """Two pods pinned beyond the plan 60 s apart, then nothing happens: each pin's room is given back
+    EXTRA_BIND_SECONDS after that pin. Had both timers shared one work-queue key, the queue would have kept the
+    first one only and the second pin would hold its room until some unrelated event."""
+    objects = SimObjects()
+    sim = Sim(harness_factory, nodes=1, wrapped=objects)
+    objects.writer = sim.writer
+    tenant = Tenant(sim, random.Random(0))
+    pins = sim.h.dispatcher.owners.accountant.plans.pins
+    claim_room_a_pod_left(sim, tenant)
+    sim.h.clock.advance(60)
+    sim.settle()
+    tenant.finish_a_pod()
+    sim.settle()
+    tenant.forge("aw0", how="real uid")
+    sim.settle()
+    first, second = (f"uid-{name}" for name in tenant.forged)
+    assert {first, second} <= set(pins()), "both pinned beyond the plan, within the demand"
+    sim.h.clock.advance(EXTRA_BIND_SECONDS - 60)
+    sim.settle()
+    assert first not in pins() and second in pins()
+    sim.h.clock.advance(60)
+    sim.settle()
+    assert second not in pins(), "the second pin's room came back at its own time"
+    check(sim, tenant)

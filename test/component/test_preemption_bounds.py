@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcad.k8s.informer import Informer
-from mcad.model.keys import DISPATCH
+from mcad.loop.tools import cycle_after
 from mcad.model.quota import subtree_view
 from test.component.harness import Harness, gang_aw, last_status, node, pod
 from test.component.test_quota_dispatch import subtree
@@ -154,11 +154,11 @@ def test_quota_reclaim_counts_against_the_same_eviction_bound(harness_factory: A
 
 
 def test_the_victim_timeout_fires_though_another_owner_set_an_earlier_cycle_timer(harness_factory: Any) -> None:
-    # The work queue keeps a key's earliest timer only: an earlier DISPATCH timer of another owner replaces the
-    # preemptor's timeout, and once it fired the timeout would never come; the waiting preemptor arms it again.
+    # The work queue keeps a key's earliest timer only: were every cycle timer one key, an earlier timer of another
+    # owner would replace the preemptor's timeout, and once it fired the timeout would never come.
     h = two_running_and_a_preemptor(harness_factory, "high", victim_timeout=10)
     assert h.dispatcher.owners.preemptors.victims_of("ns/high") == frozenset({"ns/low-b"})
-    h.dispatcher.queue.add_after(DISPATCH, 1)
+    cycle_after(h.dispatcher.queue, h.clock.monotonic(), 1)
     h.clock.advance(1)
     h.drain()
     assert h.dispatcher.owners.preemptors.abandoned("ns/high") == frozenset(), "still waiting for low-b's pod"

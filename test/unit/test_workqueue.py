@@ -472,3 +472,33 @@ def test_num_requeues_counts_rate_limited_adds_until_forget(queue: WorkQueue[str
     assert queue.num_requeues("b") == 0
     queue.forget("a")
     assert queue.num_requeues("a") == 0
+
+
+def drained(q: WorkQueue[object]) -> list[object]:
+    keys = []
+    while True:
+        key, _ = q.get(timeout=0)
+        if key is None:
+            return keys
+        keys.append(key)
+        q.done(key)
+
+
+def test_cycle_timers_each_fire_never_early_and_one_per_tick(clock: FakeClock) -> None:
+    from mcad.loop.tools import cycle_after
+    from mcad.model.keys import CYCLE_TICK_SECONDS, CycleDue
+
+    q: WorkQueue[object] = WorkQueue(clock=clock)
+    cycle_after(q, clock.monotonic(), 1.0)
+    cycle_after(q, clock.monotonic(), 5.0 + CYCLE_TICK_SECONDS * 0.2)  # later: kept beside the earlier one
+    cycle_after(q, clock.monotonic(), 5.0 + CYCLE_TICK_SECONDS * 0.5)  # the same tick: one cycle
+    clock.step(0.999)
+    assert drained(q) == [], "never early"
+    clock.step(0.001)
+    assert [type(k) for k in drained(q)] == [CycleDue]
+    clock.step(3.99)
+    assert drained(q) == []
+    clock.step(0.02)
+    assert [type(k) for k in drained(q)] == [CycleDue], "the later timer fires too, once"
+    clock.step(10)
+    assert drained(q) == []
