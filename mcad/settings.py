@@ -71,6 +71,9 @@ class SchedulingSettings:
     write_workers: int = DEFAULT_WRITE_WORKERS  # 0 runs writes inline (tests)
     backoff_status_rate: float = DEFAULT_BACKOFF_STATUS_RATE  # 0: not paced
     cycle_interval: float = DEFAULT_CYCLE_INTERVAL_SECONDS  # 0: a cycle as soon as one is asked for
+    # Node label keys of the cluster's topology, largest first (block, rack, host): a preferred level falls back
+    # up them (mcad.model.topology.Hierarchy). Required levels work without them.
+    topology_levels: tuple[str, ...] = ()
     fault_defaults: FaultDefaults = DEFAULTS  # the cluster's fault tolerance defaults, floors and ceilings
 
 

@@ -84,6 +84,7 @@ from mcad.model.keys import RECOVERED, AppWrapperEvent, Key
 from mcad.model.preemption import EvictionBudget, Preemptors
 from mcad.model.reservations import Reservations
 from mcad.model.retry import Backoff, Policy, RetryTimes, TokenBucket
+from mcad.model.topology import Hierarchy
 from mcad.settings import DEFAULT_API, DEFAULT_SCHEDULING, ApiSettings, SchedulingSettings
 
 # How a queued AppWrapper is judged to fit: "nodes" packs its pods onto the nodes' free room (first-fit
@@ -144,14 +145,15 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     targets: Targets
     sites: Sites
     if hub is None:
-        targets = SingleCluster()
+        targets = SingleCluster(Hierarchy(scheduling.topology_levels))
         sites = LocalCluster(writer, writer, writes, wrapped,
                              retry=lambda key: queue.add_rate_limited(AppWrapperEvent(key)),
                              again=lambda key: queue.add(AppWrapperEvent(key)), gate=binding,
                              health=accountant.node_health)
         where: Where = Here(writer)
     else:
-        targets = worker_placement = WorkerPlacement(hub, scheduling.cluster_policy)
+        targets = worker_placement = WorkerPlacement(hub, scheduling.cluster_policy,
+                                                     Hierarchy(scheduling.topology_levels))
         sites = WorkerSites(hub, worker_placement, active=active, queued=queued, decisions=decisions,
                             accountant=accountant, appwrappers=appwrappers, finalizers=writer, writes=writes,
                             queue=queue, clock=clock, gate=binding)

@@ -27,7 +27,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from mcad.api import faulttolerance
+from mcad.api import faulttolerance, topologyasks
 from mcad.api.clusterscheduling import ANYWHERE, ClusterScheduling, cluster_scheduling
 from mcad.api.podgroups import PodGroup, gang
 from mcad.api.raw import as_mapping
@@ -55,9 +55,6 @@ LEGACY_API_VERSION = f"{LEGACY_GROUP}/{VERSION}"
 LEGACY_PLURAL = "mcadappwrappers"
 KIND = "AppWrapper"
 PLURAL = "appwrappers"
-# Every pod of the AppWrapper on nodes sharing one value of the node label key this annotation names (one rack,
-# block or zone): mcad.model.topology.
-TOPOLOGY_REQUIRED = "mcad.codeflare.dev/topology-required"
 # Stamped on every wrapped object and every pod template in it. The second label is upstream MCAD's, kept so
 # that tools and scripts written for MCAD find the pods.
 APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
@@ -163,9 +160,11 @@ class AppWrapperView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     # Its fault tolerance annotations (``mcad.api.faulttolerance.kept``): what its policy is made of.
     fault_annotations: Mapping[str, str] = field(default_factory=dict)
-    # The node label key all its pods must share one value of (``TOPOLOGY_REQUIRED``; "" when none): read from
-    # its annotations whole, never from the bounded ``annotations`` shown to people.
+    # The node label key all its pods must share one value of, and the one they should share as few values of as
+    # can be ("" when none): ``mcad.api.topologyasks``, read from its annotations whole, never from the bounded
+    # ``annotations`` shown to people.
     topology_required: str = ""
+    topology_preferred: str = ""
     # Why it may not be dispatched whatever room there is ("" when nothing holds it): set by mcad.k8s.tenantstore,
     # e.g. a spec.priorityClassName naming no PriorityClass. It waits in the queue, saying so, and preempts nobody.
     held: str = ""
@@ -315,6 +314,7 @@ def appwrapper_view(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS, *,
     name = str(meta.get("name") or "")
     labels = {str(k): v for k, v in as_mapping(meta.get("labels")).items() if isinstance(v, str)}
     finalizers = meta.get("finalizers")
+    annotations = as_mapping(meta.get("annotations"))
     return AppWrapperView(
         key=sys.intern(f"{namespace}/{name}"),  # the same string object as the informer's key for it
         namespace=namespace,
@@ -330,19 +330,11 @@ def appwrapper_view(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS, *,
         api_version=sys.intern(str(raw.get("apiVersion") or API_VERSION)),
         labels=MappingProxyType(labels) if labels else _NO_LABELS,
         finalizers=tuple(f for f in finalizers if isinstance(f, str)) if isinstance(finalizers, list) else (),
-        annotations=shown_annotations(as_mapping(meta.get("annotations"))),
-        fault_annotations=faulttolerance.kept(as_mapping(meta.get("annotations"))),
-        topology_required=_topology_level(as_mapping(meta.get("annotations")).get(TOPOLOGY_REQUIRED)),
+        annotations=shown_annotations(annotations),
+        fault_annotations=faulttolerance.kept(annotations),
+        topology_required=topologyasks.level(annotations.get(topologyasks.TOPOLOGY_REQUIRED)),
+        topology_preferred=topologyasks.level(annotations.get(topologyasks.TOPOLOGY_PREFERRED)),
     )
-
-
-def _topology_level(value: Any) -> str:
-    """A required topology level: a node label key (at most a 253-character prefix, a slash and 63 characters);
-    anything else is no level at all (admission refuses it; a bypass must not make every node ineligible)."""
-    if not isinstance(value, str):
-        return ""
-    level = value.strip()
-    return sys.intern(level) if 0 < len(level) <= 317 else ""
 
 
 def reuse_spec(stored: AppWrapperView, raw: Mapping[str, Any],

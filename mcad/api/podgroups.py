@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from mcad.api import topologyasks
 from mcad.api.raw import as_list, as_mapping, as_str
 from mcad.api.resources import ResourceVector
 from mcad.api.selectors import label_matches
@@ -114,6 +115,8 @@ class PodGroup:
 
     ``required_affinity`` holds the terms of requiredDuringSchedulingIgnoredDuringExecution, ORed; ``()``
     means no such constraint. ``label`` names the pods for people, e.g. ``"RayCluster rc worker group gpu"``.
+    ``topology_required`` / ``topology_preferred``: the levels its template's Kueue pod-set annotations ask of
+    this group alone (``mcad.api.topologyasks``; "" when none).
     """
 
     count: int
@@ -122,6 +125,8 @@ class PodGroup:
     tolerations: tuple[Toleration, ...] = ()
     required_affinity: tuple[NodeSelectorTerm, ...] = ()
     label: str = ""
+    topology_required: str = ""
+    topology_preferred: str = ""
 
 
 # -- the pods of an AppWrapper --------------------------------------------------------------------------------------
@@ -163,8 +168,11 @@ def gang(items: Iterable[Mapping[str, Any]]) -> list[PodGroup]:
             if pod_set.replicas == 0:
                 continue
             spec = as_mapping(pod_set.template.get("spec"))
+            asks = as_mapping(as_mapping(pod_set.template.get("metadata")).get("annotations"))
             groups.append(PodGroup(pod_set.replicas, pod_requests(spec, strict=False), *pod_constraints(spec),
-                                   label=_pod_set_label(base, template, pod_set)))
+                                   label=_pod_set_label(base, template, pod_set),
+                                   topology_required=topologyasks.level(asks.get(topologyasks.PODSET_REQUIRED)),
+                                   topology_preferred=topologyasks.level(asks.get(topologyasks.PODSET_PREFERRED))))
     return groups
 
 

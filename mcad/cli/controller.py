@@ -210,6 +210,12 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
                    "finishing) brings the next cycle: the asks within it are folded into one cycle at its end, so "
                    "under churn the queue is judged once per interval instead of once per freed pod, and freed room "
                    "idles at most this long. A new AppWrapper is judged at once. 0: a cycle at every ask.")
+@click.option("--topology-level", "topology_levels", multiple=True, metavar="LABEL_KEY",
+              help="A node label key of the cluster's network topology, repeated from the largest level to the "
+                   "smallest (e.g. a block label, then a rack label, then kubernetes.io/hostname). An AppWrapper "
+                   "that prefers a level (mcad.codeflare.dev/topology-preferred) goes into one domain of it if it "
+                   "fits, else into one domain of the next larger level, and so on. Required levels "
+                   "(mcad.codeflare.dev/topology-required) need none of this.")
 @click.option("--leader-elect/--no-leader-elect", default=False,
               help="Run as one of several replicas: compete for a coordination.k8s.io Lease and dispatch only "
                    "while holding it (standbys keep warm caches and take over when the leader goes). Off, one "

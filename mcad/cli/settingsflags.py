@@ -20,6 +20,7 @@ import click
 
 from mcad.admission import callers
 from mcad.api.faulttolerance import FaultDefaults
+from mcad.api.topologyasks import label_key_error
 from mcad.api.validation import Limits
 from mcad.hub.clusters import ConfigError, load_config
 from mcad.hub.placement import Policy
@@ -118,19 +119,32 @@ def api_server_networks(settings: AdmissionSettings) -> callers.SourceNetworks:
 def scheduling_settings(options: Options, fault_defaults: FaultDefaults) -> SchedulingSettings:
     """What the dispatcher decides by: ``--fit``, ``--placement``, ``--strict-fifo``, ``--reservations``,
     ``--preemption*``, ``--node-health-rule``/``--no-node-health-rules``, ``--write-workers``,
-    ``--backoff-status-rate``, ``--cycle-interval`` and the fault tolerance flags. The protected namespaces are
-    known once connected."""
+    ``--backoff-status-rate``, ``--cycle-interval``, ``--topology-level`` and the fault tolerance flags. The
+    protected namespaces are known once connected."""
     try:
         node_health = node_health_from_flags(options["node_health_rules"], options["no_node_health_rules"])
     except ValueError as err:
         raise click.UsageError(str(err)) from err
+    levels = topology_levels(options["topology_levels"])
     return SchedulingSettings(
         fit=options["fit"], placement=options["placement"], strict_fifo=options["strict_fifo"],
         reservations=options["reservations"], preemption=options["preemption"],
         victim_timeout=options["victim_timeout"], preemption_backoff=options["preemption_backoff"],
         max_evictions_per_minute=options["max_evictions_per_minute"], node_health=node_health,
         write_workers=options["write_workers"], backoff_status_rate=options["backoff_status_rate"],
-        cycle_interval=options["cycle_interval"], fault_defaults=fault_defaults)
+        cycle_interval=options["cycle_interval"], topology_levels=levels, fault_defaults=fault_defaults)
+
+
+def topology_levels(levels: tuple[str, ...]) -> tuple[str, ...]:
+    """``--topology-level`` in the order given (largest first): a usage error names one that is not a valid node
+    label key or is given twice."""
+    for level in levels:
+        error = label_key_error(level)
+        if error:
+            raise click.UsageError(f"--topology-level {level!r} is not a node label key: {error}")
+    if len(set(levels)) != len(levels):
+        raise click.UsageError(f"--topology-level names a level twice: {', '.join(levels)}")
+    return levels
 
 
 def node_health_from_flags(rules: tuple[str, ...], none: bool) -> NodeHealth:

@@ -2,7 +2,8 @@
 
 Contract:
 - ``WorkerPlacement`` is the hub's ``fit.Targets``: a gang fits when its pods pack onto the nodes of one usable
-  worker that its ``clusterScheduling`` allows (nodes carry their worker in ``NodeView.cluster``);
+  worker that its ``clusterScheduling`` allows (nodes carry their worker in ``NodeView.cluster``), keeping what it
+  asks of the topology within that worker (``mcad.model.topology``: domains are per worker);
   ``policy`` picks among those that fit: the first in config order, best (the least left of the gang's dominant
   resource) or spread (the most). The Backoff message names every allowed worker and why it does not fit.
 - ``usable`` is the set of workers placement uses, as the dispatcher thread last adopted them (``mcad.hub.sites``);
@@ -25,9 +26,9 @@ from typing import Protocol
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView
-from mcad.model import placement
+from mcad.model import placement, topology
 from mcad.model.accounting import Snapshot
-from mcad.model.fit import Fit
+from mcad.model.fit import Fit, pack_in_set
 
 
 class Policy(enum.StrEnum):
@@ -92,9 +93,11 @@ def nodes_in(cluster: str, nodes: Sequence[NodeView]) -> list[NodeView]:
 
 
 class WorkerPlacement:
-    def __init__(self, hub: WorkerDirectory, policy: Policy | None = None) -> None:
+    def __init__(self, hub: WorkerDirectory, policy: Policy | None = None,
+                 hierarchy: topology.Hierarchy = topology.NO_HIERARCHY) -> None:
         self.hub = hub
         self.policy = policy or hub.config.policy
+        self.hierarchy = hierarchy
         self.usable: set[str] = set()
         self.placed: dict[str, str] = {}
 
@@ -103,8 +106,18 @@ class WorkerPlacement:
         return [name for name in self.hub.names if aw.clusters.allows(name, self.hub.config.worker(name).labels)]
 
     def node_sets(self, aw: AppWrapperView, snapshot: Snapshot) -> list[tuple[str, Sequence[NodeView]]]:
-        """Where ``aw`` may be placed: each usable worker it may go to."""
-        return [(name, nodes_in(name, snapshot.nodes)) for name in self.allowed(aw) if name in self.usable]
+        """Where ``aw`` may be placed: each usable worker it may go to; with a required topology level, each domain
+        of it within such a worker (a domain never spans two workers, whatever their labels say)."""
+        workers: list[tuple[str, Sequence[NodeView]]] = [
+            (name, nodes_in(name, snapshot.nodes)) for name in self.allowed(aw) if name in self.usable]
+        if not aw.topology_required:
+            return workers
+        return [(name, members) for name, nodes in workers
+                for _, members in topology.domains(nodes, aw.topology_required)]
+
+    def pack(self, aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, ResourceVector], *,
+             in_given_order: bool = False) -> placement.Packing:
+        return pack_in_set(aw, nodes, room, self.hierarchy, in_given_order=in_given_order)
 
     def fit(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> Fit:
         """The gang must fit in one worker; ``policy`` picks among those it fits in. Fit is judged by packing its
@@ -137,7 +150,8 @@ class WorkerPlacement:
                 if self.placed.get(aw.key) == name and need.fits_in(free):
                     fits.append((0.0, order, name, ()))
                 continue
-            packing = placement.pack(aw.gang, nodes, room)
+            packing = (topology.place(aw, nodes, room, self.hierarchy).packing if topology.asks(aw)
+                       else placement.pack(aw.gang, nodes, room))
             if packing.fits:
                 fits.append((leftover_share(free - aw.demand, capacity, aw.demand), order, name, packing.placement))
             else:

@@ -197,18 +197,10 @@ class Evictions:
         if over:
             return Room(False, "eviction rate bound", over)
         names = sorted(chosen)
-        room = Room(True, kind=PREEMPTING, victims=tuple(names))
-        if not self._act:
-            self._start(key, names)
-            return room
-        self._evict(chosen, status.PREEMPTED_BY_PRIORITY,
-                    lambda victim: f"Preempted by {_appwrapper(key, victim)} (priority {aw.priority}).")
-        self._start(key, names)
-        log.info("preempting", appwrapper=key, priority=aw.priority, victims=names)
-        self._notices.tell(aw, frozenset({"preempting"}),
-                           partial(str, f"preempting {len(names)} lower-priority AppWrapper(s) to make room: "
-                                        f"{disclosure.listed(names, aw.namespace)}"), paced=False)
-        return room
+        self._evict_and_wait(aw, names, status.PREEMPTED_BY_PRIORITY,
+                             lambda victim: f"Preempted by {_appwrapper(key, victim)} (priority {aw.priority}).",
+                             "preempting", f"preempting {len(names)} lower-priority AppWrapper(s) to make room")
+        return Room(True, kind=PREEMPTING, victims=tuple(names))
 
     def _over_budget(self, victims: int) -> str:
         """Why ``victims`` evictions may not happen now ("" if they may); a cycle is due when they may."""
@@ -231,24 +223,27 @@ class Evictions:
         over = self._over_budget(len(victims))
         if over:
             return Room(False, "eviction rate bound", f"reclaiming its quota: {over}")
-        key = aw.key
-        room = Room(True, kind=RECLAIMING, victims=tuple(sorted(victims)))
-        if not self._act:
-            self._start(key, victims, reclaim=snapshot.quota.forest.charges(aw.labels)[0])
-            return room
-        self._evict(victims, status.PREEMPTED_BY_QUOTA_RECLAIM,
-                    lambda victim: f"Preempted to give borrowed quota back to {_appwrapper(key, victim)}.")
-        self._start(key, victims, reclaim=snapshot.quota.forest.charges(aw.labels)[0])
-        log.info("reclaiming quota", appwrapper=key, victims=victims)
-        self._notices.tell(aw, frozenset({"reclaiming"}),
-                           partial(str, f"reclaiming quota borrowed by {len(victims)} AppWrapper(s): "
-                                        f"{disclosure.listed(victims, aw.namespace)}"), paced=False)
-        return room
+        names = sorted(victims)
+        self._evict_and_wait(aw, names, status.PREEMPTED_BY_QUOTA_RECLAIM,
+                             lambda victim: f"Preempted to give borrowed quota back to {_appwrapper(aw.key, victim)}.",
+                             "reclaiming", f"reclaiming quota borrowed by {len(names)} AppWrapper(s)",
+                             reclaim=snapshot.quota.forest.charges(aw.labels)[0])
+        return Room(True, kind=RECLAIMING, victims=tuple(names))
 
-    def _evict(self, victims: Iterable[str], reason: str, message: Callable[[str], str]) -> None:
-        """Each victim requeued with ``message(its key)``: worded for its namespace (``mcad.model.disclosure``)."""
-        for victim_key in victims:
-            self._active.requeue_keeping_count(self._dispatched[victim_key], reason, message(victim_key))
+    def _evict_and_wait(self, aw: AppWrapperView, victims: list[str], reason: str, message: Callable[[str], str],
+                        doing: str, told: str, reclaim: Charges | None = None) -> None:
+        """``aw`` evicts ``victims`` (each requeued with ``message(its key)``, worded for its namespace by
+        ``mcad.model.disclosure``) and waits for them to go; ``told`` is what ``aw``'s status says it is doing. A
+        dry run (``peek``) only records the wait, on its copies, as the cycle would."""
+        if self._act:
+            for victim_key in victims:
+                self._active.requeue_keeping_count(self._dispatched[victim_key], reason, message(victim_key))
+        self._start(aw.key, victims, reclaim)
+        if not self._act:
+            return
+        log.info(doing, appwrapper=aw.key, priority=aw.priority, victims=victims)
+        self._notices.tell(aw, frozenset({doing}),
+                           partial(str, f"{told}: {disclosure.listed(victims, aw.namespace)}"), paced=False)
 
     def _start(self, key: str, victims: Iterable[str], reclaim: Charges | None = None) -> None:
         """``key`` waits for ``victims`` to go, holding the queue, for at most ``victim_timeout`` seconds."""

@@ -22,7 +22,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
@@ -67,16 +67,38 @@ class Targets(Protocol):
         """The nodes a dispatched AppWrapper's pods may be on (where it was placed)."""
         ...
 
+    def pack(self, aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, ResourceVector], *,
+             in_given_order: bool = False) -> placement.Packing:
+        """Its pods on one of its node sets, with ``room``, keeping what else it asks of the topology."""
+        ...
+
+
+def pack_in_set(aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
+                hierarchy: topology.Hierarchy, *, in_given_order: bool = False) -> placement.Packing:
+    """``aw``'s pods on one node set (a domain of its required level, a worker): its preferred level and its pod
+    sets' asks kept (``mcad.model.topology.pack_within``); a gang that asks nothing packs plainly."""
+    if topology.asks(aw):
+        return topology.pack_within(aw, nodes, room, hierarchy, in_given_order=in_given_order)
+    return placement.pack(aw.gang, nodes, room, in_given_order=in_given_order)
+
 
 class SingleCluster:
     """One cluster: a gang's pods pack onto any of its nodes, or, when it requires a topology level
-    (``mcad.model.topology``), onto the nodes of one domain of that level."""
+    (``mcad.model.topology``), onto the nodes of one domain of that level; ``hierarchy`` is the configured levels a
+    preferred level falls back up."""
+
+    def __init__(self, hierarchy: topology.Hierarchy = topology.NO_HIERARCHY) -> None:
+        self.hierarchy = hierarchy
 
     def node_sets(self, aw: AppWrapperView, snapshot: Snapshot) -> list[tuple[str, Sequence[NodeView]]]:
-        level = topology.required_level(aw)
+        level = aw.topology_required
         if level:
             return [("", nodes) for _, nodes in topology.domains(snapshot.nodes, level)]
         return [("", snapshot.nodes)]
+
+    def pack(self, aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, ResourceVector], *,
+             in_given_order: bool = False) -> placement.Packing:
+        return pack_in_set(aw, nodes, room, self.hierarchy, in_given_order=in_given_order)
 
     def nodes_for(self, key: str, snapshot: Snapshot) -> Sequence[NodeView]:
         return snapshot.nodes
@@ -86,9 +108,8 @@ class SingleCluster:
             # Own pods that exist already (a restart between creating objects and recording it): only the aggregate
             # remainder can be judged, the nodes they run on are known to the ledger already.
             return Fit(True)
-        level = topology.required_level(aw)
-        if level:
-            packing = topology.place(aw, snapshot.nodes, snapshot.room, level)[1]
+        if topology.asks(aw):
+            packing = topology.place(aw, snapshot.nodes, snapshot.room, self.hierarchy).packing
         else:
             packing = placement.pack(aw.gang, snapshot.nodes, snapshot.room)
         if not packing.fits:
@@ -127,7 +148,7 @@ def could_ever_fit(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot,
             return False
     if snapshot.room is None or snapshot.consumed(aw.key) or not need.fits_in(snapshot.capacity):
         return need.fits_in(snapshot.capacity)
-    return any(placement.pack(aw.gang, nodes, {}).fits  # {}: every node empty
+    return any(targets.pack(aw, nodes, {}).fits  # {}: every node empty
                for _, nodes in targets.node_sets(aw, snapshot))
 
 
@@ -147,7 +168,7 @@ def fits_without(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, t
         for node, requests, count in footprint:
             if node in after:
                 after[node] = after[node] + requests.scale(count)
-    return any(placement.pack(aw.gang, nodes, after).fits for _, nodes in targets.node_sets(aw, snapshot))
+    return any(targets.pack(aw, nodes, after).fits for _, nodes in targets.node_sets(aw, snapshot))
 
 
 def short_resources(demand: ResourceVector, free: ResourceVector) -> frozenset[str]:

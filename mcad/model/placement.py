@@ -71,7 +71,7 @@ def pack(groups: Iterable[PodGroup], nodes: Iterable[NodeView], free: Mapping[st
     # Room left on the nodes pods have been placed on so far; the others still have what the caller gave.
     left: dict[str, ResourceVector] = {}
     placement: list[tuple[str, ResourceVector, int]] = []
-    for group in sorted(groups, key=_size, reverse=True):  # sort is stable with reverse: ties keep their order
+    for group in sorted(groups, key=group_size, reverse=True):  # sort is stable with reverse: ties keep their order
         remaining = group.count
         if remaining <= 0:
             continue
@@ -106,6 +106,24 @@ def pack(groups: Iterable[PodGroup], nodes: Iterable[NodeView], free: Mapping[st
     return Packing(True, tuple(placement))
 
 
+def room_for(group: PodGroup, nodes: Iterable[NodeView], free: Mapping[str, ResourceVector]) -> int:
+    """How many pods of ``group`` (at most its count) the eligible ``nodes`` have room for, together."""
+    needs = _needs(group.requests)
+    eligibility = _Eligibility(group)
+    total = 0
+    for node in nodes:
+        if total >= group.count:
+            break
+        if eligibility(node):
+            total += _how_many_fit(needs, free.get(node.name, node.allocatable), group.count - total)
+    return total
+
+
+def describe_pod(requests: ResourceVector) -> str:
+    """One pod's requests for people: 'nvidia.com/gpu 8, cpu 4'."""
+    return _describe(_needs(requests))
+
+
 def eligible(group: PodGroup, node: NodeView) -> bool:
     """Whether ``node`` may take pods of ``group``, judged on everything but room (the rules of ``pack``)."""
     return _Eligibility(group)(node)
@@ -128,7 +146,7 @@ def prefers_not(node: NodeView, requests: ResourceVector) -> bool:
     return verdict is not None and verdict.effect is Effect.PREFER_NOT
 
 
-def _size(group: PodGroup) -> tuple[int, int, int, tuple[tuple[str, int], ...]]:
+def group_size(group: PodGroup) -> tuple[int, int, int, tuple[tuple[str, int], ...]]:
     requests = group.requests
     others = tuple(sorted((name, amount) for name, amount in requests.items() if name not in (GPU, "cpu", "memory")))
     return requests[GPU], requests["cpu"], requests["memory"], others

@@ -248,14 +248,14 @@ class Pass:
                 # A node a PreferNoSchedule health verdict now asks its pods to avoid is not kept: the fresh
                 # choice below takes it again only if nothing else will do.
                 kept = [node for node in nodes if node.name in mine and not placement.prefers_not(node, aw.demand)]
-                packing = placement.pack(aw.gang, kept, lasting)
+                packing = self.owner.targets.pack(aw, kept, lasting)
                 if kept and packing.fits:
                     return packing.placement
         scarcest = _scarcest(aw)
         for _, nodes in self.owner.targets.node_sets(aw, snapshot):
             ordered = sorted(nodes, key=lambda node: (-room.get(node.name, node.allocatable).get(scarcest),
                                                       node.name))
-            packing = placement.pack(aw.gang, ordered, lasting, in_given_order=True)
+            packing = self.owner.targets.pack(aw, ordered, lasting, in_given_order=True)
             if packing.fits:
                 return packing.placement
         return None

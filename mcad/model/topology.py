@@ -1,32 +1,83 @@
-"""Topology-required gangs: every pod of an AppWrapper in one domain of a node label (a rack, a block, a zone).
+"""Topology-aware placement: a gang, or one pod set of it, in one domain of a node label (a rack, a block, a zone).
 
 Contract:
-- ``required_level(aw)`` is the node label key of the AppWrapper annotation
-  ``mcad.codeflare.dev/topology-required`` (``AppWrapperView.topology_required``; "" when it has none): all its pods
-  must go on nodes that share one value of that label (one domain). A node without the label is in no domain and
-  never takes such a gang's pods.
-- ``domains(nodes, level)``: the nodes of each domain, by the label's value in sorted order (so ties are broken
-  the same way every time).
-- ``place(aw, nodes, room, level)``: the gang packed (``mcad.model.placement.pack``) into each domain alone; among
-  the domains where the whole gang fits, the one it leaves the least free room in (best fit: large domains stay
-  whole for large gangs), measured in the gang's scarcest resource (GPUs, else cpu, else memory), then the domain's
-  value. When none fits, a ``Packing`` that says so: the level, how many domains there are, and why the first of
-  them (by value) could not take the gang.
-- Pure: reads the views and the room it is given.
+- A level is a node label key; a domain of it is the set of nodes sharing one value of that label. A node without
+  the label is in no domain of that level and never takes pods that must be in one.
+- What is asked (``mcad.api.topologyasks``): the AppWrapper's ``topology_required`` (every pod in one domain) and
+  ``topology_preferred`` (as few domains as can be), and the same per pod set (``PodGroup.topology_required`` /
+  ``topology_preferred``, from Kueue's pod-set annotations). ``asks(aw)`` says whether any of them is set.
+- ``Hierarchy``: the levels the cluster is configured with (``--topology-level``, largest first, e.g. block, rack,
+  host). A preferred level falls back up it: first one domain of the level asked, then one domain of each larger
+  level in turn, then the whole node set, packed into as few domains as it can (the nodes of the domains with the
+  most free room first). A preferred level that is not configured has no larger levels: one domain of it, else the
+  whole node set. Required levels need no configuration.
+- ``place(aw, nodes, room, hierarchy)``: the whole placement. With a required level, each domain of it is tried
+  alone and the one it fits best is chosen: the least free room left in the gang's scarcest resource (GPUs, else
+  cpu, else memory), so large domains stay whole for large gangs; ties by the domain's value (deterministic).
+  Within the chosen nodes, ``pack_within`` places the rest of the asks.
+- ``pack_within(aw, nodes, room, hierarchy)``: the preferred level and the pod sets' own asks over ``nodes`` (the
+  node set the caller chose: a domain of the required level, a worker cluster). Pod sets that ask are placed
+  first, largest first, each in its own best domain, and the room they take is gone for the rest; the pod sets
+  that ask nothing then pack over every node. Greedy, not a search: a gang that fits only with another choice of
+  domain for its first pod set is reported as not fitting.
+- When nothing fits, the ``Packing`` says why in a line that names the level and the domains with the most room
+  for the gang's largest pod set: "needs 3 pod(s) of nvidia.com/gpu 8 in one topology.example.com/rack: rack-a has
+  room for 2, rack-b for 1". Its ``about`` is ``topology:<level>`` (no amounts), so a status message is
+  rewritten only when what blocks the gang changes.
+- Pure: reads the views and the room it is given; never changes ``room``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 
 from mcad.api.appwrapper import AppWrapperView
+from mcad.api.podgroups import PodGroup
 from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView
 from mcad.model import placement
 
+# How many domains a message names, the roomiest first.
+DOMAINS_NAMED = 3
 
-def required_level(aw: AppWrapperView) -> str:
-    return aw.topology_required
+
+@dataclass(frozen=True, slots=True)
+class Hierarchy:
+    """The configured levels, largest first."""
+
+    levels: tuple[str, ...] = ()
+
+    def fallbacks(self, level: str) -> tuple[str, ...]:
+        """``level``, then each configured level larger than it, nearest first."""
+        if level not in self.levels:
+            return (level,)
+        return tuple(reversed(self.levels[: self.levels.index(level) + 1]))
+
+
+NO_HIERARCHY = Hierarchy()
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where a gang goes: its ``packing``; with a required level, the ``domain`` (label value) chosen."""
+
+    packing: placement.Packing
+    domain: str = ""
+
+
+def asks(aw: AppWrapperView) -> bool:
+    return bool(aw.topology_required or aw.topology_preferred
+                or any(group.topology_required or group.topology_preferred for group in aw.gang))
+
+
+def levels_asked(aw: AppWrapperView) -> tuple[str, ...]:
+    """Every level ``aw`` or one of its pod sets names, required ones first (for queue grouping and metrics)."""
+    named = [aw.topology_required, *(g.topology_required for g in aw.gang),
+             aw.topology_preferred, *(g.topology_preferred for g in aw.gang)]
+    return tuple(dict.fromkeys(level for level in named if level))
 
 
 def domains(nodes: Sequence[NodeView], level: str) -> list[tuple[str, list[NodeView]]]:
@@ -40,35 +91,146 @@ def domains(nodes: Sequence[NodeView], level: str) -> list[tuple[str, list[NodeV
 
 
 def place(aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
-          level: str) -> tuple[str, placement.Packing]:
-    """(the domain chosen, the gang's packing there); ("", a Packing that does not fit) when no domain takes it."""
-    scarcest = scarcest_resource(aw.demand)
-    best: tuple[float, str, placement.Packing] | None = None
-    first_refusal: tuple[str, placement.Packing] | None = None  # the first domain that could not, for why
+          hierarchy: Hierarchy = NO_HIERARCHY) -> Placed:
+    """Where ``aw``'s pods go on ``nodes`` (see the module docstring)."""
+    if not aw.topology_required:
+        return Placed(pack_within(aw, nodes, room, hierarchy))
+    chosen = _best_domain(aw.gang, nodes, room, aw.topology_required,
+                          lambda members: pack_within(aw, members, room, hierarchy))
+    return chosen if isinstance(chosen, Placed) else Placed(chosen)
+
+
+def pack_within(aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
+                hierarchy: Hierarchy = NO_HIERARCHY, *, in_given_order: bool = False) -> placement.Packing:
+    """``aw``'s pods on ``nodes``, keeping its preferred level and its pod sets' asks (see the module docstring)."""
+    if aw.topology_preferred:
+        return _preferring(aw.gang, nodes, room, hierarchy, aw.topology_preferred)
+    return _pack_groups(aw.gang, nodes, room, hierarchy, in_given_order=in_given_order)
+
+
+# -- how ----------------------------------------------------------------------------------------------------------
+
+
+def _pack_groups(groups: Sequence[PodGroup], nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
+                 hierarchy: Hierarchy, *, in_given_order: bool = False) -> placement.Packing:
+    """Pod sets that ask for a level first, each in its own domain; then the others over every node."""
+    asking = [g for g in groups if g.topology_required or g.topology_preferred]
+    if not asking:
+        return placement.pack(groups, nodes, room, in_given_order=in_given_order)
+    by_name = {node.name: node for node in nodes}
+    left: dict[str, ResourceVector] = {}
+    taken: list[tuple[str, ResourceVector, int]] = []
+    for group in sorted(asking, key=placement.group_size, reverse=True):
+        alone = (dataclasses.replace(group, topology_required="", topology_preferred=""),)
+        now = _Overlay(room, left)
+        if group.topology_required:
+            chosen = _best_domain(alone, nodes, now, group.topology_required, partial(_pack_plain, alone, room=now))
+            packing = chosen.packing if isinstance(chosen, Placed) else chosen
+        else:
+            packing = _preferring(alone, nodes, now, hierarchy, group.topology_preferred)
+        if not packing.fits:
+            return packing
+        for node, requests, count in packing.placement:
+            left[node] = now.get(node, by_name[node].allocatable) - requests.scale(count)
+        taken.extend(packing.placement)
+    rest = [g for g in groups if not (g.topology_required or g.topology_preferred)]
+    packing = placement.pack(rest, nodes, _Overlay(room, left), in_given_order=in_given_order)
+    if not packing.fits:
+        return packing
+    return placement.Packing(True, (*taken, *packing.placement))
+
+
+def _pack_plain(groups: Sequence[PodGroup], nodes: Sequence[NodeView], *,
+                room: Mapping[str, ResourceVector]) -> placement.Packing:
+    return placement.pack(groups, nodes, room)
+
+
+def _preferring(groups: Sequence[PodGroup], nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
+                hierarchy: Hierarchy, level: str) -> placement.Packing:
+    """One domain of ``level``, else of each larger level, else every node, roomiest domains first."""
+    def inner(members: Sequence[NodeView]) -> placement.Packing:
+        return _pack_groups(groups, members, room, hierarchy)
+
+    fallbacks = hierarchy.fallbacks(level)
+    for each in fallbacks:
+        chosen = _best_domain(groups, nodes, room, each, inner)
+        if isinstance(chosen, Placed):
+            return chosen.packing
+    # As few domains as can be: the domains with the most free room first (of the largest level, then of the
+    # level asked inside it), nodes without the label last.
+    ranks = [_domain_ranks(nodes, room, each, _scarcest(groups)) for each in (fallbacks[-1], level)]
+    ordered = sorted(nodes, key=lambda node: (*(rank.get(node.name, len(rank)) for rank in ranks), node.name))
+    return _pack_groups(groups, ordered, room, hierarchy, in_given_order=True)
+
+
+def _best_domain(groups: Sequence[PodGroup], nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
+                 level: str, inner: Callable[[Sequence[NodeView]], placement.Packing]) -> Placed | placement.Packing:
+    """The domain of ``level`` that ``inner`` fits the groups in with the least room left; else why none does."""
+    scarcest = _scarcest(groups)
+    demand = sum((g.requests.scale(g.count) for g in groups), ResourceVector()).get(scarcest)
+    best: tuple[int, str, placement.Packing] | None = None
     every = domains(nodes, level)
     for value, members in every:
-        packing = placement.pack(aw.gang, members, room)
+        packing = inner(members)
         if packing.fits:
-            free = sum(room.get(node.name, node.allocatable).get(scarcest) for node in members)
-            left = free - aw.demand.get(scarcest)
+            left = sum(room.get(node.name, node.allocatable).get(scarcest) for node in members) - demand
             if best is None or (left, value) < (best[0], best[1]):
                 best = (left, value, packing)
-        elif first_refusal is None:
-            first_refusal = (value, packing)
     if best is not None:
-        return best[1], best[2]
-    pods = sum(group.count for group in aw.gang)
+        return Placed(best[2], best[1])
+    return placement.Packing(False, why=_why_none(groups, every, room, level),
+                             about=frozenset({f"topology:{level}"}))
+
+
+def _why_none(groups: Sequence[PodGroup], every: list[tuple[str, list[NodeView]]],
+              room: Mapping[str, ResourceVector], level: str) -> str:
+    pods = sum(group.count for group in groups)
     if not every:
-        why = f"its {pods} pod(s) must share one {level} and no node has that label"
-    else:
-        where = f" ({first_refusal[0]}: {first_refusal[1].why})" if first_refusal and first_refusal[1].why else ""
-        why = f"its {pods} pod(s) must share one {level}, and none of the {len(every)} fits them all{where}"
-    return "", placement.Packing(False, why=why, about=frozenset({f"topology:{level}"}))
+        return f"needs {pods} pod(s) in one {level}, and no node has that label"
+    largest = max(groups, key=placement.group_size)
+    what = f"{largest.count} pod(s) of {placement.describe_pod(largest.requests)}"
+    needs = (f"needs {what} in one {level}" if len(groups) == 1
+             else f"needs its {pods} pod(s) in one {level}, {what} among them")
+    room_for = sorted(((-placement.room_for(largest, members, room), value) for value, members in every))
+    named = [f"{value} has room for {-count}" if i == 0 else f"{value} for {-count}"
+             for i, (count, value) in enumerate(room_for[:DOMAINS_NAMED])]
+    more = f"; {len(every) - DOMAINS_NAMED} other domain(s) have less" if len(every) > DOMAINS_NAMED else ""
+    return f"{needs}: {', '.join(named)}{more}"
 
 
-def scarcest_resource(demand: ResourceVector) -> str:
+def _domain_ranks(nodes: Sequence[NodeView], room: Mapping[str, ResourceVector], level: str,
+                  scarcest: str) -> dict[str, int]:
+    """Node name -> its domain's rank by free room in ``scarcest``, roomiest first (ties by value)."""
+    found = domains(nodes, level)
+    free = {value: sum(room.get(node.name, node.allocatable).get(scarcest) for node in members)
+            for value, members in found}
+    order = sorted(free, key=lambda value: (-free[value], value))
+    rank = {value: i for i, value in enumerate(order)}
+    return {node.name: rank[value] for value, members in found for node in members}
+
+
+def _scarcest(groups: Sequence[PodGroup]) -> str:
     """The resource a gang is placed by: GPUs if it asks for any, else cpu, else memory."""
     for name in (placement.GPU, "cpu", "memory"):
-        if demand.get(name) > 0:
+        if any(group.requests.get(name) > 0 and group.count > 0 for group in groups):
             return name
     return "cpu"
+
+
+class _Overlay(Mapping[str, ResourceVector]):
+    """``base`` with ``changed`` laid over it: room after some pod sets were placed, without copying all nodes."""
+
+    def __init__(self, base: Mapping[str, ResourceVector], changed: Mapping[str, ResourceVector]) -> None:
+        self._base, self._changed = base, dict(changed)
+
+    def __getitem__(self, name: str) -> ResourceVector:
+        if name in self._changed:
+            return self._changed[name]
+        return self._base[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._changed
+        yield from (name for name in self._base if name not in self._changed)
+
+    def __len__(self) -> int:
+        return len(set(self._base) | set(self._changed))

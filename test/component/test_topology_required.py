@@ -50,7 +50,7 @@ def test_a_gang_that_fits_only_across_racks_waits_and_says_why(harness_factory: 
     assert "ns/g" not in h.dispatcher.owners.active.views
     told = h.dispatcher.view.assess_queue().of("ns/g")
     assert told is not None and not told.fits_now
-    assert told.why.startswith(f"its 2 pod(s) must share one {RACK}, and none of the 2 fits them all"), told.why
+    assert told.why == f"needs 2 pod(s) of cpu 3 in one {RACK}: rack-a has room for 1, rack-b for 1", told.why
     # Without the annotation the same gang spreads over two nodes at once.
     h.lw["aw"].add(gang_aw("spread", 2, {"cpu": "3"}))
     h.drain()
