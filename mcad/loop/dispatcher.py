@@ -275,7 +275,7 @@ class Dispatcher:
             for key in self.owners.accountant.ledger.reserved_keys():
                 held = self.appwrappers.get(key)
                 if held is not None and self.owners.accountant.ledger.reservation(key):
-                    nodes = self.owners.targets.nodes_for(key, snapshot)
+                    nodes = self.owners.accountant.home_nodes(held, self.owners.targets.nodes_for(key, snapshot))
                     self.owners.accountant.replan(key, held.gang, nodes, snapshot)
 
     # ------------------------------------------------------------------------------------------ key handlers

@@ -364,7 +364,8 @@ class Pinning:
                 continue
             held = {node for holder, nodes in reserved.items() if holder != key for node in nodes}
             avoid = self._avoid.get(key, set())
-            nodes = [node for node in self._where.nodes_for(key, snapshot) if node.name not in held]
+            nodes = [node for node in self._accountant.home_nodes(aw, self._where.nodes_for(key, snapshot))
+                     if node.name not in held]
             owner = pod.pin.owner
             # Named by its controller in the message: "1 pod of Job train (cpu 1) fits on no node: ...".
             group = dataclasses.replace(pod.pin.constraints, label=f"{owner.kind} {owner.name}" if owner else "")
@@ -475,7 +476,10 @@ class Pinning:
         """Whether another node has room for the pod now, judged on its constraints less mcad's own pin."""
         assert pod.pin is not None and pod.appwrapper is not None
         snapshot = self._accountant.snapshot(by_nodes=True)
-        others = [node for node in self._where.nodes_for(pod.appwrapper, snapshot) if node.name != refusing]
+        aw = self._queued.dispatched_now(pod.appwrapper)
+        nodes = self._where.nodes_for(pod.appwrapper, snapshot)
+        others = [node for node in (self._accountant.home_nodes(aw, nodes) if aw is not None else nodes)
+                  if node.name != refusing]
         unpinned = without_pin(pod.pin.constraints, self._where.local_node(refusing))
         return placement.pack((unpinned,), others, snapshot.room or {}).fits
 

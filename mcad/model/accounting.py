@@ -33,11 +33,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from mcad.api.appwrapper import AppWrapperView
 from mcad.api.nodemarks import Effect, Verdict
 from mcad.api.podgroups import PodGroup
 from mcad.api.resources import ZERO, ResourceVector
 from mcad.api.views import NodeView, PodView, Unschedulable
-from mcad.model import placement, quota
+from mcad.model import placement, quota, topology
 from mcad.model.ledger import Ledger
 from mcad.model.nodehealth import NodeHealth
 from mcad.model.plans import Plan, PlanEntry, Plans
@@ -269,6 +270,15 @@ class Accountant:
         elif self.ledger.reservation(key):
             freed.append(("", self.ledger.reservation(key), 1))
         return freed
+
+    def home_nodes(self, aw: AppWrapperView, nodes: Sequence[NodeView]) -> Sequence[NodeView]:
+        """Where ``aw``'s pods may be placed again (a node refused one, turned sick, or mcad restarted): ``nodes``,
+        or, when it requires a topology level, the domain of them its pods and plan are in
+        (``mcad.model.topology.home``): a gang that must share one domain never gets a pod elsewhere."""
+        if not aw.topology_required:
+            return nodes
+        used = {node for node, _, _ in self.footprint(aw.key) if node}
+        return topology.home(aw.topology_required, nodes, used)
 
     # -- plans, over its pods (the plans themselves: ``self.plans``) ----------------------------------------------
 

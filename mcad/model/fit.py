@@ -17,7 +17,9 @@ Contract:
 - ``could_ever_fit`` (quota included: an unknown node or a demand over a hard limit never fits) and
   ``fits_without`` answer the questions preemption asks (on the empty cluster; once these
   AppWrappers are gone) with the same rules.
-- Pure: reads the snapshot and the views, decides nothing, writes nothing.
+- Pure but for one memory: ``SingleCluster.homes`` (bounded) remembers the domain each gang that requires a
+  topology level was last fitted into, so a reset gang goes back there; otherwise it reads the snapshot and the
+  views, decides nothing, writes nothing.
 """
 
 from __future__ import annotations
@@ -27,12 +29,17 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
+from cachetools import LRUCache
+
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.views import NodeView
 from mcad.model import placement, topology
 from mcad.model.accounting import Snapshot
 from mcad.model.plans import PlanEntry
+
+# How many AppWrappers' last topology domain the fit remembers (``SingleCluster.homes``).
+HOMES_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +96,9 @@ class SingleCluster:
 
     def __init__(self, hierarchy: topology.Hierarchy = topology.NO_HIERARCHY) -> None:
         self.hierarchy = hierarchy
+        # AppWrapper uid -> the domain of its required level its last fit chose: a gang that was dispatched there
+        # and reset goes back to it when it still fits there. Bounded; a forgotten one is placed best fit.
+        self.homes: LRUCache[str, str] = LRUCache(maxsize=HOMES_KEPT)
 
     def node_sets(self, aw: AppWrapperView, snapshot: Snapshot) -> list[tuple[str, Sequence[NodeView]]]:
         level = aw.topology_required
@@ -109,7 +119,10 @@ class SingleCluster:
             # remainder can be judged, the nodes they run on are known to the ledger already.
             return Fit(True)
         if topology.asks(aw):
-            packing = topology.place(aw, snapshot.nodes, snapshot.room, self.hierarchy).packing
+            placed = topology.place(aw, snapshot.nodes, snapshot.room, self.hierarchy, home=self.homes.get(aw.uid, ""))
+            packing = placed.packing
+            if placed.domain:
+                self.homes[aw.uid] = placed.domain
         else:
             packing = placement.pack(aw.gang, snapshot.nodes, snapshot.room)
         if not packing.fits:

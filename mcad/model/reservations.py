@@ -10,7 +10,10 @@ Contract:
 - Which nodes: pods of no AppWrapper are taken to stay (nothing says when they end), AppWrappers' pods to end. The
   gang is packed first-fit on what would then be free (less what earlier reservations of the pass hold), trying
   the nodes with the most free room now first (of the gang's scarcest resource: GPUs, else cpu, else memory), so
-  it waits for the nodes that free soonest by what is known. A reservation keeps its nodes from one pass to the
+  it waits for the nodes that free soonest by what is known. A gang that requires a topology level reserves in
+  one domain of it: among those it would pack into, the one with the earliest start bound (below), then the one
+  that lacks the least of its scarcest resource now, so it waits for the domain that frees first by what is known
+  (``mcad.model.topology``). A reservation keeps its nodes from one pass to the
   next while its gang still packs there, so it does not wander as room frees elsewhere. Node-health rules apply
   as in every fit (``mcad.model.placement``): no node sick for the gang's pods is reserved for them, one they
   should avoid (PreferNoSchedule) only when nothing else will do, and such a node is not kept from a pass before.
@@ -40,6 +43,7 @@ from typing import Protocol
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ZERO, ResourceVector
+from mcad.api.views import NodeView
 from mcad.model import disclosure, placement
 from mcad.model.accounting import Snapshot
 from mcad.model.fit import Fit, Targets, could_ever_fit, fits
@@ -252,13 +256,24 @@ class Pass:
                 if kept and packing.fits:
                     return packing.placement
         scarcest = _scarcest(aw)
-        for _, nodes in self.owner.targets.node_sets(aw, snapshot):
+        choices: list[tuple[tuple[datetime, int], int, Plan]] = []
+        for index, (_, nodes) in enumerate(self.owner.targets.node_sets(aw, snapshot)):
             ordered = sorted(nodes, key=lambda node: (-room.get(node.name, node.allocatable).get(scarcest),
                                                       node.name))
             packing = self.owner.targets.pack(aw, ordered, lasting, in_given_order=True)
             if packing.fits:
-                return packing.placement
-        return None
+                if not aw.topology_required:
+                    return packing.placement
+                choices.append((self._frees_at(aw, nodes, scarcest), index, packing.placement))
+        return min(choices)[2] if choices else None
+
+    def _frees_at(self, aw: AppWrapperView, nodes: Collection[NodeView], scarcest: str) -> tuple[datetime, int]:
+        """How soon a domain is expected to hold ``aw``, for choosing among domains: the start bound of what holds
+        room there (earliest first; unknown last), then how much of ``scarcest`` it lacks now (least first)."""
+        assert self.snapshot.room is not None
+        bound = self.owner.horizon.start_bound({node.name for node in nodes})
+        free = sum(max(self.snapshot.room.get(node.name, node.allocatable).get(scarcest), 0) for node in nodes)
+        return bound or datetime.max.replace(tzinfo=self.now.tzinfo), max(aw.demand.get(scarcest) - free, 0)
 
     def _lasting_room(self) -> dict[str, ResourceVector]:
         """Per node: free once AppWrappers' pods end, less what this pass's reservations hold there."""

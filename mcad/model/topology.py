@@ -14,7 +14,10 @@ Contract:
 - ``place(aw, nodes, room, hierarchy)``: the whole placement. With a required level, each domain of it is tried
   alone and the one it fits best is chosen: the least free room left in the gang's scarcest resource (GPUs, else
   cpu, else memory), so large domains stay whole for large gangs; ties by the domain's value (deterministic).
-  Within the chosen nodes, ``pack_within`` places the rest of the asks.
+  Within the chosen nodes, ``pack_within`` places the rest of the asks. A gang placed before in a domain (its
+  ``home``: a reset requeued it) goes back there when it still fits there, whatever fits best.
+- ``home(level, nodes, used)``: where a pod of a dispatched gang that requires a level is placed again (a node
+  refused it, or turned sick): the domain of the gang's other pods, never another.
 - ``pack_within(aw, nodes, room, hierarchy)``: the preferred level and the pod sets' own asks over ``nodes`` (the
   node set the caller chose: a domain of the required level, a worker cluster). Pod sets that ask are placed
   first, largest first, each in its own best domain, and the room they take is gone for the rest; the pod sets
@@ -30,7 +33,7 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -91,13 +94,29 @@ def domains(nodes: Sequence[NodeView], level: str) -> list[tuple[str, list[NodeV
 
 
 def place(aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
-          hierarchy: Hierarchy = NO_HIERARCHY) -> Placed:
-    """Where ``aw``'s pods go on ``nodes`` (see the module docstring)."""
+          hierarchy: Hierarchy = NO_HIERARCHY, *, home: str = "") -> Placed:
+    """Where ``aw``'s pods go on ``nodes`` (see the module docstring); ``home``: the domain of its required level it
+    was placed in before (a reset requeued it), taken again when the gang still fits there."""
     if not aw.topology_required:
         return Placed(pack_within(aw, nodes, room, hierarchy))
+    if home:
+        members = [node for node in nodes if node.labels.get(aw.topology_required) == home]
+        packing = pack_within(aw, members, room, hierarchy) if members else None
+        if packing is not None and packing.fits:
+            return Placed(packing, home)
     chosen = _best_domain(aw.gang, nodes, room, aw.topology_required,
                           lambda members: pack_within(aw, members, room, hierarchy))
     return chosen if isinstance(chosen, Placed) else Placed(chosen)
+
+
+def home(level: str, nodes: Sequence[NodeView], used: Collection[str]) -> list[NodeView]:
+    """The nodes a pod of a gang that requires ``level`` may be placed on again (its node refused it, or turned
+    sick): those of the domain its other pods are on (``used``: the nodes it holds pods or planned room on), or,
+    when it holds none, those that have the label at all."""
+    values = {node.labels.get(level) for node in nodes if node.name in used} - {None}
+    if not values:
+        return [node for node in nodes if level in node.labels]
+    return [node for node in nodes if node.labels.get(level) in values]
 
 
 def pack_within(aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],

@@ -102,3 +102,30 @@ def test_every_dispatched_required_gang_lies_in_one_rack(harness_factory: Any, s
         racks = {rack_of[n] for n in plan_nodes(h, key)}
         if name in required:
             assert len(racks) == 1 and None not in racks, (key, racks)
+
+
+def test_a_blocked_gang_reserves_the_rack_that_frees_first_and_backfill_keeps_off_it(harness_factory: Any) -> None:
+    # rack-a is full (low-a's two pods), rack-b half full (low-b's one pod): a 2 x 4-cpu gang that needs one rack
+    # waits and reserves rack-b, which lacks one pod's room where rack-a lacks two. A 4-cpu newcomer then does not
+    # take b1, which would leave the gang waiting for both racks.
+    nodes = [racked("a0", "4", "rack-a"), racked("a1", "4", "rack-a"), racked("b0", "4", "rack-b"),
+             racked("b1", "4", "rack-b")]
+    h = harness_factory(nodes=nodes, pods=[], aws=[gang_aw("low-a", 2, {"cpu": "4"})])
+    h.drain()
+    h.lw["pod"].add(pod("low-a-0", "4", appwrapper="low-a", node_name="a0"))
+    h.lw["pod"].add(pod("low-a-1", "4", appwrapper="low-a", node_name="a1"))
+    h.lw["aw"].add(gang_aw("low-b", 1, {"cpu": "4"}))
+    h.drain()
+    h.lw["pod"].add(pod("low-b-0", "4", appwrapper="low-b", node_name="b0"))
+    h.lw["aw"].add(in_rack(gang_aw("gang", 2, {"cpu": "4"})))
+    h.drain()
+    [reservation] = h.dispatcher.owners.reservations.held.values()
+    assert reservation.key == "ns/gang" and set(reservation.nodes) == {"b0", "b1"}, reservation
+    h.lw["aw"].add(gang_aw("small", 1, {"cpu": "4"}))
+    h.drain()
+    assert "ns/small" not in h.dispatcher.owners.active.views, "backfill kept off the reserved rack"
+    # low-b ends: the gang takes rack-b whole.
+    h.lw["pod"].delete("ns/low-b-0")
+    h.lw["aw"].delete("ns/low-b")
+    h.drain()
+    assert plan_nodes(h, "ns/gang") == {"b0", "b1"}
