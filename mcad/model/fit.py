@@ -166,9 +166,11 @@ def could_ever_fit(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot,
 
 
 def fits_without(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: Targets,
-                 footprints: Iterable[Sequence[PlanEntry]]) -> bool:
+                 footprints: Iterable[Sequence[PlanEntry]],
+                 node_sets: Sequence[tuple[str, Sequence[NodeView]]] | None = None) -> bool:
     """Whether ``aw`` would fit the cluster once the AppWrappers of these footprints (what each frees, by node:
-    ``Accountant.footprint``) are gone. Capacity only: quota is the caller's."""
+    ``Accountant.footprint``) are gone, in one of ``node_sets`` (default: all it may use). Capacity only: quota is
+    the caller's."""
     footprints = list(footprints)
     freed = ResourceVector()
     for footprint in footprints:
@@ -181,7 +183,8 @@ def fits_without(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, t
         for node, requests, count in footprint:
             if node in after:
                 after[node] = after[node] + requests.scale(count)
-    return any(targets.pack(aw, nodes, after).fits for _, nodes in targets.node_sets(aw, snapshot))
+    sets = targets.node_sets(aw, snapshot) if node_sets is None else node_sets
+    return any(targets.pack(aw, nodes, after).fits for _, nodes in sets)
 
 
 def short_resources(demand: ResourceVector, free: ResourceVector) -> frozenset[str]:

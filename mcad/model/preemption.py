@@ -34,6 +34,7 @@ from typing import Any
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector
+from mcad.api.views import NodeView
 from mcad.model import disclosure, quota
 from mcad.model.accounting import Snapshot
 from mcad.model.fit import Targets, could_ever_fit, fits_without
@@ -83,34 +84,50 @@ def priority_victims(aw: AppWrapperView, need: ResourceVector, snapshot: Snapsho
     if preemption_refusal(aw, need, snapshot, targets):
         return []
     charges = snapshot.quota.forest.charges(aw.labels)[0] if snapshot.quota is not None else ()
+    ordered = [(c, freed) for c in sorted((c for c in candidates if c.priority < aw.priority), key=lambda c: c.rank)
+               if (freed := footprint(c.key))]
 
-    def fits_once_gone(victims: list[tuple[Candidate, Sequence[PlanEntry]]]) -> bool:
-        if not fits_without(aw, need, snapshot, targets, [freed for _, freed in victims]):
-            return False
-        if snapshot.quota is None:
-            return True
-        trial = snapshot.quota.copy()  # what they are charged goes back to the quota trees too
-        for victim, _ in victims:
-            trial.release(victim.key)
-        return trial.check(charges, aw.demand).fits
+    def fewest(among: list[tuple[Candidate, Sequence[PlanEntry]]],
+               node_sets: Sequence[tuple[str, Sequence[NodeView]]] | None) -> list[str]:
+        def fits_once_gone(victims: list[tuple[Candidate, Sequence[PlanEntry]]]) -> bool:
+            if not fits_without(aw, need, snapshot, targets, [freed for _, freed in victims], node_sets):
+                return False
+            if snapshot.quota is None:
+                return True
+            trial = snapshot.quota.copy()  # what they are charged goes back to the quota trees too
+            for victim, _ in victims:
+                trial.release(victim.key)
+            return trial.check(charges, aw.demand).fits
 
-    ordered = sorted((c for c in candidates if c.priority < aw.priority), key=lambda c: c.rank)
-    chosen: list[tuple[Candidate, Sequence[PlanEntry]]] = []
-    for candidate in ordered:
-        freed = footprint(candidate.key)
-        if not freed:
-            continue
-        chosen.append((candidate, freed))
-        if fits_once_gone(chosen):
-            break
-    else:
-        return []
-    # Fewest victims: drop any that are not needed, trying the most valuable (highest priority, oldest) first.
-    for entry in reversed(chosen[:-1]):
-        rest = [other for other in chosen if other is not entry]
-        if fits_once_gone(rest):
-            chosen.remove(entry)
-    return [victim.key for victim, _ in chosen]
+        chosen: list[tuple[Candidate, Sequence[PlanEntry]]] = []
+        for entry in among:
+            chosen.append(entry)
+            if fits_once_gone(chosen):
+                break
+        else:
+            return []
+        # Fewest victims: drop any that are not needed, trying the most valuable (highest priority, oldest) first.
+        for entry in reversed(chosen[:-1]):
+            rest = [other for other in chosen if other is not entry]
+            if fits_once_gone(rest):
+                chosen.remove(entry)
+        return [victim.key for victim, _ in chosen]
+
+    if not aw.topology_required:
+        return fewest(ordered, None)
+    # One domain must hold it: the victims each domain needs, counting only those with pods or room there, and the
+    # domain that needs the fewest, then the ones evicted soonest by rank (ties: the domain's order).
+    position = {c.key: i for i, (c, _) in enumerate(ordered)}
+    best: tuple[int, list[int], list[str]] | None = None
+    for node_set in targets.node_sets(aw, snapshot):
+        names = {node.name for node in node_set[1]}
+        there = [(c, freed) for c, freed in ordered if any(node in names for node, _, _ in freed)]
+        victims = fewest(there, [node_set]) if there else []
+        if victims:
+            score = (len(victims), sorted(position[key] for key in victims), victims)
+            if best is None or score[:2] < best[:2]:
+                best = score
+    return best[2] if best is not None else []
 
 
 def reclaim_victims(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: Targets,

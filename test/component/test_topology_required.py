@@ -129,3 +129,23 @@ def test_a_blocked_gang_reserves_the_rack_that_frees_first_and_backfill_keeps_of
     h.lw["aw"].delete("ns/low-b")
     h.drain()
     assert plan_nodes(h, "ns/gang") == {"b0", "b1"}
+
+
+def test_preemption_frees_the_rack_that_needs_the_fewest_victims(harness_factory: Any) -> None:
+    # rack-a is busy with work the preemptor may not evict; rack-b holds two low-priority AppWrappers, rack-c one
+    # (older, so ranked to go last). Evicting by rank alone frees rack-b (two victims); one domain needs only one.
+    nodes = [racked("a0", "4", "rack-a"), racked("a1", "4", "rack-a"), racked("b0", "4", "rack-b"),
+             racked("b1", "4", "rack-b"), racked("c0", "8", "rack-c")]
+    h = harness_factory(nodes=nodes, pods=[], aws=[gang_aw("high-a", 2, {"cpu": "4"}, priority=10)],
+                        preemption=True)
+    h.drain()
+    h.lw["pod"].add(pod("high-a-0", "4", appwrapper="high-a", node_name="a0"))
+    h.lw["pod"].add(pod("high-a-1", "4", appwrapper="high-a", node_name="a1"))
+    for name, node_name, cpu in (("low-c", "c0", "8"), ("low-b1", "b0", "4"), ("low-b2", "b1", "4")):
+        h.clock.advance(1)
+        h.lw["aw"].add(gang_aw(name, 1, {"cpu": cpu}))
+        h.drain()
+        h.lw["pod"].add(pod(f"{name}-0", cpu, appwrapper=name, node_name=node_name))
+    h.lw["aw"].add(in_rack(gang_aw("gang", 2, {"cpu": "4"}, priority=5)))
+    h.drain()
+    assert h.dispatcher.owners.preemptors.victims_of("ns/gang") == frozenset({"ns/low-c"})
