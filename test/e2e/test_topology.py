@@ -1,0 +1,128 @@
+"""Topology-aware placement on the local cluster (kube-scheduler, kwok nodes labelled by block and rack), the
+controller started with ``--topology-level`` for both levels and ``--preemption``:
+
+- a gang that prefers a rack and fits none goes into one block rather than across blocks, though the roomiest rack
+  is in the other block;
+- a gang that requires a rack runs whole in the rack it fits best, each pod where mcad pinned it;
+- one that no rack can hold waits, saying which racks have the most room for it;
+- a high-priority gang that requires a rack evicts the one AppWrapper whose rack then holds it, not the two of the
+  rack that evicting by rank alone would free.
+
+Who sends the input: node labels are the cluster admin's (tenants get no write on nodes); the annotations are the
+tenant's own and only ever narrow where its own pods go (admission checks their form).
+
+Nodes: a0, a1 (rack-a) and b0, b1 (rack-b), 4 cpu each, in block-1; c0 (11 cpu, rack-c) and d0 (2 cpu, rack-d) in
+block-2. Pods select the test's own row label, so nothing else on the cluster is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes.client as k8s
+
+from test.e2e.conftest import LOGS, AppWrappers, appwrapper, delete_fake_node, running_controller
+from test.e2e.test_node_health import backoff_message
+from test.e2e.test_placement import pinned_node
+from test.support import wait_until
+
+ROW, BLOCK, RACK = "mcad.test/topology-row", "mcad.test/block", "mcad.test/rack"
+LAYOUT = {"a0": ("block-1", "rack-a", "4"), "a1": ("block-1", "rack-a", "4"), "b0": ("block-1", "rack-b", "4"),
+          "b1": ("block-1", "rack-b", "4"), "c0": ("block-2", "rack-c", "11"), "d0": ("block-2", "rack-d", "2")}
+
+
+@contextlib.contextmanager
+def racked_nodes(core: k8s.CoreV1Api) -> Iterator[tuple[dict[str, str], str]]:
+    """The LAYOUT's nodes (names prefixed by a tag of their own); yields short name -> node name and the row."""
+    tag = uuid.uuid4().hex[:6]
+    names = {short: f"mcad-test-{tag}-{short}" for short in LAYOUT}
+    try:
+        for short, (block, rack, cpu) in LAYOUT.items():
+            capacity = {"cpu": cpu, "memory": "32Gi", "pods": "110"}
+            core.create_node({"metadata": {"name": names[short], "annotations": {"kwok.x-k8s.io/node": "fake"},
+                                           "labels": {"mcad.test/owned": "true", ROW: tag, BLOCK: block,
+                                                      RACK: rack}},
+                              "status": {"capacity": capacity, "allocatable": capacity}})
+        for name in names.values():
+            wait_until(lambda name=name: any(c.type == "Ready" and c.status == "True"
+                                             for c in core.read_node(name).status.conditions or []),
+                       60, f"node {name} Ready")
+        yield names, tag
+    finally:
+        for name in names.values():
+            with contextlib.suppress(k8s.ApiException):
+                delete_fake_node(core, name)
+
+
+def gang(name: str, row: str, pods: int, cpu: int, *, rack: str = "") -> dict[str, Any]:
+    """A Job of ``pods`` pods of ``cpu`` that run for an hour on the row's nodes (``rack``: on that rack only)."""
+    requests = {"cpu": str(cpu), "memory": "16Mi"}
+    selector = {ROW: row, **({RACK: rack} if rack else {})}
+    return {"replicas": 1, "generictemplate": {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+        "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": {
+            "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "1h"}},
+            "spec": {"restartPolicy": "Never", "nodeSelector": selector, "containers": [{
+                "name": "main", "image": "trainer", "resources": {"requests": requests, "limits": requests}}]}}}}}
+
+
+def asking(body: dict[str, Any], **asks: str) -> dict[str, Any]:
+    body["metadata"]["annotations"] = {f"mcad.codeflare.dev/topology-{ask}": level for ask, level in asks.items()}
+    return body
+
+
+def placed(aws: AppWrappers, name: str, count: int, names: dict[str, str]) -> list[str]:
+    """The short names of the nodes of ``count`` Running pods of ``name``, each on the node mcad pinned it to."""
+    short = {node: s for s, node in names.items()}
+    pods = aws.wait_pods(name, count)
+    for pod in pods:
+        assert pinned_node(pod) == pod.spec.node_name, f"{pod.metadata.name} is not on the node of its pin"
+    return sorted(short[pod.spec.node_name] for pod in pods)
+
+
+def gone(aws: AppWrappers, name: str) -> None:
+    aws.delete(name)
+    wait_until(lambda: not aws.pods(name), 60, f"the pods of {name} gone")
+
+
+def test_gangs_go_into_one_domain_and_preemption_frees_the_cheapest_rack(
+        controller_kubeconfig: str, aws: AppWrappers, core: k8s.CoreV1Api) -> None:
+    with racked_nodes(core) as (names, row), running_controller(
+            controller_kubeconfig, LOGS / "test_topology.log", "--preemption",
+            f"--topology-level={BLOCK}", f"--topology-level={RACK}"):
+        # Preferred: 3 x 4 cpu fits no rack; rack-c has the most room (11 cpu, two pods), but block-2 holds two pods
+        # at most, block-1 four: the gang goes into block-1 whole.
+        aws.create(asking(appwrapper("prefers", gang("prefers", row, 3, 4)), preferred=RACK))
+        aws.wait_state("prefers", "Running")
+        assert {LAYOUT[node][0] for node in placed(aws, "prefers", 3, names)} == {"block-1"}
+        gone(aws, "prefers")
+
+        # Required: 2 x 3 cpu fits rack-a, rack-b (2 cpu left) and rack-c (5 left): the best fit, rack-a.
+        aws.create(asking(appwrapper("tight", gang("tight", row, 2, 3)), required=RACK))
+        aws.wait_state("tight", "Running")
+        assert placed(aws, "tight", 2, names) == ["a0", "a1"]
+
+        # No rack holds 3 x 4 cpu: it waits and says where the most room is.
+        aws.create(asking(appwrapper("wide", gang("wide", row, 3, 4)), required=RACK))
+        said = backoff_message(aws, "wide", f"in one {RACK}: rack-b has room for 2, rack-c for 2")
+        assert "needs 3 pod(s) of cpu 4, memory 16Mi" in said, said
+        assert not aws.pods("wide")
+        gone(aws, "wide")
+        gone(aws, "tight")
+
+        # Preemption: rack-a runs work of higher priority than the preemptor's; rack-c one low-priority AppWrapper
+        # (the oldest), rack-b two. The preemptor evicts low-c alone and runs in rack-c.
+        aws.create(asking(appwrapper("keep", gang("keep", row, 2, 4), priority=10), required=RACK))
+        assert placed(aws, "keep", 2, names) == ["a0", "a1"]
+        for name, rack, cpu in (("low-c", "rack-c", 8), ("low-b1", "rack-b", 4), ("low-b2", "rack-b", 4)):
+            aws.create(appwrapper(name, gang(name, row, 1, cpu, rack=rack)))
+            aws.wait_state(name, "Running")
+            aws.wait_pods(name, 1)
+        aws.create(asking(appwrapper("urgent", gang("urgent", row, 2, 4), priority=5), required=RACK))
+        aws.wait_state("urgent", "Running", timeout=90)
+        assert placed(aws, "urgent", 2, names) == ["c0", "c0"]
+        assert aws.status("low-c").get("state") != "Running"
+        assert [aws.status(name).get("state") for name in ("low-b1", "low-b2")] == ["Running", "Running"]
