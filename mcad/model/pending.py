@@ -31,6 +31,7 @@ from sortedcontainers import SortedList
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector
+from mcad.model import topology
 
 Order = tuple[int, str, str]  # (-priority, creation time, namespace/name): see AppWrapperView.order
 
@@ -211,10 +212,10 @@ def demand_group(aw: AppWrapperView, *, apart: bool, by_nodes: bool, quota_charg
                                   for g in aw.gang))
     else:
         group = aw.demand
-    level = aw.topology_required
-    if level and by_nodes:
-        # One domain for the whole gang fits where its twin spread over domains may not: judged apart.
-        group = (group, "topology", level)
+    if by_nodes and topology.asks(aw):
+        # One domain for the gang (or one pod set) fits where its twin spread over domains may not: judged apart.
+        group = (group, "topology", aw.topology_required, aw.topology_preferred,
+                 tuple((g.topology_required, g.topology_preferred) for g in aw.gang))
     if quota_charges is not None:
         # Charged elsewhere, judged elsewhere: a group's members must share their quota nodes too.
         group = (group, quota_charges)

@@ -489,3 +489,32 @@ def test_debug_clusters_dates_each_workers_health_on_the_dispatchers_clock(hub_h
     # The clock's wall time starts at 2024-01-01T00:00:00Z: healthy since the start, failing since 60 s later.
     assert {c["name"]: (c["state"], c["since"]) for c in clusters} == {
         "small": ("Healthy", "2024-01-01T00:00:00Z"), "big": ("Unreachable", "2024-01-01T00:01:00Z")}
+
+
+# -- topology: domains are per worker -------------------------------------------------------------------------------
+
+
+def racked(qualified: str, cpu: str, rack: str) -> dict[str, Any]:
+    raw = node(qualified, cpu)
+    raw["metadata"]["labels"] = {"example.com/rack": rack}
+    return raw
+
+
+def in_one_rack(raw: dict[str, Any]) -> dict[str, Any]:
+    raw["metadata"]["annotations"] = {"mcad.codeflare.dev/topology-required": "example.com/rack"}
+    return raw
+
+
+def test_a_gang_that_requires_a_rack_goes_to_a_worker_with_a_rack_that_holds_it(hub_harness: Any) -> None:
+    # small/n0 and big/n0 carry the same rack value, but a domain never spans two workers: 2 x 5 cpu fits no rack
+    # of either worker (it would fit big spread over its two racks, and "rack-1" if it spanned the workers).
+    nodes = [racked("small/n0", "8", "rack-1"), racked("big/n0", "8", "rack-1"), racked("big/n1", "8", "rack-2")]
+    h = hub_harness(workers=[("small", {}), ("big", {})], nodes=nodes, aws=[in_one_rack(gang("wide", 2, "5"))])
+    assert h.applied() == {"small": [], "big": []}
+    message = h.last_status("wide")["message"]
+    assert "small: needs 2 pod(s) of cpu 5 in one example.com/rack: rack-1 has room for 1" in message, message
+    assert "big: needs 2 pod(s) of cpu 5 in one example.com/rack: rack-1 has room for 1, rack-2 for 1" in message
+    h.add_appwrapper(in_one_rack(gang("pair", 2, "3")))
+    assert h.dispatcher.view.placed()["ns/pair"] in ("small", "big")
+    pair_nodes = {n for n, _ in h.dispatcher.owners.accountant.plans.planned_nodes("ns/pair")}
+    assert len(pair_nodes) == 1, pair_nodes
