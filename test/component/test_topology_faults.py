@@ -6,12 +6,17 @@ cluster of test_placement_sim (nodes n0..; the kube-scheduler binds pods where m
 from __future__ import annotations
 
 import copy
+import itertools
+import os
+import random
 from typing import Any
+
+import pytest
 
 from mcad.k8s import events
 from mcad.model.nodehealth import AUTOPILOT_LABEL, GPU
 from test.component.test_node_health import gpu_job, where
-from test.component.test_placement_sim import Sim, pinned_node, sim_factory  # noqa: F401
+from test.component.test_placement_sim import Sim, job_aw, pinned_node, sim_factory  # noqa: F401
 
 RACK = "topology.example.com/rack"
 
@@ -46,9 +51,11 @@ def in_rack(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def racks_of(sim: Sim, appwrapper: str) -> set[str]:
-    """The racks of the nodes its pods are bound or pinned to (pods placed nowhere yet left out)."""
+    """The racks of the nodes its live pods are bound or pinned to (pods placed nowhere yet, and pods that ended,
+    left out)."""
     nodes = sim.nodes()
-    placed = [pod["spec"].get("nodeName") or pinned_node(pod) for pod in sim.pods_of(appwrapper)]
+    placed = [pod["spec"].get("nodeName") or pinned_node(pod) for pod in sim.pods_of(appwrapper)
+              if pod["status"]["phase"] in ("Pending", "Running") and not pod["metadata"].get("deletionTimestamp")]
     return {nodes[name]["metadata"]["labels"][RACK] for name in placed if name}
 
 
@@ -102,3 +109,46 @@ def test_a_gang_requeued_by_a_fault_goes_back_to_its_rack(sim_factory: Any) -> N
     requeued = [m for _, reason, m in sim.events.recorded if reason == events.REQUEUED]
     assert requeued, sim.events.recorded
     assert racks_of(sim, "train") == {"r-home"} and first not in where(sim, "train")
+
+
+@pytest.mark.parametrize("seed", range(int(os.environ.get("MCAD_SIM_SEEDS", "8"))))
+def test_random_runs_keep_every_required_gangs_bound_pods_in_one_rack(sim_factory: Any, seed: int) -> None:  # noqa: F811
+    """Jobs and Deployments, most requiring a rack, arrive, are deleted, lose pods (re-created by their
+    controllers) and meet cordons; at every quiet point each required gang's bound and pinned pods share one rack
+    and no node is over-committed (``Sim.check``)."""
+    rng = random.Random(seed)
+    sim: Sim = sim_factory(nodes=6)
+    for i in range(6):
+        label(sim, f"n{i}", rack=f"rack-{i // 2}")  # three racks of two 4-cpu nodes
+    sim.settle()
+    names = itertools.count()
+    live: list[str] = []
+    required: set[str] = set()
+    cordoned: set[str] = set()
+    ran = False
+    for _step in range(40):
+        action = rng.random()
+        if action < 0.5 or not live:
+            name = f"aw{next(names)}"
+            raw = job_aw(name, rng.randint(1, 4), rng.randint(1, 3), 0, kind=rng.choice(("Job", "Deployment")))
+            if rng.random() < 0.7:
+                required.add(name)
+                raw = in_rack(raw)
+            sim.add(raw)
+            live.append(name)
+        elif action < 0.7:
+            sim.delete(live.pop(rng.randrange(len(live))))
+        elif action < 0.9:
+            sim.fail_a_pod(rng)
+        else:
+            target = f"n{rng.randrange(6)}"
+            sim.cordon(target, target not in cordoned)
+            cordoned ^= {target}
+        sim.settle()
+        sim.check()
+        for name in live:
+            if name in required:
+                racks = racks_of(sim, name)
+                assert len(racks) <= 1, (name, racks)
+                ran = ran or bool(racks)
+    assert ran, "some required gang ran"
