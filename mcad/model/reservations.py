@@ -11,8 +11,8 @@ Contract:
   gang is packed first-fit on what would then be free (less what earlier reservations of the pass hold), trying
   the nodes with the most free room now first (of the gang's scarcest resource: GPUs, else cpu, else memory), so
   it waits for the nodes that free soonest by what is known. A gang that requires a topology level reserves in
-  one domain of it: among those it would pack into, the one with the earliest start bound (below), then the one
-  that lacks the least of its scarcest resource now, so it waits for the domain that frees first by what is known
+  one domain of it: among those it would pack into, the one that lacks the least of its scarcest resource now
+  (ties: the domain's value), so it waits for the domain that frees first by what is known
   (``mcad.model.topology``). A reservation keeps its nodes from one pass to the
   next while its gang still packs there, so it does not wander as room frees elsewhere. Node-health rules apply
   as in every fit (``mcad.model.placement``): no node sick for the gang's pods is reserved for them, one they
@@ -256,7 +256,7 @@ class Pass:
                 if kept and packing.fits:
                     return packing.placement
         scarcest = _scarcest(aw)
-        choices: list[tuple[tuple[datetime, int], int, Plan]] = []
+        choices: list[tuple[int, int, Plan]] = []
         for index, (_, nodes) in enumerate(self.owner.targets.node_sets(aw, snapshot)):
             ordered = sorted(nodes, key=lambda node: (-room.get(node.name, node.allocatable).get(scarcest),
                                                       node.name))
@@ -264,16 +264,16 @@ class Pass:
             if packing.fits:
                 if not aw.topology_required:
                     return packing.placement
-                choices.append((self._frees_at(aw, nodes, scarcest), index, packing.placement))
+                choices.append((self._lacks(aw, nodes, scarcest), index, packing.placement))
         return min(choices)[2] if choices else None
 
-    def _frees_at(self, aw: AppWrapperView, nodes: Collection[NodeView], scarcest: str) -> tuple[datetime, int]:
-        """How soon a domain is expected to hold ``aw``, for choosing among domains: the start bound of what holds
-        room there (earliest first; unknown last), then how much of ``scarcest`` it lacks now (least first)."""
+    def _lacks(self, aw: AppWrapperView, nodes: Collection[NodeView], scarcest: str) -> int:
+        """How much of ``scarcest`` a domain lacks now to hold ``aw``: the least lacking is expected to free first.
+        Read from the pass's snapshot only, which the dispatch cycle and its dry run change alike (what the loop
+        records of a dispatch during the cycle, such as its deadline, a dry run never sees)."""
         assert self.snapshot.room is not None
-        bound = self.owner.horizon.start_bound({node.name for node in nodes})
         free = sum(max(self.snapshot.room.get(node.name, node.allocatable).get(scarcest), 0) for node in nodes)
-        return bound or datetime.max.replace(tzinfo=self.now.tzinfo), max(aw.demand.get(scarcest) - free, 0)
+        return max(aw.demand.get(scarcest) - free, 0)
 
     def _lasting_room(self) -> dict[str, ResourceVector]:
         """Per node: free once AppWrappers' pods end, less what this pass's reservations hold there."""

@@ -6,8 +6,8 @@ runs, and what it did is read back from the dispatcher's own records (the queue,
 waits for which victims): every AppWrapper the dry run said fits now was dispatched and no other, each one it said
 preempts or reclaims for evicted exactly the victims it named, and the reservations it listed are the ones held.
 Between cycles the simulation adds AppWrappers of mixed sizes and priorities, deletes some, starts and ends the
-pods of dispatched ones, and moves the clock on, with and without reservations, per-node fit, strict FIFO and
-priority preemption.
+pods of dispatched ones, and moves the clock on, with and without reservations, per-node fit, strict FIFO,
+priority preemption and gangs that require one rack.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 from test.component.harness import gang_aw, node, pod
 
 ROUNDS = 40
+RACK = "topology.example.com/rack"
 
 
 class Recorded:
@@ -55,12 +56,15 @@ class Recorded:
         cycle.run = forecast_then_run  # type: ignore[method-assign]
 
 
-def churn(h: Any, rng: random.Random, round_: int, live_pods: dict[str, list[str]]) -> None:
-    """One round of changes, as a busy cluster makes them."""
+def churn(h: Any, rng: random.Random, round_: int, live_pods: dict[str, list[str]], racks: bool = False) -> None:
+    """One round of changes, as a busy cluster makes them (``racks``: some new gangs require one rack)."""
     d = h.dispatcher
     for i in range(rng.randint(0, 4)):
-        h.lw["aw"].add(gang_aw(f"r{round_:02d}-{i}-{rng.randrange(10**4):04d}", rng.choice([1, 1, 2]),
-                               {"cpu": rng.choice(["1", "2", "3", "5"])}, priority=rng.choice([0, 0, 1, 5])))
+        raw = gang_aw(f"r{round_:02d}-{i}-{rng.randrange(10**4):04d}", rng.choice([1, 1, 2]),
+                      {"cpu": rng.choice(["1", "2", "3", "5"])}, priority=rng.choice([0, 0, 1, 5]))
+        if racks and rng.random() < 0.4:
+            raw["metadata"]["annotations"] = {"mcad.codeflare.dev/topology-required": RACK}
+        h.lw["aw"].add(raw)
     dispatched = sorted(key for key in d.owners.active.views)
     for key in dispatched:
         name = key.partition("/")[2]
@@ -90,21 +94,27 @@ def churn(h: Any, rng: random.Random, round_: int, live_pods: dict[str, list[str
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize(("fit", "reservations", "strict_fifo"), [
-    ("aggregate", 0, False), ("aggregate", 2, False), ("nodes", 2, False), ("nodes", 0, True)])
+@pytest.mark.parametrize(("fit", "reservations", "strict_fifo", "racks"), [
+    ("aggregate", 0, False, False), ("aggregate", 2, False, False), ("nodes", 2, False, False),
+    ("nodes", 0, True, False), ("nodes", 2, False, True)])
 def test_explain_foretells_what_the_next_cycle_does(harness_factory: Any, seed: int, fit: str, reservations: int,
-                                                    strict_fifo: bool) -> None:
+                                                    strict_fifo: bool, racks: bool) -> None:
     rng = random.Random(seed)
     aws = [gang_aw(f"start-{i:02d}", rng.choice([1, 2]), {"cpu": rng.choice(["1", "2", "3"])},
                    priority=rng.choice([0, 0, 1])) for i in range(12)]
-    h = harness_factory(nodes=[node("n0", "6"), node("n1", "4")], pods=[], aws=aws, fit=fit,
+    nodes = [node("n0", "6"), node("n1", "4")]
+    if racks:  # two racks: n0 and n2 in rack-a, n1 and n3 in rack-b
+        nodes += [node("n2", "3"), node("n3", "5")]
+        for raw, rack in zip(nodes, ("rack-a", "rack-b", "rack-a", "rack-b"), strict=True):
+            raw["metadata"]["labels"] = {RACK: rack}
+    h = harness_factory(nodes=nodes, pods=[], aws=aws, fit=fit,
                         reservations=reservations, strict_fifo=strict_fifo, preemption=True,
                         preemption_backoff=0.0)
     recorded = Recorded(h)
     h.drain()
     live_pods: dict[str, list[str]] = {}
     for round_ in range(ROUNDS):
-        churn(h, rng, round_, live_pods)
+        churn(h, rng, round_, live_pods, racks)
         h.drain()
     assert len(recorded.cycles) >= ROUNDS // 2, "the churn brought cycles"
     for number, cycle in enumerate(recorded.cycles):
