@@ -132,11 +132,13 @@ class Active:
     def lasting_free(self) -> ResourceVector:
         return self._accountant.ledger.lasting_free()
 
-    def start_bound(self, nodes: Collection[str] | None) -> datetime | None:
-        """When every AppWrapper holding room on ``nodes`` (None: anywhere) is sure to be gone: the latest of their
-        dispatch deadlines, at least now; None when one of them has none."""
+    def start_bound(self, nodes: Collection[str] | None, ignoring: Collection[str] = ()) -> datetime | None:
+        """When every AppWrapper holding room on ``nodes`` (None: anywhere), but those in ``ignoring``, is sure to
+        be gone: the latest of their dispatch deadlines, at least now; None when one of them has none."""
         latest = self._clock.now()
         for key in self._accountant.holders(nodes):
+            if key in ignoring:
+                continue
             aw = self.views.get(key) or self._appwrappers.get(key)
             if aw is None or aw.scheduling.dispatch_limit_seconds <= 0:
                 return None

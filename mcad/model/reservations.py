@@ -108,9 +108,10 @@ class Horizon(Protocol):
         """The cluster's capacity less what pods of no AppWrapper use."""
         ...
 
-    def start_bound(self, nodes: Collection[str] | None) -> datetime | None:
+    def start_bound(self, nodes: Collection[str] | None, ignoring: Collection[str] = ()) -> datetime | None:
         """When every AppWrapper holding room on these nodes (None: anywhere) is sure to be gone: the latest of
-        their dispatch deadlines, at least now; None when one of them has none."""
+        their dispatch deadlines, at least now; None when one of them has none. AppWrappers in ``ignoring`` are
+        left out (those the pass dispatched: it counts them itself)."""
         ...
 
 
@@ -140,6 +141,10 @@ class Pass:
     now: datetime
     dry_run: bool
     made: list[Reservation] = field(default_factory=list)
+    # What this pass dispatched: key -> (the nodes of its plan, None in aggregate mode; its run-time limit in s).
+    # Reservations' start bounds count these from here, not from the loop's records: the cycle records a dispatch
+    # as it goes and a dry run never does, and both must bound alike.
+    taken: dict[str, tuple[frozenset[str] | None, float]] = field(default_factory=dict)
     _bounds: dict[str, datetime | None] = field(default_factory=dict)
     _lasting: dict[str, ResourceVector] | None = None
 
@@ -159,6 +164,13 @@ class Pass:
         trial = self._without(before)
         backfill = fits(aw, need, trial, self.owner.targets)
         return backfill if backfill.fits else fit
+
+    def take(self, aw: AppWrapperView, need: ResourceVector, fit: Fit) -> None:
+        """``aw`` is dispatched in this pass: its room is taken from the snapshot, and it holds room until its
+        run-time limit (if any) for the start bounds of reservations made after it."""
+        self.snapshot.take(need, fit.plan)
+        nodes = frozenset(node for node, _, _ in fit.plan) if self.snapshot.room is not None else None
+        self.taken[aw.key] = (nodes, aw.scheduling.dispatch_limit_seconds)
 
     def wait(self, aw: AppWrapperView, need: ResourceVector, fit: Fit) -> tuple[frozenset[str], Callable[[], str]]:
         """A candidate that waits: why (``explain``), and it takes a reservation if one is left and room is what
@@ -297,7 +309,13 @@ class Pass:
     def _start_bound(self, reservation: Reservation) -> datetime | None:
         if reservation.key not in self._bounds:
             nodes = reservation.nodes if reservation.plan else None
-            self._bounds[reservation.key] = self.owner.horizon.start_bound(nodes)
+            bound = self.owner.horizon.start_bound(nodes, ignoring=self.taken)
+            for used, limit in self.taken.values():
+                if bound is None:
+                    break
+                if nodes is None or used is None or used & set(nodes):
+                    bound = max(bound, self.now + timedelta(seconds=limit)) if limit > 0 else None
+            self._bounds[reservation.key] = bound
         return self._bounds[reservation.key]
 
     def _without(self, reservations: list[Reservation]) -> Snapshot:

@@ -177,7 +177,7 @@ def _judge(aw: AppWrapperView, order: Order, group: Hashable, reserving: Pass, r
     if reclaim:
         fit = refused("reclaim", reclaim)
     if fit.fits:  # 5
-        snapshot.take(need, fit.plan)
+        reserving.take(aw, need, fit)
         rules.dispatch(aw, fit)
         return Verdict(DISPATCH, key, order, group, PASSED, aw, need, fit)
     room = rules.makes_room(aw, need, snapshot, reclaim=not reclaim)  # 6

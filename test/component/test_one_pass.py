@@ -7,7 +7,7 @@ waits for which victims): every AppWrapper the dry run said fits now was dispatc
 preempts or reclaims for evicted exactly the victims it named, and the reservations it listed are the ones held.
 Between cycles the simulation adds AppWrappers of mixed sizes and priorities, deletes some, starts and ends the
 pods of dispatched ones, and moves the clock on, with and without reservations, per-node fit, strict FIFO,
-priority preemption and gangs that require one rack.
+priority preemption, gangs that require one rack, and gangs with a bounded run time (which may backfill).
 """
 
 from __future__ import annotations
@@ -56,14 +56,18 @@ class Recorded:
         cycle.run = forecast_then_run  # type: ignore[method-assign]
 
 
-def churn(h: Any, rng: random.Random, round_: int, live_pods: dict[str, list[str]], racks: bool = False) -> None:
-    """One round of changes, as a busy cluster makes them (``racks``: some new gangs require one rack)."""
+def churn(h: Any, rng: random.Random, limits: random.Random, round_: int, live_pods: dict[str, list[str]],
+          racks: bool = False) -> None:
+    """One round of changes, as a busy cluster makes them (``racks``: some new gangs require one rack; ``limits``
+    draws which have a bounded run time, apart from ``rng`` so the rest of the churn stays as it was)."""
     d = h.dispatcher
     for i in range(rng.randint(0, 4)):
         raw = gang_aw(f"r{round_:02d}-{i}-{rng.randrange(10**4):04d}", rng.choice([1, 1, 2]),
                       {"cpu": rng.choice(["1", "2", "3", "5"])}, priority=rng.choice([0, 0, 1, 5]))
         if racks and rng.random() < 0.4:
             raw["metadata"]["annotations"] = {"mcad.codeflare.dev/topology-required": RACK}
+        if limits.random() < 0.3:  # a bounded run time: it may backfill reserved room it leaves in time
+            raw["spec"]["schedulingSpec"] = {"dispatchDuration": {"limit": limits.choice([60, 600])}}
         h.lw["aw"].add(raw)
     dispatched = sorted(key for key in d.owners.active.views)
     for key in dispatched:
@@ -99,7 +103,7 @@ def churn(h: Any, rng: random.Random, round_: int, live_pods: dict[str, list[str
     ("nodes", 0, True, False), ("nodes", 2, False, True)])
 def test_explain_foretells_what_the_next_cycle_does(harness_factory: Any, seed: int, fit: str, reservations: int,
                                                     strict_fifo: bool, racks: bool) -> None:
-    rng = random.Random(seed)
+    rng, limits = random.Random(seed), random.Random(-seed - 1)
     aws = [gang_aw(f"start-{i:02d}", rng.choice([1, 2]), {"cpu": rng.choice(["1", "2", "3"])},
                    priority=rng.choice([0, 0, 1])) for i in range(12)]
     nodes = [node("n0", "6"), node("n1", "4")]
@@ -114,7 +118,7 @@ def test_explain_foretells_what_the_next_cycle_does(harness_factory: Any, seed: 
     h.drain()
     live_pods: dict[str, list[str]] = {}
     for round_ in range(ROUNDS):
-        churn(h, rng, round_, live_pods, racks)
+        churn(h, rng, limits, round_, live_pods, racks)
         h.drain()
     assert len(recorded.cycles) >= ROUNDS // 2, "the churn brought cycles"
     for number, cycle in enumerate(recorded.cycles):
