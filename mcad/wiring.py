@@ -187,7 +187,8 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
                     quota_status=quota_status, health=health)
     settings = Settings(fit=fit, strict_fifo=strict_fifo, preemption=preemption,
                         placement_mode="binding" if binding else "advisory",
-                        protected_namespaces=scheduling.protected_namespaces, fault_defaults=fault_defaults)
+                        protected_namespaces=scheduling.protected_namespaces, fault_defaults=fault_defaults,
+                        topology_levels=scheduling.topology_levels)
     return Dispatcher(owners, settings, appwrappers=appwrappers, nodes=nodes, pods=pods, queue=queue, clock=clock,
                       metrics=metrics, quota_subtrees=quota_subtrees, wrapped=wrapped)
 

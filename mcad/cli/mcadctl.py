@@ -11,7 +11,11 @@ the Lease, the Service of every replica, all through the API server's proxy). Wi
 documents here, from one list of AppWrappers, Nodes and Pods, with the controller's accounting code
 (``mcad.cli.offline``); that view lacks what only the running controller knows (requeuing timers, plans not yet
 bound), and the controller may run another policy than the ``--fit``/``--strict-fifo``/``--preemption`` given here.
-Tables by default; ``-o json``/``-o yaml`` print the document as the endpoint returns it. ``clusters`` (a hub's worker
+``ledger --topology`` adds the ledger's nodes up per domain of each topology level (``mcad.cli.topologyroom``): the
+controller's configured levels (a level it is not configured with is an error: it reports no other node label), or
+with ``--offline`` the levels given with ``--level``, which offline stand for the controller's.
+Tables by default; ``-o json``/``-o yaml`` print the document as the endpoint returns it (``ledger --topology``: the
+grouping made of it). ``clusters`` (a hub's worker
 clusters) has no ``--offline`` view: only the running controller holds the connections to the workers, so asking for one
 is a usage error (exit 2).
 
@@ -37,7 +41,8 @@ import click
 import structlog
 
 from mcad import __version__
-from mcad.cli import dashboardproxy, reach, render
+from mcad.api.topologyasks import label_key_error
+from mcad.cli import dashboardproxy, reach, render, topologyroom
 from mcad.errors import ApiError, KubeConnectError
 from mcad.k8s import kube
 from mcad.model.reservations import DEFAULT_RESERVATIONS
@@ -158,20 +163,72 @@ def queue(opts: Options, namespace: str | None, dispatched: bool, limit: int, of
 
 @main.command()
 @click.option("--nodes", is_flag=True, help="Also print every node's allocatable, used, planned and free room.")
+@click.option("--topology", is_flag=True,
+              help="Instead: the room of each domain (nodes sharing one value of a node label) of each topology "
+                   "level the controller is configured with (its --topology-level), and of the nodes in none.")
+@click.option("--level", "levels", multiple=True, metavar="KEY",
+              help="With --topology: only this level (a node label key; repeat for several). With --offline, where "
+                   "the controller's levels are not known, the levels to group by (needed).")
 @_output
 @click.pass_obj
-def ledger(opts: Options, nodes: bool, output: str | None) -> None:
-    """Capacity, usage, reservations and free room per resource (and per node with --nodes or -o wide).
+def ledger(opts: Options, nodes: bool, topology: bool, levels: tuple[str, ...], output: str | None) -> None:
+    """Capacity, usage, reservations and free room per resource (and per node with --nodes or -o wide; per
+    topology domain with --topology).
 
     CAPACITY: allocatable of Ready, schedulable nodes; USED: requests of the pods on them; RESERVED: dispatched
     AppWrappers' demand not yet covered by their own pods; FREE: what a new dispatch can use. Per node, PLANNED is
-    room held for dispatched pods not bound yet (--fit=nodes). From the controller's /debug/ledger (or --offline).
+    room held for dispatched pods not bound yet (--fit=nodes). With --topology, per level a table DOMAIN NODES
+    (schedulable/all) RESOURCE CAPACITY USED PLANNED FREE of cpu, memory and nvidia.com/gpu, added up over each
+    domain's schedulable nodes, domains by value, the nodes in no domain last as (none); json and yaml print
+    that grouping. From the controller's /debug/ledger (or --offline).
     """
-    doc = _document(opts, "ledger", lambda report: report.ledger())
+    if levels and not topology:
+        raise click.UsageError("--level goes with --topology")
+    if topology and (nodes or output == "wide"):
+        raise click.UsageError("--topology shows domains, --nodes and -o wide nodes: give one")
+    if topology and opts.offline:
+        if not levels:
+            raise click.UsageError("--offline does not know the controller's --topology-level: name the levels to "
+                                   "group by with --level KEY (largest first)")
+        for level in levels:
+            error = label_key_error(level)
+            if error:
+                raise click.UsageError(f"--level {level!r} is not a node label key: {error}")
+    doc = _document(opts, "ledger", lambda report: report.ledger(),
+                    topology_levels=tuple(dict.fromkeys(levels)) if topology else ())
+    if topology:
+        grouped = topologyroom.domains(doc, _levels_to_show(doc, levels, offline=opts.offline))
+        if output in ("json", "yaml"):
+            click.echo(render.dump(grouped, output))
+            return
+        _echo(topologyroom.lines(grouped))
+        return
     if output in ("json", "yaml"):
         click.echo(render.dump(doc, output))
         return
     _echo(render.ledger_lines(doc, nodes=nodes or output == "wide"))
+
+
+def _levels_to_show(doc: dict[str, Any], asked: tuple[str, ...], *, offline: bool) -> tuple[str, ...]:
+    """The levels ``ledger --topology`` groups by: those asked for, else the controller's; a Failure names why
+    there are none, or the levels the controller cannot group by (it reports its configured levels' labels only,
+    so that a reader of the ledger sees no other label of the nodes)."""
+    asked = tuple(dict.fromkeys(asked))
+    if offline:
+        return asked
+    configured = doc.get("topologyLevels")
+    if not isinstance(configured, list):
+        raise Failure("this controller reports no topology levels in /debug/ledger (a version from before "
+                      "--topology-level?); --offline --level KEY groups the nodes here")
+    if not configured:
+        raise Failure("the controller runs without --topology-level (chart value topology.levels): it has no "
+                      "levels to group the nodes by; --offline --level KEY groups them here by any node label")
+    unknown = [level for level in asked if level not in configured]
+    if unknown:
+        raise Failure(f"the controller reports the domains of its --topology-level levels only "
+                      f"({', '.join(configured)}), not of {', '.join(unknown)}; --offline --level KEY groups the "
+                      "nodes here by any node label")
+    return asked or tuple(str(level) for level in configured)
 
 
 @main.command()
@@ -370,11 +427,12 @@ def version(opts: Options, client_only: bool) -> None:
 
 
 def _document(opts: Options, endpoint: str, offline: Callable[[Any], dict[str, Any]], query: reach.Query = (),
-              *, not_found: dict[str, Any] | None = None) -> dict[str, Any]:
+              *, not_found: dict[str, Any] | None = None, topology_levels: tuple[str, ...] = ()) -> dict[str, Any]:
     """The /debug document: from the controller (``not_found`` stands for its 404 answer when given), or with
-    --offline computed from cluster state by ``offline`` applied to ``mcad.cli.offline``'s reports."""
+    --offline computed from cluster state by ``offline`` applied to ``mcad.cli.offline``'s reports (configured
+    with ``topology_levels``)."""
     if opts.offline:
-        return _compute_offline(opts, offline)
+        return _compute_offline(opts, offline, topology_levels)
     try:
         return reach.fetch(opts.where, endpoint, query)
     except reach.ControllerRefused as err:
@@ -385,7 +443,8 @@ def _document(opts: Options, endpoint: str, offline: Callable[[Any], dict[str, A
         raise Failure(str(err)) from err
 
 
-def _compute_offline(opts: Options, produce: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+def _compute_offline(opts: Options, produce: Callable[[Any], dict[str, Any]],
+                     topology_levels: tuple[str, ...] = ()) -> dict[str, Any]:
     # Imported here: the controller's accounting is only needed offline, and it is the heavier import.
     from mcad.cli import offline
 
@@ -397,7 +456,7 @@ def _compute_offline(opts: Options, produce: Callable[[Any], dict[str, Any]]) ->
     try:
         with _warnings_only_on_stderr():
             report = offline.reports(conn, fit=opts.fit, strict_fifo=opts.strict_fifo, preemption=opts.preemption,
-                                     reservations=opts.reservations)
+                                     reservations=opts.reservations, topology_levels=topology_levels)
             return produce(report)
     except ApiError as err:
         if err.status == 0:

@@ -40,6 +40,7 @@ class Settings:
     placement_mode: str = "binding"
     protected_namespaces: frozenset[str] = frozenset()
     fault_defaults: FaultDefaults = DEFAULTS  # the cluster's fault tolerance defaults and ceilings
+    topology_levels: tuple[str, ...] = ()  # --topology-level, largest first
 
 
 @dataclass(frozen=True)

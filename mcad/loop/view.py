@@ -48,6 +48,10 @@ class LoopView:
         return {"fit": s.fit, "strictFifo": s.strict_fifo, "preemption": s.preemption,
                 "reservations": self._owners.reservations.limit}
 
+    def topology_levels(self) -> tuple[str, ...]:
+        """The node label keys of the cluster's topology (--topology-level), largest first; () when none."""
+        return self._settings.topology_levels
+
     # -- AppWrappers --------------------------------------------------------------------------------------------
 
     def assess_queue(self) -> QueueAssessment:

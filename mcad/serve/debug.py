@@ -14,6 +14,9 @@ Contract:
   controller does next and when), ``faultTolerance`` (the effective policy; ``defaults`` "built-in" offline, where
   the controller's flags are unknown), ``resets`` and, in a retry pause, ``pause`` (until when, and where its room
   is held: the nodes of its hold plan, else in aggregate). One in its retry pause is explained as such.
+- The ledger document names the configured topology levels (``topologyLevels``, largest first: the controller's
+  --topology-level) and, per node, its ``topology``: the value of each of those labels it carries (none other), so a
+  reader can add up the room of each domain (``mcadctl ledger --topology``, the dashboard's heat map).
 - The queue's "why" is computed now, by the dispatch cycle's own pass run dry (``LoopView.assess_queue``), not read
   back from the Backoff condition (which is rewritten only when what blocks an AppWrapper changes).
 - ``mcadctl --offline`` builds the same ``Reports`` over a dispatcher nobody runs (``mcad.cli.offline``): the same
@@ -146,6 +149,7 @@ class Reports:
         room = v.room_by_node()
         planned = v.planned_by_node()
         pinned = v.pinned_by_node()
+        levels = v.topology_levels()
         nodes = []
         for node in sorted(v.nodes(), key=lambda n: n.name):
             node_room = room.get(node.name, ResourceVector()) - ResourceVector({"pods": pods_on.get(node.name, 0)})
@@ -160,12 +164,16 @@ class Reports:
                           "free": quantities(node_room - node_planned),
                           # What the node-health rules say of it (mcad.model.nodehealth): empty when healthy.
                           "health": [{"resource": m.resource, "label": m.label, "value": m.value,
-                                      "effect": m.effect.value} for m in node.health]})
+                                      "effect": m.effect.value} for m in node.health],
+                          # Its domain of each configured level (``mcad.model.topology``): only those labels, so
+                          # a node adds at most one label value (63 characters) per level, whatever it carries.
+                          "topology": {level: node.labels[level] for level in levels if level in node.labels}})
         reservations = []
         for key, outstanding in v.reservations().items():
             namespace, _, name = key.partition("/")
             reservations.append({"namespace": namespace, "name": name, "reserved": quantities(outstanding)})
-        return {**self._header(), "resources": resources, "nodes": nodes, "reservations": reservations}
+        return {**self._header(), "resources": resources, "nodes": nodes, "reservations": reservations,
+                "topologyLevels": list(levels)}
 
     # ------------------------------------------------------------------------------------------ clusters
 

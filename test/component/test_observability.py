@@ -204,3 +204,22 @@ def test_the_published_decisions_are_a_copy_read_as_asked(harness_factory: Any) 
     sync.forget("ns/b")
     assert "ns/b" in decided and len(decided) == 2, "who had a decision is the copy's, taken when published"
     assert "ns/b" not in sync.decided_states()
+
+
+def test_the_ledger_report_names_the_levels_and_each_nodes_domain_of_them(harness_factory: Any) -> None:
+    block, rack = "topology.example.com/block", "topology.example.com/rack"
+    nodes = [node("n0", "8"), node("n1", "8"), node("n2", "8")]
+    nodes[0]["metadata"]["labels"] = {block: "b1", rack: "r1", "secret.example.com/owner": "team-x"}
+    nodes[1]["metadata"]["labels"] = {rack: "r2"}
+    h = harness_factory(nodes=nodes, pods=[], aws=[], topology_levels=(block, rack))
+    h.drain()
+    doc = reports(h).ledger()
+    assert doc["topologyLevels"] == [block, rack], "largest first, as configured"
+    # Only the configured levels' labels: the ledger shows a reader no other label of the nodes.
+    assert {n["name"]: n["topology"] for n in doc["nodes"]} == {
+        "n0": {block: "b1", rack: "r1"}, "n1": {rack: "r2"}, "n2": {}}
+
+    plain = harness_factory(nodes=nodes, pods=[], aws=[])
+    plain.drain()
+    doc = reports(plain).ledger()
+    assert doc["topologyLevels"] == [] and all(n["topology"] == {} for n in doc["nodes"])

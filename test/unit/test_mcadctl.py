@@ -16,7 +16,7 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from mcad.cli import mcadctl, reach, render
+from mcad.cli import mcadctl, reach, render, topologyroom
 from mcad.errors import ApiError
 from test.support import unreachable_kubeconfig
 
@@ -811,3 +811,112 @@ def test_the_service_is_asked_at_most_service_tries_times(monkeypatch: pytest.Mo
     with pytest.raises(reach.DebugUnavailable, match=f"answered from a standby replica {reach.SERVICE_TRIES} times"):
         through.fetch()
     assert len(asked) == 3 + reach.SERVICE_TRIES
+
+
+# -- ledger --topology -----------------------------------------------------------------------------------------------
+
+BLOCK, RACK = "topology.example.com/block", "topology.example.com/rack"
+
+
+def topology_node(name: str, labels: dict[str, str], *, cpu: str = "8", gpu: str = "4", free_cpu: str = "6",
+                  schedulable: bool = True, cluster: str = "") -> dict[str, Any]:
+    return {"name": name, "cluster": cluster, "schedulable": schedulable, "ready": True,
+            "allocatable": {"cpu": cpu, "memory": "16Gi", "nvidia.com/gpu": gpu, "pods": "110"},
+            "used": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}, "planned": {"cpu": "1"},
+            "free": {"cpu": free_cpu, "memory": "15Gi", "nvidia.com/gpu": "3"}, "pinned": 0, "health": [],
+            "topology": labels}
+
+
+TOPOLOGY_LEDGER: dict[str, Any] = {
+    **LEDGER, "topologyLevels": [BLOCK, RACK],
+    "nodes": [topology_node("a0", {BLOCK: "b1", RACK: "r2"}), topology_node("a1", {BLOCK: "b1", RACK: "r1"}),
+              topology_node("c0", {BLOCK: "b0", RACK: "r3"}, free_cpu="500m"),
+              topology_node("c1", {BLOCK: "b0", RACK: "r3"}, schedulable=False),
+              topology_node("loose", {})]}
+
+
+def test_topology_adds_up_each_domain_of_each_level_by_value_and_the_nodes_in_none() -> None:
+    doc = topologyroom.domains(TOPOLOGY_LEDGER, [BLOCK, RACK])
+    assert doc["resources"] == ["cpu", "memory", "nvidia.com/gpu"]
+    blocks = doc["levels"][0]
+    assert blocks["level"] == BLOCK
+    assert [(d["value"], d["nodes"], d["schedulable"]) for d in blocks["domains"]] == [("b0", 2, 1), ("b1", 2, 2)]
+    b0, b1 = blocks["domains"]
+    # Only schedulable nodes count, as the ledger's totals do: c1 is cordoned.
+    assert b0["capacity"] == {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "4"}
+    assert b0["free"] == {"cpu": "500m", "memory": "15Gi", "nvidia.com/gpu": "3"}
+    assert b1["free"] == {"cpu": "12", "memory": "30Gi", "nvidia.com/gpu": "6"}
+    assert b1["used"] == {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "2"}
+    assert b1["planned"] == {"cpu": "2", "memory": "0", "nvidia.com/gpu": "0"}
+    assert blocks["none"]["nodes"] == 1 and blocks["none"]["free"]["cpu"] == "6"
+    assert [d["value"] for d in doc["levels"][1]["domains"]] == ["r1", "r2", "r3"]
+
+    lines = topologyroom.lines(doc)
+    assert lines[0] == render.controller_line(TOPOLOGY_LEDGER)
+    start = lines.index(f"LEVEL {BLOCK}: 2 domain(s); 1 node(s) in none")
+    rows = [line.split() for line in lines[start + 1:start + 11]]
+    assert rows[0] == ["DOMAIN", "NODES", "RESOURCE", "CAPACITY", "USED", "PLANNED", "FREE"]
+    assert rows[1] == ["b0", "1/2", "cpu", "8", "1", "1", "500m"]
+    assert rows[4] == ["b1", "2/2", "cpu", "16", "2", "2", "12"]
+    assert rows[6] == ["b1", "2/2", "nvidia.com/gpu", "8", "2", "0", "6"]
+    assert rows[7] == ["(none)", "1/1", "cpu", "8", "1", "1", "6"]
+    assert f"LEVEL {RACK}: 3 domain(s); 1 node(s) in none" in lines
+
+
+def test_topology_domains_are_per_worker_cluster_in_hub_mode() -> None:
+    ledger = {**TOPOLOGY_LEDGER, "nodes": [topology_node("e0", {RACK: "r1"}, cluster="east"),
+                                           topology_node("w0", {RACK: "r1"}, cluster="west"),
+                                           topology_node("e1", {RACK: "r0"}, cluster="east")]}
+    doc = topologyroom.domains(ledger, [RACK])
+    assert [(d["cluster"], d["value"], d["nodes"]) for d in doc["levels"][0]["domains"]] == [
+        ("east", "r0", 1), ("east", "r1", 1), ("west", "r1", 1)]
+    lines = topologyroom.lines(doc)
+    assert lines[2] == f"LEVEL {RACK}: 3 domain(s); every node is in one"
+    assert lines[3].split()[:2] == ["CLUSTER", "DOMAIN"] and lines[4].split()[:3] == ["east", "r0", "1/1"]
+
+
+def test_topology_of_a_sparse_document_prints_dashes_and_zeros_not_errors() -> None:
+    doc = topologyroom.domains({"nodes": [{"name": "x", "topology": {RACK: 7}, "free": {"cpu": "lots"}}, "junk"]},
+                               [RACK])
+    assert doc["levels"][0]["domains"] == [] and doc["levels"][0]["none"]["nodes"] == 1
+    assert topologyroom.lines(doc)[3].split() == ["DOMAIN", "NODES", "RESOURCE", "CAPACITY", "USED", "PLANNED",
+                                                  "FREE"]
+    assert "No nodes." in topologyroom.lines(topologyroom.domains({}, [RACK]))
+
+
+def test_ledger_topology_command_groups_by_the_controllers_levels_or_those_asked(controller: Controller) -> None:
+    controller.answers["ledger"] = TOPOLOGY_LEDGER
+    result = mcadctl_("ledger", "--topology")
+    assert result.exit_code == 0, result.output
+    assert [line.split(":")[0] for line in result.stdout.splitlines() if line.startswith("LEVEL")] == [
+        f"LEVEL {BLOCK}", f"LEVEL {RACK}"]
+    assert controller.asked[-1][1:] == ("ledger", [])
+    only = json.loads(mcadctl_("ledger", "--topology", "--level", RACK, "-o", "json").stdout)
+    assert [level["level"] for level in only["levels"]] == [RACK]
+    assert [d["value"] for d in only["levels"][0]["domains"]] == ["r1", "r2", "r3"]
+    assert yaml.safe_load(mcadctl_("ledger", "--topology", "-o", "yaml").stdout) == topologyroom.domains(
+        TOPOLOGY_LEDGER, [BLOCK, RACK])
+
+
+def test_ledger_topology_refuses_a_level_the_controller_does_not_report(controller: Controller) -> None:
+    controller.answers["ledger"] = TOPOLOGY_LEDGER
+    result = mcadctl_("ledger", "--topology", "--level", "secret.example.com/owner")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: the controller reports the domains of its --topology-level levels only "
+                                    f"({BLOCK}, {RACK}), not of secret.example.com/owner")
+    controller.answers["ledger"] = {**TOPOLOGY_LEDGER, "topologyLevels": []}
+    unconfigured = mcadctl_("ledger", "--topology")
+    assert unconfigured.exit_code == 1 and "runs without --topology-level" in unconfigured.stderr
+    controller.answers["ledger"] = LEDGER  # a controller from before topology levels
+    older = mcadctl_("ledger", "--topology")
+    assert older.exit_code == 1 and "reports no topology levels" in older.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["ledger", "--level", RACK], ["ledger", "--topology", "--nodes"], ["ledger", "--topology", "-o", "wide"],
+    ["--offline", "ledger", "--topology"], ["--offline", "ledger", "--topology", "--level", "not a key"],
+])
+def test_ledger_topology_usage_errors_ask_nobody(controller: Controller, args: list[str]) -> None:
+    result = mcadctl_(*args)
+    assert result.exit_code == 2, result.output
+    assert controller.asked == []
