@@ -5,7 +5,10 @@ Contract:
   build as many as they like.
 - Events are counted where they happen, by the dispatcher thread: ``decision`` (dispatched, queued, preempted,
   requeued, completed, failed), ``dispatch_latency`` (AppWrapper creation to its Dispatched status),
-  ``cycle`` (one dispatch cycle's duration). Each is a dict lookup and an add; nothing here blocks.
+  ``cycle`` (one dispatch cycle's duration), ``topology_placed`` (a dispatch of an AppWrapper that asks for a
+  topology level). Each is a dict lookup and an add; nothing here blocks.
+- Label values tenants choose are bounded: priority classes (``PRIORITY_LABELS``, then "other") and topology levels
+  (only those named by ``name_topology_levels``, the controller's --topology-level, else "other").
 - State is read at scrape time from ``Sources`` the controller registers: informer relists, API errors by verb and
   code, leader status, event recorder counters, AppWrappers by state (the informer's store, corrected by the
   decisions it does not show yet), and what the dispatcher loop publishes (``LoopState``: the ledger's totals,
@@ -51,6 +54,11 @@ def base_units(resource: str, amount: int) -> float:
     """A ledger amount in Prometheus base units (the ledger counts cpu in millicores)."""
     return amount / 1000 if resource == "cpu" else float(amount)
 
+
+# How a gang asks for a topology level (mcad.model.topologyasked), and the label value of a level the controller is
+# not configured with: levels come from tenants' annotations, so only the configured ones get a value of their own.
+TOPOLOGY_ASKS = ("required", "preferred")
+OTHER_LEVEL = "other"
 
 # Every series of mcad_caller_refusals exists from the start (rate() needs a zero).
 CALLER_REFUSALS = (("webhook", "unauthenticated"), ("webhook", "access_reviews_source"),
@@ -397,6 +405,12 @@ class Metrics:
             self._lost.labels(cause)
         for reason in (status.RETRY_LIMIT_REACHED, status.TERMINAL_EXIT_CODE):
             self._ft_failures.labels(reason)
+        self._topology = Counter("mcad_topology_gangs_placed", "Dispatches of AppWrappers that ask for a topology "
+                                 "level (themselves or a pod set), by level (a configured --topology-level, else "
+                                 "\"other\") and ask (required, preferred); an AppWrapper counts once per level "
+                                 "and ask it names.", ["level", "ask"], registry=self.registry)
+        self._topology_levels: frozenset[str] = frozenset()
+        self.name_topology_levels(())
         self.registry.register(_StateCollector(self.sources))
         self._ports: list[PortCounters] = []
         self.registry.register(_ServingCollector(self._ports))
@@ -431,6 +445,22 @@ class Metrics:
 
     def fault_failure(self, reason: str) -> None:
         self._ft_failures.labels(reason).inc()
+
+    def name_topology_levels(self, levels: Iterable[str]) -> None:
+        """The levels ``topology_placed`` labels with their own name (--topology-level); any other counts as
+        "other". Their series, and "other"'s, exist from now on."""
+        self._topology_levels = frozenset(levels)
+        for level in (*sorted(self._topology_levels), OTHER_LEVEL):
+            for ask in TOPOLOGY_ASKS:
+                self._topology.labels(level, ask)
+
+    def topology_placed(self, asked: Iterable[tuple[str, str]]) -> None:
+        """One dispatch of an AppWrapper that asked for these (level, ask) pairs: each series once, whatever
+        number of pairs falls under it (two unconfigured levels are one "other")."""
+        series = {(level if level in self._topology_levels else OTHER_LEVEL, ask)
+                  for level, ask in asked if ask in TOPOLOGY_ASKS}
+        for level, ask in series:
+            self._topology.labels(level, ask).inc()
 
     def cycle(self, seconds: float) -> None:
         self._cycle.observe(seconds)

@@ -120,6 +120,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     queue = queue if queue is not None else WorkQueue(name="dispatcher")
     clock = clock if clock is not None else RealClock()
     metrics = metrics if metrics is not None else Metrics()
+    metrics.name_topology_levels(scheduling.topology_levels)  # tenants name levels: only these get a label value
     recorder = recorder if recorder is not None else events.DiscardEvents()
     binding = placement == "binding" and fit == "nodes"  # pods pinned to their plan's nodes (mcad.loop.pinning)
     by_nodes = fit == "nodes"

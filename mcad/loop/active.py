@@ -6,7 +6,8 @@ since those are built with this owner in hand):
   trees, either one schedules the QuotaSubtree usage write.
 - ``dispatched(aw, current, new, uids)``: its objects exist (``mcad.loop.dispatches``): from here on it is
   dispatched for the loop, whether or not its status write lands at once; a Dispatched Event, the dispatch
-  latency of its first dispatch, and its watchers (``mcad.loop.follower``, ``mcad.loop.pinning``) are told.
+  latency of its first dispatch, the topology levels it asked for (each dispatch), and its watchers
+  (``mcad.loop.follower``, ``mcad.loop.pinning``) are told.
 - ``adopt(aw)``: an AppWrapper found dispatched at a sync (a restart, a status that landed) holds its reservation.
 - ``reset`` (objects deleted, its room held while it pauses), ``finish`` (a final state, released at once),
   ``requeue`` (objects deleted, back in the queue at its place, draining until its old pods are gone) and
@@ -46,7 +47,7 @@ from mcad.loop.queued import Queued
 from mcad.loop.quotastatus import QUOTA_STATUS_WINDOW_SECONDS
 from mcad.loop.sites import Sites
 from mcad.metrics import Metrics
-from mcad.model import keys, lifecycle, status
+from mcad.model import keys, lifecycle, status, topologyasked
 from mcad.model.accounting import Accountant
 from mcad.model.keys import DISPATCH, QUOTA_STATUS, ROOM_FREED, Key
 from mcad.model.plans import Plan
@@ -165,6 +166,9 @@ class Active:
         where = f" in worker cluster {cluster}" if cluster else ""
         self._decisions.note(aw, "dispatched",
                              f"Its wrapped objects were created{where}; it reserves {aw.demand.format() or 'nothing'}.")
+        asked = topologyasked.asked(aw)
+        if asked:
+            self._metrics.topology_placed(asked)
         created = lifecycle.parse_time(aw.created)
         if first and created is not None:
             # Creation to first dispatch; a requeued AppWrapper's later dispatches would say more about its

@@ -223,3 +223,44 @@ def test_the_ledger_report_names_the_levels_and_each_nodes_domain_of_them(harnes
     plain.drain()
     doc = reports(plain).ledger()
     assert doc["topologyLevels"] == [] and all(n["topology"] == {} for n in doc["nodes"])
+
+
+def test_dispatches_that_ask_for_a_topology_level_are_counted_by_level_and_ask(harness_factory: Any) -> None:
+    block, rack = "topology.example.com/block", "topology.example.com/rack"
+    n0 = node("n0", "16")
+    n0["metadata"]["labels"] = {block: "b1", rack: "r1"}
+    required = aw("required", "1")
+    required["metadata"]["annotations"] = {"mcad.codeflare.dev/topology-required": rack}
+    # A level the controller is not configured with comes from a tenant: it counts as "other", never as itself.
+    unconfigured = aw("unconfigured", "1")
+    unconfigured["metadata"]["annotations"] = {"mcad.codeflare.dev/topology-preferred": "tenant.example.com/zone"}
+    # A pod set's own ask (Kueue's annotation on its template) counts as the AppWrapper's do.
+    pod_set = aw("pod-set", "0")
+    pod_set["metadata"]["annotations"] = {"mcad.codeflare.dev/topology-preferred": rack}
+    pod_set["spec"]["resources"]["GenericItems"] = [{"generictemplate": {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "pod-set-job"},
+        "spec": {"parallelism": 2, "completions": 2, "template": {
+            "metadata": {"annotations": {"kueue.x-k8s.io/podset-required-topology": block}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}}}}]
+    h = harness_factory(nodes=[n0], pods=[], aws=[required, unconfigured, pod_set, aw("plain", "1")],
+                        topology_levels=(block, rack))
+    h.drain()
+    assert set(h.dispatcher.owners.active.views) == {"ns/required", "ns/unconfigured", "ns/pod-set", "ns/plain"}
+    m = h.dispatcher.metrics
+    counted = {(level, ask): m.value("mcad_topology_gangs_placed_total", {"level": level, "ask": ask})
+               for level in (block, rack, "other") for ask in ("required", "preferred")}
+    assert counted == {(block, "required"): 1, (block, "preferred"): 0, (rack, "required"): 1,
+                       (rack, "preferred"): 1, ("other", "required"): 0, ("other", "preferred"): 1}
+    assert m.value("mcad_topology_gangs_placed_total", {"level": "tenant.example.com/zone", "ask": "preferred"}) is None
+
+
+def test_topology_levels_not_configured_share_one_label_value_per_dispatch() -> None:
+    m = Metrics()
+    m.name_topology_levels(["example.com/rack"])
+    m.topology_placed([("a.example.com/x", "preferred"), ("b.example.com/y", "preferred"),
+                       ("example.com/rack", "required")])
+    assert m.value("mcad_topology_gangs_placed_total", {"level": "other", "ask": "preferred"}) == 1
+    assert m.value("mcad_topology_gangs_placed_total", {"level": "example.com/rack", "ask": "required"}) == 1
+    assert m.value("mcad_topology_gangs_placed_total", {"level": "example.com/rack", "ask": "preferred"}) == 0
+    text = m.render().decode()
+    assert "a.example.com" not in text and "b.example.com" not in text

@@ -7,6 +7,8 @@
 - Every owner of the loop (``mcad.loop.owners.Owners``) defined under ``mcad/loop/`` has a row in
   docs/architecture.md's table of owners.
 - A page with a list of contents (links to its own headings before its first section) lists every section.
+- Every metric family of mcad's own (``mcad.metrics.Metrics``: those it counts and those of its ports) is in
+  docs/operating.md's table, counters with their ``_total``.
 - Every controller flag is set by the chart's templates or is one the chart deliberately leaves alone (``UNSET``),
   as charts/mcad/values.yaml's header says.
 """
@@ -24,6 +26,7 @@ import yaml
 from mcad.cli import controller
 from mcad.loop import owners
 from mcad.loop.health import MAX_UNCOUNTED_IN_A_ROW
+from mcad.metrics import Metrics
 from test.unit.test_docs import doc_pages, github_slug, long_options, prose_lines
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,3 +170,11 @@ def test_every_controller_flag_is_set_by_the_chart_or_left_alone_on_purpose() ->
              and not (option in TEMPLATED and TEMPLATED[option] in templates) and option not in UNSET]
     assert unset == [], "give these a value in charts/mcad/values.yaml, or add them to UNSET with the reason"
     assert [option for option in UNSET if option not in long_options(command)] == []
+
+
+def test_every_metric_mcad_counts_is_in_the_operating_table() -> None:
+    table = (DOCS / "operating.md").read_text()
+    names = [family.name + ("_total" if family.type == "counter" else "")
+             for family in Metrics().registry.collect() if family.name.startswith("mcad_")]
+    assert "mcad_dispatch_decisions_total" in names
+    assert [name for name in names if f"`{name}" not in table] == []
