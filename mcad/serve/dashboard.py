@@ -23,7 +23,10 @@ Contract:
     exist.
   - ``nodes``: per node, cpu / memory / nvidia.com/gpu allocatable, used (by bound pods), reserved (dispatched,
     not bound yet) and free, with the fractions the heat map colours; cordoned and not-Ready nodes flagged; in
-    hub mode grouped by worker cluster with its health. Needs ``get`` on ``/debug/ledger``.
+    hub mode grouped by worker cluster with its health. With topology levels (the ledger's ``topologyLevels``,
+    the controller's --topology-level) each node carries its ``topology`` (its value of each level) and each group
+    its ``domains``: ``domain_tree``, the nodes by their domain of the largest level, then of the next, the nodes
+    in no domain of a level in a group of their own (``value`` null). Needs ``get`` on ``/debug/ledger``.
   - ``quota``: every quota tree's nodes with limit, used and borrowed, and the fractions of the bars. Needs
     ``get`` on ``/debug/quota``.
   - ``summary``: the headline numbers of ``mcad.serve.history`` (counts by state, dispatches per minute, time to
@@ -37,7 +40,7 @@ Contract:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from importlib import resources
@@ -218,8 +221,14 @@ class Dashboard:
                       for worker in clusters["clusters"]]
         else:
             groups = [{"cluster": None, "nodes": nodes["nodes"]}]
+        # A ledger from a controller without topology levels (or from before them) has none: no domains.
+        levels = [str(level) for level in ledger.get("topologyLevels") or []]
+        if levels:
+            for group in groups:
+                group["domains"] = domain_tree(group["nodes"], levels)
         return {"controller": ledger["controller"], "generatedAt": ledger["generatedAt"],
-                "mode": clusters.get("mode", "single"), "resources": nodes["resources"], "groups": groups}
+                "mode": clusters.get("mode", "single"), "resources": nodes["resources"], "levels": levels,
+                "groups": groups}
 
     # ------------------------------------------------------------------------------------------ quota
 
@@ -254,6 +263,29 @@ class Dashboard:
         if self.summary is None:
             raise Refusal(404, {"error": "this controller keeps no history of its metrics"})
         return dict(self.summary())
+
+
+def domain_tree(nodes: Sequence[Mapping[str, Any]], levels: Sequence[str]) -> list[dict[str, Any]]:
+    """``nodes`` grouped by their domain of ``levels[0]`` (by value; the nodes in none last, ``value`` None), each
+    group by the next level, and so on: ``{"level", "value", "domains"}``, the last level's groups with ``nodes``
+    (names, in the order given) instead of ``domains``. No levels: []."""
+    if not levels:
+        return []
+    level, rest = levels[0], levels[1:]
+    found: dict[str, list[Mapping[str, Any]]] = {}
+    outside: list[Mapping[str, Any]] = []
+    for node in nodes:
+        value = (node.get("topology") or {}).get(level)
+        if isinstance(value, str):
+            found.setdefault(value, []).append(node)
+        else:
+            outside.append(node)
+    branches: list[tuple[str | None, list[Mapping[str, Any]]]] = [*sorted(found.items())]
+    if outside:
+        branches.append((None, outside))
+    return [{"level": level, "value": value,
+             **({"domains": domain_tree(members, rest)} if rest else {"nodes": [node["name"] for node in members]})}
+            for value, members in branches]
 
 
 def whole_number(raw: str) -> int | None:
@@ -314,4 +346,5 @@ def _node(node: Mapping[str, Any]) -> dict[str, Any]:
                            "usedFraction": _fraction(_amount(used), total),
                            "reservedFraction": _fraction(_amount(reserved), total)}
     return {"name": node["name"], "cluster": node.get("cluster", ""), "schedulable": node["schedulable"],
-            "ready": node["ready"], "pinned": node.get("pinned", 0), "cells": cells}
+            "ready": node["ready"], "pinned": node.get("pinned", 0), "cells": cells,
+            "topology": dict(node.get("topology") or {})}

@@ -373,6 +373,29 @@ function nodeRow(node, resources) {
   return tr;
 }
 
+// With topology levels (the controller's --topology-level) the nodes sit under a heading per domain of the
+// largest level, then of the next, indented; those in no domain of a level under "no <level>". The tree comes
+// built (mcad.serve.dashboard.domain_tree): this only writes it down.
+function levelName(level) {
+  return String(level).split("/").pop();
+}
+
+function domainRows(tbody, branches, byName, resources, depth) {
+  for (const branch of branches) {
+    const none = branch.value == null;
+    const th = el("th", {
+      scope: "rowgroup", colspan: resources.length + 1, class: `domain depth${Math.min(depth, 3)}${none ? " none" : ""}`,
+      "data-level": branch.level, "data-domain": none ? "" : branch.value, title: branch.level,
+    }, none ? `no ${levelName(branch.level)}` : `${levelName(branch.level)} ${branch.value}`);
+    tbody.append(el("tr", { class: "domain" }, th));
+    if (branch.domains) domainRows(tbody, branch.domains, byName, resources, depth + 1);
+    for (const name of branch.nodes || []) {
+      const node = byName.get(name);
+      if (node) tbody.append(nodeRow(node, resources));
+    }
+  }
+}
+
 function renderNodes(doc) {
   const table = $("#nodes");
   const present = doc.resources.filter((r) => doc.groups.some((g) => g.nodes.some((n) => n.cells[r])));
@@ -387,7 +410,11 @@ function renderNodes(doc) {
       if (group.message) th.append(el("span", { class: "note", text: ` ${group.message}` }));
       tbody.append(el("tr", {}, th));
     }
-    for (const node of group.nodes) tbody.append(nodeRow(node, resources));
+    if (group.domains && group.domains.length) {
+      domainRows(tbody, group.domains, new Map(group.nodes.map((node) => [node.name, node])), resources, 0);
+    } else {
+      for (const node of group.nodes) tbody.append(nodeRow(node, resources));
+    }
     if (!group.nodes.length) tbody.append(el("tr", {}, el("td", { colspan: resources.length + 1, class: "note", text: "no nodes" })));
     return tbody;
   });

@@ -198,6 +198,49 @@ def test_nodes_are_grouped_by_worker_cluster_in_hub_mode() -> None:
         ("east", "Healthy", ["east-1"]), ("west", "Unreachable", ["west-1"])]
 
 
+BLOCK, RACK = "topology.example.com/block", "topology.example.com/rack"
+TOPOLOGY_NODES = [ledger_node("a0", topology={BLOCK: "b2", RACK: "r1"}), ledger_node("a1", topology={BLOCK: "b1"}),
+                  ledger_node("a2", topology={BLOCK: "b1", RACK: "r2"}), ledger_node("a3", topology={RACK: "r9"}),
+                  ledger_node("a4", topology={BLOCK: "b1", RACK: "r1"}), ledger_node("a5", topology={})]
+
+
+def test_with_topology_levels_nodes_are_grouped_by_the_largest_level_then_the_next() -> None:
+    source = FakeSource({"ledger": {**HEADER, "nodes": TOPOLOGY_NODES, "topologyLevels": [BLOCK, RACK]},
+                         "clusters": {**HEADER, "mode": "single", "clusters": []}})
+    status, doc = view(Dashboard(source), "nodes")
+    assert status == 200 and doc["levels"] == [BLOCK, RACK]
+    group = doc["groups"][0]
+    assert [n["name"] for n in group["nodes"]] == ["a0", "a1", "a2", "a3", "a4", "a5"], "every node, as before"
+    assert group["nodes"][0]["topology"] == {BLOCK: "b2", RACK: "r1"}
+    # Domains by value, the nodes in no domain of a level last in their own group (value None), at every level.
+    assert group["domains"] == [
+        {"level": BLOCK, "value": "b1", "domains": [
+            {"level": RACK, "value": "r1", "nodes": ["a4"]}, {"level": RACK, "value": "r2", "nodes": ["a2"]},
+            {"level": RACK, "value": None, "nodes": ["a1"]}]},
+        {"level": BLOCK, "value": "b2", "domains": [{"level": RACK, "value": "r1", "nodes": ["a0"]}]},
+        {"level": BLOCK, "value": None, "domains": [
+            {"level": RACK, "value": "r9", "nodes": ["a3"]}, {"level": RACK, "value": None, "nodes": ["a5"]}]}]
+
+
+def test_topology_domains_are_per_worker_cluster_and_absent_without_levels() -> None:
+    nodes = [ledger_node("east-1", cluster="east", topology={RACK: "r1"}),
+             ledger_node("west-1", cluster="west", topology={RACK: "r1"})]
+    workers = [{"name": "east", "state": "Healthy", "usable": True, "message": ""},
+               {"name": "west", "state": "Healthy", "usable": True, "message": ""}]
+    source = FakeSource({"ledger": {**HEADER, "nodes": nodes, "topologyLevels": [RACK]},
+                         "clusters": {**HEADER, "mode": "hub", "clusters": workers}})
+    _, doc = view(Dashboard(source), "nodes")
+    assert [(g["cluster"], g["domains"]) for g in doc["groups"]] == [
+        ("east", [{"level": RACK, "value": "r1", "nodes": ["east-1"]}]),
+        ("west", [{"level": RACK, "value": "r1", "nodes": ["west-1"]}])]
+    # A controller without --topology-level, or from before it: the heat map as it was.
+    for ledger in ({**HEADER, "nodes": TOPOLOGY_NODES, "topologyLevels": []}, {**HEADER, "nodes": TOPOLOGY_NODES}):
+        source.documents["ledger"] = ledger
+        source.documents["clusters"] = {**HEADER, "mode": "single", "clusters": []}
+        _, doc = view(Dashboard(source), "nodes")
+        assert doc["levels"] == [] and "domains" not in doc["groups"][0]
+
+
 def test_quota_bars_and_the_summary_need_their_rights() -> None:
     tree = {"name": "t", "resources": ["cpu"], "errors": [], "nodes": [
         {"name": "root", "parent": None, "hardLimit": False, "disabled": False, "depth": 0, "limit": {"cpu": "10"},
