@@ -53,6 +53,9 @@ from test.support import token_kubeconfig, wait_until
 BIN = Path(sys.executable).parent
 HOST_IP = "192.0.2.2"  # an address of this machine that the API server is willing to proxy to
 QUEUED = ["huge-high", "huge-low-a", "huge-low-b"]  # the dispatch order: priority, then creation, then name
+# The controller's topology levels: labels the local cluster's nodes carry (hack/localcluster.py): every kwok node
+# has type=kwok, and each its own hostname. Nodes other tests make may carry neither.
+LEVELS = ("type", "kubernetes.io/hostname")
 
 
 def free_port() -> int:
@@ -74,7 +77,7 @@ def controller_process(kubeconfig: str, pod_name: str, port: int, election_names
              "--http-bind-address", f"0.0.0.0:{port}", "--leader-elect", "--leader-elect-namespace",
              election_namespace, "--leader-elect-lease-name", "election",
              # mcadctl reads /debug; admission is not what this tests (nothing registers the webhooks here).
-             "--no-webhook"],
+             "--no-webhook", *(arg for level in LEVELS for arg in ("--topology-level", level))],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "POD_NAME": pod_name})
 
     def ready() -> bool:
@@ -271,6 +274,40 @@ def test_ledger_shows_capacity_use_and_every_node(cluster: Cluster) -> None:
     assert any(line.split()[:1] == ["RESOURCE"] for line in table.stdout.splitlines())
     for node in nodes:
         assert any(line.split()[:3] == [node, "Ready", "cpu"] for line in table.stdout.splitlines()), table.stdout
+
+
+def test_ledger_topology_adds_up_each_domain_of_the_controllers_levels(cluster: Cluster) -> None:
+    result = mcadctl_("--url", cluster.url, "ledger", "--topology", "-o", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert [level["level"] for level in doc["levels"]] == list(LEVELS)
+    labels = {n.metadata.name: n.metadata.labels or {} for n in cluster.core.list_node().items}
+    for level in doc["levels"]:
+        values = [node.get(level["level"]) for node in labels.values()]
+        expected = {value: values.count(value) for value in values if value is not None}
+        assert {d["value"]: d["nodes"] for d in level["domains"]} == expected, level
+        assert [d["value"] for d in level["domains"]] == sorted(expected), "domains by value"
+        assert level["none"]["nodes"] == values.count(None)
+    kwok = doc["levels"][0]["domains"][0]
+    assert kwok["value"] == "kwok" and kwok["schedulable"] >= 1 and kwok["free"]["cpu"] != "0", kwok
+
+    table = mcadctl_("--url", cluster.url, "ledger", "--topology", "--level", "type")
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert any(line.startswith("LEVEL type: ") for line in lines) and "LEVEL kubernetes.io/hostname" not in table.stdout
+    assert any(line.split()[:3] == ["kwok", f"{kwok['schedulable']}/{kwok['nodes']}", "cpu"] for line in lines)
+
+    # The controller reports its levels' labels only: any other is refused, and named as what it cannot show.
+    other = mcadctl_("--url", cluster.url, "ledger", "--topology", "--level", "kubernetes.io/os")
+    assert other.exit_code == 1 and "not of kubernetes.io/os" in other.stderr, other.output
+    # Offline, the levels given stand for the controller's, and any node label will do.
+    offline_doc = mcadctl_("--kubeconfig", cluster.kubeconfig, "--offline", "ledger", "--topology", "--level",
+                           "kubernetes.io/os", "-o", "json")
+    assert offline_doc.exit_code == 0, offline_doc.output
+    [os_level] = json.loads(offline_doc.stdout)["levels"]
+    os_values = [node.get("kubernetes.io/os") for node in labels.values()]
+    assert {d["value"]: d["nodes"] for d in os_level["domains"]} == {
+        value: os_values.count(value) for value in os_values if value is not None}
 
 
 def test_explain_says_why_in_plain_words(cluster: Cluster) -> None:
@@ -623,6 +660,8 @@ def test_through_the_proxy_the_token_goes_in_its_own_header_and_the_tenant_sees_
     assert hidden.exit_code == 1 and "not found (the controller does not know it)" in hidden.stderr, hidden.output
     ledger = mcadctl_(*base, "ledger", token=tenant)
     assert ledger.exit_code == 1 and "answered 403" in ledger.stderr and "may not get /debug/ledger" in ledger.stderr
+    domains = mcadctl_(*base, "ledger", "--topology", token=tenant)
+    assert domains.exit_code == 1 and "may not get /debug/ledger" in domains.stderr, domains.output
 
 
 def test_a_client_certificate_kubeconfig_is_told_how_to_get_a_token(cluster: Cluster) -> None:
