@@ -76,13 +76,6 @@ def asks(aw: AppWrapperView) -> bool:
                 or any(group.topology_required or group.topology_preferred for group in aw.gang))
 
 
-def levels_asked(aw: AppWrapperView) -> tuple[str, ...]:
-    """Every level ``aw`` or one of its pod sets names, required ones first (for queue grouping and metrics)."""
-    named = [aw.topology_required, *(g.topology_required for g in aw.gang),
-             aw.topology_preferred, *(g.topology_preferred for g in aw.gang)]
-    return tuple(dict.fromkeys(level for level in named if level))
-
-
 def domains(nodes: Sequence[NodeView], level: str) -> list[tuple[str, list[NodeView]]]:
     """(label value, its nodes) for each domain of ``level``, by value; nodes without the label are left out."""
     found: dict[str, list[NodeView]] = {}

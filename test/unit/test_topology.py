@@ -19,7 +19,7 @@ from mcad.api.topologyasks import (
     level,
 )
 from mcad.api.views import NodeView, node_view
-from mcad.model import topology
+from mcad.model import topology, topologyasked
 from mcad.model.topology import Hierarchy
 from test.unit.nodes_and_pods import raw_node
 
@@ -164,5 +164,5 @@ def test_annotation_values_are_read_whole_and_bounded() -> None:
     assert level(7) == "" and level("") == "" and level("x" * 318) == ""
     aw = job_aw(1, "1", {TOPOLOGY_REQUIRED: RACK, TOPOLOGY_PREFERRED: BLOCK})
     assert (aw.topology_required, aw.topology_preferred) == (RACK, BLOCK)
-    assert topology.levels_asked(aw) == (RACK, BLOCK)
+    assert topologyasked.asked(aw) == ((RACK, "required"), (BLOCK, "preferred"))
     assert not topology.asks(job_aw(1, "1"))
