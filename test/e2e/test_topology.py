@@ -57,14 +57,14 @@ def racked_nodes(core: k8s.CoreV1Api) -> Iterator[tuple[dict[str, str], str]]:
                 delete_fake_node(core, name)
 
 
-def gang(name: str, row: str, pods: int, cpu: int, *, rack: str = "") -> dict[str, Any]:
-    """A Job of ``pods`` pods of ``cpu`` that run for an hour on the row's nodes (``rack``: on that rack only)."""
+def gang(name: str, row: str, pods: int, cpu: int, *, rack: str = "", run: str = "1h") -> dict[str, Any]:
+    """A Job of ``pods`` pods of ``cpu`` that run for ``run`` on the row's nodes (``rack``: on that rack only)."""
     requests = {"cpu": str(cpu), "memory": "16Mi"}
     selector = {ROW: row, **({RACK: rack} if rack else {})}
     return {"replicas": 1, "generictemplate": {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
         "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": {
-            "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "1h"}},
+            "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": run}},
             "spec": {"restartPolicy": "Never", "nodeSelector": selector, "containers": [{
                 "name": "main", "image": "trainer", "resources": {"requests": requests, "limits": requests}}]}}}}}
 
@@ -126,3 +126,36 @@ def test_gangs_go_into_one_domain_and_preemption_frees_the_cheapest_rack(
         assert placed(aws, "urgent", 2, names) == ["c0", "c0"]
         assert aws.status("low-c").get("state") != "Running"
         assert [aws.status(name).get("state") for name in ("low-b1", "low-b2")] == ["Running", "Running"]
+
+
+def test_a_gang_reserves_the_rack_that_frees_first_against_a_stream_of_small_appwrappers(
+        controller_kubeconfig: str, aws: AppWrappers, core: k8s.CoreV1Api) -> None:
+    """rack-a and rack-c run hour-long AppWrappers; rack-b one that ends in a few seconds, on b0. A 2 x 4-cpu gang
+    that requires a rack reserves rack-b (it lacks one pod's room there, two in rack-a and rack-c), and a stream of
+    1-cpu AppWrappers that ask nothing of the topology keeps coming: none of them is bound in rack-b, though b1 is
+    free all along, and the gang takes rack-b whole once b0 is free. The stream runs on d0 meanwhile."""
+    with racked_nodes(core) as (names, row), running_controller(controller_kubeconfig, LOGS / "test_topology.log"):
+        rack_b = {names["b0"], names["b1"]}
+        aws.create(appwrapper("long", gang("long", row, 2, 4, rack="rack-a")))
+        aws.create(appwrapper("big", gang("big", row, 1, 11, rack="rack-c")))
+        aws.wait_pods("long", 2)
+        aws.wait_pods("big", 1)
+        aws.create(appwrapper("short", gang("short", row, 1, 4, rack="rack-b", run="8s")))
+        aws.wait_pods("short", 1)
+        aws.create(asking(appwrapper("gang", gang("gang", row, 2, 4)), required=RACK))
+        landed: set[str] = set()
+        n = 0
+
+        def gang_runs() -> bool:
+            nonlocal n
+            name = f"stream-{n:02d}"  # the stream, one per poll, each running 3 s
+            aws.create(appwrapper(name, gang(name, row, 1, 1, run="3s")))
+            n += 1
+            landed.update(p.metadata.name for p in core.list_namespaced_pod(aws.namespace).items
+                          if p.spec.node_name in rack_b and p.metadata.name.startswith("stream-"))
+            return aws.status("gang").get("state") == "Running"
+
+        wait_until(gang_runs, 60, "the gang to start in rack-b")
+        assert placed(aws, "gang", 2, names) == ["b0", "b1"]
+        assert not landed, f"stream pods bound in the reserved rack: {sorted(landed)}"
+        assert n >= 3, "the stream ran while the gang waited"
