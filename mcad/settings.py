@@ -74,6 +74,9 @@ class SchedulingSettings:
     # Node label keys of the cluster's topology, largest first (block, rack, host): a preferred level falls back
     # up them (mcad.model.topology.Hierarchy). Required levels work without them.
     topology_levels: tuple[str, ...] = ()
+    # Among AppWrappers of one priority, the tenant with the least decayed usage first (mcad.model.fairshare).
+    fair_sharing: bool = False
+    fair_sharing_half_life: float = 3600.0
     fault_defaults: FaultDefaults = DEFAULTS  # the cluster's fault tolerance defaults, floors and ceilings
 
 

@@ -65,6 +65,7 @@ from mcad.loop.evictions import (
     EvictionOwners,
     Evictions,
 )
+from mcad.loop.fairsharing import FairSharing
 from mcad.loop.follower import Follower
 from mcad.loop.health import Health, HealthOwners
 from mcad.loop.notices import Notices
@@ -79,6 +80,7 @@ from mcad.loop.tools import LoopTools
 from mcad.metrics import Metrics
 from mcad.model import quota, tenancy
 from mcad.model.accounting import Accountant
+from mcad.model.fairshare import FairShare
 from mcad.model.fit import SingleCluster, Targets
 from mcad.model.keys import RECOVERED, AppWrapperEvent, Key
 from mcad.model.preemption import EvictionBudget, Preemptors
@@ -139,10 +141,12 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     in_flight = InFlight()
     dispatch_retries = RetryTimes(clock, DISPATCH_RETRY)  # Dispatches' too; notices read them through a reader
     queued = Queued(appwrappers, decisions, accountant, in_flight=in_flight.view, preemptors=preemptors,
-                    by_nodes=by_nodes)
+                    by_nodes=by_nodes, fair=scheduling.fair_sharing)
     notices = Notices(queued, appwrappers, decisions, preemptors=preemptors, dispatch_retries=dispatch_retries.reader(),
                       metrics=metrics, clock=clock, strict_fifo=strict_fifo)
     active = Active(appwrappers, accountant, decisions, queued, notices, queue=queue, clock=clock, metrics=metrics)
+    fair = FairSharing(FairShare(scheduling.fair_sharing_half_life), accountant, active.views, clock) \
+        if scheduling.fair_sharing else None
     targets: Targets
     sites: Sites
     if hub is None:
@@ -174,11 +178,13 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
                                  sites=sites), tools, defaults=fault_defaults, writer=writer, by_nodes=by_nodes)
     follower = Follower(active, queued, decisions, appwrappers=appwrappers, accountant=accountant, sites=sites,
                         unplaced=pinning, health=health, queue=queue, clock=clock)
-    active.connect(sites, watchers=(follower, pinning, health), placing=pinning.placing)
+    active.connect(sites, watchers=(follower, pinning, health, *((fair,) if fair is not None else ())),
+                   placing=pinning.placing)
     held = Reservations(scheduling.reservations, targets, active)
     cycle = DispatchCycle(CycleOwners(appwrappers, accountant, queued=queued, active=active, decisions=decisions,
                                       dispatches=dispatches, evictions=evictions, reservations=held, notices=notices,
-                                      pinning=pinning, sites=sites, preemptors=preemptors, targets=targets),
+                                      pinning=pinning, sites=sites, preemptors=preemptors, targets=targets,
+                                      fair=fair),
                           tools, strict_fifo=strict_fifo, by_nodes=by_nodes, interval=scheduling.cycle_interval)
     quota_status = QuotaStatusWriter(accountant.quota, quota_subtrees, writer, writes) \
         if accountant.quota is not None and quota_subtrees is not None else None

@@ -216,6 +216,14 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
                    "that prefers a level (mcad.codeflare.dev/topology-preferred) goes into one domain of it if it "
                    "fits, else into one domain of the next larger level, and so on. Required levels "
                    "(mcad.codeflare.dev/topology-required) need none of this.")
+@click.option("--fair-sharing/--no-fair-sharing", default=False, show_default=True,
+              help="Among queued AppWrappers of the same priority, dispatch first from the tenant (the quota node "
+                   "an AppWrapper is charged to, else its namespace) that used the least of the cluster lately: "
+                   "usage is the share of the cluster held (GPUs when asked for, else the larger of cpu and memory), "
+                   "over time, decayed with --fair-sharing-half-life. Off: first in, first out within a priority.")
+@click.option("--fair-sharing-half-life", type=faultflags.DURATION, default="1h", show_default=True,
+              help="How fast usage is forgotten for --fair-sharing: an hour of the whole cluster this long ago "
+                   "counts half as much as one now (a Go duration: 30m, 1h, 24h).")
 @click.option("--leader-elect/--no-leader-elect", default=False,
               help="Run as one of several replicas: compete for a coordination.k8s.io Lease and dispatch only "
                    "while holding it (standbys keep warm caches and take over when the leader goes). Off, one "

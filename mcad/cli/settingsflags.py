@@ -132,7 +132,16 @@ def scheduling_settings(options: Options, fault_defaults: FaultDefaults) -> Sche
         victim_timeout=options["victim_timeout"], preemption_backoff=options["preemption_backoff"],
         max_evictions_per_minute=options["max_evictions_per_minute"], node_health=node_health,
         write_workers=options["write_workers"], backoff_status_rate=options["backoff_status_rate"],
-        cycle_interval=options["cycle_interval"], topology_levels=levels, fault_defaults=fault_defaults)
+        cycle_interval=options["cycle_interval"], topology_levels=levels, fair_sharing=options["fair_sharing"],
+        fair_sharing_half_life=fair_sharing_half_life(options["fair_sharing_half_life"]),
+        fault_defaults=fault_defaults)
+
+
+def fair_sharing_half_life(seconds: float) -> float:
+    """``--fair-sharing-half-life``: a usage error unless positive."""
+    if not seconds > 0:
+        raise click.UsageError(f"--fair-sharing-half-life must be longer than 0, not {seconds:g} s")
+    return seconds
 
 
 def topology_levels(levels: tuple[str, ...]) -> tuple[str, ...]:

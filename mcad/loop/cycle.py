@@ -37,6 +37,7 @@ from mcad.loop.active import Active
 from mcad.loop.decisions import Decisions
 from mcad.loop.dispatches import Dispatches
 from mcad.loop.evictions import Evictions
+from mcad.loop.fairsharing import FairSharing
 from mcad.loop.notices import Notices
 from mcad.loop.pinning import Pinning
 from mcad.loop.queued import Queued
@@ -75,6 +76,7 @@ class CycleOwners:
     sites: Sites
     preemptors: Preemptors
     targets: Targets
+    fair: FairSharing | None = None
 
 
 class DispatchCycle:
@@ -94,6 +96,7 @@ class DispatchCycle:
         self._sites = owners.sites
         self._preemptors = owners.preemptors
         self._targets = owners.targets
+        self._fair = owners.fair
         self._queue = tools.queue
         self._clock = tools.clock
         self._metrics = tools.metrics
@@ -126,7 +129,8 @@ class DispatchCycle:
         self.count += 1
         snapshot = self.snapshot()  # 1
         self._pinning.place_extras(snapshot, {key: r.nodes for key, r in self._reservations.held.items()})
-        reserving = self._reservations.start(snapshot, self._clock.now())
+        reserving = self._reservations.start(snapshot, self._clock.now(),
+                                             fair=self._fair.begin(snapshot, act=True) if self._fair else None)
         done, waiting, held_by, visited, dispatched = self._pass(reserving)  # 2
         reserving.finish()
         for key in done:  # 3
@@ -195,7 +199,9 @@ class DispatchCycle:
         """Every queued AppWrapper in dispatch order with what a cycle would do with it now, deciding nothing: the
         same walk with rules that peek (``Evictions.peek``: copies of who waits for whom, nobody evicted) over a
         snapshot whose quota ledger is a copy."""
-        reserving = self._reservations.start(self.snapshot(scratch_quota=True), self._clock.now(), dry_run=True)
+        snapshot = self.snapshot(scratch_quota=True)
+        reserving = self._reservations.start(snapshot, self._clock.now(), dry_run=True,
+                                             fair=self._fair.begin(snapshot, act=False) if self._fair else None)
         evictions = self._evictions.peek()
         quota = reserving.snapshot.quota
 

@@ -25,13 +25,15 @@ from mcad.k8s.informer import Store
 from mcad.loop.decisions import Decisions
 from mcad.model import status
 from mcad.model.accounting import Accountant
+from mcad.model.fairshare import tenant_of
 from mcad.model.pending import PendingQueue, demand_group
 from mcad.model.preemption import Preemptors
 
 
 class Queued:
     def __init__(self, appwrappers: Store[AppWrapperView], decisions: Decisions, accountant: Accountant, *,
-                 in_flight: Mapping[str, AppWrapperView], preemptors: Preemptors, by_nodes: bool) -> None:
+                 in_flight: Mapping[str, AppWrapperView], preemptors: Preemptors, by_nodes: bool,
+                 fair: bool = False) -> None:
         self.pending = PendingQueue()
         self._appwrappers = appwrappers
         self._decisions = decisions
@@ -40,6 +42,7 @@ class Queued:
         self._in_flight = in_flight
         self._preemptors = preemptors
         self._by_nodes = by_nodes
+        self._fair = fair  # groups are one tenant's, for fair sharing's order
         self._newcomers: set[str] = set()
 
     def is_queued(self, aw: AppWrapperView) -> bool:
@@ -64,9 +67,10 @@ class Queued:
     def enqueue(self, aw: AppWrapperView) -> bool:
         """Put ``aw`` in the pending queue, or move it; True if that changed its place or its group."""
         quota = self._accountant.quota
+        charges = quota.forest.charges(aw.labels) if quota is not None else None
+        tenant = tenant_of(aw, charges[0] if charges is not None else None) if self._fair else ""
         group = demand_group(aw, apart=bool(self._accountant.ledger.consumed(aw.key)) or self.draining(aw),
-                             by_nodes=self._by_nodes,
-                             quota_charges=quota.forest.charges(aw.labels) if quota is not None else None)
+                             by_nodes=self._by_nodes, quota_charges=charges, tenant=tenant)
         before = self.pending.entry(aw.key)
         if before is None and not self._decisions.status(aw).backoff:
             self._newcomers.add(aw.key)
@@ -74,7 +78,7 @@ class Queued:
             # A new group (its old pods went, its quota node changed): a cycle may only ever visit the group's
             # head, so its own Backoff is written at the end of the next cycle.
             self._newcomers.add(aw.key)
-        self.pending.upsert(aw.key, aw.order(), aw.demand, group=group)
+        self.pending.upsert(aw.key, aw.order(), aw.demand, group=group, tenant=tenant)
         return before != (aw.order(), group)
 
     def announce_later(self, key: str) -> None:

@@ -17,14 +17,17 @@ Contract:
   reader of the queue on another thread.
 - ``demand_group(aw, ...)`` is the group an AppWrapper belongs in: members must be judged alike by a fit check
   (same demand; with --fit=nodes the same pods; the same quota nodes; the same reason to be held; the same
-  run-time bound, which decides backfill).
+  run-time bound, which decides backfill) and, with fair sharing, be one tenant's.
+- Fair sharing (``cycle(score)``): among groups whose heads have the same priority, the head of the tenant with the
+  lowest score goes first, then dispatch order; scores may grow during the pass (each dispatch adds to its
+  tenant's), and a head is re-placed lazily when its tenant's score grew since it was pushed.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 
 from sortedcontainers import SortedList
@@ -58,6 +61,7 @@ class PendingQueue:
         self._group_keys: dict[Hashable, Hashable] = {}  # each group's key object, shared by its members
         self._all: SortedList = SortedList()
         self._per_namespace: dict[str, int] = {}  # how many are queued in each namespace (the key's prefix)
+        self._tenants: dict[Hashable, str] = {}  # group -> its tenant (fair sharing only)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -65,8 +69,10 @@ class PendingQueue:
     def __contains__(self, key: object) -> bool:
         return key in self._entries
 
-    def upsert(self, key: str, order: Order, demand: ResourceVector, *, group: Hashable | None = None) -> None:
-        """Add or move ``key``. ``group`` defaults to the demand; pass another to keep members apart."""
+    def upsert(self, key: str, order: Order, demand: ResourceVector, *, group: Hashable | None = None,
+               tenant: str = "") -> None:
+        """Add or move ``key``. ``group`` defaults to the demand; pass another to keep members apart. ``tenant``
+        (fair sharing): whose usage orders its group among those of the same priority; a group has one."""
         if order[2] != key:
             raise ValueError(f"the order's last element must be the key: {order!r} for {key!r}")
         group_key: Hashable = demand if group is None else group
@@ -84,6 +90,8 @@ class PendingQueue:
         members = self._groups.setdefault(group_key, [])
         bisect.insort(members, order)
         self._demands[group_key] = demand
+        if tenant:
+            self._tenants[group_key] = tenant
 
     def entry(self, key: str) -> tuple[Order, Hashable] | None:
         """(order, group) of ``key``, or None when it is not queued."""
@@ -107,6 +115,7 @@ class PendingQueue:
             del self._groups[entry.group]
             del self._demands[entry.group]
             self._group_keys.pop(entry.group, None)
+            self._tenants.pop(entry.group, None)
 
     def position(self, key: str) -> int:
         """1-based place of ``key`` in dispatch order; 0 when it is not queued."""
@@ -142,44 +151,60 @@ class PendingQueue:
     def group_count(self) -> int:
         return len(self._groups)
 
-    def cycle(self) -> Cursor:
-        return Cursor(self)
+    def cycle(self, score: Callable[[str], float] | None = None) -> Cursor:
+        """A pass in dispatch order; with ``score`` (fair sharing: a tenant's score, which may only grow during the
+        pass), groups of one priority go lowest tenant score first, then in dispatch order."""
+        return Cursor(self, score)
 
 
 class Cursor:
     """One pass over the queue in dispatch order; see the module docstring for the protocol."""
 
-    def __init__(self, queue: PendingQueue) -> None:
+    def __init__(self, queue: PendingQueue, score: Callable[[str], float] | None = None) -> None:
         self._groups = queue._groups
         self._demands = queue._demands
-        self._heap: list[tuple[Order, int, Hashable]] = []
+        self._tenants = queue._tenants
+        self._score = score
+        # (-priority, tenant score (0 without fair sharing), order, tiebreak, group)
+        self._heap: list[tuple[int, float, Order, int, Hashable]] = []
         self._position: dict[Hashable, int] = {}
-        self._current: tuple[Order, int, Hashable] | None = None
+        self._current: tuple[int, float, Order, int, Hashable] | None = None
         self.visited = 0
         for tiebreak, (group, members) in enumerate(self._groups.items()):
-            self._heap.append((members[0], tiebreak, group))
+            self._heap.append(self._entry(members[0], tiebreak, group))
             self._position[group] = 0
         heapq.heapify(self._heap)
+
+    def _entry(self, order: Order, tiebreak: int, group: Hashable) -> tuple[int, float, Order, int, Hashable]:
+        score = self._score(self._tenants.get(group, "")) if self._score is not None else 0.0
+        return order[0], score, order, tiebreak, group
 
     def next(self) -> tuple[str, ResourceVector] | None:
         """The next candidate (key, group demand), or None when every group is exhausted or blocked."""
         if self._current is not None:
             raise RuntimeError("answer the current candidate with passed() or blocked() first")
+        while self._heap and self._score is not None:
+            # Scores only grow in a pass: a head whose tenant's score grew since it was pushed goes back in its new
+            # place, and one whose score is as pushed is truly the lowest.
+            _, pushed, order, tiebreak, group = self._heap[0]
+            if self._score(self._tenants.get(group, "")) <= pushed:
+                break
+            heapq.heapreplace(self._heap, self._entry(order, tiebreak, group))
         if not self._heap:
             return None
         self._current = self._heap[0]
         self.visited += 1
-        order, _, group = self._current
+        order, group = self._current[2], self._current[4]
         return order[2], self._demands[group]
 
     def passed(self) -> None:
         """Done with the current candidate; its group's next member becomes a candidate."""
-        _, tiebreak, group = self._take()
+        *_, tiebreak, group = self._take()
         position = self._position[group] + 1
         members = self._groups[group]
         if position < len(members):
             self._position[group] = position
-            heapq.heapreplace(self._heap, (members[position], tiebreak, group))
+            heapq.heapreplace(self._heap, self._entry(members[position], tiebreak, group))
         else:
             heapq.heappop(self._heap)
 
@@ -193,14 +218,15 @@ class Cursor:
         self._current = None
         self._heap.clear()
 
-    def _take(self) -> tuple[Order, int, Hashable]:
+    def _take(self) -> tuple[int, float, Order, int, Hashable]:
         if self._current is None:
             raise RuntimeError("no current candidate: call next() first")
         current, self._current = self._current, None
         return current
 
 
-def demand_group(aw: AppWrapperView, *, apart: bool, by_nodes: bool, quota_charges: Hashable | None) -> Hashable:
+def demand_group(aw: AppWrapperView, *, apart: bool, by_nodes: bool, quota_charges: Hashable | None,
+                 tenant: str = "") -> Hashable:
     """The pending group of ``aw``: ``apart`` puts it in one of its own (its own pods exist already, so it needs
     less than its demand; or it waits for its previous pods to go)."""
     group: Hashable
@@ -227,4 +253,7 @@ def demand_group(aw: AppWrapperView, *, apart: bool, by_nodes: bool, quota_charg
         # A held head would hold back its whole group; and once it is let go, the change of group is what brings
         # it a cycle.
         group = (group, aw.held)
+    if tenant:
+        # Fair sharing orders groups by their tenant's usage: a group is one tenant's.
+        group = (group, "tenant", tenant)
     return group

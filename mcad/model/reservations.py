@@ -46,6 +46,7 @@ from mcad.api.resources import ZERO, ResourceVector
 from mcad.api.views import NodeView
 from mcad.model import disclosure, placement
 from mcad.model.accounting import Snapshot
+from mcad.model.fairshare import FairPass, share, tenant_of
 from mcad.model.fit import Fit, Targets, could_ever_fit, fits
 from mcad.model.plans import Plan
 
@@ -126,9 +127,10 @@ class Reservations:
         self.horizon = horizon
         self.held: dict[str, Reservation] = {}  # key -> its reservation, as the last cycle made them
 
-    def start(self, snapshot: Snapshot, now: datetime, *, dry_run: bool = False) -> Pass:
-        """A pass over ``snapshot``; ``dry_run``: what it makes is not kept for the next pass."""
-        return Pass(self, snapshot, now, dry_run)
+    def start(self, snapshot: Snapshot, now: datetime, *, dry_run: bool = False, fair: FairPass | None = None) -> Pass:
+        """A pass over ``snapshot``; ``dry_run``: what it makes is not kept for the next pass; ``fair``: the
+        tenants' scores when fair sharing orders the queue (``mcad.model.fairshare``)."""
+        return Pass(self, snapshot, now, dry_run, fair=fair)
 
     def forget(self, key: str) -> None:
         self.held.pop(key, None)
@@ -140,6 +142,7 @@ class Pass:
     snapshot: Snapshot
     now: datetime
     dry_run: bool
+    fair: FairPass | None = None
     made: list[Reservation] = field(default_factory=list)
     # What this pass dispatched: key -> (the nodes of its plan, None in aggregate mode; its run-time limit in s).
     # Reservations' start bounds count these from here, not from the loop's records: the cycle records a dispatch
@@ -171,6 +174,10 @@ class Pass:
         self.snapshot.take(need, fit.plan)
         nodes = frozenset(node for node, _, _ in fit.plan) if self.snapshot.room is not None else None
         self.taken[aw.key] = (nodes, aw.scheduling.dispatch_limit_seconds)
+        if self.fair is not None:
+            quota = self.snapshot.quota
+            charges = quota.forest.charges(aw.labels)[0] if quota is not None else None
+            self.fair.took(tenant_of(aw, charges), share(need, self.snapshot.capacity))
 
     def wait(self, aw: AppWrapperView, need: ResourceVector, fit: Fit) -> tuple[frozenset[str], Callable[[], str]]:
         """A candidate that waits: why (``explain``), and it takes a reservation if one is left and room is what

@@ -127,7 +127,7 @@ class Verdict:
 def walk(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rules: Rules, *, strict_fifo: bool,
          targets: Targets, past_hold: bool = False) -> Iterator[Verdict]:
     snapshot = reserving.snapshot
-    cursor = pending.cycle()
+    cursor = pending.cycle(reserving.fair.score if reserving.fair is not None else None)
     fifo = StrictFifo(snapshot.quota.forest if snapshot.quota is not None else None) if strict_fifo else None
     held = False
     while (candidate := cursor.next()) is not None:

@@ -57,13 +57,15 @@ class Recorded:
 
 
 def churn(h: Any, rng: random.Random, limits: random.Random, round_: int, live_pods: dict[str, list[str]],
-          racks: bool = False) -> None:
+          racks: bool = False, tenants: int = 1) -> None:
     """One round of changes, as a busy cluster makes them (``racks``: some new gangs require one rack; ``limits``
     draws which have a bounded run time, apart from ``rng`` so the rest of the churn stays as it was)."""
     d = h.dispatcher
     for i in range(rng.randint(0, 4)):
         raw = gang_aw(f"r{round_:02d}-{i}-{rng.randrange(10**4):04d}", rng.choice([1, 1, 2]),
                       {"cpu": rng.choice(["1", "2", "3", "5"])}, priority=rng.choice([0, 0, 1, 5]))
+        if tenants > 1:  # fair sharing orders the tenants (namespaces here) by their usage
+            raw["metadata"]["namespace"] = f"team-{limits.randrange(tenants)}"
         if racks and rng.random() < 0.4:
             raw["metadata"]["annotations"] = {"mcad.codeflare.dev/topology-required": RACK}
         if limits.random() < 0.3:  # a bounded run time: it may backfill reserved room it leaves in time
@@ -98,11 +100,11 @@ def churn(h: Any, rng: random.Random, limits: random.Random, round_: int, live_p
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize(("fit", "reservations", "strict_fifo", "racks"), [
-    ("aggregate", 0, False, False), ("aggregate", 2, False, False), ("nodes", 2, False, False),
-    ("nodes", 0, True, False), ("nodes", 2, False, True)])
+@pytest.mark.parametrize(("fit", "reservations", "strict_fifo", "racks", "fair"), [
+    ("aggregate", 0, False, False, False), ("aggregate", 2, False, False, False), ("nodes", 2, False, False, False),
+    ("nodes", 0, True, False, False), ("nodes", 2, False, True, False), ("aggregate", 2, False, False, True)])
 def test_explain_foretells_what_the_next_cycle_does(harness_factory: Any, seed: int, fit: str, reservations: int,
-                                                    strict_fifo: bool, racks: bool) -> None:
+                                                    strict_fifo: bool, racks: bool, fair: bool) -> None:
     rng, limits = random.Random(seed), random.Random(-seed - 1)
     aws = [gang_aw(f"start-{i:02d}", rng.choice([1, 2]), {"cpu": rng.choice(["1", "2", "3"])},
                    priority=rng.choice([0, 0, 1])) for i in range(12)]
@@ -112,13 +114,13 @@ def test_explain_foretells_what_the_next_cycle_does(harness_factory: Any, seed: 
         for raw, rack in zip(nodes, ("rack-a", "rack-b", "rack-a", "rack-b"), strict=True):
             raw["metadata"]["labels"] = {RACK: rack}
     h = harness_factory(nodes=nodes, pods=[], aws=aws, fit=fit,
-                        reservations=reservations, strict_fifo=strict_fifo, preemption=True,
+                        reservations=reservations, strict_fifo=strict_fifo, preemption=True, fair_sharing=fair,
                         preemption_backoff=0.0)
     recorded = Recorded(h)
     h.drain()
     live_pods: dict[str, list[str]] = {}
     for round_ in range(ROUNDS):
-        churn(h, rng, limits, round_, live_pods, racks)
+        churn(h, rng, limits, round_, live_pods, racks, tenants=3 if fair else 1)
         h.drain()
     assert len(recorded.cycles) >= ROUNDS // 2, "the churn brought cycles"
     for number, cycle in enumerate(recorded.cycles):

@@ -175,10 +175,12 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                                  "retryPauseFloor": 0, "gracePeriodFloor": "5s",
                                  "maxResetsPerNamespacePerMinute": 7, "deleteFinishedAppWrappers": True},
               "nodeHealth": {"rules": ["example.com/fpga:fpga.example.com/health=bad:NoSchedule"]},
-              "topology": {"levels": ["example.com/block", "example.com/rack"]}}
+              "topology": {"levels": ["example.com/block", "example.com/rack"]},
+              "scheduling": {"fairSharing": True, "fairSharingHalfLife": "30m"}}
     container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
         "containers"][0]
     assert container["args"] == ["--fit=aggregate", "--placement=advisory",
+                                 "--fair-sharing", "--fair-sharing-half-life=30m",
                                  "--topology-level=example.com/block", "--topology-level=example.com/rack",
                                  "--node-health-rule=example.com/fpga:fpga.example.com/health=bad:NoSchedule",
                                  "--write-workers=8", "--backoff-status-rate=2.5", "--cycle-interval=0.2",

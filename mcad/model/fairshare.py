@@ -1,0 +1,114 @@
+"""Fair sharing over time: among AppWrappers of one priority, the tenant that used the least lately goes first.
+
+Contract:
+- A tenant is the quota node an AppWrapper is charged to (its first quota tree's, ``quota:<tree>/<node>``), else its
+  namespace (``namespace:<name>``): ``tenant_of``.
+- What a tenant holds is a share of the cluster (``share``): of its GPUs when the AppWrapper asks for GPUs (GPUs
+  dominate), else the larger of its cpu and memory shares. A tenant's usage is the share it held, integrated over
+  time in share-seconds and decayed with a half-life: usage(t) = usage(t0) 2^-(t-t0)/h + held x h/ln2 x
+  (1 - 2^-(t-t0)/h) while it holds the same share, so one hour of the whole cluster an hour ago counts half as much
+  as one now.
+- ``FairShare`` keeps, per tenant, its usage at the last time it was brought up to date and the share it has held
+  since. ``change(now, tenant, delta)`` records that a tenant holds more or less from ``now`` on (an AppWrapper of
+  its was dispatched, or let go). ``usage_at(now)`` says what each tenant's usage is at ``now`` without changing
+  anything: a dispatch cycle and the dry run behind explain both read that, and a ``change`` at ``now`` leaves it as
+  it was, so both judge alike.
+  A tenant whose usage has decayed below ``FORGET_BELOW`` and that holds nothing is forgotten at its next change
+  (bounded by the tenants there are: quota nodes and namespaces).
+- ``FairPass`` is one pass's view: the usage of each tenant at the pass's start, plus, for each AppWrapper the pass
+  dispatches, its share times ``ENTRY_SECONDS`` (so one pass interleaves tenants instead of giving all the room to
+  the one that was lowest when it began). Scores only grow within a pass.
+- Pure: values and a time given by the caller; nothing is written anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from mcad.api.appwrapper import AppWrapperView
+from mcad.api.resources import ResourceVector
+from mcad.model.placement import GPU
+from mcad.model.quota import Charges
+
+DEFAULT_HALF_LIFE_SECONDS = 3600.0
+# What a dispatch adds to its tenant's score within one pass: a minute of the share it takes.
+ENTRY_SECONDS = 60.0
+# Usage below this (share-seconds: a thousandth of the cluster for a second) of a tenant holding nothing is gone.
+FORGET_BELOW = 1e-3
+
+
+def tenant_of(aw: AppWrapperView, charges: Charges | None) -> str:
+    """Whose usage ``aw`` counts in: its first quota tree's node, else its namespace."""
+    if charges:
+        tree, node = charges[0]
+        return f"quota:{tree}/{node}"
+    return f"namespace:{aw.namespace}"
+
+
+def share(demand: ResourceVector, capacity: ResourceVector) -> float:
+    """The share of the cluster ``demand`` holds: GPUs when it asks for any, else the larger of cpu and memory."""
+    if demand.get(GPU) > 0:
+        return demand.get(GPU) / capacity.get(GPU) if capacity.get(GPU) > 0 else 1.0
+    shares = [demand.get(name) / capacity.get(name) for name in ("cpu", "memory") if capacity.get(name) > 0]
+    return max(shares, default=0.0)
+
+
+@dataclass
+class _Account:
+    usage: float  # share-seconds at ``at``
+    at: float  # monotonic seconds
+    held: float  # the share held since ``at``
+
+
+@dataclass
+class FairShare:
+    half_life: float = DEFAULT_HALF_LIFE_SECONDS
+    _accounts: dict[str, _Account] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.half_life > 0:
+            raise ValueError(f"the half-life must be positive, not {self.half_life}")
+
+    def usage_at(self, now: float) -> dict[str, float]:
+        """Each known tenant's usage at ``now`` (see the module docstring)."""
+        return {tenant: self._decayed(account, now) for tenant, account in self._accounts.items()}
+
+    def change(self, now: float, tenant: str, delta: float) -> None:
+        """``tenant`` holds ``delta`` more (or less) from ``now`` on; its usage so far is brought up to ``now``."""
+        account = self._accounts.get(tenant)
+        if account is None:
+            if delta <= 0:
+                return
+            account = self._accounts[tenant] = _Account(0.0, now, 0.0)
+        account.usage, account.at = self._decayed(account, now), now
+        account.held = max(account.held + delta, 0.0)
+        if account.held <= 0 and account.usage < FORGET_BELOW:
+            del self._accounts[tenant]
+
+    def restore(self, usage: Mapping[str, float], now: float) -> None:
+        """Usage read back (after a restart, or from the leader before this replica), as of ``now``."""
+        for tenant, amount in usage.items():
+            if amount >= FORGET_BELOW and math.isfinite(amount):
+                account = self._accounts.setdefault(tenant, _Account(0.0, now, 0.0))
+                account.usage, account.at = self._decayed(account, now) + amount, now
+
+    def _decayed(self, account: _Account, now: float) -> float:
+        elapsed = max(now - account.at, 0.0)
+        kept = math.exp(-elapsed * math.log(2) / self.half_life)
+        return account.usage * kept + account.held * self.half_life / math.log(2) * (1.0 - kept)
+
+
+@dataclass
+class FairPass:
+    """One pass's scores: usage at its start plus what it dispatched (see the module docstring)."""
+
+    usage: Mapping[str, float]
+    added: dict[str, float] = field(default_factory=dict)
+
+    def score(self, tenant: str) -> float:
+        return self.usage.get(tenant, 0.0) + self.added.get(tenant, 0.0)
+
+    def took(self, tenant: str, taken_share: float) -> None:
+        self.added[tenant] = self.added.get(tenant, 0.0) + taken_share * ENTRY_SECONDS

@@ -1,0 +1,110 @@
+"""Fair sharing over time (``--fair-sharing``): among AppWrappers of one priority, the tenant that used the least of
+the cluster lately is dispatched first; without it, first in, first out. A tenant is the namespace here (no quota
+trees). Stepped with the harness's clock: usage accrues only as the clock moves."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from test.component.harness import gang_aw, node
+
+
+def team_aw(namespace: str, name: str, cpu: str = "1", created: str = "2026-01-01T00:00:00Z",
+            priority: int = 0) -> dict[str, Any]:
+    raw = gang_aw(name, 1, {"cpu": cpu}, priority=priority)
+    raw["metadata"]["namespace"] = namespace
+    raw["metadata"]["uid"] = f"uid-{namespace}-{name}"
+    raw["metadata"]["creationTimestamp"] = created
+    return raw
+
+
+def dispatched(h: Any) -> set[str]:
+    return set(h.dispatcher.owners.active.views)
+
+
+def finish(h: Any, key: str) -> None:
+    """It ran to the end and its owner deleted it: its room frees."""
+    h.lw["aw"].delete(key)
+    h.drain()
+
+
+@pytest.mark.parametrize("fair", [True, False])
+def test_the_tenant_that_used_less_goes_first_when_room_frees(harness_factory: Any, fair: bool) -> None:
+    # team-a queues six 1-cpu AppWrappers on a 2-cpu cluster at 9:00 and two run; team-b queues two at 9:01.
+    first = [team_aw("team-a", f"a{i}", created=f"2026-01-01T09:00:0{i}Z") for i in range(6)]
+    h = harness_factory(nodes=[node("n0", "2")], pods=[], aws=first, fit="aggregate", fair_sharing=fair)
+    h.drain()
+    assert dispatched(h) == {"team-a/a0", "team-a/a1"}
+    h.clock.advance(60)
+    for i in range(2):
+        h.lw["aw"].add(team_aw("team-b", f"b{i}", created=f"2026-01-01T09:01:0{i}Z"))
+    h.drain()
+    finish(h, "team-a/a0")
+    h.clock.advance(60)
+    finish(h, "team-a/a1")
+    if fair:
+        assert dispatched(h) == {"team-b/b0", "team-b/b1"}, "team-b used nothing: its two go first"
+    else:
+        assert dispatched(h) == {"team-a/a2", "team-a/a3"}, "first in, first out"
+
+
+def test_priority_comes_before_usage(harness_factory: Any) -> None:
+    aws = [team_aw("team-a", "a0"), team_aw("team-a", "a1")]
+    h = harness_factory(nodes=[node("n0", "1")], pods=[], aws=aws[:1], fit="aggregate", fair_sharing=True)
+    h.drain()
+    h.clock.advance(600)
+    h.lw["aw"].add(team_aw("team-b", "b0"))
+    h.lw["aw"].add(team_aw("team-a", "urgent", priority=5, created="2026-01-01T10:00:00Z"))
+    h.drain()
+    finish(h, "team-a/a0")
+    assert dispatched(h) == {"team-a/urgent"}, "higher priority first, whatever its tenant used"
+
+
+def test_one_pass_interleaves_tenants_with_equal_usage(harness_factory: Any) -> None:
+    # Nothing ran yet: both tenants are at zero. Four slots free at once go two and two, not four to the first.
+    aws = [team_aw("team-a", f"a{i}", created=f"2026-01-01T09:00:0{i}Z") for i in range(4)]
+    aws += [team_aw("team-b", f"b{i}", created=f"2026-01-01T09:01:0{i}Z") for i in range(4)]
+    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=aws, fit="aggregate", fair_sharing=True)
+    h.drain()
+    assert dispatched(h) == {"team-a/a0", "team-a/a1", "team-b/b0", "team-b/b1"}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_day_of_two_tenants_shares_the_cluster_by_usage(harness_factory: Any, seed: int) -> None:
+    """team-a keeps 20 AppWrappers queued all day; team-b submits a few now and then. With fair sharing, each of
+    team-b's runs within the first slot that frees after it arrives; the whole day's cpu-seconds go about half
+    and half while both have work waiting."""
+    rng = random.Random(seed)
+    names = iter(range(10**6))
+    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[], fit="aggregate", fair_sharing=True)
+    running: dict[str, float] = {}
+    used = {"team-a": 0.0, "team-b": 0.0}
+    waits: list[float] = []
+    arrived: dict[str, float] = {}
+    now = 0.0
+    for _minute in range(240):
+        queued_a = sum(1 for k in h.dispatcher.owners.queued.pending.ordered() if k.startswith("team-a/"))
+        for _ in range(20 - queued_a):
+            h.lw["aw"].add(team_aw("team-a", f"a{next(names)}", created="2026-01-01T09:00:00Z"))
+        if rng.random() < 0.1:
+            name = f"b{next(names)}"
+            h.lw["aw"].add(team_aw("team-b", name, created="2026-01-01T09:00:00Z"))
+            arrived[f"team-b/{name}"] = now
+        h.drain()
+        for key in dispatched(h) - set(running):
+            running[key] = now + rng.choice([5, 10, 15]) * 60
+            if key in arrived:
+                waits.append(now - arrived.pop(key))
+        for key in [k for k, ends in running.items() if ends <= now]:
+            del running[key]
+            finish(h, key)
+        for key in running:
+            used[key.partition("/")[0]] += 60
+        h.clock.advance(60)
+        now += 60
+    assert waits, "team-b ran something"
+    assert max(waits) <= 15 * 60, f"team-b waited at most one job's length: {max(waits)} s"
+    assert used["team-b"] > 0

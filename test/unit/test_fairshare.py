@@ -1,0 +1,74 @@
+"""The usage ledger of fair sharing (``mcad.model.fairshare``): usage is the share of the cluster held, integrated
+and decayed with a half-life; a pass's scores grow with what it dispatches; tenants and shares are named as the
+module says."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mcad.api.resources import ResourceVector
+from mcad.model.fairshare import ENTRY_SECONDS, FairPass, FairShare, share
+
+HOUR = 3600.0
+
+
+def v(**amounts: int) -> ResourceVector:
+    return ResourceVector({("nvidia.com/gpu" if k == "gpu" else k): a for k, a in amounts.items()})
+
+
+def test_an_hour_of_the_whole_cluster_an_hour_ago_counts_half() -> None:
+    ledger = FairShare(half_life=HOUR)
+    ledger.change(0.0, "a", 1.0)
+    ledger.change(HOUR, "a", -1.0)  # held the whole cluster for an hour
+    at_end = ledger.usage_at(HOUR)["a"]
+    assert at_end == pytest.approx(HOUR / math.log(2) * 0.5)  # the integral of 2^-(t/h) over the hour
+    assert ledger.usage_at(2 * HOUR)["a"] == pytest.approx(at_end / 2)
+
+
+def test_usage_read_without_changing_it_equals_what_a_change_computes() -> None:
+    ledger = FairShare(half_life=HOUR)
+    ledger.change(0.0, "a", 0.5)
+    read = ledger.usage_at(600.0)["a"]
+    ledger.change(600.0, "b", 0.25)  # another tenant's change brings nobody else up to date
+    ledger.change(600.0, "a", 0.0)
+    assert ledger.usage_at(600.0)["a"] == pytest.approx(read)
+    assert ledger.usage_at(600.0)["b"] == 0.0
+
+
+def test_a_tenant_that_holds_nothing_and_decayed_away_is_forgotten() -> None:
+    ledger = FairShare(half_life=60.0)
+    ledger.change(0.0, "a", 1.0)
+    ledger.change(1.0, "a", -1.0)
+    ledger.change(60.0 * 40, "a", 0.0)  # forty half-lives later
+    assert "a" not in ledger.usage_at(60.0 * 40)
+    ledger.change(0.0, "nobody", -1.0)  # letting go of what was never held is nothing
+    assert "nobody" not in ledger.usage_at(0.0)
+
+
+def test_restore_adds_what_was_saved() -> None:
+    ledger = FairShare(half_life=HOUR)
+    ledger.restore({"a": 100.0, "bad": float("nan"), "tiny": 1e-9}, 10.0)
+    assert ledger.usage_at(10.0) == {"a": 100.0}
+    with pytest.raises(ValueError):
+        FairShare(half_life=0)
+
+
+def test_a_pass_adds_a_minute_of_each_dispatch_to_its_tenant() -> None:
+    fair = FairPass({"a": 5.0})
+    fair.took("b", 0.5)
+    fair.took("b", 0.25)
+    assert fair.score("a") == 5.0 and fair.score("b") == pytest.approx(0.75 * ENTRY_SECONDS)
+    assert fair.score("c") == 0.0
+
+
+@pytest.mark.parametrize(("demand", "capacity", "expected"), [
+    (v(gpu=2, cpu=1), v(gpu=8, cpu=100), 0.25),  # GPUs dominate when asked for
+    (v(cpu=4, memory=1), v(cpu=8, memory=100), 0.5),  # else the larger of cpu and memory
+    (v(cpu=1, memory=50), v(cpu=8, memory=100), 0.5),
+    (v(gpu=1), v(cpu=8), 1.0),  # GPUs the cluster has none of: all of it
+    (v(), v(cpu=8), 0.0),
+])
+def test_share(demand: ResourceVector, capacity: ResourceVector, expected: float) -> None:
+    assert share(demand, capacity) == pytest.approx(expected)
