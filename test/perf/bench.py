@@ -12,8 +12,8 @@ A scenario that fails is reported with what it measured so far, and the next one
 failed.
 
 Scenarios: ceiling, throughput, throughput_webhooks, placement, deep_queue, churn, churn_pods, restart,
-noisy_neighbour, memory, admission, admission_attack, pollers, starvation, starvation_spare, dashboard (see
-test/perf/scenarios.py).
+noisy_neighbour, memory, admission, admission_attack, pollers, starvation, starvation_spare, dashboard, scale; and,
+only when named in --scenarios, churn_tas, deep_queue_racks and throughput_racks (see test/perf/scenarios.py).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from types import FrameType
 from typing import Any
 
 from test.perf.harness import say
-from test.perf.scenarios import SCENARIOS, Options, Result
+from test.perf.scenarios import OPT_IN, SCENARIOS, Options, Result
 from test.support import REPO
 
 DEFAULT_OUTPUT = REPO / "bench-results.json"
@@ -44,8 +44,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply every count (AppWrappers, nodes, probes) by this (default %(default)s)")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
-                        help="comma-separated subset, in any order (default: all, in the order %(default)s)")
+    parser.add_argument("--scenarios", default=",".join(s for s in SCENARIOS if s not in OPT_IN),
+                        help="comma-separated subset, in any order (default: all but "
+                             f"{', '.join(OPT_IN)}, in the order %(default)s)")
     parser.add_argument("--keep", action="store_true", help="keep each scenario's cluster up afterwards")
     parser.add_argument("--churn-full", action="store_true",
                         help="churn at Kueue's full size (15,000 workloads) instead of 1/10")
@@ -216,6 +217,11 @@ def render(results: list[Result]) -> str:
             shares = prof.get("share_pct") or {}
             out.append(f"   controller {label}: CPU by phase ({prof.get('samples', 0)} samples): " + ", ".join(
                 f"{phase} {share:g} %" for phase, share in sorted(shares.items(), key=lambda item: -item[1])))
+        cycles = r.get("cycles") or {}
+        if "racks_over_flat" in cycles:
+            out.append("   dispatch cycles, mean: " + ", ".join(
+                f"{t} {_fmt(cycles[t].get('mean_ms'))} ms ({cycles[t].get('count')} cycles)" for t in ("flat", "racks"))
+                + f"; racks / flat {_fmt(cycles['racks_over_flat'])}")
         if r.get("dispatch_cycles"):
             c = r["dispatch_cycles"]
             out.append(f"   dispatch cycles {c.get('count')}, {_fmt(c.get('seconds'))} s in all")

@@ -33,6 +33,7 @@ from test.support import REPO, load_hack_module
 GROUP, VERSION, PLURAL = "workload.codeflare.dev", "v1beta1", "appwrappers"
 API_VERSION = f"{GROUP}/{VERSION}"
 CRD = REPO / "config" / "crd" / "workload.codeflare.dev_appwrappers.yaml"
+QUOTA_CRD = REPO / "config" / "crd" / "quota.codeflare.dev_quotasubtrees.yaml"
 LOGS = REPO / ".dev" / "bench-logs"
 AW_LABEL = "workload.codeflare.dev/appwrapper"
 PROBE_LABEL = "mcad-bench/probe"
@@ -157,8 +158,9 @@ class Cluster:
         return out
 
 
-def install_crd(api: Api) -> None:
-    body = yaml.safe_load(CRD.read_text())
+def install_crd(api: Api, path: Path = CRD) -> None:
+    """Install the CRD at ``path`` (the AppWrapper's unless told) and wait until it is established and served."""
+    body = yaml.safe_load(path.read_text())
     name = body["metadata"]["name"]
     api.apply(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", body, "mcad-bench")
 
@@ -167,14 +169,17 @@ def install_crd(api: Api) -> None:
         return any(c.get("type") == "Established" and c.get("status") == "True"
                    for c in (crd.get("status") or {}).get("conditions") or [])
 
-    wait_for(established, 60, "the AppWrapper CRD to be established")
+    spec = body["spec"]
+    version = next(v["name"] for v in spec["versions"] if v.get("served"))
+    wait_for(established, 60, f"the CRD {name} to be established")
     # Established can precede the discovery of the new group by a moment.
-    wait_for(lambda: _served(api), 60, "the AppWrapper API to be served")
+    wait_for(lambda: _served(api, f"{spec['group']}/{version}", spec["names"]["plural"]), 60,
+             f"the API of {name} to be served")
 
 
-def _served(api: Api) -> bool:
+def _served(api: Api, group_version: str = API_VERSION, plural: str = PLURAL) -> bool:
     try:
-        api.get(f"/apis/{API_VERSION}/namespaces/default/{PLURAL}", {"limit": "1"})
+        api.get(f"/apis/{group_version}/namespaces/default/{plural}", {"limit": "1"})
     except ApiError:
         return False
     return True
@@ -199,15 +204,23 @@ def create_namespace(api: Api, name: str = NAMESPACE) -> None:
 
 
 def create_nodes(api: Api, count: int, *, cpu: str = "8", memory: str = "32Gi", gpu: int = 0, pods: int = 110,
-                 threads: int = 16, timeout: float = 600) -> float:
-    """Create ``count`` kwok nodes in parallel and wait until all are Ready and untainted; returns seconds taken."""
+                 threads: int = 16, timeout: float = 600, names: list[str] | None = None,
+                 labels: Callable[[int], dict[str, str]] | None = None) -> float:
+    """Create ``count`` kwok nodes in parallel and wait until all are Ready and untainted; returns seconds taken.
+    ``names`` replaces the default names (``kwok-node-<i>``); ``labels(i)`` adds labels to node i (over the fake
+    node's own, ``kubernetes.io/hostname`` among them)."""
     lc = load_hack_module("localcluster")
     started = time.monotonic()
-    names = [f"kwok-node-{i}" for i in range(count)]
+    names = names if names is not None else [f"kwok-node-{i}" for i in range(count)]
+    if len(names) != count:
+        raise BenchError(f"{len(names)} node names for {count} nodes")
+    extra = {name: labels(i) for i, name in enumerate(names)} if labels else {}
 
     def create(name: str) -> None:
+        body = lc.fake_node(name, cpu, memory, gpu, pods)
+        body["metadata"]["labels"].update(extra.get(name, {}))
         try:
-            api.create("/api/v1/nodes", lc.fake_node(name, cpu, memory, gpu, pods))
+            api.create("/api/v1/nodes", body)
         except ApiError as err:
             if err.status != 409:
                 raise

@@ -40,6 +40,7 @@ from test.perf.harness import (
     LOGS,
     NAMESPACE,
     PROBE_LABEL,
+    QUOTA_CRD,
     BenchError,
     Cluster,
     Controller,
@@ -542,8 +543,13 @@ def throughput_body(name: str) -> Obj:
     return appwrapper(name, [job_item(name, "100m", delay="1h")])
 
 
+def throughput_rack_body(name: str) -> Obj:
+    """``throughput_body`` requiring one rack (``throughput_racks``)."""
+    return asking(throughput_body(name), racks_ask("racks"))
+
+
 def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, webhooks: bool,
-                    controller_args: tuple[str, ...] = (), metrics: bool = False) -> float:
+                    controller_args: tuple[str, ...] = (), metrics: bool = False, topology: str = "") -> float:
     """One throughput run in a fresh cluster (see ``throughput``), with the controller's admission webhooks
     registered and every AppWrapper reviewed by them when ``webhooks``; fills ``result``, returns the dispatch
     rate. ``result["admitted_with_creator"]`` counts the AppWrappers that carry the creator annotation the
@@ -552,17 +558,24 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
     the end, into ``result["controller_metrics_at_start"]`` and ``result["controller_metrics"]``. With webhooks and
     ``opts.webhook_server`` "null" or "null-http2", the null webhook (``test.perf.nullwebhook``) answers them
     instead of the controller, which serves none; ``result["null_webhook"]`` has its requests, connections and
-    CPU during the load, and its CPU until the last dispatch is in ``cpu_seconds_until_dispatched``."""
+    CPU during the load, and its CPU until the last dispatch is in ``cpu_seconds_until_dispatched``.
+    ``topology`` ("flat" or "racks": ``throughput_racks``): ``RACKS_NODES`` nodes in racks, as in
+    ``deep_queue``; with "racks" each AppWrapper requires a rack and the controller is given the level."""
     n = scaled(2000, f)
     metrics_port = webhooks_mod.free_port() if metrics else 0
     extra = (*controller_args, *(("--insecure-debug-endpoints", "--http-bind-address",
                                   f"127.0.0.1:{metrics_port}") if metrics else ()))
-    n_nodes = scaled(100, f)
+    n_nodes = scaled(RACKS_NODES if topology else 100, f)
+    racks = rack_count(f) if topology else 0
+    controller_args = (*controller_args, *racks_levels(topology))
+    extra = (*extra, *racks_levels(topology))
     result["params"] = {"appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "pod_cpu": "100m", "threads": opts.threads,
                         "load_processes": opts.load_processes, "webhooks": webhooks}
+    if topology:
+        result["params"].update({"topology": topology, "racks": racks})
     null: NullWebhook | None = None
     with Env(scenario, opts, result) as env, contextlib.ExitStack() as stack:
-        env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
+        env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110, **rack_nodes(n_nodes, racks))
         if webhooks and opts.webhook_server != "mcad":
             result["params"]["webhook_server"] = opts.webhook_server
             null = stack.enter_context(NullWebhook(http2=opts.webhook_server == "null-http2"))
@@ -597,7 +610,8 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
         # costs what it costs the dispatch, not also fewer arrivals from a closed loop that waits for each create.
         pace = opts.throughput_pace
         creators = OnTimeLoad(env.cluster.kubeconfig, aw_path(),
-                              [(i / pace if pace else 0.0, name) for i, name in enumerate(names)], throughput_body,
+                              [(i / pace if pace else 0.0, name) for i, name in enumerate(names)],
+                              throughput_rack_body if topology == "racks" else throughput_body,
                               processes=opts.load_processes, threads=opts.threads)
         result["params"]["pace_per_s"] = pace or "closed loop"
         say(f"{scenario}: creating {n} AppWrappers" + (" through the admission webhooks" if webhooks else "")
@@ -946,22 +960,36 @@ def placement(opts: Options, result: Result) -> None:
 # ---------------------------------------------------------------------------------------------- deep queue
 
 
-def deep_queue(opts: Options, result: Result) -> None:
+def deep_queue(opts: Options, result: Result, *, topology: str = "", scenario: str = "deep_queue") -> None:
     """N AppWrappers that can never fit (1 nvidia.com/gpu each, no GPUs in the cluster) queued first; then
     (a) a new small CPU AppWrapper: creation -> Running, one at a time; (b) capacity freed: a filler takes all
     cpu, a 1-cpu waiter queues behind it (seen Pending), the filler is deleted: delete returned -> waiter Running.
+
+    ``topology`` (``deep_queue_racks``' phases): on ``RACKS_NODES`` nodes in ``RACKS`` racks (``rack_nodes``), the
+    probe of (a) a gang of ``RACKS_GANG`` pods; "racks": the controller given the rack level, and the backlog, the
+    gangs of (a) and the waiters of (b) each requiring one rack (the filler asks nothing, so that it can take every
+    rack's cpu); "flat": the same nodes, labels and AppWrappers with no asks and no levels. Both read the
+    controller's dispatch cycles (``mcad_dispatch_cycle_duration_seconds``) over the probes into ``cycles``.
     """
-    f = opts.factor("deep_queue")
+    f = opts.factor(scenario)
     n = scaled(10000, f)
-    n_nodes = scaled(10, f)
+    n_nodes = scaled(RACKS_NODES, f) if topology else scaled(10, f)
+    racks = rack_count(f) if topology else 0
+    gang = RACKS_GANG if topology else 1
+    ask = racks_ask(topology)
     n_a = scaled(50, f, minimum=10)
     n_b = scaled(30, f, minimum=10)
     total_cpu = n_nodes * 8
     result["params"] = {"gpu_appwrappers": n, "nodes": n_nodes, "node_cpu": 8, "probes_new": n_a,
                         "probes_freed": n_b, "threads": opts.threads}
-    with Env("deep_queue", opts, result) as env:
-        env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110)
-        ctl = env.controller("controller", args=(*UNPACED, *opts.controller_args))
+    if topology:
+        result["params"].update({"topology": topology, "racks": racks, "probe_new_pods": gang})
+    with Env(scenario, opts, result) as env:
+        env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110, **rack_nodes(n_nodes, racks))
+        metrics_url = f"http://127.0.0.1:{webhooks_mod.free_port()}"
+        metrics = ("--insecure-debug-endpoints", "--http-bind-address", metrics_url.removeprefix("http://"))
+        ctl = env.controller("controller", args=(*UNPACED, *opts.controller_args, *racks_levels(topology),
+                                                 *(metrics if topology else ())))
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
         backlog = Tracker()
@@ -975,7 +1003,7 @@ def deep_queue(opts: Options, result: Result) -> None:
 
         env.watch(Watch(env.api, aw_path(), on_backlog, name="watch-backlog").start())
         names = [f"gpu-{i:05d}" for i in range(n)]
-        bodies = [appwrapper(name, [configmap_item(name, {"nvidia.com/gpu": "1"})]) for name in names]
+        bodies = [asking(appwrapper(name, [configmap_item(name, {"nvidia.com/gpu": "1"})]), ask) for name in names]
 
         def line() -> str:
             return f"created {len(backlog.created)}/{n}, seen Pending {len(backlog.pending)}"
@@ -993,6 +1021,7 @@ def deep_queue(opts: Options, result: Result) -> None:
                              "dispatched": len(backlog.running)}
         result["controller_after_backlog"] = controller_figures(ctl, baseline)
         mid = ctl.stats()
+        cycles_before = scrape(metrics_url + "/metrics") if topology else {}
         counting.set()
 
         probe = Tracker()
@@ -1000,10 +1029,10 @@ def deep_queue(opts: Options, result: Result) -> None:
         labels = {PROBE_LABEL: "true"}
         api = env.api
 
-        def create(name: str, cpu: str, pods: int = 1) -> float:
+        def create(name: str, cpu: str, pods: int = 1, ask: dict[str, str] | None = None) -> float:
             item = configmap_item(name, {"cpu": cpu})
             item["custompodresources"][0]["replicas"] = pods
-            api.create(aw_path(), appwrapper(name, [item], labels=labels))
+            api.create(aw_path(), asking(appwrapper(name, [item], labels=labels), ask))
             t = time.monotonic()
             probe.mark_created(name, t)
             return t
@@ -1019,7 +1048,7 @@ def deep_queue(opts: Options, result: Result) -> None:
         say(f"deep_queue: (a) {n_a} new small CPU AppWrappers, one at a time")
         for i in range(n_a):
             name = f"probe-new-{i:03d}"
-            t = create(name, "100m")
+            t = create(name, "100m", gang, ask)
             probe.wait(has(probe.running, name), 60, f"{name} Running", ctl.check_alive)
             new_lat.append(probe.running[name] - t)
             delete(name)
@@ -1029,7 +1058,7 @@ def deep_queue(opts: Options, result: Result) -> None:
             filler, waiter = f"probe-filler-{i:03d}", f"probe-waiter-{i:03d}"
             create(filler, "8", pods=n_nodes)  # one 8-cpu pod per node: all cpu, placeable
             probe.wait(has(probe.running, filler), 60, f"{filler} Running", ctl.check_alive)
-            create(waiter, "1")
+            create(waiter, "1", ask=ask)
             probe.wait(has(probe.pending, waiter, probe.running), 60, f"{waiter} Pending",
                        ctl.check_alive)
             if waiter in probe.running:
@@ -1045,12 +1074,126 @@ def deep_queue(opts: Options, result: Result) -> None:
         end = ctl.stats()
         result["controller"] = controller_figures(ctl, baseline)
         result["controller"]["probe_phase_cpu_seconds"] = round(end["cpu_seconds"] - mid["cpu_seconds"], 2)
+        if topology:
+            result["cycles"] = cycle_figures(cycles_before, scrape(metrics_url + "/metrics"))
         result["backlog"]["events_during_probes"] = backlog_events[0]
         wrongly = [x for x in backlog.running if x.startswith("gpu-")]
         if wrongly:
             raise BenchError(f"{len(wrongly)} GPU AppWrappers were dispatched on a cluster with no GPUs")
         add_target(result, "p99 new CPU AppWrapper", summary(new_lat).get("p99_ms"), "<", 200, "ms")
         add_target(result, "p99 next after capacity freed", summary(freed_lat).get("p99_ms"), "<", 200, "ms")
+
+
+# ---------------------------------------------------------------------------------------------- topology's cost
+
+# The cost of a required level: the same nodes, labelled by rack, with every AppWrapper requiring a rack and the
+# controller given the level ("racks"), against no asks and no levels ("flat").
+RACKS_NODES = 5000
+RACKS = 50
+RACK_LABEL = "topology.example.com/rack"
+RACKS_GANG = 4  # deep_queue_racks' new probe: a gang of this many 100m pods (one pod in deep_queue)
+RACKS_CYCLE_RATIO = 2.0  # target: racks' mean dispatch cycle at most this many times flat's
+
+
+def rack_count(f: float) -> int:
+    """Racks at size ``f``: at least 2, so that a rack is a choice."""
+    return max(2, scaled(RACKS, f))
+
+
+def rack_nodes(n_nodes: int, racks: int) -> dict[str, Any]:
+    """``create_nodes`` arguments labelling ``n_nodes`` nodes by rack, in ``racks`` runs of consecutive nodes
+    (none without ``racks``)."""
+    if not racks:
+        return {}
+    per_rack = math.ceil(n_nodes / racks)
+    return {"labels": lambda i: {RACK_LABEL: f"rack-{i // per_rack:02d}"}}
+
+
+def racks_ask(topology: str) -> dict[str, str] | None:
+    return {"mcad.codeflare.dev/topology-required": RACK_LABEL} if topology == "racks" else None
+
+
+def racks_levels(topology: str) -> tuple[str, ...]:
+    return ("--topology-level", RACK_LABEL) if topology == "racks" else ()
+
+
+def asking(body: Obj, ask: dict[str, str] | None) -> Obj:
+    """``body`` with the annotations ``ask`` (none: unchanged)."""
+    if ask:
+        body["metadata"].setdefault("annotations", {}).update(ask)
+    return body
+
+
+def cycle_figures(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """The dispatch cycles between two readings of the controller's /metrics: count, summed and mean duration."""
+    key = "mcad_dispatch_cycle_duration_seconds"
+    count = after.get(f"{key}_count", 0.0) - before.get(f"{key}_count", 0.0)
+    seconds = after.get(f"{key}_sum", 0.0) - before.get(f"{key}_sum", 0.0)
+    return {"count": int(count), "seconds": round(seconds, 3),
+            "mean_ms": round(1000 * seconds / count, 3) if count else None}
+
+
+def _racks_phases(opts: Options, result: Result, scenario: str,
+                  run: Callable[[Options, Result, str], None]) -> dict[str, Result]:
+    """``run`` twice, each in a fresh cluster: "flat" then "racks"; each phase's result under ``phases``, the
+    racks phase's latencies and controller figures at the top (prefixed by phase), and the ratio of the mean
+    dispatch cycles with its target."""
+    phases_: dict[str, Result] = {}
+    result["phases"] = phases_
+    for topology in ("flat", "racks"):
+        phase: Result = {"targets": []}
+        phases_[topology] = phase
+        say(f"{scenario}: phase {topology}")
+        run(opts, phase, topology)
+    flat, racks = phases_["flat"], phases_["racks"]
+    result["params"] = {**racks["params"], "topology": "flat, then racks"}
+    result["wall_s"] = round(flat["wall_s"] + racks["wall_s"], 2)
+    for key in ("cluster_up_s", "nodes_ready_s", "teardown_s"):
+        result[key] = round(sum(phase.get(key) or 0.0 for phase in phases_.values()), 1)
+    result["controller"] = racks["controller"]
+    result["latency"] = {f"{topology}_{name}": figures for topology, phase in phases_.items()
+                         for name, figures in phase["latency"].items()}
+    for topology, phase in phases_.items():
+        for label, profile in (phase.get("profile") or {}).items():
+            result.setdefault("profile", {})[f"{topology}-{label}"] = profile
+        for note in phase.get("notes") or []:
+            result.setdefault("notes", []).append(f"{topology}: {note}")
+        for target in phase["targets"]:
+            result["targets"].append({**target, "name": f"{topology}: {target['name']}"})
+    flat_ms, racks_ms = flat["cycles"].get("mean_ms"), racks["cycles"].get("mean_ms")
+    ratio = racks_ms / flat_ms if flat_ms and racks_ms is not None else None
+    result["cycles"] = {"flat": flat["cycles"], "racks": racks["cycles"],
+                        "racks_over_flat": round(ratio, 2) if ratio is not None else None}
+    add_target(result, "mean dispatch cycle, racks / flat", ratio, "<=", RACKS_CYCLE_RATIO, "x")
+    return phases_
+
+
+def deep_queue_racks(opts: Options, result: Result) -> None:
+    """deep_queue on RACKS_NODES nodes in RACKS racks, flat then racks (``deep_queue``'s ``topology``): the
+    dispatch of a new admissible gang behind the backlog with and without a required rack, and the cycles'
+    cost."""
+    _racks_phases(opts, result, "deep_queue_racks",
+                  lambda o, r, t: deep_queue(o, r, topology=t, scenario="deep_queue_racks"))
+
+
+def throughput_racks(opts: Options, result: Result) -> None:
+    """throughput on RACKS_NODES nodes in RACKS racks, flat then racks: each one-pod AppWrapper requiring a rack
+    (its Job's pod pinned to a node of the rack chosen), the dispatch rate and the cycles' cost."""
+    def run(o: Options, r: Result, topology: str) -> None:
+        _throughput_run("throughput_racks", o, r, o.factor("throughput_racks"), webhooks=False, metrics=True,
+                        topology=topology)
+        metrics = r.get("controller_metrics") or {}
+        r["cycles"] = cycle_figures(r.get("controller_metrics_at_start") or {}, metrics)
+        # The full /metrics pages are long; the results keep the cycles only.
+        r.pop("controller_metrics", None)
+        r.pop("controller_metrics_at_start", None)
+
+    _racks_phases(opts, result, "throughput_racks", run)
+    flat, racks = result["phases"]["flat"], result["phases"]["racks"]
+    result["throughput"] = {f"{t}_dispatched_per_s": p["throughput"]["dispatched_per_s"]
+                            for t, p in (("flat", flat), ("racks", racks))}
+    result["throughput"]["racks_over_flat_pct"] = round(
+        100 * racks["throughput"]["dispatched_per_s"] / flat["throughput"]["dispatched_per_s"], 1)
 
 
 # ---------------------------------------------------------------------------------------------- churn
@@ -1117,8 +1260,134 @@ def churn_body(args: tuple[str, int, int, float, str]) -> Obj:
     return appwrapper(name, [CHURN_WORKLOADS[workload].item(name, cpu, runtime)], priority=priority)
 
 
-def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONFIGMAP, scenario: str = "churn"
-          ) -> None:
+# ---------------------------------------------------------------------------------------------- churn, TAS
+
+# Kueue's TAS generator (test/performance/scheduler/configs/tas/generator.yaml at v0.17.0): the baseline's 30
+# queues, intervals, run times, priorities and cpu per workload, each class split into three workload sets by its
+# topology ask (Kueue's tasConstraint) over racks, the cpu spread over 2, 4 or 8 pods.
+TAS_BLOCK_LABEL = "cloud.provider.com/topology-block"
+TAS_RACK_LABEL = "cloud.provider.com/topology-rack"
+TAS_HOST_LABEL = "kubernetes.io/hostname"
+# (level name, domains per domain of the level above, node label), largest first, as Kueue's config lists them.
+TAS_LEVELS = (("block", 1, TAS_BLOCK_LABEL), ("rack", 10, TAS_RACK_LABEL), ("node", 64, TAS_HOST_LABEL))
+TAS_NODE_CPU = 96
+TAS_NODE_MEMORY = "256Gi"
+TAS_NODE_GROUP = {"tas-node-group": "tas"}  # the label Kueue's ResourceFlavor selects its nodes by
+# Kueue's quota, which bounds its test (the 640 nodes have 61,440 cpu): 5 cohorts of 6 ClusterQueues, each 20 cpu
+# nominal with a borrowing limit of 100, so a queue may use its whole cohort's 120. mcad's quota tree of the same
+# shape: a hard node of 120 cpu per cohort, a soft node of 20 per queue under it.
+TAS_TREE = "bench-tas"
+TAS_COHORTS = 5
+TAS_QUEUES_PER_COHORT = 6
+TAS_QUEUE_CPU = 20
+TAS_QUOTA_CPU = TAS_COHORTS * TAS_QUEUES_PER_COHORT * TAS_QUEUE_CPU
+
+
+@dataclass(frozen=True)
+class TasClass:
+    """One of Kueue's TAS workload sets per queue: ``pods`` pods of ``pod_milli`` cpu each, asking ``ask`` of a
+    rack (Kueue's tasConstraint)."""
+
+    name: str
+    per_queue: int
+    interval: float
+    runtime: float
+    priority: int
+    pods: int
+    pod_milli: int
+    ask: str
+
+    @property
+    def size(self) -> str:
+        return self.name.split("-")[0]
+
+    @property
+    def cpu(self) -> float:
+        return self.pods * self.pod_milli / 1000
+
+
+TAS_CLASSES = tuple(
+    TasClass(f"{size}-{ask}-rack", count, interval, runtime, priority, pods, milli, ask)
+    for size, counts, interval, runtime, priority, pods, milli in (
+        ("small", (120, 120, 110), 0.1, 0.2, 50, 2, 500),
+        ("medium", (34, 33, 33), 0.5, 0.5, 100, 4, 1250),
+        ("large", (17, 17, 16), 1.2, 1.0, 200, 8, 2500))
+    for ask, count in zip(("required", "preferred", "balanced"), counts, strict=True))
+# Kueue's means over its 10 reference runs (configs/tas/rangespec.yaml's comments, ms): mcad's targets for
+# churn_tas at full scale, as KUEUE_MEAN_MS are churn's.
+KUEUE_TAS_MEAN_MS = {
+    "small-required-rack": 246_755.0, "small-preferred-rack": 246_090.0, "small-balanced-rack": 237_846.0,
+    "medium-required-rack": 107_071.0, "medium-preferred-rack": 106_324.0, "medium-balanced-rack": 106_303.0,
+    "large-required-rack": 39_625.0, "large-preferred-rack": 39_573.0, "large-balanced-rack": 37_862.0}
+KUEUE_TAS_WALL_S = 401.5
+# What mcad asks for each of Kueue's constraints. "balanced" is Kueue's slice-only request (each slice of
+# sliceSize pods, half the pod set, in one rack; the pod set as a whole unconstrained): mcad has no slices, and
+# its preferred rack (one rack if the gang fits in one, else as few as it can) is the nearest ask.
+TAS_ANNOTATION = {"required": "mcad.codeflare.dev/topology-required",
+                  "preferred": "mcad.codeflare.dev/topology-preferred",
+                  "balanced": "mcad.codeflare.dev/topology-preferred"}
+
+
+def tas_nodes() -> tuple[list[str], list[dict[str, str]]]:
+    """Kueue's TAS nodes (its generator's ``generateNodesRecursive``): one per leaf of the levels, named
+    node-b<block>-r<rack>-n<node>, labelled with each level's value (block-0, rack-3, node-17) and the flavor's
+    node group. Kueue's host label values repeat across racks (node-17 is in every rack), as its generator sets
+    them."""
+    names: list[str] = []
+    labels: list[dict[str, str]] = []
+
+    def walk(level: int, values: list[str]) -> None:
+        if level == len(TAS_LEVELS):
+            names.append("node" + "".join(f"-{v[0]}{v.split('-')[1]}" for v in values))
+            labels.append({**TAS_NODE_GROUP, **{TAS_LEVELS[i][2]: v for i, v in enumerate(values)}})
+            return
+        name, count, _label = TAS_LEVELS[level]
+        for i in range(count):
+            walk(level + 1, [*values, f"{name}-{i}"])
+
+    walk(0, [])
+    return names, labels
+
+
+def tas_queue(q: int) -> str:
+    """The quota tree node of Kueue's queue ``q`` (0..29): cq-<cohort>-<queue in its cohort>."""
+    return f"cq-{q // TAS_QUEUES_PER_COHORT}-{q % TAS_QUEUES_PER_COHORT}"
+
+
+def tas_quota(api: Api) -> None:
+    """The quota tree of Kueue's cohorts and queues (see TAS_TREE), in the bench namespace."""
+    install_crd(api, QUOTA_CRD)
+    path = f"/apis/quota.codeflare.dev/v1alpha1/namespaces/{NAMESPACE}/quotasubtrees"
+
+    def subtree(name: str, parent: str | None, children: list[str], cpu: int, hard: bool) -> Obj:
+        spec: Obj = {"children": [{"name": child, "quotas": {"hardLimit": hard, "requests": {"cpu": str(cpu)}}}
+                                  for child in children]}
+        if parent:
+            spec["parent"] = parent
+        return {"apiVersion": "quota.codeflare.dev/v1alpha1", "kind": "QuotaSubtree",
+                "metadata": {"name": name, "labels": {"tree": TAS_TREE}}, "spec": spec}
+
+    cohorts = [f"cohort-{c}" for c in range(TAS_COHORTS)]
+    api.create(path, subtree("cohorts", None, cohorts, TAS_QUEUES_PER_COHORT * TAS_QUEUE_CPU, True))
+    for c, cohort in enumerate(cohorts):
+        api.create(path, subtree(cohort, cohort, [tas_queue(c * TAS_QUEUES_PER_COHORT + j)
+                                                  for j in range(TAS_QUEUES_PER_COHORT)], TAS_QUEUE_CPU, False))
+
+
+def churn_tas_body(args: tuple[str, int, int, int, str, str]) -> Obj:
+    """One churn_tas workload's AppWrapper (built in a load process): ``pods`` x ``milli`` cpu declared on a
+    ConfigMap, the topology ask of its Kueue class on the rack level, charged to its queue's node of the quota
+    tree."""
+    name, priority, pods, milli, ask, queue = args
+    item = configmap_item(name, {"cpu": f"{milli}m"})
+    item["custompodresources"][0]["replicas"] = pods
+    body = appwrapper(name, [item], priority=priority, labels={TAS_TREE: queue})
+    body["metadata"]["annotations"] = {TAS_ANNOTATION[ask]: TAS_RACK_LABEL}
+    return body
+
+
+def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONFIGMAP, scenario: str = "churn",
+          tas: bool = False) -> None:
     """Kueue's baseline shape on 600 cpu: 30 arrival streams x 3 classes at Kueue's intervals; each workload is an
     AppWrapper (a ConfigMap + custompodresources cpu) that the load process deletes ``runtime`` after it is first
     seen Running, as Kueue's runner finishes workloads. Time-to-dispatch per class next to Kueue's means, wall time,
@@ -1136,13 +1405,22 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
     dispatch -> pod Running, and how much later than its run time each workload was seen Completed (pod seen
     Running -> seen Completed - run time: kwok, the Job controller and mcad's completion watch). Run it
     with ``--controller-args=--placement=advisory`` for the comparison. The API writes are not counted then: the
-    scheduler's binds, the Job controller's and the kubelets' (kwok's) writes would be among them."""
+    scheduler's binds, the Job controller's and the kubelets' (kwok's) writes would be among them.
+
+    ``tas`` (``churn_tas``): Kueue's TAS configuration of the same test instead (``TAS_CLASSES``): its 640 nodes
+    of 96 cpu labelled by block, rack and host as its generator labels them, the controller given those three
+    levels (``--topology-level``), each class's workloads asking a rack as Kueue's do (``TAS_ANNOTATION``), each
+    queue's workloads charged to its node of a quota tree shaped as Kueue's cohorts (``tas_quota``): the quota,
+    600 cpu, is what bounds both (test/perf/README.md lists every difference)."""
     fraction = opts.churn_fraction * opts.factor(scenario)
-    n_nodes = opts.churn_nodes
-    capacity = n_nodes * CHURN_NODE_CPU
-    plan: list[tuple[float, str, str, float, int, int]] = []  # (offset s, name, class, runtime, priority, cpu)
+    n_nodes = len(tas_nodes()[0]) if tas else opts.churn_nodes
+    capacity = TAS_QUOTA_CPU if tas else n_nodes * CHURN_NODE_CPU
+    # (offset s, name, class, runtime, priority, cpu)
+    plan: list[tuple[float, str, str, float, int, float]] = []
     per_queue = {}
-    for cls, count, interval, runtime, priority, cpu in KUEUE_CLASSES:
+    classes = ([(c.name, c.per_queue, c.interval, c.runtime, c.priority, c.cpu) for c in TAS_CLASSES] if tas
+               else KUEUE_CLASSES)
+    for cls, count, interval, runtime, priority, cpu in classes:
         k = scaled(count, fraction)
         per_queue[cls] = k
         for q in range(KUEUE_QUEUES):
@@ -1151,15 +1429,31 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
     plan.sort()
     n = len(plan)
     spec = {name: (cls, runtime, cpu) for _, name, cls, runtime, _, cpu in plan}
+    kueue_mean_ms = KUEUE_TAS_MEAN_MS if tas else KUEUE_MEAN_MS
+    kueue_wall_s = KUEUE_TAS_WALL_S if tas else KUEUE_WALL_S
+    extra_args: tuple[str, ...] = ()
+    if tas:
+        extra_args = tuple(arg for _, _, label in TAS_LEVELS for arg in ("--topology-level", label))
     result["params"] = {"workloads": n, "fraction_of_kueue": round(fraction, 4), "queues": KUEUE_QUEUES,
                         "per_queue": per_queue, "nodes": n_nodes, "capacity_cpu": capacity, "threads": opts.threads,
                         "load_processes": opts.load_processes,
-                        "wraps": workload.wraps, "controller_args": " ".join(opts.controller_args) or "(defaults)"}
+                        "wraps": workload.wraps,
+                        "controller_args": " ".join((*opts.controller_args, *extra_args)) or "(defaults)"}
+    if tas:
+        result["params"].update({"node_cpu": TAS_NODE_CPU, "quota": f"{TAS_COHORTS} cohorts x "
+                                 f"{TAS_QUEUES_PER_COHORT} queues x {TAS_QUEUE_CPU} cpu, each cohort's "
+                                 f"{TAS_QUEUES_PER_COHORT * TAS_QUEUE_CPU} shared (tree {TAS_TREE})"})
     with Env(scenario, opts, result) as env:
-        env.nodes(n_nodes, cpu=str(CHURN_NODE_CPU), memory="160Gi", pods=110)
+        if tas:
+            names, labels = tas_nodes()
+            env.nodes(n_nodes, cpu=str(TAS_NODE_CPU), memory=TAS_NODE_MEMORY, pods=110, names=names,
+                      labels=labels.__getitem__)
+            tas_quota(env.api)
+        else:
+            env.nodes(n_nodes, cpu=str(CHURN_NODE_CPU), memory="160Gi", pods=110)
         # /metrics on a known port, read without a token: the controller's own count of its writes.
         metrics_url = f"http://127.0.0.1:{webhooks_mod.free_port()}"
-        ctl = env.controller("controller", args=(*opts.controller_args, "--insecure-debug-endpoints",
+        ctl = env.controller("controller", args=(*opts.controller_args, *extra_args, "--insecure-debug-endpoints",
                                                  "--http-bind-address", metrics_url.removeprefix("http://")))
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
@@ -1182,10 +1476,18 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
         if workload.pods:
             env.watch(watch_pods(api, tracker))
         kind = next(key for key, known in CHURN_WORKLOADS.items() if known is workload)
-        creators = OnTimeLoad(env.cluster.kubeconfig, aw_path(),
-                              [(offset, (name, priority, cpu, runtime, kind))
-                               for offset, name, _cls, runtime, priority, cpu in plan],
-                              churn_body, processes=opts.load_processes, threads=opts.threads)
+        if tas:
+            by_name = {c.name: c for c in TAS_CLASSES}
+            creators = OnTimeLoad(env.cluster.kubeconfig, aw_path(),
+                                  [(offset, (name, priority, by_name[cls].pods, by_name[cls].pod_milli,
+                                             by_name[cls].ask, tas_queue(int(name.split("-")[-2]))))
+                                   for offset, name, cls, _runtime, priority, _cpu in plan],
+                                  churn_tas_body, processes=opts.load_processes, threads=opts.threads)
+        else:
+            creators = OnTimeLoad(env.cluster.kubeconfig, aw_path(),
+                                  [(offset, (name, priority, cpu, runtime, kind))
+                                   for offset, name, _cls, runtime, priority, cpu in plan],
+                                  churn_body, processes=opts.load_processes, threads=opts.threads)
 
         def line() -> str:
             return (f"created {creators.created_count()}/{n}, dispatched {len(tracker.running)}, "
@@ -1244,14 +1546,14 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
         result["per_class"] = {}
         full = fraction >= 1.0
         scheduled = {name: t0 + offset for offset, name, *_ in plan}
-        for cls, *_ in KUEUE_CLASSES:
+        for cls, *_ in classes:
             members = [name for _, name, c, *_ in plan if c == cls]
             figures = summary(tracker.latencies(members, tracker.running))
             result["latency"][f"time_to_dispatch_{cls}"] = figures
             # From the arrival the schedule says, not from the create: a late create cannot hide a wait.
             result["latency"][f"arrival_to_dispatch_{cls}"] = summary(
                 tracker.latencies(members, tracker.running, start=scheduled))
-            kueue = KUEUE_MEAN_MS[cls]
+            kueue = kueue_mean_ms[cls]
             result["per_class"][cls] = {
                 **{k: figures.get(k) for k in ("n", "mean_ms", "p50_ms", "p90_ms", "p99_ms")},
                 "kueue_mean_ms": kueue,
@@ -1263,7 +1565,7 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
         if workload.pods:
             pod_figures(result, tracker, {name: (cls, runtime) for name, (cls, runtime, _) in spec.items()})
         if full:
-            add_target(result, "wall time at full scale (Kueue 351 s)", wall, "<", KUEUE_WALL_S, "s")
+            add_target(result, f"wall time at full scale (Kueue {kueue_wall_s:g} s)", wall, "<", kueue_wall_s, "s")
             late = result["create_lateness"].get("p99_ms")
             add_target(result, "create lateness p99 (an on-time load)", late, "<=", MAX_CREATE_LATENESS_MS, "ms")
             if late is None or late > MAX_CREATE_LATENESS_MS:
@@ -1271,7 +1573,7 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
                                  f"{MAX_CREATE_LATENESS_MS:g} ms): no figure of this run counts")
         else:
             result.setdefault("notes", []).append(
-                f"per-class and wall-time targets (Kueue's means, {KUEUE_WALL_S:.0f} s), and the bound on create "
+                f"per-class and wall-time targets (Kueue's means, {kueue_wall_s:.0f} s), and the bound on create "
                 f"lateness (p99 <= {MAX_CREATE_LATENESS_MS:g} ms), apply at full scale only (--churn-full, --scale 1)")
 
 
@@ -2669,6 +2971,10 @@ def _scale_reads(env: Env, ctl: Controller, port: int, n: int, n_polls: int, res
     return token
 
 
+# Run only when named (--scenarios): Kueue's TAS shape and the cost of racks, each with hundreds to thousands of
+# nodes, are comparisons of their own rather than part of every `make bench`.
+OPT_IN = ("churn_tas", "deep_queue_racks", "throughput_racks")
+
 SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "ceiling": ceiling,
     "throughput": throughput,
@@ -2677,6 +2983,9 @@ SCENARIOS: dict[str, Callable[[Options, Result], None]] = {
     "deep_queue": deep_queue,
     "churn": churn,
     "churn_pods": functools.partial(churn, workload=CHURN_JOB, scenario="churn_pods"),
+    "churn_tas": functools.partial(churn, scenario="churn_tas", tas=True),
+    "deep_queue_racks": deep_queue_racks,
+    "throughput_racks": throughput_racks,
     "restart": restart,
     "noisy_neighbour": noisy_neighbour,
     "memory": memory,
