@@ -11,6 +11,11 @@ summary next to mcad's churn scenario in one table::
     python -m test.perf.kueue --with-churn                      # then churn at the same size, one table
     python -m test.perf.kueue --fraction 0.02 --with-churn      # a smoke run of both at 1/50
     python -m test.perf.kueue --churn-results bench-results.json   # churn's figures from an earlier bench run
+    python -m test.perf.kueue --tas --fraction 0.1 --with-churn     # Kueue's TAS test next to mcad's churn_tas
+
+``--tas`` runs Kueue's TAS configuration of the same test instead (``configs/tas/generator.yaml``, as the Makefile
+target ``run-tas-performance-scheduler`` does: ``--enableTAS=true --timeout=20m``), into its own directory
+(``kueue-<version>-tas``), and its mcad side is the ``churn_tas`` scenario.
 
 The contract of what is compared and every difference between the two workloads is in test/perf/README.md
 ("Side by side with Kueue"). Kueue's figures come from its own outputs: ``summary.yaml`` (mean time to admission per
@@ -48,6 +53,10 @@ KUEUE_MODULE = "sigs.k8s.io/kueue"
 KUEUE_VERSION = "v0.17.0"
 SCHEDULER_TEST = "test/performance/scheduler"
 BASELINE_CONFIG = f"{SCHEDULER_TEST}/configs/baseline/generator.yaml"
+TAS_CONFIG = f"{SCHEDULER_TEST}/configs/tas/generator.yaml"
+# What the Makefile's run-tas-performance-scheduler passes the runner besides the baseline target's flags.
+TAS_RUNNER_FLAGS = ("--enableTAS=true",)
+TAS_TIMEOUT_S = 1200.0  # its --timeout=20m
 CRDS = "config/components/crd/bases"
 RUNNER = "performance-scheduler-runner"
 MINIMALKUEUE = "minimalkueue"
@@ -146,22 +155,27 @@ def scaled_config(baseline: dict[str, Any], fraction: float) -> dict[str, Any]:
     return config
 
 
-def run_kueue(root: Path, out: Path, fraction: float, timeout_s: float | None) -> dict[str, Any]:
-    """Run Kueue's test into ``out`` the way ``make run-performance-scheduler`` does; returns this run's facts."""
+def run_kueue(root: Path, out: Path, fraction: float, timeout_s: float | None, *, tas: bool = False
+              ) -> dict[str, Any]:
+    """Run Kueue's test into ``out`` the way ``make run-performance-scheduler`` does (``tas``: as
+    ``make run-tas-performance-scheduler`` does, on its TAS config); returns this run's facts."""
     src = root / "src"
-    baseline = yaml.safe_load((src / BASELINE_CONFIG).read_text())
+    source = TAS_CONFIG if tas else BASELINE_CONFIG
+    if tas and timeout_s is None:
+        timeout_s = TAS_TIMEOUT_S
+    baseline = yaml.safe_load((src / source).read_text())
     # A fresh directory: a file a failed run did not rewrite must not pass for this run's.
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     config_path = out / "generator.yaml"
     if fraction == 1.0:
-        shutil.copyfile(src / BASELINE_CONFIG, config_path)
+        shutil.copyfile(src / source, config_path)
     else:
         config_path.write_text(yaml.safe_dump(scaled_config(baseline, fraction), sort_keys=False))
     # The Makefile's defaults: minimalkueue's logs to files and its metrics scraped every 5 s.
     args = [str(root / "bin" / RUNNER), f"--o={out}", f"--crds={src / CRDS}", f"--generatorConfig={config_path}",
             f"--minimalKueue={root / 'bin' / MINIMALKUEUE}", "--withLogs=true", "--logToFile=true",
-            "--metricsScrapeInterval=5s"]
+            "--metricsScrapeInterval=5s", *(TAS_RUNNER_FLAGS if tas else ())]
     if timeout_s is not None:
         args.append(f"--timeout={int(timeout_s)}s")
     env = {**os.environ, "KUBEBUILDER_ASSETS": str(envtest_assets(root))}
@@ -191,7 +205,7 @@ def run_kueue(root: Path, out: Path, fraction: float, timeout_s: float | None) -
     if code != 0 or not (out / "summary.yaml").is_file():
         raise KueueError(f"Kueue's runner exited {code} without a summary; see {out / 'runner.log'}")
     facts = {"version": root.name.removeprefix("kueue-"), "fraction": fraction, "runner_wall_s": round(wall, 2),
-             "argv": args[1:]}
+             "config": source, "argv": args[1:]}
     if usage is not None:
         # The runner waits for minimalkueue and envtest's apiserver and etcd, so its rusage covers all of them.
         facts["all_processes_cpu_s"] = round(usage.ru_utime + usage.ru_stime, 1)
@@ -239,17 +253,30 @@ class WorkloadSetTiming:
         return (self.ended - self.started) * 1000 - self.count * self.delay_ms
 
 
+def size_class(name: str) -> str:
+    """The size a class name stands for: the baseline's classes are sizes; TAS's name one first
+    ("large-required-rack" is large)."""
+    return name.split("-")[0]
+
+
 def set_timings(log_text: str, config: dict[str, Any]) -> list[WorkloadSetTiming]:
-    """Each workload set's start and end from the runner's log, matched to its count and class in ``config`` by
-    interval (sets of one queue with the same interval cannot be told apart and are left out)."""
-    by_delay: dict[float, tuple[int, str] | None] = {}
+    """Each workload set's start and end from the runner's log, matched to its count and size class
+    (``size_class``) in ``config`` by interval. The log names a set by its queue and interval only: sets of one
+    queue with one interval but different size classes cannot be told apart and are left out; those of one size
+    class (TAS's three sets of each size, started together) are paired by length, the set of fewest creates with
+    the earliest end (and the earliest start), and a set that never ended has no lateness."""
+    by_delay: dict[float, list[tuple[int, str]] | None] = {}
     for cohort in config["cohorts"]:
         for queues in cohort["queuesSets"]:
+            per_queue: dict[float, list[tuple[int, str]]] = {}
             for wl_set in queues["workloadsSets"]:
-                delay = float(wl_set["creationIntervalMs"])
-                entry = (wl_set["count"] * len(wl_set["workloads"]), wl_set["workloads"][0]["className"])
-                by_delay[delay] = entry if by_delay.get(delay, entry) == entry else None
-    sets: dict[tuple[str, float], WorkloadSetTiming] = {}
+                per_queue.setdefault(float(wl_set["creationIntervalMs"]), []).append(
+                    (wl_set["count"] * len(wl_set["workloads"]), size_class(wl_set["workloads"][0]["className"])))
+            for delay, found in per_queue.items():
+                entries = sorted(found) if len({cls for _, cls in found}) == 1 else None
+                by_delay[delay] = entries if by_delay.get(delay, entries) == entries else None
+    starts: dict[tuple[str, float], list[float]] = {}
+    ends: dict[tuple[str, float], list[float]] = {}
     for line in log_text.splitlines():
         match = _LOG_LINE.match(line)
         if not match:
@@ -257,13 +284,17 @@ def set_timings(log_text: str, config: dict[str, Any]) -> list[WorkloadSetTiming
         stamp, what, fields = match.groups()
         values = json.loads(fields)
         key = (values["namespace"], _duration_ms(values["delay"]))
-        if what == "Start":
-            known = by_delay.get(key[1])
-            if known is not None:
-                sets[key] = WorkloadSetTiming(key[0], key[1], _timestamp(stamp), None, *known)
-        elif key in sets:
-            sets[key].ended = _timestamp(stamp)
-    return list(sets.values())
+        (starts if what == "Start" else ends).setdefault(key, []).append(_timestamp(stamp))
+    sets: list[WorkloadSetTiming] = []
+    for key, begun in starts.items():
+        entries = by_delay.get(key[1])
+        if entries is None or len(begun) != len(entries):
+            continue
+        finished = sorted(ends.get(key, []))
+        for i, (started, (count, cls)) in enumerate(zip(sorted(begun), entries, strict=True)):
+            ended = finished[i] if len(finished) == len(entries) else None
+            sets.append(WorkloadSetTiming(key[0], key[1], started, ended, count, cls))
+    return sets
 
 
 def _stats_ms(values: list[float]) -> dict[str, Any]:
@@ -321,15 +352,16 @@ def parse_kueue(out: Path) -> KueueFigures:
     return figures
 
 
-def parse_churn(path: Path) -> dict[str, Any]:
-    """The churn scenario's result in a bench results file (``python -m test.perf.bench --output``)."""
+def parse_churn(path: Path, scenario: str = "churn") -> dict[str, Any]:
+    """The churn scenario's result (``scenario``: churn_tas's) in a bench results file (``python -m test.perf.bench
+    --output``)."""
     data = json.loads(path.read_text())
     for result in data.get("scenarios", []):
-        if result.get("scenario") == "churn":
+        if result.get("scenario") == scenario:
             if not result.get("ok"):
-                raise KueueError(f"{path}: churn did not finish ok: {result.get('error')}")
+                raise KueueError(f"{path}: {scenario} did not finish ok: {result.get('error')}")
             return {**result, "commit": data.get("commit"), "churn_fraction": data.get("churn_fraction")}
-    raise KueueError(f"{path} has no churn result")
+    raise KueueError(f"{path} has no {scenario} result")
 
 
 # ---------------------------------------------------------------------------------------------- table
@@ -354,11 +386,16 @@ def table(kueue: KueueFigures | None, churn: dict[str, Any] | None) -> str:
     workloads_k = sum(c.get("count", 0) for c in k_classes.values()) if kueue else None
     rows.append(("workloads", str(workloads_k) if kueue else "-",
                  str(churn["params"]["workloads"]) if churn else "-"))
+    # Kueue's classes (the baseline's are sizes; TAS's three per size), else churn's, grouped by size.
+    names = list(dict.fromkeys([*k_classes, *((churn or {}).get("per_class") or {})]))
     for cls in CLASSES:
-        rows.append((f"{cls}: wait mean / p50 / p90 / p99 s", _quad(k_classes.get(cls, {})),
-                     _quad(latency.get(f"time_to_dispatch_{cls}", {}))))
-        rows.append((f"{cls}: from scheduled arrival, mean / p50 / p90 / p99 s", "- (not recorded)",
-                     _quad(latency.get(f"arrival_to_dispatch_{cls}", {}))))
+        members = [name for name in names if size_class(name) == cls] or [cls]
+        for name in members:
+            rows.append((f"{name}: wait mean / p50 / p90 / p99 s", _quad(k_classes.get(name, {})),
+                         _quad(latency.get(f"time_to_dispatch_{name}", {}))))
+        for name in members:
+            rows.append((f"{name}: from scheduled arrival, mean / p50 / p90 / p99 s", "- (not recorded)",
+                         _quad(latency.get(f"arrival_to_dispatch_{name}", {}))))
         late_k = (kueue.generator_lateness.get("by_class", {}) if kueue else {}).get(cls, {})
         rows.append((f"{cls}: create lateness, mean / max s",
                      f"each set's last create: {_s(late_k['mean_ms'])} / {_s(late_k['max_ms'])}"
@@ -382,12 +419,15 @@ def table(kueue: KueueFigures | None, churn: dict[str, Any] | None) -> str:
     rows.append(("controller peak RSS MiB", f"{mk['peak_rss_mib']:.0f}" if mk.get("peak_rss_mib") else "-",
                  f"{ctl['peak_rss_mib']:.0f}" if ctl.get("peak_rss_mib") else "-"))
     if kueue:
-        rows.append(("evictions (preemptions)", str(kueue.evictions), "- (no preemption)"))
+        preempted = ((churn or {}).get("decisions") or {}).get("preempted")
+        rows.append(("evictions (preemptions)", str(kueue.evictions),
+                     f"{preempted} (evicted and requeued)" if preempted is not None else "- (no preemption)"))
         if kueue.run.get("all_processes_cpu_s") is not None:
             rows.append(("CPU of the whole test s", f"{kueue.run['all_processes_cpu_s']:.1f} (runner, envtest, "
                          "minimalkueue)", "-"))
     head = (f"Kueue {kueue.version} x{kueue.fraction:g}" if kueue else "Kueue (not run)",
-            f"mcad churn x{churn.get('churn_fraction')} @{churn.get('commit')}" if churn else "churn (not run)")
+            f"mcad {churn.get('scenario', 'churn')} x{churn.get('churn_fraction')} @{churn.get('commit')}" if churn
+            else "churn (not run)")
     widths = [max(len(r[i]) for r in [("", *head), *rows]) for i in range(3)]
     lines = [f"{'':<{widths[0]}}  {head[0]:<{widths[1]}}  {head[1]}"]
     lines += [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c}" for a, b, c in rows]
@@ -399,11 +439,11 @@ def table(kueue: KueueFigures | None, churn: dict[str, Any] | None) -> str:
 # ---------------------------------------------------------------------------------------------- main
 
 
-def run_churn(fraction: float, out: Path, extra: list[str]) -> Path:
-    path = out / "churn.json"
+def run_churn(fraction: float, out: Path, extra: list[str], scenario: str = "churn") -> Path:
+    path = out / f"{scenario}.json"
     size = ["--churn-full"] if fraction == 1.0 else ["--churn-fraction", f"{fraction:g}"]
-    cmd = [sys.executable, "-m", "test.perf.bench", "--scenarios", "churn", *size, "--output", str(path), *extra]
-    say(f"kueue: running churn: {' '.join(cmd[1:])}")
+    cmd = [sys.executable, "-m", "test.perf.bench", "--scenarios", scenario, *size, "--output", str(path), *extra]
+    say(f"kueue: running {scenario}: {' '.join(cmd[1:])}")
     proc = subprocess.run(cmd, cwd=REPO)
     if not path.is_file():
         raise KueueError(f"churn wrote no results (exit {proc.returncode})")
@@ -418,13 +458,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="size of both runs as a fraction of Kueue's baseline 15,000 (default %(default)s)")
     parser.add_argument("--output", type=Path, default=REPO / ".dev" / "kueue",
                         help="directory for Kueue's artifacts and churn's results (default %(default)s)")
-    parser.add_argument("--with-churn", action="store_true", help="run churn at the same size after Kueue's test")
+    parser.add_argument("--tas", action="store_true",
+                        help="Kueue's TAS configuration (run-tas-performance-scheduler), next to mcad's churn_tas")
+    parser.add_argument("--with-churn", action="store_true",
+                        help="run churn (with --tas: churn_tas) at the same size after Kueue's test")
     parser.add_argument("--churn-args", default="", help="extra arguments for test.perf.bench's churn run")
     parser.add_argument("--churn-results", type=Path, help="take churn's figures from this bench results file")
     parser.add_argument("--skip-kueue", action="store_true", help="do not run Kueue's test; read --output's last run")
     parser.add_argument("--build-only", action="store_true", help="build (or find) the binaries and stop")
     parser.add_argument("--timeout", type=float, default=None,
-                        help="the runner's --timeout in s (default: its own, 10 min)")
+                        help="the runner's --timeout in s (default: its own, 10 min; with --tas the Makefile's 20 min)")
     args = parser.parse_args(argv)
     if not 0 < args.fraction <= 1:
         parser.error("--fraction must be in (0, 1]")
@@ -435,23 +478,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    out = args.output / f"kueue-{args.kueue_version}"
+    out = args.output / f"kueue-{args.kueue_version}{'-tas' if args.tas else ''}"
+    scenario = "churn_tas" if args.tas else "churn"
     try:
         if not args.skip_kueue:
             root = build(args.kueue_version)
             if args.build_only:
                 print(root)
                 return 0
-            run_kueue(root, out, args.fraction, args.timeout)
+            run_kueue(root, out, args.fraction, args.timeout, tas=args.tas)
         kueue = parse_kueue(out)
     except (KueueError, OSError) as err:
         say(f"kueue: {err}")
         return 1
     churn, failed = None, False
     try:
-        churn_path = run_churn(args.fraction, args.output, args.churn_args.split()) if args.with_churn \
+        churn_path = run_churn(args.fraction, args.output, args.churn_args.split(), scenario) if args.with_churn \
             else args.churn_results
-        churn = parse_churn(churn_path) if churn_path else None
+        churn = parse_churn(churn_path, scenario) if churn_path else None
     except (KueueError, OSError, ValueError) as err:
         # Kueue's figures took minutes: print them even when churn's side is missing.
         say(f"kueue: churn's side is missing: {err}")
@@ -459,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(kueue, churn)
     print()
     print(text)
-    (args.output / "side-by-side.txt").write_text(text + "\n")
+    (args.output / f"side-by-side{'-tas' if args.tas else ''}.txt").write_text(text + "\n")
     say(f"kueue: artifacts in {out}; this process's children used "
         f"{sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2]):.0f} s of CPU")
     return 1 if failed else 0

@@ -574,7 +574,8 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
     if topology:
         result["params"].update({"topology": topology, "racks": racks})
     null: NullWebhook | None = None
-    with Env(scenario, opts, result) as env, contextlib.ExitStack() as stack:
+    lease = SCALE_NODE_LEASE_S if topology else None  # thousands of nodes: kwok's renewals as in scale
+    with Env(scenario, opts, result, node_lease_seconds=lease) as env, contextlib.ExitStack() as stack:
         env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110, **rack_nodes(n_nodes, racks))
         if webhooks and opts.webhook_server != "mcad":
             result["params"]["webhook_server"] = opts.webhook_server
@@ -984,7 +985,7 @@ def deep_queue(opts: Options, result: Result, *, topology: str = "", scenario: s
                         "probes_freed": n_b, "threads": opts.threads}
     if topology:
         result["params"].update({"topology": topology, "racks": racks, "probe_new_pods": gang})
-    with Env(scenario, opts, result) as env:
+    with Env(scenario, opts, result, node_lease_seconds=SCALE_NODE_LEASE_S if topology else None) as env:
         env.nodes(n_nodes, cpu="8", memory="32Gi", pods=110, **rack_nodes(n_nodes, racks))
         metrics_url = f"http://127.0.0.1:{webhooks_mod.free_port()}"
         metrics = ("--insecure-debug-endpoints", "--http-bind-address", metrics_url.removeprefix("http://"))
@@ -1527,6 +1528,10 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
         # judge nothing).
         result["dispatch_cycles"] = {"count": int(page.get("mcad_dispatch_cycle_duration_seconds_count", 0)),
                                      "seconds": round(page.get("mcad_dispatch_cycle_duration_seconds_sum", 0.0), 2)}
+        # What the controller decided, by kind (preempted: evicted and requeued, e.g. by a quota reclaim).
+        result["decisions"] = {found[1]: int(value) for sample, value in page.items()
+                               if (found := re.fullmatch(r'mcad_dispatch_decisions_total\{decision="([^"]*)"\}',
+                                                         sample))}
         # Where the controller's writes went, as it counts them itself (mcad_api_writes_total): with pods too.
         result["controller_counted_writes"] = {"total": sum(counted.values()),
                                                "per_workload": round(sum(counted.values()) / n, 2),
