@@ -1329,11 +1329,11 @@ TAS_ANNOTATION = {"required": "mcad.codeflare.dev/topology-required",
                   "balanced": "mcad.codeflare.dev/topology-preferred"}
 
 
-def tas_nodes() -> tuple[list[str], list[dict[str, str]]]:
+def tas_nodes(f: float = 1.0) -> tuple[list[str], list[dict[str, str]]]:
     """Kueue's TAS nodes (its generator's ``generateNodesRecursive``): one per leaf of the levels, named
     node-b<block>-r<rack>-n<node>, labelled with each level's value (block-0, rack-3, node-17) and the flavor's
     node group. Kueue's host label values repeat across racks (node-17 is in every rack), as its generator sets
-    them."""
+    them. ``f`` (the scenario's --scale) multiplies the hosts per rack, at least 1: the smoke test's few nodes."""
     names: list[str] = []
     labels: list[dict[str, str]] = []
 
@@ -1343,7 +1343,7 @@ def tas_nodes() -> tuple[list[str], list[dict[str, str]]]:
             labels.append({**TAS_NODE_GROUP, **{TAS_LEVELS[i][2]: v for i, v in enumerate(values)}})
             return
         name, count, _label = TAS_LEVELS[level]
-        for i in range(count):
+        for i in range(count if level < len(TAS_LEVELS) - 1 else scaled(count, f)):
             walk(level + 1, [*values, f"{name}-{i}"])
 
     walk(0, [])
@@ -1414,7 +1414,7 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
     queue's workloads charged to its node of a quota tree shaped as Kueue's cohorts (``tas_quota``): the quota,
     600 cpu, is what bounds both (test/perf/README.md lists every difference)."""
     fraction = opts.churn_fraction * opts.factor(scenario)
-    n_nodes = len(tas_nodes()[0]) if tas else opts.churn_nodes
+    n_nodes = len(tas_nodes(opts.factor(scenario))[0]) if tas else opts.churn_nodes
     capacity = TAS_QUOTA_CPU if tas else n_nodes * CHURN_NODE_CPU
     # (offset s, name, class, runtime, priority, cpu)
     plan: list[tuple[float, str, str, float, int, float]] = []
@@ -1446,7 +1446,7 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
                                  f"{TAS_QUEUES_PER_COHORT * TAS_QUEUE_CPU} shared (tree {TAS_TREE})"})
     with Env(scenario, opts, result) as env:
         if tas:
-            names, labels = tas_nodes()
+            names, labels = tas_nodes(opts.factor(scenario))
             env.nodes(n_nodes, cpu=str(TAS_NODE_CPU), memory=TAS_NODE_MEMORY, pods=110, names=names,
                       labels=labels.__getitem__)
             tas_quota(env.api)
