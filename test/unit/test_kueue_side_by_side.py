@@ -141,3 +141,38 @@ def test_main_reads_a_past_run_and_churn_from_a_results_file(run_dir: Path, caps
     # A churn side that cannot be read still prints Kueue's figures, and the exit says something was missing.
     assert kueue.main([*argv[:-1], str(output / "missing.json")]) == 1
     assert "churn (not run)" in capsys.readouterr().out
+
+
+def test_sets_of_one_size_at_one_interval_are_paired_by_length() -> None:
+    """Kueue's TAS config runs three small sets at 100 ms in each queue: the log cannot name them, so the one of
+    fewest creates takes the earliest end."""
+    config = {"cohorts": [{"queuesSets": [{"workloadsSets": [
+        {"count": 3, "creationIntervalMs": 100, "workloads": [{"className": "small-required-rack"}]},
+        {"count": 3, "creationIntervalMs": 100, "workloads": [{"className": "small-preferred-rack"}]},
+        {"count": 2, "creationIntervalMs": 100, "workloads": [{"className": "small-balanced-rack"}]}]}]}]}
+
+    def line(stamp: str, what: str) -> str:
+        return (f'2026-01-01T00:00:{stamp}Z\tINFO\tgenerate workload group\tgenerator/generator.go:137\t{what} '
+                'generation\t{"namespace": "q", "localQueue": "q", "delay": "100ms"}')
+
+    log = "\n".join([line("00.0", "Start")] * 3 + [line("00.40", "End"), line("00.25", "End"), line("00.35", "End")])
+    timings = kueue.set_timings(log, config)
+    assert sorted((t.count, round(t.lateness_ms or 0)) for t in timings) == [(2, 50), (3, 50), (3, 100)]
+    assert {t.class_name for t in timings} == {"small"}
+    # One set still running: none of the three can be told its end.
+    unfinished = "\n".join([line("00.0", "Start")] * 3 + [line("00.25", "End"), line("00.35", "End")])
+    assert [t.lateness_ms for t in kueue.set_timings(unfinished, config)] == [None, None, None]
+
+
+def test_the_tas_table_has_a_row_per_class_grouped_by_size() -> None:
+    latency = {f"time_to_dispatch_{size}-{ask}-rack": {"n": 1, "mean_ms": 1000.0, "p50_ms": 1000.0,
+                                                       "p90_ms": 1000.0, "p99_ms": 1000.0}
+               for size in kueue.CLASSES for ask in ("required", "preferred", "balanced")}
+    churn = {"scenario": "churn_tas", "churn_fraction": 0.1, "commit": "abc", "params": {"workloads": 9},
+             "latency": latency, "per_class": {name.removeprefix("time_to_dispatch_"): {} for name in latency},
+             "wall_s": 1.0, "controller": {}, "decisions": {"preempted": 3}}
+    lines = kueue.table(None, churn).splitlines()
+    assert "mcad churn_tas x0.1" in lines[0]
+    waits = [x.split(":")[0] for x in lines if ": wait mean" in x]
+    assert waits == [f"{size}-{ask}-rack" for size in kueue.CLASSES for ask in ("required", "preferred", "balanced")]
+    assert all("1.0 / 1.0 / 1.0 / 1.0" in x for x in lines if ": wait mean" in x)
