@@ -31,7 +31,8 @@ Contract (DESIGN.md, "Free capacity"; the equivalent of Kueue's cache):
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Protocol, runtime_checkable
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.nodemarks import Effect, Verdict
@@ -63,6 +64,9 @@ class Snapshot:
     nodes: Sequence[NodeView]
     quota: quota.QuotaLedger | None
     consumed: Callable[[str], ResourceVector]
+    # Facts derived from ``nodes`` alone (which never change in a snapshot's life), computed once for the pass and
+    # shared with its copies: the domains of each topology level (``mcad.model.fit.domains_of``).
+    memo: dict[object, object] = field(default_factory=dict)
 
     def need(self, key: str, demand: ResourceVector) -> ResourceVector:
         """What is left to fit of an AppWrapper's demand: its own pods that exist already are in use."""
@@ -71,25 +75,38 @@ class Snapshot:
     def take(self, need: ResourceVector, plan: Iterable[PlanEntry]) -> None:
         self.free = self.free - need
         if self.room is not None:
-            take_room(self.room, plan)
+            self._move(plan, -1)
 
     def give(self, need: ResourceVector, plan: Iterable[PlanEntry]) -> None:
         """Undo a ``take``."""
         self.free = self.free + need
         if self.room is not None:
-            for node, requests, count in plan:
-                if node in self.room:
-                    self.room[node] = self.room[node] + requests.scale(count)
+            self._move(plan, 1)
+
+    def _move(self, plan: Iterable[PlanEntry], sign: int) -> None:
+        assert self.room is not None
+        kept = [entry for entry in self.memo.values() if isinstance(entry, RoomWatcher)]
+        for node, requests, count in plan:
+            before = self.room.get(node)
+            if before is None:
+                continue
+            after = self.room[node] = before + requests.scale(sign * count)
+            for watcher in kept:
+                watcher.room_changed(node, before, after)
 
     def copy(self) -> Snapshot:
-        """A copy to try decisions on (the quota ledger is shared: fit checks only read it)."""
-        return replace(self, room=dict(self.room) if self.room is not None else None)
+        """A copy to try decisions on (the quota ledger is shared: fit checks only read it). Facts about the nodes
+        are shared; what is kept of the room is not (the copy's room changes apart)."""
+        return replace(self, room=dict(self.room) if self.room is not None else None,
+                       memo={k: v for k, v in self.memo.items() if not isinstance(v, RoomWatcher)})
 
 
-def take_room(room: dict[str, ResourceVector], plan: Iterable[PlanEntry]) -> None:
-    for node, requests, count in plan:
-        if node in room:
-            room[node] = room[node] - requests.scale(count)
+@runtime_checkable
+class RoomWatcher(Protocol):
+    """A memo entry kept in step with its snapshot's room (``mcad.model.topology.DomainRoom``)."""
+
+    def room_changed(self, node: str, before: ResourceVector, after: ResourceVector) -> None: ...
+
 
 
 class Accountant:

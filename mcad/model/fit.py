@@ -80,6 +80,36 @@ class Targets(Protocol):
         ...
 
 
+class SnapshotIndex(topology.Index):
+    """``topology.Index`` remembered in a snapshot for its own nodes and room: the domains of each level (the nodes
+    never change in a snapshot's life) and each domain's free room (a ``topology.DomainRoom``, kept in step as the
+    pass takes room)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def domains(self, nodes: Sequence[NodeView], level: str) -> topology.Domains:
+        snapshot = self._snapshot
+        if nodes is not snapshot.nodes:
+            return topology.domains(nodes, level)
+        key = ("topology domains", level)
+        found = snapshot.memo.get(key)
+        if found is None:
+            found = snapshot.memo[key] = topology.domains(nodes, level)
+        return found  # type: ignore[return-value]
+
+    def free(self, nodes: Sequence[NodeView], level: str, resource: str,
+             room: Mapping[str, ResourceVector]) -> dict[str, int]:
+        snapshot = self._snapshot
+        if nodes is not snapshot.nodes or room is not snapshot.room:
+            return super().free(nodes, level, resource, room)
+        key = ("topology free", level, resource)
+        kept = snapshot.memo.get(key)
+        if not isinstance(kept, topology.DomainRoom):
+            kept = snapshot.memo[key] = topology.DomainRoom(self.domains(nodes, level), room, resource)
+        return kept.free
+
+
 def pack_in_set(aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
                 hierarchy: topology.Hierarchy, *, in_given_order: bool = False) -> placement.Packing:
     """``aw``'s pods on one node set (a domain of its required level, a worker): its preferred level and its pod
@@ -103,7 +133,7 @@ class SingleCluster:
     def node_sets(self, aw: AppWrapperView, snapshot: Snapshot) -> list[tuple[str, Sequence[NodeView]]]:
         level = aw.topology_required
         if level:
-            return [("", nodes) for _, nodes in topology.domains(snapshot.nodes, level)]
+            return [("", nodes) for _, nodes in SnapshotIndex(snapshot).domains(snapshot.nodes, level)]
         return [("", snapshot.nodes)]
 
     def pack(self, aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, ResourceVector], *,
@@ -119,7 +149,8 @@ class SingleCluster:
             # remainder can be judged, the nodes they run on are known to the ledger already.
             return Fit(True)
         if topology.asks(aw):
-            placed = topology.place(aw, snapshot.nodes, snapshot.room, self.hierarchy, home=self.homes.get(aw.uid, ""))
+            placed = topology.place(aw, snapshot.nodes, snapshot.room, self.hierarchy, home=self.homes.get(aw.uid, ""),
+                                    index=SnapshotIndex(snapshot))
             packing = placed.packing
             if placed.domain:
                 self.homes[aw.uid] = placed.domain

@@ -46,6 +46,38 @@ from mcad.model import placement
 # How many domains a message names, the roomiest first.
 DOMAINS_NAMED = 3
 
+Domains = list[tuple[str, list[NodeView]]]
+
+
+class Index:
+    """How nodes fall into the domains of a level, and each domain's free room of a resource: computed here each
+    time; ``mcad.model.fit.SnapshotIndex`` remembers both for a snapshot's nodes, since a pass asks for every gang."""
+
+    def domains(self, nodes: Sequence[NodeView], level: str) -> Domains:
+        return domains(nodes, level)
+
+    def free(self, nodes: Sequence[NodeView], level: str, resource: str,
+             room: Mapping[str, ResourceVector]) -> dict[str, int]:
+        return {value: free_room(members, room, resource) for value, members in self.domains(nodes, level)}
+
+
+PLAIN = Index()
+
+
+class DomainRoom:
+    """The free room of one resource in each domain of one level, kept in step as a snapshot's room changes (a
+    ``mcad.model.accounting.RoomWatcher``)."""
+
+    def __init__(self, found: Domains, room: Mapping[str, ResourceVector], resource: str) -> None:
+        self.resource = resource
+        self.of_node = {node.name: value for value, members in found for node in members}
+        self.free = {value: free_room(members, room, resource) for value, members in found}
+
+    def room_changed(self, node: str, before: ResourceVector, after: ResourceVector) -> None:
+        value = self.of_node.get(node)
+        if value is not None:
+            self.free[value] += max(after.get(self.resource), 0) - max(before.get(self.resource), 0)
+
 
 @dataclass(frozen=True, slots=True)
 class Hierarchy:
@@ -76,7 +108,7 @@ def asks(aw: AppWrapperView) -> bool:
                 or any(group.topology_required or group.topology_preferred for group in aw.gang))
 
 
-def domains(nodes: Sequence[NodeView], level: str) -> list[tuple[str, list[NodeView]]]:
+def domains(nodes: Sequence[NodeView], level: str) -> Domains:
     """(label value, its nodes) for each domain of ``level``, by value; nodes without the label are left out."""
     found: dict[str, list[NodeView]] = {}
     for node in nodes:
@@ -87,18 +119,18 @@ def domains(nodes: Sequence[NodeView], level: str) -> list[tuple[str, list[NodeV
 
 
 def place(aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
-          hierarchy: Hierarchy = NO_HIERARCHY, *, home: str = "") -> Placed:
+          hierarchy: Hierarchy = NO_HIERARCHY, *, home: str = "", index: Index = PLAIN) -> Placed:
     """Where ``aw``'s pods go on ``nodes`` (see the module docstring); ``home``: the domain of its required level it
     was placed in before (a reset requeued it), taken again when the gang still fits there."""
     if not aw.topology_required:
-        return Placed(pack_within(aw, nodes, room, hierarchy))
+        return Placed(pack_within(aw, nodes, room, hierarchy, index=index))
     if home:
-        members = [node for node in nodes if node.labels.get(aw.topology_required) == home]
+        members = next((m for value, m in index.domains(nodes, aw.topology_required) if value == home), None)
         packing = pack_within(aw, members, room, hierarchy) if members else None
         if packing is not None and packing.fits:
             return Placed(packing, home)
     chosen = _best_domain(aw.gang, nodes, room, aw.topology_required,
-                          lambda members: pack_within(aw, members, room, hierarchy))
+                          lambda members: pack_within(aw, members, room, hierarchy), index)
     return chosen if isinstance(chosen, Placed) else Placed(chosen)
 
 
@@ -113,18 +145,20 @@ def home(level: str, nodes: Sequence[NodeView], used: Collection[str]) -> list[N
 
 
 def pack_within(aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
-                hierarchy: Hierarchy = NO_HIERARCHY, *, in_given_order: bool = False) -> placement.Packing:
+                hierarchy: Hierarchy = NO_HIERARCHY, *, in_given_order: bool = False,
+                index: Index = PLAIN) -> placement.Packing:
     """``aw``'s pods on ``nodes``, keeping its preferred level and its pod sets' asks (see the module docstring)."""
     if aw.topology_preferred:
-        return _preferring(aw.gang, nodes, room, hierarchy, aw.topology_preferred)
-    return _pack_groups(aw.gang, nodes, room, hierarchy, in_given_order=in_given_order)
+        return _preferring(aw.gang, nodes, room, hierarchy, aw.topology_preferred, index)
+    return _pack_groups(aw.gang, nodes, room, hierarchy, in_given_order=in_given_order, index=index)
 
 
 # -- how ----------------------------------------------------------------------------------------------------------
 
 
 def _pack_groups(groups: Sequence[PodGroup], nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
-                 hierarchy: Hierarchy, *, in_given_order: bool = False) -> placement.Packing:
+                 hierarchy: Hierarchy, *, in_given_order: bool = False, index: Index = PLAIN
+                 ) -> placement.Packing:
     """Pod sets that ask for a level first, each in its own domain; then the others over every node."""
     asking = [g for g in groups if g.topology_required or g.topology_preferred]
     if not asking:
@@ -136,10 +170,11 @@ def _pack_groups(groups: Sequence[PodGroup], nodes: Sequence[NodeView], room: Ma
         alone = (dataclasses.replace(group, topology_required="", topology_preferred=""),)
         now = _Overlay(room, left)
         if group.topology_required:
-            chosen = _best_domain(alone, nodes, now, group.topology_required, partial(_pack_plain, alone, room=now))
+            chosen = _best_domain(alone, nodes, now, group.topology_required, partial(_pack_plain, alone, room=now),
+                                  index)
             packing = chosen.packing if isinstance(chosen, Placed) else chosen
         else:
-            packing = _preferring(alone, nodes, now, hierarchy, group.topology_preferred)
+            packing = _preferring(alone, nodes, now, hierarchy, group.topology_preferred, index)
         if not packing.fits:
             return packing
         for node, requests, count in packing.placement:
@@ -158,43 +193,52 @@ def _pack_plain(groups: Sequence[PodGroup], nodes: Sequence[NodeView], *,
 
 
 def _preferring(groups: Sequence[PodGroup], nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
-                hierarchy: Hierarchy, level: str) -> placement.Packing:
+                hierarchy: Hierarchy, level: str, index: Index = PLAIN) -> placement.Packing:
     """One domain of ``level``, else of each larger level, else every node, roomiest domains first."""
     def inner(members: Sequence[NodeView]) -> placement.Packing:
         return _pack_groups(groups, members, room, hierarchy)
 
     fallbacks = hierarchy.fallbacks(level)
     for each in fallbacks:
-        chosen = _best_domain(groups, nodes, room, each, inner)
+        chosen = _best_domain(groups, nodes, room, each, inner, index)
         if isinstance(chosen, Placed):
             return chosen.packing
     # As few domains as can be: the domains with the most free room first (of the largest level, then of the
     # level asked inside it), nodes without the label last.
-    ranks = [_domain_ranks(nodes, room, each, _scarcest(groups)) for each in (fallbacks[-1], level)]
+    ranks = [_domain_ranks(index.domains(nodes, each), index.free(nodes, each, _scarcest(groups), room))
+             for each in (fallbacks[-1], level)]
     ordered = sorted(nodes, key=lambda node: (*(rank.get(node.name, len(rank)) for rank in ranks), node.name))
     return _pack_groups(groups, ordered, room, hierarchy, in_given_order=True)
 
 
 def _best_domain(groups: Sequence[PodGroup], nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
-                 level: str, inner: Callable[[Sequence[NodeView]], placement.Packing]) -> Placed | placement.Packing:
-    """The domain of ``level`` that ``inner`` fits the groups in with the least room left; else why none does."""
+                 level: str, inner: Callable[[Sequence[NodeView]], placement.Packing],
+                 index: Index = PLAIN) -> Placed | placement.Packing:
+    """The domain of ``level`` that ``inner`` fits the groups in with the least room left; else why none does.
+
+    The domains are tried in that order, (room left, value), and the first that takes the gang is the one: room
+    left is the domain's free room in the scarcest resource less the gang's demand of it, which does not depend on
+    where in the domain the pods go. A domain with less free room than the demand cannot take it and is not packed.
+    """
     scarcest = _scarcest(groups)
     demand = sum((g.requests.scale(g.count) for g in groups), ResourceVector()).get(scarcest)
-    best: tuple[int, str, placement.Packing] | None = None
-    every = domains(nodes, level)
-    for value, members in every:
+    every = index.domains(nodes, level)
+    free = index.free(nodes, level, scarcest, room)
+    ordered = sorted((left, value, members) for value, members in every if (left := free[value] - demand) >= 0)
+    for _, value, members in ordered:
         packing = inner(members)
         if packing.fits:
-            left = sum(room.get(node.name, node.allocatable).get(scarcest) for node in members) - demand
-            if best is None or (left, value) < (best[0], best[1]):
-                best = (left, value, packing)
-    if best is not None:
-        return Placed(best[2], best[1])
+            return Placed(packing, value)
     return placement.Packing(False, why=_why_none(groups, every, room, level),
                              about=frozenset({f"topology:{level}"}))
 
 
-def _why_none(groups: Sequence[PodGroup], every: list[tuple[str, list[NodeView]]],
+def free_room(members: Sequence[NodeView], room: Mapping[str, ResourceVector], resource: str) -> int:
+    """The free room of ``resource`` on ``members`` (a node over-committed counts as none, not less)."""
+    return sum(max(room.get(node.name, node.allocatable).get(resource), 0) for node in members)
+
+
+def _why_none(groups: Sequence[PodGroup], every: Domains,
               room: Mapping[str, ResourceVector], level: str) -> str:
     pods = sum(group.count for group in groups)
     if not every:
@@ -210,12 +254,8 @@ def _why_none(groups: Sequence[PodGroup], every: list[tuple[str, list[NodeView]]
     return f"{needs}: {', '.join(named)}{more}"
 
 
-def _domain_ranks(nodes: Sequence[NodeView], room: Mapping[str, ResourceVector], level: str,
-                  scarcest: str) -> dict[str, int]:
-    """Node name -> its domain's rank by free room in ``scarcest``, roomiest first (ties by value)."""
-    found = domains(nodes, level)
-    free = {value: sum(room.get(node.name, node.allocatable).get(scarcest) for node in members)
-            for value, members in found}
+def _domain_ranks(found: Domains, free: Mapping[str, int]) -> dict[str, int]:
+    """Node name -> its domain's rank by ``free`` room, roomiest first (ties by value)."""
     order = sorted(free, key=lambda value: (-free[value], value))
     rank = {value: i for i, value in enumerate(order)}
     return {node.name: rank[value] for value, members in found for node in members}

@@ -166,3 +166,26 @@ def test_annotation_values_are_read_whole_and_bounded() -> None:
     assert (aw.topology_required, aw.topology_preferred) == (RACK, BLOCK)
     assert topologyasked.asked(aw) == ((RACK, "required"), (BLOCK, "preferred"))
     assert not topology.asks(job_aw(1, "1"))
+
+
+def test_a_snapshots_domain_room_follows_what_the_pass_takes_and_its_copies_keep_their_own() -> None:
+    from mcad.api.resources import ResourceVector
+    from mcad.model.accounting import Snapshot
+    from mcad.model.fit import SnapshotIndex
+
+    room = {node.name: node.allocatable for node in TWO_BLOCKS}
+    snapshot = Snapshot(free=ResourceVector(), capacity=ResourceVector(), room=room, nodes=TWO_BLOCKS, quota=None,
+                        consumed=lambda _key: ResourceVector())
+    index = SnapshotIndex(snapshot)
+    assert index.free(TWO_BLOCKS, RACK, "cpu", room) == {"rack-a": 8000, "rack-b": 8000, "rack-c": 16000,
+                                                          "rack-d": 2000}
+    trial = snapshot.copy()
+    cpu3 = ResourceVector({"cpu": 3000})
+    snapshot.take(cpu3, [("a0", cpu3, 1)])
+    assert index.free(TWO_BLOCKS, RACK, "cpu", snapshot.room)["rack-a"] == 5000
+    trial.give(cpu3, [("c0", cpu3, 1)])  # a copy's room changes apart from the pass's
+    assert SnapshotIndex(trial).free(TWO_BLOCKS, RACK, "cpu", trial.room)["rack-c"] == 19000
+    assert index.free(TWO_BLOCKS, RACK, "cpu", snapshot.room) == {"rack-a": 5000, "rack-b": 8000, "rack-c": 16000,
+                                                                   "rack-d": 2000}
+    assert index.free(TWO_BLOCKS, RACK, "cpu", snapshot.room) == topology.PLAIN.free(TWO_BLOCKS, RACK, "cpu",
+                                                                                      snapshot.room)
