@@ -77,6 +77,9 @@ class SchedulingSettings:
     # Among AppWrappers of one priority, the tenant with the least decayed usage first (mcad.model.fairshare).
     fair_sharing: bool = False
     fair_sharing_half_life: float = 3600.0
+    # Where usage outlives the controller: a ConfigMap of this name in the controller's own namespace ("": nowhere).
+    fair_sharing_configmap: str = "mcad-fair-share"
+    own_namespace: str = ""  # known once connected (mcad.cli.controller)
     fault_defaults: FaultDefaults = DEFAULTS  # the cluster's fault tolerance defaults, floors and ceilings
 
 

@@ -49,6 +49,7 @@ from mcad.hub.placement import WorkerPlacement
 from mcad.hub.sites import WorkerClusters, WorkerPods, WorkerSites
 from mcad.k8s import events, kube
 from mcad.k8s.dispatchjob import Writer
+from mcad.k8s.fairsharestore import FairShareStore
 from mcad.k8s.informer import Informer, Reconnects, Store
 from mcad.k8s.legacy import MergedAppWrappers
 from mcad.k8s.tenantstore import TenantAppWrappers, priority_class_value
@@ -145,8 +146,12 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     notices = Notices(queued, appwrappers, decisions, preemptors=preemptors, dispatch_retries=dispatch_retries.reader(),
                       metrics=metrics, clock=clock, strict_fifo=strict_fifo)
     active = Active(appwrappers, accountant, decisions, queued, notices, queue=queue, clock=clock, metrics=metrics)
-    fair = FairSharing(FairShare(scheduling.fair_sharing_half_life), accountant, active.views, clock) \
-        if scheduling.fair_sharing else None
+    fair = None
+    if scheduling.fair_sharing:
+        store = FairShareStore(writer, scheduling.own_namespace, scheduling.fair_sharing_configmap) \
+            if scheduling.own_namespace and scheduling.fair_sharing_configmap else None
+        fair = FairSharing(FairShare(scheduling.fair_sharing_half_life), accountant, active.views, clock, store=store,
+                           writes=writes)
     targets: Targets
     sites: Sites
     if hub is None:
@@ -191,7 +196,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     owners = Owners(accountant=accountant, decisions=decisions, queued=queued, active=active, dispatches=dispatches,
                     evictions=evictions, notices=notices, follower=follower, pinning=pinning, ownership=ownership,
                     sites=sites, reservations=held, preemptors=preemptors, cycle=cycle, targets=targets, writes=writes,
-                    quota_status=quota_status, health=health)
+                    quota_status=quota_status, health=health, fair=fair)
     settings = Settings(fit=fit, strict_fifo=strict_fifo, preemption=preemption,
                         placement_mode="binding" if binding else "advisory",
                         protected_namespaces=scheduling.protected_namespaces, fault_defaults=fault_defaults,

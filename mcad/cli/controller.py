@@ -224,6 +224,11 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
 @click.option("--fair-sharing-half-life", type=faultflags.DURATION, default="1h", show_default=True,
               help="How fast usage is forgotten for --fair-sharing: an hour of the whole cluster this long ago "
                    "counts half as much as one now (a Go duration: 30m, 1h, 24h).")
+@click.option("--fair-sharing-configmap", default="mcad-fair-share", show_default=True,
+              help="With --fair-sharing: the ConfigMap in the controller's own namespace where usage is saved every "
+                   "minute and read back when the controller starts or a replica becomes the leader, so a restart "
+                   "does not reset it ('': usage is kept in memory only). The controller needs create on "
+                   "ConfigMaps there and get and patch on this one (the chart's Role).")
 @click.option("--leader-elect/--no-leader-elect", default=False,
               help="Run as one of several replicas: compete for a coordination.k8s.io Lease and dispatch only "
                    "while holding it (standbys keep warm caches and take over when the leader goes). Off, one "
@@ -517,7 +522,7 @@ def _protect(scheduling: SchedulingSettings, api: ApiSettings, hub: Hub | None) 
     """``scheduling`` with the protected namespaces, known only now that the controller knows its own namespace."""
     logger = structlog.get_logger("mcad.controller")
     protected = protected_namespaces(default_namespace(), api.allowed_protected, hub=hub is not None)
-    scheduling = dataclasses.replace(scheduling, protected_namespaces=protected)
+    scheduling = dataclasses.replace(scheduling, protected_namespaces=protected, own_namespace=default_namespace())
     logger.info("protected namespaces", namespaces=sorted(protected))
     logger.info("fault tolerance defaults", **faultflags.described(scheduling.fault_defaults))
     return scheduling

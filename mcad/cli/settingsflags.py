@@ -134,6 +134,7 @@ def scheduling_settings(options: Options, fault_defaults: FaultDefaults) -> Sche
         write_workers=options["write_workers"], backoff_status_rate=options["backoff_status_rate"],
         cycle_interval=options["cycle_interval"], topology_levels=levels, fair_sharing=options["fair_sharing"],
         fair_sharing_half_life=fair_sharing_half_life(options["fair_sharing_half_life"]),
+        fair_sharing_configmap=options["fair_sharing_configmap"],
         fault_defaults=fault_defaults)
 
 

@@ -44,6 +44,7 @@ from mcad.k8s.dispatchjob import Dispatched
 from mcad.k8s.informer import Store
 from mcad.k8s.workqueue import WorkQueue
 from mcad.k8s.wrapped import WrappedObjects
+from mcad.loop.fairsharing import SAVE_INTERVAL_SECONDS
 from mcad.loop.loopcalls import LoopCalls
 from mcad.loop.owners import Owners, Settings
 from mcad.loop.pinning import Ungated
@@ -138,6 +139,10 @@ class Dispatcher:
             if pod.pin is not None:
                 self.queue.add(keys.PodEvent(pod.uid))
         self.queue.add(DISPATCH)
+        if self.owners.fair is not None:
+            self.owners.fair.load()  # before the first cycle: after a restart or a change of leader
+            if self.owners.fair.stored:
+                self.queue.add_after(keys.FAIR_SHARE_SAVE, SAVE_INTERVAL_SECONDS)
         ledger = self.owners.accountant.ledger
         log.info("dispatcher started", appwrappers=len(self.appwrappers), nodes=len(self.nodes),
                  pods=len(self.pods), capacity=ledger.capacity().format(), free=ledger.free().format())
@@ -196,6 +201,7 @@ class Dispatcher:
             keys.QuotaStatus: lambda _k: o.quota_status.write() if o.quota_status is not None else None,
             keys.Dispatch: lambda _k: o.cycle.run(),
             keys.RoomFreed: lambda _k: o.cycle.run_paced(),
+            keys.FairShareSave: lambda _k: self._save_fair_share(),
             keys.CycleDue: lambda _k: o.cycle.run(),
             keys.Publish: lambda _k: self._publish(),
             **o.sites.handlers(),
@@ -212,6 +218,11 @@ class Dispatcher:
             type(None): lambda _key, _outcome: None,  # a job with nothing to report: deletes, QuotaSubtree status
             Exception: lambda key, err: log.error("background write failed", appwrapper=key, error=repr(err)),
         }
+
+    def _save_fair_share(self) -> None:
+        if self.owners.fair is not None:
+            self.owners.fair.save()
+            self.queue.add_after(keys.FAIR_SHARE_SAVE, SAVE_INTERVAL_SECONDS)
 
     def _recovered(self) -> None:
         """The API server answers again: what waits out a backoff most likely failed because it was away."""

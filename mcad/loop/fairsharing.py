@@ -10,27 +10,81 @@ Contract:
   the ledger was told (AppWrappers adopted at a restart are not announced to watchers), then the pass's
   ``FairPass``. ``begin(snapshot, act=False)`` (the dry run behind explain): the same scores, changing nothing.
 - ``usage()``: each tenant's usage now, for readers, as a copy.
+- With a ``store`` (``mcad.k8s.fairsharestore``), usage outlives the controller: ``load()`` (when the dispatcher
+  starts: after a restart, or in a replica that just became the leader) adds what was saved, decayed by the wall-clock
+  time since it was saved; ``save()`` hands a write of the usage now to the write pool and is due again
+  ``SAVE_INTERVAL_SECONDS`` later (the ``FairShareSave`` timer), so a restart loses at most that much. A store that
+  cannot be read or written is logged (once per attempt) and fair sharing goes on from what it knows.
 - Runs on the dispatcher's thread only.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+
+import structlog
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.clock import Clock
+from mcad.errors import ApiError
+from mcad.k8s.fairsharestore import FairShareStore, StoredUsageError
+from mcad.k8s.writes import Writes
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.fairshare import FairPass, FairShare, share, tenant_of
+
+log = structlog.get_logger("mcad.fairsharing")
+
+SAVE_INTERVAL_SECONDS = 60.0
 
 
 class FairSharing:
     def __init__(self, ledger: FairShare, accountant: Accountant, dispatched: Mapping[str, AppWrapperView],
-                 clock: Clock) -> None:
+                 clock: Clock, *, store: FairShareStore | None = None, writes: Writes | None = None) -> None:
         self.ledger = ledger
         self._accountant = accountant
         self._dispatched = dispatched  # Active.views: read, never written here
         self._clock = clock
+        self._store = store
+        self._writes = writes
         self._held: dict[str, tuple[str, float]] = {}  # dispatched key -> (tenant, the share it was counted at)
+
+    @property
+    def stored(self) -> bool:
+        return self._store is not None
+
+    def load(self) -> None:
+        if self._store is None:
+            return
+        where = f"{self._store.namespace}/{self._store.name}"
+        try:
+            found = self._store.read()
+        except (ApiError, StoredUsageError) as err:
+            log.warning("fair-share usage not read: every tenant starts from zero", configmap=where, error=str(err))
+            return
+        if found is None:
+            log.info("no fair-share usage saved yet", configmap=where)
+            return
+        usage, saved_at = found
+        elapsed = max((self._clock.now() - saved_at).total_seconds(), 0.0)
+        kept = math.exp(-elapsed * math.log(2) / self.ledger.half_life)
+        self.ledger.restore({tenant: amount * kept for tenant, amount in usage.items()}, self._clock.monotonic())
+        log.info("fair-share usage restored", configmap=where, tenants=len(usage), saved_s_ago=round(elapsed))
+
+    def save(self) -> None:
+        """The usage now, written in the background (see the module docstring)."""
+        store, writes = self._store, self._writes
+        if store is None or writes is None:
+            return
+        usage, now = self.usage(), self._clock.now()
+
+        def job() -> None:
+            try:
+                store.write(usage, now)
+            except ApiError as err:
+                log.warning("fair-share usage not saved", configmap=f"{store.namespace}/{store.name}",
+                            error=str(err))
+        writes.submit(f"configmap/{store.namespace}/{store.name}", job, tenant=store.namespace, urgent=False)
 
     def tenant(self, aw: AppWrapperView) -> str:
         quota = self._accountant.quota

@@ -16,6 +16,7 @@ from mcad.loop.cycle import DispatchCycle
 from mcad.loop.decisions import Decisions
 from mcad.loop.dispatches import Dispatches
 from mcad.loop.evictions import Evictions
+from mcad.loop.fairsharing import FairSharing
 from mcad.loop.follower import Follower
 from mcad.loop.health import Health
 from mcad.loop.notices import Notices
@@ -65,3 +66,4 @@ class Owners:
     writes: Writes
     quota_status: QuotaStatusWriter | None
     health: Health
+    fair: FairSharing | None = None

@@ -113,6 +113,11 @@ CYCLE_TICK_SECONDS = 0.01
 
 
 @dataclass(frozen=True, slots=True)
+class FairShareSave:
+    """Fair sharing's usage is due to be saved (``mcad.loop.fairsharing``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class RoomFreed:
     """Room may have freed (pods ended, an AppWrapper finished): a dispatch cycle, paced (``--cycle-interval``)."""
 
@@ -157,10 +162,11 @@ class Recovered:
 
 Key = (AppWrapperEvent | NodeEvent | PodEvent | Written | StatusRetry | DispatchRetry | MinAvailableCheck
        | DeadlineCheck | PodCounts | ClusterEvent | WorkerCleanup | Dispatch | Call | QuotaChanged | QuotaStatus
-       | Publish | Recovered | HealthDue | BackoffStatus | RoomFreed | CycleDue)
+       | Publish | Recovered | HealthDue | BackoffStatus | RoomFreed | CycleDue | FairShareSave)
 
 DISPATCH = Dispatch()
 ROOM_FREED = RoomFreed()
+FAIR_SHARE_SAVE = FairShareSave()
 CALL = Call()
 QUOTA = QuotaChanged()
 QUOTA_STATUS = QuotaStatus()

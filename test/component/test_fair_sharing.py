@@ -108,3 +108,61 @@ def test_a_day_of_two_tenants_shares_the_cluster_by_usage(harness_factory: Any, 
     assert waits, "team-b ran something"
     assert max(waits) <= 15 * 60, f"team-b waited at most one job's length: {max(waits)} s"
     assert used["team-b"] > 0
+
+
+class MemoryStore:
+    """A FairShareStore kept in memory: what the controller saved, as the next one reads it."""
+
+    namespace, name = "mcad-system", "mcad-fair-share"
+
+    def __init__(self, saved: tuple[dict[str, float], Any] | None = None, fail: Exception | None = None) -> None:
+        self.saved, self.fail = saved, fail
+
+    def read(self) -> tuple[dict[str, float], Any] | None:
+        if self.fail is not None:
+            raise self.fail
+        return self.saved
+
+    def write(self, usage: dict[str, float], saved_at: Any) -> None:
+        self.saved = (dict(usage), saved_at)
+
+
+def test_usage_saved_by_one_controller_orders_the_next_ones_queue(harness_factory: Any) -> None:
+    """team-a used the cluster for an hour; the controller stops. The next one (a restart, or another replica
+    taking the lead) reads the saved usage, decayed by the time between, and team-b's AppWrapper goes first though
+    team-a's was queued earlier."""
+    from datetime import timedelta
+
+    store = MemoryStore()
+    h = harness_factory(nodes=[node("n0", "2")], pods=[], aws=[team_aw("team-a", "a0", cpu="2")], fit="aggregate",
+                        fair_sharing=True)
+    h.drain()
+    fair = h.dispatcher.owners.fair
+    fair._store = store
+    h.clock.advance(3600)
+    fair.save()
+    h.drain()
+    assert store.saved is not None and store.saved[0]["namespace:team-a"] > 2000
+
+    later = harness_factory(nodes=[node("n0", "2")], pods=[], fit="aggregate", fair_sharing=True,
+                            aws=[team_aw("team-a", "a1", cpu="2", created="2026-01-01T09:00:00Z"),
+                                 team_aw("team-b", "b0", cpu="2", created="2026-01-01T10:00:00Z")],
+                            before_start=lambda lh: (setattr(lh.dispatcher.owners.fair, "_store", store),
+                                                     lh.clock.advance(3600 + 1800)))
+    later.drain()
+    assert dispatched(later) == {"team-b/b0"}, "team-a's usage came back: team-b goes first"
+    restored = later.dispatcher.owners.fair.usage()["namespace:team-a"]
+    elapsed = (later.clock.now() - store.saved[1]) / timedelta(seconds=1)
+    assert elapsed == pytest.approx(1800, abs=1), "saved half an hour before the next controller started"
+    assert restored == pytest.approx(store.saved[0]["namespace:team-a"] * 0.5 ** 0.5, rel=1e-3)
+
+
+def test_a_store_that_cannot_be_read_starts_everyone_from_zero(harness_factory: Any) -> None:
+    from mcad.k8s.fairsharestore import StoredUsageError
+
+    h = harness_factory(nodes=[node("n0", "2")], pods=[], fit="aggregate", fair_sharing=True,
+                        aws=[team_aw("team-a", "a0", cpu="2")],
+                        before_start=lambda h: setattr(h.dispatcher.owners.fair, "_store",
+                                                       MemoryStore(fail=StoredUsageError("spoiled"))))
+    h.drain()
+    assert dispatched(h) == {"team-a/a0"}

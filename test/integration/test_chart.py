@@ -177,10 +177,16 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
               "nodeHealth": {"rules": ["example.com/fpga:fpga.example.com/health=bad:NoSchedule"]},
               "topology": {"levels": ["example.com/block", "example.com/rack"]},
               "scheduling": {"fairSharing": True, "fairSharingHalfLife": "30m"}}
-    container = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
-        "containers"][0]
+    objects = chart.render(values=values, tmp=tmp_path)
+    container = by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    [fair_role] = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "mcad-controller-fair-share"]
+    assert fair_role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["mcad-controller-fair-share"],
+         "verbs": ["get", "patch"]}]
     assert container["args"] == ["--fit=aggregate", "--placement=advisory",
                                  "--fair-sharing", "--fair-sharing-half-life=30m",
+                                 "--fair-sharing-configmap=mcad-controller-fair-share",
                                  "--topology-level=example.com/block", "--topology-level=example.com/rack",
                                  "--node-health-rule=example.com/fpga:fpga.example.com/health=bad:NoSchedule",
                                  "--write-workers=8", "--backoff-status-rate=2.5", "--cycle-interval=0.2",
