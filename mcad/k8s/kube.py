@@ -14,6 +14,7 @@ this module. Nothing here prints or exits. Each ``Connection`` counts its failed
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -401,37 +402,101 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
           headers: Mapping[str, str] | None = None) -> Any:
     """Send one request through the connection's auth; the unread urllib3 response of a 2xx answer.
 
-    Uses ``param_serialize`` then ``call_api``, the two steps every generated method of the v37 client runs
-    (auth headers, token refresh, query encoding), but keeps the raw urllib3 response: nothing is deserialized
-    into models, any path works (the core group included), and a watch can be streamed line by line. JSON bodies
-    are passed as dicts for the client to encode; other content types (apply-patch) as our own JSON text.
+    Sends what the client's ``param_serialize`` and ``call_api`` would (its default headers, the bearer token as
+    its configuration resolves it for this request, query encoding, JSON bodies encoded by ``json.dumps``) through
+    its own urllib3 pool (TLS, proxy, retries), without the generic steps our raw dicts do not need: the client
+    copies every body and header value through its model sanitizer and wraps the answer, which cost more CPU than
+    the request itself for the small status patches mcad sends most. Nothing is deserialized into models, any
+    path works (the core group included), and a watch can be streamed line by line. Other content types
+    (apply-patch) are sent as our own JSON text (``yaml_safe_json``).
     """
     api = conn.api
     if method in _WRITE_METHODS:
         conn.writes.add(_verb(method, query), resource_of(path))
+    configuration = api.configuration
     sent = {"Accept": "application/json", "Content-Type": content_type, **(headers or {})}
-    method, url, headers, serialized, post_params = api.param_serialize(
-        method, path, query_params=query or [], header_params=sent,
-        body=body if body is None or "json" in content_type else yaml_safe_json(body), auth_settings=["BearerToken"])
+    # The client's order: its default headers (User-Agent) over the caller's, then its cookie, then auth.
+    sent.update(api.default_headers)
+    if api.cookie:
+        sent["Cookie"] = api.cookie
+    auth_query: Query = []
+    # auth_settings() runs the configuration's refresh hook (an exec plugin's expired token, a token file read
+    # again), as every request of the client does.
+    auth = configuration.auth_settings().get("BearerToken")
+    if auth:
+        if auth["in"] == "header":
+            sent[auth["key"]] = auth["value"]
+        elif auth["in"] == "query":
+            auth_query.append((auth["key"], auth["value"]))
+    target = path
+    if query or auth_query:
+        target += "?" + api.parameters_to_url_query([*(query or []), *auth_query], None)
+    if body is None or method not in _BODY_METHODS:
+        encoded: bytes | str | None = None
+    elif "json" in content_type:
+        if content_type == "application/json-patch+json" and not isinstance(body, list):
+            sent["Content-Type"] = "application/strategic-merge-patch+json"  # what the client does with it
+        encoded = json.dumps(body)
+    else:
+        encoded = yaml_safe_json(body)
     try:
-        rest_response = api.call_api(method, url, headers, serialized, post_params, _request_timeout=timeout)
-    except kubernetes.client.exceptions.ApiException as err:
-        conn.errors.add(_verb(method, query), err.status or 0)
-        raise ApiError(err.status or 0, str(err.reason or "RequestFailed"), f"{method} {path}: {err}") from err
+        response = _send(api.rest_client.pool_manager, configuration.host, method, target, encoded, sent,
+                         _timeout(timeout))
+    except urllib3.exceptions.SSLError as err:  # the client's own wording for it
+        conn.errors.add(_verb(method, query), 0)
+        raise ApiError(0, f"SSLError\n{err}", f"{method} {path}: (0)\nReason: SSLError\n{err}\n") from err
     except (urllib3.exceptions.HTTPError, OSError) as err:
         conn.errors.add(_verb(method, query), 0)
         raise _no_answer(method, path, err, timeout) from err
-    response = rest_response.response
-    if 200 <= rest_response.status < 300:
+    if 200 <= response.status < 300:
         return response
-    conn.errors.add(_verb(method, query), rest_response.status)
+    conn.errors.add(_verb(method, query), response.status)
     try:
         data = response.read()
     except (urllib3.exceptions.HTTPError, OSError):
         data = b""
     finally:
         response.close()
-    raise _response_error(rest_response.status, str(rest_response.reason or ""), data)
+    raise _response_error(response.status, str(response.reason or ""), data)
+
+
+def _send(pool_manager: Any, host: str, method: str, target: str, body: bytes | str | None, headers: dict[str, str],
+          timeout: urllib3.Timeout | None) -> Any:
+    """Send through the client's pool: straight to the connection pool of the server's origin when the client uses a
+    plain ``PoolManager`` (no proxy), sparing its parse of the whole URL on every request, else through the
+    manager. A redirect (which the API server does not send) is sent again through the manager, which follows it
+    as the client would."""
+    if type(pool_manager) is urllib3.PoolManager:
+        scheme, hostname, port, prefix = _origin(host)
+        pool = pool_manager.connection_from_host(hostname, port=port, scheme=scheme)
+        response = pool.urlopen(method, prefix + target, body=body, headers=headers, timeout=timeout,
+                                preload_content=False, assert_same_host=False, redirect=False)
+        if not response.get_redirect_location():
+            return response
+        response.drain_conn()
+        response.release_conn()
+    return pool_manager.request(method, host + target, body=body, headers=headers, timeout=timeout,
+                                preload_content=False)
+
+
+@functools.lru_cache(maxsize=64)
+def _origin(host: str) -> tuple[str | None, str | None, int | None, str]:
+    """Scheme, host name, port and path prefix of a configuration's ``host`` URL (a proxy in front of an API
+    server may serve it under a path)."""
+    url = urllib3.util.parse_url(host)
+    return url.scheme, url.host, url.port, (url.path or "").rstrip("/")
+
+
+# The methods whose body the client sends (it drops one given with GET or HEAD).
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "OPTIONS", "DELETE"})
+
+
+def _timeout(timeout: float | tuple[float, float]) -> urllib3.Timeout | None:
+    """The client's reading of ``_request_timeout``: a number bounds the whole request, a pair (connect, read)
+    each wait; 0 is no bound of our own (the pool's default)."""
+    if isinstance(timeout, tuple):
+        return urllib3.Timeout(connect=timeout[0], read=timeout[1])
+    return urllib3.Timeout(total=timeout) if timeout else None
 
 
 def _timed_out(err: Exception) -> bool:

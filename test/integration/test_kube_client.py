@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import kubernetes.client as k8s
 import pytest
+import yaml
 
 from mcad.k8s import kube
 
@@ -136,3 +140,48 @@ def test_create_refuses_a_taken_name_and_apply_with_a_uid_lands_only_on_that_obj
 def test_allowed_answers_for_this_clients_own_rights(client: kube.Client, namespace: str) -> None:
     assert client.allowed("create", "v1", "ConfigMap", namespace)  # the admin may
     assert client.allowed("list", "v1", "Secret")
+
+
+def test_an_exec_plugins_token_is_asked_again_once_it_expired(kubeconfig: str, namespace: str, tmp_path: Path,
+                                                              core: k8s.CoreV1Api) -> None:
+    """mcad's requests authenticate as the client's configuration resolves the token for each request: an exec
+    plugin's token that expired is asked for again (here the plugin reads a file the test rewrites)."""
+    for account in ("token-a", "token-b"):
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
+    token_file = tmp_path / "token"
+    plugin = tmp_path / "plugin.py"
+    # Expired as it is issued: the client asks the plugin again before every request.
+    plugin.write_text(
+        "import json, pathlib\n"
+        f"token = pathlib.Path({str(token_file)!r}).read_text().strip()\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',\n"
+        "                  'status': {'token': token, 'expirationTimestamp': '2000-01-01T00:00:00Z'}}))\n")
+    admin = yaml.safe_load(Path(kubeconfig).read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+    cluster = next(c for c in admin["clusters"] if c["name"] == context["cluster"])
+    if "certificate-authority" in cluster["cluster"]:  # a relative path is read from the admin kubeconfig's folder
+        cluster["cluster"]["certificate-authority"] = str(
+            Path(kubeconfig).parent / cluster["cluster"]["certificate-authority"])
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "plugin",
+        "clusters": [cluster], "contexts": [{"name": "plugin", "context": {"cluster": cluster["name"],
+                                                                            "user": "plugin"}}],
+        "users": [{"name": "plugin", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable, "args": [str(plugin)],
+            "interactiveMode": "Never"}}}]}))
+
+    def who() -> str:
+        review = kube.request_json(conn, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                                   body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        return str(review["status"]["userInfo"]["username"])
+
+    def token_of(account: str) -> str:
+        answer = core.create_namespaced_service_account_token(account, namespace, {"spec": {}})
+        return str(answer.status.token)
+
+    token_file.write_text(token_of("token-a"))
+    conn = kube.connect(str(config))
+    assert who() == f"system:serviceaccount:{namespace}:token-a"
+    token_file.write_text(token_of("token-b"))
+    assert who() == f"system:serviceaccount:{namespace}:token-b"
