@@ -207,16 +207,18 @@ class Writes:
 
     # ------------------------------------------------------------------------------------------ internals
 
-    def _ready(self, key: str, state: _Key) -> None:
+    def _ready(self, key: str, state: _Key, *, wake: bool = True) -> None:
         """Lock held: put a busy key back in the rotation, under its head job's tenant, in the urgent lane if any
         of its jobs is urgent (its jobs run in order: an urgent one waits for those before it, which so inherit
-        its lane and its priority)."""
+        its lane and its priority). ``wake`` False: the caller is a worker that takes the next key itself before it
+        lets go of the lock, so no other worker need wake for this one."""
         jobs = [job for job in (state.current, *state.queued) if job is not None]
         lane = 0 if any(job.urgent for job in jobs) else 1
         head = state.head()
         token = self._lanes[lane].push(head.tenant, key, max(job.priority for job in jobs))
         self._waiting[key] = (lane, token)
-        self._cond.notify()
+        if wake:
+            self._cond.notify()
 
     def _relane(self, key: str, state: _Key) -> None:
         """Lock held: a key waiting in the low lane whose jobs now include an urgent one moves to the urgent lane
@@ -260,8 +262,19 @@ class Writes:
             self._cond.wait()
 
     def _work(self) -> None:
+        done: tuple[str, _Key] | None = None  # the key whose step this worker ran last
         while True:
             with self._cond:
+                if done is not None:
+                    last, state = done
+                    if state.current is None and not state.queued:
+                        del self._keys[last]
+                    else:
+                        # This worker takes a key next, under this same lock: waking another for this one would
+                        # cost a thread switch for nothing (and the one woken would find it gone).
+                        self._ready(last, state, wake=False)
+                    if self._closed:
+                        self._cond.notify_all()  # workers waiting for the last started job to end may stop
                 key = self._next_key()
                 if key is None:
                     return
@@ -269,13 +282,7 @@ class Writes:
                 if state.current is None:
                     state.current = state.queued.popleft()
             self._step(key, state)
-            with self._cond:
-                if state.current is None and not state.queued:
-                    del self._keys[key]
-                else:
-                    self._ready(key, state)
-                if self._closed:
-                    self._cond.notify_all()  # workers waiting for the last started job to end may stop
+            done = key, state
 
     def _step(self, key: str, state: _Key) -> None:
         """Run one step of the key's current job, outside the lock; record the outcome if the job ended."""
