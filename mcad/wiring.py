@@ -32,6 +32,8 @@ import dataclasses
 from typing import Any
 
 from mcad.api.appwrapper import (
+    ACTIVE_STATES,
+    FINAL_STATES,
     GROUP,
     LEGACY_GROUP,
     LEGACY_PLURAL,
@@ -52,6 +54,7 @@ from mcad.k8s.dispatchjob import Writer
 from mcad.k8s.fairsharestore import FairShareStore
 from mcad.k8s.informer import Informer, Reconnects, Store
 from mcad.k8s.legacy import MergedAppWrappers
+from mcad.k8s.templates import Templates, TemplatesFirst, object_key
 from mcad.k8s.tenantstore import TenantAppWrappers, priority_class_value
 from mcad.k8s.workqueue import WorkQueue
 from mcad.k8s.wrapped import WrappedObjects, informer_factory
@@ -205,6 +208,10 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
                       metrics=metrics, quota_subtrees=quota_subtrees, wrapped=wrapped)
 
 
+def _template_key(aw: AppWrapperView) -> tuple[str, str, str]:
+    return object_key(aw.api_version, aw.namespace, aw.name)
+
+
 def _pod_uid(raw: dict[str, object]) -> str:
     return str(raw["metadata"]["uid"])  # type: ignore[index]
 
@@ -225,8 +232,22 @@ def build(conn: kube.Connection, scheduling: SchedulingSettings = DEFAULT_SCHEDU
     # once the writes that failed meanwhile.
     peers = Reconnects()
 
+    # A dispatch reads its AppWrapper's templates, which the views drop, from here before asking the API server.
+    templates = Templates()
+
     def view(raw: dict[str, Any]) -> AppWrapperView:
-        return appwrapper_view(raw, limits)
+        judged = appwrapper_view(raw, limits)
+        # A spec seen for the first time (or changed): its templates are kept while it may still be dispatched.
+        if judged.spec.demand_error is None and not judged.deleting and judged.generation > 0 \
+                and judged.status.state not in ACTIVE_STATES and judged.status.state not in FINAL_STATES:
+            templates.keep(_template_key(judged), judged.uid, judged.generation, raw)
+        else:
+            templates.forget(_template_key(judged), judged.uid)
+        return judged
+
+    def gone(kind: str, old: AppWrapperView | None, _new: AppWrapperView | None) -> None:
+        if kind == "DELETED" and old is not None:
+            templates.forget(_template_key(old), old.uid)
 
     def reuse(stored: AppWrapperView, raw: dict[str, Any]) -> AppWrapperView | None:
         # A status write (most events) keeps the spec: what it implies is taken from the stored view.
@@ -234,12 +255,14 @@ def build(conn: kube.Connection, scheduling: SchedulingSettings = DEFAULT_SCHEDU
 
     current = Informer("appwrappers", kube.ResourceClient(conn, group=GROUP, version=VERSION, plural=PLURAL),
                        transform=view, reuse=reuse, peers=peers)
+    current.add_handler(gone)
     informers: list[Informer[Any]] = [current]
     appwrappers: Store[AppWrapperView] = current
     if api.legacy_api:
         legacy = Informer("appwrappers-legacy", kube.ResourceClient(conn, group=LEGACY_GROUP, version=VERSION,
                                                                     plural=LEGACY_PLURAL), transform=view,
                           reuse=reuse, peers=peers)
+        legacy.add_handler(gone)
         informers.append(legacy)
         appwrappers = MergedAppWrappers(current, legacy)
     # What the dispatcher sees is what the namespace admins allow: bound quota nodes, capped priorities.
@@ -254,11 +277,12 @@ def build(conn: kube.Connection, scheduling: SchedulingSettings = DEFAULT_SCHEDU
                                                              plural=quota.PLURAL),
                         transform=quota.subtree_view, peers=peers) if api.quota_trees else None
     client = kube.Client(conn)
+    writer = TemplatesFirst(client, templates)
     queue: WorkQueue[Key] = WorkQueue(name="dispatcher")
     peers.on_recovered(lambda: queue.add(RECOVERED))
     if hub is not None:
         # Hub mode pins pods in the workers whatever --placement says (as it always has).
-        dispatcher = loop(appwrappers=appwrappers, nodes=hub.nodes, pods=hub.pods, writer=client, queue=queue,
+        dispatcher = loop(appwrappers=appwrappers, nodes=hub.nodes, pods=hub.pods, writer=writer, queue=queue,
                           scheduling=dataclasses.replace(scheduling, placement="binding"), recorder=recorder,
                           quota_subtrees=subtrees, hub=hub)
     else:
@@ -269,7 +293,7 @@ def build(conn: kube.Connection, scheduling: SchedulingSettings = DEFAULT_SCHEDU
                         transform=pod_view, key=_pod_uid, peers=peers)
         wrapped = WrappedObjects(informer_factory(conn, client, peers=peers),
                                  lambda key: queue.add(AppWrapperEvent(key)), background=watch_wrapped)
-        dispatcher = loop(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=client, queue=queue,
+        dispatcher = loop(appwrappers=appwrappers, nodes=nodes, pods=pods, writer=writer, queue=queue,
                           scheduling=scheduling, wrapped=wrapped, recorder=recorder, quota_subtrees=subtrees)
         informers += [nodes, pods]
     if subtrees is not None:

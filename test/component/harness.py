@@ -42,6 +42,7 @@ class RecordingWriter:
         self.status_attempts_of: Counter[str] = Counter()
         self.force_deleted: list[str] = []
         self.deleted: list[str] = []  # "Kind name" of each delete
+        self.reads = 0  # read() calls: a dispatch's read of its AppWrapper
 
     def is_namespaced(self, api_version: str, kind: str) -> bool:
         return True
@@ -82,6 +83,7 @@ class RecordingWriter:
     def read(self, api_version: str, kind: str, namespace: str, name: str, *,
              not_older_than: str = "") -> Mapping[str, Any]:
         """The AppWrapper as the fake API server holds it (a dispatch reads its templates this way)."""
+        self.reads += 1
         found = self.objects.get(f"{namespace}/{name}") if self.objects is not None else None
         if found is None:
             raise ApiError(404, "NotFound", f"appwrappers {name} not found")
@@ -164,7 +166,8 @@ def loop_options(**options: Any) -> dict[str, Any]:
 
 class Harness(Stepped):
     def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], aws: list[dict[str, Any]],
-                 writer: RecordingWriter | None = None, before_start: Any = None, **options: Any) -> None:
+                 writer: RecordingWriter | None = None, before_start: Any = None, write_through: Any = None,
+                 **options: Any) -> None:
         self.lw = {k: FakeListerWatcher() for k in ("aw", "node", "pod")}
         for obj in nodes:
             self.lw["node"].add(obj)
@@ -186,7 +189,8 @@ class Harness(Stepped):
         # Every Backoff written at once, so that tests count what is decided; test_backoff_pace.py tests the pace.
         options.setdefault("backoff_status_rate", 0)
         self.dispatcher = wiring.loop(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
-                                     writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
+                                     writer=write_through if write_through is not None else self.writer,
+                                     queue=WorkQueue(clock=self.clock), clock=self.clock,
                                      **loop_options(**options))
         if options.get("quota_subtrees") is not None:
             self.informers.append(options["quota_subtrees"])  # started here, after the dispatcher's handlers
