@@ -166,7 +166,7 @@ def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int | None
 def _queued_table(queued: Sequence[Mapping[str, Any]], *, width: int | None, wide: bool) -> list[str]:
     headers = ["POSITION", "NAMESPACE", "NAME", "PRIORITY", "AGE", "STATE"]
     if wide:
-        headers += ["PODS", "REQUEUINGS", "FITS-NOW"]
+        headers += ["PODS", "REQUEUINGS", "FITS-NOW", "EXPECTED-START"]
     headers += ["DEMAND", "WHY"]
     rows = []
     for aw in queued:
@@ -175,12 +175,18 @@ def _queued_table(queued: Sequence[Mapping[str, Any]], *, width: int | None, wid
         if wide:
             fits = aw.get("fitsNow")
             row += [_text(aw.get("pods")), _text(aw.get("requeuings")),
-                    "-" if fits is None else ("yes" if fits else "no")]
+                    "-" if fits is None else ("yes" if fits else "no"), _expected_start(aw)]
         row += [quantities(aw.get("demand")), _text(aw.get("why"))]
         rows.append(row)
     if width is not None and not wide:
         _cut_last_column(headers, rows, width)
     return table(headers, rows)
+
+
+def _expected_start(aw: Mapping[str, Any]) -> str:
+    """Its estimated start (``estimatedStart``), or "unknown" (``estimateWhy`` says why, in explain)."""
+    at = aw.get("estimatedStart")
+    return str(at) if at else ("-" if "estimateWhy" not in aw else "unknown")
 
 
 def _cut_last_column(headers: Sequence[str], rows: Sequence[list[str]], width: int) -> None:

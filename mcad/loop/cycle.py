@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
 
 import structlog
 
@@ -46,6 +47,7 @@ from mcad.loop.tools import LoopTools
 from mcad.model import lifecycle, status
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.assess import QueueAssessment, assess
+from mcad.model.estimate import ESTIMATED, Estimate, Holder, Waiter, estimate_starts
 from mcad.model.fit import Fit, Targets
 from mcad.model.keys import DISPATCH, ROOM_FREED
 from mcad.model.plans import Plan
@@ -211,8 +213,25 @@ class DispatchCycle:
             evictions.preemptors.dispatched(aw.key)
 
         rules = WalkRules(self._queued, self._dispatches, evictions, dispatch)
-        return assess(self._pending, self._appwrappers, reserving, rules, strict_fifo=self._strict_fifo,
-                      targets=self._targets, preempting=self._preemptors.waiters())
+        free = snapshot.free  # before the walk takes room for those that fit now (take makes a new vector)
+        assessed = assess(self._pending, self._appwrappers, reserving, rules, strict_fifo=self._strict_fifo,
+                          targets=self._targets, preempting=self._preemptors.waiters())
+        assessed.estimated(self._estimate(assessed, free, snapshot.capacity))
+        return assessed
+
+    def _estimate(self, assessed: QueueAssessment, free: ResourceVector,
+                  capacity: ResourceVector) -> dict[str, Estimate]:
+        """When the first queued AppWrappers may start (``mcad.model.estimate``), from the dispatched ones' run-time
+        limits and the queue in the order the walk took it."""
+        queued = []
+        for key in islice(assessed.dispatch_order(), ESTIMATED):
+            aw = self._appwrappers.get(key)
+            if aw is not None:
+                queued.append(Waiter(key, aw.demand, aw.scheduling.dispatch_limit_seconds))
+        running = [Holder(aw.demand, lifecycle.deadline_due(aw.scheduling, self._decisions.status(aw))
+                          if aw.scheduling.dispatch_limit_seconds > 0 else None)
+                   for aw in self._active.views.values()]
+        return estimate_starts(queued, running, free, capacity, self._clock.now())
 
 
 class WalkRules:

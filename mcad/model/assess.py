@@ -27,6 +27,7 @@ from functools import partial
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.model import disclosure
+from mcad.model.estimate import Estimate
 from mcad.model.fifo import BEHIND_IN_DOMAIN as BEHIND_IN_DOMAIN_WHY
 from mcad.model.fifo import BEHIND_STRICT_FIFO
 from mcad.model.fit import Targets
@@ -82,6 +83,22 @@ class QueueAssessment:
         self._blocked = {id(group): why for group, why in blocked.items()}
         self._held_after = held_after  # everything after this order is held back (by ``held``)
         self._held = held
+        self.walked: tuple[str, ...] = ()  # the keys the walk judged, in the order it judged them
+        self._estimates: Mapping[str, Estimate] = {}
+
+    def estimated(self, estimates: Mapping[str, Estimate]) -> None:
+        """Each estimated AppWrapper's start (``mcad.model.estimate``), set once by whoever made the assessment."""
+        self._estimates = estimates
+
+    def estimate(self, key: str) -> Estimate | None:
+        """When ``key`` is expected to start; None when it was not estimated (too far back in the queue)."""
+        return self._estimates.get(key)
+
+    def dispatch_order(self) -> Iterator[str]:
+        """The queued keys as the walk took them (fair sharing's order included), then the rest in their order."""
+        yield from self.walked
+        seen = set(self.walked)
+        yield from (order[2] for order in self.orders if order[2] not in seen)
 
     def __len__(self) -> int:
         return len(self.orders)
@@ -155,11 +172,13 @@ def assess(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rul
     judged: dict[str, Assessment] = {}
     held: Callable[[str], str] | None = None
     held_after: Order | None = None
+    walked: list[str] = []
     for verdict in walk(pending, appwrappers, reserving, rules, strict_fifo=strict_fifo, targets=targets,
                         past_hold=True):
         key, kind = verdict.key, verdict.kind
         if kind in (GONE, HELD):
             continue  # a held one is told by rule (held_after), as are the rest of its group
+        walked.append(key)
         judged[key] = _assessment(verdict, reserving)
         if kind == HOLDS or verdict.step == STOP:
             held_after = verdict.order
@@ -172,7 +191,9 @@ def assess(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rul
         aw = appwrappers.get(key)
         if key not in judged and aw is not None and pending.entry(key) is not None:
             judged[key] = _preempting(key, victims, aw.namespace)
-    return QueueAssessment(queue, judged, blocked, held_after, held)
+    assessed = QueueAssessment(queue, judged, blocked, held_after, held)
+    assessed.walked = tuple(walked)
+    return assessed
 
 
 def _assessment(verdict: Verdict, reserving: Pass) -> Assessment:

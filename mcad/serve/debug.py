@@ -40,6 +40,7 @@ from mcad.hub.placement import WorkerPlacement, nodes_in
 from mcad.loop.view import LoopView
 from mcad.model import lifecycle, status
 from mcad.model.assess import QueueAssessment
+from mcad.model.estimate import ESTIMATED, Estimate
 from mcad.serve import healthreport
 from mcad.serve.queuereport import QueueReport, quantities
 
@@ -296,6 +297,7 @@ class Reports:
                 return "It is queued and fits now: the next dispatch cycle dispatches it.", details
             if mine.reservation is not None:
                 details.append(_reservation_line(mine.reservation))
+            details.append(_estimate_line(assessed.estimate(aw.key)))
             if mine.state == "Draining":
                 left = len(v.phases(aw.key))
                 return (f"It was requeued and waits for the {left} pod(s) of its previous dispatch to go before it "
@@ -362,6 +364,16 @@ def _health_mark(current: StatusView) -> Document:
         at_risk = status.latest(current.raw().get("conditions"), status.AT_RISK) or {}
         return {"health": status.AT_RISK, "healthReason": str(at_risk.get("reason", ""))}
     return {"health": "Healthy", "healthReason": ""}
+
+
+def _estimate_line(estimate: Estimate | None) -> str:
+    """Its expected start, for explain (``mcad.model.estimate``)."""
+    if estimate is None:
+        return f"expected start: not estimated (more than {ESTIMATED} AppWrappers are ahead of it)"
+    if estimate.at is None:
+        return f"expected start: unknown ({estimate.why})"
+    return (f"expected start: {estimate.at.isoformat()} (from the run-time limits of what holds the room it needs "
+            "and of the AppWrappers ahead of it; an estimate, not a promise)")
 
 
 def _reservation_line(reservation: Mapping[str, Any]) -> str:

@@ -41,6 +41,7 @@ from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.statusview import StatusView
 from mcad.model import lifecycle
 from mcad.model.assess import Assessment, QueueAssessment
+from mcad.model.estimate import Estimate
 from mcad.model.pending import Order
 
 Document = dict[str, Any]
@@ -80,6 +81,7 @@ class QueueReport:
         self.reservations = [dict(r) for r in reservations]
         self._now = now
         self._assessed = assessed
+        self._estimate = assessed.estimate if assessed is not None else (lambda _key: None)
         self._get = get
         self._intent = intent
         self._others = [Entry(row["namespace"], row["state"], listed, row)
@@ -238,7 +240,17 @@ class QueueReport:
             "pods": sum(group.count for group in aw.gang),
             "fitsNow": assessment.fits_now, "why": assessment.why,
             "requeuings": requeuings,
+            **_estimate_fields(self._estimate(aw.key)),
         }
+
+
+def _estimate_fields(estimate: Estimate | None) -> dict[str, Any]:
+    """``estimatedStart`` (RFC 3339, or None) and, when it is not known, ``estimateWhy``."""
+    if estimate is None:
+        return {"estimatedStart": None, "estimateWhy": "not estimated: too far back in the queue"}
+    if estimate.at is None:
+        return {"estimatedStart": None, "estimateWhy": estimate.why}
+    return {"estimatedStart": estimate.at.isoformat()}
 
 
 def as_report(document: QueueReport | Mapping[str, Any]) -> QueueReport:

@@ -29,11 +29,13 @@ QUEUE: dict[str, Any] = {
     "queued": [
         {"position": 1, "namespace": "team-a", "name": "urgent", "priority": 10, "created": "2025-03-01T11:59:15Z",
          "ageSeconds": 45.2, "state": "Queued", "demand": {"cpu": "2", "memory": "1Gi"}, "pods": 2,
-         "fitsNow": False, "why": "short of cpu 2 (needs 4, 2 free)", "requeuings": 0},
+         "fitsNow": False, "why": "short of cpu 2 (needs 4, 2 free)", "requeuings": 0,
+         "estimatedStart": "2025-03-01T12:30:00+00:00"},
         {"position": 2, "namespace": "team-b", "name": "big", "priority": 0, "created": "2025-03-01T09:00:00Z",
          "ageSeconds": 3 * 3600 + 5, "state": "Draining",
          "demand": {"nvidia.com/gpu": "4", "memory": "4Gi", "cpu": "24"}, "pods": 4, "fitsNow": False,
-         "why": LONG_WHY, "requeuings": 2},
+         "why": LONG_WHY, "requeuings": 2, "estimatedStart": None,
+         "estimateWhy": "the room it needs is held by AppWrappers with no dispatchDuration.limit"},
         {"position": 3, "namespace": "team-a", "name": "small", "priority": 0, "created": "2025-02-27T12:00:00Z",
          "ageSeconds": 2 * 86400 + 60, "state": "Queued", "demand": {"cpu": "500m"}, "pods": 1, "fitsNow": True,
          "why": "", "requeuings": 0},
@@ -170,9 +172,10 @@ def test_queue_why_is_cut_to_the_terminal_width() -> None:
 def test_wide_queue_adds_pods_requeuings_fits_now_and_never_cuts() -> None:
     header, *rows = render.queue_lines(QUEUE, wide=True, width=60)[2:]
     assert header.split() == ["POSITION", "NAMESPACE", "NAME", "PRIORITY", "AGE", "STATE", "PODS", "REQUEUINGS",
-                              "FITS-NOW", "DEMAND", "WHY"]
-    assert rows[1].split()[6:9] == ["4", "2", "no"]
-    assert rows[2].split()[6:9] == ["1", "0", "yes"]
+                              "FITS-NOW", "EXPECTED-START", "DEMAND", "WHY"]
+    assert rows[0].split()[6:10] == ["2", "0", "no", "2025-03-01T12:30:00+00:00"]
+    assert rows[1].split()[6:10] == ["4", "2", "no", "unknown"]
+    assert rows[2].split()[6:10] == ["1", "0", "yes", "-"]
     assert rows[1].endswith(LONG_WHY)
 
 
@@ -200,7 +203,7 @@ def test_namespace_filter_keeps_global_positions() -> None:
 def test_missing_fields_print_as_dashes_not_errors() -> None:
     sparse = {"queued": [{"name": "x"}]}
     row = render.queue_lines(sparse, wide=True)[-1].split()
-    assert row == ["-", "-", "x", "-", "-", "-", "-", "-", "-", "-", "-"]
+    assert row == ["-", "-", "x", "-", "-", "-", "-", "-", "-", "-", "-", "-"]
     assert "controller ? (leader; fit=?" in render.queue_lines(sparse)[0]
 
 
