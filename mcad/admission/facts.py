@@ -12,6 +12,11 @@ Contract (every method bounded in time by the implementation; an answer that can
   These two are the questions the namespace admins' rules ask (``mcad.model.tenancy.NamespaceFacts``, which
   ``Facts`` extends: the model states what it reads, and never imports admission).
 
+``NodeLabels``: what admission may know of the nodes' label keys, for warnings only (never a refusal):
+``carried(key)`` is True when some node carries the label ``key``, False when none does, None when it cannot tell
+(not known yet, or not at once: it never waits and never raises). Kept apart from ``Facts``: it is read from memory
+the process keeps, not asked of the API server, and its answer may be missing.
+
 ``asked_for(source)`` marks the questions asked within it (in this thread or task) as asked for the request of
 ``source`` (the webhook's peer): ``current_source()`` tells an implementation whom to charge a costly question to.
 
@@ -86,6 +91,10 @@ class Resource:
 class Decision:
     allowed: bool
     reason: str = ""
+
+
+class NodeLabels(Protocol):
+    def carried(self, key: str) -> bool | None: ...
 
 
 class Facts(NamespaceFacts, Protocol):

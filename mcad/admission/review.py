@@ -1,7 +1,8 @@
 """The mutating and validating reviewers of AppWrappers: what a user may ask the controller to create for them.
 
-Contract: ``build(facts, config)`` returns ``(mutate, validate)``, two ``Reviewer``s (the controller's ``facts`` are
-``mcad.admission.kubefacts.KubeFacts``). Neither raises on any request (but ``WouldAsk`` within
+Contract: ``build(facts, config, node_labels=)`` returns ``(mutate, validate)``, two ``Reviewer``s (the controller's
+``facts`` are ``mcad.admission.kubefacts.KubeFacts``; its ``node_labels``, ``mcad.k8s.nodelabels.NodeLabelKeys``,
+None in hub mode). Neither raises on any request (but ``WouldAsk`` within
 ``facts.at_hand_only()``, for a fact not at hand); a fact that cannot be had
 (``FactUnavailable``) refuses the request saying what could not be checked, and so does a review that has spent
 ``REVIEW_BUDGET_SECONDS`` asking: nothing is admitted unchecked.
@@ -31,21 +32,30 @@ how many more, each cut to ``MAX_PROBLEM_CHARS``; items named ``GenericItems[i] 
   and ``delete-when-finished``) whose value ``faulttolerance.problems`` refuses under ``config.fault_defaults`` (the
   cluster's ceilings): malformed or negative durations, a period above its ceiling, a bad ``retryLimit`` or exit
   code list; each message names the annotation. Pure: needs no facts;
+- a topology annotation (``mcad.admission.topology``: ``mcad.codeflare.dev/topology-required`` and
+  ``-preferred`` on the AppWrapper, Kueue's ``podset-required-topology`` and ``podset-preferred-topology`` on a pod
+  template inside an item) whose value is not a node label key, naming the annotation, where it is and why. Pure;
 - ``tenancy.admission_problems`` (quota binding, priority ceiling and classes, of the AppWrapper and of every pod
   template inside its items, understated demand).
 More than ``MAX_KINDS`` distinct kinds in one AppWrapper are refused before anything is asked (each kind costs
 discovery and a review).
 
 validate, UPDATE: ``spec.resources`` (items and ``custompodresources``) and ``IMMUTABLE_SCHEDULING`` are frozen;
-the creator annotations may not change; a fault tolerance annotation is refused when the update sets or changes it
-to a refused value (or makes the two exit-code lists overlap), whatever else the update does, the AppWrapper being
-deleted included; one left unchanged is never refused (the ceiling may have been lowered since it was stored, and
-the controller cuts it to the ceiling); any other problem above is refused only if the stored object did not have
-it already (an update that removes a finalizer or edits a label is never refused for what it did not change).
+the creator annotations may not change; a fault tolerance or topology annotation is refused when the update sets or
+changes it to a refused value (or makes the two exit-code lists overlap), whatever else the update does, the
+AppWrapper being deleted included; one left unchanged is never refused (the ceiling may have been lowered since it
+was stored, and the controller cuts it to the ceiling; a topology value may have been stored before this rule); any
+other problem above is refused only if the stored object did not have it already (an update that removes a
+finalizer or edits a label is never refused for what it did not change).
 Labels, annotations, priority and requeuing may change. On an AppWrapper being deleted (``deletionTimestamp`` set on
 the stored object) ``spec`` (priority included) and ``metadata.labels`` (quota nodes are labels) may not change any
 more; what deletion needs (finalizers coming off, other annotations) is never refused, and needs no facts (a fault
-tolerance annotation changed to a refused value excepted, as above).
+tolerance or topology annotation changed to a refused value excepted, as above).
+
+validate, warnings: an admitted CREATE or UPDATE (not of an AppWrapper being deleted) carries
+``topology.warnings``: a required topology level it asks for (``topology.judge``) that no node carries yet
+(``node_labels``), so the AppWrapper will wait. A warning never refuses: one that cannot be made (no
+``node_labels``, nodes not known yet, a bug) is left out.
 
 validate, UPDATE of the ``status`` subresource: refused unless the user is one of ``config.status_writers`` (the
 controller's own identity, found at startup, and any the admin adds): status is the controller's record of what it
@@ -68,7 +78,8 @@ from typing import Any, Final
 
 import structlog
 
-from mcad.admission.facts import Facts, FactUnavailable, Resource, WouldAsk, asked_for
+from mcad.admission import topology
+from mcad.admission.facts import Facts, FactUnavailable, NodeLabels, Resource, WouldAsk, asked_for
 from mcad.admission.request import AdmissionRequest, Outcome, Reviewer, UserInfo
 from mcad.api import faulttolerance
 from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP
@@ -377,8 +388,8 @@ def _judged_parts(obj: Mapping[str, Any]) -> tuple[Any, Any]:
     return obj.get("spec"), as_mapping(obj.get("metadata")).get("labels")
 
 
-def build(facts: Facts, config: AdmissionConfig, *,
-          clock: Callable[[], float] = time.monotonic) -> tuple[Reviewer, Reviewer]:
+def build(facts: Facts, config: AdmissionConfig, *, clock: Callable[[], float] = time.monotonic,
+          node_labels: NodeLabels | None = None) -> tuple[Reviewer, Reviewer]:
     def judged(request: AdmissionRequest, obj: Mapping[str, Any], lookups: _Lookups) -> list[str]:
         """Every rule that holds for an object whatever came before it (CREATE's rules)."""
         found: list[str] = []
@@ -392,9 +403,10 @@ def build(facts: Facts, config: AdmissionConfig, *,
         return found
 
     def validate(request: AdmissionRequest) -> Outcome:
+        required: list[tuple[str, str]] = []
         try:
             with asked_for(request.source):  # the facts charge their costly questions to the request's sender
-                found = _validate(request)
+                found = _validate(request, required)
         except WouldAsk:
             raise  # judged where a question may be asked (facts.at_hand_only)
         except Exception as err:  # a reviewer never raises: a bug refuses, visibly, rather than fail the server
@@ -402,28 +414,44 @@ def build(facts: Facts, config: AdmissionConfig, *,
                            reason="Bug")
             found = [f"could not check the AppWrapper: {type(err).__name__}: {err}"]
         if not found:
-            return Outcome.allow()
+            return Outcome.allow(warnings=_warnings(request, required))
         # Not logged here: the webhook server logs refusals, at a bounded rate for callers that may be anyone.
         return Outcome.deny(bounded_message(found))
 
-    def _validate(request: AdmissionRequest) -> list[str]:
+    def _warnings(request: AdmissionRequest, required: list[tuple[str, str]]) -> list[str]:
+        """What an admitted request is told (``topology.warnings``); a warning that cannot be made is left out."""
+        try:
+            return topology.warnings(required, node_labels)
+        except Exception:  # a warning must never refuse, nor fail the review
+            _log.exception("admission warning failed", appwrapper=f"{request.namespace}/{request.name}",
+                           reason="Bug")
+            return []
+
+    def _validate(request: AdmissionRequest, required: list[tuple[str, str]]) -> list[str]:
+        """Every problem found; ``required`` gets the topology levels to warn of (CREATE, and UPDATE of an
+        AppWrapper not being deleted)."""
         lookups = _Lookups(facts, clock=clock)
         if request.sub_resource:
             if request.sub_resource == "status" and request.operation == "UPDATE":
                 return status_problems(request, config)
             return []  # no other subresource is registered
         if request.operation == "CREATE":
+            levels = topology.judge(request.obj)
+            required += levels.required
             found = creator_problems(request) + fault_problems(request.obj, None, config.fault_defaults) + \
-                judged(request, request.obj, lookups)
+                levels.problems + judged(request, request.obj, lookups)
         elif request.operation == "UPDATE":
             if request.old is None:
                 return ["the update carries no stored AppWrapper (oldObject) to compare with"]
             if as_mapping(request.old.get("metadata")).get("deletionTimestamp"):
                 # Finalizers must come off, whatever the API server can answer: judged without facts.
                 return creator_problems(request) + terminating_problems(request.obj, request.old) + \
-                    fault_problems(request.obj, request.old, config.fault_defaults)
+                    fault_problems(request.obj, request.old, config.fault_defaults) + \
+                    topology.judge(request.obj, request.old).problems
+            levels = topology.judge(request.obj, request.old)
+            required += levels.required
             found = creator_problems(request) + immutable_problems(request.obj, request.old) + \
-                fault_problems(request.obj, request.old, config.fault_defaults)
+                fault_problems(request.obj, request.old, config.fault_defaults) + levels.problems
             if not found and _judged_parts(request.obj) != _judged_parts(request.old):
                 # Only what this update makes worse: the stored object was judged when it came in (or before the
                 # rules existed); refusing an update for what it did not change would wedge finalizers and labels.

@@ -76,6 +76,7 @@ from mcad.k8s import events, kube
 from mcad.k8s.informer import Informer
 from mcad.k8s.leader import LeaderElector, default_identity, default_namespace
 from mcad.k8s.leaderpod import LeaderPodLabel
+from mcad.k8s.nodelabels import NodeLabelKeys
 from mcad.k8s.recentevents import RecentEvents
 from mcad.loop.dispatcher import Dispatcher
 from mcad.loop.evictions import DEFAULT_MAX_EVICTIONS_PER_MINUTE, DEFAULT_PREEMPTION_BACKOFF_SECONDS
@@ -561,6 +562,7 @@ def _serve_admission(process: Process, admission: AdmissionSettings, api: ApiSet
         logger.error("cannot serve the admission webhooks", reason=str(err))
         sys.exit(2)
     logger.info("AppWrapper status writers", users=sorted({own, *admission.status_writers}))
+    node_labels = _node_labels(process)
     try:
         webhook = _webhook(conn, admission.bind_address, namespace=namespace,
                            cert_dir=admission.cert_dir, secret=admission.cert_secret,
@@ -577,7 +579,8 @@ def _serve_admission(process: Process, admission: AdmissionSettings, api: ApiSet
                            clients=WebhookClients(admission.client_ca, admission.client_names,
                                                   admission.token_file, admission.access_reviews_per_second,
                                                   admission.access_reviews_burst, admission.access_reviews_total,
-                                                  process.refusals, api_server_networks(admission)))
+                                                  process.refusals, api_server_networks(admission)),
+                           node_labels=node_labels)
     except OSError as err:
         logger.error("cannot serve the admission webhooks", address=admission.bind_address, reason=str(err))
         sys.exit(2)
@@ -586,6 +589,17 @@ def _serve_admission(process: Process, admission: AdmissionSettings, api: ApiSet
                 certificates=admission.cert_dir or f"{namespace}/{admission.cert_secret}",
                 configuration=None if admission.cert_dir else admission.configuration_name)
     return webhook
+
+
+def _node_labels(process: Process) -> NodeLabelKeys | None:
+    """The node label keys admission warns with, counted from this replica's node informer (every replica, leader
+    or standby, runs it), before it starts. None in hub mode: the nodes are the workers', and a worker not yet
+    connected would make a level look absent."""
+    if process.hub is not None:
+        return None
+    keys = NodeLabelKeys()
+    keys.watch(process.dispatcher.nodes)
+    return keys
 
 
 def _serve_metrics_and_health(process: Process, serving: ServingSettings) -> server.Server:
@@ -781,7 +795,7 @@ def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: s
              max_items: int, max_appwrapper_bytes: int, share_port: bool, creator: str = "webhook",
              scheduler_names: frozenset[str] = frozenset(),
              admission: admission_review.AdmissionConfig | None = None,
-             clients: WebhookClients | None = None) -> Webhook:
+             clients: WebhookClients | None = None, node_labels: NodeLabelKeys | None = None) -> Webhook:
     clients = clients or WebhookClients()
     client_ca = callers.WatchedFile(clients.client_ca, what="webhook client CA").current \
         if clients.client_ca is not None else None
@@ -801,7 +815,8 @@ def _webhook(conn: kube.Connection, address: str, *, namespace: str, cert_dir: s
                                            burst=clients.access_reviews_burst, total=clients.access_reviews_total,
                                            api_servers=clients.api_servers)
     mutate, validate = admission_review.build(KubeFacts(conn, access_reviews=access_reviews,
-                                                        refusals=clients.refusals), config)
+                                                        refusals=clients.refusals), config,
+                                              node_labels=node_labels)
     httpd = webhook_server.WebhookServer(address, tls=certificates.context, mutate=mutate, validate=validate,
                                          max_body_bytes=webhook_server.max_body_bytes(max_appwrapper_bytes),
                                          share_port=share_port, caller_check=clients.check(),

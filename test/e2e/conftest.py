@@ -427,13 +427,15 @@ NODE_LABEL = "mcad.test/node"
 
 
 @contextlib.contextmanager
-def fake_node(core: k8s.CoreV1Api, **resources: str) -> Iterator[dict[str, str]]:
-    """A fake (kwok) node with exactly ``resources``; yields the nodeSelector that pins pods to it."""
+def fake_node(core: k8s.CoreV1Api, *, labels: Mapping[str, str] | None = None,
+              **resources: str) -> Iterator[dict[str, str]]:
+    """A fake (kwok) node with exactly ``resources`` (and ``labels`` besides its own); yields the nodeSelector that
+    pins pods to it."""
     tag = uuid.uuid4().hex[:6]
     name = f"mcad-test-node-{tag}"
     capacity = {"pods": "110", **{("nvidia.com/gpu" if k == "gpu" else k): v for k, v in resources.items()}}
     core.create_node({"metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                                   "labels": {"mcad.test/owned": "true", NODE_LABEL: tag}},
+                                   "labels": {**(labels or {}), "mcad.test/owned": "true", NODE_LABEL: tag}},
                       "status": {"capacity": capacity, "allocatable": capacity}})
     try:
         wait_until(lambda: any(c.type == "Ready" and c.status == "True"

@@ -12,16 +12,19 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import kubernetes.client as k8s
 import pytest
 
 from mcad.admission.review import CREATOR_ANNOTATION, CREATOR_UID_ANNOTATION
+from mcad.api.topologyasks import PODSET_REQUIRED, TOPOLOGY_PREFERRED, TOPOLOGY_REQUIRED
 from mcad.k8s import kube
 from test import escalations, support
-from test.e2e.conftest import AppWrappers, Controller
+from test.e2e.conftest import AppWrappers, Controller, fake_node
 from test.escalations import BOB_KINDS, DENYLISTED, deployment
 from test.support import REPO, wait_until
 
@@ -314,3 +317,66 @@ def test_an_appwrapper_nested_3000_deep_is_refused_naming_the_limit(tenants: Ten
             "allowed") in proc.stderr, proc.stderr
     with pytest.raises(Exception, match="Not Found"):
         aws.get("deep")
+
+
+def topology_wrapper(namespace: str, name: str, level: str, template_level: str | None = None) -> dict[str, Any]:
+    """An AppWrapper of one Deployment requiring ``level`` (and, in the Deployment's pod template, Kueue's pod set
+    annotation requiring ``template_level``)."""
+    template = deployment()
+    if template_level is not None:
+        template["spec"]["template"]["metadata"]["annotations"] = {PODSET_REQUIRED: template_level}
+    body = wrapper(namespace, name, template)
+    body["metadata"]["annotations"] = {TOPOLOGY_REQUIRED: level}
+    return body
+
+
+def test_a_topology_level_that_is_not_a_label_key_is_refused_naming_the_annotation_and_why(
+        tenants: Tenants, aws: AppWrappers) -> None:
+    """As alice, who may create AppWrappers and nothing else: the topology problems come first, her missing right
+    after them."""
+    proc = kubectl(tenants.alice, "create", topology_wrapper(tenants.namespace, "bad-level", "rack!", "a/b/c"))
+    assert proc.returncode != 0, proc.stdout
+    name_rule = "its name part must be letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
+    assert (f"denied the request: annotation {TOPOLOGY_REQUIRED}: 'rack!' is not a node label key: {name_rule}; "
+            f"GenericItems[0] (Deployment web): generictemplate.spec.template.metadata.annotations[{PODSET_REQUIRED}]: "
+            f"'a/b/c' is not a node label key: its prefix must be a DNS subdomain") in proc.stderr, proc.stderr
+    assert f'user "{tenants.user("alice")}" may not create deployments.apps' in proc.stderr, proc.stderr
+    with pytest.raises(Exception, match="Not Found"):
+        aws.get("bad-level")
+    # bob holds the rights for the Deployment: the level alone is refused, and so is an edit that sets one.
+    proc = kubectl(tenants.bob, "create", topology_wrapper(tenants.namespace, "bad-level", "Rack"))
+    assert proc.returncode == 0, proc.stderr
+    edit = {"metadata": {"annotations": {TOPOLOGY_PREFERRED: "/rack"}}}
+    proc = kubectl(tenants.bob, "patch", None, "appwrapper", "bad-level", "--type", "merge", "-p", json.dumps(edit))
+    assert proc.returncode != 0
+    assert (f"denied the request: annotation {TOPOLOGY_PREFERRED}: '/rack' is not a node label key: its prefix must "
+            f"be a DNS subdomain of 1 to 253 characters") in proc.stderr, proc.stderr
+
+
+def test_a_required_level_no_node_has_is_admitted_with_a_warning_and_waits_for_one(
+        core: k8s.CoreV1Api, tenants: Tenants, aws: AppWrappers) -> None:
+    level = f"topology.mcad.test/level-{uuid.uuid4().hex[:8]}"
+    warning = f"Warning: no node has the label '{level}' yet: the AppWrapper waits until one does"
+    proc = kubectl(tenants.bob, "create", topology_wrapper(tenants.namespace, "waits", level))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{warning} (annotation {TOPOLOGY_REQUIRED})" in proc.stderr, proc.stderr
+    # The same in a pod set's annotation, its template named.
+    proc = kubectl(tenants.bob, "create", topology_wrapper(tenants.namespace, "waits-too", "kubernetes.io/os",
+                                                           level), "--dry-run=server")
+    assert proc.returncode == 0, proc.stderr
+    assert (f"{warning} (annotation {PODSET_REQUIRED} of GenericItems[0] (Deployment web) "
+            f"generictemplate.spec.template)") in proc.stderr, proc.stderr
+    wait_until(lambda: any("no node has that label" in str(c.get("message"))
+                           for c in aws.status("waits").get("conditions") or []), 60,
+               "the AppWrapper's status to say no node has the label")
+    with fake_node(core, labels={level: "domain-1"}, cpu="1"):
+        # Once the controller's node informer has the node: no warning, and the AppWrapper runs in that domain.
+        wait_until(lambda: "no node has the label" not in kubectl(
+            tenants.bob, "create", topology_wrapper(tenants.namespace, "probe", level), "--dry-run=server").stderr,
+            30, "the warning to stop once a node has the label")
+        aws.wait_state("waits", "Running")
+        (node,) = core.list_node(label_selector=level).items
+        running = wait_until(lambda: aws.pods("waits", "Running"), 60, "the AppWrapper's pod to run")
+        assert [p.spec.node_name for p in running] == [node.metadata.name]
+        aws.delete("waits")
+        wait_until(lambda: not aws.pods("waits"), 60, "the AppWrapper's pods to go before its node does")
