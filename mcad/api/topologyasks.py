@@ -7,7 +7,8 @@ Contract:
 - ``PODSET_REQUIRED`` / ``PODSET_PREFERRED`` (Kueue's Topology Aware Scheduling annotations) on a pod template's
   metadata ask the same of that pod set alone, so manifests written for Kueue keep their meaning.
 - ``level(value)`` is what the controller reads of such an annotation: the value stripped, or "" (no ask) when it
-  is not a string or is longer than a label key can be. The controller reads it whole, never the bounded
+  is not a string or is blank; one longer than a label key can be is kept, cut just past that length, so it names
+  a level no node has. The controller reads it whole, never the bounded
   annotations shown to people. A value that is not a valid label key is refused at admission
   (``label_key_error``); one that got past admission names a label no node can carry, so the gang waits, saying
   so: it never makes the controller place pods against the ask.
@@ -42,7 +43,11 @@ def level(value: Any) -> str:
     if not isinstance(value, str):
         return ""
     key = value.strip()
-    return sys.intern(key) if 0 < len(key) <= _LONGEST else ""
+    if len(key) > _LONGEST:
+        # No node label key is this long: kept (cut just past the longest) so that the gang waits for a level no
+        # node has, rather than being placed as if it asked nothing.
+        return key[: _LONGEST + 1]
+    return sys.intern(key) if key else ""
 
 
 def label_key_error(value: str) -> str:

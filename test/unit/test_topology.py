@@ -161,7 +161,8 @@ def test_label_keys(key: str, error: str) -> None:
 
 def test_annotation_values_are_read_whole_and_bounded() -> None:
     assert level("  example.com/rack ") == "example.com/rack"
-    assert level(7) == "" and level("") == "" and level("x" * 318) == ""
+    assert level(7) == "" and level("") == "" and level("  ") == ""
+    assert level("x" * 400) == "x" * 318, "too long for a label key: a level no node has, never no ask"
     aw = job_aw(1, "1", {TOPOLOGY_REQUIRED: RACK, TOPOLOGY_PREFERRED: BLOCK})
     assert (aw.topology_required, aw.topology_preferred) == (RACK, BLOCK)
     assert topologyasked.asked(aw) == ((RACK, "required"), (BLOCK, "preferred"))
