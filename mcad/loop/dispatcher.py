@@ -126,6 +126,8 @@ class Dispatcher:
         self.start()
         while not self.queue.shutting_down():
             self.process_next()
+        if self.owners.fair is not None:
+            self.owners.fair.save(now_here=True)  # a stop (a rollout, a new leader) loses none of the usage
         self.owners.writes.close()
 
     def start(self) -> None:

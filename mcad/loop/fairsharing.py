@@ -13,7 +13,8 @@ Contract:
 - With a ``store`` (``mcad.k8s.fairsharestore``), usage outlives the controller: ``load()`` (when the dispatcher
   starts: after a restart, or in a replica that just became the leader) adds what was saved, decayed by the wall-clock
   time since it was saved; ``save()`` hands a write of the usage now to the write pool and is due again
-  ``SAVE_INTERVAL_SECONDS`` later (the ``FairShareSave`` timer), so a restart loses at most that much. A store that
+  ``SAVE_INTERVAL_SECONDS`` later (the ``FairShareSave`` timer) and once more when the dispatcher stops, so a stop
+  loses nothing and a crash at most that much. A store that
   cannot be read or written is logged (once per attempt) and fair sharing goes on from what it knows.
 - Runs on the dispatcher's thread only.
 """
@@ -71,10 +72,11 @@ class FairSharing:
         self.ledger.restore({tenant: amount * kept for tenant, amount in usage.items()}, self._clock.monotonic())
         log.info("fair-share usage restored", configmap=where, tenants=len(usage), saved_s_ago=round(elapsed))
 
-    def save(self) -> None:
-        """The usage now, written in the background (see the module docstring)."""
+    def save(self, *, now_here: bool = False) -> None:
+        """The usage now, written in the background; ``now_here``: on this thread, before returning (when the
+        dispatcher stops, after which the write pool starts nothing new). See the module docstring."""
         store, writes = self._store, self._writes
-        if store is None or writes is None:
+        if store is None or (writes is None and not now_here):
             return
         usage, now = self.usage(), self._clock.now()
 
@@ -84,7 +86,10 @@ class FairSharing:
             except ApiError as err:
                 log.warning("fair-share usage not saved", configmap=f"{store.namespace}/{store.name}",
                             error=str(err))
-        writes.submit(f"configmap/{store.namespace}/{store.name}", job, tenant=store.namespace, urgent=False)
+        if now_here or writes is None:
+            job()
+        else:
+            writes.submit(f"configmap/{store.namespace}/{store.name}", job, tenant=store.namespace, urgent=False)
 
     def tenant(self, aw: AppWrapperView) -> str:
         quota = self._accountant.quota

@@ -33,8 +33,9 @@ from mcad.model.placement import GPU
 from mcad.model.quota import Charges
 
 DEFAULT_HALF_LIFE_SECONDS = 3600.0
-# What a dispatch adds to its tenant's score within one pass: a minute of the share it takes.
-ENTRY_SECONDS = 60.0
+# What a dispatch adds to its tenant's score within one pass: a second of the share it takes, what it will have
+# used a second from now. Enough to take turns between tenants of equal usage, too little to outweigh real history.
+ENTRY_SECONDS = 1.0
 # Usage below this (share-seconds: a thousandth of the cluster for a second) of a tenant holding nothing is gone.
 FORGET_BELOW = 1e-3
 

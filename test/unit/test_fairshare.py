@@ -55,7 +55,7 @@ def test_restore_adds_what_was_saved() -> None:
         FairShare(half_life=0)
 
 
-def test_a_pass_adds_a_minute_of_each_dispatch_to_its_tenant() -> None:
+def test_a_pass_adds_a_second_of_each_dispatch_to_its_tenant() -> None:
     fair = FairPass({"a": 5.0})
     fair.took("b", 0.5)
     fair.took("b", 0.25)
