@@ -166,3 +166,59 @@ def test_a_store_that_cannot_be_read_starts_everyone_from_zero(harness_factory: 
                                                        MemoryStore(fail=StoredUsageError("spoiled"))))
     h.drain()
     assert dispatched(h) == {"team-a/a0"}
+
+
+def jain(values: list[float]) -> float:
+    """Jain's fairness index: 1 when all are equal, 1/n when one has everything."""
+    return sum(values) ** 2 / (len(values) * sum(v * v for v in values)) if any(values) else 1.0
+
+
+def busy_day(harness_factory: Any, seed: int, fair: bool) -> tuple[dict[str, float], float]:
+    """Three tenants keep different amounts of work queued all day on a 4-cpu node (team-a six AppWrappers, team-b
+    three, team-c one); jobs of 1 cpu run 5 to 15 minutes. Returns each tenant's cpu-minutes after a two-hour
+    warm-up, and the longest any of team-c's waited."""
+    rng = random.Random(seed)
+    names = iter(range(10**6))
+    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[], fit="aggregate", fair_sharing=fair)
+    ends: dict[str, int] = {}
+    used = {"team-a": 0.0, "team-b": 0.0, "team-c": 0.0}
+    backlog = {"team-a": 6, "team-b": 3, "team-c": 1}
+    arrived: dict[str, int] = {}
+    longest_c = 0.0
+    created = "2026-01-01T09:00:00Z"  # one second for all: without fair sharing, the name breaks ties
+
+    def queued(team: str) -> int:
+        return sum(1 for k in h.dispatcher.owners.queued.pending.ordered() if k.startswith(f"{team}/"))
+
+    for minute in range(8 * 60):
+        for team, depth in backlog.items():
+            for _ in range(depth - queued(team)):
+                name = f"{team[-1]}{next(names)}"
+                h.lw["aw"].add(team_aw(team, name, created=created))
+                arrived[f"{team}/{name}"] = minute
+        h.drain()
+        for key in dispatched(h) - set(ends):
+            ends[key] = minute + rng.randint(5, 15)
+            if key.startswith("team-c/"):
+                longest_c = max(longest_c, minute - arrived[key])
+        for key in [k for k, end in ends.items() if end <= minute]:
+            del ends[key]
+            finish(h, key)
+        if minute >= 120:
+            for key in ends:
+                used[key.partition("/")[0]] += 1
+        h.clock.advance(60)
+    return used, longest_c * 60
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_busy_day_shares_the_cluster_evenly_with_fair_sharing(harness_factory: Any, seed: int) -> None:
+    (fair, longest_fair), (fifo, _) = (busy_day(harness_factory, seed, fair=True),
+                                       busy_day(harness_factory, seed, fair=False))
+    total = sum(fair.values())
+    for team, minutes in fair.items():
+        assert abs(minutes / total - 1 / 3) <= 0.1, f"{team} had {minutes / total:.0%} of the cpu: {fair}"
+    assert longest_fair <= 3600, "team-c, with one AppWrapper queued at a time, never waited a half-life"
+    assert jain(list(fair.values())) > 0.99 > jain(list(fifo.values())), (fair, fifo)
+    print(f"Jain's index, seed {seed}: fair sharing {jain(list(fair.values())):.3f} ({fair}), "
+          f"first in first out {jain(list(fifo.values())):.3f} ({fifo})")
