@@ -13,7 +13,8 @@ Contract (``python3 hack/gen-api-reference.py --help``; ``make api-reference``):
   writes; ``unwritten``: a status field mcad never writes) and ``does`` (prose). ``$NAME`` in the prose is the
   value of a constant of the code (``CONSTANTS``), so a number changed in the code changes the page. The table
   also holds what each annotation and label mcad reads or writes does; the annotations' defaults, floors and
-  ceilings come from ``mcad.api.faulttolerance`` and ``mcad.cli.faultflags``.
+  ceilings come from ``mcad.api.faulttolerance`` and ``mcad.cli.faultflags`` (the minimum run time's from
+  ``mcad.api.minruntime``).
 - ``problems(fields, table)`` names every CRD field without a row and every row naming a field the CRD lacks (and
   the same for the fault tolerance annotations of the code); the generator writes nothing while there is one.
 - ``render(crd, table)`` is the page; ``--check`` compares it with the committed file instead of writing it (exit 1
@@ -37,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from mcad.admission import review  # noqa: E402
-from mcad.api import appwrapper, faulttolerance, validation, views  # noqa: E402
+from mcad.api import appwrapper, faulttolerance, minruntime, validation, views  # noqa: E402
 from mcad.cli import faultflags  # noqa: E402
 from mcad.loop import active  # noqa: E402
 from mcad.model import lifecycle, quota, status, tenancy  # noqa: E402
@@ -212,6 +213,8 @@ def problems(found: list[Field], table: Mapping[str, Any]) -> list[str]:
     annotations = table.get("annotations") or {}
     out += [f"annotation {name} (mcad.api.faulttolerance) has no row in {TABLE.name}"
             for name in faulttolerance.ANNOTATIONS if name not in annotations]
+    if minruntime.MIN_RUNTIME not in annotations:
+        out.append(f"annotation {minruntime.MIN_RUNTIME} (mcad.api.minruntime) has no row in {TABLE.name}")
     return out
 
 
@@ -240,8 +243,14 @@ def _annotations(table: Mapping[str, Any]) -> list[str]:
     flags = faultflags.FLAGS
     lines = ["| annotation | value | cluster default (flag) | floor | ceiling | what mcad does |",
              "|---|---|---|---|---|---|"]
-    for name in faulttolerance.ANNOTATIONS:
-        if name in faulttolerance.DURATIONS:
+    for name in (*faulttolerance.ANNOTATIONS, minruntime.MIN_RUNTIME):
+        if name == minruntime.MIN_RUNTIME:
+            value = "a Go duration (`90s`, `5m`, `1h30m`)"
+            default = f"`{faulttolerance.format_duration(minruntime.DEFAULT.default)}` (`--preemption-min-runtime`)"
+            floor = ""
+            ceiling = f"`{faulttolerance.format_duration(minruntime.DEFAULT_CEILING)}` " \
+                "(`--preemption-min-runtime-ceiling`)"
+        elif name in faulttolerance.DURATIONS:
             attr = faulttolerance.DURATIONS[name]
             value = "a Go duration (`90s`, `5m`, `1h30m`)"
             default = f"`{faulttolerance.format_duration(getattr(d, attr))}` (`{flags[attr]}`)"
@@ -262,7 +271,7 @@ def _annotations(table: Mapping[str, Any]) -> list[str]:
             value = f"comma-separated exit codes (1 to 255), at most {faulttolerance.MAX_EXIT_CODES}"
             default, floor, ceiling = "none", "", ""
         lines.append(f"| `{name}` | {value} | {default} | {floor} | {ceiling} | {_prose(rows[name])} |")
-    others = [name for name in rows if name not in faulttolerance.ANNOTATIONS]
+    others = [name for name in rows if name not in (*faulttolerance.ANNOTATIONS, minruntime.MIN_RUNTIME)]
     if others:
         lines += ["", "| annotation | what mcad does |", "|---|---|"]
         lines += [f"| `{name}` | {_prose(rows[name])} |" for name in others]

@@ -6,7 +6,8 @@ Contract:
 - Events are counted where they happen, by the dispatcher thread: ``decision`` (dispatched, queued, preempted,
   requeued, completed, failed), ``dispatch_latency`` (AppWrapper creation to its Dispatched status),
   ``cycle`` (one dispatch cycle's duration), ``topology_placed`` (a dispatch of an AppWrapper that asks for a
-  topology level). Each is a dict lookup and an add; nothing here blocks.
+  topology level), ``preemption_spared`` (an AppWrapper a preemptor would have evicted but spared, by reason).
+  Each is a dict lookup and an add; nothing here blocks.
 - Label values tenants choose are bounded: priority classes (``PRIORITY_LABELS``, then "other") and topology levels
   (only those named by ``name_topology_levels``, the controller's --topology-level, else "other").
 - State is read at scrape time from ``Sources`` the controller registers: informer relists, API errors by verb and
@@ -37,6 +38,7 @@ from mcad import __version__
 from mcad.api.resources import ZERO, ResourceVector
 from mcad.k8s.events import EventCounters
 from mcad.model import status
+from mcad.model.preemption import SPARED_REASONS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DECISIONS = ("dispatched", "queued", "preempted", "requeued", "completed", "failed")
@@ -405,6 +407,13 @@ class Metrics:
             self._lost.labels(cause)
         for reason in (status.RETRY_LIMIT_REACHED, status.TERMINAL_EXIT_CODE):
             self._ft_failures.labels(reason)
+        self._spared = Counter("mcad_preemption_spared", "Priority preemption: running AppWrappers a preemptor "
+                               "would have evicted but spared, by reason: min-runtime (dispatched less than their "
+                               "minimum run time ago), cooldown (preempted before and dispatched again less than "
+                               "--preemption-cooldown ago); each counted once per preemptor.",
+                               ["reason"], registry=self.registry)
+        for reason in SPARED_REASONS:
+            self._spared.labels(reason)
         self._topology = Counter("mcad_topology_gangs_placed", "Dispatches of AppWrappers that ask for a topology "
                                  "level (themselves or a pod set), by level (a configured --topology-level, else "
                                  "\"other\") and ask (required, preferred); an AppWrapper counts once per level "
@@ -445,6 +454,10 @@ class Metrics:
 
     def fault_failure(self, reason: str) -> None:
         self._ft_failures.labels(reason).inc()
+
+    def preemption_spared(self, reason: str) -> None:
+        """One AppWrapper a preemptor would have evicted but spared, for ``reason`` (``SPARED_REASONS``)."""
+        self._spared.labels(reason if reason in SPARED_REASONS else "other").inc()
 
     def name_topology_levels(self, levels: Iterable[str]) -> None:
         """The levels ``topology_placed`` labels with their own name (--topology-level); any other counts as

@@ -27,12 +27,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mcad.api import minruntime
 from mcad.api.faulttolerance import DEFAULTS, FaultDefaults
 from mcad.api.validation import DEFAULT_LIMITS, Limits
 from mcad.hub.clusters import HubConfig
 from mcad.hub.connections import DEFAULT_PROBE_PERIOD_SECONDS
 from mcad.hub.placement import Policy
-from mcad.loop.evictions import DEFAULT_MAX_EVICTIONS_PER_MINUTE, DEFAULT_PREEMPTION_BACKOFF_SECONDS
+from mcad.loop.evictions import (
+    DEFAULT_MAX_EVICTIONS_PER_MINUTE,
+    DEFAULT_PREEMPTION_BACKOFF_SECONDS,
+    DEFAULT_PREEMPTION_COOLDOWN_SECONDS,
+)
 from mcad.model import tenancy
 from mcad.model.nodehealth import NodeHealth
 from mcad.model.reservations import DEFAULT_RESERVATIONS
@@ -64,6 +69,11 @@ class SchedulingSettings:
     victim_timeout: float = DEFAULT_VICTIM_TIMEOUT_SECONDS
     preemption_backoff: float = DEFAULT_PREEMPTION_BACKOFF_SECONDS
     max_evictions_per_minute: int = DEFAULT_MAX_EVICTIONS_PER_MINUTE
+    # How long after its dispatch an AppWrapper is no priority preemption victim: its annotation, else the default,
+    # at most the ceiling (which admission judges the annotation by too).
+    min_runtime: minruntime.MinRuntime = minruntime.DEFAULT
+    # How long after being dispatched again one that was evicted is no priority preemption victim; 0: off.
+    preemption_cooldown: float = DEFAULT_PREEMPTION_COOLDOWN_SECONDS
     node_health: NodeHealth | None = None  # None: Autopilot's rules (mcad.model.nodehealth)
     # The controller's are known once it knows its own namespace (mcad.cli.controller.protected_namespaces).
     protected_namespaces: frozenset[str] = frozenset()

@@ -177,7 +177,8 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
     evictions = Evictions(EvictionOwners(preemptors, accountant, targets, active=active, decisions=decisions,
                                          notices=notices, in_flight=dispatches.in_flight, appwrappers=appwrappers),
                           tools, pods=writer, priority_preemption=preemption,
-                          budget=EvictionBudget(scheduling.max_evictions_per_minute))
+                          budget=EvictionBudget(scheduling.max_evictions_per_minute),
+                          min_runtime=scheduling.min_runtime, cooldown=scheduling.preemption_cooldown)
     ownership = Ownership(appwrappers=appwrappers, pods=pods, objects_of=sites.wrapped_of)
     pinning = Pinning(binding=binding, accountant=accountant, pods=pods, where=where, writes=writes, queue=queue,
                       queued=queued, active=active, decisions=decisions, appwrappers=appwrappers, recorder=recorder,

@@ -35,6 +35,8 @@ how many more, each cut to ``MAX_PROBLEM_CHARS``; items named ``GenericItems[i] 
 - a topology annotation (``mcad.admission.topology``: ``mcad.codeflare.dev/topology-required`` and
   ``-preferred`` on the AppWrapper, Kueue's ``podset-required-topology`` and ``podset-preferred-topology`` on a pod
   template inside an item) whose value is not a node label key, naming the annotation, where it is and why. Pure;
+- a ``mcad.codeflare.dev/min-runtime`` annotation that ``minruntime.problems`` refuses (not a duration, or above
+  ``config.min_runtime_ceiling``); on update only when the update sets or changes it. Pure;
 - ``tenancy.admission_problems`` (quota binding, priority ceiling and classes, of the AppWrapper and of every pod
   template inside its items, understated demand).
 More than ``MAX_KINDS`` distinct kinds in one AppWrapper are refused before anything is asked (each kind costs
@@ -81,7 +83,7 @@ import structlog
 from mcad.admission import topology
 from mcad.admission.facts import Facts, FactUnavailable, NodeLabels, Resource, WouldAsk, asked_for
 from mcad.admission.request import AdmissionRequest, Outcome, Reviewer, UserInfo
-from mcad.api import faulttolerance
+from mcad.api import faulttolerance, minruntime
 from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP
 from mcad.api.raw import as_list, as_mapping
 from mcad.api.validation import DEFAULT_LIMITS, MAX_REPORTED, Limits, describe_item, problems
@@ -142,6 +144,8 @@ class AdmissionConfig:
     # The cluster's fault tolerance defaults and ceilings (the controller's --*-grace-period, --*-ceiling flags):
     # what the annotations are judged against.
     fault_defaults: faulttolerance.FaultDefaults = faulttolerance.DEFAULTS
+    # The longest minimum run time an AppWrapper may ask for (--preemption-min-runtime-ceiling).
+    min_runtime_ceiling: float = minruntime.DEFAULT_CEILING
 
     def protected(self, namespace: str) -> bool:
         return (namespace in self.protected_namespaces or namespace == self.controller_namespace) \
@@ -347,6 +351,15 @@ def fault_problems(obj: Mapping[str, Any], old: Mapping[str, Any] | None,
     return [problem for problem in found if problem not in before or problem.startswith(changed)]
 
 
+def min_runtime_problems(obj: Mapping[str, Any], old: Mapping[str, Any] | None, ceiling: float) -> list[str]:
+    """The min-runtime annotation refused (``minruntime.problems``): on create; on update only when the update sets or
+    changes it (one admitted under a higher ceiling stays; the controller cuts it to the ceiling)."""
+    annotations = _annotations(obj)
+    if old is not None and annotations.get(minruntime.MIN_RUNTIME) == _annotations(old).get(minruntime.MIN_RUNTIME):
+        return []
+    return minruntime.problems(annotations, ceiling)
+
+
 def immutable_problems(obj: Mapping[str, Any], old: Mapping[str, Any]) -> list[str]:
     spec, before = as_mapping(obj.get("spec")), as_mapping(old.get("spec"))
     found: list[str] = []
@@ -439,7 +452,8 @@ def build(facts: Facts, config: AdmissionConfig, *, clock: Callable[[], float] =
             levels = topology.judge(request.obj)
             required += levels.required
             found = creator_problems(request) + fault_problems(request.obj, None, config.fault_defaults) + \
-                levels.problems + judged(request, request.obj, lookups)
+                levels.problems + min_runtime_problems(request.obj, None, config.min_runtime_ceiling) + \
+                judged(request, request.obj, lookups)
         elif request.operation == "UPDATE":
             if request.old is None:
                 return ["the update carries no stored AppWrapper (oldObject) to compare with"]
@@ -451,7 +465,8 @@ def build(facts: Facts, config: AdmissionConfig, *, clock: Callable[[], float] =
             levels = topology.judge(request.obj, request.old)
             required += levels.required
             found = creator_problems(request) + immutable_problems(request.obj, request.old) + \
-                fault_problems(request.obj, request.old, config.fault_defaults) + levels.problems
+                fault_problems(request.obj, request.old, config.fault_defaults) + levels.problems + \
+                min_runtime_problems(request.obj, request.old, config.min_runtime_ceiling)
             if not found and _judged_parts(request.obj) != _judged_parts(request.old):
                 # Only what this update makes worse: the stored object was judged when it came in (or before the
                 # rules existed); refusing an update for what it did not change would wedge finalizers and labels.

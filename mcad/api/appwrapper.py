@@ -27,7 +27,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from mcad.api import faulttolerance, topologyasks
+from mcad.api import faulttolerance, minruntime, topologyasks
 from mcad.api.clusterscheduling import ANYWHERE, ClusterScheduling, cluster_scheduling
 from mcad.api.podgroups import PodGroup, gang
 from mcad.api.raw import as_mapping
@@ -165,6 +165,9 @@ class AppWrapperView:
     # ``annotations`` shown to people.
     topology_required: str = ""
     topology_preferred: str = ""
+    # Its minimum run time annotation as written (``mcad.api.minruntime.kept``; "" when unset): how long after its
+    # dispatch priority preemption leaves it alone, read by ``minruntime.MinRuntime.seconds``.
+    min_runtime: str = ""
     # Why it may not be dispatched whatever room there is ("" when nothing holds it): set by mcad.k8s.tenantstore,
     # e.g. a spec.priorityClassName naming no PriorityClass. It waits in the queue, saying so, and preempts nobody.
     held: str = ""
@@ -334,6 +337,7 @@ def appwrapper_view(raw: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS, *,
         fault_annotations=faulttolerance.kept(annotations),
         topology_required=topologyasks.level(annotations.get(topologyasks.TOPOLOGY_REQUIRED)),
         topology_preferred=topologyasks.level(annotations.get(topologyasks.TOPOLOGY_PREFERRED)),
+        min_runtime=minruntime.kept(annotations),
     )
 
 

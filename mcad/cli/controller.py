@@ -52,9 +52,10 @@ from mcad.admission import review as admission_review
 from mcad.admission import server as webhook_server
 from mcad.admission.facts import FactUnavailable
 from mcad.admission.kubefacts import KubeFacts, own_username
+from mcad.api import minruntime
 from mcad.api.appwrapper import GROUP, KIND, LEGACY_GROUP, VERSION
 from mcad.api.faulttolerance import DEFAULTS as FAULT_DEFAULTS
-from mcad.api.faulttolerance import FaultDefaults
+from mcad.api.faulttolerance import FaultDefaults, format_duration
 from mcad.api.validation import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITEMS, MAX_ITEMS_CEILING, Limits
 from mcad.cli import faultflags
 from mcad.cli.heap import StartupHeap
@@ -79,7 +80,11 @@ from mcad.k8s.leaderpod import LeaderPodLabel
 from mcad.k8s.nodelabels import NodeLabelKeys
 from mcad.k8s.recentevents import RecentEvents
 from mcad.loop.dispatcher import Dispatcher
-from mcad.loop.evictions import DEFAULT_MAX_EVICTIONS_PER_MINUTE, DEFAULT_PREEMPTION_BACKOFF_SECONDS
+from mcad.loop.evictions import (
+    DEFAULT_MAX_EVICTIONS_PER_MINUTE,
+    DEFAULT_PREEMPTION_BACKOFF_SECONDS,
+    DEFAULT_PREEMPTION_COOLDOWN_SECONDS,
+)
 from mcad.loop.pinning import PLACEMENT_MODES
 from mcad.model import tenancy
 from mcad.model.reservations import DEFAULT_RESERVATIONS
@@ -155,8 +160,9 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
                    "later AppWrapper that fits goes ahead.")
 @click.option("--preemption", is_flag=True,
               help="Let a queued AppWrapper that does not fit evict running AppWrappers of strictly lower "
-                   "priority (the fewest, lowest priority and most recently dispatched first) when that makes it "
-                   "fit. Victims go back to the queue.")
+                   "priority when that makes it fit: the lowest priorities first, then the choice that loses the "
+                   "least work (run time so far times GPUs, else cpu), then the fewest. Victims go back to the "
+                   "queue.")
 @click.option("--preemption-victim-timeout", "victim_timeout", type=click.FloatRange(min=1),
               default=DEFAULT_VICTIM_TIMEOUT_SECONDS,
               help="Seconds an AppWrapper that preempted others (priority preemption or quota reclaim) waits for "
@@ -173,6 +179,21 @@ def protected_namespaces(own: str, allowed: tuple[str, ...] = (), *, hub: bool =
               help="At most this many AppWrappers are evicted in any minute, by all preemptors and quota "
                    "reclaims together; a preemptor held back by it says so in its status. One round larger than "
                    "this goes only after a minute with no eviction. 0: no bound.")
+@click.option("--preemption-min-runtime", "min_runtime", type=faultflags.DURATION,
+              default=format_duration(minruntime.DEFAULT.default),
+              help="How long after its dispatch an AppWrapper is no priority preemption victim, when it sets no "
+                   f"{minruntime.MIN_RUNTIME} annotation (quota reclaim does not wait for it). A Go duration "
+                   "(90s, 5m, 1h30m); 0s: no minimum.")
+@click.option("--preemption-min-runtime-ceiling", "min_runtime_ceiling", type=faultflags.DURATION,
+              default=format_duration(minruntime.DEFAULT_CEILING),
+              help=f"The longest minimum run time an AppWrapper may ask for ({minruntime.MIN_RUNTIME}): a longer "
+                   "annotation is refused at admission, and one stored before is cut to this. At least "
+                   "--preemption-min-runtime. A Go duration.")
+@click.option("--preemption-cooldown", "preemption_cooldown", type=faultflags.DURATION,
+              default=format_duration(DEFAULT_PREEMPTION_COOLDOWN_SECONDS),
+              help="An AppWrapper evicted by preemption or quota reclaim is no priority preemption victim for this "
+                   "long after it is dispatched again, so that it is not bounced back and forth. A Go duration; "
+                   "0s: off.")
 @click.option("--fit", type=click.Choice(FIT_MODES), default="nodes",
               help="nodes: dispatch only if every pod of the AppWrapper can be placed on some node's free room "
                    "(first-fit decreasing, honouring cordons, NoSchedule/NoExecute taints, node-health labels, "
@@ -575,6 +596,7 @@ def _serve_admission(process: Process, admission: AdmissionSettings, api: ApiSet
                                                       api.allowed_protected,
                                                       status_writers=frozenset({own, *admission.status_writers}),
                                                       fault_defaults=scheduling.fault_defaults,
+                                                      min_runtime_ceiling=scheduling.min_runtime.ceiling,
                                                       default_max_priority=api.default_max_priority),
                            clients=WebhookClients(admission.client_ca, admission.client_names,
                                                   admission.token_file, admission.access_reviews_per_second,
@@ -755,18 +777,21 @@ def admission_config(allowed_kinds: str, protected: frozenset[str],
                      allowed_protected: tuple[str, ...] = (), *,
                      status_writers: frozenset[str] = frozenset(),
                      fault_defaults: FaultDefaults = FAULT_DEFAULTS,
-                     default_max_priority: int = tenancy.DEFAULT_MAX_PRIORITY) -> admission_review.AdmissionConfig:
+                     default_max_priority: int = tenancy.DEFAULT_MAX_PRIORITY,
+                     min_runtime_ceiling: float = minruntime.DEFAULT_CEILING) -> admission_review.AdmissionConfig:
     """The admin's admission choices from the flags: ``resource.group`` names become (group, resource); the
     protected namespaces are the dispatcher's (``protected_namespaces``), so admission and dispatch refuse the
     same ones and ``--allow-protected-namespace`` lifts both; ``status_writers``: the controller's own identity and
     ``--status-writer``'s; ``fault_defaults``: the fault tolerance flags, whose ceilings admission judges the
     annotations by (as the controller does); ``default_max_priority``: ``--default-max-priority``, the ceiling where a
-    namespace sets none, which admission refuses above as the dispatcher caps at it."""
+    namespace sets none, which admission refuses above as the dispatcher caps at it; ``min_runtime_ceiling``:
+    ``--preemption-min-runtime-ceiling``, above which admission refuses the min-runtime annotation."""
     kinds = frozenset((group, resource) for resource, _, group in (k.partition(".") for k in _names(allowed_kinds)))
     return admission_review.AdmissionConfig(allowed_kinds=kinds, protected_namespaces=protected,
                                             allowed_namespaces=frozenset(allowed_protected),
                                             status_writers=status_writers, fault_defaults=fault_defaults,
-                                            default_priority_ceiling=default_max_priority)
+                                            default_priority_ceiling=default_max_priority,
+                                            min_runtime_ceiling=min_runtime_ceiling)
 
 
 @dataclasses.dataclass(frozen=True)

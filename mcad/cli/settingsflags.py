@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from mcad.admission import callers
+from mcad.api import minruntime
 from mcad.api.faulttolerance import FaultDefaults
 from mcad.api.topologyasks import label_key_error
 from mcad.api.validation import Limits
@@ -118,19 +119,24 @@ def api_server_networks(settings: AdmissionSettings) -> callers.SourceNetworks:
 
 def scheduling_settings(options: Options, fault_defaults: FaultDefaults) -> SchedulingSettings:
     """What the dispatcher decides by: ``--fit``, ``--placement``, ``--strict-fifo``, ``--reservations``,
-    ``--preemption*``, ``--node-health-rule``/``--no-node-health-rules``, ``--write-workers``,
-    ``--backoff-status-rate``, ``--cycle-interval``, ``--topology-level`` and the fault tolerance flags. The
-    protected namespaces are known once connected."""
+    ``--preemption*`` (a minimum run time default above its ceiling is a usage error),
+    ``--node-health-rule``/``--no-node-health-rules``, ``--write-workers``, ``--backoff-status-rate``,
+    ``--cycle-interval``, ``--topology-level`` and the fault tolerance flags. The protected namespaces are known
+    once connected."""
     try:
         node_health = node_health_from_flags(options["node_health_rules"], options["no_node_health_rules"])
     except ValueError as err:
         raise click.UsageError(str(err)) from err
     levels = topology_levels(options["topology_levels"])
+    least = minruntime.MinRuntime(options["min_runtime"], options["min_runtime_ceiling"])
+    for problem in least.problems():
+        raise click.UsageError(f"--preemption-min-runtime, --preemption-min-runtime-ceiling: {problem}")
     return SchedulingSettings(
         fit=options["fit"], placement=options["placement"], strict_fifo=options["strict_fifo"],
         reservations=options["reservations"], preemption=options["preemption"],
         victim_timeout=options["victim_timeout"], preemption_backoff=options["preemption_backoff"],
-        max_evictions_per_minute=options["max_evictions_per_minute"], node_health=node_health,
+        max_evictions_per_minute=options["max_evictions_per_minute"], min_runtime=least,
+        preemption_cooldown=options["preemption_cooldown"], node_health=node_health,
         write_workers=options["write_workers"], backoff_status_rate=options["backoff_status_rate"],
         cycle_interval=options["cycle_interval"], topology_levels=levels, fair_sharing=options["fair_sharing"],
         fair_sharing_half_life=fair_sharing_half_life(options["fair_sharing_half_life"]),

@@ -420,6 +420,7 @@ class Dispatcher:
         self.owners.decisions.forget(key)
         self.owners.reservations.forget(key)
         self.owners.preemptors.forget(key)
+        self.owners.evictions.forget(key)
         self.owners.dispatches.forget(key)
         self.owners.notices.forget(key)
         self.owners.queued.forget(key)

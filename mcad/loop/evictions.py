@@ -7,7 +7,8 @@ with what it reads and acts through in one frozen ``EvictionOwners``, and the lo
   does not fit. Its ``holds`` is True while ``aw`` holds the queue because victims go away for it: it waits for
   those it chose earlier, or it chooses some now, quota reclaim first (borrowers above it), then, with
   ``--preemption``, priority preemption (strictly lower priorities), only when it provably runs once they are gone
-  (``mcad.model.preemption``).
+  (``mcad.model.preemption``): of the sets that make it fit, the lowest priorities, then the one that loses the
+  least work, then the fewest.
   When it outranks running work but evicts nobody, ``about``/``why`` say why for its status: an error in its own
   quota or binding, more than its quota or the cluster could ever give it, no choice of victims that makes it fit,
   its backoff after a round that did not make it run, or the eviction rate bound.
@@ -15,8 +16,18 @@ with what it reads and acts through in one frozen ``EvictionOwners``, and the lo
   reclaims (``EvictionBudget``; a cycle is due when the bound allows the round); a preemptor whose victims went
   and that still did not run evicts nobody for ``--preemption-backoff`` seconds, doubling per round up to 16x,
   reset when it runs (``Preemptors.backing_off``).
+- Who is no priority preemption victim: one dispatched less than its minimum run time ago (its
+  ``mcad.codeflare.dev/min-runtime``, else ``--preemption-min-runtime``, at most
+  ``--preemption-min-runtime-ceiling``: ``mcad.api.minruntime``), and one evicted before (by preemption or
+  reclaim) and dispatched again less than ``--preemption-cooldown`` ago (``Cooldowns``). Quota reclaim spares
+  neither. When such ones would have been evicted (they are in the choice made with them as candidates), the
+  preemptor's status and explain say how many it spares and why, each is counted once per preemptor in
+  ``mcad_preemption_spared_total{reason}``, and when it evicts nobody for them a cycle is due when the first of
+  them may go.
 - Victims are requeued at once keeping their requeuing count, each with its reason (PreemptedByPriority,
-  PreemptedByQuotaReclaim), and the preemptor's Backoff names them.
+  PreemptedByQuotaReclaim) and a message naming the preemptor and, for priority preemption, why these: the least
+  work lost (among the lowest priorities), how many and how much (of the work, only that of the reader's own
+  namespace when the victims span several); the preemptor's Backoff names them.
 - Each side is named to the other only within one namespace (``mcad.model.disclosure``): a victim in another
   namespace than its preemptor reads "Preempted by an AppWrapper in another namespace", and the preemptor
   counts such victims.
@@ -34,11 +45,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from typing import Any, Protocol
 
 import structlog
 
+from mcad.api import minruntime
 from mcad.api.appwrapper import ACTIVE_STATES, AppWrapperView
 from mcad.api.resources import ResourceVector
 from mcad.api.views import PodView
@@ -56,16 +69,24 @@ from mcad.model.preemption import (
     NO_ROOM,
     PREEMPTING,
     RECLAIMING,
+    SPARED_COOLDOWN,
+    SPARED_MIN_RUNTIME,
     WAITING_FOR_VICTIMS,
     Candidate,
+    Cooldowns,
     EvictionBudget,
     Preemptors,
     Room,
+    Work,
     blocked_by_reclaim,
+    describe_work,
     preemption_refusal,
     priority_victims,
     reclaim_victims,
+    spared_phrase,
+    total_work,
     victim_rank,
+    work_lost,
 )
 from mcad.model.quota import Charges
 
@@ -79,6 +100,10 @@ DEFAULT_MAX_EVICTIONS_PER_MINUTE = 100
 # up to 16 times as long (--preemption-backoff).
 DEFAULT_PREEMPTION_BACKOFF_SECONDS = 60.0
 BACKOFF_CAP_FACTOR = 16
+# An AppWrapper evicted by preemption is no priority preemption victim for this long after it is dispatched again
+# (--preemption-cooldown): two preemptors in turn would otherwise bounce it back and forth, each round throwing away
+# its warm-up. Ten minutes: longer than a typical restart and warm-up, short against the jobs preemption is for.
+DEFAULT_PREEMPTION_COOLDOWN_SECONDS = 600.0
 
 
 class PodDeleter(Protocol):
@@ -105,9 +130,14 @@ class EvictionOwners:
 
 class Evictions:
     def __init__(self, owners: EvictionOwners, tools: LoopTools, *, pods: PodDeleter, priority_preemption: bool,
-                 budget: EvictionBudget | None = None) -> None:
+                 budget: EvictionBudget | None = None, min_runtime: minruntime.MinRuntime = minruntime.DEFAULT,
+                 cooldown: float = DEFAULT_PREEMPTION_COOLDOWN_SECONDS) -> None:
         self.preemptors = owners.preemptors
         self.budget = budget if budget is not None else EvictionBudget(DEFAULT_MAX_EVICTIONS_PER_MINUTE)
+        self._min_runtime = min_runtime
+        # Shared with a dry run's twin, which reads it only: a pass never dispatches one it evicted again.
+        self.cooldowns = Cooldowns(cooldown)
+        self._metrics = tools.metrics
         self._accountant = owners.accountant
         self._targets = owners.targets
         self._active = owners.active
@@ -149,7 +179,7 @@ class Evictions:
         now = self._clock.monotonic()
         wait = self.preemptors.backing_off(aw.key, now)
         if wait > 0:
-            if not (self._priority_preemption and self._candidates(aw)) and not self._may_reclaim(aw, snapshot):
+            if not (self._priority_preemption and self._candidates(aw)[0]) and not self._may_reclaim(aw, snapshot):
                 return NO_ROOM
             self._due(wait)  # events or not, it is looked at again when it may preempt
             rounds = self.preemptors.rounds(aw.key)
@@ -167,13 +197,38 @@ class Evictions:
     def blocked_by_reclaim(self, aw: AppWrapperView) -> str:
         return blocked_by_reclaim(aw, self._accountant.quota, self.preemptors.reclaiming)
 
-    def _candidates(self, aw: AppWrapperView) -> list[Candidate]:
-        """Running AppWrappers of lower priority that nobody has chosen yet."""
+    def forget(self, key: str) -> None:
+        """It is gone: its cooldown with it."""
+        self.cooldowns.forget(key)
+
+    def _candidates(self, aw: AppWrapperView) -> tuple[list[Candidate], dict[str, tuple[str, float]]]:
+        """Running AppWrappers of lower priority that nobody has chosen yet, each with its work lost now; and those
+        of them that are no victim now, each with why (``SPARED_REASONS``) and when it may be (wall seconds)."""
         taken = self.preemptors.victims_taken()
-        return [Candidate(victim.key, victim.priority, self._rank(victim))
-                for victim in self._dispatched.values()
-                if victim.priority < aw.priority and victim.key not in taken
-                and victim.key not in self._in_flight and self._decisions.status(victim).state in ACTIVE_STATES]
+        now = self._clock.now().timestamp()
+        found: list[Candidate] = []
+        spared: dict[str, tuple[str, float]] = {}
+        for victim in self._dispatched.values():
+            if victim.priority >= aw.priority or victim.key in taken or victim.key in self._in_flight:
+                continue
+            current = self._decisions.status(victim)
+            if current.state not in ACTIVE_STATES:
+                continue
+            dispatched = lifecycle.dispatched_at(current)
+            started = _seconds(dispatched or lifecycle.parse_time(victim.created))
+            run = max(now - started, 0.0) if started is not None else 0.0
+            found.append(Candidate(victim.key, victim.priority, self._rank(victim, dispatched),
+                                   work_lost(victim.demand, run), run))
+            least = self._min_runtime.seconds(victim.min_runtime)
+            if started is not None and run < least:
+                spared[victim.key] = (SPARED_MIN_RUNTIME, started + least)
+                continue
+            cooled = self.cooldowns.until(victim.key, victim.uid, started)
+            if cooled > now:
+                spared[victim.key] = (SPARED_COOLDOWN, cooled)
+            elif cooled and self._act:
+                self.cooldowns.done(victim.key)
+        return found, spared
 
     def _may_reclaim(self, aw: AppWrapperView, snapshot: Snapshot) -> bool:
         if snapshot.quota is None or aw.held:
@@ -183,24 +238,53 @@ class Evictions:
 
     def _preempt_for(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> Room:
         key = aw.key
-        candidates = self._candidates(aw)
+        candidates, spared = self._candidates(aw)
         if not candidates:
             return NO_ROOM  # it outranks nobody running: nothing to say
         refusal = preemption_refusal(aw, need, snapshot, self._targets)
         if refusal:
             return Room(False, "evicts nobody", f"it evicts nobody: {refusal}")
-        chosen = priority_victims(aw, need, snapshot, self._targets, candidates, self._accountant.footprint)
+        victims_now = [c for c in candidates if c.key not in spared]
+        chosen = priority_victims(aw, need, snapshot, self._targets, victims_now, self._accountant.footprint)
+        # Those it spares: the ones the same choice would take were they candidates (another choice only when
+        # some are spared: at most twice the fit checks, and only then).
+        spares = sorted(k for k in priority_victims(aw, need, snapshot, self._targets, candidates,
+                                                    self._accountant.footprint) if k in spared) if spared else []
+        self._count_spared(key, {k: spared[k][0] for k in spares})
+        sparing = spared_phrase(spared[k][0] for k in spares)
         if not chosen:
+            if spares:
+                # Events or not, it is looked at again when the first spared one may go (any of them, as the
+                # choice may then take another).
+                first = min(until for _, until in spared.values()) - self._clock.now().timestamp()
+                self._due(first)
+                return Room(False, "spares victims",
+                            f"it evicts nobody for now: it would fit only by evicting AppWrappers it {sparing}; "
+                            f"it looks again in {first:.0f} s, when the first AppWrapper it spares may be evicted",
+                            spared=sparing)
             return Room(False, "evicts nobody",
                         "it evicts nobody: it would not fit even with every lower-priority AppWrapper gone")
         over = self._over_budget(len(chosen))
         if over:
-            return Room(False, "eviction rate bound", over)
+            return Room(False, "eviction rate bound", over, spared=sparing)
         names = sorted(chosen)
+        works = {c.key: c.work for c in victims_now}
+        told = f"preempting {len(names)} lower-priority AppWrapper(s) to make room, losing the least work " \
+               f"({_work_told(names, works, aw.namespace)})"
         self._evict_and_wait(aw, names, status.PREEMPTED_BY_PRIORITY,
-                             lambda victim: f"Preempted by {_appwrapper(key, victim)} (priority {aw.priority}).",
-                             "preempting", f"preempting {len(names)} lower-priority AppWrapper(s) to make room")
-        return Room(True, kind=PREEMPTING, victims=tuple(names))
+                             lambda victim: f"Preempted by {_appwrapper(key, victim)} (priority {aw.priority}); "
+                                            f"chosen for the least work lost: {len(names)} AppWrapper(s), "
+                                            f"{_work_told(names, works, disclosure.namespace_of(victim))}.",
+                             "preempting", told, then=f"; it {sparing}" if sparing else "")
+        return Room(True, kind=PREEMPTING, victims=tuple(names), spared=sparing)
+
+    def _count_spared(self, key: str, spared: Mapping[str, str]) -> None:
+        """Each AppWrapper ``key`` spares, once per preemptor (``mcad_preemption_spared_total``); not in a dry
+        run."""
+        if not spared or not self._act:
+            return
+        for victim in sorted(self.preemptors.newly_spared(key, spared)):
+            self._metrics.preemption_spared(spared[victim])
 
     def _over_budget(self, victims: int) -> str:
         """Why ``victims`` evictions may not happen now ("" if they may); a cycle is due when they may."""
@@ -231,19 +315,23 @@ class Evictions:
         return Room(True, kind=RECLAIMING, victims=tuple(names))
 
     def _evict_and_wait(self, aw: AppWrapperView, victims: list[str], reason: str, message: Callable[[str], str],
-                        doing: str, told: str, reclaim: Charges | None = None) -> None:
+                        doing: str, told: str, reclaim: Charges | None = None, then: str = "") -> None:
         """``aw`` evicts ``victims`` (each requeued with ``message(its key)``, worded for its namespace by
-        ``mcad.model.disclosure``) and waits for them to go; ``told`` is what ``aw``'s status says it is doing. A
-        dry run (``peek``) only records the wait, on its copies, as the cycle would."""
+        ``mcad.model.disclosure``) and waits for them to go; ``told`` is what ``aw``'s status says it is doing, before
+        the victims, ``then`` after them. A dry run (``peek``) only records the wait, on its copies, as the cycle
+        would."""
         if self._act:
+            now = self._clock.now().timestamp()
             for victim_key in victims:
-                self._active.requeue_keeping_count(self._dispatched[victim_key], reason, message(victim_key))
+                victim = self._dispatched[victim_key]
+                self.cooldowns.evicted(victim_key, victim.uid, now)
+                self._active.requeue_keeping_count(victim, reason, message(victim_key))
         self._start(aw.key, victims, reclaim)
         if not self._act:
             return
         log.info(doing, appwrapper=aw.key, priority=aw.priority, victims=victims)
         self._notices.tell(aw, frozenset({doing}),
-                           partial(str, f"{told}: {disclosure.listed(victims, aw.namespace)}"), paced=False)
+                           partial(str, f"{told}: {disclosure.listed(victims, aw.namespace)}{then}"), paced=False)
 
     def _start(self, key: str, victims: Iterable[str], reclaim: Charges | None = None) -> None:
         """``key`` waits for ``victims`` to go, holding the queue, for at most ``victim_timeout`` seconds."""
@@ -257,9 +345,10 @@ class Evictions:
         if self._act:
             cycle_after(self._queue, self._clock.monotonic(), seconds)
 
-    def _rank(self, victim: AppWrapperView) -> tuple[Any, ...]:
-        return victim_rank(victim.priority, lifecycle.dispatched_at(self._decisions.status(victim)),
-                           lifecycle.parse_time(victim.created), victim.key)
+    def _rank(self, victim: AppWrapperView, dispatched: datetime | None = None) -> tuple[Any, ...]:
+        if dispatched is None:
+            dispatched = lifecycle.dispatched_at(self._decisions.status(victim))
+        return victim_rank(victim.priority, dispatched, lifecycle.parse_time(victim.created), victim.key)
 
     def _waiting_for_victims(self, key: str) -> bool:
         now = self._clock.monotonic()
@@ -303,6 +392,18 @@ class Evictions:
             if err.status not in (404, 409):
                 log.warning("force deletion refused", pod=f"{pod.namespace}/{pod.name}", status_code=err.status,
                             reason=err.message)
+
+
+def _work_told(victims: list[str], works: Mapping[str, Work], reader: str) -> str:
+    """The work the ``victims`` lose, as told to a reader of namespace ``reader``: all of it when they are all in
+    that namespace, else only theirs there (the work of another namespace's AppWrapper tells its size and age)."""
+    own = [key for key in victims if disclosure.same_namespace(key, reader)]
+    lost = describe_work(total_work(works[key] for key in own))
+    return lost if len(own) == len(victims) else f"{lost} of it in this namespace"
+
+
+def _seconds(when: datetime | None) -> float | None:
+    return when.timestamp() if when is not None else None
 
 
 def _appwrapper(key: str, reader_key: str) -> str:

@@ -216,8 +216,9 @@ def _assessment(verdict: Verdict, reserving: Pass) -> Assessment:
             return Assessment(key, "Queued", False, f"the next dispatch cycle reclaims quota borrowed by "
                                                     f"{len(room.victims)} AppWrapper(s) to make room: {victims}",
                               evicts=room.victims)
+        spares = f"; it {room.spared}" if room.spared else ""
         return Assessment(key, "Queued", False, f"the next dispatch cycle preempts {len(room.victims)} "
-                                                f"lower-priority AppWrapper(s) to make room: {victims}",
+                                                f"lower-priority AppWrapper(s) to make room: {victims}{spares}",
                           evicts=room.victims)
     made = verdict.made
     return Assessment(key, "Queued", False, verdict.why(), reserving.describe(made) if made is not None else None)

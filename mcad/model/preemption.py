@@ -2,13 +2,25 @@
 
 Contract:
 - ``priority_victims``: for a queued AppWrapper that does not fit, the dispatched AppWrappers of strictly lower
-  priority to evict, lowest priority and then most recently dispatched first (``victim_rank``); only as many as
-  needed, dropping afterwards any the rest make unnecessary (the most valuable tried first), and none at all unless
-  evicting them makes it fit, capacity (``fit.fits_without``) and quota both (over a copy of the quota ledger
-  without them). ``preemption_refusal``: one that could never run as it is never preempts: held, a quota label
-  naming an unknown node (the error is never read as "charged nowhere"), more than its quota allows even with
-  nothing else charged, or more than the empty cluster. Strictly lower priority means a victim can never preempt
-  its preemptor back: no loops.
+  priority to evict, none at all unless evicting them makes it fit, capacity (``fit.fits_without``) and quota both
+  (over a copy of the quota ledger without them). Of the sets it tries it keeps the one whose highest victim
+  priority is lowest, then that loses the least work (``Candidate.work``: run time so far times demand, GPUs
+  first, then cpu; ``work_lost``), then the fewest victims. Priority comes first because a victim of higher
+  priority, requeued into a full cluster, would in turn preempt the lower ones: more work lost in all, not less.
+  It tries two sets, each greedy then pruned: candidates taken in order until it fits, then any the rest make
+  unnecessary dropped (the costliest tried first); both orders take the lowest priority first, then one by work
+  lost (cheapest first), the other by run time (the least work lost per unit freed first: a large young gang
+  before many small old ones); ties by ``victim_rank``. That is at most 2 x (2 x candidates) fit checks, linear
+  in the candidates, where the best set over all subsets would be exponential. A gang that requires one topology
+  domain is judged per domain (victims with pods or room there), and the domain whose set is cheapest by the same
+  measure, then needs the fewest, wins.
+  ``preemption_refusal``: one that could never run as it is never preempts: held, a quota label naming an unknown
+  node (the error is never read as "charged nowhere"), more than its quota allows even with nothing else charged,
+  or more than the empty cluster. Strictly lower priority means a victim can never preempt its preemptor back: no
+  loops.
+- Who is no candidate at all is the caller's (``mcad.loop.evictions``): one that ran less than its minimum run time
+  (``mcad.api.minruntime``), or that was evicted before and was dispatched again less than the cooldown ago
+  (``Cooldowns``: bounded memory of who was evicted, dropped once the cooldown is over or the AppWrapper is gone).
 - ``reclaim_victims``: for one that does not borrow at its own quota node yet does not fit because others borrowed
   above it, the borrowers to evict (``quota.QuotaLedger.reclaim_victims`` ranks and trims them), so that it fits
   the capacity once they are gone. ``blocked_by_reclaim``: while a reclaim waits for its victims, nobody may borrow
@@ -18,6 +30,7 @@ Contract:
   queue and preempts nobody else until the very pods it gave up on are gone (else each timeout would evict
   another round of victims). A preemptor whose wait ended without it dispatching (victims gone, or given up on)
   may not preempt again for a backoff (``backing_off``), doubling per round up to a cap, reset when it dispatches.
+  It also remembers whom each preemptor spared (``newly_spared``), so each one spared is counted once.
 - ``EvictionBudget``: at most N victims evicted in any minute, over all preemptors and reclaims.
 - ``Room``: whether victims go away for a queued AppWrapper (and which), or why it evicts nobody. ``Preemptors``
   and ``EvictionBudget`` copy themselves for a dry run to change as a cycle would.
@@ -26,7 +39,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,23 +51,55 @@ from mcad.api.views import NodeView
 from mcad.model import disclosure, quota
 from mcad.model.accounting import Snapshot
 from mcad.model.fit import Targets, could_ever_fit, fits_without
+from mcad.model.placement import GPU
 from mcad.model.plans import PlanEntry
 
 Footprints = Callable[[str], Sequence[PlanEntry]]
 
 
+# Work lost by evicting: (GPU-seconds, cpu core-seconds), compared GPUs first (a GPU hour costs more than any cpu
+# hour), cpu deciding between AppWrappers that hold no GPU.
+Work = tuple[float, float]
+NO_WORK: Work = (0.0, 0.0)
+
+
+def work_lost(demand: ResourceVector, run_seconds: float) -> Work:
+    """What evicting an AppWrapper of ``demand`` that ran ``run_seconds`` throws away (see ``Work``)."""
+    run = max(run_seconds, 0.0)
+    return (demand.get(GPU) * run, demand.get("cpu") / 1000 * run)
+
+
+def total_work(works: Iterable[Work]) -> Work:
+    gpu = cpu = 0.0
+    for g, c in works:
+        gpu, cpu = gpu + g, cpu + c
+    return (gpu, cpu)
+
+
+def describe_work(work: Work) -> str:
+    """``3.0 GPU-hours`` (when any GPU work is lost), else ``0.25 CPU-hours`` (two significant digits below one)."""
+    seconds, unit = (work[0], "GPU") if work[0] > 0 else (work[1], "CPU")
+    hours = seconds / 3600
+    shown = f"{hours:.1f}" if hours >= 1 else f"{hours:.2g}"
+    return f"{shown} {unit}-hours"
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A dispatched AppWrapper that may be evicted: its key, priority and ``victim_rank``."""
+    """A dispatched AppWrapper that may be evicted: its key, priority and ``victim_rank``; the work evicting it
+    loses and how long it has run (seconds)."""
 
     key: str
     priority: int
     rank: tuple[Any, ...]
+    work: Work = NO_WORK
+    run: float = 0.0
 
 
 def victim_rank(priority: int, dispatched_at: datetime | None, created: datetime | None,
                 key: str) -> tuple[Any, ...]:
-    """Preemption order, smallest first: lowest priority, then most recently dispatched (then created)."""
+    """Lowest priority, then most recently dispatched (then created), smallest first: quota reclaim's order, and
+    priority preemption's last tie-break."""
     return (priority, -(dispatched_at.timestamp() if dispatched_at else 0.0),
             -(created.timestamp() if created else 0.0), key)
 
@@ -79,13 +124,22 @@ def preemption_refusal(aw: AppWrapperView, need: ResourceVector, snapshot: Snaps
 
 def priority_victims(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: Targets,
                      candidates: Iterable[Candidate], footprint: Footprints) -> list[str]:
-    """The fewest lower-priority AppWrappers whose eviction makes ``aw`` fit; [] when no choice does, and always
-    when ``preemption_refusal`` has a reason (an error in its own quota is never read as "no quota to check")."""
+    """The lower-priority AppWrappers whose eviction makes ``aw`` fit: the lowest priorities, losing the least work,
+    then the fewest (see the module docstring); [] when no choice does, and always when ``preemption_refusal`` has
+    a reason (an error in its own quota is never read as "no quota to check")."""
     if preemption_refusal(aw, need, snapshot, targets):
         return []
     charges = snapshot.quota.forest.charges(aw.labels)[0] if snapshot.quota is not None else ()
-    ordered = [(c, freed) for c in sorted((c for c in candidates if c.priority < aw.priority), key=lambda c: c.rank)
-               if (freed := footprint(c.key))]
+    eligible = [(c, freed) for c in candidates if c.priority < aw.priority if (freed := footprint(c.key))]
+    by_work = sorted(eligible, key=lambda e: (e[0].priority, e[0].work, e[0].rank))
+    by_run = sorted(eligible, key=lambda e: (e[0].priority, e[0].run, e[0].rank))
+    # The same order twice (one resource, equal demands) gives the same set: tried once.
+    orders = [by_work] if [c.key for c, _ in by_run] == [c.key for c, _ in by_work] else [by_work, by_run]
+    of = {c.key: c for c, _ in eligible}
+
+    def cost(victims: list[str]) -> tuple[int, Work, int]:
+        return (max(of[key].priority for key in victims), total_work(of[key].work for key in victims),
+                len(victims))
 
     def fewest(among: list[tuple[Candidate, Sequence[PlanEntry]]],
                node_sets: Sequence[tuple[str, Sequence[NodeView]]] | None) -> list[str]:
@@ -106,25 +160,36 @@ def priority_victims(aw: AppWrapperView, need: ResourceVector, snapshot: Snapsho
                 break
         else:
             return []
-        # Fewest victims: drop any that are not needed, trying the most valuable (highest priority, oldest) first.
+        # Drop any that are not needed, trying the costliest (last taken) first.
         for entry in reversed(chosen[:-1]):
             rest = [other for other in chosen if other is not entry]
             if fits_once_gone(rest):
                 chosen.remove(entry)
         return [victim.key for victim, _ in chosen]
 
+    def least_lost(names: set[str] | None,
+                   node_sets: Sequence[tuple[str, Sequence[NodeView]]] | None) -> list[str]:
+        """The cheapest of the orders' sets, among the candidates with pods or room on ``names`` (None: all)."""
+        best: list[str] = []
+        for order in orders:
+            among = order if names is None else \
+                [(c, freed) for c, freed in order if any(node in names for node, _, _ in freed)]
+            victims = fewest(among, node_sets) if among else []
+            if victims and (not best or cost(victims) < cost(best)):
+                best = victims
+        return best
+
     if not aw.topology_required:
-        return fewest(ordered, None)
+        return least_lost(None, None)
     # One domain must hold it: the victims each domain needs, counting only those with pods or room there, and the
-    # domain that needs the fewest, then the ones evicted soonest by rank (ties: the domain's order).
-    position = {c.key: i for i, (c, _) in enumerate(ordered)}
-    best: tuple[int, list[int], list[str]] | None = None
+    # domain whose set costs least (``cost``: lowest top priority, least work, fewest), then the ones taken soonest
+    # (ties: the domain's order).
+    position = {c.key: i for i, (c, _) in enumerate(by_work)}
+    best: tuple[tuple[int, Work, int], list[int], list[str]] | None = None
     for node_set in targets.node_sets(aw, snapshot):
-        names = {node.name for node in node_set[1]}
-        there = [(c, freed) for c, freed in ordered if any(node in names for node, _, _ in freed)]
-        victims = fewest(there, [node_set]) if there else []
+        victims = least_lost({node.name for node in node_set[1]}, [node_set])
         if victims:
-            score = (len(victims), sorted(position[key] for key in victims), victims)
+            score = (cost(victims), sorted(position[key] for key in victims), victims)
             if best is None or score[:2] < best[:2]:
                 best = score
     return best[2] if best is not None else []
@@ -169,19 +234,81 @@ class Room:
     """Whether victims go away for a queued AppWrapper that does not fit: ``holds``, they do (``victims``, chosen
     now or earlier; ``kind`` says how: waiting, preempting or reclaiming) and it holds the queue; else, when it
     outranks running work yet evicts nobody, ``about`` (compared between cycles) and ``why`` (for its Backoff
-    message)."""
+    message). ``spared``: who it would have evicted but spares (minimum run time, cooldown), worded by
+    ``spared_phrase``; "" when nobody."""
 
     holds: bool
     about: str = ""
     why: str = ""
     kind: str = ""
     victims: tuple[str, ...] = ()
+    spared: str = ""
 
 
 NO_ROOM = Room(False)
 WAITING_FOR_VICTIMS = "waiting"
 PREEMPTING = "preempting"
 RECLAIMING = "reclaiming"
+
+# Why an AppWrapper that would have been a victim is spared (the label values of the spared metric).
+SPARED_MIN_RUNTIME = "min-runtime"
+SPARED_COOLDOWN = "cooldown"
+SPARED_REASONS = (SPARED_MIN_RUNTIME, SPARED_COOLDOWN)
+
+
+def spared_phrase(reasons: Iterable[str]) -> str:
+    """``spares 2 AppWrapper(s) that ran less than their minimum run time and 1 preempted before and dispatched
+    again less than the cooldown ago`` for the reasons of those spared (one each); "" for none."""
+    reasons = list(reasons)
+    parts = []
+    if count := reasons.count(SPARED_MIN_RUNTIME):
+        parts.append(f"{count} AppWrapper(s) that ran less than their minimum run time")
+    if count := reasons.count(SPARED_COOLDOWN):
+        parts.append(f"{count} AppWrapper(s) preempted before and dispatched again less than the preemption "
+                     f"cooldown ago")
+    return f"spares {' and '.join(parts)}" if parts else ""
+
+
+class Cooldowns:
+    """Who was evicted by preemption or quota reclaim: for ``seconds`` after it is dispatched again it is no
+    priority preemption victim (0: off), so that two preemptors do not bounce one AppWrapper back and forth.
+
+    Bounded: one entry per AppWrapper evicted whose cooldown is not over, dropped by the caller once it is
+    (``done``) or once the AppWrapper is gone (``forget``), and at most ``MAX`` (the oldest go first: it then only
+    loses its protection early). A restart forgets every cooldown. Times are wall-clock seconds, as status times
+    are."""
+
+    MAX = 10_000
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._evicted: OrderedDict[str, tuple[str, float]] = OrderedDict()  # key -> (uid evicted, when)
+
+    def __len__(self) -> int:
+        return len(self._evicted)
+
+    def evicted(self, key: str, uid: str, now: float) -> None:
+        if self.seconds <= 0:
+            return
+        self._evicted.pop(key, None)
+        self._evicted[key] = (uid, now)
+        while len(self._evicted) > self.MAX:
+            self._evicted.popitem(last=False)
+
+    def until(self, key: str, uid: str, dispatched: float | None) -> float:
+        """When ``key`` (that very object, ``uid``), dispatched again at ``dispatched``, may be a victim again; 0
+        when it was never evicted (or its cooldowns are off)."""
+        entry = self._evicted.get(key)
+        if entry is None or entry[0] != uid:
+            return 0.0
+        # Never counted from before the eviction: a status not yet showing the new dispatch holds it too.
+        return max(entry[1], dispatched or 0.0) + self.seconds
+
+    def done(self, key: str) -> None:
+        """Its cooldown is over."""
+        self._evicted.pop(key, None)
+
+    forget = done
 
 
 class EvictionBudget:
@@ -247,6 +374,8 @@ class Preemptors:
         self.reclaiming: dict[str, quota.Charges] = {}
         # Preemptors that stopped waiting: the victims, and the uids of their pods still there then.
         self._abandoned: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+        # Preemptor -> those it spared so far (minimum run time, cooldown), until it dispatches or goes.
+        self._spared: dict[str, frozenset[str]] = {}
         self.evicted = 0  # victims chosen so far, for /debug
 
     def __len__(self) -> int:
@@ -261,6 +390,7 @@ class Preemptors:
         twin._since = self._since.copy()
         twin.reclaiming = self.reclaiming.copy()
         twin._abandoned = self._abandoned.copy()
+        twin._spared = self._spared.copy()
         twin.evicted = self.evicted
         return twin
 
@@ -326,6 +456,15 @@ class Preemptors:
         self.done(key)
         self._rounds.pop(key, None)
         self._not_before.pop(key, None)
+        self._spared.pop(key, None)
+
+    def newly_spared(self, key: str, spared: Iterable[str]) -> frozenset[str]:
+        """Those of ``spared`` that ``key`` had not spared before (each is counted once per preemptor)."""
+        spared = frozenset(spared)
+        before = self._spared.get(key, frozenset())
+        if spared - before:
+            self._spared[key] = before | spared
+        return spared - before
 
     def done(self, key: str) -> None:
         """It dispatched, or its victims are gone: it holds nothing any more."""

@@ -101,12 +101,16 @@ def test_preemption_across_namespaces_names_neither_side_to_the_other(harness_fa
     add(h, in_namespace(gang_aw("waiter", 1, {"cpu": "1"}), "team-a"))  # fits the free cpu, held behind the preemptor
 
     high = messages_of(h, sink, "high")
-    assert any("preempting 2 lower-priority AppWrapper(s) to make room: team-a/low-mine and an AppWrapper in "
-               "another namespace" in m for m in high), high
+    # Why these victims: how many, and the work lost in the reader's own namespace only (low-mine ran 10 s on 2
+    # cpu; acquisition-x, just dispatched, lost none, and its size and age are not told to team-a).
+    assert any("preempting 2 lower-priority AppWrapper(s) to make room, losing the least work (0.0056 CPU-hours of "
+               "it in this namespace): team-a/low-mine and an AppWrapper in another namespace" in m for m in high), high
     assert leaks(high) == []
-    assert "Preempted by AppWrapper team-a/high (priority 5)." in messages_of(h, sink, "low-mine")
+    assert "Preempted by AppWrapper team-a/high (priority 5); chosen for the least work lost: 2 AppWrapper(s), " \
+        "0.0056 CPU-hours of it in this namespace." in messages_of(h, sink, "low-mine")
     victim = messages_of(h, sink, "acquisition-x")
-    assert "Preempted by an AppWrapper in another namespace (priority 5)." in victim, victim
+    assert "Preempted by an AppWrapper in another namespace (priority 5); chosen for the least work lost: 2 " \
+        "AppWrapper(s), 0 CPU-hours of it in this namespace." in victim, victim
     assert not any("team-a" in m for m in victim), "the victim is not told who preempted it either"
     waiter = messages_of(h, sink, "waiter")
     assert any("held behind team-a/high, which is preempting" in m for m in waiter), waiter

@@ -206,7 +206,9 @@ def test_priority_preemption_evicts_the_most_recent_lower_priority_only(harness_
     h.drain()
     victim = last_status(h, "low-b")
     assert victim["state"] == "Pending"
-    assert victim["message"] == "Preempted by AppWrapper ns/high (priority 5)."
+    # Both hold 2 cpu: low-b, dispatched 10 s later, has run 10 s less.
+    assert victim["message"] == "Preempted by AppWrapper ns/high (priority 5); chosen for the least work lost: 1 " \
+                                "AppWrapper(s), 0 CPU-hours."
     assert [c["reason"] for c in victim["conditions"] if c["type"] in ("PreemptCandidate", "Backoff")] == [
         "PreemptedByHigherPriority", "PreemptionTriggered"]
     assert last_status(h, "low-a")["state"] == "Running", "one victim is enough"

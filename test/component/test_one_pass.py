@@ -7,7 +7,8 @@ waits for which victims): every AppWrapper the dry run said fits now was dispatc
 preempts or reclaims for evicted exactly the victims it named, and the reservations it listed are the ones held.
 Between cycles the simulation adds AppWrappers of mixed sizes and priorities, deletes some, starts and ends the
 pods of dispatched ones, and moves the clock on, with and without reservations, per-node fit, strict FIFO,
-priority preemption, gangs that require one rack, and gangs with a bounded run time (which may backfill).
+priority preemption, gangs that require one rack, gangs with a bounded run time (which may backfill), and
+AppWrappers spared by preemption for a minimum run time (the cluster's default or their own) or a cooldown.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from mcad.api.minruntime import MIN_RUNTIME, MinRuntime
+from mcad.metrics import Metrics
 from test.component.harness import gang_aw, node, pod
 
 ROUNDS = 40
@@ -57,9 +60,10 @@ class Recorded:
 
 
 def churn(h: Any, rng: random.Random, limits: random.Random, round_: int, live_pods: dict[str, list[str]],
-          racks: bool = False, tenants: int = 1) -> None:
+          racks: bool = False, spares: random.Random | None = None, tenants: int = 1) -> None:
     """One round of changes, as a busy cluster makes them (``racks``: some new gangs require one rack; ``limits``
-    draws which have a bounded run time, apart from ``rng`` so the rest of the churn stays as it was)."""
+    draws which have a bounded run time, ``spares`` which ask for a minimum run time of their own, each apart from
+    ``rng`` so the rest of the churn stays as it was)."""
     d = h.dispatcher
     for i in range(rng.randint(0, 4)):
         raw = gang_aw(f"r{round_:02d}-{i}-{rng.randrange(10**4):04d}", rng.choice([1, 1, 2]),
@@ -68,6 +72,8 @@ def churn(h: Any, rng: random.Random, limits: random.Random, round_: int, live_p
             raw["metadata"]["namespace"] = f"team-{limits.randrange(tenants)}"
         if racks and rng.random() < 0.4:
             raw["metadata"]["annotations"] = {"mcad.codeflare.dev/topology-required": RACK}
+        if spares is not None and spares.random() < 0.3:
+            raw["metadata"].setdefault("annotations", {})[MIN_RUNTIME] = spares.choice(["0", "1m", "5m"])
         if limits.random() < 0.3:  # a bounded run time: it may backfill reserved room it leaves in time
             raw["spec"]["schedulingSpec"] = {"dispatchDuration": {"limit": limits.choice([60, 600])}}
         h.lw["aw"].add(raw)
@@ -100,12 +106,19 @@ def churn(h: Any, rng: random.Random, limits: random.Random, round_: int, live_p
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize(("fit", "reservations", "strict_fifo", "racks", "fair"), [
-    ("aggregate", 0, False, False, False), ("aggregate", 2, False, False, False), ("nodes", 2, False, False, False),
-    ("nodes", 0, True, False, False), ("nodes", 2, False, True, False), ("aggregate", 2, False, False, True)])
+@pytest.mark.parametrize(("fit", "reservations", "strict_fifo", "racks", "spared", "fair"), [
+    ("aggregate", 0, False, False, False, False), ("aggregate", 2, False, False, False, False),
+    ("nodes", 2, False, False, False, False), ("nodes", 0, True, False, False, False),
+    ("nodes", 2, False, True, False, False), ("nodes", 2, False, False, True, False),
+    ("aggregate", 2, False, False, False, True)])
 def test_explain_foretells_what_the_next_cycle_does(harness_factory: Any, seed: int, fit: str, reservations: int,
-                                                    strict_fifo: bool, racks: bool, fair: bool) -> None:
+                                                    strict_fifo: bool, racks: bool, spared: bool, fair: bool) -> None:
     rng, limits = random.Random(seed), random.Random(-seed - 1)
+    # Spared: a minimum run time of 30 s for all, some asking for more (or none), and a 5-minute cooldown; else
+    # the controller's defaults (no minimum, a 10-minute cooldown).
+    spares = random.Random(seed + 1000) if spared else None
+    sparing: dict[str, Any] = {"min_runtime": MinRuntime(default=30), "preemption_cooldown": 300.0} if spared else {}
+    metrics = Metrics()
     aws = [gang_aw(f"start-{i:02d}", rng.choice([1, 2]), {"cpu": rng.choice(["1", "2", "3"])},
                    priority=rng.choice([0, 0, 1])) for i in range(12)]
     nodes = [node("n0", "6"), node("n1", "4")]
@@ -115,12 +128,12 @@ def test_explain_foretells_what_the_next_cycle_does(harness_factory: Any, seed: 
             raw["metadata"]["labels"] = {RACK: rack}
     h = harness_factory(nodes=nodes, pods=[], aws=aws, fit=fit,
                         reservations=reservations, strict_fifo=strict_fifo, preemption=True, fair_sharing=fair,
-                        preemption_backoff=0.0)
+                        preemption_backoff=0.0, metrics=metrics, **sparing)
     recorded = Recorded(h)
     h.drain()
     live_pods: dict[str, list[str]] = {}
     for round_ in range(ROUNDS):
-        churn(h, rng, limits, round_, live_pods, racks, tenants=3 if fair else 1)
+        churn(h, rng, limits, round_, live_pods, racks, spares, tenants=3 if fair else 1)
         h.drain()
     assert len(recorded.cycles) >= ROUNDS // 2, "the churn brought cycles"
     for number, cycle in enumerate(recorded.cycles):
@@ -131,5 +144,8 @@ def test_explain_foretells_what_the_next_cycle_does(harness_factory: Any, seed: 
     preemptions = sum(len(c["would_evict"]) for c in recorded.cycles)
     assert dispatches > 0
     assert preemptions > 0, "the simulation exercised preemption"
+    if spared:
+        assert sum(metrics.registry.get_sample_value("mcad_preemption_spared_total", {"reason": reason}) or 0
+                   for reason in ("min-runtime", "cooldown")) > 0, "and sparing"
     if reservations:
         assert any(c["reservations_held"] for c in recorded.cycles), "and reservations"

@@ -131,9 +131,10 @@ def test_a_blocked_gang_reserves_the_rack_that_frees_first_and_backfill_keeps_of
     assert plan_nodes(h, "ns/gang") == {"b0", "b1"}
 
 
-def test_preemption_frees_the_rack_that_needs_the_fewest_victims(harness_factory: Any) -> None:
-    # rack-a is busy with work the preemptor may not evict; rack-b holds two low-priority AppWrappers, rack-c one
-    # (older, so ranked to go last). Evicting by rank alone frees rack-b (two victims); one domain needs only one.
+def three_racks_and_a_gang(harness_factory: Any, seconds_apart: float) -> Any:
+    """rack-a is busy with work the preemptor may not evict; rack-b holds two low-priority AppWrappers (4 cpu each),
+    rack-c one (8 cpu, dispatched first), each ``seconds_apart`` after the one before; then a 2 x 4-cpu gang that
+    requires one rack arrives."""
     nodes = [racked("a0", "4", "rack-a"), racked("a1", "4", "rack-a"), racked("b0", "4", "rack-b"),
              racked("b1", "4", "rack-b"), racked("c0", "8", "rack-c")]
     h = harness_factory(nodes=nodes, pods=[], aws=[gang_aw("high-a", 2, {"cpu": "4"}, priority=10)],
@@ -142,10 +143,24 @@ def test_preemption_frees_the_rack_that_needs_the_fewest_victims(harness_factory
     h.lw["pod"].add(pod("high-a-0", "4", appwrapper="high-a", node_name="a0"))
     h.lw["pod"].add(pod("high-a-1", "4", appwrapper="high-a", node_name="a1"))
     for name, node_name, cpu in (("low-c", "c0", "8"), ("low-b1", "b0", "4"), ("low-b2", "b1", "4")):
-        h.clock.advance(1)
+        h.clock.advance(seconds_apart)
         h.lw["aw"].add(gang_aw(name, 1, {"cpu": cpu}))
         h.drain()
         h.lw["pod"].add(pod(f"{name}-0", cpu, appwrapper=name, node_name=node_name))
     h.lw["aw"].add(in_rack(gang_aw("gang", 2, {"cpu": "4"}, priority=5)))
     h.drain()
+    return h
+
+
+def test_preemption_frees_the_rack_that_needs_the_fewest_victims(harness_factory: Any) -> None:
+    # All dispatched at once: no work is lost anywhere. Taken in rank order (by name, as all else ties) the victims
+    # free rack-b (two of them); one domain needs only one.
+    h = three_racks_and_a_gang(harness_factory, seconds_apart=0)
     assert h.dispatcher.owners.preemptors.victims_of("ns/gang") == frozenset({"ns/low-c"})
+
+
+def test_preemption_frees_the_rack_where_the_least_work_is_lost(harness_factory: Any) -> None:
+    # A second apart: rack-c's one victim ran 2 s on 8 cpu (16 cpu-seconds), rack-b's two ran 1 s and 0 s on 4 cpu
+    # each (4): rack-b loses less, though it takes two.
+    h = three_racks_and_a_gang(harness_factory, seconds_apart=1)
+    assert h.dispatcher.owners.preemptors.victims_of("ns/gang") == frozenset({"ns/low-b1", "ns/low-b2"})

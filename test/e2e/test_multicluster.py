@@ -527,7 +527,8 @@ def test_priority_preemption_evicts_only_in_the_worker_the_preemptor_needs(
             low = aws.wait_state("low", "Pending")
             preempted = condition(low, "PreemptCandidate")
             assert preempted is not None and preempted["reason"] == "PreemptedByHigherPriority"
-            assert preempted["message"] == f"Preempted by AppWrapper {aws.namespace}/high (priority 10)."
+            assert preempted["message"].startswith(f"Preempted by AppWrapper {aws.namespace}/high (priority 10); "
+                                                   f"chosen for the least work lost: 1 AppWrapper(s), ")
             assert "targetClusterName" not in low
             wait_until(lambda: running_pods(workers["c8w2"], aws.namespace, "high") == 1, 30, "high's pod running")
             wait_until(lambda: deployment_names(workers, aws.namespace) == {

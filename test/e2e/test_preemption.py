@@ -18,7 +18,8 @@ from test.e2e.conftest import (
 )
 from test.support import wait_until
 
-CONTROLLER_ARGS = ("--preemption",)
+# No cooldown: these tests preempt the same AppWrappers round after round (test_preemption_spares.py runs with it).
+CONTROLLER_ARGS = ("--preemption", "--preemption-cooldown=0s")
 
 
 def preemptions_logged(controller: Controller) -> int:
@@ -29,8 +30,8 @@ def prioritised(name: str, priority: int, *items: dict[str, Any]) -> dict[str, A
     return appwrapper(name, *items, priority=priority)
 
 
-def test_evicts_the_fewest_lowest_priority_most_recent(controller: Controller, aws: AppWrappers,
-                                                       core: k8s.CoreV1Api) -> None:
+def test_evicts_the_lowest_priority_losing_the_least_work(controller: Controller, aws: AppWrappers,
+                                                          core: k8s.CoreV1Api) -> None:
     quarter = free_cpu_millis(core) // 4
     for name, priority in (("a", 1), ("b", 1), ("c", 2), ("d", 1)):
         aws.create(prioritised(name, priority, deployment_item(name, 1, f"{quarter}m")))
@@ -41,11 +42,12 @@ def test_evicts_the_fewest_lowest_priority_most_recent(controller: Controller, a
     aws.create(prioritised("high", 10, deployment_item("high", 1, f"{2 * quarter}m")))
     aws.wait_state("high", "Running", timeout=60)
     aws.wait_pods("high", 1)
-    for victim in ("b", "d"):  # priority 1, the two most recently dispatched
+    for victim in ("b", "d"):  # priority 1, the two that ran least (of equal demand: the least work lost)
         status = aws.wait_state(victim, "Pending")
         preempted = condition(status, "PreemptCandidate")
         assert preempted["reason"] == "PreemptedByHigherPriority"
-        assert preempted["message"] == f"Preempted by AppWrapper {aws.namespace}/high (priority 10)."
+        assert preempted["message"].startswith(f"Preempted by AppWrapper {aws.namespace}/high (priority 10); chosen "
+                                               f"for the least work lost: 2 AppWrapper(s), "), preempted
         assert not aws.exists("apps/v1", "Deployment", victim)
     for kept in ("a", "c"):
         status = aws.status(kept)
@@ -107,7 +109,7 @@ def test_a_victim_keeps_its_requeue_in_the_log_while_it_waits_again(controller: 
     assert status["state"] == "Pending"
     backoffs = conditions_of(status, "Backoff")
     assert [c["reason"] for c in backoffs] == ["PreemptionTriggered", "AppWrapperNotRunnable."], backoffs
-    assert backoffs[0]["message"] == f"Preempted by AppWrapper {aws.namespace}/preemptor (priority 10)."
+    assert backoffs[0]["message"].startswith(f"Preempted by AppWrapper {aws.namespace}/preemptor (priority 10); ")
     assert backoffs[0]["lastTransitionMicroTime"] < backoffs[1]["lastTransitionMicroTime"]
     assert condition(status, "PreemptCandidate")["reason"] == "PreemptedByHigherPriority"  # type: ignore[index]
     assert len(status["conditions"]) == len({(c["type"], c.get("reason")) for c in status["conditions"]})

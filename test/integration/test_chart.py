@@ -11,10 +11,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from mcad.api.faulttolerance import DEFAULTS, FaultDefaults
+from mcad.api import minruntime
+from mcad.api.faulttolerance import DEFAULTS, FaultDefaults, format_duration
 from mcad.cli import faultflags
 from mcad.cli.settingsflags import node_health_from_flags
 from mcad.hub import clusters
+from mcad.loop.evictions import DEFAULT_PREEMPTION_COOLDOWN_SECONDS
 from mcad.model.nodehealth import DEFAULT_RULES
 from mcad.model.reservations import DEFAULT_RESERVATIONS
 from test import chart
@@ -133,7 +135,9 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
                                  "--max-items=1000",
                                  "--default-max-priority=1000",
                                  "--max-appwrapper-bytes=1310720", "--log-level=info", "--log-format=json",
-                                 f"--reservations={DEFAULT_RESERVATIONS}", *FAULT_ARGS, "--http-bind-address=:8080",
+                                 f"--reservations={DEFAULT_RESERVATIONS}", *FAULT_ARGS,
+                                 "--preemption-min-runtime-ceiling=1h",
+                                 "--http-bind-address=:8080",
                                  *ELECTION_ARGS, *WEBHOOK_ARGS]
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
                                   {"name": "webhook", "containerPort": 9443, "protocol": "TCP"}]
@@ -158,7 +162,8 @@ def test_defaults_render_two_hardened_controllers_with_leader_election() -> None
 def test_every_flag_has_a_value(tmp_path: Path) -> None:
     values = {"controller": {"fit": "aggregate", "placement": "advisory", "preemption": True, "strictFifo": True,
                              "preemptionVictimTimeoutSeconds": 45, "preemptionBackoffSeconds": 30,
-                             "maxEvictionsPerMinute": 20, "writeWorkers": 8,
+                             "maxEvictionsPerMinute": 20, "preemptionMinRuntime": "5m",
+                             "preemptionMinRuntimeCeiling": "2h", "preemptionCooldown": "15m", "writeWorkers": 8,
                              "backoffStatusRate": 2.5, "cycleIntervalSeconds": 0.2, "reservations": 5,
                              "maxItems": 50, "maxAppwrapperBytes": 2097152,
                              "allowedSchedulerNames": ["volcano", "kueue-scheduler"],
@@ -202,7 +207,8 @@ def test_every_flag_has_a_value(tmp_path: Path) -> None:
                                  "--max-resets-per-namespace-per-minute=7",
                                  "--delete-finished-appwrappers", "--preemption", "--preemption-victim-timeout=45",
                                  "--preemption-backoff=30",
-                                 "--preemption-max-evictions-per-minute=20", "--strict-fifo",
+                                 "--preemption-max-evictions-per-minute=20", "--preemption-min-runtime=5m",
+                                 "--preemption-cooldown=15m", "--preemption-min-runtime-ceiling=2h", "--strict-fifo",
                                  "--http-bind-address=:9090", "--no-quota", "--legacy-api",
                                  "--leader-elect", f"--leader-elect-lease-name={chart.LEASE}",
                                  "--leader-elect-lease-duration=4", "--leader-elect-renew-deadline=3",
@@ -941,3 +947,20 @@ def test_token_only_client_auth_passes_no_certificate_flags(tmp_path: Path) -> N
 def test_client_auth_the_chart_cannot_serve_is_refused(tmp_path: Path, values: dict[str, Any], message: str) -> None:
     with pytest.raises(RuntimeError, match=message):
         chart.render(values=values, tmp=tmp_path)
+
+
+def test_the_preemption_durations_are_the_controllers_defaults_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    values = {"controller": {"preemption": True}}
+    args = by_kind(chart.render(values=values, tmp=tmp_path), "Deployment")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert "--preemption-min-runtime=0s" in args and "--preemption-cooldown=10m" in args
+    assert "--preemption-min-runtime-ceiling=1h" in args
+    # The controller's own defaults, as it writes them.
+    assert format_duration(minruntime.DEFAULT.default) == "0s"
+    assert format_duration(minruntime.DEFAULT_CEILING) == "1h"
+    assert format_duration(DEFAULT_PREEMPTION_COOLDOWN_SECONDS) == "10m"
+    off = by_kind(chart.render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--preemption-min-runtime-ceiling=1h" in off, "admission judges the annotation with preemption off too"
+    assert not any(arg.startswith(("--preemption-min-runtime=", "--preemption-cooldown")) for arg in off)
+    with pytest.raises(RuntimeError, match=r'controller\.preemptionCooldown: "10 minutes" is not a duration'):
+        chart.render(values={"controller": {"preemptionCooldown": "10 minutes"}}, tmp=tmp_path)
