@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -44,9 +45,9 @@ def queue(clock: FakeClock) -> WorkQueue[str]:
     return WorkQueue(clock=clock, name="test")
 
 
-def drain(queue: WorkQueue[str]) -> list[str]:
+def drain(queue: WorkQueue[Any]) -> list[Any]:
     """Take every ready key without blocking, marking each done."""
-    taken: list[str] = []
+    taken: list[Any] = []
     while True:
         key, _ = queue.get(timeout=0)
         if key is None:
@@ -474,16 +475,6 @@ def test_num_requeues_counts_rate_limited_adds_until_forget(queue: WorkQueue[str
     assert queue.num_requeues("a") == 0
 
 
-def drained(q: WorkQueue[object]) -> list[object]:
-    keys = []
-    while True:
-        key, _ = q.get(timeout=0)
-        if key is None:
-            return keys
-        keys.append(key)
-        q.done(key)
-
-
 def test_cycle_timers_each_fire_never_early_and_one_per_tick(clock: FakeClock) -> None:
     from mcad.loop.tools import cycle_after
     from mcad.model.keys import CYCLE_TICK_SECONDS, CycleDue
@@ -493,12 +484,12 @@ def test_cycle_timers_each_fire_never_early_and_one_per_tick(clock: FakeClock) -
     cycle_after(q, clock.monotonic(), 5.0 + CYCLE_TICK_SECONDS * 0.2)  # later: kept beside the earlier one
     cycle_after(q, clock.monotonic(), 5.0 + CYCLE_TICK_SECONDS * 0.5)  # the same tick: one cycle
     clock.step(0.999)
-    assert drained(q) == [], "never early"
+    assert drain(q) == [], "never early"
     clock.step(0.001)
-    assert [type(k) for k in drained(q)] == [CycleDue]
+    assert [type(k) for k in drain(q)] == [CycleDue]
     clock.step(3.99)
-    assert drained(q) == []
+    assert drain(q) == []
     clock.step(0.02)
-    assert [type(k) for k in drained(q)] == [CycleDue], "the later timer fires too, once"
+    assert [type(k) for k in drain(q)] == [CycleDue], "the later timer fires too, once"
     clock.step(10)
-    assert drained(q) == []
+    assert drain(q) == []
