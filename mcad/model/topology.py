@@ -27,6 +27,9 @@ Contract:
   for the gang's largest pod set: "needs 3 pod(s) of nvidia.com/gpu 8 in one topology.example.com/rack: rack-a has
   room for 2, rack-b for 1". Its ``about`` is ``topology:<level>`` (no amounts), so a status message is
   rewritten only when what blocks the gang changes.
+- ``Index``: how nodes fall into domains and each domain's free room; ``PLAIN`` computes them at each ask, and
+  ``mcad.model.fit.SnapshotIndex`` remembers them for a pass's snapshot, the free room kept in step as the pass
+  takes room (``DomainRoom``, a ``mcad.model.accounting.RoomWatcher``). The choice is the same either way.
 - Pure: reads the views and the room it is given; never changes ``room``.
 """
 
