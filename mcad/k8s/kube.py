@@ -411,6 +411,8 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
     (apply-patch) are sent as our own JSON text (``yaml_safe_json``).
     """
     api = conn.api
+    # A mapping of parameters is as good as pairs to the client's generic path, which callers were written for.
+    query = list(query.items()) if isinstance(query, Mapping) else query
     if method in _WRITE_METHODS:
         conn.writes.add(_verb(method, query), resource_of(path))
     configuration = api.configuration

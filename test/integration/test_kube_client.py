@@ -185,3 +185,15 @@ def test_an_exec_plugins_token_is_asked_again_once_it_expired(kubeconfig: str, n
     assert who() == f"system:serviceaccount:{namespace}:token-a"
     token_file.write_text(token_of("token-b"))
     assert who() == f"system:serviceaccount:{namespace}:token-b"
+
+
+def test_a_query_given_as_a_mapping_is_sent_as_pairs_are(kubeconfig: str, namespace: str,
+                                                          core: k8s.CoreV1Api) -> None:
+    conn = kube.connect(kubeconfig)
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dry", "namespace": namespace}}
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    for query in ({"dryRun": "All"}, [("dryRun", "All")]):
+        answer = kube.request_json(conn, "POST", path, query=query, body=body)  # type: ignore[arg-type]
+        assert answer["metadata"]["name"] == "dry"
+    assert [c.metadata.name for c in core.list_namespaced_config_map(namespace).items if c.metadata.name == "dry"] \
+        == [], "a dry run creates nothing"
