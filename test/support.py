@@ -7,7 +7,9 @@ import contextlib
 import importlib.util
 import os
 import signal
+import socketserver
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -57,6 +59,19 @@ def frozen_process(pid: int, timeout: float = 10.0) -> Iterator[None]:
 
 # Nothing listens on port 9 (discard) of loopback: a connection there is refused at once, no cluster needed.
 UNREACHABLE_SERVER = "https://127.0.0.1:9"
+
+
+@contextlib.contextmanager
+def serving(server: socketserver.BaseServer, path: str = "") -> Iterator[str]:
+    """``server`` (bound to 127.0.0.1) served on a thread of its own; yields its URL (plus ``path``); shut and
+    closed on the way out."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}{path}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def unreachable_kubeconfig(directory: Path) -> Path:

@@ -5,7 +5,6 @@ on (CSP violations, an alert, the requests made), so a dashboard test that passe
 from __future__ import annotations
 
 import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.selenium_manager import SeleniumManager
 
 from test import browser as chromium
+from test.support import serving
 
 # An inline handler: it runs without a policy (/open) and is refused under this one (everywhere else).
 PAGE = b"<meta name=viewport content='width=device-width'><p id=x>hi</p><img src=nothing onerror=alert(1)>"
@@ -35,14 +35,8 @@ class _Page(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def origin() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)) as url:
+        yield url
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ their rack; the nodes in no domain of a level under "no <level>", last. Without 
 from __future__ import annotations
 
 import http.server
-import threading
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -17,6 +16,7 @@ import pytest
 
 from mcad.serve.dashboard import Dashboard
 from test import browser as chromium
+from test.support import serving
 from test.unit.test_dashboard import HEADER, FakeSource, ledger_node
 
 BLOCK, RACK = "topology.example.com/block", "topology.example.com/rack"
@@ -58,14 +58,8 @@ def source() -> FakeSource:
 
 @pytest.fixture
 def page(source: FakeSource) -> Iterator[str]:
-    server = serve(Dashboard(source))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/ui/#nodes"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(serve(Dashboard(source)), "/ui/#nodes") as url:
+        yield url
 
 
 def heat_map_rows(browser: chromium.Browser) -> list[str]:
