@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.nodemarks import Effect, Verdict
@@ -85,7 +84,7 @@ class Snapshot:
 
     def _move(self, plan: Iterable[PlanEntry], sign: int) -> None:
         assert self.room is not None
-        kept = [entry for entry in self.memo.values() if isinstance(entry, RoomWatcher)]
+        kept = [entry for entry in self.memo.values() if isinstance(entry, topology.DomainRoom)]
         for node, requests, count in plan:
             before = self.room.get(node)
             if before is None:
@@ -98,14 +97,7 @@ class Snapshot:
         """A copy to try decisions on (the quota ledger is shared: fit checks only read it). Facts about the nodes
         are shared; what is kept of the room is not (the copy's room changes apart)."""
         return replace(self, room=dict(self.room) if self.room is not None else None,
-                       memo={k: v for k, v in self.memo.items() if not isinstance(v, RoomWatcher)})
-
-
-@runtime_checkable
-class RoomWatcher(Protocol):
-    """A memo entry kept in step with its snapshot's room (``mcad.model.topology.DomainRoom``)."""
-
-    def room_changed(self, node: str, before: ResourceVector, after: ResourceVector) -> None: ...
+                       memo={k: v for k, v in self.memo.items() if not isinstance(v, topology.DomainRoom)})
 
 
 

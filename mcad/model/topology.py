@@ -29,7 +29,7 @@ Contract:
   rewritten only when what blocks the gang changes.
 - ``Index``: how nodes fall into domains and each domain's free room; ``PLAIN`` computes them at each ask, and
   ``mcad.model.fit.SnapshotIndex`` remembers them for a pass's snapshot, the free room kept in step as the pass
-  takes room (``DomainRoom``, a ``mcad.model.accounting.RoomWatcher``). The choice is the same either way.
+  takes room (``DomainRoom``, which ``Snapshot.take`` and ``give`` keep in step). The choice is the same either way.
 - Pure: reads the views and the room it is given; never changes ``room``.
 """
 
@@ -68,8 +68,8 @@ PLAIN = Index()
 
 
 class DomainRoom:
-    """The free room of one resource in each domain of one level, kept in step as a snapshot's room changes (a
-    ``mcad.model.accounting.RoomWatcher``)."""
+    """The free room of one resource in each domain of one level, kept in step as a snapshot's room changes
+    (``mcad.model.accounting.Snapshot`` tells it of each change; its copies keep none)."""
 
     def __init__(self, found: Domains, room: Mapping[str, ResourceVector], resource: str) -> None:
         self.resource = resource
