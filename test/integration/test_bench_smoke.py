@@ -18,6 +18,7 @@ queued ones.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -33,14 +34,51 @@ SCENARIOS = ["ceiling", "throughput", "throughput_webhooks", "placement", "deep_
 PERCENTILES = {"n", "p50_ms", "p90_ms", "p99_ms", "mean_ms"}
 
 
+# The smoke's bench runs, in two lanes side by side: each scenario brings up a control plane of its own, and at this
+# scale most of a scenario's wall time is that start and the scenario's waits, not CPU, so two lanes take little more
+# than the longer one. A scenario's cluster is named after it, so every run of throughput_webhooks is in one lane;
+# the ceiling stays with throughput, which reads it. Lanes of about equal wall time.
+HALVES = (["ceiling", "throughput", "throughput_webhooks", "placement", "deep_queue", "churn", "churn_pods",
+           "noisy_neighbour", "restart"],
+          ["memory", "admission", "admission_attack", "pollers", "starvation", "starvation_spare", "dashboard",
+           "scale"])
+# The scale scenario's backlog at half the smoke scale (1,000 AppWrappers on 50 nodes): what its test checks is the
+# shape (a backlog created before the controller starts, a restart), not a count.
+HALF_ARGS = ((), ("--size", "scale=0.5"))
+# throughput_webhooks alone, with what its own tests below ask of it; in the first lane, after its half.
+WEBHOOK_RUNS = {"creator_policy": ("--webhook-creator", "policy", "--webhook-rounds", "2"),
+                "null_webhook": ("--webhook-creator", "policy", "--webhook-server", "null")}
+
+
+def bench(output: Path, *args: str) -> Path:
+    """One ``test.perf.bench`` run at the smoke scale; its results file."""
+    proc = subprocess.run([sys.executable, "-m", "test.perf.bench", "--scale", "0.02", *args, "--output",
+                           str(output)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, " ".join(args) + "\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
+    return output
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    output = tmp_path_factory.mktemp("bench") / "bench-results.json"
-    proc = subprocess.run([sys.executable, "-m", "test.perf.bench", "--scale", "0.02", "--output", str(output)],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    document = json.loads(output.read_text())
-    return {entry["scenario"]: entry for entry in document["scenarios"]}
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every bench run of this module, by name: ``half-0``, ``half-1`` and the ``WEBHOOK_RUNS``."""
+    folder = tmp_path_factory.mktemp("bench")
+    lanes = [[(f"half-{i}", ("--scenarios", ",".join(half), *HALF_ARGS[i]))] for i, half in enumerate(HALVES)]
+    lanes[0] += [(name, ("--scenarios", "throughput_webhooks", *args)) for name, args in WEBHOOK_RUNS.items()]
+
+    def run_lane(lane: list[tuple[str, tuple[str, ...]]]) -> dict[str, Path]:
+        return {name: bench(folder / f"{name}.json", *args) for name, args in lane}
+
+    with concurrent.futures.ThreadPoolExecutor(len(lanes)) as pool:
+        done: dict[str, Path] = {}
+        for paths in pool.map(run_lane, lanes):
+            done |= paths
+        return done
+
+
+@pytest.fixture(scope="module")
+def results(runs: dict[str, Path]) -> dict[str, dict]:
+    return {entry["scenario"]: entry for i in range(len(HALVES))
+            for entry in json.loads(runs[f"half-{i}"].read_text())["scenarios"]}
 
 
 def test_every_scenario_runs(results: dict[str, dict]) -> None:
@@ -179,22 +217,17 @@ def test_throughput_with_webhooks_reviews_every_appwrapper_and_reports_both_shar
     assert entry["phases"]["on"]["webhook_requests"]["total"] == 2 * n
 
 
-def throughput_webhooks(output: Path, *args: str) -> dict[str, Any]:
-    """The throughput_webhooks scenario alone at the smoke scale with ``args``; its entry of ``output``."""
-    proc = subprocess.run([sys.executable, "-m", "test.perf.bench", "--scale", "0.02", "--scenarios",
-                           "throughput_webhooks", *args, "--output", str(output)], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    entry: dict[str, Any] = json.loads(output.read_text())["scenarios"][0]
-    return entry
+def webhook_run(runs: dict[str, Path], name: str) -> tuple[Path, dict[str, Any]]:
+    """The results file of one of the ``WEBHOOK_RUNS`` and its throughput_webhooks entry."""
+    entry: dict[str, Any] = json.loads(runs[name].read_text())["scenarios"][0]
+    return runs[name], entry
 
 
-def test_throughput_with_the_creator_policy_in_alternating_rounds(tmp_path: Path) -> None:
+def test_throughput_with_the_creator_policy_in_alternating_rounds(runs: dict[str, Path]) -> None:
     """--webhook-creator policy --webhook-rounds 2: four fresh clusters (off, on, on, off); in the "on" ones the
     creator is recorded by the chart's MutatingAdmissionPolicy, with only the validating webhook registered, and
     every AppWrapper still carries it."""
-    output = tmp_path / "bench-results.json"
-    entry = throughput_webhooks(output, "--webhook-creator", "policy", "--webhook-rounds", "2")
+    output, entry = webhook_run(runs, "creator_policy")
     n = entry["params"]["appwrappers"]
     assert (entry["params"]["creator"], entry["params"]["rounds"]) == ("policy", 2)
     assert entry["admitted_with_creator"] == {"off": 0, "on": n, "on-2": n, "off-2": 0}
@@ -215,12 +248,11 @@ def test_throughput_with_the_creator_policy_in_alternating_rounds(tmp_path: Path
     assert "creator policy, pods running: 2 pairs" in pooled.stdout and "95 % interval" in pooled.stdout
 
 
-def test_throughput_with_the_null_webhook_is_the_floor_and_judges_no_target(tmp_path: Path) -> None:
+def test_throughput_with_the_null_webhook_is_the_floor_and_judges_no_target(runs: dict[str, Path]) -> None:
     """--webhook-server null: the chart's configurations answered by the do-nothing Go server instead of the
     controller; every create reaches it (one validating call each, with the creator policy), the floor is
     reported with its note, and no target is judged on a figure that is not mcad's."""
-    entry = throughput_webhooks(tmp_path / "bench-results.json", "--webhook-creator", "policy",
-                                "--webhook-server", "null")
+    _, entry = webhook_run(runs, "null_webhook")
     n = entry["params"]["appwrappers"]
     assert entry["ok"] and entry["params"]["webhook_server"] == "null"
     assert entry["admitted_with_creator"] == {"off": 0, "on": n}
