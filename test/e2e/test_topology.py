@@ -6,7 +6,9 @@ controller started with ``--topology-level`` for both levels and ``--preemption`
 - a gang that requires a rack runs whole in the rack it fits best, each pod where mcad pinned it;
 - one that no rack can hold waits, saying which racks have the most room for it;
 - a high-priority gang that requires a rack evicts the one AppWrapper whose rack then holds it, not the two of the
-  rack that evicting by rank alone would free.
+  rack that evicting by rank alone would free;
+- a gang reset by a failed pod is dispatched again into the rack it ran in, though a fresh placement would choose
+  another.
 
 Who sends the input: node labels are the cluster admin's (tenants get no write on nodes); the annotations are the
 tenant's own and only ever narrow where its own pods go (admission checks their form).
@@ -24,7 +26,10 @@ from typing import Any
 
 import kubernetes.client as k8s
 
+from mcad.api.faulttolerance import RETRY_LIMIT, RETRY_PAUSE
 from test.e2e.conftest import LOGS, AppWrappers, appwrapper, condition, delete_fake_node, running_controller
+from test.e2e.test_fault_tolerance import CONTROLLER_ARGS as FAULT_ARGS
+from test.e2e.test_fault_tolerance import EXIT_CODE, FAIL_AFTER, annotated, resets
 from test.e2e.test_node_health import backoff_message
 from test.e2e.test_placement import pinned_node
 from test.support import wait_until
@@ -74,10 +79,12 @@ def asking(body: dict[str, Any], **asks: str) -> dict[str, Any]:
     return body
 
 
-def placed(aws: AppWrappers, name: str, count: int, names: dict[str, str]) -> list[str]:
-    """The short names of the nodes of ``count`` Running pods of ``name``, each on the node mcad pinned it to."""
+def placed(aws: AppWrappers, name: str, count: int, names: dict[str, str],
+           pods: list[Any] | None = None) -> list[str]:
+    """The short names of the nodes of ``count`` Running pods of ``name`` (or of ``pods``), each on the node mcad
+    pinned it to."""
     short = {node: s for s, node in names.items()}
-    pods = aws.wait_pods(name, count)
+    pods = aws.wait_pods(name, count) if pods is None else pods
     for pod in pods:
         assert pinned_node(pod) == pod.spec.node_name, f"{pod.metadata.name} is not on the node of its pin"
     return sorted(short[pod.spec.node_name] for pod in pods)
@@ -166,3 +173,34 @@ def test_a_gang_reserves_the_rack_that_frees_first_against_a_stream_of_small_app
         assert placed(aws, "gang", 2, names) == ["b0", "b1"]
         assert not landed, f"stream pods bound in the reserved rack: {sorted(landed)}"
         assert n >= 3, "the stream ran while the gang waited"
+
+
+def test_a_reset_gang_goes_back_to_its_rack_though_a_fresh_placement_would_choose_another(
+        controller_kubeconfig: str, aws: AppWrappers, core: k8s.CoreV1Api) -> None:
+    """hold-a (4 cpu on a0) leaves rack-a room for one 3-cpu pod, so a 2 x 3-cpu gang that requires a rack starts
+    in rack-b (2 cpu left; rack-c would leave 5). hold-a goes, then one of the gang's pods fails: its Job fails and
+    the gang is reset. Dispatched again, rack-a and rack-b would each hold it with 2 cpu left, and a fresh placement
+    takes the tie by value, rack-a: the gang goes back to rack-b, its home, whole."""
+    with racked_nodes(core) as (names, row), running_controller(
+            controller_kubeconfig, LOGS / "test_topology.log", *FAULT_ARGS):
+        aws.create(appwrapper("hold-a", gang("hold-a", row, 1, 4, rack="rack-a")))
+        aws.wait_pods("hold-a", 1)
+        aws.create(annotated(asking(appwrapper("train", gang("train", row, 2, 3)), required=RACK),
+                             {RETRY_PAUSE: "3s", RETRY_LIMIT: "3"}))
+        first = aws.wait_pods("train", 2)
+        assert placed(aws, "train", 2, names, first) == ["b0", "b1"]
+        gone(aws, "hold-a")  # rack-a is empty again: as roomy as rack-b once the gang's pods go
+
+        core.patch_namespaced_pod(first[0].metadata.name, aws.namespace,
+                                  {"metadata": {"annotations": {EXIT_CODE: "1", FAIL_AFTER: "0s"}}})
+        reset = wait_until(lambda: (s := aws.status("train")) and resets(s) and s, 45, "the gang's reset")
+        assert resets(reset)[-1]["reason"] == "FailedComponent", resets(reset)
+        old = {pod.metadata.uid for pod in first}
+
+        def again() -> list[Any] | None:
+            pods = [p for p in aws.pods("train", "Running") if p.metadata.uid not in old]
+            return pods if len(pods) == 2 else None
+
+        second = wait_until(again, 60, "the gang's two new pods Running")
+        assert placed(aws, "train", 2, names, second) == ["b0", "b1"], "placed afresh, not in its home rack"
+        assert aws.status("train").get("state") == "Running"
