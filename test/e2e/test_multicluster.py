@@ -38,6 +38,7 @@ from test.e2e.conftest import (
     condition,
     deployment_item,
     job_item,
+    pinned,
     running_controller,
 )
 from test.e2e.quota import labelled
@@ -309,6 +310,83 @@ def test_a_gang_larger_than_any_single_worker_stays_queued(
     assert "c8w2: 1 of 3 pods" in message and "c8w1-rejected: unauthorized" in message
     assert aws.status("gang")["state"] == "Pending"
     assert deployment_names(workers, aws.namespace) == {"c8w1": [], "c8w2": []}
+
+
+RACK, ROW = "mcad.test/rack", "mcad.test/topology-row"
+
+
+@contextlib.contextmanager
+def racked_worker_nodes(workers: dict[str, kube.Client],
+                        layout: dict[str, dict[str, str]]) -> Iterator[tuple[str, dict[str, str]]]:
+    """Fake 4-cpu nodes in the workers, ``layout`` being worker -> {short name: rack}, labelled with a row of their
+    own; yields the row and short name -> node name. Deleted on the way out, with the pods still bound to them."""
+    tag = uuid.uuid4().hex[:6]
+    made: list[tuple[kube.Client, str]] = []
+    names: dict[str, str] = {}
+    capacity = {"cpu": "4", "memory": "16Gi", "pods": "110"}
+    try:
+        for worker, nodes in layout.items():
+            for short, rack in nodes.items():
+                name = names[short] = f"mcad-test-{tag}-{short}"
+                kube.request_json(workers[worker].conn, "POST", "/api/v1/nodes", body={
+                    "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                                 "labels": {"mcad.test/owned": "true", ROW: tag, RACK: rack}},
+                    "status": {"capacity": capacity, "allocatable": capacity}})
+                made.append((workers[worker], name))
+        for client, name in made:
+            wait_until(lambda client=client, name=name: any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in kube.request_json(client.conn, "GET", f"/api/v1/nodes/{name}")["status"].get("conditions")
+                or []), 60, f"node {name} Ready")
+        yield tag, names
+    finally:
+        for client, name in made:
+            with contextlib.suppress(kube.ApiError):
+                kube.request_json(client.conn, "DELETE", f"/api/v1/nodes/{name}")
+            bound = kube.request_json(client.conn, "GET", "/api/v1/pods",
+                                      query=[("fieldSelector", f"spec.nodeName={name}")])
+            for pod in bound.get("items") or []:
+                with contextlib.suppress(kube.ApiError):
+                    kube.request_json(client.conn, "DELETE", f"/api/v1/namespaces/{pod['metadata']['namespace']}"
+                                      f"/pods/{pod['metadata']['name']}", query=[("gracePeriodSeconds", "0")])
+
+
+def test_a_gang_that_requires_a_rack_goes_to_the_worker_with_a_rack_that_holds_it(
+        controller: Controller, aws: AppWrappers, workers: dict[str, kube.Client]) -> None:
+    """c8w1 gets two racks of one 4-cpu node each (x0: rack-a, x1: rack-b), c8w2 one rack of two (y0, y1: rack-a
+    too: a domain never spans two workers). A 2 x 3-cpu gang that requires a rack fits c8w1 as a whole (one pod on
+    each of its racks), and best fit would choose it there (half of c8w1 left, three quarters of c8w2), but no rack
+    of c8w1 holds it: it goes to c8w2, both pods in its rack-a. A 3 x 3-cpu gang, which the workers' free cpu would
+    hold, fits no rack of either worker: it waits, and its message names the level and each worker's racks."""
+    layout = {"c8w1": {"x0": "rack-a", "x1": "rack-b"}, "c8w2": {"y0": "rack-a", "y1": "rack-a"}}
+    with racked_worker_nodes(workers, layout) as (row, names):
+        # Placement must know every new node before the gang comes, or it could go to c8w2 for want of c8w1's.
+        wait_until(lambda: {c["name"]: c["capacity"].get("cpu") for c in clusters(controller) if c["usable"]} ==
+                   {"c8w1": "12", "c8w2": "24"}, 30, "the controller to see the new nodes")
+
+        def racked(name: str, pods: int) -> dict[str, Any]:
+            body = appwrapper(name, pinned(deployment_item(name, pods, "3"), {ROW: row}))
+            body["metadata"]["annotations"] = {"mcad.codeflare.dev/topology-required": RACK}
+            return body
+
+        aws.create(racked("ringed", 2))
+        assert aws.wait_state("ringed", "Running")["targetClusterName"] == "c8w2"
+        wait_until(lambda: running_pods(workers["c8w2"], aws.namespace, "ringed") == 2, 30, "its pods Running")
+        assert sorted(p["spec"]["nodeName"] for p in pods(workers["c8w2"], aws.namespace, "ringed")) == \
+            [names["y0"], names["y1"]]
+        assert deployment_names(workers, aws.namespace) == {"c8w1": [], "c8w2": ["ringed"]}
+        aws.delete("ringed")
+        wait_until(lambda: not pods(workers["c8w2"], aws.namespace, "ringed"), 60, "its pods gone from c8w2")
+
+        aws.create(racked("wide", 3))
+        said = f"needs 3 pod(s) of cpu 3, memory 64Mi in one {RACK}"
+        message = wait_until(lambda: (m := aws.status("wide").get("message") or "") and
+                             f"c8w2: {said}: rack-a has room for 2" in m and m, 30,
+                             "the wide gang's message to name the rack level")
+        assert message.startswith(f"does not fit in any worker cluster: c8w1: {said}: rack-a has room for 1, "
+                                  f"rack-b for 1; "), message
+        assert aws.status("wide")["state"] == "Pending"
+        assert deployment_names(workers, aws.namespace) == {"c8w1": [], "c8w2": []}
 
 
 def test_deleting_it_in_the_hub_removes_its_objects_in_the_worker(
