@@ -112,7 +112,9 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
          wrapped: WrappedObjects | None = None, quota_subtrees: Store[quota.SubtreeView] | None = None,
          hub: WorkerClusters | None = None) -> Dispatcher:
     """The dispatcher loop over these stores, with every owner built and connected (see the module docstring), each
-    handed its part of ``scheduling``. ``hub``: objects go into worker clusters (``mcad.hub``), placed by
+    handed its part of ``scheduling``. Fair sharing reads namespace tenants' weights from the Namespace policies of
+    ``appwrappers`` when it is the admins' view (``TenantAppWrappers``, as the controller's is; else each is 1).
+    ``hub``: objects go into worker clusters (``mcad.hub``), placed by
     ``scheduling.cluster_policy`` (None: the hub's own); ``wrapped``: completion of wrapped objects is watched (None
     in tests of other parts); ``scheduling.write_workers=0`` runs writes inline (tests)."""
     fit, placement, strict_fifo = scheduling.fit, scheduling.placement, scheduling.strict_fifo
@@ -154,7 +156,8 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
         store = FairShareStore(writer, scheduling.own_namespace, scheduling.fair_sharing_configmap) \
             if scheduling.own_namespace and scheduling.fair_sharing_configmap else None
         fair = FairSharing(FairShare(scheduling.fair_sharing_half_life), accountant, active.views, clock, store=store,
-                           writes=writes)
+                           writes=writes,
+                           namespaces=appwrappers.namespaces if isinstance(appwrappers, TenantAppWrappers) else None)
     targets: Targets
     sites: Sites
     if hub is None:

@@ -9,6 +9,11 @@ Contract:
 - ``begin(snapshot, act=True)`` (a dispatch cycle): first what the dispatched AppWrappers are is reconciled with what
   the ledger was told (AppWrappers adopted at a restart are not announced to watchers), then the pass's
   ``FairPass``. ``begin(snapshot, act=False)`` (the dry run behind explain): the same scores, changing nothing.
+- ``weight(tenant)``: what the admin set, read when a pass asks (``FairPass`` keeps it for the pass), so a change
+  counts from the next cycle: a ``namespace:<name>`` tenant's from its Namespace's policy (``namespaces``, the
+  store of ``mcad.model.tenancy.NamespacePolicy``; none given, or the Namespace not known: 1), a
+  ``quota:<tree>/<node>`` tenant's from the node in the quota forest the accountant holds now (kept per forest: a
+  forest is replaced, never changed in place). Never from an AppWrapper.
 - ``usage()``: each tenant's usage now, for readers, as a copy.
 - With a ``store`` (``mcad.k8s.fairsharestore``), usage outlives the controller: ``load()`` (when the dispatcher
   starts: after a restart, or in a replica that just became the leader) adds what was saved, decayed by the wall-clock
@@ -30,9 +35,13 @@ from mcad.api.appwrapper import AppWrapperView
 from mcad.clock import Clock
 from mcad.errors import ApiError
 from mcad.k8s.fairsharestore import FairShareStore, StoredUsageError
+from mcad.k8s.informer import Store
 from mcad.k8s.writes import Writes
 from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.fairshare import FairPass, FairShare, share, tenant_of
+from mcad.model.fairweight import DEFAULT_WEIGHT
+from mcad.model.quota import Forest
+from mcad.model.tenancy import NamespacePolicy
 
 log = structlog.get_logger("mcad.fairsharing")
 
@@ -41,7 +50,8 @@ SAVE_INTERVAL_SECONDS = 60.0
 
 class FairSharing:
     def __init__(self, ledger: FairShare, accountant: Accountant, dispatched: Mapping[str, AppWrapperView],
-                 clock: Clock, *, store: FairShareStore | None = None, writes: Writes | None = None) -> None:
+                 clock: Clock, *, store: FairShareStore | None = None, writes: Writes | None = None,
+                 namespaces: Store[NamespacePolicy] | None = None) -> None:
         self.ledger = ledger
         self._accountant = accountant
         self._dispatched = dispatched  # Active.views: read, never written here
@@ -49,6 +59,9 @@ class FairSharing:
         self._store = store
         self._writes = writes
         self._held: dict[str, tuple[str, float]] = {}  # dispatched key -> (tenant, the share it was counted at)
+        self._namespaces = namespaces
+        # The quota nodes' weights other than 1, by tenant, for the forest they were read from.
+        self._node_weights: tuple[Forest | None, dict[str, float]] = (None, {})
 
     @property
     def stored(self) -> bool:
@@ -114,7 +127,23 @@ class FairSharing:
             for key, aw in self._dispatched.items():
                 if key not in self._held:
                     self.dispatched(aw)
-        return FairPass(self.ledger.usage_at(self._clock.monotonic()))
+        return FairPass(self.ledger.usage_at(self._clock.monotonic()), self.weight)
+
+    def weight(self, tenant: str) -> float:
+        kind, _, name = tenant.partition(":")
+        if kind == "namespace":
+            policy = self._namespaces.get(name) if self._namespaces is not None else None
+            return policy.fair_share_weight if policy is not None else DEFAULT_WEIGHT
+        quota = self._accountant.quota
+        if kind != "quota" or quota is None:
+            return DEFAULT_WEIGHT
+        forest, weights = self._node_weights
+        if forest is not quota.forest:
+            # Keyed as tenant_of names them (a tree's name, a label key, may hold a "/": never split the tenant).
+            weights = {f"quota:{tree_name}/{node_name}": node.weight for tree_name, tree in quota.forest.trees.items()
+                       for node_name, node in tree.nodes.items() if node.weight != DEFAULT_WEIGHT}
+            self._node_weights = (quota.forest, weights)
+        return weights.get(tenant, DEFAULT_WEIGHT)
 
     def usage(self) -> dict[str, float]:
         return self.ledger.usage_at(self._clock.monotonic())

@@ -15,20 +15,25 @@ Contract:
   it was, so both judge alike.
   A tenant whose usage has decayed below ``FORGET_BELOW`` and that holds nothing is forgotten at its next change
   (bounded by the tenants there are: quota nodes and namespaces).
-- ``FairPass`` is one pass's view: the usage of each tenant at the pass's start, plus, for each AppWrapper the pass
-  dispatches, its share times ``ENTRY_SECONDS`` (so one pass interleaves tenants instead of giving all the room to
-  the one that was lowest when it began). Scores only grow within a pass.
+- A tenant may have a weight, set by the cluster admin (``mcad.model.fairweight``; 1 unless set): tenants are
+  ordered by usage / weight, so two busy tenants of weights 2 and 1 settle where the first holds twice the share.
+- ``FairPass`` is one pass's view: a tenant's score is its usage at the pass's start, plus, for each AppWrapper the
+  pass dispatches, its share times ``ENTRY_SECONDS`` (so one pass interleaves tenants instead of giving all the room
+  to the one that was lowest when it began), all divided by its weight (so turns within a pass follow the weights
+  too). ``weight(tenant)`` is asked once per tenant per pass and kept: a weight changed during a pass counts from
+  the next, and scores only grow within a pass.
 - Pure: values and a time given by the caller; nothing is written anywhere.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector
+from mcad.model.fairweight import DEFAULT_WEIGHT
 from mcad.model.placement import GPU
 from mcad.model.quota import Charges
 
@@ -103,13 +108,25 @@ class FairShare:
 
 @dataclass
 class FairPass:
-    """One pass's scores: usage at its start plus what it dispatched (see the module docstring)."""
+    """One pass's scores: usage at its start plus what it dispatched, over the tenant's weight (see the module
+    docstring). ``weights``: a tenant's weight (None: every tenant's is 1)."""
 
     usage: Mapping[str, float]
+    weights: Callable[[str], float] | None = None
     added: dict[str, float] = field(default_factory=dict)
+    _weights: dict[str, float] = field(default_factory=dict)  # each tenant's, as first asked in this pass
+
+    def weight(self, tenant: str) -> float:
+        weight = self._weights.get(tenant)
+        if weight is None:
+            weight = self.weights(tenant) if self.weights is not None else DEFAULT_WEIGHT
+            if not (weight > 0 and math.isfinite(weight)):
+                weight = DEFAULT_WEIGHT  # the sources bound it (mcad.model.fairweight): a division needs it so
+            self._weights[tenant] = weight
+        return weight
 
     def score(self, tenant: str) -> float:
-        return self.usage.get(tenant, 0.0) + self.added.get(tenant, 0.0)
+        return (self.usage.get(tenant, 0.0) + self.added.get(tenant, 0.0)) / self.weight(tenant)
 
     def took(self, tenant: str, taken_share: float) -> None:
         self.added[tenant] = self.added.get(tenant, 0.0) + taken_share * ENTRY_SECONDS

@@ -3,8 +3,10 @@
 Contract:
 - ``subtree_view(raw)`` parses one QuotaSubtree (never raises): its tree is the label ``tree``; each of its
   ``spec.children`` is a node whose parent is ``spec.parent`` (none: a root), with a limit (``quotas.requests``),
-  ``hardLimit`` and ``disabled``. ``Forest.build(views)`` assembles the trees; a node defined twice, a parent that
-  does not exist, or a cycle is reported in ``Tree.errors`` and the offending node left out, never raised.
+  ``hardLimit`` and ``disabled``, and its fair-share weight (``fairShareWeight``, ``mcad.model.fairweight``: one that
+  is not a weight is an error of the tree and the node's weight is 1). ``Forest.build(views)`` assembles the trees;
+  a node defined twice, a parent that does not exist, or a cycle is reported in ``Tree.errors`` and the offending
+  node left out, never raised.
 - Charges: an AppWrapper is charged in tree T at node N when it carries the label ``T: N`` (in a namespace the admin
   bound to a node of T, the dispatcher's view of it carries that node whatever the object says: ``mcad.model.tenancy``);
   a tree it does not name charges the tree's ``default`` node when there is one, and is ignored otherwise. Its
@@ -35,6 +37,7 @@ from typing import Any
 
 from mcad.api.raw import as_mapping
 from mcad.api.resources import ResourceVector, format_amount, to_canonical
+from mcad.model.fairweight import DEFAULT_WEIGHT, WEIGHT_FIELD, parse_weight
 
 GROUP = "quota.codeflare.dev"
 VERSION = "v1alpha1"
@@ -60,6 +63,7 @@ class QuotaNode:
     hard: bool = False
     disabled: bool = False
     defined_by: str = ""  # namespace/name of the QuotaSubtree
+    weight: float = DEFAULT_WEIGHT  # its fair-share weight, as a tenant (mcad.model.fairshare)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +103,13 @@ def subtree_view(raw: Mapping[str, Any]) -> SubtreeView:
                 limits[str(resource)] = to_canonical(str(resource), quantity)
             except ValueError as err:
                 errors.append(f"QuotaSubtree {key}: node {child_name}: {resource}: {err}")
+        weight, problem = parse_weight(child.get(WEIGHT_FIELD), f"QuotaSubtree {key}: node {child_name}: "
+                                                                f"{WEIGHT_FIELD}")
+        if problem:
+            errors.append(problem)
         nodes.append(QuotaNode(tree=tree, name=child_name, parent=parent, limit=ResourceVector(limits),
                                hard=quotas.get("hardLimit") is True, disabled=quotas.get("disabled") is True,
-                               defined_by=key))
+                               defined_by=key, weight=weight))
     return SubtreeView(key=key, namespace=namespace, name=name, tree=tree, parent=parent, nodes=tuple(nodes),
                        errors=tuple(errors), status=as_mapping(raw.get("status")),
                        api_version=str(raw.get("apiVersion") or API_VERSION))
@@ -443,6 +451,7 @@ class QuotaLedger:
                 node = tree.nodes[node_name]
                 nodes.append({
                     "name": node_name, "parent": node.parent, "hardLimit": node.hard, "disabled": node.disabled,
+                    "fairShareWeight": node.weight,
                     "depth": tree.depth(node_name),
                     "limit": {r: format_amount(r, node.limit.get(r)) for r in sorted(tree.resources)},
                     "used": {r: format_amount(r, self.usage(name, node_name).get(r)) for r in sorted(tree.resources)},

@@ -1,6 +1,7 @@
-"""What a namespace's admin decides for the AppWrappers in it: the quota nodes it charges and the priority ceiling.
+"""What a namespace's admin decides for the AppWrappers in it: the quota nodes it charges, the priority ceiling and
+its fair-share weight.
 
-Both are read from the Namespace, which is cluster-scoped: a tenant with rights only inside its namespaces cannot
+All are read from the Namespace, which is cluster-scoped: a tenant with rights only inside its namespaces cannot
 change them. The AppWrapper's own quota label and priority number are not trusted: its creator may be a tenant.
 
 Contract:
@@ -15,6 +16,9 @@ Contract:
   ``mcad.codeflare.dev/max-priority`` (an integer), else the controller's ``--default-max-priority``
   (``DEFAULT_MAX_PRIORITY``). ``effective_priority`` gives the capped value, and, when the class does not exist,
   why the AppWrapper must wait. An annotation that is not an integer counts as absent (the default applies).
+- Fair-share weight (``--fair-sharing``, for the namespace as a tenant: ``mcad.model.fairweight``): the label
+  ``mcad.codeflare.dev/fair-share-weight``; one that is not a weight counts as absent (weight 1). ``problem`` says
+  what of the Namespace was ignored, for the controller's log.
 - Admission (``mcad.admission.review`` calls these with its ``Facts``, which answer ``NamespaceFacts``, the two
   questions asked here: a Namespace object by name, a PriorityClass's value by name; each message names the field
   and the value a person can change):
@@ -46,6 +50,7 @@ from mcad.api.raw import as_list, as_mapping
 from mcad.api.resources import ResourceVector, format_amount
 from mcad.api.validation import INT32_MAX, INT32_MIN, describe_item
 from mcad.api.workloads import WorkloadError, format_path, pod_sets, understated
+from mcad.model.fairweight import DEFAULT_WEIGHT, WEIGHT_LABEL, parse_weight
 from mcad.model.quota import BINDING_PREFIX
 
 MAX_PRIORITY_ANNOTATION: Final = "mcad.codeflare.dev/max-priority"
@@ -58,12 +63,14 @@ DEFAULT_MAX_PRIORITY: Final = 1000
 
 @dataclass(frozen=True, slots=True)
 class NamespacePolicy:
-    """What the admin set on one Namespace: tree -> bound node, and its priority ceiling (None: the default)."""
+    """What the admin set on one Namespace: tree -> bound node, its priority ceiling (None: the default) and its
+    fair-share weight."""
 
     name: str
     bindings: Mapping[str, str] = field(default_factory=dict)
     max_priority: int | None = None
-    problem: str = ""  # the annotation could not be read (the default applies)
+    problem: str = ""  # what could not be read (its default applies); "; " between several
+    fair_share_weight: float = DEFAULT_WEIGHT
 
     def ceiling(self, default: int) -> int:
         return default if self.max_priority is None else self.max_priority
@@ -80,16 +87,20 @@ def namespace_policy(raw: Mapping[str, Any]) -> NamespacePolicy:
                 if isinstance(key, str) and key.startswith(BINDING_PREFIX) and len(key) > len(BINDING_PREFIX)
                 and isinstance(value, str) and value}
     annotation = as_mapping(meta.get("annotations")).get(MAX_PRIORITY_ANNOTATION)
-    max_priority, problem = None, ""
+    max_priority, problems = None, []
     if annotation is not None:
         text = str(annotation).strip()
         # ASCII digits only: int() also reads other scripts' digits, which no other reader would take for a number.
         if re.fullmatch(r"[+-]?[0-9]{1,20}", text):
             max_priority = min(max(int(text), INT32_MIN), INT32_MAX)
         else:
-            problem = (f"namespace {name}: annotation {MAX_PRIORITY_ANNOTATION}={annotation!r} is not an integer; "
-                       f"the default ceiling applies")
-    return NamespacePolicy(name, bindings, max_priority, problem)
+            problems.append(f"namespace {name}: annotation {MAX_PRIORITY_ANNOTATION}={annotation!r} is not an "
+                            f"integer; the default ceiling applies")
+    weight, weight_problem = parse_weight(as_mapping(meta.get("labels")).get(WEIGHT_LABEL),
+                                          f"namespace {name}: label {WEIGHT_LABEL}")
+    if weight_problem:
+        problems.append(weight_problem)
+    return NamespacePolicy(name, bindings, max_priority, "; ".join(problems), weight)
 
 
 def charged_labels(labels: Mapping[str, str], policy: NamespacePolicy) -> Mapping[str, str]:

@@ -18,13 +18,15 @@ from typing import Any
 import pytest
 
 from mcad import wiring
-from mcad.api.appwrapper import appwrapper_view
+from mcad.api.appwrapper import AppWrapperView, appwrapper_view
 from mcad.api.faulttolerance import FaultDefaults
 from mcad.api.views import node_view, pod_view
-from mcad.k8s.informer import Informer
+from mcad.k8s.informer import Informer, Store
 from mcad.k8s.kube import ApiError
+from mcad.k8s.tenantstore import TenantAppWrappers, priority_class_value
 from mcad.k8s.workqueue import WorkQueue
 from mcad.loop.dispatcher import Dispatcher
+from mcad.model.tenancy import DEFAULT_MAX_PRIORITY, namespace_policy
 from mcad.settings import SchedulingSettings
 from test.fakes import FakeClock, FakeListerWatcher, settle
 
@@ -167,8 +169,12 @@ def loop_options(**options: Any) -> dict[str, Any]:
 class Harness(Stepped):
     def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], aws: list[dict[str, Any]],
                  writer: RecordingWriter | None = None, before_start: Any = None, write_through: Any = None,
-                 **options: Any) -> None:
-        self.lw = {k: FakeListerWatcher() for k in ("aw", "node", "pod")}
+                 namespaces: list[dict[str, Any]] | None = None, **options: Any) -> None:
+        """``namespaces``: Namespace objects, and the dispatcher reads the AppWrappers as their admins' rules make
+        them (``TenantAppWrappers``: bindings, ceilings, fair-share weights; ``lw["ns"]`` changes them)."""
+        self.lw = {k: FakeListerWatcher() for k in ("aw", "node", "pod", "ns", "pc")}
+        for obj in namespaces or []:
+            self.lw["ns"].add(obj)
         for obj in nodes:
             self.lw["node"].add(obj)
         for obj in pods:
@@ -188,7 +194,13 @@ class Harness(Stepped):
         options.setdefault("fault_defaults", NO_START_UP_CHECKS)
         # Every Backoff written at once, so that tests count what is decided; test_backoff_pace.py tests the pace.
         options.setdefault("backoff_status_rate", 0)
-        self.dispatcher = wiring.loop(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
+        appwrappers: Store[AppWrapperView] = self.informers[0]
+        if namespaces is not None:
+            policies = Informer("namespaces", self.lw["ns"], transform=namespace_policy)
+            classes = Informer("priorityclasses", self.lw["pc"], transform=priority_class_value)
+            self.informers += [policies, classes]
+            appwrappers = TenantAppWrappers(self.informers[0], policies, classes, DEFAULT_MAX_PRIORITY)
+        self.dispatcher = wiring.loop(appwrappers=appwrappers, nodes=self.informers[1], pods=self.informers[2],
                                      writer=write_through if write_through is not None else self.writer,
                                      queue=WorkQueue(clock=self.clock), clock=self.clock,
                                      **loop_options(**options))

@@ -9,7 +9,11 @@ from typing import Any
 
 import pytest
 
-from test.component.harness import gang_aw, node
+from mcad.k8s.informer import Informer
+from mcad.model.fairweight import WEIGHT_FIELD, WEIGHT_LABEL
+from mcad.model.quota import subtree_view
+from test.component.harness import gang_aw, gpu_node, node
+from test.fakes import FakeListerWatcher
 
 
 def team_aw(namespace: str, name: str, cpu: str = "1", created: str = "2026-01-01T00:00:00Z",
@@ -94,7 +98,7 @@ def test_a_day_of_two_tenants_shares_the_cluster_by_usage(harness_factory: Any, 
             h.lw["aw"].add(team_aw("team-b", name, created="2026-01-01T09:00:00Z"))
             arrived[f"team-b/{name}"] = now
         h.drain()
-        for key in dispatched(h) - set(running):
+        for key in sorted(dispatched(h) - set(running)):  # sorted: the same durations whatever the hash seed
             running[key] = now + rng.choice([5, 10, 15]) * 60
             if key in arrived:
                 waits.append(now - arrived.pop(key))
@@ -197,7 +201,7 @@ def busy_day(harness_factory: Any, seed: int, fair: bool) -> tuple[dict[str, flo
                 h.lw["aw"].add(team_aw(team, name, created=created))
                 arrived[f"{team}/{name}"] = minute
         h.drain()
-        for key in dispatched(h) - set(ends):
+        for key in sorted(dispatched(h) - set(ends)):  # sorted: the same durations whatever the hash seed
             ends[key] = minute + rng.randint(5, 15)
             if key.startswith("team-c/"):
                 longest_c = max(longest_c, minute - arrived[key])
@@ -222,3 +226,105 @@ def test_a_busy_day_shares_the_cluster_evenly_with_fair_sharing(harness_factory:
     assert jain(list(fair.values())) > 0.99 > jain(list(fifo.values())), (fair, fifo)
     print(f"Jain's index, seed {seed}: fair sharing {jain(list(fair.values())):.3f} ({fair}), "
           f"first in first out {jain(list(fifo.values())):.3f} ({fifo})")
+
+
+# -- weights ---------------------------------------------------------------------------------------------------------
+
+
+def namespace(name: str, weight: str | None = None) -> dict[str, Any]:
+    labels = {} if weight is None else {WEIGHT_LABEL: weight}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "resourceVersion": "1",
+                                                                  "labels": labels}}
+
+
+@pytest.mark.parametrize("weight", ["none", "at start", "set while they run", "on the AppWrapper"])
+def test_a_namespace_weight_set_by_the_admin_orders_equal_usage(harness_factory: Any, weight: str) -> None:
+    """team-a and team-b each ran one 1-cpu AppWrapper for ten minutes; team-b's next one is older than team-a's.
+    Weight 2 on team-a's Namespace halves its score: its AppWrapper takes the slot that frees first, from the next
+    cycle on (set while they run, no restart). The same key on the AppWrapper is nobody's weight."""
+    own = team_aw("team-a", "a1", created="2026-01-01T09:00:05Z")
+    if weight == "on the AppWrapper":
+        own["metadata"]["labels"] = {WEIGHT_LABEL: "100"}
+        own["metadata"]["annotations"] = {WEIGHT_LABEL: "100"}
+    aws = [team_aw("team-a", "a0"), team_aw("team-b", "b0"), team_aw("team-b", "b1", created="2026-01-01T09:00:01Z"),
+           own]
+    h = harness_factory(nodes=[node("n0", "2")], pods=[], aws=aws, fit="aggregate", fair_sharing=True,
+                        namespaces=[namespace("team-a", "2" if weight == "at start" else None), namespace("team-b")])
+    h.drain()
+    assert dispatched(h) == {"team-a/a0", "team-b/b0"}
+    h.clock.advance(600)
+    if weight == "set while they run":
+        h.lw["ns"].modify(namespace("team-a", "2"))
+        h.drain()
+    finish(h, "team-a/a0")
+    expected = "team-a/a1" if weight in ("at start", "set while they run") else "team-b/b1"
+    assert dispatched(h) == {"team-b/b0", expected}
+    fair = h.dispatcher.owners.fair
+    assert fair.weight("namespace:team-a") == (2.0 if expected == "team-a/a1" else 1.0)
+
+
+def tree(weights: dict[str, float]) -> list[dict[str, Any]]:
+    """One soft tree whose nodes limit only cpu (far above what is asked): quota never holds anyone back here."""
+    def subtree(name: str, children: list[dict[str, Any]], parent: str | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"children": children, **({"parent": parent} if parent else {})}
+        return {"apiVersion": "quota.codeflare.dev/v1alpha1", "kind": "QuotaSubtree", "spec": spec,
+                "metadata": {"name": name, "namespace": "q", "labels": {"tree": "t"}, "resourceVersion": "1"}}
+
+    return [subtree("root", [{"name": "root", "quotas": {"requests": {"cpu": "1000"}}}]),
+            subtree("teams", [{"name": team, WEIGHT_FIELD: weight, "quotas": {"requests": {"cpu": "1000"}}}
+                              for team, weight in weights.items()], parent="root")]
+
+
+def weighted_day(harness_factory: Any, seed: int, source: str) -> dict[str, float]:
+    """team-a (weight 1) and team-b (weight 2), by their Namespaces' labels or by their quota nodes' fields, each
+    keep eight 1-GPU AppWrappers queued all day on an 8-GPU node; jobs run 5 to 15 minutes. Returns each one's
+    GPU-minutes after a two-hour warm-up."""
+    rng = random.Random(seed)
+    names = iter(range(10**6))
+    weights = {"team-a": 1.0, "team-b": 2.0}
+    options: dict[str, Any] = {"namespaces": [namespace(team, f"{w:g}" if source == "namespace" else None)
+                                              for team, w in weights.items()]}
+    if source == "quota":
+        lw = FakeListerWatcher()
+        for obj in tree(weights):
+            lw.add(obj)
+        options["quota_subtrees"] = Informer("quotasubtrees", lw, transform=subtree_view)
+    h = harness_factory(nodes=[gpu_node("n0", 8)], pods=[], aws=[], fit="aggregate", fair_sharing=True, **options)
+    ends: dict[str, int] = {}
+    used = dict.fromkeys(weights, 0.0)
+
+    def queued(team: str) -> int:
+        return sum(1 for k in h.dispatcher.owners.queued.pending.ordered() if k.startswith(f"{team}/"))
+
+    for minute in range(8 * 60):
+        for team in weights:
+            for _ in range(8 - queued(team)):
+                raw = gang_aw(f"{team[-1]}{next(names)}", 1, {"cpu": "100m", "nvidia.com/gpu": "1"})
+                raw["metadata"].update(namespace=team, creationTimestamp="2026-01-01T09:00:00Z")
+                raw["metadata"]["uid"] = f"uid-{team}-{raw['metadata']['name']}"
+                if source == "quota":
+                    raw["metadata"]["labels"] = {"t": team}
+                h.lw["aw"].add(raw)
+        h.drain()
+        for key in sorted(dispatched(h) - set(ends)):  # sorted: the same durations whatever the hash seed
+            ends[key] = minute + rng.randint(5, 15)
+        for key in [k for k, end in ends.items() if end <= minute]:
+            del ends[key]
+            finish(h, key)
+        if minute >= 120:
+            for key in ends:
+                used[key.partition("/")[0]] += 1
+        h.clock.advance(60)
+    return used
+
+
+@pytest.mark.parametrize("source", ["namespace", "quota"])
+@pytest.mark.parametrize("seed", range(2))
+def test_a_busy_day_shares_the_gpus_by_weight(harness_factory: Any, seed: int, source: str) -> None:
+    used = weighted_day(harness_factory, seed, source)
+    total = sum(used.values())
+    for team, expected in (("team-a", 1 / 3), ("team-b", 2 / 3)):
+        share_of = used[team] / total
+        assert abs(share_of - expected) <= 0.1 * expected, f"{team} had {share_of:.1%} of the GPU-hours: {used}"
+    print(f"weights 1 and 2 by {source}, seed {seed}: GPU-hour shares "
+          f"{used['team-a'] / total:.1%} and {used['team-b'] / total:.1%} ({used})")
