@@ -5,19 +5,27 @@ ConfigMap comes back, and when team-a's running ones end, team-b's two go next t
 
 Who writes what: the ConfigMap is in the controller's own namespace, where tenants have no rights (the test grants
 the controller what the chart's Role grants there); the tenants only create AppWrappers in their namespaces.
+
+Weights: the admin's label ``mcad.codeflare.dev/fair-share-weight`` on a Namespace changes the order from the next
+cycle; the tenant, holding rights on AppWrappers (and the Jobs they wrap) in its namespace only, can neither label
+its Namespace nor weigh itself by putting that key on its AppWrapper.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client as k8s
 import pytest
 
 from mcad.k8s import kube
-from test.e2e.conftest import LOGS, AppWrappers, appwrapper, fake_node, job_item, pinned, running_controller
+from mcad.model.fairweight import WEIGHT_LABEL
+from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, fake_node, job_item, pinned, running_controller
+from test.e2e.test_admission import account, kubectl, token_kubeconfig
+from test.escalations import APPWRAPPER_RIGHTS
 from test.support import wait_until
 
 CONFIGMAP = "mcad-fair-share"
@@ -79,3 +87,71 @@ def test_the_tenant_that_used_less_goes_first_and_usage_outlives_a_restart(
             team_b.wait_state("b0", "Running")
             team_b.wait_state("b1", "Running")
             assert [aws.status(f"a{i}").get("state") for i in (2, 3)] == ["Pending", "Pending"]
+
+
+def tenant(kubeconfig: str, namespace: str, tmp: Path) -> str:
+    """A kubeconfig of alice, who may use AppWrappers in ``namespace`` and create the Jobs they wrap, nothing more."""
+    admin = kube.connect(kubeconfig)
+    account(admin, namespace, "alice", [*APPWRAPPER_RIGHTS, {"apiGroups": ["batch"], "resources": ["jobs"],
+                                                             "verbs": ["create"]}])
+    path = token_kubeconfig(kubeconfig, admin, namespace, "alice", tmp / "alice")
+    wait_until(lambda: kubectl(path, "auth", None, "can-i", "create", "jobs.batch").stdout.strip() == "yes", 30,
+               "alice's Role to count")
+    return path
+
+
+def debug_queue(ctl: Controller) -> dict[str, Any]:
+    code, body = ctl.get("/debug/queue")
+    assert code == 200, body
+    return json.loads(body)  # type: ignore[no-any-return]
+
+
+def queued(ctl: Controller) -> list[str]:
+    return sorted(row["name"] for row in debug_queue(ctl)["queued"])
+
+
+def reserved_for(ctl: Controller) -> list[str]:
+    """Who holds the one reservation (--reservations=1) in the dry run behind /debug/queue: the first AppWrapper the
+    pass took that waits for room, so the tenant fair sharing puts first."""
+    return [r["appwrapper"].partition("/")[2] for r in debug_queue(ctl)["reservations"]]
+
+
+def test_the_admins_namespace_label_weighs_a_tenant_and_the_tenant_cannot_weigh_itself(
+        controller_kubeconfig: str, aws: AppWrappers, other_namespace: str, fair_share_rights: str,
+        core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, kubeconfig: str, tmp_path: Path) -> None:
+    """A 3-cpu node: team-a runs a 2-cpu AppWrapper, team-b a 1-cpu one, so team-a's usage grows twice as fast.
+    b1 and b2 queue, then alice's a1, which carries the weight key as label and annotation (100). When b0 ends, b1
+    goes: team-a used more, and its AppWrapper's key counts for nothing. Then the admin labels team-a's Namespace
+    with weight 4 (its usage over 4 is below team-b's): when b1 ends, a1 goes, though b2 is older."""
+    team_b = AppWrappers(custom, core, other_namespace, kube.connect(kubeconfig))
+    alice = tenant(kubeconfig, aws.namespace, tmp_path)
+    refused = kubectl(alice, "label", None, "namespace", aws.namespace, f"{WEIGHT_LABEL}=100")
+    assert refused.returncode != 0 and "forbidden" in refused.stderr.lower(), (refused.stdout, refused.stderr)
+    assert WEIGHT_LABEL not in (core.read_namespace(aws.namespace).metadata.labels or {})
+    log = LOGS / "test_fair_sharing_weights.log"
+    with fake_node(core, cpu="3", memory="8Gi") as node, \
+            running_controller(controller_kubeconfig, log, "--fair-sharing", "--reservations=1") as ctl:
+        aws.create(appwrapper("a0", pinned(job_item("a0", 1, "2", duration="1h"), node)))
+        team_b.create(appwrapper("b0", job("b0", node)))
+        aws.wait_state("a0", "Running")
+        team_b.wait_state("b0", "Running")
+        for name in ("b1", "b2"):
+            team_b.create(appwrapper(name, job(name, node)))
+        own = appwrapper("a1", job("a1", node))
+        own["metadata"].update(namespace=aws.namespace, labels={WEIGHT_LABEL: "100"},
+                               annotations={WEIGHT_LABEL: "100"})
+        created = kubectl(alice, "create", own)
+        assert created.returncode == 0, created.stderr
+        wait_until(lambda: queued(ctl) == ["a1", "b1", "b2"], 30, "b1, b2 and alice's a1 queued")
+
+        team_b.delete("b0")
+        team_b.wait_state("b1", "Running")
+        assert aws.status("a1").get("state") == "Pending", "the key on alice's own AppWrapper weighs nothing"
+        assert wait_until(lambda: reserved_for(ctl) if queued(ctl) == ["a1", "b2"] else None, 30,
+                          "a1 and b2 queued") == ["b2"], "team-b, having used less, is still first"
+
+        core.patch_namespace(aws.namespace, {"metadata": {"labels": {WEIGHT_LABEL: "4"}}})
+        wait_until(lambda: reserved_for(ctl) == ["a1"], 30, "the label to put team-a first (no restart)")
+        team_b.delete("b1")
+        aws.wait_state("a1", "Running")
+        assert team_b.status("b2").get("state") == "Pending"
