@@ -1,18 +1,23 @@
 """Priority preemption that does not thrash, end to end (``--preemption`` with the default cooldown, 10m): a victim
 younger than its ``mcad.codeflare.dev/min-runtime`` is spared and an older one goes instead, told why; once that
 one runs again it is spared for the cooldown, so the next preemptor evicts nobody and says whom it spares. A
-minimum run time above the ceiling (1h) is refused at admission."""
+minimum run time above the ceiling (1h) is refused at admission, asked by a tenant with its own token."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client as k8s
 import pytest
 
 from mcad.api.minruntime import MIN_RUNTIME
+from mcad.k8s import kube
 from test.e2e.conftest import AppWrappers, Controller, appwrapper, condition, deployment_item, free_cpu_millis, job_item
+from test.e2e.test_admission import account, kubectl, token_kubeconfig
 from test.e2e.test_preemption import preemptions_logged
+from test.escalations import APPWRAPPER_RIGHTS
 from test.support import wait_until
 
 CONTROLLER_ARGS = ("--preemption",)
@@ -64,9 +69,27 @@ def test_a_young_victim_is_spared_and_one_preempted_before_is_spared_for_the_coo
     aws.delete("high-2")
 
 
-def test_a_minimum_run_time_above_the_ceiling_is_refused_at_admission(controller: Controller,
-                                                                        aws: AppWrappers) -> None:
-    with pytest.raises(k8s.ApiException, match=r"mcad\.codeflare\.dev/min-runtime: '2h' exceeds the cluster's "
-                                               r"ceiling of 1h"):
-        aws.create(with_min_runtime(appwrapper("greedy", deployment_item("greedy", 1, "10m"), priority=1), "2h"))
-    assert aws.create(with_min_runtime(appwrapper("fine", deployment_item("fine", 1, "10m"), priority=1), "1h"))
+def test_a_minimum_run_time_above_the_ceiling_is_refused_at_admission(controller: Controller, aws: AppWrappers,
+                                                                        kubeconfig: str, tmp_path: Path) -> None:
+    """Asked by a tenant, with its own token: it holds rights on AppWrappers in its namespace (and to create the
+    Deployments they wrap), nothing that could lift the ceiling."""
+    admin = kube.connect(kubeconfig)
+    account(admin, aws.namespace, "alice", [*APPWRAPPER_RIGHTS, {"apiGroups": ["apps"], "resources": ["deployments"],
+                                                                 "verbs": ["create"]}])
+    alice = token_kubeconfig(kubeconfig, admin, aws.namespace, "alice", tmp_path / "alice")
+    wait_until(lambda: kubectl(alice, "auth", None, "can-i", "create", "deployments.apps").stdout.strip() == "yes",
+               30, "alice's Role to count")
+
+    def create(name: str, min_runtime: str) -> subprocess.CompletedProcess[str]:
+        body = with_min_runtime(appwrapper(name, deployment_item(name, 1, "10m"), priority=1), min_runtime)
+        body["metadata"]["namespace"] = aws.namespace
+        return kubectl(alice, "create", body)
+
+    refused = create("greedy", "2h")
+    assert refused.returncode != 0
+    assert "mcad.codeflare.dev/min-runtime: '2h' exceeds the cluster's ceiling of 1h" in refused.stderr, refused.stderr
+    with pytest.raises(k8s.ApiException, match="Not Found"):
+        aws.get("greedy")
+    fine = create("fine", "1h")
+    assert fine.returncode == 0, fine.stderr
+    assert aws.get("fine")["metadata"]["annotations"][MIN_RUNTIME] == "1h"
