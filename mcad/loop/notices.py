@@ -4,7 +4,8 @@ Contract (dispatcher thread only; built by ``mcad.wiring`` with the owners it re
 (``mcad.loop.decisions``, through which it writes), the queue (``mcad.loop.queued``), the preemptors and the
 dispatch retries (a read-only ``RetryReader``: ``mcad.loop.dispatches`` owns them and alone records failures);
 nothing here calls back into the dispatcher):
-- ``tell(aw, about, why)`` decides the Backoff status saying what blocks ``aw`` and its queue position (a paced,
+- ``tell(aw, about, why)`` decides the Backoff status saying what blocks ``aw`` and its queue position (none with
+  fair sharing, whose order moves with usage; a paced,
   low write: ``mcad.loop.statussync`` and ``mcad.k8s.writes``, behind dispatches), unless the
   last one was about the same thing (``about``) and about the same place: exact for the first ten, then by powers
   of two, so an AppWrapper moving up a long queue is rewritten O(log n) times in all, not once per dispatch ahead
@@ -81,7 +82,9 @@ class Notices:
 
     def tell(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str], *, paced: bool = True) -> None:
         about = same_shortage(about)
-        position = self._pending.position(aw.key)
+        # With fair sharing the queue's live order is not the order of dispatch (tenants take turns by usage, which
+        # moves with time): the message gives no position; /debug/queue and mcadctl give the projected one.
+        position = 0 if self._queued.fair else self._pending.position(aw.key)
         # Written again when what it is about changes, not when its place does: the message says its position
         # when written. Under churn the queue moves many times a second, and with reservations many AppWrappers
         # near the head are looked at every cycle: rewriting each as its place improved cost more status writes

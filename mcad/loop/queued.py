@@ -45,6 +45,11 @@ class Queued:
         self._fair = fair  # groups are one tenant's, for fair sharing's order
         self._newcomers: set[str] = set()
 
+    @property
+    def fair(self) -> bool:
+        """Whether fair sharing orders the queue (then its live order is priority and age only)."""
+        return self._fair
+
     def is_queued(self, aw: AppWrapperView) -> bool:
         if aw.key in self._in_flight:
             return False

@@ -16,6 +16,11 @@ Contract:
 - The result, a ``QueueAssessment``, says what every queued AppWrapper is told, by rule for the ones not visited.
   It holds only its own copies, so it may be read on any thread once the walk returned: iterating it (dispatch
   order, O(queue)) is for a reader's thread, ``of(key)``, ``position(key)`` and ``fitting_ahead(key)`` are cheap.
+- Dispatch order is priority, then age; with fair sharing it is the walk's order, then the rest as
+  ``mcad.model.fairshare.projected_order`` projects them (as a cycle would take them if all their room freed). That
+  projection is made on the first reader's thread that asks (``in_dispatch_order``, ``position``,
+  ``dispatch_order``: O(queue x log tenants) once, then a lookup), from copies taken on the dispatcher thread
+  (each group's tenant, each tenant's score and weight: O(groups)), never on the dispatcher thread.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from functools import partial
 from mcad.api.appwrapper import AppWrapperView
 from mcad.model import disclosure
 from mcad.model.estimate import Estimate
+from mcad.model.fairshare import ENTRY_SECONDS, projected_order, share
 from mcad.model.fifo import BEHIND_IN_DOMAIN as BEHIND_IN_DOMAIN_WHY
 from mcad.model.fifo import BEHIND_STRICT_FIFO
 from mcad.model.fit import Targets
@@ -72,7 +78,8 @@ class QueueAssessment:
     """What every queued AppWrapper is told, from one walk (see the module docstring). Read-only, thread-safe."""
 
     def __init__(self, queue: Frozen, judged: Mapping[str, Assessment], blocked: Mapping[Hashable, str],
-                 held_after: Order | None, held: Callable[[str], str] | None) -> None:
+                 held_after: Order | None, held: Callable[[str], str] | None,
+                 projection: Callable[[], list[str]] | None = None) -> None:
         # Every queued key's order, in dispatch order (the order's last element is the key); read, never changed.
         self.orders = queue.orders
         self.per_namespace = queue.per_namespace  # how many are queued in each namespace
@@ -85,6 +92,10 @@ class QueueAssessment:
         self._held = held
         self.walked: tuple[str, ...] = ()  # the keys the walk judged, in the order it judged them
         self._estimates: Mapping[str, Estimate] = {}
+        # With fair sharing: the queue's keys as fair sharing would take them, made once when first asked.
+        self._projection = projection
+        self._fair_orders: list[Order] | None = None
+        self._fair_places: dict[str, int] = {}
 
     def estimated(self, estimates: Mapping[str, Estimate]) -> None:
         """Each estimated AppWrapper's start (``mcad.model.estimate``), set once by whoever made the assessment."""
@@ -96,9 +107,26 @@ class QueueAssessment:
 
     def dispatch_order(self) -> Iterator[str]:
         """The queued keys as the walk took them (fair sharing's order included), then the rest in their order."""
+        if self._projection is not None:
+            yield from (order[2] for order in self.in_dispatch_order())
+            return
         yield from self.walked
         seen = set(self.walked)
         yield from (order[2] for order in self.orders if order[2] not in seen)
+
+    def in_dispatch_order(self) -> list[Order]:
+        """Every queued order in dispatch order: ``orders``, or with fair sharing the walk's then the projection's
+        (see the module docstring)."""
+        if self._projection is None:
+            return self.orders
+        if self._fair_orders is None:
+            # Two readers racing make the same lists; each is set whole, the places before the orders they index.
+            walked = [key for key in self.walked if key in self._entries]
+            seen = set(walked)
+            keys = walked + [key for key in self._projection() if key not in seen and key in self._entries]
+            self._fair_places = {key: place for place, key in enumerate(keys, 1)}
+            self._fair_orders = [self._entries[key].order for key in keys]
+        return self._fair_orders
 
     def __len__(self) -> int:
         return len(self.orders)
@@ -125,6 +153,9 @@ class QueueAssessment:
 
     def position(self, key: str) -> int:
         """1-based place in dispatch order; 0 when it was not queued."""
+        if self._projection is not None:
+            self.in_dispatch_order()
+            return self._fair_places.get(key, 0)
         index = self._index(key)
         return 0 if index is None else index + 1
 
@@ -191,9 +222,35 @@ def assess(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rul
         aw = appwrappers.get(key)
         if key not in judged and aw is not None and pending.entry(key) is not None:
             judged[key] = _preempting(key, victims, aw.namespace)
-    assessed = QueueAssessment(queue, judged, blocked, held_after, held)
+    assessed = QueueAssessment(queue, judged, blocked, held_after, held,
+                               _fair_projection(pending, queue, appwrappers, reserving))
     assessed.walked = tuple(walked)
     return assessed
+
+
+def _fair_projection(pending: PendingQueue, queue: Frozen, appwrappers: AppWrappers,
+                     reserving: Pass) -> Callable[[], list[str]] | None:
+    """With fair sharing, how a reader's thread projects the queue's order (``projected_order``), from copies
+    taken here: each group's tenant, each tenant's score (usage over weight) and weight; None without."""
+    fair = reserving.fair
+    if fair is None:
+        return None
+    tenants = pending.tenants()
+    weights = {tenant: fair.weight(tenant) for tenant in set(tenants.values())}
+    scores = {tenant: fair.usage.get(tenant, 0.0) / weight for tenant, weight in weights.items()}
+    capacity, entries = reserving.snapshot.capacity, queue.entries
+
+    def tenant(key: str) -> str:
+        entry = entries.get(key)
+        return tenants.get(entry.group, "") if entry is not None else ""
+
+    def taken(key: str) -> float:
+        aw = appwrappers.get(key)
+        if aw is None:
+            return 0.0
+        return share(aw.demand, capacity) * ENTRY_SECONDS / weights.get(tenant(key), 1.0)
+
+    return lambda: projected_order(queue.orders, tenant, taken, scores)
 
 
 def _assessment(verdict: Verdict, reserving: Pass) -> Assessment:

@@ -22,18 +22,27 @@ Contract:
   to the one that was lowest when it began), all divided by its weight (so turns within a pass follow the weights
   too). ``weight(tenant)`` is asked once per tenant per pass and kept: a weight changed during a pass counts from
   the next, and scores only grow within a pass.
+- ``projected_order(orders, tenant, taken, scores)`` is the order a dispatch cycle would take a queue in if the
+  room of all of it freed at once: priority first; within a priority, the tenant with the lowest score, then age;
+  each one taken adds to its tenant's score what a pass adds (``taken``: its share times ``ENTRY_SECONDS``, over
+  the tenant's weight). It is what a queue's reader is shown as positions and what the expected start plans in:
+  the order as usage stands now (room frees over time, while usage grows and decays). O(queue x log tenants).
 - Pure: values and a time given by the caller; nothing is written anywhere.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector
 from mcad.model.fairweight import DEFAULT_WEIGHT
+from mcad.model.pending import Order
 from mcad.model.placement import GPU
 from mcad.model.quota import Charges
 
@@ -130,3 +139,25 @@ class FairPass:
 
     def took(self, tenant: str, taken_share: float) -> None:
         self.added[tenant] = self.added.get(tenant, 0.0) + taken_share * ENTRY_SECONDS
+
+
+def projected_order(orders: Iterable[Order], tenant: Callable[[str], str], taken: Callable[[str], float],
+                    scores: Mapping[str, float]) -> list[str]:
+    """The keys of ``orders`` (in dispatch order without fair sharing: priority, then age) in the order they would
+    be dispatched one at a time with it (see the module docstring). ``scores``: each tenant's score now (usage over
+    weight; 0 when absent)."""
+    projected: list[str] = []
+    for _, level in itertools.groupby(orders, key=lambda order: order[0]):
+        queues: dict[str, deque[Order]] = {}
+        for order in level:
+            queues.setdefault(tenant(order[2]), deque()).append(order)
+        heads = [(scores.get(name, 0.0), queue[0], name) for name, queue in queues.items()]
+        heapq.heapify(heads)
+        while heads:
+            score, _, name = heapq.heappop(heads)
+            queue = queues[name]
+            key = queue.popleft()[2]
+            projected.append(key)
+            if queue:
+                heapq.heappush(heads, (score + taken(key), queue[0], name))
+    return projected

@@ -126,6 +126,10 @@ class PendingQueue:
         """Every key in dispatch order (for display; O(n log groups))."""
         return (order[2] for order in heapq.merge(*self._groups.values()))
 
+    def tenants(self) -> dict[Hashable, str]:
+        """A copy of each group's tenant (fair sharing only; O(groups))."""
+        return dict(self._tenants)
+
     def frozen(self) -> Frozen:
         """Copies of every order, in dispatch order, of every key's entry (order and group) and of the counts by
         namespace: for a reader that walks the queue after the dispatcher thread moved on. The copies run at C

@@ -206,7 +206,7 @@ class QueueReport:
         judged_states = {a.state for a in assessed.judged()}
         if state and state != QUEUED and state not in judged_states:
             return  # no queued one is in that state: no need to scan the queue
-        for index, order in enumerate(assessed.orders):
+        for index, order in enumerate(assessed.in_dispatch_order()):
             name = _namespace(order[2])
             if not _sees(visible, name) or (namespace and name != namespace):
                 continue

@@ -12,7 +12,7 @@ import pytest
 from mcad.k8s.informer import Informer
 from mcad.model.fairweight import WEIGHT_FIELD, WEIGHT_LABEL
 from mcad.model.quota import subtree_view
-from test.component.harness import gang_aw, gpu_node, node
+from test.component.harness import gang_aw, gpu_node, last_status, node
 from test.fakes import FakeListerWatcher
 
 
@@ -53,6 +53,31 @@ def test_the_tenant_that_used_less_goes_first_when_room_frees(harness_factory: A
         assert dispatched(h) == {"team-b/b0", "team-b/b1"}, "team-b used nothing: its two go first"
     else:
         assert dispatched(h) == {"team-a/a2", "team-a/a3"}, "first in, first out"
+
+
+@pytest.mark.parametrize("fair", [True, False])
+def test_the_queue_shows_the_order_the_cycles_then_dispatch_in(harness_factory: Any, fair: bool) -> None:
+    # As above: two of team-a's six run, team-b queues two a minute later. The dry run behind /debug/queue,
+    # mcadctl and the expected start says who goes next; each room that frees then goes to the one it said.
+    first = [team_aw("team-a", f"a{i}", created=f"2026-01-01T09:00:0{i}Z") for i in range(6)]
+    h = harness_factory(nodes=[node("n0", "2")], pods=[], aws=first, fit="aggregate", fair_sharing=fair)
+    h.drain()
+    h.clock.advance(60)
+    for i in range(2):
+        h.lw["aw"].add(team_aw("team-b", f"b{i}", created=f"2026-01-01T09:01:0{i}Z"))
+    h.drain()
+    assessed = h.dispatcher.owners.cycle.assess()
+    said = list(assessed.dispatch_order())
+    expected = (["team-b/b0", "team-b/b1", "team-a/a2", "team-a/a3", "team-a/a4", "team-a/a5"] if fair
+                else ["team-a/a2", "team-a/a3", "team-a/a4", "team-a/a5", "team-b/b0", "team-b/b1"])
+    assert said == expected
+    assert [assessed.position(key) for key in said] == [1, 2, 3, 4, 5, 6]
+    for done, key in zip(["team-a/a0", "team-a/a1"], said, strict=False):
+        finish(h, done)
+        assert key in dispatched(h)
+        h.clock.advance(60)
+    # The status message gives no position with fair sharing: the live queue's order is not the order of dispatch.
+    assert last_status(h, "a5")["message"].endswith("in the queue") is not fair
 
 
 def test_priority_comes_before_usage(harness_factory: Any) -> None:

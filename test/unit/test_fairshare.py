@@ -9,7 +9,7 @@ import math
 import pytest
 
 from mcad.api.resources import ResourceVector
-from mcad.model.fairshare import ENTRY_SECONDS, FairPass, FairShare, share
+from mcad.model.fairshare import ENTRY_SECONDS, FairPass, FairShare, projected_order, share
 
 HOUR = 3600.0
 
@@ -72,3 +72,32 @@ def test_a_pass_adds_a_second_of_each_dispatch_to_its_tenant() -> None:
 ])
 def test_share(demand: ResourceVector, capacity: ResourceVector, expected: float) -> None:
     assert share(demand, capacity) == pytest.approx(expected)
+
+
+def _orders(*queued: tuple[int, str, str]) -> list[tuple[int, str, str]]:
+    """(priority, created, key) -> orders as the queue keeps them (priority first, then age)."""
+    return sorted((-priority, created, key) for priority, created, key in queued)
+
+
+def test_the_projection_lets_a_tenant_that_queued_later_take_turns_with_one_that_queued_first() -> None:
+    # a queued four at 9:00, b two at 9:01; neither used anything: they take turns, a first (older).
+    orders = _orders(*[(0, f"09:00:0{i}", f"a/a{i}") for i in range(4)],
+                     *[(0, f"09:01:0{i}", f"b/b{i}") for i in range(2)])
+    order = projected_order(orders, lambda key: key[0], lambda key: 1.0, {})
+    assert order == ["a/a0", "b/b0", "a/a1", "b/b1", "a/a2", "a/a3"]
+
+
+def test_the_projection_puts_the_tenant_that_used_more_after_until_the_others_catch_up() -> None:
+    orders = _orders(*[(0, f"09:00:0{i}", f"a/a{i}") for i in range(3)],
+                     *[(0, f"09:01:0{i}", f"b/b{i}") for i in range(3)])
+    # a's score is 1.5: b's first two (score 0, then 1) go before a's first; at 2 b is behind a's 1.5.
+    order = projected_order(orders, lambda key: key[0], lambda key: 1.0, {"a": 1.5})
+    assert order == ["b/b0", "b/b1", "a/a0", "b/b2", "a/a1", "a/a2"]
+
+
+def test_the_projection_keeps_priority_first_and_weighs_what_each_takes() -> None:
+    orders = _orders((0, "09:00:00", "a/a0"), (0, "09:00:01", "a/a1"), (0, "09:01:00", "b/b0"),
+                     (0, "09:01:01", "b/b1"), (5, "10:00:00", "b/urgent"))
+    # b weighs 2 (each of its takes adds half); a's score is 0.6: b's two go first (0 and 0.5 are below 0.6).
+    order = projected_order(orders, lambda key: key[0], lambda key: 0.5 if key[0] == "b" else 1.0, {"a": 0.6})
+    assert order == ["b/urgent", "b/b0", "b/b1", "a/a0", "a/a1"]
