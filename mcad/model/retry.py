@@ -237,9 +237,10 @@ class RetryTimes:
         return self.backoff.attempts(key)
 
     def waiting(self, key: str) -> bool:
-        """Its last attempt failed and its time has not come yet."""
-        left = self.remaining(key)
-        return left is not None and left > 0
+        """Its last attempt failed and its time has not come yet. A question only: a time that has come stays
+        until ``remaining`` hands it over (a dry run asking this must not take the retry from its timer)."""
+        due = self._at.get(key)
+        return due is not None and due - self._clock.monotonic() > 0
 
     def remaining(self, key: str) -> float | None:
         """Seconds until it may be tried again: None when it waits for nothing, 0 when its time has come (the

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from mcad.errors import TIMED_OUT
-from mcad.model.retry import Backoff, FailureKind, Policy, TokenBucket, classify
+from mcad.model.retry import Backoff, FailureKind, Policy, RetryTimes, TokenBucket, classify
 from test.fakes import FakeClock
 
 
@@ -166,3 +166,17 @@ def test_the_default_draw_spreads_a_cycle_of_failures() -> None:
     delays = [backoff.failed(f"k{i}", FailureKind.TRANSIENT).delay for i in range(100)]
     assert all(0.25 <= d <= 0.5 for d in delays)
     assert len(set(delays)) > 90
+
+
+def test_asking_whether_a_key_waits_never_takes_its_due_time_from_the_timer() -> None:
+    clock = FakeClock()
+    times = RetryTimes(clock, Policy(base=1.0, cap=8.0, rate=1000.0, burst=1000, give_up_attempts=10,
+                                     give_up_seconds=300.0), draw=NO_JITTER)
+    times.failed("a", FailureKind.TRANSIENT)
+    assert times.waiting("a")
+    clock.advance(1.0)
+    # A dry run (explain, /debug, the expected starts) asks after the time came and before the timer fired.
+    assert not times.waiting("a")
+    assert not times.waiting("a")
+    assert times.remaining("a") == 0.0, "the timer still finds its time come"
+    assert times.remaining("a") is None, "and takes it: once"
