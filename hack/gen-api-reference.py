@@ -41,7 +41,7 @@ from mcad.admission import review  # noqa: E402
 from mcad.api import appwrapper, faulttolerance, minruntime, validation, views  # noqa: E402
 from mcad.cli import faultflags  # noqa: E402
 from mcad.loop import active  # noqa: E402
-from mcad.model import lifecycle, quota, status, tenancy  # noqa: E402
+from mcad.model import estimate, estimatetold, lifecycle, quota, status, tenancy  # noqa: E402
 
 CRD = REPO / "config" / "crd" / "workload.codeflare.dev_appwrappers.yaml"
 TABLE = REPO / "hack" / "api-reference.yaml"
@@ -80,6 +80,10 @@ CONSTANTS: Mapping[str, object] = {
     "MAX_RETRY_LIMIT": faulttolerance.MAX_RETRY_LIMIT,
     "MAX_EXIT_CODES": faulttolerance.MAX_EXIT_CODES,
     "SHOWN_ANNOTATIONS": appwrapper.SHOWN_ANNOTATIONS,
+    "ESTIMATED": estimate.ESTIMATED,
+    "ESTIMATE_FRACTION": f"{estimatetold.FRACTION:.0%}",
+    "ESTIMATE_FLOOR_SECONDS": f"{estimatetold.FLOOR_SECONDS:g}",
+    "ESTIMATE_MIN_SECONDS": f"{estimatetold.MIN_SECONDS_BETWEEN:g}",
 }
 
 

@@ -18,6 +18,11 @@ per demand group (the next of a group too when its candidate took a reservation 
 ``run_paced()`` is the cycle room that freed asks for (the ROOM_FREED key): at once, or, within ``interval``
 seconds (``--cycle-interval``) of the last cycle's start, one cycle at the interval's end for all such asks.
 
+``estimates_due()`` (the ESTIMATES_DUE key) tells queued AppWrappers their expected start in their status
+(``Notices.tell_estimates``, from ``assess()``'s estimates): while anything is queued, every
+``ESTIMATE_INTERVAL_SECONDS``, the first time that long after a cycle found the queue not empty. One dry run per
+interval, whatever the rate of cycles; which of them are written is ``mcad.model.estimatetold``'s rule.
+
 ``assess()`` is the same walk with rules that peek (``Evictions.peek``) over a snapshot whose quota ledger is a
 scratch copy, deciding nothing (``mcad.model.assess``, for explain, /debug, the dashboard and mcadctl).
 """
@@ -49,7 +54,7 @@ from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.assess import QueueAssessment, assess
 from mcad.model.estimate import ESTIMATED, Estimate, Holder, Waiter, estimate_starts
 from mcad.model.fit import Fit, Targets
-from mcad.model.keys import DISPATCH, ROOM_FREED
+from mcad.model.keys import DISPATCH, ESTIMATES_DUE, ROOM_FREED
 from mcad.model.plans import Plan
 from mcad.model.preemption import Preemptors, Room
 from mcad.model.reservations import BEHIND, Pass, Reservations
@@ -59,6 +64,10 @@ from mcad.model.walk import DISPATCH as DISPATCHED
 log = structlog.get_logger("mcad.loop.dispatcher")
 
 Waiting = tuple[AppWrapperView, frozenset[str], Callable[[], str]]
+
+# How often queued AppWrappers' expected starts are judged again for their status while any are queued: an
+# arrival's first estimate is written within this long (paced), and a dry run costs O(groups + judged).
+ESTIMATE_INTERVAL_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +117,7 @@ class DispatchCycle:
         self._last_started = float("-inf")
         self.count = 0
         self.deferred = 0  # asks for a cycle that came within the interval and were folded into the next one
+        self._estimates_timer = False  # an ESTIMATES_DUE key is due
 
     def snapshot(self, *, scratch_quota: bool = False) -> Snapshot:
         return self._accountant.snapshot(by_nodes=self._by_nodes, scratch_quota=scratch_quota)
@@ -138,6 +148,7 @@ class DispatchCycle:
         for key in done:  # 3
             self._pending.remove(key)
         self._tell(reserving, waiting, held_by)
+        self._estimates_later()
         self._metrics.cycle(time.perf_counter() - started)
         log.info("dispatch cycle", cycle=self.count, queued=len(self._pending), dispatched=dispatched,
                  visited=visited, reservations=len(reserving.made), free=snapshot.free.format(),
@@ -196,6 +207,22 @@ class DispatchCycle:
         new = status.dispatched(current.raw(), self._clock.now(), priority=aw.priority, requeue_wait=wait,
                                 cluster=cluster)
         self._dispatches.start(aw, new, cluster)
+
+    def estimates_due(self) -> None:
+        """The ESTIMATES_DUE timer fired: the queued AppWrappers' expected starts, told in their status when the
+        rule says so (``Notices.tell_estimates``); the next judgement in an interval while any are queued."""
+        self._estimates_timer = False
+        if not len(self._pending):
+            return
+        told = self._notices.tell_estimates(self.assess())
+        if told:
+            log.debug("expected starts told", appwrappers=told)
+        self._estimates_later()
+
+    def _estimates_later(self) -> None:
+        if not self._estimates_timer and len(self._pending):
+            self._estimates_timer = True
+            self._queue.add_after(ESTIMATES_DUE, ESTIMATE_INTERVAL_SECONDS)
 
     def assess(self) -> QueueAssessment:
         """Every queued AppWrapper in dispatch order with what a cycle would do with it now, deciding nothing: the

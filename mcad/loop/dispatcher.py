@@ -205,6 +205,7 @@ class Dispatcher:
             keys.RoomFreed: lambda _k: o.cycle.run_paced(),
             keys.FairShareSave: lambda _k: self._save_fair_share(),
             keys.CycleDue: lambda _k: o.cycle.run(),
+            keys.EstimatesDue: lambda _k: o.cycle.estimates_due(),
             keys.Publish: lambda _k: self._publish(),
             **o.sites.handlers(),
         }

@@ -22,15 +22,25 @@ nothing here calls back into the dispatcher):
   O(n x nodes).
 - ``refresh_group(head, about, reserving)``: a cycle judges one member per group; when what blocks the head changes, the
   other members are told once (O(group) per change, not per cycle), so none keeps an outdated reason.
-- What they are told names another AppWrapper only within its own namespace (``mcad.model.disclosure``).
+- ``tell_estimates(assessed)``: each estimated AppWrapper's expected start (``mcad.model.estimate``, from the dry
+  run ``assessed``) goes into its status (``estimatedStart``, or ``estimateWhy`` when unknown) when
+  ``mcad.model.estimatetold``'s rule says so: at most once a minute per AppWrapper, and only when it moved by more
+  than a fraction of the time left or turned known/unknown; one estimated before and now too far back in the queue
+  is told that it is no longer estimated. Only one already told that it waits (state Pending) and that does not fit
+  now is told; the write is paced and low, as a Backoff is. The dispatch cycle calls it at most every few seconds
+  (``mcad.loop.cycle``), so a deep queue costs at most ``ESTIMATED`` (100) judged AppWrappers per call.
+- What they are told names another AppWrapper only within its own namespace (``mcad.model.disclosure``); an
+  estimate is a time, which says nothing of other namespaces.
 - Memory: one small entry per waiting AppWrapper (shared copies: ``(about, place)`` takes few values), one per
-  pending group; ``forget`` and ``reset`` drop them.
+  pending group, one per queued AppWrapper whose estimate was written; ``forget`` and ``reset`` drop them, and one
+  no longer in the queue is dropped at the next ``tell_estimates``.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Hashable
+from datetime import datetime
 from functools import partial
 
 import structlog
@@ -43,6 +53,9 @@ from mcad.loop.decisions import Decisions
 from mcad.loop.queued import Queued
 from mcad.metrics import Metrics
 from mcad.model import disclosure, status
+from mcad.model.assess import QueueAssessment
+from mcad.model.estimate import NOT_ESTIMATED, Estimate
+from mcad.model.estimatetold import EstimatesTold
 from mcad.model.fifo import BEHIND_STRICT_FIFO
 from mcad.model.fit import Fit
 from mcad.model.preemption import Preemptors
@@ -79,6 +92,7 @@ class Notices:
         # when the group's members were last told (the newcomers still to be announced are the queue's).
         self._written: dict[str, frozenset[str]] = {}
         self._group_about: dict[Hashable, frozenset[str]] = {}
+        self._estimates = EstimatesTold()  # the estimated start last written for each queued AppWrapper
 
     def tell(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str], *, paced: bool = True) -> None:
         about = same_shortage(about)
@@ -112,9 +126,43 @@ class Notices:
     def reset(self, key: str) -> None:
         """It left the queue (dispatched, or requeued with a message of its own): its next wait is told afresh."""
         self._written.pop(key, None)
+        self._estimates.forget(key)
 
     def forget(self, key: str) -> None:
         self._written.pop(key, None)
+        self._estimates.forget(key)
+
+    def tell_estimates(self, assessed: QueueAssessment) -> int:
+        """Each estimated AppWrapper's expected start into its status, when the rule says so (module docstring).
+        Returns how many were told."""
+        now, monotonic = self._clock.now(), self._clock.monotonic()
+        estimates = assessed.estimates()
+        count = 0
+        for key, estimate in estimates.items():
+            count += self._tell_estimate(key, estimate, assessed, now, monotonic)
+        for key in [key for key in self._estimates if key not in estimates]:
+            if key not in self._pending:
+                self._estimates.forget(key)  # left the queue in a way that did not reset it (failed, gone)
+                continue
+            count += self._tell_estimate(key, Estimate(None, NOT_ESTIMATED), assessed, now, monotonic)
+        return count
+
+    def _tell_estimate(self, key: str, estimate: Estimate, assessed: QueueAssessment, now: datetime,
+                       monotonic: float) -> bool:
+        aw = self._appwrappers.get(key)
+        if aw is None or not self._queued.is_queued(aw):
+            return False
+        current = self._decisions.status(aw)
+        # Told that it waits first (the cycle's announce); one that fits now is dispatched by the next cycle.
+        if current.state != State.PENDING or not self._estimates.due(key, estimate, now, monotonic):
+            return False
+        assessment = assessed.of(key)
+        if assessment is not None and assessment.fits_now:
+            return False
+        self._decisions.decide(aw, status.with_estimate(current.raw(), at=estimate.at, why=estimate.why),
+                               urgent=False, paced=True)
+        self._estimates.told(key, estimate, monotonic)
+        return True
 
     def groups_changed(self) -> None:
         """Every group was rebuilt (quota trees changed): what blocked their heads is unknown again."""

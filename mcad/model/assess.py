@@ -105,6 +105,10 @@ class QueueAssessment:
         """When ``key`` is expected to start; None when it was not estimated (too far back in the queue)."""
         return self._estimates.get(key)
 
+    def estimates(self) -> Mapping[str, Estimate]:
+        """Every estimated AppWrapper's start (at most ``mcad.model.estimate.ESTIMATED`` of them)."""
+        return self._estimates
+
     def dispatch_order(self) -> Iterator[str]:
         """The queued keys as the walk took them (fair sharing's order included), then the rest in their order."""
         if self._projection is not None:

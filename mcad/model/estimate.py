@@ -28,6 +28,7 @@ from mcad.api.resources import ResourceVector
 ESTIMATED = 100
 UNKNOWN_HELD = "the room it needs is held by AppWrappers with no dispatchDuration.limit"
 UNKNOWN_TOO_BIG = "it needs more than the cluster has"
+NOT_ESTIMATED = f"not estimated: at least {ESTIMATED} AppWrappers are ahead of it"
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ Contract:
 - Who adds which: informer handlers (``AppWrapperEvent``, ``NodeEvent``, ``PodEvent``, ``QUOTA``), the write pool
   when a job of an AppWrapper finished (``Written``), status sync (``StatusRetry``), timers of the dispatcher
   (``MinAvailableCheck``, ``DeadlineCheck``, ``DispatchRetry``, ``PodCounts``, ``HealthDue``, ``QUOTA_STATUS``,
-  ``CycleDue``),
+  ``CycleDue``, ``EstimatesDue``),
   status sync's pace (``BACKOFF_STATUS``),
   hub mode (``ClusterEvent``, ``WorkerCleanup``), the API server coming back (``RECOVERED``), other threads (``CALL``),
   the loop itself after a change (``PUBLISH``).
@@ -123,6 +123,11 @@ class RoomFreed:
 
 
 @dataclass(frozen=True, slots=True)
+class EstimatesDue:
+    """Queued AppWrappers' expected starts are due to be judged again for their status (``mcad.loop.cycle``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Call:
     """Run the work other threads handed to the dispatcher thread (reads of its state for /debug)."""
 
@@ -162,10 +167,11 @@ class Recovered:
 
 Key = (AppWrapperEvent | NodeEvent | PodEvent | Written | StatusRetry | DispatchRetry | MinAvailableCheck
        | DeadlineCheck | PodCounts | ClusterEvent | WorkerCleanup | Dispatch | Call | QuotaChanged | QuotaStatus
-       | Publish | Recovered | HealthDue | BackoffStatus | RoomFreed | CycleDue | FairShareSave)
+       | Publish | Recovered | HealthDue | BackoffStatus | RoomFreed | CycleDue | FairShareSave | EstimatesDue)
 
 DISPATCH = Dispatch()
 ROOM_FREED = RoomFreed()
+ESTIMATES_DUE = EstimatesDue()
 FAIR_SHARE_SAVE = FairShareSave()
 CALL = Call()
 QUOTA = QuotaChanged()

@@ -24,13 +24,16 @@ Contract:
   scheduler could not place, with their ``PodScheduled=False`` condition, as upstream writes it: at most
   ``MAX_PENDING_PODS`` pods, sorted by name, messages cut to ``views.MAX_SCHEDULER_MESSAGE`` characters; absent
   when none is unschedulable, and dropped at every (re)dispatch, requeue and final state.
+- ``estimatedStart`` (RFC 3339, to the nearest second) is when a queued AppWrapper is expected to start
+  (``mcad.model.estimate``); when that is not known, it is absent and ``estimateWhy`` says why (``with_estimate``).
+  Both are carried along while it waits and dropped when it is dispatched, requeued or reaches a final state.
 - Every builder returns a new dict; inputs are never mutated.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from mcad.api.appwrapper import State
@@ -75,6 +78,8 @@ MAX_RESETS_KEPT = 10
 # Hub mode, beyond upstream: whether the worker it was dispatched to can be reached, and why not.
 CLUSTER_AVAILABLE = "ClusterAvailable"
 CLUSTER_UNREACHABLE_TIMEOUT = "ClusterUnreachableTimeout"
+# Beyond upstream: a queued AppWrapper's expected start, or why it is not known.
+ESTIMATED_START, ESTIMATE_WHY = "estimatedStart", "estimateWhy"
 
 
 # 11 condition types are written: 20 entries keep every current value plus at least 9 past reasons (a requeued,
@@ -131,6 +136,25 @@ def _bounded(conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if len(drop) < excess:  # more types than entries allowed: only a status written by someone else has that
         drop |= set(sorted(set(range(len(conditions))) - drop)[:excess - len(drop)])
     return [c for i, c in enumerate(conditions) if i not in drop]
+
+
+def with_estimate(status: Mapping[str, Any], *, at: datetime | None, why: str = "") -> dict[str, Any]:
+    """A queued AppWrapper's expected start (``at``), or, when it is not known (None), why not."""
+    new = dict(status)
+    if at is None:
+        new.pop(ESTIMATED_START, None)
+        new[ESTIMATE_WHY] = why
+    else:
+        new[ESTIMATED_START] = (at + timedelta(milliseconds=500)).strftime("%Y-%m-%dT%H:%M:%SZ")  # to the second
+        new.pop(ESTIMATE_WHY, None)
+    return new
+
+
+def _without_estimate(status: dict[str, Any]) -> dict[str, Any]:
+    """No longer queued: no expected start (``status`` is a new dict of the caller's)."""
+    status.pop(ESTIMATED_START, None)
+    status.pop(ESTIMATE_WHY, None)
+    return status
 
 
 def _base(status: Mapping[str, Any], now: datetime, priority: int) -> dict[str, Any]:
@@ -190,7 +214,7 @@ def dispatched(status: Mapping[str, Any], now: datetime, *, priority: int, reque
     new.pop("message", None)
     if cluster:
         new["targetClusterName"] = cluster
-    return new
+    return _without_estimate(new)
 
 
 def _asserted(old: Mapping[str, Any], type_: str, now: datetime, /, **condition: Any) -> dict[str, Any]:
@@ -221,7 +245,7 @@ def requeued(status: Mapping[str, Any], now: datetime, *, priority: int, reason:
                requeueingTimeInSeconds=requeue_wait, pending=0, running=0, Succeeded=0, failed=0)
     new.pop("targetClusterName", None)
     new.pop("pendingpodconditions", None)
-    return new
+    return _without_estimate(new)
 
 
 def is_draining(status: Mapping[str, Any]) -> bool:
@@ -244,7 +268,7 @@ def completed(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     new.update(state=State.COMPLETED.value, canrun=False, queuejobstate=COMPLETED)
     new.pop("message", None)
     new.pop("pendingpodconditions", None)
-    return new
+    return _without_estimate(new)
 
 
 def failed(status: Mapping[str, Any], now: datetime, *, priority: int, reason: str, message: str,
@@ -259,7 +283,7 @@ def failed(status: Mapping[str, Any], now: datetime, *, priority: int, reason: s
     new["conditions"] = with_condition(conditions, FAILED, now, reason=reason, message=message)
     new.update(state=State.FAILED.value, canrun=False, queuejobstate=FAILED, message=message)
     new.pop("pendingpodconditions", None)  # its pods are no longer followed
-    return new
+    return _without_estimate(new)
 
 
 def unhealthy(status: Mapping[str, Any], now: datetime, *, reason: str, message: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcad.metrics import PUBLISH_INTERVAL_SECONDS
+from mcad.model.status import BACKOFF, latest
 from mcad.serve import server
 from mcad.wiring import BACKOFF_STATUS_BURST
 from test.component.harness import aw, node
@@ -24,7 +25,16 @@ def dispatched(h: Any) -> list[str]:
 
 
 def backoffs(h: Any) -> list[str]:
-    return [name for name, status in h.writer.statuses if status.get("queuejobstate") == "Backoff"]
+    """Who each Backoff write told, in order: a write whose Backoff condition is new for its AppWrapper (an expected
+    start written later carries the same condition, and is not a Backoff told again)."""
+    told: list[str] = []
+    last: dict[str, Any] = {}
+    for name, status in h.writer.statuses:
+        backoff = latest(status.get("conditions"), BACKOFF) if status.get("queuejobstate") == BACKOFF else None
+        if backoff is not None and last.get(name) != backoff:
+            told.append(name)
+            last[name] = backoff
+    return told
 
 
 def test_backoff_statuses_go_out_at_the_rate_after_a_burst_each_once(harness_factory: Any) -> None:
@@ -43,6 +53,9 @@ def test_backoff_statuses_go_out_at_the_rate_after_a_burst_each_once(harness_fac
     h.clock.advance(10)
     h.drain()
     assert sorted(backoffs(h)) == names, "every one told once, none twice"
+    # The expected starts of the first 100 (mcad.loop.notices) share the pace: they are out a few seconds later.
+    h.clock.advance(5)
+    h.drain()
     assert h.dispatcher.owners.decisions.sync.paced_count() == 0
 
 

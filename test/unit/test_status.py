@@ -249,3 +249,19 @@ def test_pending_pod_conditions_go_with_the_dispatch_they_belong_to() -> None:
         assert "pendingpodconditions" not in after
     assert status.hold_completion(stuck, T2)["pendingpodconditions"], "still dispatched: still followed"
 
+
+
+def test_the_expected_start_is_kept_while_queued_and_dropped_when_it_leaves_the_queue() -> None:
+    queued = status.queued({}, T0, priority=0, why="short of cpu")
+    known = status.with_estimate(queued, at=T0 + timedelta(minutes=10, milliseconds=600))
+    assert known["estimatedStart"] == "2026-11-21T12:10:01Z", "RFC 3339, to the nearest second"
+    assert "estimateWhy" not in known and known["conditions"] == queued["conditions"], "nothing else changes"
+    unknown = status.with_estimate(known, at=None, why="no limits")
+    assert "estimatedStart" not in unknown and unknown["estimateWhy"] == "no limits"
+    assert status.with_estimate(unknown, at=T0)["estimatedStart"] == "2026-11-21T12:00:00Z"
+    assert status.queued(known, T1, priority=0, why="short of memory")["estimatedStart"] == known["estimatedStart"]
+    for gone in (status.dispatched(known, T1, priority=0), status.dispatched(unknown, T1, priority=0),
+                 status.failed(unknown, T1, priority=0, reason="InvalidSpec", message="bad"),
+                 status.completed(known, T1),
+                 status.requeued(known, T1, priority=0, reason="r", message="m", requeuings=1, requeue_wait=1)):
+        assert "estimatedStart" not in gone and "estimateWhy" not in gone, gone
