@@ -129,7 +129,7 @@ def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int | None
     page: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
     total = page.get("queuedTotal", len(queued))
     lines = [f"{controller_line(doc)}: {total} queued, {len(running)} dispatched"
-             + (f", {paused} resetting" if paused else ""), ""]
+             + (f", {paused} resetting" if paused else ""), *standing_lines(doc), ""]
     offset = page.get("offset", 0)
     if queued:
         lines += _queued_table(queued, width=width, wide=wide)
@@ -161,6 +161,55 @@ def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int | None
         lines += _dispatched_table(running, generated_at=doc.get("generatedAt")) if running else [
             "No AppWrappers are dispatched."]
     return lines
+
+
+# Tenants `mcadctl queue` names one line each (a cluster-wide reader may see hundreds; -o json has them all).
+MAX_TENANT_LINES = 10
+
+
+def standing_lines(doc: Mapping[str, Any]) -> list[str]:
+    """Where the reader stands (``aheadOfYou``, ``fairShare``; none from a controller that does not say): what is
+    ahead of its first queued AppWrapper of each namespace, others' only as counts, and fair-share usage."""
+    lines = []
+    for first in doc.get("aheadOfYou") or []:
+        if not isinstance(first, Mapping):
+            continue
+        parts = [f"{n} in {namespace}" for namespace, n in (first.get("named") or {}).items()]
+        others = first.get("others") or {}
+        if others.get("appwrappers"):
+            counts = ", ".join(str(n) for n in others.get("counts") or [])
+            parts.append(f"{others['appwrappers']} in {others.get('namespaces')} other namespace(s)"
+                         + (f" ({counts})" if counts else ""))
+        lines.append(f"Ahead of {_text(first.get('namespace'))}/{_text(first.get('name'))} (position "
+                     f"{_text(first.get('position'))}): {_text(first.get('ahead'))}"
+                     + (f": {'; '.join(parts)}" if parts else ""))
+    if "aheadOfYou" in doc and not doc.get("aheadOfYou"):
+        lines.append("None of your AppWrappers is queued.")
+    fair = doc.get("fairShare")
+    if not isinstance(fair, Mapping):
+        return lines
+    if not fair.get("enabled"):
+        return [*lines, "Fair sharing is off (the controller's --fair-sharing): priority, then creation time."]
+    named = [t for t in fair.get("named") or [] if isinstance(t, Mapping)]
+    others = fair.get("others") or {}
+    line = (f"Fair sharing (usage decays with a half-life of {age(fair.get('halfLifeSeconds'))}; rank 1 used least "
+            f"and goes first among equal priorities): {_text(fair.get('tenants'))} tenant(s) with usage")
+    if others.get("tenants"):
+        line += (f"; {others['tenants']} other(s) hold least {_percent(others.get('leastFraction'))}, median "
+                 f"{_percent(others.get('medianFraction'))}, most {_percent(others.get('mostFraction'))}")
+    lines.append(line)
+    for tenant in named[:MAX_TENANT_LINES]:
+        lines.append(f"  {_text(tenant.get('tenant'))}: {_percent(tenant.get('fraction'))} of all usage, rank "
+                     f"{_text(tenant.get('rank'))}")
+    if len(named) > MAX_TENANT_LINES:
+        lines.append(f"  ... and {len(named) - MAX_TENANT_LINES} more (-o json lists them all)")
+    if not named and others.get("tenants") is not None and "aheadOfYou" in doc:
+        lines.append("  none of your tenants has usage recorded: they go first")
+    return lines
+
+
+def _percent(fraction: Any) -> str:
+    return f"{fraction * 100:.1f}%" if isinstance(fraction, (int, float)) else "-"
 
 
 def _queued_table(queued: Sequence[Mapping[str, Any]], *, width: int | None, wide: bool) -> list[str]:

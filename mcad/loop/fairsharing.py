@@ -14,7 +14,10 @@ Contract:
   store of ``mcad.model.tenancy.NamespacePolicy``; none given, or the Namespace not known: 1), a
   ``quota:<tree>/<node>`` tenant's from the node in the quota forest the accountant holds now (kept per forest: a
   forest is replaced, never changed in place). Never from an AppWrapper.
-- ``usage()``: each tenant's usage now, for readers, as a copy.
+- ``usage()``: each tenant's usage now, for readers, as a copy. ``standing()``: that usage with the half-life and,
+  per quota tenant, the namespaces whose AppWrappers were dispatched under it while it had usage (what a reader of
+  those namespaces may see named, ``mcad.model.standing``); kept for tenants the ledger still knows, so bounded by
+  the tenants and the namespaces dispatched from.
 - With a ``store`` (``mcad.k8s.fairsharestore``), usage outlives the controller: ``load()`` (when the dispatcher
   starts: after a restart, or in a replica that just became the leader) adds what was saved, decayed by the wall-clock
   time since it was saved; ``save()`` hands a write of the usage now to the write pool and is due again
@@ -41,6 +44,7 @@ from mcad.model.accounting import Accountant, Snapshot
 from mcad.model.fairshare import FairPass, FairShare, share, tenant_of
 from mcad.model.fairweight import DEFAULT_WEIGHT
 from mcad.model.quota import Forest
+from mcad.model.standing import NAMESPACE_TENANT, FairUsage
 from mcad.model.tenancy import NamespacePolicy
 
 log = structlog.get_logger("mcad.fairsharing")
@@ -62,6 +66,7 @@ class FairSharing:
         self._namespaces = namespaces
         # The quota nodes' weights other than 1, by tenant, for the forest they were read from.
         self._node_weights: tuple[Forest | None, dict[str, float]] = (None, {})
+        self._dispatched_from: dict[str, set[str]] = {}  # quota tenant -> namespaces dispatched under it
 
     @property
     def stored(self) -> bool:
@@ -113,6 +118,8 @@ class FairSharing:
             return
         tenant, amount = self.tenant(aw), share(aw.demand, self._accountant.ledger.capacity())
         self._held[aw.key] = (tenant, amount)
+        if not tenant.startswith(NAMESPACE_TENANT):
+            self._dispatched_from.setdefault(tenant, set()).add(aw.namespace)
         self.ledger.change(self._clock.monotonic(), tenant, amount)
 
     def undispatched(self, key: str) -> None:
@@ -147,3 +154,10 @@ class FairSharing:
 
     def usage(self) -> dict[str, float]:
         return self.ledger.usage_at(self._clock.monotonic())
+
+    def standing(self) -> FairUsage:
+        usage = self.usage()
+        for tenant in [tenant for tenant in self._dispatched_from if tenant not in usage]:
+            del self._dispatched_from[tenant]  # forgotten by the ledger: no usage left to tell of
+        return FairUsage(self.ledger.half_life, usage,
+                         {tenant: frozenset(namespaces) for tenant, namespaces in self._dispatched_from.items()})

@@ -27,6 +27,7 @@ from mcad.k8s.informer import Store
 from mcad.loop.owners import Owners, Settings
 from mcad.model.assess import QueueAssessment
 from mcad.model.fit import Targets
+from mcad.model.standing import FairUsage
 
 
 class LoopView:
@@ -51,6 +52,11 @@ class LoopView:
     def topology_levels(self) -> tuple[str, ...]:
         """The node label keys of the cluster's topology (--topology-level), largest first; () when none."""
         return self._settings.topology_levels
+
+    def fair_usage(self) -> FairUsage | None:
+        """Each tenant's fair-share usage now (``FairSharing.standing``); None when fair sharing is off."""
+        fair = self._owners.fair
+        return None if fair is None else fair.standing()
 
     # -- AppWrappers --------------------------------------------------------------------------------------------
 

@@ -15,7 +15,11 @@ Contract:
     their retry pause after a reset (state Resetting, with their resets, retryLimit and when the pause ends), then
     dispatched ones (with their health: Healthy, Unhealthy or AtRisk and its reason), one page of them (``limit``
     at most ``MAX_PAGE``), with the counts by state and the namespaces (at most ``MAX_NAMESPACES``) the filters
-    offer. The page never holds the whole backlog.
+    offer. The page never holds the whole backlog. A queued row carries its ``estimatedStart`` (None, with
+    ``estimateWhy``, when unknown). ``fairShare`` and ``aheadOfYou`` say where the reader stands
+    (``mcad.serve.queuereport.QueueReport.standing``): for one who may list some namespaces, its own tenants named
+    and the others only counted; for a cluster-wide reader, every tenant, and ``aheadOfYou`` for the namespace it
+    filters on (null without one).
   - ``explain?namespace=&name=``: ``/debug/explain``'s document (``mcadctl explain``'s text, and its fault
     tolerance: health, what is due and when, retry pause, resets, policy) with the labels,
     the annotations kept for display (``mcad.api.appwrapper.shown_annotations``) and the recent Events this
@@ -177,10 +181,15 @@ class Dashboard:
         namespaces, counts = report.counts(visible, only_namespace)
         total = counts.get(only_state, 0) if only_state else sum(counts.values())
         page = islice(report.select(visible, only_namespace, only_state, skip=offset), limit)
+        # Where the reader stands: its own namespaces' (a cluster-wide reader's: the one it filters on, if any),
+        # others named only to a cluster-wide reader.
+        standing = (report.standing(visible, visible) if visible is not None else
+                    report.standing(frozenset({only_namespace}) if only_namespace else None, None))
         return {"controller": report.header.get("controller"), "generatedAt": report.header.get("generatedAt"),
                 "total": total, "offset": offset, "limit": limit, "counts": dict(sorted(counts.items())),
                 "namespaces": sorted(namespaces)[:MAX_NAMESPACES],
-                "rows": [_row(report.row(entry)) for entry in page], "reservations": report.reservations_in(visible)}
+                "rows": [_row(report.row(entry)) for entry in page], "reservations": report.reservations_in(visible),
+                "fairShare": standing.get("fairShare"), "aheadOfYou": standing.get("aheadOfYou")}
 
     # ------------------------------------------------------------------------------------------ explain
 
@@ -312,6 +321,8 @@ def _row(aw: Mapping[str, Any]) -> dict[str, Any]:
             "pods": sum(phases.values()) if phases is not None else pods, "podPhases": phases,
             "ageSeconds": aw.get("ageSeconds"), "why": aw.get("why", ""), "fitsNow": aw.get("fitsNow"),
             "requeuings": aw.get("requeuings", 0), "dispatchedAt": aw.get("dispatchedAt"),
+            # A queued one's expected start (None: unknown, and estimateWhy says why).
+            "estimatedStart": aw.get("estimatedStart"), "estimateWhy": aw.get("estimateWhy", ""),
             # Fault tolerance: a dispatched one's health, one in its retry pause's resets and when the pause ends.
             "health": aw.get("health"), "healthReason": aw.get("healthReason", ""),
             "resetReason": aw.get("reason", ""), "resettingCount": aw.get("resettingCount"),

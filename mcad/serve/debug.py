@@ -17,6 +17,8 @@ Contract:
 - The ledger document names the configured topology levels (``topologyLevels``, largest first: the controller's
   --topology-level) and, per node, its ``topology``: the value of each of those labels it carries (none other), so a
   reader can add up the room of each domain (``mcadctl ledger --topology``, the dashboard's heat map).
+- The queue document carries ``fairShare`` (each tenant's fair-share usage, or that fair sharing is off) and, for a
+  reader of some namespaces, ``aheadOfYou`` (``mcad.serve.queuereport.QueueReport.standing``).
 - The queue's "why" is computed now, by the dispatch cycle's own pass run dry (``LoopView.assess_queue``), not read
   back from the Backoff condition (which is rewritten only when what blocks an AppWrapper changes).
 - ``mcadctl --offline`` builds the same ``Reports`` over a dispatcher nobody runs (``mcad.cli.offline``): the same
@@ -119,7 +121,7 @@ class Reports:
             }))
         return QueueReport(self._header(), now, assessed, v.appwrappers.get, v.intents(),
                            reservations, [row for _, row in sorted(resetting, key=lambda r: r[0])],
-                           [row for _, row in sorted(dispatched, key=lambda r: r[0])])
+                           [row for _, row in sorted(dispatched, key=lambda r: r[0])], v.fair_usage())
 
     def _resetting_row(self, aw: AppWrapperView, current: StatusView, now: datetime) -> Document:
         policy = self.view.health_policy(aw)

@@ -20,6 +20,15 @@ Contract:
   (among the queued ones ``visible`` holds; None: all), every resetting and dispatched one, and ``page``:
   ``{"offset", "limit", "queuedTotal"}``. Costs the rows it makes plus a scan of the orders it skips (as
   ``select``'s ``skip``), never a formatted whole queue (what a whole-cluster reader of a deep queue asks for).
+- ``standing(visible, names)``: where the reader stands (``mcad.model.standing``), which ``document_in``,
+  ``page_in`` and ``document`` carry: ``fairShare`` (fair sharing's usage: the tenants of ``names`` by name, the
+  others as a distribution; ``{"enabled": false}`` without --fair-sharing), ranked once per report in
+  O(tenants log tenants), then O(tenants) a reader; and for a reader of some namespaces (``visible`` not None)
+  ``aheadOfYou``: for each of them, its first queued AppWrapper, its position and what is ahead of it, by
+  namespace for those of ``names`` (None: every one), else only counted. ``document_in`` and ``page_in`` name
+  ``visible``'s alone unless told ``all_named`` (a reader with cluster-wide rights who asked for one namespace).
+  Costs a walk of the orders up to the last of those first AppWrappers. A report ``of`` a document keeps that
+  document's.
 - ``entries()``: every entry (O(queue), kept). ``document()``: the whole document (``header``, ``queued``,
   ``resetting``, ``dispatched``, ``reservations``), formatted on the first call and kept (``mcad.serve.snapshots``
   decides who calls it, and counts what it cost).
@@ -43,11 +52,13 @@ from mcad.model import lifecycle
 from mcad.model.assess import Assessment, QueueAssessment
 from mcad.model.estimate import Estimate
 from mcad.model.pending import Order
+from mcad.model.standing import FairTable, FairUsage, ahead, off
 
 Document = dict[str, Any]
 # The lists of AppWrappers in the queue document, each entry with its namespace: what a reader's rights filter.
 QUEUE_LISTS = ("queued", "resetting", "dispatched")
 MAX_QUEUE_PAGE = 10_000  # queued rows in one page of the document (/debug/queue?limit=; about 4 MB)
+STANDING = ("fairShare", "aheadOfYou")  # what ``standing`` adds to a document
 QUEUED = "Queued"  # what a queued AppWrapper's state is unless the walk judged it otherwise (Preempting, Draining)
 
 
@@ -76,8 +87,12 @@ class QueueReport:
     def __init__(self, header: Mapping[str, Any], now: datetime, assessed: QueueAssessment | None,
                  get: Callable[[str], AppWrapperView | None], intent: Callable[[AppWrapperView], StatusView | None],
                  reservations: Sequence[Mapping[str, Any]], resetting: Sequence[Document],
-                 dispatched: Sequence[Document]) -> None:
+                 dispatched: Sequence[Document], fair: FairUsage | None = None, *, formatted: bool = False) -> None:
         self.header = dict(header)
+        self._fair = fair
+        self._fair_table: FairTable | None = None
+        self._formatted = formatted  # made ``of`` a document: what it told of standing is in ``_told``
+        self._told: Document = {}
         self.reservations = [dict(r) for r in reservations]
         self._now = now
         self._assessed = assessed
@@ -92,8 +107,11 @@ class QueueReport:
 
     @classmethod
     def of(cls, document: Mapping[str, Any]) -> QueueReport:
-        report = cls({key: value for key, value in document.items() if key not in (*QUEUE_LISTS, "reservations")},
-                     datetime.min, None, lambda key: None, lambda aw: None, document.get("reservations", []), (), ())
+        report = cls({key: value for key, value in document.items()
+                      if key not in (*QUEUE_LISTS, "reservations", *STANDING)},
+                     datetime.min, None, lambda key: None, lambda aw: None, document.get("reservations", []), (), (),
+                     formatted=True)
+        report._told = {key: document[key] for key in STANDING if key in document}
         report._others = [Entry(aw["namespace"], aw["state"], listed, aw)
                           for listed in QUEUE_LISTS for aw in document.get(listed, [])]
         report._document = dict(document)
@@ -142,20 +160,48 @@ class QueueReport:
         return [held for held in self.reservations
                 if _sees(visible, _namespace(held["appwrapper"]))]
 
-    def document_in(self, visible: frozenset[str]) -> Document:
-        """The document as a reader who may list only ``visible``'s AppWrappers sees it (made anew each time)."""
-        return self._document_of(self.select(visible), self.reservations_in(visible))
+    def document_in(self, visible: frozenset[str], *, all_named: bool = False) -> Document:
+        """The document as a reader who may list only ``visible``'s AppWrappers sees it (made anew each time);
+        ``all_named``: the reader may see every namespace named (cluster-wide rights; see ``standing``)."""
+        return {**self._document_of(self.select(visible), self.reservations_in(visible)),
+                **self.standing(visible, None if all_named else visible)}
 
-    def page_in(self, visible: frozenset[str] | None, offset: int, limit: int) -> Document:
+    def page_in(self, visible: frozenset[str] | None, offset: int, limit: int, *,
+                all_named: bool = False) -> Document:
         """The document as ``visible`` sees it (None: everything), its queued list cut to ``limit`` rows from
-        ``offset`` (positions stay those of the whole queue)."""
+        ``offset`` (positions stay those of the whole queue); ``all_named``: as for ``document_in``."""
         others = [entry for entry in self._others if _sees(visible, entry.namespace)]
         queued = self._skipping(self._listed(visible, "", ""),
                                 (entry for entry in others if entry.listed_in == "queued"), offset)
         rest = (entry for entry in others if entry.listed_in != "queued")
         document = self._document_of(chain(islice(queued, limit), rest), self.reservations_in(visible))
+        document.update(self.standing(visible, None if all_named else visible))
         document["page"] = {"offset": offset, "limit": limit, "queuedTotal": self._queued_total(visible)}
         return document
+
+    def standing(self, visible: frozenset[str] | None, names: frozenset[str] | None) -> Document:
+        """``fairShare`` and, for a reader of some namespaces, ``aheadOfYou`` (see the module docstring)."""
+        if self._formatted:
+            # What the document said, to a reader of everything; another is told only that fair sharing is off,
+            # if so (the names in it cannot be told apart any more).
+            if names is None:
+                return dict(self._told)
+            return {"fairShare": off()} if self._told.get("fairShare") == off() else {}
+        told: Document = {"fairShare": self._fair_told(names)}
+        if visible is not None:
+            assessed = self._assessed
+            told["aheadOfYou"] = [] if assessed is None else ahead(assessed.orders, sorted(visible), names,
+                                                                   assessed.per_namespace)
+        return told
+
+    def _fair_told(self, names: frozenset[str] | None) -> Document:
+        if self._fair is None:
+            return off()
+        with self._lock:
+            if self._fair_table is None:
+                self._fair_table = FairTable(self._fair)
+            table = self._fair_table
+        return table.told(names)
 
     def _queued_total(self, visible: frozenset[str] | None) -> int:
         assessed = self._assessed
@@ -179,8 +225,18 @@ class QueueReport:
         entries = self.entries()
         with self._lock:
             if self._document is None:
-                self._document = self._document_of(entries, self.reservations)
+                self._document = {**self._document_of(entries, self.reservations), **self._whole_standing()}
             return self._document
+
+    def _whole_standing(self) -> Document:
+        """``standing`` for a reader of everything, made under the lock already held."""
+        if self._formatted:
+            return dict(self._told)
+        if self._fair is None:
+            return {"fairShare": off()}
+        if self._fair_table is None:
+            self._fair_table = FairTable(self._fair)
+        return {"fairShare": self._fair_table.told(None)}
 
     def _document_of(self, entries: Iterable[Entry], reservations: Sequence[Mapping[str, Any]]) -> Document:
         lists: dict[str, list[Document]] = {listed: [] for listed in QUEUE_LISTS}

@@ -15,7 +15,9 @@ Contract:
     own non-resource URL (``/debug/ledger`` ...).
   - ``GET /debug/queue``: only the AppWrappers of namespaces where the caller may ``list`` appwrappers
     (workload.codeflare.dev): one cluster-wide check, then one per namespace shown (positions stay those of the
-    whole queue). 403 when it may list them in no namespace that holds any AppWrapper. ``?namespace=NS``: NS's
+    whole queue). 403 when it may list them in no namespace that holds any AppWrapper. Such a reader is also told
+    ``aheadOfYou`` and ``fairShare`` with other namespaces and tenants only counted, never named
+    (``mcad.model.standing``); with cluster-wide rights, ``fairShare`` names every tenant. ``?namespace=NS``: NS's
     rows and reservations alone (only those are formatted: at 100,000 queued the whole document is tens of MB);
     403 unless the caller may list them in NS, 400 for a name that is not a namespace's. ``?limit=N&offset=M``:
     only N queued rows from place M on (N at most ``MAX_QUEUE_PAGE``; the resetting and dispatched ones all) and
@@ -241,15 +243,17 @@ class DebugEndpoints:
             return self._unknown(part[1], part[2])
         if part == "queue":
             report = as_report(snapshot.documents[part])
+            all_named = False  # whether the rows' reader may see every namespace named (aheadOfYou, fairShare)
             if only:  # checked above: formats that namespace's rows alone
                 visible: frozenset[str] | None = frozenset({only})
+                all_named = access.may_list(user, "")  # answered above, from the cache
             else:
                 shown = report.namespaces() | {held["appwrapper"].partition("/")[0] for held in report.reservations}
                 visible = access.visible(user, shown, snapshot.namespaces)
             if page is not None:
-                return 200, report.page_in(visible, *page)
+                return 200, report.page_in(visible, *page, all_named=all_named)
             if visible is not None:
-                return 200, report.document_in(visible)
+                return 200, report.document_in(visible, all_named=all_named)
         return 200, snapshot.encoded(part)
 
     @staticmethod

@@ -178,7 +178,8 @@ function queueRow(row) {
   tr.append(el("td", { class: "position", "data-label": "#" }), el("td", { class: "state", "data-label": "State" }),
     el("td", { class: "priority", "data-label": "Priority" }), el("td", { class: "namespace", "data-label": "Namespace" }),
     el("td", { class: "name", "data-label": "Name" }, open), el("td", { class: "demand", "data-label": "Demand" }),
-    el("td", { class: "age", "data-label": "Age" }), el("td", { class: "why", "data-label": "Why" }));
+    el("td", { class: "age", "data-label": "Age" }), el("td", { class: "expected", "data-label": "Expected start" }),
+    el("td", { class: "why", "data-label": "Why" }));
   return tr;
 }
 
@@ -202,6 +203,11 @@ function updateRow(tr, row) {
   setText($(".namespace", tr), row.namespace);
   setText($(".demand", tr), demand(row.demand));
   setText($(".age", tr), row.position != null ? age(row.ageSeconds) : since(row.dispatchedAt));
+  // A queued one's estimate (an estimate, not a promise); "unknown" when none could be made, with why on hover.
+  const expected = $(".expected", tr);
+  setText(expected, row.position == null ? "" : (row.estimatedStart || "unknown"));
+  if (row.position != null && !row.estimatedStart && row.estimateWhy) expected.title = row.estimateWhy;
+  else expected.removeAttribute("title");
   let why = row.why || "";
   if (row.state === "Resetting") {
     why = `retry pause after reset (${row.resetReason || "unknown cause"}; ${row.resettingCount ?? 0} of ` +
@@ -213,7 +219,57 @@ function updateRow(tr, row) {
   tr.classList.toggle("selected", tr.dataset.key === state.selected);
 }
 
+// Where the reader stands: what is ahead of its first queued AppWrapper of each namespace (others' only counted)
+// and its tenants' fair-share usage against the others'.
+function aheadText(a) {
+  const named = Object.entries(a.named || {}).map(([ns, n]) => `${n} in ${ns}`);
+  const others = a.others || {};
+  if (others.appwrappers) {
+    const counts = (others.counts || []).join(", ");
+    named.push(`${others.appwrappers} of ${others.namespaces} other namespace(s)${counts ? ` (${counts})` : ""}`);
+  }
+  return `${a.namespace}/${a.name} is at position ${a.position}: ${a.ahead} ahead` +
+    (named.length ? ` — ${named.join("; ")}` : "");
+}
+
+function percent(fraction) {
+  return fraction == null ? "–" : `${(fraction * 100).toFixed(1)}%`;
+}
+
+function renderStanding(doc) {
+  const ahead = doc.aheadOfYou;
+  const fair = doc.fairShare;
+  $("#standing").hidden = ahead == null && fair == null;
+  const items = (ahead || []).map((a) => el("li", { text: aheadText(a) }));
+  if (ahead && !items.length) items.push(el("li", { text: "none of your AppWrappers is queued" }));
+  if (ahead == null) items.push(el("li", { text: "pick a namespace to see what is ahead of its AppWrappers" }));
+  const list = $("#ahead");
+  const texts = items.map((li) => li.textContent);
+  if ([...list.children].map((li) => li.textContent).join("\n") !== texts.join("\n")) list.replaceChildren(...items);
+  let line = "fair sharing is off: the queue goes by priority, then creation time";
+  const tenants = [];
+  if (fair && fair.enabled) {
+    const others = fair.others || {};
+    line = `fair sharing on (half-life ${age(fair.halfLifeSeconds)}; rank 1 used least and goes first among equal ` +
+      `priorities), ${fair.tenants} tenant(s) with usage`;
+    if (others.tenants) {
+      line += `; ${others.tenants} other(s): least ${percent(others.leastFraction)}, median ` +
+        `${percent(others.medianFraction)}, most ${percent(others.mostFraction)}`;
+    }
+    for (const t of fair.named || []) {
+      tenants.push(`${t.tenant}: ${percent(t.fraction)} of all usage, rank ${t.rank} of ${fair.tenants}`);
+    }
+    if (!(fair.named || []).length) tenants.push("no usage recorded for your tenants: they go first");
+  }
+  setText($("#fair-share"), line);
+  const tenantList = $("#fair-share-tenants");
+  if ([...tenantList.children].map((li) => li.textContent).join("\n") !== tenants.join("\n")) {
+    tenantList.replaceChildren(...tenants.map((text) => el("li", { text })));
+  }
+}
+
 function renderQueue(doc) {
+  renderStanding(doc);
   fillSelect($("#filter-namespace"), doc.namespaces, state.namespace);
   const counts = doc.counts || {};
   fillSelect($("#filter-state"), Object.keys(counts), state.stateFilter, (s) => `${s} (${counts[s] ?? 0})`);

@@ -3,6 +3,7 @@ document, and a page reads and formats only its own rows, whatever the queue's l
 
 from __future__ import annotations
 
+import json
 from itertools import islice
 from typing import Any
 
@@ -87,8 +88,53 @@ def test_a_page_of_the_document_cuts_the_queued_list_only(harness_factory: Any) 
     page = report.page_in(frozenset({"team-b"}), 5, 3)
     assert page["queued"] == team_b[5:8] and page["page"]["queuedTotal"] == len(team_b)
     assert page["dispatched"] == [], "team-a's"
-    assert {key: value for key, value in page.items() if key not in (*QUEUE_LISTS, "page")} == {
+    assert {key: value for key, value in page.items() if key not in (*QUEUE_LISTS, "page", "aheadOfYou")} == {
         key: value for key, value in whole.items() if key not in QUEUE_LISTS}
     formatted = QueueReport.of(whole)
-    assert formatted.page_in(frozenset({"team-b"}), 5, 3) == page
+    assert formatted.page_in(frozenset({"team-b"}), 5, 3) == {
+        key: value for key, value in page.items() if key != "aheadOfYou"}, "a formatted document cannot tell it"
     assert formatted.page_in(None, 0, 1000)["queued"] == whole["queued"]
+
+
+def test_a_reader_of_one_namespace_is_told_what_is_ahead_as_counts(harness_factory: Any) -> None:
+    """aheadOfYou: team-b's first queued AppWrapper, its place in the whole queue and how many are ahead, counted
+    but never named (team-a is another tenant's); a cluster-wide reader who asked for team-b sees team-a named, and
+    one reading everything is told no aheadOfYou at all. Fair sharing is off here, and the document says so."""
+    h = queue_of(harness_factory)
+    report = Reports(h.dispatcher.view, lambda: {}).queue_deferred()
+    whole = report.document()
+    first_b = next(row for row in whole["queued"] if row["namespace"] == "team-b")
+    ahead = first_b["position"] - 1
+    assert ahead > 0 and all(row["namespace"] == "team-a" for row in whole["queued"][:ahead])
+    for told in (report.page_in(frozenset({"team-b"}), 0, 5), report.document_in(frozenset({"team-b"}))):
+        assert told["aheadOfYou"] == [{"namespace": "team-b", "name": first_b["name"],
+                                       "position": first_b["position"], "ahead": ahead, "named": {},
+                                       "others": {"appwrappers": ahead, "namespaces": 1, "counts": [ahead]}}]
+        assert told["fairShare"] == {"enabled": False}
+        assert "team-a" not in json.dumps(told), "another namespace's name, or its AppWrappers' names"
+    named = report.page_in(frozenset({"team-b"}), 0, 5, all_named=True)["aheadOfYou"][0]
+    assert named["named"] == {"team-a": ahead} and named["others"]["appwrappers"] == 0
+    assert "aheadOfYou" not in report.page_in(None, 0, 5) and "aheadOfYou" not in whole
+    assert whole["fairShare"] == report.page_in(None, 0, 5)["fairShare"] == {"enabled": False}
+    assert report.page_in(frozenset({"nobody"}), 0, 5)["aheadOfYou"] == []
+
+
+def test_fair_share_usage_of_the_readers_tenant_against_the_others(harness_factory: Any) -> None:
+    """With fair sharing: a reader of team-b is told its tenant's usage, share of the total and rank by name and
+    the others' as a distribution; a cluster-wide reader every tenant by name."""
+    aws = [in_namespace(gang_aw(f"a{i}", 1, {"cpu": "1"}), "team-a") for i in range(3)]
+    aws.append(in_namespace(gang_aw("b0", 1, {"cpu": "1"}), "team-b"))
+    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=aws, fit="aggregate", fair_sharing=True)
+    h.drain()
+    h.lw["aw"].add(in_namespace(gang_aw("waits", 1, {"cpu": "1"}), "team-b"))
+    h.clock.advance(600)
+    h.drain()
+    report = Reports(h.dispatcher.view, lambda: {}).queue_deferred()
+    fair = report.page_in(frozenset({"team-b"}), 0, 5)["fairShare"]
+    assert fair["enabled"] and fair["tenants"] == 2 and fair["halfLifeSeconds"] > 0
+    assert [(t["tenant"], t["fraction"], t["rank"]) for t in fair["named"]] == [("namespace:team-b", 0.25, 1)]
+    assert fair["others"] == {"tenants": 1, "leastFraction": 0.75, "medianFraction": 0.75, "mostFraction": 0.75}
+    assert "team-a" not in json.dumps(report.page_in(frozenset({"team-b"}), 0, 5))
+    everyone = report.document()["fairShare"]
+    assert [(t["tenant"], t["rank"]) for t in everyone["named"]] == [("namespace:team-b", 1), ("namespace:team-a", 2)]
+    assert everyone["others"]["tenants"] == 0
