@@ -142,8 +142,15 @@ def queue(opts: Options, namespace: str | None, dispatched: bool, limit: int, of
     Columns: POSITION (place in the whole queue), NAMESPACE, NAME, PRIORITY, AGE (since creation), STATE (Queued;
     Draining: requeued, waiting for its old pods to go; Preempting: waiting for its victims to leave), DEMAND (what
     the whole gang requests) and WHY (what is short). WHY is cut to the terminal width (not in a pipe); -o wide
-    prints it in full, with PODS, REQUEUINGS and FITS-NOW. From the controller's /debug/queue (or --offline).
-    Shows the first --limit queued rows; json and yaml add `page` (offset, limit, queuedTotal).
+    prints it in full, with PODS, REQUEUINGS, FITS-NOW and EXPECTED-START (an estimate, not a promise). From the
+    controller's /debug/queue (or --offline). Shows the first --limit queued rows; json and yaml add `page`
+    (offset, limit, queuedTotal).
+
+    Above the table, where you stand: with rights in some namespaces only (or with -n), the position of your first
+    queued AppWrapper of each namespace and how many are ahead of it, those of namespaces you may not list only as
+    counts (never named); and fair sharing's usage (the controller's --fair-sharing): your tenants' share of all
+    usage and rank (1: used least, goes first among equal priorities), the other tenants' as least, median and
+    most. json and yaml carry them as `aheadOfYou` and `fairShare`.
     """
     # The controller formats only the page (and only that namespace's rows): the whole queue can be tens of MB.
     # Offline, or from a controller that does not page, the document comes whole and is cut here.

@@ -195,12 +195,13 @@ def standing_lines(doc: Mapping[str, Any]) -> list[str]:
     line = (f"Fair sharing (usage decays with a half-life of {age(fair.get('halfLifeSeconds'))}; rank 1 used least "
             f"and goes first among equal priorities): {_text(fair.get('tenants'))} tenant(s) with usage")
     if others.get("tenants"):
-        line += (f"; {others['tenants']} other(s) hold least {_percent(others.get('leastFraction'))}, median "
-                 f"{_percent(others.get('medianFraction'))}, most {_percent(others.get('mostFraction'))}")
+        line += (f"; {others['tenants']} other tenant(s): least {_percent(others.get('leastFraction'))}, median "
+                 f"{_percent(others.get('medianFraction'))}, most {_percent(others.get('mostFraction'))} of all "
+                 "usage")
     lines.append(line)
     for tenant in named[:MAX_TENANT_LINES]:
         lines.append(f"  {_text(tenant.get('tenant'))}: {_percent(tenant.get('fraction'))} of all usage, rank "
-                     f"{_text(tenant.get('rank'))}")
+                     f"{_text(tenant.get('rank'))} of {_text(fair.get('tenants'))}")
     if len(named) > MAX_TENANT_LINES:
         lines.append(f"  ... and {len(named) - MAX_TENANT_LINES} more (-o json lists them all)")
     if not named and others.get("tenants") is not None and "aheadOfYou" in doc:

@@ -7,8 +7,11 @@ import json
 from itertools import islice
 from typing import Any
 
+from mcad.admission.request import UserInfo
+from mcad.serve.dashboard import Dashboard, Source
 from mcad.serve.debug import Reports
 from mcad.serve.queuereport import QUEUE_LISTS, QueueReport
+from mcad.serve.snapshots import Part, Snapshot
 from test.component.harness import gang_aw, node
 
 
@@ -138,3 +141,46 @@ def test_fair_share_usage_of_the_readers_tenant_against_the_others(harness_facto
     everyone = report.document()["fairShare"]
     assert [(t["tenant"], t["rank"]) for t in everyone["named"]] == [("namespace:team-b", 1), ("namespace:team-a", 2)]
     assert everyone["others"]["tenants"] == 0
+
+
+class OneReport(Source):
+    """The dashboard's source over one report, for a reader who may list ``visible`` (None: everything)."""
+
+    def __init__(self, report: QueueReport, visible: frozenset[str] | None) -> None:
+        self.report, self.visible = report, visible
+
+    def snapshot(self, parts: set[Part], user: UserInfo | None, *, fresh_within: float | None,
+                 require: tuple[str, ...] = ()) -> Snapshot:
+        return Snapshot(0.0, {"queue": self.report}, frozenset(self.report.namespaces()))
+
+    def visible_namespaces(self, user: UserInfo | None, shown: set[str],
+                           known: frozenset[str]) -> frozenset[str] | None:
+        return self.visible
+
+    def may_list(self, user: UserInfo | None, namespace: str) -> bool:
+        return self.visible is None or namespace in self.visible
+
+
+def test_the_dashboard_queue_view_shows_standing_and_the_estimated_start(harness_factory: Any) -> None:
+    h = queue_of(harness_factory)
+    report = Reports(h.dispatcher.view, lambda: {}).queue_deferred()
+    whole = report.document()
+
+    def queue_view(visible: frozenset[str] | None, **query: str) -> dict[str, Any]:
+        answer = Dashboard(OneReport(report, visible)).view("queue", query, None)
+        assert answer.status == 200
+        return json.loads(answer.body)
+
+    tenant = queue_view(frozenset({"team-b"}))
+    assert tenant["aheadOfYou"] == report.page_in(frozenset({"team-b"}), 0, 1)["aheadOfYou"]
+    assert tenant["aheadOfYou"][0]["named"] == {} and tenant["fairShare"] == {"enabled": False}
+    assert "team-a" not in json.dumps(tenant)
+    queued = [row for row in tenant["rows"] if row["position"] is not None]
+    by_position = {row["position"]: row for row in whole["queued"]}
+    assert queued and all(row["estimatedStart"] == by_position[row["position"]]["estimatedStart"]
+                          and row["estimateWhy"] == by_position[row["position"]].get("estimateWhy", "")
+                          for row in queued)
+    everyone = queue_view(None)
+    assert everyone["aheadOfYou"] is None and everyone["fairShare"] == {"enabled": False}
+    one = queue_view(None, namespace="team-b")["aheadOfYou"][0]
+    assert one["namespace"] == "team-b" and set(one["named"]) == {"team-a"}, "a cluster-wide reader sees names"

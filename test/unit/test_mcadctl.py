@@ -193,6 +193,27 @@ def test_empty_queue_says_so() -> None:
     assert "0 queued, 0 dispatched" in lines[0]
 
 
+def test_queue_tells_a_tenant_what_is_ahead_and_its_fair_share_without_naming_others() -> None:
+    doc = {**QUEUE, "aheadOfYou": [{"namespace": "team-a", "name": "urgent", "position": 7, "ahead": 6,
+                                    "named": {"team-c": 1},
+                                    "others": {"appwrappers": 5, "namespaces": 2, "counts": [4, 1]}}],
+           "fairShare": {"enabled": True, "halfLifeSeconds": 3600.0, "tenants": 4,
+                         "named": [{"tenant": "namespace:team-a", "usage": 10.0, "fraction": 0.125, "rank": 2}],
+                         "others": {"tenants": 3, "leastFraction": 0.0, "medianFraction": 0.25,
+                                    "mostFraction": 0.625}}}
+    lines = render.queue_lines(doc)
+    assert lines[1] == "Ahead of team-a/urgent (position 7): 6: 1 in team-c; 5 in 2 other namespace(s) (4, 1)"
+    assert lines[2].startswith("Fair sharing (usage decays with a half-life of 1h;")
+    assert lines[2].endswith("4 tenant(s) with usage; 3 other tenant(s): least 0.0%, median 25.0%, most 62.5% "
+                             "of all usage")
+    assert lines[3] == "  namespace:team-a: 12.5% of all usage, rank 2 of 4"
+    assert lines[4] == "" and lines[5].split()[0] == "POSITION"
+    off = render.queue_lines({**QUEUE, "aheadOfYou": [], "fairShare": {"enabled": False}})
+    assert off[1:3] == ["None of your AppWrappers is queued.",
+                        "Fair sharing is off (the controller's --fair-sharing): priority, then creation time."]
+    assert render.queue_lines(QUEUE)[1] == "", "a controller that does not say: nothing added"
+
+
 def test_namespace_filter_keeps_global_positions() -> None:
     doc = render.only_namespace(QUEUE, "team-a")
     assert [(aw["position"], aw["name"]) for aw in doc["queued"]] == [(1, "urgent"), (3, "small")]
