@@ -180,8 +180,8 @@ def standing_lines(doc: Mapping[str, Any]) -> list[str]:
             counts = ", ".join(str(n) for n in others.get("counts") or [])
             parts.append(f"{others['appwrappers']} in {others.get('namespaces')} other namespace(s)"
                          + (f" ({counts})" if counts else ""))
-        lines.append(f"Ahead of {_text(first.get('namespace'))}/{_text(first.get('name'))} (position "
-                     f"{_text(first.get('position'))}): {_text(first.get('ahead'))}"
+        lines.append(f"{_text(first.get('namespace'))}/{_text(first.get('name'))} is at position "
+                     f"{_text(first.get('position'))}, {_text(first.get('ahead'))} ahead of it"
                      + (f": {'; '.join(parts)}" if parts else ""))
     if "aheadOfYou" in doc and not doc.get("aheadOfYou"):
         lines.append("None of your AppWrappers is queued.")
@@ -192,20 +192,19 @@ def standing_lines(doc: Mapping[str, Any]) -> list[str]:
         return [*lines, "Fair sharing is off (the controller's --fair-sharing): priority, then creation time."]
     named = [t for t in fair.get("named") or [] if isinstance(t, Mapping)]
     others = fair.get("others") or {}
-    line = (f"Fair sharing (usage decays with a half-life of {age(fair.get('halfLifeSeconds'))}; rank 1 used least "
-            f"and goes first among equal priorities): {_text(fair.get('tenants'))} tenant(s) with usage")
-    if others.get("tenants"):
-        line += (f"; {others['tenants']} other tenant(s): least {_percent(others.get('leastFraction'))}, median "
-                 f"{_percent(others.get('medianFraction'))}, most {_percent(others.get('mostFraction'))} of all "
-                 "usage")
-    lines.append(line)
+    lines.append(f"Fair sharing: {_text(fair.get('tenants'))} tenant(s) with usage (decaying with a half-life of "
+                 f"{age(fair.get('halfLifeSeconds'))}; rank 1 used least and goes first among equal priorities)")
     for tenant in named[:MAX_TENANT_LINES]:
         lines.append(f"  {_text(tenant.get('tenant'))}: {_percent(tenant.get('fraction'))} of all usage, rank "
                      f"{_text(tenant.get('rank'))} of {_text(fair.get('tenants'))}")
     if len(named) > MAX_TENANT_LINES:
         lines.append(f"  ... and {len(named) - MAX_TENANT_LINES} more (-o json lists them all)")
-    if not named and others.get("tenants") is not None and "aheadOfYou" in doc:
+    if not named and "aheadOfYou" in doc:
         lines.append("  none of your tenants has usage recorded: they go first")
+    if others.get("tenants"):
+        lines.append(f"  {others['tenants']} other tenant(s): least {_percent(others.get('leastFraction'))}, median "
+                     f"{_percent(others.get('medianFraction'))}, most {_percent(others.get('mostFraction'))} of all "
+                     "usage")
     return lines
 
 

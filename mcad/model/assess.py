@@ -13,7 +13,10 @@ Contract:
   their head's successor would be. Its cost on the dispatcher thread is therefore O(groups + AppWrappers judged),
   not O(queue): 100,000 queued AppWrappers of a few demands cost a few fit checks and two copies of the queue's
   order (C speed).
-- The result, a ``QueueAssessment``, says what every queued AppWrapper is told, by rule for the ones not visited.
+- The result, a ``QueueAssessment``, says what every queued AppWrapper is told, by rule for the ones not visited:
+  a member of a blocked group is told what the group's next one would be, worded for that one (naming its wrapped
+  objects), so a member in another namespace is told only that an AppWrapper in another namespace ahead of it
+  with the same demand does not fit (``mcad.model.disclosure``).
   It holds only its own copies, so it may be read on any thread once the walk returned: iterating it (dispatch
   order, O(queue)) is for a reader's thread, ``of(key)``, ``position(key)`` and ``fitting_ahead(key)`` are cheap.
 - Dispatch order is priority, then age; with fair sharing it is the walk's order, then the rest as
@@ -77,7 +80,7 @@ class Assessment:
 class QueueAssessment:
     """What every queued AppWrapper is told, from one walk (see the module docstring). Read-only, thread-safe."""
 
-    def __init__(self, queue: Frozen, judged: Mapping[str, Assessment], blocked: Mapping[Hashable, str],
+    def __init__(self, queue: Frozen, judged: Mapping[str, Assessment], blocked: Mapping[Hashable, tuple[str, str]],
                  held_after: Order | None, held: Callable[[str], str] | None,
                  projection: Callable[[], list[str]] | None = None) -> None:
         # Every queued key's order, in dispatch order (the order's last element is the key); read, never changed.
@@ -85,9 +88,10 @@ class QueueAssessment:
         self.per_namespace = queue.per_namespace  # how many are queued in each namespace
         self._entries = queue.entries  # key -> its order and pending group
         self._judged = judged  # the ones the walk looked at
-        # group -> what its members not looked at are told; by the group object's identity, which every member's
-        # entry shares (``PendingQueue``): a group is a tuple of tuples, hashed anew on every lookup.
-        self._blocked = {id(group): why for group, why in blocked.items()}
+        # group -> what its members not looked at are told, and the namespace of the one it was worded for ("": it
+        # names nobody); by the group object's identity, which every member's entry shares (``PendingQueue``): a
+        # group is a tuple of tuples, hashed anew on every lookup.
+        self._blocked = {id(group): told for group, told in blocked.items()}
         self._held_after = held_after  # everything after this order is held back (by ``held``)
         self._held = held
         self.walked: tuple[str, ...] = ()  # the keys the walk judged, in the order it judged them
@@ -194,8 +198,13 @@ class QueueAssessment:
         if self._held is not None and self._held_after is not None and order > self._held_after:
             return Assessment(key, "Queued", False, self._held(key.partition("/")[0]))
         entry = self._entries.get(key)
-        why = None if entry is None else self._blocked.get(id(entry.group))
-        return None if why is None else Assessment(key, "Queued", False, why)
+        told = None if entry is None else self._blocked.get(id(entry.group))
+        if told is None:
+            return None
+        why, worded_for = told
+        if worded_for and not disclosure.same_namespace(key, worded_for):
+            why = disclosure.judged_alike()  # that wording names the other one's objects
+        return Assessment(key, "Queued", False, why)
 
 
 def assess(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rules: Rules, *, strict_fifo: bool,
@@ -203,7 +212,7 @@ def assess(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rul
     """The walk's verdicts (``mcad.model.walk``, going on past a hold) as what each queued AppWrapper is told.
     ``preempting``: the preemptors waiting for their victims (told so even where the walk does not reach them)."""
     queue = pending.frozen()
-    blocked: dict[Hashable, str] = {}
+    blocked: dict[Hashable, tuple[str, str]] = {}
     judged: dict[str, Assessment] = {}
     held: Callable[[str], str] | None = None
     held_after: Order | None = None
@@ -296,16 +305,19 @@ def _successor(pending: PendingQueue, appwrappers: AppWrappers, key: str) -> App
     return None if after is None else appwrappers.get(after)
 
 
-def _members_told(verdict: Verdict, reserving: Pass, *, strict_fifo: bool, successor: AppWrapperView | None) -> str:
+def _members_told(verdict: Verdict, reserving: Pass, *, strict_fifo: bool,
+                  successor: AppWrapperView | None) -> tuple[str, str]:
     """What the members of a group the walk blocked at ``verdict`` are told (they are judged alike): what the
-    next of them, ``successor``, would be told."""
+    next of them, ``successor``, would be told; with the namespace of the one it is worded for ("": it names
+    nobody). The wording names that one's wrapped objects: members in other namespaces are told it by rule
+    (``QueueAssessment.told``)."""
     if verdict.kind == WAITS and verdict.made is not None and successor is not None:
         # Its head took the last reservation: they wait behind it (its own message tells of what it lacks).
         need = reserving.snapshot.need(successor.key, successor.demand)
-        return reserving.explain(successor, need, reserving.fit(successor, need))[1]()
+        return reserving.explain(successor, need, reserving.fit(successor, need))[1](), successor.namespace
     if strict_fifo and verdict.kind == WAITS and NEVER_FITS not in verdict.about:
-        return BEHIND_IN_DOMAIN_WHY  # it holds its quota domain: its members, who share it, are behind it
-    return verdict.why()
+        return BEHIND_IN_DOMAIN_WHY, ""  # it holds its quota domain: its members, who share it, are behind it
+    return verdict.why(), disclosure.namespace_of(verdict.key)
 
 
 def _behind_strict_fifo(_reader: str) -> str:

@@ -8,6 +8,9 @@ Contract:
   may be said (a victim learns why it was chosen; priorities are a cluster policy, not a tenant's secret).
 - Node names alone are not withheld: a tenant sees the nodes of its own pods (``spec.nodeName``, the scheduler's
   pendingpodconditions). Only nodes that another namespace's AppWrapper holds are left out.
+- A queued AppWrapper judged as one ahead of it that asks for the same (a group of alike AppWrappers, judged once)
+  is told that one's reason only when it is in the reader's namespace (the reason names its pods' objects); else
+  ``judged_alike()``.
 - The same words reach /debug/explain and /debug/queue's "why" (they are built by the same code), so a tenant
   reading its own explain learns no more than its status says. Cluster-wide views keep full names: /debug/queue's
   reservations list (shown per namespace the caller may list), /debug/ledger, mcadctl with cluster-wide rights,
@@ -52,6 +55,12 @@ def listed(keys: Iterable[str], reader: str, *, noun: str = "AppWrapper") -> str
     if len(parts) <= 1:
         return "".join(parts)
     return f"{', '.join(parts[:-1])} and {parts[-1]}" if others else ", ".join(parts)
+
+
+def judged_alike() -> str:
+    """What a queued AppWrapper is told when it is judged as one ahead of it in another namespace that asks for the
+    same (whose own words name its wrapped objects)."""
+    return f"it cannot be dispatched now: {ANOTHER} ahead of it, which asks for the same, does not fit"
 
 
 def held_behind_preemptor(key: str, reader: str) -> str:

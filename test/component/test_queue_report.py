@@ -184,3 +184,27 @@ def test_the_dashboard_queue_view_shows_standing_and_the_estimated_start(harness
     assert everyone["aheadOfYou"] is None and everyone["fairShare"] == {"enabled": False}
     one = queue_view(None, namespace="team-b")["aheadOfYou"][0]
     assert one["namespace"] == "team-b" and set(one["named"]) == {"team-a"}, "a cluster-wide reader sees names"
+
+
+def test_one_judged_as_another_namespaces_alike_one_is_not_told_its_objects(harness_factory: Any) -> None:
+    """A group of alike AppWrappers is judged once, by the one ahead; the reason names that one's wrapped objects,
+    so a member in another namespace is told only that an AppWrapper in another namespace that asks for the same
+    does not fit. One in the same namespace is told the reason itself, as before."""
+    def aw(name: str, namespace: str, priority: int) -> dict[str, Any]:
+        raw = in_namespace(gang_aw(name, 2, {"cpu": "500"}), namespace)
+        raw["spec"]["priority"] = priority
+        return raw
+
+    aws = [aw("secret-job", "team-x", 5), aw("mine", "team-b", 0), aw("sibling", "team-x", 0)]
+    h = harness_factory(nodes=[node("n0", "8")], pods=[], aws=aws, fit="nodes", reservations=0)
+    h.drain()
+    report = Reports(h.dispatcher.view, lambda: {}).queue_deferred()
+    mine = report.document_in(frozenset({"team-b"}))
+    assert [row["why"] for row in mine["queued"]] == [
+        "it cannot be dispatched now: an AppWrapper in another namespace ahead of it, which asks for the same, "
+        "does not fit"]
+    assert "secret" not in json.dumps(mine) and "team-x" not in json.dumps(mine)
+    sibling = next(row for row in report.document_in(frozenset({"team-x"}))["queued"] if row["name"] == "sibling")
+    assert "secret-job" in sibling["why"], "its own namespace's objects may be named"
+    explained = Reports(h.dispatcher.view, lambda: {}).explain("team-b", "mine")
+    assert explained is not None and "secret" not in json.dumps(explained)

@@ -132,6 +132,9 @@ def test_the_queue_says_why_and_where_and_follows_a_delete_live(
                        state="Queued")
     assert blocked_on(waiting["why"], "cpu"), waiting
     assert "cpu" in waiting["demand"], waiting
+    # What holds its room has no run-time limit: no estimate can be made, and the column says so.
+    assert waiting["expected"] == "unknown", waiting
+    assert browser.find("#fair-share").text.startswith("fair sharing is off"), "this controller runs without it"
     wait_row(browser, first, "the running AppWrapper, after the queued ones", position="", state="Running")
     # The headline numbers come from the controller's metrics, sampled every 10 s (mcad.serve.history).
     browser.wait(lambda _: headline(browser, "queued") >= 1 and headline(browser, "dispatched") >= 1,

@@ -100,6 +100,47 @@ def test_a_tenant_sees_only_its_namespace_and_explain_elsewhere_is_404(
     assert controller.get("/metrics", token=alice)[0] == 403
 
 
+def test_a_tenant_is_told_what_is_ahead_of_it_only_as_counts(
+        controller: Controller, kubeconfig: str, namespace: str, other_namespace: str, tenant_role: str,
+        custom: k8s.CustomObjectsApi) -> None:
+    """Another namespace's AppWrapper of higher priority is ahead of alice's: /debug/queue and the dashboard's
+    queue view tell her its count, never its namespace or name; the cluster-wide reader sees both as before, and
+    named when it asks for her namespace. Fair sharing is off in this controller, and both say so."""
+    team_a, hidden = namespace, f"hidden-{other_namespace[-8:]}"
+    custom.create_namespaced_custom_object(GROUP, VERSION, other_namespace, PLURAL,
+                                           appwrapper(hidden, deployment_item(hidden, 2, "500"), priority=5))
+    queue_forever(custom, team_a, "mine")
+    alice = service_account_token(kubeconfig, team_a, "alice", roles=((tenant_role, team_a),))
+
+    def queue(path: str = "/debug/queue", token: str | None = "") -> dict[str, Any]:
+        code, body = controller.get(path, token=token)
+        assert code == 200, body
+        return json.loads(body)  # type: ignore[no-any-return]
+
+    def both_queued() -> bool:
+        names = {(aw["namespace"], aw["name"]) for aw in queue()["queued"]}
+        return {(team_a, "mine"), (other_namespace, hidden)} <= names
+    wait_until(both_queued, 30, "both AppWrappers queued")
+    for path in ("/debug/queue", "/debug/queue?limit=5", f"/debug/queue?namespace={team_a}"):
+        told = queue(path, alice)
+        mine = next(aw for aw in told["queued"] if aw["name"] == "mine")
+        first = next(a for a in told["aheadOfYou"] if a["namespace"] == team_a)
+        assert (first["name"], first["position"], first["ahead"]) == ("mine", mine["position"], mine["position"] - 1)
+        assert first["named"] == {} and first["others"]["appwrappers"] == mine["position"] - 1 >= 1, first
+        assert told["fairShare"] == {"enabled": False}
+        text = json.dumps(told)
+        assert other_namespace not in text and hidden not in text, path
+    view = queue("/ui/api/queue", alice)
+    assert [a["name"] for a in view["aheadOfYou"] if a["namespace"] == team_a] == ["mine"]
+    assert view["fairShare"] == {"enabled": False}
+    assert other_namespace not in json.dumps(view) and hidden not in json.dumps(view)
+    everything = queue()
+    assert "aheadOfYou" not in everything and everything["fairShare"] == {"enabled": False}
+    assert {other_namespace, team_a} <= {aw["namespace"] for aw in everything["queued"]}
+    named = next(a for a in queue(f"/debug/queue?namespace={team_a}")["aheadOfYou"] if a["namespace"] == team_a)
+    assert named["named"].get(other_namespace) == 1, named
+
+
 DISCLOSE = "mcad.test/disclose"  # an extended resource only this test's fake node has
 
 
