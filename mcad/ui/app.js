@@ -203,10 +203,12 @@ function updateRow(tr, row) {
   setText($(".namespace", tr), row.namespace);
   setText($(".demand", tr), demand(row.demand));
   setText($(".age", tr), row.position != null ? age(row.ageSeconds) : since(row.dispatchedAt));
-  // A queued one's estimate (an estimate, not a promise); "unknown" when none could be made, with why on hover.
+  // A queued one's estimate (an estimate, not a promise): "in 5m", the time itself on hover; "unknown" when none
+  // could be made, with why on hover.
   const expected = $(".expected", tr);
-  setText(expected, row.position == null ? "" : (row.estimatedStart || "unknown"));
-  if (row.position != null && !row.estimatedStart && row.estimateWhy) expected.title = row.estimateWhy;
+  setText(expected, row.position == null ? "" : (row.estimatedStart ? until(row.estimatedStart) : "unknown"));
+  const hover = row.position == null ? "" : (row.estimatedStart || row.estimateWhy || "");
+  if (hover) expected.title = hover;
   else expected.removeAttribute("title");
   let why = row.why || "";
   if (row.state === "Resetting") {

@@ -8,11 +8,15 @@ from itertools import islice
 from typing import Any
 
 from mcad.admission.request import UserInfo
+from mcad.k8s.informer import Informer
+from mcad.model.quota import subtree_view
 from mcad.serve.dashboard import Dashboard, Source
 from mcad.serve.debug import Reports
 from mcad.serve.queuereport import QUEUE_LISTS, QueueReport
 from mcad.serve.snapshots import Part, Snapshot
-from test.component.harness import gang_aw, node
+from test.component.harness import Harness, gang_aw, node
+from test.component.test_quota_dispatch import labelled, subtree
+from test.fakes import FakeListerWatcher
 
 
 def in_namespace(raw: dict[str, Any], namespace: str) -> dict[str, Any]:
@@ -208,3 +212,31 @@ def test_one_judged_as_another_namespaces_alike_one_is_not_told_its_objects(harn
     assert "secret-job" in sibling["why"], "its own namespace's objects may be named"
     explained = Reports(h.dispatcher.view, lambda: {}).explain("team-b", "mine")
     assert explained is not None and "secret" not in json.dumps(explained)
+
+
+def test_a_quota_tenant_is_named_only_to_readers_of_namespaces_dispatched_under_it() -> None:
+    """Fair sharing with quota trees: a tenant is the quota node an AppWrapper is charged to. team-b's reader sees
+    quota:t/gold, under which its AppWrapper ran (with team-a's usage in it), and silver only as a count; a reader
+    of a namespace that ran nothing sees no tenant named."""
+    tree = [subtree("root", "t", {"root": "4"}), subtree("kids", "t", {"gold": "2", "silver": "2"}, parent="root")]
+    lw = FakeListerWatcher()
+    for obj in tree:
+        lw.add(obj)
+    aws = [in_namespace(labelled(name, "1", t=node_name), namespace)
+           for name, namespace, node_name in (("a", "team-a", "gold"), ("b", "team-b", "gold"),
+                                              ("x", "team-x", "silver"))]
+    h = Harness(nodes=[node("n0", "8")], pods=[], aws=aws, fit="aggregate", fair_sharing=True,
+                quota_subtrees=Informer("quotasubtrees", lw, transform=subtree_view))
+    try:
+        h.drain()
+        assert set(h.dispatcher.owners.active.views) == {"team-a/a", "team-b/b", "team-x/x"}
+        h.clock.advance(600)
+        report = Reports(h.dispatcher.view, lambda: {}).queue_deferred()
+        fair = report.page_in(frozenset({"team-b"}), 0, 5)["fairShare"]
+        assert [(t["tenant"], t["fraction"]) for t in fair["named"]] == [("quota:t/gold", 0.6667)]
+        assert fair["others"]["tenants"] == 1 and fair["others"]["mostFraction"] == 0.3333
+        assert "silver" not in json.dumps(fair) and "team-" not in json.dumps(fair)
+        nobody = report.page_in(frozenset({"team-c"}), 0, 5)["fairShare"]
+        assert nobody["named"] == [] and nobody["others"]["tenants"] == 2
+    finally:
+        h.stop()
