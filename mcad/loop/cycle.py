@@ -19,9 +19,10 @@ per demand group (the next of a group too when its candidate took a reservation 
 seconds (``--cycle-interval``) of the last cycle's start, one cycle at the interval's end for all such asks.
 
 ``estimates_due()`` (the ESTIMATES_DUE key) tells queued AppWrappers their expected start in their status
-(``Notices.tell_estimates``, from ``assess()``'s estimates): while anything is queued, every
-``ESTIMATE_INTERVAL_SECONDS``, the first time that long after a cycle found the queue not empty. One dry run per
-interval, whatever the rate of cycles; which of them are written is ``mcad.model.estimatetold``'s rule.
+(``Notices.tell_estimates``, from ``assess()``'s estimates): ``ESTIMATE_INTERVAL_SECONDS`` after a cycle found the
+queue not empty, and again each interval while an estimate that moved waits out its minute. One dry run per
+interval at most, whatever the rate of cycles, and none while nothing changes; which of them are written is
+``mcad.model.estimatetold``'s rule.
 
 ``assess()`` is the same walk with rules that peek (``Evictions.peek``) over a snapshot whose quota ledger is a
 scratch copy, deciding nothing (``mcad.model.assess``, for explain, /debug, the dashboard and mcadctl).
@@ -214,10 +215,13 @@ class DispatchCycle:
         self._estimates_timer = False
         if not len(self._pending):
             return
-        told = self._notices.tell_estimates(self.assess())
+        told, held = self._notices.tell_estimates(self.assess())
         if told:
             log.debug("expected starts told", appwrappers=told)
-        self._estimates_later()
+        if held:
+            self._estimates_later()  # their minute ends: judged again then
+        # Otherwise not again until a cycle ran: estimates move when what runs or waits does, and each of those runs
+        # a cycle (which arms the next judgement), so a queue where nothing changes costs no dry runs.
 
     def _estimates_later(self) -> None:
         if not self._estimates_timer and len(self._pending):

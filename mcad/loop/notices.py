@@ -27,7 +27,8 @@ nothing here calls back into the dispatcher):
   ``mcad.model.estimatetold``'s rule says so: at most once a minute per AppWrapper, and only when it moved by more
   than a fraction of the time left or turned known/unknown; one estimated before and now too far back in the queue
   is told that it is no longer estimated. Only one already told that it waits (state Pending) and that does not fit
-  now is told; the write is paced and low, as a Backoff is. The dispatch cycle calls it at most every few seconds
+  now is told; the write is paced and low, as a Backoff is. It returns how many were told and how many were held
+  back by the minute (the caller judges again later for those). The dispatch cycle calls it at most every few seconds
   (``mcad.loop.cycle``), so a deep queue costs at most ``ESTIMATED`` (100) judged AppWrappers per call.
 - What they are told names another AppWrapper only within its own namespace (``mcad.model.disclosure``); an
   estimate is a time, which says nothing of other namespaces.
@@ -132,20 +133,23 @@ class Notices:
         self._written.pop(key, None)
         self._estimates.forget(key)
 
-    def tell_estimates(self, assessed: QueueAssessment) -> int:
+    def tell_estimates(self, assessed: QueueAssessment) -> tuple[int, int]:
         """Each estimated AppWrapper's expected start into its status, when the rule says so (module docstring).
-        Returns how many were told."""
+        Returns how many were told, and how many would have been but for the minute since their last write."""
         now, monotonic = self._clock.now(), self._clock.monotonic()
-        estimates = assessed.estimates()
-        count = 0
-        for key, estimate in estimates.items():
-            count += self._tell_estimate(key, estimate, assessed, now, monotonic)
+        estimates = dict(assessed.estimates())
         for key in [key for key in self._estimates if key not in estimates]:
             if key not in self._pending:
                 self._estimates.forget(key)  # left the queue in a way that did not reset it (failed, gone)
-                continue
-            count += self._tell_estimate(key, Estimate(None, NOT_ESTIMATED), assessed, now, monotonic)
-        return count
+            else:
+                estimates[key] = Estimate(None, NOT_ESTIMATED)
+        told = held = 0
+        for key, estimate in estimates.items():
+            if self._tell_estimate(key, estimate, assessed, now, monotonic):
+                told += 1
+            elif self._estimates.held(key, estimate, now, monotonic):
+                held += 1
+        return told, held
 
     def _tell_estimate(self, key: str, estimate: Estimate, assessed: QueueAssessment, now: datetime,
                        monotonic: float) -> bool:

@@ -8,7 +8,10 @@ Contract:
   when a known one moved by more than ``FRACTION`` (10 %) of the time that remained until the written estimate,
   and at least ``FLOOR_SECONDS`` (30 s): an estimate an hour away is rewritten when it moves by more than 6 minutes,
   one a minute away (or already past) when it moves by more than 30 s.
-- ``EstimatesTold`` keeps the one record per AppWrapper the rule reads: ``due`` asks the rule, ``told`` records a
+- ``held_by_pace(told, new, now, monotonic)``: the rule would write ``new`` but for the minute since the last write
+  (so whoever judges estimates must judge again once that minute is over, even if nothing else changed).
+- ``EstimatesTold`` keeps the one record per AppWrapper the rule reads: ``due`` asks the rule, ``held`` asks
+  ``held_by_pace``, ``told`` records a
   write decided, ``forget`` drops the record (the AppWrapper left the queue: dispatched, requeued, deleted), so
   memory is one small entry per queued AppWrapper that was ever estimated.
 - Times come in as values (``now`` for the estimate's distance, ``monotonic`` for the pace): no clock is read here.
@@ -53,6 +56,12 @@ def worth_telling(told: Told | None, new: Estimate, now: datetime, monotonic: fl
     return abs((new.at - before.at).total_seconds()) > max(FLOOR_SECONDS, FRACTION * remaining)
 
 
+def held_by_pace(told: Told | None, new: Estimate, now: datetime, monotonic: float) -> bool:
+    """Whether ``new`` is worth writing but for ``MIN_SECONDS_BETWEEN`` (see the module docstring)."""
+    return (told is not None and monotonic - told.when < MIN_SECONDS_BETWEEN
+            and worth_telling(Told(told.estimate, monotonic - MIN_SECONDS_BETWEEN), new, now, monotonic))
+
+
 class EstimatesTold:
     """The estimate last written for each queued AppWrapper (see the module docstring)."""
 
@@ -68,6 +77,9 @@ class EstimatesTold:
 
     def due(self, key: str, new: Estimate, now: datetime, monotonic: float) -> bool:
         return worth_telling(self._told.get(key), new, now, monotonic)
+
+    def held(self, key: str, new: Estimate, now: datetime, monotonic: float) -> bool:
+        return held_by_pace(self._told.get(key), new, now, monotonic)
 
     def told(self, key: str, estimate: Estimate, monotonic: float) -> None:
         self._told[key] = Told(estimate, monotonic)

@@ -190,7 +190,7 @@ class QueueReport:
         told: Document = {"fairShare": self._fair_told(names)}
         if visible is not None:
             assessed = self._assessed
-            told["aheadOfYou"] = [] if assessed is None else ahead(assessed.orders, sorted(visible), names,
+            told["aheadOfYou"] = [] if assessed is None else ahead(assessed.in_dispatch_order(), sorted(visible), names,
                                                                    assessed.per_namespace)
         return told
 

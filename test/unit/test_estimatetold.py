@@ -13,6 +13,7 @@ from mcad.model.estimatetold import (
     MIN_SECONDS_BETWEEN,
     EstimatesTold,
     Told,
+    held_by_pace,
     worth_telling,
 )
 
@@ -111,3 +112,16 @@ def test_the_record_paces_each_appwrapper_on_its_own_and_forgets_those_that_left
     told.forget("gone")
     assert list(told) == ["b"]
     assert told.due("a", moving, clock.now, clock.mono), "back in the queue: told afresh"
+
+
+def test_held_by_pace_is_a_move_worth_writing_within_the_minute_only() -> None:
+    clock = Clock()
+    told = Told(Estimate(clock.now + timedelta(seconds=600)), clock.mono)
+    moved = Estimate(clock.now + timedelta(seconds=900))
+    clock.mono += 10
+    assert not worth_telling(told, moved, clock.now, clock.mono)
+    assert held_by_pace(told, moved, clock.now, clock.mono), "worth it, but within the minute"
+    assert not held_by_pace(told, told.estimate, clock.now, clock.mono), "unchanged: nothing to wait for"
+    assert not held_by_pace(None, moved, clock.now, clock.mono), "never written: written at once, not held"
+    clock.mono = told.when + MIN_SECONDS_BETWEEN
+    assert worth_telling(told, moved, clock.now, clock.mono) and not held_by_pace(told, moved, clock.now, clock.mono)
