@@ -6,6 +6,10 @@ Contract:
   asks of the topology within that worker (``mcad.model.topology``: domains are per worker);
   ``policy`` picks among those that fit: the first in config order, best (the least left of the gang's dominant
   resource) or spread (the most). The Backoff message names every allowed worker and why it does not fit.
+- A gang that requires a topology level and was dispatched before (``homes``, ``mcad.model.fit.Homes``: written
+  by ``dispatched`` when the dispatch cycle dispatches it, dropped by ``forget``) goes back to the same worker and
+  domain when that worker is usable, still allowed, and the domain holds it whole, whatever the policy would
+  pick; else it is placed as a fresh gang.
 - ``usable`` is the set of workers placement uses, as the dispatcher thread last adopted them (``mcad.hub.sites``);
   a worker whose capacity is not known yet is neither full nor empty: it is not used.
 - ``placed`` maps each AppWrapper to the worker its objects are in; a pod counts as an AppWrapper's only there.
@@ -13,7 +17,7 @@ Contract:
   protocol, so tests give a fake without casts. Its config and health are read through protocols too
   (``HubLayout``, ``WorkerState``), which ``mcad.hub.clusters``' ``HubConfig`` and ``HealthStatus`` satisfy: that
   module holds the connections and their threads, which placement does not reach.
-- Pure: reads the snapshot, the hub's configuration and health; writes nothing.
+- ``fit`` is pure: reads the snapshot, the homes, the hub's configuration and health; writes nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from mcad.api.resources import ResourceVector
 from mcad.api.views import NodeView
 from mcad.model import placement, topology
 from mcad.model.accounting import Snapshot
-from mcad.model.fit import Fit, pack_in_set
+from mcad.model.fit import Fit, Homes, pack_in_set
 
 
 class Policy(enum.StrEnum):
@@ -100,6 +104,13 @@ class WorkerPlacement:
         self.hierarchy = hierarchy
         self.usable: set[str] = set()
         self.placed: dict[str, str] = {}
+        self.homes = Homes()
+
+    def dispatched(self, aw: AppWrapperView, fit: Fit) -> None:
+        self.homes.record(aw, fit)
+
+    def forget(self, key: str) -> None:
+        self.homes.forget(key)
 
     def allowed(self, aw: AppWrapperView) -> list[str]:
         """The workers ``aw``'s clusterScheduling lets it go to, in config order."""
@@ -126,11 +137,17 @@ class WorkerPlacement:
         if not allowed:
             why = f"no worker cluster matches its clusterScheduling ({aw.clusters.describe()})"
             return Fit(False, frozenset({"clusterScheduling"}), partial(str, why))
-        fits: list[tuple[float, int, str, tuple[tuple[str, ResourceVector, int], ...]]] = []
-        about: set[str] = set()
-        reasons: list[str] = []
         consumed = snapshot.consumed(aw.key)
         room = snapshot.room or {}
+        home = self.homes.of(aw)
+        if home is not None and not consumed and home.cluster in allowed and home.cluster in self.usable:
+            back = topology.at_home(aw, nodes_in(home.cluster, snapshot.nodes), room, self.hierarchy,
+                                    home=home.domain)
+            if back is not None:
+                return Fit(True, plan=back.packing.placement, cluster=home.cluster, domain=home.domain)
+        fits: list[tuple[float, int, str, tuple[tuple[str, ResourceVector, int], ...], str]] = []
+        about: set[str] = set()
+        reasons: list[str] = []
         short_of_room = False  # a usable worker it may go to has too little room (one that waits can reserve it)
         for order, name in enumerate(allowed):
             if name not in self.usable:
@@ -148,12 +165,14 @@ class WorkerPlacement:
                 # Its own pods run there already (a restart between creating objects and recording it): only the
                 # rest is judged, in that worker only.
                 if self.placed.get(aw.key) == name and need.fits_in(free):
-                    fits.append((0.0, order, name, ()))
+                    fits.append((0.0, order, name, (), ""))
                 continue
-            packing = (topology.place(aw, nodes, room, self.hierarchy).packing if topology.asks(aw)
-                       else placement.pack(aw.gang, nodes, room))
+            placed = (topology.place(aw, nodes, room, self.hierarchy) if topology.asks(aw)
+                      else topology.Placed(placement.pack(aw.gang, nodes, room)))
+            packing = placed.packing
             if packing.fits:
-                fits.append((leftover_share(free - aw.demand, capacity, aw.demand), order, name, packing.placement))
+                fits.append((leftover_share(free - aw.demand, capacity, aw.demand), order, name, packing.placement,
+                             placed.domain))
             else:
                 about.update(f"{name}: {a}" for a in packing.about)
                 reasons.append(f"{name}: {packing.why}")
@@ -168,7 +187,7 @@ class WorkerPlacement:
             chosen = max(fits, key=lambda f: (f[0], -f[1]))
         else:
             chosen = min(fits, key=lambda f: (f[0], f[1]))
-        return Fit(True, plan=chosen[3], cluster=chosen[2])
+        return Fit(True, plan=chosen[3], cluster=chosen[2], domain=chosen[4])
 
     def nodes_for(self, key: str, snapshot: Snapshot) -> Sequence[NodeView]:
         """The nodes its pods may be on: those of the worker it is placed in."""

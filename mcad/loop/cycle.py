@@ -8,9 +8,10 @@ per demand group (the next of a group too when its candidate took a reservation 
    first (``mcad.loop.pinning``); the pass (``mcad.model.reservations.Pass``) takes from its copy as it
    dispatches, and as blocked ones take reservations.
 2. Walk the queue (``mcad.model.walk``: every scheduling rule, written once) with ``WalkRules`` that act: one that
-   fits is dispatched (``dispatch``: reserved now, its objects written in the background by
-   ``mcad.loop.dispatches``); one for which victims go away (``mcad.loop.evictions`` evicts them) holds the queue
-   and ends the pass; the verdicts of those that wait are kept, with the reservations they took.
+   fits is dispatched (``dispatch``: reserved now, the targets told where it went (``Targets.dispatched``: its
+   home, should a reset requeue it), its objects written in the background by ``mcad.loop.dispatches``); one for
+   which victims go away (``mcad.loop.evictions`` evicts them) holds the queue and ends the pass; the verdicts of
+   those that wait are kept, with the reservations they took.
 3. After the pass: drop the dispatched (and the gone) from the queue, tell those that wait (``mcad.loop.notices``,
    handed the pass explicitly: it judges members and newcomers against the same reservations; why they wait is
    told once the dispatched ones left, so positions are right), and announce the newcomers.
@@ -56,7 +57,6 @@ from mcad.model.assess import QueueAssessment, assess
 from mcad.model.estimate import ESTIMATED, Estimate, Holder, Waiter, estimate_starts
 from mcad.model.fit import Fit, Targets
 from mcad.model.keys import DISPATCH, ESTIMATES_DUE, ROOM_FREED
-from mcad.model.plans import Plan
 from mcad.model.preemption import Preemptors, Room
 from mcad.model.reservations import BEHIND, Pass, Reservations
 from mcad.model.walk import BEHIND_IN_DOMAIN, GONE, HOLDS, WAITS, walk
@@ -164,7 +164,7 @@ class DispatchCycle:
         held_by = ""
         visited = dispatched = 0
         rules = WalkRules(self._queued, self._dispatches, self._evictions,
-                          lambda aw, fit: self.dispatch(aw, fit.plan, fit.cluster))
+                          self.dispatch)
         for verdict in walk(self._pending, self._appwrappers, reserving, rules, strict_fifo=self._strict_fifo,
                             targets=self._targets):
             visited += 1
@@ -193,11 +193,15 @@ class DispatchCycle:
             self._notices.tell(aw, about, why)
         self._notices.announce(reserving, held_by)
 
-    def dispatch(self, aw: AppWrapperView, plan: Plan = (), cluster: str = "") -> None:
-        """Reserve now, write in the background: the objects, then the Dispatched status (``mcad.loop.active``).
-        Hub mode: the objects go into ``cluster`` (the sites put the cleanup finalizer on first)."""
-        self._active.reserve(aw, plan)
+    def dispatch(self, aw: AppWrapperView, fit: Fit) -> None:
+        """Reserve now (``fit.plan``), write in the background: the objects, then the Dispatched status
+        (``mcad.loop.active``). Hub mode: the objects go into ``fit.cluster`` (the sites put the cleanup finalizer on
+        first). The targets remember where it went (its home, should a reset requeue it): only here, never in a
+        dry run."""
+        cluster = fit.cluster
+        self._active.reserve(aw, fit.plan)
         self._sites.placing(aw.key, cluster)
+        self._targets.dispatched(aw, fit)
         reclaimed = aw.key in self._preemptors.reclaiming
         self._preemptors.dispatched(aw.key)
         if reclaimed:

@@ -425,3 +425,4 @@ class Dispatcher:
         self.owners.dispatches.forget(key)
         self.owners.notices.forget(key)
         self.owners.queued.forget(key)
+        self.owners.targets.forget(key)

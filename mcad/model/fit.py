@@ -9,7 +9,8 @@ Contract:
   but not when custompodresources declare more than the templates in one resource and less in another).
 - ``Fit``: ``about`` is what blocks it, compared between cycles to decide whether its Backoff message must be
   rewritten; ``why`` builds that message only when it is written; ``plan`` (--fit=nodes) says how many pods of
-  which requests go on which node; ``cluster`` (hub mode) names the worker the whole gang goes to.
+  which requests go on which node; ``cluster`` (hub mode) names the worker the whole gang goes to; ``domain``,
+  for a gang that requires a topology level, the domain of it the plan is in.
 - ``Targets`` is where a gang may go: ``SingleCluster`` (every node; for a gang that requires a topology level,
   the nodes of one domain of it, chosen best fit: ``mcad.model.topology``), or the hub's workers
   (``mcad.hub.placement.WorkerPlacement``, one worker per gang). ``node_sets`` lists the node sets one gang may
@@ -17,19 +18,21 @@ Contract:
 - ``could_ever_fit`` (quota included: an unknown node or a demand over a hard limit never fits) and
   ``fits_without`` answer the questions preemption asks (on the empty cluster; once these
   AppWrappers are gone) with the same rules.
-- Pure but for one memory: ``SingleCluster.homes`` (bounded) remembers the domain each gang that requires a
-  topology level was last fitted into, so a reset gang goes back there; otherwise it reads the snapshot and the
-  views, decides nothing, writes nothing.
+- ``Homes``: where each gang that requires a topology level was last dispatched (its worker and domain), so a
+  reset gang goes back there when it still fits there. The targets keep it; only the dispatch cycle writes it, as
+  it dispatches (``Targets.dispatched``), and the dispatcher drops an AppWrapper's when it is deleted
+  (``Targets.forget``). A fit only reads it: a dry run (explain, ``/debug``), a fit that then fails on the free
+  total, and the reservations' what-ifs leave it as it was.
+- Pure: reads the snapshot, the views and the homes; decides nothing, writes nothing.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
-
-from cachetools import LRUCache
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ResourceVector, format_amount
@@ -38,7 +41,7 @@ from mcad.model import placement, topology
 from mcad.model.accounting import Snapshot
 from mcad.model.plans import PlanEntry
 
-# How many AppWrappers' last topology domain the fit remembers (``SingleCluster.homes``).
+# How many AppWrappers' last topology domain is remembered (``Homes``).
 HOMES_KEPT = 10_000
 
 
@@ -49,6 +52,7 @@ class Fit:
     why: Callable[[], str] = str  # the Backoff message, built only when it is written
     plan: tuple[PlanEntry, ...] = ()  # --fit=nodes: (node, pod requests, pods)
     cluster: str = ""  # hub mode: the worker it goes to
+    domain: str = ""  # with a required topology level: the domain (label value) of it the plan is in
     short_of_room: bool = False  # it does not fit for want of room (not quota, not a hold): room may be reserved
     quota_at: tuple[str, str] | None = None  # (tree, node): the quota node it does not fit under
 
@@ -78,6 +82,60 @@ class Targets(Protocol):
              in_given_order: bool = False) -> placement.Packing:
         """Its pods on one of its node sets, with ``room``, keeping what else it asks of the topology."""
         ...
+
+    def dispatched(self, aw: AppWrapperView, fit: Fit) -> None:
+        """The dispatch cycle dispatched ``aw`` as ``fit`` says: its home is where it went (``Homes``)."""
+        ...
+
+    def forget(self, key: str) -> None:
+        """The AppWrapper is gone: drop its home."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Home:
+    """Where a gang that requires ``level`` was dispatched: ``domain`` (the label value) in ``cluster`` (its worker;
+    "" for one cluster); for the AppWrapper of ``uid``."""
+
+    uid: str
+    level: str
+    cluster: str
+    domain: str
+
+
+class Homes:
+    """Each gang's ``Home``, by AppWrapper key, written when it is dispatched (``record``), never when it is fitted.
+
+    It is one AppWrapper's home only while its uid and required level are those it was dispatched with: one deleted
+    and re-created under the same name, or whose level changed, has none. Bounded: the ``size`` dispatched last
+    are kept (reading changes no order, so a dry run changes nothing); one forgotten is placed as a fresh gang, as
+    after a restart or a change of leader (it is in memory only)."""
+
+    def __init__(self, size: int = HOMES_KEPT) -> None:
+        self._size = size
+        self._kept: OrderedDict[str, Home] = OrderedDict()
+
+    def record(self, aw: AppWrapperView, fit: Fit) -> None:
+        """``aw`` was dispatched as ``fit`` says; a fit with no domain (no required level, or its own pods exist
+        already and no plan was made) leaves its home as it was."""
+        if not aw.topology_required or not fit.domain:
+            return
+        self._kept[aw.key] = Home(aw.uid, aw.topology_required, fit.cluster, fit.domain)
+        self._kept.move_to_end(aw.key)
+        while len(self._kept) > self._size:
+            self._kept.popitem(last=False)
+
+    def of(self, aw: AppWrapperView) -> Home | None:
+        home = self._kept.get(aw.key)
+        if home is None or home.uid != aw.uid or home.level != aw.topology_required:
+            return None
+        return home
+
+    def forget(self, key: str) -> None:
+        self._kept.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._kept)
 
 
 class SnapshotIndex(topology.Index):
@@ -126,9 +184,8 @@ class SingleCluster:
 
     def __init__(self, hierarchy: topology.Hierarchy = topology.NO_HIERARCHY) -> None:
         self.hierarchy = hierarchy
-        # AppWrapper uid -> the domain of its required level its last fit chose: a gang that was dispatched there
-        # and reset goes back to it when it still fits there. Bounded; a forgotten one is placed best fit.
-        self.homes: LRUCache[str, str] = LRUCache(maxsize=HOMES_KEPT)
+        # Where each gang that requires a level was dispatched: reset, it goes back there when it still fits there.
+        self.homes = Homes()
 
     def node_sets(self, aw: AppWrapperView, snapshot: Snapshot) -> list[tuple[str, Sequence[NodeView]]]:
         level = aw.topology_required
@@ -143,22 +200,28 @@ class SingleCluster:
     def nodes_for(self, key: str, snapshot: Snapshot) -> Sequence[NodeView]:
         return snapshot.nodes
 
+    def dispatched(self, aw: AppWrapperView, fit: Fit) -> None:
+        self.homes.record(aw, fit)
+
+    def forget(self, key: str) -> None:
+        self.homes.forget(key)
+
     def fit(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> Fit:
         if snapshot.room is None or snapshot.consumed(aw.key):
             # Own pods that exist already (a restart between creating objects and recording it): only the aggregate
             # remainder can be judged, the nodes they run on are known to the ledger already.
             return Fit(True)
+        domain = ""
         if topology.asks(aw):
-            placed = topology.place(aw, snapshot.nodes, snapshot.room, self.hierarchy, home=self.homes.get(aw.uid, ""),
-                                    index=SnapshotIndex(snapshot))
-            packing = placed.packing
-            if placed.domain:
-                self.homes[aw.uid] = placed.domain
+            home = self.homes.of(aw)
+            placed = topology.place(aw, snapshot.nodes, snapshot.room, self.hierarchy,
+                                    home=home.domain if home is not None else "", index=SnapshotIndex(snapshot))
+            packing, domain = placed.packing, placed.domain
         else:
             packing = placement.pack(aw.gang, snapshot.nodes, snapshot.room)
         if not packing.fits:
             return Fit(False, packing.about, partial(str, packing.why), short_of_room=True)
-        return Fit(True, plan=packing.placement)
+        return Fit(True, plan=packing.placement, domain=domain)
 
 
 def fits(aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot, targets: Targets) -> Fit:

@@ -14,8 +14,9 @@ Contract:
 - ``place(aw, nodes, room, hierarchy)``: the whole placement. With a required level, each domain of it is tried
   alone and the one it fits best is chosen: the least free room left in the gang's scarcest resource (GPUs, else
   cpu, else memory), so large domains stay whole for large gangs; ties by the domain's value (deterministic).
-  Within the chosen nodes, ``pack_within`` places the rest of the asks. A gang placed before in a domain (its
-  ``home``: a reset requeued it) goes back there when it still fits there, whatever fits best.
+  Within the chosen nodes, ``pack_within`` places the rest of the asks. A gang dispatched before into a domain
+  (its ``home``: a reset requeued it) goes back there when it still fits there, whatever fits best
+  (``at_home``); the caller says which domain that is (``mcad.model.fit.Homes``).
 - ``home(level, nodes, used)``: where a pod of a dispatched gang that requires a level is placed again (a node
   refused it, or turned sick): the domain of the gang's other pods, never another.
 - ``pack_within(aw, nodes, room, hierarchy)``: the preferred level and the pod sets' own asks over ``nodes`` (the
@@ -128,13 +129,21 @@ def place(aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, Reso
     if not aw.topology_required:
         return Placed(pack_within(aw, nodes, room, hierarchy, index=index))
     if home:
-        members = next((m for value, m in index.domains(nodes, aw.topology_required) if value == home), None)
-        packing = pack_within(aw, members, room, hierarchy) if members else None
-        if packing is not None and packing.fits:
-            return Placed(packing, home)
+        back = at_home(aw, nodes, room, hierarchy, home=home, index=index)
+        if back is not None:
+            return back
     chosen = _best_domain(aw.gang, nodes, room, aw.topology_required,
                           lambda members: pack_within(aw, members, room, hierarchy), index)
     return chosen if isinstance(chosen, Placed) else Placed(chosen)
+
+
+def at_home(aw: AppWrapperView, nodes: Sequence[NodeView], room: Mapping[str, ResourceVector],
+            hierarchy: Hierarchy = NO_HIERARCHY, *, home: str, index: Index = PLAIN) -> Placed | None:
+    """``aw`` placed in ``home``, the domain of its required level it was dispatched into before, when it fits
+    there whole; else None."""
+    members = next((m for value, m in index.domains(nodes, aw.topology_required) if value == home), None)
+    packing = pack_within(aw, members, room, hierarchy) if members else None
+    return Placed(packing, home) if packing is not None and packing.fits else None
 
 
 def home(level: str, nodes: Sequence[NodeView], used: Collection[str]) -> list[NodeView]:
