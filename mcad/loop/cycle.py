@@ -262,7 +262,9 @@ class DispatchCycle:
         for key in islice(assessed.dispatch_order(), ESTIMATED):
             aw = self._appwrappers.get(key)
             if aw is not None:
-                queued.append(Waiter(key, aw.demand, aw.scheduling.dispatch_limit_seconds))
+                told = assessed.of(key)
+                queued.append(Waiter(key, aw.demand, aw.scheduling.dispatch_limit_seconds,
+                                     blocked=told is not None and not told.fits_now))
         running = [Holder(aw.demand, lifecycle.deadline_due(aw.scheduling, self._decisions.status(aw))
                           if aw.scheduling.dispatch_limit_seconds > 0 else None)
                    for aw in self._active.views.values()]

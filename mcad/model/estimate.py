@@ -7,9 +7,12 @@ Contract:
   ``dispatchDuration.limit`` deadline; one with none holds its room for ever); each queued AppWrapper, in the order
   given (dispatch order, fair sharing's included), starts at the earliest time from which the profile has room for
   its demand for as long as it may run (its own limit; for ever without one), and that room is taken from the
-  profile from then on.
+  profile from then on. One the dispatch cycle's judgement says does not fit now (``Waiter.blocked``: its nodes,
+  quota or the reservations ahead keep it out, which one amount of room cannot see) starts no sooner than the
+  profile's next change after now, never now.
 - The first ``limit`` queued get an ``Estimate``: ``at`` (now when it fits now), or ``at`` None with ``why``: the
-  room it needs is held by AppWrappers with no run-time limit, or it needs more than the cluster has. Those beyond
+  room it needs is held by AppWrappers with no run-time limit, it does not fit now and no run-time limit says when
+  room frees, or it needs more than the cluster has. Those beyond
   ``limit`` are not estimated (the caller says so).
 - Cost: O(limit x (running + limit)) resource comparisons; the caller bounds ``limit``.
 - Pure: values and times in, estimates out.
@@ -28,6 +31,7 @@ from mcad.api.resources import ResourceVector
 ESTIMATED = 100
 UNKNOWN_HELD = "the room it needs is held by AppWrappers with no dispatchDuration.limit"
 UNKNOWN_TOO_BIG = "it needs more than the cluster has"
+UNKNOWN_BLOCKED = "it does not fit now, and no dispatchDuration.limit of what runs says when room frees"
 NOT_ESTIMATED = f"not estimated: at least {ESTIMATED} AppWrappers are ahead of it"
 
 
@@ -42,6 +46,7 @@ class Waiter:
     key: str
     demand: ResourceVector
     limit_seconds: float  # its dispatchDuration.limit; 0 for none
+    blocked: bool = False  # the dispatch cycle's judgement: it does not fit now
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +69,11 @@ def estimate_starts(queued: Iterable[Waiter], running: Iterable[Holder], free: R
         if not aw.demand.fits_in(capacity):
             estimates[aw.key] = Estimate(None, UNKNOWN_TOO_BIG)
             continue
-        start = _earliest(times, room, aw.demand, aw.limit_seconds)
+        start = _earliest(times, room, aw.demand, aw.limit_seconds, first=1 if aw.blocked else 0)
         if start is None:
-            estimates[aw.key] = Estimate(None, UNKNOWN_HELD)
+            # Room enough now for all one amount can tell: what keeps it out is its nodes, quota or reservations.
+            roomy = aw.blocked and _earliest(times, room, aw.demand, aw.limit_seconds) == now
+            estimates[aw.key] = Estimate(None, UNKNOWN_BLOCKED if roomy else UNKNOWN_HELD)
             continue
         ends = start + timedelta(seconds=aw.limit_seconds) if aw.limit_seconds > 0 else None
         _add(times, room, start, ends, -aw.demand)
@@ -75,9 +82,9 @@ def estimate_starts(queued: Iterable[Waiter], running: Iterable[Holder], free: R
 
 
 def _earliest(times: Sequence[datetime], room: Sequence[ResourceVector], demand: ResourceVector,
-              seconds: float) -> datetime | None:
-    """The first breakpoint from which ``demand`` fits for ``seconds`` (for ever when 0)."""
-    for i, start in enumerate(times):
+              seconds: float, first: int = 0) -> datetime | None:
+    """The first breakpoint, from the ``first``, from which ``demand`` fits for ``seconds`` (for ever when 0)."""
+    for i, start in enumerate(times[first:], first):
         ends = start + timedelta(seconds=seconds) if seconds > 0 else None
         j = i
         while j < len(times) and (ends is None or times[j] < ends):

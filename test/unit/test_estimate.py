@@ -6,7 +6,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from mcad.api.resources import ResourceVector
-from mcad.model.estimate import UNKNOWN_HELD, UNKNOWN_TOO_BIG, Estimate, Holder, Waiter, estimate_starts
+from mcad.model.estimate import (
+    UNKNOWN_BLOCKED,
+    UNKNOWN_HELD,
+    UNKNOWN_TOO_BIG,
+    Estimate,
+    Holder,
+    Waiter,
+    estimate_starts,
+)
 
 NOW = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 CAPACITY = ResourceVector({"cpu": 8000})
@@ -42,3 +50,14 @@ def test_only_the_first_ones_are_estimated_and_an_end_in_the_past_counts_as_now(
     queued = [Waiter(f"q{i}", cpu(1), 60) for i in range(5)]
     found = estimate_starts(queued, [Holder(cpu(8), at(-5))], cpu(0), CAPACITY, NOW, limit=3)
     assert set(found) == {"q0", "q1", "q2"} and found["q0"] == Estimate(NOW)
+
+
+def test_one_the_cycle_judged_blocked_is_never_told_now() -> None:
+    # 4 cpu free in all, but the cycle judged it out (a nodeSelector, quota, a reservation ahead: one amount of room
+    # cannot see them): it starts no sooner than room next frees, and without such a time it is unknown.
+    found = estimate_starts([Waiter("picky", cpu(2), 60, blocked=True), Waiter("easy", cpu(2), 60)],
+                            [Holder(cpu(4), at(5))], cpu(4), CAPACITY, NOW)
+    assert found["picky"] == Estimate(at(5)) and found["easy"] == Estimate(NOW)
+    found = estimate_starts([Waiter("picky", cpu(2), 60, blocked=True)], [Holder(cpu(4), None)], cpu(4), CAPACITY,
+                            NOW)
+    assert found["picky"] == Estimate(None, UNKNOWN_BLOCKED)
