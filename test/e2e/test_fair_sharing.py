@@ -3,6 +3,10 @@ share a 2-cpu node. team-a queues four hour-long 1-cpu AppWrappers and two run; 
 controller is stopped and started again (as a rollout or a change of leader would): the usage it saved in its
 ConfigMap comes back, and when team-a's running ones end, team-b's two go next though team-a's were queued first.
 
+A change of leader: two replicas with ``--leader-elect``; team-a's usage is built under the first leader only, team-b's
+under the second only (a little, so that a new leader that had not loaded the saved usage would put team-a first);
+the second leader must have loaded what the first saved when it stopped for team-b to go before team-a's older ones.
+
 Who writes what: the ConfigMap is in the controller's own namespace, where tenants have no rights (the test grants
 the controller what the chart's Role grants there); the tenants only create AppWrappers in their namespaces.
 
@@ -14,6 +18,7 @@ its Namespace nor weigh itself by putting that key on its AppWrapper.
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,7 @@ from mcad.k8s import kube
 from mcad.model.fairweight import WEIGHT_LABEL
 from test.e2e.conftest import LOGS, AppWrappers, Controller, appwrapper, fake_node, job_item, pinned, running_controller
 from test.e2e.test_admission import account, kubectl, token_kubeconfig
+from test.e2e.test_leader_election import became_leader_at, leader_and_standby
 from test.escalations import APPWRAPPER_RIGHTS
 from test.support import wait_until
 
@@ -87,6 +93,63 @@ def test_the_tenant_that_used_less_goes_first_and_usage_outlives_a_restart(
             team_b.wait_state("b0", "Running")
             team_b.wait_state("b1", "Running")
             assert [aws.status(f"a{i}").get("state") for i in (2, 3)] == ["Pending", "Pending"]
+
+
+def usage(ctl: Controller) -> dict[str, float]:
+    """Each tenant's fair-share usage (share-seconds) as ``ctl`` reports it in /debug/queue."""
+    return {row["tenant"]: row["usage"] for row in debug_queue(ctl)["fairShare"]["named"]}
+
+
+def gone(aws: AppWrappers, name: str) -> bool:
+    try:
+        aws.get(name)
+    except k8s.ApiException as err:
+        if err.status == 404:
+            return True
+        raise
+    return False
+
+
+def test_a_new_leader_loads_the_usage_the_old_one_saved_when_it_stopped(
+        controller_kubeconfig: str, aws: AppWrappers, other_namespace: str, fair_share_rights: str,
+        core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, kubeconfig: str) -> None:
+    """A 2-cpu node. Under leader a: team-a's a0 (2 cpu) runs until team-a has 2 share-seconds of usage, then ends.
+    a is stopped (SIGTERM: it saves the usage and hands the Lease over). Under the new leader b: team-b's b0 (100m)
+    runs, so team-b has used a little (a twentieth of a0's rate, for seconds) and team-a nothing; team-a's a1 and a2,
+    then team-b's b1, queue (2 cpu each: none fits beside b0). When b0 ends, b1 goes first: team-a's saved usage
+    counts in b. Had b not loaded it, team-a (no usage in b) would come first and a1 would run."""
+    team_b = AppWrappers(custom, core, other_namespace, kube.connect(kubeconfig))
+    tenant_a, tenant_b = f"namespace:{aws.namespace}", f"namespace:{other_namespace}"
+    admin = kube.connect(kubeconfig)
+    with fake_node(core, cpu="2", memory="8Gi") as node, \
+            leader_and_standby(controller_kubeconfig, admin, "test_fair_sharing-leader", args=("--fair-sharing",)
+                               ) as (a, b):
+        aws.create(appwrapper("a0", pinned(job_item("a0", 1, "2", duration="1h"), node)))
+        aws.wait_state("a0", "Running")
+        wait_until(lambda: usage(a).get(tenant_a, 0) >= 2, 60, "team-a to use 2 share-seconds under leader a")
+        aws.delete("a0")
+        wait_until(lambda: gone(aws, "a0"), 30, "a0 gone")
+        a.stop(signal.SIGTERM)
+        assert a.proc is not None and a.proc.returncode == 0
+        saved = json.loads(core.read_namespaced_config_map(CONFIGMAP, fair_share_rights).data["usage.json"])
+        assert saved["tenants"].get(tenant_a, 0) >= 2, saved
+        assert tenant_b not in saved["tenants"], "team-b ran nothing under leader a"
+
+        became_leader_at(b, 30)
+        wait_until(lambda: b"fair-share usage restored" in b.log.read_bytes(), 30, "b to read the usage back")
+        team_b.create(appwrapper("b0", pinned(job_item("b0", 1, "100m", duration="1h"), node)))
+        team_b.wait_state("b0", "Running")
+        for name, owner in (("a1", aws), ("a2", aws), ("b1", team_b)):
+            owner.create(appwrapper(name, pinned(job_item(name, 1, "2", duration="1h"), node)))
+        wait_until(lambda: queued(b) == ["a1", "a2", "b1"], 30, "a1, a2 and b1 queued in b")
+        held = usage(b)
+        print(f"usage in the new leader before b0 ends: {held} (saved by the old one: {saved['tenants']})")
+        # What makes the order hang on the load: team-b has some usage in b, team-a none but what was loaded.
+        assert 0 < held.get(tenant_b, 0) < held.get(tenant_a, 0), held
+        assert held[tenant_a] >= 0.95 * saved["tenants"][tenant_a], (held, saved)
+        team_b.delete("b0")
+        team_b.wait_state("b1", "Running")
+        assert [aws.status(name).get("state") for name in ("a1", "a2")] == ["Pending", "Pending"]
 
 
 def tenant(kubeconfig: str, namespace: str, tmp: Path) -> str:

@@ -83,16 +83,18 @@ def admin(kubeconfig: str) -> kube.Connection:
 
 @contextlib.contextmanager
 def leader_and_standby(controller_kubeconfig: str, admin: kube.Connection, stem: str = "test_leader_election",
-                       leader_args: tuple[str, ...] = ()) -> Iterator[tuple[Controller, Controller]]:
-    """Controller ``a`` started first (it leads, with ``leader_args`` too), then ``b`` (a standby), on a Lease no
-    earlier test holds; both stopped on the way out. Logs: .dev/e2e-logs/<stem>-a.log and -b.log."""
+                       leader_args: tuple[str, ...] = (), args: tuple[str, ...] = ()
+                       ) -> Iterator[tuple[Controller, Controller]]:
+    """Controller ``a`` started first (it leads, with ``leader_args`` too), then ``b`` (a standby), both with
+    ``args``, on a Lease no earlier test holds; both stopped on the way out. Logs: .dev/e2e-logs/<stem>-a.log and
+    -b.log."""
     try:
         kube.request_json(admin, "DELETE", LEASE_PATH)
     except kube.ApiError as err:
         if err.status != 404:
             raise
-    a = Controller(controller_kubeconfig, LOGS / f"{stem}-a.log", *ARGS, *leader_args)
-    b = Controller(controller_kubeconfig, LOGS / f"{stem}-b.log", *ARGS)
+    a = Controller(controller_kubeconfig, LOGS / f"{stem}-a.log", *ARGS, *args, *leader_args)
+    b = Controller(controller_kubeconfig, LOGS / f"{stem}-b.log", *ARGS, *args)
     for ctl in (a, b):
         ctl.log.unlink(missing_ok=True)
     try:
