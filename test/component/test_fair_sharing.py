@@ -5,6 +5,8 @@ trees). Stepped with the harness's clock: usage accrues only as the clock moves.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -251,6 +253,104 @@ def test_a_busy_day_shares_the_cluster_evenly_with_fair_sharing(harness_factory:
     assert jain(list(fair.values())) > 0.99 > jain(list(fifo.values())), (fair, fifo)
     print(f"Jain's index, seed {seed}: fair sharing {jain(list(fair.values())):.3f} ({fair}), "
           f"first in first out {jain(list(fifo.values())):.3f} ({fifo})")
+
+
+@dataclass
+class MixedDay:
+    """What ``mixed_day`` measured: cpu-minutes per tenant after the warm-up, the same in the minutes when every
+    tenant had work (queued or running), and per tenant the longest stretch (seconds) during which it had something
+    queued and nothing of it was dispatched."""
+
+    used: dict[str, float]
+    busy: dict[str, float]
+    longest_wait: dict[str, float]
+    bursts: list[int]
+
+
+def mixed_day(harness_factory: Any, seed: int, fair: bool) -> MixedDay:
+    """Steady and bursty tenants on a 4-cpu node for eight hours: team-a keeps six AppWrappers queued all day,
+    team-b three; team-d queues nothing but, at two or three seeded minutes, 15 to 20 at once. Jobs of 1 cpu run 5
+    to 15 minutes. Each AppWrapper is created at the minute it is queued (so that without fair sharing the queue is
+    first in, first out between tenants too)."""
+    rng = random.Random(seed)
+    names = iter(range(10**6))
+    h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[], fit="aggregate", fair_sharing=fair)
+    teams = ("team-a", "team-b", "team-d")
+    backlog = {"team-a": 6, "team-b": 3}
+    bursts = {minute: rng.randint(15, 20)
+              for minute in sorted(rng.sample(range(150, 450, 30), rng.choice([2, 3])))}
+    ends: dict[str, int] = {}
+    used, busy = dict.fromkeys(teams, 0.0), dict.fromkeys(teams, 0.0)
+    waiting_since: dict[str, int | None] = dict.fromkeys(teams, None)
+    longest = dict.fromkeys(teams, 0)
+    start = datetime(2026, 1, 1, 9, tzinfo=UTC)
+
+    def queued(team: str) -> int:
+        return sum(1 for k in h.dispatcher.owners.queued.pending.ordered() if k.startswith(f"{team}/"))
+
+    def add(team: str, minute: int) -> None:
+        created = (start + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        h.lw["aw"].add(team_aw(team, f"{team[-1]}{next(names)}", created=created))
+
+    for minute in range(8 * 60):
+        for team, depth in backlog.items():
+            for _ in range(depth - queued(team)):
+                add(team, minute)
+        for _ in range(bursts.get(minute, 0)):
+            add("team-d", minute)
+        h.drain()
+        started = {key.partition("/")[0] for key in dispatched(h) - set(ends)}
+        for key in sorted(dispatched(h) - set(ends)):  # sorted: the same durations whatever the hash seed
+            ends[key] = minute + rng.randint(5, 15)
+        for team in teams:  # a stretch runs from the minute it had work queued and none dispatched
+            since = waiting_since[team]
+            if since is not None:
+                longest[team] = max(longest[team], minute - since)
+            if team in started or not queued(team):
+                waiting_since[team] = minute if team in started and queued(team) else None
+            elif since is None:
+                waiting_since[team] = minute
+        for key in [k for k, end in ends.items() if end <= minute]:
+            del ends[key]
+            finish(h, key)
+        if minute >= 120:
+            holding = [key.partition("/")[0] for key in ends]
+            everyone_busy = all(queued(team) or team in holding for team in teams)
+            for team in holding:
+                used[team] += 1
+                if everyone_busy:
+                    busy[team] += 1
+        h.clock.advance(60)
+    return MixedDay(used, busy, {team: minutes * 60.0 for team, minutes in longest.items()}, sorted(bursts))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_day_of_steady_and_bursty_tenants(harness_factory: Any, seed: int) -> None:
+    """With fair sharing no tenant with work queued goes a half-life (1 h) without one of its AppWrappers being
+    dispatched, and the two steady tenants' shares stay within 10 % of equal, over the day and in the minutes when
+    all three had work. Jain's index is printed for those minutes (all three) and for the steady two over the day,
+    with and without fair sharing."""
+    fair, fifo = mixed_day(harness_factory, seed, fair=True), mixed_day(harness_factory, seed, fair=False)
+    all_three, steady = ("team-a", "team-b", "team-d"), ("team-a", "team-b")
+
+    def minutes(waits: dict[str, float]) -> dict[str, int]:
+        return {team: round(seconds / 60) for team, seconds in waits.items()}
+
+    print(f"mixed day, seed {seed}, bursts at minutes {fair.bursts}: Jain's index while all three had work: "
+          f"fair sharing {jain([fair.busy[t] for t in all_three]):.3f}, "
+          f"first in first out {jain([fifo.busy[t] for t in all_three]):.3f} "
+          f"(cpu-minutes {fair.busy} and {fifo.busy}); steady two over the day: "
+          f"{jain([fair.used[t] for t in steady]):.3f} and {jain([fifo.used[t] for t in steady]):.3f} "
+          f"(team-a's part {fair.used['team-a'] / (fair.used['team-a'] + fair.used['team-b']):.1%} and "
+          f"{fifo.used['team-a'] / (fifo.used['team-a'] + fifo.used['team-b']):.1%}); "
+          f"longest wait with work queued and none dispatched (minutes): {minutes(fair.longest_wait)} and "
+          f"{minutes(fifo.longest_wait)}")
+    assert fair.busy["team-d"] > 0 and len(fair.bursts) >= 2, fair
+    assert max(fair.longest_wait.values()) <= 3600, f"someone waited longer than the half-life: {fair.longest_wait}"
+    for used in (fair.used, fair.busy):
+        for team in steady:
+            share_of = used[team] / (used["team-a"] + used["team-b"])
+            assert abs(share_of - 1 / 2) <= 0.1 / 2, f"{team} had {share_of:.1%} of the steady two's: {used}"
 
 
 # -- weights ---------------------------------------------------------------------------------------------------------
