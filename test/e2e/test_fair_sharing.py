@@ -5,7 +5,8 @@ ConfigMap comes back, and when team-a's running ones end, team-b's two go next t
 
 A change of leader: two replicas with ``--leader-elect``; team-a's usage is built under the first leader only, team-b's
 under the second only (a little, so that a new leader that had not loaded the saved usage would put team-a first);
-the second leader must have loaded what the first saved when it stopped for team-b to go before team-a's older ones.
+the second leader must have loaded what the first saved (when it stopped on SIGTERM; before it was killed, in its
+periodic save) for team-b to go before team-a's older ones.
 
 Who writes what: the ConfigMap is in the controller's own namespace, where tenants have no rights (the test grants
 the controller what the chart's Role grants there); the tenants only create AppWrappers in their namespaces.
@@ -110,14 +111,28 @@ def gone(aws: AppWrappers, name: str) -> bool:
     return False
 
 
-def test_a_new_leader_loads_the_usage_the_old_one_saved_when_it_stopped(
+def saved_usage(core: k8s.CoreV1Api, namespace: str) -> dict[str, Any] | None:
+    """What the ConfigMap holds (``savedAt``, ``tenants``), or None while there is none."""
+    try:
+        found = core.read_namespaced_config_map(CONFIGMAP, namespace)
+    except k8s.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return json.loads(found.data["usage.json"])  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_new_leader_loads_the_usage_the_old_one_saved(
         controller_kubeconfig: str, aws: AppWrappers, other_namespace: str, fair_share_rights: str,
-        core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, kubeconfig: str) -> None:
+        core: k8s.CoreV1Api, custom: k8s.CustomObjectsApi, kubeconfig: str, stop: signal.Signals) -> None:
     """A 2-cpu node. Under leader a: team-a's a0 (2 cpu) runs until team-a has 2 share-seconds of usage, then ends.
-    a is stopped (SIGTERM: it saves the usage and hands the Lease over). Under the new leader b: team-b's b0 (100m)
-    runs, so team-b has used a little (a twentieth of a0's rate, for seconds) and team-a nothing; team-a's a1 and a2,
-    then team-b's b1, queue (2 cpu each: none fits beside b0). When b0 ends, b1 goes first: team-a's saved usage
-    counts in b. Had b not loaded it, team-a (no usage in b) would come first and a1 would run."""
+    a is stopped: by SIGTERM (it saves the usage on the way out and hands the Lease over), or by SIGKILL once its
+    periodic save (a minute after it started) has written that usage (nothing saved on the way out; the Lease
+    lapses). Under the new leader b: team-b's b0 (100m) runs, so team-b has used a little (a twentieth of a0's
+    rate, for seconds) and team-a nothing; team-a's a1 and a2, then team-b's b1, queue (2 cpu each: none fits
+    beside b0). When b0 ends, b1 goes first: team-a's saved usage counts in b. Had b not loaded it, team-a (no usage
+    in b) would come first and a1 would run."""
     team_b = AppWrappers(custom, core, other_namespace, kube.connect(kubeconfig))
     tenant_a, tenant_b = f"namespace:{aws.namespace}", f"namespace:{other_namespace}"
     admin = kube.connect(kubeconfig)
@@ -129,10 +144,14 @@ def test_a_new_leader_loads_the_usage_the_old_one_saved_when_it_stopped(
         wait_until(lambda: usage(a).get(tenant_a, 0) >= 2, 60, "team-a to use 2 share-seconds under leader a")
         aws.delete("a0")
         wait_until(lambda: gone(aws, "a0"), 30, "a0 gone")
-        a.stop(signal.SIGTERM)
-        assert a.proc is not None and a.proc.returncode == 0
-        saved = json.loads(core.read_namespaced_config_map(CONFIGMAP, fair_share_rights).data["usage.json"])
-        assert saved["tenants"].get(tenant_a, 0) >= 2, saved
+        if stop == signal.SIGKILL:
+            wait_until(lambda: (found := saved_usage(core, fair_share_rights)) and found["tenants"].get(tenant_a), 90,
+                       "leader a's periodic save of team-a's usage")
+            assert a.proc is not None and a.proc.poll() is None, "saved by the periodic save, not on the way out"
+        a.stop(stop)
+        assert a.proc is not None and a.proc.returncode == (0 if stop == signal.SIGTERM else -signal.SIGKILL)
+        saved = saved_usage(core, fair_share_rights)
+        assert saved is not None and saved["tenants"].get(tenant_a, 0) >= 2, saved
         assert tenant_b not in saved["tenants"], "team-b ran nothing under leader a"
 
         became_leader_at(b, 30)
