@@ -5,6 +5,7 @@ trees). Stepped with the harness's clock: usage accrues only as the clock moves.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -204,42 +205,76 @@ def jain(values: list[float]) -> float:
     return sum(values) ** 2 / (len(values) * sum(v * v for v in values)) if any(values) else 1.0
 
 
+class Day:
+    """Eight simulated hours on a harness, a minute a step: what ``arrive(minute)`` queues, then a drain (the cycles
+    dispatch), then each new dispatch is given a seeded run of 5 to 15 minutes, ``started(minute, keys)`` is told
+    of them, those whose run is over finish (their room frees), ``running(keys)`` is told what still runs (after
+    a two-hour warm-up), and the clock moves a minute."""
+
+    def __init__(self, h: Any, rng: random.Random) -> None:
+        self.h, self.rng = h, rng
+        self.names = iter(range(10**6))
+        self.ends: dict[str, int] = {}
+
+    def queued(self, team: str) -> int:
+        return sum(1 for k in self.h.dispatcher.owners.queued.pending.ordered() if k.startswith(f"{team}/"))
+
+    def name(self, team: str) -> str:
+        return f"{team[-1]}{next(self.names)}"
+
+    def run(self, arrive: Callable[[int], None], *, started: Callable[[int, list[str]], None] | None = None,
+            running: Callable[[list[str]], None]) -> None:
+        for minute in range(8 * 60):
+            arrive(minute)
+            self.h.drain()
+            new = sorted(dispatched(self.h) - set(self.ends))  # sorted: the same durations whatever the hash seed
+            for key in new:
+                self.ends[key] = minute + self.rng.randint(5, 15)
+            if started is not None:
+                started(minute, new)
+            for key in [k for k, end in self.ends.items() if end <= minute]:
+                del self.ends[key]
+                finish(self.h, key)
+            if minute >= 120:
+                running(list(self.ends))
+            self.h.clock.advance(60)
+
+
+def count_by_team(used: dict[str, float]) -> Callable[[list[str]], None]:
+    """A ``running`` that adds a minute to each running AppWrapper's team."""
+    def running(keys: list[str]) -> None:
+        for key in keys:
+            used[key.partition("/")[0]] += 1
+    return running
+
+
 def busy_day(harness_factory: Any, seed: int, fair: bool) -> tuple[dict[str, float], float]:
     """Three tenants keep different amounts of work queued all day on a 4-cpu node (team-a six AppWrappers, team-b
     three, team-c one); jobs of 1 cpu run 5 to 15 minutes. Returns each tenant's cpu-minutes after a two-hour
     warm-up, and the longest any of team-c's waited."""
-    rng = random.Random(seed)
-    names = iter(range(10**6))
     h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[], fit="aggregate", fair_sharing=fair)
-    ends: dict[str, int] = {}
+    day = Day(h, random.Random(seed))
     used = {"team-a": 0.0, "team-b": 0.0, "team-c": 0.0}
     backlog = {"team-a": 6, "team-b": 3, "team-c": 1}
     arrived: dict[str, int] = {}
-    longest_c = 0.0
+    longest_c = 0
     created = "2026-01-01T09:00:00Z"  # one second for all: without fair sharing, the name breaks ties
 
-    def queued(team: str) -> int:
-        return sum(1 for k in h.dispatcher.owners.queued.pending.ordered() if k.startswith(f"{team}/"))
-
-    for minute in range(8 * 60):
+    def arrive(minute: int) -> None:
         for team, depth in backlog.items():
-            for _ in range(depth - queued(team)):
-                name = f"{team[-1]}{next(names)}"
+            for _ in range(depth - day.queued(team)):
+                name = day.name(team)
                 h.lw["aw"].add(team_aw(team, name, created=created))
                 arrived[f"{team}/{name}"] = minute
-        h.drain()
-        for key in sorted(dispatched(h) - set(ends)):  # sorted: the same durations whatever the hash seed
-            ends[key] = minute + rng.randint(5, 15)
+
+    def started(minute: int, keys: list[str]) -> None:
+        nonlocal longest_c
+        for key in keys:
             if key.startswith("team-c/"):
                 longest_c = max(longest_c, minute - arrived[key])
-        for key in [k for k, end in ends.items() if end <= minute]:
-            del ends[key]
-            finish(h, key)
-        if minute >= 120:
-            for key in ends:
-                used[key.partition("/")[0]] += 1
-        h.clock.advance(60)
-    return used, longest_c * 60
+
+    day.run(arrive, started=started, running=count_by_team(used))
+    return used, longest_c * 60.0
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -273,54 +308,48 @@ def mixed_day(harness_factory: Any, seed: int, fair: bool) -> MixedDay:
     to 15 minutes. Each AppWrapper is created at the minute it is queued (so that without fair sharing the queue is
     first in, first out between tenants too)."""
     rng = random.Random(seed)
-    names = iter(range(10**6))
     h = harness_factory(nodes=[node("n0", "4")], pods=[], aws=[], fit="aggregate", fair_sharing=fair)
     teams = ("team-a", "team-b", "team-d")
     backlog = {"team-a": 6, "team-b": 3}
     bursts = {minute: rng.randint(15, 20)
               for minute in sorted(rng.sample(range(150, 450, 30), rng.choice([2, 3])))}
-    ends: dict[str, int] = {}
+    day = Day(h, rng)
     used, busy = dict.fromkeys(teams, 0.0), dict.fromkeys(teams, 0.0)
     waiting_since: dict[str, int | None] = dict.fromkeys(teams, None)
     longest = dict.fromkeys(teams, 0)
     start = datetime(2026, 1, 1, 9, tzinfo=UTC)
 
-    def queued(team: str) -> int:
-        return sum(1 for k in h.dispatcher.owners.queued.pending.ordered() if k.startswith(f"{team}/"))
-
     def add(team: str, minute: int) -> None:
         created = (start + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        h.lw["aw"].add(team_aw(team, f"{team[-1]}{next(names)}", created=created))
+        h.lw["aw"].add(team_aw(team, day.name(team), created=created))
 
-    for minute in range(8 * 60):
+    def arrive(minute: int) -> None:
         for team, depth in backlog.items():
-            for _ in range(depth - queued(team)):
+            for _ in range(depth - day.queued(team)):
                 add(team, minute)
         for _ in range(bursts.get(minute, 0)):
             add("team-d", minute)
-        h.drain()
-        started = {key.partition("/")[0] for key in dispatched(h) - set(ends)}
-        for key in sorted(dispatched(h) - set(ends)):  # sorted: the same durations whatever the hash seed
-            ends[key] = minute + rng.randint(5, 15)
+
+    def started(minute: int, keys: list[str]) -> None:
+        teams_started = {key.partition("/")[0] for key in keys}
         for team in teams:  # a stretch runs from the minute it had work queued and none dispatched
             since = waiting_since[team]
             if since is not None:
                 longest[team] = max(longest[team], minute - since)
-            if team in started or not queued(team):
-                waiting_since[team] = minute if team in started and queued(team) else None
+            if team in teams_started or not day.queued(team):
+                waiting_since[team] = minute if team in teams_started and day.queued(team) else None
             elif since is None:
                 waiting_since[team] = minute
-        for key in [k for k, end in ends.items() if end <= minute]:
-            del ends[key]
-            finish(h, key)
-        if minute >= 120:
-            holding = [key.partition("/")[0] for key in ends]
-            everyone_busy = all(queued(team) or team in holding for team in teams)
-            for team in holding:
-                used[team] += 1
-                if everyone_busy:
-                    busy[team] += 1
-        h.clock.advance(60)
+
+    def running(keys: list[str]) -> None:
+        holding = [key.partition("/")[0] for key in keys]
+        everyone_busy = all(day.queued(team) or team in holding for team in teams)
+        for team in holding:
+            used[team] += 1
+            if everyone_busy:
+                busy[team] += 1
+
+    day.run(arrive, started=started, running=running)
     return MixedDay(used, busy, {team: minutes * 60.0 for team, minutes in longest.items()}, sorted(bursts))
 
 
@@ -405,7 +434,6 @@ def weighted_day(harness_factory: Any, seed: int, source: str) -> dict[str, floa
     keep eight 1-GPU AppWrappers queued all day on an 8-GPU node; jobs run 5 to 15 minutes. Returns each one's
     GPU-minutes after a two-hour warm-up."""
     rng = random.Random(seed)
-    names = iter(range(10**6))
     weights = {"team-a": 1.0, "team-b": 2.0}
     options: dict[str, Any] = {"namespaces": [namespace(team, f"{w:g}" if source == "namespace" else None)
                                               for team, w in weights.items()]}
@@ -415,31 +443,20 @@ def weighted_day(harness_factory: Any, seed: int, source: str) -> dict[str, floa
             lw.add(obj)
         options["quota_subtrees"] = Informer("quotasubtrees", lw, transform=subtree_view)
     h = harness_factory(nodes=[gpu_node("n0", 8)], pods=[], aws=[], fit="aggregate", fair_sharing=True, **options)
-    ends: dict[str, int] = {}
+    day = Day(h, rng)
     used = dict.fromkeys(weights, 0.0)
 
-    def queued(team: str) -> int:
-        return sum(1 for k in h.dispatcher.owners.queued.pending.ordered() if k.startswith(f"{team}/"))
-
-    for minute in range(8 * 60):
+    def arrive(minute: int) -> None:
         for team in weights:
-            for _ in range(8 - queued(team)):
-                raw = gang_aw(f"{team[-1]}{next(names)}", 1, {"cpu": "100m", "nvidia.com/gpu": "1"})
+            for _ in range(8 - day.queued(team)):
+                raw = gang_aw(day.name(team), 1, {"cpu": "100m", "nvidia.com/gpu": "1"})
                 raw["metadata"].update(namespace=team, creationTimestamp="2026-01-01T09:00:00Z")
                 raw["metadata"]["uid"] = f"uid-{team}-{raw['metadata']['name']}"
                 if source == "quota":
                     raw["metadata"]["labels"] = {"t": team}
                 h.lw["aw"].add(raw)
-        h.drain()
-        for key in sorted(dispatched(h) - set(ends)):  # sorted: the same durations whatever the hash seed
-            ends[key] = minute + rng.randint(5, 15)
-        for key in [k for k, end in ends.items() if end <= minute]:
-            del ends[key]
-            finish(h, key)
-        if minute >= 120:
-            for key in ends:
-                used[key.partition("/")[0]] += 1
-        h.clock.advance(60)
+
+    day.run(arrive, running=count_by_team(used))
     return used
 
 
