@@ -380,6 +380,16 @@ class AppWrappers:
     def get(self, name: str) -> dict[str, Any]:
         return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)  # type: ignore[no-any-return]
 
+    def absent(self, name: str) -> bool:
+        """Whether the API server has no AppWrapper ``name`` (deleted, its finalizers done)."""
+        try:
+            self.get(name)
+        except k8s.ApiException as err:
+            if err.status == 404:
+                return True
+            raise
+        return False
+
     def uid(self, name: str) -> str:
         return str(self.get(name)["metadata"]["uid"])
 

@@ -101,16 +101,6 @@ def usage(ctl: Controller) -> dict[str, float]:
     return {row["tenant"]: row["usage"] for row in debug_queue(ctl)["fairShare"]["named"]}
 
 
-def gone(aws: AppWrappers, name: str) -> bool:
-    try:
-        aws.get(name)
-    except k8s.ApiException as err:
-        if err.status == 404:
-            return True
-        raise
-    return False
-
-
 def saved_usage(core: k8s.CoreV1Api, namespace: str) -> dict[str, Any] | None:
     """What the ConfigMap holds (``savedAt``, ``tenants``), or None while there is none."""
     try:
@@ -143,7 +133,7 @@ def test_a_new_leader_loads_the_usage_the_old_one_saved(
         aws.wait_state("a0", "Running")
         wait_until(lambda: usage(a).get(tenant_a, 0) >= 2, 60, "team-a to use 2 share-seconds under leader a")
         aws.delete("a0")
-        wait_until(lambda: gone(aws, "a0"), 30, "a0 gone")
+        wait_until(lambda: aws.absent("a0"), 30, "a0 gone")
         if stop == signal.SIGKILL:
             wait_until(lambda: (found := saved_usage(core, fair_share_rights)) and found["tenants"].get(tenant_a), 90,
                        "leader a's periodic save of team-a's usage")

@@ -269,16 +269,6 @@ def last_seen_then_gone(aws: AppWrappers, api_version: str, kind: str, name: str
     return seen
 
 
-def appwrapper_gone(aws: AppWrappers, name: str) -> bool:
-    try:
-        aws.get(name)
-    except k8s.ApiException as error:
-        if error.status == 404:
-            return True
-        raise
-    return False
-
-
 @pytest.mark.parametrize("delete_itself", [False, True], ids=["objects", "and-itself"])
 def test_success_ttl_deletes_a_completed_appwrappers_objects_on_time(controller: Controller, aws: AppWrappers,
                                                                     delete_itself: bool) -> None:
@@ -292,7 +282,7 @@ def test_success_ttl_deletes_a_completed_appwrappers_objects_on_time(controller:
     assert seen - at >= 2.0, f"the Job went {seen - at:.1f} s after completion, before its 4 s TTL"
     wait_until(lambda: not aws.pods("ttl"), 30, "its pods to go")
     if delete_itself:
-        wait_until(lambda: appwrapper_gone(aws, "ttl"), 30, "the AppWrapper itself to go")
+        wait_until(lambda: aws.absent("ttl"), 30, "the AppWrapper itself to go")
     else:
         assert aws.status("ttl")["state"] == "Completed"
 
