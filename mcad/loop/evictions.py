@@ -43,7 +43,7 @@ with what it reads and acts through in one frozen ``EvictionOwners``, and the lo
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -299,7 +299,7 @@ class Evictions:
     def _reclaim_for(self, aw: AppWrapperView, need: ResourceVector, snapshot: Snapshot) -> Room:
         if snapshot.quota is None or aw.held:
             return NO_ROOM
-        ranks = {k: self._rank(v) for k, v in self._dispatched.items()}
+        ranks = _Ranks(self._dispatched, self._rank)
         exclude = self.preemptors.victims_taken() | set(self._in_flight)
         victims = reclaim_victims(aw, need, snapshot, self._targets, ranks, self._accountant.footprint, exclude)
         if not victims:
@@ -410,3 +410,28 @@ def _appwrapper(key: str, reader_key: str) -> str:
     """'AppWrapper ns/name' for a reader of its namespace, else 'an AppWrapper in another namespace'."""
     reader = disclosure.namespace_of(reader_key)
     return f"AppWrapper {key}" if disclosure.same_namespace(key, reader) else disclosure.ANOTHER
+
+
+class _Ranks(Mapping[str, tuple[Any, ...]]):
+    """The victim rank of each dispatched AppWrapper, made when first asked: a reclaim asks of its few candidates,
+    not of every AppWrapper dispatched (each rank parses the status's dispatch time)."""
+
+    def __init__(self, dispatched: Mapping[str, AppWrapperView],
+                 rank: Callable[[AppWrapperView], tuple[Any, ...]]) -> None:
+        self._dispatched, self._rank = dispatched, rank
+        self._made: dict[str, tuple[Any, ...]] = {}
+
+    def __getitem__(self, key: str) -> tuple[Any, ...]:
+        made = self._made.get(key)
+        if made is None:
+            made = self._made[key] = self._rank(self._dispatched[key])
+        return made
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._dispatched
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dispatched)
+
+    def __len__(self) -> int:
+        return len(self._dispatched)

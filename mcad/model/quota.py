@@ -393,13 +393,40 @@ class QuotaLedger:
             if tree is None or node not in tree.nodes:
                 continue
             mine = set(tree.path(node))
+            borrowing: dict[str, bool] = {}  # node -> over its limit: each node judged once per call
             for (t, name), keys in self._direct.items():
                 if t != tree_name or name in mine:
                     continue
-                over = any(self.borrowed(t, n) for n in tree.path(name) if n not in mine)
-                if over:
+                if any(self._over(tree, n, borrowing) for n in tree.path(name) if n not in mine):
                     out.update(k for k in keys if k not in skip)
         return sorted(out)
+
+    def _over(self, tree: Tree, node: str, seen: dict[str, bool]) -> bool:
+        """Whether ``node`` uses more than its limit of some resource (``borrowed`` is not empty), remembered in
+        ``seen``: what ``borrowers`` asks of every node on every charged node's path."""
+        over = seen.get(node)
+        if over is None:
+            used = self._usage.get((tree.name, node), ZERO)
+            over = seen[node] = any((limit := tree.limit(node, resource)) is not None and used.get(resource) > limit
+                                    for resource in tree.resources)
+        return over
+
+    def _still_borrows(self, key: str, charges: Charges) -> bool:
+        """Whether ``key`` is still one of ``borrowers(charges)`` (a release can only take borrowers away)."""
+        consumer = self._consumers.get(key)
+        if consumer is None:
+            return False
+        for tree_name, node in charges:
+            tree = self.forest.trees.get(tree_name)
+            if tree is None or node not in tree.nodes:
+                continue
+            mine = set(tree.path(node))
+            seen: dict[str, bool] = {}
+            for t, name in consumer.charges:
+                if t == tree_name and name not in mine and any(
+                        self._over(tree, n, seen) for n in tree.path(name) if n not in mine):
+                    return True
+        return False
 
     def reclaim_victims(self, charges: Charges, demand: ResourceVector, *,
                         rank: Callable[[str], tuple[Any, ...]],
@@ -419,24 +446,26 @@ class QuotaLedger:
 
         trial = self.copy()
         chosen: list[str] = []
-        excluded = set(exclude)
-        while True:
-            if enough(trial, chosen):
-                break
-            candidates = trial.borrowers(charges, exclude=excluded | set(chosen))
-            if not candidates:
+        # Lowest rank first among those that still borrow: releases only take borrowers away, so the first of the
+        # ranked list that still borrows is the lowest-ranked borrower now (one listing, not one per victim).
+        candidates = iter(sorted(trial.borrowers(charges, exclude=exclude), key=rank))
+        while not enough(trial, chosen):
+            victim = next((key for key in candidates if trial._still_borrows(key, charges)), None)
+            if victim is None:
                 return None
-            victim = min(candidates, key=rank)
             chosen.append(victim)
             trial.release(victim)
-        # Fewest: give back any victim not needed after all, the most valuable first.
+        # Fewest: give back any victim not needed after all, the most valuable first; ``trial`` is the ledger without
+        # ``chosen``, so one given back is charged again there (and released again if it is needed).
         for victim in sorted(chosen, key=rank, reverse=True):
+            consumer = self._consumers[victim]
+            trial._consumers[victim] = consumer
+            trial._apply(consumer, 1)
             rest = [v for v in chosen if v != victim]
-            again = self.copy()
-            for v in rest:
-                again.release(v)
-            if enough(again, rest):
+            if enough(trial, rest):
                 chosen = rest
+            else:
+                trial.release(victim)
         return chosen
 
     # -- presentation --------------------------------------------------------------------------------------------

@@ -237,3 +237,66 @@ def test_a_borrower_charged_at_the_reclaimers_node_in_another_tree_is_reclaimed(
     assert q.borrows_at_own_node(mine, demand), "with my-job-1 still charged at service/gold"
     victims = q.reclaim_victims(mine, demand, rank=lambda k: (0, k), fits_after=lambda _l, _v: True)
     assert victims == ["ns/my-job-1"]
+
+
+def reference_borrowers(q: QuotaLedger, charges: tuple[tuple[str, str], ...], skip: set[str]) -> list[str]:
+    """``borrowers`` as the rule reads: those charged off the path of ``charges``' node, under a node over its
+    limit that is not on that path."""
+    out: set[str] = set()
+    for tree_name, node in charges:
+        tree = q.forest.trees[tree_name]
+        mine = set(tree.path(node))
+        for key in q.charged_keys():
+            consumer = q.consumer(key)
+            assert consumer is not None
+            for t, name in consumer.charges:
+                if t == tree_name and name not in mine and key not in skip and any(
+                        q.borrowed(t, n) for n in tree.path(name) if n not in mine):
+                    out.add(key)
+    return sorted(out)
+
+
+def reference_reclaim(q: QuotaLedger, charges: tuple[tuple[str, str], ...], demand: ResourceVector,
+                      rank: Any, fits_after: Any) -> list[str] | None:
+    """The reclaim rule written plainly: the lowest-ranked borrower now, one at a time, on a fresh copy each time;
+    then each victim not needed after all given back, the most valuable first."""
+    def enough(ledger: QuotaLedger, victims: list[str]) -> bool:
+        return (ledger.check(charges, demand).fits and not ledger.borrows_at_own_node(charges, demand)
+                and fits_after(ledger, victims))
+
+    trial, chosen = q.copy(), []
+    while not enough(trial, chosen):
+        candidates = reference_borrowers(trial, charges, set(chosen))
+        if not candidates:
+            return None
+        chosen.append(min(candidates, key=rank))
+        trial.release(chosen[-1])
+    for victim in sorted(chosen, key=rank, reverse=True):
+        rest = [v for v in chosen if v != victim]
+        again = q.copy()
+        for v in rest:
+            again.release(v)
+        if enough(again, rest):
+            chosen = rest
+    return chosen
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_reclaim_chooses_as_the_rule_written_plainly_does(seed: int) -> None:
+    rng = random.Random(seed)
+    q = ledger()
+    labels: list[dict[str, str]] = [{}, {"quota_context": "silver"}, {"quota_context": "bronze"},
+                                    {"quota_context": "silver", "quota_service": "gold"}, {"quota_context": "gold"}]
+    for i in range(rng.randrange(5, 40)):
+        q.charge(f"ns/aw{i}", rng.choice(labels), cpu(rng.randrange(10, 300), rng.randrange(0, 200)))
+    ranks = {key: (rng.randrange(3), rng.random(), key) for key in q.charged_keys()}
+    needed = rng.randrange(0, 4)  # the cluster is full until this many victims' pods go
+
+    def fits_after(_ledger: QuotaLedger, victims: list[str]) -> bool:
+        return len(victims) >= needed
+
+    for charges in ((("quota_context", "gold"),), (("quota_context", "gold"), ("quota_service", "gold"))):
+        for demand in (cpu(rng.randrange(10, 600), rng.randrange(0, 400)), cpu(50)):
+            assert sorted(q.borrowers(charges)) == reference_borrowers(q, charges, set())
+            assert (q.reclaim_victims(charges, demand, rank=lambda k: ranks[k], fits_after=fits_after)
+                    == reference_reclaim(q, charges, demand, lambda k: ranks[k], fits_after)), (seed, charges)
