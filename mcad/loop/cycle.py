@@ -66,9 +66,10 @@ log = structlog.get_logger("mcad.loop.dispatcher")
 
 Waiting = tuple[AppWrapperView, frozenset[str], Callable[[], str]]
 
-# How often queued AppWrappers' expected starts are judged again for their status while any are queued: an
-# arrival's first estimate is written within this long (paced), and a dry run costs O(groups + judged).
-ESTIMATE_INTERVAL_SECONDS = 5.0
+# How often queued AppWrappers' expected starts are judged again for their status while cycles run: an arrival's
+# first estimate is written within this long (paced). A dry run costs about what a cycle does (under churn with quota
+# reclaim, one every 5 s took an eighth of the controller's CPU); a write is at most once a minute anyway.
+ESTIMATE_INTERVAL_SECONDS = 15.0
 
 
 @dataclass(frozen=True, slots=True)

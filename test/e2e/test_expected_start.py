@@ -48,7 +48,7 @@ def test_a_queued_appwrapper_is_told_when_it_starts_within_ten_percent(
         aws.create(appwrapper("after", slot_job("after", 1, 2, 3600), priority=-1))
 
         try:
-            status = wait_until(lambda: (s := aws.status("whole")).get("estimatedStart") and s, 30,
+            status = wait_until(lambda: (s := aws.status("whole")).get("estimatedStart") and s, 60,
                                 "whole's status.estimatedStart")
         except AssertionError as err:
             raise AssertionError(f"{err}; its status: {aws.status('whole')!r}") from None
@@ -57,7 +57,7 @@ def test_a_queued_appwrapper_is_told_when_it_starts_within_ten_percent(
         assert status["state"] == "Pending" and "estimateWhy" not in status
         long_ends = stamp(aws.status("long")["controllerfirstdispatchtimestamp"]).timestamp() + LONG
         assert abs(estimate.timestamp() - long_ends) <= 1, "when long's limit runs out"
-        wait_until(lambda: aws.status("after").get("estimateWhy") == UNKNOWN_HELD, 30,
+        wait_until(lambda: aws.status("after").get("estimateWhy") == UNKNOWN_HELD, 60,
                    "after's status.estimateWhy: whole, ahead of it, has no run-time limit")
         assert "estimatedStart" not in aws.status("after")
 
