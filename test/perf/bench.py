@@ -33,7 +33,7 @@ from types import FrameType
 from typing import Any
 
 from test.perf.harness import say
-from test.perf.scenarios import OPT_IN, SCENARIOS, Options, Result
+from test.perf.scenarios import OPT_IN, SCENARIOS, TENANT_SCENARIOS, Options, Result
 from test.support import REPO
 
 DEFAULT_OUTPUT = REPO / "bench-results.json"
@@ -85,6 +85,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="sample each controller with py-spy (pip install py-spy) and report its CPU by phase "
                              "(test.perf.phases); the samples go to .dev/bench-logs/<scenario>-<label>.profile.txt")
+    parser.add_argument("--tenants", type=int, default=1, metavar="N",
+                        help=f"spread the AppWrappers of {', '.join(TENANT_SCENARIOS)} round-robin over N namespaces "
+                             "(bench, bench-t01, ...), so that --fair-sharing has tenants to order: throughput's by "
+                             "index, deep_queue's backlog (its probes stay in bench), churn's 30 arrival streams "
+                             "(default %(default)s: all in bench)")
     parser.add_argument("--threads", type=int, default=16, help="load thread pool size (default %(default)s)")
     parser.add_argument("--load-processes", type=int, default=4,
                         help="churn's creating processes, each with --threads threads (default %(default)s)")
@@ -98,6 +103,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     if args.scale <= 0:
         parser.error("--scale must be > 0")
+    if args.tenants < 1:
+        parser.error("--tenants must be >= 1")
+    if args.tenants > 1 and not set(names) & set(TENANT_SCENARIOS):
+        parser.error(f"--tenants spreads only {', '.join(TENANT_SCENARIOS)}, and --scenarios names none of them")
     if args.webhook_rounds < 1:
         parser.error("--webhook-rounds must be >= 1")
     if args.churn_pods:
@@ -222,6 +231,11 @@ def render(results: list[Result]) -> str:
             out.append("   dispatch cycles, mean: " + ", ".join(
                 f"{t} {_fmt(cycles[t].get('mean_ms'))} ms ({cycles[t].get('count')} cycles)" for t in ("flat", "racks"))
                 + f"; racks / flat {_fmt(cycles['racks_over_flat'])}")
+        elif cycles.get("count") is not None:
+            out.append(f"   dispatch cycles {cycles['count']}, mean {_fmt(cycles.get('mean_ms'))} ms")
+        if r.get("fairness"):
+            out.append("   per tenant: " + ", ".join(f"{k} {_fmt(v)}" for k, v in r["fairness"].items()
+                                                     if not isinstance(v, dict)))
         if r.get("dispatch_cycles"):
             c = r["dispatch_cycles"]
             out.append(f"   dispatch cycles {c.get('count')}, {_fmt(c.get('seconds'))} s in all")
@@ -270,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                    size=args.size_map, controller_args=tuple(args.controller_args.split()),
                    controller_nice=args.controller_nice, profile=args.profile, webhook_creator=args.webhook_creator,
                    webhook_server=args.webhook_server,
-                   webhook_rounds=args.webhook_rounds, throughput_pace=max(0.0, args.throughput_pace))
+                   webhook_rounds=args.webhook_rounds, throughput_pace=max(0.0, args.throughput_pace),
+                   tenants=args.tenants)
     if "ceiling" not in args.scenario_list:
         opts.ceiling_pairs_per_s, opts.ceiling_source = previous_ceiling(args.output)
     meta: dict[str, Any] = {

@@ -382,17 +382,44 @@ class Controller:
 # ---------------------------------------------------------------------------------------------- objects
 
 
-def aw_path(name: str = "", namespace: str = NAMESPACE) -> str:
+def aw_path(name: str = "", namespace: str | None = NAMESPACE) -> str:
+    """An AppWrapper's path, or its namespace's collection; ``namespace`` None: the collection of every namespace
+    (for a list or a watch of all tenants)."""
+    if namespace is None:
+        return f"/apis/{API_VERSION}/{PLURAL}"
     base = f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}"
     return f"{base}/{name}" if name else base
 
 
+def aw_collection_of(body: Obj) -> str:
+    """Where ``body`` is created: its own ``metadata.namespace``, else the bench namespace (a load's path for
+    AppWrappers spread over tenants)."""
+    return aw_path(namespace=body["metadata"].get("namespace") or NAMESPACE)
+
+
+def tenant_namespace(index: int, tenants: int) -> str:
+    """The namespace of tenant ``index % tenants``: the bench namespace for tenant 0 (so one tenant is the bench's
+    usual namespace, and the warm-up and probes need nothing else), ``bench-tNN`` for the others."""
+    k = index % max(1, tenants)
+    return NAMESPACE if k == 0 else f"{NAMESPACE}-t{k:02d}"
+
+
+def jain_index(values: Iterable[float]) -> float | None:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 when every value is equal, 1/n when one has everything;
+    None for no values or all zero."""
+    v = list(values)
+    squares = sum(x * x for x in v)
+    return round(sum(v) ** 2 / (len(v) * squares), 4) if v and squares else None
+
+
 def appwrapper(name: str, items: list[Obj], *, priority: int | None = None,
-               labels: dict[str, str] | None = None) -> Obj:
+               labels: dict[str, str] | None = None, namespace: str | None = None) -> Obj:
     spec: Obj = {"resources": {"GenericItems": items}}
     if priority is not None:
         spec["priority"] = priority
     meta: Obj = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
     if labels:
         meta["labels"] = labels
     return {"apiVersion": API_VERSION, "kind": "AppWrapper", "metadata": meta, "spec": spec}
@@ -536,12 +563,15 @@ class Tracker:
             return [end[n] - start[n] for n in names if n in end and n in start]
 
 
-def watch_appwrappers(api: Api, tracker: Tracker, label_selector: str = "") -> Watch:
-    return Watch(api, aw_path(), tracker.on_aw, label_selector, name="watch-appwrappers").start()
+def watch_appwrappers(api: Api, tracker: Tracker, label_selector: str = "", *, all_namespaces: bool = False) -> Watch:
+    """The bench namespace's AppWrappers (``all_namespaces``: every tenant's; names are unique across them)."""
+    return Watch(api, aw_path(namespace=None if all_namespaces else NAMESPACE), tracker.on_aw, label_selector,
+                 name="watch-appwrappers").start()
 
 
-def watch_pods(api: Api, tracker: Tracker) -> Watch:
-    return Watch(api, f"/api/v1/namespaces/{NAMESPACE}/pods", tracker.on_pod, AW_LABEL, name="watch-pods").start()
+def watch_pods(api: Api, tracker: Tracker, *, all_namespaces: bool = False) -> Watch:
+    path = "/api/v1/pods" if all_namespaces else f"/api/v1/namespaces/{NAMESPACE}/pods"
+    return Watch(api, path, tracker.on_pod, AW_LABEL, name="watch-pods").start()
 
 
 class Progress:

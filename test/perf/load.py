@@ -3,7 +3,8 @@
 Contract:
 - ``OnTimeLoad(kubeconfig, path, schedule, build, processes=P, threads=T)``: ``schedule`` is a list of
   ``(offset seconds, args)``; ``build(args)`` (a module-level function, so that a spawned process can name it)
-  returns the body to POST to ``path``, named by its ``metadata.name``. ``start()`` spawns the processes, waits
+  returns the body to POST to ``path`` (or to ``path(body)``, a module-level function too: AppWrappers spread over
+  namespaces), named by its ``metadata.name``. ``start()`` spawns the processes, waits
   until each has its client ready, and returns ``t0``: the ``time.monotonic()`` the offsets count from, a little
   in the future. ``time.monotonic()`` is CLOCK_MONOTONIC, one clock for every process of the machine, so the
   timestamps the processes take are comparable with the parent's (its watches' and its finisher's).
@@ -43,12 +44,14 @@ LEAD_SECONDS = 0.5
 READY_TIMEOUT_SECONDS = 120.0
 
 
-def _run(kubeconfig: str, path: str, entries: list[tuple[float, Any]], build: Callable[[Any], Obj],
-         threads: int, ready: Any, start: Any, t0: Any, counter: Any, failures: Any, out: Any) -> None:
+def _run(kubeconfig: str, path: str | Callable[[Obj], str], entries: list[tuple[float, Any]],
+         build: Callable[[Any], Obj], threads: int, ready: Any, start: Any, t0: Any, counter: Any, failures: Any,
+         out: Any) -> None:
     """One creating process (spawned): the entries it owns, on its own connection pool."""
     api = Api(kubeconfig, pool_size=threads)
     # Built and encoded before t0, not on the schedule's time.
-    bodies = [(offset, body["metadata"]["name"], json.dumps(body, separators=(",", ":")).encode())
+    bodies = [(offset, body["metadata"]["name"], path(body) if callable(path) else path,
+               json.dumps(body, separators=(",", ":")).encode())
               for offset, body in ((offset, build(args)) for offset, args in entries)]
     ready.put(True)
     if not start.wait(2 * READY_TIMEOUT_SECONDS):  # the parent waits at most READY_TIMEOUT_SECONDS for all
@@ -60,12 +63,12 @@ def _run(kubeconfig: str, path: str, entries: list[tuple[float, Any]], build: Ca
     calls: list[float] = []
     errors: list[str] = []
 
-    def create(offset: float, name: str, data: bytes) -> None:
+    def create(offset: float, name: str, target: str, data: bytes) -> None:
         if errors:
             return
         sent = time.monotonic()
         try:
-            api.post_encoded(path, data)
+            api.post_encoded(target, data)
         except Exception as err:  # reported, never retried: the run has no figure then
             errors.append(f"{name}: {err}")
             with failures.get_lock():
@@ -79,20 +82,20 @@ def _run(kubeconfig: str, path: str, entries: list[tuple[float, Any]], build: Ca
             counter.value += 1
 
     with ThreadPoolExecutor(threads, thread_name_prefix="load") as pool:
-        for offset, name, data in bodies:
+        for offset, name, target, data in bodies:
             left = base + offset - time.monotonic()
             if left > 0:
                 time.sleep(left)
             if errors:
                 break
-            pool.submit(create, offset, name, data)
+            pool.submit(create, offset, name, target, data)
     out.send({"created": created, "lateness": late, "calls": calls, "errors": errors,
               "cpu_seconds": time.process_time() - cpu_at_start})
     out.close()
 
 
 class OnTimeLoad:
-    def __init__(self, kubeconfig: str, path: str, schedule: list[tuple[float, Any]],
+    def __init__(self, kubeconfig: str, path: str | Callable[[Obj], str], schedule: list[tuple[float, Any]],
                  build: Callable[[Any], Obj], *, processes: int = 4, threads: int = 8) -> None:
         if processes < 1 or threads < 1:
             raise ValueError(f"an on-time load needs processes >= 1 and threads >= 1 ({processes}, {threads})")

@@ -47,12 +47,14 @@ from test.perf.harness import (
     Progress,
     Tracker,
     appwrapper,
+    aw_collection_of,
     aw_path,
     configmap_item,
     cpu_window,
     create_namespace,
     create_nodes,
     install_crd,
+    jain_index,
     job_item,
     machine_cpu,
     mean_interval,
@@ -61,6 +63,7 @@ from test.perf.harness import (
     say,
     scaled,
     summary,
+    tenant_namespace,
     wait_for,
     watch_appwrappers,
     watch_pods,
@@ -98,9 +101,21 @@ class Options:
     webhook_server: str = "mcad"
     throughput_pace: float = 0.0  # creates a second in the throughput scenarios, on time; 0: closed loop
     profile: bool = False  # --profile: each controller sampled by py-spy, its CPU by phase in the results
+    # --tenants: the AppWrappers of TENANT_SCENARIOS spread round-robin over this many namespaces (tenant_namespace),
+    # so that fair sharing has tenants to order; 1 = all in the bench namespace.
+    tenants: int = 1
 
     def factor(self, scenario: str) -> float:
         return self.scale * self.size.get(scenario, 1.0)
+
+    def tenants_for(self, scenario: str) -> int:
+        return self.tenants if scenario in TENANT_SCENARIOS else 1
+
+
+# The scenarios whose AppWrappers --tenants spreads over namespaces: throughput's (round-robin by index),
+# deep_queue's backlog (its probes stay in the bench namespace, tenant 0) and churn's arrival streams (stream q in
+# tenant q mod N: 30 tenants = one per Kueue queue).
+TENANT_SCENARIOS = ("throughput", "deep_queue", "churn")
 
 
 # Scenarios that queue a backlog and wait until all of it shows Pending: every Backoff written at once, since the
@@ -137,6 +152,7 @@ class Env:
         self.profilers: list[tuple[str, Controller, subprocess.Popen[bytes]]] = []
         self.watches: list[Watch] = []
         self._api: Api | None = None
+        self.tenants = opts.tenants_for(scenario)
 
     @property
     def api(self) -> Api:
@@ -151,6 +167,10 @@ class Env:
             self._api = Api(self.cluster.kubeconfig, pool_size=max(32, self.opts.threads * 2))
             install_crd(self.api)
             create_namespace(self.api)
+            if self.tenants > 1:
+                run_parallel(lambda k: create_namespace(self.api, tenant_namespace(k, self.tenants)),
+                             range(1, self.tenants), self.opts.threads)
+                self.result.setdefault("params", {})["tenants"] = self.tenants
         except BaseException:
             self.__exit__()
             raise
@@ -328,9 +348,11 @@ class Finisher:
     """Deletes each AppWrapper at the time it is due (as Kueue's runner finishes a workload): a heap served by
     one thread, deletes on a small pool. ``finished`` holds when each delete returned; ``errors`` any failures."""
 
-    def __init__(self, api: Api, tracker: Tracker, workers: int = 8) -> None:
+    def __init__(self, api: Api, tracker: Tracker, workers: int = 8,
+                 namespace_of: Callable[[str], str] | None = None) -> None:
         self.api = api
         self.tracker = tracker
+        self.namespace_of = namespace_of  # an AppWrapper's namespace by its name (None: all in the bench namespace)
         self.finished: dict[str, float] = {}
         self.errors: list[BaseException] = []
         self._due: list[tuple[float, str]] = []
@@ -350,7 +372,7 @@ class Finisher:
 
     def _finish(self, name: str) -> None:
         try:
-            self.api.delete(aw_path(name))
+            self.api.delete(aw_path(name, self.namespace_of(name) if self.namespace_of else NAMESPACE))
         except BaseException as err:
             self.errors.append(err)
         with self.tracker.cond:
@@ -421,14 +443,14 @@ def controller_figures(ctl: Controller, baseline: dict[str, float] | None = None
 
 
 def create_all(env: Env, tracker: Tracker, bodies: list[Obj], calls: list[float] | None = None) -> float:
-    """Create every AppWrapper with the thread pool, stamping each when its create call returns; returns seconds.
-    ``calls``, if given, gets how long each create call took."""
+    """Create every AppWrapper (in its ``metadata.namespace``, else the bench namespace) with the thread pool,
+    stamping each when its create call returns; returns seconds. ``calls``, if given, gets how long each create
+    call took."""
     api = env.api
-    path = aw_path()
 
     def create(body: Obj) -> None:
         sent = time.monotonic()
-        api.create(path, body)
+        api.create(aw_collection_of(body), body)
         returned = time.monotonic()
         tracker.mark_created(body["metadata"]["name"], returned)
         if calls is not None:
@@ -528,7 +550,10 @@ def throughput(opts: Options, result: Result) -> None:
     """N single-pod AppWrappers (one Job each, 100m, pods stay Running) that all fit, created as fast as the
     thread pool can; creation -> Running (dispatched) and creation -> first pod Running, and the dispatch rate
     AppWrappers dispatched / (last dispatch - first create)."""
-    rate = _throughput_run("throughput", opts, result, opts.factor("throughput"), webhooks=False)
+    rate = _throughput_run("throughput", opts, result, opts.factor("throughput"), webhooks=False, metrics=True)
+    # The controller's dispatch cycles over the load (what fair sharing's ordering adds to is each cycle's
+    # judging); the rest of the /metrics pages is not kept.
+    result["cycles"] = cycle_figures(result.pop("controller_metrics_at_start"), result.pop("controller_metrics"))
     add_target(result, "dispatch rate", rate, ">=", 100, "AW/s")
     if opts.ceiling_pairs_per_s:
         result["ceiling_source"] = opts.ceiling_source
@@ -541,6 +566,14 @@ def throughput(opts: Options, result: Result) -> None:
 def throughput_body(name: str) -> Obj:
     """One throughput AppWrapper: a one-pod Job of 100m whose pod runs for an hour (built in a load process)."""
     return appwrapper(name, [job_item(name, "100m", delay="1h")])
+
+
+def throughput_tenant_body(args: tuple[str, str]) -> Obj:
+    """``throughput_body`` in a tenant's namespace (``--tenants``)."""
+    name, namespace = args
+    body = throughput_body(name)
+    body["metadata"]["namespace"] = namespace
+    return body
 
 
 def throughput_rack_body(name: str) -> Obj:
@@ -601,8 +634,9 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
         baseline = ctl.stats()
         cluster_before = env.cluster.cpu_seconds()
         tracker = Tracker()
-        env.watch(watch_appwrappers(env.api, tracker))
-        env.watch(watch_pods(env.api, tracker))
+        spread = env.tenants > 1
+        env.watch(watch_appwrappers(env.api, tracker, all_namespaces=spread))
+        env.watch(watch_pods(env.api, tracker, all_namespaces=spread))
         names = [f"tp-{i:05d}" for i in range(n)]
 
         # As fast as P processes x T threads can (test.perf.load): one process's 16 threads measured 16 / the create
@@ -610,10 +644,16 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
         # On time at a fixed rate (--throughput-pace), the same load whatever the phase: the webhooks' latency then
         # costs what it costs the dispatch, not also fewer arrivals from a closed loop that waits for each create.
         pace = opts.throughput_pace
-        creators = OnTimeLoad(env.cluster.kubeconfig, aw_path(),
-                              [(i / pace if pace else 0.0, name) for i, name in enumerate(names)],
-                              throughput_rack_body if topology == "racks" else throughput_body,
-                              processes=opts.load_processes, threads=opts.threads)
+        if spread:  # round-robin over the tenants' namespaces
+            creators = OnTimeLoad(env.cluster.kubeconfig, aw_collection_of,
+                                  [(i / pace if pace else 0.0, (name, tenant_namespace(i, env.tenants)))
+                                   for i, name in enumerate(names)],
+                                  throughput_tenant_body, processes=opts.load_processes, threads=opts.threads)
+        else:
+            creators = OnTimeLoad(env.cluster.kubeconfig, aw_path(),
+                                  [(i / pace if pace else 0.0, name) for i, name in enumerate(names)],
+                                  throughput_rack_body if topology == "racks" else throughput_body,
+                                  processes=opts.load_processes, threads=opts.threads)
         result["params"]["pace_per_s"] = pace or "closed loop"
         say(f"{scenario}: creating {n} AppWrappers" + (" through the admission webhooks" if webhooks else "")
             + (f" at {pace:g}/s" if pace else "") + f" from {creators.processes} processes x {creators.threads} "
@@ -715,7 +755,7 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
                 # Less the connection of this reading of /stats itself.
                 "connections": stats["connections"] - stats_before["connections"] - 1,
                 "cpu_seconds": round(cpu - cpu_before, 2) if cpu is not None and cpu_before is not None else None}
-        items, _ = env.api.list_all(aw_path())
+        items, _ = env.api.list_all(aw_path(namespace=None if spread else NAMESPACE))
         result["admitted_with_creator"] = sum(
             1 for aw in items if webhooks_mod.CREATOR_ANNOTATION in (aw["metadata"].get("annotations") or {}))
     return rate
@@ -990,7 +1030,7 @@ def deep_queue(opts: Options, result: Result, *, topology: str = "", scenario: s
         metrics_url = f"http://127.0.0.1:{webhooks_mod.free_port()}"
         metrics = ("--insecure-debug-endpoints", "--http-bind-address", metrics_url.removeprefix("http://"))
         ctl = env.controller("controller", args=(*UNPACED, *opts.controller_args, *racks_levels(topology),
-                                                 *(metrics if topology else ())))
+                                                 *metrics))
         result["controller_ready_s"] = round(warmup(env, ctl), 2)
         baseline = ctl.stats()
         backlog = Tracker()
@@ -1002,9 +1042,13 @@ def deep_queue(opts: Options, result: Result, *, topology: str = "", scenario: s
                 backlog_events[0] += 1
             backlog.on_aw(etype, obj, seen)
 
-        env.watch(Watch(env.api, aw_path(), on_backlog, name="watch-backlog").start())
+        spread = env.tenants > 1  # the backlog round-robin over the tenants; the probes in tenant 0 (bench)
+        env.watch(Watch(env.api, aw_path(namespace=None if spread else NAMESPACE), on_backlog,
+                        name="watch-backlog").start())
         names = [f"gpu-{i:05d}" for i in range(n)]
-        bodies = [asking(appwrapper(name, [configmap_item(name, {"nvidia.com/gpu": "1"})]), ask) for name in names]
+        bodies = [asking(appwrapper(name, [configmap_item(name, {"nvidia.com/gpu": "1"})],
+                                    namespace=tenant_namespace(i, env.tenants) if spread else None), ask)
+                  for i, name in enumerate(names)]
 
         def line() -> str:
             return f"created {len(backlog.created)}/{n}, seen Pending {len(backlog.pending)}"
@@ -1022,7 +1066,7 @@ def deep_queue(opts: Options, result: Result, *, topology: str = "", scenario: s
                              "dispatched": len(backlog.running)}
         result["controller_after_backlog"] = controller_figures(ctl, baseline)
         mid = ctl.stats()
-        cycles_before = scrape(metrics_url + "/metrics") if topology else {}
+        cycles_before = scrape(metrics_url + "/metrics")
         counting.set()
 
         probe = Tracker()
@@ -1075,8 +1119,8 @@ def deep_queue(opts: Options, result: Result, *, topology: str = "", scenario: s
         end = ctl.stats()
         result["controller"] = controller_figures(ctl, baseline)
         result["controller"]["probe_phase_cpu_seconds"] = round(end["cpu_seconds"] - mid["cpu_seconds"], 2)
-        if topology:
-            result["cycles"] = cycle_figures(cycles_before, scrape(metrics_url + "/metrics"))
+        # The dispatch cycles over the probes: each judges the whole backlog.
+        result["cycles"] = cycle_figures(cycles_before, scrape(metrics_url + "/metrics"))
         result["backlog"]["events_during_probes"] = backlog_events[0]
         wrongly = [x for x in backlog.running if x.startswith("gpu-")]
         if wrongly:
@@ -1254,11 +1298,50 @@ CHURN_JOB = ChurnWorkload("a Job of one pod (its cpu) that kwok completes after 
 CHURN_WORKLOADS = {"configmap": CHURN_CONFIGMAP, "job": CHURN_JOB}
 
 
-def churn_body(args: tuple[str, int, int, float, str]) -> Obj:
-    """One churn workload's AppWrapper, built in a load process (test.perf.load): a module-level function, and the
-    workload named by its key in ``CHURN_WORKLOADS``, so that a spawned process can import both."""
-    name, priority, cpu, runtime, workload = args
-    return appwrapper(name, [CHURN_WORKLOADS[workload].item(name, cpu, runtime)], priority=priority)
+def churn_body(args: tuple[str, int, int, float, str, str]) -> Obj:
+    """One churn workload's AppWrapper in its namespace, built in a load process (test.perf.load): a module-level
+    function, and the workload named by its key in ``CHURN_WORKLOADS``, so that a spawned process can import both."""
+    name, priority, cpu, runtime, workload, namespace = args
+    return appwrapper(name, [CHURN_WORKLOADS[workload].item(name, cpu, runtime)], priority=priority,
+                      namespace=namespace)
+
+
+def churn_stream(name: str) -> int:
+    """The arrival stream (Kueue's queue) of a churn workload, from its name ``<class>-<queue>-<index>``."""
+    return int(name.split("-")[-2])
+
+
+def tenant_fairness(plan: list[tuple[float, str, str, float, int, float]], tracker: Tracker,
+                    tenant_of: Callable[[str], str]) -> dict[str, Any]:
+    """How evenly churn's tenants were served: each tenant's mean time to dispatch (create -> Running) over its
+    workloads, their spread (min, max, max / min) and Jain's index; and the cpu-seconds (cpu x run time) each had
+    dispatched by the moment half of all the work had been, when every tenant still has work queued (by the end
+    every tenant has had all of its work, equal by construction), with Jain's index over those."""
+    waits: dict[str, list[float]] = {}
+    dispatched: list[tuple[float, str, float]] = []
+    for _offset, name, _cls, runtime, _priority, cpu in plan:
+        if name in tracker.running and name in tracker.created:
+            waits.setdefault(tenant_of(name), []).append(tracker.running[name] - tracker.created[name])
+            dispatched.append((tracker.running[name], tenant_of(name), cpu * runtime))
+    if not waits:
+        return {}
+    means = {tenant: 1000 * statistics.fmean(v) for tenant, v in waits.items()}
+    dispatched.sort()
+    half, total = sum(work for *_, work in dispatched) / 2, 0.0
+    early: dict[str, float] = dict.fromkeys(waits, 0.0)
+    for _when, tenant, work in dispatched:
+        if total >= half:
+            break
+        early[tenant] += work
+        total += work
+    low, high = min(means.values()), max(means.values())
+    return {"tenants": len(means), "mean_wait_min_ms": round(low, 1), "mean_wait_max_ms": round(high, 1),
+            "mean_wait_max_over_min": round(high / low, 2) if low else None,
+            "mean_wait_jain": jain_index(means.values()),
+            "work_at_half_min_cpu_s": round(min(early.values()), 1),
+            "work_at_half_max_cpu_s": round(max(early.values()), 1),
+            "work_at_half_jain": jain_index(early.values()),
+            "mean_wait_ms": {tenant: round(v, 1) for tenant, v in sorted(means.items())}}
 
 
 # ---------------------------------------------------------------------------------------------- churn, TAS
@@ -1470,23 +1553,27 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
             if finisher is not None and name in spec and workload.completes:
                 finisher.at(seen, name)
 
+        def namespace_of(name: str) -> str:  # stream q's tenant (--tenants): q mod N
+            return tenant_namespace(churn_stream(name), env.tenants)
+
         tracker = Tracker(on_running=on_running, on_completed=on_completed)
-        finisher = Finisher(api, tracker)
+        finisher = Finisher(api, tracker, namespace_of=namespace_of)
         finished = finisher.finished
-        env.watch(watch_appwrappers(api, tracker))
+        spread = env.tenants > 1
+        env.watch(watch_appwrappers(api, tracker, all_namespaces=spread))
         if workload.pods:
-            env.watch(watch_pods(api, tracker))
+            env.watch(watch_pods(api, tracker, all_namespaces=spread))
         kind = next(key for key, known in CHURN_WORKLOADS.items() if known is workload)
         if tas:
             by_name = {c.name: c for c in TAS_CLASSES}
             creators = OnTimeLoad(env.cluster.kubeconfig, aw_path(),
                                   [(offset, (name, priority, by_name[cls].pods, by_name[cls].pod_milli,
-                                             by_name[cls].ask, tas_queue(int(name.split("-")[-2]))))
+                                             by_name[cls].ask, tas_queue(churn_stream(name))))
                                    for offset, name, cls, _runtime, priority, _cpu in plan],
                                   churn_tas_body, processes=opts.load_processes, threads=opts.threads)
         else:
-            creators = OnTimeLoad(env.cluster.kubeconfig, aw_path(),
-                                  [(offset, (name, priority, cpu, runtime, kind))
+            creators = OnTimeLoad(env.cluster.kubeconfig, aw_collection_of,
+                                  [(offset, (name, priority, cpu, runtime, kind, namespace_of(name)))
                                    for offset, name, _cls, runtime, priority, cpu in plan],
                                   churn_body, processes=opts.load_processes, threads=opts.threads)
 
@@ -1567,6 +1654,8 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
                 add_target(result, f"{cls} mean time to dispatch at full scale (Kueue {kueue / 1000:g} s)",
                            figures.get("mean_ms"), "<=", kueue, "ms")
         result["latency"]["time_to_dispatch_all"] = summary(tracker.latencies(spec, tracker.running))
+        if spread:
+            result["fairness"] = tenant_fairness(plan, tracker, namespace_of)
         if workload.pods:
             pod_figures(result, tracker, {name: (cls, runtime) for name, (cls, runtime, _) in spec.items()})
         if full:
