@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test.perf import bench
+from test.perf import bench, onoff
 from test.perf.harness import NAMESPACE, Tracker, aw_collection_of, aw_path, jain_index, tenant_namespace
 from test.perf.scenarios import (
     TENANT_SCENARIOS,
@@ -74,3 +74,34 @@ def test_fairness_gives_each_tenants_mean_wait_and_the_work_it_had_by_half_time(
     assert fair["work_at_half_min_cpu_s"] == 0.0 and fair["work_at_half_max_cpu_s"] == 2.0
     assert fair["work_at_half_jain"] == 0.5
     assert tenant_fairness(plan, Tracker(), lambda name: NAMESPACE) == {}  # nothing dispatched: no figures
+
+
+def _run(argv: list[str], **throughput: float) -> dict:
+    return {"argv": argv, "scenarios": [
+        {"scenario": "throughput", "ok": True, "throughput": {"dispatched_per_s": throughput["rate"]},
+         "cycles": {"count": 10, "mean_ms": throughput["cycle"]}},
+        {"scenario": "deep_queue", "ok": False, "error": "BenchError: timed out"}]}
+
+
+def test_onoff_pools_runs_by_the_flag_in_their_controller_args(capsys: pytest.CaptureFixture[str]) -> None:
+    runs = [("off-1.json", _run(["--scenarios", "throughput"], rate=100.0, cycle=2.0)),
+            ("on-1.json", _run(["--controller-args", "--fair-sharing --fair-sharing-configmap="], rate=90.0,
+                               cycle=3.0)),
+            ("on-2.json", _run(["--controller-args=--fair-sharing"], rate=94.0, cycle=3.0)),
+            ("off-2.json", _run(["--controller-args", "--fair-sharing-half-life=1h"], rate=104.0, cycle=2.0))]
+    table = onoff.pooled(runs, "--fair-sharing")
+    assert set(table) == {"throughput"}  # deep_queue failed in every run: left out, and said so
+    assert "deep_queue left out" in capsys.readouterr().err
+    entry = table["throughput"]
+    assert entry["off"] == ["off-1.json", "off-2.json"] and entry["on"] == ["on-1.json", "on-2.json"]
+    rate = next(row for row in entry["rows"] if row["measure"] == "dispatched / s")
+    assert (rate["off"], rate["on"]) == (102.0, 92.0)
+    assert rate["on_over_off"] == pytest.approx(92 / 102)
+    cycle = next(row for row in entry["rows"] if row["measure"] == "cycle mean ms")
+    assert cycle["on_over_off"] == 1.5
+
+
+def test_onoff_needs_runs_on_both_sides(capsys: pytest.CaptureFixture[str]) -> None:
+    assert onoff.pooled([("on.json", _run(["--controller-args", "--fair-sharing"], rate=1.0, cycle=1.0))],
+                        "--fair-sharing") == {}
+    assert "no run off" in capsys.readouterr().err
