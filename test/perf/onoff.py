@@ -20,8 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# scenario -> (label, path into its result), in the order printed.
-MEASURES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+# A measure's path into a scenario's result, or two paths whose quotient it is (a mean from a count and a sum).
+Path_ = tuple[str, ...]
+# scenario -> (label, path), in the order printed.
+MEASURES: dict[str, list[tuple[str, Path_ | tuple[Path_, Path_]]]] = {
     "throughput": [
         ("dispatched / s", ("throughput", "dispatched_per_s")),
         ("create -> Running mean ms", ("latency", "create_to_running", "mean_ms")),
@@ -48,6 +50,10 @@ MEASURES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("large mean wait ms", ("per_class", "large", "mean_ms")),
         ("controller cpu s under load", ("controller", "load_cpu_seconds")),
         ("dispatch cycles", ("dispatch_cycles", "count")),
+        ("cycle mean ms", (("dispatch_cycles", "seconds"), ("dispatch_cycles", "count"))),
+        ("create lateness p50 ms", ("create_lateness", "p50_ms")),
+        ("create lateness p99 ms", ("create_lateness", "p99_ms")),
+        ("utilisation %", ("utilisation_pct",)),
         ("tenants' mean wait, max / min", ("fairness", "mean_wait_max_over_min")),
         ("tenants' mean wait, Jain", ("fairness", "mean_wait_jain")),
         ("work by half time, Jain", ("fairness", "work_at_half_jain")),
@@ -71,7 +77,12 @@ def is_on(results: dict[str, Any], flag: str) -> bool:
     return any(arg == flag or arg.startswith(flag + "=") for arg in controller_args(results))
 
 
-def dig(result: dict[str, Any], path: tuple[str, ...]) -> float | None:
+def dig(result: dict[str, Any], path: Path_ | tuple[Path_, Path_]) -> float | None:
+    """The number at ``path`` in ``result``; for a pair of paths, the first over the second in thousandths (seconds
+    over a count: a mean in ms)."""
+    if path and isinstance(path[0], tuple):
+        num, den = dig(result, path[0]), dig(result, path[1])
+        return 1000 * num / den if num is not None and den else None
     value: Any = result
     for key in path:
         if not isinstance(value, dict):

@@ -105,3 +105,12 @@ def test_onoff_needs_runs_on_both_sides(capsys: pytest.CaptureFixture[str]) -> N
     assert onoff.pooled([("on.json", _run(["--controller-args", "--fair-sharing"], rate=1.0, cycle=1.0))],
                         "--fair-sharing") == {}
     assert "no run off" in capsys.readouterr().err
+
+
+def test_onoff_reads_a_mean_from_a_sum_and_a_count() -> None:
+    result = {"dispatch_cycles": {"count": 4, "seconds": 0.1}, "wall_s": 12}
+    assert onoff.dig(result, (("dispatch_cycles", "seconds"), ("dispatch_cycles", "count"))) == pytest.approx(25.0)
+    assert onoff.dig(result, ("wall_s",)) == 12.0
+    assert onoff.dig(result, ("fairness", "mean_wait_jain")) is None
+    assert onoff.dig({"dispatch_cycles": {"count": 0, "seconds": 0.0}},
+                     (("dispatch_cycles", "seconds"), ("dispatch_cycles", "count"))) is None
