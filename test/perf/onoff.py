@@ -32,6 +32,9 @@ MEASURES: dict[str, list[tuple[str, Path_ | tuple[Path_, Path_]]]] = {
         ("cycle mean ms", ("cycles", "mean_ms")),
         ("controller cpu s until dispatched", ("cpu_seconds_until_dispatched", "controller")),
         ("controller cpu s under load", ("controller", "load_cpu_seconds")),
+        ("controller writes / AppWrapper", ("controller_counted_writes", "per_workload")),
+        ("create call p50 ms", ("latency", "create_call", "p50_ms")),
+        ("decision -> seen Running p50 ms", ("latency", "(controller decision to seen)", "p50_ms")),
     ],
     "deep_queue": [
         ("backlog all Pending after last create s", ("backlog", "all_pending_after_last_create_s")),

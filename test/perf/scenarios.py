@@ -553,7 +553,15 @@ def throughput(opts: Options, result: Result) -> None:
     rate = _throughput_run("throughput", opts, result, opts.factor("throughput"), webhooks=False, metrics=True)
     # The controller's dispatch cycles over the load (what fair sharing's ordering adds to is each cycle's
     # judging); the rest of the /metrics pages is not kept.
-    result["cycles"] = cycle_figures(result.pop("controller_metrics_at_start"), result.pop("controller_metrics"))
+    before, after = result.pop("controller_metrics_at_start"), result.pop("controller_metrics")
+    result["cycles"] = cycle_figures(before, after)
+    # Its writes over the load, as it counts them (mcad_api_writes_total): the dispatches' and any others'.
+    counted = counted_writes(after)
+    counted.subtract(counted_writes(before))
+    n = result["params"]["appwrappers"]
+    total = sum(counted.values())
+    result["controller_counted_writes"] = {"total": total, "per_workload": round(total / n, 2),
+                                           "by_request": {k: v for k, v in sorted(counted.items()) if v}}
     add_target(result, "dispatch rate", rate, ">=", 100, "AW/s")
     if opts.ceiling_pairs_per_s:
         result["ceiling_source"] = opts.ceiling_source
