@@ -129,7 +129,7 @@ def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int | None
     page: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
     total = page.get("queuedTotal", len(queued))
     lines = [f"{controller_line(doc)}: {total} queued, {len(running)} dispatched"
-             + (f", {paused} resetting" if paused else ""), *standing_lines(doc), ""]
+             + (f", {paused} resetting" if paused else ""), ""]
     offset = page.get("offset", 0)
     if queued:
         lines += _queued_table(queued, width=width, wide=wide)
@@ -142,6 +142,9 @@ def queue_lines(doc: Mapping[str, Any], *, wide: bool = False, width: int | None
         lines.append(f"No queued rows from place {offset + 1} on ({total} queued; --offset 0 for the first).")
     else:
         lines.append("No AppWrappers are queued.")
+    standing = standing_lines(doc)
+    if standing:  # after the table, so that its header stays the third line whatever the controller says
+        lines += ["", *standing]
     reservations = list(doc.get("reservations") or [])
     if reservations:
         lines += ["", "Reservations (room those behind may not take unless sure to end first):"]

@@ -247,8 +247,11 @@ def test_queue_pages_are_cut_by_the_controller(cluster: Cluster) -> None:
     assert doc["page"] == {"offset": 1, "limit": 1, "queuedTotal": len(QUEUED)}
     assert [aw["name"] for aw in doc["dispatched"]] == ["runs"], "the dispatched ones are not paged"
     table = mcadctl_("--url", cluster.url, "queue", "-n", cluster.namespace, "--limit", "2")
-    assert table.stdout.splitlines()[-1] == (f"(queued rows 1-2 of {len(QUEUED)}; --offset 2 for the next 2; "
-                                             "--limit 0 for all)")
+    lines = table.stdout.splitlines()
+    hint = f"(queued rows 1-2 of {len(QUEUED)}; --offset 2 for the next 2; --limit 0 for all)"
+    assert hint in lines, lines
+    # Right under the rows, before where the reader stands (the controller here says fair sharing is off).
+    assert lines.index(hint) < next(i for i, line in enumerate(lines) if line.startswith("Fair sharing")), lines
 
 
 def test_ledger_shows_capacity_use_and_every_node(cluster: Cluster) -> None:

@@ -747,9 +747,9 @@ def _throughput_run(scenario: str, opts: Options, result: Result, f: float, *, w
             url = f"http://127.0.0.1:{metrics_port}/metrics"
             # With binding placement each pod's ungate is observed once its pin is written, which may come after
             # the bench saw the pod run (the write returns before the controller's thread records it): read until
-            # every running pod's is in, or a few seconds have passed.
+            # every running pod's is in, or 30 s have passed (a loaded machine: the smoke runs two benches at once).
             pinned = len(tracker.pods_running) if "--placement=binding" in controller_args else 0
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30
             samples = scrape(url)
             while samples.get("mcad_pod_ungate_seconds_count", 0.0) < pinned and time.monotonic() < deadline:
                 time.sleep(0.2)
