@@ -28,8 +28,9 @@ nothing here calls back into the dispatcher):
   than a fraction of the time left or turned known/unknown; one estimated before and now too far back in the queue
   is told that it is no longer estimated. Only one already told that it waits (state Pending) and that does not fit
   now is told; the write is paced and low, as a Backoff is. It returns how many were told and how many were held
-  back by the minute (the caller judges again later for those). The dispatch cycle calls it at most every few seconds
-  (``mcad.loop.cycle``), so a deep queue costs at most ``ESTIMATED`` (100) judged AppWrappers per call.
+  back by the minute (the caller judges again later for those). The dispatch cycle calls it at most once per
+  ``ESTIMATE_INTERVAL_SECONDS`` (``mcad.loop.cycle``), so a deep queue costs at most ``ESTIMATED`` (100) judged
+  AppWrappers per call.
 - What they are told names another AppWrapper only within its own namespace (``mcad.model.disclosure``); an
   estimate is a time, which says nothing of other namespaces.
 - Memory: one small entry per waiting AppWrapper (shared copies: ``(about, place)`` takes few values), one per

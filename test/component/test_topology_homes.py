@@ -120,15 +120,22 @@ def hub_gang(name: str, cpu: str) -> dict[str, Any]:
     return raw
 
 
+def gang_in_east(make: Any) -> Any:
+    """Two workers with one rack each, east (one 4-cpu node) and west (8 cpu, 2 busy): a 3-cpu gang that requires a
+    rack is dispatched best fit, into east (1/4 left, against west's 3/8)."""
+    nodes = [racked("east/n0", "4", "rack-a"), racked("west/n0", "8", "rack-a")]
+    h = make(workers=[("east", {}), ("west", {})], nodes=nodes, aws=[], policy=Policy.BEST,
+                    pods=(worker_pod("w-1", "west/n0", "2"),))
+    h.add_appwrapper(hub_gang("g", "3"))
+    assert h.dispatcher.view.placed() == {"ns/g": "east"}
+    return h
+
+
 def test_hub_mode_a_reset_gang_goes_back_to_its_worker_and_rack(hub_harness: Any) -> None:  # noqa: F811
     # Best fit by the workers' whole free room: east (one 4-cpu node) would have 1/4 left, west (8 cpu, 2 busy) 3/8:
     # a 3-cpu gang goes to east. More work lands on west (4 of 8 busy): a fresh placement would now take west (1/8
     # left). One of the gang's pods fails, the gang is reset: it goes back to east's rack-a, which still holds it.
-    nodes = [racked("east/n0", "4", "rack-a"), racked("west/n0", "8", "rack-a")]
-    h = hub_harness(workers=[("east", {}), ("west", {})], nodes=nodes, aws=[], policy=Policy.BEST,
-                    pods=(worker_pod("w-1", "west/n0", "2"),))
-    h.add_appwrapper(hub_gang("g", "3"))
-    assert h.dispatcher.view.placed() == {"ns/g": "east"}
+    h = gang_in_east(hub_harness)
     h.add_pod(worker_pod("w-2", "west/n0", "2"))
     reset_in_worker(h, "g", "east/n0")
     assert h.dispatcher.view.placed() == {"ns/g": "east"}, "back in its worker, though west fits best now"
@@ -136,11 +143,7 @@ def test_hub_mode_a_reset_gang_goes_back_to_its_worker_and_rack(hub_harness: Any
 
 
 def test_hub_mode_a_reset_gang_whose_home_is_full_is_placed_as_a_fresh_gang(hub_harness: Any) -> None:  # noqa: F811
-    nodes = [racked("east/n0", "4", "rack-a"), racked("west/n0", "8", "rack-a")]
-    h = hub_harness(workers=[("east", {}), ("west", {})], nodes=nodes, aws=[], policy=Policy.BEST,
-                    pods=(worker_pod("w-1", "west/n0", "2"),))
-    h.add_appwrapper(hub_gang("g", "3"))
-    assert h.dispatcher.view.placed() == {"ns/g": "east"}
+    h = gang_in_east(hub_harness)
     h.add_pod(worker_pod("e-1", "east/n0", "2"))  # east's rack-a no longer holds it
     reset_in_worker(h, "g", "east/n0")
     assert h.dispatcher.view.placed() == {"ns/g": "west"}
