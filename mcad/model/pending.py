@@ -21,6 +21,8 @@ Contract:
 - Fair sharing (``cycle(score)``): among groups whose heads have the same priority, the head of the tenant with the
   lowest score goes first, then dispatch order; scores may grow during the pass (each dispatch adds to its
   tenant's), and a head is re-placed lazily when its tenant's score grew since it was pushed.
+- With fair sharing a group is one tenant's (``TenantGroup``): groups that differ only in their tenant are judged
+  alike by a fit check (a tenant orders, it does not change what fits), which ``alike(group)`` names.
 """
 
 from __future__ import annotations
@@ -43,6 +45,19 @@ Order = tuple[int, str, str]  # (-priority, creation time, namespace/name): see 
 class QueuedEntry:
     order: Order
     group: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class TenantGroup:
+    """A group with fair sharing: ``base``, the group its members would be in without it, kept one tenant's."""
+
+    base: Hashable
+    tenant: str
+
+
+def alike(group: Hashable) -> Hashable:
+    """What a fit check sees of ``group``: the same for groups that differ only in their tenant."""
+    return group.base if isinstance(group, TenantGroup) else group
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,5 +274,5 @@ def demand_group(aw: AppWrapperView, *, apart: bool, by_nodes: bool, quota_charg
         group = (group, aw.held)
     if tenant:
         # Fair sharing orders groups by their tenant's usage: a group is one tenant's.
-        group = (group, "tenant", tenant)
+        group = TenantGroup(group, tenant)
     return group

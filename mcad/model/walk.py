@@ -21,12 +21,18 @@ Contract:
      it out, why it evicts nobody though it outranks running work, that its victims did not go) and the
      reservation it took, if any (``Pass.wait``; never with strict FIFO, where it holds its domain or the whole
      cluster instead, unless it could never fit, when it holds nothing and says so).
+- With fair sharing a group is one tenant's, and groups that differ only in their tenant (``pending.alike``) are
+  judged alike: once one of them waits without a reservation and its group is blocked, a later one of the same
+  priority is told the same (``WAITS``, blocked, what it lacks; its message worded for it when it is read),
+  without a second fit check. Within a pass free room only shrinks and reservations only grow, so the second
+  check could only find less. Not with strict FIFO, nor for one whose victims did not go or that outranks
+  running work (those verdicts say more than what the group lacks).
 - Each verdict carries how the walk goes on after it (``step``): ``PASSED`` (the next of its group is a candidate),
   ``BLOCKED`` (the rest of its group is not looked at in this pass: they are judged alike) or ``STOP`` (nothing
   after it is). With ``past_hold`` (a dry run), the walk goes on after a ``STOP`` to tell each further group's head
   ``HELD`` (or ``DRAINING``), judging nothing.
 - Cost: O((candidates passed + groups) · log groups) per walk (``mcad.model.pending.Cursor``): a group blocked
-  once costs one judgement, whatever its size.
+  once costs one judgement, whatever its size, and with fair sharing so do all the tenants' groups alike to it.
 - The queue must not change while a walk is in progress; verdicts are read on the dispatcher thread.
 """
 
@@ -44,7 +50,7 @@ from mcad.model.accounting import Snapshot
 from mcad.model.fifo import BEHIND_IN_DOMAIN as BEHIND_IN_DOMAIN_WHY
 from mcad.model.fifo import StrictFifo
 from mcad.model.fit import Fit, Targets, could_ever_fit, refused
-from mcad.model.pending import Order, PendingQueue
+from mcad.model.pending import Order, PendingQueue, alike
 from mcad.model.preemption import Room, preemption_refusal
 from mcad.model.reservations import Pass, Reservation
 
@@ -130,6 +136,8 @@ def walk(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rules
     cursor = pending.cycle(reserving.fair.score if reserving.fair is not None else None)
     fifo = StrictFifo(snapshot.quota.forest if snapshot.quota is not None else None) if strict_fifo else None
     held = False
+    # Fair sharing: the verdict of a blocked group, by what a fit check sees of it (see the module docstring).
+    judged_alike: dict[Hashable, Verdict] = {}
     while (candidate := cursor.next()) is not None:
         key = candidate[0]
         aw = appwrappers.get(key)
@@ -144,7 +152,8 @@ def walk(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rules
             cursor.blocked()
             yield Verdict(DRAINING if rules.draining(aw) else HELD, key, order, group, BLOCKED, aw)
             continue
-        verdict = _judge(aw, order, group, reserving, rules, fifo, strict_fifo=strict_fifo, targets=targets)
+        verdict = _judge(aw, order, group, reserving, rules, fifo, strict_fifo=strict_fifo, targets=targets,
+                         judged_alike=judged_alike)
         if verdict.step == PASSED:
             cursor.passed()
         elif verdict.step == BLOCKED:
@@ -158,7 +167,8 @@ def walk(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rules
 
 
 def _judge(aw: AppWrapperView, order: Order, group: Hashable, reserving: Pass, rules: Rules,
-           fifo: StrictFifo | None, *, strict_fifo: bool, targets: Targets) -> Verdict:
+           fifo: StrictFifo | None, *, strict_fifo: bool, targets: Targets,
+           judged_alike: dict[Hashable, Verdict]) -> Verdict:
     key = aw.key
     snapshot = reserving.snapshot
     if rules.draining(aw):  # 2
@@ -172,6 +182,11 @@ def _judge(aw: AppWrapperView, order: Order, group: Hashable, reserving: Pass, r
     # Its own pods can exist already (the controller stopped between creating its objects and recording that):
     # they are in use, so only the rest of the demand must fit.
     need = snapshot.need(key, aw.demand)
+    base = alike(group)
+    earlier = judged_alike.get(base) if base is not group else None
+    if earlier is not None and earlier.order[0] == order[0] and earlier.fit is not None and not rules.abandoned(key):
+        return Verdict(WAITS, key, order, group, BLOCKED, aw, need, earlier.fit, earlier.about,
+                       partial(_worded_for, reserving, aw, need))
     fit = reserving.fit(aw, need)
     reclaim = rules.blocked_by_reclaim(aw) if fit.fits else ""
     if reclaim:
@@ -203,7 +218,10 @@ def _judge(aw: AppWrapperView, order: Order, group: Hashable, reserving: Pass, r
     if fifo is None:
         # The next of its group takes the next reservation (other nodes), if it may.
         step = PASSED if made is not None and not reserving.full else BLOCKED
-        return Verdict(WAITS, key, order, group, step, aw, need, fit, about, why, made=made)
+        verdict = Verdict(WAITS, key, order, group, step, aw, need, fit, about, why, made=made)
+        if step == BLOCKED and made is None and not gave_up_on and not room.about and base is not group:
+            judged_alike[base] = verdict
+        return verdict
     if not could_ever_fit(aw, need, snapshot, targets, fit):
         # It would hold everyone behind it for ever: let them pass, and say so.
         never = preemption_refusal(aw, need, snapshot, targets)
@@ -215,6 +233,12 @@ def _judge(aw: AppWrapperView, order: Order, group: Hashable, reserving: Pass, r
     # its group is held alike.
     step = STOP if fifo.hold(aw, fit) else BLOCKED
     return Verdict(WAITS, key, order, group, step, aw, need, fit, about, why)
+
+
+def _worded_for(reserving: Pass, aw: AppWrapperView, need: ResourceVector) -> str:
+    """Why ``aw``, judged alike to another tenant's group, waits, worded for it (a fit's message names the wrapped
+    objects, a reservation's its namespace): its own fit, made only when its message is read."""
+    return reserving.explain(aw, need, reserving.fit(aw, need))[1]()
 
 
 def _joined(first: Callable[[], str], then: str) -> str:

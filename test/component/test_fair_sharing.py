@@ -470,3 +470,60 @@ def test_a_busy_day_shares_the_gpus_by_weight(harness_factory: Any, seed: int, s
         assert abs(share_of - expected) <= 0.1 * expected, f"{team} had {share_of:.1%} of the GPU-hours: {used}"
     print(f"weights 1 and 2 by {source}, seed {seed}: GPU-hour shares "
           f"{used['team-a'] / total:.1%} and {used['team-b'] / total:.1%} ({used})")
+
+
+def checks_per_cycle(h: Any, mocker: Any) -> int:
+    """Fit checks one dispatch cycle makes (``mcad.model.fit.fits``, as reservations and the walk call it)."""
+    from mcad.model import reservations
+    spy = mocker.spy(reservations, "fits")
+    h.dispatcher.owners.cycle.run()
+    count = spy.call_count
+    mocker.stop(spy)
+    return count
+
+
+@pytest.mark.parametrize("teams", [1, 10])
+def test_tenants_whose_work_is_alike_cost_one_fit_check(harness_factory: Any, mocker: Any, teams: int) -> None:
+    """A 2-cpu node runs one 2-cpu AppWrapper; 20 more of the same demand wait, spread over ``teams`` namespaces.
+    With fair sharing each team's are a group of their own, yet a cycle judges the demand once, as it would one
+    team's: a tenant orders the queue, it does not change what fits. Each team's head is still told, in its own
+    words, what it lacks."""
+    h = harness_factory(nodes=[node("n0", "2")], pods=[], aws=[team_aw("busy", "runs", cpu="2")],
+                        fair_sharing=True, reservations=0)
+    h.drain()
+    assert dispatched(h) == {"busy/runs"}
+    for i in range(20):
+        h.lw["aw"].add(team_aw(f"team-{i % teams:02d}", f"w{i:02d}", cpu="2", created=f"2026-01-01T09:00:{i:02d}Z"))
+    h.drain()
+    assert checks_per_cycle(h, mocker) == 1
+    for i in range(teams):
+        message = last_status(h, f"w{i:02d}")["message"]
+        assert "cpu" in message and "team-" not in message and "busy" not in message, message
+
+
+def test_a_judgement_shared_between_tenants_is_the_judgement_each_would_get(harness_factory: Any,
+                                                                           mocker: Any) -> None:
+    """Seeded churn of three tenants with reservations and rack-requiring gangs: every cycle's dry run with
+    tenants' alike groups judged once tells each queued AppWrapper what a dry run judging every group would."""
+    from mcad.model import walk
+    from test.component.test_one_pass import churn
+
+    rng, limits = random.Random(11), random.Random(12)
+    nodes = [node(f"n{i}", "4") for i in range(6)]
+    for i, raw in enumerate(nodes):
+        raw["metadata"]["labels"] = {"topology.example.com/rack": f"rack-{i // 3}"}
+    h = harness_factory(nodes=nodes, pods=[], aws=[], fair_sharing=True, reservations=3)
+    live: dict[str, list[str]] = {}
+    compared = 0
+    shared_once = mocker.spy(walk, "_worded_for")  # a verdict judged alike to another tenant's, read
+    for round_ in range(60):
+        churn(h, rng, limits, round_, live, racks=True, tenants=3)
+        h.drain()
+        shared = {a.key: (a.state, a.fits_now, a.why) for a in h.dispatcher.owners.cycle.assess()}
+        patched = mocker.patch.object(walk, "alike", lambda group: group)  # no group is alike to another
+        each = {a.key: (a.state, a.fits_now, a.why) for a in h.dispatcher.owners.cycle.assess()}
+        mocker.stop(patched)
+        assert shared == each, round_
+        compared += len(shared)
+        h.clock.advance(30)
+    assert compared > 200 and shared_once.call_count > 20, (compared, shared_once.call_count)
