@@ -25,8 +25,8 @@ Contract:
   judged alike: once one of them waits without a reservation and its group is blocked, a later one of the same
   priority is told the same (``WAITS``, blocked, what it lacks; its message worded for it when it is read),
   without a second fit check. Within a pass free room only shrinks and reservations only grow, so the second
-  check could only find less. Not with strict FIFO, nor for one whose victims did not go or that outranks
-  running work (those verdicts say more than what the group lacks).
+  check could only find less. Not with strict FIFO, nor for one that waits for victims it chose, whose victims
+  did not go, or that outranks running work (those verdicts say more than what the group lacks).
 - Each verdict carries how the walk goes on after it (``step``): ``PASSED`` (the next of its group is a candidate),
   ``BLOCKED`` (the rest of its group is not looked at in this pass: they are judged alike) or ``STOP`` (nothing
   after it is). With ``past_hold`` (a dry run), the walk goes on after a ``STOP`` to tell each further group's head
@@ -184,7 +184,8 @@ def _judge(aw: AppWrapperView, order: Order, group: Hashable, reserving: Pass, r
     need = snapshot.need(key, aw.demand)
     base = alike(group)
     earlier = judged_alike.get(base) if base is not group else None
-    if earlier is not None and earlier.order[0] == order[0] and earlier.fit is not None and not rules.abandoned(key):
+    if (earlier is not None and earlier.order[0] == order[0] and earlier.fit is not None
+            and not rules.preempting(key) and not rules.abandoned(key)):
         return Verdict(WAITS, key, order, group, BLOCKED, aw, need, earlier.fit, earlier.about,
                        partial(_worded_for, reserving, aw, need))
     fit = reserving.fit(aw, need)

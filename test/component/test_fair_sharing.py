@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 
@@ -501,10 +502,12 @@ def test_tenants_whose_work_is_alike_cost_one_fit_check(harness_factory: Any, mo
         assert "cpu" in message and "team-" not in message and "busy" not in message, message
 
 
-def test_a_judgement_shared_between_tenants_is_the_judgement_each_would_get(harness_factory: Any,
-                                                                           mocker: Any) -> None:
-    """Seeded churn of three tenants with reservations and rack-requiring gangs: every cycle's dry run with
-    tenants' alike groups judged once tells each queued AppWrapper what a dry run judging every group would."""
+@pytest.mark.parametrize("preemption", [False, True])
+def test_a_judgement_shared_between_tenants_is_the_judgement_each_would_get(harness_factory: Any, mocker: Any,
+                                                                           preemption: bool) -> None:
+    """Seeded churn of three tenants with reservations, rack-requiring gangs, priorities and (or not) priority
+    preemption: just before every dispatch cycle, the dry run with tenants' alike groups judged once tells each
+    queued AppWrapper what a dry run judging every group would."""
     from mcad.model import walk
     from test.component.test_one_pass import churn
 
@@ -512,18 +515,31 @@ def test_a_judgement_shared_between_tenants_is_the_judgement_each_would_get(harn
     nodes = [node(f"n{i}", "4") for i in range(6)]
     for i, raw in enumerate(nodes):
         raw["metadata"]["labels"] = {"topology.example.com/rack": f"rack-{i // 3}"}
-    h = harness_factory(nodes=nodes, pods=[], aws=[], fair_sharing=True, reservations=3)
-    live: dict[str, list[str]] = {}
-    compared = 0
+    h = harness_factory(nodes=nodes, pods=[], aws=[], fair_sharing=True, reservations=3, preemption=preemption,
+                        preemption_backoff=0.0)
+    cycle = h.dispatcher.owners.cycle
+    run = cycle.run
+    seen = {"cycles": 0, "told": 0, "evicting": 0}
+    differed: list[tuple[int, dict[str, Any], dict[str, Any]]] = []  # an assert in a cycle would be retried
     shared_once = mocker.spy(walk, "_worded_for")  # a verdict judged alike to another tenant's, read
+
+    def compare_then_run() -> None:
+        shared = {a.key: (a.state, a.fits_now, a.why, a.evicts) for a in cycle.assess()}
+        with patch.object(walk, "alike", lambda group: group):  # no group is alike to another
+            each = {a.key: (a.state, a.fits_now, a.why, a.evicts) for a in cycle.assess()}
+        if shared != each:
+            differed.append((seen["cycles"], shared, each))
+        seen["cycles"] += 1
+        seen["told"] += len(shared)
+        seen["evicting"] += sum(1 for told in shared.values() if told[3])
+        run()
+
+    cycle.run = compare_then_run
+    live: dict[str, list[str]] = {}
     for round_ in range(60):
         churn(h, rng, limits, round_, live, racks=True, tenants=3)
         h.drain()
-        shared = {a.key: (a.state, a.fits_now, a.why) for a in h.dispatcher.owners.cycle.assess()}
-        patched = mocker.patch.object(walk, "alike", lambda group: group)  # no group is alike to another
-        each = {a.key: (a.state, a.fits_now, a.why) for a in h.dispatcher.owners.cycle.assess()}
-        mocker.stop(patched)
-        assert shared == each, round_
-        compared += len(shared)
         h.clock.advance(30)
-    assert compared > 200 and shared_once.call_count > 20, (compared, shared_once.call_count)
+    assert not differed, differed[0]
+    assert seen["told"] > 200 and shared_once.call_count > 20, (seen, shared_once.call_count)
+    assert (seen["evicting"] > 0) is preemption, seen
