@@ -63,9 +63,12 @@ class Snapshot:
     nodes: Sequence[NodeView]
     quota: quota.QuotaLedger | None
     consumed: Callable[[str], ResourceVector]
-    # Facts derived from ``nodes`` alone (which never change in a snapshot's life), computed once for the pass and
-    # shared with its copies: the domains of each topology level (``mcad.model.fit.domains_of``).
-    memo: dict[object, object] = field(default_factory=dict)
+    # Facts derived from ``nodes`` alone (the domains of each topology level, their allocatable room:
+    # ``mcad.model.fit.SnapshotIndex``), shared with its copies and with later snapshots of the same nodes (the
+    # accountant hands the same dict on while ``Ledger.nodes()`` is the same tuple), so computed once per node set.
+    facts: dict[object, object] = field(default_factory=dict)
+    # What is kept of this snapshot's room for the pass: not shared with its copies.
+    memo: dict[object, topology.DomainRoom] = field(default_factory=dict)
 
     def need(self, key: str, demand: ResourceVector) -> ResourceVector:
         """What is left to fit of an AppWrapper's demand: its own pods that exist already are in use."""
@@ -84,7 +87,7 @@ class Snapshot:
 
     def _move(self, plan: Iterable[PlanEntry], sign: int) -> None:
         assert self.room is not None
-        kept = [entry for entry in self.memo.values() if isinstance(entry, topology.DomainRoom)]
+        kept = list(self.memo.values())
         for node, requests, count in plan:
             before = self.room.get(node)
             if before is None:
@@ -96,8 +99,7 @@ class Snapshot:
     def copy(self) -> Snapshot:
         """A copy to try decisions on (the quota ledger is shared: fit checks only read it). Facts about the nodes
         are shared; what is kept of the room is not (the copy's room changes apart)."""
-        return replace(self, room=dict(self.room) if self.room is not None else None,
-                       memo={k: v for k, v in self.memo.items() if not isinstance(v, topology.DomainRoom)})
+        return replace(self, room=dict(self.room) if self.room is not None else None, memo={})
 
 
 
@@ -113,6 +115,9 @@ class Accountant:
         # The pods of each AppWrapper (uid -> phase), and the owner of each such pod.
         self._pod_owner: dict[str, str] = {}
         self._pods_by_appwrapper: dict[str, dict[str, str]] = {}
+        # Snapshot.facts of the node set ``_facts_of`` (Ledger.nodes()), handed to each snapshot of it.
+        self._facts_of: Sequence[NodeView] | None = None
+        self._facts: dict[object, object] = {}
 
     # -- nodes ----------------------------------------------------------------------------------------------------
 
@@ -344,10 +349,12 @@ class Accountant:
     def snapshot(self, *, by_nodes: bool, scratch_quota: bool = False) -> Snapshot:
         """Free room for one pass of decisions; ``scratch_quota``: over a copy of the quota ledger (a dry run)."""
         charges = self.quota.copy() if scratch_quota and self.quota is not None else self.quota
+        nodes = self.ledger.nodes() if by_nodes else ()
+        if nodes is not self._facts_of:
+            self._facts_of, self._facts = nodes, {}
         return Snapshot(free=self.ledger.free(), capacity=self.ledger.capacity(),
-                        room=self.room() if by_nodes else None, nodes=self.ledger.nodes() if by_nodes else (),
-                        quota=charges,
-                        consumed=self.ledger.consumed)
+                        room=self.room() if by_nodes else None, nodes=nodes, quota=charges,
+                        consumed=self.ledger.consumed, facts=self._facts)
 
 
 def _unowned(pod: PodView) -> PodView:

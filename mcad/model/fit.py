@@ -139,9 +139,9 @@ class Homes:
 
 
 class SnapshotIndex(topology.Index):
-    """``topology.Index`` remembered in a snapshot for its own nodes and room: the domains of each level (the nodes
-    never change in a snapshot's life) and each domain's free room (a ``topology.DomainRoom``, kept in step as the
-    pass takes room)."""
+    """``topology.Index`` remembered for a snapshot's own nodes and room: the domains of each level and their
+    allocatable room (in ``Snapshot.facts``: the same while the nodes are, across passes) and each domain's free
+    room (a ``topology.DomainRoom`` in ``Snapshot.memo``, kept in step as the pass takes room)."""
 
     def __init__(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
@@ -151,9 +151,20 @@ class SnapshotIndex(topology.Index):
         if nodes is not snapshot.nodes:
             return topology.domains(nodes, level)
         key = ("topology domains", level)
-        found = snapshot.memo.get(key)
+        found = snapshot.facts.get(key)
         if found is None:
-            found = snapshot.memo[key] = topology.domains(nodes, level)
+            found = snapshot.facts[key] = topology.domains(nodes, level)
+        return found  # type: ignore[return-value]
+
+    def most(self, nodes: Sequence[NodeView], level: str, resource: str) -> Mapping[str, int] | None:
+        snapshot = self._snapshot
+        if nodes is not snapshot.nodes:
+            return None
+        key = ("topology allocatable", level, resource)
+        found = snapshot.facts.get(key)
+        if found is None:
+            found = snapshot.facts[key] = {value: topology.free_room(members, {}, resource)
+                                           for value, members in self.domains(nodes, level)}
         return found  # type: ignore[return-value]
 
     def free(self, nodes: Sequence[NodeView], level: str, resource: str,
@@ -220,7 +231,7 @@ class SingleCluster:
         else:
             packing = placement.pack(aw.gang, snapshot.nodes, snapshot.room)
         if not packing.fits:
-            return Fit(False, packing.about, partial(str, packing.why), short_of_room=True)
+            return Fit(False, packing.about, packing.explain, short_of_room=True)
         return Fit(True, plan=packing.placement, domain=domain)
 
 

@@ -26,6 +26,8 @@ Single-threaded by design: the dispatcher thread owns the ledger, so there are n
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mcad.api.resources import ZERO, ResourceVector
 from mcad.api.views import NodeView, PodView
 
@@ -37,6 +39,7 @@ class Ledger:
         "_demand",
         "_in_use",
         "_lasting",
+        "_node_list",
         "_node_pods",
         "_node_usage",
         "_nodes",
@@ -47,6 +50,7 @@ class Ledger:
 
     def __init__(self) -> None:
         self._nodes: dict[str, NodeView] = {}
+        self._node_list: tuple[NodeView, ...] | None = None  # nodes(), until a node changes
         self._pods: dict[str, PodView] = {}
         # Σ requests of non-terminal pods bound to each node name, known node or not: a pod may be seen before its
         # node, and a node's usage must be at hand when it turns schedulable.
@@ -70,6 +74,8 @@ class Ledger:
     def upsert_node(self, node: NodeView) -> None:
         old = self._nodes.get(node.name)
         self._nodes[node.name] = node
+        if old is None or not _same_but_version(old, node):
+            self._node_list = None
         counted = old.allocatable if old is not None and old.schedulable else None
         was = counted is not None
         if was and node.schedulable and counted == node.allocatable:
@@ -85,6 +91,8 @@ class Ledger:
 
     def delete_node(self, name: str) -> None:
         old = self._nodes.pop(name, None)
+        if old is not None:
+            self._node_list = None
         if old is None or not old.schedulable:
             return
         self._capacity -= old.allocatable
@@ -228,14 +236,24 @@ class Ledger:
                 free = free - usage
         return free
 
-    def nodes(self) -> list[NodeView]:
-        return list(self._nodes.values())
+    def nodes(self) -> tuple[NodeView, ...]:
+        """Every known node: the same tuple until a node is added, removed or changes in more than its
+        resourceVersion (a status heartbeat), so that facts derived from the nodes alone outlive one pass
+        (``mcad.model.accounting.Snapshot.facts``)."""
+        if self._node_list is None:
+            self._node_list = tuple(self._nodes.values())
+        return self._node_list
 
     def node(self, name: str) -> NodeView | None:
         return self._nodes.get(name)
 
     def pod(self, uid: str) -> PodView | None:
         return self._pods.get(uid)
+
+
+def _same_but_version(old: NodeView, new: NodeView) -> bool:
+    """The same node in everything a decision reads: only its resourceVersion moved."""
+    return old == replace(new, resource_version=old.resource_version)
 
 
 def _shift(total: ResourceVector, delta: ResourceVector, sign: int) -> ResourceVector:

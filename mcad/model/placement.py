@@ -35,7 +35,7 @@ in the dispatcher's loop over 1,000 nodes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -59,8 +59,17 @@ _TAINTS_SHOWN: Final = 3
 class Packing:
     fits: bool
     placement: tuple[tuple[str, ResourceVector, int], ...] = ()  # (node, requests of one pod, pods); when fits
-    why: str = ""  # when not fits
+    # When not fits: why, or what words it when read (a message that surveys every domain costs more than the
+    # decision; a status is rewritten only when ``about`` changes, so most are never read).
+    reason: str | Callable[[], str] = ""
     about: frozenset[str] = frozenset()  # when not fits
+
+    @property
+    def why(self) -> str:
+        return self.reason if isinstance(self.reason, str) else self.reason()
+
+    def explain(self) -> str:
+        return self.why
 
 
 def pack(groups: Iterable[PodGroup], nodes: Iterable[NodeView], free: Mapping[str, ResourceVector], *,
@@ -102,7 +111,7 @@ def pack(groups: Iterable[PodGroup], nodes: Iterable[NodeView], free: Mapping[st
                 break
         if remaining:
             why, about = _explain(group, remaining, needs, eligible, ordered_nodes, left, free)
-            return Packing(False, why=why, about=about)
+            return Packing(False, reason=why, about=about)
     return Packing(True, tuple(placement))
 
 

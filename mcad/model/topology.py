@@ -27,7 +27,8 @@ Contract:
 - When nothing fits, the ``Packing`` says why in a line that names the level and the domains with the most room
   for the gang's largest pod set: "needs 3 pod(s) of nvidia.com/gpu 8 in one topology.example.com/rack: rack-a has
   room for 2, rack-b for 1". Its ``about`` is ``topology:<level>`` (no amounts), so a status message is
-  rewritten only when what blocks the gang changes.
+  rewritten only when what blocks the gang changes; the line is worded when read, from ``room`` as it is then
+  (surveying every domain costs more than the decision, and most such lines are never read).
 - ``Index``: how nodes fall into domains and each domain's free room; ``PLAIN`` computes them at each ask, and
   ``mcad.model.fit.SnapshotIndex`` remembers them for a pass's snapshot, the free room kept in step as the pass
   takes room (``DomainRoom``, which ``Snapshot.take`` and ``give`` keep in step). The choice is the same either way.
@@ -63,6 +64,10 @@ class Index:
     def free(self, nodes: Sequence[NodeView], level: str, resource: str,
              room: Mapping[str, ResourceVector]) -> dict[str, int]:
         return {value: free_room(members, room, resource) for value, members in self.domains(nodes, level)}
+
+    def most(self, nodes: Sequence[NodeView], level: str, resource: str) -> Mapping[str, int] | None:
+        """Each domain's allocatable ``resource``, the most it can ever have free; None: not known cheaply."""
+        return None
 
 
 PLAIN = Index()
@@ -235,13 +240,16 @@ def _best_domain(groups: Sequence[PodGroup], nodes: Sequence[NodeView], room: Ma
     scarcest = _scarcest(groups)
     demand = sum((g.requests.scale(g.count) for g in groups), ResourceVector()).get(scarcest)
     every = index.domains(nodes, level)
-    free = index.free(nodes, level, scarcest, room)
-    ordered = sorted((left, value, members) for value, members in every if (left := free[value] - demand) >= 0)
-    for _, value, members in ordered:
-        packing = inner(members)
-        if packing.fits:
-            return Placed(packing, value)
-    return placement.Packing(False, why=_why_none(groups, every, room, level),
+    most = index.most(nodes, level, scarcest)
+    if most is None or any(room_ever >= demand for room_ever in most.values()):
+        # Free room is summed only when some domain could ever hold the gang: none, for GPU gangs on cpu nodes.
+        free = index.free(nodes, level, scarcest, room)
+        ordered = sorted((left, value, members) for value, members in every if (left := free[value] - demand) >= 0)
+        for _, value, members in ordered:
+            packing = inner(members)
+            if packing.fits:
+                return Placed(packing, value)
+    return placement.Packing(False, reason=partial(_why_none, groups, every, room, level),
                              about=frozenset({f"topology:{level}"}))
 
 

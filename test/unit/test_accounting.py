@@ -127,6 +127,33 @@ def test_observe_node_tells_a_heartbeat_from_a_change_fit_decisions_read() -> No
     assert acc.observe_node(node_view(raw)) is True
 
 
+def test_facts_of_the_nodes_outlive_a_pass_until_a_node_changes() -> None:
+    """Snapshots of the same nodes share ``facts`` (topology domains, computed once per node set); a heartbeat
+    keeps them, a relabel, a new node or a removed one starts afresh, so no pass reads stale domains."""
+    acc = Accountant()
+    raw = raw_node("n1", rv="1")
+    acc.observe_node(node_view(raw))
+    first = acc.snapshot(by_nodes=True)
+    first.facts["derived"] = "kept"
+    raw["metadata"]["resourceVersion"] = "2"  # a heartbeat
+    acc.observe_node(node_view(raw))
+    again = acc.snapshot(by_nodes=True)
+    assert again.nodes is first.nodes and again.facts is first.facts and again.facts["derived"] == "kept"
+    assert again.copy().facts is first.facts
+    changes: list[Any] = [
+        lambda: acc.observe_node(node_view({**raw, "metadata": {**raw["metadata"], "labels": {"rack": "r1"}}})),
+        lambda: acc.observe_node(node("n2")),
+        lambda: acc.forget_node("n2"),
+    ]
+    for change in changes:
+        change()
+        after = acc.snapshot(by_nodes=True)
+        assert after.facts is not first.facts and "derived" not in after.facts
+        assert [n.labels.get("rack") for n in after.nodes if n.name == "n1"] == ["r1"]
+        first = after
+        first.facts["derived"] = "kept"
+
+
 # -- the pod index ----------------------------------------------------------------------------------------------------
 
 

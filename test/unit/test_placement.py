@@ -126,7 +126,8 @@ def test_no_groups_fit_anywhere_and_no_nodes_fit_nothing() -> None:
     assert pack([], [], {}) == Packing(True)
     assert pack([pods(0, cpu=1)], [], {}) == Packing(True)
     packing = pack([pods(2, cpu=1000)], [], {})
-    assert packing == Packing(False, why="2 of 2 pods of Job trainer (cpu 1 each) fit on no node: there are no nodes",
+    assert packing == Packing(False,
+                              reason="2 of 2 pods of Job trainer (cpu 1 each) fit on no node: there are no nodes",
                               about=frozenset({"nodes:none"}))
 
 

@@ -20,6 +20,7 @@ from mcad.api.topologyasks import (
 )
 from mcad.api.views import NodeView, node_view
 from mcad.model import topology, topologyasked
+from mcad.model.placement import GPU
 from mcad.model.topology import Hierarchy
 from test.unit.nodes_and_pods import raw_node
 
@@ -93,6 +94,38 @@ def test_required_that_no_domain_holds_names_the_roomiest_domains() -> None:
     assert placed.packing.about == frozenset({f"topology:{RACK}"})
     nowhere = topology.place(job_aw(1, "1", {TOPOLOGY_REQUIRED: "example.com/zone"}), TWO_BLOCKS, {})
     assert nowhere.packing.why == "needs 1 pod(s) in one example.com/zone, and no node has that label"
+
+
+class CountingIndex(topology.Index):
+    """The plain index, counting how often each domain's free room is summed, and knowing each domain's
+    allocatable room as a snapshot's index does."""
+
+    def __init__(self) -> None:
+        self.summed = 0
+
+    def free(self, nodes: Any, level: str, resource: str, room: Any) -> dict[str, int]:
+        self.summed += 1
+        return super().free(nodes, level, resource, room)
+
+    def most(self, nodes: Any, level: str, resource: str) -> dict[str, int]:
+        return {value: topology.free_room(members, {}, resource) for value, members in self.domains(nodes, level)}
+
+
+def test_a_gang_no_domain_could_ever_hold_costs_no_survey_of_free_room_and_is_worded_when_read() -> None:
+    index = CountingIndex()
+    pod = template("1")
+    pod["spec"]["containers"][0]["resources"]["requests"][GPU] = "1"
+    gpus = wrapped({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+                    "spec": {"parallelism": 1, "completions": 1, "template": pod}}, {TOPOLOGY_REQUIRED: RACK})
+    placed = topology.place(gpus, TWO_BLOCKS, {}, index=index)
+    assert not placed.packing.fits and index.summed == 0, "no rack has any GPU: nothing to sum"
+    assert placed.packing.about == frozenset({f"topology:{RACK}"})
+    assert placed.packing.why.startswith(f"needs 1 pod(s) of cpu 1, {GPU} 1 in one {RACK}: "), placed.packing.why
+    # 5 x 4 cpu: more than any rack's allocatable (rack-c has 16) either; 2 x 3 cpu is judged on free room.
+    assert not topology.place(job_aw(5, "4", {TOPOLOGY_REQUIRED: RACK}), TWO_BLOCKS, {}, index=index).packing.fits
+    assert index.summed == 0
+    assert topology.place(job_aw(2, "3", {TOPOLOGY_REQUIRED: RACK}), TWO_BLOCKS, {}, index=index).packing.fits
+    assert index.summed == 1
 
 
 def test_preferred_falls_back_up_the_hierarchy_then_packs_into_few_domains() -> None:
