@@ -59,7 +59,7 @@ from mcad.model.fit import Fit, Targets
 from mcad.model.keys import DISPATCH, ESTIMATES_DUE, ROOM_FREED
 from mcad.model.preemption import Preemptors, Room
 from mcad.model.reservations import BEHIND, Pass, Reservations
-from mcad.model.walk import BEHIND_IN_DOMAIN, GONE, HOLDS, WAITS, walk
+from mcad.model.walk import BEHIND_IN_DOMAIN, GONE, HOLDS, WAITS, walk, worded_for
 from mcad.model.walk import DISPATCH as DISPATCHED
 
 log = structlog.get_logger("mcad.loop.dispatcher")
@@ -145,21 +145,23 @@ class DispatchCycle:
         self._pinning.place_extras(snapshot, {key: r.nodes for key, r in self._reservations.held.items()})
         reserving = self._reservations.start(snapshot, self._clock.now(),
                                              fair=self._fair.begin(snapshot, act=True) if self._fair else None)
-        done, waiting, held_by, visited, dispatched = self._pass(reserving)  # 2
+        alike: list[tuple[str, str]] = []  # fair sharing: heads of groups judged alike to another's (walk)
+        done, waiting, held_by, visited, dispatched = self._pass(reserving, alike)  # 2
         reserving.finish()
         for key in done:  # 3
             self._pending.remove(key)
-        self._tell(reserving, waiting, held_by)
+        self._tell(reserving, waiting, held_by, alike)
         self._estimates_later()
         self._metrics.cycle(time.perf_counter() - started)
         log.info("dispatch cycle", cycle=self.count, queued=len(self._pending), dispatched=dispatched,
                  visited=visited, reservations=len(reserving.made), free=snapshot.free.format(),
                  duration_ms=round((time.perf_counter() - started) * 1000, 2))
 
-    def _pass(self, reserving: Pass) -> tuple[list[str], list[Waiting], str, int, int]:
+    def _pass(self, reserving: Pass, alike: list[tuple[str, str]]) -> tuple[list[str], list[Waiting], str, int, int]:
         """Step 2: the one pass (``mcad.model.walk``) with rules that act. Returns the keys to drop from the
         queue (dispatched, or gone), those that wait, the preemptor that stopped the pass by holding the queue (if
-        one did), how many were visited and dispatched."""
+        one did), how many were visited and dispatched; ``alike`` gets the heads the pass dropped, each with the
+        key of the one it is judged alike to (that one is among those that wait)."""
         done: list[str] = []
         waiting: list[Waiting] = []
         held_by = ""
@@ -167,7 +169,7 @@ class DispatchCycle:
         rules = WalkRules(self._queued, self._dispatches, self._evictions,
                           self.dispatch)
         for verdict in walk(self._pending, self._appwrappers, reserving, rules, strict_fifo=self._strict_fifo,
-                            targets=self._targets):
+                            targets=self._targets, dropped=alike):
             visited += 1
             kind = verdict.kind
             if kind == GONE:
@@ -181,8 +183,14 @@ class DispatchCycle:
                 waiting.append((verdict.aw, verdict.about, verdict.why))
         return done, waiting, held_by, visited, dispatched
 
-    def _tell(self, reserving: Pass, waiting: list[Waiting], held_by: str) -> None:
-        """Step 3: what those that wait are told, judged against this pass's reservations."""
+    def _tell(self, reserving: Pass, waiting: list[Waiting], held_by: str, alike: list[tuple[str, str]]) -> None:
+        """Step 3: what those that wait are told, judged against this pass's reservations; the heads dropped as
+        alike to one of them are told what it was, when that is news to them."""
+        if alike:
+            for key, about in self._notices.alike_news(alike, {aw.key: about for aw, about, _ in waiting}):
+                aw = self._appwrappers.get(key)
+                if aw is not None:
+                    waiting.append((aw, about, worded_for(reserving, aw)))
         if not self._strict_fifo:
             for aw, about, _ in waiting:
                 # Members are told again when what they lack changes, not when reservations ahead come and go:

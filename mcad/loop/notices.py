@@ -41,7 +41,7 @@ nothing here calls back into the dispatcher):
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 
@@ -60,6 +60,7 @@ from mcad.model.estimate import NOT_ESTIMATED, Estimate
 from mcad.model.estimatetold import EstimatesTold
 from mcad.model.fifo import BEHIND_STRICT_FIFO
 from mcad.model.fit import Fit
+from mcad.model.pending import alike
 from mcad.model.preemption import Preemptors
 from mcad.model.reservations import Pass
 from mcad.model.retry import RetryReader
@@ -94,7 +95,34 @@ class Notices:
         # when the group's members were last told (the newcomers still to be announced are the queue's).
         self._written: dict[str, frozenset[str]] = {}
         self._group_about: dict[Hashable, frozenset[str]] = {}
+        # With fair sharing, per judgement shared by tenants' alike groups (``pending.alike``): what the heads a pass
+        # dropped as alike to it were last told (``alike_news``).
+        self._alike_about: dict[Hashable, frozenset[str]] = {}
         self._estimates = EstimatesTold()  # the estimated start last written for each queued AppWrapper
+
+    def alike_news(self, dropped: Sequence[tuple[str, str]],
+                   about_of: Mapping[str, frozenset[str]]) -> list[tuple[str, frozenset[str]]]:
+        """The heads a pass dropped as alike to another tenant's group (``mcad.model.walk``: (head, the key of the
+        one judged)) that are to be told what that one was, ``about_of`` it: all of them when that is not what the
+        last pass told the heads alike to it, else none. A head that changed meanwhile is a newcomer, told by
+        ``announce``; so a queue of many tenants costs nothing per head while what blocks them stays the same."""
+        heads: dict[str, list[str]] = {}
+        for key, judged in dropped:
+            heads.setdefault(judged, []).append(key)
+        news: list[tuple[str, frozenset[str]]] = []
+        seen: set[Hashable] = set()
+        for judged, keys in heads.items():
+            about, entry = about_of.get(judged), self._pending.entry(judged)
+            if about is None or entry is None:
+                continue
+            alike_to = alike(entry[1])
+            seen.add(alike_to)
+            if self._alike_about.get(alike_to) != about:
+                self._alike_about[alike_to] = about
+                news.extend((key, about) for key in keys)
+        if len(self._alike_about) > 2 * self._pending.group_count() + 16:  # bounded by the queue's groups
+            self._alike_about = {a: told for a, told in self._alike_about.items() if a in seen}
+        return news
 
     def tell(self, aw: AppWrapperView, about: frozenset[str], why: Callable[[], str], *, paced: bool = True) -> None:
         about = same_shortage(about)

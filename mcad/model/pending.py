@@ -47,17 +47,51 @@ class QueuedEntry:
     group: Hashable
 
 
-@dataclass(frozen=True, slots=True)
-class TenantGroup:
-    """A group with fair sharing: ``base``, the group its members would be in without it, kept one tenant's."""
+class Alike:
+    """What a fit check sees of a group with fair sharing (its ``base``), with its hash computed once: a pass looks
+    it up for every tenant's group, and ``base`` is nested tuples, which Python hashes anew each time."""
 
-    base: Hashable
-    tenant: str
+    __slots__ = ("_hash", "base")
+
+    def __init__(self, base: Hashable) -> None:
+        self.base = base
+        self._hash = hash(base)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Alike):
+            return NotImplemented
+        return self is other or (self._hash == other._hash and self.base == other.base)
+
+
+class TenantGroup:
+    """A group with fair sharing: ``base``, the group its members would be in without it, kept one tenant's.
+    Immutable; its hash is computed once (as ``Alike``'s)."""
+
+    __slots__ = ("_hash", "alike", "base", "tenant")
+
+    def __init__(self, base: Hashable, tenant: str) -> None:
+        self.base, self.tenant = base, tenant
+        self.alike = Alike(base)
+        self._hash = hash((self.alike, tenant))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TenantGroup):
+            return NotImplemented
+        return self is other or (self._hash == other._hash and self.tenant == other.tenant and self.base == other.base)
+
+    def __repr__(self) -> str:
+        return f"TenantGroup({self.base!r}, {self.tenant!r})"
 
 
 def alike(group: Hashable) -> Hashable:
     """What a fit check sees of ``group``: the same for groups that differ only in their tenant."""
-    return group.base if isinstance(group, TenantGroup) else group
+    return group.alike if isinstance(group, TenantGroup) else group
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +223,10 @@ class Cursor:
         self._position: dict[Hashable, int] = {}
         self._current: tuple[int, float, Order, int, Hashable] | None = None
         self.visited = 0
+        # Fair sharing: what a fit sees of groups dropped from the pass (``drop_alike``): the key of the one judged,
+        # its priority and which heads to keep; and the head of each group dropped so, with the one it is alike to.
+        self._dropped: dict[Hashable, tuple[str, int, Callable[[str], bool]]] = {}
+        self.dropped: list[tuple[str, str]] = []
         for tiebreak, (group, members) in enumerate(self._groups.items()):
             self._heap.append(self._entry(members[0], tiebreak, group))
             self._position[group] = 0
@@ -203,9 +241,16 @@ class Cursor:
         if self._current is not None:
             raise RuntimeError("answer the current candidate with passed() or blocked() first")
         while self._heap and self._score is not None:
+            _, pushed, order, tiebreak, group = self._heap[0]
+            if self._dropped and isinstance(group, TenantGroup) and (
+                    dropped := self._dropped.get(group.alike)) is not None:
+                judged, priority, keep = dropped
+                if order[0] == priority and not keep(order[2]):
+                    heapq.heappop(self._heap)
+                    self.dropped.append((order[2], judged))
+                    continue
             # Scores only grow in a pass: a head whose tenant's score grew since it was pushed goes back in its new
             # place, and one whose score is as pushed is truly the lowest.
-            _, pushed, order, tiebreak, group = self._heap[0]
             if self._score(self._tenants.get(group, "")) <= pushed:
                 break
             heapq.heapreplace(self._heap, self._entry(order, tiebreak, group))
@@ -231,6 +276,15 @@ class Cursor:
         """The current candidate did not fit: skip the rest of its group for this cycle."""
         self._take()
         heapq.heappop(self._heap)
+
+    def drop_alike(self, keep: Callable[[str], bool]) -> None:
+        """With fair sharing: the current candidate waits without a reservation and its group is blocked; every
+        other tenant's group alike to its group (``alike``) whose head has its priority is dropped from the pass
+        unlooked at (unless ``keep(head)``), its head recorded in ``dropped`` with the current candidate's key.
+        Call before answering ``blocked()``."""
+        if self._current is not None and isinstance(group := self._current[4], TenantGroup):
+            order = self._current[2]
+            self._dropped[group.alike] = (order[2], order[0], keep)
 
     def stop(self) -> None:
         """End the cycle early (strict FIFO stops at the first candidate that does not fit)."""

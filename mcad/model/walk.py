@@ -27,6 +27,10 @@ Contract:
   without a second fit check. Within a pass free room only shrinks and reservations only grow, so the second
   check could only find less. Not with strict FIFO, nor for one that waits for victims it chose, whose victims
   did not go, or that outranks running work (those verdicts say more than what the group lacks).
+  With ``dropped`` (the dispatch cycle), those later groups are not even looked at: the pass drops them
+  (``Cursor.drop_alike``: same priority, not a preemptor waiting for its victims nor one whose victims did not go)
+  and records each one's head in ``dropped`` with the key of the one judged, for the caller to tell them what it
+  was told; a dry run (``dropped`` None) yields each one's verdict.
 - Each verdict carries how the walk goes on after it (``step``): ``PASSED`` (the next of its group is a candidate),
   ``BLOCKED`` (the rest of its group is not looked at in this pass: they are judged alike) or ``STOP`` (nothing
   after it is). With ``past_hold`` (a dry run), the walk goes on after a ``STOP`` to tell each further group's head
@@ -131,9 +135,11 @@ class Verdict:
 
 
 def walk(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rules: Rules, *, strict_fifo: bool,
-         targets: Targets, past_hold: bool = False) -> Iterator[Verdict]:
+         targets: Targets, past_hold: bool = False, dropped: list[tuple[str, str]] | None = None) -> Iterator[Verdict]:
     snapshot = reserving.snapshot
     cursor = pending.cycle(reserving.fair.score if reserving.fair is not None else None)
+    if dropped is not None:
+        cursor.dropped = dropped
     fifo = StrictFifo(snapshot.quota.forest if snapshot.quota is not None else None) if strict_fifo else None
     held = False
     # Fair sharing: the verdict of a blocked group, by what a fit check sees of it (see the module docstring).
@@ -157,6 +163,8 @@ def walk(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rules
         if verdict.step == PASSED:
             cursor.passed()
         elif verdict.step == BLOCKED:
+            if dropped is not None and judged_alike.get(alike(group)) is verdict:
+                cursor.drop_alike(partial(_judged_apart, rules))
             cursor.blocked()
         elif past_hold:
             cursor.blocked()
@@ -234,6 +242,16 @@ def _judge(aw: AppWrapperView, order: Order, group: Hashable, reserving: Pass, r
     # its group is held alike.
     step = STOP if fifo.hold(aw, fit) else BLOCKED
     return Verdict(WAITS, key, order, group, step, aw, need, fit, about, why)
+
+
+def _judged_apart(rules: Rules, key: str) -> bool:
+    """A head that is not judged alike to another tenant's group even when its own group is alike to it."""
+    return rules.preempting(key) or bool(rules.abandoned(key))
+
+
+def worded_for(reserving: Pass, aw: AppWrapperView) -> Callable[[], str]:
+    """Why ``aw``, judged alike to another tenant's group, waits, worded for it when read (``_worded_for``)."""
+    return partial(_worded_for, reserving, aw, reserving.snapshot.need(aw.key, aw.demand))
 
 
 def _worded_for(reserving: Pass, aw: AppWrapperView, need: ResourceVector) -> str:

@@ -502,6 +502,33 @@ def test_tenants_whose_work_is_alike_cost_one_fit_check(harness_factory: Any, mo
         assert "cpu" in message and "team-" not in message and "busy" not in message, message
 
 
+def test_a_cycle_looks_at_one_of_alike_tenants_groups_and_tells_the_rest_when_the_reason_changes(
+        harness_factory: Any, mocker: Any) -> None:
+    """Ten teams' 2-cpu AppWrappers wait behind a 2-cpu node's running one. A cycle judges one team's head and drops
+    the other nine groups unlooked at; when what they wait for changes (the node is tainted), every team's head is
+    told the new reason."""
+    from mcad.model import walk
+
+    h = harness_factory(nodes=[node("n0", "2")], pods=[], aws=[team_aw("busy", "runs", cpu="2")],
+                        fair_sharing=True, reservations=0)
+    h.drain()
+    for i in range(20):
+        h.lw["aw"].add(team_aw(f"team-{i % 10:02d}", f"w{i:02d}", cpu="2", created=f"2026-01-01T09:00:{i:02d}Z"))
+    h.drain()
+    judged = mocker.spy(walk, "_judge")
+    h.dispatcher.owners.cycle.run()
+    assert judged.call_count == 1, "one head judged; the nine alike groups dropped"
+    before = {i: last_status(h, f"w{i:02d}")["message"] for i in range(10)}
+    tainted = node("n0", "2")
+    tainted["metadata"]["resourceVersion"] = "2"
+    tainted["spec"] = {"taints": [{"key": "maintenance", "value": "yes", "effect": "NoSchedule"}]}
+    h.lw["node"].add(tainted)
+    h.drain()
+    for i in range(10):
+        message = last_status(h, f"w{i:02d}")["message"]
+        assert message != before[i] and "maintenance" in message and "team-" not in message, message
+
+
 @pytest.mark.parametrize("preemption", [False, True])
 def test_a_judgement_shared_between_tenants_is_the_judgement_each_would_get(harness_factory: Any, mocker: Any,
                                                                            preemption: bool) -> None:
