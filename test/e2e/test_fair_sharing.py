@@ -74,7 +74,7 @@ def test_the_tenant_that_used_less_goes_first_and_usage_outlives_a_restart(
     team_b = AppWrappers(custom, core, other_namespace, kube.connect(kubeconfig))
     log = LOGS / "test_fair_sharing.log"
     with fake_node(core, cpu="2", memory="8Gi") as node:
-        with running_controller(controller_kubeconfig, log, "--fair-sharing"):
+        with running_controller(controller_kubeconfig, log, "--fair-sharing") as first:
             for i in range(4):
                 aws.create(appwrapper(f"a{i}", job(f"a{i}", node)))
             aws.wait_state("a0", "Running")
@@ -83,9 +83,13 @@ def test_the_tenant_that_used_less_goes_first_and_usage_outlives_a_restart(
                 team_b.create(appwrapper(f"b{i}", job(f"b{i}", node)))
             wait_until(lambda: aws.status("a2").get("state") == "Pending"
                        and team_b.status("b0").get("state") == "Pending", 30, "a2 and b0 pending")
+            # Within one pass, b0's dispatch adds a second of its share to team-b's score (a tenth of a share-second
+            # on a 10-cpu cluster): team-a must have used more than that, or its a2 rightly goes before b1.
+            wait_until(lambda: usage(first).get(f"namespace:{aws.namespace}", 0) >= 1, 60,
+                       "team-a to use a share-second")
         # Stopped: the usage was saved on the way out.
         saved = json.loads(core.read_namespaced_config_map(CONFIGMAP, fair_share_rights).data["usage.json"])
-        assert saved["tenants"].get(f"namespace:{aws.namespace}", 0) > 0, saved
+        assert saved["tenants"].get(f"namespace:{aws.namespace}", 0) >= 1, saved
         assert f"namespace:{other_namespace}" not in saved["tenants"], "team-b ran nothing"
         with running_controller(controller_kubeconfig, log, "--fair-sharing") as ctl:
             wait_until(lambda: b"fair-share usage restored" in ctl.log.read_bytes(), 30, "the usage read back")
