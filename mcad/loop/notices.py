@@ -104,8 +104,9 @@ class Notices:
                    about_of: Mapping[str, frozenset[str]]) -> list[tuple[str, frozenset[str]]]:
         """The heads a pass dropped as alike to another tenant's group (``mcad.model.walk``: (head, the key of the
         one judged)) that are to be told what that one was, ``about_of`` it: all of them when that is not what the
-        last pass told the heads alike to it, else none. A head that changed meanwhile is a newcomer, told by
-        ``announce``; so a queue of many tenants costs nothing per head while what blocks them stays the same."""
+        last pass told the heads alike to it, else none (each told so is told with its group, ``refresh_group``, so
+        a member that becomes its group's head later was told the same; a new AppWrapper is told by ``announce``).
+        A queue of many tenants thus costs nothing per head while what blocks them stays the same."""
         heads: dict[str, list[str]] = {}
         for key, judged in dropped:
             heads.setdefault(judged, []).append(key)
