@@ -193,7 +193,7 @@ def _judge(aw: AppWrapperView, order: Order, group: Hashable, reserving: Pass, r
     base = alike(group)
     earlier = judged_alike.get(base) if base is not group else None
     if (earlier is not None and earlier.order[0] == order[0] and earlier.fit is not None
-            and not rules.preempting(key) and not rules.abandoned(key)):
+            and not _judged_apart(rules, key)):
         return Verdict(WAITS, key, order, group, BLOCKED, aw, need, earlier.fit, earlier.about,
                        partial(_worded_for, reserving, aw, need))
     fit = reserving.fit(aw, need)
