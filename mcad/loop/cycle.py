@@ -145,7 +145,7 @@ class DispatchCycle:
         self._pinning.place_extras(snapshot, {key: r.nodes for key, r in self._reservations.held.items()})
         reserving = self._reservations.start(snapshot, self._clock.now(),
                                              fair=self._fair.begin(snapshot, act=True) if self._fair else None)
-        alike: list[tuple[str, str]] = []  # fair sharing: heads of groups judged alike to another's (walk)
+        alike: dict[str, list[str]] = {}  # fair sharing: heads of groups judged alike to another's, by it (walk)
         done, waiting, held_by, visited, dispatched = self._pass(reserving, alike)  # 2
         reserving.finish()
         for key in done:  # 3
@@ -157,11 +157,11 @@ class DispatchCycle:
                  visited=visited, reservations=len(reserving.made), free=snapshot.free.format(),
                  duration_ms=round((time.perf_counter() - started) * 1000, 2))
 
-    def _pass(self, reserving: Pass, alike: list[tuple[str, str]]) -> tuple[list[str], list[Waiting], str, int, int]:
+    def _pass(self, reserving: Pass, alike: dict[str, list[str]]) -> tuple[list[str], list[Waiting], str, int, int]:
         """Step 2: the one pass (``mcad.model.walk``) with rules that act. Returns the keys to drop from the
         queue (dispatched, or gone), those that wait, the preemptor that stopped the pass by holding the queue (if
-        one did), how many were visited and dispatched; ``alike`` gets the heads the pass dropped, each with the
-        key of the one it is judged alike to (that one is among those that wait)."""
+        one did), how many were visited and dispatched; ``alike`` gets the heads the pass dropped, under the key of
+        the one they are judged alike to (that one is among those that wait)."""
         done: list[str] = []
         waiting: list[Waiting] = []
         held_by = ""
@@ -183,7 +183,7 @@ class DispatchCycle:
                 waiting.append((verdict.aw, verdict.about, verdict.why))
         return done, waiting, held_by, visited, dispatched
 
-    def _tell(self, reserving: Pass, waiting: list[Waiting], held_by: str, alike: list[tuple[str, str]]) -> None:
+    def _tell(self, reserving: Pass, waiting: list[Waiting], held_by: str, alike: dict[str, list[str]]) -> None:
         """Step 3: what those that wait are told, judged against this pass's reservations; the heads dropped as
         alike to one of them are told what it was, when that is news to them."""
         if alike:
@@ -316,3 +316,6 @@ class WalkRules:
 
     def abandoned(self, key: str) -> frozenset[str]:
         return self._preemptors.abandoned(key)
+
+    def judged_apart(self, key: str) -> bool:
+        return self._preemptors.judged_apart(key)

@@ -100,21 +100,18 @@ class Notices:
         self._alike_about: dict[Hashable, frozenset[str]] = {}
         self._estimates = EstimatesTold()  # the estimated start last written for each queued AppWrapper
 
-    def alike_news(self, dropped: Sequence[tuple[str, str]],
+    def alike_news(self, dropped: Mapping[str, Sequence[str]],
                    about_of: Mapping[str, frozenset[str]]) -> list[tuple[str, frozenset[str]]]:
-        """The heads a pass dropped as alike to another tenant's group (``mcad.model.walk``: (head, the key of the
-        one judged)) that are to be told what that one was, ``about_of`` it: all of them when that is not what the
+        """The heads a pass dropped as alike to another tenant's group (``mcad.model.walk``: by the key of the one
+        judged) that are to be told what that one was, ``about_of`` it: all of them when that is not what the
         last pass told the heads alike to it, else none (each told so is told with its group, ``refresh_group``, so
         a member that becomes its group's head later was told the same; a new AppWrapper is told by ``announce``).
         A queue of many tenants thus costs nothing per head while what blocks them stays the same."""
-        heads: dict[str, list[str]] = {}
-        for key, judged in dropped:
-            heads.setdefault(judged, []).append(key)
         news: list[tuple[str, frozenset[str]]] = []
         seen: set[Hashable] = set()
-        for judged, keys in heads.items():
+        for judged, keys in dropped.items():
             about, entry = about_of.get(judged), self._pending.entry(judged)
-            if about is None or entry is None:
+            if not keys or about is None or entry is None:
                 continue
             alike_to = alike(entry[1])
             seen.add(alike_to)

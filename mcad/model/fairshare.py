@@ -124,6 +124,9 @@ class FairPass:
     weights: Callable[[str], float] | None = None
     added: dict[str, float] = field(default_factory=dict)
     _weights: dict[str, float] = field(default_factory=dict)  # each tenant's, as first asked in this pass
+    # Each tenant's score as last worked out: a pass asks it for every group of the tenant's and again whenever a
+    # group comes to the front, so it is kept until ``took`` changes it.
+    _scores: dict[str, float] = field(default_factory=dict)
 
     def weight(self, tenant: str) -> float:
         weight = self._weights.get(tenant)
@@ -135,10 +138,15 @@ class FairPass:
         return weight
 
     def score(self, tenant: str) -> float:
-        return (self.usage.get(tenant, 0.0) + self.added.get(tenant, 0.0)) / self.weight(tenant)
+        score = self._scores.get(tenant)
+        if score is None:
+            score = (self.usage.get(tenant, 0.0) + self.added.get(tenant, 0.0)) / self.weight(tenant)
+            self._scores[tenant] = score
+        return score
 
     def took(self, tenant: str, taken_share: float) -> None:
         self.added[tenant] = self.added.get(tenant, 0.0) + taken_share * ENTRY_SECONDS
+        self._scores.pop(tenant, None)
 
 
 def projected_order(orders: Iterable[Order], tenant: Callable[[str], str], taken: Callable[[str], float],

@@ -88,6 +88,13 @@ class TenantGroup:
     def __repr__(self) -> str:
         return f"TenantGroup({self.base!r}, {self.tenant!r})"
 
+    def share_alike(self, same: Alike) -> None:
+        """Take ``same``, equal to its ``alike``, in its place (``PendingQueue`` shares one among a base's groups):
+        nothing it equals or hashes to changes."""
+        if same != self.alike:
+            raise ValueError(f"{same.base!r} is not what {self!r} is alike to")
+        self.alike = same
+
 
 def alike(group: Hashable) -> Hashable:
     """What a fit check sees of ``group``: the same for groups that differ only in their tenant."""
@@ -111,6 +118,9 @@ class PendingQueue:
         self._all: SortedList = SortedList()
         self._per_namespace: dict[str, int] = {}  # how many are queued in each namespace (the key's prefix)
         self._tenants: dict[Hashable, str] = {}  # group -> its tenant (fair sharing only)
+        # Fair sharing: one ``Alike`` per base, shared by every tenant's group of it, so that a pass's lookups by it
+        # find the very object (no comparison of nested tuples). Pruned to the queue's groups as it grows.
+        self._alikes: dict[Alike, Alike] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -127,6 +137,8 @@ class PendingQueue:
         group_key: Hashable = demand if group is None else group
         # Members of a group share its key object (thousands of equal tuples would each cost their own memory).
         group_key = self._group_keys.setdefault(group_key, group_key)
+        if group_key is group and isinstance(group, TenantGroup):
+            self._share_alike(group)
         current = self._entries.get(key)
         if current is not None:
             if current.order == order and current.group == group_key:
@@ -141,6 +153,11 @@ class PendingQueue:
         self._demands[group_key] = demand
         if tenant:
             self._tenants[group_key] = tenant
+
+    def _share_alike(self, group: TenantGroup) -> None:
+        if len(self._alikes) > 2 * len(self._groups) + 16:
+            self._alikes = {kept.alike: kept.alike for kept in self._groups if isinstance(kept, TenantGroup)}
+        group.share_alike(self._alikes.setdefault(group.alike, group.alike))
 
     def entry(self, key: str) -> tuple[Order, Hashable] | None:
         """(order, group) of ``key``, or None when it is not queued."""
@@ -219,17 +236,22 @@ class Cursor:
         self._tenants = queue._tenants
         self._score = score
         # (-priority, tenant score (0 without fair sharing), order, tiebreak, group)
-        self._heap: list[tuple[int, float, Order, int, Hashable]] = []
-        self._position: dict[Hashable, int] = {}
+        self._heap: list[tuple[int, float, Order, int, Hashable]]
+        self._position: dict[Hashable, int] = {}  # the member of a group that is its candidate, when not its first
         self._current: tuple[int, float, Order, int, Hashable] | None = None
         self.visited = 0
-        # Fair sharing: what a fit sees of groups dropped from the pass (``drop_alike``): the key of the one judged,
-        # its priority and which heads to keep; and the head of each group dropped so, with the one it is alike to.
-        self._dropped: dict[Hashable, tuple[str, int, Callable[[str], bool]]] = {}
-        self.dropped: list[tuple[str, str]] = []
-        for tiebreak, (group, members) in enumerate(self._groups.items()):
-            self._heap.append(self._entry(members[0], tiebreak, group))
-            self._position[group] = 0
+        # Fair sharing: what a fit sees of groups dropped from the pass (``drop_alike``): the priority of the one
+        # judged, which heads to keep and the heads dropped as alike to it; and those heads by the key of the one
+        # judged.
+        self._dropped: dict[Hashable, tuple[int, Callable[[str], bool], list[str]]] = {}
+        self.dropped: dict[str, list[str]] = {}
+        if score is None:
+            self._heap = [(members[0][0], 0.0, members[0], tiebreak, group)
+                          for tiebreak, (group, members) in enumerate(self._groups.items())]
+        else:
+            tenants = self._tenants
+            self._heap = [(members[0][0], score(tenants.get(group, "")), members[0], tiebreak, group)
+                          for tiebreak, (group, members) in enumerate(self._groups.items())]
         heapq.heapify(self._heap)
 
     def _entry(self, order: Order, tiebreak: int, group: Hashable) -> tuple[int, float, Order, int, Hashable]:
@@ -244,10 +266,10 @@ class Cursor:
             _, pushed, order, tiebreak, group = self._heap[0]
             if self._dropped and isinstance(group, TenantGroup) and (
                     dropped := self._dropped.get(group.alike)) is not None:
-                judged, priority, keep = dropped
+                priority, keep, heads = dropped
                 if order[0] == priority and not keep(order[2]):
                     heapq.heappop(self._heap)
-                    self.dropped.append((order[2], judged))
+                    heads.append(order[2])
                     continue
             # Scores only grow in a pass: a head whose tenant's score grew since it was pushed goes back in its new
             # place, and one whose score is as pushed is truly the lowest.
@@ -264,7 +286,7 @@ class Cursor:
     def passed(self) -> None:
         """Done with the current candidate; its group's next member becomes a candidate."""
         *_, tiebreak, group = self._take()
-        position = self._position[group] + 1
+        position = self._position.get(group, 0) + 1
         members = self._groups[group]
         if position < len(members):
             self._position[group] = position
@@ -280,11 +302,12 @@ class Cursor:
     def drop_alike(self, keep: Callable[[str], bool]) -> None:
         """With fair sharing: the current candidate waits without a reservation and its group is blocked; every
         other tenant's group alike to its group (``alike``) whose head has its priority is dropped from the pass
-        unlooked at (unless ``keep(head)``), its head recorded in ``dropped`` with the current candidate's key.
+        unlooked at (unless ``keep(head)``), its head recorded in ``dropped`` under the current candidate's key.
         Call before answering ``blocked()``."""
         if self._current is not None and isinstance(group := self._current[4], TenantGroup):
             order = self._current[2]
-            self._dropped[group.alike] = (order[2], order[0], keep)
+            heads = self.dropped.setdefault(order[2], [])
+            self._dropped[group.alike] = (order[0], keep, heads)
 
     def stop(self) -> None:
         """End the cycle early (strict FIFO stops at the first candidate that does not fit)."""

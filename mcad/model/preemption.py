@@ -475,6 +475,10 @@ class Preemptors:
     def gave_up(self, key: str, victims: frozenset[str], pods_left: frozenset[str]) -> None:
         self._abandoned[key] = (victims, pods_left)
 
+    def judged_apart(self, key: str) -> bool:
+        """It waits for its victims, or gave up on them (``mcad.model.walk``: judged on its own)."""
+        return key in self._waiting or key in self._abandoned
+
     def abandoned(self, key: str) -> frozenset[str]:
         """The victims it gave up waiting for (empty if none)."""
         entry = self._abandoned.get(key)

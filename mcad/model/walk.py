@@ -29,7 +29,7 @@ Contract:
   did not go, or that outranks running work (those verdicts say more than what the group lacks).
   With ``dropped`` (the dispatch cycle), those later groups are not even looked at: the pass drops them
   (``Cursor.drop_alike``: same priority, not a preemptor waiting for its victims nor one whose victims did not go)
-  and records each one's head in ``dropped`` with the key of the one judged, for the caller to tell them what it
+  and records each one's head in ``dropped``, under the key of the one judged, for the caller to tell them what it
   was told; a dry run (``dropped`` None) yields each one's verdict.
 - Each verdict carries how the walk goes on after it (``step``): ``PASSED`` (the next of its group is a candidate),
   ``BLOCKED`` (the rest of its group is not looked at in this pass: they are judged alike) or ``STOP`` (nothing
@@ -111,6 +111,11 @@ class Rules(Protocol):
         """The victims it gave up waiting for."""
         ...
 
+    def judged_apart(self, key: str) -> bool:
+        """It is a preemptor waiting for its victims, or one whose victims did not go: with fair sharing it is judged
+        on its own even where its group is alike to another tenant's (``preempting`` or ``abandoned``)."""
+        ...
+
     def dispatch(self, aw: AppWrapperView, fit: Fit) -> None:
         """It is dispatched in this pass (its room is already taken from the snapshot)."""
         ...
@@ -135,7 +140,7 @@ class Verdict:
 
 
 def walk(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rules: Rules, *, strict_fifo: bool,
-         targets: Targets, past_hold: bool = False, dropped: list[tuple[str, str]] | None = None) -> Iterator[Verdict]:
+         targets: Targets, past_hold: bool = False, dropped: dict[str, list[str]] | None = None) -> Iterator[Verdict]:
     snapshot = reserving.snapshot
     cursor = pending.cycle(reserving.fair.score if reserving.fair is not None else None)
     if dropped is not None:
@@ -164,7 +169,7 @@ def walk(pending: PendingQueue, appwrappers: AppWrappers, reserving: Pass, rules
             cursor.passed()
         elif verdict.step == BLOCKED:
             if dropped is not None and judged_alike.get(alike(group)) is verdict:
-                cursor.drop_alike(partial(_judged_apart, rules))
+                cursor.drop_alike(rules.judged_apart)
             cursor.blocked()
         elif past_hold:
             cursor.blocked()
@@ -193,7 +198,7 @@ def _judge(aw: AppWrapperView, order: Order, group: Hashable, reserving: Pass, r
     base = alike(group)
     earlier = judged_alike.get(base) if base is not group else None
     if (earlier is not None and earlier.order[0] == order[0] and earlier.fit is not None
-            and not _judged_apart(rules, key)):
+            and not rules.judged_apart(key)):
         return Verdict(WAITS, key, order, group, BLOCKED, aw, need, earlier.fit, earlier.about,
                        partial(_worded_for, reserving, aw, need))
     fit = reserving.fit(aw, need)
@@ -242,11 +247,6 @@ def _judge(aw: AppWrapperView, order: Order, group: Hashable, reserving: Pass, r
     # its group is held alike.
     step = STOP if fifo.hold(aw, fit) else BLOCKED
     return Verdict(WAITS, key, order, group, step, aw, need, fit, about, why)
-
-
-def _judged_apart(rules: Rules, key: str) -> bool:
-    """A head that is not judged alike to another tenant's group even when its own group is alike to it."""
-    return rules.preempting(key) or bool(rules.abandoned(key))
 
 
 def worded_for(reserving: Pass, aw: AppWrapperView) -> Callable[[], str]:

@@ -57,7 +57,9 @@ def test_restore_adds_what_was_saved() -> None:
 
 def test_a_pass_adds_a_second_of_each_dispatch_to_its_tenant() -> None:
     fair = FairPass({"a": 5.0})
+    assert fair.score("b") == 0.0  # asked before it took anything: what it took after still counts
     fair.took("b", 0.5)
+    assert fair.score("b") == pytest.approx(0.5 * ENTRY_SECONDS)
     fair.took("b", 0.25)
     assert fair.score("a") == 5.0 and fair.score("b") == pytest.approx(0.75 * ENTRY_SECONDS)
     assert fair.score("c") == 0.0

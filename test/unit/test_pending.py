@@ -7,7 +7,7 @@ import random
 import pytest
 
 from mcad.api.resources import ResourceVector
-from mcad.model.pending import PendingQueue
+from mcad.model.pending import Alike, PendingQueue, TenantGroup, alike
 
 CPU1 = ResourceVector({"cpu": 1000})
 CPU2 = ResourceVector({"cpu": 2000})
@@ -35,6 +35,19 @@ def run_cycle(queue: PendingQueue, free: ResourceVector, *, strict: bool = False
     for key in dispatched:
         queue.remove(key)
     return dispatched, cursor.visited
+
+
+def test_tenants_groups_of_one_base_share_one_alike_and_a_foreign_one_is_refused() -> None:
+    queue = PendingQueue()
+    for i, tenant in enumerate(("a", "b", "c")):
+        # Each caller builds its own group key, as demand_group does for every AppWrapper.
+        queue.upsert(f"{tenant}/x", order(f"{tenant}/x", created=f"2026-01-0{i + 1}T00:00:00Z"), GPU,
+                     group=TenantGroup(("gpu", 1), tenant), tenant=tenant)
+    groups = [entry[1] for key in ("a/x", "b/x", "c/x") if (entry := queue.entry(key)) is not None]
+    assert len({id(alike(group)) for group in groups}) == 1  # a pass's lookups find the very object
+    assert len(set(groups)) == 3
+    with pytest.raises(ValueError, match="is not what"):
+        TenantGroup(("gpu", 1), "a").share_alike(Alike(("gpu", 2)))
 
 
 def test_order_is_global_across_groups() -> None:
