@@ -291,6 +291,8 @@ class WalkRules:
         self._evictions = evictions
         self._preemptors = evictions.preemptors
         self.dispatch = dispatch
+        # Asked for every tenant's group a pass drops as alike to another's: the preemptors' own answer, no hop.
+        self.judged_apart = self._preemptors.judged_apart
 
     @property
     def victim_timeout(self) -> float:
@@ -317,5 +319,3 @@ class WalkRules:
     def abandoned(self, key: str) -> frozenset[str]:
         return self._preemptors.abandoned(key)
 
-    def judged_apart(self, key: str) -> bool:
-        return self._preemptors.judged_apart(key)

@@ -20,8 +20,8 @@ Contract:
 - ``FairPass`` is one pass's view: a tenant's score is its usage at the pass's start, plus, for each AppWrapper the
   pass dispatches, its share times ``ENTRY_SECONDS`` (so one pass interleaves tenants instead of giving all the room
   to the one that was lowest when it began), all divided by its weight (so turns within a pass follow the weights
-  too). ``weight(tenant)`` is asked once per tenant per pass and kept: a weight changed during a pass counts from
-  the next, and scores only grow within a pass.
+  too). ``weight(tenant)`` is asked at most once per tenant per pass (not for a tenant that used nothing, whose score
+  is 0) and kept: a weight changed during a pass counts from the next, and scores only grow within a pass.
 - ``projected_order(orders, tenant, taken, scores)`` is the order a dispatch cycle would take a queue in if the
   room of all of it freed at once: priority first; within a priority, the tenant with the lowest score, then age;
   each one taken adds to its tenant's score what a pass adds (``taken``: its share times ``ENTRY_SECONDS``, over
@@ -140,7 +140,9 @@ class FairPass:
     def score(self, tenant: str) -> float:
         score = self._scores.get(tenant)
         if score is None:
-            score = (self.usage.get(tenant, 0.0) + self.added.get(tenant, 0.0)) / self.weight(tenant)
+            used = self.usage.get(tenant, 0.0) + self.added.get(tenant, 0.0)
+            # Nothing used is 0 whatever the weight: a queue of many idle tenants asks no weights.
+            score = used / self.weight(tenant) if used else 0.0
             self._scores[tenant] = score
         return score
 

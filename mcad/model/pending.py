@@ -262,23 +262,26 @@ class Cursor:
         """The next candidate (key, group demand), or None when every group is exhausted or blocked."""
         if self._current is not None:
             raise RuntimeError("answer the current candidate with passed() or blocked() first")
-        while self._heap and self._score is not None:
-            _, pushed, order, tiebreak, group = self._heap[0]
-            if self._dropped and isinstance(group, TenantGroup) and (
-                    dropped := self._dropped.get(group.alike)) is not None:
-                priority, keep, heads = dropped
-                if order[0] == priority and not keep(order[2]):
-                    heapq.heappop(self._heap)
-                    heads.append(order[2])
-                    continue
-            # Scores only grow in a pass: a head whose tenant's score grew since it was pushed goes back in its new
-            # place, and one whose score is as pushed is truly the lowest.
-            if self._score(self._tenants.get(group, "")) <= pushed:
-                break
-            heapq.heapreplace(self._heap, self._entry(order, tiebreak, group))
-        if not self._heap:
+        heap, score = self._heap, self._score
+        if score is not None:
+            tenants, dropped_by = self._tenants, self._dropped
+            while heap:
+                _, pushed, order, tiebreak, group = heap[0]
+                if dropped_by and isinstance(group, TenantGroup) and (
+                        dropped := dropped_by.get(group.alike)) is not None:
+                    priority, keep, heads = dropped
+                    if order[0] == priority and not keep(order[2]):
+                        heapq.heappop(heap)
+                        heads.append(order[2])
+                        continue
+                # Scores only grow in a pass: a head whose tenant's score grew since it was pushed goes back in its
+                # new place, and one whose score is as pushed is truly the lowest.
+                if score(tenants.get(group, "")) <= pushed:
+                    break
+                heapq.heapreplace(heap, self._entry(order, tiebreak, group))
+        if not heap:
             return None
-        self._current = self._heap[0]
+        self._current = heap[0]
         self.visited += 1
         order, group = self._current[2], self._current[4]
         return order[2], self._demands[group]

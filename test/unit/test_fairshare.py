@@ -65,6 +65,22 @@ def test_a_pass_adds_a_second_of_each_dispatch_to_its_tenant() -> None:
     assert fair.score("c") == 0.0
 
 
+def test_a_pass_asks_the_weight_of_a_tenant_that_used_something_once_and_of_an_idle_one_never() -> None:
+    asked: list[str] = []
+
+    def weights(tenant: str) -> float:
+        asked.append(tenant)
+        return 2.0
+
+    fair = FairPass({"busy": 4.0}, weights)
+    assert [fair.score("idle"), fair.score("busy"), fair.score("busy")] == [0.0, 2.0, 2.0]
+    assert asked == ["busy"]
+    fair.took("idle", 1.0)
+    fair.took("busy", 1.0)
+    assert fair.score("idle") == pytest.approx(ENTRY_SECONDS / 2) and fair.score("busy") == pytest.approx(2.5)
+    assert asked == ["busy", "idle"]
+
+
 @pytest.mark.parametrize(("demand", "capacity", "expected"), [
     (v(gpu=2, cpu=1), v(gpu=8, cpu=100), 0.25),  # GPUs dominate when asked for
     (v(cpu=4, memory=1), v(cpu=8, memory=100), 0.5),  # else the larger of cpu and memory
