@@ -318,4 +318,3 @@ class WalkRules:
 
     def abandoned(self, key: str) -> frozenset[str]:
         return self._preemptors.abandoned(key)
-
