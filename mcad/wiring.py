@@ -157,7 +157,8 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
             if scheduling.own_namespace and scheduling.fair_sharing_configmap else None
         fair = FairSharing(FairShare(scheduling.fair_sharing_half_life), accountant, active.views, clock, store=store,
                            writes=writes,
-                           namespaces=appwrappers.namespaces if isinstance(appwrappers, TenantAppWrappers) else None)
+                           namespaces=appwrappers.namespaces if isinstance(appwrappers, TenantAppWrappers) else None,
+                           adoptions=lambda: active.adoptions)
     targets: Targets
     sites: Sites
     if hub is None:

@@ -90,6 +90,9 @@ class Active:
         self.views: dict[str, AppWrapperView] = {}
         # uids of the objects created for each dispatched AppWrapper (unknown after a restart).
         self._uids: dict[str, tuple[str, ...]] = {}
+        # How many AppWrappers were adopted (followed without being dispatched here, so not told to the watchers):
+        # a reader of ``views`` that keeps its own record of them (``FairSharing``) compares only when this moved.
+        self.adoptions = 0
 
     def connect(self, sites: Sites, watchers: Sequence[Watcher], placing: Callable[[], bool]) -> None:
         """``placing``: pods beyond their plans wait to be placed (``Pinning.placing``), which a cycle does."""
@@ -182,6 +185,8 @@ class Active:
         """Found active at a sync: it holds its reservation (taken again after a restart) and is followed."""
         if not self._accountant.holds(aw.key):
             self.reserve(aw)
+        if aw.key not in self.views:
+            self.adoptions += 1
         self.views[aw.key] = aw
         self._queue.add_after(keys.PodCounts(aw.key), POD_COUNT_WINDOW_SECONDS)
 

@@ -570,3 +570,30 @@ def test_a_judgement_shared_between_tenants_is_the_judgement_each_would_get(harn
     assert not differed, differed[0]
     assert seen["told"] > 200 and shared_once.call_count > 20, (seen, shared_once.call_count)
     assert (seen["evicting"] > 0) is preemption, seen
+
+
+@pytest.mark.parametrize("found", ["at the start", "after cycles ran"])
+def test_appwrappers_found_running_count_in_their_tenants_usage(harness_factory: Any, found: str) -> None:
+    """The controller finds team-a's AppWrapper running (adopted: at a restart, or its status restored while this
+    controller runs; not dispatched here): what it holds counts in team-a's usage, so when its room frees team-b's
+    AppWrapper goes before team-a's, though queued later."""
+    running = team_aw("team-a", "a0", cpu="2")
+    running["status"] = {"state": "Running"}
+    early = found == "at the start"
+    h = harness_factory(nodes=[node("n0", "3")], pods=[], fit="aggregate", fair_sharing=True,
+                        aws=[team_aw("team-c", "c0", cpu="1"), *([running] if early else [])])
+    h.drain()
+    if not early:
+        assert h.dispatcher.owners.cycle.count > 0 and dispatched(h) == {"team-c/c0"}
+        h.lw["aw"].add(running)
+        h.drain()
+    assert dispatched(h) == {"team-c/c0", "team-a/a0"}
+    # Queued when nobody has used anything yet; the cycle they bring counts a0 in from then on.
+    h.lw["aw"].add(team_aw("team-a", "a1", cpu="2", created="2026-01-01T09:00:00Z"))
+    h.lw["aw"].add(team_aw("team-b", "b0", cpu="2", created="2026-01-01T10:00:00Z"))
+    h.drain()
+    h.clock.advance(600)
+    assert h.dispatcher.owners.fair.usage()["namespace:team-a"] > 300, "ten minutes of two thirds of the cluster"
+    finish(h, "team-a/a0")
+    h.drain()
+    assert dispatched(h) == {"team-c/c0", "team-b/b0"}
