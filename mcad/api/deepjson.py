@@ -1,7 +1,8 @@
 """JSON text from the API server or a webhook caller, parsed whatever its nesting: what Python's decoder cannot.
 
 Contract:
-- ``loads(data)`` is ``json.loads(data)`` for every document Python's decoder parses. The decoder recurses once per
+- ``loads(data)`` is ``json.loads(data)`` for every document Python's decoder parses (``mcad.api.fastjson.loads``,
+  which is that at orjson's speed). The decoder recurses once per
   nested object or array and gives up with ``RecursionError`` near 1,000 levels, while the API server stores
   objects nested up to 10,000 deep (its own decoder's limit): a tenant's AppWrapper so nested would break every
   list and watch of AppWrappers, and every admission review of it, for everyone. So on ``RecursionError`` the text
@@ -20,6 +21,8 @@ import json
 import re
 from typing import Any, Final
 
+from mcad.api import fastjson
+
 # Deeper containers are cut on the slow path; well above the deepest real Kubernetes object (a pod template inside a
 # RayCluster inside an AppWrapper is some 20 levels) and well below where Python's decoder gives up.
 CUT_DEPTH: Final = 200
@@ -30,7 +33,7 @@ _OPEN: Final = frozenset(b"[{")
 
 def loads(data: bytes | str) -> Any:
     try:
-        return json.loads(data)
+        return fastjson.loads(data)
     except RecursionError:
         raw = data.encode() if isinstance(data, str) else data
         try:

@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mcad.api import fastjson
+
 _DISPATCHED, _BACKOFF, _RESETTING, _UNHEALTHY, _AT_RISK = "Dispatched", "Backoff", "Resetting", "Unhealthy", "AtRisk"
 _STAMP = "2026-01-01T00:00:00.000000Z"
 # What most statuses are made of, as a preset dictionary for deflate: only the compression ratio depends on it
@@ -101,7 +103,7 @@ class StatusView:
         """The whole status, as a new dict the caller may change."""
         if not self.packed:
             return {}
-        value = json.loads(_unpack(self.packed))
+        value = fastjson.loads(_unpack(self.packed))
         return value if isinstance(value, dict) else {}
 
     def __eq__(self, other: object) -> bool:
@@ -140,9 +142,9 @@ def status_view(raw: Mapping[str, Any] | None) -> StatusView:
         return EMPTY
     conditions = raw.get("conditions")
     try:
-        text = json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str)
-    except (TypeError, ValueError):  # keys that are not strings: not something the API server sends
-        text = "{}"
+        text = fastjson.dumps(raw, sort_keys=True, default=str)
+    except (TypeError, ValueError, RecursionError):  # keys that are not strings: not something the API server sends
+        text = b"{}"
     return StatusView(
         # Few distinct values among thousands of AppWrappers: one copy each.
         state=sys.intern(_str(raw.get("state"))),
@@ -157,5 +159,5 @@ def status_view(raw: Mapping[str, Any] | None) -> StatusView:
         resetting_count=max(_int(raw.get("resettingCount")), 0),
         unhealthy=_true_reason(conditions, _UNHEALTHY),
         at_risk=_latest(conditions, _AT_RISK).get("status") == "True",
-        packed=_pack(text.encode("ascii")),  # json.dumps escapes non-ASCII text
+        packed=_pack(text),
     )

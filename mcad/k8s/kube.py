@@ -30,7 +30,7 @@ import structlog
 import urllib3.exceptions
 from kubernetes.config.config_exception import ConfigException
 
-from mcad.api import deepjson
+from mcad.api import deepjson, fastjson
 from mcad.errors import TIMED_OUT
 
 # The error types live in mcad.errors so that code deciding on a failure need not import the client; re-exported
@@ -389,11 +389,11 @@ _YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff
 def yaml_safe_json(body: Any) -> bytes:
     """``body`` as UTF-8 JSON that a YAML decoder reads back unchanged (an apply-patch+yaml request body).
 
-    ``json.dumps`` alone escapes every non-ASCII character, and a character outside the BMP becomes a pair of
+    JSON text with escaped non-ASCII characters, and a character outside the BMP becomes a pair of
     ``\\ud83d``-style surrogate escapes, which JSON allows and YAML refuses: the API server answered 400 to a
     ConfigMap value ``"ok 😀"``. Raw UTF-8 is valid in both, once the few characters YAML forbids raw are escaped.
     """
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    text = fastjson.dumps_text(body)
     return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
 
 
@@ -403,7 +403,7 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
     """Send one request through the connection's auth; the unread urllib3 response of a 2xx answer.
 
     Sends what the client's ``param_serialize`` and ``call_api`` would (its default headers, the bearer token as
-    its configuration resolves it for this request, query encoding, JSON bodies encoded by ``json.dumps``) through
+    its configuration resolves it for this request, query encoding, JSON bodies: ``mcad.api.fastjson.dumps``) through
     its own urllib3 pool (TLS, proxy, retries), without the generic steps our raw dicts do not need: the client
     copies every body and header value through its model sanitizer and wraps the answer, which cost more CPU than
     the request itself for the small status patches mcad sends most. Nothing is deserialized into models, any
@@ -438,7 +438,7 @@ def _open(conn: Connection, method: str, path: str, *, query: Query | None = Non
     elif "json" in content_type:
         if content_type == "application/json-patch+json" and not isinstance(body, list):
             sent["Content-Type"] = "application/strategic-merge-patch+json"  # what the client does with it
-        encoded = json.dumps(body)
+        encoded = fastjson.dumps(body)
     else:
         encoded = yaml_safe_json(body)
     try:
@@ -816,7 +816,7 @@ def request_json_once(conn: Connection, method: str, path: str, *, query: Query 
     verb = _verb(method, query)
     try:
         response = api.rest_client.pool_manager.request(
-            method, url, headers=headers, body=json.dumps(serialized) if serialized is not None else None,
+            method, url, headers=headers, body=fastjson.dumps(serialized) if serialized is not None else None,
             retries=False, timeout=urllib3.Timeout(total=timeout), preload_content=True)
     except (urllib3.exceptions.HTTPError, OSError) as err:
         conn.errors.add(verb, 0)

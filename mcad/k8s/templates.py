@@ -30,7 +30,6 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import OrderedDict
@@ -38,6 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mcad.api import fastjson
 from mcad.api.appwrapper import KIND
 from mcad.k8s.dispatchjob import Writer
 
@@ -99,7 +99,7 @@ class Templates:
         if not uid or not isinstance(items, list):
             return
         try:
-            data = json.dumps(items, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            data = fastjson.dumps(items)
         except (TypeError, ValueError, RecursionError):  # not what the API server sends: the GET will say
             return
         if len(data) > self._max_item_bytes:
@@ -127,7 +127,7 @@ class Templates:
                 return None
             self._drop(key)
             self.hits += 1
-        items = json.loads(entry.data)
+        items = fastjson.loads(entry.data)
         return entry.uid, entry.generation, [item if isinstance(item, Mapping) else {} for item in items]
 
     def forget(self, key: Key, uid: str = "") -> None:
