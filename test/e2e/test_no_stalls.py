@@ -80,3 +80,7 @@ def test_a_victim_that_even_force_deletion_cannot_remove_stops_holding_the_queue
             core.patch_namespaced_pod(pod.metadata.name, aws.namespace, {"metadata": {"finalizers": None}})
     # The pod gone at last, the preemptor gets its room.
     aws.wait_state("high", "Running", timeout=60)
+    # The victim, queued again, goes before the teardown frees the room: dispatched then, its new pod would carry the
+    # finalizer again and never go.
+    aws.delete("low")
+    wait_until(lambda: aws.absent("low"), 30, "the victim's AppWrapper to go")
