@@ -2,14 +2,13 @@
 
 Contract:
 - ``loads(data)`` is ``json.loads(data)`` for every document Python's decoder parses (``mcad.api.fastjson.loads``,
-  which is that at orjson's speed). The decoder recurses once per
-  nested object or array and gives up with ``RecursionError`` near 1,000 levels, while the API server stores
-  objects nested up to 10,000 deep (its own decoder's limit): a tenant's AppWrapper so nested would break every
-  list and watch of AppWrappers, and every admission review of it, for everyone. So on ``RecursionError`` the text
-  is parsed again with each object or array deeper than ``CUT_DEPTH`` replaced by the string ``CUT_MARKER``: the
-  document keeps every field up to that depth (an AdmissionReview its uid, a list its other items), and what
-  judges an AppWrapper's nesting (``mcad.api.validation``, which allows far less than ``CUT_DEPTH``) refuses it
-  as nested too deep.
+  which is that at orjson's speed). The decoder recurses once per nested object or array and gives up with
+  ``RecursionError`` near 1,000 levels, while the API server stores objects nested up to 10,000 deep (its own
+  decoder's limit): a tenant's AppWrapper so nested would break every list and watch of AppWrappers, and every
+  admission review of it, for everyone. So on ``RecursionError`` the text is parsed again with each object or array
+  deeper than ``CUT_DEPTH`` replaced by the string ``CUT_MARKER``: the document keeps every field up to that depth (an
+  AdmissionReview its uid, a list its other items), and what judges an AppWrapper's nesting (``mcad.api.validation``,
+  which allows far less than ``CUT_DEPTH``) refuses it as nested too deep.
 - Finding the cuts runs over the text once, without recursion: strings are skipped whole by one regular
   expression, brackets outside them are counted. Invalid JSON still raises ``ValueError`` (from the second
   parse), as ``json.loads`` does.

@@ -1,8 +1,8 @@
 """JSON in and out at orjson's speed where its answer is Python's ``json`` module's, with that module where not.
 
-Parsing watch events and answers and encoding request bodies and kept statuses was about a tenth of the
-controller's CPU under churn with Python's ``json``; orjson does the same work in a half (parsing) to a ninth
-(encoding) of the time.
+With Python's ``json``, parsing watch events and answers and encoding request bodies and kept statuses take about a
+tenth of the controller's CPU under churn; orjson does the same work in a half (parsing) to a ninth (encoding) of
+the time.
 
 Contract:
 - ``loads(data)`` (bytes or str) is ``json.loads(data)`` for every document the API server sends. orjson parses

@@ -389,8 +389,8 @@ _YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff
 def yaml_safe_json(body: Any) -> bytes:
     """``body`` as UTF-8 JSON that a YAML decoder reads back unchanged (an apply-patch+yaml request body).
 
-    JSON text with escaped non-ASCII characters, and a character outside the BMP becomes a pair of
-    ``\\ud83d``-style surrogate escapes, which JSON allows and YAML refuses: the API server answered 400 to a
+    JSON that escapes every non-ASCII character turns one outside the BMP into a pair of ``\\ud83d``-style
+    surrogate escapes, which JSON allows and YAML refuses: the API server answered 400 to a
     ConfigMap value ``"ok 😀"``. Raw UTF-8 is valid in both, once the few characters YAML forbids raw are escaped.
     """
     text = fastjson.dumps_text(body)

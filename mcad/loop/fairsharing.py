@@ -8,7 +8,7 @@ Contract:
   tenant's holding, from now; ``undispatched(key)`` takes that same share away.
 - ``begin(snapshot, act=True)`` (a dispatch cycle): first what the dispatched AppWrappers are is reconciled with what
   the ledger was told (AppWrappers adopted at a restart are not announced to watchers), when ``adoptions`` (a count
-  of those, ``Active.adoptions``) moved since the last reconciling, or every cycle without it; then the pass's
+  of those, ``Active.adoptions``) moved since the last reconciling (and at the first cycle); then the pass's
   ``FairPass``. ``begin(snapshot, act=False)`` (the dry run behind explain): the same scores, changing nothing.
 - ``weight(tenant)``: what the admin set, read when a pass asks (``FairPass`` keeps it for the pass), so a change
   counts from the next cycle: a ``namespace:<name>`` tenant's from its Namespace's policy (``namespaces``, the
@@ -56,12 +56,12 @@ SAVE_INTERVAL_SECONDS = 60.0
 class FairSharing:
     def __init__(self, ledger: FairShare, accountant: Accountant, dispatched: Mapping[str, AppWrapperView],
                  clock: Clock, *, store: FairShareStore | None = None, writes: Writes | None = None,
-                 namespaces: Store[NamespacePolicy] | None = None, adoptions: Callable[[], int] | None = None) -> None:
+                 namespaces: Store[NamespacePolicy] | None = None, adoptions: Callable[[], int]) -> None:
         self.ledger = ledger
         self._accountant = accountant
         self._dispatched = dispatched  # Active.views: read, never written here
-        self._adoptions = adoptions  # Active.adoptions: None, reconciled every cycle
-        self._adoptions_seen: int | None = None
+        self._adoptions = adoptions  # Active.adoptions
+        self._adoptions_seen = -1  # none seen yet: the first cycle reconciles
         self._clock = clock
         self._store = store
         self._writes = writes
@@ -131,8 +131,7 @@ class FairSharing:
             self.ledger.change(self._clock.monotonic(), held[0], -held[1])
 
     def begin(self, snapshot: Snapshot, *, act: bool) -> FairPass:
-        adoptions = self._adoptions() if self._adoptions is not None else None
-        if act and (adoptions is None or adoptions != self._adoptions_seen):
+        if act and (adoptions := self._adoptions()) != self._adoptions_seen:
             # O(dispatched): only when an AppWrapper was adopted since the last look (the watcher calls keep the
             # rest), so a cycle with thousands running does not walk them all.
             for key in [key for key in self._held if key not in self._dispatched]:
