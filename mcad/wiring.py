@@ -86,7 +86,7 @@ from mcad.model import quota, tenancy
 from mcad.model.accounting import Accountant
 from mcad.model.fairshare import FairShare
 from mcad.model.fit import SingleCluster, Targets
-from mcad.model.keys import RECOVERED, AppWrapperEvent, Key
+from mcad.model.keys import RECOVERED, URGENT, AppWrapperEvent, Key
 from mcad.model.preemption import EvictionBudget, Preemptors
 from mcad.model.reservations import Reservations
 from mcad.model.retry import Backoff, Policy, RetryTimes, TokenBucket
@@ -104,6 +104,11 @@ STATUS_RETRY = Policy(base=0.25, cap=4.0, rate=50.0, burst=500, give_up_attempts
 # ``SchedulingSettings.backoff_status_rate`` a second after a burst of this many, as their Events are
 # (mcad.k8s.events).
 BACKOFF_STATUS_BURST = 100
+
+
+def dispatcher_queue(clock: Clock | None = None) -> WorkQueue[Key]:
+    """The dispatcher's work queue: ``mcad.model.keys.URGENT`` kinds handed out ahead of the rest."""
+    return WorkQueue(clock=clock, name="dispatcher", urgent=URGENT)
 
 
 def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: Store[PodView], writer: Writer,
@@ -125,7 +130,7 @@ def loop(*, appwrappers: Store[AppWrapperView], nodes: Store[NodeView], pods: St
         raise ValueError(f"placement must be one of {', '.join(PLACEMENT_MODES)}, not {placement!r}")
     if hub is not None and fit != "nodes":
         raise ValueError("hub mode places pods on a worker's nodes: fit must be 'nodes'")
-    queue = queue if queue is not None else WorkQueue(name="dispatcher")
+    queue = queue if queue is not None else dispatcher_queue()
     clock = clock if clock is not None else RealClock()
     metrics = metrics if metrics is not None else Metrics()
     metrics.name_topology_levels(scheduling.topology_levels)  # tenants name levels: only these get a label value
@@ -283,7 +288,7 @@ def build(conn: kube.Connection, scheduling: SchedulingSettings = DEFAULT_SCHEDU
                         transform=quota.subtree_view, peers=peers) if api.quota_trees else None
     client = kube.Client(conn)
     writer = TemplatesFirst(client, templates)
-    queue: WorkQueue[Key] = WorkQueue(name="dispatcher")
+    queue = dispatcher_queue()
     peers.on_recovered(lambda: queue.add(RECOVERED))
     if hub is not None:
         # Hub mode pins pods in the workers whatever --placement says (as it always has).

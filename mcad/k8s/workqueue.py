@@ -4,7 +4,10 @@ Contract:
 
 * Keys, not objects. A key is any hashable, immutable value (a ``NamedTuple`` or a string); the worker reads the
   latest state from the informer store when it processes the key.
-* Fair: ready keys are handed out first in, first out.
+* Fair: ready keys are handed out first in, first out, within their lane. A key whose type is one of the queue's
+  ``urgent`` types goes to the urgent lane, which ``get()`` empties first. A type always takes the same lane, so the
+  guarantees below hold per key. The urgent types must be ones that cannot come faster than the worker takes
+  them, or the other lane would starve.
 * Stingy: adding a key that is already waiting to be processed does nothing, so a burst of events for one object
   costs one pass of the worker.
 * Never processed concurrently: between ``get()`` returning a key and the matching ``done(key)`` no other ``get()``
@@ -90,14 +93,18 @@ class ExponentialRateLimiter:
 class WorkQueue(Generic[K]):
     """Rate-limiting, delaying work queue. Thread-safe; see the module docstring for the guarantees."""
 
-    def __init__(self, *, clock: Clock | None = None, rate_limiter: RateLimiter | None = None, name: str = "") -> None:
+    def __init__(self, *, clock: Clock | None = None, rate_limiter: RateLimiter | None = None, name: str = "",
+                 urgent: frozenset[type] = frozenset()) -> None:
         self.name = name
+        self._urgent_types = urgent
         self._clock: Clock = clock if clock is not None else RealClock()
         self._rate_limiter: RateLimiter = rate_limiter if rate_limiter is not None else ExponentialRateLimiter()
         self._cond = threading.Condition(threading.Lock())
-        # Invariants, all under _cond: every key in _queue is in _dirty, is not in _processing, and appears once.
-        # _dirty holds the keys that need a pass (queued, or added again while being processed).
+        # Invariants, all under _cond: every key in _queue or _urgent is in _dirty, is not in _processing, and appears
+        # once, in the lane of its type. _dirty holds the keys that need a pass (queued, or added again while being
+        # processed).
         self._queue: deque[K] = deque()
+        self._urgent: deque[K] = deque()
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
         # Delayed keys: a heap of (ready_at, seq, key) and the live entry of each key. Moving a key earlier pushes a
@@ -122,8 +129,8 @@ class WorkQueue(Generic[K]):
         with self._cond:
             while True:
                 self._promote_due()
-                if self._queue:
-                    key = self._queue.popleft()
+                if self._urgent or self._queue:
+                    key = self._urgent.popleft() if self._urgent else self._queue.popleft()
                     self._dirty.discard(key)
                     if not self._dirty:
                         # A set never shrinks: after a burst (every AppWrapper of a restart at once) its table
@@ -150,7 +157,7 @@ class WorkQueue(Generic[K]):
                 return
             self._processing.discard(key)
             if key in self._dirty:
-                self._queue.append(key)
+                self._lane(key).append(key)
                 self._cond.notify()
             if self._shutting_down and not self._processing:
                 # Only drainers wait after shutdown (getters return at once), so this reaches them.
@@ -209,7 +216,7 @@ class WorkQueue(Generic[K]):
         """Keys ready to be handed out (for metrics; it is stale as soon as it returns)."""
         with self._cond:
             self._promote_due()
-            return len(self._queue)
+            return len(self._queue) + len(self._urgent)
 
     def waiting_count(self) -> int:
         """Keys waiting for their delay to pass (for metrics)."""
@@ -225,8 +232,11 @@ class WorkQueue(Generic[K]):
         self._dirty.add(key)
         if key in self._processing:
             return  # done() queues it; queueing it now would let a second worker take it.
-        self._queue.append(key)
+        self._lane(key).append(key)
         self._cond.notify()
+
+    def _lane(self, key: K) -> deque[K]:
+        return self._urgent if type(key) in self._urgent_types else self._queue
 
     def _promote_due(self) -> None:
         if not self._heap:

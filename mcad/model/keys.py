@@ -12,7 +12,8 @@ Contract:
   status sync's pace (``BACKOFF_STATUS``),
   hub mode (``ClusterEvent``, ``WorkerCleanup``), the API server coming back (``RECOVERED``), other threads (``CALL``),
   the loop itself after a change (``PUBLISH``).
-- The dispatcher handles each kind in a table; a kind it has no handler for is a bug and raises.
+- The dispatcher handles each kind in a table; a kind it has no handler for is a bug and raises. Its work queue hands
+  out the ``URGENT`` kinds ahead of the others.
 """
 
 from __future__ import annotations
@@ -179,3 +180,11 @@ QUOTA_STATUS = QuotaStatus()
 RECOVERED = Recovered()
 PUBLISH = Publish()
 BACKOFF_STATUS = BackoffStatus()
+
+# The kinds the dispatcher's work queue hands out ahead of the rest: write outcomes. A dispatch is marked dispatched
+# (its Dispatched status decided and sent, its room's holder recorded) only once the outcome of its creates is read;
+# under a burst of arrivals, hundreds of new AppWrappers a second, each a key, it would otherwise wait for the whole
+# burst to be read, and whoever waits for it to be seen running with it. Outcomes come no faster than the API server
+# answers writes, so the other keys still get their turn. Everything else keeps its order: a cycle must not judge
+# before the events already queued (a node or a worker that became ready) are read.
+URGENT: frozenset[type] = frozenset({Written})

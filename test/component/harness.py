@@ -24,7 +24,6 @@ from mcad.api.views import node_view, pod_view
 from mcad.k8s.informer import Informer, Store
 from mcad.k8s.kube import ApiError
 from mcad.k8s.tenantstore import TenantAppWrappers, priority_class_value
-from mcad.k8s.workqueue import WorkQueue
 from mcad.loop.dispatcher import Dispatcher
 from mcad.model.tenancy import DEFAULT_MAX_PRIORITY, namespace_policy
 from mcad.settings import SchedulingSettings
@@ -202,7 +201,7 @@ class Harness(Stepped):
             appwrappers = TenantAppWrappers(self.informers[0], policies, classes, DEFAULT_MAX_PRIORITY)
         self.dispatcher = wiring.loop(appwrappers=appwrappers, nodes=self.informers[1], pods=self.informers[2],
                                      writer=write_through if write_through is not None else self.writer,
-                                     queue=WorkQueue(clock=self.clock), clock=self.clock,
+                                     queue=wiring.dispatcher_queue(self.clock), clock=self.clock,
                                      **loop_options(**options))
         if options.get("quota_subtrees") is not None:
             self.informers.append(options["quota_subtrees"])  # started here, after the dispatcher's handlers

@@ -31,7 +31,6 @@ from mcad.hub.connections import Hub, cluster_of
 from mcad.hub.placement import Policy
 from mcad.k8s.informer import Informer
 from mcad.k8s.kube import ApiError
-from mcad.k8s.workqueue import WorkQueue
 from mcad.model.keys import WorkerCleanup
 from mcad.serve.debug import Reports
 from test.component.harness import RecordingWriter, loop_options, node, pod_meta_of
@@ -199,7 +198,7 @@ class HubHarness:
             Informer("pods", self.lw["pod"], transform=qualified_pod, key=lambda raw: raw["metadata"]["uid"]),
         ]
         self.dispatcher = wiring.loop(appwrappers=self.informers[0], nodes=self.informers[1], pods=self.informers[2],
-                                     writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
+                                     writer=self.writer, queue=wiring.dispatcher_queue(self.clock), clock=self.clock,
                                      hub=self.hub, **loop_options(preemption=preemption))
         for informer in self.informers:
             informer.start()

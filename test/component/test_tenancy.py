@@ -15,7 +15,6 @@ from mcad.api.appwrapper import appwrapper_view
 from mcad.api.views import node_view, pod_view
 from mcad.k8s.informer import Informer
 from mcad.k8s.tenantstore import TenantAppWrappers, priority_class_value
-from mcad.k8s.workqueue import WorkQueue
 from mcad.model.quota import subtree_view
 from mcad.model.tenancy import namespace_policy
 from test.component.harness import RecordingWriter, Stepped, aw, loop_options, made_by, node
@@ -78,7 +77,7 @@ class TenantHarness(Stepped):
         quota_subtrees = Informer("quotasubtrees", self.lw["quota"], transform=subtree_view) \
             if subtrees is not None else None
         self.dispatcher = wiring.loop(appwrappers=self.store, nodes=self.informers[3], pods=self.informers[4],
-                                     writer=self.writer, queue=WorkQueue(clock=self.clock), clock=self.clock,
+                                     writer=self.writer, queue=wiring.dispatcher_queue(self.clock), clock=self.clock,
                                      quota_subtrees=quota_subtrees, **loop_options(**options))
         if quota_subtrees is not None:
             self.informers.append(quota_subtrees)

@@ -94,6 +94,50 @@ def test_a_key_added_while_processing_is_queued_again_exactly_once_after_done(qu
     assert drain(queue) == ["a"]
 
 
+class Urgent(str):
+    """A key type the queue below hands out ahead of the rest."""
+
+
+def urgent_queue(clock: FakeClock) -> WorkQueue[str]:
+    return WorkQueue(clock=clock, name="test", urgent=frozenset({Urgent}))
+
+
+def test_urgent_keys_come_out_before_older_ones_in_their_own_order(clock: FakeClock) -> None:
+    queue = urgent_queue(clock)
+    for key in ("a", Urgent("x"), "b", Urgent("y"), "c"):
+        queue.add(key)
+    assert len(queue) == 5
+    assert drain(queue) == ["x", "y", "a", "b", "c"]
+
+
+def test_an_urgent_key_keeps_the_guarantees_of_any_key(clock: FakeClock) -> None:
+    queue = urgent_queue(clock)
+    queue.add("a")
+    queue.add(Urgent("x"))
+    queue.add(Urgent("x"))  # collapses
+    key, _ = queue.get(timeout=0)
+    assert key == "x" and type(key) is Urgent
+    queue.add(Urgent("x"))  # while processing: queued again once, after done, still ahead of "a"
+    assert queue.get(timeout=0) == ("a", False), "not handed out twice at once"
+    queue.done("x")
+    queue.done("a")
+    assert drain(queue) == ["x"]
+
+
+def test_a_delayed_urgent_key_goes_ahead_when_it_comes_due(clock: FakeClock) -> None:
+    queue = urgent_queue(clock)
+    queue.add_after(Urgent("x"), 1.0)
+    queue.add("a")
+    clock.step(1.0)
+    assert drain(queue) == ["x", "a"]
+
+
+def test_without_urgent_types_every_key_is_first_in_first_out(queue: WorkQueue[str]) -> None:
+    for key in ("a", Urgent("x"), "b"):
+        queue.add(key)
+    assert drain(queue) == ["a", "x", "b"]
+
+
 def test_done_twice_does_not_duplicate_a_queued_key(queue: WorkQueue[str]) -> None:
     queue.add("a")
     queue.get(timeout=0)
