@@ -117,7 +117,7 @@ def test_an_urgent_key_keeps_the_guarantees_of_any_key(clock: FakeClock) -> None
     queue.add(Urgent("x"))  # collapses
     key, _ = queue.get(timeout=0)
     assert key == "x" and type(key) is Urgent
-    queue.add(Urgent("x"))  # while processing: queued again once, after done, still ahead of "a"
+    queue.add(Urgent("x"))  # while processing: queued again once, after done
     assert queue.get(timeout=0) == ("a", False), "not handed out twice at once"
     queue.done("x")
     queue.done("a")
