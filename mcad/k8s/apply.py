@@ -298,6 +298,10 @@ def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Map
     applied: list[_Applied] = []
     uids: list[str] = []
     for index, item in enumerate(items):
+        if index:
+            # Steps end between two requests, not after the last: an empty step would only send the dispatch to
+            # the back of the write pool's queue before it could report.
+            yield
         obj = manifest(aw, index, item, remote=remote, gate=gate, health=health)
         where = describe_item(index, item)
         discovered = False
@@ -319,7 +323,6 @@ def dispatch_steps(writer: ObjectWriter, aw: AppWrapperView, items: Sequence[Map
         meta = obj["metadata"]
         applied.append(_Applied(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], uid))
         uids.append(uid)
-        yield
     return tuple(uids)
 
 

@@ -6,8 +6,9 @@ Contract:
   of one API request per step (``mcad.k8s.apply.Steps``) whose return value is a ``Dispatched``. It runs on a write
   thread and touches no dispatcher state: everything it needs is passed in, everything it learnt is in the outcome,
   which the dispatcher thread collects (``Written(key)``).
-- The templates are not kept by the controller (bounded memory): they are read from the API server, no older than
-  the view decided about (``not_older_than=aw.resource_version``). If the AppWrapper read is not that very spec
+- The templates are read no older than the view decided about (``not_older_than=aw.resource_version``): from the
+  templates cache when it holds them (``mcad.k8s.templates``, no request), else from the API server, a step of its
+  own. If the AppWrapper read is not that very spec
   (gone, another uid or generation), nothing is created and the outcome is ``stale``: the decision was about
   something that no longer exists, and the dispatcher decides again.
 - Otherwise ``sites.apply_steps`` creates the objects (in this cluster, or in the hub's worker ``cluster``). A
@@ -97,8 +98,13 @@ def create_objects(writer: Writer, sites: Sites, aw: AppWrapperView, status: Map
         if meta.get("uid") != aw.uid or meta.get("generation") != aw.generation:
             return Dispatched(aw, status, stale=True)
         items = apply.generic_items(raw)
+        asked = bool(meta.get("resourceVersion"))
         del raw  # the whole object, templates and all, need not live as long as the creates take
-        yield
+        if asked:
+            # A step per request: the creates take their own. A read the templates cache answered made no request
+            # (its answer carries no resourceVersion, mcad.k8s.templates), and a step without one would only send
+            # the dispatch to the back of the write pool's queue.
+            yield
         uids = yield from sites.apply_steps(aw, items, cluster)
     except apply.DispatchFailed as err:
         return Dispatched(aw, status, error=err)

@@ -17,7 +17,9 @@ Contract:
   uid under that key stays).
 - ``TemplatesFirst(writer, templates)`` is ``writer`` (a ``mcad.k8s.dispatchjob.Writer``) whose dispatch read,
   the read of an AppWrapper at ``not_older_than`` a resourceVersion, is answered from ``templates`` when they hold
-  that AppWrapper: the object with its uid, generation and GenericItems, which is all a dispatch reads of it
+  that AppWrapper: the object with its uid, generation and GenericItems, which is all a dispatch reads of it, and
+  no resourceVersion, which every answer of the API server carries (a dispatch takes no step for a read it made
+  without a request)
   (``mcad.k8s.dispatchjob`` compares the uid and generation with the ones it decided about, as it does with an
   object read from the API server). Every other call goes to ``writer``. The informer drops an entry when it sees
   its AppWrapper deleted or with another spec, so a dispatch that starts after that reads it, and finds it gone or

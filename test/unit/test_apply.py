@@ -202,6 +202,14 @@ def test_a_stepwise_dispatch_applies_one_item_per_step_and_returns_the_uids() ->
     assert max(counts) == 1
 
 
+@pytest.mark.parametrize("items", [1, 3])
+def test_every_step_of_a_dispatch_makes_a_request(items: int) -> None:
+    # A step without a request would only send the dispatch to the back of the write pool's queue.
+    writer = Writer()
+    counts, _ = requests_per_step(writer, apply.dispatch_steps(writer, *configmaps(items)))
+    assert counts == [1] * items
+
+
 def test_a_refused_item_is_undone_one_delete_per_step_with_the_message_of_a_whole_dispatch() -> None:
     refusal = {"cm2": ApiError(422, "Invalid", "data: too long")}
     writer = Writer(refusal)
@@ -308,7 +316,7 @@ def test_an_object_this_appwrapper_controls_is_kept_and_brought_up_to_date_on_th
     mine = owned_by("u-1", uid="mine")
     writer = Writer(existing={"cm1": mine})
     counts, uids = requests_per_step(writer, apply.dispatch_steps(writer, *configmaps(2)))
-    assert max(counts) == 1, "the create, the read and the apply are three steps"
+    assert counts == [1, 1, 1, 1], "the create, the read and the apply of cm1 are three steps"
     assert uids == ("uid-cm0", "mine")
     assert writer.requests == [("create", "cm0"), ("create", "cm1"), ("read", "cm1"), ("apply", "cm1")]
     assert writer.objects["cm1"]["metadata"]["uid"] == "mine", "applied with its uid as a precondition"
