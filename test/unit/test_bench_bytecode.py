@@ -25,3 +25,17 @@ def test_every_controller_start_finds_current_byte_code(monkeypatch: pytest.Monk
     flags, mtime, size = struct.unpack("<III", header[4:16])
     # Checked against the source's mtime and size, as an import checks it: not stale.
     assert (flags, mtime, size) == (0, int(source.stat().st_mtime) & 0xFFFFFFFF, source.stat().st_size & 0xFFFFFFFF)
+
+
+def test_a_checkout_that_cannot_take_byte_code_is_said_once_and_not_refused(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # As root, no file mode stops a write here: the stdlib's answer for a read-only checkout stands in for one.
+    monkeypatch.setattr(harness.compileall, "compile_dir", lambda *args, **kwargs: False)
+    harness.byte_compiled.cache_clear()
+    try:
+        assert not harness.byte_compiled()
+        assert not harness.byte_compiled()
+    finally:
+        harness.byte_compiled.cache_clear()
+    said = capsys.readouterr()
+    assert (said.out + said.err).count("could not write the byte code") == 1
