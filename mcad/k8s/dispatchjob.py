@@ -8,9 +8,8 @@ Contract:
   which the dispatcher thread collects (``Written(key)``).
 - The templates are read no older than the view decided about (``not_older_than=aw.resource_version``): from the
   templates cache when it holds them (``mcad.k8s.templates``, no request), else from the API server, a step of its
-  own. If the AppWrapper read is not that very spec
-  (gone, another uid or generation), nothing is created and the outcome is ``stale``: the decision was about
-  something that no longer exists, and the dispatcher decides again.
+  own. If the AppWrapper read is not that very spec (gone, another uid or generation), nothing is created and the
+  outcome is ``stale``: the decision was about something that no longer exists, and the dispatcher decides again.
 - Otherwise ``sites.apply_steps`` creates the objects (in this cluster, or in the hub's worker ``cluster``). A
   refusal comes back as ``error`` (an ``apply.DispatchFailed``, classified for retrying), with what was created
   already undone by the apply; an ``ApiError`` of the read becomes one too, naming where it happened. Anything

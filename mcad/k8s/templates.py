@@ -17,14 +17,13 @@ Contract:
   uid under that key stays).
 - ``TemplatesFirst(writer, templates)`` is ``writer`` (a ``mcad.k8s.dispatchjob.Writer``) whose dispatch read,
   the read of an AppWrapper at ``not_older_than`` a resourceVersion, is answered from ``templates`` when they hold
-  that AppWrapper: the object with its uid, generation and GenericItems, which is all a dispatch reads of it, and
-  no resourceVersion, which every answer of the API server carries (a dispatch takes no step for a read it made
-  without a request)
+  that AppWrapper: the object with its uid, generation and GenericItems, which is all a dispatch reads of it
   (``mcad.k8s.dispatchjob`` compares the uid and generation with the ones it decided about, as it does with an
-  object read from the API server). Every other call goes to ``writer``. The informer drops an entry when it sees
-  its AppWrapper deleted or with another spec, so a dispatch that starts after that reads it, and finds it gone or
-  stale, as it would without the cache; the API server answers such a read from its watch cache, which is no
-  fresher than the informer.
+  object read from the API server). That answer has no resourceVersion, which every answer of the API server
+  carries: so a dispatch tells a read that made no request, and takes no write-pool step for it. Every other call
+  goes to ``writer``. The informer drops an entry when it sees its AppWrapper deleted or with another spec, so a
+  dispatch that starts after that reads it, and finds it gone or stale, as it would without the cache; the API
+  server answers such a read from its watch cache, which is no fresher than the informer.
 - Bounds: at most ``max_entries`` entries and ``max_bytes`` bytes in all, each entry counted as its JSON plus
   ``ENTRY_OVERHEAD`` bytes for its key, its bytes object and its place in the order. Thread-safe (one lock, held
   for dictionary operations only: the JSON is encoded and decoded outside it).
