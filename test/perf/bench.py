@@ -85,6 +85,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="sample each controller with py-spy (pip install py-spy) and report its CPU by phase "
                              "(test.perf.phases); the samples go to .dev/bench-logs/<scenario>-<label>.profile.txt")
+    parser.add_argument("--timeline", action="store_true",
+                        help="churn, churn_pods and churn_tas: write when each workload was created, first seen "
+                             "Running and finished to .dev/bench-logs/<scenario>-timeline.jsonl; read it with "
+                             "python -m test.perf.timeline FILE")
     parser.add_argument("--tenants", type=int, default=1, metavar="N",
                         help=f"spread the AppWrappers of {', '.join(TENANT_SCENARIOS)} round-robin over N namespaces "
                              "(bench, bench-t01, ...), so that --fair-sharing has tenants to order: throughput's by "
@@ -282,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                    churn_nodes=args.churn_nodes, restart_nodename=args.restart_nodename,
                    max_inflight=args.max_requests_inflight, max_mutating_inflight=args.max_mutating_requests_inflight,
                    size=args.size_map, controller_args=tuple(args.controller_args.split()),
-                   controller_nice=args.controller_nice, profile=args.profile, webhook_creator=args.webhook_creator,
+                   controller_nice=args.controller_nice, profile=args.profile, timeline=args.timeline,
+                   webhook_creator=args.webhook_creator,
                    webhook_server=args.webhook_server,
                    webhook_rounds=args.webhook_rounds, throughput_pace=max(0.0, args.throughput_pace),
                    tenants=args.tenants)

@@ -33,6 +33,7 @@ import urllib3
 
 from test.e2e import attack as load
 from test.perf import phases
+from test.perf import timeline as timeline_mod
 from test.perf import webhooks as webhooks_mod
 from test.perf.client import Api, ApiError, Obj, Watch
 from test.perf.harness import (
@@ -101,6 +102,7 @@ class Options:
     webhook_server: str = "mcad"
     throughput_pace: float = 0.0  # creates a second in the throughput scenarios, on time; 0: closed loop
     profile: bool = False  # --profile: each controller sampled by py-spy, its CPU by phase in the results
+    timeline: bool = False  # --timeline: churn writes each workload's times (test.perf.timeline)
     # --tenants: the AppWrappers of TENANT_SCENARIOS spread round-robin over this many namespaces (tenant_namespace),
     # so that fair sharing has tenants to order; 1 = all in the bench namespace.
     tenants: int = 1
@@ -1613,6 +1615,12 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
             tracker.mark_created(name, when)
         lateness = creators.lateness
         wall = max(finished.values()) - t0
+        if opts.timeline:
+            path = LOGS / f"{scenario}-timeline.jsonl"
+            timeline_mod.write(path, timeline_mod.rows({name: (cls, cpu) for name, (cls, _, cpu) in spec.items()},
+                                                       tracker.created, tracker.running, finished, t0))
+            result["timeline"] = str(path)
+            say(f"{scenario}: each workload's times in {path} (python -m test.perf.timeline {path})")
         result["wall_s"] = round(wall, 2)
         result["controller"] = controller_figures(ctl, baseline)
         page = scrape(metrics_url + "/metrics")
