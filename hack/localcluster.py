@@ -261,18 +261,39 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def reserved_port(low: int = 20000, high: int = 29999) -> int:
-    """A free loopback port below Linux's ephemeral range (32768-60999), so no outgoing connection takes it while
-    the cluster runs: the API server's admission kubeconfig names it for good."""
+def ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
+    """The lowest port the kernel gives to bind(port 0) and to outgoing connections (32768 on Linux by default)."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_HANDED_OUT: set[tuple[str, int]] = set()
+
+
+def reserved_port(host: str = "127.0.0.1", low: int = 20000) -> int:
+    """A port nothing listens on at ``host`` now, chosen at random below the kernel's ephemeral range and never
+    handed out twice by this process. A port probed with bind(0) is free only until the next bind(0) or outgoing
+    connection takes it, which on a busy machine happens between the probe and the server's own bind (a cluster's
+    components and every client connection draw from that range); a port below it is taken only by a process that
+    names it. The API server's admission kubeconfig names one for good; tests and benches name the ports of the
+    servers they start."""
+    high = ephemeral_low() - 1
+    if high - low < 1000:  # a kernel whose ephemeral range starts low: nowhere safe to pick from
+        low, high = 1024, 65535
     for _ in range(200):
         port = random.randint(low, high)
+        if (host, port) in _HANDED_OUT:
+            continue
         with socket.socket() as s:
             try:
-                s.bind(("127.0.0.1", port))
+                s.bind((host, port))
             except OSError:
                 continue
-            return port
-    raise ClusterError(f"no free port between {low} and {high} for the webhook client credentials")
+        _HANDED_OUT.add((host, port))
+        return port
+    raise ClusterError(f"no free port on {host} between {low} and {high}")
 
 
 WEBHOOK_CLIENT_NAME = "kube-apiserver-webhook-client"

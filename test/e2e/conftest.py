@@ -21,7 +21,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -39,6 +38,7 @@ from mcad.k8s import kube
 from test import browser as chromium
 from test import chart
 from test.support import REPO, wait_until
+from test.support import free_port as support_free_port
 
 LEGACY_CRD = REPO / "config" / "crd" / "legacy" / "mcad.ibm.com_mcadappwrappers.yaml"
 
@@ -57,9 +57,8 @@ CONTROLLER_ENV = {"PYTHONMALLOC": "malloc"}
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((chart.webhook_host(), 0))
-        return int(sock.getsockname()[1])
+    """A port on the address the cluster reaches this machine's controller at (``test.support.free_port``)."""
+    return support_free_port(chart.webhook_host())
 
 
 class Controller:

@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -37,7 +36,7 @@ import pytest
 import yaml
 
 from test import chart
-from test.support import REPO, load_hack_module, wait_until
+from test.support import REPO, free_port, load_hack_module, wait_until
 
 SCRIPT = REPO / "hack" / "e2e-kind.sh"
 KIND = REPO / "hack" / "kind"
@@ -243,12 +242,6 @@ def test_a_misspelt_stage_field_is_refused(kwok_stages: Path, kubeconfig: str, t
     path.write_text(yaml.safe_dump(stage))
     out = kubectl(kubeconfig, "apply", "--validate=strict", "--dry-run=server", "-f", str(path), check=False)
     assert 'unknown field "spec.next.statusTemplte"' in out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -48,7 +47,7 @@ from test.e2e.conftest import (
     service_account_token,
 )
 from test.e2e.dashboard import mcadctl_dashboard
-from test.support import token_kubeconfig, wait_until
+from test.support import free_port, token_kubeconfig, wait_until
 
 BIN = Path(sys.executable).parent
 HOST_IP = "192.0.2.2"  # an address of this machine that the API server is willing to proxy to
@@ -56,12 +55,6 @@ QUEUED = ["huge-high", "huge-low-a", "huge-low-b"]  # the dispatch order: priori
 # The controller's topology levels: labels the local cluster's nodes carry (hack/localcluster.py): every kwok node
 # has type=kwok, and each its own hostname. Nodes other tests make may carry neither.
 LEVELS = ("type", "kubernetes.io/hostname")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

@@ -26,7 +26,6 @@ Contract:
 from __future__ import annotations
 
 import base64
-import socket
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from typing import Any
 
 from test.perf.client import Api, ApiError, Obj
 from test.perf.harness import BenchError, appwrapper, aw_path, configmap_item, create_namespace, wait_for
+from test.support import free_port as support_free_port
 
 NAMESPACE = "mcad-system"  # the chart's namespace: the certificate Secret lives here
 CREATOR_ANNOTATION = "workload.codeflare.dev/creator"  # mcad.admission.review.CREATOR_ANNOTATION
@@ -48,10 +48,9 @@ HOST = "127.0.0.1"
 
 
 def free_port() -> int:
-    """A port nothing listens on now (the controller logs at warning level, so its chosen port is not printed)."""
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on now, below the ephemeral range (``test.support.free_port``): the controller logs
+    at warning level, so a port it chose itself would not be printed."""
+    return support_free_port(HOST)
 
 
 def username(api: Api) -> str:

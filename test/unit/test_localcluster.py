@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,44 @@ def test_free_ports_are_distinct() -> None:
     ports = lc.free_ports(6)
     assert len(set(ports)) == 6
     assert all(1024 < p < 65536 for p in ports)
+
+
+def test_reserved_ports_lie_below_the_ephemeral_range_and_are_never_handed_out_twice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same candidate twice, then a fresh one: the second call must not return the first's port.
+    picks = iter([21001, 21001, 21002])
+    monkeypatch.setattr(lc.random, "randint", lambda low, high: next(picks))
+    monkeypatch.setattr(lc, "_HANDED_OUT", set())
+    assert [lc.reserved_port(), lc.reserved_port()] == [21001, 21002]
+
+
+def test_a_reserved_port_someone_listens_on_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        taken = busy.getsockname()[1]
+        busy.listen()
+        picks = iter([taken, 21003])
+        monkeypatch.setattr(lc.random, "randint", lambda low, high: next(picks))
+        monkeypatch.setattr(lc, "_HANDED_OUT", set())
+        assert lc.reserved_port() == 21003
+
+
+def test_reserved_ports_are_drawn_below_the_kernels_ephemeral_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    bounds: list[tuple[int, int]] = []
+    monkeypatch.setattr(lc.random, "randint", lambda low, high: bounds.append((low, high)) or 21004)
+    monkeypatch.setattr(lc, "_HANDED_OUT", set())
+    monkeypatch.setattr(lc, "ephemeral_low", lambda: 32768)
+    lc.reserved_port()
+    assert bounds == [(20000, 32767)]
+
+
+def test_ephemeral_low_reads_the_kernel_range_and_falls_back_on_garbage(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.write_text("40000\t60999\n")
+    bad.write_text("")
+    assert lc.ephemeral_low(good) == 40000
+    assert lc.ephemeral_low(bad) == 32768
+    assert lc.ephemeral_low(tmp_path / "missing") == 32768
 
 
 def test_env_int_rejects_garbage_with_the_variable_name(monkeypatch: pytest.MonkeyPatch) -> None:
