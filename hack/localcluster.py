@@ -270,16 +270,21 @@ def ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -
 
 
 _HANDED_OUT: set[tuple[str, int]] = set()
+# Below the ephemeral range, two ranges that never meet: ports a cluster names for good at ``up`` (the webhook
+# client's), and ports tests and benches name for the servers they start (test.support.free_port), so that a test's
+# server never takes the port a cluster's API server will call its webhook at.
+CLUSTER_PORTS = (20000, 25999)
+TEST_PORTS_LOW = 26000
 
 
-def reserved_port(host: str = "127.0.0.1", low: int = 20000) -> int:
-    """A port nothing listens on at ``host`` now, chosen at random below the kernel's ephemeral range and never
-    handed out twice by this process. A port probed with bind(0) is free only until the next bind(0) or outgoing
-    connection takes it, which on a busy machine happens between the probe and the server's own bind (a cluster's
-    components and every client connection draw from that range); a port below it is taken only by a process that
-    names it. The API server's admission kubeconfig names one for good; tests and benches name the ports of the
-    servers they start."""
-    high = ephemeral_low() - 1
+def reserved_port(host: str = "127.0.0.1", low: int = TEST_PORTS_LOW, high: int | None = None) -> int:
+    """A port nothing listens on at ``host`` now, chosen at random between ``low`` and ``high`` (default: the port
+    below the kernel's ephemeral range) and never handed out twice by this process. A port probed with bind(0) is
+    free only until the next bind(0) or outgoing connection takes it, which on a busy machine happens between the
+    probe and the server's own bind (a cluster's components and every client connection draw from that range); a
+    port below it is taken only by a process that names it."""
+    if high is None:
+        high = ephemeral_low() - 1
     if high - low < 1000:  # a kernel whose ephemeral range starts low: nowhere safe to pick from
         low, high = 1024, 65535
     for _ in range(200):
@@ -520,7 +525,8 @@ def up(opts: Options) -> None:
 
     admission_flags: list[str] = []
     if opts.webhook_client_auth:
-        state["webhook_client"] = webhook_client_config(layout, reserved_port())
+        low, high = CLUSTER_PORTS
+        state["webhook_client"] = webhook_client_config(layout, reserved_port(low=low, high=high))
         admission_flags = [f"--admission-control-config-file={layout.state / 'admission-config.json'}"]
 
     def save_state() -> None:

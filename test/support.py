@@ -117,8 +117,8 @@ def load_hack_module(name: str) -> ModuleType:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port for a server a test starts and names: below the kernel's ephemeral range, so no other process's
-    bind(0) or outgoing connection takes it between this probe and the server's bind (hack/localcluster.py
-    ``reserved_port``)."""
+    bind(0) or outgoing connection takes it between this probe and the server's bind, and apart from the ports
+    clusters name at ``up`` (hack/localcluster.py ``reserved_port``)."""
     return int(load_hack_module("localcluster").reserved_port(host))
 
 

@@ -69,7 +69,12 @@ def test_reserved_ports_are_drawn_below_the_kernels_ephemeral_range(monkeypatch:
     monkeypatch.setattr(lc, "_HANDED_OUT", set())
     monkeypatch.setattr(lc, "ephemeral_low", lambda: 32768)
     lc.reserved_port()
-    assert bounds == [(20000, 32767)]
+    assert bounds == [(26000, 32767)]
+
+
+def test_the_ports_clusters_name_at_up_never_meet_the_ports_tests_name() -> None:
+    # A test's server on the port a cluster's API server calls its webhook at would receive the cluster's reviews.
+    assert lc.CLUSTER_PORTS[1] < lc.TEST_PORTS_LOW
 
 
 def test_ephemeral_low_reads_the_kernel_range_and_falls_back_on_garbage(tmp_path: Path) -> None:
