@@ -114,12 +114,14 @@ UNGATE_WRITE_PRIORITY: Final = 2**31
 
 @dataclass(frozen=True, slots=True)
 class Ungated:
-    """Outcome of one ungate patch: ``node`` "" when the gate was removed without a pin."""
+    """Outcome of one ungate patch: ``node`` "" when the gate was removed without a pin; ``waited``: from the
+    informer first receiving the pod gated to the patch's answer (None when it failed)."""
 
     uid: str
     appwrapper: str
     node: str
     error: ApiError | None = None
+    waited: float | None = None
 
 
 class PodWriter(Protocol):
@@ -527,13 +529,15 @@ class Pinning:
         assert pod.pin is not None and pod.appwrapper is not None
         ops = ungate_patch(pod.uid, pod.pin, self._where.local_node(node) if node else "")
         uid, key, namespace, name = pod.uid, pod.appwrapper, pod.namespace, pod.name
+        # Timed here, not when the loop takes the outcome: the pod may be seen bound (and settled) before that.
+        seen = self._first_seen.get(uid, self._monotonic())
 
         def job() -> Ungated:
             try:
                 self._where.writer(pod).patch_json("v1", "Pod", namespace, name, ops)
             except ApiError as err:
                 return Ungated(uid, key, node, err)
-            return Ungated(uid, key, node)
+            return Ungated(uid, key, node, waited=self._monotonic() - seen)
         self._in_flight[uid] = self._monotonic()
         self._writes.submit(f"pod/{uid}", job, tenant=namespace, priority=UNGATE_WRITE_PRIORITY)
 
@@ -543,9 +547,9 @@ class Pinning:
         self._in_flight.pop(uid, None)
         if outcome.error is None:
             self._ungated.add(uid)
-            seen = self._first_seen.pop(uid, None)
-            if seen is not None:
-                self._metrics.ungate_latency(self._monotonic() - seen)
+            self._first_seen.pop(uid, None)
+            if outcome.waited is not None:
+                self._metrics.ungate_latency(outcome.waited)
             self._failures.pop(uid, None)
             self._metrics.pin("pinned" if outcome.node else "released")
             return

@@ -4,6 +4,8 @@ the JSON-patch rules the API server applies), which pods mcad will place, and ho
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from mcad.api.resources import ZERO
 from mcad.api.views import PLACEMENT_GATE, pod_view
 from mcad.errors import ApiError
 from mcad.k8s.workqueue import WorkQueue
-from mcad.loop.pinning import UNGATE_RETRY_BASE_SECONDS, Pinning, Ungated
+from mcad.loop.pinning import UNGATE_RETRY_BASE_SECONDS, Here, Pinning, Ungated
 from mcad.loop.ungate import ungate_patch
 from mcad.model.accounting import Accountant
 from mcad.model.keys import PodEvent
@@ -245,6 +247,51 @@ def test_ungate_retries_are_jittered_so_a_gangs_pods_do_not_retry_in_step() -> N
     assert _ready(queue) == [], "the second near its full delay"
     clock.advance(base / 1000)
     assert _ready(queue) == [PodEvent("u2")]
+
+
+class _HeldWrites:
+    """Keeps each submitted job for the test to run when it chooses."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Callable[[], Any]] = []
+
+    def submit(self, key: str, job: Callable[[], Any], **_: Any) -> None:
+        self.jobs.append(job)
+
+
+class _Writer:
+    def patch_json(self, *args: Any) -> dict[str, Any]:
+        return {}
+
+
+class _Latencies:
+    def __init__(self) -> None:
+        self.observed: list[float] = []
+        self.pins: list[str] = []
+
+    def pin(self, outcome: str) -> None:
+        self.pins.append(outcome)
+
+    def ungate_latency(self, seconds: float) -> None:
+        self.observed.append(seconds)
+
+
+def test_the_ungate_time_is_kept_when_the_pod_is_seen_bound_before_its_patch_comes_back() -> None:
+    """The patch's answer and the pod's bound event race: the scheduler may bind it before the loop takes the
+    outcome. The time from first seen gated to the patch's answer must be recorded either way."""
+    clock = FakeClock()
+    writes, latencies = _HeldWrites(), _Latencies()
+    pinning = Pinning(binding=False, accountant=accountant(), pods=_Pods(), where=Here(_Writer()),  # type: ignore[arg-type]
+                      writes=writes, queue=None, queued=None, active=None, decisions=None,  # type: ignore[arg-type]
+                      appwrappers=None, recorder=None, metrics=latencies, ownership=None,  # type: ignore[arg-type]
+                      monotonic=clock.monotonic)
+    seen_gated = pod_view(gated("u1"))
+    pinning.observe(replace(seen_gated, pin=replace(seen_gated.pin, seen=clock.monotonic())))
+    clock.advance(0.25)
+    outcome = writes.jobs[0]()  # the patch answers
+    pinning.observe(pod_view(gated("u1", gates=(), node_name="n1")))  # seen bound first
+    pinning.done(outcome)
+    assert latencies.observed == [0.25] and latencies.pins == ["released"]
 
 
 def _ready(queue: WorkQueue[Any]) -> list[Any]:
