@@ -529,7 +529,8 @@ class Pinning:
         assert pod.pin is not None and pod.appwrapper is not None
         ops = ungate_patch(pod.uid, pod.pin, self._where.local_node(node) if node else "")
         uid, key, namespace, name = pod.uid, pod.appwrapper, pod.namespace, pod.name
-        # Timed here, not when the loop takes the outcome: the pod may be seen bound (and settled) before that.
+        # The job times the wait, not the loop when it takes the outcome: by then the pod may have been seen bound
+        # and settled, its first-seen time dropped.
         seen = self._first_seen.get(uid, self._monotonic())
 
         def job() -> Ungated:
