@@ -565,13 +565,16 @@ class Tracker:
                 if alive is not None:
                     alive()
 
-    def decision_to_seen(self) -> list[float]:
-        """Per AppWrapper: first seen Running minus the controller's dispatch timestamp (its wall clock when it
-        decided): the status write, the watch delivery and this process's own delay, as a check on the method."""
+    def decision_to_seen(self, names: Iterable[str] | None = None) -> list[float]:
+        """Per AppWrapper (of ``names``, else all): first seen Running minus the controller's dispatch timestamp (its
+        wall clock when it decided): the status write, the watch delivery and this process's own delay, as a check
+        on the method."""
         offset = time.time() - time.monotonic()
         out = []
         with self.cond:
-            for name, stamp in self.dispatch_stamp.items():
+            stamps = self.dispatch_stamp if names is None else {
+                n: self.dispatch_stamp[n] for n in names if n in self.dispatch_stamp}
+            for name, stamp in stamps.items():
                 try:
                     decided = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
                 except ValueError:

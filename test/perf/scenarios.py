@@ -1661,6 +1661,8 @@ def churn(opts: Options, result: Result, *, workload: ChurnWorkload = CHURN_CONF
             # From the arrival the schedule says, not from the create: a late create cannot hide a wait.
             result["latency"][f"arrival_to_dispatch_{cls}"] = summary(
                 tracker.latencies(members, tracker.running, start=scheduled))
+            # How much of that wait came after the controller decided: its status write and this bench's watch.
+            result["latency"][f"(controller decision to seen)_{cls}"] = summary(tracker.decision_to_seen(members))
             kueue = kueue_mean_ms[cls]
             result["per_class"][cls] = {
                 **{k: figures.get(k) for k in ("n", "mean_ms", "p50_ms", "p90_ms", "p99_ms")},
