@@ -35,7 +35,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -149,7 +149,16 @@ class Pass:
     # as it goes and a dry run never does, and both must bound alike.
     taken: dict[str, tuple[frozenset[str] | None, float]] = field(default_factory=dict)
     _bounds: dict[str, datetime | None] = field(default_factory=dict)
+    # Per node: free once AppWrappers' pods end, less what this pass's reservations hold there (kept as they are
+    # made, so that each reservation does not subtract all the earlier ones again).
     _lasting: dict[str, ResourceVector] | None = None
+    # Members of one demand group (``mcad.model.pending.demand_group``) are judged alike by a fit check, and a
+    # group's members waiting for room are judged one after another, each taking a reservation. Between two
+    # dispatches of the pass, the room with every reservation given back is the same for all of them (what a
+    # reservation takes is given back with it), so the fit on that room is made once per group (keyed by the
+    # number of dispatches it was made after); whether a group could ever fit (the empty cluster) once per pass.
+    _unreserved: dict[Hashable, tuple[int, Snapshot, Fit]] = field(default_factory=dict)
+    _ever: dict[Hashable, bool] = field(default_factory=dict)
 
     # -- candidates -----------------------------------------------------------------------------------------------
 
@@ -179,35 +188,61 @@ class Pass:
             charges = quota.forest.charges(aw.labels)[0] if quota is not None else None
             self.fair.took(tenant_of(aw, charges), share(need, self.snapshot.capacity))
 
-    def wait(self, aw: AppWrapperView, need: ResourceVector, fit: Fit) -> tuple[frozenset[str], Callable[[], str]]:
+    def wait(self, aw: AppWrapperView, need: ResourceVector, fit: Fit,
+             group: Hashable | None = None) -> tuple[frozenset[str], Callable[[], str]]:
         """A candidate that waits: why (``explain``), and it takes a reservation if one is left and room is what
-        it waits for (``holds`` says whether it did). Returns (what its status is about, its message)."""
-        about, why = self.explain(aw, need, fit)
+        it waits for (``holds`` says whether it did). Returns (what its status is about, its message). ``group``:
+        its demand group, when its fit on the pass's room may be taken as its group's (see ``_unreserved``)."""
+        about, why = self.explain(aw, need, fit, group)
         if not self.full and fit.short_of_room:
             # Its message says what it lacks, not that it holds a reservation: holders change many times a second
             # under churn, and a status write each time would cost more than the news is worth (/debug/queue,
             # mcadctl and mcad_reservations show them as they are).
-            self._reserve(aw, need, fit)
+            self._reserve(aw, need, fit, group)
         return about, why
 
-    def explain(self, aw: AppWrapperView, need: ResourceVector,
-                fit: Fit) -> tuple[frozenset[str], Callable[[], str]]:
+    def explain(self, aw: AppWrapperView, need: ResourceVector, fit: Fit,
+                group: Hashable | None = None) -> tuple[frozenset[str], Callable[[], str]]:
         """Why a candidate that does not fit waits, taking no reservation: whose reservations keep it out when they
         are what does; else what it lacks, against the room no reservation took (the shortfall it would have).
         What it is about is what it lacks with the reservations taken, plus ``BEHIND`` when reservations are what
         keep it out, never whose they are: under churn holders change many times a second, and each change would
-        cost a status write."""
+        cost a status write. ``group`` as for ``wait``."""
         if not self.made:
             return fit.about, fit.why
-        unreserved = fits(aw, need, self._without(self.made), self.owner.targets)
+        unreserved, why_unreserved = self._fit_unreserved(aw, need, group)
         if not unreserved.fits:
-            return fit.about, unreserved.why
+            return fit.about, why_unreserved
         if unreserved.plan:
             used = {node for node, _, _ in unreserved.plan}
             blocking = [r for r in self.made if not r.plan or used & set(r.nodes)] or list(self.made)
         else:
             blocking = list(self.made)
         return fit.about | {BEHIND}, partial(behind_reservations, blocking, aw.namespace)
+
+    def _fit_unreserved(self, aw: AppWrapperView, need: ResourceVector,
+                        group: Hashable | None) -> tuple[Fit, Callable[[], str]]:
+        """Its fit with every reservation of the pass given back, and that fit's message worded for it (a fit's
+        message names the AppWrapper's pods): its group's, when one of its group was judged since the last
+        dispatch of the pass."""
+        dispatches = len(self.taken)
+        known = self._unreserved.get(group) if group is not None else None
+        if known is not None and known[0] == dispatches:
+            trial, unreserved = known[1], known[2]
+            # The trial room is this pass's own copy, never changed once made: the message can wait until read.
+            return unreserved, partial(_worded_on, trial, self.owner.targets, aw, need)
+        trial = self._without(self.made)
+        unreserved = fits(aw, need, trial, self.owner.targets)
+        if group is not None:
+            self._unreserved[group] = (dispatches, trial, unreserved)
+        return unreserved, unreserved.why
+
+    def _could_ever_fit(self, aw: AppWrapperView, need: ResourceVector, fit: Fit, group: Hashable | None) -> bool:
+        if group is None:
+            return could_ever_fit(aw, need, self.snapshot, self.owner.targets, fit)
+        if group not in self._ever:
+            self._ever[group] = could_ever_fit(aw, need, self.snapshot, self.owner.targets, fit)
+        return self._ever[group]
 
     def holds(self, key: str) -> bool:
         """Whether it took a reservation in this pass."""
@@ -232,9 +267,10 @@ class Pass:
 
     # -- reserving ------------------------------------------------------------------------------------------------
 
-    def _reserve(self, aw: AppWrapperView, need: ResourceVector, fit: Fit) -> Reservation | None:
+    def _reserve(self, aw: AppWrapperView, need: ResourceVector, fit: Fit,
+                 group: Hashable | None = None) -> Reservation | None:
         snapshot = self.snapshot
-        if not could_ever_fit(aw, need, snapshot, self.owner.targets, fit):
+        if not self._could_ever_fit(aw, need, fit, group):
             return None  # it would hold the room for ever
         plan: Plan = ()
         if snapshot.room is None or snapshot.consumed(aw.key):
@@ -255,6 +291,10 @@ class Pass:
         reservation = Reservation(aw.key, need, plan, withheld)
         snapshot.take(withheld, plan)
         self.made.append(reservation)
+        if self._lasting is not None:
+            for node, requests, count in plan:
+                if node in self._lasting:
+                    self._lasting[node] = self._lasting[node] - requests.scale(count)
         return reservation
 
     def _nodes_for(self, aw: AppWrapperView) -> Plan | None:
@@ -294,16 +334,16 @@ class Pass:
         free = sum(max(self.snapshot.room.get(node.name, node.allocatable).get(scarcest), 0) for node in nodes)
         return max(aw.demand.get(scarcest) - free, 0)
 
-    def _lasting_room(self) -> dict[str, ResourceVector]:
-        """Per node: free once AppWrappers' pods end, less what this pass's reservations hold there."""
+    def _lasting_room(self) -> Mapping[str, ResourceVector]:
+        """Per node: free once AppWrappers' pods end, less what this pass's reservations hold there (read only:
+        ``_reserve`` keeps it)."""
         if self._lasting is None:
             self._lasting = dict(self.owner.horizon.lasting_room())
-        lasting = dict(self._lasting)
-        for reservation in self.made:
-            for node, requests, count in reservation.plan:
-                if node in lasting:
-                    lasting[node] = lasting[node] - requests.scale(count)
-        return lasting
+            for reservation in self.made:
+                for node, requests, count in reservation.plan:
+                    if node in self._lasting:
+                        self._lasting[node] = self._lasting[node] - requests.scale(count)
+        return self._lasting
 
     def _lasting_free(self) -> ResourceVector:
         total = self.owner.horizon.lasting_free()
@@ -330,6 +370,11 @@ class Pass:
         for reservation in reservations:
             trial.give(reservation.withheld, reservation.plan)
         return trial
+
+
+def _worded_on(trial: Snapshot, targets: Targets, aw: AppWrapperView, need: ResourceVector) -> str:
+    """Why ``aw`` does not fit ``trial``, worded for it."""
+    return fits(aw, need, trial, targets).why()
 
 
 def _scarcest(aw: AppWrapperView) -> str:

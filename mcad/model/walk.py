@@ -49,7 +49,7 @@ from typing import Protocol
 
 from mcad.api.appwrapper import AppWrapperView
 from mcad.api.resources import ZERO, ResourceVector
-from mcad.model import disclosure
+from mcad.model import disclosure, topology
 from mcad.model.accounting import Snapshot
 from mcad.model.fifo import BEHIND_IN_DOMAIN as BEHIND_IN_DOMAIN_WHY
 from mcad.model.fifo import StrictFifo
@@ -220,7 +220,9 @@ def _judge(aw: AppWrapperView, order: Order, group: Hashable, reserving: Pass, r
         # Its victims did not go: holding their room for it could hold it for ever (a pod finalizer).
         about, why = reserving.explain(aw, need, fit)
     else:
-        about, why = reserving.wait(aw, need, fit)
+        # A gang that asks for a topology level fits by its own home domain (``mcad.model.fit.Homes``), not only by
+        # its group: its fits are not shared with its group's.
+        about, why = reserving.wait(aw, need, fit, None if topology.asks(aw) else group)
     made = reserving.made[-1] if len(reserving.made) > made_before else None
     gave_up_on = rules.abandoned(key)
     if gave_up_on:

@@ -152,6 +152,20 @@ def test_no_reservation_for_what_could_never_fit_or_is_held_by_pods_of_no_appwra
     assert dispatched(h) == ["x", "small"], "neither the huge one nor the gang holds anything back"
 
 
+def test_each_of_a_group_waiting_in_one_pass_is_told_of_its_own_pods(harness_factory: Any) -> None:
+    # Within a pass, the fit of a group's members with the reservations given back is made once (they are judged
+    # alike); the message each is told must still name its own pods, not the first one's.
+    h = cluster(harness_factory, 4, "4", reservations=3)
+    for i in range(4):
+        add(h, gang_aw(f"x{i}", 1, {"cpu": "3"}))
+    for i in range(4):
+        add(h, gang_aw(f"g{i}", 1, {"cpu": "4"}, priority=10))
+    assert sorted(h.dispatcher.owners.reservations.held) == ["ns/g0", "ns/g1", "ns/g2"]
+    for name in ("g1", "g2", "g3"):
+        assert said(h, name).startswith(f"1 pod of ConfigMap {name}-cm custompodresources[0] (cpu 4) fits on no node: "
+                                         "4 nodes have too little cpu free (at most 1 on one node)")
+
+
 # ---------------------------------------------------------------------------------------------- random runs
 
 
