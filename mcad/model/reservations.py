@@ -50,9 +50,10 @@ from mcad.model.fairshare import FairPass, share, tenant_of
 from mcad.model.fit import Fit, Targets, could_ever_fit, fits
 from mcad.model.plans import Plan
 
-# How many blocked AppWrappers hold reservations at once by default (chosen by the churn benchmark:
-# docs/performance.md).
-DEFAULT_RESERVATIONS = 8
+# How many blocked AppWrappers hold reservations at once by default (chosen by the churn benchmark at full size,
+# docs/scheduling.md "How many": its large gangs waited about a third less with 30 than with 8, the smaller classes
+# about as long, for about 10 % more controller CPU).
+DEFAULT_RESERVATIONS = 30
 # What the status of one kept out by reservations is about, besides what it lacks with them taken.
 BEHIND = "behind a reservation"
 # How many nodes a message names before it says "and N more".

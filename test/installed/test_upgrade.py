@@ -10,6 +10,7 @@ from typing import Any
 
 import kubernetes.client as k8s
 
+from mcad.model.reservations import DEFAULT_RESERVATIONS
 from test.installed.conftest import Installation, record
 from test.installed.load import DeploymentWatch, SteadyCreates, dispatched_once
 from test.support import wait_until
@@ -44,5 +45,6 @@ def test_an_upgrade_of_a_flag_rolls_the_pods_without_losing_or_repeating_a_dispa
         deployments.stop()
         current = {p["metadata"]["name"] for p in installation.pods()}
         installation.upgrade(values, tmp_path)
-        wait_until(lambda: rolled(installation, current, "--reservations=8"), 180, "the release put back")
+        wait_until(lambda: rolled(installation, current, f"--reservations={DEFAULT_RESERVATIONS}"), 180,
+                   "the release put back")
     record("helm upgrade: new pods leading", leader)
